@@ -1,0 +1,69 @@
+// backend/concepts.hpp: what a backend must provide. Layers call nothing else, so a model type runs on any
+// backend that satisfies `Backend`. The semantics of each operation are documented in docs/backends.md and on the
+// CPU implementation (backend/cpu/backend.hpp); the reference backend is the executable definition.
+//
+// Conventions for every operation:
+//  - tensors are Views into the backend's memory (memory()); the last axis of every operand is contiguous;
+//  - A is the activation type (MaxText `dtype`), W the weight storage type, accumulation is in f32;
+//  - outputs are rounded to their element type once per MaxText op (see each function's comment);
+//  - operations may run asynchronously on the backend's stream; synchronize() waits for all of them;
+//  - integer inputs (token ids, positions, segment ids) are int32 in backend memory.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "maxtext/backend/common/math.hpp"
+#include "maxtext/backend/ops.hpp"
+#include "maxtext/core/matrix.hpp"
+#include "maxtext/core/tensor.hpp"
+
+namespace maxtext {
+
+/// Device memory and transfers.
+template <class B>
+concept BackendMemory = requires(B& b, const B& cb, void* dst, const void* src, std::size_t n) {
+  { cb.memory() } -> std::convertible_to<const std::shared_ptr<MemoryResource>&>;
+  cb.copy(dst, src, n, CopyKind::host_to_device);
+  cb.synchronize();
+  { B::name } -> std::convertible_to<const char*>;
+};
+
+/// Matrix products: y = x . W^T (+ bias) with weights prepared once by the backend.
+template <class B>
+concept BackendLinear = requires(const B& b, Matrix<float> w, View<const float, 2> x, View<float, 2> y,
+                                 View<const float, 1> bias) {
+  { b.prepare(w) } -> std::same_as<Matrix<float>>;
+  b.matmul(x, w, y, bias);
+};
+
+/// Norms and element-wise kernels.
+template <class B>
+concept BackendElementwise = requires(const B& b, View<const float, 2> x, View<float, 2> y, View<const float, 1> s,
+                                      View<float, 3> x3, View<const std::int32_t, 1> ids, const RotaryTable& rt,
+                                      const Matrix<float>& table) {
+  b.rms_norm(x, s, 1e-6f, 0.0f, y);
+  b.layer_norm(x, s, s, 1e-6f, y);
+  b.add(x, x, y);
+  b.activation(x, Activation::silu, x, Activation::linear, y);
+  b.scale(y, 2.0f, false);
+  b.soft_cap(y, 30.0f);
+  b.convert(x, y);
+  b.copy(x, y);
+  b.embed(table, ids, y);
+  b.rotary(x3, ids, rt);
+};
+
+/// The attention operation (MaxText AttentionOp) over cached keys/values.
+template <class B>
+concept BackendAttention = requires(const B& b, View<const float, 4> q, View<float, 4> o, const AttentionMask& m,
+                                    const AttentionOptions& opt, View<const float, 1> sinks) {
+  b.attention(q, q, q, m, opt, sinks, o);
+};
+
+template <class B>
+concept Backend = BackendMemory<B> && BackendLinear<B> && BackendElementwise<B> && BackendAttention<B>;
+
+}  // namespace maxtext

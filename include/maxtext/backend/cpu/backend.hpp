@@ -1,0 +1,547 @@
+// backend/cpu/backend.hpp: the CPU backend. Matrix products through Eigen (f32) or converted panels (bf16, f16,
+// Q8_0 weights; bf16 activations); element-wise and reduction kernels vectorised with xsimd; threads via OpenMP.
+// Semantics of every operation: backend/concepts.hpp and ../shared/spec (cited per function).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "maxtext/backend/common/math.hpp"
+#include "maxtext/backend/concepts.hpp"
+#include "maxtext/backend/cpu/vec.hpp"
+#include "maxtext/backend/ops.hpp"
+#include "maxtext/core/dtype.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/matrix.hpp"
+#include "maxtext/core/tensor.hpp"
+
+namespace maxtext::cpu {
+
+struct Options {
+  /// Worker threads for matrix products and kernels; 0 = all cores (OpenMP's default).
+  int threads = 0;
+};
+
+class Backend {
+ public:
+  static constexpr const char* name = "cpu";
+
+  explicit Backend(Options opt = {}) { set_threads(opt.threads); }
+
+  // ---- memory ---------------------------------------------------------------------------------------------
+  const std::shared_ptr<MemoryResource>& memory() const { return host_memory(); }
+  void copy(void* dst, const void* src, std::size_t bytes, CopyKind) const {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void synchronize() const {}
+
+  int threads() const { return threads_; }
+  void set_threads(int n) {
+#if defined(_OPENMP)
+    threads_ = n > 0 ? n : omp_get_num_procs();
+#else
+    threads_ = 1;
+    (void)n;
+#endif
+  }
+
+  /// Lay a weight out for this backend (once, at load). The CPU kernels read the out-major layout directly.
+  template <class W>
+  Matrix<W> prepare(Matrix<W> m) const {
+    return m;
+  }
+
+  // ---- linear algebra -------------------------------------------------------------------------------------
+  /// y[M,N] = x[M,K] . W[N,K]^T, accumulated in f32 and rounded once to Y; with a bias, y = round(round(x.W) + b)
+  /// (MaxText DenseGeneral: product in dtype, bias added after). x and y rows must be contiguous.
+  template <class X, class W, class Y, class Bias = Y>
+  void matmul(View<const X, 2> x, const Matrix<W>& w, View<Y, 2> y, View<const Bias, 1> bias = {}) const {
+    const std::int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
+    MAXTEXT_DASSERT(K == w.cols && y.dim(0) == M && y.dim(1) == N);
+    MAXTEXT_DASSERT(x.rows_contiguous() && y.rows_contiguous());
+    MAXTEXT_DASSERT(bias.empty() || bias.dim(0) == N);
+    if (M == 0 || N == 0) return;
+    if constexpr (std::is_same_v<X, float> && std::is_same_v<W, float> && std::is_same_v<Y, float>) {
+      if (M >= kGemmMinRows) {
+        gemm_f32(x.data(), x.stride(0), w.data.data(), K, y.data(), y.stride(0), M, N, K);
+        if (!bias.empty()) add_bias(y, bias);
+        return;
+      }
+    }
+    if (M < kGemmMinRows) {
+      gemv_rows(x, w, y, bias);
+    } else {
+      gemm_converted(x, w, y, bias);
+    }
+  }
+
+  // ---- normalisation --------------------------------------------------------------------------------------
+  /// RMSNorm over the last axis (spec norms-dense-mlp.md): r = x * rsqrt(mean(x^2) + eps) in f32, rounded to A;
+  /// if scale: y = round(r * round(scale + offset)). y may alias x.
+  template <class A, class S>
+  void rms_norm(View<const A, 2> x, View<const S, 1> scale, float eps, float scale_offset, View<A, 2> y) const {
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<float> buf(static_cast<std::size_t>(D)), sc(static_cast<std::size_t>(D));
+      if (!scale.empty()) {
+        for (std::int64_t i = 0; i < D; ++i) sc[i] = round_to<A>(to_float(scale(i)) + scale_offset);
+      }
+      for (std::int64_t r = r0; r < r1; ++r) {
+        vec::to_f32(&x(r, 0), buf.data(), D);
+        const float ms = vec::dot(buf.data(), buf.data(), D) / static_cast<float>(D);
+        const float inv = 1.0f / std::sqrt(ms + eps);
+        std::int64_t i = 0;
+        constexpr std::int64_t w = static_cast<std::int64_t>(vec::W);
+        const vec::fbatch iv(inv);
+        for (; i + w <= D; i += w) {
+          vec::fbatch v = vec::round<A>(vec::fbatch::load_unaligned(&buf[i]) * iv);
+          if (!scale.empty()) v = vec::round<A>(v * vec::fbatch::load_unaligned(&sc[i]));
+          v.store_unaligned(&buf[i]);
+        }
+        for (; i < D; ++i) {
+          float v = round_to<A>(buf[i] * inv);
+          if (!scale.empty()) v = round_to<A>(v * sc[i]);
+          buf[i] = v;
+        }
+        vec::from_f32(buf.data(), &y(r, 0), D);
+      }
+    });
+  }
+
+  /// Gpt3LayerNorm (spec norms-dense-mlp.md): statistics in the input dtype (two-pass, biased variance),
+  /// y = (x - mean) * rsqrt(var + eps) * (scale + 1) + bias, each step rounded to A. y may alias x.
+  template <class A>
+  void layer_norm(View<const A, 2> x, View<const A, 1> scale, View<const A, 1> bias, float eps,
+                  View<A, 2> y) const {
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<float> buf(static_cast<std::size_t>(D));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        vec::to_f32(&x(r, 0), buf.data(), D);
+        double s = 0;  // f32 values summed exactly enough: a double accumulator keeps the mean to ~1 ulp
+        for (std::int64_t i = 0; i < D; ++i) s += buf[i];
+        const float mean = round_to<A>(static_cast<float>(s / static_cast<double>(D)));
+        double v = 0;
+        for (std::int64_t i = 0; i < D; ++i) {
+          const float c = round_to<A>(buf[i] - mean);
+          v += static_cast<double>(round_to<A>(c * c));
+        }
+        const float var = round_to<A>(static_cast<float>(v / static_cast<double>(D)));
+        const float inv = round_to<A>(1.0f / std::sqrt(round_to<A>(var + eps)));
+        for (std::int64_t i = 0; i < D; ++i) {
+          float o = round_to<A>(round_to<A>(buf[i] - mean) * inv);
+          o = round_to<A>(o * round_to<A>(to_float(scale(i)) + 1.0f));
+          if (!bias.empty()) o = round_to<A>(o + to_float(bias(i)));
+          buf[i] = o;
+        }
+        vec::from_f32(buf.data(), &y(r, 0), D);
+      }
+    });
+  }
+
+  // ---- element-wise ---------------------------------------------------------------------------------------
+  /// y = round(a + b). y may alias a or b.
+  template <class A>
+  void add(View<const A, 2> a, View<const A, 2> b, View<A, 2> y) const {
+    const std::int64_t M = a.dim(0), D = a.dim(1);
+    parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<float> fa(static_cast<std::size_t>(D)), fb(static_cast<std::size_t>(D));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        if constexpr (std::is_same_v<A, float>) {
+          const float* pa = &a(r, 0);
+          const float* pb = &b(r, 0);
+          float* py = &y(r, 0);
+          std::int64_t i = 0;
+          constexpr std::int64_t w = static_cast<std::int64_t>(vec::W);
+          for (; i + w <= D; i += w) {
+            (vec::fbatch::load_unaligned(pa + i) + vec::fbatch::load_unaligned(pb + i)).store_unaligned(py + i);
+          }
+          for (; i < D; ++i) py[i] = pa[i] + pb[i];
+        } else {
+          vec::to_f32(&a(r, 0), fa.data(), D);
+          vec::to_f32(&b(r, 0), fb.data(), D);
+          for (std::int64_t i = 0; i < D; ++i) fa[i] += fb[i];
+          vec::from_f32(fa.data(), &y(r, 0), D);
+        }
+      }
+    });
+  }
+
+  /// y = round(round(act0(h0)) * round(act1(h1))); with h1 empty, y = round(act0(h0)). MaxText MlpBlock step 2-3.
+  /// y may alias h0.
+  template <class A>
+  void activation(View<const A, 2> h0, Activation a0, View<const A, 2> h1, Activation a1, View<A, 2> y) const {
+    const std::int64_t M = h0.dim(0), F = h0.dim(1);
+    parallel_rows(M, F * 8, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<float> f0(static_cast<std::size_t>(F)), f1(static_cast<std::size_t>(F));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        vec::to_f32(&h0(r, 0), f0.data(), F);
+        if (!h1.empty()) vec::to_f32(&h1(r, 0), f1.data(), F);
+        for (std::int64_t i = 0; i < F; ++i) {
+          float v = round_to<A>(math::activate(a0, f0[i]));
+          if (!h1.empty()) v = round_to<A>(v * round_to<A>(math::activate(a1, f1[i])));
+          f0[i] = v;
+        }
+        vec::from_f32(f0.data(), &y(r, 0), F);
+      }
+    });
+  }
+
+  /// x = round(x * factor) (or x / factor with divide=true, as GPT-3's `query /= sqrt(head_dim)`); factor is
+  /// first rounded to A, like a scalar cast to dtype. x is [M, D] with contiguous rows.
+  template <class A>
+  void scale(View<A, 2> x, float factor, bool divide = false) const {
+    const float f = round_to<A>(factor);
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        A* p = &x(r, 0);
+        for (std::int64_t i = 0; i < D; ++i) {
+          const float v = to_float(p[i]);
+          p[i] = from_float<A>(divide ? v / f : v * f);
+        }
+      }
+    });
+  }
+
+  /// x = round(cap * tanh(x / cap)) (final logit soft cap).
+  template <class A>
+  void soft_cap(View<A, 2> x, float cap) const {
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    parallel_rows(M, D * 16, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        A* p = &x(r, 0);
+        for (std::int64_t i = 0; i < D; ++i) p[i] = from_float<A>(math::soft_cap(to_float(p[i]), cap));
+      }
+    });
+  }
+
+  /// y = convert(x) elementwise (e.g. logits to f32).
+  template <class A, class Y>
+  void convert(View<const A, 2> x, View<Y, 2> y) const {
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    for (std::int64_t r = 0; r < M; ++r) {
+      for (std::int64_t i = 0; i < D; ++i) y(r, i) = from_float<Y>(to_float(x(r, i)));
+    }
+  }
+
+  /// Strided copy, any rank (dst and src in backend memory, same shape).
+  template <class T, int R>
+  void copy(View<const T, R> src, View<T, R> dst) const {
+    MAXTEXT_DASSERT(src.shape() == dst.shape());
+    if constexpr (R == 1) {
+      for (std::int64_t i = 0; i < src.dim(0); ++i) dst(i) = src(i);
+    } else {
+      for (std::int64_t i = 0; i < src.dim(0); ++i) copy<T, R - 1>(src[i], dst[i]);
+    }
+  }
+
+  // ---- embedding ------------------------------------------------------------------------------------------
+  /// y[m, :] = round_A(table[ids[m], :]). Ids were range-checked by the caller.
+  template <class W, class A>
+  void embed(const Matrix<W>& table, View<const std::int32_t, 1> ids, View<A, 2> y) const {
+    const std::int64_t M = ids.dim(0), D = table.cols;
+    parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<float> buf(static_cast<std::size_t>(D));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        row_to_f32(table, ids(r), buf.data());
+        vec::from_f32(buf.data(), &y(r, 0), D);
+      }
+    });
+  }
+
+  // ---- rotary ---------------------------------------------------------------------------------------------
+  /// Rotate x [M, heads, head_dim] in place at positions pos [M] with a precomputed table (spec rope.md).
+  template <class A>
+  void rotary(View<A, 3> x, View<const std::int32_t, 1> pos, const RotaryTable& t) const {
+    const std::int64_t M = x.dim(0), H = x.dim(1), d = x.dim(2), r = t.rot_dims, half = r / 2;
+    MAXTEXT_DASSERT(r <= d && r % 2 == 0);
+    parallel_rows(M, H * d * 4, [&](std::int64_t m0, std::int64_t m1) {
+      std::vector<float> in(static_cast<std::size_t>(r)), c(static_cast<std::size_t>(half)),
+          s(static_cast<std::size_t>(half)), out(static_cast<std::size_t>(r));
+      for (std::int64_t m = m0; m < m1; ++m) {
+        const std::int64_t p = pos(m);
+        for (std::int64_t i = 0; i < half; ++i) {
+          c[i] = t.cos(p, i);
+          s[i] = t.sin(p, i);
+          if (t.round_sincos_to_input) {
+            c[i] = round_to<A>(c[i]);
+            s[i] = round_to<A>(s[i]);
+          }
+        }
+        for (std::int64_t h = 0; h < H; ++h) {
+          A* xp = &x(m, h, 0);
+          vec::to_f32(xp, in.data(), r);
+          switch (t.layout) {
+            case RopeLayout::half_split:
+              for (std::int64_t i = 0; i < half; ++i) {
+                const float a = in[i], b = in[i + half];
+                if (t.round_sincos_to_input) {  // computed in the input dtype: each product and the sum rounded
+                  out[i] = round_to<A>(round_to<A>(a * c[i]) - round_to<A>(b * s[i]));
+                  out[i + half] = round_to<A>(round_to<A>(b * c[i]) + round_to<A>(a * s[i]));
+                } else {
+                  out[i] = a * c[i] - b * s[i];
+                  out[i + half] = b * c[i] + a * s[i];
+                }
+              }
+              break;
+            case RopeLayout::interleaved:
+              for (std::int64_t i = 0; i < half; ++i) {
+                const float a = in[2 * i], b = in[2 * i + 1];
+                out[2 * i] = a * c[i] - b * s[i];
+                out[2 * i + 1] = b * c[i] + a * s[i];
+              }
+              break;
+            case RopeLayout::interleaved_to_halves:
+              for (std::int64_t i = 0; i < half; ++i) {
+                const float a = in[2 * i], b = in[2 * i + 1];
+                out[i] = a * c[i] - b * s[i];
+                out[i + half] = a * s[i] + b * c[i];
+              }
+              break;
+          }
+          if (t.post_scale != 1.0f) {
+            for (std::int64_t i = 0; i < r; ++i) out[i] *= t.post_scale;
+          }
+          vec::from_f32(out.data(), xp, r);
+        }
+      }
+    });
+  }
+
+  // ---- attention ------------------------------------------------------------------------------------------
+  /// MaxText AttentionOp (spec attention.md §1-2) with an online softmax over key blocks (no [T, S] matrix):
+  /// out[b,t,n,:] = sum_s e^(l_s - m) v[b,s,n/G,:] / (sum_s e^(l_s - m) + sink term), l = q.k (no scaling),
+  /// masked keys removed. A row with every key masked averages all kv_len keys (MaxText's finite mask value);
+  /// with sinks it is 0. q [B,T,N,Dq], k [B,S,K,Dq], v [B,S,K,Dv], out [B,T,N,Dv]; rows contiguous.
+  template <class A>
+  void attention(View<const A, 4> q, View<const A, 4> k, View<const A, 4> v, const AttentionMask& mask,
+                 const AttentionOptions& opt, View<const A, 1> sinks, View<A, 4> out) const {
+    const std::int64_t B = q.dim(0), T = q.dim(1), N = q.dim(2), Dq = q.dim(3);
+    const std::int64_t K = k.dim(2), Dv = v.dim(3), G = N / K;
+    const bool round_logits = !opt.float32_qk_product && !opt.float32_logits;
+    parallel_rows(B * N, T * Dq * 64, [&](std::int64_t w0, std::int64_t w1) {
+      std::vector<float> qf(static_cast<std::size_t>(Dq)), kf(static_cast<std::size_t>(Dq)),
+          vf(static_cast<std::size_t>(Dv)), acc(static_cast<std::size_t>(Dv));
+      for (std::int64_t w = w0; w < w1; ++w) {
+        const std::int64_t b = w / N, n = w % N, kh = n / G;
+        const std::int64_t start = mask.q_start(b), len = mask.kv_len(b);
+        for (std::int64_t t = 0; t < T; ++t) {
+          const std::int64_t qi = start + t;
+          std::int64_t lo = 0, hi = len;
+          if (mask.causal) hi = std::min(hi, qi + 1);
+          if (mask.sliding_window > 0) lo = std::max(lo, qi - mask.sliding_window + 1);
+          if (mask.chunk > 0) lo = std::max(lo, (qi / mask.chunk) * mask.chunk);
+          vec::to_f32(&q(b, t, n, 0), qf.data(), Dq);
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+          const std::int32_t qseg = mask.q_segment.empty() ? 0 : mask.q_segment(b, t);
+          for (std::int64_t s = lo; s < hi; ++s) {
+            if (!mask.kv_segment.empty()) {
+              const std::int32_t ks = mask.kv_segment(b, s);
+              if (ks != qseg || ks < 0) continue;
+            }
+            const A* kp = &k(b, s, kh, 0);
+            const float* kfp;
+            if constexpr (std::is_same_v<A, float>) {
+              kfp = kp;
+            } else {
+              vec::to_f32(kp, kf.data(), Dq);
+              kfp = kf.data();
+            }
+            float logit = vec::dot(qf.data(), kfp, Dq);
+            if (!opt.float32_qk_product) logit = round_to<A>(logit);
+            if (opt.soft_cap > 0.0f) logit = math::soft_cap(logit, opt.soft_cap);
+            if (round_logits) logit = round_to<A>(logit);
+            const A* vp = &v(b, s, kh, 0);
+            const float* vfp;
+            if constexpr (std::is_same_v<A, float>) {
+              vfp = vp;
+            } else {
+              vec::to_f32(vp, vf.data(), Dv);
+              vfp = vf.data();
+            }
+            if (logit > m) {
+              const float corr = std::exp(m - logit);  // 0 on the first key (m = -inf)
+              l *= corr;
+              vec::scale(corr, acc.data(), Dv);
+              m = logit;
+            }
+            const float e = std::exp(logit - m);
+            l += e;
+            vec::axpy(e, vfp, acc.data(), Dv);
+          }
+          if (!sinks.empty()) {
+            const float sink = to_float(sinks(n));
+            if (sink > m) {
+              const float corr = std::exp(m - sink);
+              l *= corr;
+              vec::scale(corr, acc.data(), Dv);
+              m = sink;
+            }
+            l += std::exp(sink - m);
+          }
+          A* op = &out(b, t, n, 0);
+          if (l == 0.0f || (sinks.empty() && m == -std::numeric_limits<float>::infinity())) {
+            // every key masked: MaxText's replaced logits are all equal, so the softmax is uniform over kv_len.
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            if (sinks.empty() && len > 0) {
+              for (std::int64_t s = 0; s < len; ++s) {
+                vec::to_f32(&v(b, s, kh, 0), vf.data(), Dv);
+                vec::axpy(1.0f, vf.data(), acc.data(), Dv);
+              }
+              vec::scale(1.0f / static_cast<float>(len), acc.data(), Dv);
+            }
+            vec::from_f32(acc.data(), op, Dv);
+            continue;
+          }
+          vec::scale(1.0f / l, acc.data(), Dv);
+          vec::from_f32(acc.data(), op, Dv);
+        }
+      }
+    });
+  }
+
+ private:
+  static constexpr std::int64_t kGemmMinRows = 4;
+
+  /// Run f(begin, end) over [0, rows) split across threads; `cost_per_row` (flops-ish) decides how many.
+  template <class F>
+  void parallel_rows(std::int64_t rows, std::int64_t cost_per_row, F&& f) const {
+    constexpr std::int64_t kMinWork = 1 << 15;
+    std::int64_t nt = std::min<std::int64_t>(threads_, rows);
+    if (cost_per_row * rows < kMinWork * 2) nt = 1;
+    if (nt <= 1 || vec::max_threads() <= 1) {
+      f(std::int64_t{0}, rows);
+      return;
+    }
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(static_cast<int>(nt))
+    {
+      const std::int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
+      const std::int64_t b = rows * tid / nth, e = rows * (tid + 1) / nth;
+      if (b < e) f(b, e);
+    }
+#else
+    f(std::int64_t{0}, rows);
+#endif
+  }
+
+  template <class W>
+  static void row_to_f32(const Matrix<W>& w, std::int64_t r, float* dst) {
+    const std::int64_t K = w.cols;
+    if constexpr (std::is_same_v<W, q8_0>) {
+      const q8_0* blk = w.data.data() + r * w.storage_cols();
+      for (std::int64_t b = 0; b < K / q8_0::block; ++b) {
+        const float d = static_cast<float>(blk[b].d);
+        for (int i = 0; i < q8_0::block; ++i) dst[b * q8_0::block + i] = d * static_cast<float>(blk[b].qs[i]);
+      }
+    } else {
+      vec::to_f32(w.data.data() + r * K, dst, K);
+    }
+  }
+
+  void gemm_f32(const float* x, std::int64_t ldx, const float* w, std::int64_t ldw, float* y, std::int64_t ldy,
+                std::int64_t M, std::int64_t N, std::int64_t K) const {
+    using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using CMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+    using MMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
+    CMap xm(x, M, K, Eigen::OuterStride<>(ldx));
+    CMap wm(w, N, K, Eigen::OuterStride<>(ldw));
+    MMap ym(y, M, N, Eigen::OuterStride<>(ldy));
+    Eigen::setNbThreads(threads_);
+    ym.noalias() = xm * wm.transpose();
+  }
+
+  template <class Y, class Bias>
+  void add_bias(View<Y, 2> y, View<const Bias, 1> bias) const {
+    for (std::int64_t m = 0; m < y.dim(0); ++m) {
+      for (std::int64_t n = 0; n < y.dim(1); ++n) y(m, n) = from_float<Y>(to_float(y(m, n)) + to_float(bias(n)));
+    }
+  }
+
+  /// Few rows (decode): each output is a dot product of an x row with a W row; threads split the W rows.
+  template <class X, class W, class Y, class Bias>
+  void gemv_rows(View<const X, 2> x, const Matrix<W>& w, View<Y, 2> y, View<const Bias, 1> bias) const {
+    const std::int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
+    std::vector<float> xf(static_cast<std::size_t>(M * K));
+    for (std::int64_t m = 0; m < M; ++m) vec::to_f32(&x(m, 0), &xf[static_cast<std::size_t>(m * K)], K);
+    parallel_rows(N, K * M, [&](std::int64_t n0, std::int64_t n1) {
+      std::vector<float> wf(static_cast<std::size_t>(std::is_same_v<W, float> ? 0 : K));
+      for (std::int64_t n = n0; n < n1; ++n) {
+        const float* wr;
+        if constexpr (std::is_same_v<W, float>) {
+          wr = w.data.data() + n * K;
+        } else {
+          row_to_f32(w, n, wf.data());
+          wr = wf.data();
+        }
+        for (std::int64_t m = 0; m < M; ++m) {
+          float acc = round_to<Y>(vec::dot(&xf[static_cast<std::size_t>(m * K)], wr, K));
+          if (!bias.empty()) acc = acc + to_float(bias(n));
+          y(m, n) = from_float<Y>(acc);
+        }
+      }
+    });
+  }
+
+  /// Many rows, narrow types: convert x once to f32, then W in panels of rows to f32 and multiply with Eigen.
+  template <class X, class W, class Y, class Bias>
+  void gemm_converted(View<const X, 2> x, const Matrix<W>& w, View<Y, 2> y, View<const Bias, 1> bias) const {
+    const std::int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
+    const float* xf_ptr;
+    std::int64_t ldx;
+    std::vector<float> xf;
+    if constexpr (std::is_same_v<X, float>) {
+      xf_ptr = x.data();
+      ldx = x.stride(0);
+    } else {
+      xf.resize(static_cast<std::size_t>(M * K));
+      for (std::int64_t m = 0; m < M; ++m) vec::to_f32(&x(m, 0), &xf[static_cast<std::size_t>(m * K)], K);
+      xf_ptr = xf.data();
+      ldx = K;
+    }
+    constexpr std::int64_t kPanel = 64;
+    const std::int64_t panels = (N + kPanel - 1) / kPanel;
+    parallel_rows(panels, M * K * kPanel, [&](std::int64_t p0, std::int64_t p1) {
+      std::vector<float> wf(static_cast<std::size_t>(kPanel * K)), yf(static_cast<std::size_t>(M * kPanel));
+      for (std::int64_t p = p0; p < p1; ++p) {
+        const std::int64_t n0 = p * kPanel, nb = std::min(kPanel, N - n0);
+        for (std::int64_t i = 0; i < nb; ++i) {
+          if constexpr (std::is_same_v<W, float>) {
+            std::memcpy(&wf[static_cast<std::size_t>(i * K)], w.data.data() + (n0 + i) * K,
+                        static_cast<std::size_t>(K) * sizeof(float));
+          } else {
+            row_to_f32(w, n0 + i, &wf[static_cast<std::size_t>(i * K)]);
+          }
+        }
+        using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+        Eigen::Map<const RowMat, 0, Eigen::OuterStride<>> xm(xf_ptr, M, K, Eigen::OuterStride<>(ldx));
+        Eigen::Map<const RowMat> wm(wf.data(), nb, K);
+        Eigen::Map<RowMat> ym(yf.data(), M, nb);
+        ym.noalias() = xm * wm.transpose();
+        for (std::int64_t m = 0; m < M; ++m) {
+          for (std::int64_t i = 0; i < nb; ++i) {
+            float acc = round_to<Y>(yf[static_cast<std::size_t>(m * nb + i)]);
+            if (!bias.empty()) acc = acc + to_float(bias(n0 + i));
+            y(m, n0 + i) = from_float<Y>(acc);
+          }
+        }
+      }
+    });
+  }
+
+  int threads_ = 1;
+};
+
+}  // namespace maxtext::cpu
+
+static_assert(::maxtext::Backend<::maxtext::cpu::Backend>, "cpu::Backend must satisfy the Backend concept");

@@ -1,0 +1,194 @@
+// core/any_tensor.hpp: a type-erased, dynamic-rank, strided host tensor: what file readers hand out and what
+// weight loading consumes. Transposes and layer slices of a file's tensor are strided views (no copy).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "maxtext/core/dtype.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/tensor.hpp"
+
+namespace maxtext {
+
+/// Host tensor of any DType. Strides count storage units (elements; 34-byte blocks for Q8_0, whose last axis
+/// must be contiguous and a multiple of 32). `source` names where it came from, for error messages.
+struct AnyTensor {
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  const std::byte* data = nullptr;
+  std::shared_ptr<const void> holder;
+  std::string source;
+
+  int rank() const { return static_cast<int>(shape.size()); }
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+  bool is_contiguous() const {
+    std::int64_t acc = 1;
+    for (int i = rank() - 1; i >= 0; --i) {
+      const auto u = static_cast<std::size_t>(i);
+      const std::int64_t extent = (i == rank() - 1) ? shape[u] / dtype_block(dtype) : shape[u];
+      if (extent != 1 && strides[u] != acc) return false;
+      acc *= extent;
+    }
+    return true;
+  }
+  std::string describe() const { return str(dtype_name(dtype), " ", shape); }
+
+  /// Contiguous row-major strides for `shape` (in storage units).
+  static std::vector<std::int64_t> dense_strides(const std::vector<std::int64_t>& shape, DType dt) {
+    std::vector<std::int64_t> st(shape.size());
+    std::int64_t acc = 1;
+    for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+      const auto u = static_cast<std::size_t>(i);
+      st[u] = acc;
+      acc *= (i == static_cast<int>(shape.size()) - 1) ? shape[u] / dtype_block(dt) : shape[u];
+    }
+    return st;
+  }
+  /// Wrap an owning typed tensor (shares its buffer).
+  template <class T, int R>
+  static AnyTensor from(const Tensor<T, R>& t, std::string source = {}) {
+    AnyTensor a;
+    a.dtype = dtype_of<T>;
+    a.shape.assign(t.shape().begin(), t.shape().end());
+    a.strides.assign(t.view().strides().begin(), t.view().strides().end());
+    a.data = reinterpret_cast<const std::byte*>(t.data());
+    a.holder = t.holder();
+    a.source = std::move(source);
+    return a;
+  }
+
+  /// Permute axes (no copy): result axis i is this tensor's axis perm[i].
+  AnyTensor permuted(const std::vector<int>& perm) const {
+    MAXTEXT_CHECK(static_cast<int>(perm.size()) == rank(), ShapeError, "[AnyTensor::permuted] ", source,
+                  ": permutation of rank ", perm.size(), " for a tensor of rank ", rank());
+    MAXTEXT_CHECK(dtype_block(dtype) == 1 || perm.back() == rank() - 1, UnsupportedError, "[AnyTensor::permuted] ",
+                  source, ": cannot move the blocked last axis of a ", dtype_name(dtype), " tensor");
+    AnyTensor r = *this;
+    for (std::size_t i = 0; i < perm.size(); ++i) {
+      r.shape[i] = shape[static_cast<std::size_t>(perm[i])];
+      r.strides[i] = strides[static_cast<std::size_t>(perm[i])];
+    }
+    return r;
+  }
+  /// Reshape a contiguous tensor (no copy).
+  AnyTensor reshaped(std::vector<std::int64_t> new_shape) const {
+    std::int64_t n = 1;
+    for (auto d : new_shape) n *= d;
+    MAXTEXT_CHECK(n == numel(), ShapeError, "[AnyTensor::reshaped] ", source, ": cannot reshape ", shape, " to ",
+                  new_shape);
+    MAXTEXT_CHECK(is_contiguous(), ShapeError, "[AnyTensor::reshaped] ", source, ": not contiguous");
+    AnyTensor r = *this;
+    r.shape = std::move(new_shape);
+    r.strides = dense_strides(r.shape, dtype);
+    return r;
+  }
+  /// Fix `axis` at `index` (no copy): drops the axis.
+  AnyTensor select(int axis, std::int64_t index) const {
+    MAXTEXT_CHECK(axis >= 0 && axis < rank() && index >= 0 && index < shape[static_cast<std::size_t>(axis)],
+                  ShapeError, "[AnyTensor::select] ", source, ": index ", index, " on axis ", axis, " of ", shape);
+    MAXTEXT_CHECK(dtype_block(dtype) == 1 || axis != rank() - 1, UnsupportedError, "[AnyTensor::select] ", source,
+                  ": cannot select on the blocked axis");
+    AnyTensor r = *this;
+    r.data = data + static_cast<std::size_t>(index * strides[static_cast<std::size_t>(axis)]) * dtype_size(dtype);
+    r.shape.erase(r.shape.begin() + axis);
+    r.strides.erase(r.strides.begin() + axis);
+    return r;
+  }
+  /// Restrict `axis` to [begin, begin+len) (no copy).
+  AnyTensor narrow(int axis, std::int64_t begin, std::int64_t len) const {
+    const auto u = static_cast<std::size_t>(axis);
+    MAXTEXT_CHECK(axis >= 0 && axis < rank() && begin >= 0 && len >= 0 && begin + len <= shape[u], ShapeError,
+                  "[AnyTensor::narrow] ", source, ": [", begin, ",", begin + len, ") on axis ", axis, " of ", shape);
+    MAXTEXT_CHECK(dtype_block(dtype) == 1 || axis != rank() - 1, UnsupportedError, "[AnyTensor::narrow] ", source,
+                  ": cannot narrow the blocked axis");
+    AnyTensor r = *this;
+    r.data = data + static_cast<std::size_t>(begin * strides[u]) * dtype_size(dtype);
+    r.shape[u] = len;
+    return r;
+  }
+
+  /// Element `flat` (row-major logical order) converted to double. Works for every dtype, Q8_0 included.
+  double element(std::int64_t flat) const {
+    std::int64_t off = 0;
+    std::int64_t last = 0;
+    for (int i = rank() - 1; i >= 0; --i) {
+      const auto u = static_cast<std::size_t>(i);
+      const std::int64_t idx = flat % shape[u];
+      flat /= shape[u];
+      if (i == rank() - 1) {
+        last = idx;
+      } else {
+        off += idx * strides[u];
+      }
+    }
+    if (dtype == DType::q8_0) {
+      const auto* blk = reinterpret_cast<const q8_0*>(data) + off + last / q8_0::block;
+      return static_cast<double>(static_cast<float>(blk->d)) * blk->qs[last % q8_0::block];
+    }
+    off += last * (rank() > 0 ? strides.back() : 0);
+    const std::byte* p = data + static_cast<std::size_t>(off) * dtype_size(dtype);
+    return load_scalar(dtype, p);
+  }
+
+  static double load_scalar(DType dt, const std::byte* p) {
+    switch (dt) {
+      case DType::f64: { double v; std::memcpy(&v, p, 8); return v; }
+      case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
+      case DType::f16: { std::uint16_t b; std::memcpy(&b, p, 2); return fp16::to_float(b); }
+      case DType::bf16: { std::uint16_t b; std::memcpy(&b, p, 2); return static_cast<float>(bf16::from_bits(b)); }
+      case DType::f8_e4m3: { fp8_e4m3 v; std::memcpy(&v, p, 1); return static_cast<float>(v); }
+      case DType::i64: { std::int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+      case DType::i32: { std::int32_t v; std::memcpy(&v, p, 4); return v; }
+      case DType::i16: { std::int16_t v; std::memcpy(&v, p, 2); return v; }
+      case DType::i8: { std::int8_t v; std::memcpy(&v, p, 1); return v; }
+      case DType::u8: case DType::boolean: { std::uint8_t v; std::memcpy(&v, p, 1); return v; }
+      case DType::q8_0: break;
+    }
+    MAXTEXT_THROW(UnsupportedError, "[AnyTensor] element access for dtype ", dtype_name(dt));
+  }
+
+  /// Copy into a new contiguous host tensor of type T (any float/int dtype converts; floats round to nearest even).
+  /// Q8_0 sources are dequantised. Shape must have numel() elements (it may differ from `shape`).
+  template <class T, int R>
+  Tensor<T, R> to(const Shape<R>& out_shape) const {
+    MAXTEXT_CHECK(::maxtext::numel<R>(out_shape) == numel(), ShapeError, "[AnyTensor::to] ", source, ": ", describe(),
+                  " does not fit shape ", out_shape);
+    Tensor<T, R> out(out_shape);
+    T* dst = out.data();
+    const std::int64_t n = numel();
+    if (dtype == dtype_of<T> && is_contiguous()) {
+      std::memcpy(static_cast<void*>(dst), data, static_cast<std::size_t>(n) * sizeof(T));
+      return out;
+    }
+    if (dtype == DType::f32 && is_contiguous()) {
+      const float* src = reinterpret_cast<const float*>(data);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = cast_from_double<T>(src[i]);
+      return out;
+    }
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = cast_from_double<T>(element(i));
+    return out;
+  }
+
+  template <class T>
+  static T cast_from_double(double v) {
+    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, fp16>) {
+      return T(static_cast<float>(v));
+    } else {
+      return static_cast<T>(v);
+    }
+  }
+};
+
+}  // namespace maxtext

@@ -1,0 +1,425 @@
+// core/config.hpp: the MaxText configuration keys that change forward numerics, their base.yml defaults, the
+// derived dimensions (configs/types.py) and validation. Spec: configs.md.
+// Keys are declared once in MAXTEXT_CONFIG_FIELDS; the struct, the key lookup used by the YAML reader and the
+// `key=value` override parser are all generated from that list.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "maxtext/core/error.hpp"
+
+namespace maxtext {
+
+using StringList = std::vector<std::string>;
+
+// X(type, key, base.yml default)
+#define MAXTEXT_CONFIG_FIELDS(X)                                  \
+  X(std::string, model_name, "default")                          \
+  X(std::string, decoder_block, "llama2")                        \
+  X(std::string, dtype, "bfloat16")                              \
+  X(std::string, weight_dtype, "float32")                        \
+  X(std::string, matmul_precision, "default")                    \
+  X(std::int64_t, base_emb_dim, 2048)                            \
+  X(std::int64_t, base_num_query_heads, 16)                      \
+  X(std::int64_t, base_num_kv_heads, 16)                         \
+  X(std::int64_t, base_mlp_dim, 7168)                            \
+  X(std::int64_t, base_moe_mlp_dim, -1)                          \
+  X(std::int64_t, base_num_decoder_layers, 16)                   \
+  X(std::int64_t, head_dim, 128)                                 \
+  X(double, global_parameter_scale, 1)                           \
+  X(StringList, mlp_activations, (StringList{"silu", "linear"})) \
+  X(double, mlp_activations_limit, -1.0)                         \
+  X(bool, activations_in_float32, false)                         \
+  X(double, normalization_layer_epsilon, 1e-5)                   \
+  X(std::int64_t, vocab_size, 32000)                             \
+  X(bool, logits_via_embedding, false)                           \
+  X(bool, normalize_embedding_logits, true)                      \
+  X(bool, logits_dot_in_fp32, false)                             \
+  X(bool, cast_logits_to_fp32, true)                             \
+  X(double, final_logits_soft_cap, 0.0)                          \
+  X(double, attn_logits_soft_cap, 0.0)                           \
+  X(bool, float32_qk_product, false)                             \
+  X(bool, float32_logits, false)                                 \
+  X(bool, fused_qkv, false)                                      \
+  X(bool, fused_mlp, false)                                      \
+  X(std::string, attention, "autoselected")                      \
+  X(std::string, attention_type, "global")                       \
+  X(bool, share_kv_projections, false)                           \
+  X(bool, attention_bias, false)                                 \
+  X(bool, attention_sink, false)                                 \
+  X(std::int64_t, sliding_window_size, 0)                        \
+  X(std::int64_t, chunk_attn_window_size, 0)                     \
+  X(bool, use_qk_norm, false)                                    \
+  X(bool, qk_norm_with_scale, true)                              \
+  X(bool, use_v_norm, false)                                     \
+  X(double, query_pre_attn_scalar, 0.0)                          \
+  X(bool, temperature_tuning, false)                             \
+  X(double, temperature_tuning_scale, 0.1)                       \
+  X(double, temperature_tuning_floor_scale, 8192.0)              \
+  X(std::int64_t, nope_layer_interval, -1)                       \
+  X(std::string, rope_type, "default")                           \
+  X(double, rope_min_timescale, 1)                               \
+  X(double, rope_max_timescale, 10000)                           \
+  X(double, local_rope_max_timescale, -1)                        \
+  X(double, rope_linear_scaling_factor, 1.0)                     \
+  X(bool, rope_use_scale, true)                                  \
+  X(double, partial_rotary_factor, 1.0)                          \
+  X(std::int64_t, max_position_embeddings, 163840)               \
+  X(std::int64_t, original_max_position_embeddings, 4096)        \
+  X(double, rope_factor, 40)                                     \
+  X(double, beta_fast, 32)                                       \
+  X(double, beta_slow, 1)                                        \
+  X(double, mscale, 1.0)                                         \
+  X(bool, rope_interleave, true)                                 \
+  X(bool, rope_truncate, true)                                   \
+  X(bool, rope_attention_scaling, false)                         \
+  X(bool, rope_pairwise, false)                                  \
+  X(bool, use_untrainable_positional_embedding, false)           \
+  X(std::int64_t, trainable_position_size, -1)                   \
+  X(bool, use_iota_embed, false)                                 \
+  X(std::int64_t, q_lora_rank, 0)                                \
+  X(std::int64_t, kv_lora_rank, 512)                             \
+  X(std::int64_t, qk_nope_head_dim, 128)                         \
+  X(std::int64_t, qk_rope_head_dim, 64)                          \
+  X(std::int64_t, v_head_dim, 128)                               \
+  X(bool, mla_naive_kvcache, true)                               \
+  X(std::int64_t, num_experts, 1)                                \
+  X(std::int64_t, num_experts_per_tok, 1)                        \
+  X(double, capacity_factor, -1.0)                               \
+  X(bool, sparse_matmul, true)                                   \
+  X(bool, megablox, true)                                        \
+  X(std::int64_t, moe_expert_input_dim, -1)                      \
+  X(std::string, routed_score_func, "")                          \
+  X(bool, routed_bias, false)                                    \
+  X(double, routed_scaling_factor, 1.0)                          \
+  X(double, routed_bias_update_rate, 0.0)                        \
+  X(std::int64_t, n_routing_groups, -1)                          \
+  X(std::int64_t, topk_routing_group, -1)                        \
+  X(bool, norm_topk_prob, false)                                 \
+  X(std::int64_t, shared_experts, 0)                             \
+  X(std::int64_t, first_num_dense_layers, 0)                     \
+  X(bool, float32_gate_logits, false)                            \
+  X(bool, float32_weight_sum, true)                              \
+  X(double, load_balance_loss_weight, 0.0)                       \
+  X(bool, mlp_bias, false)                                       \
+  X(double, dense_init_scale, 1.0)                               \
+  X(std::string, model_call_mode, "")                            \
+  X(std::int64_t, max_target_length, 2048)                       \
+  X(std::int64_t, max_prefill_predict_length, 64)                \
+  X(bool, scan_layers, true)                                     \
+  X(std::int64_t, param_scan_axis, 1)                            \
+  X(std::int64_t, init_weights_seed, 0)                          \
+  X(bool, enable_dropout, true)                                  \
+  X(double, dropout_rate, 0.0)                                   \
+  X(std::int64_t, inhomogeneous_layer_cycle_interval, 1)
+
+/// The configuration. Field names are MaxText's keys; emb_dim etc. are derived by derive().
+struct Config {
+#define MAXTEXT_DECLARE_FIELD(type, key, dflt) type key = dflt;
+  MAXTEXT_CONFIG_FIELDS(MAXTEXT_DECLARE_FIELD)
+#undef MAXTEXT_DECLARE_FIELD
+
+  // Derived (types.py), filled by derive().
+  std::int64_t emb_dim = 0;
+  std::int64_t num_query_heads = 0;
+  std::int64_t num_kv_heads = 0;
+  std::int64_t mlp_dim = 0;
+  std::int64_t moe_mlp_dim = 0;
+  std::int64_t num_decoder_layers = 0;
+
+  /// Keys read from files or overrides that this library does not model (training-only keys such as `adam_b1`).
+  /// Kept verbatim; features that would change the forward pass are refused by validate() instead.
+  std::map<std::string, std::string> extra;
+  /// Keys that were set explicitly (by a file or an override), for messages and for "was this given?" checks.
+  std::map<std::string, std::string> origin;
+
+  /// Compute emb_dim, heads, mlp dims and layer count from the base_* keys and global_parameter_scale.
+  void derive() {
+    const double s = global_parameter_scale;
+    const double lg = std::log2(s);
+    MAXTEXT_CHECK(s > 0 && std::fabs(lg - std::round(lg)) < 1e-9 && lg >= 0, ConfigError,
+                  "[config] global_parameter_scale must be a power of two >= 1, found ", s);
+    const auto n = static_cast<std::int64_t>(std::llround(lg));
+    const std::int64_t b = n / 3, r = n % 3;
+    const std::int64_t heads_exp = b + (r > 0 ? 1 : 0), emb_exp = b + (r > 1 ? 1 : 0), layer_exp = b;
+    emb_dim = base_emb_dim << emb_exp;
+    num_query_heads = base_num_query_heads << heads_exp;
+    num_kv_heads = base_num_kv_heads << heads_exp;
+    mlp_dim = base_mlp_dim << heads_exp;
+    moe_mlp_dim = base_moe_mlp_dim > 0 ? (base_moe_mlp_dim << heads_exp) : base_moe_mlp_dim;
+    num_decoder_layers = base_num_decoder_layers << layer_exp;
+  }
+
+  /// Refuse inconsistent or unsupported configurations, naming the keys. Call after derive().
+  void validate() const;
+
+  bool is(std::string_view block) const { return decoder_block == block; }
+  /// True for the "float32" / "bfloat16" / "float16" spelling of `dtype`.
+  std::string dtype_canonical() const { return canonical_dtype(dtype); }
+  static std::string canonical_dtype(const std::string& d) {
+    if (d == "float32" || d == "fp32" || d == "f32") return "float32";
+    if (d == "bfloat16" || d == "bf16") return "bfloat16";
+    if (d == "float16" || d == "fp16" || d == "f16" || d == "half") return "float16";
+    MAXTEXT_THROW(ConfigError, "[config] dtype: expected float32, bfloat16 or float16, found '", d, "'");
+  }
+
+  /// Set one key from its textual value (YAML scalar or command-line `key=value`). Unknown keys go to `extra`.
+  void set(const std::string& key, const std::string& value, const std::string& where = "override");
+  /// Set a list-valued key.
+  void set_list(const std::string& key, const StringList& values, const std::string& where = "override");
+  /// The textual value of a known key (for messages and for writing configs back).
+  std::string get(const std::string& key) const;
+  /// True when `key` is one of the modelled keys.
+  static bool known(const std::string& key);
+};
+
+namespace detail {
+
+inline std::string trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+inline std::string unquote(std::string s) {
+  s = trim(s);
+  if (s.size() >= 2 && ((s.front() == '"' && s.back() == '"') || (s.front() == '\'' && s.back() == '\''))) {
+    return s.substr(1, s.size() - 2);
+  }
+  return s;
+}
+inline std::string strip_underscores(std::string s) {
+  std::string o;
+  for (char c : s) {
+    if (c != '_') o.push_back(c);
+  }
+  return o;
+}
+inline void parse_value(const std::string& /*key*/, const std::string& text, std::string& out) { out = unquote(text); }
+inline void parse_value(const std::string& key, const std::string& text, std::int64_t& out) {
+  const std::string t = strip_underscores(unquote(text));
+  std::size_t pos = 0;
+  try {
+    const double d = std::stod(t, &pos);
+    if (pos == t.size() && std::floor(d) == d && t.find_first_of(".eE") != std::string::npos) {
+      out = static_cast<std::int64_t>(d);
+      return;
+    }
+    out = std::stoll(t, &pos, 0);
+  } catch (const std::exception&) {
+    pos = std::string::npos;
+  }
+  MAXTEXT_CHECK(pos == t.size(), ConfigError, "[config] ", key, ": expected an integer, found '", text, "'");
+}
+inline void parse_value(const std::string& key, const std::string& text, double& out) {
+  const std::string t = strip_underscores(unquote(text));
+  std::size_t pos = 0;
+  try {
+    out = std::stod(t, &pos);
+  } catch (const std::exception&) {
+    pos = std::string::npos;
+  }
+  MAXTEXT_CHECK(pos == t.size(), ConfigError, "[config] ", key, ": expected a number, found '", text, "'");
+}
+inline void parse_value(const std::string& key, const std::string& text, bool& out) {
+  const std::string t = unquote(text);
+  if (t == "true" || t == "True" || t == "TRUE" || t == "1") {
+    out = true;
+  } else if (t == "false" || t == "False" || t == "FALSE" || t == "0") {
+    out = false;
+  } else {
+    MAXTEXT_THROW(ConfigError, "[config] ", key, ": expected true or false, found '", text, "'");
+  }
+}
+/// Lists from the command line: ["silu","linear"], [silu, linear] or silu,linear.
+inline void parse_value(const std::string& key, const std::string& text, StringList& out) {
+  std::string t = trim(text);
+  if (!t.empty() && t.front() == '[') {
+    MAXTEXT_CHECK(t.back() == ']', ConfigError, "[config] ", key, ": unterminated list '", text, "'");
+    t = t.substr(1, t.size() - 2);
+  }
+  out.clear();
+  std::string cur;
+  for (char c : t) {
+    if (c == ',') {
+      if (!trim(cur).empty()) out.push_back(unquote(cur));
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  if (!trim(cur).empty()) out.push_back(unquote(cur));
+}
+inline std::string format_value(const std::string& v) { return v; }
+inline std::string format_value(std::int64_t v) { return std::to_string(v); }
+inline std::string format_value(double v) { return str(v); }
+inline std::string format_value(bool v) { return v ? "true" : "false"; }
+inline std::string format_value(const StringList& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", \"" : "\"") + v[i] + "\"";
+  return s + "]";
+}
+}  // namespace detail
+
+inline bool Config::known(const std::string& key) {
+#define MAXTEXT_KNOWN_FIELD(type, k, dflt) \
+  if (key == #k) return true;
+  MAXTEXT_CONFIG_FIELDS(MAXTEXT_KNOWN_FIELD)
+#undef MAXTEXT_KNOWN_FIELD
+  return false;
+}
+
+inline void Config::set(const std::string& key, const std::string& value, const std::string& where) {
+#define MAXTEXT_SET_FIELD(type, k, dflt)        \
+  if (key == #k) {                              \
+    detail::parse_value(key, value, this->k);   \
+    origin[key] = where;                        \
+    return;                                     \
+  }
+  MAXTEXT_CONFIG_FIELDS(MAXTEXT_SET_FIELD)
+#undef MAXTEXT_SET_FIELD
+  MAXTEXT_CHECK(!(key == "emb_dim" || key == "num_query_heads" || key == "num_kv_heads" || key == "mlp_dim" ||
+                  key == "num_decoder_layers" || key == "moe_mlp_dim"),
+                ConfigError, "[config] ", key, " is derived (", where, "); set base_", key, " instead");
+  extra[key] = detail::unquote(value);
+  origin[key] = where;
+}
+
+inline void Config::set_list(const std::string& key, const StringList& values, const std::string& where) {
+  if (key == "mlp_activations") {
+    mlp_activations = values;
+    origin[key] = where;
+    return;
+  }
+  extra[key] = detail::format_value(values);
+}
+
+inline std::string Config::get(const std::string& key) const {
+#define MAXTEXT_GET_FIELD(type, k, dflt) \
+  if (key == #k) return detail::format_value(this->k);
+  MAXTEXT_CONFIG_FIELDS(MAXTEXT_GET_FIELD)
+#undef MAXTEXT_GET_FIELD
+  auto it = extra.find(key);
+  MAXTEXT_CHECK(it != extra.end(), ConfigError, "[config] unknown key '", key, "'");
+  return it->second;
+}
+
+
+/// Features MaxText has that change the forward pass but that this library does not implement: the key, and a
+/// predicate telling whether a value enables the feature. A config that enables one is refused.
+struct UnsupportedFeature {
+  const char* key;
+  const char* what;
+  bool (*enabled)(const std::string& value);
+};
+namespace detail {
+inline bool nonempty_list(const std::string& v) {
+  const std::string t = trim(v);
+  return !(t.empty() || t == "[]" || t == "None" || t == "null" || t == "''" || t == "\"\"");
+}
+inline bool truthy(const std::string& v) {
+  const std::string t = unquote(v);
+  return t == "true" || t == "True" || t == "1";
+}
+inline bool greater_than_one(const std::string& v) {
+  try {
+    return std::stod(unquote(v)) > 1.0;
+  } catch (const std::exception&) {
+    return true;
+  }
+}
+inline bool positive(const std::string& v) {
+  try {
+    return std::stod(unquote(v)) > 0.0;
+  } catch (const std::exception&) {
+    return true;
+  }
+}
+}  // namespace detail
+
+inline const std::vector<UnsupportedFeature>& unsupported_features() {
+  static const std::vector<UnsupportedFeature> list = {
+      {"engram_layers", "Engram memory layers", detail::nonempty_list},
+      {"mhc_expansion_rate", "manifold hyper-connections (mHC)", detail::greater_than_one},
+      {"use_batch_split_schedule", "the DeepSeek batch-split schedule", detail::truthy},
+      {"mtp_num_layers", "multi-token prediction", detail::positive},
+      {"use_indexer", "the DeepSeek-3.2 sparse-attention indexer", detail::truthy},
+      {"quantization", "AQT/qwix/fp8 quantized training numerics", detail::nonempty_list},
+      {"quantize_kvcache", "a quantized KV cache", detail::truthy},
+      {"use_mrope", "multimodal rotary embeddings", detail::truthy},
+      {"first_num_hash_layers", "DeepSeek-V4 hash routing", detail::positive},
+      {"use_random_routing", "random MoE routing", detail::truthy},
+      {"moba", "MoBA attention", detail::truthy},
+      {"use_qk_clip", "QK-clip", detail::truthy},
+  };
+  return list;
+}
+
+/// decoder_block values this library implements (as compile-time layer types and from a config).
+inline const std::vector<std::string>& supported_decoder_blocks() {
+  static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral"};
+  return list;
+}
+
+inline void Config::validate() const {
+  (void)canonical_dtype(dtype);
+  (void)canonical_dtype(weight_dtype);
+  for (const auto& f : unsupported_features()) {
+    auto it = extra.find(f.key);
+    MAXTEXT_CHECK(it == extra.end() || !f.enabled(it->second), UnsupportedError, "[config] ", f.key, " = ",
+                  it->second, " enables ", f.what, ", which maxtext-cpp does not implement");
+  }
+  bool block_ok = false;
+  for (const auto& b : supported_decoder_blocks()) block_ok = block_ok || b == decoder_block;
+  MAXTEXT_CHECK(block_ok, UnsupportedError, "[config] decoder_block '", decoder_block, "' is not supported; expected one of ",
+                supported_decoder_blocks());
+  MAXTEXT_CHECK(emb_dim > 0, ConfigError, "[config] emb_dim (base_emb_dim * scale) must be > 0, found ", emb_dim);
+  MAXTEXT_CHECK(num_query_heads > 0 && num_kv_heads > 0, ConfigError,
+                "[config] num_query_heads and num_kv_heads must be > 0, found ", num_query_heads, " and ", num_kv_heads);
+  MAXTEXT_CHECK(num_query_heads % num_kv_heads == 0, ConfigError, "[config] num_query_heads (", num_query_heads,
+                ") must be a multiple of num_kv_heads (", num_kv_heads, ")");
+  MAXTEXT_CHECK(head_dim > 0, ConfigError, "[config] head_dim must be > 0, found ", head_dim);
+  MAXTEXT_CHECK(vocab_size > 0, ConfigError, "[config] vocab_size must be > 0, found ", vocab_size);
+  MAXTEXT_CHECK(num_decoder_layers > 0, ConfigError, "[config] num_decoder_layers (base_num_decoder_layers) must be > 0, found ",
+                num_decoder_layers);
+  MAXTEXT_CHECK(normalization_layer_epsilon >= 0, ConfigError, "[config] normalization_layer_epsilon must be >= 0, found ",
+                normalization_layer_epsilon);
+  MAXTEXT_CHECK(max_target_length > 0, ConfigError, "[config] max_target_length must be > 0, found ", max_target_length);
+  MAXTEXT_CHECK(!mlp_activations.empty(), ConfigError, "[config] mlp_activations must not be empty");
+  if (decoder_block == "gpt3") {
+    MAXTEXT_CHECK(num_query_heads == num_kv_heads, ConfigError, "[config] decoder_block gpt3 needs num_query_heads == num_kv_heads, found ",
+                  num_query_heads, " and ", num_kv_heads);
+  }
+  if (attention_type == "local_sliding") {
+    MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] attention_type local_sliding needs sliding_window_size > 0");
+  } else if (attention_type == "chunk") {
+    MAXTEXT_CHECK(chunk_attn_window_size > 0, ConfigError, "[config] attention_type chunk needs chunk_attn_window_size > 0");
+  } else {
+    MAXTEXT_CHECK(attention_type == "global" || attention_type == "mla" || attention_type == "full", UnsupportedError,
+                  "[config] attention_type '", attention_type, "': expected global, local_sliding, chunk, mla or full");
+  }
+  MAXTEXT_CHECK(!(share_kv_projections && fused_qkv), ConfigError, "[config] share_kv_projections is incompatible with fused_qkv");
+  MAXTEXT_CHECK(!(share_kv_projections && attention_type == "mla"), ConfigError,
+                "[config] share_kv_projections is incompatible with attention_type mla");
+  if (trainable_position_size > 0) {
+    MAXTEXT_CHECK(trainable_position_size >= 1, ConfigError, "[config] trainable_position_size must be > 0");
+  }
+  if (num_experts > 1) {
+    MAXTEXT_CHECK(num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts, ConfigError,
+                  "[config] num_experts_per_tok must be in [1, num_experts=", num_experts, "], found ", num_experts_per_tok);
+    if (n_routing_groups > 0) {
+      MAXTEXT_CHECK(topk_routing_group > 0 && topk_routing_group <= n_routing_groups, ConfigError,
+                    "[config] n_routing_groups=", n_routing_groups, " needs 0 < topk_routing_group <= n_routing_groups, found ",
+                    topk_routing_group);
+      MAXTEXT_CHECK(num_experts % n_routing_groups == 0, ConfigError, "[config] num_experts (", num_experts,
+                    ") must be a multiple of n_routing_groups (", n_routing_groups, ")");
+    }
+  }
+}
+
+}  // namespace maxtext

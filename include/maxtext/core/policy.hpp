@@ -1,0 +1,34 @@
+// core/policy.hpp: the tensor policy, the one compile-time parameter of every layer.
+// Types are fixed at compile time (backend, weight storage, activations, accumulation); sizes come from a runtime
+// Config. MaxText's `dtype` is the activation type; its `weight_dtype` only matters before the cast to `dtype`
+// that every layer performs on its parameters, so storing weights in `dtype` reproduces MaxText exactly.
+#pragma once
+
+#include <type_traits>
+
+#include "maxtext/core/dtype.hpp"
+
+namespace maxtext {
+
+/// Backend B, weight storage W (float, bf16, fp16 or q8_0), activation type A (MaxText `dtype`: float, bf16 or
+/// fp16; defaults to W for float types and to float for Q8_0), accumulation type Acc (float).
+/// Small parameters (norm scales, biases, sinks) are stored in A, as MaxText casts them to `dtype` before use.
+template <class B, class W, class A = std::conditional_t<std::is_same_v<W, q8_0>, float, W>, class Acc = float>
+struct Policy {
+  using backend = B;
+  using weight_t = W;   ///< matrices and embedding tables
+  using storage_t = W;  ///< alias of weight_t (the "storage type" of the policy)
+  using act_t = A;      ///< activations, residual stream, small parameters, KV cache
+  using compute_t = Acc;
+};
+
+/// A type usable as the policy of a layer.
+template <class P>
+concept TensorPolicy = requires {
+  typename P::backend;
+  typename P::weight_t;
+  typename P::act_t;
+  typename P::compute_t;
+} && FloatElement<typename P::act_t> && std::is_same_v<typename P::compute_t, float>;
+
+}  // namespace maxtext

@@ -1,0 +1,171 @@
+// io/convert.hpp: typed, fast conversion of file tensors (AnyTensor, any layout) into contiguous host tensors:
+// dtype conversion with round-to-nearest-even, transposition into the out-major matrix layout, Q8_0 (de)quantisation.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "maxtext/core/any_tensor.hpp"
+#include "maxtext/core/dtype.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/tensor.hpp"
+
+namespace maxtext::io {
+
+namespace detail {
+
+template <class S>
+inline float load_as_float(const S* p) {
+  if constexpr (std::is_same_v<S, float>) {
+    return *p;
+  } else if constexpr (std::is_same_v<S, double>) {
+    return static_cast<float>(*p);
+  } else {
+    return static_cast<float>(*p);
+  }
+}
+
+template <class D>
+inline D store_from_float(float v) {
+  if constexpr (std::is_same_v<D, float>) {
+    return v;
+  } else {
+    return D(v);
+  }
+}
+
+/// dst[n*K + k] = src[n*sn + k*sk] for a 2-D strided source, blocked so transposes stay cache friendly.
+template <class S, class D>
+void copy_2d(const S* src, std::int64_t N, std::int64_t K, std::int64_t sn, std::int64_t sk, D* dst) {
+  if (sk == 1) {
+    for (std::int64_t n = 0; n < N; ++n) {
+      const S* s = src + n * sn;
+      D* d = dst + n * K;
+      if constexpr (std::is_same_v<S, D>) {
+        std::memcpy(static_cast<void*>(d), s, static_cast<std::size_t>(K) * sizeof(D));
+      } else {
+        for (std::int64_t k = 0; k < K; ++k) d[k] = store_from_float<D>(load_as_float(s + k));
+      }
+    }
+    return;
+  }
+  constexpr std::int64_t T = 32;
+  for (std::int64_t n0 = 0; n0 < N; n0 += T) {
+    for (std::int64_t k0 = 0; k0 < K; k0 += T) {
+      const std::int64_t n1 = std::min(N, n0 + T), k1 = std::min(K, k0 + T);
+      for (std::int64_t n = n0; n < n1; ++n) {
+        for (std::int64_t k = k0; k < k1; ++k) {
+          if constexpr (std::is_same_v<S, D>) {
+            dst[n * K + k] = src[n * sn + k * sk];
+          } else {
+            dst[n * K + k] = store_from_float<D>(load_as_float(src + n * sn + k * sk));
+          }
+        }
+      }
+    }
+  }
+}
+
+/// Try to express axes [a, b) of t as one axis: returns its stride, or -1 when they do not merge.
+inline std::int64_t merged_stride(const AnyTensor& t, int a, int b) {
+  std::int64_t stride = -1, expect = -1;
+  for (int i = b - 1; i >= a; --i) {
+    const auto u = static_cast<std::size_t>(i);
+    if (t.shape[u] == 1) continue;
+    if (stride < 0) {
+      stride = t.strides[u];
+      expect = t.strides[u] * t.shape[u];
+    } else {
+      if (t.strides[u] != expect) return -1;
+      expect *= t.shape[u];
+    }
+  }
+  return stride < 0 ? 1 : stride;
+}
+
+inline void quantize_q8_0_row(const float* x, q8_0* out, std::int64_t K) {
+  for (std::int64_t b = 0; b < K / q8_0::block; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < q8_0::block; ++i) amax = std::max(amax, std::fabs(x[b * q8_0::block + i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = fp16(d);
+    for (int i = 0; i < q8_0::block; ++i) {
+      out[b].qs[i] = static_cast<std::int8_t>(std::lround(x[b * q8_0::block + i] * id));
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Convert a rank-2 logical view of `t` (rows = `n_axes_rows` leading axes after permutation `perm`, cols = the rest)
+/// into a contiguous [N, K] host tensor of D. `perm` lists t's axes in the order [row axes..., col axes...].
+/// Q8_0 targets are quantised per 32-element block along K (llama.cpp's rounding); Q8_0 sources need rows of
+/// contiguous blocks.
+template <class D>
+Tensor<D, 2> to_matrix(const AnyTensor& src, const std::vector<int>& perm, int n_row_axes) {
+  const AnyTensor t = src.permuted(perm);
+  std::int64_t N = 1, K = 1;
+  for (int i = 0; i < t.rank(); ++i) (i < n_row_axes ? N : K) *= t.shape[static_cast<std::size_t>(i)];
+  if constexpr (std::is_same_v<D, q8_0>) {
+    MAXTEXT_CHECK(K % q8_0::block == 0, ShapeError, "[weights] ", src.source, ": Q8_0 needs the input dimension (", K,
+                  ") to be a multiple of 32");
+    Tensor<q8_0, 2> out({N, K / q8_0::block});
+    if (t.dtype == DType::q8_0) {
+      const std::int64_t sn = detail::merged_stride(t, 0, n_row_axes);
+      MAXTEXT_CHECK(sn >= 0 && t.strides.back() == 1 && n_row_axes == t.rank() - 1, UnsupportedError, "[weights] ",
+                    src.source, ": Q8_0 tensor cannot be re-laid out");
+      const auto* s = reinterpret_cast<const q8_0*>(t.data);
+      for (std::int64_t n = 0; n < N; ++n) std::memcpy(&out(n, 0), s + n * sn, sizeof(q8_0) * static_cast<std::size_t>(K / 32));
+      return out;
+    }
+    Tensor<float, 2> f = to_matrix<float>(src, perm, n_row_axes);
+    for (std::int64_t n = 0; n < N; ++n) detail::quantize_q8_0_row(&f(n, 0), &out(n, 0), K);
+    return out;
+  } else {
+    Tensor<D, 2> out({N, K});
+    const std::int64_t sn = detail::merged_stride(t, 0, n_row_axes);
+    const std::int64_t sk = detail::merged_stride(t, n_row_axes, t.rank());
+    if (sn >= 0 && sk >= 0 && t.dtype != DType::q8_0) {
+      auto run = [&](auto* s) { detail::copy_2d(s, N, K, sn, sk, out.data()); };
+      switch (t.dtype) {
+        case DType::f32: run(reinterpret_cast<const float*>(t.data)); return out;
+        case DType::f64: run(reinterpret_cast<const double*>(t.data)); return out;
+        case DType::bf16: run(reinterpret_cast<const bf16*>(t.data)); return out;
+        case DType::f16: run(reinterpret_cast<const fp16*>(t.data)); return out;
+        case DType::f8_e4m3: run(reinterpret_cast<const fp8_e4m3*>(t.data)); return out;
+        default: break;
+      }
+    }
+    MAXTEXT_CHECK(dtype_is_float(t.dtype) || t.dtype == DType::q8_0, IoError, "[weights] ", src.source,
+                  ": expected a floating-point tensor, found ", dtype_name(t.dtype));
+    for (std::int64_t i = 0; i < N * K; ++i) out.data()[i] = detail::store_from_float<D>(static_cast<float>(t.element(i)));
+    return out;
+  }
+}
+
+/// Flatten any float tensor into a contiguous 1-D tensor of D.
+template <class D>
+Tensor<D, 1> to_vector(const AnyTensor& t) {
+  return t.to<D, 1>({t.numel()});
+}
+
+/// Zero-copy view of `t` as a contiguous [N, K] tensor of D when it already is one (same dtype, out-major,
+/// aligned); empty otherwise.
+template <class D>
+Tensor<D, 2> view_matrix(const AnyTensor& t, const std::vector<int>& perm, int n_row_axes) {
+  if (t.dtype != dtype_of<D>) return {};
+  const AnyTensor p = t.permuted(perm);
+  if (!p.is_contiguous()) return {};
+  if (reinterpret_cast<std::uintptr_t>(p.data) % alignof(D) != 0) return {};
+  std::int64_t N = 1, K = 1;
+  for (int i = 0; i < p.rank(); ++i) (i < n_row_axes ? N : K) *= p.shape[static_cast<std::size_t>(i)];
+  const std::int64_t kcols = K / dtype_block(dtype_of<D>);
+  return Tensor<D, 2>(View<D, 2>(const_cast<D*>(reinterpret_cast<const D*>(p.data)), {N, kcols}), p.holder);
+}
+
+}  // namespace maxtext::io

@@ -1,0 +1,86 @@
+// io/mapped_file.hpp: read-only memory-mapped files (POSIX), shared so tensors can keep them alive.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "maxtext/core/error.hpp"
+
+namespace maxtext::io {
+
+/// A whole file mapped read-only. Empty files map to a null pointer with size 0.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    MAXTEXT_CHECK(fd_ >= 0, IoError, "[io] ", path, ": cannot open: ", std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      MAXTEXT_THROW(IoError, "[io] ", path, ": not a regular file");
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+      if (p == MAP_FAILED) {
+        ::close(fd_);
+        MAXTEXT_THROW(IoError, "[io] ", path, ": mmap failed: ", std::strerror(errno));
+      }
+      data_ = static_cast<const std::byte*>(p);
+    }
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+  static std::shared_ptr<const MappedFile> open(const std::string& path) {
+    return std::make_shared<const MappedFile>(path);
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// Write `bytes` to `path` atomically enough for tests and tools (write then rename).
+inline void write_file(const std::string& path, const void* data, std::size_t bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    MAXTEXT_CHECK(f.good(), IoError, "[io] ", path, ": cannot open for writing");
+    f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+    MAXTEXT_CHECK(f.good(), IoError, "[io] ", path, ": write failed");
+  }
+  MAXTEXT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, IoError, "[io] ", path, ": rename failed: ",
+                std::strerror(errno));
+}
+
+/// Read a whole (small) file into memory.
+inline std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  MAXTEXT_CHECK(f.good(), IoError, "[io] ", path, ": cannot open");
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+}  // namespace maxtext::io

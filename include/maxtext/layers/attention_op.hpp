@@ -1,0 +1,99 @@
+// layers/attention_op.hpp: MaxText attention_op.py AttentionOp on a KV cache; spec attention.md §1, §2, §5.
+// Every call writes the step's keys/values into the cache at each row's indices, then attends each query over the
+// cache with the causal / segment / window mask evaluated on cache indices. Prefill, autoregressive steps and a plain
+// full-sequence forward (a cache as long as the sequence) are one code path, so incremental decoding reproduces
+// the full forward. MaxText's split prefill/AR caches merged by log-sum-exp give the same values up to rounding.
+#pragma once
+
+#include <cstdint>
+
+#include "maxtext/backend/ops.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/policy.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/layers/context.hpp"
+
+namespace maxtext::layers {
+
+/// Rows [B*T, heads, d] (strided rows allowed, last axis contiguous) seen as [B, T, heads, d].
+template <class T>
+View<T, 4> as_batched(View<T, 3> rows, std::int64_t B, std::int64_t Tlen) {
+  return View<T, 4>(rows.data(), {B, Tlen, rows.dim(1), rows.dim(2)},
+                    {Tlen * rows.stride(0), rows.stride(0), rows.stride(1), rows.stride(2)});
+}
+/// A cache buffer [B, S, heads*d] seen as [B, S, heads, d].
+template <class T>
+View<T, 4> as_heads(View<T, 3> buf, std::int64_t heads) {
+  const std::int64_t d = buf.dim(2) / heads;
+  return View<T, 4>(buf.data(), {buf.dim(0), buf.dim(1), heads, d}, {buf.stride(0), buf.stride(1), d, 1});
+}
+
+template <TensorPolicy P>
+class AttentionOp {
+ public:
+  using A = typename P::act_t;
+  struct Config {
+    std::int64_t num_query_heads = 0;
+    std::int64_t num_kv_heads = 0;
+    std::int64_t qk_dim = 0;
+    std::int64_t v_dim = 0;
+    bool causal = true;
+    std::int64_t sliding_window = 0;
+    std::int64_t chunk = 0;
+    AttentionOptions options;
+  };
+
+  AttentionOp() = default;
+  explicit AttentionOp(const Config& cfg) : cfg_(cfg) {
+    MAXTEXT_CHECK(cfg.num_kv_heads > 0 && cfg.num_query_heads % cfg.num_kv_heads == 0, ConfigError,
+                  "[AttentionOp] num_query_heads (", cfg.num_query_heads, ") must be a multiple of num_kv_heads (",
+                  cfg.num_kv_heads, ")");
+  }
+  const Config& config() const { return cfg_; }
+  /// Widths of the two cache buffers: keys [K * qk_dim], values [K * v_dim].
+  CacheSpec cache_spec() const { return {cfg_.num_kv_heads * cfg_.qk_dim, cfg_.num_kv_heads * cfg_.v_dim}; }
+
+  /// Append k, v ([B*T, K, d] rows) to the cache at each row's start index.
+  void write_cache(const Context<P>& ctx, View<const A, 3> k, View<const A, 3> v, LayerCache<A>& cache) const {
+    const auto& st = ctx.step;
+    for (std::int64_t b = 0; b < st.batch; ++b) {
+      const std::int64_t s0 = st.start[static_cast<std::size_t>(b)];
+      for (int which = 0; which < 2; ++which) {
+        View<const A, 3> src = (which == 0 ? k : v).narrow(0, b * st.length, st.length);
+        View<A, 3> buf = cache.buffers[static_cast<std::size_t>(which)].view();
+        View<A, 3> dst(&buf(b, s0, 0), {st.length, src.dim(1), src.dim(2)}, {buf.stride(1), src.dim(2), 1});
+        ctx.be.copy(src, dst);
+      }
+    }
+  }
+
+  /// q [B*T, N, Dq], k/v [B*T, K, D] for this step; out [B*T, N, Dv]. Writes k, v into `cache`, then attends.
+  void forward(const Context<P>& ctx, View<const A, 3> q, View<const A, 3> k, View<const A, 3> v, LayerCache<A>& cache,
+               View<const A, 1> sinks, View<A, 3> out) const {
+    write_cache(ctx, k, v, cache);
+    attend(ctx, q, cache, sinks, out);
+  }
+
+  /// Attend q over the keys/values already in `cache`.
+  void attend(const Context<P>& ctx, View<const A, 3> q, const LayerCache<A>& cache, View<const A, 1> sinks,
+              View<A, 3> out) const {
+    const auto& st = ctx.step;
+    AttentionMask mask;
+    mask.q_start = st.q_start;
+    mask.kv_len = st.kv_len;
+    mask.q_segment = st.segment_ids;
+    mask.kv_segment = st.kv_segment_ids;
+    mask.causal = cfg_.causal;
+    mask.sliding_window = cfg_.sliding_window;
+    mask.chunk = cfg_.chunk;
+    View<const A, 4> kc = as_heads(cache.buffers[0].cview(), cfg_.num_kv_heads);
+    View<const A, 4> vc = as_heads(cache.buffers[1].cview(), cfg_.num_kv_heads);
+    ctx.be.attention(as_batched(q, st.batch, st.length), kc, vc, mask, cfg_.options, sinks,
+                     as_batched(out, st.batch, st.length));
+  }
+
+ private:
+  Config cfg_;
+};
+
+}  // namespace maxtext::layers

@@ -1,0 +1,104 @@
+// layers/context.hpp: what a layer's forward pass receives besides its parameters: the backend, a scratch arena,
+// the step (token layout, positions, cache indices, segment ids), its slice of the KV cache, and the capture of
+// named intermediates (MaxText's `sow`).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "maxtext/core/any_tensor.hpp"
+#include "maxtext/core/matrix.hpp"
+#include "maxtext/core/policy.hpp"
+#include "maxtext/core/tensor.hpp"
+
+namespace maxtext::layers {
+
+/// Token layout of one forward pass: B rows of T tokens, flattened to B*T activation rows (row-major).
+struct StepInfo {
+  std::int64_t batch = 0;   ///< B
+  std::int64_t length = 0;  ///< T
+  std::vector<std::int32_t> start;                    ///< host [B]: cache index of each row's first token
+  View<const std::int32_t, 1> positions;              ///< [B*T]: rotary / position-embedding positions
+  View<const std::int32_t, 1> q_start;                ///< [B]: = start, in backend memory
+  View<const std::int32_t, 1> kv_len;                 ///< [B]: keys valid once this step is written
+  View<const std::int32_t, 2> segment_ids;            ///< [B, T] or empty
+  View<const std::int32_t, 2> kv_segment_ids;         ///< [B, S] segment ids of the cache, or empty
+  std::int64_t tokens() const { return batch * length; }
+};
+
+/// The buffers one layer keeps in the KV cache, each [B, S, width] (e.g. keys [B, S, K*H] and values).
+template <class A>
+struct LayerCache {
+  std::vector<Tensor<A, 3>> buffers;
+};
+
+/// Width of each per-token cache buffer a layer needs (empty: no cache).
+using CacheSpec = std::vector<std::int64_t>;
+
+/// Named intermediates requested by the caller. Zero cost when no Capture is attached to the forward pass; a
+/// layer checks `wants(name)` (a set lookup) only when one is. Values are copied to host as f32.
+class Capture {
+ public:
+  Capture() = default;
+  explicit Capture(std::vector<std::string> names) {
+    for (auto& n : names) request(std::move(n));
+  }
+  void request(std::string name) { wanted_.insert(std::move(name)); }
+  /// Capture every name a layer offers.
+  void request_all() { all_ = true; }
+  bool wants(std::string_view name) const { return all_ || wanted_.count(std::string(name)) != 0; }
+  const std::set<std::string>& requested() const { return wanted_; }
+
+  void put(const std::string& name, AnyTensor host_f32) { results_[name] = std::move(host_f32); }
+  const std::map<std::string, AnyTensor>& results() const { return results_; }
+  std::map<std::string, AnyTensor>& results() { return results_; }
+  bool has(const std::string& name) const { return results_.count(name) != 0; }
+  const AnyTensor& at(const std::string& name) const {
+    auto it = results_.find(name);
+    MAXTEXT_CHECK(it != results_.end(), ArgumentError, "[capture] '", name, "' was not captured");
+    return it->second;
+  }
+  void clear_results() { results_.clear(); }
+
+ private:
+  std::set<std::string> wanted_;
+  bool all_ = false;
+  std::map<std::string, AnyTensor> results_;
+};
+
+/// Everything a layer's forward needs besides its parameters.
+template <TensorPolicy P>
+struct Context {
+  using B = typename P::backend;
+  using A = typename P::act_t;
+
+  const B& be;
+  Scratch& scratch;
+  const StepInfo& step;
+  Capture* capture = nullptr;
+
+  bool capturing(std::string_view name) const { return capture != nullptr && capture->wants(name); }
+
+  /// Record activation rows [B*T, width] under `name` as [B, T, width] (or a caller-given shape).
+  template <class T>
+  void sow(const std::string& name, View<const T, 2> rows, std::vector<std::int64_t> shape = {}) const {
+    if (!capturing(name)) return;
+    if (shape.empty()) shape = {step.batch, step.length, rows.dim(1)};
+    Tensor<T, 2> host({rows.dim(0), rows.dim(1)});
+    be.synchronize();
+    for (std::int64_t r = 0; r < rows.dim(0); ++r) {
+      be.copy(&host(r, 0), &rows(r, 0), static_cast<std::size_t>(rows.dim(1)) * sizeof(T), CopyKind::device_to_host);
+    }
+    be.synchronize();
+    Tensor<float, 2> f({rows.dim(0), rows.dim(1)});
+    for (std::int64_t i = 0; i < f.size(); ++i) f.data()[i] = to_float(host.data()[i]);
+    capture->put(name, AnyTensor::from(f, name).reshaped(std::move(shape)));
+  }
+};
+
+}  // namespace maxtext::layers

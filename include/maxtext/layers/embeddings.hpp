@@ -1,0 +1,89 @@
+// layers/embeddings.hpp: MaxText embeddings.py Embed (token and trainable position tables, `attend` for tied
+// logits) and the sinusoidal PositionalEmbedding; spec decoder.md, rope.md §Sinusoidal.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "maxtext/core/dtype.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/matrix.hpp"
+#include "maxtext/core/policy.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/io/convert.hpp"
+#include "maxtext/layers/context.hpp"
+#include "maxtext/layers/params.hpp"
+
+namespace maxtext::layers {
+
+/// A lookup table [num_embeddings, features] (normal(1) init). forward gathers rows cast to the activation type;
+/// attend computes x . table^T (the tied output head).
+template <TensorPolicy P>
+class Embed {
+ public:
+  using A = typename P::act_t;
+  using W = typename P::weight_t;
+  struct Config {
+    std::int64_t num_embeddings = 0;
+    std::int64_t features = 0;
+  };
+  struct Params {
+    Matrix<W> embedding;  ///< [num_embeddings, features]
+  };
+
+  Embed() = default;
+  explicit Embed(const Config& cfg) : cfg_(cfg) {
+    MAXTEXT_CHECK(cfg.num_embeddings > 0 && cfg.features > 0, ConfigError,
+                  "[Embed] num_embeddings and features must be > 0, found ", cfg.num_embeddings, " and ", cfg.features);
+  }
+  const Config& config() const { return cfg_; }
+
+  template <class V>
+  void visit(V& v, Params& p) const {
+    v.table("embedding", p.embedding, cfg_.num_embeddings, cfg_.features, {{}, Init::normal, 1.0});
+  }
+
+  /// ids [rows] (range-checked by the caller) -> y [rows, features].
+  void forward(const Context<P>& ctx, const Params& p, View<const std::int32_t, 1> ids, View<A, 2> y) const {
+    ctx.be.embed(p.embedding, ids, y);
+  }
+
+ private:
+  Config cfg_;
+};
+
+/// MaxText rounds the table to bfloat16 for `attend` (even with dtype float32): build that copy of a host table.
+template <class W>
+Matrix<W> bf16_rounded_copy(const Matrix<W>& m) {
+  if constexpr (std::is_same_v<W, float> || std::is_same_v<W, fp16>) {
+    Matrix<W> r = m;
+    Tensor<W, 2> t(m.data.shape());
+    for (std::int64_t i = 0; i < t.size(); ++i) t.data()[i] = W(round_to<bf16>(static_cast<float>(m.data.data()[i])));
+    r.data = t;
+    r.packed = nullptr;
+    return r;
+  } else {
+    return m;  // bf16 already; Q8_0 keeps its own rounding
+  }
+}
+
+/// Sinusoidal positions (use_untrainable_positional_embedding): pe[p] = [sin(p * inv_i), cos(p * inv_i)],
+/// inv_i = exp(-i * ln(10000) / max(n - 1, 1)), n = dims / 2; f32. Returns a host table [max_len, dims].
+inline Tensor<float, 2> sinusoidal_table(std::int64_t max_len, std::int64_t dims, double max_wavelength = 10000.0) {
+  MAXTEXT_CHECK(dims > 0 && dims % 2 == 0, ConfigError, "[PositionalEmbedding] embedding dims must be even, found ", dims);
+  const std::int64_t n = dims / 2;
+  const float inc = static_cast<float>(std::log(max_wavelength)) / static_cast<float>(std::max<std::int64_t>(n - 1, 1));
+  Tensor<float, 2> t({max_len, dims});
+  for (std::int64_t p = 0; p < max_len; ++p) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float inv = std::exp(-static_cast<float>(i) * inc);
+      const float a = static_cast<float>(p) * inv;
+      t(p, i) = std::sin(a);
+      t(p, n + i) = std::cos(a);
+    }
+  }
+  return t;
+}
+
+}  // namespace maxtext::layers

@@ -1,0 +1,374 @@
+// layers/params.hpp: how layers declare their parameters, once, for every use: loading from a checkpoint in MaxText
+// naming, seeded initialisation with MaxText's initialisers, export back to MaxText naming, counting.
+// A layer writes `template <class V> void visit(V& v, Params& p) const` calling v.matrix / v.table / v.vector
+// with MaxText parameter names relative to the current scope; Scope guards push path components.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "maxtext/core/any_tensor.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/matrix.hpp"
+#include "maxtext/core/policy.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/io/convert.hpp"
+#include "maxtext/io/safetensors.hpp"
+
+namespace maxtext::layers {
+
+/// Initial-value distributions of MaxText's initialisers (spec norms-dense-mlp.md §Initializers).
+enum class Init : std::uint8_t { zeros, ones, normal, truncated_normal };
+
+/// A MaxText DenseGeneral-style kernel of shape in + out, stored as an out-major Matrix [prod(out), prod(in)].
+/// Initialised as nd_dense_init(scale, "fan_in", dist) with fan_in = prod(in), then divided by `divisor`
+/// (the generic Attention's query kernel uses sqrt(head_dim)).
+struct KernelSpec {
+  std::vector<std::int64_t> in;
+  std::vector<std::int64_t> out;
+  Init dist = Init::truncated_normal;
+  double scale = 1.0;
+  double divisor = 1.0;
+};
+
+/// A small parameter (norm scale, bias, sinks) of any shape, stored flat in the activation type.
+struct VectorSpec {
+  std::vector<std::int64_t> shape;
+  Init dist = Init::zeros;
+  double stddev = 1.0;
+};
+
+/// Push a name component onto a visitor's path for the lifetime of the guard.
+template <class V>
+class Scope {
+ public:
+  Scope(V& v, std::string_view name) : v_(v) { v_.push(name); }
+  ~Scope() { v_.pop(); }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  V& v_;
+};
+
+/// Shared path handling for visitors.
+class PathStack {
+ public:
+  void push(std::string_view n) { parts_.emplace_back(n); }
+  void pop() { parts_.pop_back(); }
+  std::string path(std::string_view leaf) const {
+    std::string p;
+    for (const auto& s : parts_) {
+      if (s.empty()) continue;
+      p += s;
+      p += '.';
+    }
+    p += leaf;
+    return p;
+  }
+
+ private:
+  std::vector<std::string> parts_;
+};
+
+inline std::int64_t product(const std::vector<std::int64_t>& v) {
+  return std::accumulate(v.begin(), v.end(), std::int64_t{1}, std::multiplies<>());
+}
+inline std::vector<std::int64_t> concat(std::vector<std::int64_t> a, const std::vector<std::int64_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+/// Copy a host tensor into backend memory (no copy when the backend works in host memory).
+template <class B, class T, int R>
+Tensor<T, R> upload(const B& be, Tensor<T, R> host) {
+  if (be.memory()->host_accessible()) return host;
+  Tensor<T, R> dev(host.shape(), be.memory());
+  be.copy(dev.data(), host.data(), static_cast<std::size_t>(host.size()) * sizeof(T), CopyKind::host_to_device);
+  return dev;
+}
+/// Copy a backend tensor to a new host tensor (shares it when already host-accessible).
+template <class B, class T, int R>
+Tensor<T, R> download(const B& be, const Tensor<T, R>& t) {
+  if (t.host_accessible()) return t;
+  Tensor<T, R> host(t.shape());
+  be.copy(host.data(), t.data(), static_cast<std::size_t>(t.size()) * sizeof(T), CopyKind::device_to_host);
+  be.synchronize();
+  return host;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+/// Loads parameters from a TensorMap in MaxText naming. Every problem (missing, mis-shaped, wrong dtype) is
+/// collected and reported in one IoError; finish() also reports tensors nobody asked for.
+template <TensorPolicy P>
+class ParamLoader : public PathStack {
+ public:
+  using B = typename P::backend;
+  using W = typename P::weight_t;
+  using A = typename P::act_t;
+
+  ParamLoader(const io::TensorMap& tensors, const B& be, std::string what = "weights")
+      : tensors_(tensors), be_(be), what_(std::move(what)) {}
+
+  void matrix(std::string_view leaf, Matrix<W>& m, const KernelSpec& s) {
+    const std::string name = path(leaf);
+    const AnyTensor* t = find(name, concat(s.in, s.out));
+    if (!t) return;
+    const int ni = static_cast<int>(s.in.size()), no = static_cast<int>(s.out.size());
+    std::vector<int> perm;
+    for (int i = 0; i < no; ++i) perm.push_back(ni + i);
+    for (int i = 0; i < ni; ++i) perm.push_back(i);
+    m = make_matrix(*t, perm, no, product(s.out), product(s.in), name);
+  }
+
+  /// A table stored as [rows, cols] in the file (embeddings): no transpose.
+  void table(std::string_view leaf, Matrix<W>& m, std::int64_t rows, std::int64_t cols, const VectorSpec&) {
+    const std::string name = path(leaf);
+    const AnyTensor* t = find(name, {rows, cols});
+    if (!t) return;
+    m = make_matrix(*t, {0, 1}, 1, rows, cols, name);
+  }
+
+  void vector(std::string_view leaf, Tensor<A, 1>& v, const VectorSpec& s) {
+    const std::string name = path(leaf);
+    const AnyTensor* t = find(name, s.shape);
+    if (!t) return;
+    v = upload(be_, io::to_vector<A>(*t));
+  }
+
+  /// Throw one IoError listing every problem, including tensors that no parameter consumed.
+  void finish(bool allow_unused = false) {
+    if (!allow_unused) {
+      for (const auto& [name, t] : tensors_.tensors) {
+        if (!used_.count(name)) problems_.push_back("unexpected tensor " + name + " " + t.describe());
+      }
+    }
+    if (problems_.empty()) return;
+    std::string msg = "[" + what_ + "] " + std::to_string(problems_.size()) + " problem(s):";
+    for (const auto& p : problems_) msg += "\n  " + p;
+    throw IoError(msg);
+  }
+  const std::set<std::string>& used() const { return used_; }
+
+ private:
+  const AnyTensor* find(const std::string& name, const std::vector<std::int64_t>& shape) {
+    auto it = tensors_.tensors.find(name);
+    if (it == tensors_.tensors.end()) {
+      problems_.push_back("missing tensor " + name + " (expected " + str(shape) + ")");
+      return nullptr;
+    }
+    used_.insert(name);
+    const AnyTensor& t = it->second;
+    if (t.shape != shape) {
+      problems_.push_back(name + ": expected shape " + str(shape) + ", found " + str(t.shape) +
+                          (t.source.empty() ? "" : " (" + t.source + ")"));
+      return nullptr;
+    }
+    if (!dtype_is_float(t.dtype) && t.dtype != DType::q8_0) {
+      problems_.push_back(name + ": expected a floating-point tensor, found " + std::string(dtype_name(t.dtype)));
+      return nullptr;
+    }
+    return &t;
+  }
+
+  Matrix<W> make_matrix(const AnyTensor& t, const std::vector<int>& perm, int n_row_axes, std::int64_t rows,
+                        std::int64_t cols, const std::string& name) {
+    Matrix<W> m;
+    m.rows = rows;
+    m.cols = cols;
+    if (dtype_block(dtype_of<W>) > 1 && cols % dtype_block(dtype_of<W>) != 0) {
+      problems_.push_back(name + ": " + std::string(dtype_name(dtype_of<W>)) + " storage needs the input dimension (" +
+                          std::to_string(cols) + ") to be a multiple of " + std::to_string(dtype_block(dtype_of<W>)));
+      return m;
+    }
+    Tensor<W, 2> host = io::view_matrix<W>(t, perm, n_row_axes);
+    if (host.empty()) host = io::to_matrix<W>(t, perm, n_row_axes);
+    m.data = upload(be_, std::move(host));
+    return be_.prepare(std::move(m));
+  }
+
+  const io::TensorMap& tensors_;
+  const B& be_;
+  std::string what_;
+  std::set<std::string> used_;
+  std::vector<std::string> problems_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+/// Deterministic random numbers: splitmix64 streams keyed by (seed, parameter name), so a parameter's values do not
+/// depend on which other parameters exist or on visiting order.
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : s_(seed) {}
+  static std::uint64_t hash(std::string_view s) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    return h;
+  }
+  std::uint64_t next() {
+    std::uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in (0, 1).
+  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  double normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = uniform(), u2 = uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = r * std::sin(6.283185307179586 * u2);
+    has_spare_ = true;
+    return r * std::cos(6.283185307179586 * u2);
+  }
+  /// Standard normal truncated to [-2, 2] (rejection).
+  double truncated_normal() {
+    for (;;) {
+      const double v = normal();
+      if (v >= -2.0 && v <= 2.0) return v;
+    }
+  }
+
+ private:
+  std::uint64_t s_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
+/// Seeded initialisation with MaxText's distributions (values differ from JAX's PRNG; the distributions match).
+template <TensorPolicy P>
+class ParamInitializer : public PathStack {
+ public:
+  using B = typename P::backend;
+  using W = typename P::weight_t;
+  using A = typename P::act_t;
+
+  ParamInitializer(const B& be, std::uint64_t seed) : be_(be), seed_(seed) {}
+
+  void matrix(std::string_view leaf, Matrix<W>& m, const KernelSpec& s) {
+    const std::string name = path(leaf);
+    const std::int64_t K = product(s.in), N = product(s.out);
+    // variance scaling, mode fan_in: var = scale / fan_in; truncated normal is rescaled by its std (0.8796...).
+    double std_dev = std::sqrt(s.scale / static_cast<double>(K));
+    if (s.dist == Init::truncated_normal) std_dev /= 0.87962566103423978;
+    std_dev /= s.divisor;
+    Tensor<float, 2> f({N, K});
+    fill(name, f.data(), N * K, s.dist, std_dev);
+    m = finish_matrix(f, N, K);
+  }
+  void table(std::string_view leaf, Matrix<W>& m, std::int64_t rows, std::int64_t cols, const VectorSpec& s) {
+    const std::string name = path(leaf);
+    Tensor<float, 2> f({rows, cols});
+    fill(name, f.data(), rows * cols, s.dist, s.stddev);
+    m = finish_matrix(f, rows, cols);
+  }
+  void vector(std::string_view leaf, Tensor<A, 1>& v, const VectorSpec& s) {
+    const std::string name = path(leaf);
+    const std::int64_t n = product(s.shape);
+    Tensor<float, 1> f({n});
+    fill(name, f.data(), n, s.dist, s.stddev);
+    Tensor<A, 1> h({n});
+    for (std::int64_t i = 0; i < n; ++i) h(i) = from_float<A>(f(i));
+    v = upload(be_, std::move(h));
+  }
+
+ private:
+  void fill(const std::string& name, float* p, std::int64_t n, Init dist, double std_dev) {
+    Rng rng(seed_ ^ Rng::hash(name));
+    for (std::int64_t i = 0; i < n; ++i) {
+      switch (dist) {
+        case Init::zeros: p[i] = 0.0f; break;
+        case Init::ones: p[i] = 1.0f; break;
+        case Init::normal: p[i] = static_cast<float>(rng.normal() * std_dev); break;
+        case Init::truncated_normal: p[i] = static_cast<float>(rng.truncated_normal() * std_dev); break;
+      }
+    }
+  }
+  Matrix<W> finish_matrix(const Tensor<float, 2>& f, std::int64_t N, std::int64_t K) {
+    Matrix<W> m;
+    m.rows = N;
+    m.cols = K;
+    MAXTEXT_CHECK(K % dtype_block(dtype_of<W>) == 0, ShapeError, "[init] ", dtype_name(dtype_of<W>),
+                  " storage needs the input dimension (", K, ") to be a multiple of ", dtype_block(dtype_of<W>));
+    m.data = upload(be_, io::to_matrix<W>(AnyTensor::from(f), {0, 1}, 1));
+    return be_.prepare(std::move(m));
+  }
+
+  const B& be_;
+  std::uint64_t seed_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+/// Exports parameters as host tensors in MaxText naming and layout (kernels [in..., out...] as strided views of the
+/// out-major matrices; Q8_0 matrices are dequantised to f32). Needs host-accessible parameters.
+template <TensorPolicy P>
+class ParamExporter : public PathStack {
+ public:
+  using W = typename P::weight_t;
+  using A = typename P::act_t;
+
+  void matrix(std::string_view leaf, Matrix<W>& m, const KernelSpec& s) {
+    AnyTensor t = as_any(m);
+    // t is [N, K] = [prod(out), prod(in)]: view it as out + in, then permute to in + out.
+    t = t.reshaped(concat(s.out, s.in));
+    std::vector<int> perm;
+    const int no = static_cast<int>(s.out.size()), ni = static_cast<int>(s.in.size());
+    for (int i = 0; i < ni; ++i) perm.push_back(no + i);
+    for (int i = 0; i < no; ++i) perm.push_back(i);
+    out.add(path(leaf), t.permuted(perm));
+  }
+  void table(std::string_view leaf, Matrix<W>& m, std::int64_t, std::int64_t, const VectorSpec&) {
+    out.add(path(leaf), as_any(m));
+  }
+  void vector(std::string_view leaf, Tensor<A, 1>& v, const VectorSpec& s) {
+    MAXTEXT_CHECK(v.host_accessible(), UnsupportedError, "[export] ", path(leaf), ": parameter is not in host memory");
+    out.add(path(leaf), AnyTensor::from(v).reshaped(s.shape));
+  }
+
+  io::TensorMap out;
+
+ private:
+  static AnyTensor as_any(const Matrix<W>& m) {
+    MAXTEXT_CHECK(m.data.host_accessible(), UnsupportedError, "[export] matrix is not in host memory");
+    if constexpr (std::is_same_v<W, q8_0>) {
+      Tensor<float, 2> f({m.rows, m.cols});
+      AnyTensor q = AnyTensor::from(m.data);
+      q.shape = {m.rows, m.cols};
+      for (std::int64_t i = 0; i < m.rows * m.cols; ++i) f.data()[i] = static_cast<float>(q.element(i));
+      return AnyTensor::from(f);
+    } else {
+      return AnyTensor::from(m.data);
+    }
+  }
+};
+
+/// Counts parameters (elements) without touching them.
+class ParamCounter : public PathStack {
+ public:
+  template <class M>
+  void matrix(std::string_view, M&, const KernelSpec& s) {
+    count += product(s.in) * product(s.out);
+  }
+  template <class M>
+  void table(std::string_view, M&, std::int64_t rows, std::int64_t cols, const VectorSpec&) {
+    count += rows * cols;
+  }
+  template <class T>
+  void vector(std::string_view, T&, const VectorSpec& s) {
+    count += product(s.shape);
+  }
+  std::int64_t count = 0;
+};
+
+}  // namespace maxtext::layers

@@ -1,0 +1,73 @@
+// models/kv_cache.hpp: the KV cache of a whole model: per layer the buffers its attention declares (keys and values,
+// or MLA's latent + rotary key), one row per sequence slot, plus per-slot lengths and segment ids.
+// Spec attention.md §5 (semantics), kept as one contiguous cache per slot (see layers/attention_op.hpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/policy.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/layers/context.hpp"
+
+namespace maxtext::models {
+
+template <TensorPolicy P>
+class KVCache {
+ public:
+  using B = typename P::backend;
+  using A = typename P::act_t;
+
+  KVCache() = default;
+  /// `batch` slots of `capacity` tokens; `specs[l]` lists the per-token widths of layer l's buffers.
+  KVCache(const B& be, std::int64_t batch, std::int64_t capacity, const std::vector<layers::CacheSpec>& specs)
+      : batch_(batch), capacity_(capacity), lengths_(static_cast<std::size_t>(batch), 0) {
+    MAXTEXT_CHECK(batch > 0 && capacity > 0, ArgumentError, "[KVCache] batch and capacity must be > 0, found ", batch,
+                  " and ", capacity);
+    layers_.resize(specs.size());
+    for (std::size_t l = 0; l < specs.size(); ++l) {
+      for (std::int64_t w : specs[l]) layers_[l].buffers.emplace_back(Shape<3>{batch, capacity, w}, be.memory());
+    }
+    segment_ = Tensor<std::int32_t, 2>({batch, capacity}, be.memory());
+  }
+
+  std::int64_t batch() const { return batch_; }
+  std::int64_t capacity() const { return capacity_; }
+  /// Tokens stored in slot b.
+  std::int32_t length(std::int64_t b) const { return lengths_.at(static_cast<std::size_t>(b)); }
+  const std::vector<std::int32_t>& lengths() const { return lengths_; }
+  void set_length(std::int64_t b, std::int32_t n) {
+    MAXTEXT_CHECK(n >= 0 && n <= capacity_, ArgumentError, "[KVCache] length ", n, " outside [0, ", capacity_, "]");
+    lengths_.at(static_cast<std::size_t>(b)) = n;
+  }
+  /// Forget slot b (a new sequence starts there); the others keep their contents.
+  void reset(std::int64_t b) { set_length(b, 0); }
+  void reset() {
+    for (auto& l : lengths_) l = 0;
+    has_segments_ = false;
+  }
+  layers::LayerCache<A>& layer(std::size_t l) { return layers_.at(l); }
+  std::size_t num_layers() const { return layers_.size(); }
+  /// Segment ids [B, S] of the cached tokens (meaningful once has_segments()).
+  const Tensor<std::int32_t, 2>& segments() const { return segment_; }
+  bool has_segments() const { return has_segments_; }
+  void mark_segments() { has_segments_ = true; }
+  /// Bytes held by the key/value buffers.
+  std::int64_t bytes() const {
+    std::int64_t n = 0;
+    for (const auto& l : layers_) {
+      for (const auto& b : l.buffers) n += b.size() * static_cast<std::int64_t>(sizeof(A));
+    }
+    return n;
+  }
+
+ private:
+  std::int64_t batch_ = 0, capacity_ = 0;
+  std::vector<std::int32_t> lengths_;
+  std::vector<layers::LayerCache<A>> layers_;
+  Tensor<std::int32_t, 2> segment_;
+  bool has_segments_ = false;
+};
+
+}  // namespace maxtext::models

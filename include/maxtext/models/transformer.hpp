@@ -1,0 +1,453 @@
+// models/transformer.hpp: MaxText models.py Transformer and decoders.py Decoder: token embedding, optional positional
+// embeddings, the stack of decoder layers, the final norm and the output head. Spec decoder.md.
+//
+//   using Gpt3 = maxtext::models::Transformer<maxtext::Policy<maxtext::cpu::Backend, float>,
+//                                             maxtext::layers::Gpt3DecoderLayer>;
+//   Gpt3 model(config);            // sizes from the runtime Config
+//   model.load(weights);           // TensorMap in MaxText naming (see io/checkpoint.hpp)
+//   auto cache = model.make_cache(/*batch=*/1, /*capacity=*/256);
+//   auto logits = model.forward(tokens, cache);   // [B, T, vocab] f32
+//
+// With two layer templates (DeepSeek), the first `first_num_dense_layers` layers use the first and the rest the
+// second, named `dense_layers_i` / `moe_layers_j` as in MaxText.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/matrix.hpp"
+#include "maxtext/core/policy.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/io/safetensors.hpp"
+#include "maxtext/layers/context.hpp"
+#include "maxtext/layers/embeddings.hpp"
+#include "maxtext/layers/layer_info.hpp"
+#include "maxtext/layers/linears.hpp"
+#include "maxtext/layers/normalizations.hpp"
+#include "maxtext/layers/params.hpp"
+#include "maxtext/models/kv_cache.hpp"
+
+namespace maxtext::models {
+
+/// How activations are named for capture (and how the weights were named when loaded).
+enum class NameScheme : std::uint8_t { maxtext, hf };
+
+/// Options of one forward pass. All host data; shapes [B, T] unless said otherwise.
+struct ForwardOptions {
+  /// Positions for rotary / position embeddings; default: each row's cache length + t.
+  const Tensor<std::int32_t, 2>* positions = nullptr;
+  /// Segment ids for packed sequences (1 = real token, 0 = padding in MaxText's convention); default: none.
+  const Tensor<std::int32_t, 2>* segment_ids = nullptr;
+  /// Valid tokens per row [B] (right padding beyond); default: all T. The cache advances by this many.
+  const std::vector<std::int32_t>* row_lengths = nullptr;
+  /// Logits for every position (default) or only for each row's last valid token ([B, 1, V]).
+  bool last_only = false;
+  /// Named intermediates to record (MaxText's sow); nullptr = none (zero cost).
+  layers::Capture* capture = nullptr;
+};
+
+namespace detail {
+template <class L>
+concept HasMlpName = requires { L::mlp_name; };
+template <class L>
+std::string mlp_name() {
+  if constexpr (HasMlpName<L>) {
+    return std::string(L::mlp_name);
+  } else {
+    return "mlp";
+  }
+}
+}  // namespace detail
+
+template <TensorPolicy P, template <class> class Layer, template <class> class MoeLayer = Layer>
+class Transformer {
+ public:
+  using B = typename P::backend;
+  using A = typename P::act_t;
+  using W = typename P::weight_t;
+  using DenseL = Layer<P>;
+  using MoeL = MoeLayer<P>;
+  static constexpr bool kTwoKinds = !std::is_same_v<DenseL, MoeL>;
+  using LayerVariant = std::conditional_t<kTwoKinds, std::variant<DenseL, MoeL>, std::variant<DenseL>>;
+  using LayerParamsVariant = std::conditional_t<kTwoKinds, std::variant<typename DenseL::Params, typename MoeL::Params>,
+                                                std::variant<typename DenseL::Params>>;
+
+  struct Params {
+    typename layers::Embed<P>::Params token_embedder;
+    typename layers::Embed<P>::Params position_embedder;  ///< GPT-3 trainable positions
+    std::vector<LayerParamsVariant> layers;
+    typename layers::RMSNorm<P>::Params decoder_norm_rms;
+    typename layers::Gpt3LayerNorm<P>::Params decoder_norm_gpt3;
+    typename layers::DenseGeneral<P>::Params logits_dense;  ///< [D, V]; absent with logits_via_embedding
+    Matrix<W> attend_table;                                  ///< bf16-rounded embedding for tied logits
+    Matrix<float> sinusoid;                                  ///< untrainable positions [max_len, D]
+  };
+
+  explicit Transformer(Config cfg, B be = B{}, NameScheme scheme = NameScheme::maxtext)
+      : cfg_(std::move(cfg)), be_(std::move(be)), scheme_(scheme), scratch_(be_.memory()) {
+    cfg_.derive();
+    cfg_.validate();
+    const std::int64_t D = cfg_.emb_dim;
+    embed_ = layers::Embed<P>({cfg_.vocab_size, D});
+    if (cfg_.trainable_position_size > 0) pos_embed_ = layers::Embed<P>({cfg_.trainable_position_size, D});
+    gpt3_norm_ = cfg_.is("gpt3");
+    const float eps = static_cast<float>(cfg_.normalization_layer_epsilon);
+    if (gpt3_norm_) {
+      final_gpt3_ = layers::Gpt3LayerNorm<P>({D, eps, true});
+    } else {
+      final_rms_ = layers::RMSNorm<P>({D, eps});
+    }
+    if (!cfg_.logits_via_embedding) {
+      logits_ = layers::DenseGeneral<P>({{D}, {cfg_.vocab_size}, false, layers::Init::truncated_normal});
+    }
+    const std::int64_t L = cfg_.num_decoder_layers;
+    const std::int64_t n_dense = kTwoKinds ? cfg_.first_num_dense_layers : L;
+    MAXTEXT_CHECK(n_dense >= 0 && n_dense <= L, ConfigError, "[config] first_num_dense_layers (", n_dense,
+                  ") must be in [0, num_decoder_layers=", L, "]");
+    for (std::int64_t i = 0; i < L; ++i) {
+      if (i < n_dense) {
+        layers_.emplace_back(std::in_place_index<0>, cfg_, layer_info<DenseL>(i, i, true));
+      } else {
+        if constexpr (kTwoKinds) layers_.emplace_back(std::in_place_index<1>, cfg_, layer_info<MoeL>(i, i - n_dense, false));
+      }
+    }
+    params_.layers.resize(static_cast<std::size_t>(L));
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (layers_[i].index() == 0) {
+        params_.layers[i].template emplace<0>();
+      } else {
+        if constexpr (kTwoKinds) params_.layers[i].template emplace<1>();
+      }
+    }
+  }
+
+  const Config& config() const { return cfg_; }
+  const B& backend() const { return be_; }
+  B& backend() { return be_; }
+  Params& params() { return params_; }
+  const Params& params() const { return params_; }
+  NameScheme name_scheme() const { return scheme_; }
+  void set_name_scheme(NameScheme s) {
+    scheme_ = s;
+    rename_layers();
+  }
+
+  /// Visit every parameter with its MaxText path (token_embedder.embedding, decoder.layers_0...., ...).
+  template <class V>
+  void visit(V& v) {
+    {
+      layers::Scope<V> s(v, "token_embedder");
+      embed_.visit(v, params_.token_embedder);
+    }
+    layers::Scope<V> dec(v, "decoder");
+    if (cfg_.trainable_position_size > 0) {
+      layers::Scope<V> s(v, "position_embedder");
+      pos_embed_.visit(v, params_.position_embedder);
+    }
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      std::visit(
+          [&](auto& layer) {
+            using LT = std::decay_t<decltype(layer)>;
+            auto& lp = std::get<typename LT::Params>(params_.layers[i]);
+            layers::Scope<V> s(v, param_prefix(i));
+            layer.visit(v, lp);
+          },
+          layers_[i]);
+    }
+    {
+      layers::Scope<V> s(v, "decoder_norm");
+      if (gpt3_norm_) {
+        final_gpt3_.visit(v, params_.decoder_norm_gpt3);
+      } else {
+        final_rms_.visit(v, params_.decoder_norm_rms);
+      }
+    }
+    if (!cfg_.logits_via_embedding) {
+      layers::Scope<V> s(v, "logits_dense");
+      logits_.visit(v, params_.logits_dense);
+    }
+  }
+
+  /// Load every parameter from tensors in MaxText naming (unscanned layout; see io/checkpoint.hpp for scanned
+  /// layouts and other namings). Missing, extra, mis-shaped or non-float tensors are reported together.
+  void load(const io::TensorMap& tensors, bool allow_unused = false) {
+    layers::ParamLoader<P> loader(tensors, be_);
+    visit(loader);
+    loader.finish(allow_unused);
+    finish_params();
+  }
+  /// Seeded initialisation with MaxText's initialisers.
+  void init(std::uint64_t seed) {
+    layers::ParamInitializer<P> ini(be_, seed);
+    visit(ini);
+    finish_params();
+  }
+  /// All parameters in MaxText naming and layout (host tensors; kernels as strided views).
+  io::TensorMap export_params() {
+    layers::ParamExporter<P> ex;
+    visit(ex);
+    return std::move(ex.out);
+  }
+  std::int64_t num_params() {
+    layers::ParamCounter c;
+    visit(c);
+    return c.count;
+  }
+
+  /// A cache for `batch` sequences of up to `capacity` tokens (default max_target_length).
+  KVCache<P> make_cache(std::int64_t batch, std::int64_t capacity = 0) const {
+    if (capacity <= 0) capacity = cfg_.max_target_length;
+    std::vector<layers::CacheSpec> specs;
+    for (const auto& l : layers_) specs.push_back(std::visit([](const auto& x) { return x.cache_spec(); }, l));
+    return KVCache<P>(be_, batch, capacity, specs);
+  }
+
+  /// Run tokens [B, T] through the model, appending them to `cache` at each row's current length.
+  /// Returns f32 logits [B, T, V] (or [B, 1, V] with last_only).
+  Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, KVCache<P>& cache, const ForwardOptions& opt = {}) {
+    const std::int64_t Bn = tokens.dim(0), T = tokens.dim(1), V = cfg_.vocab_size, D = cfg_.emb_dim;
+    MAXTEXT_CHECK(Bn == cache.batch(), ArgumentError, "[forward] tokens have ", Bn, " rows, the cache has ", cache.batch(),
+                  " slots");
+    MAXTEXT_CHECK(T > 0, ArgumentError, "[forward] empty token sequence");
+    MAXTEXT_CHECK(cache.num_layers() == layers_.size(), ArgumentError, "[forward] cache was made for another model");
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      for (std::int64_t t = 0; t < T; ++t) {
+        const std::int32_t id = tokens(b, t);
+        MAXTEXT_CHECK(id >= 0 && id < V, ArgumentError, "[forward] token id ", id, " at [", b, ",", t,
+                      "] is outside the vocabulary [0, ", V, ")");
+      }
+    }
+    std::vector<std::int32_t> row_len(static_cast<std::size_t>(Bn), static_cast<std::int32_t>(T));
+    if (opt.row_lengths) {
+      MAXTEXT_CHECK(static_cast<std::int64_t>(opt.row_lengths->size()) == Bn, ArgumentError,
+                    "[forward] row_lengths has ", opt.row_lengths->size(), " entries for ", Bn, " rows");
+      row_len = *opt.row_lengths;
+      for (auto n : row_len) {
+        MAXTEXT_CHECK(n >= 1 && n <= T, ArgumentError, "[forward] row length ", n, " outside [1, ", T, "]");
+      }
+    }
+    check_shape_opt("positions", opt.positions, Bn, T);
+    check_shape_opt("segment_ids", opt.segment_ids, Bn, T);
+
+    scratch_.reset();
+    layers::StepInfo step;
+    step.batch = Bn;
+    step.length = T;
+    step.start = cache.lengths();
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      MAXTEXT_CHECK(step.start[static_cast<std::size_t>(b)] + T <= cache.capacity(), ArgumentError, "[forward] row ", b,
+                    " holds ", step.start[static_cast<std::size_t>(b)], " tokens; ", T, " more exceed the cache capacity ",
+                    cache.capacity());
+    }
+    // Host-side step data, then one upload each.
+    std::vector<std::int32_t> pos(static_cast<std::size_t>(Bn * T)), kv_len(static_cast<std::size_t>(Bn));
+    const std::int64_t max_pos = max_positions();
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      kv_len[static_cast<std::size_t>(b)] = step.start[static_cast<std::size_t>(b)] + static_cast<std::int32_t>(T);
+      for (std::int64_t t = 0; t < T; ++t) {
+        const std::int32_t p = opt.positions ? (*opt.positions)(b, t) : step.start[static_cast<std::size_t>(b)] + static_cast<std::int32_t>(t);
+        MAXTEXT_CHECK(p >= 0 && (max_pos <= 0 || p < max_pos), ArgumentError, "[forward] position ", p, " at [", b, ",", t,
+                      "] outside [0, ", max_pos, ")");
+        pos[static_cast<std::size_t>(b * T + t)] = p;
+      }
+    }
+    View<std::int32_t, 1> ids_d = to_device<1>(tokens.data(), {Bn * T});
+    step.positions = to_device<1>(pos.data(), {Bn * T});
+    step.q_start = to_device<1>(step.start.data(), {Bn});
+    step.kv_len = to_device<1>(kv_len.data(), {Bn});
+    if (opt.segment_ids || cache.has_segments()) {
+      std::vector<std::int32_t> seg(static_cast<std::size_t>(Bn * T), 1);  // decoding tokens are "active" (1)
+      if (opt.segment_ids) {
+        for (std::int64_t i = 0; i < Bn * T; ++i) seg[static_cast<std::size_t>(i)] = opt.segment_ids->data()[i];
+      }
+      View<std::int32_t, 2> seg_d = to_device<2>(seg.data(), {Bn, T});
+      for (std::int64_t b = 0; b < Bn; ++b) {
+        View<std::int32_t, 1> dst(&cache.segments()(b, step.start[static_cast<std::size_t>(b)]), {T});
+        be_.copy(View<const std::int32_t, 1>(seg_d[b]), dst);
+      }
+      cache.mark_segments();
+      step.segment_ids = seg_d;
+      step.kv_segment_ids = cache.segments().cview();
+    }
+
+    layers::Context<P> ctx{be_, scratch_, step, opt.capture};
+    const std::int64_t M = Bn * T;
+    View<A, 2> x = scratch_.template alloc<A, 2>({M, D});
+    embed_.forward(ctx, params_.token_embedder, ids_d, x);
+    ctx.sow(embed_name(), View<const A, 2>(x));
+    if (cfg_.use_untrainable_positional_embedding) add_positional(ctx, params_.sinusoid, x);
+    if (cfg_.trainable_position_size > 0) add_positional(ctx, params_.position_embedder.embedding, x);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      std::visit(
+          [&](const auto& layer) {
+            using LT = std::decay_t<decltype(layer)>;
+            layer.forward(ctx, std::get<typename LT::Params>(params_.layers[i]), cache.layer(i), x);
+          },
+          layers_[i]);
+    }
+    if (gpt3_norm_) {
+      final_gpt3_.forward(ctx, params_.decoder_norm_gpt3, x, x);
+    } else {
+      final_rms_.forward(ctx, params_.decoder_norm_rms, x, x);
+    }
+    ctx.sow(norm_name(), View<const A, 2>(x));
+
+    // Output head on all rows or on each row's last valid token.
+    View<const A, 2> h = x;
+    std::int64_t rows = M;
+    if (opt.last_only) {
+      View<A, 2> last = scratch_.template alloc<A, 2>({Bn, D});
+      for (std::int64_t b = 0; b < Bn; ++b) {
+        const std::int64_t r = b * T + row_len[static_cast<std::size_t>(b)] - 1;
+        be_.copy(View<const A, 1>(x[r]), last[b]);
+      }
+      h = last;
+      rows = Bn;
+    }
+    View<float, 2> logits = scratch_.template alloc<float, 2>({rows, V});
+    compute_logits(ctx, h, logits);
+    Tensor<float, 3> out({Bn, opt.last_only ? 1 : T, V});
+    be_.copy(out.data(), logits.data(), static_cast<std::size_t>(rows * V) * sizeof(float), CopyKind::device_to_host);
+    be_.synchronize();
+    if (opt.capture && opt.capture->wants("logits")) {
+      opt.capture->put("logits", AnyTensor::from(Tensor<float, 3>(out.view(), out.holder())));
+    }
+    for (std::int64_t b = 0; b < Bn; ++b) cache.set_length(b, step.start[static_cast<std::size_t>(b)] + row_len[static_cast<std::size_t>(b)]);
+    return out;
+  }
+
+  /// Full-sequence forward without a persistent cache (MaxText "train"/eval mode).
+  Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, const ForwardOptions& opt = {}) {
+    KVCache<P> cache = make_cache(tokens.dim(0), tokens.dim(1));
+    return forward(tokens, cache, opt);
+  }
+
+  /// Names used for capture under the current scheme.
+  std::string embed_name() const { return scheme_ == NameScheme::hf ? "model.embed_tokens" : "token_embedder"; }
+  std::string norm_name() const { return scheme_ == NameScheme::hf ? "model.norm" : "decoder.decoder_norm"; }
+  const layers::LayerInfo& layer_info(std::size_t i) const {
+    return std::visit([](const auto& l) -> const layers::LayerInfo& { return l.info(); }, layers_.at(i));
+  }
+  std::size_t num_layers() const { return layers_.size(); }
+
+ private:
+  template <class L>
+  layers::LayerInfo layer_info(std::int64_t global, std::int64_t local, bool dense) const {
+    layers::LayerInfo info;
+    info.index = global;
+    if (scheme_ == NameScheme::hf) {
+      info.name = "model.layers." + std::to_string(global);
+      info.attention = info.name + ".self_attn";
+      info.mlp = info.name + ".mlp";
+    } else {
+      info.name = "decoder." + layer_prefix(local, dense);
+      info.attention = info.name + ".self_attention";
+      info.mlp = info.name + "." + detail::mlp_name<L>();
+    }
+    return info;
+  }
+  std::string layer_prefix(std::int64_t local, bool dense) const {
+    if constexpr (kTwoKinds) return (dense ? "dense_layers_" : "moe_layers_") + std::to_string(local);
+    (void)dense;
+    return "layers_" + std::to_string(local);
+  }
+  std::string param_prefix(std::size_t i) const {
+    const std::int64_t n_dense = kTwoKinds ? cfg_.first_num_dense_layers : cfg_.num_decoder_layers;
+    const auto gi = static_cast<std::int64_t>(i);
+    return gi < n_dense ? layer_prefix(gi, true) : layer_prefix(gi - n_dense, false);
+  }
+  void rename_layers() {
+    // Layers keep their LayerInfo; rebuild them with the new scheme.
+    const std::int64_t n_dense = kTwoKinds ? cfg_.first_num_dense_layers : cfg_.num_decoder_layers;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const auto gi = static_cast<std::int64_t>(i);
+      if (layers_[i].index() == 0) {
+        layers_[i].template emplace<0>(cfg_, layer_info<DenseL>(gi, gi, true));
+      } else {
+        if constexpr (kTwoKinds) layers_[i].template emplace<1>(cfg_, layer_info<MoeL>(gi, gi - n_dense, false));
+      }
+    }
+  }
+  std::int64_t max_positions() const {
+    if (cfg_.trainable_position_size > 0) return cfg_.trainable_position_size;
+    if (cfg_.use_untrainable_positional_embedding) return params_.sinusoid.rows;
+    return 0;  // rotary layers check their own tables
+  }
+  static void check_shape_opt(const char* what, const Tensor<std::int32_t, 2>* t, std::int64_t b, std::int64_t n) {
+    if (!t) return;
+    MAXTEXT_CHECK(t->dim(0) == b && t->dim(1) == n, ArgumentError, "[forward] ", what, " has shape ", t->shape(),
+                  ", tokens are [", b, ",", n, "]");
+  }
+  template <int R>
+  View<std::int32_t, R> to_device(const std::int32_t* host, const Shape<R>& shape) {
+    View<std::int32_t, R> d = scratch_.template alloc<std::int32_t, R>(shape);
+    be_.copy(d.data(), host, static_cast<std::size_t>(numel<R>(shape)) * sizeof(std::int32_t), CopyKind::host_to_device);
+    return d;
+  }
+  /// x += table[positions] (rounded to the activation type).
+  template <class TW>
+  void add_positional(const layers::Context<P>& ctx, const Matrix<TW>& table, View<A, 2> x) {
+    ScratchScope s(scratch_);
+    View<A, 2> pe = scratch_.template alloc<A, 2>({x.dim(0), x.dim(1)});
+    be_.embed(table, ctx.step.positions, pe);
+    be_.add(View<const A, 2>(x), View<const A, 2>(pe), x);
+  }
+  void compute_logits(const layers::Context<P>& ctx, View<const A, 2> h, View<float, 2> out) {
+    ScratchScope s(scratch_);
+    const std::int64_t rows = h.dim(0), V = cfg_.vocab_size;
+    const Matrix<W>& head = cfg_.logits_via_embedding ? params_.attend_table : params_.logits_dense.kernel;
+    if (cfg_.logits_dot_in_fp32 || std::is_same_v<A, float>) {
+      be_.matmul(h, head, out);
+      post_logits(out);
+    } else {
+      View<A, 2> la = scratch_.template alloc<A, 2>({rows, V});
+      be_.matmul(h, head, la);
+      post_logits(la);
+      be_.convert(View<const A, 2>(la), out);
+    }
+    (void)ctx;
+  }
+  template <class Y>
+  void post_logits(View<Y, 2> l) {
+    if (!cfg_.logits_via_embedding) return;  // the soft cap exists only on the tied path
+    if (cfg_.normalize_embedding_logits) be_.scale(l, std::sqrt(static_cast<float>(cfg_.emb_dim)), true);
+    if (cfg_.final_logits_soft_cap != 0.0) be_.soft_cap(l, static_cast<float>(cfg_.final_logits_soft_cap));
+  }
+  void finish_params() {
+    if (cfg_.logits_via_embedding) params_.attend_table = be_.prepare(layers::bf16_rounded_copy(params_.token_embedder.embedding));
+    if (cfg_.use_untrainable_positional_embedding) {
+      Tensor<float, 2> t = layers::sinusoidal_table(cfg_.max_target_length, cfg_.base_emb_dim);
+      MAXTEXT_CHECK(cfg_.base_emb_dim == cfg_.emb_dim, UnsupportedError,
+                    "[PositionalEmbedding] sinusoidal positions use base_emb_dim (", cfg_.base_emb_dim,
+                    ") which differs from emb_dim (", cfg_.emb_dim, ")");
+      Matrix<float> m;
+      m.rows = t.dim(0);
+      m.cols = t.dim(1);
+      m.data = layers::upload(be_, t);
+      params_.sinusoid = m;
+    }
+  }
+
+  Config cfg_;
+  B be_;
+  NameScheme scheme_;
+  Scratch scratch_;
+  layers::Embed<P> embed_, pos_embed_;
+  bool gpt3_norm_ = false;
+  layers::RMSNorm<P> final_rms_;
+  layers::Gpt3LayerNorm<P> final_gpt3_;
+  layers::DenseGeneral<P> logits_;
+  std::vector<LayerVariant> layers_;
+  Params params_;
+};
+
+}  // namespace maxtext::models
