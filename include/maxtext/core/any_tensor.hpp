@@ -61,8 +61,9 @@ struct AnyTensor {
   static AnyTensor from(const Tensor<T, R>& t, std::string source = {}) {
     AnyTensor a;
     a.dtype = dtype_of<T>;
-    a.shape.assign(t.shape().begin(), t.shape().end());
-    a.strides.assign(t.view().strides().begin(), t.view().strides().end());
+    const View<T, R> v = t.view();
+    a.shape.assign(v.shape().begin(), v.shape().end());
+    a.strides.assign(v.strides().begin(), v.strides().end());
     a.data = reinterpret_cast<const std::byte*>(t.data());
     a.holder = t.holder();
     a.source = std::move(source);

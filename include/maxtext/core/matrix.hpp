@@ -37,6 +37,8 @@ class Scratch {
   explicit Scratch(std::shared_ptr<MemoryResource> mem = host_memory()) : mem_(std::move(mem)) {}
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
+  Scratch(Scratch&&) noexcept = default;
+  Scratch& operator=(Scratch&&) noexcept = default;
 
   struct Mark {
     std::size_t chunk = 0;

@@ -1,0 +1,16 @@
+# Compile every public header on its own: one generated translation unit per header, so a header that forgets an
+# include fails here. CUDA headers (.cuh) are checked by the CUDA tests instead.
+file(GLOB_RECURSE _maxtext_headers RELATIVE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/include/maxtext/*.hpp)
+set(_sources "")
+foreach(h IN LISTS _maxtext_headers)
+  if(h MATCHES "/cuda/")
+    continue()
+  endif()
+  string(MAKE_C_IDENTIFIER "${h}" id)
+  set(src ${CMAKE_CURRENT_BINARY_DIR}/header_check/${id}.cpp)
+  file(WRITE ${src}.in "#include \"${h}\"\n#include \"${h}\"  // twice: include guards\n")
+  configure_file(${src}.in ${src} COPYONLY)
+  list(APPEND _sources ${src})
+endforeach()
+add_library(maxtext_header_check OBJECT ${_sources})
+target_link_libraries(maxtext_header_check PRIVATE maxtext maxtext_project_flags)

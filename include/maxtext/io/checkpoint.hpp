@@ -1,0 +1,71 @@
+// io/checkpoint.hpp: bring a checkpoint's tensor names into the canonical form the models load: MaxText parameter
+// paths joined by '.', unscanned (`decoder.layers_3....`). Spec weights-naming.md §Conventions.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/io/safetensors.hpp"
+
+namespace maxtext::io {
+
+/// `params-decoder-layers_0-mlp-wi_0-kernel`, `params/decoder/...` or `params.decoder....` -> `decoder.layers_0....`.
+inline std::string normalize_maxtext_name(std::string n) {
+  for (char& c : n) {
+    if (c == '/' || c == '-') c = '.';
+  }
+  for (const char* pre : {"params.params.", "params.", "state.params."}) {
+    const std::string p(pre);
+    if (n.compare(0, p.size(), p) == 0) {
+      n = n.substr(p.size());
+      break;
+    }
+  }
+  return n;
+}
+
+/// Names of the scanned layer groups and how many layers each holds.
+inline std::vector<std::pair<std::string, std::int64_t>> scanned_groups(const Config& cfg) {
+  if (cfg.is("deepseek")) {
+    return {{"dense_layers", cfg.first_num_dense_layers}, {"moe_layers", cfg.num_decoder_layers - cfg.first_num_dense_layers}};
+  }
+  return {{"layers", cfg.num_decoder_layers}};
+}
+
+/// Canonicalise a MaxText-named checkpoint: normalise separators, strip `params`, and unstack scanned layers
+/// (`decoder.layers.X` with the layer axis at `param_scan_axis`) into `decoder.layers_i.X` views (no copy).
+inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
+  TensorMap out;
+  out.metadata = in.metadata;
+  const auto groups = scanned_groups(cfg);
+  const int axis = static_cast<int>(cfg.param_scan_axis);
+  for (const auto& [raw, t] : in.tensors) {
+    const std::string name = normalize_maxtext_name(raw);
+    bool unstacked = false;
+    for (const auto& [group, count] : groups) {
+      const std::string pre = "decoder." + group + ".";
+      if (name.compare(0, pre.size(), pre) != 0) continue;
+      MAXTEXT_CHECK(axis >= 0 && axis < t.rank(), ShapeError, "[checkpoint] ", t.source, ": scanned tensor ", name, " ",
+                    t.describe(), " has no layer axis ", axis, " (param_scan_axis)");
+      MAXTEXT_CHECK(t.shape[static_cast<std::size_t>(axis)] == count, ShapeError, "[checkpoint] ", t.source, ": scanned tensor ",
+                    name, " ", t.describe(), ": expected ", count, " layers on axis ", axis, ", found ",
+                    t.shape[static_cast<std::size_t>(axis)]);
+      const std::string rest = name.substr(pre.size());
+      for (std::int64_t i = 0; i < count; ++i) {
+        AnyTensor s = t.select(axis, i);
+        s.source = t.source + "[layer " + std::to_string(i) + "]";
+        out.add("decoder." + group + "_" + std::to_string(i) + "." + rest, std::move(s));
+      }
+      unstacked = true;
+      break;
+    }
+    if (!unstacked) out.add(name, t);
+  }
+  return out;
+}
+
+}  // namespace maxtext::io

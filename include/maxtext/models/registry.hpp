@@ -1,0 +1,43 @@
+// models/registry.hpp: from a runtime Config (decoder_block, dtype) to the compile-time model type, for programs
+// that pick the architecture from a file (the `maxtext` tool). Library users normally name their type directly.
+#pragma once
+
+#include <string>
+
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/dtype.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/policy.hpp"
+#include "maxtext/layers/gpt3.hpp"
+#include "maxtext/models/transformer.hpp"
+
+namespace maxtext::models {
+
+/// The model type for a decoder_block on policy P (a template alias table; one entry per block).
+template <TensorPolicy P, class F>
+decltype(auto) dispatch_block(const Config& cfg, F&& f) {
+  if (cfg.is("gpt3")) return f.template operator()<Transformer<P, layers::Gpt3DecoderLayer>>();
+  MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
+                "' has no model type in this build of the registry");
+}
+
+/// Call f.template operator()<ModelType>() for the model the config describes on backend B, with activations in
+/// the config's `dtype` and weights stored as `weight_storage` ("" = same as dtype; "bfloat16", "float16",
+/// "q8_0" with float32 activations).
+template <class B, class F>
+decltype(auto) with_model_type(const Config& cfg, F&& f, const std::string& weight_storage = "") {
+  const std::string dt = cfg.dtype_canonical();
+  const std::string ws = weight_storage.empty() ? dt : weight_storage;
+  if (dt == "float32") {
+    if (ws == "float32") return dispatch_block<Policy<B, float>>(cfg, f);
+    if (ws == "bfloat16" || ws == "bf16") return dispatch_block<Policy<B, bf16, float>>(cfg, f);
+    if (ws == "float16" || ws == "f16") return dispatch_block<Policy<B, fp16, float>>(cfg, f);
+    if (ws == "q8_0") return dispatch_block<Policy<B, q8_0, float>>(cfg, f);
+  } else if (dt == "bfloat16") {
+    if (ws == "bfloat16") return dispatch_block<Policy<B, bf16>>(cfg, f);
+  }
+  MAXTEXT_THROW(UnsupportedError, "[registry] dtype ", dt, " with weight storage ", ws,
+                " is not instantiated (supported: float32 with float32/bfloat16/float16/q8_0 weights, bfloat16)");
+}
+
+}  // namespace maxtext::models

@@ -1,0 +1,68 @@
+// tests/support/test_support.hpp: locations of fixtures and shared model files, skipping, and tolerance checks.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "maxtext/core/any_tensor.hpp"
+#include "maxtext/io/npy.hpp"
+#include "maxtext/testing/compare.hpp"
+
+namespace maxtext::test {
+
+/// Committed fixtures (tests/fixtures), written by the PyTorch scripts in tests/reference.
+inline std::string fixtures_dir() { return MAXTEXT_TEST_FIXTURES_DIR; }
+
+/// ../shared next to the checkout, or $MAXTEXT_SHARED_DIR.
+inline std::string shared_dir() {
+  if (const char* e = std::getenv("MAXTEXT_SHARED_DIR")) return e;
+  return MAXTEXT_TEST_SHARED_DIR;
+}
+/// Real model files: $MAXTEXT_MODELS_DIR or <shared>/models.
+inline std::string models_dir() {
+  if (const char* e = std::getenv("MAXTEXT_MODELS_DIR")) return e;
+  return shared_dir() + "/models";
+}
+/// Independent reference cases: $MAXTEXT_REFERENCE_DIR or <shared>/reference.
+inline std::string reference_dir() {
+  if (const char* e = std::getenv("MAXTEXT_REFERENCE_DIR")) return e;
+  return shared_dir() + "/reference";
+}
+
+/// Catch2 v2 has no SKIP: print why and exit 77, which CTest reports as skipped (SKIP_RETURN_CODE 77).
+[[noreturn]] inline void skip(const std::string& why) {
+  std::printf("SKIPPED: %s\n", why.c_str());
+  std::fflush(stdout);
+  std::_Exit(77);
+}
+/// Skip the test unless `path` exists.
+inline std::string require(const std::string& path, const std::string& what) {
+  if (!std::filesystem::exists(path)) skip(what + " not found at " + path + " (set the environment variable to point at it)");
+  return path;
+}
+
+inline AnyTensor npy(const std::string& path) { return io::read_npy(path); }
+
+/// CHECK that `actual` is within `tol` of `expected`, printing the worst element when not.
+inline void expect_close(const AnyTensor& actual, const AnyTensor& expected, testing::Tolerance tol,
+                         const std::string& name) {
+  const auto r = testing::compare(actual, expected, tol);
+  INFO(r.message(name));
+  CHECK(r.ok());
+}
+template <class T, int R>
+void expect_close(const Tensor<T, R>& actual, const AnyTensor& expected, testing::Tolerance tol, const std::string& name) {
+  expect_close(AnyTensor::from(actual), expected, tol, name);
+}
+/// The shared reference suite's criterion: max |a - e| <= tol * max(1, max |e|) against the f64 outputs.
+inline void expect_close_scaled(const AnyTensor& actual, const AnyTensor& expected, double tol, const std::string& name) {
+  const auto r = testing::compare_scaled(actual, expected, tol);
+  INFO(r.message(name));
+  CHECK(r.ok());
+}
+
+}  // namespace maxtext::test

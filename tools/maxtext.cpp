@@ -1,0 +1,242 @@
+// tools/maxtext.cpp: the `maxtext` command-line program: logits and generate on any model the registry knows.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/io/npy.hpp"
+#include "maxtext/io/weights.hpp"
+#include "maxtext/io/yaml_config.hpp"
+#include "maxtext/models/generate.hpp"
+#include "maxtext/models/registry.hpp"
+
+namespace {
+
+using namespace maxtext;
+
+const char* kUsage = R"(usage: maxtext <command> [options] [key=value ...]
+
+commands:
+  logits    --config CFG [--weights FILE] --tokens 1,2,3[/4,5,6] [--incremental N] --out logits.npy
+  generate  --config CFG [--weights FILE] --tokens 1,2,3[/...] --max-new-tokens N
+            [--temperature T] [--top-k K] [--top-p P] [--seed S]
+  info      --config CFG [--weights FILE]
+
+common options:
+  --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml); key=value overrides follow
+  --weights FILE     safetensors (MaxText parameter names); without it the model is initialised from --seed
+  --weight-type T    store weights as float32 (default: dtype), bfloat16, float16 or q8_0 (float32 activations)
+  --threads N        CPU threads (default: all cores)
+  --seed S           seed for initialisation and sampling (default: init_weights_seed)
+)";
+
+struct Args {
+  std::string command;
+  std::map<std::string, std::string> opt;
+  std::vector<std::string> overrides;
+
+  bool has(const std::string& k) const { return opt.count(k) != 0; }
+  std::string get(const std::string& k, const std::string& d = "") const {
+    auto it = opt.find(k);
+    return it == opt.end() ? d : it->second;
+  }
+  long long integer(const std::string& k, long long d) const {
+    if (!has(k)) return d;
+    try {
+      std::size_t pos = 0;
+      const long long v = std::stoll(get(k), &pos);
+      if (pos == get(k).size()) return v;
+    } catch (const std::exception&) {
+    }
+    MAXTEXT_THROW(ArgumentError, "--", k, ": expected an integer, found '", get(k), "'");
+  }
+  double number(const std::string& k, double d) const {
+    if (!has(k)) return d;
+    try {
+      std::size_t pos = 0;
+      const double v = std::stod(get(k), &pos);
+      if (pos == get(k).size()) return v;
+    } catch (const std::exception&) {
+    }
+    MAXTEXT_THROW(ArgumentError, "--", k, ": expected a number, found '", get(k), "'");
+  }
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  MAXTEXT_CHECK(argc >= 2, ArgumentError, "missing command");
+  a.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      std::string key = s.substr(2), value;
+      const auto eq = key.find('=');
+      if (eq != std::string::npos) {
+        value = key.substr(eq + 1);
+        key = key.substr(0, eq);
+      } else {
+        MAXTEXT_CHECK(i + 1 < argc, ArgumentError, "option --", key, " needs a value");
+        value = argv[++i];
+      }
+      a.opt[key] = value;
+    } else if (s.find('=') != std::string::npos) {
+      a.overrides.push_back(s);
+    } else {
+      MAXTEXT_THROW(ArgumentError, "unexpected argument '", s, "'");
+    }
+  }
+  return a;
+}
+
+/// "1,2,3/4,5,6" -> rows of token ids.
+std::vector<std::vector<std::int32_t>> parse_tokens(const std::string& s) {
+  std::vector<std::vector<std::int32_t>> rows(1);
+  std::string cur;
+  auto flush = [&]() {
+    if (cur.empty()) return;
+    std::size_t pos = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(cur, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    MAXTEXT_CHECK(pos == cur.size() && v >= 0 && v <= 0x7fffffff, ArgumentError, "--tokens: '", cur,
+                  "' is not a token id");
+    rows.back().push_back(static_cast<std::int32_t>(v));
+    cur.clear();
+  };
+  for (char c : s) {
+    if (c == ',' || c == ' ') {
+      flush();
+    } else if (c == '/') {
+      flush();
+      rows.emplace_back();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  flush();
+  for (const auto& r : rows) MAXTEXT_CHECK(!r.empty(), ArgumentError, "--tokens: empty row in '", s, "'");
+  return rows;
+}
+
+Config make_config(const Args& a) {
+  return io::load_config(a.get("config"), a.overrides);
+}
+
+template <class Model>
+void load_or_init(Model& model, const Args& a) {
+  if (a.has("weights")) {
+    const auto w = io::load_weights(a.get("weights"), model.config());
+    model.load(w.tensors);
+  } else {
+    model.init(static_cast<std::uint64_t>(a.integer("seed", model.config().init_weights_seed)));
+  }
+}
+
+cpu::Backend make_backend(const Args& a) { return cpu::Backend(cpu::Options{static_cast<int>(a.integer("threads", 0))}); }
+
+int cmd_logits(const Args& a) {
+  MAXTEXT_CHECK(a.has("tokens"), ArgumentError, "logits needs --tokens");
+  MAXTEXT_CHECK(a.has("out"), ArgumentError, "logits needs --out FILE.npy");
+  const Config cfg = make_config(a);
+  const auto rows = parse_tokens(a.get("tokens"));
+  const auto T = static_cast<std::int64_t>(rows[0].size()), Bn = static_cast<std::int64_t>(rows.size());
+  for (const auto& r : rows) {
+    MAXTEXT_CHECK(static_cast<std::int64_t>(r.size()) == T, ArgumentError, "--tokens: every row must have the same length");
+  }
+  const std::int64_t inc = a.integer("incremental", 0);
+  MAXTEXT_CHECK(inc >= 0 && inc < T, ArgumentError, "--incremental must be in [0, ", T, "), found ", inc);
+  return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
+    Model model(cfg, make_backend(a));
+    load_or_init(model, a);
+    auto cache = model.make_cache(Bn, T);
+    Tensor<float, 3> out({Bn, T, cfg.vocab_size});
+    auto run = [&](std::int64_t t0, std::int64_t len) {
+      Tensor<std::int32_t, 2> tok({Bn, len});
+      for (std::int64_t b = 0; b < Bn; ++b) {
+        for (std::int64_t t = 0; t < len; ++t) tok(b, t) = rows[static_cast<std::size_t>(b)][static_cast<std::size_t>(t0 + t)];
+      }
+      Tensor<float, 3> l = model.forward(tok, cache);
+      for (std::int64_t b = 0; b < Bn; ++b) {
+        for (std::int64_t t = 0; t < len; ++t) {
+          std::copy(&l(b, t, 0), &l(b, t, 0) + cfg.vocab_size, &out(b, t0 + t, 0));
+        }
+      }
+    };
+    run(0, T - inc);
+    for (std::int64_t t = T - inc; t < T; ++t) run(t, 1);
+    io::write_npy(a.get("out"), out);
+    std::cout << "wrote " << a.get("out") << " [" << Bn << ", " << T << ", " << cfg.vocab_size << "] f32\n";
+    return 0;
+  }, a.get("weight-type"));
+}
+
+int cmd_generate(const Args& a) {
+  MAXTEXT_CHECK(a.has("tokens"), ArgumentError, "generate needs --tokens");
+  const Config cfg = make_config(a);
+  const auto prompts = parse_tokens(a.get("tokens"));
+  models::GenerateOptions go;
+  go.max_new_tokens = a.integer("max-new-tokens", 32);
+  go.sampling.temperature = static_cast<float>(a.number("temperature", 0.0));
+  go.sampling.top_k = a.integer("top-k", 0);
+  go.sampling.top_p = static_cast<float>(a.number("top-p", 1.0));
+  go.sampling.seed = static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed));
+  return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
+    Model model(cfg, make_backend(a));
+    load_or_init(model, a);
+    const auto res = models::generate(model, prompts, go);
+    for (std::size_t b = 0; b < res.tokens.size(); ++b) {
+      std::cout << "tokens[" << b << "]: ";
+      for (std::size_t i = 0; i < res.tokens[b].size(); ++i) std::cout << (i ? "," : "") << res.tokens[b][i];
+      std::cout << "\n";
+    }
+    std::printf("prefill: %lld tokens in %.3f ms (%.1f tokens/s)\n", static_cast<long long>(res.prompt_tokens),
+                res.prefill_seconds * 1e3, res.prefill_tokens_per_second());
+    std::printf("decode: %lld steps in %.3f ms (%.1f tokens/s)\n", static_cast<long long>(res.decode_steps),
+                res.decode_seconds * 1e3, res.decode_tokens_per_second());
+    return 0;
+  }, a.get("weight-type"));
+}
+
+int cmd_info(const Args& a) {
+  const Config cfg = make_config(a);
+  return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
+    Model model(cfg, make_backend(a));
+    std::cout << "decoder_block " << cfg.decoder_block << ", dtype " << cfg.dtype_canonical() << "\n"
+              << "emb_dim " << cfg.emb_dim << ", heads " << cfg.num_query_heads << "/" << cfg.num_kv_heads
+              << ", head_dim " << cfg.head_dim << ", mlp_dim " << cfg.mlp_dim << ", layers " << cfg.num_decoder_layers
+              << ", vocab " << cfg.vocab_size << "\n"
+              << "parameters " << model.num_params() << "\n";
+    return 0;
+  }, a.get("weight-type"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+      std::cout << kUsage;
+      return argc < 2 ? 2 : 0;
+    }
+    const Args a = parse_args(argc, argv);
+    if (a.command == "logits") return cmd_logits(a);
+    if (a.command == "generate") return cmd_generate(a);
+    if (a.command == "info") return cmd_info(a);
+    std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
+    return 2;
+  } catch (const maxtext::Error& e) {
+    std::cerr << "maxtext: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "maxtext: error: " << e.what() << "\n";
+    return 1;
+  }
+}
