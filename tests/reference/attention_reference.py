@@ -454,6 +454,10 @@ def attention_cases():
               {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 16, "partial_rotary_factor": 0.5}, pos=ypos)
     attn_case("attn_yarn_concat", 25, dict(ycfg, rope_interleave=False, rope_attention_scaling=False),
               {"num_query_heads": 2, "num_kv_heads": 2, "head_dim": 16}, pos=ypos)
+    # rope_pairwise keeps the pairs interleaved in the output: a different lane order of the same rotation, so the
+    # attention output equals the non-pairwise reference.
+    attn_case("attn_yarn_pairwise", 37, dict(ycfg, rope_pairwise=True),
+              {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 16}, pos=ypos)
     attn_case("attn_partial_rope", 26, {"max_target_length": 4096},
               {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 16, "partial_rotary_factor": 0.5}, pos=ypos)
     attn_case("attn_llama31_fused_bias", 27,
