@@ -168,6 +168,14 @@ TEST_CASE("Attention matches the torch fixture for every option (f32, full seque
   }
 }
 
+TEST_CASE("Attention with attention_type full (no causal term, segment ids kept) matches the torch fixture",
+          "[layers][attention]") {
+  // Full-sequence only: a bidirectional layer cannot be decoded token by token.
+  Case<P32> c("attn_full_segments");
+  Driver<P32> d(c, c.T);
+  test::expect_close(d.run({0, 0}, c.T), c.expected, kF32, "attn_full_segments full");
+}
+
 TEST_CASE("Attention: prefill then single steps equal the full forward for every option and attention type",
           "[layers][attention][decode]") {
   for (const auto& name : kFixtures) {

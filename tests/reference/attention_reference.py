@@ -483,6 +483,8 @@ def attention_cases():
     seg = np.array([[1, 1, 1, 1, 2, 2, 2, 2, 2], [1, 1, 1, 1, 1, 1, 1, 0, 0]], dtype=np.int32)
     spos = np.array([[0, 1, 2, 3, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5, 6, 0, 1]], np.int32)
     attn_case("attn_q_scalar_segments", 35, {}, dict(gqa, query_pre_attn_scalar=0.25), pos=spos, seg=seg)
+    # "full" (bidirectional) attention: no causal term; segment ids still apply.
+    attn_case("attn_full_segments", 38, {}, dict(gqa, attention_type="full"), pos=spos, seg=seg)
     attn_case("attn_sliding_segments_sinks", 36, {"attention_sink": True},
               dict(gqa, attention_type="local_sliding", sliding_window_size=2), pos=spos, seg=seg)
 
