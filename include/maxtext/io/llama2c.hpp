@@ -5,6 +5,7 @@
 // out-major [out, in] matrix; io/model_import.hpp maps them to MaxText names.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -109,11 +110,13 @@ inline Llama2cCheckpoint read_llama2c(const std::string& path) {
               {"ffn_gate", {L, F, D}},   {"ffn_down", {L, D, F}}, {"ffn_up", {L, F, D}}};
   }
   if (!h.shared_classifier) arrays.push_back({"output", {V, D}});
+  // Saturating sums of products: absurd headers give an absurd (never wrapped) expected size.
+  constexpr std::uint64_t cap = std::uint64_t{1} << 60;
   std::uint64_t total = 0;
   for (const auto& a : arrays) {
     std::uint64_t n = 1;
-    for (auto d : a.shape) n *= static_cast<std::uint64_t>(d);
-    total += n;
+    for (auto d : a.shape) n = n > cap / static_cast<std::uint64_t>(d) ? cap : n * static_cast<std::uint64_t>(d);
+    total = std::min(cap, total + n);
   }
   const std::uint64_t expect = offset + total * 4;
   MAXTEXT_CHECK(size == expect, IoError, "[llama2c] ", path, ": file size: the header (dim ", D, ", hidden_dim ", F,

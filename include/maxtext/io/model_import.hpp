@@ -135,17 +135,20 @@ inline AnyTensor attention_out_kernel(const AnyTensor& w, std::int64_t heads, st
   MAXTEXT_CHECK(w.rank() == 2 && w.shape[1] == heads * H, ShapeError, "[import] ", w.source, " (", name,
                 "): expected a [D, ", heads * H, "] matrix, found ", w.shape);
   AnyTensor t = w;
+  // [D, heads*H] -> [D, heads, H] -> [heads, H, D]. Splitting the input axis of a Q8_0 matrix keeps its blocks only
+  // when a head spans whole blocks; otherwise dequantise (a Q8_0 policy re-quantises the same blocks losslessly:
+  // llama.cpp's blocks always hold a +-127 value, so amax/127 gives back the same scale).
+  if (w.dtype == DType::q8_0 && (H % q8_0::block != 0 || w.block_axis >= 0 || w.strides.back() != 1)) {
+    t = AnyTensor::from(to_matrix<float>(w, {0, 1}, 1), w.source);
+  }
   t.source = w.source + " as " + name;
-  // [D, heads*H] -> [D, heads, H] (split the last axis; blocks of Q8_0 must not be split) -> [heads, H, D]
-  MAXTEXT_CHECK(w.dtype != DType::q8_0 || H % q8_0::block == 0, UnsupportedError, "[import] ", w.source,
-                ": a Q8_0 output projection needs head_dim (", H, ") to be a multiple of 32");
   const std::int64_t D = w.shape[0];
   if (t.dtype == DType::q8_0) {
     t.shape = {D, heads, H};
-    t.strides = {w.strides[0], H / q8_0::block, 1};
+    t.strides = {t.strides[0], H / q8_0::block, 1};
   } else {
     t.shape = {D, heads, H};
-    t.strides = {w.strides[0], H * w.strides[1], w.strides[1]};
+    t.strides = {t.strides[0], H * t.strides[1], t.strides[1]};
   }
   return t.permuted({1, 2, 0});
 }
