@@ -93,7 +93,7 @@ class SpmTokenizer final : public Tokenizer {
     if (!valid(bos_)) bos_ = -1;
     if (!valid(eos_)) eos_ = -1;
     if (!valid(unk_)) unk_ = -1;
-    MAXTEXT_CHECK(!add_bos_ || bos_ >= 0, IoError, "[tokenizer] ", where_, ": add_bos is set but there is no BOS token");
+    add_bos_ = bos_ >= 0;  // from_gguf applies tokenizer.ggml.add_bos_token after construction
     for (std::size_t i = 0; i < tokens_.size(); ++i) {
       const TokenType ty = tokens_[i].type;
       if (ty == TokenType::user_defined || ty == TokenType::control || ty == TokenType::unknown) {
