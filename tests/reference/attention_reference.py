@@ -221,7 +221,9 @@ def attention_weights(g, D, N, K, H, opts):
     w = {}
     s = 1.0 / math.sqrt(D)
     if opts.get("fused"):
-        w["qkv_proj.kernel"] = f32(g, (D, N + 2 * K, H), s)
+        kq = f32(g, (D, N + 2 * K, H), s)
+        kq[:, :N] /= F32(math.sqrt(H))  # trained fused models learn the depth scaling; keeps logits O(1)
+        w["qkv_proj.kernel"] = kq
         if opts.get("bias"):
             w["qkv_proj.bias"] = f32(g, (N + 2 * K, H), 0.1)
     else:
@@ -375,11 +377,145 @@ def model_case(name, kind, seed, config, rope, opts=None, B=2, T=9, D=32, N=4, K
                   "tokens": [B, T]})
 
 
+def rope_for(cfg, args, H):
+    """The rotary function MaxText's Attention would pick (rope.md §Selection), or None on NoPE layers."""
+    if args.get("is_nope_layer"):
+        return None
+    rt = (args.get("rope_type") or cfg.get("rope_type", "default")).lower()
+    theta = args.get("rope_max_timescale") or cfg.get("rope_max_timescale", 10000.0)
+    mn = cfg.get("rope_min_timescale", 1.0)
+    if cfg.get("model_name", "default").startswith("llama3.1") or rt.startswith("llama3.1"):
+        return llama31_rope(H, theta, cfg.get("rope_use_scale", True), mn)
+    if rt.startswith("yarn"):
+        return yarn_rope(H, theta, cfg.get("rope_factor", 40.0), cfg.get("original_max_position_embeddings", 4096),
+                         cfg.get("beta_fast", 32.0), cfg.get("beta_slow", 1.0), cfg.get("rope_interleave", True),
+                         cfg.get("rope_truncate", True), cfg.get("rope_attention_scaling", False))
+    prf = args.get("partial_rotary_factor", 0)
+    if prf and prf < 1.0:
+        return default_rope(int(H * prf), theta, mn)
+    local = args.get("attention_type") == "local_sliding"
+    if local and cfg.get("local_rope_max_timescale", -1) > 0:
+        theta = cfg["local_rope_max_timescale"]
+    return default_rope(H, theta, mn, cfg.get("rope_linear_scaling_factor", 1.0))
+
+
+def attn_case(name, seed, config, args, B=2, T=9, D=32, pos=None, seg=None, wopts=None):
+    """One generic Attention layer. `config`: MaxText keys; `args`: Attention constructor arguments (C++ names)."""
+    g = rng(seed)
+    N, K, H = args["num_query_heads"], args["num_kv_heads"], args["head_dim"]
+    cfg = base_config(D, N, K, H, **config)
+    eps = cfg["normalization_layer_epsilon"]
+    a = {"heads": N, "kv_heads": K, "head_dim": H, "eps": eps, "rope": rope_for(cfg, args, H),
+         "type": args.get("attention_type", "global"), "window": args.get("sliding_window_size"),
+         "chunk": cfg.get("chunk_attn_window_size"), "soft_cap": args.get("attn_logits_soft_cap"),
+         "fused": cfg.get("fused_qkv", False), "share_kv": args.get("share_kv_projections", False),
+         "v_norm": args.get("use_v_norm", False)}
+    if args.get("use_qk_norm"):
+        if cfg.get("decoder_block") == "llama4":
+            a["llama4_l2"] = True
+        else:
+            a["qk_norm"] = "global" if cfg.get("model_name", "").startswith("olmo3") else "rms"
+    qs = args.get("query_pre_attn_scalar")
+    if qs and qs != 1.0:
+        a["q_scalar"] = qs
+    if args.get("temperature_tuning"):
+        a.update(temperature_tuning=True, tt_scale=args.get("temperature_tuning_scale", 0.1),
+                 tt_floor=args.get("temperature_tuning_floor_scale", 8192.0))
+    wo = {"fused": a["fused"], "share_kv": a["share_kv"], "bias": args.get("use_bias_in_projections", False),
+          "sinks": cfg.get("attention_sink", False), "qk_norm": a.get("qk_norm"),
+          "qk_scale": cfg.get("qk_norm_with_scale", True), "v_norm": a["v_norm"],
+          "v_scale": cfg.get("v_norm_with_scale", True), "q_scalar": a.get("q_scalar")}
+    wo.update(wopts or {})
+    w = attention_weights(g, D, N, K, H, wo)
+    x = f32(g, (B, T, D), 1.0, 0.1)
+    if pos is None:
+        pos = np.tile(np.arange(T, dtype=np.int32), (B, 1))
+    out = attention(t64(x), to64(w), a, pos, seg)
+    d = case_dir(name)
+    write_common(d, w, x, pos, seg)
+    save_npy(d, "out", out.numpy())
+    save_meta(d, {"what": "generic Attention, float64 from float32 inputs", "config": cfg, "args": args,
+                  "batch": B, "length": T})
+
+
+def attention_cases():
+    gqa = {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 8}
+    attn_case("attn_gqa_sliding_sinks_softcap", 21, {"attention_sink": True},
+              dict(gqa, attention_type="local_sliding", sliding_window_size=3, attn_logits_soft_cap=1.5))
+    attn_case("attn_global_sinks_softcap_mqa", 22, {"attention_sink": True},
+              {"num_query_heads": 4, "num_kv_heads": 1, "head_dim": 8, "attn_logits_soft_cap": 2.0})
+    attn_case("attn_chunk", 23, {"chunk_attn_window_size": 4}, dict(gqa, attention_type="chunk"))
+    # YaRN (interleaved input, halves out, attention scaling) on a layer that also passes a partial factor:
+    # MaxText picks YaRN first, so the factor is ignored. Positions reach 3000 where the ramped frequencies matter.
+    ypos = np.array([[0, 1, 2, 3, 4, 5, 6, 7, 8], [2990, 2991, 2992, 2993, 2994, 2995, 2996, 2997, 2998]], np.int32)
+    ycfg = {"rope_type": "yarn", "rope_factor": 4.0, "original_max_position_embeddings": 4096,
+            "rope_attention_scaling": True, "max_target_length": 4096}
+    attn_case("attn_yarn_partial", 24, ycfg,
+              {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 16, "partial_rotary_factor": 0.5}, pos=ypos)
+    attn_case("attn_yarn_concat", 25, dict(ycfg, rope_interleave=False, rope_attention_scaling=False),
+              {"num_query_heads": 2, "num_kv_heads": 2, "head_dim": 16}, pos=ypos)
+    # rope_pairwise keeps the pairs interleaved in the output: a different lane order of the same rotation, so the
+    # attention output equals the non-pairwise reference.
+    attn_case("attn_yarn_pairwise", 37, dict(ycfg, rope_pairwise=True),
+              {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 16}, pos=ypos)
+    attn_case("attn_partial_rope", 26, {"max_target_length": 4096},
+              {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 16, "partial_rotary_factor": 0.5}, pos=ypos)
+    attn_case("attn_llama31_fused_bias", 27,
+              {"rope_type": "llama3.1", "rope_max_timescale": 500000.0, "fused_qkv": True, "max_target_length": 4096},
+              {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 16, "use_bias_in_projections": True}, pos=ypos)
+    attn_case("attn_linear_scaling_local_theta", 28,
+              {"rope_linear_scaling_factor": 4.0, "local_rope_max_timescale": 100.0},
+              dict(gqa, attention_type="local_sliding", sliding_window_size=4))
+    attn_case("attn_qk_norm_qwen3", 29, {"use_qk_norm": True, "normalization_layer_epsilon": 1e-6},
+              dict(gqa, use_qk_norm=True, query_pre_attn_scalar=8 ** -0.5))
+    attn_case("attn_qk_norm_noscale", 30, {"use_qk_norm": True, "qk_norm_with_scale": False},
+              dict(gqa, use_qk_norm=True, query_pre_attn_scalar=0.3))
+    attn_case("attn_qk_norm_global_olmo3", 31, {"use_qk_norm": True, "model_name": "olmo3-7b"},
+              dict(gqa, use_qk_norm=True))
+    tpos = np.array([[0, 1, 2, 3, 4, 5, 6, 7, 8], [3, 7, 8, 15, 16, 40, 99, 1000, 5000]], np.int32)
+    attn_case("attn_nope_temperature", 32, {},
+              dict(gqa, is_nope_layer=True, temperature_tuning=True, temperature_tuning_scale=0.1,
+                   temperature_tuning_floor_scale=4.0), pos=tpos)
+    attn_case("attn_llama4_l2_chunk", 33, {"decoder_block": "llama4", "use_qk_norm": True, "chunk_attn_window_size": 3},
+              dict(gqa, use_qk_norm=True, query_pre_attn_scalar=8 ** -0.5, attention_type="chunk"))
+    attn_case("attn_share_kv_vnorm_bias", 34, {},
+              dict(gqa, share_kv_projections=True, use_v_norm=True, use_bias_in_projections=True))
+    seg = np.array([[1, 1, 1, 1, 2, 2, 2, 2, 2], [1, 1, 1, 1, 1, 1, 1, 0, 0]], dtype=np.int32)
+    spos = np.array([[0, 1, 2, 3, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5, 6, 0, 1]], np.int32)
+    attn_case("attn_q_scalar_segments", 35, {}, dict(gqa, query_pre_attn_scalar=0.25), pos=spos, seg=seg)
+    # "full" (bidirectional) attention: no causal term; segment ids still apply.
+    attn_case("attn_full_segments", 38, {}, dict(gqa, attention_type="full"), pos=spos, seg=seg)
+    attn_case("attn_sliding_segments_sinks", 36, {"attention_sink": True},
+              dict(gqa, attention_type="local_sliding", sliding_window_size=2), pos=spos, seg=seg)
+
+
 def main():
     torch.set_default_dtype(torch.float64)
     # Llama-2 layer: GQA 4/2, default RoPE theta 1e4, SwiGLU, rmsnorm 1e-5.
     layer_case("llama2_layer", "llama2", 11, 2, 7, 32, 4, 2, 8, 48, {}, default_rope(8, 10000.0))
     model_case("llama2_model", "llama2", 12, {}, default_rope(8, 10000.0))
+    attention_cases()
+    # Llama-2 block with the config-driven attention options it honours: soft cap (passed by the block), sinks and
+    # fused qkv (read by Attention from the config); config attention_type is ignored (the block passes GLOBAL).
+    layer_case("llama2_layer_softcap_sinks_fused", "llama2", 13, 2, 7, 32, 4, 2, 8, 48,
+               {"attn_logits_soft_cap": 1.5, "attention_sink": True, "fused_qkv": True,
+                "attention_type": "local_sliding", "sliding_window_size": 2}, default_rope(8, 10000.0))
+    # Mistral: MaxText applies no sliding window even when the config sets one.
+    layer_case("mistral_layer", "mistral", 14, 2, 7, 32, 4, 2, 8, 48,
+               {"rope_max_timescale": 1000000.0, "sliding_window_size": 3, "attention_type": "local_sliding"},
+               default_rope(8, 1000000.0))
+    layer_case("qwen3_layer", "qwen3", 15, 2, 7, 32, 4, 2, 8, 48,
+               {"use_qk_norm": True, "normalization_layer_epsilon": 1e-6, "rope_max_timescale": 1000000.0},
+               default_rope(8, 1000000.0))
+    layer_case("default_layer_share_kv", "default", 16, 2, 7, 32, 4, 2, 8, 48, {"share_kv_projections": True},
+               default_rope(8, 10000.0))
+    model_case("mistral_model", "mistral", 17, {"rope_max_timescale": 1000000.0}, default_rope(8, 1000000.0))
+    model_case("qwen3_model", "qwen3", 18,
+               {"use_qk_norm": True, "normalization_layer_epsilon": 1e-6, "rope_max_timescale": 1000000.0,
+                "logits_via_embedding": True, "normalize_embedding_logits": False}, default_rope(8, 1000000.0))
+    model_case("default_model", "default", 19, {}, default_rope(8, 10000.0))
+    model_case("llama2_model_llama31", "llama2", 20, {"model_name": "llama3.1-tiny", "rope_max_timescale": 500000.0},
+               llama31_rope(8, 500000.0))
 
 
 if __name__ == "__main__":

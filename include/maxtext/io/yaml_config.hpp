@@ -20,7 +20,7 @@ inline void apply_yaml_node(Config& cfg, const YAML::Node& root, const std::stri
   MAXTEXT_CHECK(root.IsMap() || root.IsNull(), ConfigError, "[config] ", where, ": top level must be a mapping");
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.as<std::string>();
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;  // a handle copy: it->second refers into a temporary proxy
     if (key == "base_config") continue;  // our defaults are base.yml
     try {
       if (v.IsNull()) {
