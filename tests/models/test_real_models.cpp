@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/core/random.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/layers/llama2.hpp"
@@ -80,6 +81,10 @@ void check_stories(const std::string& weights, const tokenizer::Tokenizer& tk, d
   const Config cfg = io::read_weights_config(weights).value();
   Llama<P> model(cfg, cpu::Backend(cpu::Options{1}));
   model.load(io::load_weights(weights, cfg).tensors);
+  if (io::detect_weight_format(weights) == io::WeightFormat::llama2c) {
+    // The shared classifier: the logits matrix and the embedding table are the same memory (the file's).
+    CHECK(model.params().logits_dense.kernel.data.data() == model.params().token_embedder.embedding.data.data());
+  }
   for (const char* name : {"once_upon_a_time", "the_cat"}) {
     INFO(weights << " / " << name);
     const auto r = read_json(dir + "/" + name + ".json");
@@ -246,7 +251,7 @@ TEST_CASE("Q8_0 GGUF: kept quantised or dequantised, the same model as its dequa
   // A seeded Llama whose dims are multiples of 32 (Q8_0 blocks) and head_dim 64 (query scale 1/8, exact on the
   // block scales), written twice: Q8_0 matrices, and F32 matrices holding exactly the dequantised values.
   const std::int64_t D = 128, N = 2, K = 1, H = 64, F = 96, V = 160;
-  layers::Rng rng(7);
+  Rng rng(7);
   auto matrix = [&](std::int64_t r, std::int64_t c) {
     Tensor<float, 2> t({r, c});
     for (std::int64_t i = 0; i < t.size(); ++i) t.data()[i] = static_cast<float>(rng.normal() / std::sqrt(static_cast<double>(c)));
