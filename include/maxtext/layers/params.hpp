@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "maxtext/backend/ops.hpp"
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/matrix.hpp"
