@@ -15,6 +15,8 @@
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/registry.hpp"
 
+#include "cmd_compare.hpp"
+
 namespace {
 
 using namespace maxtext;
@@ -26,7 +28,7 @@ commands:
   generate  --config CFG [--weights FILE] --tokens 1,2,3[/...] --max-new-tokens N
             [--temperature T] [--top-k K] [--top-p P] [--seed S]
   info      --config CFG [--weights FILE]
-
+)" MAXTEXT_COMPARE_USAGE R"(
 common options:
   --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml); key=value overrides follow
   --weights FILE     safetensors (MaxText parameter names); without it the model is initialised from --seed
@@ -230,6 +232,7 @@ int main(int argc, char** argv) {
     if (a.command == "logits") return cmd_logits(a);
     if (a.command == "generate") return cmd_generate(a);
     if (a.command == "info") return cmd_info(a);
+    if (a.command == "compare") return maxtext_cli::cmd_compare(a);
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
     return 2;
   } catch (const maxtext::Error& e) {
