@@ -179,7 +179,8 @@ class Gpt3DecoderLayer {
  private:
   static typename MlpBlock<P>::Config mlp_config(const Config& c, std::string name) {
     typename MlpBlock<P>::Config m{c.emb_dim, c.mlp_dim, parse_activations(c.mlp_activations), true, true,
-                                   NormKind::gpt3, static_cast<float>(c.normalization_layer_epsilon), c.fused_mlp};
+                                   NormKind::gpt3, static_cast<float>(c.normalization_layer_epsilon), c.fused_mlp,
+                                   c.activations_in_float32};
     m.name = std::move(name);
     return m;
   }
