@@ -1,6 +1,8 @@
 // .npy / .npz / tensor-file round trips for every dtype, files written by NumPy itself (tests/reference/
 // npz_fixtures.py: np.savez, np.savez_compressed, Zip64 records, Fortran order, bf16 as ml_dtypes saves it), files we
 // write read back by NumPy, and malformed archives (bad zip, CRC mismatch, unsupported compression, truncation).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -88,7 +90,10 @@ std::size_t find_sig(const std::vector<char>& b, const char* sig, std::size_t fr
   FAIL("signature not found");
   return 0;
 }
-std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("maxtext_npz_test_" + name)).string(); }
+/// A temporary path unique to this process (CTest runs test cases of one program in parallel).
+std::string tmp(const std::string& name) {
+  return (fs::temp_directory_path() / ("maxtext_npz_test_" + std::to_string(::getpid()) + "_" + name)).string();
+}
 
 /// NumPy's interpreter, when it and numpy are installed.
 bool have_numpy() { return std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") == 0; }
@@ -372,6 +377,18 @@ TEST_CASE("Tensor files: a directory of .npy, safetensors, FILE:NAME specs", "[i
   io::write_tensors(st, in);
   const io::TensorMap s = io::read_tensors(st);
   for (const auto& [name, t] : in) check_values(s.at(name), t.dtype, t.shape, "safetensors " + name);
+  // Every dtype through safetensors and through a directory of .npy.
+  std::map<std::string, AnyTensor> all;
+  for (DType dt : kAll) all[std::string(dtype_name(dt))] = make(dt, {2, 3});
+  const std::string st_all = tmp("all.safetensors"), dir_all = tmp("all_dir");
+  io::write_tensors(st_all, all);
+  io::write_tensors(dir_all, all);
+  for (const auto& src : {io::read_tensors(st_all), io::read_tensors(dir_all)}) {
+    REQUIRE(src.tensors.size() == kAll.size());
+    for (const auto& [name, t] : all) check_values(src.at(name), t.dtype, t.shape, "all dtypes " + name);
+  }
+  std::remove(st_all.c_str());
+  fs::remove_all(dir_all);
   const std::string nz = tmp("t.npz");
   io::write_tensors(nz, in, /*compress=*/true);
   check_values(io::read_tensor(nz + ":decoder/layers_0"), DType::f32, {2, 3}, "npz spec");

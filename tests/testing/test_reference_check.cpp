@@ -3,6 +3,7 @@
 // `maxtext compare` CLI: the GPT-3 fixture dump passes, a perturbed weight is pinned to the right layer, per-layer
 // runs on the shared reference cases (../shared/reference), and the DeepSeek case once that model is registered.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -36,7 +37,10 @@ namespace {
 const std::string kModel = test::fixtures_dir() + "/gpt3_model/";
 const std::string kCmp = test::fixtures_dir() + "/compare/";
 
-std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("maxtext_cmp_test_" + name)).string(); }
+/// A temporary path unique to this process (CTest runs test cases of one program in parallel).
+std::string tmp(const std::string& name) {
+  return (fs::temp_directory_path() / ("maxtext_cmp_test_" + std::to_string(::getpid()) + "_" + name)).string();
+}
 
 struct CliResult {
   int status = -1;

@@ -213,10 +213,10 @@ inline LogitStats logit_stats(const AnyTensor& ours, const AnyTensor& theirs, in
       const double pv = std::exp(lp[v]);
       if (pv > 0) kl += pv * (lp[v] - lq[v]);
     }
-    kl = std::max(kl, 0.0);  // rounding can leave a tiny negative for identical distributions
+    if (!std::isnan(kl)) kl = std::max(kl, 0.0);  // rounding can leave a tiny negative for identical distributions
     s.kl.push_back(kl);
     kl_sum += kl;
-    if (kl > s.kl_max || p == 0) {
+    if (kl > s.kl_max || p == 0 || (std::isnan(kl) && !std::isnan(s.kl_max))) {  // a NaN position is the worst
       s.kl_max = kl;
       s.kl_argmax = p;
     }
