@@ -333,6 +333,18 @@ TEST_CASE("maxtext compare: a dump in other names (--map), without the batch dim
   CHECK(r.output.find("note: reference has no batch dim") != std::string::npos);
   CHECK(r.output.find("compared 4 tensors: 4 passed, 0 failed") != std::string::npos);
   CHECK(r.output.find("ignored by the name map: 1") != std::string::npos);
+  // The same dump named in the Hugging Face scheme (--names hf): model.layers.i without a map.
+  std::map<std::string, AnyTensor> hf{{"model.embed_tokens", act.at("token_embedder")}, {"model.layers.1", act.at("decoder.layers_1")},
+                                      {"model.layers.0.self_attn", act.at("decoder.layers_0.self_attention")},
+                                      {"model.norm", act.at("decoder.decoder_norm")}};
+  const std::string hf_npz = tmp("hf_names.npz");
+  io::write_npz(hf_npz, hf);
+  const auto h = run_cli("compare " + model_args() + " --reference " + hf_npz + " --names hf");
+  INFO(h.output);
+  CHECK(h.status == 0);
+  CHECK(h.output.find("names: hf") != std::string::npos);
+  CHECK(h.output.find("compared 4 tensors: 4 passed, 0 failed") != std::string::npos);
+  std::remove(hf_npz.c_str());
   // Without the map nothing matches: a clear error, not a silent pass.
   const auto none = run_cli("compare --config " + kModel + "config.yml --weights " + kModel + "model.safetensors --tokens " +
                             dir + ":input_ids --reference " + dir);
