@@ -332,18 +332,19 @@ int run_layer_kind(const Args& a, Config cfg, const io::TensorMap& reference, co
 
 }  // namespace compare_detail
 
-/// `maxtext compare ...` (see MAXTEXT_COMPARE_USAGE).
-template <class Args>
-int cmd_compare(const Args& a) {
+/// `maxtext compare ...` (see MAXTEXT_COMPARE_USAGE). `make_config(args)` builds the Config from --config and the
+/// key=value overrides the way the other commands do.
+template <class Args, class MakeConfig>
+int cmd_compare(const Args& args, MakeConfig&& make_config) {
   using namespace maxtext;
+  Args a = args;
   MAXTEXT_CHECK(a.has("reference"), ArgumentError, "compare needs --reference FILE.npz|DIR|FILE.safetensors");
-  std::vector<std::string> overrides = a.overrides;
   const std::string kind = a.get("layer");
   const bool layer_mode = a.has("layer");
   if (layer_mode && kind != "decoder" && kind != "moe" && kind != "gpt3_attention" && kind != "gpt3_layernorm") {
-    overrides.push_back("decoder_block=" + kind);  // --layer gpt3: that block's decoder layer
+    a.overrides.push_back("decoder_block=" + kind);  // --layer gpt3: that block's decoder layer
   }
-  const Config cfg = io::load_config(a.get("config"), overrides);
+  const Config cfg = make_config(a);
   const io::TensorMap reference = io::read_tensors(a.get("reference"));
   const testing::NameMap map = a.has("map") ? testing::NameMap::read(a.get("map")) : testing::NameMap();
   return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {

@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
     if (a.command == "logits") return cmd_logits(a);
     if (a.command == "generate") return cmd_generate(a);
     if (a.command == "info") return cmd_info(a);
-    if (a.command == "compare") return maxtext_cli::cmd_compare(a);
+    if (a.command == "compare") return maxtext_cli::cmd_compare(a, make_config);
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
     return 2;
   } catch (const maxtext::Error& e) {
