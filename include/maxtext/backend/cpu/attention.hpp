@@ -1,7 +1,7 @@
 // backend/cpu/attention.hpp: MaxText AttentionOp on the CPU (spec attention.md §1-2): an online softmax over blocks
 // of keys, no [T, S] score matrix. One work item is (batch row, kv head, query): the G = N/K query heads that share
 // a kv head are handled together, so each key and value row is loaded (and converted to f32) once for all of them.
-// Per block of kW keys: logits for every head, one running-max update,
+// Per block of kW keys: logits for every head (kW dot products reduced into one vector), one running-max update,
 // one vectorised exp, then the probability-weighted sum of the value rows.
 #pragma once
 
@@ -13,17 +13,90 @@
 
 #include <xsimd/xsimd.hpp>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "maxtext/backend/common/math.hpp"
 #include "maxtext/backend/cpu/parallel.hpp"
 #include "maxtext/backend/cpu/vec.hpp"
 #include "maxtext/backend/ops.hpp"
 #include "maxtext/core/dtype.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/core/tensor.hpp"
 
 namespace maxtext::cpu::attn {
 
 using vec::fbatch;
 inline constexpr std::int64_t kBlk = static_cast<std::int64_t>(vec::W);  ///< keys per block: one vector of logits
+
+/// logit[j] = q . k_j for a full block of kBlk keys: kBlk vector accumulators over d, then one transposing
+/// reduction into a single vector (lane j = key j) instead of kBlk horizontal sums.
+MAXTEXT_INLINE void block_logits(const float* q, const float* const* krow, std::int64_t Dq, float* logit) {
+  fbatch acc[kBlk];
+  for (std::int64_t j = 0; j < kBlk; ++j) acc[j] = fbatch(0.0f);
+  for (std::int64_t d = 0; d < Dq; d += kBlk) {
+    const fbatch qv = fbatch::load_unaligned(q + d);
+    for (std::int64_t j = 0; j < kBlk; ++j) acc[j] = xsimd::fma(qv, fbatch::load_unaligned(krow[j] + d), acc[j]);
+  }
+#if defined(__AVX512F__)
+  static_assert(kBlk == 16, "AVX-512 batches hold 16 floats");
+  __m512 s4[4];
+  for (int k = 0; k < 4; ++k) {
+    __m512 t[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m512 a = acc[4 * k + 2 * h], b = acc[4 * k + 2 * h + 1];
+      t[h] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // per 128-bit lane: a02 b02 a13 b13
+    }
+    s4[k] = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                          _mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));  // per lane: keys 4k..4k+3
+  }
+  const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(s4[0], s4[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(s4[0], s4[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(s4[2], s4[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(s4[2], s4[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  _mm512_store_ps(logit, _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1))));
+#else
+  for (std::int64_t j = 0; j < kBlk; ++j) logit[j] = xsimd::hadd(acc[j]);
+#endif
+}
+
+/// acc[0, Dv) += sum_j prob[j] * v_j over the block's keys, the accumulator kept in registers per 4-vector chunk.
+MAXTEXT_INLINE void accumulate_values(const float* prob, const float* const* vrow, std::int64_t nb, std::int64_t Dv,
+                                      float* acc) {
+  if (Dv % kBlk != 0) {
+    for (std::int64_t j = 0; j < nb; ++j) {
+      if (prob[j] != 0.0f) vec::axpy(prob[j], vrow[j], acc, Dv);
+    }
+    return;
+  }
+  std::int64_t c = 0;
+  for (; c + 4 * kBlk <= Dv; c += 4 * kBlk) {
+    fbatch a0 = fbatch::load_unaligned(acc + c), a1 = fbatch::load_unaligned(acc + c + kBlk),
+           a2 = fbatch::load_unaligned(acc + c + 2 * kBlk), a3 = fbatch::load_unaligned(acc + c + 3 * kBlk);
+    for (std::int64_t j = 0; j < nb; ++j) {
+      if (prob[j] == 0.0f) continue;  // masked key (its value row may not exist)
+      const fbatch p(prob[j]);
+      const float* v = vrow[j] + c;
+      a0 = xsimd::fma(p, fbatch::load_unaligned(v), a0);
+      a1 = xsimd::fma(p, fbatch::load_unaligned(v + kBlk), a1);
+      a2 = xsimd::fma(p, fbatch::load_unaligned(v + 2 * kBlk), a2);
+      a3 = xsimd::fma(p, fbatch::load_unaligned(v + 3 * kBlk), a3);
+    }
+    a0.store_unaligned(acc + c);
+    a1.store_unaligned(acc + c + kBlk);
+    a2.store_unaligned(acc + c + 2 * kBlk);
+    a3.store_unaligned(acc + c + 3 * kBlk);
+  }
+  for (; c < Dv; c += kBlk) {
+    fbatch a = fbatch::load_unaligned(acc + c);
+    for (std::int64_t j = 0; j < nb; ++j) {
+      if (prob[j] != 0.0f) a = xsimd::fma(fbatch(prob[j]), fbatch::load_unaligned(vrow[j] + c), a);
+    }
+    a.store_unaligned(acc + c);
+  }
+}
 
 /// out[b,t,n,:] = sum_s e^(l_s - m) v[b,s,n/G,:] / (sum_s e^(l_s - m) + sink term), l = q.k (q already scaled),
 /// masked keys removed; a row with every key masked averages all kv_len keys (MaxText's finite mask value), or is 0
@@ -107,13 +180,15 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
         for (std::int64_t j = nb; j < kBlk; ++j) krow[j] = vrow[j] = nullptr;
         for (std::int64_t g = 0; g < G; ++g) {
           const float* qg = qf + g * Dq;
-          if (vec_dot) {
+          if (vec_dot && nb == kBlk) {
+            block_logits(qg, krow, Dq, logit);
+          } else if (vec_dot) {
             for (std::int64_t j = 0; j < nb; ++j) {
               fbatch s(0.0f);
               for (std::int64_t d = 0; d < Dq; d += kBlk) {
                 s = xsimd::fma(fbatch::load_unaligned(qg + d), fbatch::load_unaligned(krow[j] + d), s);
               }
-              logit[j] = xsimd::hadd(s);  // (xsimd 8's haddp permutes AVX-512 lanes: not used)
+              logit[j] = xsimd::hadd(s);
             }
             for (std::int64_t j = nb; j < kBlk; ++j) logit[j] = 0.0f;
           } else {
@@ -142,9 +217,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
           const fbatch e = xsimd::exp(fbatch::load_aligned(logit) - fbatch(mrun[g]));
           e.store_aligned(prob);
           lrun[g] += xsimd::hadd(e);
-          for (std::int64_t j = 0; j < nb; ++j) {
-            if (prob[j] != 0.0f) vec::axpy(prob[j], vrow[j], ag, Dv);
-          }
+          accumulate_values(prob, vrow, nb, Dv, ag);
         }
       }
       for (std::int64_t g = 0; g < G; ++g) {

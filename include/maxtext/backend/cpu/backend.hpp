@@ -17,6 +17,7 @@
 #include "maxtext/backend/common/math.hpp"
 #include "maxtext/backend/concepts.hpp"
 #include "maxtext/backend/cpu/attention.hpp"
+#include "maxtext/backend/cpu/elementwise.hpp"
 #include "maxtext/backend/cpu/gemm.hpp"
 #include "maxtext/backend/cpu/vec.hpp"
 #include "maxtext/backend/ops.hpp"
@@ -198,11 +199,7 @@ class Backend {
       for (std::int64_t r = r0; r < r1; ++r) {
         vec::to_f32(&h0(r, 0), f0.data(), F);
         if (!h1.empty()) vec::to_f32(&h1(r, 0), f1.data(), F);
-        for (std::int64_t i = 0; i < F; ++i) {
-          float v = round_to<A>(math::activate(a0, f0[i]));
-          if (!h1.empty()) v = round_to<A>(v * round_to<A>(math::activate(a1, f1[i])));
-          f0[i] = v;
-        }
+        elementwise::glu_row<A>(f0.data(), a0, h1.empty() ? nullptr : f1.data(), a1, F);
         vec::from_f32(f0.data(), &y(r, 0), F);
       }
     });
