@@ -1,5 +1,7 @@
-// bench/e2e.cpp: end-to-end prefill and decode speed of a Llama-shaped model on the CPU backend, reading a
-// MaxText-named safetensors file (bench/make_models.py writes them). Prints one JSON object per measurement:
+// bench/e2e.cpp: end-to-end prefill and decode speed of a Llama model (layers::LlamaDecoderLayer) on the CPU backend,
+// reading the same GGUF file llama.cpp reads (its configuration from the metadata; F32 or Q8_0 tensors kept as they
+// are, or converted at load to the policy's weight type, e.g. F32 -> bf16), or a MaxText-named safetensors file with
+// the shape given on the command line (bench/make_models.py writes both). Prints one JSON object per measurement:
 //   {"impl": "maxtext", "test": "pp128" | "pp512" | "tg@512", "weights": ..., "threads": n, "tokens_per_s": x, ...}
 // Prefill: a fresh cache, T random tokens, logits for the last token only (as llama-bench). Decode: after a
 // prefill of --context tokens, --decode single-token steps, each producing logits; the rate is steps / time.
@@ -12,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "llama_layer.hpp"
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/io/weights.hpp"
+#include "maxtext/layers/llama2.hpp"
 #include "maxtext/models/transformer.hpp"
 
 using namespace maxtext;
@@ -70,15 +72,15 @@ Args parse(int argc, char** argv) {
       std::exit(2);
     }
   }
-  if (a.weights.empty() || a.dim <= 0 || a.layers <= 0 || a.heads <= 0 || a.hidden <= 0) {
+  if (a.weights.empty()) {
     std::fprintf(stderr,
-                 "usage: e2e --weights F.safetensors --dim D --layers L --heads N [--kv-heads K] --hidden F "
-                 "[--vocab V] [--head-dim H] [--weight-type f32|bf16|q8_0] [--threads T] [--prompts 128,512] "
-                 "[--context 512] [--decode 16] [--reps 2]\n");
+                 "usage: e2e --weights F.gguf | (F.safetensors --dim D --layers L --heads N [--kv-heads K] --hidden F "
+                 "[--vocab V] [--head-dim H]) [--weight-type f32|bf16|q8_0] [--threads T] [--prompts 128,512] "
+                 "[--context 512] [--decode 16] [--reps 2] [--name NAME]\n");
     std::exit(2);
   }
   if (a.kv_heads <= 0) a.kv_heads = a.heads;
-  if (a.head_dim <= 0) a.head_dim = a.dim / a.heads;
+  if (a.head_dim <= 0 && a.heads > 0) a.head_dim = a.dim / a.heads;
   return a;
 }
 
@@ -95,7 +97,7 @@ void report(const Args& a, const std::string& test, std::int64_t tokens, double 
 
 template <class P>
 void run(const Args& a, const Config& cfg) {
-  using Model = models::Transformer<P, bench::BenchLlamaLayer>;
+  using Model = models::Transformer<P, layers::LlamaDecoderLayer>;
   Model model(cfg, cpu::Backend(cpu::Options{a.threads}));
   {
     io::LoadedWeights w = io::load_weights(a.weights, cfg);
@@ -142,20 +144,29 @@ void run(const Args& a, const Config& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args a = parse(argc, argv);
+  Args a = parse(argc, argv);
   try {
     Config cfg;
-    cfg.decoder_block = "llama2";
-    cfg.base_emb_dim = a.dim;
-    cfg.base_num_decoder_layers = a.layers;
-    cfg.base_num_query_heads = a.heads;
-    cfg.base_num_kv_heads = a.kv_heads;
-    cfg.base_mlp_dim = a.hidden;
-    cfg.head_dim = a.head_dim;
-    cfg.vocab_size = a.vocab;
+    if (auto c = io::read_weights_config(a.weights)) {
+      cfg = *c;  // GGUF metadata
+    } else {
+      if (a.dim <= 0 || a.layers <= 0 || a.heads <= 0 || a.hidden <= 0) {
+        std::fprintf(stderr, "e2e: MaxText safetensors need --dim, --layers, --heads and --hidden\n");
+        return 2;
+      }
+      cfg.decoder_block = "llama2";
+      cfg.base_emb_dim = a.dim;
+      cfg.base_num_decoder_layers = a.layers;
+      cfg.base_num_query_heads = a.heads;
+      cfg.base_num_kv_heads = a.kv_heads;
+      cfg.base_mlp_dim = a.hidden;
+      cfg.head_dim = a.head_dim;
+      cfg.vocab_size = a.vocab;
+      cfg.normalization_layer_epsilon = 1e-5;
+    }
     cfg.max_target_length = std::max<std::int64_t>(a.context + a.decode + 8, 1024);
-    cfg.normalization_layer_epsilon = 1e-5;
     cfg.scan_layers = false;
+    a.vocab = cfg.vocab_size;
     using B = cpu::Backend;
     if (a.wtype == "f32") {
       cfg.dtype = "float32";
