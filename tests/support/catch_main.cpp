@@ -1,3 +1,25 @@
-// The Catch2 v2 main shared by every test program.
-#define CATCH_CONFIG_MAIN
+// The Catch2 v2 main shared by every test program. Each test process runs in a fresh working directory of its own,
+// so tests that write scratch files ("bad.npy", "rt.safetensors", ...) never collide when CTest runs them in parallel.
+#define CATCH_CONFIG_RUNNER
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
 #include <catch2/catch.hpp>
+
+int main(int argc, char* argv[]) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::temp_directory_path(ec) / ("maxtext-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir, ec);
+  if (!ec) fs::current_path(dir, ec);
+  const int result = Catch::Session().run(argc, argv);
+  if (!ec) {
+    fs::current_path(fs::temp_directory_path(ec), ec);
+    fs::remove_all(dir, ec);
+  }
+  return result;
+}
