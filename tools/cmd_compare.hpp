@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_common.hpp"
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/io/tensor_files.hpp"
 #include "maxtext/io/weights.hpp"
@@ -123,26 +124,7 @@ inline Tensor<std::int32_t, 2> parse_tokens_arg(const std::string& s, const io::
     return std::isdigit(static_cast<unsigned char>(c)) || c == ',' || c == '/' || c == ' ';
   });
   if (!listy) return int_rows("tokens", tensor_arg("tokens", s, reference));
-  std::vector<std::vector<std::int32_t>> rows(1);
-  std::string cur;
-  auto flush = [&]() {
-    if (cur.empty()) return;
-    MAXTEXT_CHECK(cur.size() <= 10 && std::stoll(cur) <= 0x7fffffff, ArgumentError, "--tokens: '", cur,
-                  "' is not a token id");
-    rows.back().push_back(static_cast<std::int32_t>(std::stoll(cur)));
-    cur.clear();
-  };
-  for (char c : s) {
-    if (c == ',' || c == ' ') {
-      flush();
-    } else if (c == '/') {
-      flush();
-      rows.emplace_back();
-    } else {
-      cur.push_back(c);
-    }
-  }
-  flush();
+  const auto rows = maxtext::cli::parse_token_rows(s);
   const std::size_t T = rows[0].size();
   for (const auto& r : rows) {
     MAXTEXT_CHECK(!r.empty() && r.size() == T, ArgumentError, "--tokens: every row must be non-empty and of equal length");

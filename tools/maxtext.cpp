@@ -16,6 +16,7 @@
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/registry.hpp"
+#include "cli_common.hpp"
 #include "cmd_tokenize.hpp"
 
 #include "cmd_compare.hpp"
@@ -104,39 +105,6 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-/// "1,2,3/4,5,6" -> rows of token ids.
-std::vector<std::vector<std::int32_t>> parse_tokens(const std::string& s) {
-  std::vector<std::vector<std::int32_t>> rows(1);
-  std::string cur;
-  auto flush = [&]() {
-    if (cur.empty()) return;
-    std::size_t pos = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(cur, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    MAXTEXT_CHECK(pos == cur.size() && v >= 0 && v <= 0x7fffffff, ArgumentError, "--tokens: '", cur,
-                  "' is not a token id");
-    rows.back().push_back(static_cast<std::int32_t>(v));
-    cur.clear();
-  };
-  for (char c : s) {
-    if (c == ',' || c == ' ') {
-      flush();
-    } else if (c == '/') {
-      flush();
-      rows.emplace_back();
-    } else {
-      cur.push_back(c);
-    }
-  }
-  flush();
-  for (const auto& r : rows) MAXTEXT_CHECK(!r.empty(), ArgumentError, "--tokens: empty row in '", s, "'");
-  return rows;
-}
-
 Config make_config(const Args& a) {
   if (!a.has("config") && a.has("weights")) return cli::config_from_weights(a.get("weights"), a.overrides);
   return io::load_config(a.get("config"), a.overrides);
@@ -159,7 +127,7 @@ int cmd_logits(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens"), ArgumentError, "logits needs --tokens");
   MAXTEXT_CHECK(a.has("out"), ArgumentError, "logits needs --out FILE.npy");
   const Config cfg = make_config(a);
-  const auto rows = parse_tokens(a.get("tokens"));
+  const auto rows = cli::parse_token_rows(a.get("tokens"));
   const auto T = static_cast<std::int64_t>(rows[0].size()), Bn = static_cast<std::int64_t>(rows.size());
   for (const auto& r : rows) {
     MAXTEXT_CHECK(static_cast<std::int64_t>(r.size()) == T, ArgumentError, "--tokens: every row must have the same length");
@@ -203,7 +171,7 @@ int cmd_generate(const Args& a) {
     prompts.push_back(tk->encode(a.get("prompt")));
     if (tk->eos() >= 0) go_stop_eos = tk->eos();
   } else {
-    prompts = parse_tokens(a.get("tokens"));
+    prompts = cli::parse_token_rows(a.get("tokens"));
   }
   models::GenerateOptions go;
   go.max_new_tokens = a.integer("max-new-tokens", 32);
