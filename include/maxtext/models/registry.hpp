@@ -8,6 +8,7 @@
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/policy.hpp"
+#include "maxtext/layers/deepseek.hpp"
 #include "maxtext/layers/gpt3.hpp"
 #include "maxtext/models/transformer.hpp"
 
@@ -17,6 +18,9 @@ namespace maxtext::models {
 template <TensorPolicy P, class F>
 decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("gpt3")) return f.template operator()<Transformer<P, layers::Gpt3DecoderLayer>>();
+  if (cfg.is("deepseek")) {
+    return f.template operator()<Transformer<P, layers::DeepSeekDenseLayer, layers::DeepSeekMoELayer>>();
+  }
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }
