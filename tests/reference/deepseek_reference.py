@@ -691,6 +691,34 @@ def mixtral_model_case():
     for kk, v in acts.items():
         save_npy(d, "act_" + kk, v.numpy())
     write_yaml(d, mixtral_yaml(c))
+    # The same model as a Hugging Face Mixtral checkpoint (weights-naming.md §Mixtral): [out, in] matrices, the query
+    # un-scaled (HF applies 1/sqrt(head_dim) in its attention), experts w1/w3/w2, block_sparse_moe.gate.
+    hf = {"model.embed_tokens.weight": w["token_embedder.embedding"], "model.norm.weight": w["decoder.decoder_norm.scale"],
+          "lm_head.weight": np.ascontiguousarray(w["decoder.logits_dense.kernel"].T)}
+    D, N, K, H, E = c["D"], c["N"], c["K"], c["H"], c["E"]
+    for i in range(c["L"]):
+        m, h = f"decoder.layers_{i}.", f"model.layers.{i}."
+        hf[h + "input_layernorm.weight"] = w[m + "pre_self_attention_layer_norm.scale"]
+        hf[h + "post_attention_layernorm.weight"] = w[m + "post_self_attention_layer_norm.scale"]
+        q = (w[m + "self_attention.query.kernel"].astype(np.float32) * np.float32(math.sqrt(H))).astype(np.float32)
+        hf[h + "self_attn.q_proj.weight"] = np.ascontiguousarray(q.reshape(D, N * H).T)
+        hf[h + "self_attn.k_proj.weight"] = np.ascontiguousarray(w[m + "self_attention.key.kernel"].reshape(D, K * H).T)
+        hf[h + "self_attn.v_proj.weight"] = np.ascontiguousarray(w[m + "self_attention.value.kernel"].reshape(D, K * H).T)
+        hf[h + "self_attn.o_proj.weight"] = np.ascontiguousarray(w[m + "self_attention.out.kernel"].reshape(N * H, D).T)
+        hf[h + "block_sparse_moe.gate.weight"] = np.ascontiguousarray(w[m + "MoeBlock_0.gate.kernel"].T)
+        for e in range(E):
+            ex = h + f"block_sparse_moe.experts.{e}."
+            hf[ex + "w1.weight"] = np.ascontiguousarray(w[m + "MoeBlock_0.wi_0"][e].T)
+            hf[ex + "w3.weight"] = np.ascontiguousarray(w[m + "MoeBlock_0.wi_1"][e].T)
+            hf[ex + "w2.weight"] = np.ascontiguousarray(w[m + "MoeBlock_0.wo"][e].T)
+    save_safetensors(f"{d}/hf_model.safetensors", hf)
+    with open(f"{d}/config.json", "w") as f:
+        json.dump({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": D,
+                   "intermediate_size": c["F"], "num_attention_heads": N, "num_key_value_heads": K, "head_dim": H,
+                   "num_hidden_layers": c["L"], "vocab_size": c["V"], "rms_norm_eps": c["eps"],
+                   "rope_theta": c["theta"], "num_local_experts": E, "num_experts_per_tok": c["k"],
+                   "max_position_embeddings": 64, "tie_word_embeddings": False, "torch_dtype": "float32",
+                   "hidden_act": "silu", "sliding_window": None}, f, indent=1)
     save_meta(d, {"what": "2-layer Mixtral-style model, float64 from float32 weights", "tokens": [B, T],
                   "vocab": c["V"], "min_routing_margin": min(margins)})
 

@@ -12,10 +12,8 @@
 #pragma once
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,34 +33,12 @@
 
 namespace maxtext::layers {
 
-/// The rotary embedding MLA applies to its Hr rope lanes (rope.md §Selection with d = qk_rope_head_dim):
-/// LLaMA-3.1 RoPE when model_name or rope_type starts with "llama3.1", YaRN when rope_type starts with "yarn"
-/// (every DeepSeek yml), default RoPE otherwise.
+/// The rotary embedding MLA applies to its Hr rope lanes: MaxText's selection (rope.md §Selection) with
+/// d = qk_rope_head_dim; YaRN for every DeepSeek yml (rope_type: yarn).
 inline RopeSpec mla_rope_spec(const Config& c) {
-  RopeSpec s;
-  s.head_dim = c.qk_rope_head_dim;
-  s.min_timescale = c.rope_min_timescale;
-  s.max_timescale = c.rope_max_timescale;
-  s.linear_scaling = c.rope_linear_scaling_factor;
-  s.llama31_use_scale = c.rope_use_scale;
-  s.max_position_embeddings = c.max_position_embeddings;
-  s.original_max_position_embeddings = c.original_max_position_embeddings;
-  s.rope_factor = c.rope_factor;
-  s.beta_fast = c.beta_fast;
-  s.beta_slow = c.beta_slow;
-  s.yarn_truncate = c.rope_truncate;
-  s.yarn_attention_scaling = c.rope_attention_scaling;
-  std::string rt = c.rope_type;
-  std::transform(rt.begin(), rt.end(), rt.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  if (c.model_name.rfind("llama3.1", 0) == 0 || rt.rfind("llama3.1", 0) == 0) {
-    s.kind = RopeKind::llama31;
-  } else if (rt.rfind("yarn", 0) == 0) {
-    s.kind = RopeKind::yarn;
-    s.interleaved = c.rope_interleave;
-  } else {
-    s.kind = RopeKind::default_rope;
-  }
-  return s;
+  RopeArgs a;
+  a.dims = c.qk_rope_head_dim;
+  return select_rope(c, a);
 }
 
 /// MLA's softmax scale: (Hn + Hr)^-1/2, times ms^2 with ms = 0.1 * mscale * ln(rope_factor) + 1 when
@@ -75,25 +51,6 @@ inline double mla_softmax_scale(const Config& c) {
   }
   return s;
 }
-
-namespace detail {
-/// Host rotary tables shared by every layer (and model) built from the same settings: a YaRN table for
-/// DeepSeek-V3 holds 163840 positions.
-inline std::shared_ptr<const RotaryTable> shared_rotary_table(const RopeSpec& s, std::int64_t positions) {
-  static std::mutex mu;
-  static std::map<std::string, std::weak_ptr<const RotaryTable>> cache;
-  const std::string key = str(static_cast<int>(s.kind), ",", s.head_dim, ",", s.rot_dims, ",", s.min_timescale, ",",
-                              s.max_timescale, ",", s.linear_scaling, ",", s.llama31_use_scale, ",", s.interleaved,
-                              ",", s.max_position_embeddings, ",", s.original_max_position_embeddings, ",",
-                              s.rope_factor, ",", s.beta_fast, ",", s.beta_slow, ",", s.yarn_truncate, ",",
-                              s.yarn_attention_scaling, ",", positions);
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto sp = cache[key].lock()) return sp;
-  auto t = std::make_shared<const RotaryTable>(build_rotary_table(s, positions));
-  cache[key] = t;
-  return t;
-}
-}  // namespace detail
 
 /// Multi-head Latent Attention. Parameters (no biases; init nd_dense_init(1, fan_in, normal)):
 /// `query/kernel [D,N,Hq]` (q_lora_rank 0) or `wq_a/kernel [D,r_q]`, `q_norm/scale [r_q]`, `wq_b/kernel [r_q,N,Hq]`;
@@ -130,7 +87,6 @@ class MLA {
     MAXTEXT_CHECK(c.num_query_heads == c.num_kv_heads, ConfigError, "[MLA] num_query_heads (", c.num_query_heads,
                   ") must equal num_kv_heads (", c.num_kv_heads, ")");
     MAXTEXT_CHECK(!c.fused_qkv, ConfigError, "[MLA] fused_qkv is not supported by MLA");
-    MAXTEXT_CHECK(!c.rope_pairwise || c.rope_interleave, ConfigError, "[MLA] rope_pairwise requires rope_interleave");
     const std::int64_t Hq = Hn_ + Hr_;
     const Init init = Init::normal;  // nd_dense_init(1.0, "fan_in", "normal"), no query scaling at init
     if (rq_ == 0) {
@@ -148,20 +104,8 @@ class MLA {
     op_ = AttentionOp<P>({N_, N_, Hq, Hv_, true, 0, 0, opt_});
 
     const RopeSpec rs = mla_rope_spec(c);
-    positions_ = rs.kind == RopeKind::yarn ? c.max_position_embeddings : std::max(c.max_target_length, c.max_position_embeddings);
-    MAXTEXT_CHECK(positions_ > 0, ConfigError, "[MLA] the rotary table needs max_position_embeddings > 0");
-    table_ = detail::shared_rotary_table(rs, positions_);
-    if (rs.kind == RopeKind::yarn && c.rope_pairwise) {
-      // pairwise YaRN keeps the interleaved output layout (math in f32)
-      auto t = std::make_shared<RotaryTable>(*table_);
-      t->layout = RopeLayout::interleaved;
-      table_ = t;
-    } else if (rs.kind == RopeKind::yarn && !c.rope_interleave) {
-      auto t = std::make_shared<RotaryTable>(*table_);
-      t->layout = RopeLayout::half_split;
-      t->round_sincos_to_input = false;
-      table_ = t;
-    }
+    positions_ = rope_table_positions(rs, c);
+    table_ = shared_rotary_table(rs, positions_);
     device_ = std::make_shared<DeviceTable>();
   }
 
@@ -277,13 +221,14 @@ class MLA {
     });
     return device_->table;
   }
-  /// MaxText looks positions up in a table of max_position_embeddings entries; a position outside it is an error.
+  /// Positions index the rotary table (max_target_length entries, at most max_position_embeddings for YaRN); a
+  /// position outside it is an error.
   void check_positions(const Context<P>& ctx) const {
     const auto& pos = ctx.step.positions;
     if (pos.empty() || !ctx.be.memory()->host_accessible()) return;
     for (std::int64_t i = 0; i < pos.dim(0); ++i) {
       MAXTEXT_CHECK(pos(i) >= 0 && pos(i) < positions_, ArgumentError, "[MLA] position ", pos(i),
-                    " is outside the rotary table [0, ", positions_, ") (max_position_embeddings)");
+                    " is outside the rotary table [0, ", positions_, ") (max_target_length / max_position_embeddings)");
     }
   }
   /// Append rows [B*T, r_kv + Hr] to the latent cache at each row's start index.
