@@ -93,6 +93,9 @@ class RoutedMoE {
     s.inference_call = c.model_call_mode == "inference";
     s.load_balance_loss_weight = c.load_balance_loss_weight;
     s.bias_update_rate = c.routed_bias ? c.routed_bias_update_rate : 0.0;
+    MAXTEXT_CHECK(c.routed_bias_update_rate <= 0.0 || c.is("deepseek"), ConfigError,
+                  "[RoutedMoE] routed_bias_update_rate > 0 is only supported by the deepseek decoder block, found ",
+                  c.decoder_block);
     s.init_scale = c.dense_init_scale;
     MoeRouting& r = s.routing;
     r.num_experts_per_tok = c.num_experts_per_tok;
