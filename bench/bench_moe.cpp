@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/core/random.hpp"
 #include "maxtext/layers/moe.hpp"
 #include "maxtext/layers/params.hpp"
 
@@ -43,7 +44,7 @@ struct MoeCase {
     for (std::int64_t e = 0; e < experts; ++e) params.gate.bias(e) = e < active ? 20.0f : -20.0f;
     x = Tensor<float, 2>({kTokens, kDim});
     y = Tensor<float, 2>({kTokens, kDim});
-    layers::Rng rng(11);
+    Rng rng(11);
     for (std::int64_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>(rng.normal());
     step.batch = 1;
     step.length = kTokens;
