@@ -16,6 +16,9 @@
 
 #include "maxtext/backend/common/math.hpp"
 #include "maxtext/backend/concepts.hpp"
+#include "maxtext/backend/cpu/attention.hpp"
+#include "maxtext/backend/cpu/elementwise.hpp"
+#include "maxtext/backend/cpu/gemm.hpp"
 #include "maxtext/backend/cpu/vec.hpp"
 #include "maxtext/backend/ops.hpp"
 #include "maxtext/core/dtype.hpp"
@@ -53,9 +56,13 @@ class Backend {
 #endif
   }
 
-  /// Lay a weight out for this backend (once, at load). The CPU kernels read the out-major layout directly.
+  /// Lay a weight out for this backend (once, at load): f32, bf16 and Q8_0 matrices get a panel-packed copy for the
+  /// matrix-product kernels (backend/cpu/gemm.hpp); `data` keeps the out-major layout for row gathers and export.
   template <class W>
   Matrix<W> prepare(Matrix<W> m) const {
+    if constexpr (gemm::packable<W>) {
+      if (!m.empty() && !m.packed && m.data.view().is_contiguous()) m.packed = gemm::pack(m.data.data(), m.rows, m.cols);
+    }
     return m;
   }
 
@@ -69,6 +76,13 @@ class Backend {
     MAXTEXT_DASSERT(x.rows_contiguous() && y.rows_contiguous());
     MAXTEXT_DASSERT(bias.empty() || bias.dim(0) == N);
     if (M == 0 || N == 0) return;
+    if constexpr (gemm::packable<W> && (std::is_same_v<X, float> || std::is_same_v<X, bf16>)) {
+      if (w.packed && (bias.empty() || bias.stride(0) == 1)) {
+        gemm::matmul(*static_cast<const gemm::Packed*>(w.packed.get()), x.data(), x.stride(0), M, y.data(),
+                     y.stride(0), bias.empty() ? static_cast<const Bias*>(nullptr) : bias.data(), threads_);
+        return;
+      }
+    }
     if constexpr (std::is_same_v<X, float> && std::is_same_v<W, float> && std::is_same_v<Y, float>) {
       if (M >= kGemmMinRows) {
         gemm_f32(x.data(), x.stride(0), w.data.data(), K, y.data(), y.stride(0), M, N, K);
@@ -90,7 +104,7 @@ class Backend {
   void rms_norm(View<const A, 2> x, View<const S, 1> scale, float eps, float scale_offset, View<A, 2> y) const {
     const std::int64_t M = x.dim(0), D = x.dim(1);
     parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
-      std::vector<float> buf(static_cast<std::size_t>(D)), sc(static_cast<std::size_t>(D));
+      auto [buf, sc] = thread_rows<2>(D);
       if (!scale.empty()) {
         for (std::int64_t i = 0; i < D; ++i) sc[i] = round_to<A>(to_float(scale(i)) + scale_offset);
       }
@@ -124,7 +138,7 @@ class Backend {
                   bool stats_in_f32 = false) const {
     const std::int64_t M = x.dim(0), D = x.dim(1);
     parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
-      std::vector<float> buf(static_cast<std::size_t>(D));
+      auto [buf] = thread_rows<1>(D);
       auto rs = [&](float v) { return stats_in_f32 ? v : round_to<A>(v); };  // rounding of the statistics path
       for (std::int64_t r = r0; r < r1; ++r) {
         vec::to_f32(&x(r, 0), buf.data(), D);
@@ -155,7 +169,7 @@ class Backend {
   void add(View<const A, 2> a, View<const A, 2> b, View<A, 2> y) const {
     const std::int64_t M = a.dim(0), D = a.dim(1);
     parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
-      std::vector<float> fa(static_cast<std::size_t>(D)), fb(static_cast<std::size_t>(D));
+      auto [fa, fb] = thread_rows<2>(D);
       for (std::int64_t r = r0; r < r1; ++r) {
         if constexpr (std::is_same_v<A, float>) {
           const float* pa = &a(r, 0);
@@ -185,20 +199,11 @@ class Backend {
                   bool round_each = true) const {
     const std::int64_t M = h0.dim(0), F = h0.dim(1);
     parallel_rows(M, F * 8, [&](std::int64_t r0, std::int64_t r1) {
-      std::vector<float> f0(static_cast<std::size_t>(F)), f1(static_cast<std::size_t>(F));
+      auto [f0, f1] = thread_rows<2>(F);
       for (std::int64_t r = r0; r < r1; ++r) {
         vec::to_f32(&h0(r, 0), f0.data(), F);
         if (!h1.empty()) vec::to_f32(&h1(r, 0), f1.data(), F);
-        for (std::int64_t i = 0; i < F; ++i) {
-          float v = math::activate(a0, f0[i]);
-          if (round_each) v = round_to<A>(v);
-          if (!h1.empty()) {
-            float w = math::activate(a1, f1[i]);
-            if (round_each) w = round_to<A>(w);
-            v = round_each ? round_to<A>(v * w) : v * w;
-          }
-          f0[i] = v;
-        }
+        elementwise::glu_row<A>(f0.data(), a0, h1.empty() ? nullptr : f1.data(), a1, F, round_each);
         vec::from_f32(f0.data(), &y(r, 0), F);
       }
     });
@@ -259,7 +264,7 @@ class Backend {
   void embed(const Matrix<W>& table, View<const std::int32_t, 1> ids, View<A, 2> y) const {
     const std::int64_t M = ids.dim(0), D = table.cols;
     parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
-      std::vector<float> buf(static_cast<std::size_t>(D));
+      auto [buf] = thread_rows<1>(D);
       for (std::int64_t r = r0; r < r1; ++r) {
         row_to_f32(table, ids(r), buf.data());
         vec::from_f32(buf.data(), &y(r, 0), D);
@@ -274,8 +279,7 @@ class Backend {
     const std::int64_t M = x.dim(0), H = x.dim(1), d = x.dim(2), r = t.rot_dims, half = r / 2;
     MAXTEXT_DASSERT(r <= d && r % 2 == 0);
     parallel_rows(M, H * d * 4, [&](std::int64_t m0, std::int64_t m1) {
-      std::vector<float> in(static_cast<std::size_t>(r)), c(static_cast<std::size_t>(half)),
-          s(static_cast<std::size_t>(half)), out(static_cast<std::size_t>(r));
+      auto [in, c, s, out] = thread_rows<4>(r);
       for (std::int64_t m = m0; m < m1; ++m) {
         const std::int64_t p = pos(m);
         for (std::int64_t i = 0; i < half; ++i) {
@@ -334,89 +338,7 @@ class Backend {
   template <class A>
   void attention(View<const A, 4> q, View<const A, 4> k, View<const A, 4> v, const AttentionMask& mask,
                  const AttentionOptions& opt, View<const A, 1> sinks, View<A, 4> out) const {
-    const std::int64_t B = q.dim(0), T = q.dim(1), N = q.dim(2), Dq = q.dim(3);
-    const std::int64_t K = k.dim(2), Dv = v.dim(3), G = N / K;
-    const bool round_logits = !opt.float32_qk_product && !opt.float32_logits;
-    parallel_rows(B * N, T * Dq * 64, [&](std::int64_t w0, std::int64_t w1) {
-      std::vector<float> qf(static_cast<std::size_t>(Dq)), kf(static_cast<std::size_t>(Dq)),
-          vf(static_cast<std::size_t>(Dv)), acc(static_cast<std::size_t>(Dv));
-      for (std::int64_t w = w0; w < w1; ++w) {
-        const std::int64_t b = w / N, n = w % N, kh = n / G;
-        const std::int64_t start = mask.q_start(b), len = mask.kv_len(b);
-        for (std::int64_t t = 0; t < T; ++t) {
-          const std::int64_t qi = start + t;
-          std::int64_t lo = 0, hi = len;
-          if (mask.causal) hi = std::min(hi, qi + 1);
-          if (mask.sliding_window > 0) lo = std::max(lo, qi - mask.sliding_window + 1);
-          if (mask.chunk > 0) lo = std::max(lo, (qi / mask.chunk) * mask.chunk);
-          vec::to_f32(&q(b, t, n, 0), qf.data(), Dq);
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-          const std::int32_t qseg = mask.q_segment.empty() ? 0 : mask.q_segment(b, t);
-          for (std::int64_t s = lo; s < hi; ++s) {
-            if (!mask.kv_segment.empty()) {
-              const std::int32_t ks = mask.kv_segment(b, s);
-              if (ks != qseg || ks < 0) continue;
-            }
-            const A* kp = &k(b, s, kh, 0);
-            const float* kfp;
-            if constexpr (std::is_same_v<A, float>) {
-              kfp = kp;
-            } else {
-              vec::to_f32(kp, kf.data(), Dq);
-              kfp = kf.data();
-            }
-            float logit = vec::dot(qf.data(), kfp, Dq);
-            if (!opt.float32_qk_product) logit = round_to<A>(logit);
-            if (opt.soft_cap > 0.0f) logit = math::soft_cap(logit, opt.soft_cap);
-            if (round_logits) logit = round_to<A>(logit);
-            const A* vp = &v(b, s, kh, 0);
-            const float* vfp;
-            if constexpr (std::is_same_v<A, float>) {
-              vfp = vp;
-            } else {
-              vec::to_f32(vp, vf.data(), Dv);
-              vfp = vf.data();
-            }
-            if (logit > m) {
-              const float corr = std::exp(m - logit);  // 0 on the first key (m = -inf)
-              l *= corr;
-              vec::scale(corr, acc.data(), Dv);
-              m = logit;
-            }
-            const float e = std::exp(logit - m);
-            l += e;
-            vec::axpy(e, vfp, acc.data(), Dv);
-          }
-          if (!sinks.empty()) {
-            const float sink = to_float(sinks(n));
-            if (sink > m) {
-              const float corr = std::exp(m - sink);
-              l *= corr;
-              vec::scale(corr, acc.data(), Dv);
-              m = sink;
-            }
-            l += std::exp(sink - m);
-          }
-          A* op = &out(b, t, n, 0);
-          if (l == 0.0f || (sinks.empty() && m == -std::numeric_limits<float>::infinity())) {
-            // every key masked: MaxText's replaced logits are all equal, so the softmax is uniform over kv_len.
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            if (sinks.empty() && len > 0) {
-              for (std::int64_t s = 0; s < len; ++s) {
-                vec::to_f32(&v(b, s, kh, 0), vf.data(), Dv);
-                vec::axpy(1.0f, vf.data(), acc.data(), Dv);
-              }
-              vec::scale(1.0f / static_cast<float>(len), acc.data(), Dv);
-            }
-            vec::from_f32(acc.data(), op, Dv);
-            continue;
-          }
-          vec::scale(1.0f / l, acc.data(), Dv);
-          vec::from_f32(acc.data(), op, Dv);
-        }
-      }
-    });
+    attn::attention(threads_, q, k, v, mask, opt, sinks, out);  // backend/cpu/attention.hpp
   }
 
   // ---- mixture of experts ---------------------------------------------------------------------------------

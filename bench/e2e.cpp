@@ -1,0 +1,189 @@
+// bench/e2e.cpp: end-to-end prefill and decode speed of a Llama model (layers::LlamaDecoderLayer) on the CPU backend,
+// reading the same GGUF file llama.cpp reads (its configuration from the metadata; F32 or Q8_0 tensors kept as they
+// are, or converted at load to the policy's weight type, e.g. F32 -> bf16), or a MaxText-named safetensors file with
+// the shape given on the command line (bench/make_models.py writes both). Prints one JSON object per measurement:
+//   {"impl": "maxtext", "test": "pp128" | "pp512" | "tg@512", "weights": ..., "threads": n, "tokens_per_s": x, ...}
+// Prefill: a fresh cache, T random tokens, logits for the last token only (as llama-bench). Decode: after a
+// prefill of --context tokens, --decode single-token steps, each producing logits; the rate is steps / time.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/io/weights.hpp"
+#include "maxtext/layers/llama2.hpp"
+#include "maxtext/models/transformer.hpp"
+
+using namespace maxtext;
+
+namespace {
+
+struct Args {
+  std::string weights, name = "model", wtype = "f32";
+  std::int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, vocab = 32000, head_dim = 0;
+  int threads = 1, reps = 2, decode = 16;
+  std::int64_t context = 512;
+  std::vector<std::int64_t> prompts = {128, 512};
+};
+
+std::vector<std::int64_t> parse_list(const std::string& s) {
+  std::vector<std::int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) v.push_back(std::stoll(item));
+  }
+  return v;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "e2e: %s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--weights") a.weights = val();
+    else if (k == "--name") a.name = val();
+    else if (k == "--weight-type") a.wtype = val();
+    else if (k == "--dim") a.dim = std::stoll(val());
+    else if (k == "--layers") a.layers = std::stoll(val());
+    else if (k == "--heads") a.heads = std::stoll(val());
+    else if (k == "--kv-heads") a.kv_heads = std::stoll(val());
+    else if (k == "--hidden") a.hidden = std::stoll(val());
+    else if (k == "--vocab") a.vocab = std::stoll(val());
+    else if (k == "--head-dim") a.head_dim = std::stoll(val());
+    else if (k == "--threads") a.threads = std::stoi(val());
+    else if (k == "--reps") a.reps = std::stoi(val());
+    else if (k == "--decode") a.decode = std::stoi(val());
+    else if (k == "--context") a.context = std::stoll(val());
+    else if (k == "--prompts") a.prompts = parse_list(val());
+    else {
+      std::fprintf(stderr, "e2e: unknown option %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  if (a.weights.empty()) {
+    std::fprintf(stderr,
+                 "usage: e2e --weights F.gguf | (F.safetensors --dim D --layers L --heads N [--kv-heads K] --hidden F "
+                 "[--vocab V] [--head-dim H]) [--weight-type f32|bf16|q8_0] [--threads T] [--prompts 128,512] "
+                 "[--context 512] [--decode 16] [--reps 2] [--name NAME]\n");
+    std::exit(2);
+  }
+  if (a.kv_heads <= 0) a.kv_heads = a.heads;
+  if (a.head_dim <= 0 && a.heads > 0) a.head_dim = a.dim / a.heads;
+  return a;
+}
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+void report(const Args& a, const std::string& test, std::int64_t tokens, double seconds) {
+  std::printf(
+      "{\"impl\": \"maxtext\", \"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"test\": \"%s\", "
+      "\"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.3f}\n",
+      a.name.c_str(), a.wtype.c_str(), a.threads, test.c_str(), static_cast<long long>(tokens), seconds,
+      static_cast<double>(tokens) / seconds);
+  std::fflush(stdout);
+}
+
+template <class P>
+void run(const Args& a, const Config& cfg) {
+  using Model = models::Transformer<P, layers::LlamaDecoderLayer>;
+  Model model(cfg, cpu::Backend(cpu::Options{a.threads}));
+  {
+    io::LoadedWeights w = io::load_weights(a.weights, cfg);
+    model.load(w.tensors);
+  }
+  std::mt19937 g(1234);
+  std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(a.vocab - 1));
+  auto tokens = [&](std::int64_t n) {
+    Tensor<std::int32_t, 2> t({1, n});
+    for (std::int64_t i = 0; i < n; ++i) t(0, i) = tok(g);
+    return t;
+  };
+  models::ForwardOptions last;
+  last.last_only = true;
+  const std::int64_t cap = std::max<std::int64_t>(a.context + a.decode, *std::max_element(a.prompts.begin(), a.prompts.end()));
+  {  // warm-up: page in the weights, grow scratch buffers
+    auto cache = model.make_cache(1, cap);
+    model.forward(tokens(8), cache, last);
+  }
+  for (std::int64_t T : a.prompts) {
+    double best = 1e30;
+    for (int r = 0; r < a.reps; ++r) {
+      auto cache = model.make_cache(1, cap);
+      const auto t = tokens(T);
+      const double t0 = now();
+      model.forward(t, cache, last);
+      best = std::min(best, now() - t0);
+    }
+    report(a, "pp" + std::to_string(T), T, best);
+  }
+  if (a.decode > 0) {
+    double best = 1e30;
+    for (int r = 0; r < std::max(1, a.reps - 1); ++r) {
+      auto cache = model.make_cache(1, cap);
+      model.forward(tokens(a.context), cache, last);
+      const double t0 = now();
+      for (int i = 0; i < a.decode; ++i) model.forward(tokens(1), cache, last);
+      best = std::min(best, now() - t0);
+    }
+    report(a, "tg@" + std::to_string(a.context), a.decode, best);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  try {
+    Config cfg;
+    if (auto c = io::read_weights_config(a.weights)) {
+      cfg = *c;  // GGUF metadata
+    } else {
+      if (a.dim <= 0 || a.layers <= 0 || a.heads <= 0 || a.hidden <= 0) {
+        std::fprintf(stderr, "e2e: MaxText safetensors need --dim, --layers, --heads and --hidden\n");
+        return 2;
+      }
+      cfg.decoder_block = "llama2";
+      cfg.base_emb_dim = a.dim;
+      cfg.base_num_decoder_layers = a.layers;
+      cfg.base_num_query_heads = a.heads;
+      cfg.base_num_kv_heads = a.kv_heads;
+      cfg.base_mlp_dim = a.hidden;
+      cfg.head_dim = a.head_dim;
+      cfg.vocab_size = a.vocab;
+      cfg.normalization_layer_epsilon = 1e-5;
+    }
+    cfg.max_target_length = std::max<std::int64_t>(a.context + a.decode + 8, 1024);
+    cfg.scan_layers = false;
+    a.vocab = cfg.vocab_size;
+    using B = cpu::Backend;
+    if (a.wtype == "f32") {
+      cfg.dtype = "float32";
+      run<Policy<B, float>>(a, cfg);
+    } else if (a.wtype == "bf16") {
+      cfg.dtype = "bfloat16";
+      run<Policy<B, bf16>>(a, cfg);
+    } else if (a.wtype == "q8_0") {
+      cfg.dtype = "float32";
+      run<Policy<B, q8_0>>(a, cfg);
+    } else {
+      std::fprintf(stderr, "e2e: --weight-type must be f32, bf16 or q8_0\n");
+      return 2;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "e2e: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,193 @@
+// bench/micro.cpp: Google Benchmark microbenchmarks of the CPU backend's kernels at the shapes of the benchmark
+// models (stories110M-shaped: D 768, F 2048; 1B-class: D 2048, F 5632, 16/4 heads of 128), next to OpenBLAS's
+// cblas_sgemm on the same f32 operands. Counters: FLOP/s (items) and weight bytes/s.
+//   bench_micro --benchmark_filter=gemm          # only the matrix products
+// The MoE block's microbenchmark lives with the DeepSeek layers.
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/core/matrix.hpp"
+#include "maxtext/io/convert.hpp"
+#include "maxtext/layers/rotary.hpp"
+
+#if defined(MAXTEXT_BENCH_OPENBLAS)
+#include <cblas.h>
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+using namespace maxtext;
+
+namespace {
+
+std::vector<float> randn(std::int64_t n, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = nd(g);
+  return v;
+}
+
+template <class W>
+Matrix<W> weight(std::int64_t N, std::int64_t K) {
+  const auto f = randn(N * K, 7);
+  Matrix<W> m;
+  m.rows = N;
+  m.cols = K;
+  if constexpr (std::is_same_v<W, q8_0>) {
+    m.data = Tensor<q8_0, 2>({N, K / 32});
+    for (std::int64_t n = 0; n < N; ++n) io::detail::quantize_q8_0_row(&f[static_cast<std::size_t>(n * K)], &m.data(n, 0), K);
+  } else {
+    m.data = Tensor<W, 2>({N, K});
+    for (std::int64_t i = 0; i < N * K; ++i) m.data.data()[i] = from_float<W>(f[static_cast<std::size_t>(i)]);
+  }
+  return m;
+}
+
+/// Args: M, N, K, threads.
+template <class W, class A>
+void BM_gemm(benchmark::State& st) {
+  const std::int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+  cpu::Backend be(cpu::Options{static_cast<int>(st.range(3))});
+  const Matrix<W> w = be.prepare(weight<W>(N, K));
+  const auto xf = randn(M * K, 3);
+  Tensor<A, 2> x({M, K});
+  for (std::int64_t i = 0; i < M * K; ++i) x.data()[i] = from_float<A>(xf[static_cast<std::size_t>(i)]);
+  Tensor<A, 2> y({M, N});
+  for (auto _ : st) {
+    be.matmul(View<const A, 2>(x.view()), w, y.view());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(2 * M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["weightB/s"] = benchmark::Counter(static_cast<double>(w.data.size()) * sizeof(W),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+#if defined(MAXTEXT_BENCH_OPENBLAS)
+void BM_gemm_openblas(benchmark::State& st) {
+  const std::int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+  openblas_set_num_threads(static_cast<int>(st.range(3)));
+  const auto w = randn(N * K, 7), x = randn(M * K, 3);
+  std::vector<float> y(static_cast<std::size_t>(M * N));
+  for (auto _ : st) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
+                1.0f, x.data(), static_cast<int>(K), w.data(), static_cast<int>(K), 0.0f, y.data(), static_cast<int>(N));
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(2 * M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["weightB/s"] = benchmark::Counter(static_cast<double>(N * K) * 4, benchmark::Counter::kIsIterationInvariantRate);
+}
+#endif
+
+void gemm_shapes(benchmark::internal::Benchmark* b) {
+  // (N, K) of the projections: 110M-shaped (D 768, F 2048) and 1B-class (D 2048, kv 512, F 5632), plus logits.
+  const std::int64_t nk[][2] = {{768, 768},   {2048, 768},  {768, 2048},  {2048, 2048},
+                                {512, 2048},  {5632, 2048}, {2048, 5632}, {32000, 2048}};
+  for (std::int64_t M : {1, 128, 512}) {
+    for (const auto& s : nk) {
+      if (M > 1 && s[0] == 32000) continue;  // logits are computed for the last token only
+      for (std::int64_t t : {1, 2}) b->Args({M, s[0], s[1], t});
+    }
+  }
+  b->ArgNames({"M", "N", "K", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+BENCHMARK_TEMPLATE(BM_gemm, float, float)->Apply(gemm_shapes);
+BENCHMARK_TEMPLATE(BM_gemm, bf16, bf16)->Apply(gemm_shapes);
+BENCHMARK_TEMPLATE(BM_gemm, q8_0, float)->Apply(gemm_shapes);
+#if defined(MAXTEXT_BENCH_OPENBLAS)
+BENCHMARK(BM_gemm_openblas)->Apply(gemm_shapes);
+#endif
+
+/// Attention over a cache of S keys. Args: T (queries), S (keys), query heads, kv heads, head dim, threads.
+void BM_attention(benchmark::State& st) {
+  const std::int64_t T = st.range(0), S = st.range(1), N = st.range(2), K = st.range(3), H = st.range(4);
+  cpu::Backend be(cpu::Options{static_cast<int>(st.range(5))});
+  const auto qf = randn(T * N * H, 1), kf = randn(S * K * H, 2), vf = randn(S * K * H, 3);
+  Tensor<float, 4> q({1, T, N, H}), k({1, S, K, H}), v({1, S, K, H}), o({1, T, N, H});
+  std::copy(qf.begin(), qf.end(), q.data());
+  std::copy(kf.begin(), kf.end(), k.data());
+  std::copy(vf.begin(), vf.end(), v.data());
+  for (std::int64_t i = 0; i < q.size(); ++i) q.data()[i] /= std::sqrt(static_cast<float>(H));
+  Tensor<std::int32_t, 1> q_start({1}), kv_len({1});
+  q_start(0) = static_cast<std::int32_t>(S - T);
+  kv_len(0) = static_cast<std::int32_t>(S);
+  AttentionMask mask;
+  mask.q_start = q_start.cview();
+  mask.kv_len = kv_len.cview();
+  for (auto _ : st) {
+    be.attention(View<const float, 4>(q.view()), View<const float, 4>(k.view()), View<const float, 4>(v.view()), mask,
+                 AttentionOptions{}, View<const float, 1>(), o.view());
+    benchmark::DoNotOptimize(o.data());
+  }
+  // Causal: query t sees S - T + t + 1 keys.
+  double pairs = 0;
+  for (std::int64_t t = 0; t < T; ++t) pairs += static_cast<double>(S - T + t + 1);
+  st.counters["FLOP/s"] = benchmark::Counter(pairs * static_cast<double>(N) * static_cast<double>(4 * H),
+                                             benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["kvB/s"] = benchmark::Counter(static_cast<double>(2 * S * K * H) * 4, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_attention)
+    ->ArgNames({"T", "S", "N", "K", "H", "threads"})
+    ->Args({1, 128, 12, 12, 64, 1})
+    ->Args({1, 512, 12, 12, 64, 1})
+    ->Args({1, 2048, 12, 12, 64, 1})
+    ->Args({1, 8192, 12, 12, 64, 1})
+    ->Args({1, 512, 16, 4, 128, 1})
+    ->Args({1, 4096, 16, 4, 128, 1})
+    ->Args({1, 4096, 16, 4, 128, 2})
+    ->Args({128, 128, 12, 12, 64, 1})
+    ->Args({512, 512, 12, 12, 64, 1})
+    ->Args({512, 512, 16, 4, 128, 1})
+    ->Args({512, 512, 16, 4, 128, 2})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+/// RMSNorm rows. Args: M, D, threads.
+template <class A>
+void BM_rms_norm(benchmark::State& st) {
+  const std::int64_t M = st.range(0), D = st.range(1);
+  cpu::Backend be(cpu::Options{static_cast<int>(st.range(2))});
+  const auto xf = randn(M * D, 1);
+  Tensor<A, 2> x({M, D}), y({M, D});
+  Tensor<A, 1> s({D});
+  for (std::int64_t i = 0; i < M * D; ++i) x.data()[i] = from_float<A>(xf[static_cast<std::size_t>(i)]);
+  for (std::int64_t i = 0; i < D; ++i) s(i) = from_float<A>(1.0f);
+  for (auto _ : st) {
+    be.rms_norm(View<const A, 2>(x.view()), View<const A, 1>(s.view()), 1e-5f, 0.0f, y.view());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["B/s"] = benchmark::Counter(static_cast<double>(2 * M * D) * sizeof(A), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_TEMPLATE(BM_rms_norm, float)->ArgNames({"M", "D", "threads"})->Args({1, 2048, 1})->Args({512, 2048, 1})->Args({512, 2048, 2});
+BENCHMARK_TEMPLATE(BM_rms_norm, bf16)->ArgNames({"M", "D", "threads"})->Args({1, 2048, 1})->Args({512, 2048, 1});
+
+/// Rotary embedding in place. Args: M, heads, head_dim, threads.
+template <class A>
+void BM_rotary(benchmark::State& st) {
+  const std::int64_t M = st.range(0), Hn = st.range(1), d = st.range(2);
+  cpu::Backend be(cpu::Options{static_cast<int>(st.range(3))});
+  layers::RopeSpec rs;
+  rs.head_dim = d;
+  const RotaryTable table = layers::build_rotary_table(rs, 1024);
+  const auto xf = randn(M * Hn * d, 1);
+  Tensor<A, 3> x({M, Hn, d});
+  for (std::int64_t i = 0; i < x.size(); ++i) x.data()[i] = from_float<A>(xf[static_cast<std::size_t>(i)]);
+  Tensor<std::int32_t, 1> pos({M});
+  for (std::int64_t i = 0; i < M; ++i) pos(i) = static_cast<std::int32_t>(i % 1024);
+  for (auto _ : st) {
+    be.rotary(x.view(), pos.cview(), table);
+    benchmark::DoNotOptimize(x.data());
+  }
+  st.counters["B/s"] = benchmark::Counter(static_cast<double>(2 * M * Hn * d) * sizeof(A), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_TEMPLATE(BM_rotary, float)->ArgNames({"M", "heads", "d", "threads"})->Args({1, 16, 128, 1})->Args({512, 16, 128, 1})->Args({512, 16, 128, 2});
+BENCHMARK_TEMPLATE(BM_rotary, bf16)->ArgNames({"M", "heads", "d", "threads"})->Args({1, 16, 128, 1})->Args({512, 16, 128, 1});
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,508 @@
+// backend/cpu/gemm.hpp: matrix products on weights packed once at load (cpu::Backend::prepare), for every
+// row count: one register-tiled micro-kernel serves prefill (GEMM, M large) and decode (GEMV, M = 1..7).
+//
+// y[M, N] = x[M, K] . W[N, K]^T, accumulated in f32 and rounded once to Y (spec norms-dense-mlp.md, DenseGeneral).
+//
+// Packed layouts (kNR output features per panel, zero-padded past N):
+//  - f32:  panel p holds W[p*kNR + j, k] at [k][j]: the inner loop broadcasts x[m, k] and FMAs kNR contiguous
+//          weights into kMR x kNR register accumulators.
+//  - bf16: pairs along k, [k/2][j][2], so that one 32-bit lane holds (W[j, 2i], W[j, 2i+1]): the operand order of
+//          AVX512-BF16 vdpbf16ps (bf16 x bf16 products are exact in f32). Without those instructions, or with f32
+//          activations, the same lane is split into two f32 vectors with a shift and a mask (exact).
+//  - Q8_0: per 32-wide k block, kNR fp16 scales then [32][kNR] int8 values: 34 bytes per 32 weights, as in GGUF.
+//          Products use the exactly dequantised weights (d * q in f32) with f32 (or bf16) activations; prefill
+//          dequantises one panel into a per-thread f32 buffer and reuses it for every row tile.
+// Threads split the panels (contiguous chunks), so each weight byte is read by one thread once per call.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "maxtext/backend/cpu/parallel.hpp"
+#include "maxtext/backend/cpu/vec.hpp"
+#include "maxtext/core/dtype.hpp"
+#include "maxtext/core/macros.hpp"
+#include "maxtext/core/matrix.hpp"
+
+namespace maxtext::cpu::gemm {
+
+// Register tiles only stay in registers when their loops over rows and vectors are fully unrolled, whatever -O level
+// the including program uses.
+#if defined(__clang__)
+#define MAXTEXT_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define MAXTEXT_UNROLL _Pragma("GCC unroll 16")
+#else
+#define MAXTEXT_UNROLL
+#endif
+
+using vec::fbatch;
+using ubatch = xsimd::batch<std::uint32_t>;
+inline constexpr std::int64_t kW = static_cast<std::int64_t>(vec::W);
+/// Vectors per panel row and rows per register tile: 4 x 6 = 24 accumulators of the 32 AVX-512 registers; with
+/// 16 registers (AVX2 and narrower) 2 x 4 = 8.
+inline constexpr int kNV = kW >= 16 ? 4 : 2;
+inline constexpr std::int64_t kNR = kNV * kW;
+inline constexpr int kMR = kW >= 16 ? 6 : 4;
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+/// True when bf16 x bf16 products use vdpbf16ps (compile-time choice; the fallback is exact too).
+inline constexpr bool kHasBf16Dot = true;
+#else
+inline constexpr bool kHasBf16Dot = false;
+#endif
+
+enum class PackKind : std::uint8_t { f32, bf16, q8_0 };
+
+/// A weight laid out in panels for the micro-kernel (see the file comment). Immutable once built.
+struct Packed {
+  PackKind kind = PackKind::f32;
+  std::int64_t rows = 0;  ///< N
+  std::int64_t cols = 0;  ///< K
+  std::int64_t panels = 0;
+  std::size_t panel_bytes = 0;
+  AlignedBuffer buf;
+
+  const std::byte* panel(std::int64_t p) const { return buf.data() + static_cast<std::size_t>(p) * panel_bytes; }
+  std::byte* panel(std::int64_t p) { return buf.data() + static_cast<std::size_t>(p) * panel_bytes; }
+};
+
+namespace detail {
+
+inline std::int64_t pairs(std::int64_t K) { return (K + 1) / 2; }
+inline std::size_t q8_block_bytes() { return static_cast<std::size_t>(kNR) * (2 + q8_0::block); }
+
+template <class T>
+inline float scalar(const T& v) {
+  return to_float(v);
+}
+
+/// Broadcast-FMA a row tile over f32 weights [K][kNR] (panel or dequantised panel).
+template <int R, class X>
+MAXTEXT_INLINE void tile_f32(std::int64_t K, const X* x, std::int64_t ldx, const float* w, fbatch (&acc)[R][kNV]) {
+  for (std::int64_t k = 0; k < K; ++k) {
+    fbatch b[kNV];
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) b[v] = fbatch::load_aligned(w + k * kNR + v * kW);
+    MAXTEXT_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const fbatch a(scalar(x[r * ldx + k]));
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) acc[r][v] = xsimd::fma(a, b[v], acc[r][v]);
+    }
+  }
+}
+
+/// bf16 pairs [K/2][kNR] (32-bit lanes) split into the even-k and odd-k f32 vectors and FMA'd: exact products.
+template <int R, class X>
+MAXTEXT_INLINE void tile_bf16_split(std::int64_t K, const X* x, std::int64_t ldx, const std::uint32_t* w,
+                                    fbatch (&acc)[R][kNV]) {
+  const ubatch hi_mask(0xffff0000u);
+  const std::int64_t P = K / 2;
+  for (std::int64_t i = 0; i < P; ++i) {
+    fbatch a0[R], a1[R];
+    MAXTEXT_UNROLL
+    for (int r = 0; r < R; ++r) {
+      a0[r] = fbatch(scalar(x[r * ldx + 2 * i]));
+      a1[r] = fbatch(scalar(x[r * ldx + 2 * i + 1]));
+    }
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) {
+      const ubatch u = ubatch::load_aligned(w + i * kNR + v * kW);
+      const fbatch ev = xsimd::bitwise_cast<fbatch>(u << 16);
+      const fbatch od = xsimd::bitwise_cast<fbatch>(u & hi_mask);
+      MAXTEXT_UNROLL
+      for (int r = 0; r < R; ++r) acc[r][v] = xsimd::fma(a1[r], od, xsimd::fma(a0[r], ev, acc[r][v]));
+    }
+  }
+  if (K % 2 != 0) {  // last k pairs with the zero padding
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) {
+      const ubatch u = ubatch::load_aligned(w + P * kNR + v * kW);
+      const fbatch ev = xsimd::bitwise_cast<fbatch>(u << 16);
+      MAXTEXT_UNROLL
+      for (int r = 0; r < R; ++r) acc[r][v] = xsimd::fma(fbatch(scalar(x[r * ldx + K - 1])), ev, acc[r][v]);
+    }
+  }
+}
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+/// bf16 activations x bf16 pairs with vdpbf16ps: two exact products per lane per instruction.
+template <int R>
+MAXTEXT_INLINE void tile_bf16_dot(std::int64_t K, const bf16* x, std::int64_t ldx, const std::uint32_t* w,
+                                  fbatch (&acc)[R][kNV]) {
+  static_assert(kW == 16, "vdpbf16ps path expects 512-bit batches");
+  __m512 c[R][kNV];
+  MAXTEXT_UNROLL
+  for (int r = 0; r < R; ++r) {
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) c[r][v] = acc[r][v];
+  }
+  const std::int64_t P = K / 2;
+  for (std::int64_t i = 0; i < P; ++i) {
+    __m512i b[kNV];
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) b[v] = _mm512_load_si512(w + i * kNR + v * kW);
+    MAXTEXT_UNROLL
+    for (int r = 0; r < R; ++r) {
+      std::uint32_t pair;
+      std::memcpy(&pair, x + r * ldx + 2 * i, 4);
+      const __m512i a = _mm512_set1_epi32(static_cast<int>(pair));
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) c[r][v] = _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)b[v]);
+    }
+  }
+  if (K % 2 != 0) {
+    MAXTEXT_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const std::uint32_t pair = x[r * ldx + K - 1].bits;  // (x[K-1], 0): the padding weight is 0 too
+      const __m512i a = _mm512_set1_epi32(static_cast<int>(pair));
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) {
+        c[r][v] = _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)_mm512_load_si512(w + P * kNR + v * kW));
+      }
+    }
+  }
+  MAXTEXT_UNROLL
+  for (int r = 0; r < R; ++r) {
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) acc[r][v] = c[r][v];
+  }
+}
+#endif
+
+/// kW int8 values to f32 (exact).
+MAXTEXT_INLINE fbatch load_i8(const std::int8_t* q) {
+#if defined(__AVX512F__)
+  static_assert(kW == 16, "xsimd's default batch is 512-bit under AVX-512");
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+#elif defined(__AVX2__)
+  static_assert(kW == 8, "xsimd's default batch is 256-bit under AVX2");
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
+#else
+  alignas(64) float t[kW];
+  for (std::int64_t i = 0; i < kW; ++i) t[i] = static_cast<float>(q[i]);
+  return fbatch::load_aligned(t);
+#endif
+}
+/// kW fp16 scales to f32 (exact).
+MAXTEXT_INLINE fbatch load_f16(const fp16* h) {
+#if defined(__AVX512F__)
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+#elif defined(__AVX2__) && defined(__F16C__)
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+#else
+  alignas(64) float t[kW];
+  for (std::int64_t i = 0; i < kW; ++i) t[i] = static_cast<float>(h[i]);
+  return fbatch::load_aligned(t);
+#endif
+}
+
+/// Q8_0 panel straight from its blocks (few rows): per block, sum q*x in f32, then scale by d once.
+template <int R, class X>
+MAXTEXT_INLINE void tile_q8(std::int64_t K, const X* x, std::int64_t ldx, const std::byte* panel,
+                            fbatch (&acc)[R][kNV]) {
+  const std::size_t bb = q8_block_bytes();
+  for (std::int64_t kb = 0; kb < K / q8_0::block; ++kb) {
+    const std::byte* blk = panel + static_cast<std::size_t>(kb) * bb;
+    const auto* d = reinterpret_cast<const fp16*>(blk);
+    const auto* q = reinterpret_cast<const std::int8_t*>(blk + kNR * 2);
+    fbatch s[R][kNV];
+    MAXTEXT_UNROLL
+    for (int r = 0; r < R; ++r) {
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) s[r][v] = fbatch(0.0f);
+    }
+    for (int i = 0; i < q8_0::block; ++i) {
+      const std::int64_t k = kb * q8_0::block + i;
+      fbatch a[R];
+      MAXTEXT_UNROLL
+      for (int r = 0; r < R; ++r) a[r] = fbatch(scalar(x[r * ldx + k]));
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) {
+        const fbatch wv = load_i8(q + i * kNR + v * kW);
+        MAXTEXT_UNROLL
+        for (int r = 0; r < R; ++r) s[r][v] = xsimd::fma(a[r], wv, s[r][v]);
+      }
+    }
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) {
+      const fbatch dv = load_f16(d + v * kW);
+      MAXTEXT_UNROLL
+      for (int r = 0; r < R; ++r) acc[r][v] = xsimd::fma(s[r][v], dv, acc[r][v]);
+    }
+  }
+}
+
+/// Dequantise one Q8_0 panel to f32 [K][kNR] (exact: fp16 scale times int8 fits f32).
+inline void dequant_q8_panel(std::int64_t K, const std::byte* panel, float* out) {
+  const std::size_t bb = q8_block_bytes();
+  for (std::int64_t kb = 0; kb < K / q8_0::block; ++kb) {
+    const std::byte* blk = panel + static_cast<std::size_t>(kb) * bb;
+    const auto* d = reinterpret_cast<const fp16*>(blk);
+    const auto* q = reinterpret_cast<const std::int8_t*>(blk + kNR * 2);
+    fbatch dv[kNV];
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) dv[v] = load_f16(d + v * kW);
+    for (int i = 0; i < q8_0::block; ++i) {
+      float* o = out + (kb * q8_0::block + i) * kNR;
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) (load_i8(q + i * kNR + v * kW) * dv[v]).store_aligned(o + v * kW);
+    }
+  }
+}
+
+/// Round the tile to Y once, add the bias (rounded again, as DenseGeneral adds it after the product) and store
+/// `ncols` (<= kNR) columns of R rows.
+template <int R, class Y, class Bias>
+MAXTEXT_INLINE void store_tile(fbatch (&acc)[R][kNV], Y* y, std::int64_t ldy, std::int64_t ncols, const Bias* bias) {
+  MAXTEXT_UNROLL
+  for (int r = 0; r < R; ++r) {
+    Y* yr = y + r * ldy;
+    if constexpr (std::is_same_v<Y, float>) {
+      if (bias == nullptr && ncols == kNR) {
+        MAXTEXT_UNROLL
+        for (int v = 0; v < kNV; ++v) acc[r][v].store_unaligned(yr + v * kW);
+        continue;
+      }
+    }
+    alignas(64) float t[kNR];
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) vec::round<Y>(acc[r][v]).store_aligned(t + v * kW);
+    if (bias != nullptr) {
+      for (std::int64_t j = 0; j < ncols; ++j) t[j] = t[j] + to_float(bias[j]);
+    }
+    vec::from_f32(t, yr, ncols);
+  }
+}
+
+/// f32 partial sums of a tile from / to memory; only `ncols` columns exist there.
+template <int R>
+MAXTEXT_INLINE void load_partial(fbatch (&acc)[R][kNV], const float* src, std::int64_t ld, std::int64_t ncols) {
+  for (int r = 0; r < R; ++r) {
+    if (ncols == kNR) {
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) acc[r][v] = fbatch::load_unaligned(src + r * ld + v * kW);
+    } else {
+      alignas(64) float t[kNR] = {};
+      std::copy(src + r * ld, src + r * ld + ncols, t);
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) acc[r][v] = fbatch::load_aligned(t + v * kW);
+    }
+  }
+}
+template <int R>
+MAXTEXT_INLINE void store_partial(fbatch (&acc)[R][kNV], float* dst, std::int64_t ld, std::int64_t ncols) {
+  for (int r = 0; r < R; ++r) {
+    if (ncols == kNR) {
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) acc[r][v].store_unaligned(dst + r * ld + v * kW);
+    } else {
+      alignas(64) float t[kNR];
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) acc[r][v].store_aligned(t + v * kW);
+      std::copy(t, t + ncols, dst + r * ld);
+    }
+  }
+}
+
+/// Where one register tile's work lies: K range [k0, k0 + kc) of panel `pi`; `deq` is the panel dequantised to f32
+/// (Q8_0 with many rows) or null. Partial sums of earlier K blocks come from / go to `part` (f32, row stride ldp);
+/// the last K block rounds, adds the bias and stores to y.
+struct TileJob {
+  std::int64_t pi = 0, k0 = 0, kc = 0;
+  const float* deq = nullptr;
+  bool first = true, last = true;
+  float* part = nullptr;
+  std::int64_t ldp = 0;
+};
+
+template <int R, class X, class Y, class Bias>
+MAXTEXT_INLINE void run_tile(const Packed& p, const TileJob& j, const X* x, std::int64_t ldx, Y* y, std::int64_t ldy,
+                             const Bias* bias) {
+  const std::int64_t n0 = j.pi * kNR, ncols = std::min(kNR, p.rows - n0);
+  fbatch acc[R][kNV];
+  MAXTEXT_UNROLL
+  for (int r = 0; r < R; ++r) {
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) {
+      acc[r][v] = fbatch(0.0f);
+    }
+  }
+  if (!j.first) load_partial<R>(acc, j.part + n0, j.ldp, ncols);
+  const X* xk = x + j.k0;
+  if (j.deq != nullptr) {
+    tile_f32<R>(j.kc, xk, ldx, j.deq + j.k0 * kNR, acc);
+  } else if (p.kind == PackKind::f32) {
+    tile_f32<R>(j.kc, xk, ldx, reinterpret_cast<const float*>(p.panel(j.pi)) + j.k0 * kNR, acc);
+  } else if (p.kind == PackKind::bf16) {
+    const auto* w = reinterpret_cast<const std::uint32_t*>(p.panel(j.pi)) + (j.k0 / 2) * kNR;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    if constexpr (std::is_same_v<X, bf16>) {
+      tile_bf16_dot<R>(j.kc, xk, ldx, w, acc);
+    } else {
+      tile_bf16_split<R>(j.kc, xk, ldx, w, acc);
+    }
+#else
+    tile_bf16_split<R>(j.kc, xk, ldx, w, acc);
+#endif
+  } else {
+    tile_q8<R>(j.kc, xk, ldx, p.panel(j.pi) + static_cast<std::size_t>(j.k0 / q8_0::block) * q8_block_bytes(), acc);
+  }
+  if (!j.last) {
+    store_partial<R>(acc, j.part + n0, j.ldp, ncols);
+    return;
+  }
+  store_tile<R>(acc, y + n0, ldy, ncols, bias == nullptr ? bias : bias + n0);
+}
+
+template <int R, class X, class Y, class Bias>
+void run_tile_dispatch(int rows, const Packed& p, const TileJob& j, const X* x, std::int64_t ldx, Y* y,
+                       std::int64_t ldy, const Bias* bias) {
+  if constexpr (R >= 1) {
+    if (rows == R) {
+      run_tile<R>(p, j, x, ldx, y, ldy, bias);
+    } else {
+      run_tile_dispatch<R - 1>(rows, p, j, x, ldx, y, ldy, bias);
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Pack an out-major weight [N, K] of float, bf16 or Q8_0 (K/32 blocks per row) once.
+template <class W>
+std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K) {
+  auto p = std::make_shared<Packed>();
+  p->rows = N;
+  p->cols = K;
+  p->panels = (N + kNR - 1) / kNR;
+  if constexpr (std::is_same_v<W, float>) {
+    p->kind = PackKind::f32;
+    p->panel_bytes = static_cast<std::size_t>(K * kNR) * sizeof(float);
+  } else if constexpr (std::is_same_v<W, bf16>) {
+    p->kind = PackKind::bf16;
+    p->panel_bytes = static_cast<std::size_t>(detail::pairs(K) * kNR) * 4;
+  } else {
+    static_assert(std::is_same_v<W, q8_0>, "pack: float, bf16 or q8_0 weights");
+    p->kind = PackKind::q8_0;
+    p->panel_bytes = static_cast<std::size_t>(K / q8_0::block) * detail::q8_block_bytes();
+  }
+  p->buf = AlignedBuffer(p->panel_bytes * static_cast<std::size_t>(p->panels));
+  Packed& pk = *p;
+  parallel_for(pk.panels, 64, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t pi = p0; pi < p1; ++pi) {
+      std::byte* dst = pk.panel(pi);
+      std::memset(dst, 0, pk.panel_bytes);
+      const std::int64_t n0 = pi * kNR, nb = std::min(kNR, N - n0);
+      if constexpr (std::is_same_v<W, float>) {
+        auto* o = reinterpret_cast<float*>(dst);
+        for (std::int64_t j = 0; j < nb; ++j) {
+          const float* row = w + (n0 + j) * K;
+          for (std::int64_t k = 0; k < K; ++k) o[k * kNR + j] = row[k];
+        }
+      } else if constexpr (std::is_same_v<W, bf16>) {
+        auto* o = reinterpret_cast<std::uint16_t*>(dst);
+        for (std::int64_t j = 0; j < nb; ++j) {
+          const bf16* row = w + (n0 + j) * K;
+          for (std::int64_t k = 0; k < K; ++k) o[((k / 2) * kNR + j) * 2 + (k % 2)] = row[k].bits;
+        }
+      } else {
+        const std::int64_t KB = K / q8_0::block;
+        for (std::int64_t kb = 0; kb < KB; ++kb) {
+          std::byte* blk = dst + static_cast<std::size_t>(kb) * detail::q8_block_bytes();
+          auto* d = reinterpret_cast<fp16*>(blk);
+          auto* q = reinterpret_cast<std::int8_t*>(blk + kNR * 2);
+          for (std::int64_t j = 0; j < nb; ++j) {
+            const q8_0& b = w[(n0 + j) * KB + kb];
+            d[j] = b.d;
+            for (int i = 0; i < q8_0::block; ++i) q[i * kNR + j] = b.qs[i];
+          }
+        }
+      }
+    }
+  });
+  return p;
+}
+
+/// Whether this file packs weights of type W.
+template <class W>
+inline constexpr bool packable = std::is_same_v<W, float> || std::is_same_v<W, bf16> || std::is_same_v<W, q8_0>;
+
+/// Rows of x per cache block (kept in L2 while the thread's panels stream past) and K per block (so that one
+/// panel slice, kKC x kNR, also stays in L2 while every row tile of the block uses it).
+inline constexpr std::int64_t kMC = 16 * kMR;
+inline constexpr std::int64_t kKC = 1024;
+
+/// y[M, N] (row stride ldy) = x[M, K] (row stride ldx) . W^T from a packed weight, rounded once to Y; with bias
+/// (N values, or nullptr) y = round(round(x.W) + bias). X: float or bf16; Y: float, bf16 or fp16.
+/// No allocation once the calling threads' scratch buffers have grown to the largest shape.
+template <class X, class Y, class Bias = Y>
+void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y, std::int64_t ldy,
+            const Bias* bias, int threads) {
+  if (M <= 0 || p.rows <= 0) return;
+  const std::int64_t K = p.cols, N = p.rows;
+  // Q8_0 with more rows than the direct kernel keeps in registers: dequantise each panel slice once per row block.
+  const bool deq = p.kind == PackKind::q8_0 && M > 2;
+  // Few rows read each panel once: no K blocking. Many rows: K blocks with f32 partial sums (in y itself when Y
+  // is f32, else in a buffer owned by the calling thread).
+  const std::int64_t kc = (M <= 2 * kMR || K <= kKC) ? K : kKC;
+  const std::int64_t nk = (K + kc - 1) / kc;
+  float* part = nullptr;
+  std::int64_t ldp = 0;
+  if (nk > 1) {
+    if constexpr (std::is_same_v<Y, float>) {
+      part = y;
+      ldp = ldy;
+    } else {
+      part = reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(M * N) * sizeof(float), 2));
+      ldp = N;
+    }
+  }
+  // Enough work per thread to pay for waking it (a few microseconds).
+  const int nt = 2 * M * N * K < (1 << 18) ? 1 : threads;
+  parallel_for(p.panels, nt, [&](std::int64_t p0, std::int64_t p1) {
+    float* dq = deq ? reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(kc * kNR) * sizeof(float), 1))
+                    : nullptr;
+    for (std::int64_t m0 = 0; m0 < M; m0 += kMC) {
+      const std::int64_t mb = std::min(kMC, M - m0);
+      for (std::int64_t kb = 0; kb < nk; ++kb) {
+        detail::TileJob j;
+        j.k0 = kb * kc;
+        j.kc = std::min(kc, K - j.k0);
+        j.first = kb == 0;
+        j.last = kb == nk - 1;
+        j.ldp = ldp;
+        for (std::int64_t pi = p0; pi < p1; ++pi) {
+          j.pi = pi;
+          if (deq) {
+            detail::dequant_q8_panel(j.kc, p.panel(pi) + static_cast<std::size_t>(j.k0 / q8_0::block) *
+                                                             detail::q8_block_bytes(),
+                                     dq);
+            j.deq = dq - j.k0 * kNR;  // run_tile indexes the dequantised slice from k0
+          }
+          for (std::int64_t r0 = m0; r0 < m0 + mb; r0 += kMR) {
+            const int rows = static_cast<int>(std::min<std::int64_t>(kMR, m0 + mb - r0));
+            j.part = part == nullptr ? nullptr : part + r0 * ldp;
+            if (!deq && p.kind == PackKind::q8_0) {
+              detail::run_tile_dispatch<2>(rows, p, j, x + r0 * ldx, ldx, y + r0 * ldy, ldy, bias);
+            } else {
+              detail::run_tile_dispatch<kMR>(rows, p, j, x + r0 * ldx, ldx, y + r0 * ldy, ldy, bias);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace maxtext::cpu::gemm

@@ -1,0 +1,347 @@
+// The CPU backend's kernels against simple double-precision references, on awkward shapes: row counts 1..7 and
+// past a register tile, N and K that are not multiples of the panel / block sizes, K past the cache block, strided
+// rows, bias, every weight type (f32, bf16, Q8_0) and activation type (f32, bf16), 1 and 2 threads.
+//
+// Tolerances are the worst-case bound of a float sum in any order, |err| <= K * u * sum_k |x_k w_k| (u = 2^-24),
+// plus half an ulp of the output type for the one final rounding (and one more for a bias added after it).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/core/matrix.hpp"
+#include "maxtext/io/convert.hpp"
+
+using namespace maxtext;
+
+namespace {
+
+template <class T>
+double ulp_half(double v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return std::ldexp(std::abs(v), -24);
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    return std::ldexp(std::abs(v), -8);
+  } else {
+    return std::ldexp(std::abs(v), -11);
+  }
+}
+
+template <class W>
+Matrix<W> make_weight(std::int64_t N, std::int64_t K, std::mt19937& g, std::vector<double>& dequant) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> wf(static_cast<std::size_t>(N * K));
+  for (auto& v : wf) v = nd(g);
+  Matrix<W> m;
+  m.rows = N;
+  m.cols = K;
+  dequant.assign(static_cast<std::size_t>(N * K), 0.0);
+  if constexpr (std::is_same_v<W, q8_0>) {
+    m.data = Tensor<q8_0, 2>({N, K / q8_0::block});
+    for (std::int64_t n = 0; n < N; ++n) io::detail::quantize_q8_0_row(&wf[static_cast<std::size_t>(n * K)], &m.data(n, 0), K);
+    for (std::int64_t n = 0; n < N; ++n) {
+      for (std::int64_t k = 0; k < K; ++k) {
+        const q8_0& b = m.data(n, k / q8_0::block);
+        dequant[static_cast<std::size_t>(n * K + k)] = static_cast<double>(static_cast<float>(b.d)) * b.qs[k % q8_0::block];
+      }
+    }
+  } else {
+    m.data = Tensor<W, 2>({N, K});
+    for (std::int64_t i = 0; i < N * K; ++i) {
+      m.data.data()[i] = from_float<W>(wf[static_cast<std::size_t>(i)]);
+      dequant[static_cast<std::size_t>(i)] = to_float(m.data.data()[i]);
+    }
+  }
+  return m;
+}
+
+/// One case: x [M, K] with row stride K + pad, y [M, N] with row stride N + pad, optional bias.
+template <class X, class W, class Y>
+void check_matmul(std::int64_t M, std::int64_t N, std::int64_t K, bool with_bias, int threads, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<double> wd;
+  Matrix<W> raw = make_weight<W>(N, K, g, wd);
+  cpu::Backend be(cpu::Options{threads});
+  Matrix<W> w = be.prepare(raw);
+  REQUIRE(w.packed != nullptr);
+
+  const std::int64_t ldx = K + 3, ldy = N + 5;
+  Tensor<X, 2> xbuf({M, ldx});
+  for (std::int64_t i = 0; i < xbuf.size(); ++i) xbuf.data()[i] = from_float<X>(nd(g));
+  Tensor<Y, 2> ybuf = Tensor<Y, 2>::full({M, ldy}, from_float<Y>(12345.0f));
+  Tensor<Y, 1> bias({N});
+  for (std::int64_t n = 0; n < N; ++n) bias(n) = from_float<Y>(nd(g));
+  View<const X, 2> x(xbuf.data(), {M, K}, {ldx, 1});
+  View<Y, 2> y(ybuf.data(), {M, N}, {ldy, 1});
+  be.matmul(x, w, y, with_bias ? View<const Y, 1>(bias.view()) : View<const Y, 1>());
+
+  // The unpacked path of the same backend must agree within the same bound (it is the fallback for other layouts).
+  Tensor<Y, 2> yu = Tensor<Y, 2>::zeros({M, N});
+  be.matmul(x, raw, View<Y, 2>(yu.view()), with_bias ? View<const Y, 1>(bias.view()) : View<const Y, 1>());
+
+  double worst = 0;
+  for (std::int64_t m = 0; m < M; ++m) {
+    for (std::int64_t n = 0; n < N; ++n) {
+      double s = 0, a = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double p = static_cast<double>(to_float(x(m, k))) * wd[static_cast<std::size_t>(n * K + k)];
+        s += p;
+        a += std::abs(p);
+      }
+      double tol = static_cast<double>(K) * std::ldexp(a, -24) + ulp_half<Y>(s) + 1e-30;
+      if (with_bias) {
+        s += to_float(bias(n));
+        tol += ulp_half<Y>(s) + ulp_half<Y>(s - to_float(bias(n)));
+      }
+      const double got = to_float(y(m, n));
+      worst = std::max(worst, std::abs(got - s) / tol);
+      if (std::abs(got - s) > tol) {
+        FAIL("y[" << m << "," << n << "] = " << got << ", reference " << s << ", tolerance " << tol << " (M=" << M
+                  << " N=" << N << " K=" << K << ")");
+      }
+      const double gu = to_float(yu(m, n));
+      if (std::abs(gu - s) > 2 * tol) FAIL("unpacked path y[" << m << "," << n << "] = " << gu << ", reference " << s);
+    }
+    // Padding past N in each output row is untouched.
+    for (std::int64_t n = N; n < ldy; ++n) REQUIRE(to_float(ybuf(m, n)) == to_float(from_float<Y>(12345.0f)));
+  }
+  INFO("worst error / tolerance " << worst);
+  SUCCEED();
+}
+
+template <class X, class W, class Y>
+void sweep(const std::vector<std::int64_t>& Ks) {
+  const std::vector<std::int64_t> Ms = {1, 2, 3, 4, 5, 6, 7, 13, 40};
+  const std::vector<std::int64_t> Ns = {1, 17, 64, 65, 130};
+  std::uint32_t seed = 1;
+  for (auto M : Ms) {
+    for (auto N : Ns) {
+      for (auto K : Ks) {
+        for (int threads : {1, 2}) {
+          check_matmul<X, W, Y>(M, N, K, (seed % 3) == 0, threads, seed);
+          ++seed;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Packed matmul: f32 weights, f32 activations, awkward shapes", "[backend][cpu][gemm]") {
+  sweep<float, float, float>({1, 3, 31, 64, 77});
+}
+
+TEST_CASE("Packed matmul: bf16 weights with bf16 and f32 activations", "[backend][cpu][gemm]") {
+  sweep<bf16, bf16, bf16>({1, 3, 31, 64, 77});
+  sweep<float, bf16, float>({1, 3, 31, 64});
+}
+
+TEST_CASE("Packed matmul: Q8_0 weights with f32 and bf16 activations", "[backend][cpu][gemm]") {
+  sweep<float, q8_0, float>({32, 96});
+  sweep<bf16, q8_0, bf16>({32, 64});
+}
+
+TEST_CASE("Packed matmul: K past the cache block and many rows", "[backend][cpu][gemm]") {
+  // K > gemm::kKC with rows > 2 tiles exercises the K-blocked path (partial sums in y or in a scratch buffer).
+  const std::int64_t K = cpu::gemm::kKC + 96 + 32;
+  check_matmul<float, float, float>(cpu::gemm::kMR * 3 + 1, 70, K, true, 2, 7);
+  check_matmul<bf16, bf16, bf16>(cpu::gemm::kMR * 3 + 1, 70, K + 1, true, 2, 8);
+  check_matmul<float, q8_0, float>(cpu::gemm::kMC + 5, 70, K, false, 2, 9);
+  check_matmul<float, bf16, float>(cpu::gemm::kMR * 4, 65, K + 1, false, 1, 10);
+}
+
+TEST_CASE("Packed matmul: results do not depend on the thread count", "[backend][cpu][gemm]") {
+  std::mt19937 g(3);
+  std::vector<double> wd;
+  Matrix<float> raw = make_weight<float>(300, 200, g, wd);
+  Tensor<float, 2> x({9, 200});
+  std::normal_distribution<float> nd;
+  for (std::int64_t i = 0; i < x.size(); ++i) x.data()[i] = nd(g);
+  Tensor<float, 2> y1({9, 300}), y2({9, 300});
+  cpu::Backend b1(cpu::Options{1}), b2(cpu::Options{2});
+  b1.matmul(View<const float, 2>(x.view()), b1.prepare(raw), y1.view());
+  b2.matmul(View<const float, 2>(x.view()), b2.prepare(raw), y2.view());
+  for (std::int64_t i = 0; i < y1.size(); ++i) REQUIRE(y1.data()[i] == y2.data()[i]);
+}
+
+// ---- attention ------------------------------------------------------------------------------------------------
+
+namespace {
+
+struct AttnCase {
+  std::int64_t B = 1, T = 1, S = 1, N = 1, K = 1, Dq = 8, Dv = 8;
+  std::vector<std::int32_t> q_start, kv_len;
+  bool causal = true, segments = false, sinks = false;
+  std::int64_t window = 0, chunk = 0;
+  float soft_cap = 0.0f;
+};
+
+/// Double-precision reference of spec attention.md §1-2 on the same (already rounded) inputs.
+template <class A>
+std::vector<double> attention_reference(const AttnCase& c, const Tensor<A, 4>& q, const Tensor<A, 4>& k,
+                                        const Tensor<A, 4>& v, const Tensor<std::int32_t, 2>& qseg,
+                                        const Tensor<std::int32_t, 2>& kseg, const Tensor<A, 1>& sinks) {
+  std::vector<double> out(static_cast<std::size_t>(c.B * c.T * c.N * c.Dv), 0.0);
+  const std::int64_t G = c.N / c.K;
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    for (std::int64_t t = 0; t < c.T; ++t) {
+      for (std::int64_t n = 0; n < c.N; ++n) {
+        const std::int64_t kh = n / G, qi = c.q_start[static_cast<std::size_t>(b)] + t;
+        const std::int64_t len = c.kv_len[static_cast<std::size_t>(b)];
+        std::vector<double> l;
+        std::vector<std::int64_t> idx;
+        for (std::int64_t s = 0; s < len; ++s) {
+          if (c.causal && s > qi) continue;
+          if (c.window > 0 && s <= qi - c.window) continue;
+          if (c.chunk > 0 && s / c.chunk != qi / c.chunk) continue;
+          if (c.segments && (kseg(b, s) != qseg(b, t) || kseg(b, s) < 0)) continue;
+          double d = 0;
+          for (std::int64_t i = 0; i < c.Dq; ++i) d += static_cast<double>(to_float(q(b, t, n, i))) * to_float(k(b, s, kh, i));
+          if (c.soft_cap > 0) d = c.soft_cap * std::tanh(d / c.soft_cap);
+          l.push_back(d);
+          idx.push_back(s);
+        }
+        double* o = &out[static_cast<std::size_t>(((b * c.T + t) * c.N + n) * c.Dv)];
+        if (l.empty()) {
+          if (!c.sinks && len > 0) {
+            for (std::int64_t s = 0; s < len; ++s) {
+              for (std::int64_t i = 0; i < c.Dv; ++i) o[i] += to_float(v(b, s, kh, i)) / static_cast<double>(len);
+            }
+          }
+          continue;
+        }
+        double m = *std::max_element(l.begin(), l.end());
+        if (c.sinks) m = std::max(m, static_cast<double>(to_float(sinks(n))));
+        double den = c.sinks ? std::exp(to_float(sinks(n)) - m) : 0.0;
+        for (double x : l) den += std::exp(x - m);
+        for (std::size_t j = 0; j < l.size(); ++j) {
+          const double p = std::exp(l[j] - m) / den;
+          for (std::int64_t i = 0; i < c.Dv; ++i) o[i] += p * to_float(v(b, idx[j], kh, i));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+template <class A>
+void check_attention(const AttnCase& c, int threads, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Tensor<A, 4> q({c.B, c.T, c.N, c.Dq}), k({c.B, c.S, c.K, c.Dq}), v({c.B, c.S, c.K, c.Dv}), o({c.B, c.T, c.N, c.Dv});
+  const float qs = 1.0f / std::sqrt(static_cast<float>(c.Dq));
+  for (std::int64_t i = 0; i < q.size(); ++i) q.data()[i] = from_float<A>(nd(g) * qs * 2.0f);
+  for (std::int64_t i = 0; i < k.size(); ++i) k.data()[i] = from_float<A>(nd(g));
+  for (std::int64_t i = 0; i < v.size(); ++i) v.data()[i] = from_float<A>(nd(g));
+  Tensor<std::int32_t, 2> qseg({c.B, c.T}), kseg({c.B, c.S});
+  for (std::int64_t i = 0; i < qseg.size(); ++i) qseg.data()[i] = static_cast<std::int32_t>(g() % 2);
+  for (std::int64_t i = 0; i < kseg.size(); ++i) kseg.data()[i] = static_cast<std::int32_t>(g() % 3) - 1;
+  Tensor<A, 1> sinks({c.N});
+  for (std::int64_t i = 0; i < c.N; ++i) sinks(i) = from_float<A>(nd(g));
+  Tensor<std::int32_t, 1> q_start({c.B}), kv_len({c.B});
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    q_start(b) = c.q_start[static_cast<std::size_t>(b)];
+    kv_len(b) = c.kv_len[static_cast<std::size_t>(b)];
+  }
+  AttentionMask mask;
+  mask.q_start = q_start.cview();
+  mask.kv_len = kv_len.cview();
+  if (c.segments) {
+    mask.q_segment = qseg.cview();
+    mask.kv_segment = kseg.cview();
+  }
+  mask.causal = c.causal;
+  mask.sliding_window = c.window;
+  mask.chunk = c.chunk;
+  AttentionOptions opt;
+  opt.soft_cap = c.soft_cap;
+  opt.float32_qk_product = true;  // the f32 flow; bf16 rounding of logits is covered by the bf16 tolerance below
+  opt.float32_logits = true;
+  cpu::Backend be(cpu::Options{threads});
+  be.attention(q.cview(), k.cview(), v.cview(), mask, opt, c.sinks ? sinks.cview() : View<const A, 1>(), o.view());
+  const auto ref = attention_reference(c, q, k, v, qseg, kseg, sinks);
+  // f32: softmax weights and sums carry ~S ulp of f32; bf16: one final rounding of the output (2^-8 relative).
+  const double rel = std::is_same_v<A, float> ? 2e-5 : std::ldexp(1.0, -8);
+  for (std::int64_t i = 0; i < o.size(); ++i) {
+    const double r = ref[static_cast<std::size_t>(i)], got = to_float(o.data()[i]);
+    if (std::abs(got - r) > rel * (std::abs(r) + 1e-2) + 1e-6) {
+      FAIL("attention out[" << i << "] = " << got << ", reference " << r << " (T=" << c.T << " S=" << c.S << " N=" << c.N
+                            << " K=" << c.K << " Dq=" << c.Dq << " window=" << c.window << " segments=" << c.segments
+                            << " cap=" << c.soft_cap << " sinks=" << c.sinks << " chunk=" << c.chunk << ")");
+    }
+  }
+  SUCCEED();
+}
+
+}  // namespace
+
+TEST_CASE("Blocked attention matches a double-precision softmax", "[backend][cpu][attention]") {
+  std::uint32_t seed = 100;
+  for (std::int64_t D : {8, 16, 64, 72}) {
+    for (auto [N, K] : {std::pair<std::int64_t, std::int64_t>{4, 4}, {4, 2}, {6, 1}}) {
+      for (int threads : {1, 2}) {
+        AttnCase dec;  // decode: one query at the end of a long cache, two rows of different lengths
+        dec.B = 2, dec.T = 1, dec.S = 77, dec.N = N, dec.K = K, dec.Dq = D, dec.Dv = D;
+        dec.q_start = {76, 40};
+        dec.kv_len = {77, 41};
+        check_attention<float>(dec, threads, seed++);
+        check_attention<bf16>(dec, threads, seed++);
+        AttnCase pre;  // prefill after a prefix, with the cache longer than the keys in use
+        pre.B = 1, pre.T = 19, pre.S = 40, pre.N = N, pre.K = K, pre.Dq = D, pre.Dv = D;
+        pre.q_start = {5};
+        pre.kv_len = {24};
+        check_attention<float>(pre, threads, seed++);
+        AttnCase win = pre, cap = pre, snk = pre;
+        win.window = 7;
+        check_attention<float>(win, threads, seed++);
+        cap.soft_cap = 3.0f;
+        check_attention<float>(cap, threads, seed++);
+        snk.sinks = true;
+        check_attention<float>(snk, threads, seed++);
+        AttnCase opts = pre;  // every mask and option at once
+        opts.window = 7;
+        opts.segments = true;
+        opts.soft_cap = 3.0f;
+        opts.sinks = true;
+        check_attention<float>(opts, threads, seed++);
+        AttnCase chunked = pre;
+        chunked.chunk = 8;
+        chunked.causal = false;
+        chunked.Dv = D / 2 == 0 ? 1 : D / 2;
+        check_attention<float>(chunked, threads, seed++);
+        AttnCase masked = pre;  // segment ids that hide every key from some queries
+        masked.segments = true;
+        check_attention<float>(masked, threads, seed++);
+      }
+    }
+  }
+}
+
+TEST_CASE("SwiGLU activation rows match the scalar definition", "[backend][cpu][activation]") {
+  std::mt19937 g(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (std::int64_t F : {1, 15, 16, 37, 100}) {
+    Tensor<float, 2> h0({3, F}), h1({3, F}), y({3, F});
+    for (std::int64_t i = 0; i < h0.size(); ++i) {
+      h0.data()[i] = nd(g);
+      h1.data()[i] = nd(g);
+    }
+    h0(0, 0) = -100.0f;  // exp overflow side: silu -> -0
+    cpu::Backend be(cpu::Options{1});
+    be.activation(h0.cview(), Activation::silu, h1.cview(), Activation::linear, y.view());
+    for (std::int64_t r = 0; r < 3; ++r) {
+      for (std::int64_t i = 0; i < F; ++i) {
+        const double x = h0(r, i), ref = x / (1.0 + std::exp(-x)) * h1(r, i);
+        // two f32 roundings and exp to a few ulp
+        REQUIRE(std::abs(y(r, i) - ref) <= 4e-7 * std::abs(ref) + 1e-30);
+      }
+    }
+  }
+}
