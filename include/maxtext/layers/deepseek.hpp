@@ -75,11 +75,13 @@ class DeepSeekAttentionBlock {
     const std::int64_t M = x.dim(0), D = x.dim(1);
     View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});
     pre_.forward(ctx, p.pre_self_attention_layer_norm, x, lnx);
+    ctx.sow(info.name, "pre_self_attention_layer_norm", View<const A, 2>(lnx));
     View<A, 2> a = ctx.scratch.template alloc<A, 2>({M, D});
     attn_.forward(ctx, p.self_attention, lnx, cache, a);
     ctx.sow(info.attention, View<const A, 2>(a));
     ctx.be.add(View<const A, 2>(x), View<const A, 2>(a), x);
     post_.forward(ctx, p.post_self_attention_layer_norm, x, hn);
+    ctx.sow(info.name, "post_self_attention_layer_norm", View<const A, 2>(hn));
   }
 
  private:
@@ -117,7 +119,8 @@ class DeepSeekDenseLayer {
     mlp_.visit(v, p.mlp);
   }
 
-  /// x [B*T, D] in place: the residual stream after this layer.
+  /// x [B*T, D] in place: the residual stream after this layer. Captures: the layer output, its
+  /// pre_self_attention_layer_norm, self_attention, post_self_attention_layer_norm and mlp outputs.
   void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
     View<A, 2> hn = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
@@ -161,7 +164,8 @@ class DeepSeekMoELayer {
     moe_.visit(v, p.DeepSeekMoeBlock_0);
   }
 
-  /// x [B*T, D] in place. With `metrics`, also reports the routing of this call.
+  /// x [B*T, D] in place. With `metrics`, also reports the routing of this call. Captures: as the dense layer, with
+  /// DeepSeekMoeBlock_0 (and its routing metrics, sow_moe_metrics) for mlp.
   void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);

@@ -70,17 +70,20 @@ class MixtralDecoderLayer {
   }
 
   /// x [B*T, D] in place: the residual stream after this layer. With `metrics`, also reports the routing.
+  /// Captures: the layer output, pre/post_self_attention_layer_norm, self_attention, MoeBlock_0 (+ routing metrics).
   void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);
     View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});
     pre_.forward(ctx, p.pre_self_attention_layer_norm, x, lnx);
+    ctx.sow(info_.name, "pre_self_attention_layer_norm", View<const A, 2>(lnx));
     View<A, 2> a = ctx.scratch.template alloc<A, 2>({M, D});
     attn_.forward(ctx, p.self_attention, lnx, cache, a);
     ctx.sow(info_.attention, View<const A, 2>(a));
     ctx.be.add(View<const A, 2>(x), View<const A, 2>(a), x);  // intermediate_inputs = inputs + attention_lnx
     post_.forward(ctx, p.post_self_attention_layer_norm, x, lnx);
+    ctx.sow(info_.name, "post_self_attention_layer_norm", View<const A, 2>(lnx));
     MoeMetrics local;
     MoeMetrics* mt = metrics ? metrics : (ctx.capture ? &local : nullptr);
     moe_.forward(ctx, p.MoeBlock_0, View<const A, 2>(lnx), a, mt);

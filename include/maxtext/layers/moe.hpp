@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -71,11 +73,18 @@ class RoutedMoE {
     double bias_update_rate = 0.0;
     double init_scale = 1.0;            ///< dense_init_scale
   };
+  /// Each expert's matrices: views of the stacked kernels, laid out by the backend's prepare() (e.g. packed for
+  /// the CPU GEMM) on first use after loading.
+  struct PreparedExperts {
+    std::once_flag once;
+    std::vector<Matrix<W>> wi_0, wi_1, wo;
+  };
   struct Params {
     typename DenseGeneral<P>::Params gate;  ///< kernel [E, D] out-major; bias [E] when routed_bias
-    Matrix<W> wi_0, wi_1;                   ///< [E*F, D]: expert e is rows [e*F, (e+1)*F)
+    Matrix<W> wi_0, wi_1;                   ///< [E*F, D]: expert e is rows [e*F, (e+1)*F) (not prepared as a whole)
     Matrix<W> wo;                           ///< [E*D, F]
     Tensor<A, 1> wi_0_bias, wi_1_bias, wo_bias;  ///< [E*F], [E*F], [E*D] with mlp_bias
+    std::shared_ptr<PreparedExperts> prepared = std::make_shared<PreparedExperts>();  ///< reset by every visit
   };
 
   /// MaxText's settings for a RoutedMoE with hidden size F in a model described by `c` (spec moe.md).
@@ -146,16 +155,20 @@ class RoutedMoE {
   template <class V>
   void visit(V& v, Params& p) const {
     const std::int64_t E = s_.num_experts, D = s_.in_features, F = s_.intermediate_dim;
+    p.prepared = std::make_shared<PreparedExperts>();  // the stacked kernels may change: re-slice on next use
     {
       Scope<V> s(v, "gate");
       v.matrix("kernel", p.gate.kernel, {{D}, {E}, Init::truncated_normal, s_.init_scale});
       if (s_.gate_bias) v.vector("bias", p.gate.bias, {{E}, Init::zeros});
     }
-    // Expert kernels are initialised by MaxText with in-axis 0 (E) and out-axis 1: fan_in = E * (last dim).
+    // Expert kernels are initialised by MaxText with in-axis 0 (E) and out-axis 1: fan_in = E * (last dim). They are
+    // prepared per expert (PreparedExperts), not as one stacked matrix.
     const auto Ed = static_cast<double>(E);
-    v.matrix("wi_0", p.wi_0, {{D}, {F}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(F)});
-    v.matrix("wi_1", p.wi_1, {{D}, {F}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(F)});
-    v.matrix("wo", p.wo, {{F}, {D}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(D)});
+    v.matrix("wi_0", p.wi_0,
+             {{D}, {F}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(F), false});
+    v.matrix("wi_1", p.wi_1,
+             {{D}, {F}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(F), false});
+    v.matrix("wo", p.wo, {{F}, {D}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(D), false});
     if (s_.mlp_bias) {
       v.vector("wi_0_bias", p.wi_0_bias, {{E, F}, Init::zeros});
       v.vector("wi_1_bias", p.wi_1_bias, {{E, F}, Init::zeros});
@@ -173,6 +186,20 @@ class RoutedMoE {
     } else {
       run<A>(ctx, p, x, y, metrics);
     }
+  }
+
+  /// The per-expert matrices of `p`, sliced and prepared by the backend on first use.
+  static const PreparedExperts& prepared(const B& be, const Params& p, std::int64_t E, std::int64_t F, std::int64_t D) {
+    MAXTEXT_CHECK(p.prepared != nullptr, ArgumentError, "[RoutedMoE] parameters were not loaded or initialised");
+    std::call_once(p.prepared->once, [&] {
+      PreparedExperts& x = *p.prepared;
+      for (std::int64_t e = 0; e < E; ++e) {
+        x.wi_0.push_back(be.prepare(expert_matrix(p.wi_0, e, F)));
+        x.wi_1.push_back(be.prepare(expert_matrix(p.wi_1, e, F)));
+        x.wo.push_back(be.prepare(expert_matrix(p.wo, e, D)));
+      }
+    });
+    return *p.prepared;
   }
 
   /// Expert e's out-major matrix inside a stacked expert kernel (a view, no copy).
@@ -304,6 +331,7 @@ class RoutedMoE {
       View<float, 1> wts_d = ctx.scratch.template alloc<float, 1>({total});
       be.copy(rows_d.data(), rows_h.data(), static_cast<std::size_t>(total) * sizeof(std::int32_t), CopyKind::host_to_device);
       be.copy(wts_d.data(), wts_h.data(), static_cast<std::size_t>(total) * sizeof(float), CopyKind::host_to_device);
+      const PreparedExperts& ex = prepared(be, p, E, F, D);
       View<A, 2> xe = ctx.scratch.template alloc<A, 2>({nmax, D});
       View<A, 2> h0 = ctx.scratch.template alloc<A, 2>({nmax, F});
       View<A, 2> h1 = ctx.scratch.template alloc<A, 2>({nmax, F});
@@ -315,12 +343,13 @@ class RoutedMoE {
         View<const float, 1> wts(wts_d.data() + o, {n});
         View<A, 2> xn = xe.narrow(0, 0, n), a0 = h0.narrow(0, 0, n), a1 = h1.narrow(0, 0, n), yn = ye.narrow(0, 0, n);
         be.gather_rows(x, rows, xn);
-        be.matmul(View<const A, 2>(xn), expert_matrix(p.wi_0, e, F), a0, bias_row(p.wi_0_bias, e, F));
-        be.matmul(View<const A, 2>(xn), expert_matrix(p.wi_1, e, F), a1, bias_row(p.wi_1_bias, e, F));
+        const auto ue = static_cast<std::size_t>(e);
+        be.matmul(View<const A, 2>(xn), ex.wi_0[ue], a0, bias_row(p.wi_0_bias, e, F));
+        be.matmul(View<const A, 2>(xn), ex.wi_1[ue], a1, bias_row(p.wi_1_bias, e, F));
         // activations_in_float32 acts only on MaxText's dense path (the sparse path ignores it).
         be.activation(View<const A, 2>(a0), s_.activation, View<const A, 2>(a1), Activation::linear, a0,
                       s_.sparse_matmul || !s_.activations_in_float32);
-        be.matmul(View<const A, 2>(a0), expert_matrix(p.wo, e, D), yn, bias_row(p.wo_bias, e, D));
+        be.matmul(View<const A, 2>(a0), ex.wo[ue], yn, bias_row(p.wo_bias, e, D));
         be.scatter_add_rows(View<const A, 2>(yn), rows, wts, acc);
       }
     }

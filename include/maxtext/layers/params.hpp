@@ -44,6 +44,9 @@ struct KernelSpec {
   double divisor = 1.0;
   std::vector<std::int64_t> batch = {};
   double fan_in = 0.0;
+  /// false: keep the matrix as loaded, without the backend's prepare() (re-layout, packing); for stacked expert
+  /// kernels, whose per-expert slices the layer prepares itself.
+  bool prepare = true;
 };
 
 /// A small parameter (norm scale, bias, sinks) of any shape, stored flat in the activation type.
@@ -135,7 +138,7 @@ class ParamLoader : public PathStack {
     for (int i = 0; i < nb; ++i) perm.push_back(i);
     for (int i = 0; i < no; ++i) perm.push_back(nb + ni + i);
     for (int i = 0; i < ni; ++i) perm.push_back(nb + i);
-    m = make_matrix(*t, perm, nb + no, product(s.batch) * product(s.out), product(s.in), name);
+    m = make_matrix(*t, perm, nb + no, product(s.batch) * product(s.out), product(s.in), name, s.prepare);
   }
 
   /// A table stored as [rows, cols] in the file (embeddings): no transpose.
@@ -189,7 +192,7 @@ class ParamLoader : public PathStack {
   }
 
   Matrix<W> make_matrix(const AnyTensor& t, const std::vector<int>& perm, int n_row_axes, std::int64_t rows,
-                        std::int64_t cols, const std::string& name) {
+                        std::int64_t cols, const std::string& name, bool prepare = true) {
     Matrix<W> m;
     m.rows = rows;
     m.cols = cols;
@@ -201,7 +204,7 @@ class ParamLoader : public PathStack {
     Tensor<W, 2> host = io::view_matrix<W>(t, perm, n_row_axes);
     if (host.empty()) host = io::to_matrix<W>(t, perm, n_row_axes);
     m.data = upload(be_, std::move(host));
-    return be_.prepare(std::move(m));
+    return prepare ? be_.prepare(std::move(m)) : m;
   }
 
   const io::TensorMap& tensors_;
@@ -231,7 +234,7 @@ class ParamInitializer : public PathStack {
     std_dev /= s.divisor;
     Tensor<float, 2> f({N, K});
     fill(name, f.data(), N * K, s.dist, std_dev);
-    m = finish_matrix(f, N, K);
+    m = finish_matrix(f, N, K, s.prepare);
   }
   void table(std::string_view leaf, Matrix<W>& m, std::int64_t rows, std::int64_t cols, const VectorSpec& s) {
     const std::string name = path(leaf);
@@ -261,14 +264,14 @@ class ParamInitializer : public PathStack {
       }
     }
   }
-  Matrix<W> finish_matrix(const Tensor<float, 2>& f, std::int64_t N, std::int64_t K) {
+  Matrix<W> finish_matrix(const Tensor<float, 2>& f, std::int64_t N, std::int64_t K, bool prepare = true) {
     Matrix<W> m;
     m.rows = N;
     m.cols = K;
     MAXTEXT_CHECK(K % dtype_block(dtype_of<W>) == 0, ShapeError, "[init] ", dtype_name(dtype_of<W>),
                   " storage needs the input dimension (", K, ") to be a multiple of ", dtype_block(dtype_of<W>));
     m.data = upload(be_, io::to_matrix<W>(AnyTensor::from(f), {0, 1}, 1));
-    return be_.prepare(std::move(m));
+    return prepare ? be_.prepare(std::move(m)) : m;
   }
 
   const B& be_;
