@@ -36,7 +36,8 @@ commands:
   info      --config CFG [--weights FILE]
 )" MAXTEXT_COMPARE_USAGE R"(
 common options:
-  --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml); key=value overrides follow
+  --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;
+                     key=value overrides follow
   --weights FILE     MaxText safetensors, Hugging Face safetensors (file, index or directory, config.json beside),
                      GGUF (.gguf) or a llama2.c checkpoint (.bin); without it the model is initialised from --seed.
                      GGUF, llama2.c and Hugging Face weights carry their config: --config is then optional
@@ -107,7 +108,15 @@ Args parse_args(int argc, char** argv) {
 
 Config make_config(const Args& a) {
   if (!a.has("config") && a.has("weights")) return cli::config_from_weights(a.get("weights"), a.overrides);
-  return io::load_config(a.get("config"), a.overrides);
+  const std::string path = a.get("config");
+  if (io::ends_with(path, ".json")) {  // a Hugging Face config.json
+    Config c = io::config_from_hf_file(path);
+    for (const auto& o : a.overrides) io::apply_override(c, o);
+    c.derive();
+    c.validate();
+    return c;
+  }
+  return io::load_config(path, a.overrides);
 }
 
 template <class Model>

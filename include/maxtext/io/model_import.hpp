@@ -29,6 +29,7 @@
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/io/convert.hpp"
 #include "maxtext/io/gguf.hpp"
+#include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/llama2c.hpp"
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -260,9 +261,14 @@ inline Config config_from_gguf(const GgufFile& g) {
 }
 
 /// A Config from a Hugging Face config.json (model_type llama -> llama2 (llama3.1 with LLaMA-3 rope_scaling),
-/// mistral -> mistral, qwen3 -> qwen3).
+/// mistral -> mistral, qwen3 -> qwen3; deepseek_v2 / deepseek_v3 / mixtral via io/hf_deepseek.hpp).
 inline Config config_from_hf(const nlohmann::json& j, const std::string& where) {
   MAXTEXT_CHECK(j.is_object(), IoError, "[hf] ", where, ": config.json is not a JSON object");
+  if (is_hf_deepseek_family(j)) {  // deepseek_v2 / deepseek_v3 / mixtral: io/hf_deepseek.hpp
+    Config c = config_from_hf_deepseek(j, where);
+    c.derive();
+    return c;
+  }
   auto get = [&](const char* key) -> const nlohmann::json& {
     MAXTEXT_CHECK(j.contains(key) && !j[key].is_null(), IoError, "[hf] ", where, ": config.json lacks ", key);
     return j[key];

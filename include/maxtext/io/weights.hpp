@@ -14,6 +14,7 @@
 #include "maxtext/core/error.hpp"
 #include "maxtext/io/checkpoint.hpp"
 #include "maxtext/io/gguf.hpp"
+#include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/llama2c.hpp"
 #include "maxtext/io/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -108,6 +109,11 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
     }
     case WeightFormat::hf_safetensors: {
       const TensorMap raw = read_safetensors_any(path);
+      if (cfg.is("deepseek") || cfg.is("mixtral")) {  // DeepSeek-V2/V3 (FP8 included) and Mixtral: io/hf_deepseek.hpp
+        w.tensors = canonicalize_hf_deepseek(raw, cfg);
+        w.naming = WeightNaming::hf;
+        return w;
+      }
       const std::string cj = detail::config_json_beside(path);
       const bool tied = cj.empty() ? !raw.has("lm_head.weight") : hf_tied_embeddings(cj);
       w.tensors = import_hf_names(raw, cfg, tied, "hf " + path);
