@@ -197,7 +197,7 @@ TEST_CASE("Exported parameters reload to the same model", "[models][gpt3][io]") 
   std::remove(path.c_str());
 }
 
-#if !defined(MAXTEXT_TEST_BACKEND_REFERENCE) && !defined(MAXTEXT_TEST_BACKEND_SIMDEVICE)  // the CLI runs on the CPU
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
 TEST_CASE("maxtext logits (CLI) with --incremental writes the reference logits", "[models][gpt3][cli]") {
   const std::string out = "gpt3_cli_logits.npy";
   const auto tok = fixture_tokens();
