@@ -212,3 +212,25 @@ TEST_CASE("maxtext logits (CLI) with --incremental writes the reference logits",
   std::remove(out.c_str());
 }
 #endif
+
+TEST_CASE("Sinusoidal positions, normalized tied logits and the final soft cap match the torch model",
+          "[models][gpt3][positions]") {
+  const std::string dir = test::fixtures_dir() + "/gpt3_model_sincap/";
+  const Config cfg = io::load_config(dir + "config.yml");
+  Gpt3 m(cfg);
+  m.load(io::load_weights(dir + "model.safetensors", cfg).tensors);
+  const auto t = test::npy(dir + "tokens.npy");
+  const auto logits = m.forward(t.to<std::int32_t, 2>({t.shape[0], t.shape[1]}));
+  test::expect_close(logits, test::npy(dir + "logits.npy"), test::tol::f32_logits, "logits");
+  for (std::int64_t i = 0; i < logits.size(); ++i) REQUIRE(std::fabs(logits.data()[i]) < 2.0f);  // capped at 2
+}
+
+TEST_CASE("The sinusoidal table has MaxText's closed form", "[models][positions]") {
+  const auto t = layers::sinusoidal_table(5, 8);
+  // n = 4, inc = ln(1e4)/3; position 3, lane 1: sin(3 * 1e4^(-1/3)); lane 5 = cos of the same.
+  const double a = 3.0 * std::pow(1e4, -1.0 / 3.0);
+  CHECK(t(3, 1) == Approx(std::sin(a)).epsilon(1e-6));
+  CHECK(t(3, 5) == Approx(std::cos(a)).epsilon(1e-6));
+  CHECK(t(0, 0) == 0.0f);
+  CHECK(t(0, 4) == 1.0f);
+}

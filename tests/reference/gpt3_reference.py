@@ -171,10 +171,63 @@ max_target_length: {P}
                   "tokens": [B, T], "vocab": V})
 
 
+def sinusoid(T, D):
+    """MaxText PositionalEmbedding: [sin(p*inv_i), cos(p*inv_i)], inv_i = exp(-i*ln(1e4)/max(n-1,1)), n = D/2."""
+    n = D // 2
+    inc = math.log(10000.0) / max(n - 1, 1)
+    inv = torch.exp(-torch.arange(n, dtype=torch.float64) * inc)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None]
+    return torch.cat([torch.sin(ang), torch.cos(ang)], -1)
+
+
+def model_sincap_case():
+    """GPT-3 block with untrainable sinusoidal positions, tied logits divided by sqrt(D) and a final soft cap of 2."""
+    g = rng(11)
+    D, N, H, F, L, V, B, T, cap = 16, 2, 8, 32, 1, 64, 2, 6, 2.0
+    cfg = {"heads": N, "head_dim": H, "fused": True, "eps": 1e-5}
+    w = {"token_embedder.embedding": f32(g, (V, D))}
+    w.update(layer_weights(g, D, N, H, F, True, "decoder.layers_0."))
+    w["decoder.decoder_norm.scale"] = f32(g, (D,), 0.2)
+    w["decoder.decoder_norm.bias"] = f32(g, (D,), 0.2)
+    tokens = g.integers(0, V, size=(B, T)).astype(np.int32)
+    w64 = to64(w)
+    x = w64["token_embedder.embedding"][torch.from_numpy(tokens).long()] + sinusoid(T, D)[None]
+    x, _ = decoder_layer(x, sub(w64, "decoder.layers_0."), cfg)
+    x = layer_norm(x, w64["decoder.decoder_norm.scale"], w64["decoder.decoder_norm.bias"], 1e-5)
+    logits = (x @ t64(bf16_round(w["token_embedder.embedding"])).T) / math.sqrt(D)
+    logits = cap * torch.tanh(logits / cap)
+    d = case_dir("gpt3_model_sincap")
+    save_safetensors(f"{d}/model.safetensors", w)
+    save_npy(d, "tokens", tokens)
+    save_npy(d, "logits", logits.numpy())
+    with open(f"{d}/config.yml", "w") as f:
+        f.write(f"""# GPT-3 block with sinusoidal positions, normalized tied logits and a final soft cap (gpt3_reference.py).
+decoder_block: "gpt3"
+dtype: "float32"
+base_emb_dim: {D}
+base_num_query_heads: {N}
+base_num_kv_heads: {N}
+base_mlp_dim: {F}
+base_num_decoder_layers: {L}
+head_dim: {H}
+use_untrainable_positional_embedding: true
+mlp_activations: ["gelu"]
+vocab_size: {V}
+logits_via_embedding: true
+normalize_embedding_logits: true
+final_logits_soft_cap: {cap}
+normalization_layer_epsilon: 1.e-05
+fused_qkv: true
+max_target_length: 16
+""")
+    save_meta(d, {"what": "GPT-3 block, sinusoidal positions, tied logits / sqrt(D), soft cap 2", "tokens": [B, T]})
+
+
 if __name__ == "__main__":
     torch.set_default_dtype(torch.float64)
     seg = np.array([[1, 1, 1, 1, 2, 2, 2, 2, 2], [1, 1, 1, 1, 1, 1, 1, 0, 0]], dtype=np.int32)
     layer_case("gpt3_layer_fused_seg", 1, 2, 9, 32, 4, 8, 64, True, seg)
     layer_case("gpt3_layer_unfused", 2, 2, 7, 32, 3, 6, 48, False, None)
     model_case()
+    model_sincap_case()
     print("wrote tests/fixtures/gpt3_*")

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "maxtext/backend/ops.hpp"
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/matrix.hpp"
 #include "maxtext/core/policy.hpp"

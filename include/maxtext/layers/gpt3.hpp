@@ -125,7 +125,7 @@ class Gpt3DecoderLayer {
         attn_(c),
         mlp_(typename MlpBlock<P>::Config{c.emb_dim, c.mlp_dim, parse_activations(c.mlp_activations), true, true,
                                           NormKind::gpt3, static_cast<float>(c.normalization_layer_epsilon),
-                                          c.fused_mlp}) {}
+                                          c.fused_mlp, c.activations_in_float32}) {}
 
   CacheSpec cache_spec() const { return attn_.cache_spec(); }
   const LayerInfo& info() const { return info_; }

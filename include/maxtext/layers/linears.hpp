@@ -81,6 +81,7 @@ class MlpBlock {
     NormKind norm = NormKind::rms;
     float epsilon = 1e-5f;
     bool fused = false;  ///< one `wi` kernel [D, n_act, F]
+    bool activations_in_float32 = false;  ///< non-fused path: activations and their product in f32
     Init init = Init::truncated_normal;
     double init_scale = 1.0;
   };
@@ -161,10 +162,13 @@ class MlpBlock {
       }
     }
     View<A, 2> z = h[0];
+    const bool round_each = cfg_.fused || !cfg_.activations_in_float32 || n > 2;
     if (n == 1) {
-      ctx.be.activation(View<const A, 2>(h[0]), cfg_.activations[0], View<const A, 2>(), Activation::linear, z);
+      ctx.be.activation(View<const A, 2>(h[0]), cfg_.activations[0], View<const A, 2>(), Activation::linear, z,
+                        round_each);
     } else {
-      ctx.be.activation(View<const A, 2>(h[0]), cfg_.activations[0], View<const A, 2>(h[1]), cfg_.activations[1], z);
+      ctx.be.activation(View<const A, 2>(h[0]), cfg_.activations[0], View<const A, 2>(h[1]), cfg_.activations[1], z,
+                        round_each);
       for (std::int64_t i = 2; i < n; ++i) {
         ctx.be.activation(View<const A, 2>(z), Activation::linear, View<const A, 2>(h[static_cast<std::size_t>(i)]),
                           cfg_.activations[static_cast<std::size_t>(i)], z);

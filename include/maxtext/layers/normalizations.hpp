@@ -58,6 +58,7 @@ class Gpt3LayerNorm {
     std::int64_t dim = 0;
     float epsilon = 1e-6f;
     bool use_bias = true;
+    bool reductions_in_fp32 = false;  ///< False at every MaxText call site
   };
   struct Params {
     Tensor<A, 1> scale;  ///< [dim], zeros (gain - 1)
@@ -79,7 +80,7 @@ class Gpt3LayerNorm {
   /// x, y: [rows, dim]; y may alias x.
   void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, View<A, 2> y) const {
     MAXTEXT_DASSERT(x.dim(1) == cfg_.dim && y.dim(0) == x.dim(0) && y.dim(1) == cfg_.dim);
-    ctx.be.layer_norm(x, p.scale.cview(), p.bias.cview(), cfg_.epsilon, y);
+    ctx.be.layer_norm(x, p.scale.cview(), p.bias.cview(), cfg_.epsilon, y, cfg_.reductions_in_fp32);
   }
 
  private:

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "maxtext/core/error.hpp"
-#include "maxtext/layers/params.hpp"
+#include "maxtext/core/random.hpp"
 
 namespace maxtext::models {
 
@@ -87,7 +87,7 @@ class Sampler {
 
  private:
   SamplingParams p_;
-  layers::Rng rng_;
+  Rng rng_;
   std::vector<std::int32_t> idx_;
   std::vector<double> prob_;
 };

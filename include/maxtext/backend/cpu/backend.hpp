@@ -118,27 +118,29 @@ class Backend {
   }
 
   /// Gpt3LayerNorm (spec norms-dense-mlp.md): statistics in the input dtype (two-pass, biased variance),
-  /// y = (x - mean) * rsqrt(var + eps) * (scale + 1) + bias, each step rounded to A. y may alias x.
+  /// y = (x - mean) * rsqrt(var + eps) * (scale + 1) + bias, each step rounded to A. With stats_in_f32
+  /// (reductions_in_fp32) the normalisation runs in f32 and only its result is rounded to A. y may alias x.
   template <class A>
-  void layer_norm(View<const A, 2> x, View<const A, 1> scale, View<const A, 1> bias, float eps,
-                  View<A, 2> y) const {
+  void layer_norm(View<const A, 2> x, View<const A, 1> scale, View<const A, 1> bias, float eps, View<A, 2> y,
+                  bool stats_in_f32 = false) const {
     const std::int64_t M = x.dim(0), D = x.dim(1);
     parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
       std::vector<float> buf(static_cast<std::size_t>(D));
+      auto rs = [&](float v) { return stats_in_f32 ? v : round_to<A>(v); };  // rounding of the statistics path
       for (std::int64_t r = r0; r < r1; ++r) {
         vec::to_f32(&x(r, 0), buf.data(), D);
         double s = 0;  // f32 values summed exactly enough: a double accumulator keeps the mean to ~1 ulp
         for (std::int64_t i = 0; i < D; ++i) s += buf[i];
-        const float mean = round_to<A>(static_cast<float>(s / static_cast<double>(D)));
+        const float mean = rs(static_cast<float>(s / static_cast<double>(D)));
         double v = 0;
         for (std::int64_t i = 0; i < D; ++i) {
-          const float c = round_to<A>(buf[i] - mean);
-          v += static_cast<double>(round_to<A>(c * c));
+          const float c = rs(buf[i] - mean);
+          v += static_cast<double>(rs(c * c));
         }
-        const float var = round_to<A>(static_cast<float>(v / static_cast<double>(D)));
-        const float inv = round_to<A>(1.0f / std::sqrt(round_to<A>(var + eps)));
+        const float var = rs(static_cast<float>(v / static_cast<double>(D)));
+        const float inv = rs(1.0f / std::sqrt(rs(var + eps)));
         for (std::int64_t i = 0; i < D; ++i) {
-          float o = round_to<A>(round_to<A>(buf[i] - mean) * inv);
+          float o = round_to<A>(rs(buf[i] - mean) * inv);
           o = round_to<A>(o * round_to<A>(to_float(scale(i)) + 1.0f));
           if (!bias.empty()) o = round_to<A>(o + to_float(bias(i)));
           buf[i] = o;
@@ -177,9 +179,11 @@ class Backend {
   }
 
   /// y = round(round(act0(h0)) * round(act1(h1))); with h1 empty, y = round(act0(h0)). MaxText MlpBlock step 2-3.
-  /// y may alias h0.
+  /// With round_each = false (activations_in_float32) the activations and product stay in f32 and only y is
+  /// rounded. y may alias h0.
   template <class A>
-  void activation(View<const A, 2> h0, Activation a0, View<const A, 2> h1, Activation a1, View<A, 2> y) const {
+  void activation(View<const A, 2> h0, Activation a0, View<const A, 2> h1, Activation a1, View<A, 2> y,
+                  bool round_each = true) const {
     const std::int64_t M = h0.dim(0), F = h0.dim(1);
     parallel_rows(M, F * 8, [&](std::int64_t r0, std::int64_t r1) {
       std::vector<float> f0(static_cast<std::size_t>(F)), f1(static_cast<std::size_t>(F));
@@ -187,8 +191,13 @@ class Backend {
         vec::to_f32(&h0(r, 0), f0.data(), F);
         if (!h1.empty()) vec::to_f32(&h1(r, 0), f1.data(), F);
         for (std::int64_t i = 0; i < F; ++i) {
-          float v = round_to<A>(math::activate(a0, f0[i]));
-          if (!h1.empty()) v = round_to<A>(v * round_to<A>(math::activate(a1, f1[i])));
+          float v = math::activate(a0, f0[i]);
+          if (round_each) v = round_to<A>(v);
+          if (!h1.empty()) {
+            float w = math::activate(a1, f1[i]);
+            if (round_each) w = round_to<A>(w);
+            v = round_each ? round_to<A>(v * w) : v * w;
+          }
           f0[i] = v;
         }
         vec::from_f32(f0.data(), &y(r, 0), F);
