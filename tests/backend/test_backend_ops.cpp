@@ -139,6 +139,9 @@ TEMPLATE_TEST_CASE("norms: CPU equals the reference", "[backend][ops]", float, b
   cpu_be.layer_norm(x.cview(), s.cview(), View<const A, 1>(), 1e-5f, yc.view());
   ref_be.layer_norm(x.cview(), s.cview(), View<const A, 1>(), 1e-5f, yr.view());
   expect_near(yc, yr, std::is_same_v<A, float> ? 1e-5 : 3 * ulp_rel<A>(), 0.5, "layer_norm without bias");
+  cpu_be.layer_norm(x.cview(), s.cview(), b.cview(), 1e-5f, yc.view(), true);  // reductions_in_fp32
+  ref_be.layer_norm(x.cview(), s.cview(), b.cview(), 1e-5f, yr.view(), true);
+  expect_near(yc, yr, std::is_same_v<A, float> ? 1e-5 : 3 * ulp_rel<A>(), 0.5, "layer_norm, statistics in f32");
 }
 
 TEMPLATE_TEST_CASE("element-wise ops: CPU equals the reference", "[backend][ops]", float, bf16) {
@@ -160,6 +163,9 @@ TEMPLATE_TEST_CASE("element-wise ops: CPU equals the reference", "[backend][ops]
     cpu_be.activation(a.cview(), act, b.cview(), Activation::linear, yc.view());
     ref_be.activation(a.cview(), act, b.cview(), Activation::linear, yr.view());
     expect_near(yc, yr, 4 * tol, 1.0, std::string("gated activation ") + std::string(activation_name(act)));
+    cpu_be.activation(a.cview(), act, b.cview(), Activation::silu, yc.view(), false);  // activations_in_float32
+    ref_be.activation(a.cview(), act, b.cview(), Activation::silu, yr.view(), false);
+    expect_near(yc, yr, 4 * tol, 1.0, std::string("f32 gated activation ") + std::string(activation_name(act)));
   }
   auto xc = copy_of(a), xr = copy_of(a);
   cpu_be.scale(xc.view(), 2.8284271f, true);

@@ -153,6 +153,9 @@ TEMPLATE_TEST_CASE("cuda norms, element-wise ops, copy, embed, softmax equal the
   ref_be.layer_norm(x.cview(), s.cview(), b.cview(), 1e-5f, r.view());
   gpu().layer_norm(xd.cview(), sd.cview(), bd.cview(), 1e-5f, o.view());
   expect_near(host(o), r, std::is_same_v<A, float> ? 1e-5 : 3 * ulp_rel<A>(), 0.5, "layer_norm");
+  ref_be.layer_norm(x.cview(), s.cview(), none<A>(), 1e-5f, r.view(), true);
+  gpu().layer_norm(xd.cview(), sd.cview(), none<A>(), 1e-5f, o.view(), true);
+  expect_near(host(o), r, std::is_same_v<A, float> ? 1e-5 : 3 * ulp_rel<A>(), 0.5, "layer_norm, f32 statistics, no bias");
 
   ref_be.add(x.cview(), y2.cview(), r.view());
   gpu().add(xd.cview(), y2d.cview(), o.view());
@@ -161,6 +164,9 @@ TEMPLATE_TEST_CASE("cuda norms, element-wise ops, copy, embed, softmax equal the
     ref_be.activation(x.cview(), act, y2.cview(), Activation::linear, r.view());
     gpu().activation(xd.cview(), act, y2d.cview(), Activation::linear, o.view());
     expect_near(host(o), r, 4 * tol, 1.0, "activation " + std::string(activation_name(act)));
+    ref_be.activation(x.cview(), act, y2.cview(), Activation::silu, r.view(), false);
+    gpu().activation(xd.cview(), act, y2d.cview(), Activation::silu, o.view(), false);
+    expect_near(host(o), r, 4 * tol, 1.0, "f32 activation " + std::string(activation_name(act)));
   }
   auto xr = random_tensor<A, 2>({M, D});
   auto xg = dev(xr);

@@ -73,7 +73,7 @@ concept BackendReduction = requires(const B& b, View<const float, 2> x, View<flo
 
 /// Mixture-of-experts token permutation: group the (token, choice) assignments by expert and back.
 template <class B>
-concept BackendMoe = requires(const B& b, View<const float, 2> x, View<const std::int32_t, 2> experts,
+concept BackendMoePermutation = requires(const B& b, View<const float, 2> x, View<const std::int32_t, 2> experts,
                               View<float, 2> rows, View<std::int32_t, 2> slot, View<std::int32_t, 1> offsets,
                               View<const std::int32_t, 2> cslot, View<const float, 2> w, View<float, 2> y) {
   b.moe_permute(x, experts, std::int64_t{8}, rows, slot, offsets);
@@ -82,6 +82,6 @@ concept BackendMoe = requires(const B& b, View<const float, 2> x, View<const std
 
 template <class B>
 concept Backend = BackendMemory<B> && BackendLinear<B> && BackendElementwise<B> && BackendAttention<B> &&
-                  BackendReduction<B> && BackendMoe<B>;
+                  BackendReduction<B> && BackendMoePermutation<B>;
 
 }  // namespace maxtext

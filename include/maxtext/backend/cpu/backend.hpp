@@ -14,7 +14,6 @@
 
 #include <Eigen/Core>
 
-#include "maxtext/backend/common/kernel_math.hpp"
 #include "maxtext/backend/common/math.hpp"
 #include "maxtext/backend/concepts.hpp"
 #include "maxtext/backend/cpu/vec.hpp"
@@ -346,8 +345,10 @@ class Backend {
         const std::int64_t start = mask.q_start(b), len = mask.kv_len(b);
         for (std::int64_t t = 0; t < T; ++t) {
           const std::int64_t qi = start + t;
-          const kmath::KeyRange kr = kmath::key_range(qi, len, mask.causal, mask.sliding_window, mask.chunk);
-          const std::int64_t lo = kr.lo, hi = kr.hi;
+          std::int64_t lo = 0, hi = len;
+          if (mask.causal) hi = std::min(hi, qi + 1);
+          if (mask.sliding_window > 0) lo = std::max(lo, qi - mask.sliding_window + 1);
+          if (mask.chunk > 0) lo = std::max(lo, (qi / mask.chunk) * mask.chunk);
           vec::to_f32(&q(b, t, n, 0), qf.data(), Dq);
           std::fill(acc.begin(), acc.end(), 0.0f);
           float m = -std::numeric_limits<float>::infinity(), l = 0.0f;

@@ -123,10 +123,11 @@ class Backend {
   }
 
   template <class A>
-  void layer_norm(View<const A, 2> x, View<const A, 1> scale, View<const A, 1> bias, float eps, View<A, 2> y) const {
+  void layer_norm(View<const A, 2> x, View<const A, 1> scale, View<const A, 1> bias, float eps, View<A, 2> y,
+                  bool stats_in_f32 = false) const {
     if (x.dim(0) == 0) return;
     kernels::layer_norm<A><<<static_cast<unsigned>(x.dim(0)), row_threads(x.dim(1)), 0, stream()>>>(
-        rows(x), scale.data(), bias.empty() ? nullptr : bias.data(), eps, rows(y), x.dim(1));
+        rows(x), scale.data(), bias.empty() ? nullptr : bias.data(), eps, rows(y), x.dim(1), stats_in_f32);
     MAXTEXT_CUDA_LAUNCH_CHECK("layer_norm");
   }
 
@@ -140,12 +141,13 @@ class Backend {
   }
 
   template <class A>
-  void activation(View<const A, 2> h0, Activation a0, View<const A, 2> h1, Activation a1, View<A, 2> y) const {
+  void activation(View<const A, 2> h0, Activation a0, View<const A, 2> h1, Activation a1, View<A, 2> y,
+                  bool round_each = true) const {
     const std::int64_t n = h0.dim(0) * h0.dim(1);
     if (n == 0) return;
     const kernels::Rows<const A> r1 = h1.empty() ? kernels::Rows<const A>{nullptr, 0} : rows(h1);
     kernels::activation<A><<<detail::grid_for(n), detail::kThreads, 0, stream()>>>(rows(h0), a0, r1, a1, rows(y), h0.dim(0),
-                                                                                  h0.dim(1));
+                                                                                  h0.dim(1), round_each);
     MAXTEXT_CUDA_LAUNCH_CHECK("activation");
   }
 

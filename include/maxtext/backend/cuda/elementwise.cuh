@@ -33,15 +33,20 @@ __global__ void add(Rows<const A> a, Rows<const A> b, Rows<A> y, std::int64_t M,
   }
 }
 
-/// y = round(round(act0(h0)) * round(act1(h1))), h1 optional (p == nullptr).
+/// y = round(round(act0(h0)) * round(act1(h1))), h1 optional (p == nullptr); round_each = false: only y rounded.
 template <class A>
 __global__ void activation(Rows<const A> h0, Activation a0, Rows<const A> h1, Activation a1, Rows<A> y, std::int64_t M,
-                           std::int64_t D) {
+                           std::int64_t D, bool round_each) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M * D;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t r = i / D, c = i % D;
-    float v = round_to<A>(math::activate(a0, to_float(h0.at(r, c))));
-    if (h1.p != nullptr) v = round_to<A>(v * round_to<A>(math::activate(a1, to_float(h1.at(r, c)))));
+    float v = math::activate(a0, to_float(h0.at(r, c)));
+    if (round_each) v = round_to<A>(v);
+    if (h1.p != nullptr) {
+      float w = math::activate(a1, to_float(h1.at(r, c)));
+      if (round_each) w = round_to<A>(w);
+      v = round_each ? round_to<A>(v * w) : v * w;
+    }
     y.at(r, c) = from_float<A>(v);
   }
 }
@@ -157,25 +162,28 @@ __global__ void rms_norm(Rows<const A> x, const S* scale, float eps, float offse
   }
 }
 
-/// Gpt3LayerNorm, one block per row, statistics in A (sums in double, as the CPU backend).
+/// Gpt3LayerNorm, one block per row, statistics in A (sums in double, as the CPU backend); stats_in_f32: the
+/// statistics path unrounded (reductions_in_fp32).
 template <class A>
-__global__ void layer_norm(Rows<const A> x, const A* scale, const A* bias, float eps, Rows<A> y, std::int64_t D) {
+__global__ void layer_norm(Rows<const A> x, const A* scale, const A* bias, float eps, Rows<A> y, std::int64_t D,
+                           bool stats_in_f32) {
   __shared__ double red[32];
   const std::int64_t r = blockIdx.x;
+  const auto rs = [stats_in_f32](float v) { return stats_in_f32 ? v : round_to<A>(v); };
   double s = 0.0;
   for (std::int64_t i = threadIdx.x; i < D; i += blockDim.x) s += to_float(x.at(r, i));
   s = detail::block_reduce<0>(s, red);
-  const float mean = round_to<A>(static_cast<float>(s / static_cast<double>(D)));
+  const float mean = rs(static_cast<float>(s / static_cast<double>(D)));
   double v = 0.0;
   for (std::int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const float c = round_to<A>(to_float(x.at(r, i)) - mean);
-    v += static_cast<double>(round_to<A>(c * c));
+    const float c = rs(to_float(x.at(r, i)) - mean);
+    v += static_cast<double>(rs(c * c));
   }
   v = detail::block_reduce<0>(v, red);
-  const float var = round_to<A>(static_cast<float>(v / static_cast<double>(D)));
-  const float inv = round_to<A>(1.0f / sqrtf(round_to<A>(var + eps)));
+  const float var = rs(static_cast<float>(v / static_cast<double>(D)));
+  const float inv = rs(1.0f / sqrtf(rs(var + eps)));
   for (std::int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    float o = round_to<A>(round_to<A>(to_float(x.at(r, i)) - mean) * inv);
+    float o = round_to<A>(rs(to_float(x.at(r, i)) - mean) * inv);
     o = round_to<A>(o * round_to<A>(to_float(scale[i]) + 1.0f));
     if (bias != nullptr) o = round_to<A>(o + to_float(bias[i]));
     y.at(r, i) = from_float<A>(o);

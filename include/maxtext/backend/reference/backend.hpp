@@ -80,23 +80,26 @@ class Backend {
 
   /// Gpt3LayerNorm with statistics in the input dtype: mean and biased variance each rounded to A, then
   /// round_A(round_A(round_A(x - mean) * round_A(1/sqrt(round_A(var + eps)))) * round_A(scale + 1)) + bias.
+  /// With stats_in_f32 (reductions_in_fp32) the statistics path is not rounded, only the normalised value.
   template <class A>
-  void layer_norm(View<const A, 2> x, View<const A, 1> scale, View<const A, 1> bias, float eps, View<A, 2> y) const {
+  void layer_norm(View<const A, 2> x, View<const A, 1> scale, View<const A, 1> bias, float eps, View<A, 2> y,
+                  bool stats_in_f32 = false) const {
     const std::int64_t M = x.dim(0), D = x.dim(1);
+    const auto rs = [&](float v) { return stats_in_f32 ? v : round_to<A>(v); };
     std::vector<float> row(static_cast<std::size_t>(D));
     for (std::int64_t m = 0; m < M; ++m) {
       double s = 0.0;
       for (std::int64_t i = 0; i < D; ++i) s += (row[static_cast<std::size_t>(i)] = to_float(x(m, i)));
-      const float mean = round_to<A>(static_cast<float>(s / static_cast<double>(D)));
+      const float mean = rs(static_cast<float>(s / static_cast<double>(D)));
       double v = 0.0;
       for (std::int64_t i = 0; i < D; ++i) {
-        const double c = round_to<A>(row[static_cast<std::size_t>(i)] - mean);
-        v += round_to<A>(static_cast<float>(c * c));
+        const double c = rs(row[static_cast<std::size_t>(i)] - mean);
+        v += rs(static_cast<float>(c * c));
       }
-      const float var = round_to<A>(static_cast<float>(v / static_cast<double>(D)));
-      const float inv = round_to<A>(static_cast<float>(1.0 / std::sqrt(static_cast<double>(round_to<A>(var + eps)))));
+      const float var = rs(static_cast<float>(v / static_cast<double>(D)));
+      const float inv = rs(static_cast<float>(1.0 / std::sqrt(static_cast<double>(rs(var + eps)))));
       for (std::int64_t i = 0; i < D; ++i) {
-        float o = round_to<A>(round_to<A>(row[static_cast<std::size_t>(i)] - mean) * inv);
+        float o = round_to<A>(rs(row[static_cast<std::size_t>(i)] - mean) * inv);
         o = round_to<A>(o * round_to<A>(to_float(scale(i)) + 1.0f));
         if (!bias.empty()) o = round_to<A>(o + to_float(bias(i)));
         y(m, i) = from_float<A>(o);
@@ -112,13 +115,16 @@ class Backend {
     }
   }
 
-  /// y = round(round(act0(h0)) * round(act1(h1))), or round(act0(h0)) without h1.
+  /// y = round(round(act0(h0)) * round(act1(h1))), or round(act0(h0)) without h1; with round_each = false
+  /// (activations_in_float32) only y is rounded.
   template <class A>
-  void activation(View<const A, 2> h0, Activation a0, View<const A, 2> h1, Activation a1, View<A, 2> y) const {
+  void activation(View<const A, 2> h0, Activation a0, View<const A, 2> h1, Activation a1, View<A, 2> y,
+                  bool round_each = true) const {
+    const auto r = [&](float v) { return round_each ? round_to<A>(v) : v; };
     for (std::int64_t m = 0; m < h0.dim(0); ++m) {
       for (std::int64_t i = 0; i < h0.dim(1); ++i) {
-        float v = round_to<A>(act(a0, to_float(h0(m, i))));
-        if (!h1.empty()) v = round_to<A>(v * round_to<A>(act(a1, to_float(h1(m, i)))));
+        float v = r(act(a0, to_float(h0(m, i))));
+        if (!h1.empty()) v = r(v * r(act(a1, to_float(h1(m, i)))));
         y(m, i) = from_float<A>(v);
       }
     }
