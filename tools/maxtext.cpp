@@ -28,7 +28,8 @@ commands:
   info      --config CFG [--weights FILE]
 
 common options:
-  --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml); key=value overrides follow
+  --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json
+                     (DeepSeek-V2/V3, Mixtral); key=value overrides follow
   --weights FILE     safetensors (MaxText parameter names); without it the model is initialised from --seed
   --weight-type T    store weights as float32 (default: dtype), bfloat16, float16 or q8_0 (float32 activations)
   --threads N        CPU threads (default: all cores)
@@ -127,7 +128,9 @@ std::vector<std::vector<std::int32_t>> parse_tokens(const std::string& s) {
 }
 
 Config make_config(const Args& a) {
-  return io::load_config(a.get("config"), a.overrides);
+  const std::string path = a.get("config");
+  if (io::ends_with(path, ".json")) return io::load_hf_deepseek_config(path, a.overrides);  // HF config.json
+  return io::load_config(path, a.overrides);
 }
 
 template <class Model>

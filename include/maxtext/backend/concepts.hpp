@@ -84,4 +84,28 @@ template <class B>
 concept Backend = BackendMemory<B> && BackendLinear<B> && BackendElementwise<B> && BackendAttention<B> &&
                   BackendReduction<B> && BackendMoePermutation<B>;
 
+/// Mixture-of-experts kernels (layers/moe.hpp): routing (MoeRouting in ops.hpp) and the row gather / weighted
+/// scatter-add around each expert's matrix products:
+///   moe_route(z [M,E], bias [E] or empty, routing, idx [M,k], w [M,k], scores [M,E] or empty);
+///   gather_rows(x [M,D], rows [n], y [n,D]): y[i] = x[rows[i]];
+///   scatter_add_rows(y [n,D], rows [n], w [n], acc [M,D] f32): acc[rows[i]] += w[i] * y[i] (rows distinct).
+template <class B>
+concept BackendMoE = requires(const B& b, View<const float, 2> z, View<const float, 1> bias, const MoeRouting& r,
+                              View<std::int32_t, 2> idx, View<float, 2> w, View<const std::int32_t, 1> rows,
+                              View<float, 2> y, View<const float, 1> wr) {
+  b.moe_route(z, bias, r, idx, w, w);
+  b.gather_rows(z, rows, y);
+  b.scatter_add_rows(z, rows, wr, y);
+};
+
+/// Per-head products with slices of one weight matrix (MLA's absorbed form, layers/attention_mla.hpp): for head h
+/// the block W_h = rows [h*head_stride + row_offset, ...) of w;
+///   transpose_w == false: y[m,h,:] = x[m,h,:] . W_h^T   (W_h has y.dim(2) rows of x.dim(2) columns);
+///   transpose_w == true:  y[m,h,:] = x[m,h,:] . W_h     (W_h has x.dim(2) rows of y.dim(2) = w.cols columns).
+/// Accumulated in f32, rounded once to y's type.
+template <class B>
+concept BackendHeadMatmul = requires(const B& b, View<const float, 3> x, const Matrix<float>& w, View<float, 3> y) {
+  b.head_matmul(x, w, std::int64_t{0}, std::int64_t{0}, false, y);
+};
+
 }  // namespace maxtext

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "maxtext/backend/common/math.hpp"
 #include "maxtext/core/tensor.hpp"
 
 namespace maxtext {
@@ -60,6 +61,33 @@ struct SampleOptions {
   float temperature = 0.0f;
   std::int64_t top_k = 0;
   float top_p = 1.0f;
+};
+
+/// Mixture-of-experts routing of one token (MaxText moe.py GateLogit score/bias + RoutedMoE.get_topk); spec moe.md.
+/// From gate logits z [E] (in the gate dtype G) a backend's moe_route computes
+///   s = softmax_E(z) if score_softmax, else act(z) with act = `score` (linear for routed_score_func ""); rounded to G;
+///   b = s + bias (rounded to G) when a bias is given, else b = s;
+///   selection: deepseek == true (model_name deepseek3* / deepseek4*): if n_groups > 0 the E experts form n_groups
+///     contiguous groups, a group's score is the f32 sum of its two largest b, the topk_groups best groups are kept
+///     and every other expert's b becomes -inf; idx = top_k(b, k); w = s[idx] (the unbiased scores).
+///     deepseek == false: idx = top_k(b, k), w = b[idx] (a routing bias, if any, is part of the weights; groups are
+///     ignored, as in MaxText).
+///   top_k orders by value, descending; equal values (including -inf) in increasing expert index.
+///   weights: if softmax_weights: w = round_A(softmax_j(w)) (f32 softmax over the k values);
+///     if normalize: w = round_G(w / round_G(sum_j w + normalize_eps)); then if scale != 1: w = round_G(w * scale).
+/// Outputs idx [M, k] (int32), w [M, k] (f32 values of G/A), and optionally the biased scores b [M, E] (f32) for
+/// load-balance statistics.
+struct MoeRouting {
+  std::int64_t num_experts_per_tok = 1;  ///< k
+  bool score_softmax = false;            ///< routed_score_func "softmax"
+  Activation score = Activation::linear; ///< element-wise routed_score_func (sigmoid, sqrtsoftplus, ...)
+  bool deepseek = false;                 ///< DeepSeek-V3 selection: bias for selection only, groups
+  std::int64_t n_groups = 0;             ///< > 0: group-limited selection (deepseek only)
+  std::int64_t topk_groups = 0;
+  bool softmax_weights = false;          ///< softmax over the k selected values (non-DeepSeek blocks)
+  bool normalize = false;                ///< w /= (sum_j w + normalize_eps)
+  float normalize_eps = 0.0f;
+  float scale = 1.0f;                    ///< routed_scaling_factor (DeepSeek blocks)
 };
 
 }  // namespace maxtext

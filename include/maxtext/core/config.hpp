@@ -58,6 +58,7 @@ using StringList = std::vector<std::string>;
   X(bool, use_qk_norm, false)                                    \
   X(bool, qk_norm_with_scale, true)                              \
   X(bool, use_v_norm, false)                                     \
+  X(bool, v_norm_with_scale, true)                               \
   X(double, query_pre_attn_scalar, 0.0)                          \
   X(bool, temperature_tuning, false)                             \
   X(double, temperature_tuning_scale, 0.1)                       \

@@ -9,6 +9,7 @@
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/io/checkpoint.hpp"
+#include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/safetensors.hpp"
 
 namespace maxtext::io {
@@ -32,6 +33,11 @@ inline LoadedWeights load_weights(const std::string& path, const Config& cfg) {
   w.path = path;
   if (ends_with(path, ".safetensors") || ends_with(path, ".json")) {
     TensorMap raw = read_safetensors_any(path);
+    if ((cfg.is("deepseek") || cfg.is("mixtral")) && looks_like_hf(raw)) {  // HF DeepSeek-V2/V3 / Mixtral naming
+      w.tensors = canonicalize_hf_deepseek(raw, cfg);
+      w.naming = WeightNaming::hf;
+      return w;
+    }
     w.tensors = canonicalize_maxtext(raw, cfg);
     return w;
   }

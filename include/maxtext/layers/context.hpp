@@ -29,6 +29,8 @@ struct StepInfo {
   View<const std::int32_t, 1> kv_len;                 ///< [B]: keys valid once this step is written
   View<const std::int32_t, 2> segment_ids;            ///< [B, T] or empty
   View<const std::int32_t, 2> kv_segment_ids;         ///< [B, S] segment ids of the cache, or empty
+  std::vector<std::int32_t> host_positions;           ///< host copy of `positions` [B*T], or empty (layers that
+                                                      ///< need positions on the host then read them back)
   std::int64_t tokens() const { return batch * length; }
 };
 

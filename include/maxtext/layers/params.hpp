@@ -33,12 +33,17 @@ enum class Init : std::uint8_t { zeros, ones, normal, truncated_normal };
 /// A MaxText DenseGeneral-style kernel of shape in + out, stored as an out-major Matrix [prod(out), prod(in)].
 /// Initialised as nd_dense_init(scale, "fan_in", dist) with fan_in = prod(in), then divided by `divisor`
 /// (the generic Attention's query kernel uses sqrt(head_dim)).
+/// With `batch` axes (MoE expert stacks, file shape batch + in + out, e.g. wi_0 [E, D, F]) the matrix is
+/// [prod(batch) * prod(out), prod(in)]: the out-major matrices of each batch index stacked by rows.
+/// `fan_in` > 0 overrides the initialiser's fan-in (MaxText initialises expert kernels [E, D, F] with fan_in E*F).
 struct KernelSpec {
   std::vector<std::int64_t> in;
   std::vector<std::int64_t> out;
   Init dist = Init::truncated_normal;
   double scale = 1.0;
   double divisor = 1.0;
+  std::vector<std::int64_t> batch = {};
+  double fan_in = 0.0;
 };
 
 /// A small parameter (norm scale, bias, sinks) of any shape, stored flat in the activation type.
@@ -122,13 +127,15 @@ class ParamLoader : public PathStack {
 
   void matrix(std::string_view leaf, Matrix<W>& m, const KernelSpec& s) {
     const std::string name = path(leaf);
-    const AnyTensor* t = find(name, concat(s.in, s.out));
+    const AnyTensor* t = find(name, concat(s.batch, concat(s.in, s.out)));
     if (!t) return;
-    const int ni = static_cast<int>(s.in.size()), no = static_cast<int>(s.out.size());
+    const int nb = static_cast<int>(s.batch.size()), ni = static_cast<int>(s.in.size()),
+              no = static_cast<int>(s.out.size());
     std::vector<int> perm;
-    for (int i = 0; i < no; ++i) perm.push_back(ni + i);
-    for (int i = 0; i < ni; ++i) perm.push_back(i);
-    m = make_matrix(*t, perm, no, product(s.out), product(s.in), name);
+    for (int i = 0; i < nb; ++i) perm.push_back(i);
+    for (int i = 0; i < no; ++i) perm.push_back(nb + ni + i);
+    for (int i = 0; i < ni; ++i) perm.push_back(nb + i);
+    m = make_matrix(*t, perm, nb + no, product(s.batch) * product(s.out), product(s.in), name);
   }
 
   /// A table stored as [rows, cols] in the file (embeddings): no transpose.
@@ -217,9 +224,9 @@ class ParamInitializer : public PathStack {
 
   void matrix(std::string_view leaf, Matrix<W>& m, const KernelSpec& s) {
     const std::string name = path(leaf);
-    const std::int64_t K = product(s.in), N = product(s.out);
+    const std::int64_t K = product(s.in), N = product(s.batch) * product(s.out);
     // variance scaling, mode fan_in: var = scale / fan_in; truncated normal is rescaled by its std (0.8796...).
-    double std_dev = std::sqrt(s.scale / static_cast<double>(K));
+    double std_dev = std::sqrt(s.scale / (s.fan_in > 0.0 ? s.fan_in : static_cast<double>(K)));
     if (s.dist == Init::truncated_normal) std_dev /= 0.87962566103423978;
     std_dev /= s.divisor;
     Tensor<float, 2> f({N, K});
@@ -284,12 +291,15 @@ class ParamExporter : public PathStack {
 
   void matrix(std::string_view leaf, Matrix<W>& m, const KernelSpec& s) {
     AnyTensor t = as_any(m);
-    // t is [N, K] = [prod(out), prod(in)]: view it as out + in, then permute to in + out.
-    t = t.reshaped(concat(s.out, s.in));
+    // t is [N, K] = [prod(batch) * prod(out), prod(in)]: view it as batch + out + in, then permute to
+    // batch + in + out.
+    t = t.reshaped(concat(s.batch, concat(s.out, s.in)));
     std::vector<int> perm;
-    const int no = static_cast<int>(s.out.size()), ni = static_cast<int>(s.in.size());
-    for (int i = 0; i < ni; ++i) perm.push_back(no + i);
-    for (int i = 0; i < no; ++i) perm.push_back(i);
+    const int nb = static_cast<int>(s.batch.size()), no = static_cast<int>(s.out.size()),
+              ni = static_cast<int>(s.in.size());
+    for (int i = 0; i < nb; ++i) perm.push_back(i);
+    for (int i = 0; i < ni; ++i) perm.push_back(nb + no + i);
+    for (int i = 0; i < no; ++i) perm.push_back(nb + i);
     out.add(path(leaf), t.permuted(perm));
   }
   void table(std::string_view leaf, Matrix<W>& m, std::int64_t, std::int64_t, const VectorSpec&) {
@@ -327,7 +337,7 @@ class ParamCounter : public PathStack {
  public:
   template <class M>
   void matrix(std::string_view, M&, const KernelSpec& s) {
-    count += product(s.in) * product(s.out);
+    count += product(s.batch) * product(s.in) * product(s.out);
   }
   template <class M>
   void table(std::string_view, M&, std::int64_t rows, std::int64_t cols, const VectorSpec&) {

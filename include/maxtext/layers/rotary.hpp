@@ -1,12 +1,20 @@
 // layers/rotary.hpp: MaxText embeddings.py rotary embeddings as precomputed tables: default RoPE (half-split),
-// LLaMA-3.1 RoPE (interleaved, frequency scaling), YaRN (interleaved in, halves out, ramped frequencies),
-// partial RoPE; spec rope.md (selection rules and exact f32 evaluation order).
+// LLaMA-3.1 RoPE (interleaved, frequency scaling), YaRN (interleaved or concatenated input, halves out, ramped
+// frequencies; pairwise variant), partial RoPE; and the selection MaxText's Attention.init_rotary_embedding makes
+// from the config and the layer's arguments. Spec rope.md (selection rules and exact f32 evaluation order).
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
 
 #include "maxtext/backend/ops.hpp"
 #include "maxtext/core/config.hpp"
@@ -26,7 +34,9 @@ struct RopeSpec {
   double max_timescale = 10000.0;  ///< theta
   double linear_scaling = 1.0;     ///< rope_linear_scaling_factor (default RoPE)
   bool llama31_use_scale = true;   ///< rope_use_scale
-  bool interleaved = false;        ///< pairing of the *input* lanes: (2i, 2i+1) vs (i, i+d/2); forced by kind
+  /// YaRN only: input pairs (2i, 2i+1) (rope_interleave) or (i, i+d/2). Default RoPE is always half-split and
+  /// LLaMA-3.1 RoPE always interleaved.
+  bool interleaved = true;
   // YaRN
   std::int64_t max_position_embeddings = 163840;
   std::int64_t original_max_position_embeddings = 4096;
@@ -35,22 +45,36 @@ struct RopeSpec {
   double beta_slow = 1.0;
   bool yarn_truncate = true;
   bool yarn_attention_scaling = false;
+  bool yarn_pairwise = false;  ///< rope_pairwise: interleaved output, math in f32 (needs interleaved input)
+
+  /// Every field, for ordering (the table cache key).
+  auto key() const {
+    return std::make_tuple(static_cast<int>(kind), head_dim, rot_dims, min_timescale, max_timescale, linear_scaling,
+                           llama31_use_scale, interleaved, max_position_embeddings, original_max_position_embeddings,
+                           rope_factor, beta_fast, beta_slow, yarn_truncate, yarn_attention_scaling, yarn_pairwise);
+  }
 };
 
 namespace detail {
-/// Default / LLaMA timescale of pair i: min * (max/min)^(2i/d), evaluated in f32 as jnp does.
+/// Default / LLaMA timescale of pair i: min * (max/min)^(2i/d). MaxText evaluates max/min as a Python float
+/// (double) and the rest in f32.
 inline float timescale(std::int64_t i, std::int64_t d, double mn, double mx) {
   const float frac = static_cast<float>(2 * i) / static_cast<float>(d);
-  return static_cast<float>(mn) * std::pow(static_cast<float>(mx) / static_cast<float>(mn), frac);
+  return static_cast<float>(mn) * std::pow(static_cast<float>(mx / mn), frac);
+}
+inline bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+inline std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 }  // namespace detail
 
-/// Host table [positions, rot_dims/2] of cos/sin for `spec`; upload with layers::upload before use.
+/// Host table [positions, rot_dims/2] of cos/sin for `spec`; upload with layers::upload before use on a device.
 inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positions) {
   const std::int64_t d = spec.rot_dims > 0 ? spec.rot_dims : spec.head_dim;
-  MAXTEXT_CHECK(d > 0 && d % 2 == 0 && d <= spec.head_dim, ConfigError, "[rope] rotary dims must be even and <= head_dim (",
-                spec.head_dim, "), found ", d);
-  MAXTEXT_CHECK(positions > 0, ConfigError, "[rope] table needs > 0 positions");
+  MAXTEXT_CHECK(d > 0 && d % 2 == 0 && d <= spec.head_dim, ConfigError,
+                "[rope] rotary dims must be even, > 0 and <= head_dim (", spec.head_dim, "), found ", d);
+  MAXTEXT_CHECK(positions > 0, ConfigError, "[rope] table needs > 0 positions, found ", positions);
   const std::int64_t half = d / 2;
   RotaryTable t;
   t.rot_dims = d;
@@ -78,7 +102,7 @@ inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positio
         if (spec.llama31_use_scale) {
           // factor 8, low_freq_factor 1, high_freq_factor 4, original context 8192 (hard-coded in MaxText)
           const float f = 1.0f / v;
-          const float wl = 2.0f * static_cast<float>(M_PI) / f;
+          const float wl = static_cast<float>(2.0 * M_PI) / f;
           float nf;
           if (wl < 8192.0f / 4.0f) {
             nf = f;
@@ -95,11 +119,18 @@ inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positio
       break;
     }
     case RopeKind::yarn: {
-      t.layout = RopeLayout::interleaved_to_halves;
-      t.round_sincos_to_input = false;
+      MAXTEXT_CHECK(!spec.yarn_pairwise || spec.interleaved, ConfigError,
+                    "[rope] rope_pairwise=true requires rope_interleave=true");
+      if (spec.yarn_pairwise) {
+        t.layout = RopeLayout::interleaved;  // pairs stay in place, math in f32
+      } else {
+        t.layout = spec.interleaved ? RopeLayout::interleaved_to_halves : RopeLayout::half_split;
+      }
+      t.round_sincos_to_input = false;  // complex64 arithmetic
       const double theta = spec.max_timescale;
       auto corr = [&](double r) {
-        return static_cast<double>(d) * std::log(static_cast<double>(spec.original_max_position_embeddings) / (r * 2.0 * M_PI)) /
+        return static_cast<double>(d) *
+               std::log(static_cast<double>(spec.original_max_position_embeddings) / (r * 2.0 * M_PI)) /
                (2.0 * std::log(theta));
       };
       double low = corr(spec.beta_fast), high = corr(spec.beta_slow);
@@ -111,7 +142,8 @@ inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positio
       high = std::min(high, static_cast<double>(d - 1));
       if (low == high) high += 0.001;
       for (std::int64_t i = 0; i < half; ++i) {
-        const float base = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(d));
+        const float base =
+            1.0f / std::pow(static_cast<float>(theta), 2.0f * static_cast<float>(i) / static_cast<float>(d));
         float ramp = (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low);
         ramp = std::clamp(ramp, 0.0f, 1.0f);
         const float smooth = 1.0f - ramp;
@@ -132,6 +164,93 @@ inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positio
       t.sin(p, i) = std::sin(angle);
     }
   }
+  return t;
+}
+
+/// The per-layer arguments of MaxText's Attention that choose its rotary embedding (None = 0 / empty).
+struct RopeArgs {
+  std::int64_t dims = 0;               ///< rope embedding dims: head_dim (MLA: qk_rope_head_dim)
+  std::string rope_type;               ///< layer override of config.rope_type ("" = config)
+  double rope_max_timescale = 0.0;     ///< layer override of config.rope_max_timescale (<= 0 = config)
+  double partial_rotary_factor = 0.0;  ///< layer-level factor (only Gemma-4 / Qwen3-Next pass one); 0 = None
+  bool local_sliding = false;          ///< the layer's attention type is local_sliding
+  bool is_nope_layer = false;          ///< no rotary embedding at all
+};
+
+/// MaxText Attention.init_rotary_embedding (spec rope.md §Selection), for the text-only variants: NoPE, LLaMA-3.1
+/// (model_name or rope_type starting with "llama3.1"), YaRN (rope_type starting with "yarn"), partial RoPE
+/// (layer-level factor < 1), else default RoPE (local_rope_max_timescale on local sliding layers, linear scaling
+/// except on Gemma-3 local layers). Gemma-4's partial variant and multimodal RoPE are refused.
+inline RopeSpec select_rope(const Config& c, const RopeArgs& a) {
+  RopeSpec s;
+  s.head_dim = a.dims;
+  if (a.is_nope_layer) {
+    s.kind = RopeKind::none;
+    return s;
+  }
+  MAXTEXT_CHECK(a.dims > 0 && a.dims % 2 == 0, ConfigError,
+                "[rope] embedding dims for rotary position embedding must be even and > 0, found ", a.dims);
+  const std::string type = detail::lower(a.rope_type.empty() ? c.rope_type : a.rope_type);
+  const double theta = a.rope_max_timescale > 0 ? a.rope_max_timescale : c.rope_max_timescale;
+  s.min_timescale = c.rope_min_timescale;
+  s.max_timescale = theta;
+  if (detail::starts_with(c.model_name, "llama3.1") || detail::starts_with(type, "llama3.1")) {
+    s.kind = RopeKind::llama31;
+    s.llama31_use_scale = c.rope_use_scale;
+    return s;
+  }
+  if (detail::starts_with(type, "yarn")) {
+    s.kind = RopeKind::yarn;
+    s.max_position_embeddings = c.max_position_embeddings;
+    s.original_max_position_embeddings = c.original_max_position_embeddings;
+    s.beta_fast = c.beta_fast;
+    s.beta_slow = c.beta_slow;
+    s.rope_factor = c.rope_factor;
+    s.interleaved = c.rope_interleave;
+    s.yarn_truncate = c.rope_truncate;
+    s.yarn_attention_scaling = c.rope_attention_scaling;
+    s.yarn_pairwise = c.rope_pairwise;
+    MAXTEXT_CHECK(!s.yarn_pairwise || s.interleaved, ConfigError, "[rope] rope_pairwise=true requires rope_interleave=true");
+    return s;
+  }
+  s.kind = RopeKind::default_rope;
+  if (a.partial_rotary_factor > 0.0 && a.partial_rotary_factor < 1.0) {
+    MAXTEXT_CHECK(!detail::starts_with(c.model_name, "gemma4"), UnsupportedError,
+                  "[rope] Gemma-4 partial rotary embedding is not implemented");
+    s.rot_dims = static_cast<std::int64_t>(static_cast<double>(a.dims) * a.partial_rotary_factor);
+    MAXTEXT_CHECK(s.rot_dims > 0 && s.rot_dims % 2 == 0, ConfigError, "[rope] partial_rotary_factor ",
+                  a.partial_rotary_factor, " gives ", s.rot_dims, " rotary dims of ", a.dims,
+                  ": expected an even number > 0");
+    return s;  // PartialRotaryEmbedding: no local timescale, no linear scaling
+  }
+  if (a.local_sliding && c.local_rope_max_timescale > 0) s.max_timescale = c.local_rope_max_timescale;
+  s.linear_scaling = c.rope_linear_scaling_factor;
+  if (detail::starts_with(c.model_name, "gemma3") && a.local_sliding) s.linear_scaling = 1.0;
+  return s;
+}
+
+/// Positions a layer's table covers: max_target_length, and for YaRN at most max_position_embeddings (MaxText's
+/// YaRN table size; positions beyond it are invalid there).
+inline std::int64_t rope_table_positions(const RopeSpec& s, const Config& c) {
+  std::int64_t n = c.max_target_length;
+  if (s.kind == RopeKind::yarn) n = std::min(n, s.max_position_embeddings);
+  return n;
+}
+
+/// One host table per distinct (spec, positions), shared by every layer that uses it (a model's layers usually
+/// all do). Tables live as long as some layer holds them.
+inline std::shared_ptr<const RotaryTable> shared_rotary_table(const RopeSpec& spec, std::int64_t positions) {
+  using Key = std::tuple<decltype(spec.key()), std::int64_t>;
+  static std::mutex mu;
+  static std::map<Key, std::weak_ptr<const RotaryTable>> cache;
+  const Key key{spec.key(), positions};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) {
+    if (auto t = it->second.lock()) return t;
+  }
+  auto t = std::make_shared<const RotaryTable>(build_rotary_table(spec, positions));
+  cache[key] = t;
   return t;
 }
 

@@ -63,6 +63,7 @@ Tensor<float, 3> run_layer(const L& layer, const typename L::Params& params, con
   step.positions = up(pos.data(), Bn * T);
   step.q_start = up(step.start.data(), Bn);
   step.kv_len = up(len.data(), Bn);
+  step.host_positions = pos;
   if (segment_ids) {
     MAXTEXT_CHECK(segment_ids->dim(0) == Bn && segment_ids->dim(1) == T, ShapeError, "[run_layer] segment_ids ",
                   segment_ids->shape(), " for input [", Bn, ",", T, "]");

@@ -8,7 +8,13 @@
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/policy.hpp"
+#include "maxtext/layers/decoders.hpp"
+#include "maxtext/layers/deepseek.hpp"
 #include "maxtext/layers/gpt3.hpp"
+#include "maxtext/layers/llama2.hpp"
+#include "maxtext/layers/mistral.hpp"
+#include "maxtext/layers/mixtral.hpp"
+#include "maxtext/layers/qwen3.hpp"
 #include "maxtext/models/transformer.hpp"
 
 namespace maxtext::models {
@@ -17,6 +23,14 @@ namespace maxtext::models {
 template <TensorPolicy P, class F>
 decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("gpt3")) return f.template operator()<Transformer<P, layers::Gpt3DecoderLayer>>();
+  if (cfg.is("deepseek")) {
+    return f.template operator()<Transformer<P, layers::DeepSeekDenseLayer, layers::DeepSeekMoELayer>>();
+  }
+  if (cfg.is("default")) return f.template operator()<Transformer<P, layers::DecoderLayer>>();
+  if (cfg.is("llama2")) return f.template operator()<Transformer<P, layers::LlamaDecoderLayer>>();
+  if (cfg.is("mistral")) return f.template operator()<Transformer<P, layers::MistralDecoderLayer>>();
+  if (cfg.is("mixtral")) return f.template operator()<Transformer<P, layers::MixtralDecoderLayer>>();
+  if (cfg.is("qwen3")) return f.template operator()<Transformer<P, layers::Qwen3DecoderLayer>>();
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }

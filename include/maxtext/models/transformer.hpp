@@ -265,6 +265,7 @@ class Transformer {
     step.positions = to_device<1>(pos.data(), {Bn * T});
     step.q_start = to_device<1>(step.start.data(), {Bn});
     step.kv_len = to_device<1>(kv_len.data(), {Bn});
+    step.host_positions = std::move(pos);
     if (opt.segment_ids || cache.has_segments()) {
       std::vector<std::int32_t> seg(static_cast<std::size_t>(Bn * T), 1);  // decoding tokens are "active" (1)
       if (opt.segment_ids) {

@@ -539,6 +539,157 @@ class Backend {
     });
   }
 
+  // ---- mixture of experts ---------------------------------------------------------------------------------
+  /// Route M tokens (semantics: MoeRouting in backend/ops.hpp; spec moe.md GateLogit + get_topk). G is the gate
+  /// dtype (f32 with float32_gate_logits, else the activation type), A the activation type (rounding of the
+  /// softmax-over-top-k weights). z [M,E], bias [E] or empty, idx/w [M,k], scores [M,E] or empty.
+  template <class G, class A = G>
+  void moe_route(View<const G, 2> z, View<const G, 1> bias, const MoeRouting& r, View<std::int32_t, 2> idx,
+                 View<float, 2> w, View<float, 2> scores) const {
+    const std::int64_t M = z.dim(0), E = z.dim(1), k = r.num_experts_per_tok;
+    MAXTEXT_DASSERT(idx.dim(0) == M && idx.dim(1) == k && w.dim(0) == M && w.dim(1) == k && k <= E);
+    const bool groups = r.deepseek && r.n_groups > 0;
+    const std::int64_t per_group = groups ? E / r.n_groups : 0;
+    parallel_rows(M, E * 16, [&](std::int64_t m0, std::int64_t m1) {
+      std::vector<float> s(static_cast<std::size_t>(E)), b(static_cast<std::size_t>(E)), wv(static_cast<std::size_t>(k));
+      std::vector<std::int32_t> order(static_cast<std::size_t>(E));
+      std::vector<float> gscore(static_cast<std::size_t>(groups ? r.n_groups : 0));
+      std::vector<std::int32_t> gorder(gscore.size());
+      // Descending by value, ties (and -inf) to the lower index: jax.lax.top_k's order.
+      auto before = [](const std::vector<float>& v) {
+        return [&v](std::int32_t a, std::int32_t c) {
+          return v[static_cast<std::size_t>(a)] > v[static_cast<std::size_t>(c)] ||
+                 (v[static_cast<std::size_t>(a)] == v[static_cast<std::size_t>(c)] && a < c);
+        };
+      };
+      for (std::int64_t m = m0; m < m1; ++m) {
+        for (std::int64_t e = 0; e < E; ++e) s[static_cast<std::size_t>(e)] = to_float(z(m, e));
+        if (r.score_softmax) {
+          float mx = -std::numeric_limits<float>::infinity();
+          for (float v : s) mx = std::max(mx, v);
+          float sum = 0.0f;
+          for (float& v : s) sum += (v = std::exp(v - mx));
+          for (float& v : s) v = round_to<G>(v / sum);
+        } else if (r.score != Activation::linear) {
+          for (float& v : s) v = round_to<G>(math::activate(r.score, v));
+        }
+        for (std::int64_t e = 0; e < E; ++e) {
+          const auto u = static_cast<std::size_t>(e);
+          b[u] = bias.empty() ? s[u] : round_to<G>(s[u] + to_float(bias(e)));
+        }
+        if (!scores.empty()) {
+          for (std::int64_t e = 0; e < E; ++e) scores(m, e) = b[static_cast<std::size_t>(e)];
+        }
+        if (groups) {
+          for (std::int64_t g = 0; g < r.n_groups; ++g) {
+            float t1 = -std::numeric_limits<float>::infinity(), t2 = t1;
+            for (std::int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
+              const float v = b[static_cast<std::size_t>(e)];
+              if (v > t1) {
+                t2 = t1;
+                t1 = v;
+              } else if (v > t2) {
+                t2 = v;
+              }
+            }
+            gscore[static_cast<std::size_t>(g)] = t1 + t2;
+            gorder[static_cast<std::size_t>(g)] = static_cast<std::int32_t>(g);
+          }
+          std::partial_sort(gorder.begin(), gorder.begin() + r.topk_groups, gorder.end(), before(gscore));
+          std::vector<char> keep(gscore.size(), 0);
+          for (std::int64_t g = 0; g < r.topk_groups; ++g) keep[static_cast<std::size_t>(gorder[static_cast<std::size_t>(g)])] = 1;
+          for (std::int64_t e = 0; e < E; ++e) {
+            if (!keep[static_cast<std::size_t>(e / per_group)]) b[static_cast<std::size_t>(e)] = -std::numeric_limits<float>::infinity();
+          }
+        }
+        for (std::int64_t e = 0; e < E; ++e) order[static_cast<std::size_t>(e)] = static_cast<std::int32_t>(e);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), before(b));
+        const std::vector<float>& src = r.deepseek ? s : b;
+        for (std::int64_t j = 0; j < k; ++j) {
+          const std::int32_t e = order[static_cast<std::size_t>(j)];
+          idx(m, j) = e;
+          wv[j] = src[static_cast<std::size_t>(e)];
+        }
+        if (r.softmax_weights) {
+          float mx = -std::numeric_limits<float>::infinity();
+          for (std::int64_t j = 0; j < k; ++j) mx = std::max(mx, wv[j]);
+          float sum = 0.0f;
+          for (std::int64_t j = 0; j < k; ++j) sum += (wv[j] = std::exp(wv[j] - mx));
+          for (std::int64_t j = 0; j < k; ++j) wv[j] = round_to<A>(wv[j] / sum);
+        }
+        if (r.normalize) {
+          float sum = 0.0f;
+          for (std::int64_t j = 0; j < k; ++j) sum = round_to<G>(sum + wv[j]);
+          const float den = round_to<G>(sum + r.normalize_eps);
+          for (std::int64_t j = 0; j < k; ++j) wv[j] = round_to<G>(wv[j] / den);
+        }
+        if (r.scale != 1.0f) {
+          const float sc = round_to<G>(r.scale);
+          for (std::int64_t j = 0; j < k; ++j) wv[j] = round_to<G>(wv[j] * sc);
+        }
+        for (std::int64_t j = 0; j < k; ++j) w(m, j) = wv[j];
+      }
+    });
+  }
+
+  /// y[i, :] = x[rows[i], :] (the tokens routed to one expert). Rows in range (caller-checked).
+  template <class A>
+  void gather_rows(View<const A, 2> x, View<const std::int32_t, 1> rows, View<A, 2> y) const {
+    const std::int64_t n = rows.dim(0), D = x.dim(1);
+    parallel_rows(n, D, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        std::memcpy(static_cast<void*>(&y(i, 0)), &x(rows(i), 0), static_cast<std::size_t>(D) * sizeof(A));
+      }
+    });
+  }
+
+  /// acc[rows[i], :] += w[i] * y[i, :] in f32 (the weighted combine of one expert's outputs). rows must be
+  /// distinct within one call (a token is routed to an expert at most once).
+  template <class A>
+  void scatter_add_rows(View<const A, 2> y, View<const std::int32_t, 1> rows, View<const float, 1> w,
+                        View<float, 2> acc) const {
+    const std::int64_t n = rows.dim(0), D = y.dim(1);
+    parallel_rows(n, D * 2, [&](std::int64_t i0, std::int64_t i1) {
+      std::vector<float> buf(static_cast<std::size_t>(D));
+      for (std::int64_t i = i0; i < i1; ++i) {
+        vec::to_f32(&y(i, 0), buf.data(), D);
+        vec::axpy(w(i), buf.data(), &acc(rows(i), 0), D);
+      }
+    });
+  }
+
+  // ---- per-head products (MLA absorbed form) -------------------------------------------------------------
+  /// For each head h, W_h = rows [h*head_stride + row_offset, ...) of w (semantics: BackendHeadMatmul in
+  /// concepts.hpp). transpose_w false: y[m,h,:] = x[m,h,:] . W_h^T (y.dim(2) rows of W, x.dim(2) == w.cols);
+  /// true: y[m,h,:] = x[m,h,:] . W_h (x.dim(2) rows of W, y.dim(2) == w.cols). f32 accumulation, one rounding to Y.
+  /// x, y: [M, H, d] with a contiguous last axis.
+  template <class X, class W, class Y>
+  void head_matmul(View<const X, 3> x, const Matrix<W>& w, std::int64_t head_stride, std::int64_t row_offset,
+                   bool transpose_w, View<Y, 3> y) const {
+    const std::int64_t M = x.dim(0), H = x.dim(1), Kx = x.dim(2), Ky = y.dim(2);
+    const std::int64_t nrows = transpose_w ? Kx : Ky;
+    MAXTEXT_DASSERT(y.dim(0) == M && y.dim(1) == H && (transpose_w ? Ky : Kx) == w.cols);
+    MAXTEXT_DASSERT((H - 1) * head_stride + row_offset + nrows <= w.rows);
+    if (M == 0) return;
+    using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    parallel_rows(H, M * Kx * Ky, [&](std::int64_t h0, std::int64_t h1) {
+      RowMat xf(M, Kx), wf(nrows, w.cols), yf;
+      for (std::int64_t h = h0; h < h1; ++h) {
+        for (std::int64_t m = 0; m < M; ++m) vec::to_f32(&x(m, h, 0), &xf(m, 0), Kx);
+        const std::int64_t r0 = h * head_stride + row_offset;
+        for (std::int64_t i = 0; i < nrows; ++i) row_to_f32(w, r0 + i, &wf(i, 0));
+        if (transpose_w) {
+          yf.noalias() = xf * wf;
+        } else {
+          yf.noalias() = xf * wf.transpose();
+        }
+        for (std::int64_t m = 0; m < M; ++m) {
+          for (std::int64_t j = 0; j < Ky; ++j) y(m, h, j) = from_float<Y>(yf(m, j));
+        }
+      }
+    });
+  }
+
  private:
   static constexpr std::int64_t kGemmMinRows = 4;
 
@@ -674,3 +825,5 @@ class Backend {
 }  // namespace maxtext::cpu
 
 static_assert(::maxtext::Backend<::maxtext::cpu::Backend>, "cpu::Backend must satisfy the Backend concept");
+static_assert(::maxtext::BackendMoE<::maxtext::cpu::Backend>, "cpu::Backend must provide the MoE kernels");
+static_assert(::maxtext::BackendHeadMatmul<::maxtext::cpu::Backend>, "cpu::Backend must provide head_matmul");

@@ -1,0 +1,400 @@
+// layers/attentions.hpp: MaxText attentions.py Attention (the generic attention layer) with every option that
+// changes the forward pass of a text model; spec attention.md §1-3 and §5, rope.md, norms-dense-mlp.md.
+//
+// Forward, as MaxText: q/k/v projections (fused qkv_proj, or query/key/value; value = key with
+// share_kv_projections) -> qk RMSNorm per head (or Olmo3's GlobalRMSNorm) -> value RMSNorm -> RoPE (not on NoPE
+// layers) -> Llama-4 L2 norm -> q *= query_pre_attn_scalar -> Llama-4 temperature tuning (NoPE layers) ->
+// AttentionOp (causal / sliding window / chunk / segment masks, soft cap, sinks, f32 flags) on the KV cache ->
+// out projection. There is no 1/sqrt(head_dim) in this forward pass: MaxText folds it into the query kernel at
+// initialisation (and into the checkpoint when converting Hugging Face weights).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "maxtext/backend/ops.hpp"
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/dtype.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/policy.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/layers/attention_op.hpp"
+#include "maxtext/layers/context.hpp"
+#include "maxtext/layers/linears.hpp"
+#include "maxtext/layers/normalizations.hpp"
+#include "maxtext/layers/params.hpp"
+#include "maxtext/layers/rotary.hpp"
+
+namespace maxtext::layers {
+
+/// MaxText common_types.AttentionType values a text layer can take (MLA masks like global).
+enum class AttentionType : std::uint8_t { global, local_sliding, chunk, full };
+
+/// Parse `attention_type` ("global", "local_sliding", "chunk", "full"; "mla" masks like "global").
+inline AttentionType parse_attention_type(const std::string& s) {
+  if (s == "global" || s == "mla") return AttentionType::global;
+  if (s == "local_sliding") return AttentionType::local_sliding;
+  if (s == "chunk") return AttentionType::chunk;
+  if (s == "full") return AttentionType::full;
+  MAXTEXT_THROW(UnsupportedError, "[Attention] attention_type: expected global, local_sliding, chunk or full, found '", s,
+                "'");
+}
+
+/// Llama-4's rule (llama4.determine_is_nope_layer): layer i has no rotary embedding when interval > 0 and
+/// (i + 1) % interval == 0.
+inline bool is_nope_layer(std::int64_t layer_index, std::int64_t nope_layer_interval) {
+  return nope_layer_interval > 0 && (layer_index + 1) % nope_layer_interval == 0;
+}
+
+/// The constructor arguments of MaxText's Attention that change numerics (Python None = 0 / empty). Everything
+/// else the layer reads from the Config, as MaxText does: fused_qkv, attention_sink, chunk_attn_window_size, the
+/// rope_* keys, qk_norm_with_scale, v_norm_with_scale, normalization_layer_epsilon, model_name / decoder_block
+/// special cases (llama3.1 RoPE, Olmo3 global qk-norm, Llama-4 L2 norm, Qwen2 output bias).
+struct AttentionArgs {
+  std::int64_t num_query_heads = 0;
+  std::int64_t num_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  AttentionType attention_type = AttentionType::global;
+  bool float32_qk_product = false;
+  bool float32_logits = false;
+  double attn_logits_soft_cap = 0.0;    ///< None / 0 = off
+  std::int64_t sliding_window_size = 0; ///< needed by local_sliding
+  bool use_qk_norm = false;
+  double query_pre_attn_scalar = 0.0;   ///< None / 0 / 1 = off
+  bool use_bias_in_projections = false;
+  bool share_kv_projections = false;
+  bool temperature_tuning = false;
+  double temperature_tuning_scale = 0.1;
+  double temperature_tuning_floor_scale = 8192.0;
+  bool is_nope_layer = false;
+  std::string rope_type;                ///< "" = config.rope_type
+  bool use_v_norm = false;
+  double rope_max_timescale = 0.0;      ///< <= 0 = config.rope_max_timescale
+  double partial_rotary_factor = 0.0;   ///< 0 = None
+
+  /// The arguments the DEFAULT / LLAMA2 / MISTRAL blocks pass: heads and head_dim from the config, the two f32
+  /// flags, global attention, nothing else (the blocks add their extras).
+  static AttentionArgs basic(const Config& c) {
+    AttentionArgs a;
+    a.num_query_heads = c.num_query_heads;
+    a.num_kv_heads = c.num_kv_heads;
+    a.head_dim = c.head_dim;
+    a.float32_qk_product = c.float32_qk_product;
+    a.float32_logits = c.float32_logits;
+    return a;
+  }
+};
+
+/// MaxText's generic Attention over rows x [B*T, D] -> [B*T, D], with its KV cache (keys post-norm, post-RoPE).
+template <TensorPolicy P>
+class Attention {
+ public:
+  using A = typename P::act_t;
+  using B = typename P::backend;
+  struct Params {
+    typename DenseGeneral<P>::Params qkv_proj, query, key, value, out;
+    Tensor<A, 1> sinks;  ///< [num_query_heads] (attention_sink)
+    typename RMSNorm<P>::Params query_norm, key_norm, value_norm;
+  };
+
+  Attention() = default;
+  Attention(const Config& c, const AttentionArgs& a)
+      : args_(a),
+        D_(c.emb_dim),
+        N_(a.num_query_heads),
+        K_(a.num_kv_heads),
+        H_(a.head_dim),
+        fused_(c.fused_qkv),
+        sinks_(c.attention_sink),
+        eps_(static_cast<float>(c.normalization_layer_epsilon)) {
+    const std::string where = "[Attention] ";
+    MAXTEXT_CHECK(D_ > 0 && N_ > 0 && H_ > 0, ConfigError, where, "emb_dim, num_query_heads and head_dim must be > 0, found ",
+                  D_, ", ", N_, ", ", H_);
+    MAXTEXT_CHECK(K_ > 0 && N_ % K_ == 0, ConfigError, where, "Invalid num_kv_heads for GQA: num_query_heads (", N_,
+                  ") must be a multiple of num_kv_heads (", K_, ")");
+    MAXTEXT_CHECK(!(fused_ && a.share_kv_projections), ConfigError, where,
+                  "share_kv_projections is incompatible with fused_qkv");
+    MAXTEXT_CHECK(!(c.is("qwen3_next") || c.is("qwen3_5")), UnsupportedError, where,
+                  "the gated Qwen3-Next / Qwen3.5 full attention is not implemented");
+    if (sinks_) {
+      MAXTEXT_CHECK(c.num_query_heads == N_, ConfigError, where, "attention sinks have config.num_query_heads (",
+                    c.num_query_heads, ") entries but the layer has ", N_, " query heads");
+    }
+    const bool llama4 = c.is("llama4");
+    qk_rms_ = a.use_qk_norm && !llama4;
+    qk_l2_ = a.use_qk_norm && llama4 && !a.is_nope_layer;
+    qk_global_ = qk_rms_ && detail::starts_with(c.model_name, "olmo3");
+    if (a.query_pre_attn_scalar != 0.0 && a.query_pre_attn_scalar != 1.0) q_scalar_ = a.query_pre_attn_scalar;
+
+    // Projections. nd_dense_init(1, fan_in, normal); the query kernel's init is divided by sqrt(head_dim) (cast to
+    // dtype) unless config.use_qk_norm or a query_pre_attn_scalar other than 1 is set. Init-only: no forward scaling.
+    const Init init = Init::normal;
+    const bool bias = a.use_bias_in_projections;
+    if (fused_) {
+      qkv_ = DenseGeneral<P>({{D_}, {N_ + 2 * K_, H_}, bias, init});
+    } else {
+      const bool no_depth_scaling = c.use_qk_norm || q_scalar_ != 0.0;
+      const double div = no_depth_scaling ? 1.0 : static_cast<double>(round_to<A>(std::sqrt(static_cast<float>(H_))));
+      query_ = DenseGeneral<P>({{D_}, {N_, H_}, bias, init, 1.0, div});
+      key_ = DenseGeneral<P>({{D_}, {K_, H_}, bias, init});
+      if (!a.share_kv_projections) value_ = DenseGeneral<P>({{D_}, {K_, H_}, bias, init});
+    }
+    out_ = DenseGeneral<P>({{N_, H_}, {D_}, bias && !c.is("qwen2"), init});
+
+    if (qk_rms_) {
+      const bool ws = c.qk_norm_with_scale;
+      query_norm_ = RMSNorm<P>({qk_global_ ? N_ * H_ : H_, eps_, ws});
+      key_norm_ = RMSNorm<P>({qk_global_ ? K_ * H_ : H_, eps_, ws});
+    }
+    if (a.use_v_norm) value_norm_ = RMSNorm<P>({H_, eps_, c.v_norm_with_scale});
+
+    // Rotary embedding (shared table) unless this is a NoPE layer.
+    RopeArgs ra;
+    ra.dims = H_;
+    ra.rope_type = a.rope_type;
+    ra.rope_max_timescale = a.rope_max_timescale;
+    ra.partial_rotary_factor = a.partial_rotary_factor;
+    ra.local_sliding = a.attention_type == AttentionType::local_sliding;
+    ra.is_nope_layer = a.is_nope_layer;
+    rope_ = select_rope(c, ra);
+    if (rope_.kind != RopeKind::none) {
+      table_limit_ = rope_table_positions(rope_, c);
+      host_table_ = shared_rotary_table(rope_, table_limit_);
+      device_ = std::make_shared<DeviceTable>();
+    }
+
+    // Attention op: mask and numerics.
+    typename AttentionOp<P>::Config oc;
+    oc.num_query_heads = N_;
+    oc.num_kv_heads = K_;
+    oc.qk_dim = H_;
+    oc.v_dim = H_;
+    oc.causal = a.attention_type != AttentionType::full;
+    if (a.attention_type == AttentionType::local_sliding) {
+      MAXTEXT_CHECK(a.sliding_window_size > 0, ConfigError, where,
+                    "Sliding_window_size must be set (> 0) for local_sliding attention, found ", a.sliding_window_size);
+      oc.sliding_window = a.sliding_window_size;
+    } else if (a.attention_type == AttentionType::chunk) {
+      MAXTEXT_CHECK(c.chunk_attn_window_size > 0, ConfigError, where,
+                    "chunk attention needs chunk_attn_window_size > 0, found ", c.chunk_attn_window_size);
+      oc.chunk = c.chunk_attn_window_size;
+    }
+    oc.options.soft_cap = static_cast<float>(a.attn_logits_soft_cap);
+    oc.options.float32_qk_product = a.float32_qk_product;
+    oc.options.float32_logits = a.float32_logits;
+    op_ = AttentionOp<P>(oc);
+  }
+
+  const AttentionArgs& args() const { return args_; }
+  /// The rotary embedding this layer applies (kind none on NoPE layers).
+  const RopeSpec& rope() const { return rope_; }
+  /// Positions the rotary table covers (0 on NoPE layers: any position is accepted).
+  std::int64_t max_positions() const { return table_limit_; }
+  /// Cache widths: keys [K * H], values [K * H].
+  CacheSpec cache_spec() const { return op_.cache_spec(); }
+
+  template <class V>
+  void visit(V& v, Params& p) const {
+    if (fused_) {
+      Scope<V> s(v, "qkv_proj");
+      qkv_.visit(v, p.qkv_proj);
+    } else {
+      {
+        Scope<V> s(v, "query");
+        query_.visit(v, p.query);
+      }
+      {
+        Scope<V> s(v, "key");
+        key_.visit(v, p.key);
+      }
+      if (!args_.share_kv_projections) {
+        Scope<V> s(v, "value");
+        value_.visit(v, p.value);
+      }
+    }
+    {
+      Scope<V> s(v, "out");
+      out_.visit(v, p.out);
+    }
+    if (sinks_) v.vector("sinks", p.sinks, {{N_}, Init::zeros});
+    if (qk_rms_) {
+      {
+        Scope<V> s(v, "query_norm");
+        query_norm_.visit(v, p.query_norm);
+      }
+      Scope<V> s(v, "key_norm");
+      key_norm_.visit(v, p.key_norm);
+    }
+    if (args_.use_v_norm) {
+      Scope<V> s(v, "value_norm");
+      value_norm_.visit(v, p.value_norm);
+    }
+  }
+
+  /// x [B*T, D] -> y [B*T, D] (y must not alias x). Writes this step's keys/values into `cache`.
+  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, LayerCache<A>& cache, View<A, 2> y) const {
+    const auto& st = ctx.step;
+    const std::int64_t M = x.dim(0);
+    MAXTEXT_CHECK(x.dim(1) == D_ && y.dim(1) == D_, ShapeError, "[Attention] inputs have ", x.dim(1),
+                  " features and outputs ", y.dim(1), ": expected emb_dim ", D_);
+    MAXTEXT_CHECK(M == st.tokens() && y.dim(0) == M, ShapeError, "[Attention] ", M, " input rows for a step of ",
+                  st.batch, " x ", st.length, " tokens");
+    MAXTEXT_CHECK(cache.buffers.size() == 2 && cache.buffers[0].dim(2) == K_ * H_ && cache.buffers[1].dim(2) == K_ * H_,
+                  ShapeError, "[Attention] the KV cache was made for another layer: expected two buffers of width ",
+                  K_ * H_);
+    ScratchScope scope(ctx.scratch);
+    const std::int64_t NH = N_ * H_, KH = K_ * H_;
+
+    // 1. projections
+    View<A, 3> q, k, v;
+    if (fused_) {
+      const std::int64_t S = NH + 2 * KH;
+      View<A, 2> qkv = ctx.scratch.template alloc<A, 2>({M, S});
+      qkv_.forward(ctx, p.qkv_proj, x, qkv);
+      q = View<A, 3>(qkv.data(), {M, N_, H_}, {S, H_, 1});
+      k = View<A, 3>(qkv.data() + NH, {M, K_, H_}, {S, H_, 1});
+      v = View<A, 3>(qkv.data() + NH + KH, {M, K_, H_}, {S, H_, 1});
+    } else {
+      q = ctx.scratch.template alloc<A, 3>({M, N_, H_});
+      k = ctx.scratch.template alloc<A, 3>({M, K_, H_});
+      v = ctx.scratch.template alloc<A, 3>({M, K_, H_});
+      query_.forward(ctx, p.query, x, rows(q));
+      key_.forward(ctx, p.key, x, rows(k));
+      if (args_.share_kv_projections) {
+        ctx.be.copy(View<const A, 3>(k), v);  // value = key before key's norm and RoPE
+      } else {
+        value_.forward(ctx, p.value, x, rows(v));
+      }
+    }
+    // 2. qk RMSNorm (per head, or over all heads for Olmo3), value RMSNorm
+    if (qk_rms_) {
+      if (qk_global_) {
+        query_norm_.forward(ctx, p.query_norm, rows(q), rows(q));
+        key_norm_.forward(ctx, p.key_norm, rows(k), rows(k));
+      } else {
+        norm_heads(ctx, query_norm_, p.query_norm, q);
+        norm_heads(ctx, key_norm_, p.key_norm, k);
+      }
+    }
+    if (args_.use_v_norm) norm_heads(ctx, value_norm_, p.value_norm, v);
+    // 3. rotary embedding
+    const std::vector<std::int32_t>* pos = nullptr;
+    std::vector<std::int32_t> pos_buf;
+    if (rope_.kind != RopeKind::none || (args_.temperature_tuning && args_.is_nope_layer)) {
+      pos = &host_positions(ctx, pos_buf);
+    }
+    if (rope_.kind != RopeKind::none) {
+      check_positions(*pos, st);
+      const RotaryTable& t = table(ctx.be);
+      ctx.be.rotary(q, st.positions, t);
+      ctx.be.rotary(k, st.positions, t);
+    }
+    // 4. Llama-4 L2 norm after RoPE (x * rsqrt(mean(x^2) + eps), no scale)
+    if (qk_l2_) {
+      RMSNorm<P> l2({H_, eps_, false});
+      typename RMSNorm<P>::Params none;
+      norm_heads(ctx, l2, none, q);
+      norm_heads(ctx, l2, none, k);
+    }
+    // 5. query_pre_attn_scalar (a Python scalar: it takes the query's dtype)
+    if (q_scalar_ != 0.0) ctx.be.scale(rows(q), static_cast<float>(q_scalar_));
+    // 6. temperature tuning on NoPE layers: q *= 1 + scale * ln(floor((pos + 1) / floor_scale) + 1), in dtype
+    if (args_.temperature_tuning && args_.is_nope_layer) {
+      const float fs = round_to<A>(static_cast<float>(args_.temperature_tuning_floor_scale));
+      const float ts = round_to<A>(static_cast<float>(args_.temperature_tuning_scale));
+      for (std::int64_t m = 0; m < M; ++m) {
+        float t = round_to<A>(round_to<A>(static_cast<float>((*pos)[static_cast<std::size_t>(m)])) + 1.0f);
+        t = std::floor(round_to<A>(t / fs));
+        t = round_to<A>(std::log(round_to<A>(t + 1.0f)));
+        t = round_to<A>(round_to<A>(t * ts) + 1.0f);
+        if (t != 1.0f) ctx.be.scale(rows(q).narrow(0, m, 1), t);
+      }
+    }
+    // 7-8. KV cache update and AttentionOp
+    View<A, 3> o = ctx.scratch.template alloc<A, 3>({M, N_, H_});
+    op_.forward(ctx, q, k, v, cache, sinks_ ? p.sinks.cview() : View<const A, 1>(), o);
+    // 9. out projection
+    out_.forward(ctx, p.out, View<const A, 2>(rows(o)), y);
+  }
+
+ private:
+  struct DeviceTable {
+    std::once_flag once;
+    RotaryTable table;
+  };
+
+  /// [M, heads, d] with contiguous lanes -> [M, heads*d] rows (row stride kept: works for fused qkv slices).
+  static View<A, 2> rows(View<A, 3> t) { return View<A, 2>(t.data(), {t.dim(0), t.dim(1) * t.dim(2)}, {t.stride(0), 1}); }
+
+  /// RMSNorm over the last axis of every head of t [M, heads, d].
+  static void norm_heads(const Context<P>& ctx, const RMSNorm<P>& norm, const typename RMSNorm<P>::Params& p,
+                         View<A, 3> t) {
+    const std::int64_t M = t.dim(0), h = t.dim(1), d = t.dim(2);
+    if (t.stride(0) == h * d) {
+      View<A, 2> r(t.data(), {M * h, d});
+      norm.forward(ctx, p, r, r);
+      return;
+    }
+    for (std::int64_t i = 0; i < h; ++i) {
+      View<A, 2> r(t.data() + i * t.stride(1), {M, d}, {t.stride(0), 1});
+      norm.forward(ctx, p, r, r);
+    }
+  }
+
+  /// The step's positions on the host (StepInfo keeps a host copy; otherwise read them back).
+  static const std::vector<std::int32_t>& host_positions(const Context<P>& ctx, std::vector<std::int32_t>& buf) {
+    const auto& st = ctx.step;
+    if (static_cast<std::int64_t>(st.host_positions.size()) == st.tokens()) return st.host_positions;
+    buf.resize(static_cast<std::size_t>(st.tokens()));
+    MAXTEXT_CHECK(st.positions.dim(0) == st.tokens(), ArgumentError, "[Attention] the step has ", st.positions.dim(0),
+                  " positions for ", st.tokens(), " tokens");
+    ctx.be.synchronize();
+    ctx.be.copy(buf.data(), st.positions.data(), buf.size() * sizeof(std::int32_t), CopyKind::device_to_host);
+    ctx.be.synchronize();
+    return buf;
+  }
+
+  void check_positions(const std::vector<std::int32_t>& pos, const StepInfo& st) const {
+    for (std::size_t i = 0; i < pos.size(); ++i) {
+      const std::int32_t p = pos[i];
+      if (p >= 0 && p < table_limit_) continue;
+      const auto m = static_cast<std::int64_t>(i);
+      MAXTEXT_THROW(ArgumentError, "[Attention] position ", p, " of token [", m / st.length, ",", m % st.length,
+                    "] is outside the rotary table: expected 0 <= position < ", table_limit_,
+                    rope_.kind == RopeKind::yarn ? " (min(max_target_length, max_position_embeddings))"
+                                                 : " (max_target_length)");
+    }
+  }
+
+  /// The rotary table in the backend's memory (uploaded once per layer for device backends).
+  const RotaryTable& table(const B& be) const {
+    if (be.memory()->host_accessible()) return *host_table_;
+    std::call_once(device_->once, [&] {
+      RotaryTable t = *host_table_;
+      t.cos = upload(be, host_table_->cos);
+      t.sin = upload(be, host_table_->sin);
+      device_->table = std::move(t);
+    });
+    return device_->table;
+  }
+
+  AttentionArgs args_;
+  std::int64_t D_ = 0, N_ = 0, K_ = 0, H_ = 0;
+  bool fused_ = false, sinks_ = false;
+  float eps_ = 1e-5f;
+  bool qk_rms_ = false, qk_l2_ = false, qk_global_ = false;
+  double q_scalar_ = 0.0;
+  DenseGeneral<P> qkv_, query_, key_, value_, out_;
+  RMSNorm<P> query_norm_, key_norm_, value_norm_;
+  RopeSpec rope_;
+  std::int64_t table_limit_ = 0;
+  std::shared_ptr<const RotaryTable> host_table_;
+  std::shared_ptr<DeviceTable> device_;
+  AttentionOp<P> op_;
+};
+
+}  // namespace maxtext::layers

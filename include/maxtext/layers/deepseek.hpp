@@ -1,0 +1,187 @@
+// layers/deepseek.hpp: MaxText models/deepseek.py DeepSeekDenseLayer and DeepSeekMoELayer; spec decoder.md
+// §DEEPSEEK, mla.md, moe.md. Use as models::Transformer<P, DeepSeekDenseLayer, DeepSeekMoELayer>: the first
+// first_num_dense_layers layers are dense (`dense_layers_i`), the rest MoE (`moe_layers_j`).
+//
+//   h   = x + MLA(RMSNorm_pre(x))                 pre_self_attention_layer_norm, self_attention
+//   out = h + FFN(RMSNorm_post(h))                post_self_attention_layer_norm
+//   FFN = MlpBlock(mlp_dim) "mlp" (dense) | RoutedAndSharedMoE "DeepSeekMoeBlock_0" (MoE)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/policy.hpp"
+#include "maxtext/layers/attention_mla.hpp"
+#include "maxtext/layers/context.hpp"
+#include "maxtext/layers/layer_info.hpp"
+#include "maxtext/layers/linears.hpp"
+#include "maxtext/layers/moe.hpp"
+#include "maxtext/layers/normalizations.hpp"
+#include "maxtext/layers/params.hpp"
+
+namespace maxtext::layers {
+
+namespace detail {
+inline void check_deepseek_config(const Config& c) {
+  MAXTEXT_CHECK(c.mlp_activations_limit <= 0.0, UnsupportedError, "[DeepSeek] mlp_activations_limit = ",
+                c.mlp_activations_limit, " (DeepSeek-V4 SwiGLU clamping) is not implemented");
+  MAXTEXT_CHECK(c.moe_expert_input_dim <= 0 || c.moe_expert_input_dim == c.emb_dim, UnsupportedError,
+                "[DeepSeek] moe_expert_input_dim (", c.moe_expert_input_dim, ") different from emb_dim (", c.emb_dim,
+                ") needs projections this library does not implement");
+}
+
+/// The part shared by both DeepSeek layer kinds: pre-norm, MLA, residual, post-norm. Returns the post-norm input of
+/// the FFN in `hn` and leaves the residual h in `x`.
+template <TensorPolicy P>
+class DeepSeekAttentionBlock {
+ public:
+  using A = typename P::act_t;
+  struct Params {
+    typename RMSNorm<P>::Params pre_self_attention_layer_norm;
+    typename MLA<P>::Params self_attention;
+    typename RMSNorm<P>::Params post_self_attention_layer_norm;
+  };
+  DeepSeekAttentionBlock() = default;
+  explicit DeepSeekAttentionBlock(const Config& c)
+      : pre_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
+        post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
+        attn_(c) {
+    check_deepseek_config(c);
+  }
+  CacheSpec cache_spec() const { return attn_.cache_spec(); }
+  const MLA<P>& attention() const { return attn_; }
+
+  template <class V>
+  void visit(V& v, Params& p) const {
+    {
+      Scope<V> s(v, "pre_self_attention_layer_norm");
+      pre_.visit(v, p.pre_self_attention_layer_norm);
+    }
+    {
+      Scope<V> s(v, "self_attention");
+      attn_.visit(v, p.self_attention);
+    }
+    Scope<V> s(v, "post_self_attention_layer_norm");
+    post_.visit(v, p.post_self_attention_layer_norm);
+  }
+
+  /// x [M, D] in place becomes h = x + MLA(norm(x)); hn = RMSNorm_post(h).
+  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x, View<A, 2> hn,
+               const LayerInfo& info) const {
+    ScratchScope scope(ctx.scratch);
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});
+    pre_.forward(ctx, p.pre_self_attention_layer_norm, x, lnx);
+    View<A, 2> a = ctx.scratch.template alloc<A, 2>({M, D});
+    attn_.forward(ctx, p.self_attention, lnx, cache, a);
+    ctx.sow(info.attention, View<const A, 2>(a));
+    ctx.be.add(View<const A, 2>(x), View<const A, 2>(a), x);
+    post_.forward(ctx, p.post_self_attention_layer_norm, x, hn);
+  }
+
+ private:
+  RMSNorm<P> pre_, post_;
+  MLA<P> attn_;
+};
+}  // namespace detail
+
+/// DeepSeek dense layer: MLA + MlpBlock(mlp_dim) named `mlp`.
+template <TensorPolicy P>
+class DeepSeekDenseLayer {
+ public:
+  using A = typename P::act_t;
+  struct Params {
+    typename detail::DeepSeekAttentionBlock<P>::Params attn;
+    typename MlpBlock<P>::Params mlp;
+  };
+
+  DeepSeekDenseLayer() = default;
+  DeepSeekDenseLayer(const Config& c, LayerInfo info)
+      : info_(std::move(info)),
+        block_(c),
+        mlp_(typename MlpBlock<P>::Config{c.emb_dim, c.mlp_dim, parse_activations(c.mlp_activations), false, false,
+                                          NormKind::rms, static_cast<float>(c.normalization_layer_epsilon),
+                                          c.fused_mlp}) {}
+
+  CacheSpec cache_spec() const { return block_.cache_spec(); }
+  const LayerInfo& info() const { return info_; }
+  const MLA<P>& attention() const { return block_.attention(); }
+
+  template <class V>
+  void visit(V& v, Params& p) const {
+    block_.visit(v, p.attn);
+    Scope<V> s(v, "mlp");
+    mlp_.visit(v, p.mlp);
+  }
+
+  /// x [B*T, D] in place: the residual stream after this layer.
+  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
+    ScratchScope scope(ctx.scratch);
+    View<A, 2> hn = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
+    block_.forward(ctx, p.attn, cache, x, hn, info_);
+    mlp_.forward(ctx, p.mlp, View<const A, 2>(hn), hn);
+    ctx.sow(info_.mlp, View<const A, 2>(hn));
+    ctx.be.add(View<const A, 2>(x), View<const A, 2>(hn), x);
+    ctx.sow(info_.name, View<const A, 2>(x));
+  }
+
+ private:
+  LayerInfo info_;
+  detail::DeepSeekAttentionBlock<P> block_;
+  MlpBlock<P> mlp_;
+};
+
+/// DeepSeek MoE layer: MLA + RoutedAndSharedMoE named `DeepSeekMoeBlock_0`. Routing metrics are captured under
+/// `<mlp name>.topk_indices` etc. (see sow_moe_metrics).
+template <TensorPolicy P>
+class DeepSeekMoELayer {
+ public:
+  using A = typename P::act_t;
+  static constexpr const char* mlp_name = "DeepSeekMoeBlock_0";
+  struct Params {
+    typename detail::DeepSeekAttentionBlock<P>::Params attn;
+    typename RoutedAndSharedMoE<P>::Params DeepSeekMoeBlock_0;
+  };
+
+  DeepSeekMoELayer() = default;
+  DeepSeekMoELayer(const Config& c, LayerInfo info) : info_(std::move(info)), block_(c), moe_(c) {}
+
+  CacheSpec cache_spec() const { return block_.cache_spec(); }
+  const LayerInfo& info() const { return info_; }
+  const MLA<P>& attention() const { return block_.attention(); }
+  const RoutedAndSharedMoE<P>& moe() const { return moe_; }
+
+  template <class V>
+  void visit(V& v, Params& p) const {
+    block_.visit(v, p.attn);
+    Scope<V> s(v, "DeepSeekMoeBlock_0");
+    moe_.visit(v, p.DeepSeekMoeBlock_0);
+  }
+
+  /// x [B*T, D] in place. With `metrics`, also reports the routing of this call.
+  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+               MoeMetrics* metrics = nullptr) const {
+    ScratchScope scope(ctx.scratch);
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    View<A, 2> hn = ctx.scratch.template alloc<A, 2>({M, D});
+    block_.forward(ctx, p.attn, cache, x, hn, info_);
+    View<A, 2> m = ctx.scratch.template alloc<A, 2>({M, D});
+    MoeMetrics local;
+    MoeMetrics* mt = metrics ? metrics : (ctx.capture ? &local : nullptr);
+    moe_.forward(ctx, p.DeepSeekMoeBlock_0, View<const A, 2>(hn), m, mt);
+    if (mt) sow_moe_metrics(ctx, info_.mlp, *mt);
+    ctx.sow(info_.mlp, View<const A, 2>(m));
+    ctx.be.add(View<const A, 2>(x), View<const A, 2>(m), x);
+    ctx.sow(info_.name, View<const A, 2>(x));
+  }
+
+ private:
+  LayerInfo info_;
+  detail::DeepSeekAttentionBlock<P> block_;
+  RoutedAndSharedMoE<P> moe_;
+};
+
+}  // namespace maxtext::layers

@@ -1,0 +1,452 @@
+// layers/moe.hpp: MaxText moe.py GateLogit, RoutedMoE and RoutedAndSharedMoE; spec moe.md.
+//
+// Routing (scores, routing bias, group-limited top-k, weight normalisation) runs in the backend (moe_route, semantics
+// in backend/ops.hpp MoeRouting). The experts are computed grouped by expert: the tokens routed to expert e are
+// gathered, pass through its three matrix products as one batch, and are scatter-added (weighted, f32) into the
+// output; experts that receive no token cost nothing, so the time of a call scales with the active experts.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "maxtext/backend/common/math.hpp"
+#include "maxtext/backend/concepts.hpp"
+#include "maxtext/backend/ops.hpp"
+#include "maxtext/core/any_tensor.hpp"
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/matrix.hpp"
+#include "maxtext/core/policy.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/layers/context.hpp"
+#include "maxtext/layers/linears.hpp"
+#include "maxtext/layers/params.hpp"
+
+namespace maxtext::layers {
+
+/// What one call of a routed MoE block did, for the caller (the decoder layers record it through Capture as
+/// `<block>.topk_indices`, `.topk_weights`, `.expert_counts`, `.expert_kept`, `.moe_lb_loss`, `.moe_bias_updates`).
+struct MoeMetrics {
+  std::int64_t tokens = 0;                  ///< B*T
+  std::int64_t k = 0;                       ///< experts per token
+  std::vector<std::int32_t> topk_indices;   ///< [B*T, k], descending routing score
+  std::vector<float> topk_weights;          ///< [B*T, k], the combine weights before capacity dropping
+  std::vector<std::int64_t> expert_counts;  ///< [E] assignments routed to each expert
+  std::vector<std::int64_t> expert_kept;    ///< [E] assignments computed (= expert_counts when dropless)
+  std::int64_t dropped = 0;                 ///< assignments dropped by the capacity limit
+  bool has_load_balance_loss = false;
+  double load_balance_loss = 0.0;           ///< MaxText `moe_lb_loss` (load_balance_loss_weight > 0)
+  std::vector<float> bias_updates;          ///< MaxText `moe_bias_updates` (routed_bias_update_rate > 0)
+};
+
+/// MaxText RoutedMoE (path `MoeBlock_0`): GateLogit `gate/kernel [D,E]` (+ `gate/bias [E]` with routed_bias) and
+/// stacked experts `wi_0 [E,D,F]`, `wi_1 [E,D,F]`, `wo [E,F,D]` (+ `wi_0_bias [E,F]`, `wi_1_bias [E,F]`,
+/// `wo_bias [E,D]` with mlp_bias). Expert e: FFN_e(x) = round(act(x W0_e + b0) * (x W1_e + b1)) W2_e + b2;
+/// y = round(sum_j w_j FFN_{idx_j}(x)) with the sum in f32.
+template <TensorPolicy P>
+class RoutedMoE {
+ public:
+  using A = typename P::act_t;
+  using W = typename P::weight_t;
+  using B = typename P::backend;
+
+  struct Settings {
+    std::int64_t num_experts = 1;
+    std::int64_t in_features = 0;       ///< D (moe_expert_input_dim)
+    std::int64_t intermediate_dim = 0;  ///< F
+    Activation activation = Activation::silu;  ///< mlp_activations[0]; the second factor is linear
+    bool mlp_bias = false;
+    bool gate_bias = false;             ///< routed_bias
+    bool float32_gate_logits = false;
+    MoeRouting routing;
+    bool sparse_matmul = true;          ///< false: MaxText's dense path (capacity dropping possible)
+    double capacity_factor = -1.0;      ///< > 0 drops tokens on the dense path
+    bool inference_call = false;        ///< model_call_mode == "inference"
+    double load_balance_loss_weight = 0.0;
+    double bias_update_rate = 0.0;
+    double init_scale = 1.0;            ///< dense_init_scale
+  };
+  struct Params {
+    typename DenseGeneral<P>::Params gate;  ///< kernel [E, D] out-major; bias [E] when routed_bias
+    Matrix<W> wi_0, wi_1;                   ///< [E*F, D]: expert e is rows [e*F, (e+1)*F)
+    Matrix<W> wo;                           ///< [E*D, F]
+    Tensor<A, 1> wi_0_bias, wi_1_bias, wo_bias;  ///< [E*F], [E*F], [E*D] with mlp_bias
+  };
+
+  /// MaxText's settings for a RoutedMoE with hidden size F in a model described by `c` (spec moe.md).
+  static Settings settings(const Config& c, std::int64_t F) {
+    Settings s;
+    s.num_experts = c.num_experts;
+    s.in_features = c.moe_expert_input_dim > 0 ? c.moe_expert_input_dim : c.emb_dim;
+    s.intermediate_dim = F;
+    MAXTEXT_CHECK(!c.mlp_activations.empty(), ConfigError, "[RoutedMoE] mlp_activations must not be empty");
+    s.activation = parse_activation(c.mlp_activations[0]);
+    s.mlp_bias = c.mlp_bias;
+    s.gate_bias = c.routed_bias;
+    s.float32_gate_logits = c.float32_gate_logits;
+    s.sparse_matmul = c.sparse_matmul;
+    s.capacity_factor = c.capacity_factor;
+    s.inference_call = c.model_call_mode == "inference";
+    s.load_balance_loss_weight = c.load_balance_loss_weight;
+    s.bias_update_rate = c.routed_bias ? c.routed_bias_update_rate : 0.0;
+    s.init_scale = c.dense_init_scale;
+    MoeRouting& r = s.routing;
+    r.num_experts_per_tok = c.num_experts_per_tok;
+    const std::string& sf = c.routed_score_func;
+    if (sf == "softmax") {
+      r.score_softmax = true;
+    } else if (!sf.empty()) {
+      r.score = parse_activation(sf);
+    }
+    r.deepseek = c.model_name.rfind("deepseek3", 0) == 0 || c.model_name.rfind("deepseek4", 0) == 0;
+    if (r.deepseek && c.n_routing_groups > 0) {
+      r.n_groups = c.n_routing_groups;
+      r.topk_groups = c.topk_routing_group;
+    }
+    if (c.is("deepseek")) {
+      // deepseek_scale_weights: renormalise sigmoid-like scores, then routed_scaling_factor
+      r.normalize = sf == "sigmoid" || sf == "sqrtsoftplus";
+      r.normalize_eps = 1e-20f;
+      r.scale = static_cast<float>(c.routed_scaling_factor);
+    } else {
+      r.softmax_weights = true;  // softmax over the k selected values
+      r.normalize = c.norm_topk_prob;
+    }
+    return s;
+  }
+
+  RoutedMoE() = default;
+  explicit RoutedMoE(Settings s) : s_(std::move(s)) {
+    const std::int64_t E = s_.num_experts, k = s_.routing.num_experts_per_tok;
+    MAXTEXT_CHECK(E >= 1 && k >= 1 && k <= E, ConfigError, "[RoutedMoE] num_experts_per_tok must be in [1, num_experts=", E,
+                  "], found ", k);
+    MAXTEXT_CHECK(s_.in_features > 0 && s_.intermediate_dim > 0, ConfigError,
+                  "[RoutedMoE] expert input and hidden dims must be > 0 (moe_mlp_dim / mlp_dim), found ", s_.in_features,
+                  " and ", s_.intermediate_dim);
+    const MoeRouting& r = s_.routing;
+    if (r.n_groups > 0) {
+      MAXTEXT_CHECK(E % r.n_groups == 0 && E / r.n_groups >= 2, ConfigError, "[RoutedMoE] num_experts (", E,
+                    ") must be a multiple of n_routing_groups (", r.n_groups, ") with >= 2 experts per group");
+      MAXTEXT_CHECK(r.topk_groups >= 1 && r.topk_groups <= r.n_groups, ConfigError,
+                    "[RoutedMoE] topk_routing_group must be in [1, n_routing_groups=", r.n_groups, "], found ",
+                    r.topk_groups);
+    }
+  }
+  const Settings& settings() const { return s_; }
+
+  template <class V>
+  void visit(V& v, Params& p) const {
+    const std::int64_t E = s_.num_experts, D = s_.in_features, F = s_.intermediate_dim;
+    {
+      Scope<V> s(v, "gate");
+      v.matrix("kernel", p.gate.kernel, {{D}, {E}, Init::truncated_normal, s_.init_scale});
+      if (s_.gate_bias) v.vector("bias", p.gate.bias, {{E}, Init::zeros});
+    }
+    // Expert kernels are initialised by MaxText with in-axis 0 (E) and out-axis 1: fan_in = E * (last dim).
+    const auto Ed = static_cast<double>(E);
+    v.matrix("wi_0", p.wi_0, {{D}, {F}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(F)});
+    v.matrix("wi_1", p.wi_1, {{D}, {F}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(F)});
+    v.matrix("wo", p.wo, {{F}, {D}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(D)});
+    if (s_.mlp_bias) {
+      v.vector("wi_0_bias", p.wi_0_bias, {{E, F}, Init::zeros});
+      v.vector("wi_1_bias", p.wi_1_bias, {{E, F}, Init::zeros});
+      v.vector("wo_bias", p.wo_bias, {{E, D}, Init::zeros});
+    }
+  }
+
+  /// x [B*T, D] -> y [B*T, D] (y must not alias x), rows laid out as ctx.step (B rows of T tokens; the capacity
+  /// limit and the load-balance statistics are per batch row). Fills `metrics` when given.
+  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, View<A, 2> y,
+               MoeMetrics* metrics = nullptr) const {
+    static_assert(BackendMoE<B>, "RoutedMoE needs the backend's MoE kernels (BackendMoE)");
+    if (s_.float32_gate_logits) {
+      run<float>(ctx, p, x, y, metrics);
+    } else {
+      run<A>(ctx, p, x, y, metrics);
+    }
+  }
+
+  /// Expert e's out-major matrix inside a stacked expert kernel (a view, no copy).
+  static Matrix<W> expert_matrix(const Matrix<W>& all, std::int64_t e, std::int64_t rows_per_expert) {
+    Matrix<W> m;
+    m.rows = rows_per_expert;
+    m.cols = all.cols;
+    const std::int64_t sc = all.storage_cols();
+    m.data = Tensor<W, 2>(View<W, 2>(all.data.data() + e * rows_per_expert * sc, {rows_per_expert, sc}),
+                          all.data.holder(), all.data.host_accessible());
+    return m;
+  }
+
+ private:
+  template <class G>
+  void run(const Context<P>& ctx, const Params& p, View<const A, 2> x, View<A, 2> y, MoeMetrics* metrics) const {
+    ScratchScope scope(ctx.scratch);
+    const auto& be = ctx.be;
+    const std::int64_t M = x.dim(0), E = s_.num_experts, k = s_.routing.num_experts_per_tok;
+    const std::int64_t D = s_.in_features, F = s_.intermediate_dim;
+    const std::int64_t Bn = ctx.step.batch > 0 ? ctx.step.batch : 1, T = M / Bn;
+    MAXTEXT_CHECK(x.dim(1) == D && y.dim(0) == M && y.dim(1) == D && Bn * T == M, ShapeError,
+                  "[RoutedMoE] input [", M, ",", x.dim(1), "] for ", Bn, " rows of experts with input dim ", D);
+    if (M == 0) return;
+
+    // Gate: z = x W_gate in the gate dtype G; the bias is added after the score function (in moe_route).
+    View<G, 2> z = ctx.scratch.template alloc<G, 2>({M, E});
+    be.matmul(x, p.gate.kernel, z);
+    View<const G, 1> bias;
+    if (s_.gate_bias) {
+      if constexpr (std::is_same_v<G, A>) {
+        bias = p.gate.bias.cview();
+      } else {
+        View<G, 2> bg = ctx.scratch.template alloc<G, 2>({1, E});
+        be.convert(View<const A, 2>(p.gate.bias.data(), {1, E}), bg);
+        bias = View<const G, 1>(bg.data(), {E});
+      }
+    }
+    const bool drop = !s_.sparse_matmul && s_.capacity_factor > 0;
+    const bool lb = s_.load_balance_loss_weight > 0 && (s_.sparse_matmul || !s_.inference_call);
+    const bool need_scores = lb || (drop && s_.inference_call);
+    View<std::int32_t, 2> idx = ctx.scratch.template alloc<std::int32_t, 2>({M, k});
+    View<float, 2> w = ctx.scratch.template alloc<float, 2>({M, k});
+    View<float, 2> sc;
+    if (need_scores) sc = ctx.scratch.template alloc<float, 2>({M, E});
+    be.template moe_route<G, A>(View<const G, 2>(z), bias, s_.routing, idx, w, sc);
+
+    std::vector<std::int32_t> idx_h(static_cast<std::size_t>(M * k));
+    std::vector<float> w_h(static_cast<std::size_t>(M * k)), sc_h;
+    be.copy(idx_h.data(), idx.data(), idx_h.size() * sizeof(std::int32_t), CopyKind::device_to_host);
+    be.copy(w_h.data(), w.data(), w_h.size() * sizeof(float), CopyKind::device_to_host);
+    if (need_scores) {
+      sc_h.resize(static_cast<std::size_t>(M * E));
+      be.copy(sc_h.data(), sc.data(), sc_h.size() * sizeof(float), CopyKind::device_to_host);
+    }
+    be.synchronize();
+    for (std::int32_t e : idx_h) {
+      MAXTEXT_CHECK(e >= 0 && e < E, ShapeError, "[RoutedMoE] routing returned expert ", e, " outside [0, ", E, ")");
+    }
+
+    // Which assignments (token, rank) are computed, and with which combine weight.
+    std::vector<char> keep(idx_h.size(), 1);
+    std::vector<float> cw = w_h;
+    if (drop) {
+      // Per batch row: capacity C = int(max(ceil(T*k/E) * cf, cf)); assignments counted token-major, rank-minor.
+      const double cf = s_.capacity_factor;
+      const auto C = static_cast<std::int64_t>(
+          std::max(std::ceil(static_cast<double>(T * k) / static_cast<double>(E)) * cf, cf));
+      std::vector<std::int64_t> running(static_cast<std::size_t>(E));
+      for (std::int64_t b = 0; b < Bn; ++b) {
+        std::fill(running.begin(), running.end(), 0);
+        for (std::int64_t i = b * T * k; i < (b + 1) * T * k; ++i) {
+          if (++running[static_cast<std::size_t>(idx_h[static_cast<std::size_t>(i)])] > C) keep[static_cast<std::size_t>(i)] = 0;
+        }
+      }
+      if (s_.inference_call) {
+        // MaxText's inference combine weights: the full softmax over E of the (biased) scores.
+        for (std::int64_t m = 0; m < M; ++m) {
+          const float* s = &sc_h[static_cast<std::size_t>(m * E)];
+          float mx = -std::numeric_limits<float>::infinity(), sum = 0.0f;
+          for (std::int64_t e = 0; e < E; ++e) mx = std::max(mx, s[e]);
+          for (std::int64_t e = 0; e < E; ++e) sum += std::exp(s[e] - mx);
+          for (std::int64_t j = 0; j < k; ++j) {
+            const auto i = static_cast<std::size_t>(m * k + j);
+            cw[i] = std::exp(s[idx_h[i]] - mx) / sum;
+          }
+        }
+      }
+    }
+    if (!s_.sparse_matmul) {
+      for (float& v : cw) v = round_to<A>(v);  // the dense path holds the combine weights in dtype
+    }
+
+    // Group the kept assignments by expert (token order within an expert).
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(E)), kept(static_cast<std::size_t>(E)),
+        off(static_cast<std::size_t>(E + 1));
+    for (std::size_t i = 0; i < idx_h.size(); ++i) {
+      ++counts[static_cast<std::size_t>(idx_h[i])];
+      if (keep[i]) ++kept[static_cast<std::size_t>(idx_h[i])];
+    }
+    for (std::int64_t e = 0; e < E; ++e) off[static_cast<std::size_t>(e + 1)] = off[static_cast<std::size_t>(e)] + kept[static_cast<std::size_t>(e)];
+    const std::int64_t total = off[static_cast<std::size_t>(E)];
+    std::vector<std::int32_t> rows_h(static_cast<std::size_t>(std::max<std::int64_t>(total, 1)));
+    std::vector<float> wts_h(rows_h.size());
+    {
+      std::vector<std::int64_t> pos(off.begin(), off.end() - 1);
+      for (std::int64_t m = 0; m < M; ++m) {
+        for (std::int64_t j = 0; j < k; ++j) {
+          const auto i = static_cast<std::size_t>(m * k + j);
+          if (!keep[i]) continue;
+          const auto q = static_cast<std::size_t>(pos[static_cast<std::size_t>(idx_h[i])]++);
+          rows_h[q] = static_cast<std::int32_t>(m);
+          wts_h[q] = cw[i];
+        }
+      }
+    }
+    std::int64_t nmax = 0;
+    for (auto n : kept) nmax = std::max(nmax, n);
+
+    View<float, 2> acc = ctx.scratch.template alloc<float, 2>({M, D});
+    if (be.memory()->host_accessible()) {
+      std::fill(acc.data(), acc.data() + M * D, 0.0f);
+    } else {
+      const std::vector<float> zeros(static_cast<std::size_t>(M * D), 0.0f);
+      be.copy(acc.data(), zeros.data(), zeros.size() * sizeof(float), CopyKind::host_to_device);
+    }
+    if (total > 0) {
+      View<std::int32_t, 1> rows_d = ctx.scratch.template alloc<std::int32_t, 1>({total});
+      View<float, 1> wts_d = ctx.scratch.template alloc<float, 1>({total});
+      be.copy(rows_d.data(), rows_h.data(), static_cast<std::size_t>(total) * sizeof(std::int32_t), CopyKind::host_to_device);
+      be.copy(wts_d.data(), wts_h.data(), static_cast<std::size_t>(total) * sizeof(float), CopyKind::host_to_device);
+      View<A, 2> xe = ctx.scratch.template alloc<A, 2>({nmax, D});
+      View<A, 2> h0 = ctx.scratch.template alloc<A, 2>({nmax, F});
+      View<A, 2> h1 = ctx.scratch.template alloc<A, 2>({nmax, F});
+      View<A, 2> ye = ctx.scratch.template alloc<A, 2>({nmax, D});
+      for (std::int64_t e = 0; e < E; ++e) {
+        const std::int64_t n = kept[static_cast<std::size_t>(e)], o = off[static_cast<std::size_t>(e)];
+        if (n == 0) continue;  // an expert without tokens costs nothing
+        View<const std::int32_t, 1> rows(rows_d.data() + o, {n});
+        View<const float, 1> wts(wts_d.data() + o, {n});
+        View<A, 2> xn = xe.narrow(0, 0, n), a0 = h0.narrow(0, 0, n), a1 = h1.narrow(0, 0, n), yn = ye.narrow(0, 0, n);
+        be.gather_rows(x, rows, xn);
+        be.matmul(View<const A, 2>(xn), expert_matrix(p.wi_0, e, F), a0, bias_row(p.wi_0_bias, e, F));
+        be.matmul(View<const A, 2>(xn), expert_matrix(p.wi_1, e, F), a1, bias_row(p.wi_1_bias, e, F));
+        be.activation(View<const A, 2>(a0), s_.activation, View<const A, 2>(a1), Activation::linear, a0);
+        be.matmul(View<const A, 2>(a0), expert_matrix(p.wo, e, D), yn, bias_row(p.wo_bias, e, D));
+        be.scatter_add_rows(View<const A, 2>(yn), rows, wts, acc);
+      }
+    }
+    be.convert(View<const float, 2>(acc), y);
+
+    if (metrics) {
+      MoeMetrics& mt = *metrics;
+      mt = MoeMetrics{};
+      mt.tokens = M;
+      mt.k = k;
+      mt.topk_indices = idx_h;
+      mt.topk_weights = w_h;
+      mt.expert_counts = counts;
+      mt.expert_kept = kept;
+      mt.dropped = M * k - total;
+      if (lb) {
+        // p = round(softmax_E(s)); density/prob averaged per batch row over its T tokens (moe.md Training-only).
+        double loss = 0.0;
+        std::vector<double> dens(static_cast<std::size_t>(E)), prob(static_cast<std::size_t>(E));
+        for (std::int64_t b = 0; b < Bn; ++b) {
+          std::fill(dens.begin(), dens.end(), 0.0);
+          std::fill(prob.begin(), prob.end(), 0.0);
+          for (std::int64_t t = 0; t < T; ++t) {
+            const std::int64_t m = b * T + t;
+            const float* s = &sc_h[static_cast<std::size_t>(m * E)];
+            float mx = -std::numeric_limits<float>::infinity(), sum = 0.0f;
+            for (std::int64_t e = 0; e < E; ++e) mx = std::max(mx, s[e]);
+            for (std::int64_t e = 0; e < E; ++e) sum += std::exp(s[e] - mx);
+            for (std::int64_t e = 0; e < E; ++e) prob[static_cast<std::size_t>(e)] += round_to<A>(std::exp(s[e] - mx) / sum);
+            for (std::int64_t j = 0; j < k; ++j) dens[static_cast<std::size_t>(idx_h[static_cast<std::size_t>(m * k + j)])] += 1.0;
+          }
+          for (std::int64_t e = 0; e < E; ++e) {
+            loss += (dens[static_cast<std::size_t>(e)] / static_cast<double>(T)) * (prob[static_cast<std::size_t>(e)] / static_cast<double>(T));
+          }
+        }
+        mt.has_load_balance_loss = true;
+        mt.load_balance_loss = loss / static_cast<double>(Bn * E) * static_cast<double>(E * E) * s_.load_balance_loss_weight;
+      }
+      if (s_.bias_update_rate > 0) {
+        const double avg = static_cast<double>(M * k) / static_cast<double>(E);
+        mt.bias_updates.resize(static_cast<std::size_t>(E));
+        for (std::int64_t e = 0; e < E; ++e) {
+          const double d = avg - static_cast<double>(counts[static_cast<std::size_t>(e)]);
+          mt.bias_updates[static_cast<std::size_t>(e)] = static_cast<float>((d > 0) - (d < 0)) * static_cast<float>(s_.bias_update_rate);
+        }
+      }
+    }
+  }
+
+  static View<const A, 1> bias_row(const Tensor<A, 1>& b, std::int64_t e, std::int64_t n) {
+    if (b.empty()) return {};
+    return View<const A, 1>(b.data() + e * n, {n});
+  }
+
+  Settings s_;
+};
+
+/// MaxText RoutedAndSharedMoE (DeepSeek MoE layers, path `DeepSeekMoeBlock_0`): `MoeBlock_0` = RoutedMoE with
+/// F = moe_mlp_dim, plus `shared_experts` = MlpBlock(hidden shared_experts * moe_mlp_dim, mlp_activations, no bias,
+/// no pre-norm); out = routed(x) + shared(x) in dtype.
+template <TensorPolicy P>
+class RoutedAndSharedMoE {
+ public:
+  using A = typename P::act_t;
+  struct Params {
+    typename RoutedMoE<P>::Params MoeBlock_0;
+    typename MlpBlock<P>::Params shared_experts;
+  };
+
+  RoutedAndSharedMoE() = default;
+  explicit RoutedAndSharedMoE(const Config& c) : routed_(RoutedMoE<P>::settings(c, c.moe_mlp_dim)) {
+    MAXTEXT_CHECK(c.moe_mlp_dim > 0, ConfigError, "[RoutedAndSharedMoE] base_moe_mlp_dim must be > 0, found ",
+                  c.base_moe_mlp_dim);
+    MAXTEXT_CHECK(c.shared_experts >= 0, ConfigError, "[RoutedAndSharedMoE] shared_experts must be >= 0, found ",
+                  c.shared_experts);
+    if (c.shared_experts > 0) {
+      shared_ = MlpBlock<P>(typename MlpBlock<P>::Config{routed_.settings().in_features, c.shared_experts * c.moe_mlp_dim,
+                                                         parse_activations(c.mlp_activations), false, false,
+                                                         NormKind::rms, static_cast<float>(c.normalization_layer_epsilon),
+                                                         c.fused_mlp, Init::truncated_normal, c.dense_init_scale});
+      has_shared_ = true;
+    }
+  }
+  const RoutedMoE<P>& routed() const { return routed_; }
+
+  template <class V>
+  void visit(V& v, Params& p) const {
+    {
+      Scope<V> s(v, "MoeBlock_0");
+      routed_.visit(v, p.MoeBlock_0);
+    }
+    if (has_shared_) {
+      Scope<V> s(v, "shared_experts");
+      shared_.visit(v, p.shared_experts);
+    }
+  }
+
+  /// x [B*T, D] -> y [B*T, D] (y must not alias x).
+  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, View<A, 2> y, MoeMetrics* metrics = nullptr) const {
+    routed_.forward(ctx, p.MoeBlock_0, x, y, metrics);
+    if (!has_shared_) return;
+    ScratchScope scope(ctx.scratch);
+    View<A, 2> s = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
+    shared_.forward(ctx, p.shared_experts, x, s);
+    ctx.be.add(View<const A, 2>(y), View<const A, 2>(s), y);
+  }
+
+ private:
+  RoutedMoE<P> routed_;
+  MlpBlock<P> shared_;
+  bool has_shared_ = false;
+};
+
+/// Record a MoE block's metrics under `<name>.topk_indices` [B,T,k], `.topk_weights` [B,T,k], `.expert_counts` [E],
+/// `.expert_kept` [E], `.moe_lb_loss` [1] and `.moe_bias_updates` [E] (those requested; f32 host tensors).
+template <TensorPolicy P>
+void sow_moe_metrics(const Context<P>& ctx, const std::string& name, const MoeMetrics& m) {
+  if (ctx.capture == nullptr) return;
+  auto put = [&](const std::string& what, std::vector<float> v, std::vector<std::int64_t> shape) {
+    const std::string n = name + "." + what;
+    if (!ctx.capture->wants(n)) return;
+    Tensor<float, 1> t({static_cast<std::int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data());
+    ctx.capture->put(n, AnyTensor::from(t, n).reshaped(std::move(shape)));
+  };
+  const std::int64_t Bn = ctx.step.batch > 0 ? ctx.step.batch : 1, T = m.tokens / Bn;
+  const auto E = static_cast<std::int64_t>(m.expert_counts.size());
+  put("topk_indices", std::vector<float>(m.topk_indices.begin(), m.topk_indices.end()), {Bn, T, m.k});
+  put("topk_weights", m.topk_weights, {Bn, T, m.k});
+  put("expert_counts", std::vector<float>(m.expert_counts.begin(), m.expert_counts.end()), {E});
+  put("expert_kept", std::vector<float>(m.expert_kept.begin(), m.expert_kept.end()), {E});
+  if (m.has_load_balance_loss) put("moe_lb_loss", {static_cast<float>(m.load_balance_loss)}, {1});
+  if (!m.bias_updates.empty()) put("moe_bias_updates", m.bias_updates, {E});
+}
+
+}  // namespace maxtext::layers

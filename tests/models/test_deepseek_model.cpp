@@ -1,0 +1,416 @@
+// The DeepSeek Transformer (DeepSeekDenseLayer + DeepSeekMoELayer) against the PyTorch fixture model (both weight
+// layouts, both KV-cache forms, prefill + incremental decode with batch 2), against DeepSeek-V3's own reference
+// implementation (../shared/reference/deepseek/v3_qlora32_b1: Hugging Face naming + config.json), the `maxtext` CLI,
+// FP8 block dequantisation, and bad checkpoints.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/io/hf_deepseek.hpp"
+#include "maxtext/io/weights.hpp"
+#include "maxtext/io/yaml_config.hpp"
+#include "maxtext/layers/deepseek.hpp"
+#include "maxtext/models/transformer.hpp"
+#include "support/test_support.hpp"
+#include "support/tolerance.hpp"
+
+using namespace maxtext;
+using P32 = Policy<cpu::Backend, float>;
+using DeepSeek = models::Transformer<P32, layers::DeepSeekDenseLayer, layers::DeepSeekMoELayer>;
+
+namespace {
+
+/// test::expect_close / expect_close_scaled that also print the measured error when MAXTEXT_TEST_REPORT is set.
+template <class T>
+void close(const T& actual, const AnyTensor& expected, testing::Tolerance tol, const std::string& name) {
+  const AnyTensor a = [&] {
+    if constexpr (std::is_same_v<T, AnyTensor>) {
+      return actual;
+    } else {
+      return AnyTensor::from(actual);
+    }
+  }();
+  if (std::getenv("MAXTEXT_TEST_REPORT")) std::printf("%s\n", testing::compare(a, expected, tol).message(name).c_str());
+  test::expect_close(a, expected, tol, name);
+}
+void close_scaled(const AnyTensor& actual, const AnyTensor& expected, double tol, const std::string& name) {
+  if (std::getenv("MAXTEXT_TEST_REPORT")) {
+    const auto r = testing::compare_scaled(actual, expected, tol);
+    std::printf("%s (bound %.3g)\n", r.message(name).c_str(), r.tol.atol);
+  }
+  test::expect_close_scaled(actual, expected, tol, name);
+}
+
+const std::string kDir = test::fixtures_dir() + "/deepseek_model/";
+// Incremental vs full forward differ only in f32 summation order: logits of magnitude ~1 agree to a few ulps.
+constexpr double kStepAbs = 1e-5;
+
+Config fixture_config(bool latent) {
+  Config c = io::load_config(kDir + "config.yml");
+  c.mla_naive_kvcache = !latent;
+  return c;
+}
+
+DeepSeek load_model(bool latent, const std::string& file = "model.safetensors") {
+  const Config cfg = fixture_config(latent);
+  DeepSeek m(cfg);
+  m.load(io::load_weights(kDir + file, cfg).tensors);
+  return m;
+}
+
+Tensor<std::int32_t, 2> int2(const AnyTensor& t) { return t.to<std::int32_t, 2>({t.shape[0], t.shape[1]}); }
+
+Tensor<std::int32_t, 2> cols(const Tensor<std::int32_t, 2>& t, std::int64_t c0, std::int64_t n, std::int64_t row = -1) {
+  const std::int64_t r0 = row < 0 ? 0 : row, rows = row < 0 ? t.dim(0) : 1;
+  Tensor<std::int32_t, 2> s({rows, n});
+  for (std::int64_t b = 0; b < rows; ++b) {
+    for (std::int64_t i = 0; i < n; ++i) s(b, i) = t(r0 + b, c0 + i);
+  }
+  return s;
+}
+
+/// Slice [B, T, ...] along T (axis 1) as a new f32 tensor.
+AnyTensor time_slice(const AnyTensor& a, std::int64_t t0, std::int64_t n) { return a.narrow(1, t0, n); }
+
+const char* form_name(bool latent) { return latent ? "latent cache" : "expanded cache"; }
+
+}  // namespace
+
+TEST_CASE("DeepSeek model logits and every layer's output match the torch model, both cache forms", "[models][deepseek]") {
+  for (bool latent : {false, true}) {
+    DeepSeek m = load_model(latent);
+    layers::Capture cap;
+    cap.request_all();
+    models::ForwardOptions fo;
+    fo.capture = &cap;
+    const auto logits = m.forward(int2(test::npy(kDir + "tokens.npy")), fo);
+    INFO(form_name(latent));
+    close(logits, test::npy(kDir + "logits.npy"), test::tol::f32_logits, "logits");
+    // The residual stream after several layers carries their accumulated f32 error: judged like the shared
+    // reference suite, max |diff| <= 1e-5 * max(1, max |ref|) per activation.
+    for (const char* n : {"token_embedder", "decoder.dense_layers_0", "decoder.moe_layers_0", "decoder.moe_layers_1",
+                          "decoder.decoder_norm"}) {
+      close_scaled(cap.at(n), test::npy(kDir + "act_" + n + ".npy"), 1e-5, n);
+    }
+    CHECK(cap.has("decoder.moe_layers_1.DeepSeekMoeBlock_0.topk_indices"));
+    CHECK(cap.at("decoder.moe_layers_0.DeepSeekMoeBlock_0.expert_counts").numel() == 8);
+  }
+}
+
+TEST_CASE("DeepSeek model loads MaxText's scanned layout (dense_layers / moe_layers) to the same logits", "[models][deepseek]") {
+  DeepSeek a = load_model(false), b = load_model(false, "model_scanned.safetensors");
+  const auto tok = int2(test::npy(kDir + "tokens.npy"));
+  close(b.forward(tok), AnyTensor::from(a.forward(tok)), {0.0, 0.0}, "scanned vs unscanned");
+}
+
+TEST_CASE("DeepSeek incremental decoding (batch 2) reproduces the reference logits, both cache forms",
+          "[models][deepseek][decode]") {
+  const auto tok = int2(test::npy(kDir + "tokens.npy"));
+  const auto ref = test::npy(kDir + "logits.npy");
+  const std::int64_t T = tok.dim(1), P0 = 4;
+  for (bool latent : {false, true}) {
+    DeepSeek m = load_model(latent);
+    auto cache = m.make_cache(tok.dim(0), T);
+    INFO(form_name(latent));
+    const auto pre = m.forward(cols(tok, 0, P0), cache);
+    close(pre, time_slice(ref, 0, P0), test::tol::f32_logits, "prefill");
+    for (std::int64_t t = P0; t < T; ++t) {
+      const auto step = m.forward(cols(tok, t, 1), cache);
+      close(step, time_slice(ref, t, 1), test::tol::f32_logits, "decode step " + std::to_string(t));
+    }
+    CHECK(cache.length(1) == T);
+  }
+}
+
+TEST_CASE("DeepSeek batched decode with rows at different lengths matches single-row runs", "[models][deepseek][decode]") {
+  const auto tok = int2(test::npy(kDir + "tokens.npy"));
+  for (bool latent : {false, true}) {
+    DeepSeek m = load_model(latent);
+    std::vector<std::int32_t> lens{3, 6};
+    auto cache = m.make_cache(2, 12);
+    models::ForwardOptions fo;
+    fo.row_lengths = &lens;
+    fo.last_only = true;
+    std::vector<Tensor<float, 3>> steps{m.forward(cols(tok, 0, 6), cache, fo)};
+    for (int s = 0; s < 3; ++s) {
+      Tensor<std::int32_t, 2> next({2, 1});
+      next(0, 0) = tok(0, 3 + s);
+      next(1, 0) = tok(1, 6 + s);
+      models::ForwardOptions one;
+      one.last_only = true;
+      steps.push_back(m.forward(next, cache, one));
+    }
+    for (std::int64_t b = 0; b < 2; ++b) {
+      const std::int64_t L = lens[static_cast<std::size_t>(b)] + 3;
+      const auto ref = m.forward(cols(tok, 0, L, b));
+      for (std::size_t s = 0; s < steps.size(); ++s) {
+        const std::int64_t pos = lens[static_cast<std::size_t>(b)] - 1 + static_cast<std::int64_t>(s);
+        for (std::int64_t v = 0; v < ref.dim(2); ++v) {
+          INFO(form_name(latent) << " row " << b << " step " << s << " vocab " << v);
+          REQUIRE(steps[s](b, 0, v) == Approx(ref(0, pos, v)).epsilon(1e-5).margin(kStepAbs));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("The latent KV cache holds r_kv + Hr values per token and layer", "[models][deepseek][decode]") {
+  DeepSeek e = load_model(false), l = load_model(true);
+  const auto ce = e.make_cache(2, 16), cl = l.make_cache(2, 16);
+  // fixture: N 2, Hn 8, Hr 4, Hv 8, r_kv 16, 3 layers, f32
+  CHECK(ce.bytes() == 3 * 2 * 16 * (2 * 12 + 2 * 8) * 4);
+  CHECK(cl.bytes() == 3 * 2 * 16 * (16 + 4) * 4);
+}
+
+TEST_CASE("Seeded DeepSeek initialisation, export and reload round-trip (stacked experts included)", "[models][deepseek][init]") {
+  const Config cfg = fixture_config(false);
+  DeepSeek a(cfg);
+  a.init(5);
+  auto p = a.export_params();
+  const AnyTensor& wi = p.at("decoder.moe_layers_0.DeepSeekMoeBlock_0.MoeBlock_0.wi_0");
+  REQUIRE(wi.shape == std::vector<std::int64_t>{8, 32, 16});
+  double s2 = 0;
+  for (std::int64_t i = 0; i < wi.numel(); ++i) s2 += wi.element(i) * wi.element(i);
+  // MaxText initialises [E, D, F] expert kernels with fan_in = E * F: std = sqrt(1 / (8 * 16)).
+  CHECK(std::sqrt(s2 / static_cast<double>(wi.numel())) == Approx(std::sqrt(1.0 / 128.0)).epsilon(0.1));
+  const std::string path = "deepseek_export_roundtrip.safetensors";
+  io::write_safetensors(path, p.tensors);
+  DeepSeek b(cfg);
+  b.load(io::load_weights(path, cfg).tensors);
+  const auto tok = int2(test::npy(kDir + "tokens.npy"));
+  close(b.forward(tok), AnyTensor::from(a.forward(tok)), {0.0, 0.0}, "reloaded");
+  std::remove(path.c_str());
+}
+
+TEST_CASE("maxtext logits (CLI) on the DeepSeek fixture, latent cache, --incremental", "[models][deepseek][cli]") {
+  const std::string out = "deepseek_cli_logits.npy";
+  const auto tok = int2(test::npy(kDir + "tokens.npy"));
+  std::string ids;
+  for (std::int64_t b = 0; b < tok.dim(0); ++b) {
+    for (std::int64_t t = 0; t < tok.dim(1); ++t) ids += (t ? "," : (b ? "/" : "")) + std::to_string(tok(b, t));
+  }
+  const std::string cmd = std::string(MAXTEXT_CLI) + " logits --config " + kDir + "config.yml --weights " + kDir +
+                          "model.safetensors --tokens " + ids + " --incremental 4 --out " + out +
+                          " mla_naive_kvcache=false > /dev/null";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  close(test::npy(out), test::npy(kDir + "logits.npy"), test::tol::f32_logits, "cli logits");
+  std::remove(out.c_str());
+}
+
+// ---- DeepSeek-V3's own reference implementation (shared reference case) -----------------------------------------
+
+namespace {
+const std::string kRef = "/deepseek/v3_qlora32_b1/";
+
+void check_reference_case(bool latent) {
+  const std::string d = test::require(test::reference_dir() + kRef, "DeepSeek reference case");
+  const Config cfg = io::load_hf_deepseek_config(d + "config.json", {latent ? "mla_naive_kvcache=false" : "mla_naive_kvcache=true"});
+  CHECK(cfg.model_name.rfind("deepseek3", 0) == 0);
+  CHECK(cfg.n_routing_groups == 4);
+  const auto w = io::load_weights(d + "model.safetensors", cfg);
+  CHECK(w.naming == io::WeightNaming::hf);
+  DeepSeek m(cfg);
+  m.load(w.tensors);
+  const auto prompt = int2(test::npy(d + "prompt_tokens.npy"));
+  const auto dec = int2(test::npy(d + "decode_tokens.npy"));
+  auto cache = m.make_cache(1, prompt.dim(1) + dec.dim(1));
+  layers::Capture cap;
+  cap.request_all();
+  models::ForwardOptions fo;
+  fo.capture = &cap;
+  const std::string tag = form_name(latent);
+  const auto logits = m.forward(prompt, cache, fo);
+  close_scaled(AnyTensor::from(logits), test::npy(d + "prefill_logits_f64.npy"), 1e-5, tag + " prefill logits");
+  const std::pair<const char*, const char*> acts[] = {
+      {"token_embedder", "embed_out"},
+      {"decoder.dense_layers_0", "layer0_out"},
+      {"decoder.dense_layers_0.self_attention", "layer0_attn_out"},
+      {"decoder.dense_layers_0.mlp", "layer0_ffn_out"},
+      {"decoder.moe_layers_0", "layer1_out"},
+      {"decoder.moe_layers_0.self_attention", "layer1_attn_out"},
+      {"decoder.moe_layers_0.DeepSeekMoeBlock_0", "layer1_ffn_out"},
+      {"decoder.moe_layers_1", "layer2_out"}};
+  for (const auto& [ours, theirs] : acts) {
+    close_scaled(cap.at(ours), test::npy(d + theirs + "_f64.npy"), 1e-5, tag + " " + theirs);
+  }
+  // Routing of layer 1 (moe_layers_0): expert sets per token, and the weight of each chosen expert.
+  const AnyTensor& idx = cap.at("decoder.moe_layers_0.DeepSeekMoeBlock_0.topk_indices");
+  const AnyTensor& wts = cap.at("decoder.moe_layers_0.DeepSeekMoeBlock_0.topk_weights");
+  const auto ridx = test::npy(d + "layer1_gate_indices.npy"), rw = test::npy(d + "layer1_gate_weights_f64.npy");
+  const std::int64_t T = ridx.shape[0], k = ridx.shape[1];
+  REQUIRE(idx.numel() == T * k);
+  for (std::int64_t t = 0; t < T; ++t) {
+    std::set<long> want, got;
+    for (std::int64_t j = 0; j < k; ++j) {
+      want.insert(static_cast<long>(ridx.element(t * k + j)));
+      got.insert(static_cast<long>(idx.element(t * k + j)));
+    }
+    INFO(tag << " token " << t);
+    REQUIRE(got == want);
+    for (std::int64_t j = 0; j < k; ++j) {
+      for (std::int64_t i = 0; i < k; ++i) {
+        if (idx.element(t * k + j) == ridx.element(t * k + i)) {
+          CHECK(std::fabs(wts.element(t * k + j) - rw.element(t * k + i)) <= 1e-5 * 2.5);
+        }
+      }
+    }
+  }
+  // Decode: the 4 fixed tokens one at a time at positions 16..19 through the cache.
+  const auto rdl = test::npy(d + "decode_logits_f64.npy");
+  const auto rd0 = test::npy(d + "decode_layer0_out_f64.npy"), rd1 = test::npy(d + "decode_layer1_out_f64.npy");
+  for (std::int64_t s = 0; s < dec.dim(1); ++s) {
+    cap.clear_results();
+    const auto step = m.forward(cols(dec, s, 1), cache, fo);
+    const std::string st = tag + " decode step " + std::to_string(s);
+    close_scaled(AnyTensor::from(step), time_slice(rdl, s, 1), 1e-5, st + " logits");
+    close_scaled(cap.at("decoder.dense_layers_0"), time_slice(rd0, s, 1), 1e-5, st + " layer0_out");
+    close_scaled(cap.at("decoder.moe_layers_0"), time_slice(rd1, s, 1), 1e-5, st + " layer1_out");
+  }
+  CHECK(cache.length(0) == 20);
+}
+}  // namespace
+
+TEST_CASE("DeepSeek-V3 reference case (HF naming + config.json), expanded cache", "[models][deepseek][reference]") {
+  check_reference_case(false);
+}
+
+TEST_CASE("DeepSeek-V3 reference case (HF naming + config.json), latent cache", "[models][deepseek][reference]") {
+  check_reference_case(true);
+}
+
+TEST_CASE("maxtext logits (CLI) on the DeepSeek-V3 reference checkpoint", "[models][deepseek][reference][cli]") {
+  const std::string d = test::require(test::reference_dir() + kRef, "DeepSeek reference case");
+  const auto prompt = int2(test::npy(d + "prompt_tokens.npy")), dec = int2(test::npy(d + "decode_tokens.npy"));
+  std::string ids;
+  for (std::int64_t t = 0; t < prompt.dim(1); ++t) ids += (t ? "," : "") + std::to_string(prompt(0, t));
+  for (std::int64_t t = 0; t < dec.dim(1); ++t) ids += "," + std::to_string(dec(0, t));
+  const std::string out = "deepseek_ref_cli_logits.npy";
+  const std::string cmd = std::string(MAXTEXT_CLI) + " logits --config " + d + "config.json --weights " + d +
+                          "model.safetensors --tokens " + ids + " --incremental 4 --out " + out +
+                          " mla_naive_kvcache=false > /dev/null";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const auto l = test::npy(out);
+  close_scaled(l.narrow(1, 0, 16), test::npy(d + "prefill_logits_f64.npy"), 1e-5, "cli prefill logits");
+  close_scaled(l.narrow(1, 16, 4), test::npy(d + "decode_logits_f64.npy"), 1e-5, "cli decode logits");
+  std::remove(out.c_str());
+}
+
+// ---- FP8 -------------------------------------------------------------------------------------------------------
+
+namespace {
+/// e4m3fn by formula: sign, 4-bit exponent (bias 7), 3-bit mantissa; exponent 0 is subnormal (m * 2^-9).
+double e4m3(std::uint8_t b) {
+  const int s = b >> 7, e = (b >> 3) & 15, mant = b & 7;
+  const double v = e == 0 ? mant * std::ldexp(1.0, -9) : (1.0 + mant / 8.0) * std::ldexp(1.0, e - 7);
+  return s ? -v : v;
+}
+}  // namespace
+
+TEST_CASE("FP8 e4m3 weights with 128x128 block scales dequantise to the closed form", "[io][deepseek][fp8]") {
+  const std::int64_t R = 130, C = 200;
+  Tensor<fp8_e4m3, 2> w({R, C});
+  for (std::int64_t i = 0; i < R * C; ++i) {
+    std::uint8_t b = static_cast<std::uint8_t>((i * 37) & 0xff);
+    if ((b & 0x7f) == 0x7f) b = 0x38;  // skip the NaN codes
+    w.data()[i].bits = b;
+  }
+  Tensor<float, 2> s({2, 2});
+  s(0, 0) = 0.5f;
+  s(0, 1) = 3.0f;
+  s(1, 0) = -0.25f;
+  s(1, 1) = 1e-3f;
+  io::TensorMap tm;
+  tm.add("model.layers.0.mlp.down_proj.weight", AnyTensor::from(w, "w"));
+  tm.add("model.layers.0.mlp.down_proj.weight_scale_inv", AnyTensor::from(s, "s"));
+  const io::TensorMap dq = io::dequantize_fp8_checkpoint(tm);
+  REQUIRE(dq.tensors.size() == 1);
+  const AnyTensor& o = dq.at("model.layers.0.mlp.down_proj.weight");
+  REQUIRE(o.dtype == DType::f32);
+  for (std::int64_t r = 0; r < R; ++r) {
+    for (std::int64_t c = 0; c < C; ++c) {
+      const double want = static_cast<double>(static_cast<float>(e4m3(w(r, c).bits) * s(r / 128, c / 128)));
+      REQUIRE(o.element(r * C + c) == want);
+    }
+  }
+  // Spot values of the format: 1.0, 2.0, the smallest subnormal, the largest finite, -1.0.
+  for (auto [bits, val] : {std::pair<int, double>{0x38, 1.0}, {0x40, 2.0}, {0x01, 0.001953125}, {0x7e, 448.0}, {0xb8, -1.0}}) {
+    fp8_e4m3 f;
+    f.bits = static_cast<std::uint8_t>(bits);
+    CHECK(static_cast<float>(f) == val);
+  }
+  // Missing scales and mis-shaped scales are errors naming the tensor.
+  io::TensorMap no_scale;
+  no_scale.add("model.layers.0.mlp.down_proj.weight", AnyTensor::from(w, "w"));
+  CHECK_THROWS_WITH(io::dequantize_fp8_checkpoint(no_scale),
+                    Catch::Contains("model.layers.0.mlp.down_proj.weight_scale_inv (its block scales) is missing"));
+  io::TensorMap bad_scale;
+  bad_scale.add("x.weight", AnyTensor::from(w, "x.weight"));
+  bad_scale.add("x.weight_scale_inv", AnyTensor::from(Tensor<float, 2>({1, 2}), "s"));
+  CHECK_THROWS_WITH(io::dequantize_fp8_checkpoint(bad_scale), Catch::Contains("expected a float tensor [2, 2]"));
+}
+
+TEST_CASE("An FP8 HF DeepSeek weight reaches the model dequantised and transposed", "[io][deepseek][fp8]") {
+  const std::string d = test::require(test::reference_dir() + kRef, "DeepSeek reference case");
+  const Config cfg = io::load_hf_deepseek_config(d + "config.json");
+  io::TensorMap raw = io::read_safetensors(d + "model.safetensors");
+  // Replace layer 0's down_proj [64, 128] by an FP8 copy with one scale block per 128x128 tile.
+  const std::string n = "model.layers.0.mlp.down_proj.weight";
+  Tensor<fp8_e4m3, 2> q({64, 128});
+  for (std::int64_t i = 0; i < q.size(); ++i) q.data()[i].bits = static_cast<std::uint8_t>((i * 11 + 3) % 0x7e);
+  Tensor<float, 2> sc({1, 1});
+  sc(0, 0) = 0.0625f;
+  raw.tensors.erase(n);
+  raw.add(n, AnyTensor::from(q, n));
+  raw.add(n + "_scale_inv", AnyTensor::from(sc, n + "_scale_inv"));
+  const io::TensorMap canon = io::canonicalize_hf_deepseek(raw, cfg);
+  const AnyTensor& k = canon.at("decoder.dense_layers_0.mlp.wo.kernel");  // MaxText [F, D] = HF [D, F]^T
+  REQUIRE(k.shape == std::vector<std::int64_t>{128, 64});
+  for (std::int64_t f = 0; f < 128; ++f) {
+    for (std::int64_t dd = 0; dd < 64; ++dd) REQUIRE(k.element(f * 64 + dd) == e4m3(q(dd, f).bits) * 0.0625);
+  }
+  DeepSeek m(cfg);
+  m.load(canon);  // every tensor consumed: the FP8 scale was folded into the weight
+  CHECK(m.num_params() > 0);
+}
+
+// ---- bad checkpoints / configs ----------------------------------------------------------------------------------
+
+TEST_CASE("HF DeepSeek configs MaxText cannot express are refused, bad checkpoints named", "[io][deepseek][errors]") {
+  const std::string d = test::require(test::reference_dir() + kRef, "DeepSeek reference case");
+  nlohmann::json j = nlohmann::json::parse(io::read_text_file(d + "config.json"));
+  auto refuse = [&](nlohmann::json jj, const std::string& msg) {
+    CHECK_THROWS_WITH(io::config_from_hf_deepseek(jj), Catch::Contains(msg));
+  };
+  auto j1 = j;
+  j1["topk_method"] = "group_limited_greedy";
+  refuse(j1, "max-per-group routing");
+  auto j2 = j;
+  j2["rope_scaling"]["mscale_all_dim"] = 0.5;
+  refuse(j2, "mscale_all_dim");
+  auto j3 = j;
+  j3["norm_topk_prob"] = false;
+  refuse(j3, "norm_topk_prob");
+  auto j4 = j;
+  j4.erase("kv_lora_rank");
+  refuse(j4, "missing key 'kv_lora_rank'");
+  auto j5 = j;
+  j5["model_type"] = "llama";
+  refuse(j5, "model_type: expected deepseek_v2, deepseek_v3 or mixtral");
+
+  const Config cfg = io::load_hf_deepseek_config(d + "config.json");
+  io::TensorMap raw = io::read_safetensors(d + "model.safetensors");
+  raw.tensors.erase("model.layers.2.mlp.experts.5.up_proj.weight");
+  CHECK_THROWS_WITH(io::canonicalize_hf_deepseek(raw, cfg),
+                    Catch::Contains("missing expert tensor model.layers.2.mlp.experts.5.up_proj.weight"));
+  io::TensorMap raw2 = io::read_safetensors(d + "model.safetensors");
+  raw2.tensors.erase("model.layers.1.self_attn.kv_b_proj.weight");
+  DeepSeek m(cfg);
+  CHECK_THROWS_WITH(m.load(io::canonicalize_hf_deepseek(raw2, cfg)),
+                    Catch::Contains("missing tensor decoder.moe_layers_0.self_attention.wkv_b.kernel"));
+}
