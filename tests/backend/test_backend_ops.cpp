@@ -435,3 +435,84 @@ TEMPLATE_TEST_CASE("MoE permute / unpermute: CPU equals the reference and round-
   expect_near(yc, yr, 0.0, 1.0, "unpermute");
   expect_near(yr, x, 0.0, 1.0, "round trip");
 }
+
+namespace {
+/// Routing configurations of the MaxText blocks (moe.md): Mixtral, DeepSeek-V3 (groups), DeepSeek-V2, biased
+/// non-DeepSeek.
+std::vector<MoeRouting> routings() {
+  std::vector<MoeRouting> rs;
+  MoeRouting mixtral;
+  mixtral.num_experts_per_tok = 2;
+  mixtral.softmax_weights = true;
+  rs.push_back(mixtral);
+  MoeRouting v3;
+  v3.num_experts_per_tok = 4;
+  v3.score = Activation::sigmoid;
+  v3.deepseek = true;
+  v3.n_groups = 4;
+  v3.topk_groups = 2;
+  v3.normalize = true;
+  v3.normalize_eps = 1e-20f;
+  v3.scale = 2.5f;
+  rs.push_back(v3);
+  MoeRouting v2;
+  v2.num_experts_per_tok = 3;
+  v2.score_softmax = true;
+  v2.deepseek = true;
+  rs.push_back(v2);
+  MoeRouting biased;
+  biased.num_experts_per_tok = 2;
+  biased.score = Activation::sigmoid;
+  biased.normalize = true;
+  rs.push_back(biased);
+  return rs;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("moe_route, gather_rows, scatter_add_rows: CPU equals the reference", "[backend][ops][moe]", float, bf16) {
+  using G = TestType;
+  const std::int64_t M = 9, E = 16;
+  const auto z = random_tensor<G, 2>({M, E}, 2.0f);
+  const auto bias = random_tensor<G, 1>({E}, 0.3f);
+  for (const MoeRouting& r : routings()) {
+    const std::int64_t k = r.num_experts_per_tok;
+    Tensor<std::int32_t, 2> ic({M, k}), ir({M, k});
+    Tensor<float, 2> wc({M, k}), wr({M, k}), sc({M, E}), sr({M, E});
+    const View<const G, 1> b = r.score != Activation::linear ? bias.cview() : View<const G, 1>();
+    cpu_be.moe_route<G, G>(z.cview(), b, r, ic.view(), wc.view(), sc.view());
+    ref_be.moe_route<G, G>(z.cview(), b, r, ir.view(), wr.view(), sr.view());
+    for (std::int64_t i = 0; i < ic.size(); ++i) REQUIRE(ic.data()[i] == ir.data()[i]);
+    expect_near(wc, wr, std::is_same_v<G, float> ? 1e-6 : ulp_rel<G>(), 1e-3, "routing weights");
+    expect_near(sc, sr, std::is_same_v<G, float> ? 1e-6 : ulp_rel<G>(), 1e-3, "routing scores");
+  }
+  const auto x = random_tensor<G, 2>({M, 8});
+  Tensor<std::int32_t, 1> rows({4});
+  rows(0) = 7, rows(1) = 0, rows(2) = 3, rows(3) = 8;
+  Tensor<G, 2> gc({4, 8}), gr({4, 8});
+  cpu_be.gather_rows(x.cview(), rows.cview(), gc.view());
+  ref_be.gather_rows(x.cview(), rows.cview(), gr.view());
+  expect_near(gc, gr, 0.0, 1.0, "gather_rows");
+  Tensor<float, 1> w({4});
+  for (int i = 0; i < 4; ++i) w(i) = 0.25f * static_cast<float>(i + 1);
+  auto ac = random_tensor<float, 2>({M, 8});
+  auto ar = copy_of(ac);
+  cpu_be.scatter_add_rows(gc.cview(), rows.cview(), w.cview(), ac.view());
+  ref_be.scatter_add_rows(gr.cview(), rows.cview(), w.cview(), ar.view());
+  expect_near(ac, ar, 1e-6, 1.0, "scatter_add_rows");
+}
+
+TEMPLATE_TEST_CASE("head_matmul: CPU equals the reference", "[backend][ops][mla]", float, bf16) {
+  using A = TestType;
+  const std::int64_t M = 5, H = 3, stride = 20, off = 4, R = 6, C = 32;  // per head: R rows of C columns
+  Matrix<A> w{random_tensor<A, 2>({H * stride, C}, 0.3f), H * stride, C, nullptr};
+  const auto xa = random_tensor<A, 3>({M, H, C});
+  Tensor<A, 3> yc({M, H, R}), yr({M, H, R});
+  cpu_be.head_matmul(xa.cview(), w, stride, off, false, yc.view());
+  ref_be.head_matmul(xa.cview(), w, stride, off, false, yr.view());
+  expect_near(yc, yr, std::is_same_v<A, float> ? 1e-5 : ulp_rel<A>(), 0.5, "head_matmul");
+  const auto xb = random_tensor<A, 3>({M, H, R});
+  Tensor<A, 3> zc({M, H, C}), zr({M, H, C});
+  cpu_be.head_matmul(xb.cview(), w, stride, off, true, zc.view());
+  ref_be.head_matmul(xb.cview(), w, stride, off, true, zr.view());
+  expect_near(zc, zr, std::is_same_v<A, float> ? 1e-5 : ulp_rel<A>(), 0.5, "head_matmul transposed");
+}

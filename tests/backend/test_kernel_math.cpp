@@ -269,3 +269,49 @@ TEST_CASE("Sampling by bisection draws the token of the reference backend's sort
   HostRowReducer r{bad.data(), 4};
   CHECK(kmath::sample_by_bisection(r, 4, SampleOptions{}, 0.5f) == -1);
 }
+
+TEST_CASE("moe_route_row (the CUDA routing kernel's body) routes as the reference backend", "[backend][kmath][moe]") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  reference::Backend ref;
+  const std::int64_t M = 20, E = 32;
+  Tensor<float, 2> z({M, E});
+  Tensor<float, 1> bias({E});
+  for (std::int64_t i = 0; i < z.size(); ++i) z.data()[i] = nd(rng);
+  for (std::int64_t m = 0; m < 3; ++m) {
+    for (std::int64_t e = 0; e < E; e += 2) z(m, e) = 1.0f;  // ties
+  }
+  for (std::int64_t e = 0; e < E; ++e) bias(e) = 0.1f * nd(rng);
+  for (int variant = 0; variant < 4; ++variant) {
+    MoeRouting r;
+    r.num_experts_per_tok = 2 + variant;
+    r.score_softmax = variant == 2;
+    r.score = variant == 1 || variant == 3 ? Activation::sigmoid : Activation::linear;
+    r.deepseek = variant == 1 || variant == 2;
+    r.n_groups = variant == 1 ? 8 : 0;
+    r.topk_groups = variant == 1 ? 3 : 0;
+    r.softmax_weights = variant == 0;
+    r.normalize = variant == 1 || variant == 3;
+    r.normalize_eps = variant == 1 ? 1e-20f : 0.0f;
+    r.scale = variant == 1 ? 2.5f : 1.0f;
+    const bool use_bias = variant == 1 || variant == 3;
+    const std::int64_t k = r.num_experts_per_tok;
+    Tensor<std::int32_t, 2> idx({M, k});
+    Tensor<float, 2> w({M, k}), sc({M, E});
+    ref.moe_route<float, float>(z.cview(), use_bias ? bias.cview() : View<const float, 1>(), r, idx.view(), w.view(), sc.view());
+    std::vector<float> s(static_cast<std::size_t>(E)), b(static_cast<std::size_t>(E)), scores(static_cast<std::size_t>(E));
+    std::vector<std::int32_t> ki(static_cast<std::size_t>(k));
+    std::vector<float> kw(static_cast<std::size_t>(k));
+    for (std::int64_t m = 0; m < M; ++m) {
+      kmath::moe_route_row<float, float>(&z(m, 0), use_bias ? bias.data() : nullptr, r, E, s.data(), b.data(), ki.data(),
+                                         kw.data(), scores.data());
+      for (std::int64_t j = 0; j < k; ++j) {
+        INFO("variant " << variant << " token " << m << " choice " << j);
+        REQUIRE(ki[static_cast<std::size_t>(j)] == idx(m, j));
+        CHECK(kw[static_cast<std::size_t>(j)] == Approx(w(m, j)).epsilon(1e-6).margin(1e-6));
+      }
+      // Scores = sigmoid (f32 here, double in the reference) + bias may cancel: judged against the terms' size.
+      for (std::int64_t e = 0; e < E; ++e) CHECK(scores[static_cast<std::size_t>(e)] == Approx(sc(m, e)).epsilon(1e-6).margin(1e-6));
+    }
+  }
+}

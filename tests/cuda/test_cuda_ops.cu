@@ -372,6 +372,70 @@ TEMPLATE_TEST_CASE("cuda MoE permute / unpermute equal the reference", "[cuda][o
   expect_near(host(yd), yr, std::is_same_v<A, float> ? 1e-6 : ulp_rel<A>(), 0.3, "unpermute");
 }
 
+TEMPLATE_TEST_CASE("cuda moe_route, gather_rows, scatter_add_rows, head_matmul equal the reference", "[cuda][ops][moe]", float,
+                   bf16) {
+  using G = TestType;
+  const std::int64_t M = 70, E = 64;
+  const auto z = random_tensor<G, 2>({M, E}, 2.0f);
+  const auto bias = random_tensor<G, 1>({E}, 0.3f);
+  const auto zd = dev(z);
+  const auto bd = dev(bias);
+  MoeRouting v3;
+  v3.num_experts_per_tok = 8;
+  v3.score = Activation::sigmoid;
+  v3.deepseek = true;
+  v3.n_groups = 8;
+  v3.topk_groups = 4;
+  v3.normalize = true;
+  v3.normalize_eps = 1e-20f;
+  v3.scale = 2.5f;
+  MoeRouting mixtral;
+  mixtral.num_experts_per_tok = 2;
+  mixtral.softmax_weights = true;
+  for (const MoeRouting& r : {v3, mixtral}) {
+    const std::int64_t k = r.num_experts_per_tok;
+    Tensor<std::int32_t, 2> ir({M, k}), id({M, k}, gpu().memory());
+    Tensor<float, 2> wr({M, k}), wd({M, k}, gpu().memory()), sr({M, E}), sd({M, E}, gpu().memory());
+    const bool b = r.deepseek;
+    ref_be.moe_route<G, G>(z.cview(), b ? bias.cview() : none<G>(), r, ir.view(), wr.view(), sr.view());
+    gpu().moe_route<G, G>(zd.cview(), b ? bd.cview() : none<G>(), r, id.view(), wd.view(), sd.view());
+    const auto ih = host(id);
+    for (std::int64_t i = 0; i < ir.size(); ++i) REQUIRE(ih.data()[i] == ir.data()[i]);
+    expect_near(host(wd), wr, std::is_same_v<G, float> ? 1e-6 : ulp_rel<G>(), 1e-3, "routing weights");
+    expect_near(host(sd), sr, std::is_same_v<G, float> ? 1e-6 : ulp_rel<G>(), 1e-3, "routing scores");
+  }
+  const auto x = random_tensor<G, 2>({M, 24});
+  Tensor<std::int32_t, 1> rows({5});
+  for (int i = 0; i < 5; ++i) rows(i) = (i * 13 + 2) % static_cast<int>(M);
+  Tensor<float, 1> w({5});
+  for (int i = 0; i < 5; ++i) w(i) = 0.1f * static_cast<float>(i + 1);
+  Tensor<G, 2> gr({5, 24}), gd({5, 24}, gpu().memory());
+  ref_be.gather_rows(x.cview(), rows.cview(), gr.view());
+  const auto xd = dev(x);
+  const auto rd = dev(rows);
+  gpu().gather_rows(xd.cview(), rd.cview(), gd.view());
+  expect_near(host(gd), gr, 0.0, 1.0, "gather_rows");
+  auto ar = random_tensor<float, 2>({M, 24});
+  auto ad = dev(ar);
+  ref_be.scatter_add_rows(gr.cview(), rows.cview(), w.cview(), ar.view());
+  gpu().scatter_add_rows(gd.cview(), rd.cview(), dev(w).cview(), ad.view());
+  expect_near(host(ad), ar, 1e-6, 1.0, "scatter_add_rows");
+
+  const std::int64_t H = 4, stride = 40, off = 8, R = 24, C = 72;
+  Matrix<G> wm{random_tensor<G, 2>({H * stride, C}, 0.2f), H * stride, C, nullptr};
+  const auto wmd = dev(wm);
+  const auto xa = random_tensor<G, 3>({M, H, C});
+  Tensor<G, 3> yr({M, H, R}), yd({M, H, R}, gpu().memory());
+  ref_be.head_matmul(xa.cview(), wm, stride, off, false, yr.view());
+  gpu().head_matmul(dev(xa).cview(), wmd, stride, off, false, yd.view());
+  expect_near(host(yd), yr, std::is_same_v<G, float> ? 1e-5 : ulp_rel<G>(), 0.5, "head_matmul");
+  const auto xb = random_tensor<G, 3>({M, H, R});
+  Tensor<G, 3> zr({M, H, C}), zd2({M, H, C}, gpu().memory());
+  ref_be.head_matmul(xb.cview(), wm, stride, off, true, zr.view());
+  gpu().head_matmul(dev(xb).cview(), wmd, stride, off, true, zd2.view());
+  expect_near(host(zd2), zr, std::is_same_v<G, float> ? 1e-5 : ulp_rel<G>(), 0.5, "head_matmul transposed");
+}
+
 TEST_CASE("cuda errors name the failing call", "[cuda][errors]") {
   if (!cuda::available()) {
     CHECK(cuda::device_count() == 0);

@@ -183,7 +183,22 @@ class SimDeviceBackend {
   MAXTEXT_SIM_OP(sample)
   MAXTEXT_SIM_OP(moe_permute)
   MAXTEXT_SIM_OP(moe_unpermute)
+  MAXTEXT_SIM_OP(gather_rows)
+  MAXTEXT_SIM_OP(scatter_add_rows)
+  MAXTEXT_SIM_OP(head_matmul)
 #undef MAXTEXT_SIM_OP
+  /// moe_route is called with explicit template arguments (gate dtype G, activation type A).
+  template <class G, class A = G>
+  void moe_route(View<const G, 2> z, View<const G, 1> bias, const MoeRouting& r, View<std::int32_t, 2> idx,
+                 View<float, 2> w, View<float, 2> scores) const {
+    require("moe_route", z);
+    require("moe_route", bias);
+    require("moe_route", idx);
+    require("moe_route", w);
+    require("moe_route", scores);
+    SimDeviceMemory::Unlocked u(*sim_);
+    ref_.moe_route<G, A>(z, bias, r, idx, w, scores);
+  }
   /// Strided device-to-device copy (the View overload of copy).
   template <class T, int R>
   void copy(View<const T, R> src, View<T, R> dst) const {
@@ -236,3 +251,5 @@ class SimDeviceBackend {
 }  // namespace maxtext::test
 
 static_assert(::maxtext::Backend<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must satisfy the Backend concept");
+static_assert(::maxtext::BackendMoE<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the MoE kernels");
+static_assert(::maxtext::BackendHeadMatmul<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide head_matmul");

@@ -204,4 +204,90 @@ MAXTEXT_HD inline std::int32_t sample_by_bisection(Reducer& r, std::int64_t n, c
   return sample_key_id(bisect_keys(cut, [&](std::uint64_t t) { return r.mass_ge(t, mx, temp) > target; }));
 }
 
+// ---- mixture-of-experts routing ----------------------------------------------------------------------------------
+/// Index of the largest v[i] over i in [0, n) with skip(i) false; ties (and -inf) to the lowest index; -1 if none.
+template <class Skip>
+MAXTEXT_HD inline std::int64_t argmax_first(const float* v, std::int64_t n, Skip&& skip) {
+  std::int64_t best = -1;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (skip(i)) continue;
+    if (best < 0 || v[i] > v[best]) best = i;
+  }
+  return best;
+}
+
+/// Routing of one token by the MoeRouting rule (backend/ops.hpp; moe.md GateLogit + get_topk) without sorting:
+/// z [E] gate logits of type G, bias [E] or nullptr; s, b: [E] f32 scratch; writes idx [k], w [k] and, if not
+/// nullptr, scores [E] (the biased scores). top_k by repeated first-maximum scans (k and the group count are small).
+template <class G, class A>
+MAXTEXT_HD inline void moe_route_row(const G* z, const G* bias, const MoeRouting& r, std::int64_t E, float* s, float* b,
+                                     std::int32_t* idx, float* w, float* scores) {
+  const std::int64_t k = r.num_experts_per_tok;
+  for (std::int64_t e = 0; e < E; ++e) s[e] = to_float(z[e]);
+  if (r.score_softmax) {
+    float mx = neg_inf(), sum = 0.0f;
+    for (std::int64_t e = 0; e < E; ++e) mx = s[e] > mx ? s[e] : mx;
+    for (std::int64_t e = 0; e < E; ++e) sum += (s[e] = expf(s[e] - mx));
+    for (std::int64_t e = 0; e < E; ++e) s[e] = round_to<G>(s[e] / sum);
+  } else if (r.score != Activation::linear) {
+    for (std::int64_t e = 0; e < E; ++e) s[e] = round_to<G>(math::activate(r.score, s[e]));
+  }
+  for (std::int64_t e = 0; e < E; ++e) b[e] = bias == nullptr ? s[e] : round_to<G>(s[e] + to_float(bias[e]));
+  if (scores != nullptr) {
+    for (std::int64_t e = 0; e < E; ++e) scores[e] = b[e];
+  }
+  if (r.deepseek && r.n_groups > 0) {
+    const std::int64_t per = E / r.n_groups;
+    // Group score: sum of the group's two largest b (f32). Keep the topk_groups best groups (ties: lower group).
+    float gs[64];  // n_groups <= 64 (checked by the layer's configuration)
+    bool keep[64];
+    for (std::int64_t g = 0; g < r.n_groups; ++g) {
+      float t1 = neg_inf(), t2 = neg_inf();
+      for (std::int64_t e = g * per; e < (g + 1) * per; ++e) {
+        if (b[e] > t1) {
+          t2 = t1;
+          t1 = b[e];
+        } else if (b[e] > t2) {
+          t2 = b[e];
+        }
+      }
+      gs[g] = t1 + t2;
+      keep[g] = false;
+    }
+    for (std::int64_t j = 0; j < r.topk_groups; ++j) {
+      const std::int64_t g = argmax_first(gs, r.n_groups, [&](std::int64_t i) { return keep[i]; });
+      if (g >= 0) keep[g] = true;
+    }
+    for (std::int64_t e = 0; e < E; ++e) {
+      if (!keep[e / per]) b[e] = neg_inf();
+    }
+  }
+  float wsum = 0.0f;
+  for (std::int64_t j = 0; j < k; ++j) {
+    const std::int64_t e = argmax_first(b, E, [&](std::int64_t i) {
+      for (std::int64_t q = 0; q < j; ++q) {
+        if (idx[q] == i) return true;
+      }
+      return false;
+    });
+    idx[j] = static_cast<std::int32_t>(e);
+    w[j] = r.deepseek ? s[e] : b[e];
+  }
+  if (r.softmax_weights) {
+    float mx = neg_inf(), sum = 0.0f;
+    for (std::int64_t j = 0; j < k; ++j) mx = w[j] > mx ? w[j] : mx;
+    for (std::int64_t j = 0; j < k; ++j) sum += (w[j] = expf(w[j] - mx));
+    for (std::int64_t j = 0; j < k; ++j) w[j] = round_to<A>(w[j] / sum);
+  }
+  if (r.normalize) {
+    for (std::int64_t j = 0; j < k; ++j) wsum = round_to<G>(wsum + w[j]);
+    const float den = round_to<G>(wsum + r.normalize_eps);
+    for (std::int64_t j = 0; j < k; ++j) w[j] = round_to<G>(w[j] / den);
+  }
+  if (r.scale != 1.0f) {
+    const float sc = round_to<G>(r.scale);
+    for (std::int64_t j = 0; j < k; ++j) w[j] = round_to<G>(w[j] * sc);
+  }
+}
+
 }  // namespace maxtext::kmath

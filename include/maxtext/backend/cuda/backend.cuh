@@ -323,6 +323,56 @@ class Backend {
     MAXTEXT_CUDA_LAUNCH_CHECK("moe_combine");
   }
 
+  // ---- MoE routing and per-expert rows, per-head products (BackendMoE, BackendHeadMatmul) ------------------
+  template <class G, class A = G>
+  void moe_route(View<const G, 2> z, View<const G, 1> bias, const MoeRouting& r, View<std::int32_t, 2> idx,
+                 View<float, 2> w, View<float, 2> scores) const {
+    const std::int64_t M = z.dim(0), E = z.dim(1);
+    if (M == 0) return;
+    MAXTEXT_CHECK(r.n_groups <= 64, UnsupportedError, "[cuda moe_route] n_routing_groups ", r.n_groups,
+                  " exceeds the kernel's 64 groups");
+    const std::size_t bytes = static_cast<std::size_t>(M * 2 * E) * sizeof(float);
+    auto* scratch = static_cast<float*>(memory()->allocate(bytes));
+    kernels::moe_route<G, A><<<detail::grid_for(M, 128), 128, 0, stream()>>>(
+        z.data(), ld(z), bias.empty() ? nullptr : bias.data(), r, M, E, scratch, idx.data(), ld(idx), w.data(), ld(w),
+        scores.empty() ? nullptr : scores.data(), scores.empty() ? 0 : ld(scores));
+    const cudaError_t e = cudaGetLastError();
+    memory()->deallocate(scratch, bytes);
+    check(e, "launch of moe_route", __FILE__, __LINE__);
+  }
+
+  template <class A>
+  void gather_rows(View<const A, 2> x, View<const std::int32_t, 1> rows_idx, View<A, 2> y) const {
+    const std::int64_t n = rows_idx.dim(0), D = x.dim(1);
+    if (n * D == 0) return;
+    kernels::gather_rows<A><<<detail::grid_for(n * D), detail::kThreads, 0, stream()>>>(x.data(), ld(x), rows_idx.data(),
+                                                                                      y.data(), ld(y), n, D);
+    MAXTEXT_CUDA_LAUNCH_CHECK("gather_rows");
+  }
+
+  template <class A>
+  void scatter_add_rows(View<const A, 2> y, View<const std::int32_t, 1> rows_idx, View<const float, 1> w,
+                        View<float, 2> acc) const {
+    const std::int64_t n = rows_idx.dim(0), D = y.dim(1);
+    if (n * D == 0) return;
+    kernels::scatter_add_rows<A><<<detail::grid_for(n * D), detail::kThreads, 0, stream()>>>(
+        y.data(), ld(y), rows_idx.data(), w.data(), acc.data(), ld(acc), n, D);
+    MAXTEXT_CUDA_LAUNCH_CHECK("scatter_add_rows");
+  }
+
+  template <class X, class W, class Y>
+  void head_matmul(View<const X, 3> x, const Matrix<W>& w, std::int64_t head_stride, std::int64_t row_offset,
+                   bool transpose_w, View<Y, 3> y) const {
+    const std::int64_t M = x.dim(0), H = x.dim(1), Kx = x.dim(2), Ny = y.dim(2);
+    if (M * H * Ny == 0) return;
+    MAXTEXT_DASSERT(x.stride(2) == 1 && y.stride(2) == 1);
+    const dim3 grid(static_cast<unsigned>((Ny + 15) / 16), static_cast<unsigned>((M + 15) / 16), static_cast<unsigned>(H));
+    kernels::head_matmul<X, W, Y><<<grid, dim3(16, 16), 0, stream()>>>(
+        x.data(), x.stride(0), x.stride(1), w.data.data(), w.data.view().stride(0), head_stride, row_offset, transpose_w,
+        y.data(), y.stride(0), y.stride(1), M, Kx, Ny);
+    MAXTEXT_CUDA_LAUNCH_CHECK("head_matmul");
+  }
+
  private:
   struct State {
     std::shared_ptr<DeviceMemory> dev;
@@ -353,3 +403,5 @@ class Backend {
 }  // namespace maxtext::cuda
 
 static_assert(::maxtext::Backend<::maxtext::cuda::Backend>, "cuda::Backend must satisfy the Backend concept");
+static_assert(::maxtext::BackendMoE<::maxtext::cuda::Backend>, "cuda::Backend must provide the MoE kernels");
+static_assert(::maxtext::BackendHeadMatmul<::maxtext::cuda::Backend>, "cuda::Backend must provide head_matmul");

@@ -185,5 +185,34 @@ __global__ void gemm_tiled(const X* x, std::int64_t ldx, const W* w, std::int64_
   if (m < M && n < N) y[m * ldy + n] = from_float<Y>(acc);
 }
 
+/// Per-head products (MLA absorbed form): grid (ceil(Ny/16), ceil(M/16), H), block 16 x 16. W_h = rows
+/// [h * head_stride + row_offset, ...) of w; y[m,h,j] = sum_i x[m,h,i] * (transpose_w ? W_h[i, j] : W_h[j, i]).
+template <class X, class W, class Y>
+__global__ void head_matmul(const X* x, std::int64_t xm, std::int64_t xh, const W* w, std::int64_t w_row_units,
+                            std::int64_t head_stride, std::int64_t row_offset, bool transpose_w, Y* y, std::int64_t ym,
+                            std::int64_t yh, std::int64_t M, std::int64_t Kx, std::int64_t Ny) {
+  constexpr int T = 16;
+  __shared__ float xs[T][T + 1];
+  __shared__ float ws[T][T + 1];  // ws[j][i]: the weight of input i for output j
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const std::int64_t h = blockIdx.z, r0 = h * head_stride + row_offset;
+  const std::int64_t m = static_cast<std::int64_t>(blockIdx.y) * T + ty, j = static_cast<std::int64_t>(blockIdx.x) * T + tx;
+  const std::int64_t jl = static_cast<std::int64_t>(blockIdx.x) * T + ty;  // the output this thread loads weights for
+  float acc = 0.0f;
+  for (std::int64_t i0 = 0; i0 < Kx; i0 += T) {
+    const std::int64_t i = i0 + tx;
+    xs[ty][tx] = (m < M && i < Kx) ? to_float(x[m * xm + h * xh + i]) : 0.0f;
+    float wv = 0.0f;
+    if (jl < Ny && i < Kx) {
+      wv = transpose_w ? kmath::weight_at(w + (r0 + i) * w_row_units, jl) : kmath::weight_at(w + (r0 + jl) * w_row_units, i);
+    }
+    ws[ty][tx] = wv;
+    __syncthreads();
+    for (int kk = 0; kk < T; ++kk) acc += xs[ty][kk] * ws[tx][kk];
+    __syncthreads();
+  }
+  if (m < M && j < Ny) y[m * ym + h * yh + j] = from_float<Y>(acc);
+}
+
 }  // namespace kernels
 }  // namespace maxtext::cuda

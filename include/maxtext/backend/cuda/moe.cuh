@@ -1,6 +1,7 @@
-// backend/cuda/moe.cuh: mixture-of-experts token permutation (moe.md, dropless): assignments (t, j) grouped by
-// expert in a stable order (expert, then t, then j) — the order the CPU and reference backends produce — and the
-// weighted sum back. Simple passes: per-expert counts, a prefix sum, per-expert stable ranks by a block scan over
+// backend/cuda/moe.cuh: mixture-of-experts kernels (moe.md): routing (kmath::moe_route_row per token), the per-expert
+// row gather and weighted scatter-add the MoE layers use, and the token permutation (dropless): assignments (t, j)
+// grouped by expert in a stable order (expert, then t, then j) — the order the CPU and reference backends produce —
+// and the weighted sum back. Simple passes: per-expert counts, a prefix sum, per-expert stable ranks by a block scan over
 // the assignments in order, a row gather; O(E * M * k) flag tests, negligible next to the experts' products.
 #pragma once
 
@@ -8,7 +9,9 @@
 
 #include <cstdint>
 
+#include "maxtext/backend/common/kernel_math.hpp"
 #include "maxtext/backend/cuda/common.cuh"
+#include "maxtext/backend/ops.hpp"
 #include "maxtext/core/dtype.hpp"
 
 namespace maxtext::cuda::kernels {
@@ -82,6 +85,41 @@ __global__ void moe_combine(const A* rows, std::int64_t ldr, const std::int32_t*
     float acc = 0.0f;
     for (std::int64_t j = 0; j < k; ++j) acc += w[t * ldw + j] * to_float(rows[slot[t * slot_ld + j] * ldr + c]);
     out[t * ldo + c] = from_float<A>(acc);
+  }
+}
+
+/// One thread per token: kmath::moe_route_row (host-tested against the CPU backend) with [E] scratch rows s, b.
+template <class G, class A>
+__global__ void moe_route(const G* z, std::int64_t ldz, const G* bias, MoeRouting r, std::int64_t M, std::int64_t E,
+                          float* scratch, std::int32_t* idx, std::int64_t ld_idx, float* w, std::int64_t ldw, float* scores,
+                          std::int64_t ld_scores) {
+  for (std::int64_t m = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; m < M;
+       m += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float* s = scratch + m * 2 * E;
+    kmath::moe_route_row<G, A>(z + m * ldz, bias, r, E, s, s + E, idx + m * ld_idx, w + m * ldw,
+                               scores != nullptr ? scores + m * ld_scores : nullptr);
+  }
+}
+
+/// y[i, :] = x[rows[i], :].
+template <class A>
+__global__ void gather_rows(const A* x, std::int64_t ldx, const std::int32_t* rows, A* y, std::int64_t ldy, std::int64_t n,
+                            std::int64_t D) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n * D;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / D, c = i % D;
+    y[r * ldy + c] = x[rows[r] * ldx + c];
+  }
+}
+
+/// acc[rows[i], :] += w[i] * y[i, :]; rows are distinct within a call, so every element has one writer.
+template <class A>
+__global__ void scatter_add_rows(const A* y, std::int64_t ldy, const std::int32_t* rows, const float* w, float* acc,
+                                 std::int64_t lda, std::int64_t n, std::int64_t D) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n * D;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / D, c = i % D;
+    acc[rows[r] * lda + c] += w[r] * to_float(y[r * ldy + c]);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <type_traits>
@@ -348,6 +349,116 @@ class Backend {
     }
   }
 
+  // ---- mixture of experts: routing and per-expert rows (moe.md; MoeRouting in backend/ops.hpp) -------------
+  /// Routing of each token: scores, bias, optional group limit, top-k by a stable sort, weight post-processing.
+  template <class G, class A = G>
+  void moe_route(View<const G, 2> z, View<const G, 1> bias, const MoeRouting& r, View<std::int32_t, 2> idx,
+                 View<float, 2> w, View<float, 2> scores) const {
+    const std::int64_t M = z.dim(0), E = z.dim(1), k = r.num_experts_per_tok;
+    const double ninf = -HUGE_VAL;
+    for (std::int64_t m = 0; m < M; ++m) {
+      std::vector<float> s(static_cast<std::size_t>(E)), b(static_cast<std::size_t>(E));
+      for (std::int64_t e = 0; e < E; ++e) s[static_cast<std::size_t>(e)] = to_float(z(m, e));
+      if (r.score_softmax) {
+        double mx = ninf, sum = 0.0;
+        for (float v : s) mx = std::max<double>(mx, v);
+        for (float v : s) sum += std::exp(v - mx);
+        for (float& v : s) v = round_to<G>(static_cast<float>(std::exp(v - mx) / sum));
+      } else if (r.score != Activation::linear) {
+        for (float& v : s) v = round_to<G>(act(r.score, v));
+      }
+      for (std::int64_t e = 0; e < E; ++e) {
+        const auto u = static_cast<std::size_t>(e);
+        b[u] = bias.empty() ? s[u] : round_to<G>(s[u] + to_float(bias(e)));
+        if (!scores.empty()) scores(m, e) = b[u];
+      }
+      // Descending by value, equal values in increasing index: a stable sort on the value.
+      auto top = [](const std::vector<float>& v, std::size_t n) {
+        std::vector<std::int32_t> o(v.size());
+        std::iota(o.begin(), o.end(), 0);
+        std::stable_sort(o.begin(), o.end(), [&](std::int32_t a, std::int32_t c) {
+          return v[static_cast<std::size_t>(a)] > v[static_cast<std::size_t>(c)];
+        });
+        o.resize(n);
+        return o;
+      };
+      if (r.deepseek && r.n_groups > 0) {
+        const std::int64_t per = E / r.n_groups;
+        std::vector<float> gs(static_cast<std::size_t>(r.n_groups));
+        for (std::int64_t g = 0; g < r.n_groups; ++g) {
+          std::vector<float> grp(b.begin() + g * per, b.begin() + (g + 1) * per);
+          std::sort(grp.begin(), grp.end(), std::greater<float>());
+          gs[static_cast<std::size_t>(g)] = grp[0] + grp[1];
+        }
+        const auto keep = top(gs, static_cast<std::size_t>(r.topk_groups));
+        for (std::int64_t e = 0; e < E; ++e) {
+          if (std::find(keep.begin(), keep.end(), static_cast<std::int32_t>(e / per)) == keep.end()) {
+            b[static_cast<std::size_t>(e)] = -INFINITY;
+          }
+        }
+      }
+      const auto sel = top(b, static_cast<std::size_t>(k));
+      std::vector<float> wv(static_cast<std::size_t>(k));
+      for (std::int64_t j = 0; j < k; ++j) {
+        const auto e = static_cast<std::size_t>(sel[static_cast<std::size_t>(j)]);
+        idx(m, j) = sel[static_cast<std::size_t>(j)];
+        wv[static_cast<std::size_t>(j)] = r.deepseek ? s[e] : b[e];
+      }
+      if (r.softmax_weights) {
+        double mx = ninf, sum = 0.0;
+        for (float v : wv) mx = std::max<double>(mx, v);
+        for (float v : wv) sum += std::exp(v - mx);
+        for (float& v : wv) v = round_to<A>(static_cast<float>(std::exp(v - mx) / sum));
+      }
+      if (r.normalize) {
+        float sum = 0.0f;  // summed in G, in choice order
+        for (float v : wv) sum = round_to<G>(sum + v);
+        const float den = round_to<G>(sum + r.normalize_eps);
+        for (float& v : wv) v = round_to<G>(v / den);
+      }
+      if (r.scale != 1.0f) {
+        for (float& v : wv) v = round_to<G>(v * round_to<G>(r.scale));
+      }
+      for (std::int64_t j = 0; j < k; ++j) w(m, j) = wv[static_cast<std::size_t>(j)];
+    }
+  }
+
+  /// y[i] = x[rows[i]].
+  template <class A>
+  void gather_rows(View<const A, 2> x, View<const std::int32_t, 1> rows, View<A, 2> y) const {
+    for (std::int64_t i = 0; i < rows.dim(0); ++i) {
+      for (std::int64_t c = 0; c < x.dim(1); ++c) y(i, c) = x(rows(i), c);
+    }
+  }
+
+  /// acc[rows[i]] += w[i] * y[i] (f32 accumulator; rows distinct).
+  template <class A>
+  void scatter_add_rows(View<const A, 2> y, View<const std::int32_t, 1> rows, View<const float, 1> w,
+                        View<float, 2> acc) const {
+    for (std::int64_t i = 0; i < rows.dim(0); ++i) {
+      for (std::int64_t c = 0; c < y.dim(1); ++c) acc(rows(i), c) += w(i) * to_float(y(i, c));
+    }
+  }
+
+  /// Per-head products with row blocks of one weight (MLA absorbed form; BackendHeadMatmul in concepts.hpp):
+  /// W_h = rows [h * head_stride + row_offset, ...) of w; y[m,h,:] = x[m,h,:] . W_h^T, or . W_h if transpose_w.
+  template <class X, class W, class Y>
+  void head_matmul(View<const X, 3> x, const Matrix<W>& w, std::int64_t head_stride, std::int64_t row_offset,
+                   bool transpose_w, View<Y, 3> y) const {
+    for (std::int64_t m = 0; m < x.dim(0); ++m) {
+      for (std::int64_t h = 0; h < x.dim(1); ++h) {
+        const std::int64_t r0 = h * head_stride + row_offset;
+        for (std::int64_t j = 0; j < y.dim(2); ++j) {
+          double acc = 0.0;
+          for (std::int64_t i = 0; i < x.dim(2); ++i) {
+            acc += static_cast<double>(to_float(x(m, h, i))) * (transpose_w ? weight(w, r0 + i, j) : weight(w, r0 + j, i));
+          }
+          y(m, h, j) = from_float<Y>(static_cast<float>(acc));
+        }
+      }
+    }
+  }
+
  private:
   template <class W>
   static double weight(const Matrix<W>& w, std::int64_t n, std::int64_t k) {
@@ -397,3 +508,5 @@ class Backend {
 }  // namespace maxtext::reference
 
 static_assert(::maxtext::Backend<::maxtext::reference::Backend>, "reference::Backend must satisfy the Backend concept");
+static_assert(::maxtext::BackendMoE<::maxtext::reference::Backend>, "reference::Backend must provide the MoE kernels");
+static_assert(::maxtext::BackendHeadMatmul<::maxtext::reference::Backend>, "reference::Backend must provide head_matmul");
