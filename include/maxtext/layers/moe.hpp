@@ -393,7 +393,8 @@ class RoutedAndSharedMoE {
       shared_ = MlpBlock<P>(typename MlpBlock<P>::Config{routed_.settings().in_features, c.shared_experts * c.moe_mlp_dim,
                                                          parse_activations(c.mlp_activations), false, false,
                                                          NormKind::rms, static_cast<float>(c.normalization_layer_epsilon),
-                                                         c.fused_mlp, Init::truncated_normal, c.dense_init_scale});
+                                                         c.fused_mlp, c.activations_in_float32, Init::truncated_normal,
+                                                         c.dense_init_scale});
       has_shared_ = true;
     }
   }

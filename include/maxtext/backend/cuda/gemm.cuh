@@ -62,15 +62,15 @@ class Gemm {
     const cudaDataType_t tx = detail::lt_type<X>(), ty = detail::lt_type<Y>();
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-    MAXTEXT_CUDA_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    MAXTEXT_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    MAXTEXT_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    MAXTEXT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&la, tx, static_cast<std::uint64_t>(K), static_cast<std::uint64_t>(N), ldw));
-    MAXTEXT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&lb, tx, static_cast<std::uint64_t>(K), static_cast<std::uint64_t>(M), ldx));
-    MAXTEXT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&lc, ty, static_cast<std::uint64_t>(N), static_cast<std::uint64_t>(M), ldy));
-    const Key key{M, N, K, ldx, ldw, ldy, static_cast<int>(tx), static_cast<int>(ty), alignment(x), alignment(w), alignment(y)};
     try {
+      MAXTEXT_CUDA_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+      MAXTEXT_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+      MAXTEXT_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+      MAXTEXT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&la, tx, static_cast<std::uint64_t>(K), static_cast<std::uint64_t>(N), ldw));
+      MAXTEXT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&lb, tx, static_cast<std::uint64_t>(K), static_cast<std::uint64_t>(M), ldx));
+      MAXTEXT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&lc, ty, static_cast<std::uint64_t>(N), static_cast<std::uint64_t>(M), ldy));
+      const Key key{M, N, K, ldx, ldw, ldy, static_cast<int>(tx), static_cast<int>(ty), alignment(x), alignment(w), alignment(y)};
       const cublasLtMatmulAlgo_t algo = find_algo(key, op, la, lb, lc);
       const float alpha = 1.0f, beta = 0.0f;
       MAXTEXT_CUDA_CHECK(cublasLtMatmul(handle_, op, &alpha, w, la, x, lb, &beta, y, lc, y, lc, &algo, ws_, ws_bytes_, stream_));
