@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/registry.hpp"
+#include "cmd_tokenize.hpp"
 
 namespace {
 
@@ -25,12 +28,18 @@ commands:
   logits    --config CFG [--weights FILE] --tokens 1,2,3[/4,5,6] [--incremental N] --out logits.npy
   generate  --config CFG [--weights FILE] --tokens 1,2,3[/...] --max-new-tokens N
             [--temperature T] [--top-k K] [--top-p P] [--seed S]
+  generate  --weights FILE [--tokenizer FILE] --prompt "text" [--max-new-tokens N] [...]: prints the text
+  tokenize  --weights FILE [--tokenizer FILE] --text "text": prints the ids (BOS first), comma-separated
   info      --config CFG [--weights FILE]
 
 common options:
-  --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json
-                     (DeepSeek-V2/V3, Mixtral); key=value overrides follow
-  --weights FILE     safetensors (MaxText parameter names); without it the model is initialised from --seed
+  --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;
+                     key=value overrides follow
+  --weights FILE     MaxText safetensors, Hugging Face safetensors (file, index or directory, config.json beside),
+                     GGUF (.gguf) or a llama2.c checkpoint (.bin); without it the model is initialised from --seed.
+                     GGUF, llama2.c and Hugging Face weights carry their config: --config is then optional
+  --tokenizer FILE   tokenizer for --prompt / tokenize: .gguf, llama2.c tokenizer.bin, SentencePiece .model
+                     (default: the GGUF's own, or tokenizer.model / tokenizer.bin / tok<vocab>.bin beside the weights)
   --weight-type T    store weights as float32 (default: dtype), bfloat16, float16 or q8_0 (float32 activations)
   --threads N        CPU threads (default: all cores)
   --seed S           seed for initialisation and sampling (default: init_weights_seed)
@@ -128,8 +137,15 @@ std::vector<std::vector<std::int32_t>> parse_tokens(const std::string& s) {
 }
 
 Config make_config(const Args& a) {
+  if (!a.has("config") && a.has("weights")) return cli::config_from_weights(a.get("weights"), a.overrides);
   const std::string path = a.get("config");
-  if (io::ends_with(path, ".json")) return io::load_hf_deepseek_config(path, a.overrides);  // HF config.json
+  if (io::ends_with(path, ".json")) {  // a Hugging Face config.json
+    Config c = io::config_from_hf_file(path);
+    for (const auto& o : a.overrides) io::apply_override(c, o);
+    c.derive();
+    c.validate();
+    return c;
+  }
   return io::load_config(path, a.overrides);
 }
 
@@ -137,6 +153,7 @@ template <class Model>
 void load_or_init(Model& model, const Args& a) {
   if (a.has("weights")) {
     const auto w = io::load_weights(a.get("weights"), model.config());
+    if (w.naming == io::WeightNaming::hf) model.set_name_scheme(models::NameScheme::hf);
     model.load(w.tensors);
   } else {
     model.init(static_cast<std::uint64_t>(a.integer("seed", model.config().init_weights_seed)));
@@ -182,19 +199,38 @@ int cmd_logits(const Args& a) {
 }
 
 int cmd_generate(const Args& a) {
-  MAXTEXT_CHECK(a.has("tokens"), ArgumentError, "generate needs --tokens");
+  MAXTEXT_CHECK(a.has("tokens") || a.has("prompt"), ArgumentError, "generate needs --tokens or --prompt");
   const Config cfg = make_config(a);
-  const auto prompts = parse_tokens(a.get("tokens"));
+  std::unique_ptr<tokenizer::Tokenizer> tk;
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::int32_t go_stop_eos = -1;
+  if (a.has("prompt")) {
+    MAXTEXT_CHECK(!a.has("tokens"), ArgumentError, "give --tokens or --prompt, not both");
+    tk = cli::open_cli_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
+    prompts.push_back(tk->encode(a.get("prompt")));
+    if (tk->eos() >= 0) go_stop_eos = tk->eos();
+  } else {
+    prompts = parse_tokens(a.get("tokens"));
+  }
   models::GenerateOptions go;
   go.max_new_tokens = a.integer("max-new-tokens", 32);
   go.sampling.temperature = static_cast<float>(a.number("temperature", 0.0));
   go.sampling.top_k = a.integer("top-k", 0);
   go.sampling.top_p = static_cast<float>(a.number("top-p", 1.0));
   go.sampling.seed = static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed));
+  if (go_stop_eos >= 0) go.stop_tokens.push_back(go_stop_eos);  // text generation ends at the end-of-sequence token
   return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
     Model model(cfg, make_backend(a));
     load_or_init(model, a);
+    std::optional<cli::TextStream> stream;
+    if (tk) {
+      // Text: the prompt as given, then each generated piece as it comes.
+      stream.emplace(*tk, prompts[0].back());
+      std::cout << a.get("prompt") << std::flush;
+      go.on_token = [&](std::int64_t, std::int32_t t) { (*stream)(t); };
+    }
     const auto res = models::generate(model, prompts, go);
+    if (tk) std::cout << "\n";
     for (std::size_t b = 0; b < res.tokens.size(); ++b) {
       std::cout << "tokens[" << b << "]: ";
       for (std::size_t i = 0; i < res.tokens[b].size(); ++i) std::cout << (i ? "," : "") << res.tokens[b][i];
@@ -233,6 +269,16 @@ int main(int argc, char** argv) {
     if (a.command == "logits") return cmd_logits(a);
     if (a.command == "generate") return cmd_generate(a);
     if (a.command == "info") return cmd_info(a);
+    if (a.command == "tokenize") {
+      MAXTEXT_CHECK(a.has("text"), ArgumentError, "tokenize needs --text");
+      MAXTEXT_CHECK(a.has("weights") || a.has("tokenizer"), ArgumentError, "tokenize needs --weights or --tokenizer");
+      std::int64_t vocab = 0;
+      if (a.has("weights")) {
+        const auto c = io::read_weights_config(a.get("weights"));
+        if (c) vocab = c->vocab_size;
+      }
+      return cli::run_tokenize(a.get("weights"), a.get("tokenizer"), a.get("text"), vocab);
+    }
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
     return 2;
   } catch (const maxtext::Error& e) {

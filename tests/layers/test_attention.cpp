@@ -149,6 +149,7 @@ AnyTensor rows(const AnyTensor& t, std::int64_t t0, std::int64_t n, std::int64_t
 const std::vector<std::string> kFixtures = {
     "attn_gqa_sliding_sinks_softcap", "attn_global_sinks_softcap_mqa", "attn_chunk",
     "attn_yarn_partial",              "attn_yarn_concat",              "attn_partial_rope",
+    "attn_yarn_pairwise",
     "attn_llama31_fused_bias",        "attn_linear_scaling_local_theta", "attn_qk_norm_qwen3",
     "attn_qk_norm_noscale",           "attn_qk_norm_global_olmo3",     "attn_nope_temperature",
     "attn_llama4_l2_chunk",           "attn_share_kv_vnorm_bias",      "attn_q_scalar_segments",
@@ -165,6 +166,14 @@ TEST_CASE("Attention matches the torch fixture for every option (f32, full seque
     Driver<P32> d(c, c.T);
     test::expect_close(d.run({0, 0}, c.T), c.expected, kF32, name + " full");
   }
+}
+
+TEST_CASE("Attention with attention_type full (no causal term, segment ids kept) matches the torch fixture",
+          "[layers][attention]") {
+  // Full-sequence only: a bidirectional layer cannot be decoded token by token.
+  Case<P32> c("attn_full_segments");
+  Driver<P32> d(c, c.T);
+  test::expect_close(d.run({0, 0}, c.T), c.expected, kF32, "attn_full_segments full");
 }
 
 TEST_CASE("Attention: prefill then single steps equal the full forward for every option and attention type",
@@ -400,4 +409,66 @@ TEST_CASE("Attention rejects bad configurations and inputs with clear messages",
     c.attn.visit(loader, p);
     loader.finish();
   }, "key.kernel: expected shape [32,2,8], found [32,4,8]");
+}
+
+namespace {
+/// Rotate one head x [d] at position p with `spec` through the backend.
+std::vector<float> rotate(const layers::RopeSpec& spec, std::vector<float> x, std::int32_t p) {
+  cpu::Backend be;
+  const RotaryTable t = layers::build_rotary_table(spec, 64);
+  std::vector<std::int32_t> pos = {p};
+  be.rotary(View<float, 3>(x.data(), {1, 1, static_cast<std::int64_t>(x.size())}), View<const std::int32_t, 1>(pos.data(), {1}), t);
+  return x;
+}
+}  // namespace
+
+TEST_CASE("Rotary layouts: YaRN interleaved / pairwise / concatenated and default vs LLaMA pairing agree up to lane order",
+          "[layers][rope]") {
+  const std::int64_t d = 16, h = d / 2;
+  std::vector<float> x(static_cast<std::size_t>(d)), deint(static_cast<std::size_t>(d));
+  for (std::int64_t i = 0; i < d; ++i) x[static_cast<std::size_t>(i)] = std::sin(0.7f * static_cast<float>(i) + 0.3f);
+  for (std::int64_t i = 0; i < h; ++i) {  // (x[2i], x[2i+1]) pairs -> halves
+    deint[static_cast<std::size_t>(i)] = x[static_cast<std::size_t>(2 * i)];
+    deint[static_cast<std::size_t>(h + i)] = x[static_cast<std::size_t>(2 * i + 1)];
+  }
+  layers::RopeSpec y;
+  y.kind = layers::RopeKind::yarn;
+  y.head_dim = d;
+  y.rope_factor = 4;
+  y.original_max_position_embeddings = 32;
+  const auto halves = rotate(y, x, 37);  // interleaved in, [re..., im...] out
+  layers::RopeSpec yp = y;
+  yp.yarn_pairwise = true;
+  const auto pairwise = rotate(yp, x, 37);  // interleaved in, interleaved out
+  layers::RopeSpec yc = y;
+  yc.interleaved = false;
+  const auto concat = rotate(yc, deint, 37);  // halves in, halves out
+  for (std::int64_t i = 0; i < h; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    CHECK(pairwise[2 * u] == Approx(halves[u]).margin(1e-6));
+    CHECK(pairwise[2 * u + 1] == Approx(halves[h + u]).margin(1e-6));
+  }
+  for (std::int64_t i = 0; i < d; ++i) CHECK(concat[static_cast<std::size_t>(i)] == Approx(halves[static_cast<std::size_t>(i)]).margin(1e-6));
+  // A rotation: norms of each pair are kept, and position 0 is the identity.
+  const auto zero = rotate(y, x, 0);
+  for (std::int64_t i = 0; i < h; ++i) {
+    CHECK(zero[static_cast<std::size_t>(i)] == Approx(x[static_cast<std::size_t>(2 * i)]).margin(1e-7));
+    const double n0 = std::hypot(x[static_cast<std::size_t>(2 * i)], x[static_cast<std::size_t>(2 * i + 1)]);
+    CHECK(std::hypot(halves[static_cast<std::size_t>(i)], halves[static_cast<std::size_t>(h + i)]) == Approx(n0).epsilon(1e-6));
+  }
+  // LLaMA RoPE without the 3.1 scaling rotates interleaved pairs by the default RoPE's half-split angles (f32).
+  layers::RopeSpec def;
+  def.head_dim = d;
+  layers::RopeSpec l31 = def;
+  l31.kind = layers::RopeKind::llama31;
+  l31.llama31_use_scale = false;
+  const auto a = rotate(def, deint, 11), b = rotate(l31, x, 11);
+  for (std::int64_t i = 0; i < h; ++i) {
+    CHECK(b[static_cast<std::size_t>(2 * i)] == Approx(a[static_cast<std::size_t>(i)]).margin(1e-6));
+    CHECK(b[static_cast<std::size_t>(2 * i + 1)] == Approx(a[static_cast<std::size_t>(h + i)]).margin(1e-6));
+  }
+  // rope_pairwise needs rope_interleave.
+  layers::RopeSpec bad = yp;
+  bad.interleaved = false;
+  CHECK_THROWS_WITH(layers::build_rotary_table(bad, 4), Catch::Contains("rope_pairwise=true requires rope_interleave=true"));
 }

@@ -25,6 +25,7 @@
 
 using namespace maxtext;
 using P32 = Policy<test::Backend, float>;
+using PBf = Policy<test::Backend, bf16>;
 
 namespace {
 
@@ -327,20 +328,22 @@ TEST_CASE("The sparse (default) path ignores capacity_factor", "[layers][moe][dr
 // ---- layers ----------------------------------------------------------------------------------------------------
 
 namespace {
-template <template <class> class L>
-void run_layer_case(const std::string& name, bool latent) {
+template <template <class> class L, class P = P32>
+void run_layer_case(const std::string& name, bool latent, testing::Tolerance tol = test::tol::f32_layer,
+                    bool f32_gate = false) {
   const std::string d = fx(name);
   Config c = io::load_config(d + "config.yml");
   c.mla_naive_kvcache = !latent;
+  c.float32_gate_logits = f32_gate;
   test::Backend be;
-  L<P32> layer(c, {0, "layer", "layer.attn", "layer.mlp"});
-  const auto params = models::load_layer_params<P32>(layer, io::read_safetensors(d + "weights.safetensors"), be);
+  L<P> layer(c, {0, "layer", "layer.attn", "layer.mlp"});
+  const auto params = models::load_layer_params<P>(layer, io::read_safetensors(d + "weights.safetensors"), be);
   layers::Capture cap({"layer.attn", "layer.mlp"});
-  const auto y = models::run_layer<P32>(layer, params, be, test::npy(d + "x.npy"), nullptr, nullptr, &cap);
-  const std::string tag = name + (latent ? " (latent)" : " (expanded)");
-  close(y, test::npy(d + "out.npy"), test::tol::f32_layer, tag + ".out");
-  close(cap.at("layer.attn"), test::npy(d + "attn.npy"), test::tol::f32_layer, tag + ".attn");
-  close(cap.at("layer.mlp"), test::npy(d + "mlp.npy"), test::tol::f32_layer, tag + ".mlp");
+  const auto y = models::run_layer<P>(layer, params, be, test::npy(d + "x.npy"), nullptr, nullptr, &cap);
+  const std::string tag = name + (latent ? " (latent)" : " (expanded)") + (std::is_same_v<P, P32> ? "" : " bf16");
+  close(y, test::npy(d + "out.npy"), tol, tag + ".out");
+  close(cap.at("layer.attn"), test::npy(d + "attn.npy"), tol, tag + ".attn");
+  close(cap.at("layer.mlp"), test::npy(d + "mlp.npy"), tol, tag + ".mlp");
 }
 }  // namespace
 
@@ -352,6 +355,20 @@ TEST_CASE("DeepSeekDenseLayer matches the torch fixture, both cache forms", "[la
 TEST_CASE("DeepSeekMoELayer matches the torch fixture, both cache forms", "[layers][deepseek]") {
   run_layer_case<layers::DeepSeekMoELayer>("deepseek_moe_layer", false);
   run_layer_case<layers::DeepSeekMoELayer>("deepseek_moe_layer", true);
+}
+
+TEST_CASE("DeepSeek layers in bf16 stay within bf16 rounding of the f64 reference, both cache forms",
+          "[layers][deepseek][bf16]") {
+  // Every op output is rounded to bf16 (one ulp = 2^-7 relative at most): norms, the MLA projections and rotary,
+  // attention, the expert products and the residual add accumulate ~10 roundings on values of magnitude ~2-5, so
+  // 4 ulp relative + 0.05 absolute, as for the GPT-3 layer. The MoE fixture keeps every routing decision >= 0.03
+  // from a tie (bf16 sigmoid scores have a resolution of 2^-8 = 3.9e-3 near 0.5-1), so the bf16 gate and the f32
+  // gate (float32_gate_logits) both route like the f64 reference.
+  const testing::Tolerance bf{4.0 / 128.0, 5e-2};
+  run_layer_case<layers::DeepSeekDenseLayer, PBf>("deepseek_dense_layer", false, bf);
+  run_layer_case<layers::DeepSeekDenseLayer, PBf>("deepseek_dense_layer", true, bf);
+  run_layer_case<layers::DeepSeekMoELayer, PBf>("deepseek_moe_layer", false, bf, false);
+  run_layer_case<layers::DeepSeekMoELayer, PBf>("deepseek_moe_layer", true, bf, true);
 }
 
 // ---- backend kernels -------------------------------------------------------------------------------------------

@@ -418,3 +418,59 @@ TEST_CASE("HF DeepSeek configs MaxText cannot express are refused, bad checkpoin
   CHECK_THROWS_WITH(m.load(io::canonicalize_hf_deepseek(raw2, cfg)),
                     Catch::Contains("missing tensor decoder.moe_layers_0.self_attention.wkv_b.kernel"));
 }
+
+TEST_CASE("HF config.json mapping: DeepSeek-V2-Lite and DeepSeek-V3 keys", "[io][deepseek][hf]") {
+  // DeepSeek-V2-Lite's config.json (the keys that matter).
+  const nlohmann::json v2 = nlohmann::json::parse(R"({
+    "model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+    "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 16, "n_routed_experts": 64,
+    "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+    "q_lora_rank": null, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "scoring_func": "softmax", "topk_method": "greedy", "n_group": 1, "topk_group": 1, "norm_topk_prob": false,
+    "routed_scaling_factor": 1.0, "max_position_embeddings": 163840, "rms_norm_eps": 1e-06, "rope_theta": 10000,
+    "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                     "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707},
+    "vocab_size": 102400, "tie_word_embeddings": false, "torch_dtype": "bfloat16"})");
+  Config c = io::config_from_hf_deepseek(v2);
+  c.derive();
+  CHECK(c.decoder_block == "deepseek");
+  CHECK(c.model_name.rfind("deepseek3", 0) != 0);  // V2 routing: no bias-only-for-selection path
+  CHECK(c.q_lora_rank == 0);
+  CHECK(c.routed_score_func == "softmax");
+  CHECK_FALSE(c.routed_bias);
+  CHECK(c.n_routing_groups == -1);
+  CHECK(c.mscale == 0.707);
+  CHECK(c.dtype == "bfloat16");
+  CHECK(c.moe_mlp_dim == 1408);
+  CHECK(c.shared_experts == 2);
+  // MaxText's deepseek2-16b has the same forward keys.
+  const Config y = io::load_config(std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/deepseek2-16b.yml");
+  for (const char* k : {"base_emb_dim", "base_mlp_dim", "base_moe_mlp_dim", "base_num_decoder_layers", "first_num_dense_layers",
+                        "num_experts", "num_experts_per_tok", "shared_experts", "routed_score_func", "routed_bias",
+                        "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                        "rope_type", "rope_factor", "original_max_position_embeddings", "max_position_embeddings",
+                        "mscale", "vocab_size", "normalization_layer_epsilon"}) {
+    INFO(k);
+    CHECK(c.get(k) == y.get(k));
+  }
+  CHECK(layers::mla_softmax_scale(c) == Approx(0.114721).epsilon(1e-5));  // mla.md
+  // DeepSeek-V3 (HF routes within 4 of 8 groups: MaxText's deepseek3-671b plus n_routing_groups=8/4).
+  nlohmann::json v3 = v2;
+  v3["model_type"] = "deepseek_v3";
+  v3["scoring_func"] = "sigmoid";
+  v3["topk_method"] = "noaux_tc";
+  v3["norm_topk_prob"] = true;
+  v3["n_group"] = 8;
+  v3["topk_group"] = 4;
+  v3["routed_scaling_factor"] = 2.5;
+  v3["q_lora_rank"] = 1536;
+  v3["rope_scaling"]["mscale"] = 1.0;
+  v3["rope_scaling"]["mscale_all_dim"] = 1.0;
+  Config c3 = io::config_from_hf_deepseek(v3);
+  c3.derive();
+  CHECK(c3.model_name.rfind("deepseek3", 0) == 0);
+  CHECK(c3.routed_bias);
+  CHECK(c3.n_routing_groups == 8);
+  CHECK(c3.topk_routing_group == 4);
+  CHECK(layers::mla_softmax_scale(c3) == Approx(0.135234).epsilon(1e-5));  // mla.md, DeepSeek-V3
+}

@@ -454,6 +454,10 @@ def attention_cases():
               {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 16, "partial_rotary_factor": 0.5}, pos=ypos)
     attn_case("attn_yarn_concat", 25, dict(ycfg, rope_interleave=False, rope_attention_scaling=False),
               {"num_query_heads": 2, "num_kv_heads": 2, "head_dim": 16}, pos=ypos)
+    # rope_pairwise keeps the pairs interleaved in the output: a different lane order of the same rotation, so the
+    # attention output equals the non-pairwise reference.
+    attn_case("attn_yarn_pairwise", 37, dict(ycfg, rope_pairwise=True),
+              {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 16}, pos=ypos)
     attn_case("attn_partial_rope", 26, {"max_target_length": 4096},
               {"num_query_heads": 4, "num_kv_heads": 2, "head_dim": 16, "partial_rotary_factor": 0.5}, pos=ypos)
     attn_case("attn_llama31_fused_bias", 27,
@@ -479,6 +483,8 @@ def attention_cases():
     seg = np.array([[1, 1, 1, 1, 2, 2, 2, 2, 2], [1, 1, 1, 1, 1, 1, 1, 0, 0]], dtype=np.int32)
     spos = np.array([[0, 1, 2, 3, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5, 6, 0, 1]], np.int32)
     attn_case("attn_q_scalar_segments", 35, {}, dict(gqa, query_pre_attn_scalar=0.25), pos=spos, seg=seg)
+    # "full" (bidirectional) attention: no causal term; segment ids still apply.
+    attn_case("attn_full_segments", 38, {}, dict(gqa, attention_type="full"), pos=spos, seg=seg)
     attn_case("attn_sliding_segments_sinks", 36, {"attention_sink": True},
               dict(gqa, attention_type="local_sliding", sliding_window_size=2), pos=spos, seg=seg)
 

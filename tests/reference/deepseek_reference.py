@@ -566,17 +566,21 @@ def moe_block_case(name, seed, c, keys, B=2, T=6, gate_scale=1.0):
     save_meta(d, meta)
 
 
-def deepseek_layer_case(name, seed, moe):
+def deepseek_layer_case(name, seed, moe, min_margin=MIN_MARGIN):
+    """min_margin: the MoE layer fixture keeps every routing decision >= 0.03 from a tie, so that a bf16 run (gate
+    input rounded to bf16) still routes like the float64 reference."""
     c = deepseek_settings()
-    for attempt in range(50):
+    for attempt in range(400):
         g = rng(seed + 1000 * attempt)
         w = deepseek_layer_weights(g, c, moe)
         x = f32(g, (2, 7, c["D"]))
         pos = np.tile(np.arange(7, dtype=np.int32), (2, 1))
         margins = []
         out, a, f = deepseek_layer(t64(x), to64(w), c, pos, moe, margins)
-        if not margins or min(margins) >= MIN_MARGIN:
+        if not margins or min(margins) >= min_margin:
             break
+    else:
+        raise RuntimeError(name + ": no seed with clear routing margins")
     d = case_dir(name)
     save_safetensors(f"{d}/weights.safetensors", w)
     save_npy(d, "x", x)
@@ -748,7 +752,7 @@ if __name__ == "__main__":
     moe_block_case("moe_drop_inference", 5, {**drop, "inference": True},
                    {**drop_keys, "model_call_mode": "inference"}, gate_scale=4.0)
     deepseek_layer_case("deepseek_dense_layer", 6, False)
-    deepseek_layer_case("deepseek_moe_layer", 7, True)
+    deepseek_layer_case("deepseek_moe_layer", 7, True, min_margin=0.03)
     deepseek_model_case()
     mixtral_layer_case()
     mixtral_model_case()

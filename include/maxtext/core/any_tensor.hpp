@@ -17,8 +17,10 @@
 
 namespace maxtext {
 
-/// Host tensor of any DType. Strides count storage units (elements; 34-byte blocks for Q8_0, whose last axis
+/// Host tensor of any DType. Strides count storage units (elements; 34-byte blocks for Q8_0, whose blocked axis
 /// must be contiguous and a multiple of 32). `source` names where it came from, for error messages.
+/// The blocked axis of a Q8_0 tensor is the last one as stored; a permuted view may move it (`block_axis` tracks
+/// where it went: a file's [out, in] Q8_0 matrix can be viewed as a MaxText [in, out] kernel without a copy).
 struct AnyTensor {
   DType dtype = DType::f32;
   std::vector<std::int64_t> shape;
@@ -26,14 +28,22 @@ struct AnyTensor {
   const std::byte* data = nullptr;
   std::shared_ptr<const void> holder;
   std::string source;
+  /// For block dtypes: the axis that runs along the blocks, -1 = the last axis. Ignored for scalar dtypes.
+  int block_axis = -1;
 
   int rank() const { return static_cast<int>(shape.size()); }
+  /// The blocked axis (block dtypes), or -1 for scalar dtypes.
+  int blocked_axis() const {
+    if (dtype_block(dtype) == 1) return -1;
+    return block_axis < 0 ? rank() - 1 : block_axis;
+  }
   std::int64_t numel() const {
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
     return n;
   }
   bool is_contiguous() const {
+    if (blocked_axis() >= 0 && blocked_axis() != rank() - 1) return false;
     std::int64_t acc = 1;
     for (int i = rank() - 1; i >= 0; --i) {
       const auto u = static_cast<std::size_t>(i);
@@ -74,12 +84,18 @@ struct AnyTensor {
   AnyTensor permuted(const std::vector<int>& perm) const {
     MAXTEXT_CHECK(static_cast<int>(perm.size()) == rank(), ShapeError, "[AnyTensor::permuted] ", source,
                   ": permutation of rank ", perm.size(), " for a tensor of rank ", rank());
-    MAXTEXT_CHECK(dtype_block(dtype) == 1 || perm.back() == rank() - 1, UnsupportedError, "[AnyTensor::permuted] ",
-                  source, ": cannot move the blocked last axis of a ", dtype_name(dtype), " tensor");
+    std::vector<bool> seen(perm.size(), false);
+    for (int p : perm) {
+      MAXTEXT_CHECK(p >= 0 && p < rank() && !seen[static_cast<std::size_t>(p)], ShapeError, "[AnyTensor::permuted] ",
+                    source, ": ", perm, " is not a permutation of ", rank(), " axes");
+      seen[static_cast<std::size_t>(p)] = true;
+    }
+    const int blocked = blocked_axis();
     AnyTensor r = *this;
     for (std::size_t i = 0; i < perm.size(); ++i) {
       r.shape[i] = shape[static_cast<std::size_t>(perm[i])];
       r.strides[i] = strides[static_cast<std::size_t>(perm[i])];
+      if (blocked >= 0 && perm[i] == blocked) r.block_axis = static_cast<int>(i) == rank() - 1 ? -1 : static_cast<int>(i);
     }
     return r;
   }
@@ -99,9 +115,14 @@ struct AnyTensor {
   AnyTensor select(int axis, std::int64_t index) const {
     MAXTEXT_CHECK(axis >= 0 && axis < rank() && index >= 0 && index < shape[static_cast<std::size_t>(axis)],
                   ShapeError, "[AnyTensor::select] ", source, ": index ", index, " on axis ", axis, " of ", shape);
-    MAXTEXT_CHECK(dtype_block(dtype) == 1 || axis != rank() - 1, UnsupportedError, "[AnyTensor::select] ", source,
+    MAXTEXT_CHECK(axis != blocked_axis(), UnsupportedError, "[AnyTensor::select] ", source,
                   ": cannot select on the blocked axis");
+    const int blocked = blocked_axis();
     AnyTensor r = *this;
+    if (blocked >= 0) {
+      const int moved = blocked > axis ? blocked - 1 : blocked;  // the blocked axis after dropping `axis`
+      r.block_axis = moved == rank() - 2 ? -1 : moved;
+    }
     r.data = data + static_cast<std::size_t>(index * strides[static_cast<std::size_t>(axis)]) * dtype_size(dtype);
     r.shape.erase(r.shape.begin() + axis);
     r.strides.erase(r.strides.begin() + axis);
@@ -112,7 +133,7 @@ struct AnyTensor {
     const auto u = static_cast<std::size_t>(axis);
     MAXTEXT_CHECK(axis >= 0 && axis < rank() && begin >= 0 && len >= 0 && begin + len <= shape[u], ShapeError,
                   "[AnyTensor::narrow] ", source, ": [", begin, ",", begin + len, ") on axis ", axis, " of ", shape);
-    MAXTEXT_CHECK(dtype_block(dtype) == 1 || axis != rank() - 1, UnsupportedError, "[AnyTensor::narrow] ", source,
+    MAXTEXT_CHECK(axis != blocked_axis(), UnsupportedError, "[AnyTensor::narrow] ", source,
                   ": cannot narrow the blocked axis");
     AnyTensor r = *this;
     r.data = data + static_cast<std::size_t>(begin * strides[u]) * dtype_size(dtype);
@@ -124,18 +145,20 @@ struct AnyTensor {
   double element(std::int64_t flat) const {
     std::int64_t off = 0;
     std::int64_t last = 0;
+    const int special = dtype == DType::q8_0 ? blocked_axis() : rank() - 1;
     for (int i = rank() - 1; i >= 0; --i) {
       const auto u = static_cast<std::size_t>(i);
       const std::int64_t idx = flat % shape[u];
       flat /= shape[u];
-      if (i == rank() - 1) {
+      if (i == special) {
         last = idx;
       } else {
         off += idx * strides[u];
       }
     }
     if (dtype == DType::q8_0) {
-      const auto* blk = reinterpret_cast<const q8_0*>(data) + off + last / q8_0::block;
+      const auto b = static_cast<std::size_t>(special);
+      const auto* blk = reinterpret_cast<const q8_0*>(data) + off + (last / q8_0::block) * strides[b];
       return static_cast<double>(static_cast<float>(blk->d)) * blk->qs[last % q8_0::block];
     }
     off += last * (rank() > 0 ? strides.back() : 0);

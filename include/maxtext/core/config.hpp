@@ -357,6 +357,15 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
       {"use_random_routing", "random MoE routing", detail::truthy},
       {"moba", "MoBA attention", detail::truthy},
       {"use_qk_clip", "QK-clip", detail::truthy},
+      {"prefuse_moe_weights", "pre-fused MoE expert kernels (wi [E, D, 2F])", detail::truthy},
+      {"padded_base_moe_mlp_dim", "padded MoE expert hidden dims",
+       [](const std::string& v) {  // None (the default) is off
+         try {
+           return std::stod(detail::unquote(v)) > 0.0;
+         } catch (const std::exception&) {
+           return false;
+         }
+       }},
   };
   return list;
 }

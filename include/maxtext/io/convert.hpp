@@ -117,8 +117,9 @@ Tensor<D, 2> to_matrix(const AnyTensor& src, const std::vector<int>& perm, int n
     Tensor<q8_0, 2> out({N, K / q8_0::block});
     if (t.dtype == DType::q8_0) {
       const std::int64_t sn = detail::merged_stride(t, 0, n_row_axes);
-      MAXTEXT_CHECK(sn >= 0 && t.strides.back() == 1 && n_row_axes == t.rank() - 1, UnsupportedError, "[weights] ",
-                    src.source, ": Q8_0 tensor cannot be re-laid out");
+      MAXTEXT_CHECK(sn >= 0 && t.block_axis < 0 && t.strides.back() == 1 && n_row_axes == t.rank() - 1,
+                    UnsupportedError, "[weights] ", src.source,
+                    ": Q8_0 tensor cannot be re-laid out (its blocks must run along the input dimension)");
       const auto* s = reinterpret_cast<const q8_0*>(t.data);
       for (std::int64_t n = 0; n < N; ++n) std::memcpy(&out(n, 0), s + n * sn, sizeof(q8_0) * static_cast<std::size_t>(K / 32));
       return out;
@@ -140,6 +141,20 @@ Tensor<D, 2> to_matrix(const AnyTensor& src, const std::vector<int>& perm, int n
         case DType::f8_e4m3: run(reinterpret_cast<const fp8_e4m3*>(t.data)); return out;
         default: break;
       }
+    }
+    if (t.dtype == DType::q8_0 && sn >= 0 && t.block_axis < 0 && t.strides.back() == 1 && n_row_axes == t.rank() - 1) {
+      // Dequantise whole rows of blocks.
+      const auto* s = reinterpret_cast<const q8_0*>(t.data);
+      for (std::int64_t n = 0; n < N; ++n) {
+        for (std::int64_t b = 0; b < K / q8_0::block; ++b) {
+          const q8_0& blk = s[n * sn + b];
+          const float d = static_cast<float>(blk.d);
+          for (int i = 0; i < q8_0::block; ++i) {
+            out.data()[n * K + b * q8_0::block + i] = detail::store_from_float<D>(d * static_cast<float>(blk.qs[i]));
+          }
+        }
+      }
+      return out;
     }
     MAXTEXT_CHECK(dtype_is_float(t.dtype) || t.dtype == DType::q8_0, IoError, "[weights] ", src.source,
                   ": expected a floating-point tensor, found ", dtype_name(t.dtype));

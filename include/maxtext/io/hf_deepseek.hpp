@@ -422,12 +422,4 @@ inline TensorMap canonicalize_hf_deepseek(const TensorMap& raw, const Config& cf
   return out;
 }
 
-/// True when `tensors` look like a Hugging Face checkpoint (model.* / lm_head.* names).
-inline bool looks_like_hf(const TensorMap& tensors) {
-  for (const auto& [n, t] : tensors.tensors) {
-    if (n.rfind("model.", 0) == 0 || n.rfind("lm_head.", 0) == 0) return true;
-  }
-  return false;
-}
-
 }  // namespace maxtext::io

@@ -1,24 +1,33 @@
 // io/weights.hpp: open a weights file of any supported format and return its tensors in canonical MaxText naming,
 // plus what the file says about the model (a Config, when it carries one) and the naming scheme it used.
+// Formats: MaxText-named safetensors (single file or sharded index), Hugging Face safetensors (single, sharded, or a
+// directory; config.json beside them), GGUF (.gguf), llama2.c checkpoints (.bin).
 #pragma once
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/io/checkpoint.hpp"
+#include "maxtext/io/gguf.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
+#include "maxtext/io/llama2c.hpp"
+#include "maxtext/io/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
 
 namespace maxtext::io {
 
 enum class WeightNaming : std::uint8_t { maxtext, hf };
+enum class WeightFormat : std::uint8_t { maxtext_safetensors, hf_safetensors, gguf, llama2c };
 
 struct LoadedWeights {
   TensorMap tensors;            ///< canonical MaxText names, unscanned
-  WeightNaming naming = WeightNaming::maxtext;
+  WeightNaming naming = WeightNaming::maxtext;  ///< hf: the file used Hugging Face names (capture with HF names)
+  WeightFormat format = WeightFormat::maxtext_safetensors;
   std::string path;
 };
 
@@ -26,23 +35,98 @@ inline bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
-/// Read `path` (safetensors file or sharded index) holding MaxText-named parameters, for the model `cfg`.
-inline LoadedWeights load_weights(const std::string& path, const Config& cfg) {
+namespace detail {
+inline bool file_starts_with(const std::string& path, const char* magic, std::size_t n) {
+  std::ifstream f(path, std::ios::binary);
+  std::string buf(n, '\0');
+  if (!f.read(buf.data(), static_cast<std::streamsize>(n))) return false;
+  return std::memcmp(buf.data(), magic, n) == 0;
+}
+/// A directory holding a Hugging Face checkpoint: its index or single safetensors file.
+inline std::string resolve_weights_path(const std::string& path) {
+  if (!std::filesystem::is_directory(path)) return path;
+  for (const char* f : {"model.safetensors.index.json", "model.safetensors"}) {
+    const auto p = std::filesystem::path(path) / f;
+    if (std::filesystem::exists(p)) return p.string();
+  }
+  MAXTEXT_THROW(IoError, "[weights] ", path, ": directory has neither model.safetensors.index.json nor model.safetensors");
+}
+inline std::string config_json_beside(const std::string& weights) {
+  const auto p = std::filesystem::path(weights).parent_path() / "config.json";
+  return std::filesystem::exists(p) ? p.string() : std::string();
+}
+}  // namespace detail
+
+/// The format of `path` (by extension, then by magic bytes).
+inline WeightFormat detect_weight_format(const std::string& path_in) {
+  const std::string path = detail::resolve_weights_path(path_in);
+  MAXTEXT_CHECK(std::filesystem::exists(path), IoError, "[weights] ", path, ": no such file");
+  if (ends_with(path, ".gguf") || detail::file_starts_with(path, "GGUF", 4)) return WeightFormat::gguf;
+  if (ends_with(path, ".bin")) return WeightFormat::llama2c;
+  if (ends_with(path, ".safetensors") || ends_with(path, ".json")) {
+    const TensorMap raw = read_safetensors_any(path);
+    return has_hf_names(raw) ? WeightFormat::hf_safetensors : WeightFormat::maxtext_safetensors;
+  }
+  MAXTEXT_THROW(UnsupportedError, "[weights] ", path, ": unknown weights format (expected .gguf, a llama2.c .bin, "
+                ".safetensors, a model.safetensors.index.json, or a directory holding one)");
+}
+
+/// The model configuration the weights carry: GGUF metadata, the llama2.c header, or the config.json beside
+/// Hugging Face safetensors. nullopt for MaxText safetensors (they need a MaxText YAML config).
+inline std::optional<Config> read_weights_config(const std::string& path_in) {
+  const std::string path = detail::resolve_weights_path(path_in);
+  switch (detect_weight_format(path)) {
+    case WeightFormat::gguf: return config_from_gguf(read_gguf(path));
+    case WeightFormat::llama2c: return config_from_llama2c(read_llama2c(path).header);
+    case WeightFormat::hf_safetensors: {
+      const std::string cj = detail::config_json_beside(path);
+      MAXTEXT_CHECK(!cj.empty(), IoError, "[weights] ", path, ": Hugging Face weights need a config.json beside them");
+      return config_from_hf_file(cj);
+    }
+    case WeightFormat::maxtext_safetensors: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// Read `path` for the model `cfg` and return its tensors in canonical MaxText naming (unscanned). GGUF, llama2.c
+/// and Hugging Face tensors are mapped (io/model_import.hpp); MaxText safetensors are canonicalised.
+inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg) {
+  const std::string path = detail::resolve_weights_path(path_in);
   MAXTEXT_CHECK(std::filesystem::exists(path), IoError, "[weights] ", path, ": no such file");
   LoadedWeights w;
   w.path = path;
-  if (ends_with(path, ".safetensors") || ends_with(path, ".json")) {
-    TensorMap raw = read_safetensors_any(path);
-    if ((cfg.is("deepseek") || cfg.is("mixtral")) && looks_like_hf(raw)) {  // HF DeepSeek-V2/V3 / Mixtral naming
-      w.tensors = canonicalize_hf_deepseek(raw, cfg);
+  w.format = detect_weight_format(path);
+  switch (w.format) {
+    case WeightFormat::gguf: {
+      const GgufFile g = read_gguf(path);
+      w.tensors = import_llama_cpp_names(g.tensors, cfg, gguf_rope_layout(g.get_string("general.architecture")), "gguf " + path);
+      return w;
+    }
+    case WeightFormat::llama2c: {
+      const Llama2cCheckpoint ck = read_llama2c(path);
+      w.tensors = import_llama_cpp_names(ck.tensors, cfg, RopeLayout::interleaved, "llama2c " + path);
+      return w;
+    }
+    case WeightFormat::hf_safetensors: {
+      const TensorMap raw = read_safetensors_any(path);
+      if (cfg.is("deepseek") || cfg.is("mixtral")) {  // DeepSeek-V2/V3 (FP8 included) and Mixtral: io/hf_deepseek.hpp
+        w.tensors = canonicalize_hf_deepseek(raw, cfg);
+        w.naming = WeightNaming::hf;
+        return w;
+      }
+      const std::string cj = detail::config_json_beside(path);
+      const bool tied = cj.empty() ? !raw.has("lm_head.weight") : hf_tied_embeddings(cj);
+      w.tensors = import_hf_names(raw, cfg, tied, "hf " + path);
       w.naming = WeightNaming::hf;
       return w;
     }
-    w.tensors = canonicalize_maxtext(raw, cfg);
-    return w;
+    case WeightFormat::maxtext_safetensors: {
+      TensorMap raw = read_safetensors_any(path);
+      w.tensors = canonicalize_maxtext(raw, cfg);
+      return w;
+    }
   }
-  MAXTEXT_THROW(UnsupportedError, "[weights] ", path, ": unknown weights format (expected .safetensors or a "
-                "model.safetensors.index.json)");
+  return w;
 }
 
 }  // namespace maxtext::io

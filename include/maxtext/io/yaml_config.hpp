@@ -18,9 +18,9 @@ namespace maxtext::io {
 /// Apply every top-level key of a YAML mapping to `cfg`. Nested mappings are kept verbatim in cfg.extra.
 inline void apply_yaml_node(Config& cfg, const YAML::Node& root, const std::string& where) {
   MAXTEXT_CHECK(root.IsMap() || root.IsNull(), ConfigError, "[config] ", where, ": top level must be a mapping");
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string key = it->first.as<std::string>();
-    const YAML::Node& v = it->second;
+  for (const auto& kv : root) {  // kv: a (key, value) pair held by value; never bind a reference to it->second
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node v = kv.second;
     if (key == "base_config") continue;  // our defaults are base.yml
     try {
       if (v.IsNull()) {

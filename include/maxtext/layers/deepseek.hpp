@@ -104,7 +104,7 @@ class DeepSeekDenseLayer {
         block_(c),
         mlp_(typename MlpBlock<P>::Config{c.emb_dim, c.mlp_dim, parse_activations(c.mlp_activations), false, false,
                                           NormKind::rms, static_cast<float>(c.normalization_layer_epsilon),
-                                          c.fused_mlp}) {}
+                                          c.fused_mlp, c.activations_in_float32}) {}
 
   CacheSpec cache_spec() const { return block_.cache_spec(); }
   const LayerInfo& info() const { return info_; }

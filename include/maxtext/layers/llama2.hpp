@@ -31,7 +31,8 @@ template <TensorPolicy P>
 MlpBlock<P> block_mlp(const Config& c) {
   return MlpBlock<P>(typename MlpBlock<P>::Config{c.emb_dim, c.mlp_dim, parse_activations(c.mlp_activations), false,
                                                   false, NormKind::rms,
-                                                  static_cast<float>(c.normalization_layer_epsilon), c.fused_mlp});
+                                                  static_cast<float>(c.normalization_layer_epsilon), c.fused_mlp,
+                                                  c.activations_in_float32});
 }
 
 /// The common body of the pre/post-RMSNorm layers; the public classes only choose the attention arguments.

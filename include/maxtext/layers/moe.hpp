@@ -64,6 +64,7 @@ class RoutedMoE {
     bool float32_gate_logits = false;
     MoeRouting routing;
     bool sparse_matmul = true;          ///< false: MaxText's dense path (capacity dropping possible)
+    bool activations_in_float32 = false;  ///< dense path only: activation and product in f32, one rounding
     double capacity_factor = -1.0;      ///< > 0 drops tokens on the dense path
     bool inference_call = false;        ///< model_call_mode == "inference"
     double load_balance_loss_weight = 0.0;
@@ -89,10 +90,14 @@ class RoutedMoE {
     s.gate_bias = c.routed_bias;
     s.float32_gate_logits = c.float32_gate_logits;
     s.sparse_matmul = c.sparse_matmul;
+    s.activations_in_float32 = c.activations_in_float32;
     s.capacity_factor = c.capacity_factor;
     s.inference_call = c.model_call_mode == "inference";
     s.load_balance_loss_weight = c.load_balance_loss_weight;
     s.bias_update_rate = c.routed_bias ? c.routed_bias_update_rate : 0.0;
+    MAXTEXT_CHECK(c.routed_bias_update_rate <= 0.0 || c.is("deepseek"), ConfigError,
+                  "[RoutedMoE] routed_bias_update_rate > 0 is only supported by the deepseek decoder block, found ",
+                  c.decoder_block);
     s.init_scale = c.dense_init_scale;
     MoeRouting& r = s.routing;
     r.num_experts_per_tok = c.num_experts_per_tok;
@@ -312,7 +317,9 @@ class RoutedMoE {
         be.gather_rows(x, rows, xn);
         be.matmul(View<const A, 2>(xn), expert_matrix(p.wi_0, e, F), a0, bias_row(p.wi_0_bias, e, F));
         be.matmul(View<const A, 2>(xn), expert_matrix(p.wi_1, e, F), a1, bias_row(p.wi_1_bias, e, F));
-        be.activation(View<const A, 2>(a0), s_.activation, View<const A, 2>(a1), Activation::linear, a0);
+        // activations_in_float32 acts only on MaxText's dense path (the sparse path ignores it).
+        be.activation(View<const A, 2>(a0), s_.activation, View<const A, 2>(a1), Activation::linear, a0,
+                      s_.sparse_matmul || !s_.activations_in_float32);
         be.matmul(View<const A, 2>(a0), expert_matrix(p.wo, e, D), yn, bias_row(p.wo_bias, e, D));
         be.scatter_add_rows(View<const A, 2>(yn), rows, wts, acc);
       }

@@ -1,0 +1,504 @@
+// io/model_import.hpp: weights and configurations from other ecosystems into MaxText naming and a maxtext::Config:
+// llama.cpp names (GGUF files, llama2.c checkpoints) and Hugging Face names (safetensors + config.json) for the
+// Llama, Mistral and Qwen3 families. Spec weights-naming.md §HF -> MaxText transforms, rope.md §Selection.
+//
+// What the mapping does, per tensor: an [out, in] matrix of the file becomes the MaxText kernel [in..., out...] as a
+// strided view (no copy); the query kernel is multiplied by 1/sqrt(head_dim) (materialised; not for Qwen3, whose
+// attention scales queries in the forward pass); the rotary lanes of query and key are permuted between the file's
+// pairing and the pairing of the RoPE the MaxText block uses (materialised): HF files pair (i, i+H/2) ("half-split"),
+// llama.cpp's `llama` architecture and llama2.c/Meta pair (2i, 2i+1) ("interleaved"); MaxText's default RoPE (llama2,
+// mistral, qwen3 blocks) is half-split, its LLaMA-3.1 RoPE interleaved. A tied classifier becomes
+// `decoder.logits_dense.kernel` viewing the embedding's memory (logits_via_embedding stays false: MaxText's tied path
+// rounds the table to bf16).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "maxtext/core/any_tensor.hpp"
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/io/convert.hpp"
+#include "maxtext/io/gguf.hpp"
+#include "maxtext/io/hf_deepseek.hpp"
+#include "maxtext/io/llama2c.hpp"
+#include "maxtext/io/mapped_file.hpp"
+#include "maxtext/io/safetensors.hpp"
+
+namespace maxtext::io {
+
+/// Which lanes of a head the rotary embedding pairs.
+enum class RopeLayout : std::uint8_t { half_split, interleaved };
+
+/// The lane pairing the MaxText block of `cfg` expects in its query/key kernels (rope.md §Selection).
+inline RopeLayout maxtext_rope_layout(const Config& cfg) {
+  auto starts = [](const std::string& s, const char* p) { return s.rfind(p, 0) == 0; };
+  if (starts(cfg.model_name, "llama3.1") || starts(cfg.rope_type, "llama3.1")) return RopeLayout::interleaved;
+  return RopeLayout::half_split;
+}
+
+/// True when the block scales queries in its forward pass (Qwen3: query_pre_attn_scalar = head_dim^-0.5), so the
+/// imported query kernel must not be pre-scaled.
+inline bool block_scales_queries(const Config& cfg) { return cfg.is("qwen3"); }
+
+namespace detail {
+
+inline void base_llama_config(Config& c) {
+  c.dtype = "float32";
+  c.weight_dtype = "float32";
+  c.mlp_activations = {"silu", "linear"};
+  c.logits_via_embedding = false;
+  c.scan_layers = false;
+  c.enable_dropout = false;
+  c.rope_min_timescale = 1;
+}
+
+/// Lane `j` of the destination pairing reads lane src_lane(j) of the source pairing.
+inline std::int64_t src_lane(std::int64_t j, std::int64_t H, RopeLayout from, RopeLayout to) {
+  if (from == to) return j;
+  const std::int64_t half = H / 2;
+  if (from == RopeLayout::interleaved) {  // to half-split: new[i] = old[2i], new[i + H/2] = old[2i + 1]
+    return j < half ? 2 * j : 2 * (j - half) + 1;
+  }
+  return (j % 2 == 0) ? j / 2 : j / 2 + half;  // half-split to interleaved: new[2i] = old[i], new[2i+1] = old[i+H/2]
+}
+
+}  // namespace detail
+
+/// The MaxText attention kernel [D, heads, H] for a file's projection matrix w [heads*H, D] (out-major): a view when
+/// nothing changes, else a materialised copy with the rotary lanes re-paired and/or every value scaled by `scale`
+/// (float sources: f32 result, value = float(double(w) * scale); Q8_0 sources stay Q8_0 with the block scales
+/// multiplied, rounded to fp16).
+inline AnyTensor attention_kernel(const AnyTensor& w, std::int64_t heads, std::int64_t H, RopeLayout from, RopeLayout to,
+                                  double scale, const std::string& name) {
+  MAXTEXT_CHECK(w.rank() == 2 && w.shape[0] == heads * H, ShapeError, "[import] ", w.source, " (", name,
+                "): expected a [", heads * H, ", D] matrix (", heads, " heads of ", H, "), found ", w.shape);
+  const std::int64_t D = w.shape[1];
+  MAXTEXT_CHECK(from == to || H % 2 == 0, ShapeError, "[import] ", w.source, ": rotary lanes need an even head_dim, found ", H);
+  AnyTensor out;
+  if (from == to && scale == 1.0) {
+    out = w;
+  } else if (w.dtype == DType::q8_0) {
+    MAXTEXT_CHECK(w.block_axis < 0 && w.strides.back() == 1, UnsupportedError, "[import] ", w.source,
+                  ": Q8_0 rows must be contiguous blocks");
+    const std::int64_t nb = D / q8_0::block;
+    Tensor<q8_0, 2> q({heads * H, nb});
+    const auto* src = reinterpret_cast<const q8_0*>(w.data);
+    for (std::int64_t n = 0; n < heads; ++n) {
+      for (std::int64_t j = 0; j < H; ++j) {
+        const std::int64_t r = n * H + detail::src_lane(j, H, from, to);
+        for (std::int64_t b = 0; b < nb; ++b) {
+          q8_0 blk = src[r * w.strides[0] + b];
+          if (scale != 1.0) blk.d = fp16(static_cast<float>(static_cast<double>(static_cast<float>(blk.d)) * scale));
+          q(n * H + j, b) = blk;
+        }
+      }
+    }
+    out.dtype = DType::q8_0;
+    out.shape = {heads * H, D};
+    out.strides = AnyTensor::dense_strides(out.shape, out.dtype);
+    out.data = reinterpret_cast<const std::byte*>(q.data());
+    out.holder = q.holder();
+    out.source = w.source;
+  } else {
+    const Tensor<float, 2> f = to_matrix<float>(w, {0, 1}, 1);
+    Tensor<float, 2> r({heads * H, D});
+    for (std::int64_t n = 0; n < heads; ++n) {
+      for (std::int64_t j = 0; j < H; ++j) {
+        const float* s = &f(n * H + detail::src_lane(j, H, from, to), 0);
+        float* d = &r(n * H + j, 0);
+        if (scale == 1.0) {
+          std::memcpy(d, s, static_cast<std::size_t>(D) * sizeof(float));
+        } else {
+          for (std::int64_t k = 0; k < D; ++k) d[k] = static_cast<float>(static_cast<double>(s[k]) * scale);
+        }
+      }
+    }
+    out = AnyTensor::from(r, w.source);
+  }
+  out.source = w.source + " as " + name;
+  // [heads*H, D] -> [heads, H, D] -> [D, heads, H]
+  AnyTensor v = out.reshaped({heads, H, D});
+  return v.permuted({2, 0, 1});
+}
+
+/// The MaxText out kernel [heads, H, D] for a file's output projection w [D, heads*H] (out-major): a view.
+inline AnyTensor attention_out_kernel(const AnyTensor& w, std::int64_t heads, std::int64_t H, const std::string& name) {
+  MAXTEXT_CHECK(w.rank() == 2 && w.shape[1] == heads * H, ShapeError, "[import] ", w.source, " (", name,
+                "): expected a [D, ", heads * H, "] matrix, found ", w.shape);
+  AnyTensor t = w;
+  // [D, heads*H] -> [D, heads, H] -> [heads, H, D]. Splitting the input axis of a Q8_0 matrix keeps its blocks only
+  // when a head spans whole blocks; otherwise dequantise (a Q8_0 policy re-quantises the same blocks losslessly:
+  // llama.cpp's blocks always hold a +-127 value, so amax/127 gives back the same scale).
+  if (w.dtype == DType::q8_0 && (H % q8_0::block != 0 || w.block_axis >= 0 || w.strides.back() != 1)) {
+    t = AnyTensor::from(to_matrix<float>(w, {0, 1}, 1), w.source);
+  }
+  t.source = w.source + " as " + name;
+  const std::int64_t D = w.shape[0];
+  if (t.dtype == DType::q8_0) {
+    t.shape = {D, heads, H};
+    t.strides = {t.strides[0], H / q8_0::block, 1};
+  } else {
+    t.shape = {D, heads, H};
+    t.strides = {t.strides[0], H * t.strides[1], t.strides[1]};
+  }
+  return t.permuted({1, 2, 0});
+}
+
+/// A dense MaxText kernel [in, out] viewing a file's [out, in] matrix.
+inline AnyTensor dense_kernel(const AnyTensor& w, const std::string& name) {
+  MAXTEXT_CHECK(w.rank() == 2, ShapeError, "[import] ", w.source, " (", name, "): expected a matrix, found ", w.shape);
+  AnyTensor t = w.permuted({1, 0});
+  t.source = w.source + " as " + name;
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Configs.
+
+/// A Config for a llama2.c checkpoint (decoder_block llama2, f32, RoPE base 10000, eps 1e-5).
+inline Config config_from_llama2c(const Llama2cHeader& h) {
+  Config c;
+  detail::base_llama_config(c);
+  c.decoder_block = "llama2";
+  c.base_emb_dim = h.dim;
+  c.base_num_query_heads = h.n_heads;
+  c.base_num_kv_heads = h.n_kv_heads;
+  c.head_dim = h.head_size();
+  c.base_mlp_dim = h.hidden_dim;
+  c.base_num_decoder_layers = h.n_layers;
+  c.vocab_size = h.vocab_size;
+  c.normalization_layer_epsilon = 1e-5;
+  c.rope_max_timescale = 10000;
+  c.max_target_length = h.seq_len;
+  c.derive();
+  return c;
+}
+
+namespace detail {
+/// LLaMA-3.1 frequency factors as MaxText hard-codes them (factor 8, low 1, high 4, original context 8192): the
+/// ratio f_unscaled / f_scaled for pair i of a head of d lanes with base theta.
+inline double llama31_factor(std::int64_t i, std::int64_t d, double theta) {
+  const double f = 1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(d));
+  const double wl = 2.0 * 3.141592653589793 / f;
+  if (wl < 8192.0 / 4.0) return 1.0;
+  if (wl > 8192.0) return 8.0;
+  const double sm = (8192.0 / wl - 1.0) / 3.0;
+  return 1.0 / ((1.0 - sm) / 8.0 + sm);
+}
+}  // namespace detail
+
+/// A Config from GGUF metadata (architectures `llama` -> decoder_block llama2, `qwen3` -> qwen3). Weights stay in
+/// the file's storage type unless the caller asks otherwise; activations default to float32.
+inline Config config_from_gguf(const GgufFile& g) {
+  const std::string arch = g.get_string("general.architecture");
+  MAXTEXT_CHECK(!arch.empty(), IoError, "[gguf] ", g.path, ": general.architecture is missing");
+  Config c;
+  detail::base_llama_config(c);
+  if (arch == "llama") {
+    c.decoder_block = "llama2";
+  } else if (arch == "qwen3") {
+    c.decoder_block = "qwen3";
+    c.use_qk_norm = true;
+  } else {
+    MAXTEXT_THROW(UnsupportedError, "[gguf] ", g.path, ": general.architecture '", arch,
+                  "' is not supported (supported: llama, qwen3)");
+  }
+  const std::string p = arch + ".";
+  c.base_emb_dim = g.get_int(p + "embedding_length");
+  c.base_num_decoder_layers = g.get_int(p + "block_count");
+  c.base_mlp_dim = g.get_int(p + "feed_forward_length");
+  c.base_num_query_heads = g.get_int(p + "attention.head_count");
+  c.base_num_kv_heads = g.get_int(p + "attention.head_count_kv", c.base_num_query_heads);
+  MAXTEXT_CHECK(c.base_num_query_heads > 0 && c.base_emb_dim > 0, IoError, "[gguf] ", g.path,
+                ": head_count and embedding_length must be > 0");
+  c.head_dim = g.get_int(p + "attention.key_length", c.base_emb_dim / c.base_num_query_heads);
+  MAXTEXT_CHECK(g.get_int(p + "attention.value_length", c.head_dim) == c.head_dim, UnsupportedError, "[gguf] ", g.path,
+                ": attention.value_length differs from key_length");
+  const std::int64_t rope_dims = g.get_int(p + "rope.dimension_count", c.head_dim);
+  MAXTEXT_CHECK(rope_dims == c.head_dim, UnsupportedError, "[gguf] ", g.path, ": rope.dimension_count ", rope_dims,
+                " != head_dim ", c.head_dim, " (partial rotary embeddings are not supported for ", arch, ")");
+  // f32 in the file: keep its exact value (1e-5 is stored as 9.99999975e-06; the forward computes in f32 anyway).
+  c.normalization_layer_epsilon = g.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5);
+  c.rope_max_timescale = g.get_float(p + "rope.freq_base", 10000.0);
+  c.max_target_length = g.get_int(p + "context_length", 2048);
+  const std::string scaling = g.get_string(p + "rope.scaling.type", "none");
+  if (scaling == "linear") {
+    c.rope_linear_scaling_factor = g.get_float(p + "rope.scaling.factor", 1.0);
+  } else {
+    MAXTEXT_CHECK(scaling == "none", UnsupportedError, "[gguf] ", g.path, ": rope.scaling.type '", scaling,
+                  "' is not supported (none, linear; LLaMA-3.1 scaling comes as rope_freqs.weight)");
+  }
+  if (g.tensors.has("rope_freqs.weight")) {
+    // llama.cpp stores LLaMA-3.1 scaling as per-pair divisors; MaxText's LLaMA-3.1 RoPE hard-codes them.
+    const AnyTensor& rf = g.tensors.at("rope_freqs.weight");
+    MAXTEXT_CHECK(rf.numel() == c.head_dim / 2, IoError, "[gguf] ", g.path, ": rope_freqs.weight has ", rf.numel(),
+                  " values, expected head_dim/2 = ", c.head_dim / 2);
+    for (std::int64_t i = 0; i < rf.numel(); ++i) {
+      const double want = detail::llama31_factor(i, c.head_dim, c.rope_max_timescale);
+      MAXTEXT_CHECK(std::fabs(rf.element(i) - want) <= 1e-3 * want, UnsupportedError, "[gguf] ", g.path,
+                    ": rope_freqs.weight[", i, "] = ", rf.element(i), " differs from MaxText's LLaMA-3.1 scaling (", want,
+                    "; factor 8, low 1, high 4, original context 8192)");
+    }
+    c.rope_type = "llama3.1";
+  }
+  if (g.tensors.has("token_embd.weight")) {
+    c.vocab_size = g.tensors.at("token_embd.weight").shape[0];
+  } else {
+    c.vocab_size = g.get_int(p + "vocab_size");
+  }
+  c.derive();
+  return c;
+}
+
+/// A Config from a Hugging Face config.json (model_type llama -> llama2 (llama3.1 with LLaMA-3 rope_scaling),
+/// mistral -> mistral, qwen3 -> qwen3; deepseek_v2 / deepseek_v3 / mixtral via io/hf_deepseek.hpp).
+inline Config config_from_hf(const nlohmann::json& j, const std::string& where) {
+  MAXTEXT_CHECK(j.is_object(), IoError, "[hf] ", where, ": config.json is not a JSON object");
+  if (is_hf_deepseek_family(j)) {  // deepseek_v2 / deepseek_v3 / mixtral: io/hf_deepseek.hpp
+    Config c = config_from_hf_deepseek(j, where);
+    c.derive();
+    return c;
+  }
+  auto get = [&](const char* key) -> const nlohmann::json& {
+    MAXTEXT_CHECK(j.contains(key) && !j[key].is_null(), IoError, "[hf] ", where, ": config.json lacks ", key);
+    return j[key];
+  };
+  auto geti = [&](const char* key) -> std::int64_t {
+    const auto& v = get(key);
+    MAXTEXT_CHECK(v.is_number_integer(), IoError, "[hf] ", where, ": ", key, ": expected an integer, found ", v.dump());
+    return v.get<std::int64_t>();
+  };
+  auto getf = [&](const char* key, double dflt) -> double {
+    if (!j.contains(key) || j[key].is_null()) return dflt;
+    MAXTEXT_CHECK(j[key].is_number(), IoError, "[hf] ", where, ": ", key, ": expected a number, found ", j[key].dump());
+    return j[key].get<double>();
+  };
+  const std::string type = get("model_type").is_string() ? get("model_type").get<std::string>() : "";
+  Config c;
+  detail::base_llama_config(c);
+  if (type == "llama") {
+    c.decoder_block = "llama2";
+  } else if (type == "mistral") {
+    c.decoder_block = "mistral";
+  } else if (type == "qwen3") {
+    c.decoder_block = "qwen3";
+    c.use_qk_norm = true;
+  } else {
+    MAXTEXT_THROW(UnsupportedError, "[hf] ", where, ": model_type '", type, "' is not supported (llama, mistral, qwen3)");
+  }
+  c.base_emb_dim = geti("hidden_size");
+  c.base_mlp_dim = geti("intermediate_size");
+  c.base_num_decoder_layers = geti("num_hidden_layers");
+  c.base_num_query_heads = geti("num_attention_heads");
+  c.base_num_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null() ? geti("num_key_value_heads")
+                                                                                                 : c.base_num_query_heads;
+  MAXTEXT_CHECK(c.base_num_query_heads > 0, IoError, "[hf] ", where, ": num_attention_heads must be > 0");
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? geti("head_dim") : c.base_emb_dim / c.base_num_query_heads;
+  c.vocab_size = geti("vocab_size");
+  c.normalization_layer_epsilon = getf("rms_norm_eps", 1e-6);
+  c.rope_max_timescale = getf("rope_theta", 10000.0);
+  if (j.contains("max_position_embeddings") && j["max_position_embeddings"].is_number_integer()) {
+    c.max_target_length = j["max_position_embeddings"].get<std::int64_t>();
+  }
+  const std::string act = j.value("hidden_act", std::string("silu"));
+  MAXTEXT_CHECK(act == "silu", UnsupportedError, "[hf] ", where, ": hidden_act '", act, "' is not supported (silu)");
+  MAXTEXT_CHECK(!j.value("attention_bias", false), UnsupportedError, "[hf] ", where,
+                ": attention_bias = true is not supported for ", type);
+  MAXTEXT_CHECK(!j.value("mlp_bias", false), UnsupportedError, "[hf] ", where, ": mlp_bias = true is not supported");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const auto& rs = j["rope_scaling"];
+    const std::string rt = rs.value("rope_type", rs.value("type", std::string()));
+    if (rt == "llama3") {
+      const bool standard = rs.value("factor", 0.0) == 8.0 && rs.value("low_freq_factor", 0.0) == 1.0 &&
+                            rs.value("high_freq_factor", 0.0) == 4.0 &&
+                            rs.value("original_max_position_embeddings", 0) == 8192;
+      MAXTEXT_CHECK(standard, UnsupportedError, "[hf] ", where, ": rope_scaling ", rs.dump(),
+                    ": MaxText's LLaMA-3.1 RoPE hard-codes factor 8, low_freq_factor 1, high_freq_factor 4, "
+                    "original_max_position_embeddings 8192");
+      c.rope_type = "llama3.1";
+    } else if (rt == "linear") {
+      c.rope_linear_scaling_factor = rs.value("factor", 1.0);
+    } else if (rt != "default") {
+      MAXTEXT_THROW(UnsupportedError, "[hf] ", where, ": rope_scaling type '", rt, "' is not supported (llama3, linear)");
+    }
+  }
+  c.derive();
+  return c;
+}
+
+inline Config config_from_hf_file(const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    MAXTEXT_THROW(IoError, "[hf] ", path, ": not valid JSON: ", e.what());
+  }
+  return config_from_hf(j, path);
+}
+
+/// Whether config.json asks for tied embeddings (HF's default for these families is false).
+inline bool hf_tied_embeddings(const std::string& config_json_path) {
+  if (config_json_path.empty() || !std::filesystem::exists(config_json_path)) return false;
+  try {
+    const auto j = nlohmann::json::parse(read_text_file(config_json_path));
+    return j.is_object() && j.value("tie_word_embeddings", false);
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tensor names.
+
+namespace detail {
+class Importer {
+ public:
+  Importer(const TensorMap& in, const Config& cfg, RopeLayout file_layout, std::string what)
+      : in_(in), cfg_(cfg), file_layout_(file_layout), what_(std::move(what)) {}
+
+  const AnyTensor* get(const std::string& name, bool required = true) {
+    auto it = in_.tensors.find(name);
+    if (it == in_.tensors.end()) {
+      if (required) missing_.push_back(name);
+      return nullptr;
+    }
+    used_.insert(name);
+    return &it->second;
+  }
+  void put(const std::string& name, AnyTensor t) { out_.add(name, std::move(t)); }
+
+  /// Map one layer's attention and MLP. `n` maps a role to the file's tensor name.
+  template <class Names>
+  void layer(std::int64_t i, const Names& n) {
+    const std::string L = "decoder.layers_" + std::to_string(i) + ".";
+    const std::int64_t N = cfg_.num_query_heads, K = cfg_.num_kv_heads, H = cfg_.head_dim;
+    const RopeLayout to = maxtext_rope_layout(cfg_);
+    const double qscale = block_scales_queries(cfg_) ? 1.0 : 1.0 / std::sqrt(static_cast<double>(H));
+    if (auto* t = get(n(i, "attn_norm"))) put(L + "pre_self_attention_layer_norm.scale", *t);
+    if (auto* t = get(n(i, "ffn_norm"))) put(L + "post_self_attention_layer_norm.scale", *t);
+    if (auto* t = get(n(i, "q"))) put(L + "self_attention.query.kernel", attention_kernel(*t, N, H, file_layout_, to, qscale, L + "self_attention.query.kernel"));
+    if (auto* t = get(n(i, "k"))) put(L + "self_attention.key.kernel", attention_kernel(*t, K, H, file_layout_, to, 1.0, L + "self_attention.key.kernel"));
+    if (auto* t = get(n(i, "v"))) put(L + "self_attention.value.kernel", attention_kernel(*t, K, H, file_layout_, file_layout_, 1.0, L + "self_attention.value.kernel"));
+    if (auto* t = get(n(i, "o"))) put(L + "self_attention.out.kernel", attention_out_kernel(*t, N, H, L + "self_attention.out.kernel"));
+    if (cfg_.use_qk_norm) {
+      // Per-head norm scales act on lanes: re-pair them like the kernels.
+      if (auto* t = get(n(i, "q_norm"))) put(L + "self_attention.query_norm.scale", lanes(*t, H, to));
+      if (auto* t = get(n(i, "k_norm"))) put(L + "self_attention.key_norm.scale", lanes(*t, H, to));
+    }
+    if (auto* t = get(n(i, "gate"))) put(L + "mlp.wi_0.kernel", dense_kernel(*t, L + "mlp.wi_0.kernel"));
+    if (auto* t = get(n(i, "up"))) put(L + "mlp.wi_1.kernel", dense_kernel(*t, L + "mlp.wi_1.kernel"));
+    if (auto* t = get(n(i, "down"))) put(L + "mlp.wo.kernel", dense_kernel(*t, L + "mlp.wo.kernel"));
+  }
+
+  void globals(const std::string& embed, const std::string& norm, const std::string& head, bool tied_if_absent) {
+    const AnyTensor* e = get(embed);
+    if (e) put("token_embedder.embedding", *e);
+    if (auto* t = get(norm)) put("decoder.decoder_norm.scale", *t);
+    const AnyTensor* h = get(head, !tied_if_absent);
+    if (h) {
+      put("decoder.logits_dense.kernel", dense_kernel(*h, "decoder.logits_dense.kernel"));
+    } else if (e && tied_if_absent) {
+      put("decoder.logits_dense.kernel", dense_kernel(*e, "decoder.logits_dense.kernel (tied to the embedding)"));
+    }
+  }
+
+  /// Every tensor of the file not consumed, except those listed as ignorable.
+  TensorMap finish(const std::vector<std::string>& ignorable_prefixes = {}) {
+    std::vector<std::string> unused;
+    for (const auto& [name, t] : in_.tensors) {
+      if (used_.count(name)) continue;
+      bool ignore = false;
+      for (const auto& p : ignorable_prefixes) ignore = ignore || name.rfind(p, 0) == 0;
+      if (!ignore) unused.push_back(name);
+    }
+    std::string msg;
+    for (const auto& m : missing_) msg += "\n  missing tensor " + m;
+    for (const auto& u : unused) msg += "\n  unexpected tensor " + u + " " + in_.tensors.at(u).describe();
+    MAXTEXT_CHECK(msg.empty(), IoError, "[", what_, "] ", missing_.size() + unused.size(), " problem(s) mapping to MaxText names:", msg);
+    out_.metadata = in_.metadata;
+    return std::move(out_);
+  }
+
+ private:
+  AnyTensor lanes(const AnyTensor& t, std::int64_t H, RopeLayout to) const {
+    if (file_layout_ == to) return t;
+    MAXTEXT_CHECK(t.numel() == H, ShapeError, "[import] ", t.source, ": expected ", H, " values, found ", t.shape);
+    Tensor<float, 1> r({H});
+    for (std::int64_t j = 0; j < H; ++j) r(j) = static_cast<float>(t.element(src_lane(j, H, file_layout_, to)));
+    return AnyTensor::from(r, t.source);
+  }
+
+  const TensorMap& in_;
+  const Config& cfg_;
+  RopeLayout file_layout_;
+  std::string what_;
+  std::set<std::string> used_;
+  std::vector<std::string> missing_;
+  TensorMap out_;
+};
+}  // namespace detail
+
+/// The rotary pairing of a GGUF file's q/k rows: llama.cpp permutes `llama` q/k to interleaved pairs; other
+/// architectures (qwen3: NeoX-style rope) keep Hugging Face's half-split order.
+inline RopeLayout gguf_rope_layout(const std::string& arch) {
+  return arch == "llama" ? RopeLayout::interleaved : RopeLayout::half_split;
+}
+
+/// Map llama.cpp tensor names (GGUF, llama2.c) to MaxText names for `cfg`. `file_layout` is the pairing of q/k rows
+/// in the file. Without `output.weight` the classifier is tied to the embedding.
+inline TensorMap import_llama_cpp_names(const TensorMap& in, const Config& cfg, RopeLayout file_layout,
+                                        const std::string& what = "gguf") {
+  detail::Importer imp(in, cfg, file_layout, what);
+  imp.globals("token_embd.weight", "output_norm.weight", "output.weight", true);
+  static const std::map<std::string, std::string> roles = {
+      {"attn_norm", "attn_norm"}, {"ffn_norm", "ffn_norm"}, {"q", "attn_q"},         {"k", "attn_k"},
+      {"v", "attn_v"},           {"o", "attn_output"},     {"q_norm", "attn_q_norm"}, {"k_norm", "attn_k_norm"},
+      {"gate", "ffn_gate"},      {"up", "ffn_up"},         {"down", "ffn_down"}};
+  for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
+    imp.layer(i, [](std::int64_t l, const std::string& role) { return "blk." + std::to_string(l) + "." + roles.at(role) + ".weight"; });
+  }
+  return imp.finish({"rope_freqs.weight"});
+}
+
+/// Map Hugging Face tensor names (LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM) to MaxText names for
+/// `cfg`. Without `lm_head.weight` the classifier is tied to the embedding when `tied` (tie_word_embeddings).
+inline TensorMap import_hf_names(const TensorMap& in, const Config& cfg, bool tied, const std::string& what = "hf") {
+  detail::Importer imp(in, cfg, RopeLayout::half_split, what);
+  imp.globals("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", tied);
+  static const std::map<std::string, std::string> roles = {
+      {"attn_norm", "input_layernorm"}, {"ffn_norm", "post_attention_layernorm"},
+      {"q", "self_attn.q_proj"},        {"k", "self_attn.k_proj"},
+      {"v", "self_attn.v_proj"},        {"o", "self_attn.o_proj"},
+      {"q_norm", "self_attn.q_norm"},   {"k_norm", "self_attn.k_norm"},
+      {"gate", "mlp.gate_proj"},        {"up", "mlp.up_proj"},
+      {"down", "mlp.down_proj"}};
+  for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
+    imp.layer(i, [](std::int64_t l, const std::string& role) {
+      return "model.layers." + std::to_string(l) + "." + roles.at(role) + ".weight";
+    });
+  }
+  // Rotary inverse-frequency buffers some exports carry are recomputed from the config.
+  std::vector<std::string> ignorable;
+  for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
+    ignorable.push_back("model.layers." + std::to_string(i) + ".self_attn.rotary_emb.");
+  }
+  ignorable.push_back("model.rotary_emb.");
+  return imp.finish(ignorable);
+}
+
+/// True when the tensors carry Hugging Face names.
+inline bool has_hf_names(const TensorMap& t) {
+  return t.has("model.embed_tokens.weight") || t.has("model.norm.weight") || t.has("lm_head.weight");
+}
+
+}  // namespace maxtext::io

@@ -1,0 +1,181 @@
+// Import to MaxText names: configs from GGUF metadata, llama2.c headers and config.json; the query kernel scaled by
+// 1/sqrt(head_dim) and its rotary lanes re-paired (checked element by element against the file), views without
+// copies for everything else (a tied classifier shares the embedding's memory), and clear errors for missing or
+// unexpected tensors.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "maxtext/io/gguf.hpp"
+#include "maxtext/io/llama2c.hpp"
+#include "maxtext/io/model_import.hpp"
+#include "maxtext/io/weights.hpp"
+#include "support/test_support.hpp"
+
+using namespace maxtext;
+
+namespace {
+/// Element [i, j, k] of a rank-3 tensor.
+double at3(const AnyTensor& t, std::int64_t i, std::int64_t j, std::int64_t k) {
+  return t.element((i * t.shape[1] + j) * t.shape[2] + k);
+}
+bool inside(const AnyTensor& view, const AnyTensor& file) {
+  const auto* b = file.data;
+  const auto* e = file.data + static_cast<std::size_t>(file.numel()) * dtype_size(file.dtype);
+  return view.data >= b && view.data < e;
+}
+}  // namespace
+
+TEST_CASE("import: configs of stories260K from the llama2.c header and from the GGUF agree", "[io][import]") {
+  const std::string dir = test::models_dir() + "/stories260K";
+  test::require(dir + "/stories260K.bin", "stories260K");
+  const Config a = io::config_from_llama2c(io::read_llama2c(dir + "/stories260K.bin").header);
+  const Config b = io::config_from_gguf(io::read_gguf(dir + "/stories260K.gguf"));
+  for (const Config* c : {&a, &b}) {
+    CHECK(c->decoder_block == "llama2");
+    CHECK(c->emb_dim == 64);
+    CHECK(c->num_query_heads == 8);
+    CHECK(c->num_kv_heads == 4);
+    CHECK(c->head_dim == 8);
+    CHECK(c->mlp_dim == 172);
+    CHECK(c->num_decoder_layers == 5);
+    CHECK(c->vocab_size == 512);
+    CHECK(static_cast<float>(c->normalization_layer_epsilon) == 1e-5f);
+    CHECK(c->rope_max_timescale == 10000);
+    CHECK(c->rope_type == "default");
+    CHECK(c->dtype == "float32");
+    CHECK_FALSE(c->logits_via_embedding);
+    CHECK_NOTHROW(c->validate());
+  }
+  CHECK(a.max_target_length == 512);
+  CHECK(b.max_target_length == 2048);  // the GGUF converter's default (README)
+  CHECK(io::read_weights_config(dir + "/stories260K.gguf").has_value());
+}
+
+TEST_CASE("import: llama2.c query/key kernels are de-interleaved and the query scaled; the rest are views", "[io][import]") {
+  const std::string path = test::require(test::models_dir() + "/stories260K/stories260K.bin", "stories260K.bin");
+  const io::Llama2cCheckpoint ck = io::read_llama2c(path);
+  const Config cfg = io::config_from_llama2c(ck.header);
+  const io::LoadedWeights lw = io::load_weights(path, cfg);
+  CHECK(lw.format == io::WeightFormat::llama2c);
+  CHECK(lw.naming == io::WeightNaming::maxtext);
+  CHECK(lw.tensors.tensors.size() == 2 + 1 + 9 * 5);
+  // Map the same file object as `ck` so views can be told from copies.
+  io::LoadedWeights w;
+  w.tensors = io::import_llama_cpp_names(ck.tensors, cfg, io::RopeLayout::interleaved);
+  const std::int64_t N = 8, K = 4, H = 8, D = 64;
+  for (int l : {0, 4}) {
+    const std::string L = "decoder.layers_" + std::to_string(l) + ".";
+    const AnyTensor& wq = ck.tensors.at("blk." + std::to_string(l) + ".attn_q.weight");  // [N*H, D], interleaved
+    const AnyTensor& wk = ck.tensors.at("blk." + std::to_string(l) + ".attn_k.weight");
+    const AnyTensor& q = w.tensors.at(L + "self_attention.query.kernel");
+    const AnyTensor& k = w.tensors.at(L + "self_attention.key.kernel");
+    REQUIRE(q.shape == std::vector<std::int64_t>{D, N, H});
+    REQUIRE(k.shape == std::vector<std::int64_t>{D, K, H});
+    for (std::int64_t d = 0; d < D; d += 7) {
+      for (std::int64_t n = 0; n < N; ++n) {
+        for (std::int64_t j = 0; j < H; ++j) {
+          // half-split lane j holds interleaved lane 2j (first half) or 2(j - H/2) + 1 (second half).
+          const std::int64_t src = j < H / 2 ? 2 * j : 2 * (j - H / 2) + 1;
+          CHECK(at3(q, d, n, j) == static_cast<float>(wq.element((n * H + src) * D + d) * (1.0 / std::sqrt(8.0))));
+          if (n < K) CHECK(at3(k, d, n, j) == wk.element((n * H + src) * D + d));
+        }
+      }
+    }
+    CHECK(inside(w.tensors.at(L + "self_attention.value.kernel"), ck.tensors.at("blk." + std::to_string(l) + ".attn_v.weight")));
+    CHECK(inside(w.tensors.at(L + "mlp.wo.kernel"), ck.tensors.at("blk." + std::to_string(l) + ".ffn_down.weight")));
+    const AnyTensor& o = w.tensors.at(L + "self_attention.out.kernel");  // [N, H, D] view of wo [D, N*H]
+    const AnyTensor& wo = ck.tensors.at("blk." + std::to_string(l) + ".attn_output.weight");
+    CHECK(inside(o, wo));
+    CHECK(at3(o, 3, 5, 17) == wo.element(17 * D + 3 * H + 5));
+  }
+  // Tied classifier: the logits kernel [D, V] is the embedding [V, D] transposed, same memory.
+  const AnyTensor& e = w.tensors.at("token_embedder.embedding");
+  const AnyTensor& head = w.tensors.at("decoder.logits_dense.kernel");
+  CHECK(head.shape == std::vector<std::int64_t>{64, 512});
+  CHECK(head.data == e.data);
+  CHECK(head.element(3 * 512 + 100) == e.element(100 * 64 + 3));
+}
+
+TEST_CASE("import: Hugging Face configs and names", "[io][import][hf]") {
+  const std::string dir = test::fixtures_dir() + "/hf_tiny";
+  const Config llama = io::config_from_hf_file(dir + "/llama/config.json");
+  CHECK(llama.decoder_block == "llama2");
+  CHECK(llama.num_kv_heads == 2);
+  CHECK(llama.head_dim == 8);
+  const Config qwen = io::config_from_hf_file(dir + "/qwen3/config.json");
+  CHECK(qwen.decoder_block == "qwen3");
+  CHECK(qwen.use_qk_norm);
+  CHECK(qwen.head_dim == 16);
+  CHECK(qwen.rope_max_timescale == 1e6);
+  const Config l31 = io::config_from_hf_file(dir + "/llama31/config.json");
+  CHECK(l31.rope_type == "llama3.1");
+  CHECK(io::maxtext_rope_layout(l31) == io::RopeLayout::interleaved);
+  CHECK(io::config_from_hf_file(dir + "/mistral/config.json").decoder_block == "mistral");
+
+  // llama: query scaled by 1/sqrt(8), lanes kept (HF and MaxText default RoPE are both half-split).
+  const io::LoadedWeights w = io::load_weights(dir + "/llama/model.safetensors", llama);
+  CHECK(w.format == io::WeightFormat::hf_safetensors);
+  CHECK(w.naming == io::WeightNaming::hf);
+  const io::TensorMap raw = io::read_safetensors(dir + "/llama/model.safetensors");
+  const AnyTensor& qp = raw.at("model.layers.1.self_attn.q_proj.weight");
+  const AnyTensor& q = w.tensors.at("decoder.layers_1.self_attention.query.kernel");
+  for (std::int64_t d = 0; d < 32; ++d) {
+    for (std::int64_t r = 0; r < 32; ++r) CHECK(at3(q, d, r / 8, r % 8) == static_cast<float>(qp.element(r * 32 + d) * (1.0 / std::sqrt(8.0))));
+  }
+  // qwen3: no query scaling (the block scales queries in its forward pass).
+  const io::TensorMap rq = io::read_safetensors(dir + "/qwen3/model.safetensors");
+  io::LoadedWeights wq;
+  wq.tensors = io::import_hf_names(rq, qwen, false);
+  CHECK(inside(wq.tensors.at("decoder.layers_0.self_attention.query.kernel"), rq.at("model.layers.0.self_attn.q_proj.weight")));
+  CHECK(wq.tensors.has("decoder.layers_0.self_attention.query_norm.scale"));
+  // llama3.1: half-split -> interleaved: new[2i] = old[i], new[2i+1] = old[i + H/2].
+  const io::LoadedWeights w31 = io::load_weights(dir + "/llama31/model.safetensors", l31);
+  const io::TensorMap r31 = io::read_safetensors(dir + "/llama31/model.safetensors");
+  const AnyTensor& kp = r31.at("model.layers.0.self_attn.k_proj.weight");  // [1*8, 32]
+  const AnyTensor& k = w31.tensors.at("decoder.layers_0.self_attention.key.kernel");
+  for (std::int64_t j = 0; j < 8; ++j) {
+    const std::int64_t src = j % 2 == 0 ? j / 2 : j / 2 + 4;
+    CHECK(at3(k, 5, 0, j) == kp.element(src * 32 + 5));
+  }
+  // tied: no lm_head in the file; the logits kernel views the embedding.
+  const Config tied = io::config_from_hf_file(dir + "/llama_tied/config.json");
+  const io::LoadedWeights wt = io::load_weights(dir + "/llama_tied", tied);  // a directory works too
+  CHECK(wt.tensors.at("decoder.logits_dense.kernel").data == wt.tensors.at("token_embedder.embedding").data);
+  // sharded index: same tensors as the single file.
+  const io::LoadedWeights ws = io::load_weights(dir + "/llama/sharded/model.safetensors.index.json", llama);
+  CHECK(ws.tensors.tensors.size() == w.tensors.tensors.size());
+  CHECK(io::read_weights_config(dir + "/llama/sharded").value().num_decoder_layers == 2);
+}
+
+TEST_CASE("import: missing and unexpected tensors are listed together", "[io][import][malformed]") {
+  const std::string dir = test::fixtures_dir() + "/hf_tiny";
+  const Config cfg = io::config_from_hf_file(dir + "/llama/config.json");
+  io::TensorMap raw = io::read_safetensors(dir + "/llama/model.safetensors");
+  raw.tensors.erase("model.layers.1.mlp.up_proj.weight");
+  raw.add("model.layers.9.mlp.up_proj.weight", raw.at("model.norm.weight"));
+  try {
+    io::import_hf_names(raw, cfg, false);
+    FAIL("no error");
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, Catch::Contains("missing tensor model.layers.1.mlp.up_proj.weight"));
+    CHECK_THAT(m, Catch::Contains("unexpected tensor model.layers.9.mlp.up_proj.weight"));
+  }
+  // A wrongly shaped projection names the tensor and the expected shape.
+  io::TensorMap bad = io::read_safetensors(dir + "/llama/model.safetensors");
+  bad.tensors.at("model.layers.0.self_attn.k_proj.weight") = bad.at("model.layers.0.self_attn.q_proj.weight");
+  CHECK_THROWS_WITH(io::import_hf_names(bad, cfg, false), Catch::Contains("self_attention.key.kernel") && Catch::Contains("[16, D]"));
+  // Unsupported families and rope scalings are refused by name.
+  nlohmann::json j = nlohmann::json::parse(io::read_text_file(dir + "/llama/config.json"));
+  j["model_type"] = "gemma";
+  CHECK_THROWS_AS(io::config_from_hf(j, "config.json"), UnsupportedError);
+  j["model_type"] = "llama";
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  CHECK_THROWS_WITH(io::config_from_hf(j, "config.json"), Catch::Contains("yarn"));
+  j.erase("rope_scaling");
+  j.erase("hidden_size");
+  CHECK_THROWS_WITH(io::config_from_hf(j, "config.json"), Catch::Contains("hidden_size"));
+}
