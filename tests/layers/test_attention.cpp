@@ -414,7 +414,7 @@ TEST_CASE("Attention rejects bad configurations and inputs with clear messages",
 namespace {
 /// Rotate one head x [d] at position p with `spec` through the backend.
 std::vector<float> rotate(const layers::RopeSpec& spec, std::vector<float> x, std::int32_t p) {
-  cpu::Backend be;
+  test::Backend be;
   const RotaryTable t = layers::build_rotary_table(spec, 64);
   std::vector<std::int32_t> pos = {p};
   be.rotary(View<float, 3>(x.data(), {1, 1, static_cast<std::int64_t>(x.size())}), View<const std::int32_t, 1>(pos.data(), {1}), t);
