@@ -18,6 +18,8 @@
 #include "maxtext/models/registry.hpp"
 #include "cmd_tokenize.hpp"
 
+#include "cmd_compare.hpp"
+
 namespace {
 
 using namespace maxtext;
@@ -31,7 +33,7 @@ commands:
   generate  --weights FILE [--tokenizer FILE] --prompt "text" [--max-new-tokens N] [...]: prints the text
   tokenize  --weights FILE [--tokenizer FILE] --text "text": prints the ids (BOS first), comma-separated
   info      --config CFG [--weights FILE]
-
+)" MAXTEXT_COMPARE_USAGE R"(
 common options:
   --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;
                      key=value overrides follow
@@ -279,6 +281,7 @@ int main(int argc, char** argv) {
       }
       return cli::run_tokenize(a.get("weights"), a.get("tokenizer"), a.get("text"), vocab);
     }
+    if (a.command == "compare") return maxtext_cli::cmd_compare(a, make_config);
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
     return 2;
   } catch (const maxtext::Error& e) {

@@ -25,13 +25,16 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def attention(x, w, cfg, seg=None):
-    """x [B,T,D]; w: MaxText params (float64 tensors) of self_attention."""
+def attention(x, w, cfg, seg=None, inter=None):
+    """x [B,T,D]; w: MaxText params (float64 tensors) of self_attention. `inter` (a dict) receives the sub-module
+    outputs under their MaxText names: qkv_proj (fused, before the 1/sqrt(head_dim) scaling), attention_op [B,T,N,H]."""
     B, T, D = x.shape
     N, H = cfg["heads"], cfg["head_dim"]
     if cfg["fused"]:
         qkv = torch.einsum("btd,dknh->btknh", x, w["qkv_proj.kernel"]) + w["qkv_proj.bias"]
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        if inter is not None:
+            inter["qkv_proj"] = qkv
     else:
         q = torch.einsum("btd,dnh->btnh", x, w["query.kernel"]) + w["query.bias"]
         k = torch.einsum("btd,dnh->btnh", x, w["key.kernel"]) + w["key.bias"]
@@ -46,11 +49,15 @@ def attention(x, w, cfg, seg=None):
     m = logits.max(-1, keepdim=True).values
     e = torch.exp(logits - m)
     o = torch.einsum("bnts,bsnh->btnh", e, v) / e.sum(-1)[..., None].permute(0, 2, 1, 3)
+    if inter is not None:
+        inter["attention_op"] = o
     return torch.einsum("btnh,nhd->btd", o, w["out.kernel"]) + w["out.bias"]
 
 
-def mlp(x, w, eps):
+def mlp(x, w, eps, inter=None):
     h = layer_norm(x, w["mlp_layer_norm.scale"], w["mlp_layer_norm.bias"], eps)
+    if inter is not None:
+        inter["mlp_layer_norm"] = h
     return gelu_tanh(h @ w["wi.kernel"] + w["wi.bias"]) @ w["wo.kernel"] + w["wo.bias"]
 
 
@@ -61,10 +68,12 @@ def sub(w, prefix):
 def decoder_layer(x, w, cfg, seg=None):
     eps = cfg["eps"]
     lnx = layer_norm(x, w["pre_self_attention_norm.scale"], w["pre_self_attention_norm.bias"], eps)
-    a = attention(lnx, sub(w, "self_attention."), cfg, seg)
+    ai, mi = {}, {}
+    a = attention(lnx, sub(w, "self_attention."), cfg, seg, ai)
     h = a + x
-    m = mlp(h, sub(w, "mlp."), eps)
-    return h + m, {"attn": a, "mlp": m}
+    m = mlp(h, sub(w, "mlp."), eps, mi)
+    return h + m, {"attn": a, "mlp": m, "pre_self_attention_norm": lnx,
+                   **{"self_attention." + k: v for k, v in ai.items()}, **{"mlp." + k: v for k, v in mi.items()}}
 
 
 def layer_weights(g, D, N, H, F, fused, prefix=""):
@@ -124,14 +133,21 @@ def model_case():
     w["decoder.decoder_norm.bias"] = f32(g, (D,), 0.2)
     tokens = g.integers(0, V, size=(B, T)).astype(np.int32)
     w64 = to64(w)
+    # Activations under the names `maxtext compare` captures (each a module's output, as Flax's
+    # capture_intermediates records them): token_embedder is the token lookup alone; <layer>.input the residual
+    # stream entering a layer (token + position embeddings for the first).
     x = w64["token_embedder.embedding"][torch.from_numpy(tokens).long()]
-    x = x + w64["decoder.position_embedder.embedding"][torch.arange(T)][None]
     outs = {"token_embedder": x}
+    x = x + w64["decoder.position_embedder.embedding"][torch.arange(T)][None]
     for i in range(L):
+        outs[f"decoder.layers_{i}.input"] = x
         x, inter = decoder_layer(x, sub(w64, f"decoder.layers_{i}."), cfg)
         outs[f"decoder.layers_{i}"] = x
         outs[f"decoder.layers_{i}.self_attention"] = inter["attn"]
         outs[f"decoder.layers_{i}.mlp"] = inter["mlp"]
+        for k in ("pre_self_attention_norm", "self_attention.qkv_proj", "self_attention.attention_op",
+                  "mlp.mlp_layer_norm"):
+            outs[f"decoder.layers_{i}.{k}"] = inter[k]
     x = layer_norm(x, w64["decoder.decoder_norm.scale"], w64["decoder.decoder_norm.bias"], 1e-5)
     outs["decoder.decoder_norm"] = x
     logits = x @ t64(bf16_round(w["token_embedder.embedding"])).T  # MaxText attends with a bf16-rounded table

@@ -1,7 +1,14 @@
 // io/npy.hpp: NumPy .npy files (format 1.0/2.0/3.0, little-endian, C or Fortran order) to and from AnyTensor.
+//
+// dtypes: f8 f4 f2 i8 i4 i2 i1 u1 b1, and bfloat16. NumPy has no bfloat16: JAX / ml_dtypes arrays are saved by
+// np.save with the descriptor '<V2' (a 2-byte void, since ml_dtypes' types use the 'V' kind), or 'bfloat16' when a
+// tool writes str(dtype); both read as bf16, and bf16 is written as '<V2' (load it in Python with
+// np.load(f).view(ml_dtypes.bfloat16)). 'float8_e4m3fn' reads as f8_e4m3. Other 1-byte void types (the float8
+// family all save as '<V1') are ambiguous and rejected.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -17,7 +24,7 @@ namespace detail {
 inline DType npy_dtype(const std::string& descr, const std::string& where) {
   // '<' little-endian, '|' not applicable, '=' native (little on every supported host).
   MAXTEXT_CHECK(!descr.empty() && descr[0] != '>', IoError, "[npy] ", where, ": big-endian dtype '", descr,
-                "' is not supported");
+                "' is not supported (save with arr.astype(arr.dtype.newbyteorder('<')))");
   const std::string t = (descr[0] == '<' || descr[0] == '|' || descr[0] == '=') ? descr.substr(1) : descr;
   if (t == "f8") return DType::f64;
   if (t == "f4") return DType::f32;
@@ -29,7 +36,13 @@ inline DType npy_dtype(const std::string& descr, const std::string& where) {
   if (t == "u1") return DType::u8;
   if (t == "b1") return DType::boolean;
   if (t == "V2" || t == "bfloat16") return DType::bf16;  // ml_dtypes' bfloat16 is saved as 2-byte void
-  MAXTEXT_THROW(IoError, "[npy] ", where, ": unsupported dtype '", descr, "'");
+  if (t == "float8_e4m3fn") return DType::f8_e4m3;
+  if (t == "V1") {
+    MAXTEXT_THROW(IoError, "[npy] ", where, ": dtype '", descr, "' is a 1-byte ml_dtypes type (float8_*, int4, ...) ",
+                  "whose kind is not recorded by np.save: save it as float32 (arr.astype(np.float32))");
+  }
+  MAXTEXT_THROW(IoError, "[npy] ", where, ": unsupported dtype '", descr,
+                "': expected one of f8 f4 f2 i8 i4 i2 i1 u1 b1 or bfloat16 (V2)");
 }
 inline std::string npy_descr(DType t) {
   switch (t) {
@@ -49,7 +62,8 @@ inline std::string npy_descr(DType t) {
 }
 /// Value of `key` in the header dict text, e.g. 'descr': '<f4' -> <f4.
 inline std::string npy_field(const std::string& h, const std::string& key, const std::string& where) {
-  const auto k = h.find("'" + key + "'");
+  auto k = h.find("'" + key + "'");
+  if (k == std::string::npos) k = h.find("\"" + key + "\"");
   MAXTEXT_CHECK(k != std::string::npos, IoError, "[npy] ", where, ": header lacks '", key, "': ", h);
   auto p = h.find(':', k);
   MAXTEXT_CHECK(p != std::string::npos, IoError, "[npy] ", where, ": malformed header: ", h);
@@ -65,12 +79,32 @@ inline std::string npy_field(const std::string& h, const std::string& key, const
     MAXTEXT_CHECK(e != std::string::npos, IoError, "[npy] ", where, ": malformed header: ", h);
     return h.substr(p + 1, e - p - 1);
   }
+  MAXTEXT_CHECK(p >= h.size() || h[p] != '[', IoError, "[npy] ", where,
+                ": structured (record) dtypes are not supported: ", h);
   auto e = h.find_first_of(",}", p);
-  return h.substr(p, e == std::string::npos ? std::string::npos : e - p);
+  std::string v = h.substr(p, e == std::string::npos ? std::string::npos : e - p);
+  while (!v.empty() && v.back() == ' ') v.pop_back();
+  return v;
+}
+/// Alignment an element of `dt` needs for typed access.
+inline std::size_t npy_alignment(DType dt) {
+  const std::size_t s = dtype_size(dt);
+  return s >= 8 ? 8 : s;
+}
+/// Make `t` own an aligned copy of its bytes when its data pointer is not aligned for its dtype (zip members and
+/// old .npy files whose header was padded to 16 bytes only). Aligned data stays zero-copy.
+inline void npy_ensure_aligned(AnyTensor& t, std::size_t bytes) {
+  const std::size_t a = npy_alignment(t.dtype);
+  if (a <= 1 || reinterpret_cast<std::uintptr_t>(t.data) % a == 0) return;
+  auto buf = std::shared_ptr<std::byte[]>(new std::byte[bytes == 0 ? 1 : bytes]);
+  if (bytes) std::memcpy(buf.get(), t.data, bytes);
+  t.data = buf.get();
+  t.holder = std::shared_ptr<const void>(buf, buf.get());
 }
 }  // namespace detail
 
-/// Parse .npy bytes (e.g. one member of an .npz). `holder` keeps `data` alive; the result views into it.
+/// Parse .npy bytes (e.g. one member of an .npz). `holder` keeps `data` alive; the result views into it (or owns an
+/// aligned copy when `data` is misaligned for the dtype). Malformed or truncated input raises IoError naming `where`.
 inline AnyTensor parse_npy(const std::byte* data, std::size_t size, std::shared_ptr<const void> holder,
                            const std::string& where) {
   MAXTEXT_CHECK(size >= 10 && std::memcmp(data, "\x93NUMPY", 6) == 0, IoError, "[npy] ", where,
@@ -90,16 +124,21 @@ inline AnyTensor parse_npy(const std::byte* data, std::size_t size, std::shared_
     hlen = h;
     pre = 12;
   }
-  MAXTEXT_CHECK(pre + hlen <= size, IoError, "[npy] ", where, ": header length ", hlen, " exceeds the file (", size,
-                " bytes)");
+  MAXTEXT_CHECK(hlen <= size - pre, IoError, "[npy] ", where, ": header length ", hlen, " exceeds the file (", size,
+                " bytes; truncated file?)");
   const std::string h(reinterpret_cast<const char*>(data + pre), hlen);
+  MAXTEXT_CHECK(h.find('{') != std::string::npos && h.find('}') != std::string::npos, IoError, "[npy] ", where,
+                ": header is not a dict: ", h);
   AnyTensor t;
   t.source = where;
   t.dtype = detail::npy_dtype(detail::npy_field(h, "descr", where), where);
   const std::string fo = detail::npy_field(h, "fortran_order", where);
-  const bool fortran = fo.find("True") != std::string::npos;
+  MAXTEXT_CHECK(fo == "True" || fo == "False", IoError, "[npy] ", where, ": fortran_order must be True or False, found '",
+                fo, "'");
+  const bool fortran = fo == "True";
   const std::string shp = detail::npy_field(h, "shape", where);
   std::string cur;
+  std::int64_t n = 1;
   for (char c : shp + ",") {
     if (c == ',') {
       if (!cur.empty()) {
@@ -110,7 +149,10 @@ inline AnyTensor parse_npy(const std::byte* data, std::size_t size, std::shared_
         } catch (const std::exception&) {
           v = -1;
         }
-        MAXTEXT_CHECK(v >= 0, IoError, "[npy] ", where, ": bad shape (", shp, ")");
+        MAXTEXT_CHECK(v >= 0 && pos == cur.size(), IoError, "[npy] ", where, ": bad shape (", shp, ")");
+        MAXTEXT_CHECK(v == 0 || n <= (std::int64_t{1} << 50) / v, IoError, "[npy] ", where, ": shape too large (", shp,
+                      ")");
+        n *= v;
         t.shape.push_back(v);
       }
       cur.clear();
@@ -119,7 +161,7 @@ inline AnyTensor parse_npy(const std::byte* data, std::size_t size, std::shared_
     }
   }
   const std::size_t bytes = static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype);
-  MAXTEXT_CHECK(pre + hlen + bytes <= size, IoError, "[npy] ", where, ": data needs ", bytes, " bytes for ",
+  MAXTEXT_CHECK(bytes <= size - pre - hlen, IoError, "[npy] ", where, ": data needs ", bytes, " bytes for ",
                 t.describe(), ", file has ", size - pre - hlen, " (truncated file?)");
   t.data = data + pre + hlen;
   t.holder = std::move(holder);
@@ -133,6 +175,7 @@ inline AnyTensor parse_npy(const std::byte* data, std::size_t size, std::shared_
   } else {
     t.strides = AnyTensor::dense_strides(t.shape, t.dtype);
   }
+  detail::npy_ensure_aligned(t, bytes);
   return t;
 }
 
@@ -142,41 +185,61 @@ inline AnyTensor read_npy(const std::string& path) {
   return parse_npy(f->data(), f->size(), f, path);
 }
 
-/// Serialise a tensor as .npy (format 1.0, C order; strided tensors are gathered).
-inline std::vector<std::byte> npy_bytes(const AnyTensor& t) {
+/// Serialise a tensor as .npy: format 1.0 (2.0 when the header exceeds 65535 bytes), C order by default or
+/// Fortran (column-major) order; strided tensors are gathered. The data starts at a multiple of 64 bytes.
+inline std::vector<std::byte> npy_bytes(const AnyTensor& t, bool fortran_order = false) {
   std::string shape = "(";
-  for (std::size_t i = 0; i < t.shape.size(); ++i) shape += std::to_string(t.shape[i]) + (t.shape.size() == 1 ? "," : (i + 1 < t.shape.size() ? ", " : ""));
+  for (std::size_t i = 0; i < t.shape.size(); ++i) {
+    shape += std::to_string(t.shape[i]) + (t.shape.size() == 1 ? "," : (i + 1 < t.shape.size() ? ", " : ""));
+  }
   shape += ")";
-  std::string h = "{'descr': '" + detail::npy_descr(t.dtype) + "', 'fortran_order': False, 'shape': " + shape + ", }";
-  while ((10 + h.size() + 1) % 64 != 0) h.push_back(' ');
+  std::string h = "{'descr': '" + detail::npy_descr(t.dtype) + "', 'fortran_order': " +
+                  (fortran_order ? "True" : "False") + ", 'shape': " + shape + ", }";
+  const bool v2 = h.size() + 11 + 64 > 65535;
+  const std::size_t pre = v2 ? 12 : 10;
+  while ((pre + h.size() + 1) % 64 != 0) h.push_back(' ');
   h.push_back('\n');
   const std::size_t es = dtype_size(t.dtype);
   const std::size_t bytes = static_cast<std::size_t>(t.numel()) * es;
-  std::vector<std::byte> buf(10 + h.size() + bytes);
-  std::memcpy(buf.data(), "\x93NUMPY\x01\x00", 8);
-  const std::uint16_t hl = static_cast<std::uint16_t>(h.size());
-  std::memcpy(buf.data() + 8, &hl, 2);
-  std::memcpy(buf.data() + 10, h.data(), h.size());
-  std::byte* out = buf.data() + 10 + h.size();
-  if (t.is_contiguous()) {
-    if (bytes) std::memcpy(out, t.data, bytes);
+  std::vector<std::byte> buf(pre + h.size() + bytes);
+  std::memcpy(buf.data(), v2 ? "\x93NUMPY\x02\x00" : "\x93NUMPY\x01\x00", 8);
+  if (v2) {
+    const std::uint32_t hl = static_cast<std::uint32_t>(h.size());
+    std::memcpy(buf.data() + 8, &hl, 4);
   } else {
-    const std::int64_t n = t.numel();
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::int64_t rem = i, so = 0;
+    const std::uint16_t hl = static_cast<std::uint16_t>(h.size());
+    std::memcpy(buf.data() + 8, &hl, 2);
+  }
+  std::memcpy(buf.data() + pre, h.data(), h.size());
+  std::byte* out = buf.data() + pre + h.size();
+  if (!fortran_order && t.is_contiguous()) {
+    if (bytes) std::memcpy(out, t.data, bytes);
+    return buf;
+  }
+  // Gather element by element: logical row-major order for C, first axis fastest for Fortran.
+  const std::int64_t n = t.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t rem = i, so = 0;
+    if (fortran_order) {
+      for (int d = 0; d < t.rank(); ++d) {
+        const auto u = static_cast<std::size_t>(d);
+        so += (rem % t.shape[u]) * t.strides[u];
+        rem /= t.shape[u];
+      }
+    } else {
       for (int d = t.rank() - 1; d >= 0; --d) {
         const auto u = static_cast<std::size_t>(d);
         so += (rem % t.shape[u]) * t.strides[u];
         rem /= t.shape[u];
       }
-      std::memcpy(out + static_cast<std::size_t>(i) * es, t.data + static_cast<std::size_t>(so) * es, es);
     }
+    std::memcpy(out + static_cast<std::size_t>(i) * es, t.data + static_cast<std::size_t>(so) * es, es);
   }
   return buf;
 }
 
-inline void write_npy(const std::string& path, const AnyTensor& t) {
-  const auto b = npy_bytes(t);
+inline void write_npy(const std::string& path, const AnyTensor& t, bool fortran_order = false) {
+  const auto b = npy_bytes(t, fortran_order);
   write_file(path, b.data(), b.size());
 }
 template <class T, int R>

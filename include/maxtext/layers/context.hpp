@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -43,8 +44,20 @@ struct LayerCache {
 /// Width of each per-token cache buffer a layer needs (empty: no cache).
 using CacheSpec = std::vector<std::int64_t>;
 
-/// Named intermediates requested by the caller. Zero cost when no Capture is attached to the forward pass; a
-/// layer checks `wants(name)` (a set lookup) only when one is. Values are copied to host as f32.
+/// Join a capture name and a sub-module name: ("decoder.layers_3", "mlp") -> "decoder.layers_3.mlp"; an empty
+/// prefix gives the leaf alone (names relative to a layer run on its own).
+inline std::string join_name(std::string_view prefix, std::string_view leaf) {
+  std::string s(prefix);
+  if (!s.empty() && !leaf.empty()) s.push_back('.');
+  s.append(leaf);
+  return s;
+}
+
+/// Named intermediates requested by the caller (MaxText's sow / Flax capture_intermediates). A name is a module
+/// path in the naming scheme of the loaded weights and stands for that module's output; a decoder layer's own name
+/// stands for the residual stream after it. Zero cost when no Capture is attached to the forward pass; a layer checks
+/// `wants(name)` (a set lookup) only when one is. Values are copied to host as f32; `order()` lists the captured
+/// names in the order the forward pass produced them.
 class Capture {
  public:
   Capture() = default;
@@ -54,24 +67,35 @@ class Capture {
   void request(std::string name) { wanted_.insert(std::move(name)); }
   /// Capture every name a layer offers.
   void request_all() { all_ = true; }
-  bool wants(std::string_view name) const { return all_ || wanted_.count(std::string(name)) != 0; }
-  const std::set<std::string>& requested() const { return wanted_; }
+  bool wants_all() const { return all_; }
+  /// Whether `name` is requested. The empty name never is.
+  bool wants(std::string_view name) const { return !name.empty() && (all_ || wanted_.find(name) != wanted_.end()); }
+  const std::set<std::string, std::less<>>& requested() const { return wanted_; }
 
-  void put(const std::string& name, AnyTensor host_f32) { results_[name] = std::move(host_f32); }
+  void put(const std::string& name, AnyTensor host_f32) {
+    if (results_.count(name) == 0) order_.push_back(name);
+    results_[name] = std::move(host_f32);
+  }
   const std::map<std::string, AnyTensor>& results() const { return results_; }
   std::map<std::string, AnyTensor>& results() { return results_; }
+  /// Captured names in production (forward) order.
+  const std::vector<std::string>& order() const { return order_; }
   bool has(const std::string& name) const { return results_.count(name) != 0; }
   const AnyTensor& at(const std::string& name) const {
     auto it = results_.find(name);
     MAXTEXT_CHECK(it != results_.end(), ArgumentError, "[capture] '", name, "' was not captured");
     return it->second;
   }
-  void clear_results() { results_.clear(); }
+  void clear_results() {
+    results_.clear();
+    order_.clear();
+  }
 
  private:
-  std::set<std::string> wanted_;
+  std::set<std::string, std::less<>> wanted_;
   bool all_ = false;
   std::map<std::string, AnyTensor> results_;
+  std::vector<std::string> order_;
 };
 
 /// Everything a layer's forward needs besides its parameters.
@@ -101,6 +125,12 @@ struct Context {
     Tensor<float, 2> f({rows.dim(0), rows.dim(1)});
     for (std::int64_t i = 0; i < f.size(); ++i) f.data()[i] = to_float(host.data()[i]);
     capture->put(name, AnyTensor::from(f, name).reshaped(std::move(shape)));
+  }
+  /// Record a sub-module output under join_name(prefix, leaf). The name is built only when a Capture is attached.
+  template <class T>
+  void sow(std::string_view prefix, std::string_view leaf, View<const T, 2> rows, std::vector<std::int64_t> shape = {}) const {
+    if (capture == nullptr) return;
+    sow(join_name(prefix, leaf), rows, std::move(shape));
   }
 };
 

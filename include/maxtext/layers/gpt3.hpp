@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
@@ -30,8 +32,10 @@ class Gpt3MultiHeadAttention {
   };
 
   Gpt3MultiHeadAttention() = default;
-  explicit Gpt3MultiHeadAttention(const Config& c)
-      : D_(c.emb_dim), N_(c.num_query_heads), H_(c.head_dim), fused_(c.fused_qkv) {
+  /// `name`: capture prefix of this module's sub-outputs (qkv_proj or query/key/value before the 1/sqrt(head_dim)
+  /// scaling, attention_op [B, T, N, H], out); empty = names relative to the module.
+  explicit Gpt3MultiHeadAttention(const Config& c, std::string name = {})
+      : D_(c.emb_dim), N_(c.num_query_heads), H_(c.head_dim), fused_(c.fused_qkv), name_(std::move(name)) {
     MAXTEXT_CHECK(c.num_query_heads == c.num_kv_heads, ConfigError,
                   "[Gpt3MultiHeadAttention] num_query_heads (", c.num_query_heads, ") must equal num_kv_heads (",
                   c.num_kv_heads, ")");
@@ -78,6 +82,7 @@ class Gpt3MultiHeadAttention {
     if (fused_) {
       View<A, 2> qkv = ctx.scratch.template alloc<A, 2>({M, 3 * NH});
       qkv_.forward(ctx, p.qkv, x, qkv);
+      ctx.sow(name_, "qkv_proj", View<const A, 2>(qkv), {ctx.step.batch, ctx.step.length, 3, N_, H_});
       q = View<A, 3>(qkv.data(), {M, N_, H_}, {3 * NH, H_, 1});
       k = View<A, 3>(qkv.data() + NH, {M, N_, H_}, {3 * NH, H_, 1});
       v = View<A, 3>(qkv.data() + 2 * NH, {M, N_, H_}, {3 * NH, H_, 1});
@@ -88,12 +93,20 @@ class Gpt3MultiHeadAttention {
       proj_.forward(ctx, p.query, x, rows(q));
       proj_.forward(ctx, p.key, x, rows(k));
       proj_.forward(ctx, p.value, x, rows(v));
+      if (ctx.capture != nullptr) {
+        const std::vector<std::int64_t> shape{ctx.step.batch, ctx.step.length, N_, H_};
+        ctx.sow(name_, "query", View<const A, 2>(rows(q)), shape);
+        ctx.sow(name_, "key", View<const A, 2>(rows(k)), shape);
+        ctx.sow(name_, "value", View<const A, 2>(rows(v)), shape);
+      }
     }
     // query /= sqrt(head_dim), the divisor cast to dtype first (gpt3.py depth_scaling).
     ctx.be.scale(rows(q), std::sqrt(static_cast<float>(H_)), true);
     View<A, 3> o = ctx.scratch.template alloc<A, 3>({M, N_, H_});
     op_.forward(ctx, q, k, v, cache, View<const A, 1>(), o);
+    ctx.sow(name_, "attention_op", View<const A, 2>(rows(o)), {ctx.step.batch, ctx.step.length, N_, H_});
     out_.forward(ctx, p.out, View<const A, 2>(rows(o)), y);
+    ctx.sow(name_, "out", View<const A, 2>(y));
   }
 
  private:
@@ -102,6 +115,7 @@ class Gpt3MultiHeadAttention {
 
   std::int64_t D_ = 0, N_ = 0, H_ = 0;
   bool fused_ = true;
+  std::string name_;
   DenseGeneral<P> qkv_, proj_, out_;
   AttentionOp<P> op_;
 };
@@ -122,10 +136,8 @@ class Gpt3DecoderLayer {
   Gpt3DecoderLayer(const Config& c, LayerInfo info)
       : info_(std::move(info)),
         norm_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon), true}),
-        attn_(c),
-        mlp_(typename MlpBlock<P>::Config{c.emb_dim, c.mlp_dim, parse_activations(c.mlp_activations), true, true,
-                                          NormKind::gpt3, static_cast<float>(c.normalization_layer_epsilon),
-                                          c.fused_mlp, c.activations_in_float32}) {}
+        attn_(c, info_.attention),
+        mlp_(mlp_config(c, info_.mlp)) {}
 
   CacheSpec cache_spec() const { return attn_.cache_spec(); }
   const LayerInfo& info() const { return info_; }
@@ -144,12 +156,15 @@ class Gpt3DecoderLayer {
     mlp_.visit(v, p.mlp);
   }
 
-  /// x [B*T, D] in place: the residual stream after this layer.
+  /// x [B*T, D] in place: the residual stream after this layer. Captures (names under info().name): the layer
+  /// output, pre_self_attention_norm, self_attention (and its qkv_proj | query/key/value, attention_op, out), mlp
+  /// (and mlp.mlp_layer_norm).
   void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);
     View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});
     norm_.forward(ctx, p.pre_self_attention_norm, x, lnx);
+    ctx.sow(info_.name, "pre_self_attention_norm", View<const A, 2>(lnx));
     View<A, 2> a = ctx.scratch.template alloc<A, 2>({M, D});
     attn_.forward(ctx, p.self_attention, lnx, cache, a);
     ctx.sow(info_.attention, View<const A, 2>(a));
@@ -162,6 +177,14 @@ class Gpt3DecoderLayer {
   }
 
  private:
+  static typename MlpBlock<P>::Config mlp_config(const Config& c, std::string name) {
+    typename MlpBlock<P>::Config m{c.emb_dim, c.mlp_dim, parse_activations(c.mlp_activations), true, true,
+                                   NormKind::gpt3, static_cast<float>(c.normalization_layer_epsilon), c.fused_mlp,
+                                   c.activations_in_float32};
+    m.name = std::move(name);
+    return m;
+  }
+
   LayerInfo info_;
   Gpt3LayerNorm<P> norm_;
   Gpt3MultiHeadAttention<P> attn_;

@@ -84,6 +84,7 @@ class MlpBlock {
     bool activations_in_float32 = false;  ///< non-fused path: activations and their product in f32
     Init init = Init::truncated_normal;
     double init_scale = 1.0;
+    std::string name = {};  ///< capture name of this block (e.g. "decoder.layers_3.mlp"); empty: sows nothing
   };
   struct Params {
     typename RMSNorm<P>::Params rms;          ///< mlp_layer_norm (RMSNorm)
@@ -148,6 +149,7 @@ class MlpBlock {
       } else {
         gpt3_.forward(ctx, p.gpt3, x, xn);
       }
+      if (!cfg_.name.empty()) ctx.sow(cfg_.name, "mlp_layer_norm", View<const A, 2>(xn));
       in = xn;
     }
     std::vector<View<A, 2>> h;

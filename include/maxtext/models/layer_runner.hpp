@@ -1,5 +1,18 @@
 // models/layer_runner.hpp: use one layer on its own: load its parameters from a file (names relative to the layer,
 // or under a prefix), run it on a host tensor [B, T, D], get the output (and captures) back as f32.
+//
+//   using P = maxtext::Policy<maxtext::cpu::Backend, float>;
+//   maxtext::cpu::Backend be;
+//   maxtext::layers::Gpt3DecoderLayer<P> layer(cfg, {3, "decoder.layers_3", "decoder.layers_3.self_attention",
+//                                                    "decoder.layers_3.mlp"});
+//   auto params = maxtext::models::load_layer_params<P>(layer, maxtext::io::read_safetensors("model.safetensors"), be,
+//                                                       "decoder.layers_3");          // "" for a per-layer file
+//   maxtext::layers::Capture cap({"decoder.layers_3.self_attention"});              // optional
+//   auto y = maxtext::models::run_layer<P>(layer, params, be, maxtext::io::read_npy("x.npy"), nullptr, nullptr, &cap);
+//
+// Any tensor file works for the input (io/tensor_files.hpp: read_tensor("dump.npz:decoder.layers_3.input")); the
+// input may be of any float dtype (converted to the policy's activation type). `maxtext compare --layer` is this
+// from the command line (docs/reference-checking.md).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +49,9 @@ typename L::Params load_layer_params(const L& layer, const io::TensorMap& tensor
   return p;
 }
 
-/// Run a decoder layer (anything with forward(ctx, params, cache, x)) on x [B, T, D] as a full-sequence forward.
-/// Optional segment ids [B, T] and positions [B, T] (default 0..T-1). Returns the layer output [B, T, D].
+/// Run a decoder layer (anything with forward(ctx, params, cache, x) and cache_spec()) on x [B, T, D] as a
+/// full-sequence forward with a fresh cache of T tokens. Optional segment ids [B, T] and positions [B, T] (default
+/// 0..T-1); `capture` records the names the layer offers (under its LayerInfo names). Returns the output [B, T, D].
 template <TensorPolicy P, class L>
 Tensor<float, 3> run_layer(const L& layer, const typename L::Params& params, const typename P::backend& be,
                            const AnyTensor& x, const Tensor<std::int32_t, 2>* segment_ids = nullptr,

@@ -289,6 +289,7 @@ class Transformer {
     if (cfg_.use_untrainable_positional_embedding) add_positional(ctx, params_.sinusoid, x);
     if (cfg_.trainable_position_size > 0) add_positional(ctx, params_.position_embedder.embedding, x);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (opt.capture != nullptr) ctx.sow(layer_info(i).name, "input", View<const A, 2>(x));  // residual entering layer i
       std::visit(
           [&](const auto& layer) {
             using LT = std::decay_t<decltype(layer)>;
@@ -333,7 +334,12 @@ class Transformer {
     return forward(tokens, cache, opt);
   }
 
-  /// Names used for capture under the current scheme.
+  /// Names used for capture under the current scheme. Every name stands for a module's output (Flax's
+  /// capture_intermediates convention): `token_embedder` / `model.embed_tokens` is the token lookup (before position
+  /// embeddings), `<layer>.input` the residual stream entering a layer (token + position embeddings for the first),
+  /// `<layer>` the residual stream after it, `<layer>.self_attention` / `<layer>.mlp` (HF: `.self_attn` / `.mlp`) those
+  /// sub-modules' outputs before their residual add, `decoder.decoder_norm` / `model.norm` the final norm, and
+  /// `logits` the output head in f32. Layers may offer finer names (see their forward()).
   std::string embed_name() const { return scheme_ == NameScheme::hf ? "model.embed_tokens" : "token_embedder"; }
   std::string norm_name() const { return scheme_ == NameScheme::hf ? "model.norm" : "decoder.decoder_norm"; }
   const layers::LayerInfo& layer_info(std::size_t i) const {
