@@ -3,6 +3,8 @@
 // rejected with an IoError naming the file and the field. Run under ASan/UBSan too (MAXTEXT_SANITIZE).
 #include <cmath>
 #include <cstring>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -20,7 +22,7 @@ using io::GgufValue;
 namespace {
 
 std::string tmp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("maxtext_test_gguf_" + name)).string();
+  return (std::filesystem::temp_directory_path() / ("maxtext_test_gguf_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 void write_bytes(const std::string& path, const std::vector<std::byte>& b) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

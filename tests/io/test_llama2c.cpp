@@ -1,6 +1,8 @@
 // llama2.c checkpoints and tokenizer.bin: stories260K read zero-copy with the header's shapes, its weights equal to
 // the GGUF conversion's bit for bit (the model README), and malformed files rejected naming the file and field.
 #include <cstring>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,7 +19,7 @@ using namespace maxtext;
 
 namespace {
 std::string tmp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("maxtext_test_llama2c_" + name)).string();
+  return (std::filesystem::temp_directory_path() / ("maxtext_test_llama2c_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 std::string write_tmp(const std::string& name, const std::string& bytes) {
   const std::string p = tmp_path(name);

@@ -6,18 +6,18 @@
 #include <string>
 #include <vector>
 
-#include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/layers/attentions.hpp"
 #include "maxtext/models/kv_cache.hpp"
 #include "maxtext/models/layer_runner.hpp"
+#include "support/backends.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
 using namespace maxtext;
-using P32 = Policy<cpu::Backend, float>;
-using PBf = Policy<cpu::Backend, bf16>;
+using P32 = Policy<test::Backend, float>;
+using PBf = Policy<test::Backend, bf16>;
 
 namespace {
 
@@ -57,7 +57,7 @@ struct Case {
   nlohmann::json meta;
   Config config;
   layers::AttentionArgs args;
-  cpu::Backend be;
+  test::Backend be;
   layers::Attention<P> attn;
   typename layers::Attention<P>::Params params;
   AnyTensor x, expected;
@@ -229,7 +229,7 @@ TEST_CASE("float32_qk_product / float32_logits in bf16: the logit rounding point
   // q.k0 = 100.375 exactly in f32; rounded to bf16 (spacing 0.5 at 100) it becomes 100.5.
   // out = e^{l0 - l1} / (1 + e^{l0 - l1}): f32 logits 0.59267 (bf16 0.59375); bf16 logits 0.62246 (bf16 0.62109).
   // float32_logits alone casts *after* the bf16 product, so it keeps the bf16 rounding (MaxText apply_attention_dot).
-  cpu::Backend be;
+  test::Backend be;
   auto run = [&](bool qk32, bool logits32) {
     std::vector<bf16> q = {bf16(1.f), bf16(1.f), bf16(1.f)};
     std::vector<bf16> k = {bf16(64.f), bf16(32.f), bf16(4.375f), bf16(64.f), bf16(32.f), bf16(4.f)};
@@ -310,7 +310,7 @@ TEST_CASE("Attention init: query kernel divided by sqrt(head_dim) only without q
   auto qstd = [](const Config& c, const layers::AttentionArgs& a) {
     layers::Attention<P32> attn(c, a);
     typename layers::Attention<P32>::Params p;
-    cpu::Backend be;
+    test::Backend be;
     layers::ParamInitializer<P32> ini(be, 7);
     attn.visit(ini, p);
     double s = 0;
@@ -332,7 +332,7 @@ TEST_CASE("Attention init: query kernel divided by sqrt(head_dim) only without q
   sk.attention_sink = true;
   layers::Attention<P32> attn(sk, base.args);
   typename layers::Attention<P32>::Params p;
-  cpu::Backend be;
+  test::Backend be;
   layers::ParamInitializer<P32> ini(be, 1);
   attn.visit(ini, p);
   REQUIRE(p.sinks.size() == 4);
@@ -414,7 +414,7 @@ TEST_CASE("Attention rejects bad configurations and inputs with clear messages",
 namespace {
 /// Rotate one head x [d] at position p with `spec` through the backend.
 std::vector<float> rotate(const layers::RopeSpec& spec, std::vector<float> x, std::int32_t p) {
-  cpu::Backend be;
+  test::Backend be;
   const RotaryTable t = layers::build_rotary_table(spec, 64);
   std::vector<std::int32_t> pos = {p};
   be.rotary(View<float, 3>(x.data(), {1, 1, static_cast<std::int64_t>(x.size())}), View<const std::int32_t, 1>(pos.data(), {1}), t);

@@ -12,7 +12,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/yaml_config.hpp"
@@ -20,12 +19,13 @@
 #include "maxtext/layers/deepseek.hpp"
 #include "maxtext/layers/moe.hpp"
 #include "maxtext/models/layer_runner.hpp"
+#include "support/backends.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
 using namespace maxtext;
-using P32 = Policy<cpu::Backend, float>;
-using PBf = Policy<cpu::Backend, bf16>;
+using P32 = Policy<test::Backend, float>;
+using PBf = Policy<test::Backend, bf16>;
 
 namespace {
 
@@ -114,7 +114,7 @@ void run_mla_case(const std::string& name, bool latent) {
   c.q_lora_rank = meta["q_lora_rank"].get<std::int64_t>();
   c.attn_logits_soft_cap = meta["soft_cap"].get<double>();
   c.mla_naive_kvcache = !latent;
-  cpu::Backend be;
+  test::Backend be;
   MlaAsLayer<P32> layer{layers::MLA<P32>(c)};
   CHECK(layer.mla.softmax_scale() == Approx(meta["softmax_scale"].get<double>()).epsilon(1e-12));
   const auto params = models::load_layer_params<P32>(layer, io::read_safetensors(d + "weights.safetensors"), be);
@@ -201,7 +201,7 @@ TEST_CASE("MLA cache widths: expanded N*(Hn+Hr) + N*Hv, latent r_kv + Hr", "[lay
 TEST_CASE("MoE routing matches the reference: groups, bias, ties, score functions, weight rules", "[layers][moe][routing]") {
   const std::string d = fx("moe_routing");
   const auto meta = read_json(d + "meta.json");
-  cpu::Backend be;
+  test::Backend be;
   for (auto it = meta["cases"].begin(); it != meta["cases"].end(); ++it) {
     const std::string name = it.key();
     INFO("case " << name);
@@ -256,7 +256,7 @@ template <class Block>
 void run_moe_case(const std::string& name, Block block) {
   const std::string d = fx(name);
   const auto meta = read_json(d + "meta.json");
-  cpu::Backend be;
+  test::Backend be;
   layers::MoeMetrics metrics;
   BlockAsLayer<P32, Block> layer{std::move(block), &metrics};
   const auto params = models::load_layer_params<P32>(layer, io::read_safetensors(d + "weights.safetensors"), be);
@@ -316,7 +316,7 @@ TEST_CASE("Dropping with model_call_mode=inference uses the full softmax as comb
 TEST_CASE("The sparse (default) path ignores capacity_factor", "[layers][moe][drop]") {
   Config c = config_from_keys(read_json(fx("moe_drop") + "meta.json")["config"]);
   c.sparse_matmul = true;
-  cpu::Backend be;
+  test::Backend be;
   layers::MoeMetrics metrics;
   BlockAsLayer<P32, layers::RoutedMoE<P32>> layer{layers::RoutedMoE<P32>(layers::RoutedMoE<P32>::settings(c, c.mlp_dim)), &metrics};
   const auto params = models::load_layer_params<P32>(layer, io::read_safetensors(fx("moe_drop") + "weights.safetensors"), be);
@@ -335,7 +335,7 @@ void run_layer_case(const std::string& name, bool latent, testing::Tolerance tol
   Config c = io::load_config(d + "config.yml");
   c.mla_naive_kvcache = !latent;
   c.float32_gate_logits = f32_gate;
-  cpu::Backend be;
+  test::Backend be;
   L<P> layer(c, {0, "layer", "layer.attn", "layer.mlp"});
   const auto params = models::load_layer_params<P>(layer, io::read_safetensors(d + "weights.safetensors"), be);
   layers::Capture cap({"layer.attn", "layer.mlp"});
@@ -374,7 +374,7 @@ TEST_CASE("DeepSeek layers in bf16 stay within bf16 rounding of the f64 referenc
 // ---- backend kernels -------------------------------------------------------------------------------------------
 
 TEST_CASE("head_matmul equals per-head loops (f32 and bf16 weights, both orientations)", "[backend][mla]") {
-  cpu::Backend be;
+  test::Backend be;
   const std::int64_t M = 3, H = 2, R = 5, C = 4, stride = 7, off = 2;  // W has H*stride rows of C columns
   Tensor<float, 2> wf({H * stride, C});
   for (std::int64_t i = 0; i < wf.size(); ++i) wf.data()[i] = std::sin(0.37f * static_cast<float>(i));
@@ -410,7 +410,7 @@ TEST_CASE("head_matmul equals per-head loops (f32 and bf16 weights, both orienta
 }
 
 TEST_CASE("moe_route closed forms: group limit, -inf fill, renormalisation", "[backend][moe]") {
-  cpu::Backend be;
+  test::Backend be;
   // 8 experts in 4 groups; biased scores (sigmoid of z plus bias) favour groups 1 and 3.
   Tensor<float, 2> z({1, 8});
   const float zs[8] = {3.0f, -3.0f, 1.0f, 1.0f, -1.0f, -1.0f, 0.5f, 0.5f};
@@ -476,7 +476,7 @@ TEST_CASE("MLA and MoE refuse bad configurations with clear messages", "[layers]
 TEST_CASE("Missing or mis-shaped DeepSeek weights are reported by name", "[layers][deepseek][errors]") {
   const std::string d = fx("deepseek_moe_layer");
   const Config c = io::load_config(d + "config.yml");
-  cpu::Backend be;
+  test::Backend be;
   layers::DeepSeekMoELayer<P32> layer(c, {0, "layer", "layer.attn", "layer.mlp"});
   auto w = io::read_safetensors(d + "weights.safetensors");
   auto missing = w;
@@ -492,7 +492,7 @@ TEST_CASE("Missing or mis-shaped DeepSeek weights are reported by name", "[layer
 TEST_CASE("A position outside the YaRN table is refused", "[layers][deepseek][errors]") {
   const std::string d = fx("deepseek_mla_qlora");
   const Config c = io::load_config(d + "config.yml");  // max_position_embeddings 64
-  cpu::Backend be;
+  test::Backend be;
   MlaAsLayer<P32> layer{layers::MLA<P32>(c)};
   const auto params = models::load_layer_params<P32>(layer, io::read_safetensors(d + "weights.safetensors"), be);
   Tensor<std::int32_t, 2> pos({2, 7});

@@ -2,16 +2,16 @@
 // gpt3_reference.py) and the independent cases in ../shared/reference/gpt3.
 #include <string>
 
-#include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/layers/gpt3.hpp"
 #include "maxtext/models/layer_runner.hpp"
+#include "support/backends.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
 using namespace maxtext;
-using P32 = Policy<cpu::Backend, float>;
-using PBf = Policy<cpu::Backend, bf16>;
+using P32 = Policy<test::Backend, float>;
+using PBf = Policy<test::Backend, bf16>;
 
 namespace {
 
@@ -35,7 +35,7 @@ template <class P>
 void check_layer_fixture(const std::string& name, std::int64_t D, std::int64_t N, std::int64_t H, std::int64_t F, bool fused,
                          bool segments, testing::Tolerance tol) {
   const std::string dir = test::fixtures_dir() + "/" + name + "/";
-  cpu::Backend be;
+  test::Backend be;
   layers::Gpt3DecoderLayer<P> layer(layer_config(D, N, H, F, fused), {0, "layer", "layer.self_attention", "layer.mlp"});
   const auto w = io::read_safetensors(dir + "weights.safetensors");
   const auto params = models::load_layer_params<P>(layer, w, be);
@@ -71,7 +71,7 @@ TEST_CASE("Gpt3LayerNorm matches the shared independent reference", "[layers][gp
   const std::string dir = test::require(test::reference_dir() + "/gpt3/ln_basic", "shared GPT-3 reference") + "/";
   const auto w = io::read_safetensors(dir + "weights.safetensors");
   const auto x = test::npy(dir + "x.npy");
-  cpu::Backend be;
+  test::Backend be;
   for (const auto& [eps, bias, file] : {std::tuple{1e-6f, true, "y_eps1e-6_f64"}, std::tuple{1e-5f, true, "y_eps1e-5_f64"},
                                         std::tuple{1e-6f, false, "y_nobias_eps1e-6_f64"}}) {
     layers::Gpt3LayerNorm<P32> ln({48, eps, bias});
@@ -82,20 +82,21 @@ TEST_CASE("Gpt3LayerNorm matches the shared independent reference", "[layers][gp
     typename layers::Gpt3LayerNorm<P32>::Params p;
     ln.visit(loader, p);
     loader.finish();
-    Tensor<float, 2> xs = x.to<float, 2>({14, 48});
-    Tensor<float, 2> y({14, 48});
-    Scratch s;
+    Tensor<float, 2> xs = test::to_backend(be, x.to<float, 2>({14, 48}));
+    Tensor<float, 2> y({14, 48}, be.memory());
+    Scratch s(be.memory());
     layers::StepInfo st;
     layers::Context<P32> ctx{be, s, st, nullptr};
     ln.forward(ctx, p, xs, y);
-    test::expect_close_scaled(AnyTensor::from(y).reshaped({2, 7, 48}), test::npy(dir + file + ".npy"), 1e-5, file);
+    test::expect_close_scaled(AnyTensor::from(test::to_host(be, y)).reshaped({2, 7, 48}), test::npy(dir + file + ".npy"),
+                              1e-5, file);
   }
 }
 
 TEST_CASE("Gpt3DecoderLayer matches the shared independent reference", "[layers][gpt3][shared]") {
   const std::string dir =
       test::require(test::reference_dir() + "/gpt3/layer_b2_s12_e48_h4_d8_m96", "shared GPT-3 reference") + "/";
-  cpu::Backend be;
+  test::Backend be;
   layers::Gpt3DecoderLayer<P32> layer(layer_config(48, 4, 8, 96, true), {0, "l", "l.self_attention", "l.mlp"});
   const auto params = models::load_layer_params<P32>(layer, io::read_safetensors(dir + "weights.safetensors"), be);
   layers::Capture cap({"l.self_attention", "l.mlp"});
@@ -107,7 +108,7 @@ TEST_CASE("Gpt3DecoderLayer matches the shared independent reference", "[layers]
 
 TEST_CASE("Gpt3MultiHeadAttention matches the shared independent reference", "[layers][gpt3][shared]") {
   const std::string dir = test::require(test::reference_dir() + "/gpt3/attn_b2_s12_e48_h4_d8", "shared GPT-3 reference") + "/";
-  cpu::Backend be;
+  test::Backend be;
   const Config c = layer_config(48, 4, 8, 96, true);
   layers::Gpt3MultiHeadAttention<P32> attn(c);
   io::TensorMap w = io::read_safetensors(dir + "weights.safetensors");
@@ -116,24 +117,26 @@ TEST_CASE("Gpt3MultiHeadAttention matches the shared independent reference", "[l
   attn.visit(loader, p);
   loader.finish(/*allow_unused=*/true);
   const auto x = test::npy(dir + "x.npy");
-  Tensor<float, 2> xs = x.to<float, 2>({24, 48});
-  Tensor<float, 2> y({24, 48});
-  Scratch s;
+  Tensor<float, 2> xs = test::to_backend(be, x.to<float, 2>({24, 48}));
+  Tensor<float, 2> y({24, 48}, be.memory());
+  Scratch s(be.memory());
   models::KVCache<P32> cache(be, 2, 12, {attn.cache_spec()});
   layers::StepInfo st;
   st.batch = 2;
   st.length = 12;
   st.start = {0, 0};
-  std::vector<std::int32_t> zero{0, 0}, len{12, 12};
-  st.q_start = View<const std::int32_t, 1>(zero.data(), {2});
-  st.kv_len = View<const std::int32_t, 1>(len.data(), {2});
+  const auto zero = test::to_backend(be, std::vector<std::int32_t>{0, 0});
+  const auto len = test::to_backend(be, std::vector<std::int32_t>{12, 12});
+  st.q_start = zero.cview();
+  st.kv_len = len.cview();
   layers::Context<P32> ctx{be, s, st, nullptr};
   attn.forward(ctx, p, xs, cache.layer(0), y);
-  test::expect_close_scaled(AnyTensor::from(y).reshaped({2, 12, 48}), test::npy(dir + "out_f64.npy"), 1e-5, "attn out");
+  test::expect_close_scaled(AnyTensor::from(test::to_host(be, y)).reshaped({2, 12, 48}), test::npy(dir + "out_f64.npy"),
+                            1e-5, "attn out");
 }
 
 TEST_CASE("Gpt3 layer loading reports missing and mis-shaped tensors by name", "[layers][gpt3][errors]") {
-  cpu::Backend be;
+  test::Backend be;
   layers::Gpt3DecoderLayer<P32> layer(layer_config(32, 4, 8, 64, true), {});
   io::TensorMap w = io::read_safetensors(test::fixtures_dir() + "/gpt3_layer_fused_seg/weights.safetensors");
   w.tensors.erase("mlp.wo.bias");

@@ -3,7 +3,6 @@
 #include <filesystem>
 #include <string>
 
-#include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/registry.hpp"
@@ -13,13 +12,14 @@
 #include "maxtext/layers/qwen3.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/transformer.hpp"
+#include "support/backends.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
 using namespace maxtext;
-using P32 = Policy<cpu::Backend, float>;
-using PBf = Policy<cpu::Backend, bf16>;
+using P32 = Policy<test::Backend, float>;
+using PBf = Policy<test::Backend, bf16>;
 
 namespace {
 
@@ -31,7 +31,7 @@ void check_layer_fixture(const std::string& name, testing::Tolerance tol) {
   const std::string dir = test::fixtures_dir() + "/" + name;
   const auto meta = test::read_meta(dir);
   Config c = test::config_from_meta(meta);
-  cpu::Backend be;
+  test::Backend be;
   L<P> layer(c, {0, "layer", "layer.self_attention", "layer.mlp"});
   const auto params = models::load_layer_params<P>(layer, io::read_safetensors(dir + "/weights.safetensors"), be);
   Tensor<std::int32_t, 2> pos = int_tensor(test::npy(dir + "/positions.npy")), seg;
@@ -269,7 +269,7 @@ TEST_CASE("Registry dispatches default/llama2/mistral/qwen3 and the qwen3 model 
     Config c = test::config_from_meta(test::read_meta(test::fixtures_dir() + "/llama2_model"));
     c.decoder_block = block;
     c.use_qk_norm = block == "qwen3";
-    const auto n = models::with_model_type<cpu::Backend>(c, [&]<class M>() {
+    const auto n = models::with_model_type<test::Backend>(c, [&]<class M>() {
       M model(c);
       return model.num_params();
     });

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/weights.hpp"
@@ -15,11 +14,12 @@
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"
+#include "support/backends.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
 using namespace maxtext;
-using P32 = Policy<cpu::Backend, float>;
+using P32 = Policy<test::Backend, float>;
 using Mixtral = models::Transformer<P32, layers::MixtralDecoderLayer>;
 
 namespace {
@@ -58,7 +58,7 @@ Mixtral load(const std::string& file = "model.safetensors") {
 TEST_CASE("MixtralDecoderLayer matches the torch fixture", "[layers][mixtral]") {
   const std::string d = test::fixtures_dir() + "/mixtral_layer/";
   const Config c = io::load_config(d + "config.yml");
-  cpu::Backend be;
+  test::Backend be;
   layers::MixtralDecoderLayer<P32> layer(c, {0, "layer", "layer.attn", "layer.moe"});
   const auto params = models::load_layer_params<P32>(layer, io::read_safetensors(d + "weights.safetensors"), be);
   layers::Capture cap({"layer.attn", "layer.moe", "layer.moe.topk_indices", "layer.moe.expert_counts"});
@@ -112,10 +112,11 @@ TEST_CASE("Mixtral from Hugging Face naming and config.json gives the reference 
   m.load(w.tensors);
   close(AnyTensor::from(m.forward(tokens())), test::npy(kDir + "logits.npy"), test::tol::f32_logits, "hf logits");
   // The registry picks the same type from the config.
-  const bool same = models::with_model_type<cpu::Backend>(cfg, []<class M>() { return std::is_same_v<M, Mixtral>; });
+  const bool same = models::with_model_type<test::Backend>(cfg, []<class M>() { return std::is_same_v<M, Mixtral>; });
   CHECK(same);
 }
 
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
 TEST_CASE("maxtext logits (CLI) on the Hugging Face Mixtral checkpoint", "[models][mixtral][cli]") {
   const auto tok = tokens();
   std::string ids;
@@ -129,6 +130,7 @@ TEST_CASE("maxtext logits (CLI) on the Hugging Face Mixtral checkpoint", "[model
   close(test::npy(out), test::npy(kDir + "logits.npy"), test::tol::f32_logits, "cli logits");
   std::remove(out.c_str());
 }
+#endif
 
 TEST_CASE("Bad Mixtral checkpoints are reported by name", "[models][mixtral][errors]") {
   const Config cfg = io::load_hf_deepseek_config(kDir + "config.json");

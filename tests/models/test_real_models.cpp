@@ -10,6 +10,8 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -301,7 +303,8 @@ TEST_CASE("Q8_0 GGUF: kept quantised or dequantised, the same model as its dequa
   add_matrix("blk.0.ffn_up.weight", matrix(F, D));
   add_matrix("blk.0.ffn_down.weight", matrix(D, F));
   const auto tmp = std::filesystem::temp_directory_path();
-  const std::string pq = (tmp / "maxtext_test_q8_0.gguf").string(), pf = (tmp / "maxtext_test_q8_0_dequantised.gguf").string();
+  const std::string pq = (tmp / ("maxtext_test_q8_0_" + std::to_string(::getpid()) + ".gguf")).string(),
+                    pf = (tmp / ("maxtext_test_q8_0_dequantised_" + std::to_string(::getpid()) + ".gguf")).string();
   wq.write(pq);
   wf.write(pf);
   const Config cfg = io::read_weights_config(pq).value();

@@ -63,8 +63,26 @@ concept BackendAttention = requires(const B& b, View<const float, 4> q, View<flo
   b.attention(q, q, q, m, opt, sinks, o);
 };
 
+/// Row reductions: softmax over the last axis, and drawing tokens from logits on the device.
 template <class B>
-concept Backend = BackendMemory<B> && BackendLinear<B> && BackendElementwise<B> && BackendAttention<B>;
+concept BackendReduction = requires(const B& b, View<const float, 2> x, View<float, 2> y, const SampleOptions& so,
+                                    View<const float, 1> u, View<std::int32_t, 1> ids) {
+  b.softmax(x, y);
+  b.sample(x, so, u, ids);
+};
+
+/// Mixture-of-experts token permutation: group the (token, choice) assignments by expert and back.
+template <class B>
+concept BackendMoePermutation = requires(const B& b, View<const float, 2> x, View<const std::int32_t, 2> experts,
+                              View<float, 2> rows, View<std::int32_t, 2> slot, View<std::int32_t, 1> offsets,
+                              View<const std::int32_t, 2> cslot, View<const float, 2> w, View<float, 2> y) {
+  b.moe_permute(x, experts, std::int64_t{8}, rows, slot, offsets);
+  b.moe_unpermute(x, cslot, w, y);
+};
+
+template <class B>
+concept Backend = BackendMemory<B> && BackendLinear<B> && BackendElementwise<B> && BackendAttention<B> &&
+                  BackendReduction<B> && BackendMoePermutation<B>;
 
 /// Mixture-of-experts kernels (layers/moe.hpp): routing (MoeRouting in ops.hpp) and the row gather / weighted
 /// scatter-add around each expert's matrix products:

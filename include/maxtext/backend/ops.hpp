@@ -52,6 +52,17 @@ struct AttentionOptions {
   bool float32_logits = false;       ///< keep logits in f32 for the softmax
 };
 
+/// Token sampling from one row of f32 logits (the rule of models::Sampler, spelled out in docs/backends.md):
+/// temperature 0 = argmax (lowest id on ties); otherwise candidates ordered by (logit desc, id asc), the first
+/// top_k kept (0 = all), probabilities p_i = exp((l_i - l_max) / temperature), the shortest prefix whose share of
+/// the kept mass reaches top_p kept, and the token whose cumulative mass first exceeds u * (kept mass) returned,
+/// u being the row's uniform draw in [0, 1).
+struct SampleOptions {
+  float temperature = 0.0f;
+  std::int64_t top_k = 0;
+  float top_p = 1.0f;
+};
+
 /// Mixture-of-experts routing of one token (MaxText moe.py GateLogit score/bias + RoutedMoE.get_topk); spec moe.md.
 /// From gate logits z [E] (in the gate dtype G) a backend's moe_route computes
 ///   s = softmax_E(z) if score_softmax, else act(z) with act = `score` (linear for routed_score_func ""); rounded to G;

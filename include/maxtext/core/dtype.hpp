@@ -13,8 +13,9 @@
 namespace maxtext {
 
 namespace detail {
+// The intrinsics exist in device code only (__CUDA_ARCH__), not in nvcc's host pass.
 MAXTEXT_HD inline std::uint32_t f32_bits(float f) {
-#if defined(MAXTEXT_DEVICE_COMPILE)
+#if defined(__CUDA_ARCH__)
   return __float_as_uint(f);
 #else
   std::uint32_t u;
@@ -23,7 +24,7 @@ MAXTEXT_HD inline std::uint32_t f32_bits(float f) {
 #endif
 }
 MAXTEXT_HD inline float bits_f32(std::uint32_t u) {
-#if defined(MAXTEXT_DEVICE_COMPILE)
+#if defined(__CUDA_ARCH__)
   return __uint_as_float(u);
 #else
   float f;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "maxtext/backend/concepts.hpp"
 #include "maxtext/backend/ops.hpp"
@@ -224,10 +225,20 @@ class MLA {
   /// Positions index the rotary table (max_target_length entries, at most max_position_embeddings for YaRN); a
   /// position outside it is an error.
   void check_positions(const Context<P>& ctx) const {
-    const auto& pos = ctx.step.positions;
-    if (pos.empty() || !ctx.be.memory()->host_accessible()) return;
-    for (std::int64_t i = 0; i < pos.dim(0); ++i) {
-      MAXTEXT_CHECK(pos(i) >= 0 && pos(i) < positions_, ArgumentError, "[MLA] position ", pos(i),
+    const auto& st = ctx.step;
+    if (st.positions.empty()) return;
+    // The host copy the model keeps, or the positions read back (backend memory is not host-readable in general).
+    std::vector<std::int32_t> buf;
+    const std::vector<std::int32_t>* pos = &st.host_positions;
+    if (static_cast<std::int64_t>(st.host_positions.size()) != st.positions.dim(0)) {
+      buf.resize(static_cast<std::size_t>(st.positions.dim(0)));
+      ctx.be.synchronize();
+      ctx.be.copy(buf.data(), st.positions.data(), buf.size() * sizeof(std::int32_t), CopyKind::device_to_host);
+      ctx.be.synchronize();
+      pos = &buf;
+    }
+    for (const std::int32_t p : *pos) {
+      MAXTEXT_CHECK(p >= 0 && p < positions_, ArgumentError, "[MLA] position ", p,
                     " is outside the rotary table [0, ", positions_, ") (max_target_length / max_position_embeddings)");
     }
   }
@@ -237,7 +248,7 @@ class MLA {
     View<A, 3> buf = cache.buffers[0].view();
     for (std::int64_t b = 0; b < st.batch; ++b) {
       const std::int64_t s0 = st.start[static_cast<std::size_t>(b)];
-      View<A, 2> dst(&buf(b, s0, 0), {st.length, a.dim(1)}, {buf.stride(1), 1});
+      View<A, 2> dst(buf[b].narrow(0, s0, st.length).data(), {st.length, a.dim(1)}, {buf.stride(1), 1});  // no host deref
       ctx.be.copy(a.narrow(0, b * st.length, st.length), dst);
     }
   }

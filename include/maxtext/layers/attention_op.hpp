@@ -61,7 +61,9 @@ class AttentionOp {
       for (int which = 0; which < 2; ++which) {
         View<const A, 3> src = (which == 0 ? k : v).narrow(0, b * st.length, st.length);
         View<A, 3> buf = cache.buffers[static_cast<std::size_t>(which)].view();
-        View<A, 3> dst(&buf(b, s0, 0), {st.length, src.dim(1), src.dim(2)}, {buf.stride(1), src.dim(2), 1});
+        // Pointer arithmetic only: the cache lives in backend memory, which the host may not dereference.
+        View<A, 3> dst(buf[b].narrow(0, s0, st.length).data(), {st.length, src.dim(1), src.dim(2)},
+                       {buf.stride(1), src.dim(2), 1});
         ctx.be.copy(src, dst);
       }
     }

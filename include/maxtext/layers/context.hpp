@@ -119,7 +119,7 @@ struct Context {
     Tensor<T, 2> host({rows.dim(0), rows.dim(1)});
     be.synchronize();
     for (std::int64_t r = 0; r < rows.dim(0); ++r) {
-      be.copy(&host(r, 0), &rows(r, 0), static_cast<std::size_t>(rows.dim(1)) * sizeof(T), CopyKind::device_to_host);
+      be.copy(&host(r, 0), rows[r].data(), static_cast<std::size_t>(rows.dim(1)) * sizeof(T), CopyKind::device_to_host);
     }
     be.synchronize();
     Tensor<float, 2> f({rows.dim(0), rows.dim(1)});

@@ -68,6 +68,17 @@ Matrix<W> bf16_rounded_copy(const Matrix<W>& m) {
   }
 }
 
+/// bf16_rounded_copy of a table in backend memory: round on the host, back into the backend's memory.
+template <class B, class W>
+Matrix<W> bf16_rounded_copy(const B& be, const Matrix<W>& m) {
+  if (m.data.host_accessible()) return bf16_rounded_copy(m);
+  Matrix<W> host = m;
+  host.data = download(be, m.data);
+  Matrix<W> r = bf16_rounded_copy(host);
+  r.data = upload(be, r.data);
+  return r;
+}
+
 /// Sinusoidal positions (use_untrainable_positional_embedding): pe[p] = [sin(p * inv_i), cos(p * inv_i)],
 /// inv_i = exp(-i * ln(10000) / max(n - 1, 1)), n = dims / 2; f32. Returns a host table [max_len, dims].
 inline Tensor<float, 2> sinusoidal_table(std::int64_t max_len, std::int64_t dims, double max_wavelength = 10000.0) {

@@ -284,8 +284,13 @@ class ParamInitializer : public PathStack {
 template <TensorPolicy P>
 class ParamExporter : public PathStack {
  public:
+  using B = typename P::backend;
   using W = typename P::weight_t;
   using A = typename P::act_t;
+
+  ParamExporter() = default;
+  /// Parameters in memory the host cannot read are copied to host tensors through `be`.
+  explicit ParamExporter(const B* be) : be_(be) {}
 
   void matrix(std::string_view leaf, Matrix<W>& m, const KernelSpec& s) {
     AnyTensor t = as_any(m);
@@ -304,15 +309,18 @@ class ParamExporter : public PathStack {
     out.add(path(leaf), as_any(m));
   }
   void vector(std::string_view leaf, Tensor<A, 1>& v, const VectorSpec& s) {
-    MAXTEXT_CHECK(v.host_accessible(), UnsupportedError, "[export] ", path(leaf), ": parameter is not in host memory");
-    out.add(path(leaf), AnyTensor::from(v).reshaped(s.shape));
+    MAXTEXT_CHECK(v.host_accessible() || be_, UnsupportedError, "[export] ", path(leaf),
+                  ": parameter is not in host memory (export through the model, which knows its backend)");
+    out.add(path(leaf), AnyTensor::from(v.host_accessible() ? v : download(*be_, v)).reshaped(s.shape));
   }
 
   io::TensorMap out;
 
  private:
-  static AnyTensor as_any(const Matrix<W>& m) {
-    MAXTEXT_CHECK(m.data.host_accessible(), UnsupportedError, "[export] matrix is not in host memory");
+  AnyTensor as_any(const Matrix<W>& dev) const {
+    MAXTEXT_CHECK(dev.data.host_accessible() || be_, UnsupportedError, "[export] matrix is not in host memory");
+    Matrix<W> m = dev;
+    if (!m.data.host_accessible()) m.data = download(*be_, dev.data);
     if constexpr (std::is_same_v<W, q8_0>) {
       Tensor<float, 2> f({m.rows, m.cols});
       AnyTensor q = AnyTensor::from(m.data);
@@ -323,6 +331,8 @@ class ParamExporter : public PathStack {
       return AnyTensor::from(m.data);
     }
   }
+
+  const B* be_ = nullptr;
 };
 
 /// Counts parameters (elements) without touching them.

@@ -68,7 +68,8 @@ std::string mlp_name() {
 }
 }  // namespace detail
 
-template <TensorPolicy P, template <class> class Layer, template <class> class MoeLayer = Layer>
+// (The template template parameters are constrained like the layers themselves, which nvcc's front end requires.)
+template <TensorPolicy P, template <TensorPolicy> class Layer, template <TensorPolicy> class MoeLayer = Layer>
 class Transformer {
  public:
   using B = typename P::backend;
@@ -193,7 +194,7 @@ class Transformer {
   }
   /// All parameters in MaxText naming and layout (host tensors; kernels as strided views).
   io::TensorMap export_params() {
-    layers::ParamExporter<P> ex;
+    layers::ParamExporter<P> ex(&be_);
     visit(ex);
     return std::move(ex.out);
   }
@@ -272,7 +273,7 @@ class Transformer {
       }
       View<std::int32_t, 2> seg_d = to_device<2>(seg.data(), {Bn, T});
       for (std::int64_t b = 0; b < Bn; ++b) {
-        View<std::int32_t, 1> dst(&cache.segments()(b, step.start[static_cast<std::size_t>(b)]), {T});
+        View<std::int32_t, 1> dst = cache.segments().view()[b].narrow(0, step.start[static_cast<std::size_t>(b)], T);
         be_.copy(View<const std::int32_t, 1>(seg_d[b]), dst);
       }
       cache.mark_segments();
@@ -430,7 +431,9 @@ class Transformer {
     if (cfg_.final_logits_soft_cap != 0.0) be_.soft_cap(l, static_cast<float>(cfg_.final_logits_soft_cap));
   }
   void finish_params() {
-    if (cfg_.logits_via_embedding) params_.attend_table = be_.prepare(layers::bf16_rounded_copy(params_.token_embedder.embedding));
+    if (cfg_.logits_via_embedding) {
+      params_.attend_table = be_.prepare(layers::bf16_rounded_copy(be_, params_.token_embedder.embedding));
+    }
     if (cfg_.use_untrainable_positional_embedding) {
       Tensor<float, 2> t = layers::sinusoidal_table(cfg_.max_target_length, cfg_.base_emb_dim);
       MAXTEXT_CHECK(cfg_.base_emb_dim == cfg_.emb_dim, UnsupportedError,

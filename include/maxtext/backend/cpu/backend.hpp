@@ -341,6 +341,126 @@ class Backend {
     attn::attention(threads_, q, k, v, mask, opt, sinks, out);  // backend/cpu/attention.hpp
   }
 
+  // ---- row reductions ------------------------------------------------------------------------------------
+  /// y = softmax(x) over the last axis, in f32 (max subtracted), rounded once to Y. y may alias x.
+  template <class X, class Y>
+  void softmax(View<const X, 2> x, View<Y, 2> y) const {
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    parallel_rows(M, D * 16, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<float> buf(static_cast<std::size_t>(D));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        vec::to_f32(&x(r, 0), buf.data(), D);
+        float mx = -std::numeric_limits<float>::infinity();
+        for (float v : buf) mx = std::max(mx, v);
+        float sum = 0.0f;
+        for (float& v : buf) sum += (v = std::exp(v - mx));
+        for (float& v : buf) v /= sum;
+        vec::from_f32(buf.data(), &y(r, 0), D);
+      }
+    });
+  }
+
+  /// Draw one token per row of logits [B, V] by the SampleOptions rule with the row's uniform u[b] in [0, 1)
+  /// (u may be empty for temperature 0). ids [B]; a row containing NaN gives -1.
+  void sample(View<const float, 2> logits, const SampleOptions& o, View<const float, 1> u,
+              View<std::int32_t, 1> ids) const {
+    const std::int64_t Bn = logits.dim(0), V = logits.dim(1);
+    std::vector<std::int32_t> idx;
+    std::vector<double> prob;
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      const float* l = &logits(b, 0);
+      if (std::any_of(l, l + V, [](float v) { return std::isnan(v); })) {
+        ids(b) = -1;
+        continue;
+      }
+      if (o.temperature == 0.0f) {
+        ids(b) = static_cast<std::int32_t>(std::max_element(l, l + V) - l);  // first maximum: lowest id on ties
+        continue;
+      }
+      idx.resize(static_cast<std::size_t>(V));
+      for (std::int64_t i = 0; i < V; ++i) idx[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+      const std::int64_t k = (o.top_k > 0 && o.top_k < V) ? o.top_k : V;
+      auto before = [&](std::int32_t a, std::int32_t c) { return l[a] > l[c] || (l[a] == l[c] && a < c); };
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), before);
+      prob.resize(static_cast<std::size_t>(k));
+      const double mx = l[idx[0]];
+      double total = 0;
+      for (std::int64_t i = 0; i < k; ++i) {
+        prob[static_cast<std::size_t>(i)] = std::exp((l[idx[static_cast<std::size_t>(i)]] - mx) / o.temperature);
+        total += prob[static_cast<std::size_t>(i)];
+      }
+      std::int64_t keep = k;
+      if (o.top_p < 1.0f) {
+        const double need = static_cast<double>(o.top_p) * total;
+        double c = 0;
+        for (std::int64_t i = 0; i < k; ++i) {
+          c += prob[static_cast<std::size_t>(i)];
+          if (c >= need) {
+            keep = i + 1;
+            break;
+          }
+        }
+        total = 0;
+        for (std::int64_t i = 0; i < keep; ++i) total += prob[static_cast<std::size_t>(i)];
+      }
+      const double target = static_cast<double>(u(b)) * total;
+      std::int32_t pick = idx[static_cast<std::size_t>(keep - 1)];
+      double c = 0;
+      for (std::int64_t i = 0; i < keep; ++i) {
+        c += prob[static_cast<std::size_t>(i)];
+        if (c > target) {
+          pick = idx[static_cast<std::size_t>(i)];
+          break;
+        }
+      }
+      ids(b) = pick;
+    }
+  }
+
+  // ---- mixture of experts ---------------------------------------------------------------------------------
+  /// Group the assignments (t, j) of experts [M, k] by expert, stably (expert-major, then t, then j): rows
+  /// [M*k, D] receives x[t] at row slot(t, j); offsets [E+1] the first row of each expert (offsets[E] = M*k).
+  /// Expert ids are in [0, E) (checked by the router).
+  template <class A>
+  void moe_permute(View<const A, 2> x, View<const std::int32_t, 2> experts, std::int64_t num_experts,
+                   View<A, 2> rows, View<std::int32_t, 2> slot, View<std::int32_t, 1> offsets) const {
+    const std::int64_t M = experts.dim(0), K = experts.dim(1), D = x.dim(1);
+    std::vector<std::int32_t> next(static_cast<std::size_t>(num_experts + 1), 0);
+    for (std::int64_t t = 0; t < M; ++t) {
+      for (std::int64_t j = 0; j < K; ++j) ++next[static_cast<std::size_t>(experts(t, j)) + 1];
+    }
+    for (std::int64_t e = 0; e < num_experts; ++e) next[static_cast<std::size_t>(e + 1)] += next[static_cast<std::size_t>(e)];
+    for (std::int64_t e = 0; e <= num_experts; ++e) offsets(e) = next[static_cast<std::size_t>(e)];
+    for (std::int64_t t = 0; t < M; ++t) {
+      for (std::int64_t j = 0; j < K; ++j) slot(t, j) = next[static_cast<std::size_t>(experts(t, j))]++;
+    }
+    parallel_rows(M, K * D, [&](std::int64_t t0, std::int64_t t1) {
+      for (std::int64_t t = t0; t < t1; ++t) {
+        for (std::int64_t j = 0; j < K; ++j) std::memcpy(&rows(slot(t, j), 0), &x(t, 0), static_cast<std::size_t>(D) * sizeof(A));
+      }
+    });
+  }
+
+  /// out[t] = round_A(sum_j w[t, j] * rows[slot(t, j)]), summed in f32 in choice order j = 0..k-1 (MaxText's
+  /// float32_weight_sum). rows [M*k, D], slot and w [M, k], out [M, D].
+  template <class A>
+  void moe_unpermute(View<const A, 2> rows, View<const std::int32_t, 2> slot, View<const float, 2> w,
+                     View<A, 2> out) const {
+    const std::int64_t M = slot.dim(0), K = slot.dim(1), D = rows.dim(1);
+    parallel_rows(M, K * D, [&](std::int64_t t0, std::int64_t t1) {
+      std::vector<float> acc(static_cast<std::size_t>(D)), r(static_cast<std::size_t>(D));
+      for (std::int64_t t = t0; t < t1; ++t) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (std::int64_t j = 0; j < K; ++j) {
+          vec::to_f32(&rows(slot(t, j), 0), r.data(), D);
+          const float wj = w(t, j);
+          for (std::int64_t i = 0; i < D; ++i) acc[static_cast<std::size_t>(i)] += wj * r[static_cast<std::size_t>(i)];
+        }
+        vec::from_f32(acc.data(), &out(t, 0), D);
+      }
+    });
+  }
+
   // ---- mixture of experts ---------------------------------------------------------------------------------
   /// Route M tokens (semantics: MoeRouting in backend/ops.hpp; spec moe.md GateLogit + get_topk). G is the gate
   /// dtype (f32 with float32_gate_logits, else the activation type), A the activation type (rounding of the

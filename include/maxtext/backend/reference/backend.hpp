@@ -1,0 +1,512 @@
+// backend/reference/backend.hpp: the scalar reference backend. Every operation of the Backend concept as plain
+// loops over host memory with double accumulation, written from the spec (../shared/spec: norms-dense-mlp.md,
+// attention.md §1-2, rope.md, moe.md) rather than from another backend, so that it is obviously correct and can
+// judge the fast backends. Attention keeps MaxText's formulation literally: masked logits are *replaced* by
+// DEFAULT_MASK_VALUE and the softmax runs over every cached key, so the fully-masked and sink cases come out of
+// the same formula instead of special cases. It is slow on purpose (no threads, no blocking, no vectorisation).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <type_traits>
+#include <vector>
+
+#include "maxtext/backend/common/math.hpp"
+#include "maxtext/backend/concepts.hpp"
+#include "maxtext/backend/ops.hpp"
+#include "maxtext/core/dtype.hpp"
+#include "maxtext/core/matrix.hpp"
+#include "maxtext/core/tensor.hpp"
+
+namespace maxtext::reference {
+
+class Backend {
+ public:
+  static constexpr const char* name = "reference";
+
+  // ---- memory ---------------------------------------------------------------------------------------------
+  const std::shared_ptr<MemoryResource>& memory() const { return host_memory(); }
+  void copy(void* dst, const void* src, std::size_t bytes, CopyKind) const {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void synchronize() const {}
+
+  template <class W>
+  Matrix<W> prepare(Matrix<W> m) const {
+    return m;
+  }
+
+  // ---- linear algebra -------------------------------------------------------------------------------------
+  /// y[m, n] = round_Y(sum_k x[m, k] W[n, k]); with a bias, round_Y(round_Y(sum) + bias[n]) (DenseGeneral: the
+  /// product in dtype, the bias added after).
+  template <class X, class W, class Y, class Bias = Y>
+  void matmul(View<const X, 2> x, const Matrix<W>& w, View<Y, 2> y, View<const Bias, 1> bias = {}) const {
+    const std::int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
+    for (std::int64_t m = 0; m < M; ++m) {
+      for (std::int64_t n = 0; n < N; ++n) {
+        double acc = 0.0;
+        for (std::int64_t k = 0; k < K; ++k) acc += static_cast<double>(to_float(x(m, k))) * weight(w, n, k);
+        float v = round_to<Y>(static_cast<float>(acc));
+        if (!bias.empty()) v = v + to_float(bias(n));
+        y(m, n) = from_float<Y>(v);
+      }
+    }
+  }
+
+  // ---- normalisation --------------------------------------------------------------------------------------
+  /// RMSNorm: r = round_A(x / sqrt(mean(x^2) + eps)); with a scale, y = round_A(r * round_A(scale + offset)).
+  template <class A, class S>
+  void rms_norm(View<const A, 2> x, View<const S, 1> scale, float eps, float scale_offset, View<A, 2> y) const {
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    std::vector<double> row(static_cast<std::size_t>(D));
+    for (std::int64_t m = 0; m < M; ++m) {
+      double ss = 0.0;
+      for (std::int64_t i = 0; i < D; ++i) {
+        row[static_cast<std::size_t>(i)] = to_float(x(m, i));
+        ss += row[static_cast<std::size_t>(i)] * row[static_cast<std::size_t>(i)];
+      }
+      const double inv = 1.0 / std::sqrt(ss / static_cast<double>(D) + static_cast<double>(eps));
+      for (std::int64_t i = 0; i < D; ++i) {
+        float r = round_to<A>(static_cast<float>(row[static_cast<std::size_t>(i)] * inv));
+        if (!scale.empty()) r = round_to<A>(r * round_to<A>(to_float(scale(i)) + scale_offset));
+        y(m, i) = from_float<A>(r);
+      }
+    }
+  }
+
+  /// Gpt3LayerNorm with statistics in the input dtype: mean and biased variance each rounded to A, then
+  /// round_A(round_A(round_A(x - mean) * round_A(1/sqrt(round_A(var + eps)))) * round_A(scale + 1)) + bias.
+  /// With stats_in_f32 (reductions_in_fp32) the statistics path is not rounded, only the normalised value.
+  template <class A>
+  void layer_norm(View<const A, 2> x, View<const A, 1> scale, View<const A, 1> bias, float eps, View<A, 2> y,
+                  bool stats_in_f32 = false) const {
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    const auto rs = [&](float v) { return stats_in_f32 ? v : round_to<A>(v); };
+    std::vector<float> row(static_cast<std::size_t>(D));
+    for (std::int64_t m = 0; m < M; ++m) {
+      double s = 0.0;
+      for (std::int64_t i = 0; i < D; ++i) s += (row[static_cast<std::size_t>(i)] = to_float(x(m, i)));
+      const float mean = rs(static_cast<float>(s / static_cast<double>(D)));
+      double v = 0.0;
+      for (std::int64_t i = 0; i < D; ++i) {
+        const double c = rs(row[static_cast<std::size_t>(i)] - mean);
+        v += rs(static_cast<float>(c * c));
+      }
+      const float var = rs(static_cast<float>(v / static_cast<double>(D)));
+      const float inv = rs(static_cast<float>(1.0 / std::sqrt(static_cast<double>(rs(var + eps)))));
+      for (std::int64_t i = 0; i < D; ++i) {
+        float o = round_to<A>(rs(row[static_cast<std::size_t>(i)] - mean) * inv);
+        o = round_to<A>(o * round_to<A>(to_float(scale(i)) + 1.0f));
+        if (!bias.empty()) o = round_to<A>(o + to_float(bias(i)));
+        y(m, i) = from_float<A>(o);
+      }
+    }
+  }
+
+  // ---- element-wise ---------------------------------------------------------------------------------------
+  template <class A>
+  void add(View<const A, 2> a, View<const A, 2> b, View<A, 2> y) const {
+    for (std::int64_t m = 0; m < a.dim(0); ++m) {
+      for (std::int64_t i = 0; i < a.dim(1); ++i) y(m, i) = from_float<A>(to_float(a(m, i)) + to_float(b(m, i)));
+    }
+  }
+
+  /// y = round(round(act0(h0)) * round(act1(h1))), or round(act0(h0)) without h1; with round_each = false
+  /// (activations_in_float32) only y is rounded.
+  template <class A>
+  void activation(View<const A, 2> h0, Activation a0, View<const A, 2> h1, Activation a1, View<A, 2> y,
+                  bool round_each = true) const {
+    const auto r = [&](float v) { return round_each ? round_to<A>(v) : v; };
+    for (std::int64_t m = 0; m < h0.dim(0); ++m) {
+      for (std::int64_t i = 0; i < h0.dim(1); ++i) {
+        float v = r(act(a0, to_float(h0(m, i))));
+        if (!h1.empty()) v = r(v * r(act(a1, to_float(h1(m, i)))));
+        y(m, i) = from_float<A>(v);
+      }
+    }
+  }
+
+  /// x = round(x * round_A(factor)) or round(x / round_A(factor)).
+  template <class A>
+  void scale(View<A, 2> x, float factor, bool divide = false) const {
+    const float f = round_to<A>(factor);
+    for (std::int64_t m = 0; m < x.dim(0); ++m) {
+      for (std::int64_t i = 0; i < x.dim(1); ++i) {
+        const float v = to_float(x(m, i));
+        x(m, i) = from_float<A>(divide ? v / f : v * f);
+      }
+    }
+  }
+
+  template <class A>
+  void soft_cap(View<A, 2> x, float cap) const {
+    for (std::int64_t m = 0; m < x.dim(0); ++m) {
+      for (std::int64_t i = 0; i < x.dim(1); ++i) {
+        x(m, i) = from_float<A>(static_cast<float>(cap * std::tanh(static_cast<double>(to_float(x(m, i))) / cap)));
+      }
+    }
+  }
+
+  template <class A, class Y>
+  void convert(View<const A, 2> x, View<Y, 2> y) const {
+    for (std::int64_t m = 0; m < x.dim(0); ++m) {
+      for (std::int64_t i = 0; i < x.dim(1); ++i) y(m, i) = from_float<Y>(to_float(x(m, i)));
+    }
+  }
+
+  template <class T, int R>
+  void copy(View<const T, R> src, View<T, R> dst) const {
+    if constexpr (R == 1) {
+      for (std::int64_t i = 0; i < src.dim(0); ++i) dst(i) = src(i);
+    } else {
+      for (std::int64_t i = 0; i < src.dim(0); ++i) copy<T, R - 1>(src[i], dst[i]);
+    }
+  }
+
+  // ---- embedding ------------------------------------------------------------------------------------------
+  template <class W, class A>
+  void embed(const Matrix<W>& table, View<const std::int32_t, 1> ids, View<A, 2> y) const {
+    for (std::int64_t m = 0; m < ids.dim(0); ++m) {
+      for (std::int64_t i = 0; i < table.cols; ++i) y(m, i) = from_float<A>(static_cast<float>(weight(table, ids(m), i)));
+    }
+  }
+
+  // ---- rotary (rope.md) -----------------------------------------------------------------------------------
+  template <class A>
+  void rotary(View<A, 3> x, View<const std::int32_t, 1> pos, const RotaryTable& t) const {
+    const std::int64_t r = t.rot_dims, half = r / 2;
+    std::vector<float> in(static_cast<std::size_t>(r)), out(static_cast<std::size_t>(r));
+    for (std::int64_t m = 0; m < x.dim(0); ++m) {
+      for (std::int64_t h = 0; h < x.dim(1); ++h) {
+        for (std::int64_t i = 0; i < r; ++i) in[static_cast<std::size_t>(i)] = to_float(x(m, h, i));
+        for (std::int64_t i = 0; i < half; ++i) {
+          float c = t.cos(pos(m), i), s = t.sin(pos(m), i);
+          if (t.round_sincos_to_input) {
+            c = round_to<A>(c);
+            s = round_to<A>(s);
+          }
+          if (t.layout == RopeLayout::half_split) {
+            const float a = in[static_cast<std::size_t>(i)], b = in[static_cast<std::size_t>(i + half)];
+            if (t.round_sincos_to_input) {  // default RoPE: every product and sum in the input dtype
+              out[static_cast<std::size_t>(i)] = round_to<A>(round_to<A>(a * c) - round_to<A>(b * s));
+              out[static_cast<std::size_t>(i + half)] = round_to<A>(round_to<A>(b * c) + round_to<A>(a * s));
+            } else {
+              out[static_cast<std::size_t>(i)] = a * c - b * s;
+              out[static_cast<std::size_t>(i + half)] = b * c + a * s;
+            }
+          } else {
+            // complex (re + i im) * (c + i s) with re, im = x[2i], x[2i+1]
+            const float re = in[static_cast<std::size_t>(2 * i)], im = in[static_cast<std::size_t>(2 * i + 1)];
+            const float zr = re * c - im * s, zi = im * c + re * s;
+            if (t.layout == RopeLayout::interleaved) {
+              out[static_cast<std::size_t>(2 * i)] = zr;
+              out[static_cast<std::size_t>(2 * i + 1)] = zi;
+            } else {  // YaRN: concatenated halves
+              out[static_cast<std::size_t>(i)] = zr;
+              out[static_cast<std::size_t>(i + half)] = zi;
+            }
+          }
+        }
+        for (std::int64_t i = 0; i < r; ++i) x(m, h, i) = from_float<A>(out[static_cast<std::size_t>(i)] * t.post_scale);
+      }
+    }
+  }
+
+  // ---- attention (attention.md §1-2) ----------------------------------------------------------------------
+  template <class A>
+  void attention(View<const A, 4> q, View<const A, 4> k, View<const A, 4> v, const AttentionMask& mask,
+                 const AttentionOptions& opt, View<const A, 1> sinks, View<A, 4> out) const {
+    const std::int64_t B = q.dim(0), T = q.dim(1), N = q.dim(2), Dq = q.dim(3);
+    const std::int64_t K = k.dim(2), Dv = v.dim(3), G = N / K;
+    std::vector<double> logit, acc(static_cast<std::size_t>(Dv));
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t S = mask.kv_len(b);
+      logit.resize(static_cast<std::size_t>(S));
+      for (std::int64_t t = 0; t < T; ++t) {
+        const std::int64_t qi = mask.q_start(b) + t;
+        for (std::int64_t n = 0; n < N; ++n) {
+          const std::int64_t kh = n / G;  // GQA: query head n reads kv head n // G
+          for (std::int64_t s = 0; s < S; ++s) {
+            double dot = 0.0;
+            for (std::int64_t d = 0; d < Dq; ++d) dot += static_cast<double>(to_float(q(b, t, n, d))) * to_float(k(b, s, kh, d));
+            float l = static_cast<float>(dot);
+            if (!opt.float32_qk_product) l = round_to<A>(l);
+            if (opt.soft_cap > 0.0f) l = static_cast<float>(opt.soft_cap * std::tanh(static_cast<double>(l) / opt.soft_cap));
+            if (!opt.float32_qk_product && !opt.float32_logits) l = round_to<A>(l);
+            logit[static_cast<std::size_t>(s)] = allowed(mask, b, t, qi, s) ? l : kMaskValue;
+          }
+          double mx = -HUGE_VAL;
+          for (double l : logit) mx = std::max(mx, l);
+          const bool has_sink = !sinks.empty();
+          const double sink = has_sink ? to_float(sinks(n)) : 0.0;
+          if (has_sink) mx = std::max(mx, sink);
+          double denom = has_sink ? std::exp(sink - mx) : 0.0;
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (std::int64_t s = 0; s < S; ++s) {
+            const double e = std::exp(logit[static_cast<std::size_t>(s)] - mx);
+            denom += e;
+            for (std::int64_t d = 0; d < Dv; ++d) acc[static_cast<std::size_t>(d)] += e * to_float(v(b, s, kh, d));
+          }
+          for (std::int64_t d = 0; d < Dv; ++d) {
+            out(b, t, n, d) = from_float<A>(denom > 0.0 ? static_cast<float>(acc[static_cast<std::size_t>(d)] / denom) : 0.0f);
+          }
+        }
+      }
+    }
+  }
+
+  // ---- row reductions -------------------------------------------------------------------------------------
+  template <class X, class Y>
+  void softmax(View<const X, 2> x, View<Y, 2> y) const {
+    const std::int64_t D = x.dim(1);
+    std::vector<double> e(static_cast<std::size_t>(D));
+    for (std::int64_t m = 0; m < x.dim(0); ++m) {
+      double mx = -HUGE_VAL, sum = 0.0;
+      for (std::int64_t i = 0; i < D; ++i) mx = std::max<double>(mx, to_float(x(m, i)));
+      for (std::int64_t i = 0; i < D; ++i) sum += (e[static_cast<std::size_t>(i)] = std::exp(to_float(x(m, i)) - mx));
+      for (std::int64_t i = 0; i < D; ++i) y(m, i) = from_float<Y>(static_cast<float>(e[static_cast<std::size_t>(i)] / sum));
+    }
+  }
+
+  /// The SampleOptions rule by a full sort of each row.
+  void sample(View<const float, 2> logits, const SampleOptions& o, View<const float, 1> u, View<std::int32_t, 1> ids) const {
+    const std::int64_t V = logits.dim(1);
+    for (std::int64_t b = 0; b < logits.dim(0); ++b) {
+      std::vector<std::int32_t> order(static_cast<std::size_t>(V));
+      std::iota(order.begin(), order.end(), 0);
+      bool nan = false;
+      for (std::int64_t i = 0; i < V; ++i) nan = nan || std::isnan(logits(b, i));
+      if (nan) {
+        ids(b) = -1;
+        continue;
+      }
+      std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t c) { return logits(b, a) > logits(b, c); });
+      if (o.temperature == 0.0f) {
+        ids(b) = order[0];
+        continue;
+      }
+      std::size_t keep = (o.top_k > 0 && o.top_k < V) ? static_cast<std::size_t>(o.top_k) : order.size();
+      std::vector<double> p(keep);
+      for (std::size_t i = 0; i < keep; ++i) p[i] = std::exp((logits(b, order[i]) - static_cast<double>(logits(b, order[0]))) / o.temperature);
+      double total = std::accumulate(p.begin(), p.end(), 0.0);
+      if (o.top_p < 1.0f) {
+        double c = 0.0;
+        for (std::size_t i = 0; i < keep; ++i) {
+          c += p[i];
+          if (c >= static_cast<double>(o.top_p) * total) {
+            keep = i + 1;
+            break;
+          }
+        }
+        total = std::accumulate(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
+      }
+      const double target = static_cast<double>(u(b)) * total;
+      double c = 0.0;
+      ids(b) = order[keep - 1];
+      for (std::size_t i = 0; i < keep; ++i) {
+        c += p[i];
+        if (c > target) {
+          ids(b) = order[i];
+          break;
+        }
+      }
+    }
+  }
+
+  // ---- mixture of experts (moe.md, dropless) --------------------------------------------------------------
+  template <class A>
+  void moe_permute(View<const A, 2> x, View<const std::int32_t, 2> experts, std::int64_t num_experts, View<A, 2> rows,
+                   View<std::int32_t, 2> slot, View<std::int32_t, 1> offsets) const {
+    const std::int64_t M = experts.dim(0), K = experts.dim(1);
+    std::int32_t row = 0;
+    for (std::int64_t e = 0; e < num_experts; ++e) {
+      offsets(e) = row;
+      for (std::int64_t t = 0; t < M; ++t) {
+        for (std::int64_t j = 0; j < K; ++j) {
+          if (experts(t, j) != e) continue;
+          slot(t, j) = row;
+          for (std::int64_t i = 0; i < x.dim(1); ++i) rows(row, i) = x(t, i);
+          ++row;
+        }
+      }
+    }
+    offsets(num_experts) = row;
+  }
+
+  template <class A>
+  void moe_unpermute(View<const A, 2> rows, View<const std::int32_t, 2> slot, View<const float, 2> w, View<A, 2> out) const {
+    for (std::int64_t t = 0; t < slot.dim(0); ++t) {
+      for (std::int64_t i = 0; i < rows.dim(1); ++i) {
+        double acc = 0.0;
+        for (std::int64_t j = 0; j < slot.dim(1); ++j) acc += static_cast<double>(w(t, j)) * to_float(rows(slot(t, j), i));
+        out(t, i) = from_float<A>(static_cast<float>(acc));
+      }
+    }
+  }
+
+  // ---- mixture of experts: routing and per-expert rows (moe.md; MoeRouting in backend/ops.hpp) -------------
+  /// Routing of each token: scores, bias, optional group limit, top-k by a stable sort, weight post-processing.
+  template <class G, class A = G>
+  void moe_route(View<const G, 2> z, View<const G, 1> bias, const MoeRouting& r, View<std::int32_t, 2> idx,
+                 View<float, 2> w, View<float, 2> scores) const {
+    const std::int64_t M = z.dim(0), E = z.dim(1), k = r.num_experts_per_tok;
+    const double ninf = -HUGE_VAL;
+    for (std::int64_t m = 0; m < M; ++m) {
+      std::vector<float> s(static_cast<std::size_t>(E)), b(static_cast<std::size_t>(E));
+      for (std::int64_t e = 0; e < E; ++e) s[static_cast<std::size_t>(e)] = to_float(z(m, e));
+      if (r.score_softmax) {
+        double mx = ninf, sum = 0.0;
+        for (float v : s) mx = std::max<double>(mx, v);
+        for (float v : s) sum += std::exp(v - mx);
+        for (float& v : s) v = round_to<G>(static_cast<float>(std::exp(v - mx) / sum));
+      } else if (r.score != Activation::linear) {
+        for (float& v : s) v = round_to<G>(act(r.score, v));
+      }
+      for (std::int64_t e = 0; e < E; ++e) {
+        const auto u = static_cast<std::size_t>(e);
+        b[u] = bias.empty() ? s[u] : round_to<G>(s[u] + to_float(bias(e)));
+        if (!scores.empty()) scores(m, e) = b[u];
+      }
+      // Descending by value, equal values in increasing index: a stable sort on the value.
+      auto top = [](const std::vector<float>& v, std::size_t n) {
+        std::vector<std::int32_t> o(v.size());
+        std::iota(o.begin(), o.end(), 0);
+        std::stable_sort(o.begin(), o.end(), [&](std::int32_t a, std::int32_t c) {
+          return v[static_cast<std::size_t>(a)] > v[static_cast<std::size_t>(c)];
+        });
+        o.resize(n);
+        return o;
+      };
+      if (r.deepseek && r.n_groups > 0) {
+        const std::int64_t per = E / r.n_groups;
+        std::vector<float> gs(static_cast<std::size_t>(r.n_groups));
+        for (std::int64_t g = 0; g < r.n_groups; ++g) {
+          std::vector<float> grp(b.begin() + g * per, b.begin() + (g + 1) * per);
+          std::sort(grp.begin(), grp.end(), std::greater<float>());
+          gs[static_cast<std::size_t>(g)] = grp[0] + grp[1];
+        }
+        const auto keep = top(gs, static_cast<std::size_t>(r.topk_groups));
+        for (std::int64_t e = 0; e < E; ++e) {
+          if (std::find(keep.begin(), keep.end(), static_cast<std::int32_t>(e / per)) == keep.end()) {
+            b[static_cast<std::size_t>(e)] = -INFINITY;
+          }
+        }
+      }
+      const auto sel = top(b, static_cast<std::size_t>(k));
+      std::vector<float> wv(static_cast<std::size_t>(k));
+      for (std::int64_t j = 0; j < k; ++j) {
+        const auto e = static_cast<std::size_t>(sel[static_cast<std::size_t>(j)]);
+        idx(m, j) = sel[static_cast<std::size_t>(j)];
+        wv[static_cast<std::size_t>(j)] = r.deepseek ? s[e] : b[e];
+      }
+      if (r.softmax_weights) {
+        double mx = ninf, sum = 0.0;
+        for (float v : wv) mx = std::max<double>(mx, v);
+        for (float v : wv) sum += std::exp(v - mx);
+        for (float& v : wv) v = round_to<A>(static_cast<float>(std::exp(v - mx) / sum));
+      }
+      if (r.normalize) {
+        float sum = 0.0f;  // summed in G, in choice order
+        for (float v : wv) sum = round_to<G>(sum + v);
+        const float den = round_to<G>(sum + r.normalize_eps);
+        for (float& v : wv) v = round_to<G>(v / den);
+      }
+      if (r.scale != 1.0f) {
+        for (float& v : wv) v = round_to<G>(v * round_to<G>(r.scale));
+      }
+      for (std::int64_t j = 0; j < k; ++j) w(m, j) = wv[static_cast<std::size_t>(j)];
+    }
+  }
+
+  /// y[i] = x[rows[i]].
+  template <class A>
+  void gather_rows(View<const A, 2> x, View<const std::int32_t, 1> rows, View<A, 2> y) const {
+    for (std::int64_t i = 0; i < rows.dim(0); ++i) {
+      for (std::int64_t c = 0; c < x.dim(1); ++c) y(i, c) = x(rows(i), c);
+    }
+  }
+
+  /// acc[rows[i]] += w[i] * y[i] (f32 accumulator; rows distinct).
+  template <class A>
+  void scatter_add_rows(View<const A, 2> y, View<const std::int32_t, 1> rows, View<const float, 1> w,
+                        View<float, 2> acc) const {
+    for (std::int64_t i = 0; i < rows.dim(0); ++i) {
+      for (std::int64_t c = 0; c < y.dim(1); ++c) acc(rows(i), c) += w(i) * to_float(y(i, c));
+    }
+  }
+
+  /// Per-head products with row blocks of one weight (MLA absorbed form; BackendHeadMatmul in concepts.hpp):
+  /// W_h = rows [h * head_stride + row_offset, ...) of w; y[m,h,:] = x[m,h,:] . W_h^T, or . W_h if transpose_w.
+  template <class X, class W, class Y>
+  void head_matmul(View<const X, 3> x, const Matrix<W>& w, std::int64_t head_stride, std::int64_t row_offset,
+                   bool transpose_w, View<Y, 3> y) const {
+    for (std::int64_t m = 0; m < x.dim(0); ++m) {
+      for (std::int64_t h = 0; h < x.dim(1); ++h) {
+        const std::int64_t r0 = h * head_stride + row_offset;
+        for (std::int64_t j = 0; j < y.dim(2); ++j) {
+          double acc = 0.0;
+          for (std::int64_t i = 0; i < x.dim(2); ++i) {
+            acc += static_cast<double>(to_float(x(m, h, i))) * (transpose_w ? weight(w, r0 + i, j) : weight(w, r0 + j, i));
+          }
+          y(m, h, j) = from_float<Y>(static_cast<float>(acc));
+        }
+      }
+    }
+  }
+
+ private:
+  template <class W>
+  static double weight(const Matrix<W>& w, std::int64_t n, std::int64_t k) {
+    if constexpr (std::is_same_v<W, q8_0>) {
+      const q8_0& blk = w.data(n, k / q8_0::block);
+      return static_cast<double>(static_cast<float>(blk.d) * static_cast<float>(blk.qs[k % q8_0::block]));
+    } else {
+      return to_float(w.data(n, k));
+    }
+  }
+
+  static float act(Activation a, float x) {
+    const double d = x;
+    switch (a) {
+      case Activation::linear: return x;
+      case Activation::relu: return x > 0.0f ? x : 0.0f;
+      case Activation::gelu: return static_cast<float>(0.5 * d * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (d + 0.044715 * d * d * d))));
+      case Activation::gelu_exact: return static_cast<float>(0.5 * d * (1.0 + std::erf(d / std::sqrt(2.0))));
+      case Activation::silu: return static_cast<float>(d / (1.0 + std::exp(-d)));
+      case Activation::sigmoid: return static_cast<float>(1.0 / (1.0 + std::exp(-d)));
+      case Activation::tanh: return static_cast<float>(std::tanh(d));
+      case Activation::softplus: return static_cast<float>(std::log1p(std::exp(-std::fabs(d))) + std::max(d, 0.0));
+      case Activation::sqrtsoftplus:
+        return static_cast<float>(std::sqrt(std::log1p(std::exp(-std::fabs(d))) + std::max(d, 0.0)));
+    }
+    return x;
+  }
+
+  /// attention.md §2 on cache indices: the key exists (s < kv_len, checked by the caller), the position terms
+  /// (causal; sliding window and chunk, which also require s <= qi) and the segment term.
+  static bool allowed(const AttentionMask& m, std::int64_t b, std::int64_t t, std::int64_t qi, std::int64_t s) {
+    if (m.causal && s > qi) return false;
+    if (m.sliding_window > 0 && !(qi - m.sliding_window < s && s <= qi)) return false;
+    if (m.chunk > 0) {
+      const auto fl = [&](std::int64_t a) { return a / m.chunk; };  // indices are >= 0
+      if (!(fl(qi) == fl(s) && s <= qi)) return false;
+    }
+    if (!m.kv_segment.empty()) {
+      const std::int32_t ks = m.kv_segment(b, s);
+      const std::int32_t qs = m.q_segment.empty() ? 0 : m.q_segment(b, t);
+      if (!(qs == ks && ks >= 0)) return false;
+    }
+    return true;
+  }
+};
+
+}  // namespace maxtext::reference
+
+static_assert(::maxtext::Backend<::maxtext::reference::Backend>, "reference::Backend must satisfy the Backend concept");
+static_assert(::maxtext::BackendMoE<::maxtext::reference::Backend>, "reference::Backend must provide the MoE kernels");
+static_assert(::maxtext::BackendHeadMatmul<::maxtext::reference::Backend>, "reference::Backend must provide head_matmul");

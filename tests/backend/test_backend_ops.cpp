@@ -1,0 +1,531 @@
+// Every operation of the Backend concept on the CPU backend against the scalar reference backend, on random
+// inputs in f32 and bf16 (and f16 / Q8_0 weights for products), plus closed forms that hold whatever the backend:
+// a fully masked attention row is the plain average of the values, sinks turn it to zero, MoE permutation
+// round-trips, sampling frequencies follow the softmax.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/backend/reference/backend.hpp"
+#include "maxtext/io/convert.hpp"
+
+using namespace maxtext;
+
+namespace {
+
+std::mt19937& rng() {
+  static std::mt19937 r(1234);
+  return r;
+}
+
+template <class T, int R>
+Tensor<T, R> random_tensor(const Shape<R>& shape, float scale = 1.0f) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  Tensor<T, R> t(shape);
+  for (std::int64_t i = 0; i < t.size(); ++i) t.data()[i] = from_float<T>(nd(rng()));
+  return t;
+}
+template <class T, int R>
+Tensor<T, R> copy_of(const Tensor<T, R>& t) {
+  Tensor<T, R> c(t.shape());
+  std::copy(t.data(), t.data() + t.size(), c.data());
+  return c;
+}
+
+/// One unit in the last place of T at |x| (f32: 2^-23 relative, bf16: 2^-7, f16: 2^-10).
+template <class T>
+double ulp_rel() {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return 1.0 / 128.0;
+  } else if constexpr (std::is_same_v<T, fp16>) {
+    return 1.0 / 1024.0;
+  } else {
+    return 1.0 / 8388608.0;
+  }
+}
+
+/// |a - b| <= rel * max(|b|, scale) elementwise, `scale` being a typical magnitude of the output (so values
+/// that cancel to near zero are judged against the size of the terms that cancelled).
+template <class T, int R>
+void expect_near(const Tensor<T, R>& a, const Tensor<T, R>& b, double rel, double scale, const std::string& what) {
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0.0;
+  std::int64_t at = 0;
+  for (std::int64_t i = 0; i < a.size(); ++i) {
+    const double x = to_float(a.data()[i]), y = to_float(b.data()[i]);
+    const double err = std::fabs(x - y) / std::max(std::fabs(y), scale);
+    if (!(err <= worst)) {
+      worst = err;
+      at = i;
+    }
+  }
+  INFO(what << ": worst relative error " << worst << " at flat index " << at << " (" << to_float(a.data()[at]) << " vs "
+            << to_float(b.data()[at]) << "), allowed " << rel);
+  CHECK(worst <= rel);
+}
+
+cpu::Backend cpu_be(cpu::Options{2});
+reference::Backend ref_be;
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("matmul: CPU equals the reference", "[backend][ops]", float, bf16) {
+  rng().seed(1001);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  for (std::int64_t M : {1, 3, 17}) {  // the CPU backend takes its matrix-vector path below 4 rows
+    const std::int64_t K = 64, N = 40;
+    const auto x = random_tensor<A, 2>({M, K});
+    const auto bias = random_tensor<A, 1>({N});
+    Matrix<A> w;
+    w.rows = N;
+    w.cols = K;
+    w.data = random_tensor<A, 2>({N, K}, 0.2f);
+    Tensor<A, 2> yc({M, N}), yr({M, N});
+    cpu_be.matmul(x.cview(), w, yc.view(), bias.cview());
+    ref_be.matmul(x.cview(), w, yr.view(), bias.cview());
+    // f32: sums of 64 products in another order (CPU f32, reference f64): ~sqrt(64) ulp of the terms' scale.
+    // bf16: one rounding of the product and one of the bias add, each may land on the other side: 2 ulp.
+    expect_near(yc, yr, std::is_same_v<A, float> ? 1e-5 : 2 * ulp_rel<A>(), 0.5, "matmul M=" + std::to_string(M));
+    Tensor<float, 2> fc({M, N}), fr({M, N});  // f32 output (logits) from A inputs
+    cpu_be.matmul(x.cview(), w, fc.view());
+    ref_be.matmul(x.cview(), w, fr.view());
+    expect_near(fc, fr, 1e-5, 0.5, "matmul to f32");
+  }
+}
+
+TEST_CASE("matmul with f16, bf16 and Q8_0 weights on f32 activations: CPU equals the reference", "[backend][ops]") {
+  rng().seed(1002);  // each case draws the same data whatever runs before it
+  const std::int64_t M = 9, K = 64, N = 24;
+  const auto x = random_tensor<float, 2>({M, K});
+  const auto wf = random_tensor<float, 2>({N, K}, 0.3f);
+  Tensor<float, 2> yc({M, N}), yr({M, N});
+  auto run = [&](const auto& w, const char* what) {
+    cpu_be.matmul(x.cview(), w, yc.view());
+    ref_be.matmul(x.cview(), w, yr.view());
+    expect_near(yc, yr, 1e-5, 0.5, what);
+  };
+  Matrix<fp16> wh{io::to_matrix<fp16>(AnyTensor::from(wf), {0, 1}, 1), N, K, nullptr};
+  Matrix<bf16> wb{io::to_matrix<bf16>(AnyTensor::from(wf), {0, 1}, 1), N, K, nullptr};
+  Matrix<q8_0> wq{io::to_matrix<q8_0>(AnyTensor::from(wf), {0, 1}, 1), N, K, nullptr};
+  run(wh, "f16 weights");
+  run(wb, "bf16 weights");
+  run(wq, "q8_0 weights");
+}
+
+TEMPLATE_TEST_CASE("norms: CPU equals the reference", "[backend][ops]", float, bf16) {
+  rng().seed(1003);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const std::int64_t M = 5, D = 48;
+  auto x = random_tensor<A, 2>({M, D}, 2.0f);
+  for (std::int64_t i = 0; i < D; ++i) x(1, i) = from_float<A>(3.0f + 0.01f * static_cast<float>(i));  // large mean
+  const auto s = random_tensor<A, 1>({D}), b = random_tensor<A, 1>({D});
+  Tensor<A, 2> yc({M, D}), yr({M, D});
+  cpu_be.rms_norm(x.cview(), s.cview(), 1e-6f, 0.0f, yc.view());
+  ref_be.rms_norm(x.cview(), s.cview(), 1e-6f, 0.0f, yr.view());
+  expect_near(yc, yr, std::is_same_v<A, float> ? 1e-6 : ulp_rel<A>(), 0.1, "rms_norm");
+  cpu_be.rms_norm(x.cview(), s.cview(), 1e-5f, 1.0f, yc.view());
+  ref_be.rms_norm(x.cview(), s.cview(), 1e-5f, 1.0f, yr.view());
+  expect_near(yc, yr, std::is_same_v<A, float> ? 1e-6 : ulp_rel<A>(), 0.1, "rms_norm offset 1");
+  cpu_be.rms_norm(x.cview(), View<const A, 1>(), 1e-5f, 0.0f, yc.view());
+  ref_be.rms_norm(x.cview(), View<const A, 1>(), 1e-5f, 0.0f, yr.view());
+  expect_near(yc, yr, std::is_same_v<A, float> ? 1e-6 : ulp_rel<A>(), 0.1, "rms_norm without scale");
+  // Gpt3LayerNorm: statistics in A, five roundings in a chain; a one-ulp flip of mean or rsqrt moves every output.
+  cpu_be.layer_norm(x.cview(), s.cview(), b.cview(), 1e-5f, yc.view());
+  ref_be.layer_norm(x.cview(), s.cview(), b.cview(), 1e-5f, yr.view());
+  expect_near(yc, yr, std::is_same_v<A, float> ? 1e-5 : 3 * ulp_rel<A>(), 0.5, "layer_norm");
+  cpu_be.layer_norm(x.cview(), s.cview(), View<const A, 1>(), 1e-5f, yc.view());
+  ref_be.layer_norm(x.cview(), s.cview(), View<const A, 1>(), 1e-5f, yr.view());
+  expect_near(yc, yr, std::is_same_v<A, float> ? 1e-5 : 3 * ulp_rel<A>(), 0.5, "layer_norm without bias");
+  cpu_be.layer_norm(x.cview(), s.cview(), b.cview(), 1e-5f, yc.view(), true);  // reductions_in_fp32
+  ref_be.layer_norm(x.cview(), s.cview(), b.cview(), 1e-5f, yr.view(), true);
+  expect_near(yc, yr, std::is_same_v<A, float> ? 1e-5 : 3 * ulp_rel<A>(), 0.5, "layer_norm, statistics in f32");
+}
+
+TEMPLATE_TEST_CASE("element-wise ops: CPU equals the reference", "[backend][ops]", float, bf16) {
+  rng().seed(1004);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const std::int64_t M = 4, D = 37;
+  const auto a = random_tensor<A, 2>({M, D}, 2.0f), b = random_tensor<A, 2>({M, D}, 2.0f);
+  Tensor<A, 2> yc({M, D}), yr({M, D});
+  const double tol = std::is_same_v<A, float> ? 1e-6 : ulp_rel<A>();
+  cpu_be.add(a.cview(), b.cview(), yc.view());
+  ref_be.add(a.cview(), b.cview(), yr.view());
+  expect_near(yc, yr, 0.0, 1.0, "add");  // one rounding of an exact f32 sum: identical
+  for (Activation act : {Activation::linear, Activation::relu, Activation::gelu, Activation::gelu_exact, Activation::silu,
+                         Activation::sigmoid, Activation::tanh, Activation::softplus, Activation::sqrtsoftplus}) {
+    cpu_be.activation(a.cview(), act, View<const A, 2>(), Activation::linear, yc.view());
+    ref_be.activation(a.cview(), act, View<const A, 2>(), Activation::linear, yr.view());
+    // Judged against the inputs' scale (1): the f32 GELU forms cancel (1 + tanh(x) -> 0) for x << 0, where the
+    // output is tiny and its f32 relative error large in any f32 implementation (MaxText's included).
+    expect_near(yc, yr, 2 * tol, 1.0, std::string("activation ") + std::string(activation_name(act)));
+    cpu_be.activation(a.cview(), act, b.cview(), Activation::linear, yc.view());
+    ref_be.activation(a.cview(), act, b.cview(), Activation::linear, yr.view());
+    expect_near(yc, yr, 4 * tol, 1.0, std::string("gated activation ") + std::string(activation_name(act)));
+    cpu_be.activation(a.cview(), act, b.cview(), Activation::silu, yc.view(), false);  // activations_in_float32
+    ref_be.activation(a.cview(), act, b.cview(), Activation::silu, yr.view(), false);
+    expect_near(yc, yr, 4 * tol, 1.0, std::string("f32 gated activation ") + std::string(activation_name(act)));
+  }
+  auto xc = copy_of(a), xr = copy_of(a);
+  cpu_be.scale(xc.view(), 2.8284271f, true);
+  ref_be.scale(xr.view(), 2.8284271f, true);
+  expect_near(xc, xr, 0.0, 1.0, "scale (divide)");
+  cpu_be.scale(xc.view(), 0.3f);
+  ref_be.scale(xr.view(), 0.3f);
+  expect_near(xc, xr, 0.0, 1.0, "scale");
+  cpu_be.soft_cap(xc.view(), 1.5f);
+  ref_be.soft_cap(xr.view(), 1.5f);
+  expect_near(xc, xr, tol, 1e-2, "soft_cap");
+  Tensor<float, 2> fc({M, D}), fr({M, D});
+  cpu_be.convert(a.cview(), fc.view());
+  ref_be.convert(a.cview(), fr.view());
+  expect_near(fc, fr, 0.0, 1.0, "convert");
+  // strided copy: a transposed view
+  Tensor<A, 2> tc({D, M}), tr({D, M});
+  cpu_be.copy(a.cview().transpose(0, 1), tc.view());
+  ref_be.copy(a.cview().transpose(0, 1), tr.view());
+  expect_near(tc, tr, 0.0, 1.0, "copy");
+  CHECK(to_float(tc(5, 2)) == to_float(a(2, 5)));
+}
+
+TEMPLATE_TEST_CASE("embed and rotary: CPU equals the reference", "[backend][ops]", float, bf16) {
+  rng().seed(1005);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  Matrix<A> table;
+  table.rows = 11;
+  table.cols = 12;
+  table.data = random_tensor<A, 2>({11, 12});
+  Tensor<std::int32_t, 1> ids({4});
+  ids(0) = 3, ids(1) = 0, ids(2) = 10, ids(3) = 3;
+  Tensor<A, 2> ec({4, 12}), er({4, 12});
+  cpu_be.embed(table, ids.cview(), ec.view());
+  ref_be.embed(table, ids.cview(), er.view());
+  expect_near(ec, er, 0.0, 1.0, "embed");
+
+  const std::int64_t M = 6, H = 3, d = 16;
+  for (RopeLayout layout : {RopeLayout::half_split, RopeLayout::interleaved, RopeLayout::interleaved_to_halves}) {
+    for (std::int64_t r : {d, std::int64_t{8}}) {  // full and partial rotary
+      RotaryTable t;
+      t.rot_dims = r;
+      t.layout = layout;
+      t.round_sincos_to_input = layout == RopeLayout::half_split;
+      t.post_scale = layout == RopeLayout::interleaved_to_halves ? 1.3f : 1.0f;
+      t.cos = Tensor<float, 2>({20, r / 2});
+      t.sin = Tensor<float, 2>({20, r / 2});
+      for (std::int64_t p = 0; p < 20; ++p) {
+        for (std::int64_t i = 0; i < r / 2; ++i) {
+          const float ang = static_cast<float>(p) / std::pow(10000.0f, 2.0f * static_cast<float>(i) / static_cast<float>(r));
+          t.cos(p, i) = std::cos(ang);
+          t.sin(p, i) = std::sin(ang);
+        }
+      }
+      Tensor<std::int32_t, 1> pos({M});
+      for (std::int64_t m = 0; m < M; ++m) pos(m) = static_cast<std::int32_t>(3 * m + 1);
+      auto xc = random_tensor<A, 3>({M, H, d});
+      auto xr = copy_of(xc);
+      cpu_be.rotary(xc.view(), pos.cview(), t);
+      ref_be.rotary(xr.view(), pos.cview(), t);
+      expect_near(xc, xr, std::is_same_v<A, float> ? 1e-6 : ulp_rel<A>(), 0.1,
+                  "rotary layout " + std::to_string(static_cast<int>(layout)) + " r " + std::to_string(r));
+    }
+  }
+}
+
+namespace {
+struct AttnCase {
+  AttnCase(std::int64_t b, std::int64_t t, std::int64_t n, std::int64_t k, std::int64_t dq, std::int64_t dv, std::int64_t s)
+      : B(b), T(t), N(n), K(k), Dq(dq), Dv(dv), S(s) {}
+  std::int64_t B, T, N, K, Dq, Dv, S;
+  bool causal = true;
+  std::int64_t window = 0, chunk = 0;
+  bool segments = false, sinks = false;
+  float soft_cap = 0.0f;
+  bool f32_qk = false, f32_logits = false;
+  std::vector<std::int32_t> q_start, kv_len;
+};
+
+template <class A>
+void check_attention(const AttnCase& c, const std::string& what) {
+  const auto q = random_tensor<A, 4>({c.B, c.T, c.N, c.Dq}, 1.5f);
+  const auto k = random_tensor<A, 4>({c.B, c.S, c.K, c.Dq}, 1.5f);
+  const auto v = random_tensor<A, 4>({c.B, c.S, c.K, c.Dv});
+  const auto sinks = random_tensor<A, 1>({c.N});
+  Tensor<std::int32_t, 1> q_start({c.B}), kv_len({c.B});
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    q_start(b) = c.q_start[static_cast<std::size_t>(b)];
+    kv_len(b) = c.kv_len[static_cast<std::size_t>(b)];
+  }
+  Tensor<std::int32_t, 2> qseg({c.B, c.T}), kseg({c.B, c.S});
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    for (std::int64_t s = 0; s < c.S; ++s) kseg(b, s) = static_cast<std::int32_t>(s < 5 ? 1 : (s < 9 ? 2 : (s == 12 ? -1 : 3)));
+    for (std::int64_t t = 0; t < c.T; ++t) qseg(b, t) = kseg(b, std::min(c.S - 1, q_start(b) + t));
+  }
+  AttentionMask mask;
+  mask.q_start = q_start.cview();
+  mask.kv_len = kv_len.cview();
+  if (c.segments) {
+    mask.q_segment = qseg.cview();
+    mask.kv_segment = kseg.cview();
+  }
+  mask.causal = c.causal;
+  mask.sliding_window = c.window;
+  mask.chunk = c.chunk;
+  AttentionOptions opt;
+  opt.soft_cap = c.soft_cap;
+  opt.float32_qk_product = c.f32_qk;
+  opt.float32_logits = c.f32_logits;
+  Tensor<A, 4> oc({c.B, c.T, c.N, c.Dv}), orf({c.B, c.T, c.N, c.Dv});
+  const View<const A, 1> sk = c.sinks ? sinks.cview() : View<const A, 1>();
+  cpu_be.attention(q.cview(), k.cview(), v.cview(), mask, opt, sk, oc.view());
+  ref_be.attention(q.cview(), k.cview(), v.cview(), mask, opt, sk, orf.view());
+  // f32: the online f32 softmax and the double two-pass softmax differ by ~30 f32 ulp (exp and rescaling errors).
+  // bf16: logits are rounded to bf16 by both before the softmax, the output once: a rounding flip, 1-2 ulp.
+  expect_near(oc, orf, std::is_same_v<A, float> ? 1e-5 : 2 * ulp_rel<A>(), 0.3, what);
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("attention: CPU equals the reference (masks, GQA, caps, sinks, decode)", "[backend][ops][attention]",
+                   float, bf16) {
+  rng().seed(1006);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  AttnCase base{2, 6, 4, 2, 8, 8, 16};
+  base.q_start = {0, 3};
+  base.kv_len = {6, 9};
+  check_attention<A>(base, "causal prefill, GQA 2");
+  AttnCase c = base;
+  c.segments = true;
+  check_attention<A>(c, "segments");
+  c = base;
+  c.window = 3;
+  check_attention<A>(c, "sliding window 3");
+  c = base;
+  c.chunk = 4;
+  check_attention<A>(c, "chunk 4");
+  c = base;
+  c.soft_cap = 2.0f;
+  check_attention<A>(c, "soft cap");
+  c.f32_logits = true;
+  check_attention<A>(c, "soft cap, f32 logits");
+  c.f32_qk = true;
+  check_attention<A>(c, "soft cap, f32 qk product");
+  c = base;
+  c.sinks = true;
+  check_attention<A>(c, "sinks");
+  c = base;
+  c.Dv = 5;
+  c.N = 6;
+  c.K = 1;
+  check_attention<A>(c, "MQA, Dv != Dq");
+  AttnCase dec{3, 1, 4, 4, 16, 16, 16};
+  dec.q_start = {0, 7, 15};
+  dec.kv_len = {1, 8, 16};
+  check_attention<A>(dec, "decode step");
+  dec.segments = true;  // row 2's query is in segment 3; keys 12 (segment -1) is never visible
+  check_attention<A>(dec, "decode step with segments");
+  AttnCase nc = base;
+  nc.causal = false;
+  check_attention<A>(nc, "bidirectional");
+}
+
+TEST_CASE("attention: fully masked rows average the values; with sinks they are zero", "[backend][ops][attention]") {
+  rng().seed(1007);  // each case draws the same data whatever runs before it
+  for (int which = 0; which < 2; ++which) {
+    const std::int64_t S = 4, D = 3;
+    Tensor<float, 4> q = random_tensor<float, 4>({1, 1, 1, D}), k = random_tensor<float, 4>({1, S, 1, D}),
+                     v = random_tensor<float, 4>({1, S, 1, D});
+    Tensor<std::int32_t, 1> qs = Tensor<std::int32_t, 1>::full({1}, 3), kl = Tensor<std::int32_t, 1>::full({1}, 4);
+    Tensor<std::int32_t, 2> qseg = Tensor<std::int32_t, 2>::full({1, 1}, 7), kseg = Tensor<std::int32_t, 2>::full({1, S}, 1);
+    AttentionMask m{qs.cview(), kl.cview(), qseg.cview(), kseg.cview(), true, 0, 0};  // segment 7 sees no key
+    Tensor<float, 1> sinks = Tensor<float, 1>::full({1}, 0.25f);
+    const View<const float, 1> sk = which ? sinks.cview() : View<const float, 1>();
+    Tensor<float, 4> oc({1, 1, 1, D}), orf({1, 1, 1, D});
+    cpu_be.attention(q.cview(), k.cview(), v.cview(), m, AttentionOptions{}, sk, oc.view());
+    ref_be.attention(q.cview(), k.cview(), v.cview(), m, AttentionOptions{}, sk, orf.view());
+    for (std::int64_t d = 0; d < D; ++d) {
+      double mean = 0.0;
+      for (std::int64_t s = 0; s < S; ++s) mean += v(0, s, 0, d) / static_cast<double>(S);
+      const double want = which ? 0.0 : mean;
+      CHECK(oc(0, 0, 0, d) == Approx(want).margin(1e-6));
+      CHECK(orf(0, 0, 0, d) == Approx(want).margin(1e-6));
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("softmax: CPU equals the reference and rows sum to one", "[backend][ops]", float, bf16) {
+  rng().seed(1008);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const auto x = random_tensor<A, 2>({3, 50}, 4.0f);
+  Tensor<float, 2> yc({3, 50}), yr({3, 50});
+  cpu_be.softmax(x.cview(), yc.view());
+  ref_be.softmax(x.cview(), yr.view());
+  expect_near(yc, yr, 1e-5, 1e-3, "softmax");
+  for (std::int64_t r = 0; r < 3; ++r) {
+    double s = 0;
+    for (std::int64_t i = 0; i < 50; ++i) s += yr(r, i);
+    CHECK(s == Approx(1.0).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("sample: CPU equals the reference; frequencies follow the softmax", "[backend][ops][sampling]") {
+  rng().seed(1009);  // each case draws the same data whatever runs before it
+  const std::int64_t B = 64, V = 200;
+  auto logits = random_tensor<float, 2>({B, V}, 2.0f);
+  for (std::int64_t i = 0; i < V; i += 7) logits(3, i) = 1.0f;  // ties
+  Tensor<float, 1> u({B});
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  for (std::int64_t b = 0; b < B; ++b) u(b) = ud(rng());
+  for (const SampleOptions o : {SampleOptions{0.0f, 0, 1.0f}, SampleOptions{1.0f, 0, 1.0f}, SampleOptions{0.8f, 40, 1.0f},
+                                SampleOptions{1.2f, 0, 0.9f}, SampleOptions{0.5f, 10, 0.5f}, SampleOptions{1.0f, 1, 1.0f}}) {
+    Tensor<std::int32_t, 1> ic({B}), ir({B});
+    cpu_be.sample(logits.cview(), o, u.cview(), ic.view());
+    ref_be.sample(logits.cview(), o, u.cview(), ir.view());
+    for (std::int64_t b = 0; b < B; ++b) {
+      INFO("row " << b << " T " << o.temperature << " k " << o.top_k << " p " << o.top_p);
+      REQUIRE(ic(b) == ir(b));
+      REQUIRE((ir(b) >= 0 && ir(b) < V));
+    }
+  }
+  // A stratified grid of u over one row of 4 logits reproduces softmax(l / T) to within the grid's resolution.
+  Tensor<float, 2> row({1, 4});
+  const float l[4] = {0.0f, 1.0f, 2.0f, -1.0f};
+  for (int i = 0; i < 4; ++i) row(0, i) = l[i];
+  const int n = 4000;
+  std::vector<int> count(4, 0);
+  Tensor<float, 1> uu({1});
+  Tensor<std::int32_t, 1> id({1});
+  for (int i = 0; i < n; ++i) {
+    uu(0) = (static_cast<float>(i) + 0.5f) / static_cast<float>(n);
+    ref_be.sample(row.cview(), SampleOptions{2.0f, 0, 1.0f}, uu.cview(), id.view());
+    ++count[static_cast<std::size_t>(id(0))];
+  }
+  double z = 0;
+  for (float x : l) z += std::exp(x / 2.0);
+  for (int i = 0; i < 4; ++i) CHECK(count[static_cast<std::size_t>(i)] / static_cast<double>(n) == Approx(std::exp(l[i] / 2.0) / z).margin(1.0 / n));
+}
+
+TEMPLATE_TEST_CASE("MoE permute / unpermute: CPU equals the reference and round-trips", "[backend][ops][moe]", float, bf16) {
+  rng().seed(1010);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const std::int64_t M = 7, k = 3, E = 5, D = 6;
+  const auto x = random_tensor<A, 2>({M, D});
+  Tensor<std::int32_t, 2> experts({M, k});
+  for (std::int64_t t = 0; t < M; ++t) {
+    for (std::int64_t j = 0; j < k; ++j) experts(t, j) = static_cast<std::int32_t>((t * 2 + j * 3) % E);
+  }
+  Tensor<A, 2> rc({M * k, D}), rr({M * k, D});
+  Tensor<std::int32_t, 2> sc({M, k}), sr({M, k});
+  Tensor<std::int32_t, 1> oc({E + 1}), orf({E + 1});
+  cpu_be.moe_permute(x.cview(), experts.cview(), E, rc.view(), sc.view(), oc.view());
+  ref_be.moe_permute(x.cview(), experts.cview(), E, rr.view(), sr.view(), orf.view());
+  expect_near(rc, rr, 0.0, 1.0, "permuted rows");
+  for (std::int64_t e = 0; e <= E; ++e) CHECK(oc(e) == orf(e));
+  for (std::int64_t t = 0; t < M; ++t) {
+    for (std::int64_t j = 0; j < k; ++j) {
+      CHECK(sc(t, j) == sr(t, j));
+      const std::int32_t e = experts(t, j);
+      CHECK((sr(t, j) >= orf(e) && sr(t, j) < orf(e + 1)));  // the row lies in its expert's group
+    }
+  }
+  CHECK(orf(E) == M * k);
+  // Weights summing to one bring every token back.
+  Tensor<float, 2> w({M, k});
+  for (std::int64_t t = 0; t < M; ++t) {
+    w(t, 0) = 0.5f;
+    w(t, 1) = 0.25f;
+    w(t, 2) = 0.25f;
+  }
+  Tensor<A, 2> yc({M, D}), yr({M, D});
+  cpu_be.moe_unpermute(rc.cview(), sc.cview(), w.cview(), yc.view());
+  ref_be.moe_unpermute(rr.cview(), sr.cview(), w.cview(), yr.view());
+  expect_near(yc, yr, 0.0, 1.0, "unpermute");
+  expect_near(yr, x, 0.0, 1.0, "round trip");
+}
+
+namespace {
+/// Routing configurations of the MaxText blocks (moe.md): Mixtral, DeepSeek-V3 (groups), DeepSeek-V2, biased
+/// non-DeepSeek.
+std::vector<MoeRouting> routings() {
+  std::vector<MoeRouting> rs;
+  MoeRouting mixtral;
+  mixtral.num_experts_per_tok = 2;
+  mixtral.softmax_weights = true;
+  rs.push_back(mixtral);
+  MoeRouting v3;
+  v3.num_experts_per_tok = 4;
+  v3.score = Activation::sigmoid;
+  v3.deepseek = true;
+  v3.n_groups = 4;
+  v3.topk_groups = 2;
+  v3.normalize = true;
+  v3.normalize_eps = 1e-20f;
+  v3.scale = 2.5f;
+  rs.push_back(v3);
+  MoeRouting v2;
+  v2.num_experts_per_tok = 3;
+  v2.score_softmax = true;
+  v2.deepseek = true;
+  rs.push_back(v2);
+  MoeRouting biased;
+  biased.num_experts_per_tok = 2;
+  biased.score = Activation::sigmoid;
+  biased.normalize = true;
+  rs.push_back(biased);
+  return rs;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("moe_route, gather_rows, scatter_add_rows: CPU equals the reference", "[backend][ops][moe]", float, bf16) {
+  rng().seed(1011);  // each case draws the same data whatever runs before it
+  using G = TestType;
+  const std::int64_t M = 9, E = 16;
+  const auto z = random_tensor<G, 2>({M, E}, 2.0f);
+  const auto bias = random_tensor<G, 1>({E}, 0.3f);
+  for (const MoeRouting& r : routings()) {
+    const std::int64_t k = r.num_experts_per_tok;
+    Tensor<std::int32_t, 2> ic({M, k}), ir({M, k});
+    Tensor<float, 2> wc({M, k}), wr({M, k}), sc({M, E}), sr({M, E});
+    const View<const G, 1> b = r.score != Activation::linear ? bias.cview() : View<const G, 1>();
+    cpu_be.moe_route<G, G>(z.cview(), b, r, ic.view(), wc.view(), sc.view());
+    ref_be.moe_route<G, G>(z.cview(), b, r, ir.view(), wr.view(), sr.view());
+    for (std::int64_t i = 0; i < ic.size(); ++i) REQUIRE(ic.data()[i] == ir.data()[i]);
+    expect_near(wc, wr, std::is_same_v<G, float> ? 1e-6 : ulp_rel<G>(), 0.1, "routing weights");
+    // Scores are sigmoid(z) + bias: judged against the size of those terms (0.5), as the sum may cancel.
+    expect_near(sc, sr, std::is_same_v<G, float> ? 1e-6 : ulp_rel<G>(), 0.5, "routing scores");
+  }
+  const auto x = random_tensor<G, 2>({M, 8});
+  Tensor<std::int32_t, 1> rows({4});
+  rows(0) = 7, rows(1) = 0, rows(2) = 3, rows(3) = 8;
+  Tensor<G, 2> gc({4, 8}), gr({4, 8});
+  cpu_be.gather_rows(x.cview(), rows.cview(), gc.view());
+  ref_be.gather_rows(x.cview(), rows.cview(), gr.view());
+  expect_near(gc, gr, 0.0, 1.0, "gather_rows");
+  Tensor<float, 1> w({4});
+  for (int i = 0; i < 4; ++i) w(i) = 0.25f * static_cast<float>(i + 1);
+  auto ac = random_tensor<float, 2>({M, 8});
+  auto ar = copy_of(ac);
+  cpu_be.scatter_add_rows(gc.cview(), rows.cview(), w.cview(), ac.view());
+  ref_be.scatter_add_rows(gr.cview(), rows.cview(), w.cview(), ar.view());
+  expect_near(ac, ar, 1e-6, 1.0, "scatter_add_rows");
+}
+
+TEMPLATE_TEST_CASE("head_matmul: CPU equals the reference", "[backend][ops][mla]", float, bf16) {
+  rng().seed(1012);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const std::int64_t M = 5, H = 3, stride = 20, off = 4, R = 6, C = 32;  // per head: R rows of C columns
+  Matrix<A> w{random_tensor<A, 2>({H * stride, C}, 0.3f), H * stride, C, nullptr};
+  const auto xa = random_tensor<A, 3>({M, H, C});
+  Tensor<A, 3> yc({M, H, R}), yr({M, H, R});
+  cpu_be.head_matmul(xa.cview(), w, stride, off, false, yc.view());
+  ref_be.head_matmul(xa.cview(), w, stride, off, false, yr.view());
+  expect_near(yc, yr, std::is_same_v<A, float> ? 1e-5 : ulp_rel<A>(), 0.5, "head_matmul");
+  const auto xb = random_tensor<A, 3>({M, H, R});
+  Tensor<A, 3> zc({M, H, C}), zr({M, H, C});
+  cpu_be.head_matmul(xb.cview(), w, stride, off, true, zc.view());
+  ref_be.head_matmul(xb.cview(), w, stride, off, true, zr.view());
+  expect_near(zc, zr, std::is_same_v<A, float> ? 1e-5 : ulp_rel<A>(), 0.5, "head_matmul transposed");
+}
