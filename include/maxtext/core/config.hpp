@@ -57,12 +57,8 @@ using StringList = std::vector<std::string>;
   X(std::int64_t, chunk_attn_window_size, 0)                     \
   X(bool, use_qk_norm, false)                                    \
   X(bool, qk_norm_with_scale, true)                              \
-  X(bool, use_v_norm, false)                                     \
   X(bool, v_norm_with_scale, true)                               \
-  X(double, query_pre_attn_scalar, 0.0)                          \
   X(bool, temperature_tuning, false)                             \
-  X(double, temperature_tuning_scale, 0.1)                       \
-  X(double, temperature_tuning_floor_scale, 8192.0)              \
   X(std::int64_t, nope_layer_interval, -1)                       \
   X(std::string, rope_type, "default")                           \
   X(double, rope_min_timescale, 1)                               \
