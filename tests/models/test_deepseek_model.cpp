@@ -64,7 +64,7 @@ DeepSeek load_model(bool latent, const std::string& file = "model.safetensors") 
   return m;
 }
 
-Tensor<std::int32_t, 2> int2(const AnyTensor& t) { return t.to<std::int32_t, 2>({t.shape[0], t.shape[1]}); }
+Tensor<std::int32_t, 2> token_rows(const AnyTensor& t) { return t.to<std::int32_t, 2>({t.shape[0], t.shape[1]}); }
 
 Tensor<std::int32_t, 2> cols(const Tensor<std::int32_t, 2>& t, std::int64_t c0, std::int64_t n, std::int64_t row = -1) {
   const std::int64_t r0 = row < 0 ? 0 : row, rows = row < 0 ? t.dim(0) : 1;
@@ -89,7 +89,7 @@ TEST_CASE("DeepSeek model logits and every layer's output match the torch model,
     cap.request_all();
     models::ForwardOptions fo;
     fo.capture = &cap;
-    const auto logits = m.forward(int2(test::npy(kDir + "tokens.npy")), fo);
+    const auto logits = m.forward(token_rows(test::npy(kDir + "tokens.npy")), fo);
     INFO(form_name(latent));
     close(logits, test::npy(kDir + "logits.npy"), test::tol::f32_logits, "logits");
     // The residual stream after several layers carries their accumulated f32 error: judged like the shared
@@ -105,13 +105,13 @@ TEST_CASE("DeepSeek model logits and every layer's output match the torch model,
 
 TEST_CASE("DeepSeek model loads MaxText's scanned layout (dense_layers / moe_layers) to the same logits", "[models][deepseek]") {
   DeepSeek a = load_model(false), b = load_model(false, "model_scanned.safetensors");
-  const auto tok = int2(test::npy(kDir + "tokens.npy"));
+  const auto tok = token_rows(test::npy(kDir + "tokens.npy"));
   close(b.forward(tok), AnyTensor::from(a.forward(tok)), {0.0, 0.0}, "scanned vs unscanned");
 }
 
 TEST_CASE("DeepSeek incremental decoding (batch 2) reproduces the reference logits, both cache forms",
           "[models][deepseek][decode]") {
-  const auto tok = int2(test::npy(kDir + "tokens.npy"));
+  const auto tok = token_rows(test::npy(kDir + "tokens.npy"));
   const auto ref = test::npy(kDir + "logits.npy");
   const std::int64_t T = tok.dim(1), P0 = 4;
   for (bool latent : {false, true}) {
@@ -129,7 +129,7 @@ TEST_CASE("DeepSeek incremental decoding (batch 2) reproduces the reference logi
 }
 
 TEST_CASE("DeepSeek batched decode with rows at different lengths matches single-row runs", "[models][deepseek][decode]") {
-  const auto tok = int2(test::npy(kDir + "tokens.npy"));
+  const auto tok = token_rows(test::npy(kDir + "tokens.npy"));
   for (bool latent : {false, true}) {
     DeepSeek m = load_model(latent);
     std::vector<std::int32_t> lens{3, 6};
@@ -183,7 +183,7 @@ TEST_CASE("Seeded DeepSeek initialisation, export and reload round-trip (stacked
   io::write_safetensors(path, p.tensors);
   DeepSeek b(cfg);
   b.load(io::load_weights(path, cfg).tensors);
-  const auto tok = int2(test::npy(kDir + "tokens.npy"));
+  const auto tok = token_rows(test::npy(kDir + "tokens.npy"));
   close(b.forward(tok), AnyTensor::from(a.forward(tok)), {0.0, 0.0}, "reloaded");
   std::remove(path.c_str());
 }
@@ -191,7 +191,7 @@ TEST_CASE("Seeded DeepSeek initialisation, export and reload round-trip (stacked
 #if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
 TEST_CASE("maxtext logits (CLI) on the DeepSeek fixture, latent cache, --incremental", "[models][deepseek][cli]") {
   const std::string out = "deepseek_cli_logits.npy";
-  const auto tok = int2(test::npy(kDir + "tokens.npy"));
+  const auto tok = token_rows(test::npy(kDir + "tokens.npy"));
   std::string ids;
   for (std::int64_t b = 0; b < tok.dim(0); ++b) {
     for (std::int64_t t = 0; t < tok.dim(1); ++t) ids += (t ? "," : (b ? "/" : "")) + std::to_string(tok(b, t));
@@ -219,8 +219,8 @@ void check_reference_case(bool latent) {
   CHECK(w.naming == io::WeightNaming::hf);
   DeepSeek m(cfg);
   m.load(w.tensors);
-  const auto prompt = int2(test::npy(d + "prompt_tokens.npy"));
-  const auto dec = int2(test::npy(d + "decode_tokens.npy"));
+  const auto prompt = token_rows(test::npy(d + "prompt_tokens.npy"));
+  const auto dec = token_rows(test::npy(d + "decode_tokens.npy"));
   auto cache = m.make_cache(1, prompt.dim(1) + dec.dim(1));
   layers::Capture cap;
   cap.request_all();
@@ -289,7 +289,7 @@ TEST_CASE("DeepSeek-V3 reference case (HF naming + config.json), latent cache", 
 #if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
 TEST_CASE("maxtext logits (CLI) on the DeepSeek-V3 reference checkpoint", "[models][deepseek][reference][cli]") {
   const std::string d = test::require(test::reference_dir() + kRef, "DeepSeek reference case");
-  const auto prompt = int2(test::npy(d + "prompt_tokens.npy")), dec = int2(test::npy(d + "decode_tokens.npy"));
+  const auto prompt = token_rows(test::npy(d + "prompt_tokens.npy")), dec = token_rows(test::npy(d + "decode_tokens.npy"));
   std::string ids;
   for (std::int64_t t = 0; t < prompt.dim(1); ++t) ids += (t ? "," : "") + std::to_string(prompt(0, t));
   for (std::int64_t t = 0; t < dec.dim(1); ++t) ids += "," + std::to_string(dec(0, t));

@@ -52,10 +52,12 @@ TEST_CASE("LlamaDecoderLayer (GQA, default RoPE, SwiGLU) matches the torch fixtu
 
 namespace {
 
-template <class P, template <class> class L>
-models::Transformer<P, L> load_fixture_model(const std::string& dir) {
+// Helpers take the model type itself (not a layer template): nvcc's front end and g++ disagree on passing a
+// constrained template template parameter on to Transformer.
+template <class Model>
+Model load_fixture_model(const std::string& dir) {
   const Config c = test::config_from_meta(test::read_meta(dir));
-  models::Transformer<P, L> m(c);
+  Model m(c);
   m.load(io::read_safetensors(dir + "/model.safetensors"));
   return m;
 }
@@ -69,10 +71,10 @@ Tensor<std::int32_t, 2> cols(const Tensor<std::int32_t, 2>& t, std::int64_t c0, 
 }
 
 /// Whole-model logits and layer outputs vs the fixture, then prefill + single steps vs the full forward.
-template <class P, template <class> class L>
+template <class Model>
 void check_model_fixture(const std::string& name) {
   const std::string dir = test::fixtures_dir() + "/" + name;
-  auto m = load_fixture_model<P, L>(dir);
+  auto m = load_fixture_model<Model>(dir);
   const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
   layers::Capture cap;
   cap.request_all();
@@ -99,7 +101,7 @@ void check_model_fixture(const std::string& name) {
 
 TEST_CASE("Llama-2 model (2 layers) matches the torch model; incremental decoding equals the full forward",
           "[models][llama2]") {
-  check_model_fixture<P32, layers::LlamaDecoderLayer>("llama2_model");
+  check_model_fixture<models::Transformer<P32, layers::LlamaDecoderLayer>>("llama2_model");
 }
 
 TEST_CASE("LlamaDecoderLayer honours soft cap, sinks and fused qkv from the config and ignores attention_type",
@@ -132,20 +134,20 @@ TEST_CASE("Decoder layers in bf16 stay within bf16 rounding of the f64 reference
 }
 
 TEST_CASE("Mistral model (2 layers) matches the torch model; incremental decoding", "[models][mistral]") {
-  check_model_fixture<P32, layers::MistralDecoderLayer>("mistral_model");
+  check_model_fixture<models::Transformer<P32, layers::MistralDecoderLayer>>("mistral_model");
 }
 
 TEST_CASE("Qwen3 model (2 layers, tied logits) matches the torch model; incremental decoding", "[models][qwen3]") {
-  check_model_fixture<P32, layers::Qwen3DecoderLayer>("qwen3_model");
+  check_model_fixture<models::Transformer<P32, layers::Qwen3DecoderLayer>>("qwen3_model");
 }
 
 TEST_CASE("Default-block model (2 layers) matches the torch model; incremental decoding", "[models][default]") {
-  check_model_fixture<P32, layers::DecoderLayer>("default_model");
+  check_model_fixture<models::Transformer<P32, layers::DecoderLayer>>("default_model");
 }
 
 TEST_CASE("Llama-3.1 RoPE model (model_name llama3.1-*) matches the torch model; incremental decoding",
           "[models][llama2]") {
-  check_model_fixture<P32, layers::LlamaDecoderLayer>("llama2_model_llama31");
+  check_model_fixture<models::Transformer<P32, layers::LlamaDecoderLayer>>("llama2_model_llama31");
 }
 
 namespace {
@@ -162,7 +164,7 @@ constexpr testing::Tolerance kStep{1e-5, 1e-5};
 TEST_CASE("Llama-2 model: batched decode with rows at different lengths matches single-row runs",
           "[models][llama2][decode]") {
   const std::string dir = test::fixtures_dir() + "/llama2_model";
-  auto m = load_fixture_model<P32, layers::LlamaDecoderLayer>(dir);
+  auto m = load_fixture_model<models::Transformer<P32, layers::LlamaDecoderLayer>>(dir);
   const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
   // Row 0 has a 2-token prompt, row 1 a 5-token prompt (right-padded); then both decode 4 tokens.
   std::vector<std::int32_t> lens{2, 5};
@@ -195,7 +197,7 @@ TEST_CASE("Llama-2 model: batched decode with rows at different lengths matches 
 TEST_CASE("Llama-2 model: packed sequences (segment ids, restarting positions) equal separate runs, also when the "
           "packed row is continued one token at a time", "[models][llama2][segments]") {
   const std::string dir = test::fixtures_dir() + "/llama2_model";
-  auto m = load_fixture_model<P32, layers::LlamaDecoderLayer>(dir);
+  auto m = load_fixture_model<models::Transformer<P32, layers::LlamaDecoderLayer>>(dir);
   const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
   Tensor<std::int32_t, 2> packed({1, 9}), seg({1, 9}), pos({1, 9});
   for (int i = 0; i < 4; ++i) {
@@ -241,7 +243,7 @@ TEST_CASE("Llama-2 model: packed sequences (segment ids, restarting positions) e
 
 TEST_CASE("Rotary models reject positions outside the rotary table", "[models][llama2][errors]") {
   const std::string dir = test::fixtures_dir() + "/llama2_model";
-  auto m = load_fixture_model<P32, layers::LlamaDecoderLayer>(dir);  // max_target_length 64
+  auto m = load_fixture_model<models::Transformer<P32, layers::LlamaDecoderLayer>>(dir);  // max_target_length 64
   Tensor<std::int32_t, 2> tok({1, 2}), pos({1, 2});
   tok(0, 0) = 1;
   tok(0, 1) = 2;
