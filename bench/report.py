@@ -160,6 +160,12 @@ def main():
             f"- ({m['key']}) {n}: dim {m['dim']}, {m['layers']} layers, {m['heads']}/{m['kv_heads']} heads, hidden "
             f"{m['hidden']}, vocab {m['vocab']}; weight bytes per token (f32) {weight_bytes_per_token(m, 'f32') / 1e6:.0f} MB"
             for n, m in sorted(metas.items(), key=lambda kv: kv[1]["key"]))
+        try:
+            busy = float(str(env.get('load_before', '0')).split()[0]) > 1.5
+        except ValueError:
+            busy = True
+        load_note = ("other jobs shared the machine: see the notes" if busy
+                     else "no other job before the run; after it, the run's own two-thread tests")
         with open(doc, "w") as fo:
             fo.write(f"""# Performance on the CPU
 
@@ -169,7 +175,7 @@ and are listed further down for reference.
 
 ## Conditions
 - CPU: {env.get('cpu', '?')}, {env.get('cores', '?')} cores; load average before / after the run:
-  {env.get('load_before', '?')} / {env_end.get('load_after', '?')} (other jobs shared the machine: see the notes).
+  {env.get('load_before', '?')} / {env_end.get('load_after', '?')} ({load_note}).
 - Library: `bench_e2e` ({env.get('compiler', '?')}, Release, -march=native), `layers::LlamaDecoderLayer`, reading the
   same GGUF files as llama.cpp (F32; Q8_0 blocks as they are; bf16 = the F32 file rounded at load). KV cache in the
   activation type (f32, or bf16 for the bf16 model).
