@@ -122,34 +122,16 @@ class MLA {
   template <class V>
   void visit(V& v, Params& p) const {
     if (rq_ == 0) {
-      Scope<V> s(v, "query");
-      query_.visit(v, p.query);
+      visit_child(v, "query", query_, p.query);
     } else {
-      {
-        Scope<V> s(v, "wq_a");
-        wq_a_.visit(v, p.wq_a);
-      }
-      {
-        Scope<V> s(v, "q_norm");
-        q_norm_.visit(v, p.q_norm);
-      }
-      Scope<V> s(v, "wq_b");
-      wq_b_.visit(v, p.wq_b);
+      visit_child(v, "wq_a", wq_a_, p.wq_a);
+      visit_child(v, "q_norm", q_norm_, p.q_norm);
+      visit_child(v, "wq_b", wq_b_, p.wq_b);
     }
-    {
-      Scope<V> s(v, "wkv_a");
-      wkv_a_.visit(v, p.wkv_a);
-    }
-    {
-      Scope<V> s(v, "kv_norm");
-      kv_norm_.visit(v, p.kv_norm);
-    }
-    {
-      Scope<V> s(v, "wkv_b");
-      wkv_b_.visit(v, p.wkv_b);
-    }
-    Scope<V> s(v, "out");
-    out_.visit(v, p.out);
+    visit_child(v, "wkv_a", wkv_a_, p.wkv_a);
+    visit_child(v, "kv_norm", kv_norm_, p.kv_norm);
+    visit_child(v, "wkv_b", wkv_b_, p.wkv_b);
+    visit_child(v, "out", out_, p.out);
   }
 
   /// x [B*T, D] (the normalised layer input, used for both q and kv) -> y [B*T, D] (y must not alias x).

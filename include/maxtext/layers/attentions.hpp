@@ -200,39 +200,19 @@ class Attention {
   template <class V>
   void visit(V& v, Params& p) const {
     if (fused_) {
-      Scope<V> s(v, "qkv_proj");
-      qkv_.visit(v, p.qkv_proj);
+      visit_child(v, "qkv_proj", qkv_, p.qkv_proj);
     } else {
-      {
-        Scope<V> s(v, "query");
-        query_.visit(v, p.query);
-      }
-      {
-        Scope<V> s(v, "key");
-        key_.visit(v, p.key);
-      }
-      if (!args_.share_kv_projections) {
-        Scope<V> s(v, "value");
-        value_.visit(v, p.value);
-      }
+      visit_child(v, "query", query_, p.query);
+      visit_child(v, "key", key_, p.key);
+      if (!args_.share_kv_projections) visit_child(v, "value", value_, p.value);
     }
-    {
-      Scope<V> s(v, "out");
-      out_.visit(v, p.out);
-    }
+    visit_child(v, "out", out_, p.out);
     if (sinks_) v.vector("sinks", p.sinks, {{N_}, Init::zeros});
     if (qk_rms_) {
-      {
-        Scope<V> s(v, "query_norm");
-        query_norm_.visit(v, p.query_norm);
-      }
-      Scope<V> s(v, "key_norm");
-      key_norm_.visit(v, p.key_norm);
+      visit_child(v, "query_norm", query_norm_, p.query_norm);
+      visit_child(v, "key_norm", key_norm_, p.key_norm);
     }
-    if (args_.use_v_norm) {
-      Scope<V> s(v, "value_norm");
-      value_norm_.visit(v, p.value_norm);
-    }
+    if (args_.use_v_norm) visit_child(v, "value_norm", value_norm_, p.value_norm);
   }
 
   /// x [B*T, D] -> y [B*T, D] (y must not alias x). Writes this step's keys/values into `cache`.

@@ -51,16 +51,9 @@ class DecoderLayer {
 
   template <class V>
   void visit(V& v, Params& p) const {
-    {
-      Scope<V> s(v, "pre_self_attention_norm");
-      norm_.visit(v, p.pre_self_attention_norm);
-    }
-    {
-      Scope<V> s(v, "self_attention");
-      attn_.visit(v, p.self_attention);
-    }
-    Scope<V> s(v, "mlp");
-    mlp_.visit(v, p.mlp);
+    visit_child(v, "pre_self_attention_norm", norm_, p.pre_self_attention_norm);
+    visit_child(v, "self_attention", attn_, p.self_attention);
+    visit_child(v, "mlp", mlp_, p.mlp);
   }
 
   /// x [B*T, D] in place: the residual stream after this layer.

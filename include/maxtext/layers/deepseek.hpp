@@ -56,16 +56,9 @@ class DeepSeekAttentionBlock {
 
   template <class V>
   void visit(V& v, Params& p) const {
-    {
-      Scope<V> s(v, "pre_self_attention_layer_norm");
-      pre_.visit(v, p.pre_self_attention_layer_norm);
-    }
-    {
-      Scope<V> s(v, "self_attention");
-      attn_.visit(v, p.self_attention);
-    }
-    Scope<V> s(v, "post_self_attention_layer_norm");
-    post_.visit(v, p.post_self_attention_layer_norm);
+    visit_child(v, "pre_self_attention_layer_norm", pre_, p.pre_self_attention_layer_norm);
+    visit_child(v, "self_attention", attn_, p.self_attention);
+    visit_child(v, "post_self_attention_layer_norm", post_, p.post_self_attention_layer_norm);
   }
 
   /// x [M, D] in place becomes h = x + MLA(norm(x)); hn = RMSNorm_post(h).
@@ -115,8 +108,7 @@ class DeepSeekDenseLayer {
   template <class V>
   void visit(V& v, Params& p) const {
     block_.visit(v, p.attn);
-    Scope<V> s(v, "mlp");
-    mlp_.visit(v, p.mlp);
+    visit_child(v, "mlp", mlp_, p.mlp);
   }
 
   /// x [B*T, D] in place: the residual stream after this layer. Captures: the layer output, its
@@ -160,8 +152,7 @@ class DeepSeekMoELayer {
   template <class V>
   void visit(V& v, Params& p) const {
     block_.visit(v, p.attn);
-    Scope<V> s(v, "DeepSeekMoeBlock_0");
-    moe_.visit(v, p.DeepSeekMoeBlock_0);
+    visit_child(v, "DeepSeekMoeBlock_0", moe_, p.DeepSeekMoeBlock_0);
   }
 
   /// x [B*T, D] in place. With `metrics`, also reports the routing of this call. Captures: as the dense layer, with

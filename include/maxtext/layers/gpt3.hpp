@@ -56,22 +56,13 @@ class Gpt3MultiHeadAttention {
   template <class V>
   void visit(V& v, Params& p) const {
     if (fused_) {
-      Scope<V> s(v, "qkv_proj");
-      qkv_.visit(v, p.qkv);
+      visit_child(v, "qkv_proj", qkv_, p.qkv);
     } else {
-      {
-        Scope<V> s(v, "query");
-        proj_.visit(v, p.query);
-      }
-      {
-        Scope<V> s(v, "key");
-        proj_.visit(v, p.key);
-      }
-      Scope<V> s(v, "value");
-      proj_.visit(v, p.value);
+      visit_child(v, "query", proj_, p.query);
+      visit_child(v, "key", proj_, p.key);
+      visit_child(v, "value", proj_, p.value);
     }
-    Scope<V> s(v, "out");
-    out_.visit(v, p.out);
+    visit_child(v, "out", out_, p.out);
   }
 
   /// x [B*T, D] -> y [B*T, D] (y must not alias x).
@@ -144,16 +135,9 @@ class Gpt3DecoderLayer {
 
   template <class V>
   void visit(V& v, Params& p) const {
-    {
-      Scope<V> s(v, "pre_self_attention_norm");
-      norm_.visit(v, p.pre_self_attention_norm);
-    }
-    {
-      Scope<V> s(v, "self_attention");
-      attn_.visit(v, p.self_attention);
-    }
-    Scope<V> s(v, "mlp");
-    mlp_.visit(v, p.mlp);
+    visit_child(v, "pre_self_attention_norm", norm_, p.pre_self_attention_norm);
+    visit_child(v, "self_attention", attn_, p.self_attention);
+    visit_child(v, "mlp", mlp_, p.mlp);
   }
 
   /// x [B*T, D] in place: the residual stream after this layer. Captures (names under info().name): the layer

@@ -132,8 +132,7 @@ class MlpBlock {
       Scope<V> s(v, wi_.size() == 1 ? std::string("wi") : "wi_" + std::to_string(i));
       wi_[i].visit(v, p.wi[i]);
     }
-    Scope<V> s(v, "wo");
-    wo_.visit(v, p.wo);
+    visit_child(v, "wo", wo_, p.wo);
   }
 
   /// x [rows, D] -> y [rows, D]; y may alias x.

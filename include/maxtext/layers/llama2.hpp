@@ -61,20 +61,10 @@ class PrePostNormDecoderLayer {
 
   template <class V>
   void visit(V& v, Params& p) const {
-    {
-      Scope<V> s(v, "pre_self_attention_layer_norm");
-      pre_.visit(v, p.pre_self_attention_layer_norm);
-    }
-    {
-      Scope<V> s(v, "self_attention");
-      attn_.visit(v, p.self_attention);
-    }
-    {
-      Scope<V> s(v, "post_self_attention_layer_norm");
-      post_.visit(v, p.post_self_attention_layer_norm);
-    }
-    Scope<V> s(v, "mlp");
-    mlp_.visit(v, p.mlp);
+    visit_child(v, "pre_self_attention_layer_norm", pre_, p.pre_self_attention_layer_norm);
+    visit_child(v, "self_attention", attn_, p.self_attention);
+    visit_child(v, "post_self_attention_layer_norm", post_, p.post_self_attention_layer_norm);
+    visit_child(v, "mlp", mlp_, p.mlp);
   }
 
   /// x [B*T, D] in place: the residual stream after this layer.

@@ -438,14 +438,8 @@ class RoutedAndSharedMoE {
 
   template <class V>
   void visit(V& v, Params& p) const {
-    {
-      Scope<V> s(v, "MoeBlock_0");
-      routed_.visit(v, p.MoeBlock_0);
-    }
-    if (has_shared_) {
-      Scope<V> s(v, "shared_experts");
-      shared_.visit(v, p.shared_experts);
-    }
+    visit_child(v, "MoeBlock_0", routed_, p.MoeBlock_0);
+    if (has_shared_) visit_child(v, "shared_experts", shared_, p.shared_experts);
   }
 
   /// x [B*T, D] -> y [B*T, D] (y must not alias x).

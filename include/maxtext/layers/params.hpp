@@ -69,6 +69,14 @@ class Scope {
   V& v_;
 };
 
+/// Visit a child module's parameters one level down the dotted path: `visit_child(v, "mlp", mlp_, p.mlp)` declares
+/// everything `mlp_` declares under `<this module>.mlp`.
+template <class V, class Module, class ModuleParams>
+void visit_child(V& v, std::string_view name, const Module& module, ModuleParams& params) {
+  Scope<V> s(v, name);
+  module.visit(v, params);
+}
+
 /// Shared path handling for visitors.
 class PathStack {
  public:
