@@ -325,6 +325,40 @@ TEST_CASE("The sparse (default) path ignores capacity_factor", "[layers][moe][dr
   CHECK(metrics.expert_kept == metrics.expert_counts);
 }
 
+TEST_CASE("The gate bias is kept in f32: float32_gate_logits selects with it unrounded, also in bf16",
+          "[layers][moe][routing]") {
+  // A zero gate kernel gives every expert sigmoid(0) = 0.5, so the bias alone decides. Expert 7's bias exceeds the
+  // others' by 2^-10, below bf16's spacing at 1.0 (2^-7). MaxText casts the f32 bias to the gate dtype: with
+  // float32_gate_logits expert 7 wins (its group, then itself); with a bf16 gate the biases tie and the group and
+  // expert top-k take the lowest indices (jax.lax.top_k), so expert 7 is not chosen.
+  Config c = config_from_keys(read_json(fx("moe_deepseek") + "meta.json")["config"]);
+  io::TensorMap w = io::read_safetensors(fx("moe_deepseek") + "weights.safetensors");
+  Tensor<float, 2> zero({32, 8});
+  for (std::int64_t i = 0; i < zero.size(); ++i) zero.data()[i] = 0.0f;
+  Tensor<float, 1> bias({8});
+  for (std::int64_t e = 0; e < 8; ++e) bias(e) = 1.0f;
+  bias(7) = 1.0f + 1.0f / 1024.0f;
+  w.tensors["MoeBlock_0.gate.kernel"] = AnyTensor::from(zero);
+  w.tensors["MoeBlock_0.gate.bias"] = AnyTensor::from(bias);
+  for (const bool f32_gate : {true, false}) {
+    c.float32_gate_logits = f32_gate;
+    test::Backend be;
+    layers::MoeMetrics metrics;
+    BlockAsLayer<PBf, layers::RoutedAndSharedMoE<PBf>> layer{layers::RoutedAndSharedMoE<PBf>(c), &metrics};
+    const auto params = models::load_layer_params<PBf>(layer, w, be);
+    (void)models::run_layer<PBf>(layer, params, be, test::npy(fx("moe_deepseek") + "x.npy"));
+    REQUIRE(metrics.tokens > 0);
+    for (std::int64_t m = 0; m < metrics.tokens; ++m) {
+      std::set<std::int64_t> chosen;
+      for (std::int64_t j = 0; j < metrics.k; ++j) {
+        chosen.insert(metrics.topk_indices[static_cast<std::size_t>(m * metrics.k + j)]);
+      }
+      INFO("float32_gate_logits " << f32_gate << ", token " << m);
+      CHECK(chosen == (f32_gate ? std::set<std::int64_t>{0, 7} : std::set<std::int64_t>{0, 1}));
+    }
+  }
+}
+
 // ---- layers ----------------------------------------------------------------------------------------------------
 
 namespace {

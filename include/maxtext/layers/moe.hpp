@@ -80,7 +80,12 @@ class RoutedMoE {
     std::vector<Matrix<W>> wi_0, wi_1, wo;
   };
   struct Params {
-    typename DenseGeneral<P>::Params gate;  ///< kernel [E, D] out-major; bias [E] when routed_bias
+    /// GateLogit: kernel [E, D] out-major; bias [E] when routed_bias, kept in f32 (MaxText's weight_dtype) so that
+    /// float32_gate_logits selects experts with the unrounded bias whatever the activation type.
+    struct Gate {
+      Matrix<W> kernel;
+      Tensor<float, 1> bias;
+    } gate;
     Matrix<W> wi_0, wi_1;                   ///< [E*F, D]: expert e is rows [e*F, (e+1)*F) (not prepared as a whole)
     Matrix<W> wo;                           ///< [E*D, F]
     Tensor<A, 1> wi_0_bias, wi_1_bias, wo_bias;  ///< [E*F], [E*F], [E*D] with mlp_bias
@@ -230,11 +235,11 @@ class RoutedMoE {
     be.matmul(x, p.gate.kernel, z);
     View<const G, 1> bias;
     if (s_.gate_bias) {
-      if constexpr (std::is_same_v<G, A>) {
+      if constexpr (std::is_same_v<G, float>) {
         bias = p.gate.bias.cview();
-      } else {
+      } else {  // cast(bias, gate dtype), one rounding from f32
         View<G, 2> bg = ctx.scratch.template alloc<G, 2>({1, E});
-        be.convert(View<const A, 2>(p.gate.bias.data(), {1, E}), bg);
+        be.convert(View<const float, 2>(p.gate.bias.data(), {1, E}), bg);
         bias = View<const G, 1>(bg.data(), {E});
       }
     }

@@ -72,9 +72,9 @@ class Scope {
 /// Visit a child module's parameters one level down the dotted path: `visit_child(v, "mlp", mlp_, p.mlp)` declares
 /// everything `mlp_` declares under `<this module>.mlp`.
 template <class V, class Module, class ModuleParams>
-void visit_child(V& v, std::string_view name, const Module& module, ModuleParams& params) {
+void visit_child(V& v, std::string_view name, const Module& child, ModuleParams& params) {
   Scope<V> s(v, name);
-  module.visit(v, params);
+  child.visit(v, params);
 }
 
 /// Shared path handling for visitors.
@@ -157,11 +157,13 @@ class ParamLoader : public PathStack {
     m = make_matrix(*t, {0, 1}, 1, rows, cols, name);
   }
 
-  void vector(std::string_view leaf, Tensor<A, 1>& v, const VectorSpec& s) {
+  /// A vector parameter, stored in the activation type or (T = float) in f32, e.g. the MoE gate bias.
+  template <class T>
+  void vector(std::string_view leaf, Tensor<T, 1>& v, const VectorSpec& s) {
     const std::string name = path(leaf);
     const AnyTensor* t = find(name, s.shape);
     if (!t) return;
-    v = upload(be_, io::to_vector<A>(*t));
+    v = upload(be_, io::to_vector<T>(*t));
   }
 
   /// Throw one IoError listing every problem, including tensors that no parameter consumed.
@@ -250,13 +252,14 @@ class ParamInitializer : public PathStack {
     fill(name, f.data(), rows * cols, s.dist, s.stddev);
     m = finish_matrix(f, rows, cols);
   }
-  void vector(std::string_view leaf, Tensor<A, 1>& v, const VectorSpec& s) {
+  template <class T>
+  void vector(std::string_view leaf, Tensor<T, 1>& v, const VectorSpec& s) {
     const std::string name = path(leaf);
     const std::int64_t n = product(s.shape);
     Tensor<float, 1> f({n});
     fill(name, f.data(), n, s.dist, s.stddev);
-    Tensor<A, 1> h({n});
-    for (std::int64_t i = 0; i < n; ++i) h(i) = from_float<A>(f(i));
+    Tensor<T, 1> h({n});
+    for (std::int64_t i = 0; i < n; ++i) h(i) = from_float<T>(f(i));
     v = upload(be_, std::move(h));
   }
 
@@ -316,7 +319,8 @@ class ParamExporter : public PathStack {
   void table(std::string_view leaf, Matrix<W>& m, std::int64_t, std::int64_t, const VectorSpec&) {
     out.add(path(leaf), as_any(m));
   }
-  void vector(std::string_view leaf, Tensor<A, 1>& v, const VectorSpec& s) {
+  template <class T>
+  void vector(std::string_view leaf, Tensor<T, 1>& v, const VectorSpec& s) {
     MAXTEXT_CHECK(v.host_accessible() || be_, UnsupportedError, "[export] ", path(leaf),
                   ": parameter is not in host memory (export through the model, which knows its backend)");
     out.add(path(leaf), AnyTensor::from(v.host_accessible() ? v : download(*be_, v)).reshaped(s.shape));
