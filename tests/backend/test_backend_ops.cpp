@@ -332,7 +332,7 @@ TEMPLATE_TEST_CASE("attention: CPU equals the reference (masks, GQA, caps, sinks
   check_attention<A>(nc, "bidirectional");
 }
 
-TEST_CASE("attention: fully masked rows average the values; with sinks they are zero", "[backend][ops][attention]") {
+TEST_CASE("attention: fully masked rows average the values, with sinks they are zero", "[backend][ops][attention]") {
   rng().seed(1007);  // each case draws the same data whatever runs before it
   for (int which = 0; which < 2; ++which) {
     const std::int64_t S = 4, D = 3;
@@ -371,7 +371,7 @@ TEMPLATE_TEST_CASE("softmax: CPU equals the reference and rows sum to one", "[ba
   }
 }
 
-TEST_CASE("sample: CPU equals the reference; frequencies follow the softmax", "[backend][ops][sampling]") {
+TEST_CASE("sample: CPU equals the reference, frequencies follow the softmax", "[backend][ops][sampling]") {
   rng().seed(1009);  // each case draws the same data whatever runs before it
   const std::int64_t B = 64, V = 200;
   auto logits = random_tensor<float, 2>({B, V}, 2.0f);

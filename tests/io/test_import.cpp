@@ -54,7 +54,7 @@ TEST_CASE("import: configs of stories260K from the llama2.c header and from the 
   CHECK(io::read_weights_config(dir + "/stories260K.gguf").has_value());
 }
 
-TEST_CASE("import: llama2.c query/key kernels are de-interleaved and the query scaled; the rest are views", "[io][import]") {
+TEST_CASE("import: llama2.c query/key kernels are de-interleaved and the query scaled, the rest are views", "[io][import]") {
   const std::string path = test::require(test::models_dir() + "/stories260K/stories260K.bin", "stories260K.bin");
   const io::Llama2cCheckpoint ck = io::read_llama2c(path);
   const Config cfg = io::config_from_llama2c(ck.header);

@@ -99,7 +99,7 @@ void check_model_fixture(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("Llama-2 model (2 layers) matches the torch model; incremental decoding equals the full forward",
+TEST_CASE("Llama-2 model (2 layers) matches the torch model, incremental decoding equals the full forward",
           "[models][llama2]") {
   check_model_fixture<models::Transformer<P32, layers::LlamaDecoderLayer>>("llama2_model");
 }
@@ -109,7 +109,7 @@ TEST_CASE("LlamaDecoderLayer honours soft cap, sinks and fused qkv from the conf
   check_layer_fixture<P32, layers::LlamaDecoderLayer>("llama2_layer_softcap_sinks_fused", test::tol::f32_layer);
 }
 
-TEST_CASE("MistralDecoderLayer matches the torch fixture; no sliding window (as MaxText)", "[layers][mistral]") {
+TEST_CASE("MistralDecoderLayer matches the torch fixture, no sliding window (as MaxText)", "[layers][mistral]") {
   check_layer_fixture<P32, layers::MistralDecoderLayer>("mistral_layer", test::tol::f32_layer);
 }
 
@@ -133,19 +133,19 @@ TEST_CASE("Decoder layers in bf16 stay within bf16 rounding of the f64 reference
   check_layer_fixture<PBf, layers::DecoderLayer>("default_layer_share_kv", bf);
 }
 
-TEST_CASE("Mistral model (2 layers) matches the torch model; incremental decoding", "[models][mistral]") {
+TEST_CASE("Mistral model (2 layers) matches the torch model, incremental decoding", "[models][mistral]") {
   check_model_fixture<models::Transformer<P32, layers::MistralDecoderLayer>>("mistral_model");
 }
 
-TEST_CASE("Qwen3 model (2 layers, tied logits) matches the torch model; incremental decoding", "[models][qwen3]") {
+TEST_CASE("Qwen3 model (2 layers, tied logits) matches the torch model, incremental decoding", "[models][qwen3]") {
   check_model_fixture<models::Transformer<P32, layers::Qwen3DecoderLayer>>("qwen3_model");
 }
 
-TEST_CASE("Default-block model (2 layers) matches the torch model; incremental decoding", "[models][default]") {
+TEST_CASE("Default-block model (2 layers) matches the torch model, incremental decoding", "[models][default]") {
   check_model_fixture<models::Transformer<P32, layers::DecoderLayer>>("default_model");
 }
 
-TEST_CASE("Llama-3.1 RoPE model (model_name llama3.1-*) matches the torch model; incremental decoding",
+TEST_CASE("Llama-3.1 RoPE model (model_name llama3.1-*) matches the torch model, incremental decoding",
           "[models][llama2]") {
   check_model_fixture<models::Transformer<P32, layers::LlamaDecoderLayer>>("llama2_model_llama31");
 }

@@ -16,7 +16,15 @@ int main(int argc, char* argv[]) {
   const fs::path dir = fs::temp_directory_path(ec) / ("maxtext-test-" + std::to_string(::getpid()));
   fs::create_directories(dir, ec);
   if (!ec) fs::current_path(dir, ec);
-  const int result = Catch::Session().run(argc, argv);
+  Catch::Session session;
+  int result = session.applyCommandLine(argc, argv);
+  if (result == 0) {
+    // A test spec that matches no test case fails (exit 2) instead of passing with nothing run: CTest runs each case
+    // by name, and a renamed or mis-escaped name must not turn into a silent pass.
+    auto& data = session.configData();
+    data.warnings = static_cast<Catch::WarnAbout::What>(data.warnings | Catch::WarnAbout::NoTests);
+    result = session.run();
+  }
   if (!ec) {
     fs::current_path(fs::temp_directory_path(ec), ec);
     fs::remove_all(dir, ec);
