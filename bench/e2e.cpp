@@ -27,6 +27,7 @@ struct Args {
   std::string weights, name = "model", wtype = "f32";
   std::int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, vocab = 32000, head_dim = 0;
   int threads = 1, reps = 2, decode = 16;
+  bool int8_activations = false;  ///< cpu::Options::int8_activations (Q8_0 weights only)
   std::int64_t context = 512;
   std::vector<std::int64_t> prompts = {128, 512};
 };
@@ -67,6 +68,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--decode") a.decode = std::stoi(val());
     else if (k == "--context") a.context = std::stoll(val());
     else if (k == "--prompts") a.prompts = parse_list(val());
+    else if (k == "--int8-activations") a.int8_activations = true;
     else {
       std::fprintf(stderr, "e2e: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -76,7 +78,7 @@ Args parse(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: e2e --weights F.gguf | (F.safetensors --dim D --layers L --heads N [--kv-heads K] --hidden F "
                  "[--vocab V] [--head-dim H]) [--weight-type f32|bf16|q8_0] [--threads T] [--prompts 128,512] "
-                 "[--context 512] [--decode 16] [--reps 2] [--name NAME]\n");
+                 "[--context 512] [--decode 16] [--reps 2] [--name NAME] [--int8-activations]\n");
     std::exit(2);
   }
   if (a.kv_heads <= 0) a.kv_heads = a.heads;
@@ -88,9 +90,9 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 
 void report(const Args& a, const std::string& test, std::int64_t tokens, double seconds) {
   std::printf(
-      "{\"impl\": \"maxtext\", \"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"test\": \"%s\", "
+      "{\"impl\": \"%s\", \"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"test\": \"%s\", "
       "\"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.3f}\n",
-      a.name.c_str(), a.wtype.c_str(), a.threads, test.c_str(), static_cast<long long>(tokens), seconds,
+      a.int8_activations ? "maxtext-int8act" : "maxtext", a.name.c_str(), a.wtype.c_str(), a.threads, test.c_str(), static_cast<long long>(tokens), seconds,
       static_cast<double>(tokens) / seconds);
   std::fflush(stdout);
 }
@@ -98,7 +100,7 @@ void report(const Args& a, const std::string& test, std::int64_t tokens, double 
 template <class P>
 void run(const Args& a, const Config& cfg) {
   using Model = models::Transformer<P, layers::LlamaDecoderLayer>;
-  Model model(cfg, cpu::Backend(cpu::Options{a.threads}));
+  Model model(cfg, cpu::Backend(cpu::Options{a.threads, a.int8_activations}));
   {
     io::LoadedWeights w = io::load_weights(a.weights, cfg);
     model.load(w.tensors);

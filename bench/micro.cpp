@@ -48,11 +48,11 @@ Matrix<W> weight(std::int64_t N, std::int64_t K) {
   return m;
 }
 
-/// Args: M, N, K, threads.
-template <class W, class A>
+/// Args: M, N, K, threads. Int8Act: Q8_0 with 8-bit activations (cpu::Options::int8_activations).
+template <class W, class A, bool Int8Act = false>
 void BM_gemm(benchmark::State& st) {
   const std::int64_t M = st.range(0), N = st.range(1), K = st.range(2);
-  cpu::Backend be(cpu::Options{static_cast<int>(st.range(3))});
+  cpu::Backend be(cpu::Options{static_cast<int>(st.range(3)), Int8Act});
   const Matrix<W> w = be.prepare(weight<W>(N, K));
   const auto xf = randn(M * K, 3);
   Tensor<A, 2> x({M, K});
@@ -99,6 +99,7 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK_TEMPLATE(BM_gemm, float, float)->Apply(gemm_shapes);
 BENCHMARK_TEMPLATE(BM_gemm, bf16, bf16)->Apply(gemm_shapes);
 BENCHMARK_TEMPLATE(BM_gemm, q8_0, float)->Apply(gemm_shapes);
+BENCHMARK_TEMPLATE(BM_gemm, q8_0, float, true)->Apply(gemm_shapes);
 #if defined(MAXTEXT_BENCH_OPENBLAS)
 BENCHMARK(BM_gemm_openblas)->Apply(gemm_shapes);
 #endif

@@ -7,8 +7,9 @@ Ratios (targets from issue 6):
   decode  tg@512: library tok/s x weight bytes per token / triad bandwidth (>= 0.90), library / llama.cpp (>= 1.05)
   prefill pp128, pp512: library tok/s / (tokens / OpenBLAS time for the same matrix products) (>= 0.90),
           library / llama.cpp (>= 1.05), library / PyTorch eager f32 (>= 1.4)
-Weights compared at equal bytes: f32 vs F32, bf16 vs F16, q8_0 vs Q8_0. The hand-written analysis is
-bench/performance_notes.md, appended to the generated page.
+Weights compared at equal bytes: f32 vs F32, bf16 vs F16, q8_0 vs Q8_0; "q8_0 int8-act" is the library's Q8_0 with
+8-bit activations (cpu::Options::int8_activations, llama.cpp's own arithmetic) against the same llama.cpp Q8_0 run.
+The hand-written analysis is bench/performance_notes.md, appended to the generated page.
 """
 import json
 import os
@@ -18,6 +19,9 @@ from collections import defaultdict
 TARGETS = dict(roofline=0.90, llama=1.05, openblas=0.90, torch=1.4)
 BYTES = {"f32": 4.0, "bf16": 2.0, "q8_0": 34.0 / 32.0}
 GGUF_NAME = {"f32": "F32", "bf16": "F16", "q8_0": "Q8_0"}
+# Rows of the table: (label, the library's impl name in the results, weights).
+VARIANTS = [("f32", "maxtext", "f32"), ("bf16", "maxtext", "bf16"), ("q8_0", "maxtext", "q8_0"),
+            ("q8_0 int8-act", "maxtext-int8act", "q8_0")]
 
 
 def weight_bytes_per_token(meta, w):
@@ -59,14 +63,15 @@ def main():
 
     table = []
     for name, meta in sorted(metas.items(), key=lambda kv: kv[1]["key"]):
-        for w in ["f32", "bf16", "q8_0"]:
+        for label, impl, w in VARIANTS:
             for t in sorted(bw):
-                ours = {x: speed.get(("maxtext", name, w, t, x)) for x in ["pp128", "pp512", "tg@512"]}
+                ours = {x: speed.get((impl, name, w, t, x)) for x in ["pp128", "pp512", "tg@512"]}
                 if not any(ours.values()):
                     continue
                 llama = {x: speed.get(("llama.cpp", name, w, t, x)) for x in ours}
                 torch = {x: speed.get(("pytorch", name, "f32", t, x)) for x in ours}
-                row = dict(model=name, key=meta["key"], weights=w, threads=t, ours=ours, llama=llama, torch=torch)
+                row = dict(model=name, key=meta["key"], weights=w, label=label, impl=impl, threads=t, ours=ours,
+                           llama=llama, torch=torch)
                 wb = weight_bytes_per_token(meta, w)
                 row["roofline"] = ours["tg@512"] * wb / bw[t] if ours["tg@512"] and t in bw else None
                 row["llama_roofline"] = llama["tg@512"] * wb / bw[t] if llama["tg@512"] and t in bw else None
@@ -97,7 +102,7 @@ def main():
     for r in table:
         targeted = r["key"] in ("b", "c")  # decode targets are set on models b and c
         lines.append("| " + " | ".join([
-            r["model"], f"{r['weights']} ({GGUF_NAME[r['weights']]})", str(r["threads"]),
+            r["model"], f"{r['label']} ({GGUF_NAME[r['weights']]})", str(r["threads"]),
             f(r["roofline"], TARGETS["roofline"] if targeted else None),
             f(r["tg_vs_llama"], TARGETS["llama"] if targeted else None),
             f(r["pp128_vs_openblas"], TARGETS["openblas"] if targeted else None), f(r["pp128_vs_llama"], TARGETS["llama"]),
@@ -109,11 +114,14 @@ def main():
     abs_lines = ["| model | weights | threads | impl | pp128 tok/s | pp512 tok/s | decode tok/s @512 | decode / roofline |",
                  "|---|---|---|---|---|---|---|---|"]
     for r in table:
-        for impl, d, rf in (("maxtext", r["ours"], r["roofline"]), ("llama.cpp", r["llama"], r["llama_roofline"]),
-                            ("pytorch f32", r["torch"] if r["weights"] == "f32" else {}, None)):
+        # llama.cpp's and PyTorch's rates appear once, with the first library row that compares with them.
+        peers = r["impl"] == "maxtext"
+        for impl, d, rf in ((r["impl"], r["ours"], r["roofline"]),
+                            ("llama.cpp", r["llama"] if peers else {}, r["llama_roofline"]),
+                            ("pytorch f32", r["torch"] if peers and r["weights"] == "f32" else {}, None)):
             if not d or not any(d.values()):
                 continue
-            abs_lines.append("| " + " | ".join([r["model"], r["weights"], str(r["threads"]), impl] +
+            abs_lines.append("| " + " | ".join([r["model"], r["label"], str(r["threads"]), impl] +
                                                [f"{d.get(x):.1f}" if d.get(x) else "–" for x in ("pp128", "pp512", "tg@512")] +
                                                [f(rf)]) + " |")
     abs_table = "\n".join(abs_lines)
@@ -130,7 +138,7 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        labels = [f"{r['key']} {r['weights']} t{r['threads']}" for r in table]
+        labels = [f"{r['key']} {r['label']} t{r['threads']}" for r in table]
         xs = range(len(table))
         fig, axes = plt.subplots(2, 1, figsize=(max(8, len(table) * 0.6), 8), sharex=True)
         width = 0.2
@@ -178,7 +186,9 @@ and are listed further down for reference.
   {env.get('load_before', '?')} / {env_end.get('load_after', '?')} ({load_note}).
 - Library: `bench_e2e` ({env.get('compiler', '?')}, Release, -march=native), `layers::LlamaDecoderLayer`, reading the
   same GGUF files as llama.cpp (F32; Q8_0 blocks as they are; bf16 = the F32 file rounded at load). KV cache in the
-  activation type (f32, or bf16 for the bf16 model).
+  activation type (f32, or bf16 for the bf16 model). Q8_0 twice: exact (the dequantised weights times f32
+  activations, the default) and "int8-act" (`cpu::Options::int8_activations`: activations quantised to 8 bits per
+  32-block and integer dot products, the arithmetic llama.cpp uses for its Q8_0 rows).
 - llama.cpp: `{os.path.relpath(env.get('llama_bench', '?'), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}`
   built natively (GGML_NATIVE=ON, OpenMP) from the llama.cpp source bundled in node-llama-cpp {env.get('node_llama_cpp', '?')}
   (bundle tag {env.get('llama_cpp_tag', '?')}, commit {env.get('llama_cpp_commit', '?')}); default llama-bench settings

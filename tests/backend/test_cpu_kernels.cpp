@@ -171,6 +171,139 @@ TEST_CASE("Packed matmul: results do not depend on the thread count", "[backend]
   for (std::int64_t i = 0; i < y1.size(); ++i) REQUIRE(y1.data()[i] == y2.data()[i]);
 }
 
+// ---- Q8_0 weights with 8-bit activations (cpu::Options::int8_activations) -------------------------------------
+
+namespace {
+
+/// The documented rule, written out in scalar code: per 32-element block d = max|x| / 127 (f32), q = x * (1/d)
+/// rounded to the nearest integer, ties to even (f32 arithmetic, as the rule states).
+void quantize_block_ref(const float* x, std::int8_t* q, float& d) {
+  float amax = 0.0f;
+  for (int i = 0; i < q8_0::block; ++i) amax = std::max(amax, std::fabs(x[i]));
+  d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int i = 0; i < q8_0::block; ++i) q[i] = static_cast<std::int8_t>(std::nearbyint(x[i] * id));
+}
+
+/// y = x . W^T with Q8_0 weights packed for 8-bit activations, against (1) the integer definition evaluated in double:
+/// sum over blocks of d_w * d_x * sum(q_w * q_x), within the f32 bound of a sum of K/32 terms each rounded twice
+/// ((d_w * d_x) and the fused multiply-add), |err| <= (K/32 + 2) u sum_b |t_b| plus the output rounding; and (2) the
+/// exact product of the dequantised weights, within the quantisation bound sum_b (d_x,b / 2) sum_k |w_k| plus that.
+template <class X, class Y>
+void check_int8_activations(std::int64_t M, std::int64_t N, std::int64_t K, bool with_bias, int threads,
+                            std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<double> wd;
+  Matrix<q8_0> raw = make_weight<q8_0>(N, K, g, wd);
+  cpu::Backend be(cpu::Options{threads, true});
+  Matrix<q8_0> w = be.prepare(raw);
+  REQUIRE(w.packed != nullptr);
+  REQUIRE(static_cast<const cpu::gemm::Packed*>(w.packed.get())->kind == cpu::gemm::PackKind::q8_0_i8);
+
+  const std::int64_t ldx = K + 3, ldy = N + 5, nb = K / q8_0::block;
+  Tensor<X, 2> xbuf({M, ldx});
+  for (std::int64_t i = 0; i < xbuf.size(); ++i) xbuf.data()[i] = from_float<X>(nd(g));
+  // Edge blocks: an all-zero block (scale 0) and a block of small integers whose largest magnitude is 127 (scale 1).
+  if (nb >= 2) {
+    for (int i = 0; i < q8_0::block; ++i) xbuf(0, i) = from_float<X>(0.0f);
+    for (int i = 0; i < q8_0::block; ++i) xbuf(M - 1, q8_0::block + i) = from_float<X>(static_cast<float>((i * 37) % 255 - 127));
+  }
+  Tensor<Y, 2> ybuf = Tensor<Y, 2>::full({M, ldy}, from_float<Y>(12345.0f));
+  Tensor<Y, 1> bias({N});
+  for (std::int64_t n = 0; n < N; ++n) bias(n) = from_float<Y>(nd(g));
+  View<const X, 2> x(xbuf.data(), {M, K}, {ldx, 1});
+  View<Y, 2> y(ybuf.data(), {M, N}, {ldy, 1});
+  be.matmul(x, w, y, with_bias ? View<const Y, 1>(bias.view()) : View<const Y, 1>());
+
+  std::vector<float> xf(static_cast<std::size_t>(K));
+  std::vector<std::int8_t> xq(static_cast<std::size_t>(K));
+  std::vector<float> xd(static_cast<std::size_t>(nb));
+  for (std::int64_t m = 0; m < M; ++m) {
+    for (std::int64_t k = 0; k < K; ++k) xf[static_cast<std::size_t>(k)] = to_float(x(m, k));
+    for (std::int64_t b = 0; b < nb; ++b) {
+      quantize_block_ref(&xf[static_cast<std::size_t>(b * q8_0::block)], &xq[static_cast<std::size_t>(b * q8_0::block)],
+                         xd[static_cast<std::size_t>(b)]);
+    }
+    for (std::int64_t n = 0; n < N; ++n) {
+      double s = 0, a = 0, exact = 0, qbound = 0;
+      for (std::int64_t b = 0; b < nb; ++b) {
+        const q8_0& blk = raw.data(n, b);
+        std::int64_t isum = 0;
+        double wabs = 0;
+        for (int i = 0; i < q8_0::block; ++i) {
+          const std::int64_t k = b * q8_0::block + i;
+          isum += static_cast<std::int64_t>(blk.qs[i]) * xq[static_cast<std::size_t>(k)];
+          const double wk = wd[static_cast<std::size_t>(n * K + k)];
+          exact += wk * xf[static_cast<std::size_t>(k)];
+          wabs += std::abs(wk);
+        }
+        const double t = static_cast<double>(static_cast<float>(blk.d)) * xd[static_cast<std::size_t>(b)] * static_cast<double>(isum);
+        s += t;
+        a += std::abs(t);
+        qbound += 0.5 * xd[static_cast<std::size_t>(b)] * wabs;
+      }
+      double tol = static_cast<double>(nb + 2) * std::ldexp(a, -24) + ulp_half<Y>(s) + 1e-30;
+      if (with_bias) {
+        s += to_float(bias(n));
+        exact += to_float(bias(n));
+        tol += ulp_half<Y>(s) + ulp_half<Y>(s - to_float(bias(n)));
+      }
+      const double got = to_float(y(m, n));
+      if (std::abs(got - s) > tol) {
+        FAIL("y[" << m << "," << n << "] = " << got << ", integer-dot reference " << s << ", tolerance " << tol
+                  << " (M=" << M << " N=" << N << " K=" << K << " threads=" << threads << ")");
+      }
+      if (std::abs(got - exact) > qbound + 2 * tol) {
+        FAIL("y[" << m << "," << n << "] = " << got << " is " << std::abs(got - exact)
+                  << " from the exact product, more than the quantisation bound " << qbound);
+      }
+    }
+    for (std::int64_t n = N; n < ldy; ++n) REQUIRE(to_float(ybuf(m, n)) == to_float(from_float<Y>(12345.0f)));
+  }
+  SUCCEED();
+}
+
+}  // namespace
+
+TEST_CASE("Packed matmul: Q8_0 weights with 8-bit activations follow the integer-dot definition", "[backend][cpu][gemm]") {
+  const std::vector<std::int64_t> Ms = {1, 2, 3, 5, 6, 7, 13, 40};
+  const std::vector<std::int64_t> Ns = {1, 17, 64, 65, 130};
+  std::uint32_t seed = 100;
+  for (auto M : Ms) {
+    for (auto N : Ns) {
+      for (std::int64_t K : {32, 96}) {
+        for (int threads : {1, 2}) {
+          check_int8_activations<float, float>(M, N, K, (seed % 3) == 0, threads, seed);
+          ++seed;
+        }
+      }
+    }
+  }
+  check_int8_activations<bf16, bf16>(7, 65, 64, true, 2, 11);
+  check_int8_activations<bf16, float>(1, 130, 96, false, 1, 12);
+  // K past the cache block with many rows: K-blocked partial sums.
+  check_int8_activations<float, float>(cpu::gemm::kMC + 5, 70, cpu::gemm::kKC + 128, true, 2, 13);
+  check_int8_activations<bf16, bf16>(cpu::gemm::kMR * 3 + 1, 70, cpu::gemm::kKC + 64, false, 1, 14);
+}
+
+TEST_CASE("Q8_0 with 8-bit activations: an off backend keeps the exact products, and the choice is per weight",
+          "[backend][cpu][gemm]") {
+  // The activation rule only applies to weights prepared by a backend with the option set; the same backend type
+  // without it packs the exact layout, whose products equal the dequantised weights' (checked above).
+  std::mt19937 g(5);
+  std::vector<double> wd;
+  Matrix<q8_0> raw = make_weight<q8_0>(64, 64, g, wd);
+  const cpu::Backend exact(cpu::Options{1}), fast(cpu::Options{1, true});
+  CHECK_FALSE(exact.int8_activations());
+  CHECK(fast.int8_activations());
+  CHECK(static_cast<const cpu::gemm::Packed*>(exact.prepare(raw).packed.get())->kind == cpu::gemm::PackKind::q8_0);
+  CHECK(static_cast<const cpu::gemm::Packed*>(fast.prepare(raw).packed.get())->kind == cpu::gemm::PackKind::q8_0_i8);
+  // f32 and bf16 weights are not affected by the option.
+  Matrix<float> rf = make_weight<float>(64, 64, g, wd);
+  CHECK(static_cast<const cpu::gemm::Packed*>(fast.prepare(rf).packed.get())->kind == cpu::gemm::PackKind::f32);
+}
+
 // ---- attention ------------------------------------------------------------------------------------------------
 
 namespace {

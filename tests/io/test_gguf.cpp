@@ -22,7 +22,7 @@ using io::GgufValue;
 namespace {
 
 std::string tmp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("maxtext_test_gguf_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (std::filesystem::current_path() / ("maxtext_test_gguf_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 void write_bytes(const std::string& path, const std::vector<std::byte>& b) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

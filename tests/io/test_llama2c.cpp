@@ -19,7 +19,7 @@ using namespace maxtext;
 
 namespace {
 std::string tmp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("maxtext_test_llama2c_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (std::filesystem::current_path() / ("maxtext_test_llama2c_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 std::string write_tmp(const std::string& name, const std::string& bytes) {
   const std::string p = tmp_path(name);

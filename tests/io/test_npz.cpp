@@ -92,7 +92,7 @@ std::size_t find_sig(const std::vector<char>& b, const char* sig, std::size_t fr
 }
 /// A temporary path unique to this process (CTest runs test cases of one program in parallel).
 std::string tmp(const std::string& name) {
-  return (fs::temp_directory_path() / ("maxtext_npz_test_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (fs::current_path() / ("maxtext_npz_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
 /// NumPy's interpreter, when it and numpy are installed.

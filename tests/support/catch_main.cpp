@@ -1,5 +1,6 @@
 // The Catch2 v2 main shared by every test program. Each test process runs in a fresh working directory of its own,
-// so tests that write scratch files ("bad.npy", "rt.safetensors", ...) never collide when CTest runs them in parallel.
+// so tests that write scratch files ("bad.npy", "rt.safetensors", ...) never collide when CTest runs them in parallel
+// and leave nothing behind: the directory is removed when the program ends normally.
 #define CATCH_CONFIG_RUNNER
 #include <unistd.h>
 

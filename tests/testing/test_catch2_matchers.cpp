@@ -31,7 +31,7 @@ TEST_CASE("IsCloseTo accepts tensors, AnyTensors, .npy paths and FILE:NAME specs
   b(1, 2) += 1e-6f;  // |diff| 1e-6 on a value of 3: inside rtol 1e-5
   CHECK_THAT(a, IsCloseTo(b));
   CHECK_THAT(AnyTensor::from(a), IsCloseTo(AnyTensor::from(b), 1e-5, 1e-6));
-  const std::string p = (std::filesystem::temp_directory_path() / ("maxtext_catch2_ramp_" + std::to_string(::getpid()) + ".npy")).string();
+  const std::string p = (std::filesystem::current_path() / ("maxtext_catch2_ramp_" + std::to_string(::getpid()) + ".npy")).string();
   io::write_npy(p, AnyTensor::from(a));
   CHECK_THAT(b, IsCloseTo(p));
   CHECK_THAT(b, IsCloseToScaled(p, 1e-6));

@@ -39,7 +39,7 @@ const std::string kCmp = test::fixtures_dir() + "/compare/";
 
 /// A temporary path unique to this process (CTest runs test cases of one program in parallel).
 std::string tmp(const std::string& name) {
-  return (fs::temp_directory_path() / ("maxtext_cmp_test_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (fs::current_path() / ("maxtext_cmp_test_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
 struct CliResult {

@@ -31,13 +31,18 @@ namespace maxtext::cpu {
 struct Options {
   /// Worker threads for matrix products and kernels; 0 = all cores (OpenMP's default).
   int threads = 0;
+  /// Q8_0 weights only, opt-in: quantise the activations of each product to 8 bits per 32-element block (llama.cpp's
+  /// Q8_0 rule) and multiply with integer dot products (AVX512-VNNI vpdpbusd where compiled in, exact int32 sums
+  /// otherwise too). Faster on one core, and no longer the product of the dequantised weights with the exact
+  /// activations: each block adds a relative error of up to 1/254 of its largest activation (docs/numerics.md).
+  bool int8_activations = false;
 };
 
 class Backend {
  public:
   static constexpr const char* name = "cpu";
 
-  explicit Backend(Options opt = {}) { set_threads(opt.threads); }
+  explicit Backend(Options opt = {}) : int8_activations_(opt.int8_activations) { set_threads(opt.threads); }
 
   // ---- memory ---------------------------------------------------------------------------------------------
   const std::shared_ptr<MemoryResource>& memory() const { return host_memory(); }
@@ -47,6 +52,8 @@ class Backend {
   void synchronize() const {}
 
   int threads() const { return threads_; }
+  /// Whether Q8_0 weights are prepared for 8-bit activations (Options::int8_activations).
+  bool int8_activations() const { return int8_activations_; }
   void set_threads(int n) {
 #if defined(_OPENMP)
     threads_ = n > 0 ? n : omp_get_num_procs();
@@ -61,7 +68,9 @@ class Backend {
   template <class W>
   Matrix<W> prepare(Matrix<W> m) const {
     if constexpr (gemm::packable<W>) {
-      if (!m.empty() && !m.packed && m.data.view().is_contiguous()) m.packed = gemm::pack(m.data.data(), m.rows, m.cols);
+      if (!m.empty() && !m.packed && m.data.view().is_contiguous()) {
+        m.packed = gemm::pack(m.data.data(), m.rows, m.cols, int8_activations_);
+      }
     }
     return m;
   }
@@ -742,6 +751,7 @@ class Backend {
   }
 
   int threads_ = 1;
+  bool int8_activations_ = false;
 };
 
 }  // namespace maxtext::cpu

@@ -12,6 +12,11 @@
 //  - Q8_0: per 32-wide k block, kNR fp16 scales then [32][kNR] int8 values: 34 bytes per 32 weights, as in GGUF.
 //          Products use the exactly dequantised weights (d * q in f32) with f32 (or bf16) activations; prefill
 //          dequantises one panel into a per-thread f32 buffer and reuses it for every row tile.
+//  - Q8_0 with 8-bit activations (opt-in, cpu::Options::int8_activations): per 32-wide k block, kNR fp16 scales then
+//          [8][kNR][4] bytes, each weight stored as q + 128 (unsigned), four consecutive k per 32-bit lane: the
+//          operand layout of AVX512-VNNI vpdpbusd. The activations are quantised per 32-element block by llama.cpp's
+//          Q8_0 rule (scale max|x| / 127, kept in f32); the integer block sums are exact, and
+//          dot(q_w + 128, q_x) - 128 * sum(q_x) recovers dot(q_w, q_x). Same 34 bytes per 32 weights.
 // Threads split the panels (contiguous chunks), so each weight byte is read by one thread once per call.
 #pragma once
 
@@ -61,7 +66,7 @@ inline constexpr bool kHasBf16Dot = true;
 inline constexpr bool kHasBf16Dot = false;
 #endif
 
-enum class PackKind : std::uint8_t { f32, bf16, q8_0 };
+enum class PackKind : std::uint8_t { f32, bf16, q8_0, q8_0_i8 };
 
 /// A weight laid out in panels for the micro-kernel (see the file comment). Immutable once built.
 struct Packed {
@@ -84,6 +89,24 @@ inline std::size_t q8_block_bytes() { return static_cast<std::size_t>(kNR) * (2 
 template <class T>
 inline float scalar(const T& v) {
   return to_float(v);
+}
+
+/// Decode (few rows) of exact Q8_0 converts every weight to f32 and keeps the core busy enough that the hardware
+/// prefetcher alone falls behind: requesting the lines `kPrefetch` bytes ahead raised model c's one-thread decode by
+/// about 16% (bench_e2e). The f32, bf16 and 8-bit-activation kernels gained nothing measurable and do not prefetch.
+/// Past the panel's end this reaches the next panel, or nothing: prefetches never fault.
+inline constexpr std::ptrdiff_t kPrefetch = 8192;
+template <int R>
+MAXTEXT_INLINE void prefetch_lines(const void* p, std::size_t bytes) {
+#if defined(__SSE__)
+  if constexpr (R <= 2) {
+    const char* c = static_cast<const char*>(p) + kPrefetch;
+    for (std::size_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
+  }
+#else
+  (void)p;
+  (void)bytes;
+#endif
 }
 
 /// Broadcast-FMA a row tile over f32 weights [K][kNR] (panel or dequantised panel).
@@ -216,6 +239,7 @@ MAXTEXT_INLINE void tile_q8(std::int64_t K, const X* x, std::int64_t ldx, const 
     const std::byte* blk = panel + static_cast<std::size_t>(kb) * bb;
     const auto* d = reinterpret_cast<const fp16*>(blk);
     const auto* q = reinterpret_cast<const std::int8_t*>(blk + kNR * 2);
+    prefetch_lines<R>(blk, bb);
     fbatch s[R][kNV];
     MAXTEXT_UNROLL
     for (int r = 0; r < R; ++r) {
@@ -239,6 +263,112 @@ MAXTEXT_INLINE void tile_q8(std::int64_t K, const X* x, std::int64_t ldx, const 
       const fbatch dv = load_f16(d + v * kW);
       MAXTEXT_UNROLL
       for (int r = 0; r < R; ++r) acc[r][v] = xsimd::fma(s[r][v], dv, acc[r][v]);
+    }
+  }
+}
+
+using ibatch = xsimd::batch<std::int32_t>;
+static_assert(ibatch::size == fbatch::size, "int32 and float batches have the same lanes");
+
+/// Rows of activations quantised to 8 bits per 32-element block (see quantize_rows): values q [rows][ldq], and per
+/// block its scale d and 128 * sum(q) [rows][ldb].
+struct QuantRows {
+  const std::int8_t* q = nullptr;
+  const float* d = nullptr;
+  const std::int32_t* c = nullptr;
+  std::int64_t ldq = 0, ldb = 0;
+
+  QuantRows at_row(std::int64_t r) const { return {q + r * ldq, d + r * ldb, c + r * ldb, ldq, ldb}; }
+};
+
+/// Quantise one row of K (a multiple of 32) activations: per block d = max|x| / 127, q = round-to-nearest-even(x / d)
+/// computed as x * (1 / d) (llama.cpp's Q8_0 rule, with the scale kept in f32 instead of fp16); an all-zero block
+/// has d = 0 and q = 0.
+template <class X>
+inline void quantize_row(const X* x, std::int64_t K, std::int8_t* q, float* d, std::int32_t* c) {
+  constexpr int B = q8_0::block;
+  alignas(64) float t[B];
+  alignas(64) std::int32_t qi[B];
+  for (std::int64_t kb = 0; kb < K / B; ++kb) {
+    const X* xb = x + kb * B;
+    for (int i = 0; i < B; ++i) t[i] = scalar(xb[i]);
+    fbatch amax(0.0f);
+    for (int i = 0; i < B; i += static_cast<int>(kW)) amax = xsimd::max(amax, xsimd::abs(fbatch::load_aligned(t + i)));
+    alignas(64) float lanes[kW];
+    amax.store_aligned(lanes);
+    const float m = *std::max_element(lanes, lanes + kW);
+    const float dk = m / 127.0f;
+    const float id = dk != 0.0f ? 1.0f / dk : 0.0f;
+    ibatch sum(0);
+    for (int i = 0; i < B; i += static_cast<int>(kW)) {
+      ibatch v = xsimd::nearbyint_as_int(fbatch::load_aligned(t + i) * fbatch(id));
+      v = xsimd::min(xsimd::max(v, ibatch(-127)), ibatch(127));
+      v.store_aligned(qi + i);
+      sum += v;
+    }
+    for (int i = 0; i < B; ++i) q[kb * B + i] = static_cast<std::int8_t>(qi[i]);
+    d[kb] = dk;
+    c[kb] = 128 * xsimd::hadd(sum);
+  }
+}
+
+/// acc + per lane the dot product of its 4 unsigned weight bytes with the 4 signed activation bytes `a4` (exact).
+MAXTEXT_INLINE ibatch dot4(ibatch acc, ibatch w, std::int32_t a4) {
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
+  static_assert(kW == 16, "vpdpbusd path expects 512-bit batches");
+  return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(a4));
+#else
+  const ibatch byte(0xff);
+  MAXTEXT_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const std::int32_t ai = static_cast<std::int8_t>(static_cast<std::uint32_t>(a4) >> (8 * i));
+    acc += ((w >> (8 * i)) & byte) * ibatch(ai);
+  }
+  return acc;
+#endif
+}
+
+/// Q8_0 (offset layout) times 8-bit activations over `nb` blocks from block kb0, vectors [v0, v0 + NV) of the panel:
+/// exact int32 sums per block, then acc += (float)sum * (d_w * d_x).
+template <int R, int NV>
+MAXTEXT_INLINE void tile_q8_i8(std::int64_t nb, std::int64_t kb0, const QuantRows& x, const std::byte* panel, int v0,
+                               fbatch (&acc)[R][kNV]) {
+  const std::size_t bb = q8_block_bytes();
+  constexpr int groups = q8_0::block / 4;
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = panel + static_cast<std::size_t>(b) * bb;
+    const auto* d = reinterpret_cast<const fp16*>(blk);
+    const auto* w = reinterpret_cast<const std::int32_t*>(blk + kNR * 2);
+    const std::int64_t kb = kb0 + b;
+    ibatch s[R][NV];
+    MAXTEXT_UNROLL
+    for (int r = 0; r < R; ++r) {
+      MAXTEXT_UNROLL
+      for (int v = 0; v < NV; ++v) s[r][v] = ibatch(0);
+    }
+    for (int g = 0; g < groups; ++g) {
+      ibatch wv[NV];
+      MAXTEXT_UNROLL
+      for (int v = 0; v < NV; ++v) wv[v] = ibatch::load_aligned(w + g * kNR + (v0 + v) * kW);
+      MAXTEXT_UNROLL
+      for (int r = 0; r < R; ++r) {
+        std::int32_t a4;
+        std::memcpy(&a4, x.q + r * x.ldq + kb * q8_0::block + 4 * g, 4);
+        MAXTEXT_UNROLL
+        for (int v = 0; v < NV; ++v) s[r][v] = dot4(s[r][v], wv[v], a4);
+      }
+    }
+    fbatch dw[NV];
+    MAXTEXT_UNROLL
+    for (int v = 0; v < NV; ++v) dw[v] = load_f16(d + (v0 + v) * kW);
+    MAXTEXT_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const fbatch dx(x.d[r * x.ldb + kb]);
+      const ibatch c(x.c[r * x.ldb + kb]);
+      MAXTEXT_UNROLL
+      for (int v = 0; v < NV; ++v) {
+        acc[r][v0 + v] = xsimd::fma(xsimd::batch_cast<float>(s[r][v] - c), dw[v] * dx, acc[r][v0 + v]);
+      }
     }
   }
 }
@@ -324,6 +454,7 @@ struct TileJob {
   bool first = true, last = true;
   float* part = nullptr;
   std::int64_t ldp = 0;
+  QuantRows xq{};  ///< the tile's rows of 8-bit activations (PackKind::q8_0_i8)
 };
 
 template <int R, class X, class Y, class Bias>
@@ -355,8 +486,17 @@ MAXTEXT_INLINE void run_tile(const Packed& p, const TileJob& j, const X* x, std:
 #else
     tile_bf16_split<R>(j.kc, xk, ldx, w, acc);
 #endif
-  } else {
+  } else if (p.kind == PackKind::q8_0) {
     tile_q8<R>(j.kc, xk, ldx, p.panel(j.pi) + static_cast<std::size_t>(j.k0 / q8_0::block) * q8_block_bytes(), acc);
+  } else {
+    const std::int64_t kb0 = j.k0 / q8_0::block, nb = j.kc / q8_0::block;
+    const std::byte* pan = p.panel(j.pi) + static_cast<std::size_t>(kb0) * q8_block_bytes();
+    if constexpr (R <= 2 || kNV == 1) {
+      tile_q8_i8<R, kNV>(nb, kb0, j.xq, pan, 0, acc);
+    } else {  // int32 block sums for every row take registers too: half the panel's vectors at a time
+      tile_q8_i8<R, kNV / 2>(nb, kb0, j.xq, pan, 0, acc);
+      tile_q8_i8<R, kNV / 2>(nb, kb0, j.xq, pan, kNV / 2, acc);
+    }
   }
   if (!j.last) {
     store_partial<R>(acc, j.part + n0, j.ldp, ncols);
@@ -379,9 +519,10 @@ void run_tile_dispatch(int rows, const Packed& p, const TileJob& j, const X* x, 
 
 }  // namespace detail
 
-/// Pack an out-major weight [N, K] of float, bf16 or Q8_0 (K/32 blocks per row) once.
+/// Pack an out-major weight [N, K] of float, bf16 or Q8_0 (K/32 blocks per row) once. `int8_activations`: Q8_0 in
+/// the layout for 8-bit activations and integer dot products (PackKind::q8_0_i8); ignored for other types.
 template <class W>
-std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K) {
+std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, bool int8_activations = false) {
   auto p = std::make_shared<Packed>();
   p->rows = N;
   p->cols = K;
@@ -394,7 +535,7 @@ std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K) {
     p->panel_bytes = static_cast<std::size_t>(detail::pairs(K) * kNR) * 4;
   } else {
     static_assert(std::is_same_v<W, q8_0>, "pack: float, bf16 or q8_0 weights");
-    p->kind = PackKind::q8_0;
+    p->kind = int8_activations ? PackKind::q8_0_i8 : PackKind::q8_0;
     p->panel_bytes = static_cast<std::size_t>(K / q8_0::block) * detail::q8_block_bytes();
   }
   p->buf = AlignedBuffer(p->panel_bytes * static_cast<std::size_t>(p->panels));
@@ -422,10 +563,17 @@ std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K) {
           std::byte* blk = dst + static_cast<std::size_t>(kb) * detail::q8_block_bytes();
           auto* d = reinterpret_cast<fp16*>(blk);
           auto* q = reinterpret_cast<std::int8_t*>(blk + kNR * 2);
+          auto* u = reinterpret_cast<std::uint8_t*>(blk + kNR * 2);
           for (std::int64_t j = 0; j < nb; ++j) {
             const q8_0& b = w[(n0 + j) * KB + kb];
             d[j] = b.d;
-            for (int i = 0; i < q8_0::block; ++i) q[i * kNR + j] = b.qs[i];
+            for (int i = 0; i < q8_0::block; ++i) {
+              if (pk.kind == PackKind::q8_0) {
+                q[i * kNR + j] = b.qs[i];
+              } else {  // [i/4][j][i%4], offset to unsigned
+                u[((i / 4) * kNR + j) * 4 + i % 4] = static_cast<std::uint8_t>(static_cast<int>(b.qs[i]) + 128);
+              }
+            }
           }
         }
       }
@@ -470,6 +618,20 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
   }
   // Enough work per thread to pay for waking it (a few microseconds).
   const int nt = 2 * M * N * K < (1 << 18) ? 1 : threads;
+  // 8-bit activations: every row quantised once, into the calling thread's scratch, before the products.
+  detail::QuantRows xq;
+  if (p.kind == PackKind::q8_0_i8) {
+    const std::int64_t nb = K / q8_0::block;
+    const std::size_t qbytes = static_cast<std::size_t>(M * K + 63) / 64 * 64;
+    std::byte* buf = thread_scratch(qbytes + static_cast<std::size_t>(M * nb) * 8, 4);
+    auto* q = reinterpret_cast<std::int8_t*>(buf);
+    auto* d = reinterpret_cast<float*>(buf + qbytes);
+    auto* c = reinterpret_cast<std::int32_t*>(buf + qbytes + static_cast<std::size_t>(M * nb) * 4);
+    parallel_for(M, M >= 4 * kMR ? nt : 1, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) detail::quantize_row(x + r * ldx, K, q + r * K, d + r * nb, c + r * nb);
+    });
+    xq = {q, d, c, K, nb};
+  }
   parallel_for(p.panels, nt, [&](std::int64_t p0, std::int64_t p1) {
     float* dq = deq ? reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(kc * kNR) * sizeof(float), 1))
                     : nullptr;
@@ -493,6 +655,7 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
           for (std::int64_t r0 = m0; r0 < m0 + mb; r0 += kMR) {
             const int rows = static_cast<int>(std::min<std::int64_t>(kMR, m0 + mb - r0));
             j.part = part == nullptr ? nullptr : part + r0 * ldp;
+            if (p.kind == PackKind::q8_0_i8) j.xq = xq.at_row(r0);
             if (!deq && p.kind == PackKind::q8_0) {
               detail::run_tile_dispatch<2>(rows, p, j, x + r0 * ldx, ldx, y + r0 * ldy, ldy, bias);
             } else {

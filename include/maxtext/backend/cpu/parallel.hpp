@@ -99,9 +99,12 @@ class AlignedBuffer {
 };
 
 /// A per-thread scratch buffer, grown on first use and then reused (kernels call it inside parallel regions).
+/// Slots in use: 0 attention, 1 dequantised Q8_0 panels, 2 GEMM partial sums, 3 per-row kernels, 4 8-bit
+/// activations; one kernel's buffer must not be another's that is still live.
 inline std::byte* thread_scratch(std::size_t bytes, int slot = 0) {
-  thread_local AlignedBuffer bufs[4];
-  AlignedBuffer& b = bufs[slot & 3];
+  constexpr int kSlots = 5;
+  thread_local AlignedBuffer bufs[kSlots];
+  AlignedBuffer& b = bufs[static_cast<unsigned>(slot) % kSlots];
   b.reserve(bytes);
   return b.data();
 }
