@@ -14,6 +14,16 @@
 #define MAXTEXT_INLINE inline __attribute__((always_inline))
 #endif
 
+// Register tiles only stay in registers when their loops over rows and vectors are fully unrolled, whatever -O level
+// the including program uses.
+#if defined(__clang__)
+#define MAXTEXT_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define MAXTEXT_UNROLL _Pragma("GCC unroll 16")
+#else
+#define MAXTEXT_UNROLL
+#endif
+
 #if !defined(NDEBUG) || defined(MAXTEXT_DEBUG_ASSERTS)
 #include <cstdio>
 #include <cstdlib>

@@ -1,8 +1,11 @@
 // backend/cpu/attention.hpp: MaxText AttentionOp on the CPU (spec attention.md §1-2): an online softmax over blocks
-// of keys, no [T, S] score matrix. One work item is (batch row, kv head, query): the G = N/K query heads that share
-// a kv head are handled together, so each key and value row is loaded (and converted to f32) once for all of them.
-// Per block of kW keys: logits for every head (kW dot products reduced into one vector), one running-max update,
-// one vectorised exp, then the probability-weighted sum of the value rows.
+// of kW keys, no [T, S] score matrix. Two kernels:
+//  - decode (one query per row, and whenever the prefill kernel does not apply): one work item is (batch row, kv
+//    head, query); the G = N/K query heads sharing a kv head are handled together, so each key and value row is
+//    loaded (and converted to f32) once for all of them; kW dot products per block reduced into one vector.
+//  - prefill (T >= 2, head dims multiples of kW, no soft cap): one work item is a tile of query positions times the
+//    G heads (about 64 rows); each key block is transposed once and serves every row of the tile (see below).
+// Both: per block one running-max update, one vectorised exp, then the probability-weighted sum of the value rows.
 #pragma once
 
 #include <algorithm>
@@ -98,6 +101,243 @@ MAXTEXT_INLINE void accumulate_values(const float* prob, const float* const* vro
   }
 }
 
+/// Keys [lo, hi) that query position qi may see in a row of `len` cached keys (causal, window, chunk terms);
+/// segment ids are checked per key.
+MAXTEXT_INLINE void key_range(const AttentionMask& mask, std::int64_t len, std::int64_t qi, std::int64_t& lo,
+                              std::int64_t& hi) {
+  lo = 0;
+  hi = len;
+  if (mask.causal) hi = std::min(hi, qi + 1);
+  if (mask.sliding_window > 0) lo = std::max(lo, qi - mask.sliding_window + 1);
+  if (mask.chunk > 0) {  // same chunk as the query (the upper end matters only without the causal term)
+    lo = std::max(lo, (qi / mask.chunk) * mask.chunk);
+    hi = std::min(hi, (qi / mask.chunk + 1) * mask.chunk);
+  }
+}
+
+/// Normalise one accumulated output row (running max m, running sum l) and store it to op: a sink joins the
+/// denominator; a row whose keys were all masked averages all `len` value rows (MaxText's finite mask value makes
+/// its logits equal), or is 0 with sinks. `vtmp` holds Dv floats.
+template <class A>
+void finish_row(float* ag, float m, float l, std::int64_t Dv, const View<const A, 1>& sinks, std::int64_t n,
+                const View<const A, 4>& v, std::int64_t b, std::int64_t kh, std::int64_t len, float* vtmp, A* op) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (!sinks.empty()) {
+    const float sink = to_float(sinks(n));
+    if (sink > m) {
+      const float corr = std::exp(m - sink);
+      l *= corr;
+      vec::scale(corr, ag, Dv);
+      m = sink;
+    }
+    l += std::exp(sink - m);
+  }
+  if (l == 0.0f || (sinks.empty() && m == kNegInf)) {
+    std::fill(ag, ag + Dv, 0.0f);
+    if (sinks.empty() && len > 0) {
+      for (std::int64_t s = 0; s < len; ++s) {
+        vec::to_f32(&v(b, s, kh, 0), vtmp, Dv);
+        vec::axpy(1.0f, vtmp, ag, Dv);
+      }
+      vec::scale(1.0f / static_cast<float>(len), ag, Dv);
+    }
+    vec::from_f32(ag, op, Dv);
+    return;
+  }
+  vec::scale(1.0f / l, ag, Dv);
+  vec::from_f32(ag, op, Dv);
+}
+
+/// Call f.template operator()<n>() for a run-time n in [1, Max] (register tiles need compile-time row counts).
+template <int Max, class F>
+MAXTEXT_INLINE void with_rows(std::int64_t n, F&& f) {
+  if constexpr (Max >= 1) {
+    if (n == Max) {
+      f.template operator()<Max>();
+    } else {
+      with_rows<Max - 1>(n, f);
+    }
+  }
+}
+
+// ---- prefill: tiles of queries ------------------------------------------------------------------------------------
+// With many queries, each block of keys is transposed once ([Dq][kBlk]) and used by every query row of a tile: a
+// row's kBlk logits are then Dq broadcast-FMAs into one vector (no reduction), and kRowsQK rows share each key
+// vector load; the values are accumulated kRowsPV rows x 4 vectors at a time, each value vector loaded once for
+// them all.
+inline constexpr std::int64_t kTileRows = 64;  ///< query rows per work item: kTileRows / G positions x G heads
+inline constexpr int kRowsQK = 8;           ///< rows per logits register tile
+inline constexpr int kRowsPV = 4;           ///< rows per value register tile
+
+/// Logits of RR rows for one key block. Two partial sums per row (even and odd d, added at the end) halve the
+/// length of each f32 accumulation chain (Dq is a multiple of kBlk, so even).
+template <int RR>
+MAXTEXT_INLINE void tile_logits(const float* q, std::int64_t Dq, const float* kT, float* logit) {
+  fbatch acc[2][RR];
+  MAXTEXT_UNROLL
+  for (int r = 0; r < RR; ++r) acc[0][r] = acc[1][r] = fbatch(0.0f);
+  for (std::int64_t d = 0; d < Dq; d += 2) {
+    MAXTEXT_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const fbatch kv = fbatch::load_aligned(kT + (d + h) * kBlk);
+      MAXTEXT_UNROLL
+      for (int r = 0; r < RR; ++r) acc[h][r] = xsimd::fma(fbatch(q[r * Dq + d + h]), kv, acc[h][r]);
+    }
+  }
+  MAXTEXT_UNROLL
+  for (int r = 0; r < RR; ++r) (acc[0][r] + acc[1][r]).store_aligned(logit + r * kBlk);
+}
+
+template <int RR, int NV>
+MAXTEXT_INLINE void tile_values(const float* prob, const float* const* vrow, std::int64_t nb, std::int64_t c,
+                                float* acc, std::int64_t Dv) {
+  fbatch o[RR][NV];
+  MAXTEXT_UNROLL
+  for (int r = 0; r < RR; ++r) {
+    MAXTEXT_UNROLL
+    for (int v = 0; v < NV; ++v) o[r][v] = fbatch::load_unaligned(acc + r * Dv + c + v * kBlk);
+  }
+  for (std::int64_t j = 0; j < nb; ++j) {
+    fbatch vv[NV];
+    MAXTEXT_UNROLL
+    for (int v = 0; v < NV; ++v) vv[v] = fbatch::load_unaligned(vrow[j] + c + v * kBlk);
+    MAXTEXT_UNROLL
+    for (int r = 0; r < RR; ++r) {
+      const fbatch p(prob[r * kBlk + j]);
+      MAXTEXT_UNROLL
+      for (int v = 0; v < NV; ++v) o[r][v] = xsimd::fma(p, vv[v], o[r][v]);
+    }
+  }
+  MAXTEXT_UNROLL
+  for (int r = 0; r < RR; ++r) {
+    MAXTEXT_UNROLL
+    for (int v = 0; v < NV; ++v) o[r][v].store_unaligned(acc + r * Dv + c + v * kBlk);
+  }
+}
+
+/// The attention of attention() below for T >= 2, Dq and Dv multiples of kBlk and no soft cap, by query tiles.
+template <class A>
+void attention_tiled(int nt, View<const A, 4> q, View<const A, 4> k, View<const A, 4> v, const AttentionMask& mask,
+                     const AttentionOptions& opt, View<const A, 1> sinks, View<A, 4> out) {
+  const std::int64_t B = q.dim(0), T = q.dim(1), N = q.dim(2), Dq = q.dim(3);
+  const std::int64_t K = k.dim(2), Dv = v.dim(3), G = N / K;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  // Each key block is transposed once per work item: enough rows to amortise it, few enough positions that the
+  // causal triangle wastes little (the rows of a tile run over the keys of its last position).
+  const std::int64_t kTq = std::max<std::int64_t>(1, kTileRows / G);
+  const std::int64_t nqb = (T + kTq - 1) / kTq, R = G * kTq;
+  const bool segments = !mask.kv_segment.empty();
+
+  parallel_for(B * K * nqb, nt, [&](std::int64_t w0, std::int64_t w1) {
+    // Per-thread: q rows, accumulators [R][Dv], logits/probabilities [R][kBlk], the transposed key block, value rows
+    // (converted when A is not f32), running max / sum and key ranges per row.
+    const std::size_t nf = static_cast<std::size_t>(R * (Dq + Dv + kBlk + 2) + Dq * kBlk + kBlk * Dv + Dv);
+    const std::size_t need = nf * 4 + static_cast<std::size_t>(2 * R) * 8 + static_cast<std::size_t>(R) * 4 + 64;
+    auto* base = reinterpret_cast<float*>(thread_scratch(need, 0));
+    float* logit = base;                  // [R][kBlk] (first: 64-byte aligned)
+    float* kT = logit + R * kBlk;         // [Dq][kBlk]
+    float* qf = kT + Dq * kBlk;           // [R][Dq]
+    float* acc = qf + R * Dq;             // [R][Dv]
+    float* vf = acc + R * Dv;             // [kBlk][Dv]
+    float* vtmp = vf + kBlk * Dv;         // [Dv]
+    float* mrun = vtmp + Dv;              // [R]
+    float* lrun = mrun + R;               // [R]
+    auto* lo = reinterpret_cast<std::int64_t*>(lrun + R + (R % 2));  // [R], 8-byte aligned
+    std::int64_t* hi = lo + R;
+    auto* qseg = reinterpret_cast<std::int32_t*>(hi + R);  // [R]
+    alignas(64) float dead[kBlk];
+    const float* vrow[kBlk];
+
+    for (std::int64_t w = w0; w < w1; ++w) {
+      // Query tiles in zigzag order (first, last, second, ...) so that contiguous chunks get equal causal work.
+      const std::int64_t b = w / (K * nqb), kh = (w / nqb) % K, i = w % nqb;
+      const std::int64_t qb = (i % 2 == 0) ? i / 2 : nqb - 1 - i / 2;
+      const std::int64_t t0 = qb * kTq, tq = std::min(kTq, T - t0), rows = G * tq;
+      const std::int64_t start = mask.q_start(b), len = mask.kv_len(b);
+      std::int64_t blo = len, bhi = 0;
+      for (std::int64_t r = 0; r < rows; ++r) {  // row r = head g, position t0 + ti
+        const std::int64_t g = r / tq, ti = r % tq;
+        key_range(mask, len, start + t0 + ti, lo[r], hi[r]);
+        if (lo[r] < hi[r]) {
+          blo = std::min(blo, lo[r]);
+          bhi = std::max(bhi, hi[r]);
+        }
+        qseg[r] = mask.q_segment.empty() ? 0 : mask.q_segment(b, t0 + ti);
+        vec::to_f32(&q(b, t0 + ti, kh * G + g, 0), qf + r * Dq, Dq);
+        std::fill(acc + r * Dv, acc + (r + 1) * Dv, 0.0f);
+        mrun[r] = kNegInf;
+        lrun[r] = 0.0f;
+      }
+      for (std::int64_t s0 = blo; s0 < bhi; s0 += kBlk) {
+        const std::int64_t nb = std::min(kBlk, bhi - s0);
+        for (std::int64_t j = 0; j < kBlk; ++j) {
+          if (j < nb) {
+            const A* kr = &k(b, s0 + j, kh, 0);
+            for (std::int64_t d = 0; d < Dq; ++d) kT[d * kBlk + j] = to_float(kr[d]);
+            if constexpr (std::is_same_v<A, float>) {
+              vrow[j] = &v(b, s0 + j, kh, 0);
+            } else {
+              vec::to_f32(&v(b, s0 + j, kh, 0), vf + j * Dv, Dv);
+              vrow[j] = vf + j * Dv;
+            }
+          } else {
+            for (std::int64_t d = 0; d < Dq; ++d) kT[d * kBlk + j] = 0.0f;
+            vrow[j] = nullptr;
+          }
+        }
+        for (std::int64_t r0 = 0; r0 < rows; r0 += kRowsQK) {
+          with_rows<kRowsQK>(std::min<std::int64_t>(kRowsQK, rows - r0), [&]<int RR>() {
+            tile_logits<RR>(qf + r0 * Dq, Dq, kT, logit + r0 * kBlk);
+          });
+        }
+        // Per row: the dtype rounding, the mask, the running max and sum; logits become probabilities in place.
+        for (std::int64_t r = 0; r < rows; ++r) {
+          float* lr = logit + r * kBlk;
+          fbatch l = fbatch::load_aligned(lr);
+          if (!opt.float32_qk_product) l = vec::round<A>(l);
+          if (segments || s0 < lo[r] || s0 + kBlk > hi[r]) {
+            for (std::int64_t j = 0; j < kBlk; ++j) {
+              const std::int64_t s = s0 + j;
+              bool ok = j < nb && s >= lo[r] && s < hi[r];
+              if (ok && segments) {
+                const std::int32_t ks = mask.kv_segment(b, s);
+                ok = ks == qseg[r] && ks >= 0;
+              }
+              dead[j] = ok ? 0.0f : kNegInf;
+            }
+            l += fbatch::load_aligned(dead);
+          }
+          const float bm = vec::hmax(l);
+          if (bm == kNegInf) {
+            fbatch(0.0f).store_aligned(lr);
+            continue;
+          }
+          if (bm > mrun[r]) {
+            const float corr = std::exp(mrun[r] - bm);  // 0 on the row's first live block (m = -inf)
+            lrun[r] *= corr;
+            vec::scale(corr, acc + r * Dv, Dv);
+            mrun[r] = bm;
+          }
+          const fbatch e = xsimd::exp(l - fbatch(mrun[r]));
+          e.store_aligned(lr);
+          lrun[r] += xsimd::hadd(e);
+        }
+        for (std::int64_t r0 = 0; r0 < rows; r0 += kRowsPV) {
+          with_rows<kRowsPV>(std::min<std::int64_t>(kRowsPV, rows - r0), [&]<int RR>() {
+            std::int64_t c = 0;
+            for (; c + 4 * kBlk <= Dv; c += 4 * kBlk) tile_values<RR, 4>(logit + r0 * kBlk, vrow, nb, c, acc + r0 * Dv, Dv);
+            for (; c < Dv; c += kBlk) tile_values<RR, 1>(logit + r0 * kBlk, vrow, nb, c, acc + r0 * Dv, Dv);
+          });
+        }
+      }
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t g = r / tq, ti = r % tq, n = kh * G + g;
+        finish_row<A>(acc + r * Dv, mrun[r], lrun[r], Dv, sinks, n, v, b, kh, len, vtmp, &out(b, t0 + ti, n, 0));
+      }
+    }
+  });
+}
+
 /// out[b,t,n,:] = sum_s e^(l_s - m) v[b,s,n/G,:] / (sum_s e^(l_s - m) + sink term), l = q.k (q already scaled),
 /// masked keys removed; a row with every key masked averages all kv_len keys (MaxText's finite mask value), or is 0
 /// with sinks. q [B,T,N,Dq], k [B,S,K,Dq], v [B,S,K,Dv], out [B,T,N,Dv]; last axes contiguous.
@@ -115,6 +355,10 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
   avg_keys = avg_keys / std::max<std::int64_t>(B, 1) + 1;
   const std::int64_t items = B * K * T;
   const int nt = items * G * avg_keys * (Dq + Dv) < (1 << 16) ? 1 : threads;
+  if (T >= 2 && vec_dot && Dv % kBlk == 0 && !(opt.soft_cap > 0.0f)) {
+    attention_tiled<A>(nt, q, k, v, mask, opt, sinks, out);
+    return;
+  }
 
   parallel_for(items, nt, [&](std::int64_t w0, std::int64_t w1) {
     // Per-thread buffers: q rows, accumulators, running stats (G each) and one block of keys/values in f32.
@@ -129,6 +373,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
     alignas(64) float logit[kBlk];
     alignas(64) float prob[kBlk];
     bool live[kBlk];
+    alignas(64) float dead[kBlk];
 
     for (std::int64_t w = w0; w < w1; ++w) {
       // Queries in zigzag order (0, T-1, 1, T-2, ...) so that contiguous chunks get equal causal work.
@@ -136,13 +381,8 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
       const std::int64_t t = (i % 2 == 0) ? i / 2 : T - 1 - i / 2;
       const std::int64_t start = mask.q_start(b), len = mask.kv_len(b);
       const std::int64_t qi = start + t;
-      std::int64_t lo = 0, hi = len;
-      if (mask.causal) hi = std::min(hi, qi + 1);
-      if (mask.sliding_window > 0) lo = std::max(lo, qi - mask.sliding_window + 1);
-      if (mask.chunk > 0) {  // same chunk as the query (the upper end matters only without the causal term)
-        lo = std::max(lo, (qi / mask.chunk) * mask.chunk);
-        hi = std::min(hi, (qi / mask.chunk + 1) * mask.chunk);
-      }
+      std::int64_t lo = 0, hi = 0;
+      key_range(mask, len, qi, lo, hi);
       const std::int32_t qseg = mask.q_segment.empty() ? 0 : mask.q_segment(b, t);
       for (std::int64_t g = 0; g < G; ++g) {
         vec::to_f32(&q(b, t, kh * G + g, 0), qf + g * Dq, Dq);
@@ -160,6 +400,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
             ok = ks == qseg && ks >= 0;
           }
           live[j] = ok;
+          dead[j] = ok ? 0.0f : kNegInf;  // added to the logit: exact for live keys, -inf for masked ones
           any = any || ok;
         }
         if (!any) continue;
@@ -197,14 +438,22 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
           // Rounding and capping per MaxText's dtype flow, then the mask (after the cap, which would map -inf
           // to -cap).
           float bm = kNegInf;
-          for (std::int64_t j = 0; j < kBlk; ++j) {
-            float l = logit[j];
-            if (!opt.float32_qk_product) l = round_to<A>(l);
-            if (opt.soft_cap > 0.0f) l = math::soft_cap(l, opt.soft_cap);
-            if (round_logits) l = round_to<A>(l);
-            if (!live[j]) l = kNegInf;
-            logit[j] = l;
-            bm = std::max(bm, l);
+          if (opt.soft_cap > 0.0f) {
+            for (std::int64_t j = 0; j < kBlk; ++j) {
+              float l = logit[j];
+              if (!opt.float32_qk_product) l = round_to<A>(l);
+              l = math::soft_cap(l, opt.soft_cap);
+              if (round_logits) l = round_to<A>(l);
+              if (!live[j]) l = kNegInf;
+              logit[j] = l;
+              bm = std::max(bm, l);
+            }
+          } else {  // the same steps on the whole block at once (without a cap the two roundings are one)
+            fbatch l = fbatch::load_aligned(logit);
+            if (!opt.float32_qk_product) l = vec::round<A>(l);
+            l += fbatch::load_aligned(dead);
+            l.store_aligned(logit);
+            bm = vec::hmax(l);
           }
           if (bm == kNegInf) continue;
           float* ag = acc + g * Dv;
@@ -222,34 +471,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
       }
       for (std::int64_t g = 0; g < G; ++g) {
         const std::int64_t n = kh * G + g;
-        float* ag = acc + g * Dv;
-        float m = mrun[g], l = lrun[g];
-        if (!sinks.empty()) {
-          const float sink = to_float(sinks(n));
-          if (sink > m) {
-            const float corr = std::exp(m - sink);
-            l *= corr;
-            vec::scale(corr, ag, Dv);
-            m = sink;
-          }
-          l += std::exp(sink - m);
-        }
-        A* op = &out(b, t, n, 0);
-        if (l == 0.0f || (sinks.empty() && m == kNegInf)) {
-          // every key masked: MaxText's replaced logits are all equal, so the softmax is uniform over kv_len.
-          std::fill(ag, ag + Dv, 0.0f);
-          if (sinks.empty() && len > 0) {
-            for (std::int64_t s = 0; s < len; ++s) {
-              vec::to_f32(&v(b, s, kh, 0), vf, Dv);
-              vec::axpy(1.0f, vf, ag, Dv);
-            }
-            vec::scale(1.0f / static_cast<float>(len), ag, Dv);
-          }
-          vec::from_f32(ag, op, Dv);
-          continue;
-        }
-        vec::scale(1.0f / l, ag, Dv);
-        vec::from_f32(ag, op, Dv);
+        finish_row<A>(acc + g * Dv, mrun[g], lrun[g], Dv, sinks, n, v, b, kh, len, vf, &out(b, t, n, 0));
       }
     }
   });

@@ -40,16 +40,6 @@
 
 namespace maxtext::cpu::gemm {
 
-// Register tiles only stay in registers when their loops over rows and vectors are fully unrolled, whatever -O level
-// the including program uses.
-#if defined(__clang__)
-#define MAXTEXT_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define MAXTEXT_UNROLL _Pragma("GCC unroll 16")
-#else
-#define MAXTEXT_UNROLL
-#endif
-
 using vec::fbatch;
 using ubatch = xsimd::batch<std::uint32_t>;
 inline constexpr std::int64_t kW = static_cast<std::int64_t>(vec::W);

@@ -9,6 +9,10 @@
 
 #include <xsimd/xsimd.hpp>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "maxtext/core/dtype.hpp"
 
 #if defined(_OPENMP)
@@ -72,6 +76,18 @@ inline fbatch round(fbatch v) {
 }
 
 inline float hsum(fbatch v) { return xsimd::hadd(v); }
+/// Largest lane (xsimd 8.1 has no max reduction).
+inline float hmax(fbatch v) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_max_ps(v);
+#else
+  alignas(64) float t[W];
+  v.store_aligned(t);
+  float m = t[0];
+  for (std::size_t i = 1; i < W; ++i) m = m > t[i] ? m : t[i];
+  return m;
+#endif
+}
 
 /// sum_i a[i] * b[i] over f32 rows, four accumulators to hide FMA latency.
 inline float dot(const float* a, const float* b, std::int64_t n) {
