@@ -14,6 +14,7 @@
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/backend/reference/backend.hpp"
 #include "maxtext/io/convert.hpp"
+#include "support/attention_mask.hpp"
 
 using namespace maxtext;
 
@@ -265,16 +266,8 @@ void check_attention(const AttnCase& c, const std::string& what) {
     for (std::int64_t s = 0; s < c.S; ++s) kseg(b, s) = static_cast<std::int32_t>(s < 5 ? 1 : (s < 9 ? 2 : (s == 12 ? -1 : 3)));
     for (std::int64_t t = 0; t < c.T; ++t) qseg(b, t) = kseg(b, std::min(c.S - 1, q_start(b) + t));
   }
-  AttentionMask mask;
-  mask.q_start = q_start.cview();
-  mask.kv_len = kv_len.cview();
-  if (c.segments) {
-    mask.q_segment = qseg.cview();
-    mask.kv_segment = kseg.cview();
-  }
-  mask.causal = c.causal;
-  mask.sliding_window = c.window;
-  mask.chunk = c.chunk;
+  const AttentionMask mask = test::attention_mask(q_start.cview(), kv_len.cview(), qseg.cview(), kseg.cview(),
+                                                  {c.segments, c.causal, c.window, c.chunk});
   AttentionOptions opt;
   opt.soft_cap = c.soft_cap;
   opt.float32_qk_product = c.f32_qk;

@@ -16,6 +16,7 @@
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/core/matrix.hpp"
 #include "maxtext/io/convert.hpp"
+#include "support/attention_mask.hpp"
 
 using namespace maxtext;
 
@@ -383,16 +384,8 @@ void check_attention(const AttnCase& c, int threads, std::uint32_t seed) {
     q_start(b) = c.q_start[static_cast<std::size_t>(b)];
     kv_len(b) = c.kv_len[static_cast<std::size_t>(b)];
   }
-  AttentionMask mask;
-  mask.q_start = q_start.cview();
-  mask.kv_len = kv_len.cview();
-  if (c.segments) {
-    mask.q_segment = qseg.cview();
-    mask.kv_segment = kseg.cview();
-  }
-  mask.causal = c.causal;
-  mask.sliding_window = c.window;
-  mask.chunk = c.chunk;
+  const AttentionMask mask = test::attention_mask(q_start.cview(), kv_len.cview(), qseg.cview(), kseg.cview(),
+                                                  {c.segments, c.causal, c.window, c.chunk});
   AttentionOptions opt;
   opt.soft_cap = c.soft_cap;
   opt.float32_qk_product = true;  // the f32 flow; bf16 rounding of logits is covered by the bf16 tolerance below

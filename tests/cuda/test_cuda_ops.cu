@@ -23,6 +23,7 @@
 #include "maxtext/layers/params.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/test_support.hpp"
+#include "support/attention_mask.hpp"
 
 using namespace maxtext;
 
@@ -272,17 +273,7 @@ void check_attention(const Case& c, const std::string& what) {
   if (c.segments && c.B > 1) qseg(1, 0) = 9;  // a query that sees no key
   auto mask_of = [&](const Tensor<std::int32_t, 1>& a, const Tensor<std::int32_t, 1>& l, const Tensor<std::int32_t, 2>& s1,
                      const Tensor<std::int32_t, 2>& s2) {
-    AttentionMask m;
-    m.q_start = a.cview();
-    m.kv_len = l.cview();
-    if (c.segments) {
-      m.q_segment = s1.cview();
-      m.kv_segment = s2.cview();
-    }
-    m.causal = c.causal;
-    m.sliding_window = c.window;
-    m.chunk = c.chunk;
-    return m;
+    return test::attention_mask(a.cview(), l.cview(), s1.cview(), s2.cview(), {c.segments, c.causal, c.window, c.chunk});
   };
   AttentionOptions opt;
   opt.soft_cap = c.cap;
