@@ -1,6 +1,7 @@
 // bench/limits.cpp: the machine's limits for docs/performance.md, measured next to the other runs.
 //   bench_limits triad THREADS            memory bandwidth: STREAM-like triad a = b + s*c over 3 x 128 MiB
 //   bench_limits sgemm THREADS M N K      OpenBLAS cblas_sgemm (row-major x[M,K] . W[N,K]^T) FLOP/s
+//   bench_limits fma THREADS              f32 FMA peak: 16 independent vector FMA chains per thread, no memory
 //   bench_limits model THREADS T D F N K L V   OpenBLAS time for one prefill's matrix products of a Llama shape
 //                                          (per layer q,k,v,o,gate,up,down at M=T; the logits at M=1)
 // One JSON object per line.
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include <cblas.h>
+#include <xsimd/xsimd.hpp>
 #include <omp.h>
 
 extern "C" void openblas_set_num_threads(int);
@@ -56,11 +58,39 @@ double sgemm_seconds(int M, int N, int K, int reps) {
   return best;
 }
 
+/// f32 FMA throughput with nothing else in the loop: 16 independent chains of the widest vectors, per thread.
+void fma_peak(int threads) {
+  using B = xsimd::batch<float>;
+  constexpr int kChains = 16;
+  const long iters = 50'000'000;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    double total_flops = 0;
+    const double t0 = now();
+#pragma omp parallel num_threads(threads) reduction(+ : total_flops)
+    {
+      B a[kChains];
+      for (int i = 0; i < kChains; ++i) a[i] = B(1.0f + 1e-7f * static_cast<float>(i + omp_get_thread_num()));
+      const B m(0.999999f), c(1e-7f);
+      for (long k = 0; k < iters; ++k) {
+#pragma GCC unroll 16
+        for (int i = 0; i < kChains; ++i) a[i] = xsimd::fma(a[i], m, c);
+      }
+      float sink = 0;
+      for (int i = 0; i < kChains; ++i) sink += xsimd::hadd(a[i]);
+      total_flops = 2.0 * kChains * static_cast<double>(B::size) * static_cast<double>(iters) + (sink == 12345.0f ? 1 : 0);
+    }
+    best = std::max(best, total_flops / (now() - t0));
+  }
+  std::printf("{\"kind\": \"fma_peak\", \"threads\": %d, \"lanes\": %d, \"flops_per_s\": %.6e}\n", threads,
+              static_cast<int>(B::size), best);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: bench_limits triad T | sgemm T M N K | model T tokens D F N K L V\n");
+    std::fprintf(stderr, "usage: bench_limits triad T | fma T | sgemm T M N K | model T tokens D F N K L V\n");
     return 2;
   }
   const std::string what = argv[1];
@@ -68,6 +98,8 @@ int main(int argc, char** argv) {
   openblas_set_num_threads(threads);
   if (what == "triad") {
     triad(threads);
+  } else if (what == "fma") {
+    fma_peak(threads);
   } else if (what == "sgemm" && argc >= 6) {
     const int M = std::atoi(argv[3]), N = std::atoi(argv[4]), K = std::atoi(argv[5]);
     const double s = sgemm_seconds(M, N, K, 3);

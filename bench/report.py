@@ -40,12 +40,14 @@ def main():
     env = next((r for r in rows if r.get("kind") == "env"), {})
     env_end = next((r for r in rows if r.get("kind") == "env_end"), {})
     # Limits measured several times in the run (the machine is shared): the best of each is the machine's limit.
-    bw, sg = {}, {}
+    bw, sg, peak = {}, {}, {}
     for r in rows:
         if r.get("kind") == "triad":
             bw[r["threads"]] = max(bw.get(r["threads"], 0.0), r["bytes_per_s"])
         elif r.get("kind") == "sgemm":
             sg[r["threads"]] = max(sg.get(r["threads"], 0.0), r["flops_per_s"])
+        elif r.get("kind") == "fma_peak":
+            peak[r["threads"]] = max(peak.get(r["threads"], 0.0), r["flops_per_s"])
     mg = {(r["model"], r["threads"], r["tokens"]): r for r in rows if r.get("kind") == "model_gemm"}
     metas = {}
     for k in sorted(os.listdir(models_dir)):
@@ -129,7 +131,8 @@ def main():
     limits = []
     for t in sorted(bw):
         limits.append(f"- {t} thread{'s' if t > 1 else ''}: triad bandwidth {bw[t] / 1e9:.1f} GB/s, OpenBLAS sgemm "
-                      f"(512x2048x2048) {sg.get(t, 0) / 1e9:.1f} GFLOP/s")
+                      f"(512x2048x2048) {sg.get(t, 0) / 1e9:.1f} GFLOP/s"
+                      + (f", f32 FMA peak {peak[t] / 1e9:.1f} GFLOP/s" if t in peak else ""))
     print(ratio_table)
     print()
     print("\n".join(limits))
