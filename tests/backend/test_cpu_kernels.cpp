@@ -61,6 +61,27 @@ Matrix<W> make_weight(std::int64_t N, std::int64_t K, std::mt19937& g, std::vect
   return m;
 }
 
+/// Operands of one product: x [M, K] (row stride K + 3, normal values), y [M, N] (row stride N + 5, filled with a
+/// sentinel that must survive past column N), a bias of N normal values; x and y are views into the buffers.
+template <class X, class Y>
+struct Operands {
+  Tensor<X, 2> xbuf;
+  Tensor<Y, 2> ybuf;
+  Tensor<Y, 1> bias;
+  View<const X, 2> x;
+  View<Y, 2> y;
+  std::int64_t ldy;
+
+  Operands(std::int64_t M, std::int64_t N, std::int64_t K, std::mt19937& g)
+      : xbuf({M, K + 3}), ybuf(Tensor<Y, 2>::full({M, N + 5}, from_float<Y>(12345.0f))), bias({N}), ldy(N + 5) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (std::int64_t i = 0; i < xbuf.size(); ++i) xbuf.data()[i] = from_float<X>(nd(g));
+    for (std::int64_t n = 0; n < N; ++n) bias(n) = from_float<Y>(nd(g));
+    x = View<const X, 2>(xbuf.data(), {M, K}, {K + 3, 1});
+    y = View<Y, 2>(ybuf.data(), {M, N}, {ldy, 1});
+  }
+};
+
 /// One case: x [M, K] with row stride K + pad, y [M, N] with row stride N + pad, optional bias.
 template <class X, class W, class Y>
 void check_matmul(std::int64_t M, std::int64_t N, std::int64_t K, bool with_bias, int threads, std::uint32_t seed) {
@@ -72,14 +93,8 @@ void check_matmul(std::int64_t M, std::int64_t N, std::int64_t K, bool with_bias
   Matrix<W> w = be.prepare(raw);
   REQUIRE(w.packed != nullptr);
 
-  const std::int64_t ldx = K + 3, ldy = N + 5;
-  Tensor<X, 2> xbuf({M, ldx});
-  for (std::int64_t i = 0; i < xbuf.size(); ++i) xbuf.data()[i] = from_float<X>(nd(g));
-  Tensor<Y, 2> ybuf = Tensor<Y, 2>::full({M, ldy}, from_float<Y>(12345.0f));
-  Tensor<Y, 1> bias({N});
-  for (std::int64_t n = 0; n < N; ++n) bias(n) = from_float<Y>(nd(g));
-  View<const X, 2> x(xbuf.data(), {M, K}, {ldx, 1});
-  View<Y, 2> y(ybuf.data(), {M, N}, {ldy, 1});
+  Operands<X, Y> op(M, N, K, g);
+  auto& [xbuf, ybuf, bias, x, y, ldy] = op;
   be.matmul(x, w, y, with_bias ? View<const Y, 1>(bias.view()) : View<const Y, 1>());
 
   // The unpacked path of the same backend must agree within the same bound (it is the fallback for other layouts).
@@ -202,19 +217,14 @@ void check_int8_activations(std::int64_t M, std::int64_t N, std::int64_t K, bool
   REQUIRE(w.packed != nullptr);
   REQUIRE(static_cast<const cpu::gemm::Packed*>(w.packed.get())->kind == cpu::gemm::PackKind::q8_0_i8);
 
-  const std::int64_t ldx = K + 3, ldy = N + 5, nb = K / q8_0::block;
-  Tensor<X, 2> xbuf({M, ldx});
-  for (std::int64_t i = 0; i < xbuf.size(); ++i) xbuf.data()[i] = from_float<X>(nd(g));
+  const std::int64_t nb = K / q8_0::block;
+  Operands<X, Y> op(M, N, K, g);
+  auto& [xbuf, ybuf, bias, x, y, ldy] = op;
   // Edge blocks: an all-zero block (scale 0) and a block of small integers whose largest magnitude is 127 (scale 1).
   if (nb >= 2) {
     for (int i = 0; i < q8_0::block; ++i) xbuf(0, i) = from_float<X>(0.0f);
     for (int i = 0; i < q8_0::block; ++i) xbuf(M - 1, q8_0::block + i) = from_float<X>(static_cast<float>((i * 37) % 255 - 127));
   }
-  Tensor<Y, 2> ybuf = Tensor<Y, 2>::full({M, ldy}, from_float<Y>(12345.0f));
-  Tensor<Y, 1> bias({N});
-  for (std::int64_t n = 0; n < N; ++n) bias(n) = from_float<Y>(nd(g));
-  View<const X, 2> x(xbuf.data(), {M, K}, {ldx, 1});
-  View<Y, 2> y(ybuf.data(), {M, N}, {ldy, 1});
   be.matmul(x, w, y, with_bias ? View<const Y, 1>(bias.view()) : View<const Y, 1>());
 
   std::vector<float> xf(static_cast<std::size_t>(K));
