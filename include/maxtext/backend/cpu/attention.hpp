@@ -115,6 +115,25 @@ MAXTEXT_INLINE void key_range(const AttentionMask& mask, std::int64_t len, std::
   }
 }
 
+/// The mask of keys s0 .. s0 + kBlk - 1 for one query as additive logit terms: dead[j] = 0 where key s0 + j is
+/// visible (j < nb, lo <= s < hi, and with segment ids the query's segment, never a negative one), else -inf
+/// (exact for visible keys). Returns whether any key is visible.
+MAXTEXT_INLINE bool block_mask(const AttentionMask& mask, std::int64_t b, std::int64_t s0, std::int64_t nb,
+                               std::int64_t lo, std::int64_t hi, std::int32_t qseg, float* dead) {
+  bool any = false;
+  for (std::int64_t j = 0; j < kBlk; ++j) {
+    const std::int64_t s = s0 + j;
+    bool ok = j < nb && s >= lo && s < hi;
+    if (ok && !mask.kv_segment.empty()) {
+      const std::int32_t ks = mask.kv_segment(b, s);
+      ok = ks == qseg && ks >= 0;
+    }
+    dead[j] = ok ? 0.0f : -std::numeric_limits<float>::infinity();
+    any = any || ok;
+  }
+  return any;
+}
+
 /// Normalise one accumulated output row (running max m, running sum l) and store it to op: a sink joins the
 /// denominator; a row whose keys were all masked averages all `len` value rows (MaxText's finite mask value makes
 /// its logits equal), or is 0 with sinks. `vtmp` holds Dv floats.
@@ -295,16 +314,8 @@ void attention_tiled(int nt, View<const A, 4> q, View<const A, 4> k, View<const 
           float* lr = logit + r * kBlk;
           fbatch l = fbatch::load_aligned(lr);
           if (!opt.float32_qk_product) l = vec::round<A>(l);
-          if (segments || s0 < lo[r] || s0 + kBlk > hi[r]) {
-            for (std::int64_t j = 0; j < kBlk; ++j) {
-              const std::int64_t s = s0 + j;
-              bool ok = j < nb && s >= lo[r] && s < hi[r];
-              if (ok && segments) {
-                const std::int32_t ks = mask.kv_segment(b, s);
-                ok = ks == qseg[r] && ks >= 0;
-              }
-              dead[j] = ok ? 0.0f : kNegInf;
-            }
+          if (segments || s0 < lo[r] || s0 + kBlk > hi[r]) {  // else every key of the block is visible
+            block_mask(mask, b, s0, nb, lo[r], hi[r], qseg[r], dead);
             l += fbatch::load_aligned(dead);
           }
           const float bm = vec::hmax(l);
@@ -372,7 +383,6 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
     float* vf = kf + kBlk * Dq;          // [kBlk][Dv]
     alignas(64) float logit[kBlk];
     alignas(64) float prob[kBlk];
-    bool live[kBlk];
     alignas(64) float dead[kBlk];
 
     for (std::int64_t w = w0; w < w1; ++w) {
@@ -392,18 +402,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
       }
       for (std::int64_t s0 = lo; s0 < hi; s0 += kBlk) {
         const std::int64_t nb = std::min(kBlk, hi - s0);
-        bool any = false;
-        for (std::int64_t j = 0; j < kBlk; ++j) {
-          bool ok = j < nb;
-          if (ok && !mask.kv_segment.empty()) {
-            const std::int32_t ks = mask.kv_segment(b, s0 + j);
-            ok = ks == qseg && ks >= 0;
-          }
-          live[j] = ok;
-          dead[j] = ok ? 0.0f : kNegInf;  // added to the logit: exact for live keys, -inf for masked ones
-          any = any || ok;
-        }
-        if (!any) continue;
+        if (!block_mask(mask, b, s0, nb, lo, hi, qseg, dead)) continue;
         // Key and value rows of the block as f32 (pointers straight into the cache when A is float).
         const float* krow[kBlk];
         const float* vrow[kBlk];
@@ -444,7 +443,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
               if (!opt.float32_qk_product) l = round_to<A>(l);
               l = math::soft_cap(l, opt.soft_cap);
               if (round_logits) l = round_to<A>(l);
-              if (!live[j]) l = kNegInf;
+              l += dead[j];
               logit[j] = l;
               bm = std::max(bm, l);
             }

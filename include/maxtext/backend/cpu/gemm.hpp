@@ -260,7 +260,7 @@ MAXTEXT_INLINE void tile_q8(std::int64_t K, const X* x, std::int64_t ldx, const 
 using ibatch = xsimd::batch<std::int32_t>;
 static_assert(ibatch::size == fbatch::size, "int32 and float batches have the same lanes");
 
-/// Rows of activations quantised to 8 bits per 32-element block (see quantize_rows): values q [rows][ldq], and per
+/// Rows of activations quantised to 8 bits per 32-element block (see quantize_row): values q [rows][ldq], and per
 /// block its scale d and 128 * sum(q) [rows][ldb].
 struct QuantRows {
   const std::int8_t* q = nullptr;
@@ -284,10 +284,7 @@ inline void quantize_row(const X* x, std::int64_t K, std::int8_t* q, float* d, s
     for (int i = 0; i < B; ++i) t[i] = scalar(xb[i]);
     fbatch amax(0.0f);
     for (int i = 0; i < B; i += static_cast<int>(kW)) amax = xsimd::max(amax, xsimd::abs(fbatch::load_aligned(t + i)));
-    alignas(64) float lanes[kW];
-    amax.store_aligned(lanes);
-    const float m = *std::max_element(lanes, lanes + kW);
-    const float dk = m / 127.0f;
+    const float dk = vec::hmax(amax) / 127.0f;
     const float id = dk != 0.0f ? 1.0f / dk : 0.0f;
     ibatch sum(0);
     for (int i = 0; i < B; i += static_cast<int>(kW)) {
