@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/build.sh
+# Only the program this job runs (the tests and benchmarks are the test command's).
+TARGETS=maxtext_cli bash scripts/build.sh -DMAXTEXT_BUILD_TESTS=OFF -DMAXTEXT_BUILD_BENCH=OFF -DMAXTEXT_BUILD_EXAMPLES=OFF \
+  -DMAXTEXT_BUILD_TOOLS=ON
 MODELS=${MAXTEXT_MODELS_DIR:-../shared/models}
 if [ -f "$MODELS/stories260K/stories260K.bin" ] && [ -f "$MODELS/stories260K/tok512.bin" ]; then
   ./build/tools/maxtext generate --weights "$MODELS/stories260K/stories260K.bin" \

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Install the Debian packages maxtext-cpp needs (run as root, or with sudo available). Safe to re-run.
+#   bash scripts/setup.sh          what the library, the `maxtext` program and the examples need
+#   bash scripts/setup.sh --tests  that plus what the tests, benchmarks and reference scripts need
 set -euo pipefail
-pkgs=(cmake ninja-build g++ clang libeigen3-dev libxsimd-dev xtl-dev catch2 nlohmann-json3-dev libyaml-cpp-dev
-      libbenchmark-dev zlib1g-dev libomp-dev libsentencepiece-dev python3-torch python3-numpy libopenblas0)
+pkgs=(cmake ninja-build g++ libeigen3-dev libxsimd-dev xtl-dev nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libomp-dev
+      libsentencepiece-dev libonig-dev libutf8proc-dev pkg-config)
+if [ "${1:-}" = "--tests" ]; then
+  pkgs+=(clang catch2 libbenchmark-dev python3-torch python3-numpy python3-pytest python3-dev pybind11-dev libopenblas0)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The test command: install dependencies, build, run every test (CTest prints the summary last).
+# The test command: install dependencies, build everything, run every test (CTest prints the summary last).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-bash scripts/build.sh
+bash scripts/setup.sh --tests
+bash scripts/build.sh -DMAXTEXT_BUILD_TESTS=ON -DMAXTEXT_BUILD_TOOLS=ON -DMAXTEXT_BUILD_BENCH=ON -DMAXTEXT_BUILD_EXAMPLES=ON
 cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j "${JOBS:-$(nproc)}"
