@@ -3,7 +3,7 @@
     pip install --no-build-isolation .      # offline: uses the installed setuptools, CMake, Ninja and pybind11
 
 Environment: MAXTEXT_PY_BUILD_DIR (default build-python/ in the checkout; an existing CMake build dir is reused
-as configured, e.g. build/), MAXTEXT_PY_JOBS (parallel compile jobs, default: all cores), MAXTEXT_PY_CMAKE_ARGS
+as configured, e.g. build/, its interpreter included), MAXTEXT_PY_JOBS (parallel compile jobs, default: all cores), MAXTEXT_PY_CMAKE_ARGS
 (extra configure arguments, e.g. "-DMAXTEXT_NATIVE=OFF" for a package that runs on other CPUs).
 """
 import glob
@@ -22,10 +22,10 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         build_dir = os.path.abspath(os.environ.get("MAXTEXT_PY_BUILD_DIR", os.path.join(ROOT, "build-python")))
-        args = ["cmake", "-S", ROOT, "-B", build_dir, "-DMAXTEXT_BUILD_PYTHON=ON",
-                f"-DPYTHON_EXECUTABLE={sys.executable}"]
-        if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):  # a fresh dir: only the module
+        args = ["cmake", "-S", ROOT, "-B", build_dir, "-DMAXTEXT_BUILD_PYTHON=ON"]
+        if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):  # a fresh dir: only the module, for us
             args += ["-G", "Ninja" if shutil.which("ninja") else "Unix Makefiles", "-DCMAKE_BUILD_TYPE=Release",
+                     f"-DPYTHON_EXECUTABLE={sys.executable}",
                      "-DMAXTEXT_BUILD_TESTS=OFF", "-DMAXTEXT_BUILD_TOOLS=OFF", "-DMAXTEXT_BUILD_EXAMPLES=OFF",
                      "-DMAXTEXT_BUILD_BENCH=OFF"]
         args += shlex.split(os.environ.get("MAXTEXT_PY_CMAKE_ARGS", ""))
@@ -50,4 +50,5 @@ setup(
     ext_modules=[Extension("maxtext_cpp._maxtext_cpp", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,
+    options={"build": {"build_base": os.path.join("build-python", "setuptools")}},
 )

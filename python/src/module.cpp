@@ -736,7 +736,6 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
             for (const auto& r : rows) prev.push_back(r.empty() ? -1 : r.back());
             std::vector<std::string> texts_out(rows.size());
             std::string pending;  // streamed bytes not yet forming complete UTF-8
-            std::exception_ptr callback_error;
             if (!on_token.is_none() || tk != nullptr) {
               go.on_token = [&](std::int64_t b, std::int32_t t) {
                 const auto u = static_cast<std::size_t>(b);

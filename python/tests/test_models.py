@@ -68,7 +68,7 @@ def test_hugging_face_state_dict_as_numpy(mc):
     assert m.names == "hf"
     tokens = np.load(f"{d}/tokens.npy")
     logits, acts = m.forward(tokens, capture=["model.layers.1", "model.norm"])
-    assert_close(logits, np.load(f"{d}/logits.npy"), **F32_LOGITS, what="hf llama logits")
+    assert_close(logits[0], np.load(f"{d}/logits.npy"), **F32_LOGITS, what="hf llama logits")  # tokens [T]
     assert set(acts) == {"model.layers.1", "model.norm"}
 
 
@@ -149,12 +149,14 @@ def bf16_bits(a):
 
 
 def test_bf16_weights_as_uint16_bits(mc):
-    """bf16 weights given as uint16 bit views load to the same model as float32 weights rounded at load."""
+    """bf16 weight matrices given as uint16 bit views load to the same model as float32 ones rounded at load (with
+    float32 activations the norm scales stay float32: they are given as such)."""
     flat = read_safetensors(fixture("llama2_model", "model.safetensors"))
     cfg = llama(mc).config
     tokens = np.load(fixture("llama2_model", "tokens.npy"))
     a = mc.Model(cfg, weights=flat, weight_type="bfloat16").forward(tokens)
-    b = mc.Model(cfg, weights={k: bf16_bits(v) for k, v in flat.items()}, weight_type="bfloat16").forward(tokens)
+    bits = {k: bf16_bits(v) if v.ndim >= 2 else v for k, v in flat.items()}
+    b = mc.Model(cfg, weights=bits, weight_type="bfloat16").forward(tokens)
     np.testing.assert_array_equal(a, b)
     # and stay within bf16 weight rounding of the float64 reference (2^-8 relative per weight, 2 layers)
     assert_close(a, np.load(fixture("llama2_model", "logits.npy")), rtol=0.05, atol=0.05, what="bf16 weights")
@@ -165,9 +167,9 @@ def test_bf16_via_ml_dtypes(mc):
     flat = read_safetensors(fixture("llama2_model", "model.safetensors"))
     cfg = llama(mc).config
     tokens = np.load(fixture("llama2_model", "tokens.npy"))
-    a = mc.Model(cfg, weights={k: bf16_bits(v) for k, v in flat.items()}, weight_type="bfloat16").forward(tokens)
-    b = mc.Model(cfg, weights={k: v.astype(ml_dtypes.bfloat16) for k, v in flat.items()},
-                 weight_type="bfloat16").forward(tokens)
+    cfg.dtype = "bfloat16"  # everything bf16: vectors are rounded too
+    a = mc.Model(cfg, weights={k: bf16_bits(v) for k, v in flat.items()}).forward(tokens)
+    b = mc.Model(cfg, weights={k: v.astype(ml_dtypes.bfloat16) for k, v in flat.items()}).forward(tokens)
     np.testing.assert_array_equal(a, b)
 
 
