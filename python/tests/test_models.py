@@ -201,3 +201,31 @@ def test_threads_release_the_gil(mc):
         t.join()
     assert_close(out["l"], np.load(fixture("llama2_model", "logits.npy")), **F32_LOGITS)
     assert_close(out["g"], np.load(fixture("gpt3_model", "logits.npy")), **F32_LOGITS)
+
+
+@pytest.mark.parametrize("case,weights", [("deepseek_model", "model.safetensors"),
+                                          ("deepseek_model", "model_scanned.safetensors"),
+                                          ("mixtral_model", "model.safetensors"),
+                                          ("mixtral_model", "model_scanned.safetensors")])
+def test_moe_blocks_logits(mc, case, weights):
+    """DeepSeek (MLA, dense + MoE layer kinds: dense_layers_i / moe_layers_j) and Mixtral, MaxText layouts."""
+    m = mc.Model(mc.Config(fixture(case, "config.yml")), weights=fixture(case, weights))
+    logits = m.forward(np.load(fixture(case, "tokens.npy")))
+    assert_close(logits, np.load(fixture(case, "logits.npy")), **F32_LOGITS, what=f"{case} {weights}")
+
+
+def test_deepseek_moe_layer_of_the_model(mc):
+    m = mc.Model(mc.Config(fixture("deepseek_model", "config.yml")), weights=fixture("deepseek_model", "model.safetensors"))
+    assert m.layer_names == ["decoder.dense_layers_0", "decoder.moe_layers_0", "decoder.moe_layers_1"]
+    x = np.load(fixture("deepseek_model", "act_decoder.dense_layers_0.npy"))
+    y = m.run_layer(x, 1)  # the first MoE layer, on the dense layer's output
+    ref = np.load(fixture("deepseek_model", "act_decoder.moe_layers_0.npy"))
+    # as tests/models/test_deepseek_model.cpp: max |diff| <= 1e-5 * max(1, max |ref|)
+    assert np.abs(y - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
+
+
+def test_mixtral_hugging_face_names(mc):
+    d = fixture("mixtral_model")
+    m = mc.Model(mc.Config(f"{d}/config.json"), weights=read_safetensors(f"{d}/hf_model.safetensors"))
+    assert m.names == "hf"
+    assert_close(m.forward(np.load(f"{d}/tokens.npy")), np.load(f"{d}/logits.npy"), **F32_LOGITS, what="mixtral hf")
