@@ -1,0 +1,50 @@
+"""maxtext_cpp: MaxText's transformer layers in C++, from Python (docs/python.md).
+
+    import maxtext_cpp as mc
+    cfg = mc.Config("configs/models/gpt3-52k.yml", {"dtype": "float32"})
+    model = mc.Model(cfg, weights="gpt3.safetensors")        # or a dict of NumPy arrays (MaxText's param tree)
+    logits, acts = model.forward(tokens, capture=["decoder.layers_0", "decoder.layers_0.mlp"])
+    rows = model.compare("maxtext_dump.npz", tokens=tokens)  # `maxtext compare` as data
+
+Errors raise maxtext_cpp.Error subclasses (ConfigError/ShapeError/ArgumentError are also ValueError, IoError is
+OSError, UnsupportedError is NotImplementedError) carrying the library's message.
+"""
+import os as _os
+
+from ._maxtext_cpp import (  # noqa: F401
+    ArgumentError,
+    Cache,
+    Config,
+    ConfigError,
+    DeviceError,
+    Error,
+    IoError,
+    Model,
+    ShapeError,
+    Tokenizer,
+    UnsupportedError,
+    read_tensors,
+)
+from . import _maxtext_cpp
+
+_here = _os.path.dirname(_os.path.abspath(__file__))
+# Model configs (configs/models/<model_name>.yml): shipped inside the package by `pip install`, else the checkout's.
+_config_dirs = [d for d in (_os.path.join(_here, "configs"),
+                            _os.path.join(_here, _os.pardir, _os.pardir, "configs")) if _os.path.isdir(d)]
+_maxtext_cpp._set_config_dirs(_config_dirs)
+
+
+def flatten_params(tree, prefix=""):
+    """A nested dict of arrays (e.g. jax.device_get(params)) as {'a.b.c': array} (what Model accepts either way)."""
+    out = {}
+    for k, v in tree.items():
+        name = f"{prefix}.{k}" if prefix else str(k)
+        if hasattr(v, "items") and hasattr(v, "keys"):
+            out.update(flatten_params(v, name))
+        else:
+            out[name] = v
+    return out
+
+
+__all__ = ["ArgumentError", "Cache", "Config", "ConfigError", "DeviceError", "Error", "IoError", "Model", "ShapeError",
+           "Tokenizer", "UnsupportedError", "flatten_params", "read_tensors"]

@@ -1,0 +1,142 @@
+"""Model.compare (the `maxtext compare` table as data) and generation (greedy tokens against a PyTorch float64
+model, text with a tokenizer and a streaming callback)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import F32_LOGITS, fixture, meta, shared_dir
+
+
+def gpt3(mc):
+    return mc.Model(mc.Config(fixture("gpt3_model", "config.yml")), weights=fixture("gpt3_model", "model.safetensors"))
+
+
+def test_compare_against_the_reference_dump(mc):
+    m = gpt3(mc)
+    tokens = np.load(fixture("gpt3_model", "tokens.npy"))
+    rows, text = m.compare(fixture("gpt3_model", "activations.npz"), tokens=tokens, report=True)
+    ref = np.load(fixture("gpt3_model", "activations.npz"))
+    assert {r["reference"] for r in rows} == set(ref.files)
+    assert all(r["pass"] for r in rows), text
+    assert rows[0]["ours"] == "token_embedder"  # forward order
+    logit_row = next(r for r in rows if r["ours"] == "logits")
+    assert logit_row["top1_agree"] == logit_row["positions"] == 22 and logit_row["kl_max"] < 1e-8
+    assert "compared 19 tensors: 19 passed, 0 failed" in text
+
+
+def test_compare_finds_the_first_divergence(mc):
+    """A reference whose layer-1 MLP output is off by 0.1: that row fails and is the first divergence; the rows
+    after it (which depend on it in the reference's own numbers only) still compare."""
+    m = gpt3(mc)
+    ref = dict(np.load(fixture("gpt3_model", "activations.npz")))
+    ref["decoder.layers_1.mlp"] = ref["decoder.layers_1.mlp"] + 0.1
+    rows = m.compare(ref, tokens=np.load(fixture("gpt3_model", "tokens.npy")), rtol=1e-4, atol=1e-5)
+    first = [r for r in rows if r["first_divergence"]]
+    assert [r["ours"] for r in first] == ["decoder.layers_1.mlp"]
+    bad = first[0]
+    assert not bad["pass"] and abs(bad["max_abs"] - 0.1) < 1e-4 and bad["outside"] == bad["count"] == 2 * 11 * 16
+    assert [r["ours"] for r in rows if not r["pass"]] == ["decoder.layers_1.mlp"]
+
+
+def test_compare_with_a_name_map_and_tokens_from_the_reference(mc):
+    m = gpt3(mc)
+    ref = np.load(fixture("gpt3_model", "activations.npz"))
+    theirs = {"embed": ref["token_embedder"], "h0": ref["decoder.layers_0"], "ids": np.load(fixture("gpt3_model", "tokens.npy")),
+              "junk": np.zeros(3)}
+    rows = m.compare(theirs, tokens="ids", map={"embed": "token_embedder", "h0": "decoder.layers_0", "junk": None,
+                                                "ids": None})
+    assert [(r["reference"], r["ours"]) for r in rows] == [("embed", "token_embedder"), ("h0", "decoder.layers_0")]
+    assert all(r["pass"] for r in rows)
+
+
+def test_compare_one_layer(mc):
+    d = fixture("llama2_layer")
+    m = mc.Model(mc.Config(overrides=meta("llama2_layer")["config"]))
+    ref = {"out": np.load(f"{d}/out.npy"), "self_attention": np.load(f"{d}/attn.npy"), "mlp": np.load(f"{d}/mlp.npy")}
+    rows = m.compare(ref, input=np.load(f"{d}/x.npy"), weights=f"{d}/weights.safetensors",
+                     positions=np.load(f"{d}/positions.npy"), rtol=1e-5, atol=1e-6)
+    assert [r["ours"] for r in rows] == ["self_attention", "mlp", "out"] and all(r["pass"] for r in rows)
+
+
+def test_compare_refuses_a_reference_matching_nothing(mc):
+    with pytest.raises(mc.ArgumentError, match="none of the reference's 1 tensors matched"):
+        gpt3(mc).compare({"nothing_here": np.zeros(2)}, tokens=[1, 2])
+
+
+def test_greedy_generation_matches_a_float64_pytorch_model(mc, torch_reference):
+    """Greedy tokens of the 2-layer llama2 fixture model against the same model in PyTorch float64
+    (tests/reference/attention_reference.py's layers), each step re-running the whole sequence."""
+    import torch
+    R = torch_reference
+    case = "llama2_model"
+    cfg = meta(case)["config"]
+    m = mc.Model(mc.Config(overrides=cfg), weights=fixture(case, "model.safetensors"))
+    from conftest import read_safetensors
+    w = {k: torch.from_numpy(v.astype(np.float64)) for k, v in read_safetensors(fixture(case, "model.safetensors")).items()}
+    H = cfg["head_dim"]
+    a = {"heads": cfg["base_num_query_heads"], "kv_heads": cfg["base_num_kv_heads"], "head_dim": H,
+         "eps": cfg["normalization_layer_epsilon"], "rope": R.default_rope(H, 10000.0)}
+
+    def logits64(seq):
+        tok = np.asarray([seq], dtype=np.int64)
+        x = w["token_embedder.embedding"][torch.from_numpy(tok)]
+        pos = np.arange(len(seq), dtype=np.int32)[None]
+        for i in range(cfg["base_num_decoder_layers"]):
+            x, _, _ = R.decoder_layer("llama2", x, R.sub(w, f"decoder.layers_{i}."), a, pos)
+        x = R.rms_norm(x, w["decoder.decoder_norm.scale"], a["eps"])
+        return (x @ w["decoder.logits_dense.kernel"])[0, -1].numpy()
+
+    prompts = [[38, 1, 57], [30, 24, 7, 20, 25]]
+    n = 12
+    out = m.generate(prompts, max_new_tokens=n)
+    for p, got in zip(prompts, out["tokens"]):
+        seq = list(p)
+        for _ in range(n):
+            lg = logits64(seq)
+            top2 = np.sort(lg)[-2:]
+            assert top2[1] - top2[0] > 1e-3, "ill-conditioned step: float32 may legitimately pick another token"
+            seq.append(int(np.argmax(lg)))
+        assert got == seq[len(p):]
+    # the first step's logits equal the float64 model's (the same tolerance as the fixture logits)
+    full = m.forward(np.asarray(prompts[1]))
+    np.testing.assert_allclose(full[0, -1], logits64(prompts[1]), **F32_LOGITS)
+
+
+def test_on_token_callback_and_stop_tokens(mc):
+    m = mc.Model(mc.Config(overrides=meta("llama2_model")["config"]), weights=fixture("llama2_model", "model.safetensors"))
+    seen = []
+    full = m.generate([[38, 1, 57]], max_new_tokens=8, on_token=lambda row, t: seen.append((row, t)))["tokens"][0]
+    assert seen == [(0, t) for t in full]
+    stop = full[3]
+    cut = m.generate([[38, 1, 57]], max_new_tokens=8, stop_tokens=[stop])["tokens"][0]
+    assert cut == full[:full.index(stop) + 1]
+
+
+def stories():
+    d = os.path.join(shared_dir(), "models", "stories260K")
+    if not os.path.exists(os.path.join(d, "stories260K.bin")):
+        pytest.skip(f"{d}/stories260K.bin absent (the shared models folder)")
+    return d
+
+
+def test_generate_text_with_a_tokenizer_and_streaming(mc):
+    """stories260K (llama2.c checkpoint + tok512.bin) against llama2.c's own greedy output."""
+    d = stories()
+    with open(os.path.join(d, "reference", "once_upon_a_time.json")) as f:
+        ref = json.load(f)
+    weights = os.path.join(d, "stories260K.bin")
+    m = mc.Model(weights=weights)  # the config comes from the checkpoint's header
+    tok = mc.Tokenizer(weights=weights, vocab_size=m.config.vocab_size)
+    assert tok.encode(ref["prompt"]) == ref["prompt_ids"]
+    pieces = []
+    out = m.generate(ref["prompt"], max_new_tokens=len(ref["greedy_ids"]), tokenizer=tok, stream=pieces.append)
+    assert out["prompt_tokens"] == [ref["prompt_ids"]]
+    assert out["tokens"] == [ref["greedy_ids"]]
+    assert "".join(pieces) == ref["greedy_text"] == out["text"][0]
+    assert tok.decode(ref["prompt_ids"] + ref["greedy_ids"]) == ref["full_text"]
+    # the logits of the prompt and the first generated tokens (rows 0..7) against run.c's
+    seq = ref["prompt_ids"] + ref["greedy_ids"]
+    logits = m.forward(np.asarray(seq[:8]))[0]
+    np.testing.assert_allclose(logits, np.load(os.path.join(d, "reference", ref["logits_file"])), rtol=0, atol=1e-4)
