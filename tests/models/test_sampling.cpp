@@ -188,7 +188,7 @@ TEST_CASE("Plain temperature sampling passes the chi-square bound", "[sampling]"
   CHECK(chi_square_ok(n, {0.125, 0.25, 0.625}));
 }
 
-TEST_CASE("Seeded sampling with penalties is reproducible; new parameters are validated", "[sampling]") {
+TEST_CASE("Seeded sampling with penalties is reproducible, new parameters are validated", "[sampling]") {
   const std::vector<float> l{0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.45f};
   SamplingParams p = params(1.3f, 4, 0.95f, 5);
   p.min_p = 0.05f;

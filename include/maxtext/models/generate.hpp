@@ -52,13 +52,13 @@ struct GenerateOptions {
 
   // ---- text (needs `decode`) ----
   /// The tokenizer's decode (e.g. decoder_for(tokenizer)); needed by stop_strings, on_text and GenerateResult::text.
-  DecodeFn decode;
+  DecodeFn decode{};
   /// A row stops when its text contains one of these; the text is cut before the match (the stop string is not part
   /// of the text); `tokens` keeps every generated token, including the one that completed the match.
-  std::vector<std::string> stop_strings;
+  std::vector<std::string> stop_strings{};
   /// Called with (row, delta) for each piece of new text (UTF-8 complete, never part of a stop string); return false
   /// to stop that row (FinishReason::cancelled).
-  std::function<bool(std::int64_t, std::string_view)> on_text;
+  std::function<bool(std::int64_t, std::string_view)> on_text{};
 
   // ---- log-probabilities (off by default: they cost a pass over the vocabulary per token) ----
   /// Record log p(token) under log-softmax of the raw logits (the model's distribution, before any sampling step).
