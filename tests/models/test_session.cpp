@@ -393,14 +393,13 @@ TEST_CASE("maxtext chat: two turns from stdin on stories260K, the second prefill
           "[generate][session][cli][stories260K]") {
   const std::string dir = test::models_dir() + "/stories260K";
   test::require(dir + "/stories260K.bin", "stories260K");
-  const std::string input = "chat_input.txt";
   {
-    std::ofstream f(input);
-    f << "Tell me a story about a cat.\nAnd the dog?\n";
+    std::ofstream("chat1.txt") << "Tell me a story about a cat.\n";
+    std::ofstream("chat2.txt") << "Tell me a story about a cat.\nAnd the dog?\n";
   }
-  const std::string out = run_command(std::string(MAXTEXT_CLI) + " chat --threads 1 --weights " + dir +
-                                      "/stories260K.bin --tokenizer " + dir +
-                                      "/tok512.bin --max-new-tokens 24 --system \"Be kind.\" < " + input + " 2>&1");
+  const std::string chat = std::string(MAXTEXT_CLI) + " chat --threads 1 --weights " + dir + "/stories260K.bin --tokenizer " +
+                           dir + "/tok512.bin --max-new-tokens 24 --system \"Be kind.\"";
+  const std::string out = run_command(chat + " < chat2.txt 2>&1");
   INFO(out);
   CHECK(out.find("note: no chat template") != std::string::npos);
   // Per-turn statistics: "[turn N: prefilled P new tokens of L, ...]".
@@ -414,11 +413,37 @@ TEST_CASE("maxtext chat: two turns from stdin on stories260K, the second prefill
   };
   const long pre1 = stat(1, "prefilled "), len1 = stat(1, " of ");
   const long pre2 = stat(2, "prefilled "), len2 = stat(2, " of ");
-  CHECK(pre1 == len1);   // nothing cached before turn 1
+  CHECK(pre1 == len1);  // nothing cached before turn 1
   CHECK(len2 > len1);
   // Turn 2 reuses at least turn 1's prompt from the cache (all but its last token, which may be run again).
   CHECK(pre2 <= len2 - len1 + 1);
   CHECK(out.find("[turn 3: ") == std::string::npos);
+
+  // Turn 2's answer equals a from-scratch `maxtext generate` of the whole conversation in the documented plain format.
+  const std::string one = run_command(chat + " < chat1.txt 2>/dev/null");
+  const std::string two = run_command(chat + " < chat2.txt 2>/dev/null");
+  REQUIRE(one.size() >= 1);
+  REQUIRE(two.rfind(one, 0) == 0);
+  const std::string answer1 = one.substr(0, one.size() - 1), answer2 = two.substr(one.size(), two.size() - one.size() - 1);
+  CHECK(!answer2.empty());
+  std::string a1 = answer1;
+  while (!a1.empty() && (a1.front() == ' ' || a1.front() == '\n')) a1.erase(0, 1);
+  while (!a1.empty() && (a1.back() == ' ' || a1.back() == '\n')) a1.pop_back();
+  const std::string conv = "system: Be kind.\nuser: Tell me a story about a cat.\nassistant: " + a1 +
+                           "\nuser: And the dog?\nassistant:";
+  std::string quoted;
+  for (char c : conv) {
+    if (c == '"' || c == '\\' || c == '$' || c == '`') quoted += '\\';
+    quoted += c;
+  }
+  const std::string gen = run_command(std::string(MAXTEXT_CLI) + " generate --threads 1 --weights " + dir +
+                                      "/stories260K.bin --tokenizer " + dir +
+                                      "/tok512.bin --max-new-tokens 24 --stop '\\nuser:' --prompt \"" + quoted + "\"");
+  INFO(gen);
+  REQUIRE(gen.rfind(conv, 0) == 0);
+  const auto end = gen.find("\ntokens[0]: ");
+  REQUIRE(end != std::string::npos);
+  CHECK(gen.substr(conv.size(), end - conv.size()) == answer2);
 }
 
 TEST_CASE("eos_token_id from config.json / generation_config.json (int or list) and GGUF", "[generate][eos]") {
