@@ -49,6 +49,7 @@ struct ChatOptions {
   /// Prompt text -> ids (default: the tokenizer's encode with its default BOS).
   std::function<std::vector<std::int32_t>(const std::string&)> encode;
   std::int64_t capacity = 0;  ///< tokens the conversation may hold (0: the model's max_target_length)
+  bool interactive = false;   ///< print a "> " prompt to `err` before reading each line (stdin is a terminal)
 };
 
 inline std::string trim(std::string_view s) {
@@ -80,7 +81,9 @@ int run_chat(Model& model, const tokenizer::Tokenizer& tk, ChatOptions opt, std:
   std::string line;
   int turn = 0;
   const std::int64_t max_new = opt.gen.max_new_tokens;
-  while (std::getline(in, line)) {
+  for (;;) {
+    if (opt.interactive) err << "> " << std::flush;
+    if (!std::getline(in, line)) break;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (trim(line).empty()) continue;
     ++turn;

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>
+
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/io/generation_config.hpp"
 #include "maxtext/io/npy.hpp"
@@ -319,6 +321,7 @@ int cmd_chat(const Args& a) {
   co.system = a.get("system");
   co.render = cli::find_chat_renderer(a.get("weights"), a.get("tokenizer"));
   co.capacity = a.integer("ctx-size", std::min<std::int64_t>(cfg.max_target_length, 4096));
+  co.interactive = ::isatty(STDIN_FILENO) != 0;
   MAXTEXT_CHECK(co.capacity > 0, ArgumentError, "--ctx-size must be > 0");
   return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
     Model model(cfg, make_backend(a));
