@@ -1,4 +1,5 @@
 // tools/maxtext.cpp: the `maxtext` command-line program: logits and generate on any model the registry knows.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -8,9 +9,13 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include <unistd.h>
+
 #include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/io/generation_config.hpp"
 #include "maxtext/io/npy.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
@@ -19,6 +24,7 @@
 #include "cli_common.hpp"
 #include "cmd_tokenize.hpp"
 
+#include "cmd_chat.hpp"
 #include "cmd_compare.hpp"
 
 namespace {
@@ -31,7 +37,10 @@ commands:
   logits    --config CFG [--weights FILE] --tokens 1,2,3[/4,5,6] [--incremental N] --out logits.npy
   generate  --config CFG [--weights FILE] --tokens 1,2,3[/...] --max-new-tokens N
             [--temperature T] [--top-k K] [--top-p P] [--seed S]
-  generate  --weights FILE [--tokenizer FILE] --prompt "text" [--max-new-tokens N] [...]: prints the text
+  generate  --weights FILE [--tokenizer FILE] --prompt "text" [--max-new-tokens N] [--stop STRING ...] [...]:
+            streams the text
+  chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]:
+            a conversation, one user message per line of stdin until EOF; the KV cache is kept between turns
   tokenize  --weights FILE [--tokenizer FILE] --text "text": prints the ids (BOS first), comma-separated
   info      --config CFG [--weights FILE]
 )" MAXTEXT_COMPARE_USAGE R"(
@@ -49,11 +58,23 @@ common options:
                      with --weight-type q8_0: quantise activations to 8 bits per 32-block and use integer dot
                      products (llama.cpp's Q8_0 arithmetic; faster, ~1% rms logit error). Default off: exact
   --seed S           seed for initialisation and sampling (default: init_weights_seed)
+
+sampling (generate, chat; applied in this order, see docs/generation.md):
+  --logit-bias ID=B[,ID=B]   add B to token ID's logit (B may be -inf to ban it)
+  --repeat-penalty R         divide positive / multiply negative logits of tokens in the prompt and output (1: off)
+  --frequency-penalty F      subtract F per earlier occurrence in the output (0: off)
+  --presence-penalty P       subtract P from tokens already in the output (0: off)
+  --temperature T            0 (default): greedy
+  --top-k K, --top-p P, --min-p M
+  --stop STRING              stop when the text contains STRING (repeatable; \n, \t, \\ are escapes); the text
+                             ends before it. Text generation also stops at the end-of-sequence ids of the tokenizer
+                             and of config.json / generation_config.json / GGUF metadata
 )";
 
 struct Args {
   std::string command;
   std::map<std::string, std::string> opt;
+  std::map<std::string, std::vector<std::string>> all;  ///< every value of a repeated option, in order
   std::vector<std::string> overrides;
 
   bool has(const std::string& k) const { return opt.count(k) != 0; }
@@ -100,6 +121,7 @@ Args parse_args(int argc, char** argv) {
         value = argv[++i];
       }
       a.opt[key] = value;
+      a.all[key].push_back(value);
     } else if (s.find('=') != std::string::npos) {
       a.overrides.push_back(s);
     } else {
@@ -177,36 +199,101 @@ int cmd_logits(const Args& a) {
   }, a.get("weight-type"));
 }
 
+/// C escapes \n, \t, \r, \\ in a --stop value.
+std::string unescape(const std::string& s) {
+  std::string o;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      const char c = s[++i];
+      o += c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c;
+    } else {
+      o += s[i];
+    }
+  }
+  return o;
+}
+
+/// The sampling and stop options shared by generate and chat.
+models::GenerateOptions generate_options(const Args& a, const Config& cfg, std::int64_t default_max_new) {
+  models::GenerateOptions go;
+  go.max_new_tokens = a.integer("max-new-tokens", default_max_new);
+  auto& sp = go.sampling;
+  sp.temperature = static_cast<float>(a.number("temperature", 0.0));
+  sp.top_k = a.integer("top-k", 0);
+  sp.top_p = static_cast<float>(a.number("top-p", 1.0));
+  sp.min_p = static_cast<float>(a.number("min-p", 0.0));
+  sp.repetition_penalty = static_cast<float>(a.number("repeat-penalty", 1.0));
+  sp.frequency_penalty = static_cast<float>(a.number("frequency-penalty", 0.0));
+  sp.presence_penalty = static_cast<float>(a.number("presence-penalty", 0.0));
+  sp.seed = static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed));
+  if (a.has("logit-bias")) {
+    std::stringstream ss(a.get("logit-bias"));
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      const auto eq = item.find('=');
+      std::size_t p1 = 0, p2 = 0;
+      long long id = -1;
+      double b = 0;
+      try {
+        id = std::stoll(item.substr(0, eq), &p1);
+        b = std::stod(item.substr(eq + 1), &p2);
+      } catch (const std::exception&) {
+        p1 = 0;
+      }
+      MAXTEXT_CHECK(eq != std::string::npos && p1 == eq && p2 == item.size() - eq - 1 && id >= 0 && id < cfg.vocab_size,
+                    ArgumentError, "--logit-bias: expected ID=BIAS with ID in [0, ", cfg.vocab_size, "), found '", item,
+                    "'");
+      sp.logit_bias.emplace_back(static_cast<std::int32_t>(id), static_cast<float>(b));
+    }
+  }
+  sp.validate();
+  if (a.all.count("stop")) {
+    for (const auto& s : a.all.at("stop")) {
+      MAXTEXT_CHECK(!s.empty(), ArgumentError, "--stop: empty string");
+      go.stop_strings.push_back(unescape(s));
+    }
+  }
+  return go;
+}
+
+/// Stop token set for text generation: the tokenizer's EOS and the ids the weights' files declare.
+void add_eos_stops(models::GenerateOptions& go, const Args& a, const tokenizer::Tokenizer& tk, const Config& cfg) {
+  std::vector<std::int32_t> ids = io::read_eos_token_ids(a.get("weights"));
+  if (tk.eos() >= 0) ids.push_back(tk.eos());
+  for (auto id : ids) {
+    if (id < cfg.vocab_size && std::find(go.stop_tokens.begin(), go.stop_tokens.end(), id) == go.stop_tokens.end()) {
+      go.stop_tokens.push_back(id);
+    }
+  }
+}
+
 int cmd_generate(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens") || a.has("prompt"), ArgumentError, "generate needs --tokens or --prompt");
   const Config cfg = make_config(a);
   std::unique_ptr<tokenizer::Tokenizer> tk;
   std::vector<std::vector<std::int32_t>> prompts;
-  std::int32_t go_stop_eos = -1;
+  models::GenerateOptions go = generate_options(a, cfg, 32);
   if (a.has("prompt")) {
     MAXTEXT_CHECK(!a.has("tokens"), ArgumentError, "give --tokens or --prompt, not both");
     tk = cli::open_cli_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
     prompts.push_back(tk->encode(a.get("prompt")));
-    if (tk->eos() >= 0) go_stop_eos = tk->eos();
+    add_eos_stops(go, a, *tk, cfg);  // text generation ends at an end-of-sequence token
   } else {
+    MAXTEXT_CHECK(go.stop_strings.empty(), ArgumentError, "--stop needs --prompt (text, through a tokenizer)");
     prompts = cli::parse_token_rows(a.get("tokens"));
   }
-  models::GenerateOptions go;
-  go.max_new_tokens = a.integer("max-new-tokens", 32);
-  go.sampling.temperature = static_cast<float>(a.number("temperature", 0.0));
-  go.sampling.top_k = a.integer("top-k", 0);
-  go.sampling.top_p = static_cast<float>(a.number("top-p", 1.0));
-  go.sampling.seed = static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed));
-  if (go_stop_eos >= 0) go.stop_tokens.push_back(go_stop_eos);  // text generation ends at the end-of-sequence token
   return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
     Model model(cfg, make_backend(a));
     load_or_init(model, a);
-    std::optional<cli::TextStream> stream;
     if (tk) {
-      // Text: the prompt as given, then each generated piece as it comes.
-      stream.emplace(*tk, prompts[0].back());
+      // Text: the prompt as given, then the generated text as it comes (whole UTF-8 characters, stop strings cut).
       std::cout << a.get("prompt") << std::flush;
-      go.on_token = [&](std::int64_t, std::int32_t t) { (*stream)(t); };
+      go.decode = models::decoder_for(*tk);
+      go.on_text = [](std::int64_t, std::string_view d) {
+        std::fwrite(d.data(), 1, d.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      };
     }
     const auto res = models::generate(model, prompts, go);
     if (tk) std::cout << "\n";
@@ -215,11 +302,31 @@ int cmd_generate(const Args& a) {
       for (std::size_t i = 0; i < res.tokens[b].size(); ++i) std::cout << (i ? "," : "") << res.tokens[b][i];
       std::cout << "\n";
     }
+    if (tk) std::cout << "finish: " << models::to_string(res.finish[0]) << "\n";
     std::printf("prefill: %lld tokens in %.3f ms (%.1f tokens/s)\n", static_cast<long long>(res.prompt_tokens),
                 res.prefill_seconds * 1e3, res.prefill_tokens_per_second());
     std::printf("decode: %lld steps in %.3f ms (%.1f tokens/s)\n", static_cast<long long>(res.decode_steps),
                 res.decode_seconds * 1e3, res.decode_tokens_per_second());
     return 0;
+  }, a.get("weight-type"));
+}
+
+int cmd_chat(const Args& a) {
+  MAXTEXT_CHECK(a.has("weights") || a.has("tokenizer"), ArgumentError, "chat needs --weights (and a tokenizer)");
+  const Config cfg = make_config(a);
+  const auto tk = cli::open_cli_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
+  cli::ChatOptions co;
+  co.gen = generate_options(a, cfg, 256);
+  add_eos_stops(co.gen, a, *tk, cfg);
+  co.system = a.get("system");
+  co.render = cli::find_chat_renderer(a.get("weights"), a.get("tokenizer"));
+  co.capacity = a.integer("ctx-size", std::min<std::int64_t>(cfg.max_target_length, 4096));
+  co.interactive = ::isatty(STDIN_FILENO) != 0;
+  MAXTEXT_CHECK(co.capacity > 0, ArgumentError, "--ctx-size must be > 0");
+  return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
+    Model model(cfg, make_backend(a));
+    load_or_init(model, a);
+    return cli::run_chat(model, *tk, co, std::cin, std::cout, std::cerr);
   }, a.get("weight-type"));
 }
 
@@ -247,6 +354,7 @@ int main(int argc, char** argv) {
     const Args a = parse_args(argc, argv);
     if (a.command == "logits") return cmd_logits(a);
     if (a.command == "generate") return cmd_generate(a);
+    if (a.command == "chat") return cmd_chat(a);
     if (a.command == "info") return cmd_info(a);
     if (a.command == "tokenize") {
       MAXTEXT_CHECK(a.has("text"), ArgumentError, "tokenize needs --text");

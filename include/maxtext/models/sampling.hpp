@@ -1,5 +1,19 @@
-// models/sampling.hpp: choosing the next token from logits: greedy, temperature, top-k, top-p, with a seeded
-// generator so runs are reproducible.
+// models/sampling.hpp: choosing the next token from logits: greedy, temperature, top-k, top-p, min-p, with logit
+// bias and repetition / frequency / presence penalties, and a seeded generator so runs are reproducible.
+//
+// Order of application (Hugging Face's: logits processors first, then the warpers, temperature first among them):
+//   1. logit bias          l[id] += bias                                  (tokens outside the vocabulary: an error)
+//   2. repetition penalty  for each distinct id seen (context and generated tokens): l > 0 ? l / r : l * r
+//   3. frequency/presence  l[id] -= frequency * count(id) + presence * (count(id) > 0), counts over the tokens this
+//                          sampler generated (not the context), as OpenAI's API and vLLM define them
+//   -- temperature 0 stops here: greedy argmax of the processed logits (lowest id on ties)
+//   4. temperature         p = softmax(l / T)
+//   5. top-k               keep the k largest (ties by lower id)
+//   6. top-p               keep the smallest prefix (by p, descending) whose mass reaches top_p
+//   7. min-p               keep tokens with p >= min_p * max(p)
+//   8. draw                from the kept tokens, renormalised
+// Steps 5-7 all keep a prefix of the same ordering, so their order among themselves does not matter (min-p compares
+// with the largest probability, which every prefix keeps).
 #pragma once
 
 #include <algorithm>
@@ -7,6 +21,8 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "maxtext/core/error.hpp"
@@ -19,12 +35,32 @@ struct SamplingParams {
   std::int64_t top_k = 0;    ///< > 0: keep the k most likely tokens
   float top_p = 1.0f;        ///< < 1: keep the smallest set whose probability reaches top_p
   std::uint64_t seed = 0;
+  float min_p = 0.0f;               ///< > 0: keep tokens whose probability is >= min_p times the largest
+  float repetition_penalty = 1.0f;  ///< > 1 discourages tokens already seen (context + generated)
+  float frequency_penalty = 0.0f;   ///< subtracted once per earlier occurrence among the generated tokens
+  float presence_penalty = 0.0f;    ///< subtracted once if the token was generated before
+  std::vector<std::pair<std::int32_t, float>> logit_bias{};  ///< (token id, additive bias); -inf bans a token
 
   void validate() const {
     MAXTEXT_CHECK(temperature >= 0.0f && std::isfinite(temperature), ArgumentError, "[sampling] temperature must be >= 0, found ",
                   temperature);
     MAXTEXT_CHECK(top_k >= 0, ArgumentError, "[sampling] top_k must be >= 0, found ", top_k);
     MAXTEXT_CHECK(top_p > 0.0f && top_p <= 1.0f, ArgumentError, "[sampling] top_p must be in (0, 1], found ", top_p);
+    MAXTEXT_CHECK(min_p >= 0.0f && min_p <= 1.0f, ArgumentError, "[sampling] min_p must be in [0, 1], found ", min_p);
+    MAXTEXT_CHECK(repetition_penalty > 0.0f && std::isfinite(repetition_penalty), ArgumentError,
+                  "[sampling] repetition_penalty must be > 0, found ", repetition_penalty);
+    MAXTEXT_CHECK(std::isfinite(frequency_penalty) && std::isfinite(presence_penalty), ArgumentError,
+                  "[sampling] frequency_penalty and presence_penalty must be finite, found ", frequency_penalty, " and ",
+                  presence_penalty);
+    for (const auto& [id, b] : logit_bias) {
+      MAXTEXT_CHECK(id >= 0, ArgumentError, "[sampling] logit_bias token id ", id, " is negative");
+      MAXTEXT_CHECK(!std::isnan(b) && b != std::numeric_limits<float>::infinity(), ArgumentError,
+                    "[sampling] logit_bias for token ", id, " must be finite or -inf, found ", b);
+    }
+  }
+  /// True when steps 1-3 change anything.
+  bool processes_logits() const {
+    return !logit_bias.empty() || repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }
 };
 
@@ -40,16 +76,56 @@ inline std::int32_t argmax(const float* logits, std::int64_t n) {
 
 class Sampler {
  public:
-  explicit Sampler(SamplingParams p) : p_(p), rng_(p.seed ^ 0x5deece66dull) { p_.validate(); }
+  explicit Sampler(SamplingParams p) : p_(std::move(p)), rng_(p_.seed ^ 0x5deece66dull) { p_.validate(); }
 
-  /// Draw a token from one row of logits.
+  const SamplingParams& params() const { return p_; }
+
+  /// Tokens before the generation (prompt, earlier turns): they count for the repetition penalty only.
+  void add_context(const std::vector<std::int32_t>& ids) {
+    for (std::int32_t id : ids) seen_.emplace(id, 0);
+  }
+  /// Record a generated token (sample() records the tokens it returns).
+  void accept(std::int32_t id) { ++seen_[id]; }
+  /// Forget the context and the generated tokens (the random stream continues).
+  void clear_history() { seen_.clear(); }
+
+  /// Steps 1-3 on a copy of the logits: what the draw sees before temperature.
+  void process(const float* logits, std::int64_t n, std::vector<float>& out) const {
+    out.assign(logits, logits + n);
+    for (const auto& [id, b] : p_.logit_bias) {
+      MAXTEXT_CHECK(id < n, ArgumentError, "[sampling] logit_bias token id ", id, " is outside the vocabulary [0, ", n, ")");
+      out[static_cast<std::size_t>(id)] += b;
+    }
+    if (p_.repetition_penalty == 1.0f && p_.frequency_penalty == 0.0f && p_.presence_penalty == 0.0f) return;
+    for (const auto& [id, count] : seen_) {
+      if (id < 0 || id >= n) continue;
+      float& l = out[static_cast<std::size_t>(id)];
+      if (p_.repetition_penalty != 1.0f) l = l > 0.0f ? l / p_.repetition_penalty : l * p_.repetition_penalty;
+      if (count > 0) l -= p_.frequency_penalty * static_cast<float>(count) + p_.presence_penalty;
+    }
+  }
+
+  /// Draw a token from one row of logits (and record it as generated).
   std::int32_t sample(const float* logits, std::int64_t n) {
+    MAXTEXT_CHECK(n > 0, ArgumentError, "[sampling] empty logits row");
+    if (p_.processes_logits()) {
+      process(logits, n, work_);
+      logits = work_.data();
+    }
+    const std::int32_t t = draw(logits, n);
+    accept(t);
+    return t;
+  }
+
+ private:
+  std::int32_t draw(const float* logits, std::int64_t n) {
     if (p_.temperature == 0.0f) return argmax(logits, n);
     idx_.resize(static_cast<std::size_t>(n));
     std::iota(idx_.begin(), idx_.end(), 0);
     // Sort candidates by logit (descending, ties by id), keeping only the top_k when set.
     const std::int64_t k = (p_.top_k > 0 && p_.top_k < n) ? p_.top_k : n;
     auto cmp = [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    for (std::int64_t i = 0; i < n; ++i) MAXTEXT_CHECK(!std::isnan(logits[i]), ArgumentError, "[sampling] logit ", i, " is NaN");
     if (k < n) {
       std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(), cmp);
     } else {
@@ -57,9 +133,10 @@ class Sampler {
     }
     prob_.resize(static_cast<std::size_t>(k));
     const double m = logits[idx_[0]];
+    MAXTEXT_CHECK(m > -std::numeric_limits<double>::infinity(), ArgumentError,
+                  "[sampling] every token has logit -inf (all banned by logit_bias?)");
     double sum = 0;
     for (std::int64_t i = 0; i < k; ++i) {
-      MAXTEXT_CHECK(!std::isnan(logits[idx_[static_cast<std::size_t>(i)]]), ArgumentError, "[sampling] NaN logit");
       prob_[static_cast<std::size_t>(i)] = std::exp((logits[idx_[static_cast<std::size_t>(i)]] - m) / p_.temperature);
       sum += prob_[static_cast<std::size_t>(i)];
     }
@@ -74,6 +151,12 @@ class Sampler {
         }
       }
     }
+    if (p_.min_p > 0.0f) {
+      // prob_[0] is the largest (exp(0) = 1), so the bound is min_p itself in these unnormalised units.
+      std::int64_t j = 1;
+      while (j < keep && prob_[static_cast<std::size_t>(j)] >= static_cast<double>(p_.min_p) * prob_[0]) ++j;
+      keep = j;
+    }
     double total = 0;
     for (std::int64_t i = 0; i < keep; ++i) total += prob_[static_cast<std::size_t>(i)];
     const double r = rng_.uniform() * total;
@@ -85,11 +168,45 @@ class Sampler {
     return idx_[static_cast<std::size_t>(keep - 1)];
   }
 
- private:
   SamplingParams p_;
   Rng rng_;
+  std::unordered_map<std::int32_t, std::int32_t> seen_;  // id -> times generated (0: only in the context)
+  std::vector<float> work_;
   std::vector<std::int32_t> idx_;
   std::vector<double> prob_;
 };
+
+/// Log-probabilities of one row of raw logits (log-softmax in double): the model's own distribution, before any
+/// sampling step.
+struct TokenLogprob {
+  std::int32_t token = 0;
+  float logprob = 0.0f;                                 ///< log p(token)
+  std::vector<std::pair<std::int32_t, float>> top;  ///< the most likely tokens, descending (ties: lower id first)
+};
+
+inline TokenLogprob token_logprob(const float* logits, std::int64_t n, std::int32_t token, std::int64_t top_k) {
+  MAXTEXT_CHECK(token >= 0 && token < n, ArgumentError, "[sampling] token ", token, " outside [0, ", n, ")");
+  double m = -std::numeric_limits<double>::infinity();
+  for (std::int64_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(logits[i]));
+  double s = 0;
+  for (std::int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(logits[i]) - m);
+  const double lse = m + std::log(s);
+  TokenLogprob r;
+  r.token = token;
+  r.logprob = static_cast<float>(logits[token] - lse);
+  const std::int64_t k = std::min(top_k, n);
+  if (k > 0) {
+    std::vector<std::int32_t> idx(static_cast<std::size_t>(n));
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](std::int32_t a, std::int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (std::int64_t i = 0; i < k; ++i) {
+      const std::int32_t id = idx[static_cast<std::size_t>(i)];
+      r.top.emplace_back(id, static_cast<float>(logits[id] - lse));
+    }
+  }
+  return r;
+}
 
 }  // namespace maxtext::models

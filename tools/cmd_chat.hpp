@@ -1,0 +1,112 @@
+// tools/cmd_chat.hpp: `maxtext chat`: an interactive conversation on stdin/stdout (one user message per line, until
+// EOF; works non-interactively with piped input). Each turn renders the whole conversation to prompt text, encodes it,
+// and keeps a models::Session so only the tokens past the cached prefix go through the model (the session rewinds to
+// the common prefix when the new prompt's ids differ from the cached ones). The answer streams as it is generated.
+//
+// Prompt formatting is behind ChatRenderer. Without a chat template the built-in plain format is used (and a note is
+// printed): one "role: content" line per message, and "assistant:" as the generation prompt; generation then also
+// stops at "\nuser:" (the model starting the next turn by itself).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "maxtext/core/error.hpp"
+#include "maxtext/models/generate.hpp"
+#include "maxtext/models/session.hpp"
+#include "maxtext/models/text_stream.hpp"
+#include "maxtext/tokenizer/tokenizer.hpp"
+
+namespace maxtext::cli {
+
+/// Renders a conversation (a JSON array of {"role": ..., "content": ...}) as prompt text; with
+/// add_generation_prompt, ends with what opens the assistant's answer.
+using ChatRenderer = std::function<std::string(const nlohmann::json& messages, bool add_generation_prompt)>;
+
+/// The built-in fallback format: "role: content\n" per message, then "assistant:" with add_generation_prompt.
+inline std::string plain_chat_format(const nlohmann::json& messages, bool add_generation_prompt) {
+  std::string s;
+  for (const auto& m : messages) s += m.at("role").get<std::string>() + ": " + m.at("content").get<std::string>() + "\n";
+  if (add_generation_prompt) s += "assistant:";
+  return s;
+}
+
+/// The chat template of a model, when one is available (none yet: the template engine plugs in here).
+inline ChatRenderer find_chat_renderer(const std::string& /*weights*/, const std::string& /*tokenizer_file*/) { return {}; }
+
+struct ChatOptions {
+  models::GenerateOptions gen;  ///< sampling, max_new_tokens per turn, stop tokens and strings
+  std::string system;           ///< a system message first, when not empty
+  ChatRenderer render;          ///< empty: plain_chat_format (a note says so)
+  /// Prompt text -> ids (default: the tokenizer's encode with its default BOS).
+  std::function<std::vector<std::int32_t>(const std::string&)> encode;
+  std::int64_t capacity = 0;  ///< tokens the conversation may hold (0: the model's max_target_length)
+  bool interactive = false;   ///< print a "> " prompt to `err` before reading each line (stdin is a terminal)
+};
+
+inline std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+/// Run the conversation: user lines from `in`, answers to `out`, notes and per-turn statistics to `err`.
+template <class Model>
+int run_chat(Model& model, const tokenizer::Tokenizer& tk, ChatOptions opt, std::istream& in, std::ostream& out,
+             std::ostream& err) {
+  if (!opt.render) {
+    err << "note: no chat template for this model; using the plain format (\"role: content\" lines, then "
+           "\"assistant:\"; see docs/generation.md)\n";
+    opt.render = plain_chat_format;
+    opt.gen.stop_strings.push_back("\nuser:");
+  }
+  if (!opt.encode) opt.encode = [&tk](const std::string& text) { return tk.encode(text); };
+  opt.gen.decode = models::decoder_for(tk);
+  opt.gen.on_text = [&out](std::int64_t, std::string_view d) {
+    out << d << std::flush;
+    return true;
+  };
+  models::Session<Model> session(model, opt.capacity);
+  nlohmann::json messages = nlohmann::json::array();
+  if (!opt.system.empty()) messages.push_back({{"role", "system"}, {"content", opt.system}});
+  std::string line;
+  int turn = 0;
+  const std::int64_t max_new = opt.gen.max_new_tokens;
+  for (;;) {
+    if (opt.interactive) err << "> " << std::flush;
+    if (!std::getline(in, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (trim(line).empty()) continue;
+    ++turn;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    const std::vector<std::int32_t> ids = opt.encode(opt.render(messages, true));
+    MAXTEXT_CHECK(static_cast<std::int64_t>(ids.size()) < session.capacity(), ArgumentError, "[chat] the conversation (",
+                  ids.size(), " tokens) no longer fits the context of ", session.capacity(),
+                  " tokens (--ctx-size)");
+    const std::int64_t reused = session.sync(ids);
+    models::GenerateOptions g = opt.gen;
+    g.max_new_tokens = std::min(max_new, session.capacity() - session.length());
+    const auto res = session.generate({}, g);
+    out << "\n" << std::flush;
+    messages.push_back({{"role", "assistant"}, {"content", trim(res.text[0])}});
+    const auto n = static_cast<long long>(res.tokens[0].size());
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%.1f", res.decode_tokens_per_second());
+    err << "[turn " << turn << ": prefilled " << res.prompt_tokens << " new tokens of " << ids.size() << " (" << reused
+        << " reused from the cache), generated " << n << " tokens (" << models::to_string(res.finish[0]) << "), "
+        << buf << " tokens/s]\n"
+        << std::flush;
+  }
+  return 0;
+}
+
+}  // namespace maxtext::cli
