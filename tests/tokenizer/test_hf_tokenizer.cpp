@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "maxtext/io/gguf.hpp"
 #include "maxtext/tokenizer/hf_tokenizer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
 #include "support/test_support.hpp"
@@ -346,4 +347,83 @@ TEST_CASE("maxtext tokenize / detokenize with a tokenizer.json", "[tokenizer][hf
           csv(qc["ids_with_special"].get<Ids>()) + "\n");
     CHECK(run(cli + " detokenize --tokenizer " + dir + " --ids " + csv(qc["ids"].get<Ids>())) == qc["text"].get<std::string>());
   }
+}
+
+// ---- GGUF byte-level BPE vocabularies ------------------------------------------------------------------------------------
+
+namespace {
+/// A GGUF holding only the tokenizer of a shared tokenizer.json (tokens by id, control / user-defined types for added
+/// tokens, merges as "a b"), as llama.cpp's converter writes it.
+std::string gguf_from_tokenizer_json(const std::string& name, const std::string& pre) {
+  const auto j = read_json(real_dir(name) + "/tokenizer.json");
+  std::vector<std::string> tokens;
+  std::vector<std::int32_t> types;
+  auto put = [&](std::size_t id, const std::string& s, std::int32_t type) {
+    if (tokens.size() <= id) {
+      tokens.resize(id + 1);
+      types.resize(id + 1, 5);  // unused, for gaps
+    }
+    tokens[id] = s;
+    types[id] = type;
+  };
+  for (auto it = j["model"]["vocab"].begin(); it != j["model"]["vocab"].end(); ++it) put(it.value().get<std::size_t>(), it.key(), 1);
+  for (const auto& a : j["added_tokens"]) put(a["id"].get<std::size_t>(), a["content"], a["special"].get<bool>() ? 3 : 4);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].empty()) tokens[i] = "[PAD" + std::to_string(i) + "]";
+  }
+  std::vector<std::string> merges;
+  for (const auto& m : j["model"]["merges"]) {
+    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  }
+  io::GgufWriter w;
+  w.set("general.architecture", io::GgufValue::of_string("llama"));
+  w.set("tokenizer.ggml.model", io::GgufValue::of_string("gpt2"));
+  w.set("tokenizer.ggml.pre", io::GgufValue::of_string(pre));
+  w.set("tokenizer.ggml.tokens", io::GgufValue::of_strings(tokens));
+  w.set("tokenizer.ggml.token_type", io::GgufValue::of_i32s(types));
+  w.set("tokenizer.ggml.merges", io::GgufValue::of_strings(merges));
+  w.set("tokenizer.ggml.add_bos_token", io::GgufValue::of_bool(false));
+  const std::string path = name + ".gguf";
+  w.write(path);
+  return path;
+}
+}  // namespace
+
+TEST_CASE("GGUF gpt2 vocabularies (llama-bpe, qwen2, deepseek-v3, gpt-4o) give the oracle's ids", "[tokenizer][gguf][hf]") {
+  const std::pair<const char*, const char*> models[] = {
+      {"llama3", "llama-bpe"}, {"qwen3", "qwen2"}, {"deepseek_v3", "deepseek-v3"}, {"gptoss", "gpt-4o"}};
+  for (const auto& [name, pre] : models) {
+    INFO(name << " as tokenizer.ggml.pre = " << pre);
+    const auto tk = tokenizer::open_tokenizer(gguf_from_tokenizer_json(name, pre));
+    for (const auto& c : read_json(fixtures() + name + ".json")["cases"]) {
+      const std::string text = c["text"];
+      INFO("text: " << show(text));
+      CHECK(tk->encode(text, false) == c["ids"].get<Ids>());
+      CHECK(tk->encode(text) == c["ids"].get<Ids>());  // add_bos_token false
+      if (std::string(name) != "llama3") {             // Llama 3's config cleans up spaces; GGUF decoding does not
+        CHECK(tk->decode(c["ids_with_special"].get<Ids>()) == c["decoded_skip_special"].get<std::string>());
+      }
+    }
+  }
+}
+
+TEST_CASE("GGUF gpt2 vocabularies: BOS from add_bos_token, unknown pre-tokenizers refused", "[tokenizer][gguf]") {
+  io::GgufWriter w;
+  std::vector<std::string> toks = {"a", "b", "ab", "<s>"};
+  w.set("tokenizer.ggml.model", io::GgufValue::of_string("gpt2"));
+  w.set("tokenizer.ggml.tokens", io::GgufValue::of_strings(toks));
+  w.set("tokenizer.ggml.token_type", io::GgufValue::of_i32s({1, 1, 1, 3}));
+  w.set("tokenizer.ggml.merges", io::GgufValue::of_strings({"a b"}));
+  w.set("tokenizer.ggml.bos_token_id", io::GgufValue::of_u32(3));
+  w.set("tokenizer.ggml.add_bos_token", io::GgufValue::of_bool(true));
+  w.set("tokenizer.ggml.pre", io::GgufValue::of_string("gpt-2"));
+  w.write("tiny.gguf");
+  const auto tk = tokenizer::open_tokenizer("tiny.gguf");
+  CHECK(tk->encode("abba") == Ids{3, 2, 1, 0});  // BOS, "ab" merged, then "b" "a"
+  CHECK(tk->encode("abba", false) == Ids{2, 1, 0});
+  CHECK(tk->decode({3, 2, 1, 0}) == "abba");
+  CHECK(tk->decode({3, 2, 1, 0}, false) == "<s>abba");
+  w.set("tokenizer.ggml.pre", io::GgufValue::of_string("martian"));
+  w.write("tiny2.gguf");
+  CHECK_THROWS_WITH(tokenizer::open_tokenizer("tiny2.gguf"), Catch::Matchers::Contains("tokenizer.ggml.pre 'martian'"));
 }

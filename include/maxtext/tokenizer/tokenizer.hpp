@@ -13,6 +13,7 @@
 #include "maxtext/core/error.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/weights.hpp"
+#include "maxtext/tokenizer/gguf_bpe.hpp"
 #include "maxtext/tokenizer/hf_tokenizer.hpp"
 #include "maxtext/tokenizer/spm.hpp"
 
@@ -76,7 +77,8 @@ constexpr bool have_sentencepiece() {
 #endif
 }
 
-/// Open a tokenizer file: a tokenizer.json (or a directory holding one), .gguf (its tokenizer.ggml.* metadata), .model
+/// Open a tokenizer file: a tokenizer.json (or a directory holding one), .gguf (its tokenizer.ggml.* metadata: "llama"
+/// SentencePiece or "gpt2" byte-level BPE vocabularies), .model
 /// (SentencePiece), anything else as a llama2.c tokenizer.bin (`expected_vocab` > 0 checks its size).
 inline std::unique_ptr<Tokenizer> open_tokenizer(const std::string& path, std::int64_t expected_vocab = 0) {
   MAXTEXT_CHECK(std::filesystem::exists(path), IoError, "[tokenizer] ", path, ": no such file");
@@ -87,7 +89,9 @@ inline std::unique_ptr<Tokenizer> open_tokenizer(const std::string& path, std::i
   }
   if (io::ends_with(path, ".json")) return HfTokenizer::from_file(path);
   if (io::ends_with(path, ".gguf") || io::detail::file_starts_with(path, "GGUF", 4)) {
-    return std::make_unique<SpmTokenizer>(SpmTokenizer::from_gguf(io::read_gguf(path)));
+    const io::GgufFile g = io::read_gguf(path);
+    if (g.get_string("tokenizer.ggml.model") == "gpt2") return hf_tokenizer_from_gguf(g);
+    return std::make_unique<SpmTokenizer>(SpmTokenizer::from_gguf(g));
   }
   if (io::ends_with(path, ".model")) {
 #if defined(MAXTEXT_WITH_SENTENCEPIECE)
