@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
