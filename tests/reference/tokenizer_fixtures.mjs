@@ -179,6 +179,19 @@ synth.push({ name: "synth_added", tj: tokjson(tiny_bpe([], MERGES), {
   texts: ["the   <ls>  hello <rs>   world", "a <both>  b", "my WORD is word; WoRd", "plain[SEP]text [CLS]", "x-y-z"],
   pairs: [["hello world", "the thing"], ["a-b", "[SEP] x"]] });
 
+// 6. SentencePiece-style byte fallback: regex Replace normalizer, Prepend; ByteFallback / Fuse / Strip decoders.
+{
+  const bytes = [];
+  for (let b = 0; b < 256; ++b) bytes.push(`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`);
+  synth.push({ name: "synth_fallback", tj: tokjson({ ...tiny_bpe(bytes, MERGES), byte_fallback: true }, {
+    normalizer: { type: "Sequence", normalizers: [{ type: "Replace", pattern: { Regex: "\\s+" }, content: " " },
+      { type: "Replace", pattern: { String: " " }, content: "\u2581" }, { type: "Prepend", prepend: "\u2581" }] },
+    decoder: { type: "Sequence", decoders: [{ type: "Replace", pattern: { String: "\u2581" }, content: " " }, { type: "ByteFallback" },
+      { type: "Fuse" }, { type: "Strip", content: " ", start: 1, stop: 0 }] } }),
+    cfg: { clean_up_tokenization_spaces: false },
+    texts: ["héllo   wörld 日本", "tabs\t\tand\nnew lines", "emoji 😀 x", "the thing"] });
+}
+
 for (const s of synth) {
   const base = path.join(out_dir, s.name);
   fs.writeFileSync(`${base}.tokenizer.json`, JSON.stringify(s.tj, null, 1) + "\n");

@@ -108,7 +108,7 @@ TEST_CASE("tokenizer.json: GPT-OSS ids equal the oracle's and tiktoken's", "[tok
 
 TEST_CASE("tokenizer.json: synthetic tokenizers (normalizers, pre-tokenizers, added tokens, templates) equal the oracle",
           "[tokenizer][hf][synthetic]") {
-  for (const char* name : {"synth_norm", "synth_accents", "synth_digits", "synth_bytelevel", "synth_added"}) {
+  for (const char* name : {"synth_norm", "synth_accents", "synth_digits", "synth_bytelevel", "synth_added", "synth_fallback"}) {
     INFO(name);
     const auto tk = HfTokenizer::from_file(fixtures() + name + ".tokenizer.json");
     check_cases(*tk, read_json(fixtures() + name + ".json"), false);

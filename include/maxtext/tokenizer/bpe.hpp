@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <queue>
@@ -23,6 +24,14 @@
 #include "maxtext/tokenizer/unicode.hpp"
 
 namespace maxtext::tokenizer {
+
+/// Hash for unordered maps keyed by std::string that are looked up with std::string_view (no temporary strings).
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+template <class V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 
 struct BpeOptions {
   std::optional<std::string> unk_token;
@@ -89,7 +98,7 @@ class BpeModel {
 
   /// The id of `piece`, or -1.
   std::int32_t find(std::string_view piece) const {
-    auto it = index_.find(std::string(piece));
+    auto it = index_.find(piece);
     return it == index_.end() ? -1 : it->second;
   }
   /// The piece of `id` ("" for ids without one).
@@ -111,7 +120,7 @@ class BpeModel {
     const bool cacheable = word.size() <= max_cached_word;
     if (cacheable) {
       std::lock_guard<std::mutex> lock(cache_mutex_);
-      auto it = cache_.find(std::string(word));
+      auto it = cache_.find(word);
       if (it != cache_.end()) {
         out.insert(out.end(), it->second.begin(), it->second.end());
         return;
@@ -209,13 +218,13 @@ class BpeModel {
   }
 
   BpeOptions opt_;
-  std::unordered_map<std::string, std::int32_t> index_;
+  StringMap<std::int32_t> index_;
   std::vector<std::string> by_id_;
   std::unordered_map<std::uint64_t, Merge> merges_;
   std::int32_t unk_ = -1;
   std::array<std::int32_t, 256> byte_ids_{};
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache_;
+  mutable StringMap<std::vector<std::int32_t>> cache_;
 };
 
 }  // namespace maxtext::tokenizer

@@ -374,7 +374,7 @@ inline PreTokenizer make_pre_tokenizer(const json& j, const Where& w) {
     only_fields(j, {"individual_digits"}, w);
     const bool single = get_bool_or(j, "individual_digits", false, w);
     auto re = std::make_shared<Regex>(single ? R"(\p{N})" : R"(\p{N}+)", w.str());
-    return detail::pattern_split(re, false, single ? SplitBehavior::isolated : SplitBehavior::isolated);
+    return detail::pattern_split(re, false, SplitBehavior::isolated);  // each digit, or each run of digits, alone
   }
   if (type == "Punctuation") {
     only_fields(j, {"behavior"}, w);
@@ -409,10 +409,18 @@ inline PreTokenizer make_pre_tokenizer(const json& j, const Where& w) {
 
 // ---- decoders ------------------------------------------------------------------------------------------------------
 
-/// A decoder step maps token strings to strings. `first` says whether the first token starts the text (the
-/// Metaspace decoder drops its leading space then; false while streaming token by token after the start).
-/// Strings may hold raw bytes (byte-level / byte-fallback decoding); the caller repairs invalid UTF-8 at the end.
-using Decoder = std::function<void(std::vector<std::string>& tokens, bool first)>;
+/// What a decoder step knows besides the tokens: whether the first token starts the text (Metaspace drops its leading
+/// space then), whether this is one piece of a stream (decoded token by token), and whether a Fuse step ran (then a
+/// Strip step acts on the whole text: while streaming, only its start, on the first piece).
+struct DecodeState {
+  bool first = true;
+  bool streaming = false;
+  bool fused = false;
+};
+
+/// A decoder step maps token strings to strings. Strings may hold raw bytes (byte-level / byte-fallback decoding);
+/// the caller repairs invalid UTF-8 at the end.
+using Decoder = std::function<void(std::vector<std::string>& tokens, DecodeState& st)>;
 
 /// The decoder of `j` (null: none). `is_added(token)` tells the ByteLevel decoder which tokens to pass unchanged.
 inline Decoder make_decoder(const json& j, const Where& w, std::function<bool(const std::string&)> is_added) {
@@ -425,13 +433,13 @@ inline Decoder make_decoder(const json& j, const Where& w, std::function<bool(co
     for (std::size_t i = 0; i < a.size(); ++i) {
       if (Decoder d = make_decoder(a[i], w / "decoders" / i, is_added)) parts.push_back(std::move(d));
     }
-    return [parts](std::vector<std::string>& t, bool first) {
-      for (const auto& d : parts) d(t, first);
+    return [parts](std::vector<std::string>& t, DecodeState& st) {
+      for (const auto& d : parts) d(t, st);
     };
   }
   if (type == "ByteLevel") {
     only_fields(j, {"add_prefix_space", "trim_offsets", "use_regex"}, w);
-    return [is_added](std::vector<std::string>& t, bool) {
+    return [is_added](std::vector<std::string>& t, DecodeState&) {
       std::vector<std::string> out;
       std::string run;
       bool have_run = false;
@@ -453,7 +461,7 @@ inline Decoder make_decoder(const json& j, const Where& w, std::function<bool(co
   if (type == "Metaspace") {
     only_fields(j, {"replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}, w);
     const std::string rep = get_string_or(j, "replacement", "\xE2\x96\x81", w);
-    return [rep](std::vector<std::string>& t, bool first) {
+    return [rep](std::vector<std::string>& t, DecodeState& st) {
       for (std::size_t i = 0; i < t.size(); ++i) {
         std::string s;
         for (std::size_t k = 0; k < t[i].size();) {
@@ -464,7 +472,7 @@ inline Decoder make_decoder(const json& j, const Where& w, std::function<bool(co
             s += t[i][k++];
           }
         }
-        if (i == 0 && first && !s.empty() && s[0] == ' ') s.erase(0, 1);
+        if (i == 0 && st.first && !s.empty() && s[0] == ' ') s.erase(0, 1);
         t[i] = std::move(s);
       }
     };
@@ -473,13 +481,13 @@ inline Decoder make_decoder(const json& j, const Where& w, std::function<bool(co
     only_fields(j, {"pattern", "content"}, w);
     auto p = std::make_shared<Pattern>(req(j, "pattern", w), w / "pattern");
     const std::string content = get_string_or(j, "content", "", w);
-    return [p, content](std::vector<std::string>& t, bool) {
+    return [p, content](std::vector<std::string>& t, DecodeState&) {
       for (auto& s : t) s = p->replace_all(s, content);
     };
   }
   if (type == "ByteFallback") {
     only_fields(j, {}, w);
-    return [](std::vector<std::string>& t, bool) {
+    return [](std::vector<std::string>& t, DecodeState&) {
       std::vector<std::string> out;
       std::string bytes;
       auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
@@ -498,10 +506,11 @@ inline Decoder make_decoder(const json& j, const Where& w, std::function<bool(co
   }
   if (type == "Fuse") {
     only_fields(j, {}, w);
-    return [](std::vector<std::string>& t, bool) {
+    return [](std::vector<std::string>& t, DecodeState& st) {
       std::string all;
       for (const auto& s : t) all += s;
       t.assign(1, std::move(all));
+      st.fused = true;
     };
   }
   if (type == "Strip") {
@@ -512,11 +521,14 @@ inline Decoder make_decoder(const json& j, const Where& w, std::function<bool(co
     if (n != 1) malformed(w / "content", "the Strip decoder's content must be one character");
     const auto start = static_cast<std::size_t>(std::max<std::int64_t>(0, get_int_or(j, "start", 0, w)));
     const auto stop = static_cast<std::size_t>(std::max<std::int64_t>(0, get_int_or(j, "stop", 0, w)));
-    return [content, start, stop](std::vector<std::string>& t, bool) {
+    return [content, start, stop](std::vector<std::string>& t, DecodeState& st) {
+      // Streaming after a Fuse: the piece is part of one text, so only its start (on the first piece) is stripped.
+      const bool whole_text = st.streaming && st.fused;
+      const std::size_t n_start = whole_text && !st.first ? 0 : start, n_stop = whole_text ? 0 : stop;
       for (auto& s : t) {
         std::size_t b = 0, e = s.size();
-        for (std::size_t k = 0; k < start && s.compare(b, content.size(), content) == 0; ++k) b += content.size();
-        for (std::size_t k = 0; k < stop && e >= b + content.size() && s.compare(e - content.size(), content.size(), content) == 0; ++k) {
+        for (std::size_t k = 0; k < n_start && s.compare(b, content.size(), content) == 0; ++k) b += content.size();
+        for (std::size_t k = 0; k < n_stop && e >= b + content.size() && s.compare(e - content.size(), content.size(), content) == 0; ++k) {
           e -= content.size();
         }
         s = s.substr(b, e - b);

@@ -194,7 +194,7 @@ class HfTokenizer final : public Tokenizer {
       if (skip_special && special_ids_.count(id)) continue;
       toks.push_back(t);
     }
-    std::string s = decode_tokens(std::move(toks), true);
+    std::string s = decode_tokens(std::move(toks), true, false);
     s = unicode::repair_utf8(s);
     return clean_up_ ? hf::detail::clean_up_tokenization(std::move(s)) : s;
   }
@@ -205,7 +205,7 @@ class HfTokenizer final : public Tokenizer {
     if (special_ids_.count(id)) return {};
     const bool first = prev < 0 || special_ids_.count(prev) > 0;
     if (!decoder_) return first ? t : " " + t;  // without a decoder, tokens are joined by spaces
-    return decode_tokens({t}, first);
+    return decode_tokens({t}, first, true);
   }
 
   std::int32_t bos() const override { return bos_; }
@@ -548,13 +548,14 @@ class HfTokenizer final : public Tokenizer {
     return model_->piece(id);
   }
 
-  std::string decode_tokens(std::vector<std::string> toks, bool first) const {
+  std::string decode_tokens(std::vector<std::string> toks, bool first, bool streaming) const {
     std::string s;
     if (!decoder_) {
       for (std::size_t i = 0; i < toks.size(); ++i) s += (i ? " " : "") + toks[i];
       return s;
     }
-    decoder_(toks, first);
+    hf::DecodeState st{first, streaming, false};
+    decoder_(toks, st);
     for (const auto& t : toks) s += t;
     return s;
   }
