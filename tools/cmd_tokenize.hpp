@@ -1,5 +1,5 @@
 // tools/cmd_tokenize.hpp: the `maxtext` tool's text side: configs taken from weights files (GGUF metadata, llama2.c
-// header, config.json beside Hugging Face safetensors), tokenizers, `maxtext tokenize`, and prompt text for
+// header, config.json beside Hugging Face safetensors), tokenizers, `maxtext tokenize` / `detokenize`, and prompt text for
 // `maxtext generate --prompt`.
 #pragma once
 
