@@ -85,6 +85,10 @@ function run_case(tk, text, text_pair = null) {
 }
 
 // ---- real tokenizers -----------------------------------------------------------------------------------------
+// One case per line (ids arrays inline) keeps the committed files small and their diffs readable.
+const fixture_text = (head, cases) =>
+  JSON.stringify(head).slice(0, -1) + ', "cases": [\n' + cases.map((c) => JSON.stringify(c)).join(",\n") + "\n]}\n";
+
 const eos_of = (cfg) => (typeof cfg.eos_token === "string" ? cfg.eos_token : cfg.eos_token?.content);
 for (const name of ["llama3", "qwen3", "deepseek_v3", "gemma3", "gptoss"]) {
   const dir = path.join(shared, name);
@@ -96,7 +100,7 @@ for (const name of ["llama3", "qwen3", "deepseek_v3", "gemma3", "gptoss"]) {
   const eos = eos_of(cfg);
   const pick = [specials[0], eos && eos !== specials[0] ? eos : specials[1]];
   const cases = common_texts(pick).map((t) => run_case(tk, t));
-  const fixture = { oracle: "@huggingface/tokenizers 0.2.0 (npm)", tokenizer: name, cases };
+  const fixture = { oracle: "@huggingface/tokenizers 0.2.0 (npm)", tokenizer: name };
   if (name === "gptoss") {
     const enc = tiktoken.get_encoding("o200k_base");
     fixture.second_oracle = "tiktoken o200k_base encode_ordinary (plain-text cases)";
@@ -106,7 +110,7 @@ for (const name of ["llama3", "qwen3", "deepseek_v3", "gemma3", "gptoss"]) {
     }
     enc.free();
   }
-  fs.writeFileSync(path.join(out_dir, `${name}.json`), JSON.stringify(fixture, null, 1) + "\n");
+  fs.writeFileSync(path.join(out_dir, `${name}.json`), fixture_text(fixture, cases));
   console.log(`${name}: ${cases.length} cases`);
 }
 
@@ -199,6 +203,6 @@ for (const s of synth) {
   const tk = new Tokenizer(s.tj, s.cfg);
   const cases = s.texts.map((t) => run_case(tk, t));
   for (const [a, b] of s.pairs ?? []) cases.push(run_case(tk, a, b));
-  fs.writeFileSync(`${base}.json`, JSON.stringify({ oracle: "@huggingface/tokenizers 0.2.0 (npm)", tokenizer: s.name, cases }, null, 1) + "\n");
+  fs.writeFileSync(`${base}.json`, fixture_text({ oracle: "@huggingface/tokenizers 0.2.0 (npm)", tokenizer: s.name }, cases));
   console.log(`${s.name}: ${cases.length} cases`);
 }
