@@ -41,7 +41,9 @@ commands:
             streams the text
   chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]:
             a conversation, one user message per line of stdin until EOF; the KV cache is kept between turns
-  tokenize  --weights FILE [--tokenizer FILE] --text "text": prints the ids (BOS first), comma-separated
+  tokenize  (--weights FILE | --tokenizer PATH) (--text "text" | --text-file FILE) [--add-special on|off]:
+            prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)
+  detokenize (--weights FILE | --tokenizer PATH) --ids 1,2,3 [--skip-special on|off]: writes the text to stdout
   info      --config CFG [--weights FILE]
 )" MAXTEXT_COMPARE_USAGE R"(
 common options:
@@ -50,8 +52,9 @@ common options:
   --weights FILE     MaxText safetensors, Hugging Face safetensors (file, index or directory, config.json beside),
                      GGUF (.gguf) or a llama2.c checkpoint (.bin); without it the model is initialised from --seed.
                      GGUF, llama2.c and Hugging Face weights carry their config: --config is then optional
-  --tokenizer FILE   tokenizer for --prompt / tokenize: .gguf, llama2.c tokenizer.bin, SentencePiece .model
-                     (default: the GGUF's own, or tokenizer.model / tokenizer.bin / tok<vocab>.bin beside the weights)
+  --tokenizer FILE   tokenizer for --prompt / tokenize: Hugging Face tokenizer.json (or a directory holding one),
+                     .gguf, llama2.c tokenizer.bin, SentencePiece .model (default: the GGUF's own, or tokenizer.json /
+                     tokenizer.model / tokenizer.bin / tok<vocab>.bin beside the weights)
   --weight-type T    store weights as float32 (default: dtype), bfloat16, float16 or q8_0 (float32 activations)
   --threads N        CPU threads (default: all cores)
   --int8-activations on|off
@@ -356,15 +359,22 @@ int main(int argc, char** argv) {
     if (a.command == "generate") return cmd_generate(a);
     if (a.command == "chat") return cmd_chat(a);
     if (a.command == "info") return cmd_info(a);
-    if (a.command == "tokenize") {
-      MAXTEXT_CHECK(a.has("text"), ArgumentError, "tokenize needs --text");
-      MAXTEXT_CHECK(a.has("weights") || a.has("tokenizer"), ArgumentError, "tokenize needs --weights or --tokenizer");
+    if (a.command == "tokenize" || a.command == "detokenize") {
+      MAXTEXT_CHECK(a.has("weights") || a.has("tokenizer"), ArgumentError, a.command, " needs --weights or --tokenizer");
       std::int64_t vocab = 0;
       if (a.has("weights")) {
         const auto c = io::read_weights_config(a.get("weights"));
         if (c) vocab = c->vocab_size;
       }
-      return cli::run_tokenize(a.get("weights"), a.get("tokenizer"), a.get("text"), vocab);
+      if (a.command == "detokenize") {
+        MAXTEXT_CHECK(a.has("ids"), ArgumentError, "detokenize needs --ids");
+        return cli::run_detokenize(a.get("weights"), a.get("tokenizer"), a.get("ids"), vocab,
+                                   cli::on_off(a.get("skip-special", "on"), "skip-special"));
+      }
+      MAXTEXT_CHECK(a.has("text") != a.has("text-file"), ArgumentError, "tokenize needs one of --text and --text-file");
+      const std::string text = a.has("text") ? a.get("text") : cli::read_text_file(a.get("text-file"));
+      return cli::run_tokenize(a.get("weights"), a.get("tokenizer"), text, vocab,
+                               cli::on_off(a.get("add-special", "on"), "add-special"));
     }
     if (a.command == "compare") return maxtext_cli::cmd_compare(a, make_config);
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;

@@ -43,15 +43,30 @@ class Tokenizer {
   virtual std::int32_t eos() const = 0;
   virtual std::int64_t vocab_size() const = 0;
 
-  /// Decode a whole sequence (as `piece` does token by token).
-  std::string decode(const std::vector<std::int32_t>& ids) const {
+  /// Decode a whole sequence (as `piece` does token by token); with `skip_special` false, special (control) tokens
+  /// are written as their text instead of being dropped.
+  virtual std::string decode(const std::vector<std::int32_t>& ids, bool skip_special = true) const {
     std::string out;
     std::int32_t prev = -1;
     for (std::int32_t id : ids) {
-      out += piece(prev, id);
+      if (!skip_special && is_special(id)) {
+        out += id_to_token(id).value_or(std::string());
+      } else {
+        out += piece(prev, id);
+      }
       prev = id;
     }
     return out;
+  }
+  /// The id of a token's text (a piece as the vocabulary writes it), if any.
+  virtual std::optional<std::int32_t> token_to_id(std::string_view) const { return std::nullopt; }
+  /// The text of token `id` as the vocabulary writes it, if any.
+  virtual std::optional<std::string> id_to_token(std::int32_t) const { return std::nullopt; }
+  /// Whether `id` is a special (control) token: skipped when decoding with skip_special.
+  virtual bool is_special(std::int32_t id) const { return id >= 0 && (id == bos() || id == eos()); }
+  /// Every id that ends generation (eos() first).
+  virtual std::vector<std::int32_t> eos_ids() const {
+    return eos() >= 0 ? std::vector<std::int32_t>{eos()} : std::vector<std::int32_t>{};
   }
 };
 
@@ -265,6 +280,19 @@ class SpmTokenizer final : public Tokenizer {
 
   std::int32_t bos() const override { return bos_; }
   std::int32_t eos() const override { return eos_; }
+  std::optional<std::int32_t> token_to_id(std::string_view t) const override {
+    const std::int32_t id = find(t);
+    return id >= 0 ? std::optional<std::int32_t>(id) : std::nullopt;
+  }
+  std::optional<std::string> id_to_token(std::int32_t id) const override {
+    if (id < 0 || id >= static_cast<std::int32_t>(tokens_.size())) return std::nullopt;
+    return tokens_[static_cast<std::size_t>(id)].text;
+  }
+  bool is_special(std::int32_t id) const override {
+    if (id < 0 || id >= static_cast<std::int32_t>(tokens_.size())) return false;
+    const TokenType t = tokens_[static_cast<std::size_t>(id)].type;
+    return t == TokenType::control || t == TokenType::unknown || t == TokenType::unused;
+  }
   std::int32_t unk() const { return unk_; }
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(tokens_.size()); }
   const Token& token(std::int32_t id) const { return tokens_.at(static_cast<std::size_t>(id)); }

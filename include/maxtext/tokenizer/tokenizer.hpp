@@ -1,5 +1,5 @@
-// tokenizer/tokenizer.hpp: find and open the tokenizer of a model: GGUF metadata, a llama2.c tokenizer.bin, or a
-// SentencePiece .model (through Debian's libsentencepiece when the build defines MAXTEXT_WITH_SENTENCEPIECE and links
+// tokenizer/tokenizer.hpp: find and open the tokenizer of a model: a Hugging Face tokenizer.json (hf_tokenizer.hpp),
+// GGUF metadata, a llama2.c tokenizer.bin, or a SentencePiece .model (through Debian's libsentencepiece when the build defines MAXTEXT_WITH_SENTENCEPIECE and links
 // it; the CMake build does so when the library is installed).
 #pragma once
 
@@ -13,6 +13,8 @@
 #include "maxtext/core/error.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/weights.hpp"
+#include "maxtext/tokenizer/gguf_bpe.hpp"
+#include "maxtext/tokenizer/hf_tokenizer.hpp"
 #include "maxtext/tokenizer/spm.hpp"
 
 #if defined(MAXTEXT_WITH_SENTENCEPIECE)
@@ -75,12 +77,21 @@ constexpr bool have_sentencepiece() {
 #endif
 }
 
-/// Open a tokenizer file: .gguf (its tokenizer.ggml.* metadata), .model (SentencePiece), anything else as a llama2.c
-/// tokenizer.bin (`expected_vocab` > 0 checks its size).
+/// Open a tokenizer file: a tokenizer.json (or a directory holding one), .gguf (its tokenizer.ggml.* metadata: "llama"
+/// SentencePiece or "gpt2" byte-level BPE vocabularies), .model
+/// (SentencePiece), anything else as a llama2.c tokenizer.bin (`expected_vocab` > 0 checks its size).
 inline std::unique_ptr<Tokenizer> open_tokenizer(const std::string& path, std::int64_t expected_vocab = 0) {
   MAXTEXT_CHECK(std::filesystem::exists(path), IoError, "[tokenizer] ", path, ": no such file");
+  if (std::filesystem::is_directory(path)) {
+    MAXTEXT_CHECK(std::filesystem::exists(std::filesystem::path(path) / "tokenizer.json"), IoError, "[tokenizer] ", path,
+                  ": a directory without tokenizer.json");
+    return HfTokenizer::from_file(path);
+  }
+  if (io::ends_with(path, ".json")) return HfTokenizer::from_file(path);
   if (io::ends_with(path, ".gguf") || io::detail::file_starts_with(path, "GGUF", 4)) {
-    return std::make_unique<SpmTokenizer>(SpmTokenizer::from_gguf(io::read_gguf(path)));
+    const io::GgufFile g = io::read_gguf(path);
+    if (g.get_string("tokenizer.ggml.model") == "gpt2") return hf_tokenizer_from_gguf(g);
+    return std::make_unique<SpmTokenizer>(SpmTokenizer::from_gguf(g));
   }
   if (io::ends_with(path, ".model")) {
 #if defined(MAXTEXT_WITH_SENTENCEPIECE)
@@ -94,7 +105,7 @@ inline std::unique_ptr<Tokenizer> open_tokenizer(const std::string& path, std::i
 }
 
 /// The tokenizer for a weights file: `tokenizer_path` when given; else the GGUF's own vocabulary; else a file beside
-/// the weights: tokenizer.model (Hugging Face / SentencePiece), tokenizer.bin or tok<vocab>.bin (llama2.c).
+/// the weights: tokenizer.json (Hugging Face), tokenizer.model (SentencePiece), tokenizer.bin or tok<vocab>.bin (llama2.c).
 inline std::unique_ptr<Tokenizer> load_tokenizer(const std::string& weights_path, const std::string& tokenizer_path = "",
                                                  std::int64_t vocab_size = 0) {
   if (!tokenizer_path.empty()) return open_tokenizer(tokenizer_path, vocab_size);
@@ -102,11 +113,11 @@ inline std::unique_ptr<Tokenizer> load_tokenizer(const std::string& weights_path
   const std::string w = io::detail::resolve_weights_path(weights_path);
   if (io::ends_with(w, ".gguf") || io::detail::file_starts_with(w, "GGUF", 4)) return open_tokenizer(w);
   const std::filesystem::path dir = std::filesystem::path(w).parent_path();
-  std::vector<std::string> candidates = {"tokenizer.model", "tokenizer.bin"};
+  std::vector<std::string> candidates = {"tokenizer.json", "tokenizer.model", "tokenizer.bin"};
   if (vocab_size > 0) candidates.push_back("tok" + std::to_string(vocab_size) + ".bin");
   for (const auto& c : candidates) {
     const auto p = dir / c;
-    if (std::filesystem::exists(p)) return open_tokenizer(p.string(), c == "tokenizer.model" ? 0 : vocab_size);
+    if (std::filesystem::exists(p)) return open_tokenizer(p.string(), c == "tokenizer.model" || c == "tokenizer.json" ? 0 : vocab_size);
   }
   MAXTEXT_THROW(IoError, "[tokenizer] ", weights_path, ": no tokenizer found (looked for the GGUF vocabulary and for ",
                 candidates, " beside it); pass one with --tokenizer");
