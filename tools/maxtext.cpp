@@ -18,6 +18,7 @@
 #include "maxtext/models/registry.hpp"
 #include "cli_common.hpp"
 #include "cmd_tokenize.hpp"
+#include "cmd_template.hpp"
 
 #include "cmd_compare.hpp"
 
@@ -34,7 +35,7 @@ commands:
   generate  --weights FILE [--tokenizer FILE] --prompt "text" [--max-new-tokens N] [...]: prints the text
   tokenize  --weights FILE [--tokenizer FILE] --text "text": prints the ids (BOS first), comma-separated
   info      --config CFG [--weights FILE]
-)" MAXTEXT_COMPARE_USAGE R"(
+)" MAXTEXT_TEMPLATE_USAGE MAXTEXT_COMPARE_USAGE R"(
 common options:
   --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;
                      key=value overrides follow
@@ -257,6 +258,10 @@ int main(int argc, char** argv) {
         if (c) vocab = c->vocab_size;
       }
       return cli::run_tokenize(a.get("weights"), a.get("tokenizer"), a.get("text"), vocab);
+    }
+    if (a.command == "template") {
+      MAXTEXT_CHECK(a.has("tokenizer") && a.has("messages"), ArgumentError, "template needs --tokenizer PATH and --messages FILE.json");
+      return cli::run_template(a.get("tokenizer"), a.get("messages"), a.get("add-generation-prompt", "on"), a.get("tools"));
     }
     if (a.command == "compare") return maxtext_cli::cmd_compare(a, make_config);
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
