@@ -1937,7 +1937,9 @@ class Interpreter {
       return Value::string(out);
     });
     const Node& call = *n.a;
-    auto [args, kw] = arguments(call.items, env);
+    auto args_kw = arguments(call.items, env);
+    auto& args = args_kw.first;
+    auto& kw = args_kw.second;
     Value kwv = Value::object();
     kwv.kwargs = true;
     *kwv.obj = kw;
@@ -2017,7 +2019,9 @@ class Interpreter {
       }
       case N::member: return member(n, env);
       case N::call: {
-        auto [args, kw] = arguments(n.items, env);
+        auto args_kw = arguments(n.items, env);
+        auto& args = args_kw.first;
+        auto& kw = args_kw.second;
         if (!kw.entries.empty()) {
           Value kwv = Value::object();
           kwv.kwargs = true;
@@ -2668,7 +2672,7 @@ class Interpreter {
 
   Value filter_call(const Value& v, const std::string& name, const Node& f, const EnvPtr& env) {
     if (name == "tojson") {
-      auto [pos, kw] = arguments(f.items, env);
+      const ObjectData kw = arguments(f.items, env).second;
       detail::JsonOptions o;
       const Value* ind = kw.find("indent");
       if (ind && ind->kind != K::integer && ind->kind != K::null) detail::fail("if set, indent must be a number");
@@ -2704,7 +2708,9 @@ class Interpreter {
       } else {
         detail::fail("cannot apply filter \"join\" to type: " + std::string(kind_name(v)));
       }
-      auto [pos, kw] = arguments(f.items, env);
+      auto pos_kw = arguments(f.items, env);
+      auto& pos = pos_kw.first;
+      auto& kw = pos_kw.second;
       Value sep = Value::string("");
       if (!pos.empty()) {
         sep = pos[0];
@@ -2717,7 +2723,9 @@ class Interpreter {
       return Value::string(out);
     }
     if (name == "int" || name == "float") {
-      auto [pos, kw] = arguments(f.items, env);
+      auto pos_kw = arguments(f.items, env);
+      auto& pos = pos_kw.first;
+      auto& kw = pos_kw.second;
       const bool is_int = name == "int";
       Value dflt = is_int ? Value::integer(0) : Value::floating(0);
       if (!pos.empty()) {
@@ -2735,7 +2743,9 @@ class Interpreter {
       detail::fail("cannot apply filter \"" + name + "\" to type: " + kind_name(v));
     }
     if (name == "default") {
-      auto [pos, kw] = arguments(f.items, env);
+      auto pos_kw = arguments(f.items, env);
+      auto& pos = pos_kw.first;
+      auto& kw = pos_kw.second;
       const Value dflt = pos.size() > 0 ? pos[0] : Value::string("");
       Value flag = Value::boolean(false);
       if (pos.size() > 1) {
@@ -2749,7 +2759,9 @@ class Interpreter {
     }
     if (v.kind == K::array) {
       if (name == "sort") {
-        auto [pos, kw] = arguments(f.items, env);
+        auto pos_kw = arguments(f.items, env);
+        auto& pos = pos_kw.first;
+        auto& kw = pos_kw.second;
         auto arg = [&](std::size_t i, const char* k, Value d) {
           if (i < pos.size()) return pos[i];
           if (const Value* x = kw.find(k)) return *x;
@@ -2796,7 +2808,7 @@ class Interpreter {
         return Value::array(std::move(out));
       }
       if (name == "map") {
-        auto [pos, kw] = arguments(f.items, env);
+        const ObjectData kw = arguments(f.items, env).second;
         const Value* attr = kw.find("attribute");
         if (!attr) throw detail::UnsupportedFail("`map` without attribute= (@huggingface/jinja supports only map(attribute=...))");
         if (attr->kind != K::string) detail::fail("attribute must be a string");
@@ -2813,7 +2825,9 @@ class Interpreter {
     }
     if (v.kind == K::string) {
       if (name == "indent") {
-        auto [pos, kw] = arguments(f.items, env);
+        auto pos_kw = arguments(f.items, env);
+        auto& pos = pos_kw.first;
+        auto& kw = pos_kw.second;
         auto arg = [&](std::size_t i, const char* k, Value d) {
           if (i < pos.size()) return pos[i];
           if (const Value* x = kw.find(k)) return *x;
@@ -2827,7 +2841,9 @@ class Interpreter {
                                     detail::truthy(blank)));
       }
       if (name == "replace") {
-        auto [pos, kw] = arguments(f.items, env);
+        auto pos_kw = arguments(f.items, env);
+        auto& pos = pos_kw.first;
+        auto& kw = pos_kw.second;
         Value kwv = Value::object();
         kwv.kwargs = true;
         *kwv.obj = kw;
@@ -2839,7 +2855,9 @@ class Interpreter {
     if (v.kind == K::object) {
       const Value b = object_builtin(v, name);
       if (b.kind == K::function) {
-        auto [pos, kw] = arguments(f.items, env);
+        auto pos_kw = arguments(f.items, env);
+        auto& pos = pos_kw.first;
+        auto& kw = pos_kw.second;
         if (!kw.entries.empty()) {
           Value kwv = Value::object();
           kwv.kwargs = true;
