@@ -144,6 +144,16 @@ TEST_CASE("jinja: runaway templates stop with an error", "[jinja]") {
                     Catch::Contains("rendered output exceeds 1000 bytes"));
   CHECK_THROWS_WITH(jinja::Template("{{ range(1000) | length }}", "t", small).render(Json::object()),
                     Catch::Contains("range() longer than 100"));
+  CHECK_THROWS_WITH(jinja::Template("{% set ns = namespace(s='ab') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}"
+                                    "{% endfor %}", "t", small).render(Json::object()),
+                    Catch::Contains("'~' result larger than 1000 bytes"));
+  CHECK_THROWS_WITH(jinja::Template("{% set ns = namespace(l=[1]) %}{% for i in range(20) %}{% set ns.l = ns.l + ns.l %}"
+                                    "{% endfor %}", "t", small).render(Json::object()),
+                    Catch::Contains("'+' result larger than 1000 elements"));
+  // A copy renders as the original does (they share the parsed template).
+  const jinja::Template a("{{ x ~ 1 }}");
+  const jinja::Template b = a;
+  CHECK(b.render(Json{{"x", "v"}}) == a.render(Json{{"x", "v"}}));
   CHECK_THROWS_WITH(jinja::Template("{{ [1, 2][::0] }}").render(Json::object()), Catch::Contains("slice step cannot be zero"));
   std::string deep(2000, '(');
   CHECK_THROWS_WITH(jinja::Template("{{ " + deep + "1" + std::string(2000, ')') + " }}"), Catch::Contains("nested too deeply"));

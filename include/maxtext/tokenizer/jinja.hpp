@@ -1518,7 +1518,8 @@ class Env {
   ObjectData vars_;
 };
 
-/// A parsed template. Thread-safe to render concurrently (each render has its own state).
+/// A parsed template; cheap to copy (copies share the parsed tree) and safe to render from several threads at once
+/// (each render has its own state).
 class Template {
  public:
   /// Parses `source`; `name` appears in error messages. Throws ConfigError (syntax, with line:column) or
@@ -1528,7 +1529,7 @@ class Template {
     const detail::Source s = detail::preprocess(src_);
     const auto tokens = detail::tokenize(s, name_, src_);
     detail::Parser p(tokens, name_, src_, limits_.max_depth);
-    body_ = p.program();
+    body_ = std::make_shared<const std::vector<detail::NodeP>>(p.program());
   }
 
   /// Renders with `context` (a JSON object: its keys become variables, as in @huggingface/jinja's render()).
@@ -1540,7 +1541,7 @@ class Template {
  private:
   std::string src_, name_;
   Limits limits_;
-  std::vector<detail::NodeP> body_;
+  std::shared_ptr<const std::vector<detail::NodeP>> body_;  // shared: copies of a Template share the parsed tree
   friend class Interpreter;
 };
 
@@ -1573,7 +1574,7 @@ class Interpreter {
     }
     std::string out;
     try {
-      block(t_.body_, env, out);
+      block(*t_.body_, env, out);
     } catch (const detail::BreakSignal&) {
       throw ArgumentError("[jinja] " + t_.name_ + ": {% break %} outside a loop");
     } catch (const detail::ContinueSignal&) {
@@ -2173,7 +2174,13 @@ class Interpreter {
     if (op == "and") return detail::truthy(l) ? eval(*n.b, env) : l;
     if (op == "or") return detail::truthy(l) ? l : eval(*n.b, env);
     const Value r = eval(*n.b, env);
-    return guarded(n, [&] { return binary_values(op, l, r); });
+    Value v = guarded(n, [&] { return binary_values(op, l, r); });
+    // Doubling a string or list in a loop would exhaust memory long before the iteration limit.
+    const std::size_t size = v.kind == K::string ? v.s.size() : v.kind == K::array ? v.arr->size() : 0;
+    if (size > t_.limits_.max_output) {
+      located(n, "'" + op + "' result larger than " + std::to_string(t_.limits_.max_output) + (v.kind == K::string ? " bytes" : " elements"));
+    }
+    return v;
   }
 
   static Value binary_values(const std::string& op, const Value& l, const Value& r) {
