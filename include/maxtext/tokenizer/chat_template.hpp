@@ -108,7 +108,7 @@ inline bool is_gguf_file(const std::string& path) {
 /// The chat template of a Hugging Face tokenizer_config.json (already parsed; `where` names it in errors):
 /// `chat_template` as a string, or a list of {"name", "template"} from which "default" is taken; the special tokens
 /// bos/eos/unk/pad as strings or {"content": ...} objects.
-inline ChatTemplate chat_template_from_config(const Json& config, const std::string& where) {
+inline ChatTemplate chat_template_from_config(const nlohmann::json& config, const std::string& where) {
   MAXTEXT_CHECK(config.is_object(), IoError, "[chat_template] ", where, ": expected a JSON object");
   auto it = config.find("chat_template");
   MAXTEXT_CHECK(it != config.end() && !it->is_null(), IoError, "[chat_template] ", where, ": no chat_template");
@@ -117,14 +117,18 @@ inline ChatTemplate chat_template_from_config(const Json& config, const std::str
     source = it->get<std::string>();
   } else if (it->is_array()) {
     std::string names;
+    bool found = false;
     for (const auto& t : *it) {
       MAXTEXT_CHECK(t.is_object() && t.contains("name") && t.contains("template") && t["name"].is_string() &&
                         t["template"].is_string(),
                     IoError, "[chat_template] ", where, ": chat_template list entries must be {\"name\", \"template\"} strings");
       names += (names.empty() ? "" : ", ") + t["name"].get<std::string>();
-      if (t["name"] == "default") source = t["template"].get<std::string>();
+      if (t["name"] == "default" && !found) {
+        source = t["template"].get<std::string>();
+        found = true;
+      }
     }
-    MAXTEXT_CHECK(!source.empty(), IoError, "[chat_template] ", where, ": chat_template has no \"default\" entry (has: ",
+    MAXTEXT_CHECK(found, IoError, "[chat_template] ", where, ": chat_template has no \"default\" entry (has: ",
                   names, ")");
   } else {
     MAXTEXT_THROW(IoError, "[chat_template] ", where, ": chat_template: expected a string or a list, found ",
@@ -177,10 +181,11 @@ inline ChatTemplate load_chat_template(const std::string& path) {
   } else if (detail::is_gguf_file(path)) {
     return chat_template_from_gguf(path);
   } else {
-    if (fs::path(path).extension() == ".json") {
-      Json j;
+    // A tokenizer.json is not read (large, and it holds no template); another JSON file may be a config itself.
+    if (fs::path(path).extension() == ".json" && fs::path(path).filename() != "tokenizer.json") {
+      nlohmann::json j;
       try {
-        j = Json::parse(detail::read_text_file(path));
+        j = nlohmann::json::parse(detail::read_text_file(path));
       } catch (const nlohmann::json::exception& e) {
         MAXTEXT_THROW(IoError, "[chat_template] ", path, ": invalid JSON: ", e.what());
       }
@@ -190,9 +195,9 @@ inline ChatTemplate load_chat_template(const std::string& path) {
     MAXTEXT_CHECK(fs::exists(config_path, ec), IoError, "[chat_template] ", path,
                   ": no chat_template in it and no tokenizer_config.json beside it");
   }
-  Json j;
+  nlohmann::json j;  // key order does not matter here (and a sorted map parses large configs fast)
   try {
-    j = Json::parse(detail::read_text_file(config_path));
+    j = nlohmann::json::parse(detail::read_text_file(config_path));
   } catch (const nlohmann::json::exception& e) {
     MAXTEXT_THROW(IoError, "[chat_template] ", config_path, ": invalid JSON: ", e.what());
   }

@@ -2059,9 +2059,16 @@ class Interpreter {
 
  private:
   static std::string callee_name(const Node& n) {
-    if (n.type == N::ident) return "'" + n.s + "'";
-    if (n.type == N::member && !n.flag && n.b->type == N::ident) return "'" + callee_name(*n.a) + "." + n.b->s + "'";
-    return "the callee";
+    const std::string path = dotted(n);
+    return path.empty() ? "the callee" : "'" + path + "'";
+  }
+  static std::string dotted(const Node& n) {  // "a.b.c" for names and attribute access, else ""
+    if (n.type == N::ident) return n.s;
+    if (n.type == N::member && !n.flag && n.b->type == N::ident) {
+      const std::string left = dotted(*n.a);
+      return left.empty() ? "" : left + "." + n.b->s;
+    }
+    return "";
   }
 
   Value member(const Node& n, const EnvPtr& env) {
