@@ -23,6 +23,7 @@
 #include "maxtext/models/registry.hpp"
 #include "cli_common.hpp"
 #include "cmd_tokenize.hpp"
+#include "cmd_template.hpp"
 
 #include "cmd_chat.hpp"
 #include "cmd_compare.hpp"
@@ -45,7 +46,7 @@ commands:
             prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)
   detokenize (--weights FILE | --tokenizer PATH) --ids 1,2,3 [--skip-special on|off]: writes the text to stdout
   info      --config CFG [--weights FILE]
-)" MAXTEXT_COMPARE_USAGE R"(
+)" MAXTEXT_TEMPLATE_USAGE MAXTEXT_COMPARE_USAGE R"(
 common options:
   --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;
                      key=value overrides follow
@@ -375,6 +376,10 @@ int main(int argc, char** argv) {
       const std::string text = a.has("text") ? a.get("text") : cli::read_text_file(a.get("text-file"));
       return cli::run_tokenize(a.get("weights"), a.get("tokenizer"), text, vocab,
                                cli::on_off(a.get("add-special", "on"), "add-special"));
+    }
+    if (a.command == "template") {
+      MAXTEXT_CHECK(a.has("tokenizer") && a.has("messages"), ArgumentError, "template needs --tokenizer PATH and --messages FILE.json");
+      return cli::run_template(a.get("tokenizer"), a.get("messages"), a.get("add-generation-prompt", "on"), a.get("tools"));
     }
     if (a.command == "compare") return maxtext_cli::cmd_compare(a, make_config);
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
