@@ -3,8 +3,9 @@
 // and keeps a models::Session so only the tokens past the cached prefix go through the model (the session rewinds to
 // the common prefix when the new prompt's ids differ from the cached ones). The answer streams as it is generated.
 //
-// Prompt formatting is behind ChatRenderer. Without a chat template the built-in plain format is used (and a note is
-// printed): one "role: content" line per message, and "assistant:" as the generation prompt; generation then also
+// Prompt formatting is behind ChatRenderer: the model's Jinja chat template (tokenizer/chat_template.hpp), whose text
+// is encoded without adding special tokens (the template writes them), as Hugging Face's apply_chat_template does.
+// Without a chat template the built-in plain format is used (and a note is printed): one "role: content" line per message, and "assistant:" as the generation prompt; generation then also
 // stops at "\nuser:" (the model starting the next turn by itself).
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/session.hpp"
 #include "maxtext/models/text_stream.hpp"
+#include "maxtext/tokenizer/chat_template.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
 
 namespace maxtext::cli {
@@ -39,8 +42,18 @@ inline std::string plain_chat_format(const nlohmann::json& messages, bool add_ge
   return s;
 }
 
-/// The chat template of a model, when one is available (none yet: the template engine plugs in here).
-inline ChatRenderer find_chat_renderer(const std::string& /*weights*/, const std::string& /*tokenizer_file*/) { return {}; }
+/// The model's chat template: from the tokenizer path when given (a GGUF, a tokenizer.json / tokenizer_config.json or
+/// a directory), else from the weights (a GGUF's tokenizer.chat_template, or tokenizer_config.json beside Hugging Face
+/// weights). Empty when neither has one; a template that is present but malformed is an error.
+inline ChatRenderer find_chat_renderer(const std::string& weights, const std::string& tokenizer_file) {
+  std::optional<tokenizer::ChatTemplate> t;
+  if (!tokenizer_file.empty()) t = tokenizer::find_chat_template(tokenizer_file);
+  if (!t && !weights.empty()) t = tokenizer::find_chat_template(weights);
+  if (!t) return {};
+  return [t = std::move(*t)](const nlohmann::json& messages, bool add_generation_prompt) {
+    return t.render(messages, add_generation_prompt);
+  };
+}
 
 struct ChatOptions {
   models::GenerateOptions gen;  ///< sampling, max_new_tokens per turn, stop tokens and strings

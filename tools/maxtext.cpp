@@ -263,7 +263,7 @@ models::GenerateOptions generate_options(const Args& a, const Config& cfg, std::
 /// Stop token set for text generation: the tokenizer's EOS and the ids the weights' files declare.
 void add_eos_stops(models::GenerateOptions& go, const Args& a, const tokenizer::Tokenizer& tk, const Config& cfg) {
   std::vector<std::int32_t> ids = io::read_eos_token_ids(a.get("weights"));
-  if (tk.eos() >= 0) ids.push_back(tk.eos());
+  for (auto id : tk.eos_ids()) ids.push_back(id);
   for (auto id : ids) {
     if (id < cfg.vocab_size && std::find(go.stop_tokens.begin(), go.stop_tokens.end(), id) == go.stop_tokens.end()) {
       go.stop_tokens.push_back(id);
@@ -324,6 +324,7 @@ int cmd_chat(const Args& a) {
   add_eos_stops(co.gen, a, *tk, cfg);
   co.system = a.get("system");
   co.render = cli::find_chat_renderer(a.get("weights"), a.get("tokenizer"));
+  if (co.render) co.encode = [&tk](const std::string& text) { return tk->encode(text, false); };
   co.capacity = a.integer("ctx-size", std::min<std::int64_t>(cfg.max_target_length, 4096));
   co.interactive = ::isatty(STDIN_FILENO) != 0;
   MAXTEXT_CHECK(co.capacity > 0, ArgumentError, "--ctx-size must be > 0");

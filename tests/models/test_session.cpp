@@ -446,6 +446,35 @@ TEST_CASE("maxtext chat: two turns from stdin on stories260K, the second prefill
   CHECK(gen.substr(conv.size(), end - conv.size()) == answer2);
 }
 
+TEST_CASE("maxtext chat renders the model's chat template (Qwen3 tokenizer.json + tokenizer_config.json)",
+          "[generate][session][cli][chat_template]") {
+  const std::string tok = test::models_dir() + "/tokenizers/qwen3";
+  test::require(tok + "/tokenizer_config.json", "the Qwen3 tokenizer");
+  // A small seeded model of the Qwen3 architecture with the real vocabulary size.
+  const std::string model = " --config " MAXTEXT_DEFAULT_CONFIG_DIR "/models/qwen3-0.6b.yml base_num_decoder_layers=1 "
+                            "base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16 base_mlp_dim=64 "
+                            "dtype=float32 --threads 1 --seed 3 --tokenizer " + tok;
+  std::ofstream("chat_tpl.txt") << "Hello there!\nAnd again?\n";
+  const std::string out = run_command(std::string(MAXTEXT_CLI) + " chat" + model +
+                                      " --system \"Be brief.\" --max-new-tokens 3 < chat_tpl.txt 2>&1");
+  INFO(out);
+  CHECK(out.find("note: no chat template") == std::string::npos);
+  const auto p = out.find("[turn 1: prefilled ");
+  REQUIRE(p != std::string::npos);
+  const long len1 = std::stol(out.substr(out.find(" of ", p) + 4));
+  // Turn 1's prompt is the template's rendering of [system, user] with the generation prompt, encoded without added
+  // special tokens: the same ids `maxtext template` + `maxtext tokenize --add-special off` give.
+  std::ofstream("chat_tpl.json") << R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there!"}])";
+  const std::string rendered = run_command(std::string(MAXTEXT_CLI) + " template --tokenizer " + tok +
+                                           " --messages chat_tpl.json --add-generation-prompt on");
+  CHECK(rendered.find("<|im_start|>assistant\n") != std::string::npos);
+  std::ofstream("chat_tpl_prompt.txt") << rendered;
+  const std::string ids = run_command(std::string(MAXTEXT_CLI) + " tokenize --tokenizer " + tok +
+                                      " --add-special off --text-file chat_tpl_prompt.txt");
+  CHECK(static_cast<long>(std::count(ids.begin(), ids.end(), ',')) + 1 == len1);
+  CHECK(out.find("[turn 2: ") != std::string::npos);
+}
+
 TEST_CASE("eos_token_id from config.json / generation_config.json (int or list) and GGUF", "[generate][eos]") {
   CHECK(io::eos_ids_from_json(nlohmann::json::parse(R"({"eos_token_id": 2})"), "x").size() == 1);
   CHECK(io::eos_ids_from_json(nlohmann::json::parse(R"({"eos_token_id": [128001, 128009]})"), "x") ==

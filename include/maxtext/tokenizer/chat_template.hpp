@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -202,6 +203,30 @@ inline ChatTemplate load_chat_template(const std::string& path) {
     MAXTEXT_THROW(IoError, "[chat_template] ", config_path, ": invalid JSON: ", e.what());
   }
   return chat_template_from_config(j, config_path);
+}
+
+/// The chat template at `path` (as load_chat_template reads it) when there is one; nullopt when the source holds none:
+/// a GGUF without tokenizer.chat_template, a file or directory without tokenizer_config.json, or a config without a
+/// chat_template key. A template that is present but malformed still throws.
+inline std::optional<ChatTemplate> find_chat_template(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
+  if (!fs::is_directory(path, ec) && detail::is_gguf_file(path)) {
+    if (io::read_gguf(path).find("tokenizer.chat_template") == nullptr) return std::nullopt;
+    return chat_template_from_gguf(path);
+  }
+  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
+  const fs::path config_path = dir / "tokenizer_config.json";
+  if (!fs::exists(config_path, ec)) return std::nullopt;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(detail::read_text_file(config_path.string()));
+  } catch (const nlohmann::json::exception& e) {
+    MAXTEXT_THROW(IoError, "[chat_template] ", config_path.string(), ": invalid JSON: ", e.what());
+  }
+  if (!j.is_object() || !j.contains("chat_template") || j["chat_template"].is_null()) return std::nullopt;
+  return chat_template_from_config(j, config_path.string());
 }
 
 }  // namespace maxtext::tokenizer
