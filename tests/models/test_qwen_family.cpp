@@ -5,7 +5,9 @@
 // keys, the registry and the model configs, and the errors for what MaxText cannot express.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <unistd.h>
 
@@ -136,8 +138,9 @@ std::string tmp_path(const std::string& name) {
 }
 
 /// The fixture's Hugging Face checkpoint re-written as a GGUF file the way llama.cpp's converter names it (qwen2 /
-/// qwen3moe: no rotary permutation, experts stacked [E, out, in]); returns the path.
-std::string write_gguf(const std::string& name, const std::string& arch) {
+/// qwen3moe: no rotary permutation, experts stacked [E, out, in]); returns the path. `gate_up_as`: the storage type
+/// of the stacked gate / up expert tensors (e.g. Q8_0; their input dimension D = 32 is one block).
+std::string write_gguf(const std::string& name, const std::string& arch, std::optional<DType> gate_up_as = std::nullopt) {
   const std::string hf = dir_of(name) + "/hf";
   const io::TensorMap t = io::read_safetensors(hf + "/model.safetensors");
   nlohmann::json j = nlohmann::json::parse(io::read_text_file(hf + "/config.json"));
@@ -188,10 +191,10 @@ std::string write_gguf(const std::string& name, const std::string& arch) {
         const auto m = t.at(h + "mlp.experts." + std::to_string(e) + "." + hn + ".weight").to<float, 2>({e0.shape[0], e0.shape[1]});
         for (std::int64_t k = 0; k < m.size(); ++k) s.data()[e * m.size() + k] = m.data()[k];
       }
-      w.add_tensor(g + gn + ".weight", AnyTensor::from(s));
+      w.add_tensor(g + gn + ".weight", AnyTensor::from(s), hn == "down_proj" ? std::nullopt : gate_up_as);
     }
   }
-  const std::string path = tmp_path(name + ".gguf");
+  const std::string path = tmp_path(name + (gate_up_as ? "_q8.gguf" : ".gguf"));
   w.write(path);
   return path;
 }
@@ -237,11 +240,11 @@ TEST_CASE("Qwen3MoeDecoderLayer (qk-norm attention, moe_block with renormalised 
   check_layer<PBf, layers::Qwen3MoeDecoderLayer>("qwen3_moe_layer", kBf16Layer);
 }
 
-TEST_CASE("Qwen2 model (2 layers) matches the torch model; incremental and ragged decoding", "[models][qwen2]") {
+TEST_CASE("Qwen2 model (2 layers) matches the torch model, incremental and ragged decoding", "[models][qwen2]") {
   check_model<Qwen2>("qwen2_model");
 }
 
-TEST_CASE("Qwen3-MoE model (2 layers) matches the torch model, unscanned and scanned; incremental and ragged decoding",
+TEST_CASE("Qwen3-MoE model (2 layers) matches the torch model, unscanned and scanned, incremental and ragged decoding",
           "[models][qwen3_moe]") {
   check_model<Qwen3Moe>("qwen3_moe_model");
   check_model<Qwen3Moe>("qwen3_moe_model", "model_scanned.safetensors");
@@ -306,7 +309,7 @@ TEST_CASE("Qwen2 / Qwen3-MoE: what MaxText cannot express and bad checkpoints ar
   CHECK_THROWS_WITH(io::import_hf_names(raw3, c2, false), Catch::Contains("unexpected tensor model.layers.0.self_attn.o_proj.bias"));
 }
 
-TEST_CASE("Registry dispatches qwen2 / qwen3_moe; the qwen2.5 and qwen3-moe model configs load with the published "
+TEST_CASE("Registry dispatches qwen2 / qwen3_moe, the qwen2.5 and qwen3-moe model configs load with the published "
           "parameter counts", "[models][registry][qwen2][qwen3_moe]") {
   const Config q7 = io::load_config("", {"model_name=qwen2.5-7b"});
   CHECK(q7.is("qwen2"));
@@ -333,3 +336,80 @@ TEST_CASE("Registry dispatches qwen2 / qwen3_moe; the qwen2.5 and qwen3-moe mode
     CHECK((c.is("qwen2") || c.is("qwen3_moe")));
   }
 }
+
+TEST_CASE("Qwen3-MoE from GGUF with Q8_0 stacked experts: the transposed expert views dequantise in place",
+          "[models][qwen3_moe][gguf]") {
+  // The same file with ffn_gate_exps / ffn_up_exps in Q8_0 ([E, F, D] blocks along D, viewed as [E, D, F]). A model
+  // loading it (f32 policy: dequantised at load) must equal a model loading the dequantised tensors in f32 layout:
+  // identical f32 weights, so the logits agree to f32 summation noise.
+  const std::string name = "qwen3_moe_model";
+  const std::string path = write_gguf(name, "qwen3moe", DType::q8_0);
+  const io::GgufFile g = io::read_gguf(path);
+  REQUIRE(g.tensors.at("blk.0.ffn_gate_exps.weight").dtype == DType::q8_0);
+  const Config cfg = io::config_from_gguf(g);
+  Qwen3Moe mq(cfg);
+  mq.load(io::load_weights(path, cfg).tensors);
+  io::TensorMap deq;
+  for (const auto& [n, t] : g.tensors.tensors) {
+    if (t.dtype != DType::q8_0) {
+      deq.add(n, t);
+      continue;
+    }
+    const std::int64_t K = t.shape.back();
+    const auto m = io::to_matrix<float>(t, {0, 1, 2}, 2);  // [E*F, D], row-major as stored
+    REQUIRE(m.dim(1) == K);
+    deq.add(n, AnyTensor::from(m).reshaped(t.shape));
+  }
+  Qwen3Moe mf(cfg);
+  mf.load(io::import_llama_cpp_names(deq, cfg, io::RopeLayout::half_split));
+  const auto tok = int_tensor(test::npy(dir_of(name) + "/tokens.npy"));
+  const auto lq = mq.forward(tok);
+  test::expect_close(lq, AnyTensor::from(mf.forward(tok)), kStep, "q8_0 experts vs their dequantised values");
+  // And the quantised model stays near the f32 reference (Q8_0: 2^-8 relative per weight, summed over D = 32).
+  test::expect_close(lq, test::npy(dir_of(name) + "/logits.npy"), {0.05, 0.05}, "q8_0 experts vs the f32 reference");
+  std::remove(path.c_str());
+}
+
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
+namespace {
+/// Run the CLI, return its stdout (empty on a non-zero exit, which fails the check).
+std::string run_cli(const std::string& args) {
+  const std::string out = tmp_path("cli.txt");
+  const std::string cmd = std::string(MAXTEXT_CLI) + " " + args + " > " + out + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::string text = io::read_text_file(out);
+  std::remove(out.c_str());
+  INFO(cmd << "\n" << text);
+  CHECK(rc == 0);
+  return rc == 0 ? text : std::string();
+}
+}  // namespace
+
+TEST_CASE("maxtext generate: qwen2 / qwen3_moe from a Hugging Face directory pick the greedy token of the reference, every "
+          "new block generates from a config with seeded init", "[models][qwen2][qwen3_moe][simple][cli]") {
+  for (const std::string name : {"qwen2_model", "qwen3_moe_model"}) {
+    const std::string dir = dir_of(name);
+    const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+    const auto ref = test::npy(dir + "/logits.npy");  // [B, T, V]
+    std::string ids;
+    for (std::int64_t t = 0; t < 5; ++t) ids += (t ? "," : "") + std::to_string(tok(0, t));
+    // Greedy: the first new token is the argmax of the reference logits at the prompt's last position.
+    std::int64_t best = 0;
+    const std::int64_t V = ref.shape[2];
+    for (std::int64_t v = 1; v < V; ++v) {
+      if (ref.element(4 * V + v) > ref.element(4 * V + best)) best = v;
+    }
+    const std::string text = run_cli("generate --weights " + dir + "/hf --tokens " + ids + " --max-new-tokens 1");
+    CHECK(text.find("tokens[0]: " + std::to_string(best) + "\n") != std::string::npos);
+  }
+  const std::string cfg = std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/";
+  const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=48 "
+                           "base_num_decoder_layers=2 vocab_size=96 max_target_length=32 dtype=float32";
+  for (const std::string& c : {"qwen2.5-7b.yml" + tiny, "qwen3-30b-a3b.yml" + tiny + " base_moe_mlp_dim=32 num_experts=8",
+                              "qwen2.5-7b.yml" + tiny + " decoder_block=simple",
+                              "qwen2.5-7b.yml" + tiny + " decoder_block=simple_mlp"}) {
+    const std::string text = run_cli("generate --config " + cfg + c + " --tokens 1,2,3/4,5 --max-new-tokens 4 --seed 3");
+    CHECK(text.find("tokens[1]: ") != std::string::npos);
+  }
+}
+#endif

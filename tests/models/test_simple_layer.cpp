@@ -74,7 +74,7 @@ TEST_CASE("simple / simple_mlp in bf16 stay within bf16 rounding of the f64 refe
 }
 
 #if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the registry instantiates every block and policy: checked once, on the CPU
-TEST_CASE("Registry dispatches simple / simple_mlp; seeded init uses lecun_normal", "[models][registry][simple]") {
+TEST_CASE("Registry dispatches simple / simple_mlp, seeded init uses lecun_normal", "[models][registry][simple]") {
   Config c = test::config_from_meta(test::read_meta(test::fixtures_dir() + "/simple_mlp_model"));
   for (const std::string block : {"simple", "simple_mlp"}) {
     c.decoder_block = block;
