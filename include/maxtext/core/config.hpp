@@ -368,7 +368,8 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
 
 /// decoder_block values this library implements (as compile-time layer types and from a config).
 inline const std::vector<std::string>& supported_decoder_blocks() {
-  static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral"};
+  static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
+                                                 "qwen2", "qwen3_moe", "simple", "simple_mlp"};
   return list;
 }
 
@@ -400,6 +401,17 @@ inline void Config::validate() const {
   if (decoder_block == "gpt3") {
     MAXTEXT_CHECK(num_query_heads == num_kv_heads, ConfigError, "[config] decoder_block gpt3 needs num_query_heads == num_kv_heads, found ",
                   num_query_heads, " and ", num_kv_heads);
+  }
+  if (decoder_block == "qwen3_moe") {
+    MAXTEXT_CHECK(num_experts >= 1, ConfigError, "[config] decoder_block qwen3_moe needs num_experts >= 1, found ", num_experts);
+    MAXTEXT_CHECK(num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts, ConfigError,
+                  "[config] decoder_block qwen3_moe: num_experts_per_tok must be in [1, num_experts=", num_experts,
+                  "], found ", num_experts_per_tok);
+    MAXTEXT_CHECK(moe_mlp_dim > 0, ConfigError, "[config] decoder_block qwen3_moe needs base_moe_mlp_dim > 0 (the expert "
+                  "hidden size), found ", base_moe_mlp_dim);
+  }
+  if (decoder_block == "simple_mlp") {
+    MAXTEXT_CHECK(mlp_dim > 0, ConfigError, "[config] decoder_block simple_mlp needs base_mlp_dim > 0, found ", base_mlp_dim);
   }
   if (attention_type == "local_sliding") {
     MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] attention_type local_sliding needs sliding_window_size > 0");

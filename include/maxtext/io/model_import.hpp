@@ -1,9 +1,9 @@
 // io/model_import.hpp: weights and configurations from other ecosystems into MaxText naming and a maxtext::Config:
 // llama.cpp names (GGUF files, llama2.c checkpoints) and Hugging Face names (safetensors + config.json) for the
-// Llama, Mistral and Qwen3 families. Spec weights-naming.md §HF -> MaxText transforms, rope.md §Selection.
+// Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE families. Spec weights-naming.md §HF -> MaxText transforms, rope.md §Selection.
 //
 // What the mapping does, per tensor: an [out, in] matrix of the file becomes the MaxText kernel [in..., out...] as a
-// strided view (no copy); the query kernel is multiplied by 1/sqrt(head_dim) (materialised; not for Qwen3, whose
+// strided view (no copy); the query kernel is multiplied by 1/sqrt(head_dim) (materialised; not for Qwen2/Qwen3, whose
 // attention scales queries in the forward pass); the rotary lanes of query and key are permuted between the file's
 // pairing and the pairing of the RoPE the MaxText block uses (materialised): HF files pair (i, i+H/2) ("half-split"),
 // llama.cpp's `llama` architecture and llama2.c/Meta pair (2i, 2i+1) ("interleaved"); MaxText's default RoPE (llama2,
@@ -46,9 +46,9 @@ inline RopeLayout maxtext_rope_layout(const Config& cfg) {
   return RopeLayout::half_split;
 }
 
-/// True when the block scales queries in its forward pass (Qwen3: query_pre_attn_scalar = head_dim^-0.5), so the
-/// imported query kernel must not be pre-scaled.
-inline bool block_scales_queries(const Config& cfg) { return cfg.is("qwen3"); }
+/// True when the block scales queries in its forward pass (Qwen2, Qwen3, Qwen3-MoE: query_pre_attn_scalar =
+/// head_dim^-0.5), so the imported query kernel must not be pre-scaled.
+inline bool block_scales_queries(const Config& cfg) { return cfg.is("qwen3") || cfg.is("qwen2") || cfg.is("qwen3_moe"); }
 
 namespace detail {
 
@@ -209,14 +209,25 @@ inline Config config_from_gguf(const GgufFile& g) {
   } else if (arch == "qwen3") {
     c.decoder_block = "qwen3";
     c.use_qk_norm = true;
+  } else if (arch == "qwen2") {
+    c.decoder_block = "qwen2";
+    c.attention_bias = true;  // llama.cpp's qwen2 always has attn_q/k/v biases
+  } else if (arch == "qwen3moe") {
+    c.decoder_block = "qwen3_moe";
+    c.use_qk_norm = true;
+    c.num_experts = g.get_int("qwen3moe.expert_count");
+    c.num_experts_per_tok = g.get_int("qwen3moe.expert_used_count");
+    c.base_moe_mlp_dim = g.get_int("qwen3moe.expert_feed_forward_length");
+    c.norm_topk_prob = true;  // llama.cpp's qwen3moe graph always renormalises the top-k weights
   } else {
     MAXTEXT_THROW(UnsupportedError, "[gguf] ", g.path, ": general.architecture '", arch,
-                  "' is not supported (supported: llama, qwen3)");
+                  "' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
   }
   const std::string p = arch + ".";
   c.base_emb_dim = g.get_int(p + "embedding_length");
   c.base_num_decoder_layers = g.get_int(p + "block_count");
-  c.base_mlp_dim = g.get_int(p + "feed_forward_length");
+  c.base_mlp_dim = c.is("qwen3_moe") ? g.get_int(p + "feed_forward_length", c.base_moe_mlp_dim)
+                                    : g.get_int(p + "feed_forward_length");
   c.base_num_query_heads = g.get_int(p + "attention.head_count");
   c.base_num_kv_heads = g.get_int(p + "attention.head_count_kv", c.base_num_query_heads);
   MAXTEXT_CHECK(c.base_num_query_heads > 0 && c.base_emb_dim > 0, IoError, "[gguf] ", g.path,
@@ -293,8 +304,31 @@ inline Config config_from_hf(const nlohmann::json& j, const std::string& where) 
   } else if (type == "qwen3") {
     c.decoder_block = "qwen3";
     c.use_qk_norm = true;
+  } else if (type == "qwen2") {
+    c.decoder_block = "qwen2";
+    c.attention_bias = true;  // Qwen2Attention: q/k/v_proj with bias, o_proj without (MaxText's qwen2 block likewise)
+    MAXTEXT_CHECK(!j.value("use_sliding_window", false), UnsupportedError, "[hf] ", where,
+                  ": use_sliding_window = true: MaxText's qwen2 block has no sliding window");
+  } else if (type == "qwen3_moe") {
+    c.decoder_block = "qwen3_moe";
+    c.use_qk_norm = true;
+    c.num_experts = geti("num_experts");
+    c.num_experts_per_tok = geti("num_experts_per_tok");
+    c.base_moe_mlp_dim = geti("moe_intermediate_size");
+    c.norm_topk_prob = j.value("norm_topk_prob", false);
+    MAXTEXT_CHECK(c.norm_topk_prob, UnsupportedError, "[hf] ", where,
+                  ": norm_topk_prob = false: HF then weights experts by their softmax over all experts, MaxText by a "
+                  "softmax over the top k (always normalised); the two differ");
+    MAXTEXT_CHECK(j.value("decoder_sparse_step", 1) == 1, UnsupportedError, "[hf] ", where, ": decoder_sparse_step ",
+                  j["decoder_sparse_step"].dump(), ": MaxText's qwen3_moe block has an MoE in every layer");
+    MAXTEXT_CHECK(!j.contains("mlp_only_layers") || j["mlp_only_layers"].is_null() || j["mlp_only_layers"].empty(),
+                  UnsupportedError, "[hf] ", where, ": mlp_only_layers ", j.value("mlp_only_layers", nlohmann::json()).dump(),
+                  ": MaxText's qwen3_moe block has no dense layers");
+    MAXTEXT_CHECK(!j.value("use_sliding_window", false), UnsupportedError, "[hf] ", where,
+                  ": use_sliding_window = true: MaxText's qwen3_moe block has no sliding window");
   } else {
-    MAXTEXT_THROW(UnsupportedError, "[hf] ", where, ": model_type '", type, "' is not supported (llama, mistral, qwen3)");
+    MAXTEXT_THROW(UnsupportedError, "[hf] ", where, ": model_type '", type,
+                  "' is not supported (llama, mistral, qwen2, qwen3, qwen3_moe; deepseek_v2, deepseek_v3, mixtral)");
   }
   c.base_emb_dim = geti("hidden_size");
   c.base_mlp_dim = geti("intermediate_size");
@@ -312,7 +346,7 @@ inline Config config_from_hf(const nlohmann::json& j, const std::string& where) 
   }
   const std::string act = j.value("hidden_act", std::string("silu"));
   MAXTEXT_CHECK(act == "silu", UnsupportedError, "[hf] ", where, ": hidden_act '", act, "' is not supported (silu)");
-  MAXTEXT_CHECK(!j.value("attention_bias", false), UnsupportedError, "[hf] ", where,
+  MAXTEXT_CHECK(type == "qwen2" || !j.value("attention_bias", false), UnsupportedError, "[hf] ", where,
                 ": attention_bias = true is not supported for ", type);
   MAXTEXT_CHECK(!j.value("mlp_bias", false), UnsupportedError, "[hf] ", where, ": mlp_bias = true is not supported");
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
@@ -361,6 +395,8 @@ inline bool hf_tied_embeddings(const std::string& config_json_path) {
 // Tensor names.
 
 namespace detail {
+inline bool is_bias_role(const std::string& role) { return role == "q_bias" || role == "k_bias" || role == "v_bias"; }
+
 class Importer {
  public:
   Importer(const TensorMap& in, const Config& cfg, RopeLayout file_layout, std::string what)
@@ -395,9 +431,47 @@ class Importer {
       if (auto* t = get(n(i, "q_norm"))) put(L + "self_attention.query_norm.scale", lanes(*t, H, to));
       if (auto* t = get(n(i, "k_norm"))) put(L + "self_attention.key_norm.scale", lanes(*t, H, to));
     }
+    if (cfg_.is("qwen2") && cfg_.attention_bias) {
+      // q/k/v biases [heads*H] -> [heads, H]; q and k re-paired like their kernels' rows.
+      if (auto* t = get(n(i, "q_bias"))) put(L + "self_attention.query.bias", head_bias(*t, N, H, to));
+      if (auto* t = get(n(i, "k_bias"))) put(L + "self_attention.key.bias", head_bias(*t, K, H, to));
+      if (auto* t = get(n(i, "v_bias"))) put(L + "self_attention.value.bias", head_bias(*t, K, H, file_layout_));
+    }
+    if (cfg_.is("qwen3_moe")) {  // router here; the experts by the caller (stacked_experts / hf_experts)
+      if (auto* t = get(n(i, "router"))) put(L + "moe_block.gate.kernel", dense_kernel(*t, L + "moe_block.gate.kernel"));
+      return;
+    }
     if (auto* t = get(n(i, "gate"))) put(L + "mlp.wi_0.kernel", dense_kernel(*t, L + "mlp.wi_0.kernel"));
     if (auto* t = get(n(i, "up"))) put(L + "mlp.wi_1.kernel", dense_kernel(*t, L + "mlp.wi_1.kernel"));
     if (auto* t = get(n(i, "down"))) put(L + "mlp.wo.kernel", dense_kernel(*t, L + "mlp.wo.kernel"));
+  }
+
+  /// llama.cpp's stacked expert tensors [E, F, D] (gate, up) and [E, D, F] (down) -> MaxText's moe_block.wi_0 /
+  /// wi_1 [E, D, F] and wo [E, F, D] (views).
+  void stacked_experts(std::int64_t i, const std::string& gate, const std::string& up, const std::string& down) {
+    const std::string L = "decoder.layers_" + std::to_string(i) + ".moe_block.";
+    const std::int64_t E = cfg_.num_experts;
+    auto expert_view = [&](const AnyTensor& t, const std::string& name) {
+      MAXTEXT_CHECK(t.rank() == 3 && t.shape[0] == E, ShapeError, "[import] ", t.source, ": expected [", E,
+                    " experts, out, in], found ", t.shape);
+      AnyTensor v = t.permuted({0, 2, 1});
+      v.source = t.source + " as " + name;
+      return v;
+    };
+    if (auto* t = get(gate)) put(L + "wi_0", expert_view(*t, L + "wi_0"));
+    if (auto* t = get(up)) put(L + "wi_1", expert_view(*t, L + "wi_1"));
+    if (auto* t = get(down)) put(L + "wo", expert_view(*t, L + "wo"));
+  }
+
+  /// Hugging Face per-expert matrices `<prefix><e>.{gate,up,down}_proj.weight` [out, in] -> MaxText's stacked
+  /// moe_block.wi_0 / wi_1 [E, D, F] and wo [E, F, D] (one copy per kind; a missing expert is an IoError).
+  void hf_experts(std::int64_t i, const std::string& prefix) {
+    const std::string L = "decoder.layers_" + std::to_string(i) + ".moe_block.";
+    std::vector<std::string> consumed;
+    put(L + "wi_0", hf_stack_experts(in_, prefix, ".gate_proj.weight", cfg_.num_experts, consumed));
+    put(L + "wi_1", hf_stack_experts(in_, prefix, ".up_proj.weight", cfg_.num_experts, consumed));
+    put(L + "wo", hf_stack_experts(in_, prefix, ".down_proj.weight", cfg_.num_experts, consumed));
+    used_.insert(consumed.begin(), consumed.end());
   }
 
   void globals(const std::string& embed, const std::string& norm, const std::string& head, bool tied_if_absent) {
@@ -437,6 +511,17 @@ class Importer {
     for (std::int64_t j = 0; j < H; ++j) r(j) = static_cast<float>(t.element(src_lane(j, H, file_layout_, to)));
     return AnyTensor::from(r, t.source);
   }
+  /// A projection bias [heads*H] as MaxText's [heads, H], lanes re-paired per head when the layouts differ.
+  AnyTensor head_bias(const AnyTensor& t, std::int64_t heads, std::int64_t H, RopeLayout to) const {
+    MAXTEXT_CHECK(t.numel() == heads * H, ShapeError, "[import] ", t.source, ": expected a bias of ", heads * H, " values (",
+                  heads, " heads of ", H, "), found ", t.shape);
+    if (file_layout_ == to) return t.reshaped({heads, H});
+    Tensor<float, 2> r({heads, H});
+    for (std::int64_t n = 0; n < heads; ++n) {
+      for (std::int64_t j = 0; j < H; ++j) r(n, j) = static_cast<float>(t.element(n * H + src_lane(j, H, file_layout_, to)));
+    }
+    return AnyTensor::from(r, t.source);
+  }
 
   const TensorMap& in_;
   const Config& cfg_;
@@ -463,14 +548,22 @@ inline TensorMap import_llama_cpp_names(const TensorMap& in, const Config& cfg, 
   static const std::map<std::string, std::string> roles = {
       {"attn_norm", "attn_norm"}, {"ffn_norm", "ffn_norm"}, {"q", "attn_q"},         {"k", "attn_k"},
       {"v", "attn_v"},           {"o", "attn_output"},     {"q_norm", "attn_q_norm"}, {"k_norm", "attn_k_norm"},
-      {"gate", "ffn_gate"},      {"up", "ffn_up"},         {"down", "ffn_down"}};
+      {"gate", "ffn_gate"},      {"up", "ffn_up"},         {"down", "ffn_down"},
+      {"q_bias", "attn_q"},      {"k_bias", "attn_k"},     {"v_bias", "attn_v"},      {"router", "ffn_gate_inp"}};
   for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
-    imp.layer(i, [](std::int64_t l, const std::string& role) { return "blk." + std::to_string(l) + "." + roles.at(role) + ".weight"; });
+    imp.layer(i, [](std::int64_t l, const std::string& role) {
+      return "blk." + std::to_string(l) + "." + roles.at(role) + (detail::is_bias_role(role) ? ".bias" : ".weight");
+    });
+    if (cfg.is("qwen3_moe")) {
+      const std::string b = "blk." + std::to_string(i) + ".";
+      imp.stacked_experts(i, b + "ffn_gate_exps.weight", b + "ffn_up_exps.weight", b + "ffn_down_exps.weight");
+    }
   }
   return imp.finish({"rope_freqs.weight"});
 }
 
-/// Map Hugging Face tensor names (LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM) to MaxText names for
+/// Map Hugging Face tensor names (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+/// Qwen3MoeForCausalLM) to MaxText names for
 /// `cfg`. Without `lm_head.weight` the classifier is tied to the embedding when `tied` (tie_word_embeddings).
 inline TensorMap import_hf_names(const TensorMap& in, const Config& cfg, bool tied, const std::string& what = "hf") {
   detail::Importer imp(in, cfg, RopeLayout::half_split, what);
@@ -481,11 +574,14 @@ inline TensorMap import_hf_names(const TensorMap& in, const Config& cfg, bool ti
       {"v", "self_attn.v_proj"},        {"o", "self_attn.o_proj"},
       {"q_norm", "self_attn.q_norm"},   {"k_norm", "self_attn.k_norm"},
       {"gate", "mlp.gate_proj"},        {"up", "mlp.up_proj"},
-      {"down", "mlp.down_proj"}};
+      {"down", "mlp.down_proj"},
+      {"q_bias", "self_attn.q_proj"},   {"k_bias", "self_attn.k_proj"},
+      {"v_bias", "self_attn.v_proj"},   {"router", "mlp.gate"}};
   for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
     imp.layer(i, [](std::int64_t l, const std::string& role) {
-      return "model.layers." + std::to_string(l) + "." + roles.at(role) + ".weight";
+      return "model.layers." + std::to_string(l) + "." + roles.at(role) + (detail::is_bias_role(role) ? ".bias" : ".weight");
     });
+    if (cfg.is("qwen3_moe")) imp.hf_experts(i, "model.layers." + std::to_string(i) + ".mlp.experts.");
   }
   // Rotary inverse-frequency buffers some exports carry are recomputed from the config.
   std::vector<std::string> ignorable;

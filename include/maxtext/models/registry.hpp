@@ -14,7 +14,9 @@
 #include "maxtext/layers/llama2.hpp"
 #include "maxtext/layers/mistral.hpp"
 #include "maxtext/layers/mixtral.hpp"
+#include "maxtext/layers/qwen2.hpp"
 #include "maxtext/layers/qwen3.hpp"
+#include "maxtext/layers/simple_layer.hpp"
 #include "maxtext/models/transformer.hpp"
 
 namespace maxtext::models {
@@ -31,6 +33,10 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("mistral")) return f.template operator()<Transformer<P, layers::MistralDecoderLayer>>();
   if (cfg.is("mixtral")) return f.template operator()<Transformer<P, layers::MixtralDecoderLayer>>();
   if (cfg.is("qwen3")) return f.template operator()<Transformer<P, layers::Qwen3DecoderLayer>>();
+  if (cfg.is("qwen2")) return f.template operator()<Transformer<P, layers::Qwen2DecoderLayer>>();
+  if (cfg.is("qwen3_moe")) return f.template operator()<Transformer<P, layers::Qwen3MoeDecoderLayer>>();
+  if (cfg.is("simple")) return f.template operator()<Transformer<P, layers::SimpleDecoderLayer>>();
+  if (cfg.is("simple_mlp")) return f.template operator()<Transformer<P, layers::SimpleMlpDecoderLayer>>();
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }

@@ -1,0 +1,415 @@
+// The qwen2 and qwen3_moe decoder blocks (layers/qwen2.hpp, layers/qwen3.hpp Qwen3MoeDecoderLayer) against the
+// PyTorch float64 fixtures of tests/reference/qwen_family_reference.py: the layers in f32 and bf16, 2-layer models
+// (logits, activations, prefill + incremental decode, ragged rows), MaxText scanned trees, Hugging Face checkpoints
+// (config.json + safetensors), GGUF files written here from the same numbers with llama.cpp's names and metadata
+// keys, the registry and the model configs, and the errors for what MaxText cannot express.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "maxtext/io/gguf.hpp"
+#include "maxtext/io/model_import.hpp"
+#include "maxtext/io/safetensors.hpp"
+#include "maxtext/io/weights.hpp"
+#include "maxtext/io/yaml_config.hpp"
+#include "maxtext/layers/qwen2.hpp"
+#include "maxtext/layers/qwen3.hpp"
+#include "maxtext/models/layer_runner.hpp"
+#include "maxtext/models/registry.hpp"
+#include "maxtext/models/transformer.hpp"
+#include "support/backends.hpp"
+#include "support/fixture_config.hpp"
+#include "support/test_support.hpp"
+#include "support/tolerance.hpp"
+
+using namespace maxtext;
+using P32 = Policy<test::Backend, float>;
+using PBf = Policy<test::Backend, bf16>;
+using Qwen2 = models::Transformer<P32, layers::Qwen2DecoderLayer>;
+using Qwen3Moe = models::Transformer<P32, layers::Qwen3MoeDecoderLayer>;
+
+namespace {
+
+// Incremental vs full forward differ in f32 summation order only: 1e-5 on logits of magnitude ~3.
+constexpr testing::Tolerance kStep{1e-5, 1e-5};
+// bf16 layers: every op output rounded to bf16 (2^-8 relative); norm -> attention (logits rounded) -> residual ->
+// norm -> MLP / MoE -> residual accumulates ~8 roundings on values of magnitude ~2 (as test_llama_family.cpp). The
+// MoE fixture keeps every routing decision >= 0.03 from a tie (meta.json min_routing_margin 0.16), far above the
+// bf16 error of a gate logit (~0.01), so bf16 picks the same experts.
+constexpr testing::Tolerance kBf16Layer{4.0 / 128.0, 0.06};
+
+std::string dir_of(const std::string& name) { return test::fixtures_dir() + "/" + name; }
+Tensor<std::int32_t, 2> int_tensor(const AnyTensor& a) { return a.to<std::int32_t, 2>({a.shape[0], a.shape[1]}); }
+Tensor<std::int32_t, 2> cols(const Tensor<std::int32_t, 2>& t, std::int64_t c0, std::int64_t n) {
+  Tensor<std::int32_t, 2> s({t.dim(0), n});
+  for (std::int64_t b = 0; b < t.dim(0); ++b) {
+    for (std::int64_t i = 0; i < n; ++i) s(b, i) = t(b, c0 + i);
+  }
+  return s;
+}
+Tensor<std::int32_t, 2> row_cols(const Tensor<std::int32_t, 2>& t, std::int64_t b, std::int64_t c0, std::int64_t n) {
+  Tensor<std::int32_t, 2> s({1, n});
+  for (std::int64_t i = 0; i < n; ++i) s(0, i) = t(b, c0 + i);
+  return s;
+}
+
+template <class P, template <class> class L>
+void check_layer(const std::string& name, testing::Tolerance tol) {
+  const std::string dir = dir_of(name);
+  const Config c = test::config_from_meta(test::read_meta(dir));
+  test::Backend be;
+  L<P> layer(c, {0, "layer", "layer.self_attention", "layer.mlp"});
+  const auto params = models::load_layer_params<P>(layer, io::read_safetensors(dir + "/weights.safetensors"), be);
+  const Tensor<std::int32_t, 2> pos = int_tensor(test::npy(dir + "/positions.npy"));
+  layers::Capture cap({"layer.self_attention", "layer.mlp"});
+  const auto y = models::run_layer<P>(layer, params, be, test::npy(dir + "/x.npy"), nullptr, &pos, &cap);
+  test::expect_close(y, test::npy(dir + "/out.npy"), tol, name + ".out");
+  test::expect_close(cap.at("layer.self_attention"), test::npy(dir + "/attn.npy"), tol, name + ".self_attention");
+  test::expect_close(cap.at("layer.mlp"), test::npy(dir + "/mlp.npy"), tol, name + ".mlp");
+}
+
+template <class Model>
+Model load_model(const std::string& name, const std::string& file = "model.safetensors") {
+  const std::string dir = dir_of(name);
+  const Config c = test::config_from_meta(test::read_meta(dir));
+  Model m(c);
+  m.load(io::load_weights(dir + "/" + file, c).tensors);
+  return m;
+}
+
+/// Logits and activations vs the fixture; prefill 4 tokens then one token per step vs the full forward; two rows at
+/// different lengths decoded together vs single-row runs.
+template <class Model>
+void check_model(const std::string& name, const std::string& file = "model.safetensors") {
+  const std::string dir = dir_of(name);
+  auto m = load_model<Model>(name, file);
+  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  layers::Capture cap;
+  cap.request_all();
+  models::ForwardOptions opt;
+  opt.capture = &cap;
+  const auto full = m.forward(tok, opt);
+  test::expect_close(full, test::npy(dir + "/logits.npy"), test::tol::f32_logits, name + ".logits");
+  for (const std::string a : {"token_embedder", "decoder.layers_0", "decoder.layers_1", "decoder.decoder_norm"}) {
+    test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), test::tol::f32_logits, name + "." + a);
+  }
+  const std::int64_t T = tok.dim(1), P0 = 4;
+  auto cache = m.make_cache(tok.dim(0), T);
+  test::expect_close(m.forward(cols(tok, 0, P0), cache), AnyTensor::from(full).narrow(1, 0, P0), kStep, name + ".prefill");
+  for (std::int64_t t = P0; t < T; ++t) {
+    test::expect_close(m.forward(cols(tok, t, 1), cache), AnyTensor::from(full).narrow(1, t, 1), kStep,
+                       name + ".step " + std::to_string(t));
+  }
+  // Ragged rows: row 0 has a 2-token prompt, row 1 a 5-token prompt (right-padded); both then decode 3 tokens.
+  std::vector<std::int32_t> lens{2, 5};
+  auto rc = m.make_cache(2, 16);
+  models::ForwardOptions fo;
+  fo.row_lengths = &lens;
+  fo.last_only = true;
+  std::vector<Tensor<float, 3>> steps{m.forward(cols(tok, 0, 5), rc, fo)};
+  for (int s = 0; s < 3; ++s) {
+    Tensor<std::int32_t, 2> next({2, 1});
+    next(0, 0) = tok(0, 2 + s);
+    next(1, 0) = tok(1, 5 + s);
+    models::ForwardOptions one;
+    one.last_only = true;
+    steps.push_back(m.forward(next, rc, one));
+  }
+  CHECK(rc.length(0) == 5);
+  CHECK(rc.length(1) == 8);
+  for (std::int64_t b = 0; b < 2; ++b) {
+    const std::int64_t n = lens[static_cast<std::size_t>(b)];
+    const auto ref = AnyTensor::from(m.forward(row_cols(tok, b, 0, n + 3)));
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      test::expect_close(AnyTensor::from(steps[s]).narrow(0, b, 1), ref.narrow(1, n - 1 + static_cast<std::int64_t>(s), 1),
+                         kStep, name + ".ragged row " + std::to_string(b) + " step " + std::to_string(s));
+    }
+  }
+}
+
+std::string tmp_path(const std::string& name) {
+  return (std::filesystem::current_path() / ("maxtext_test_qwen_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+/// The fixture's Hugging Face checkpoint re-written as a GGUF file the way llama.cpp's converter names it (qwen2 /
+/// qwen3moe: no rotary permutation, experts stacked [E, out, in]); returns the path. `gate_up_as`: the storage type
+/// of the stacked gate / up expert tensors (e.g. Q8_0; their input dimension D = 32 is one block).
+std::string write_gguf(const std::string& name, const std::string& arch, std::optional<DType> gate_up_as = std::nullopt) {
+  const std::string hf = dir_of(name) + "/hf";
+  const io::TensorMap t = io::read_safetensors(hf + "/model.safetensors");
+  nlohmann::json j = nlohmann::json::parse(io::read_text_file(hf + "/config.json"));
+  io::GgufWriter w;
+  auto u32 = [](std::int64_t v) { return io::GgufValue::of_u32(static_cast<std::uint32_t>(v)); };
+  w.set("general.architecture", io::GgufValue::of_string(arch));
+  const std::string p = arch + ".";
+  const std::int64_t L = j["num_hidden_layers"], D = j["hidden_size"], N = j["num_attention_heads"];
+  w.set(p + "block_count", u32(L));
+  w.set(p + "context_length", u32(j["max_position_embeddings"].get<std::int64_t>()));
+  w.set(p + "embedding_length", u32(D));
+  w.set(p + "feed_forward_length", u32(j["intermediate_size"].get<std::int64_t>()));
+  w.set(p + "attention.head_count", u32(N));
+  w.set(p + "attention.head_count_kv", u32(j["num_key_value_heads"].get<std::int64_t>()));
+  w.set(p + "rope.freq_base", io::GgufValue::of_f32(j["rope_theta"].get<float>()));
+  w.set(p + "attention.layer_norm_rms_epsilon", io::GgufValue::of_f32(j["rms_norm_eps"].get<float>()));
+  if (arch == "qwen3moe") {
+    w.set(p + "attention.key_length", u32(j["head_dim"].get<std::int64_t>()));
+    w.set(p + "attention.value_length", u32(j["head_dim"].get<std::int64_t>()));
+    w.set(p + "expert_count", u32(j["num_experts"].get<std::int64_t>()));
+    w.set(p + "expert_used_count", u32(j["num_experts_per_tok"].get<std::int64_t>()));
+    w.set(p + "expert_feed_forward_length", u32(j["moe_intermediate_size"].get<std::int64_t>()));
+  }
+  w.add_tensor("token_embd.weight", t.at("model.embed_tokens.weight"));
+  w.add_tensor("output_norm.weight", t.at("model.norm.weight"));
+  w.add_tensor("output.weight", t.at("lm_head.weight"));
+  const std::vector<std::pair<std::string, std::string>> names = {
+      {"input_layernorm.weight", "attn_norm.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},   {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},   {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},       {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},       {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},        {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"mlp.gate.weight", "ffn_gate_inp.weight"}};
+  for (std::int64_t i = 0; i < L; ++i) {
+    const std::string h = "model.layers." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
+    for (const auto& [hn, gn] : names) {
+      if (t.has(h + hn)) w.add_tensor(g + gn, t.at(h + hn));
+    }
+    if (arch != "qwen3moe") continue;
+    const std::int64_t E = j["num_experts"];
+    for (const auto& [hn, gn] : std::vector<std::pair<std::string, std::string>>{
+             {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"}}) {
+      const AnyTensor& e0 = t.at(h + "mlp.experts.0." + hn + ".weight");
+      Tensor<float, 3> s({E, e0.shape[0], e0.shape[1]});
+      for (std::int64_t e = 0; e < E; ++e) {
+        const auto m = t.at(h + "mlp.experts." + std::to_string(e) + "." + hn + ".weight").to<float, 2>({e0.shape[0], e0.shape[1]});
+        for (std::int64_t k = 0; k < m.size(); ++k) s.data()[e * m.size() + k] = m.data()[k];
+      }
+      w.add_tensor(g + gn + ".weight", AnyTensor::from(s), hn == "down_proj" ? std::nullopt : gate_up_as);
+    }
+  }
+  const std::string path = tmp_path(name + (gate_up_as ? "_q8.gguf" : ".gguf"));
+  w.write(path);
+  return path;
+}
+
+template <class Model>
+void check_hf_and_gguf(const std::string& name, const std::string& arch) {
+  const std::string dir = dir_of(name);
+  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto ref = test::npy(dir + "/logits.npy");
+  {
+    const Config cfg = io::read_weights_config(dir + "/hf").value();
+    const auto w = io::load_weights(dir + "/hf", cfg);
+    CHECK(w.naming == io::WeightNaming::hf);
+    Model m(cfg);
+    m.load(w.tensors);
+    test::expect_close(m.forward(tok), ref, test::tol::f32_logits, name + " from Hugging Face");
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the registry instantiates every block and policy: checked once, on the CPU
+    const bool same = models::with_model_type<test::Backend>(cfg, []<class M>() { return std::is_same_v<M, Model>; });
+    CHECK(same);
+#endif
+  }
+  const std::string path = write_gguf(name, arch);
+  {
+    const Config cfg = io::read_weights_config(path).value();
+    Model m(cfg);
+    m.load(io::load_weights(path, cfg).tensors);
+    test::expect_close(m.forward(tok), ref, test::tol::f32_logits, name + " from GGUF (" + arch + ")");
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace
+
+TEST_CASE("Qwen2DecoderLayer (q/k/v bias, no out bias, query * head_dim^-0.5) matches the torch fixture",
+          "[layers][qwen2]") {
+  check_layer<P32, layers::Qwen2DecoderLayer>("qwen2_layer", test::tol::f32_layer);
+  check_layer<PBf, layers::Qwen2DecoderLayer>("qwen2_layer", kBf16Layer);
+}
+
+TEST_CASE("Qwen3MoeDecoderLayer (qk-norm attention, moe_block with renormalised top-k) matches the torch fixture",
+          "[layers][qwen3_moe]") {
+  check_layer<P32, layers::Qwen3MoeDecoderLayer>("qwen3_moe_layer", test::tol::f32_layer);
+  check_layer<PBf, layers::Qwen3MoeDecoderLayer>("qwen3_moe_layer", kBf16Layer);
+}
+
+TEST_CASE("Qwen2 model (2 layers) matches the torch model, incremental and ragged decoding", "[models][qwen2]") {
+  check_model<Qwen2>("qwen2_model");
+}
+
+TEST_CASE("Qwen3-MoE model (2 layers) matches the torch model, unscanned and scanned, incremental and ragged decoding",
+          "[models][qwen3_moe]") {
+  check_model<Qwen3Moe>("qwen3_moe_model");
+  check_model<Qwen3Moe>("qwen3_moe_model", "model_scanned.safetensors");
+}
+
+TEST_CASE("Qwen2 from a Hugging Face checkpoint and from GGUF (qwen2) gives the reference logits", "[models][qwen2][hf]") {
+  const Config cfg = io::config_from_hf_file(dir_of("qwen2_model") + "/hf/config.json");
+  CHECK(cfg.is("qwen2"));
+  CHECK(cfg.attention_bias);
+  CHECK_FALSE(cfg.use_qk_norm);
+  check_hf_and_gguf<Qwen2>("qwen2_model", "qwen2");
+}
+
+TEST_CASE("Qwen3-MoE from a Hugging Face checkpoint and from GGUF (qwen3moe) gives the reference logits",
+          "[models][qwen3_moe][hf]") {
+  const Config cfg = io::config_from_hf_file(dir_of("qwen3_moe_model") + "/hf/config.json");
+  CHECK(cfg.is("qwen3_moe"));
+  CHECK(cfg.use_qk_norm);
+  CHECK(cfg.norm_topk_prob);
+  CHECK(cfg.num_experts == 4);
+  CHECK(cfg.num_experts_per_tok == 2);
+  CHECK(cfg.moe_mlp_dim == 16);
+  check_hf_and_gguf<Qwen3Moe>("qwen3_moe_model", "qwen3moe");
+}
+
+TEST_CASE("Qwen2 / Qwen3-MoE: what MaxText cannot express and bad checkpoints are refused by name",
+          "[models][qwen2][qwen3_moe][errors]") {
+  const std::string q2 = dir_of("qwen2_model") + "/hf/", qm = dir_of("qwen3_moe_model") + "/hf/";
+  nlohmann::json j2 = nlohmann::json::parse(io::read_text_file(q2 + "config.json"));
+  j2["use_sliding_window"] = true;
+  CHECK_THROWS_WITH(io::config_from_hf(j2, "c.json"), Catch::Contains("use_sliding_window"));
+  nlohmann::json jm = nlohmann::json::parse(io::read_text_file(qm + "config.json"));
+  auto bad = [&](const char* key, nlohmann::json v, const char* msg) {
+    nlohmann::json b = jm;
+    b[key] = std::move(v);
+    CHECK_THROWS_AS(io::config_from_hf(b, "c.json"), UnsupportedError);
+    CHECK_THROWS_WITH(io::config_from_hf(b, "c.json"), Catch::Contains(msg));
+  };
+  bad("norm_topk_prob", false, "norm_topk_prob = false");
+  bad("decoder_sparse_step", 2, "decoder_sparse_step");
+  bad("mlp_only_layers", nlohmann::json::array({1}), "mlp_only_layers");
+  // Top-k above the expert count, missing expert hidden size.
+  Config c = io::config_from_hf(jm, "c.json");
+  c.num_experts_per_tok = 5;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("num_experts_per_tok must be in [1, num_experts=4], found 5"));
+  c.num_experts_per_tok = 2;
+  c.base_moe_mlp_dim = -1;
+  c.derive();
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("qwen3_moe needs base_moe_mlp_dim > 0"));
+  // A missing expert and a missing bias are named.
+  const Config cm = io::config_from_hf(jm, "c.json");
+  io::TensorMap raw = io::read_safetensors(qm + "model.safetensors");
+  raw.tensors.erase("model.layers.1.mlp.experts.3.down_proj.weight");
+  CHECK_THROWS_WITH(io::import_hf_names(raw, cm, false), Catch::Contains("model.layers.1.mlp.experts.3.down_proj.weight"));
+  const Config c2 = io::config_from_hf(nlohmann::json::parse(io::read_text_file(q2 + "config.json")), "c.json");
+  io::TensorMap raw2 = io::read_safetensors(q2 + "model.safetensors");
+  raw2.tensors.erase("model.layers.0.self_attn.k_proj.bias");
+  CHECK_THROWS_WITH(io::import_hf_names(raw2, c2, false), Catch::Contains("missing tensor model.layers.0.self_attn.k_proj.bias"));
+  // An output-projection bias has no place in MaxText's qwen2 block.
+  io::TensorMap raw3 = io::read_safetensors(q2 + "model.safetensors");
+  raw3.add("model.layers.0.self_attn.o_proj.bias", raw3.tensors.at("model.norm.weight"));
+  CHECK_THROWS_WITH(io::import_hf_names(raw3, c2, false), Catch::Contains("unexpected tensor model.layers.0.self_attn.o_proj.bias"));
+}
+
+TEST_CASE("Registry dispatches qwen2 / qwen3_moe, the qwen2.5 and qwen3-moe model configs load with the published "
+          "parameter counts", "[models][registry][qwen2][qwen3_moe]") {
+  const Config q7 = io::load_config("", {"model_name=qwen2.5-7b"});
+  CHECK(q7.is("qwen2"));
+  CHECK(q7.attention_bias);
+  Qwen2 m7(q7);
+  {
+    const std::int64_t D = 3584, N = 28, K = 4, H = 128, F = 18944, L = 28, V = 152064;
+    const std::int64_t layer = 2 * D * N * H + N * H + 2 * (D * K * H + K * H) + 3 * D * F + 2 * D;
+    CHECK(m7.num_params() == 2 * V * D + L * layer + D);
+    CHECK(std::fabs(static_cast<double>(m7.num_params()) / 7.62e9 - 1.0) < 0.01);  // Qwen2.5-7B: 7.61B
+  }
+  const Config q30 = io::load_config("", {"model_name=qwen3-30b-a3b"});
+  CHECK(q30.is("qwen3_moe"));
+  CHECK(q30.norm_topk_prob);
+  Qwen3Moe m30(q30);
+  {
+    const std::int64_t D = 2048, N = 32, K = 4, H = 128, F = 768, E = 128, L = 48, V = 151936;
+    const std::int64_t layer = 2 * D * N * H + 2 * D * K * H + 2 * H + D * E + 3 * E * D * F + 2 * D;
+    CHECK(m30.num_params() == 2 * V * D + L * layer + D);
+    CHECK(std::fabs(static_cast<double>(m30.num_params()) / 30.5e9 - 1.0) < 0.01);  // Qwen3-30B-A3B: 30.5B
+  }
+  for (const std::string name : {"qwen2.5-1.5b", "qwen2.5-14b", "qwen3-235b-a22b"}) {
+    const Config c = io::load_config("", {"model_name=" + name});
+    CHECK((c.is("qwen2") || c.is("qwen3_moe")));
+  }
+}
+
+TEST_CASE("Qwen3-MoE from GGUF with Q8_0 stacked experts: the transposed expert views dequantise in place",
+          "[models][qwen3_moe][gguf]") {
+  // The same file with ffn_gate_exps / ffn_up_exps in Q8_0 ([E, F, D] blocks along D, viewed as [E, D, F]). A model
+  // loading it (f32 policy: dequantised at load) must equal a model loading the dequantised tensors in f32 layout:
+  // identical f32 weights, so the logits agree to f32 summation noise.
+  const std::string name = "qwen3_moe_model";
+  const std::string path = write_gguf(name, "qwen3moe", DType::q8_0);
+  const io::GgufFile g = io::read_gguf(path);
+  REQUIRE(g.tensors.at("blk.0.ffn_gate_exps.weight").dtype == DType::q8_0);
+  const Config cfg = io::config_from_gguf(g);
+  Qwen3Moe mq(cfg);
+  mq.load(io::load_weights(path, cfg).tensors);
+  io::TensorMap deq;
+  for (const auto& [n, t] : g.tensors.tensors) {
+    if (t.dtype != DType::q8_0) {
+      deq.add(n, t);
+      continue;
+    }
+    const std::int64_t K = t.shape.back();
+    const auto m = io::to_matrix<float>(t, {0, 1, 2}, 2);  // [E*F, D], row-major as stored
+    REQUIRE(m.dim(1) == K);
+    deq.add(n, AnyTensor::from(m).reshaped(t.shape));
+  }
+  Qwen3Moe mf(cfg);
+  mf.load(io::import_llama_cpp_names(deq, cfg, io::RopeLayout::half_split));
+  const auto tok = int_tensor(test::npy(dir_of(name) + "/tokens.npy"));
+  const auto lq = mq.forward(tok);
+  test::expect_close(lq, AnyTensor::from(mf.forward(tok)), kStep, "q8_0 experts vs their dequantised values");
+  // And the quantised model stays near the f32 reference (Q8_0: 2^-8 relative per weight, summed over D = 32).
+  test::expect_close(lq, test::npy(dir_of(name) + "/logits.npy"), {0.05, 0.05}, "q8_0 experts vs the f32 reference");
+  std::remove(path.c_str());
+}
+
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
+namespace {
+/// Run the CLI, return its stdout (empty on a non-zero exit, which fails the check).
+std::string run_cli(const std::string& args) {
+  const std::string out = tmp_path("cli.txt");
+  const std::string cmd = std::string(MAXTEXT_CLI) + " " + args + " > " + out + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::string text = io::read_text_file(out);
+  std::remove(out.c_str());
+  INFO(cmd << "\n" << text);
+  CHECK(rc == 0);
+  return rc == 0 ? text : std::string();
+}
+}  // namespace
+
+TEST_CASE("maxtext generate: qwen2 / qwen3_moe from a Hugging Face directory pick the greedy token of the reference, every "
+          "new block generates from a config with seeded init", "[models][qwen2][qwen3_moe][simple][cli]") {
+  for (const std::string name : {"qwen2_model", "qwen3_moe_model"}) {
+    const std::string dir = dir_of(name);
+    const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+    const auto ref = test::npy(dir + "/logits.npy");  // [B, T, V]
+    std::string ids;
+    for (std::int64_t t = 0; t < 5; ++t) ids += (t ? "," : "") + std::to_string(tok(0, t));
+    // Greedy: the first new token is the argmax of the reference logits at the prompt's last position.
+    std::int64_t best = 0;
+    const std::int64_t V = ref.shape[2];
+    for (std::int64_t v = 1; v < V; ++v) {
+      if (ref.element(4 * V + v) > ref.element(4 * V + best)) best = v;
+    }
+    const std::string text = run_cli("generate --weights " + dir + "/hf --tokens " + ids + " --max-new-tokens 1");
+    CHECK(text.find("tokens[0]: " + std::to_string(best) + "\n") != std::string::npos);
+  }
+  const std::string cfg = std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/";
+  const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=48 "
+                           "base_num_decoder_layers=2 vocab_size=96 max_target_length=32 dtype=float32";
+  for (const std::string& c : {"qwen2.5-7b.yml" + tiny, "qwen3-30b-a3b.yml" + tiny + " base_moe_mlp_dim=32 num_experts=8",
+                              "qwen2.5-7b.yml" + tiny + " decoder_block=simple",
+                              "qwen2.5-7b.yml" + tiny + " decoder_block=simple_mlp"}) {
+    const std::string text = run_cli("generate --config " + cfg + c + " --tokens 1,2,3/4,5 --max-new-tokens 4 --seed 3");
+    CHECK(text.find("tokens[1]: ") != std::string::npos);
+  }
+}
+#endif
