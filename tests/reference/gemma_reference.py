@@ -14,7 +14,9 @@ Writes tests/fixtures/gemma*/:
                                             positions.npy, out.npy, attn.npy, mlp.npy, meta.json
   gemma_model, gemma2_model, gemma3_model   a tiny model: model.safetensors (MaxText names, unscanned),
                                             model_scanned.safetensors (MaxText's scanned layout), hf/ (config.json +
-                                            model.safetensors with HF names, unfolded), tokens.npy, logits.npy,
+                                            model.safetensors with HF names, unfolded), model.gguf (gemma,
+                                            gemma3: the same weights as llama.cpp's converter writes them),
+                                            tokens.npy, logits.npy,
                                             act_*.npy, meta.json
 Run: /usr/bin/python3 tests/reference/gemma_reference.py
 """
@@ -26,6 +28,7 @@ import numpy as np
 import torch
 
 from attention_reference import attention, default_rope, rms_norm, sub, to64
+from gguf_min import read_gguf, write_gguf
 from common import bf16_round, case_dir, f32, rng, save_meta, save_npy, save_safetensors, t64
 
 F32 = np.float32
@@ -231,6 +234,43 @@ def hf_forward(kind, hc, hw, tokens, normalizer):
     return logits
 
 
+def write_llama_cpp_gguf(path, kind, hc, hw):
+    """The HF checkpoint as llama.cpp's converter writes it: blk.N.* names, every RMSNorm weight + 1, the embedding
+    unscaled (llama.cpp scales it at run time), q/k rows unpermuted (NeoX-style RoPE), no output.weight (tied)."""
+    arch = kind
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "post_attention_norm",
+             "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    if kind == "gemma":
+        names["post_attention_layernorm"] = "ffn_norm"
+    t = {"token_embd.weight": hw["model.embed_tokens.weight"],
+         "output_norm.weight": (hw["model.norm.weight"] + F32(1)).astype(F32)}
+    for k, v in hw.items():
+        if not k.startswith("model.layers."):
+            continue
+        _, _, i, rest = k.split(".", 3)
+        role = rest[: -len(".weight")]
+        v = (v + F32(1)).astype(F32) if role.endswith("norm") or role.endswith("layernorm") else v
+        t["blk.%s.%s.weight" % (i, names[role])] = v
+    p = arch + "."
+    meta = {"general.architecture": arch, p + "context_length": hc["max_position_embeddings"],
+            p + "embedding_length": hc["hidden_size"], p + "block_count": hc["num_hidden_layers"],
+            p + "feed_forward_length": hc["intermediate_size"], p + "attention.head_count": hc["num_attention_heads"],
+            p + "attention.head_count_kv": hc["num_key_value_heads"], p + "attention.key_length": hc["head_dim"],
+            p + "attention.value_length": hc["head_dim"], p + "attention.layer_norm_rms_epsilon": hc["rms_norm_eps"],
+            p + "rope.freq_base": hc["rope_theta"]}
+    if kind != "gemma":
+        meta[p + "attention.sliding_window"] = hc["sliding_window"]
+    if hc.get("rope_scaling"):
+        meta[p + "rope.scaling.type"] = "linear"
+        meta[p + "rope.scaling.factor"] = float(hc["rope_scaling"]["factor"])
+    write_gguf(path, meta, t)
+    m, back = read_gguf(path)  # round trip through the independent reader
+    assert m["general.architecture"] == arch and all(np.array_equal(back[k], t[k]) for k in t)
+
+
 def hf_config(kind, D, N, K, H, F, L_hf, V, extra):
     c = dict(hidden_size=D, intermediate_size=F, num_hidden_layers=L_hf, num_attention_heads=N, num_key_value_heads=K,
              head_dim=H, vocab_size=V, rms_norm_eps=1e-6, max_position_embeddings=64, hidden_activation="gelu_pytorch_tanh",
@@ -242,7 +282,7 @@ def hf_config(kind, D, N, K, H, F, L_hf, V, extra):
     return c
 
 
-def model_case(name, kind, seed, L, cfg_extra, hf_extra, qpas, B=2, T=9, D=32, N=4, K=2, H=8, F=48, V=64):
+def model_case(name, kind, seed, L, cfg_extra, hf_extra, qpas, gguf=False, B=2, T=9, D=32, N=4, K=2, H=8, F=48, V=64):
     g = rng(seed)
     L_hf = 2 * L if kind == "gemma2" else L
     cfg = {"decoder_block": kind, "dtype": "float32", "base_emb_dim": D, "base_num_query_heads": N,
@@ -276,6 +316,8 @@ def model_case(name, kind, seed, L, cfg_extra, hf_extra, qpas, B=2, T=9, D=32, N
     with open(os.path.join(hd, "config.json"), "w") as f:
         json.dump(hf_config(kind, D, N, K, H, F, L_hf, V, hf_extra), f, indent=1, sort_keys=True)
     save_safetensors(os.path.join(hd, "model.safetensors"), hw, {"format": "pt"})
+    if gguf:
+        write_llama_cpp_gguf(os.path.join(d, "model.gguf"), kind, hc, hw)
     save_npy(d, "tokens", tokens)
     save_npy(d, "logits", logits.numpy())
     for k, v in acts.items():
@@ -325,9 +367,9 @@ def main():
                 "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "query_pre_attn_scalar": 8,
                 "sliding_window_pattern": 6, "final_logit_softcapping": None, "attn_logit_softcapping": None,
                 "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(7)]},
-               8, N=4, K=2, H=8)
+               8, gguf=True, N=4, K=2, H=8)
     # Gemma: global attention, GeGLU, query pre-scaled by head_dim^-0.5 in the kernel.
-    model_case("gemma_model", "gemma", 54, 2, {"model_name": "gemma-tiny"}, {"rope_theta": 10000.0}, 8, K=1)
+    model_case("gemma_model", "gemma", 54, 2, {"model_name": "gemma-tiny"}, {"rope_theta": 10000.0}, 8, gguf=True, K=1)
     # Gemma 2: 2 MaxText layers = 4 HF layers (local, global, local, global), soft caps that bite, window 3,
     # query_pre_attn_scalar 24 != head_dim (the 27b-style scale, folded into the query kernel).
     model_case("gemma2_model", "gemma2", 55, 2,
