@@ -1,6 +1,8 @@
 // The gemma / gemma2 / gemma3 decoder layers and tiny models against the PyTorch fixtures
 // (tests/reference/gemma_reference.py): MaxText checkpoints (unscanned and scanned) and the Hugging Face
 // checkpoints they were folded from, incremental and ragged decoding, config validation and the model ymls.
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -123,24 +125,40 @@ void check_hf_fixture(const std::string& name) {
 
 }  // namespace
 
+namespace {
+/// A Gemma3DecoderLayer fixture (its index from meta.json) on policy P.
+template <class P>
+void check_gemma3_layer(const std::string& name, testing::Tolerance tol) {
+  const std::string dir = fixture(name);
+  const auto meta = test::read_meta(dir);
+  const Config c = test::config_from_meta(meta);
+  const std::int64_t index = meta.at("layer_index").get<std::int64_t>();
+  test::Backend be;
+  layers::Gemma3DecoderLayer<P> layer(c, {index, "layer", "layer.self_attention", "layer.mlp"});
+  CHECK(layer.attention().args().attention_type ==
+        (index == 5 ? layers::AttentionType::global : layers::AttentionType::local_sliding));
+  const auto params = models::load_layer_params<P>(layer, io::read_safetensors(dir + "/weights.safetensors"), be);
+  Tensor<std::int32_t, 2> pos = int_tensor(test::npy(dir + "/positions.npy"));
+  layers::Capture cap({"layer.self_attention", "layer.mlp"});
+  const auto y = models::run_layer<P>(layer, params, be, test::npy(dir + "/x.npy"), nullptr, &pos, &cap);
+  test::expect_close(y, test::npy(dir + "/out.npy"), tol, name + ".out");
+  test::expect_close(cap.at("layer.self_attention"), test::npy(dir + "/attn.npy"), tol, name + ".attn");
+  test::expect_close(cap.at("layer.mlp"), test::npy(dir + "/mlp.npy"), tol, name + ".mlp");
+}
+}  // namespace
+
 TEST_CASE("Gemma3DecoderLayer: local (index 0) and global (index 5) layers match the torch fixtures", "[layers][gemma3]") {
-  for (const std::string name : {"gemma3_layer_local", "gemma3_layer_global"}) {
-    const std::string dir = fixture(name);
-    const auto meta = test::read_meta(dir);
-    const Config c = test::config_from_meta(meta);
-    const std::int64_t index = meta.at("layer_index").get<std::int64_t>();
-    test::Backend be;
-    layers::Gemma3DecoderLayer<P32> layer(c, {index, "layer", "layer.self_attention", "layer.mlp"});
-    CHECK(layer.attention().args().attention_type ==
-          (index == 5 ? layers::AttentionType::global : layers::AttentionType::local_sliding));
-    const auto params = models::load_layer_params<P32>(layer, io::read_safetensors(dir + "/weights.safetensors"), be);
-    Tensor<std::int32_t, 2> pos = int_tensor(test::npy(dir + "/positions.npy"));
-    layers::Capture cap({"layer.self_attention", "layer.mlp"});
-    const auto y = models::run_layer<P32>(layer, params, be, test::npy(dir + "/x.npy"), nullptr, &pos, &cap);
-    test::expect_close(y, test::npy(dir + "/out.npy"), test::tol::f32_layer, name + ".out");
-    test::expect_close(cap.at("layer.self_attention"), test::npy(dir + "/attn.npy"), test::tol::f32_layer, name + ".attn");
-    test::expect_close(cap.at("layer.mlp"), test::npy(dir + "/mlp.npy"), test::tol::f32_layer, name + ".mlp");
-  }
+  check_gemma3_layer<P32>("gemma3_layer_local", test::tol::f32_layer);
+  check_gemma3_layer<P32>("gemma3_layer_global", test::tol::f32_layer);
+}
+
+TEST_CASE("Gemma3DecoderLayer in bf16 stays within bf16 rounding of the f64 reference", "[layers][gemma3][bf16]") {
+  // As test_llama_family.cpp's bf16 case (~10 bf16 roundings on values of magnitude ~2: 4 ulp relative), with 0.1
+  // absolute instead of 0.06: the post-attention / post-FFW norms rescale the sublayer outputs to unit RMS, which
+  // magnifies the absolute rounding error of small attention outputs (largest seen: 0.07 on one of 576 values).
+  const testing::Tolerance bf{4.0 / 128.0, 0.1};
+  check_gemma3_layer<Policy<test::Backend, bf16>>("gemma3_layer_local", bf);
+  check_gemma3_layer<Policy<test::Backend, bf16>>("gemma3_layer_global", bf);
 }
 
 TEST_CASE("Gemma 3 model (7 layers: 5 local + 1 global + remainder) matches the torch model, incremental decoding",
@@ -169,6 +187,27 @@ TEST_CASE("Gemma Hugging Face checkpoints import with the norm, embedding and qu
   check_hf_fixture<Gemma3>("gemma3_model");
   check_hf_fixture<Gemma>("gemma_model");
   check_hf_fixture<Gemma2>("gemma2_model");
+}
+
+TEST_CASE("Gemma GGUF files (llama.cpp names, norms already 1 + w, embedding unscaled) give the same logits",
+          "[models][gemma][gguf]") {
+  auto check = []<class Model>(const std::string& name) {
+    const std::string dir = fixture(name);
+    const auto cfg = io::read_weights_config(dir + "/model.gguf");
+    REQUIRE(cfg.has_value());
+    const Config ref = test::config_from_meta(test::read_meta(dir));
+    CHECK(cfg->decoder_block == ref.decoder_block);
+    CHECK(cfg->num_decoder_layers == ref.num_decoder_layers);
+    CHECK(cfg->sliding_window_size == ref.sliding_window_size);
+    CHECK(cfg->rope_linear_scaling_factor == ref.rope_linear_scaling_factor);
+    Model m(*cfg);
+    const auto w = io::load_weights(dir + "/model.gguf", *cfg);
+    CHECK(w.format == io::WeightFormat::gguf);
+    m.load(w.tensors);
+    check_logits_and_acts(m, dir, name + " (gguf)");
+  };
+  check.template operator()<Gemma3>("gemma3_model");
+  check.template operator()<Gemma>("gemma_model");
 }
 
 TEST_CASE("Gemma 3 model: batched decode with rows at different lengths matches single-row runs",
@@ -317,3 +356,48 @@ TEST_CASE("Gemma model ymls load, dispatch through the registry and have the pub
     CHECK_NOTHROW(c.validate());
   }
 }
+
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
+namespace {
+std::string token_arg(const std::string& dir) {
+  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  std::string ids;
+  for (std::int64_t b = 0; b < tok.dim(0); ++b) {
+    for (std::int64_t t = 0; t < tok.dim(1); ++t) ids += (t ? "," : (b ? "/" : "")) + std::to_string(tok(b, t));
+  }
+  return ids;
+}
+}  // namespace
+
+TEST_CASE("maxtext logits / generate (CLI) on the Gemma checkpoints: HF directory, GGUF, MaxText yml + scanned weights",
+          "[models][gemma][cli]") {
+  const std::string cli = MAXTEXT_CLI;
+  const std::string out = "gemma_cli_logits.npy";
+  auto run_logits = [&](const std::string& dir, const std::string& args) {
+    const std::string cmd = cli + " logits " + args + " --tokens " + token_arg(dir) + " --incremental 3 --out " + out +
+                            " > /dev/null";
+    INFO(cmd);
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    test::expect_close(test::npy(out), test::npy(dir + "/logits.npy"), test::tol::f32_logits, "cli logits " + args);
+    std::remove(out.c_str());
+  };
+  for (const std::string name : {"gemma_model", "gemma2_model", "gemma3_model"}) {
+    const std::string dir = fixture(name);
+    run_logits(dir, "--weights " + dir + "/hf");
+    const std::string gen = cli + " generate --weights " + dir + "/hf --tokens 1,2,3/4,5,6 --max-new-tokens 4 > /dev/null";
+    CHECK(std::system(gen.c_str()) == 0);
+  }
+  run_logits(fixture("gemma3_model"), "--weights " + fixture("gemma3_model") + "/model.gguf");
+  // MaxText's way for a tiny Gemma 3: the gemma3-4b model file (its query scale rule) with the sizes overridden.
+  std::string overrides;
+  const auto meta = test::read_meta(fixture("gemma3_model"));
+  for (const auto& [k, v] : meta.at("config").items()) {
+    std::string val = v.is_string() ? v.get<std::string>() : v.dump();
+    if (v.is_array()) val = v[0].get<std::string>() + "," + v[1].get<std::string>();
+    overrides += " " + k + "=" + val;
+  }
+  const std::string yml = test::fixtures_dir() + "/../../configs/models/gemma3-4b.yml";
+  run_logits(fixture("gemma3_model"), "--config " + yml + " --weights " + fixture("gemma3_model") +
+                                          "/model_scanned.safetensors" + overrides);
+}
+#endif
