@@ -6,7 +6,9 @@
 // global when i % 6 == 5. Local layers use local_rope_max_timescale (10000) and no linear RoPE scaling; global layers
 // use rope_max_timescale (1e6) with rope_linear_scaling_factor (8 in the 4b/12b/27b ymls) (layers/rotary.hpp).
 // query_pre_attn_scalar: head_dim^-0.5 for gemma3-4b / gemma3-12b, (base_emb_dim // base_num_query_heads)^-0.5 for
-// gemma3-27b; any other model_name is refused (Config::validate), as MaxText raises.
+// gemma3-27b; any other model_name is refused (Config::validate), as MaxText raises. A custom-sized Gemma 3 is
+// therefore configured MaxText's way: model_name=gemma3-4b (or -27b) and the sizes as overrides, which win over the
+// model file (`maxtext logits --config configs/models/gemma3-4b.yml ... base_emb_dim=32 ...`).
 //
 // Scanned MaxText checkpoints store Gemma 3 as `decoder.layers.layers_{0..5}` (each stacked over num_layers // 6
 // repetitions) plus `decoder.layers_remainder.layers_{r}` for the num_layers % 6 leftover layers; io/checkpoint.hpp
