@@ -170,7 +170,7 @@ TEST_CASE("import: missing and unexpected tensors are listed together", "[io][im
   CHECK_THROWS_WITH(io::import_hf_names(bad, cfg, false), Catch::Contains("self_attention.key.kernel") && Catch::Contains("[16, D]"));
   // Unsupported families and rope scalings are refused by name.
   nlohmann::json j = nlohmann::json::parse(io::read_text_file(dir + "/llama/config.json"));
-  j["model_type"] = "gemma";
+  j["model_type"] = "phi3";
   CHECK_THROWS_AS(io::config_from_hf(j, "config.json"), UnsupportedError);
   j["model_type"] = "llama";
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};

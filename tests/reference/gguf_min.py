@@ -65,3 +65,37 @@ def read_gguf(path):
         a = np.frombuffer(data, dtype=dt, count=n, offset=base + off)
         tensors[name] = a.reshape(list(reversed(dims)))
     return meta, tensors
+
+
+def write_gguf(path, meta, tensors, align=32):
+    """A minimal GGUF v3 writer (F32 tensors; metadata str -> string, bool -> bool, int -> uint32, float -> float32),
+    independent of the C++ writer. `tensors` maps names to row-major float32 arrays (written with dims reversed)."""
+    def s(x):
+        b = x.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta)))
+    for k, v in meta.items():
+        out += s(k)
+        if isinstance(v, str):
+            out += struct.pack("<I", 8) + s(v)
+        elif isinstance(v, bool):
+            out += struct.pack("<I?", 7, v)
+        elif isinstance(v, int):
+            out += struct.pack("<II", 4, v)
+        else:
+            out += struct.pack("<If", 6, v)
+    blobs, off = [], 0
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        out += s(name) + struct.pack("<I", a.ndim) + b"".join(struct.pack("<Q", d) for d in reversed(a.shape))
+        out += struct.pack("<IQ", 0, off)
+        blobs.append((off, a.tobytes()))
+        off = (off + a.nbytes + align - 1) // align * align
+    out += b"\0" * ((-len(out)) % align)
+    base = len(out)
+    data = bytearray(off)
+    for o, b in blobs:
+        data[o:o + len(b)] = b
+    with open(path, "wb") as f:
+        f.write(out[:base] + data)

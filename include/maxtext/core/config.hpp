@@ -44,6 +44,8 @@ using StringList = std::vector<std::string>;
   X(bool, cast_logits_to_fp32, true)                             \
   X(double, final_logits_soft_cap, 0.0)                          \
   X(double, attn_logits_soft_cap, 0.0)                           \
+  X(bool, use_post_attn_norm, false)                             \
+  X(bool, use_post_ffw_norm, false)                              \
   X(bool, float32_qk_product, false)                             \
   X(bool, float32_logits, false)                                 \
   X(bool, fused_qkv, false)                                      \
@@ -369,7 +371,7 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
 /// decoder_block values this library implements (as compile-time layer types and from a config).
 inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
-                                                 "qwen2", "qwen3_moe", "simple", "simple_mlp"};
+                                                 "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3"};
   return list;
 }
 
@@ -412,6 +414,18 @@ inline void Config::validate() const {
   }
   if (decoder_block == "simple_mlp") {
     MAXTEXT_CHECK(mlp_dim > 0, ConfigError, "[config] decoder_block simple_mlp needs base_mlp_dim > 0, found ", base_mlp_dim);
+  }
+  if (decoder_block == "gemma2" || decoder_block == "gemma3") {
+    MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] decoder_block ", decoder_block,
+                  " needs sliding_window_size > 0 (its local layers use sliding-window attention), found ",
+                  sliding_window_size);
+  }
+  if (decoder_block == "gemma3") {
+    // gemma3.get_query_pre_attn_scalar: the query scale is chosen by model name; MaxText raises for any other.
+    MAXTEXT_CHECK(model_name == "gemma3-4b" || model_name == "gemma3-12b" || model_name == "gemma3-27b", ConfigError,
+                  "[config] decoder_block gemma3 picks query_pre_attn_scalar by model_name: expected gemma3-4b or "
+                  "gemma3-12b (head_dim^-0.5) or gemma3-27b ((base_emb_dim // base_num_query_heads)^-0.5), found '",
+                  model_name, "'");
   }
   if (attention_type == "local_sliding") {
     MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] attention_type local_sliding needs sliding_window_size > 0");

@@ -36,6 +36,45 @@ inline std::vector<std::pair<std::string, std::int64_t>> scanned_groups(const Co
   return {{"layers", cfg.num_decoder_layers}};
 }
 
+/// Gemma 3's scanned layout (decoders.py _apply_gemma3_scanned_blocks): `decoder.layers.layers_j.X` stacks layers
+/// j, j+6, j+12, ... (num_layers // 6 of them, on param_scan_axis); `decoder.layers_remainder.layers_r.X` is layer
+/// (num_layers // 6) * 6 + r, unstacked. Adds the per-layer views to `out`; false when `name` is neither.
+inline bool canonicalize_gemma3_scanned(const std::string& name, const AnyTensor& t, const Config& cfg, TensorMap& out) {
+  constexpr std::int64_t pattern = 6;  // len(GEMMA3_ATTENTION_PATTERN)
+  const std::int64_t reps = cfg.num_decoder_layers / pattern, rem = cfg.num_decoder_layers % pattern;
+  auto sub_index = [&](const std::string& pre, std::int64_t limit, std::string& rest) -> std::int64_t {
+    const std::string head = pre + "layers_";
+    if (name.compare(0, head.size(), head) != 0) return -1;
+    const std::size_t dot = name.find('.', head.size());
+    const std::string digits = name.substr(head.size(), dot == std::string::npos ? std::string::npos : dot - head.size());
+    MAXTEXT_CHECK(!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos && dot != std::string::npos,
+                  ShapeError, "[checkpoint] ", t.source, ": scanned Gemma 3 tensor ", name, " is not ", head, "<j>.<param>");
+    const std::int64_t j = std::stoll(digits);
+    MAXTEXT_CHECK(j < limit, ShapeError, "[checkpoint] ", t.source, ": scanned Gemma 3 tensor ", name, ": sub-layer ", j,
+                  " outside [0, ", limit, ") for num_decoder_layers ", cfg.num_decoder_layers);
+    rest = name.substr(dot + 1);
+    return j;
+  };
+  std::string rest;
+  if (const std::int64_t j = sub_index("decoder.layers.", pattern, rest); j >= 0) {
+    const int axis = static_cast<int>(cfg.param_scan_axis);
+    MAXTEXT_CHECK(axis >= 0 && axis < t.rank() && t.shape[static_cast<std::size_t>(axis)] == reps, ShapeError,
+                  "[checkpoint] ", t.source, ": scanned Gemma 3 tensor ", name, " ", t.describe(), ": expected ", reps,
+                  " repetitions (num_decoder_layers // 6) on axis ", axis, " (param_scan_axis)");
+    for (std::int64_t i = 0; i < reps; ++i) {
+      AnyTensor s = t.select(axis, i);
+      s.source = t.source + "[repetition " + std::to_string(i) + "]";
+      out.add("decoder.layers_" + std::to_string(i * pattern + j) + "." + rest, std::move(s));
+    }
+    return true;
+  }
+  if (const std::int64_t r = sub_index("decoder.layers_remainder.", rem, rest); r >= 0) {
+    out.add("decoder.layers_" + std::to_string(reps * pattern + r) + "." + rest, t);
+    return true;
+  }
+  return false;
+}
+
 /// Canonicalise a MaxText-named checkpoint: normalise separators, strip `params`, and unstack scanned layers
 /// (`decoder.layers.X` with the layer axis at `param_scan_axis`) into `decoder.layers_i.X` views (no copy).
 inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
@@ -45,6 +84,7 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
   const int axis = static_cast<int>(cfg.param_scan_axis);
   for (const auto& [raw, t] : in.tensors) {
     const std::string name = normalize_maxtext_name(raw);
+    if (cfg.is("gemma3") && canonicalize_gemma3_scanned(name, t, cfg, out)) continue;
     bool unstacked = false;
     for (const auto& [group, count] : groups) {
       const std::string pre = "decoder." + group + ".";

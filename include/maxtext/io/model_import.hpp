@@ -30,6 +30,7 @@
 #include "maxtext/io/convert.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
+#include "maxtext/io/hf_gemma.hpp"
 #include "maxtext/io/llama2c.hpp"
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -202,6 +203,7 @@ inline double llama31_factor(std::int64_t i, std::int64_t d, double theta) {
 inline Config config_from_gguf(const GgufFile& g) {
   const std::string arch = g.get_string("general.architecture");
   MAXTEXT_CHECK(!arch.empty(), IoError, "[gguf] ", g.path, ": general.architecture is missing");
+  if (is_gguf_gemma(arch)) return config_from_gguf_gemma(g);  // gemma / gemma2 / gemma3: io/hf_gemma.hpp
   Config c;
   detail::base_llama_config(c);
   if (arch == "llama") {
@@ -280,6 +282,7 @@ inline Config config_from_hf(const nlohmann::json& j, const std::string& where) 
     c.derive();
     return c;
   }
+  if (is_hf_gemma_family(j)) return config_from_hf_gemma(j, where);  // gemma / gemma2 / gemma3_text: io/hf_gemma.hpp
   auto get = [&](const char* key) -> const nlohmann::json& {
     MAXTEXT_CHECK(j.contains(key) && !j[key].is_null(), IoError, "[hf] ", where, ": config.json lacks ", key);
     return j[key];

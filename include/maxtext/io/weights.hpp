@@ -99,6 +99,10 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
   switch (w.format) {
     case WeightFormat::gguf: {
       const GgufFile g = read_gguf(path);
+      if (is_gemma_block(cfg)) {  // io/hf_gemma.hpp: embedding scaled, norms already 1 + w
+        w.tensors = import_gguf_gemma(g.tensors, cfg, "gguf " + path);
+        return w;
+      }
       w.tensors = import_llama_cpp_names(g.tensors, cfg, gguf_rope_layout(g.get_string("general.architecture")), "gguf " + path);
       return w;
     }
@@ -115,6 +119,12 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         return w;
       }
       const std::string cj = detail::config_json_beside(path);
+      if (is_gemma_block(cfg)) {  // io/hf_gemma.hpp: norms 1 + w, embedding and query scales folded in
+        const nlohmann::json j = cj.empty() ? nlohmann::json() : nlohmann::json::parse(read_text_file(cj));
+        w.tensors = import_hf_gemma(raw, cfg, hf_gemma_query_scale(j, cfg), "hf " + path);
+        w.naming = WeightNaming::hf;
+        return w;
+      }
       const bool tied = cj.empty() ? !raw.has("lm_head.weight") : hf_tied_embeddings(cj);
       w.tensors = import_hf_names(raw, cfg, tied, "hf " + path);
       w.naming = WeightNaming::hf;

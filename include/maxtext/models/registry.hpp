@@ -10,6 +10,9 @@
 #include "maxtext/core/policy.hpp"
 #include "maxtext/layers/decoders.hpp"
 #include "maxtext/layers/deepseek.hpp"
+#include "maxtext/layers/gemma.hpp"
+#include "maxtext/layers/gemma2.hpp"
+#include "maxtext/layers/gemma3.hpp"
 #include "maxtext/layers/gpt3.hpp"
 #include "maxtext/layers/llama2.hpp"
 #include "maxtext/layers/mistral.hpp"
@@ -37,6 +40,9 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("qwen3_moe")) return f.template operator()<Transformer<P, layers::Qwen3MoeDecoderLayer>>();
   if (cfg.is("simple")) return f.template operator()<Transformer<P, layers::SimpleDecoderLayer>>();
   if (cfg.is("simple_mlp")) return f.template operator()<Transformer<P, layers::SimpleMlpDecoderLayer>>();
+  if (cfg.is("gemma")) return f.template operator()<Transformer<P, layers::GemmaDecoderLayer>>();
+  if (cfg.is("gemma2")) return f.template operator()<Transformer<P, layers::Gemma2DecoderLayer>>();
+  if (cfg.is("gemma3")) return f.template operator()<Transformer<P, layers::Gemma3DecoderLayer>>();
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }
