@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The main job: install dependencies, build, then generate. With the trained stories260K model beside the checkout
 # (../shared/models/stories260K, or $MAXTEXT_MODELS_DIR/stories260K): prompt text -> a story, then its tokens and
-# tokens/s. Without it: prefill + decode with the seeded GPT-3 example model (tokens and tokens/s).
+# tokens/s. Without it: prefill + decode with the seeded GPT-3 example model (tokens and tokens/s). Then, with the
+# Qwen3 tokenizer beside the checkout (../shared/models/tokenizers/qwen3): a two-turn `maxtext chat` through its
+# byte-level BPE tokenizer.json and Jinja chat template, on a seeded random model of the Qwen3 architecture (the
+# answers are noise (an untied random head, so that they are not one repeated token); the tokenizer, template,
+# streaming, KV-cache reuse and speed are real).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Only the program this job runs (the tests and benchmarks are the test command's).
 TARGETS=maxtext_cli bash scripts/build.sh -DMAXTEXT_BUILD_TESTS=OFF -DMAXTEXT_BUILD_BENCH=OFF -DMAXTEXT_BUILD_EXAMPLES=OFF \
-  -DMAXTEXT_BUILD_TOOLS=ON
+  -DMAXTEXT_BUILD_TOOLS=ON -DMAXTEXT_BUILD_PYTHON=OFF
 MODELS=${MAXTEXT_MODELS_DIR:-../shared/models}
 if [ -f "$MODELS/stories260K/stories260K.bin" ] && [ -f "$MODELS/stories260K/tok512.bin" ]; then
   ./build/tools/maxtext generate --weights "$MODELS/stories260K/stories260K.bin" \
@@ -16,4 +20,13 @@ else
   echo "(stories260K not found under $MODELS: running the seeded GPT-3 example instead)"
   ./build/tools/maxtext generate --config configs/models/gpt3-52k.yml dtype=float32 --tokens 1,2,3,4,5,6,7,8 \
     --max-new-tokens 32 --seed 0
+fi
+TOK=$MODELS/tokenizers/qwen3
+if [ -f "$TOK/tokenizer.json" ] && [ -f "$TOK/tokenizer_config.json" ]; then
+  echo
+  echo "== maxtext chat: Qwen3's tokenizer.json + chat template, seeded random Qwen3-architecture model =="
+  printf '%s\n' "${CHAT1:-Hello! Who are you?}" "${CHAT2:-Tell me a story.}" |
+    ./build/tools/maxtext chat --config configs/models/qwen3-0.6b.yml base_num_decoder_layers=4 base_emb_dim=256 \
+      base_num_query_heads=4 base_num_kv_heads=2 head_dim=64 base_mlp_dim=768 dtype=float32 logits_via_embedding=false --seed 7 \
+      --tokenizer "$TOK" --system "You are a helpful assistant." --temperature 0.8 --top-k 40 --max-new-tokens 32
 fi

@@ -38,4 +38,11 @@ using PolicyBf16 = Policy<cpu::Backend, bf16>;
   MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::MistralDecoderLayer)                         \
   MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::MixtralDecoderLayer)                         \
   MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::Qwen3DecoderLayer)                           \
-  MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::DeepSeekDenseLayer, ::maxtext::layers::DeepSeekMoELayer)
+  MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::DeepSeekDenseLayer, ::maxtext::layers::DeepSeekMoELayer)         \
+  MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::Qwen2DecoderLayer)                           \
+  MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::Qwen3MoeDecoderLayer)                        \
+  MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::SimpleDecoderLayer)                          \
+  MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::SimpleMlpDecoderLayer)                       \
+  MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::GemmaDecoderLayer)                           \
+  MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::Gemma2DecoderLayer)                          \
+  MAXTEXT_PY_BLOCK(KW, ::maxtext::layers::Gemma3DecoderLayer)
