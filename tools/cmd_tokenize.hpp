@@ -1,11 +1,11 @@
 // tools/cmd_tokenize.hpp: the `maxtext` tool's text side: configs taken from weights files (GGUF metadata, llama2.c
-// header, config.json beside Hugging Face safetensors), tokenizers, `maxtext tokenize` / `detokenize`, and prompt text for
-// `maxtext generate --prompt`.
+// header, config.json beside Hugging Face safetensors), tokenizers, and `maxtext tokenize` / `detokenize`
+// (generated text streams through models/text_stream.hpp).
 #pragma once
 
-#include <cstdint>
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -95,21 +95,5 @@ inline int run_detokenize(const std::string& weights, const std::string& tokeniz
   std::fflush(stdout);
   return 0;
 }
-
-/// Prints generated text as it comes (piece by piece, after the prompt's last token).
-class TextStream {
- public:
-  TextStream(const tokenizer::Tokenizer& tk, std::int32_t last_prompt_token) : tk_(tk), prev_(last_prompt_token) {}
-  void operator()(std::int32_t token) {
-    const std::string s = tk_.piece(prev_, token);
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fflush(stdout);
-    prev_ = token;
-  }
-
- private:
-  const tokenizer::Tokenizer& tk_;
-  std::int32_t prev_;
-};
 
 }  // namespace maxtext::cli
