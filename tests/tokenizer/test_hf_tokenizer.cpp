@@ -85,13 +85,15 @@ void check_real(const std::string& name) {
   const bool clean_up = cfg.value("clean_up_tokenization_spaces", true);
   check_cases(*tk, read_json(fixtures() + name + ".json"), clean_up);
   // examples.json shipped with the data (the same oracle, run by whoever prepared the folder).
-  for (const auto& c : read_json(dir + "/examples.json")["cases"]) {
+  const nlohmann::json examples = read_json(dir + "/examples.json");
+  for (const auto& c : examples["cases"]) {
     INFO("example: " << show(c["text"].get<std::string>()));
     CHECK(tk->encode(c["text"].get<std::string>(), false) == c["ids"].get<Ids>());
     CHECK(tk->encode(c["text"].get<std::string>(), true) == c["ids_with_special"].get<Ids>());
   }
   // Round trip where the oracle's decode gives the text back.
-  for (const auto& c : read_json(fixtures() + name + ".json")["cases"]) {
+  const nlohmann::json fixture = read_json(fixtures() + name + ".json");
+  for (const auto& c : fixture["cases"]) {
     if (c["decoded_skip_special"] != c["text"]) continue;
     const std::string text = c["text"];
     INFO("round trip: " << show(text));
@@ -397,7 +399,8 @@ TEST_CASE("GGUF gpt2 vocabularies (llama-bpe, qwen2, deepseek-v3, gpt-4o) give t
   for (const auto& [name, pre] : models) {
     INFO(name << " as tokenizer.ggml.pre = " << pre);
     const auto tk = tokenizer::open_tokenizer(gguf_from_tokenizer_json(name, pre));
-    for (const auto& c : read_json(fixtures() + name + ".json")["cases"]) {
+    const nlohmann::json fixture = read_json(fixtures() + name + ".json");
+    for (const auto& c : fixture["cases"]) {
       const std::string text = c["text"];
       INFO("text: " << show(text));
       CHECK(tk->encode(text, false) == c["ids"].get<Ids>());
