@@ -19,6 +19,7 @@
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/tokenizer/hf_tokenizer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
+#include "maxtext/tokenizer/unicode.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -402,6 +403,11 @@ TEST_CASE("GGUF gpt2 vocabularies (llama-bpe, qwen2, deepseek-v3, gpt-4o) give t
     const nlohmann::json fixture = read_json(fixtures() + name + ".json");
     for (const auto& c : fixture["cases"]) {
       const std::string text = c["text"];
+      // Qwen3's tokenizer.json normalizes to NFC first; a GGUF vocabulary has no normalizer (llama.cpp does not
+      // normalize), so texts that NFC changes have other ids there, and the oracle's are not the reference.
+      if (std::string(name) == "qwen3" && tokenizer::unicode::normalize(text, tokenizer::unicode::Form::nfc) != text) {
+        continue;
+      }
       INFO("text: " << show(text));
       CHECK(tk->encode(text, false) == c["ids"].get<Ids>());
       CHECK(tk->encode(text) == c["ids"].get<Ids>());  // add_bos_token false
