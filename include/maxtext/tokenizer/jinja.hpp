@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/core/error.hpp"
+#include "maxtext/tokenizer/unicode.hpp"
 
 namespace maxtext::tokenizer::jinja {
 
@@ -73,21 +74,7 @@ inline std::size_t utf8_decode(const std::string& s, std::size_t i, std::uint32_
 
 inline void utf8_append(std::string& out, std::uint32_t cp) {
   if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;  // a lone surrogate: what Node writes out for one
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  unicode::append_utf8(out, static_cast<char32_t>(cp));
 }
 
 /// JavaScript's whitespace (\s, String.prototype.trim): ASCII blanks, NBSP, the Unicode Zs spaces, LS, PS, BOM.
