@@ -13,12 +13,19 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "maxtext/backend/common/kernel_math.hpp"
 #include "maxtext/backend/cuda/common.cuh"
 #include "maxtext/core/dtype.hpp"
 
 namespace maxtext::cuda::kernels {
+
+/// The q.k accumulator: double for float activations, float otherwise. A float sum of Dq products of logits of
+/// magnitude ~50 (unscaled queries, MLA's 576-wide heads) rounds at ~1e-5, which the output carries as a relative
+/// error above the f32 tolerance; the reference backend sums in double, the CPU backend in 16 short lanes.
+template <class A>
+using DotAcc = std::conditional_t<std::is_same_v<A, float>, double, float>;
 
 /// Operands of one attention call (element strides; the head dimension is contiguous).
 template <class A>
@@ -151,9 +158,9 @@ __global__ void __launch_bounds__(128) attention_prefill(AttnArgs<A> a) {
       const bool visible = key_visible(a, qm[w], b, s);
       float logit = kmath::neg_inf();
       if (visible) {
-        float dot = 0.0f;
-        for (std::int64_t d = 0; d < Dq; ++d) dot += Qs[qq * Dq + d] * Ks[lane * ldk + d];
-        logit = a.logit(dot);
+        DotAcc<A> dot = 0;
+        for (std::int64_t d = 0; d < Dq; ++d) dot += static_cast<DotAcc<A>>(Qs[qq * Dq + d]) * Ks[lane * ldk + d];
+        logit = a.logit(static_cast<float>(dot));
       }
       const float corr = kmath::softmax_rescale(st[w], detail::warp_max(logit));
       const float e = visible ? expf(logit - st[w].m) : 0.0f;
@@ -216,9 +223,9 @@ __global__ void __launch_bounds__(128) attention_split(AttnArgs<A> a, float* par
   for (std::int64_t s = c_lo + warp; s < c_hi; s += 4) {
     if (!key_visible(a, qm, b, s)) continue;  // warp-uniform
     const A* kp = a.krow(b, s, kh);
-    float dot = 0.0f;
-    for (std::int64_t d = lane; d < Dq; d += 32) dot += Qs[d] * to_float(kp[d]);
-    const float logit = a.logit(detail::warp_sum(dot));
+    DotAcc<A> dot = 0;
+    for (std::int64_t d = lane; d < Dq; d += 32) dot += static_cast<DotAcc<A>>(Qs[d]) * to_float(kp[d]);
+    const float logit = a.logit(static_cast<float>(detail::warp_sum(dot)));
     const float corr = kmath::softmax_rescale(st, logit);
     const float e = kmath::softmax_weight(st, logit);
     const A* vp = a.vrow(b, s, kh);

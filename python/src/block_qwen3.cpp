@@ -1,6 +1,0 @@
-// python/src/block_qwen3.cpp: the Python bindings of decoder_block 'qwen3' on every policy (see blocks.hpp).
-#include "binding_impl.hpp"
-#include "blocks.hpp"
-#include "maxtext/layers/qwen3.hpp"
-
-MAXTEXT_PY_BLOCK(template, ::maxtext::layers::Qwen3DecoderLayer)
