@@ -1,6 +1,6 @@
 // tools/cmd_chat.hpp: `maxtext chat`: an interactive conversation on stdin/stdout (one user message per line, until
 // EOF; works non-interactively with piped input). Each turn renders the whole conversation to prompt text, encodes it,
-// and keeps a models::Session so only the tokens past the cached prefix go through the model (the session rewinds to
+// and keeps a session (models::Session behind models::AnyModel) so only the tokens past the cached prefix go through the model (the session rewinds to
 // the common prefix when the new prompt's ids differ from the cached ones). The answer streams as it is generated.
 //
 // Prompt formatting is behind ChatRenderer: the model's Jinja chat template (tokenizer/chat_template.hpp), whose text
@@ -22,8 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/core/error.hpp"
+#include "maxtext/models/any_model.hpp"
 #include "maxtext/models/generate.hpp"
-#include "maxtext/models/session.hpp"
 #include "maxtext/models/text_stream.hpp"
 #include "maxtext/tokenizer/chat_template.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
@@ -73,8 +73,7 @@ inline std::string trim(std::string_view s) {
 }
 
 /// Run the conversation: user lines from `in`, answers to `out`, notes and per-turn statistics to `err`.
-template <class Model>
-int run_chat(Model& model, const tokenizer::Tokenizer& tk, ChatOptions opt, std::istream& in, std::ostream& out,
+inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, ChatOptions opt, std::istream& in, std::ostream& out,
              std::ostream& err) {
   if (!opt.render) {
     err << "note: no chat template for this model; using the plain format (\"role: content\" lines, then "
@@ -88,7 +87,8 @@ int run_chat(Model& model, const tokenizer::Tokenizer& tk, ChatOptions opt, std:
     out << d << std::flush;
     return true;
   };
-  models::Session<Model> session(model, opt.capacity);
+  const std::unique_ptr<models::AnySession> sp = model.new_session(opt.capacity);
+  models::AnySession& session = *sp;
   nlohmann::json messages = nlohmann::json::array();
   if (!opt.system.empty()) messages.push_back({{"role", "system"}, {"content", opt.system}});
   std::string line;

@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,10 +24,8 @@
 #include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/layers/context.hpp"
-#include "maxtext/layers/gpt3.hpp"
-#include "maxtext/models/layer_runner.hpp"
-#include "maxtext/models/registry.hpp"
-#include "maxtext/models/transformer.hpp"
+#include "maxtext/models/any_model.hpp"
+#include "maxtext_blocks_built.hpp"
 #include "maxtext/testing/reference_check.hpp"
 
 namespace maxtext_cli {
@@ -48,57 +46,6 @@ namespace maxtext_cli {
 namespace compare_detail {
 
 using namespace maxtext;
-
-template <class T>
-struct PolicyOf;
-template <TensorPolicy P, template <class> class L, template <class> class M>
-struct PolicyOf<models::Transformer<P, L, M>> {
-  using type = P;
-};
-
-/// Gpt3MultiHeadAttention as a stand-alone "layer" (x -> attention(x), no residual).
-template <TensorPolicy P>
-class Gpt3AttentionLayer {
- public:
-  using A = typename P::act_t;
-  using Params = typename layers::Gpt3MultiHeadAttention<P>::Params;
-  Gpt3AttentionLayer(const Config& c, std::string name) : attn_(c, std::move(name)) {}
-  layers::CacheSpec cache_spec() const { return attn_.cache_spec(); }
-  template <class V>
-  void visit(V& v, Params& p) const {
-    attn_.visit(v, p);
-  }
-  void forward(const layers::Context<P>& ctx, const Params& p, layers::LayerCache<A>& cache, View<A, 2> x) const {
-    ScratchScope scope(ctx.scratch);
-    View<A, 2> y = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
-    attn_.forward(ctx, p, View<const A, 2>(x), cache, y);
-    ctx.be.copy(View<const A, 2>(y), x);
-  }
-
- private:
-  layers::Gpt3MultiHeadAttention<P> attn_;
-};
-
-/// Gpt3LayerNorm (eps normalization_layer_epsilon; a bias when the weights have one) as a stand-alone "layer".
-template <TensorPolicy P>
-class Gpt3LayerNormLayer {
- public:
-  using A = typename P::act_t;
-  using Params = typename layers::Gpt3LayerNorm<P>::Params;
-  Gpt3LayerNormLayer(const Config& c, bool bias)
-      : ln_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon), bias}) {}
-  layers::CacheSpec cache_spec() const { return {}; }
-  template <class V>
-  void visit(V& v, Params& p) const {
-    ln_.visit(v, p);
-  }
-  void forward(const layers::Context<P>& ctx, const Params& p, layers::LayerCache<A>&, View<A, 2> x) const {
-    ln_.forward(ctx, p, View<const A, 2>(x), x);
-  }
-
- private:
-  layers::Gpt3LayerNorm<P> ln_;
-};
 
 inline bool is_file(const std::string& s) { return std::filesystem::is_regular_file(s); }
 
@@ -134,13 +81,6 @@ inline Tensor<std::int32_t, 2> parse_tokens_arg(const std::string& s, const io::
     for (std::size_t i = 0; i < T; ++i) t(static_cast<std::int64_t>(b), static_cast<std::int64_t>(i)) = rows[b][i];
   }
   return t;
-}
-
-/// Trailing digits of a prefix ("decoder.layers_3" -> 3), or 0.
-inline std::int64_t trailing_index(const std::string& s) {
-  std::size_t e = s.size();
-  while (e > 0 && std::isdigit(static_cast<unsigned char>(s[e - 1]))) --e;
-  return e < s.size() ? std::stoll(s.substr(e)) : 0;
 }
 
 template <class Args>
@@ -212,11 +152,37 @@ inline models::NameScheme scheme_arg(const std::string& s, models::NameScheme df
   MAXTEXT_THROW(ArgumentError, "--names: expected maxtext or hf, found '", s, "'");
 }
 
-template <class Args, class Model>
+/// --segment-ids / --positions, when given.
+struct RowInputs {
+  Tensor<std::int32_t, 2> seg, pos;
+  const Tensor<std::int32_t, 2>* segp = nullptr;
+  const Tensor<std::int32_t, 2>* posp = nullptr;
+};
+template <class Args>
+void read_row_inputs(const Args& a, const io::TensorMap& reference, RowInputs& in) {
+  if (a.has("segment-ids")) {
+    in.seg = int_rows("segment-ids", tensor_arg("segment-ids", a.get("segment-ids"), reference));
+    in.segp = &in.seg;
+  }
+  if (a.has("positions")) {
+    in.pos = int_rows("positions", tensor_arg("positions", a.get("positions"), reference));
+    in.posp = &in.pos;
+  }
+}
+
+inline std::unique_ptr<models::AnyModel> make_model(const Config& cfg, int threads, models::NameScheme scheme,
+                                                    const std::string& weight_type) {
+  models::AnyModelOptions o;
+  o.threads = threads;
+  o.names = scheme;
+  o.weight_type = weight_type;
+  return models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
+}
+
+template <class Args>
 int run_model(const Args& a, const Config& cfg, const io::TensorMap& reference, const testing::NameMap& map) {
   MAXTEXT_CHECK(a.has("tokens"), ArgumentError, "compare needs --tokens (or --layer KIND with --input)");
   const Tensor<std::int32_t, 2> tokens = parse_tokens_arg(a.get("tokens"), reference);
-  cpu::Backend be(cpu::Options{static_cast<int>(a.integer("threads", 0))});
   models::NameScheme scheme = models::NameScheme::maxtext;
   std::optional<io::LoadedWeights> w;
   if (a.has("weights")) {
@@ -224,92 +190,56 @@ int run_model(const Args& a, const Config& cfg, const io::TensorMap& reference, 
     if (w->naming == io::WeightNaming::hf) scheme = models::NameScheme::hf;
   }
   scheme = scheme_arg(a.get("names"), scheme);
-  Model model(cfg, std::move(be), scheme);
+  const auto model = make_model(cfg, static_cast<int>(a.integer("threads", 0)), scheme, a.get("weight-type"));
   if (w) {
-    model.load(w->tensors);
+    model->load(w->tensors);
   } else {
-    model.init(static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed)));
+    model->init(static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed)));
   }
   layers::Capture cap(testing::wanted_names(reference, map));
-  models::ForwardOptions fo;
-  fo.capture = &cap;
-  Tensor<std::int32_t, 2> seg, pos;
-  if (a.has("segment-ids")) {
-    seg = int_rows("segment-ids", tensor_arg("segment-ids", a.get("segment-ids"), reference));
-    fo.segment_ids = &seg;
-  }
-  if (a.has("positions")) {
-    pos = int_rows("positions", tensor_arg("positions", a.get("positions"), reference));
-    fo.positions = &pos;
-  }
-  (void)model.forward(tokens, fo);
+  RowInputs in;
+  read_row_inputs(a, reference, in);
+  models::ForwardRequest r;
+  r.tokens = &tokens;
+  r.segment_ids = in.segp;
+  r.positions = in.posp;
+  r.capture = &cap;
+  (void)model->forward(r);
   const std::string header = str("model: decoder_block ", cfg.decoder_block, ", dtype ", cfg.dtype_canonical(), ", ",
                                  cfg.num_decoder_layers, " layers; tokens [", tokens.dim(0), ", ", tokens.dim(1),
                                  "]; names: ", scheme == models::NameScheme::hf ? "hf" : "maxtext", "\n");
   return finish(a, cap, reference, map, header);
 }
 
-template <class Args, TensorPolicy P, class L>
-int run_one_layer(const Args& a, const Config& cfg, const L& layer, const io::TensorMap& weights, const std::string& prefix,
-                  const io::TensorMap& reference, const testing::NameMap& map, const std::string& kind) {
-  MAXTEXT_CHECK(a.has("input"), ArgumentError, "compare --layer needs --input FILE.npy|FILE:NAME|NAME");
-  AnyTensor x = tensor_arg("input", a.get("input"), reference);
-  if (x.rank() == 2) x = x.reshaped({1, x.shape[0], x.shape[1]});
-  MAXTEXT_CHECK(x.rank() == 3 && x.shape[2] == cfg.emb_dim, ArgumentError, "--input: expected [B, T, ", cfg.emb_dim,
-                "] (emb_dim), found ", x.describe());
-  cpu::Backend be(cpu::Options{static_cast<int>(a.integer("threads", 0))});
-  const auto params = models::load_layer_params<P>(layer, weights, be, prefix);
-  Tensor<std::int32_t, 2> seg, pos;
-  const Tensor<std::int32_t, 2>* segp = nullptr;
-  const Tensor<std::int32_t, 2>* posp = nullptr;
-  if (a.has("segment-ids")) {
-    seg = int_rows("segment-ids", tensor_arg("segment-ids", a.get("segment-ids"), reference));
-    segp = &seg;
-  }
-  if (a.has("positions")) {
-    pos = int_rows("positions", tensor_arg("positions", a.get("positions"), reference));
-    posp = &pos;
-  }
-  layers::Capture cap(testing::wanted_names(reference, map));
-  const Tensor<float, 3> y = models::run_layer<P>(layer, params, be, x, segp, posp, &cap);
-  const std::string out_name = prefix.empty() ? "out" : prefix;
-  if (!cap.has(out_name) && cap.wants(out_name)) cap.put(out_name, AnyTensor::from(y, out_name));
-  const std::string header = str("layer: ", kind, prefix.empty() ? std::string() : " " + prefix, ", dtype ",
-                                 cfg.dtype_canonical(), "; input ", x.shape, "; output '", out_name, "'\n");
-  return finish(a, cap, reference, map, header);
-}
-
-template <class Args, class Model>
-int run_layer_kind(const Args& a, Config cfg, const io::TensorMap& reference, const testing::NameMap& map) {
-  using P = typename PolicyOf<Model>::type;
+template <class Args>
+int run_layer_kind(const Args& a, const Config& cfg, const io::TensorMap& reference, const testing::NameMap& map) {
   MAXTEXT_CHECK(a.has("weights"), ArgumentError, "compare --layer needs --weights FILE");
+  MAXTEXT_CHECK(a.has("input"), ArgumentError, "compare --layer needs --input FILE.npy|FILE:NAME|NAME");
   const io::LoadedWeights w = io::load_weights(a.get("weights"), cfg);
   const std::string kind = a.get("layer"), prefix = a.get("prefix");
   const models::NameScheme scheme =
       scheme_arg(a.get("names"), w.naming == io::WeightNaming::hf ? models::NameScheme::hf : models::NameScheme::maxtext);
-  layers::LayerInfo info;
-  info.index = a.integer("layer-index", trailing_index(prefix));
-  info.name = prefix;
-  info.attention = layers::join_name(prefix, scheme == models::NameScheme::hf ? "self_attn" : "self_attention");
-  if (kind == "gpt3_attention") {
-    return run_one_layer<Args, P>(a, cfg, Gpt3AttentionLayer<P>(cfg, prefix), w.tensors, prefix, reference, map, kind);
-  }
-  if (kind == "gpt3_layernorm") {
-    const bool bias = w.tensors.has(layers::join_name(prefix, "bias"));
-    return run_one_layer<Args, P>(a, cfg, Gpt3LayerNormLayer<P>(cfg, bias), w.tensors, prefix, reference, map, kind);
-  }
-  if (kind == "moe") {
-    if constexpr (Model::kTwoKinds) {
-      using L = typename Model::MoeL;
-      info.mlp = layers::join_name(prefix, models::detail::mlp_name<L>());
-      return run_one_layer<Args, P>(a, cfg, L(cfg, info), w.tensors, prefix, reference, map, kind);
-    } else {
-      MAXTEXT_THROW(ArgumentError, "--layer moe: decoder_block ", cfg.decoder_block, " has one kind of layer");
-    }
-  }
-  using L = typename Model::DenseL;
-  info.mlp = layers::join_name(prefix, models::detail::mlp_name<L>());
-  return run_one_layer<Args, P>(a, cfg, L(cfg, info), w.tensors, prefix, reference, map, kind);
+  const auto model = make_model(cfg, static_cast<int>(a.integer("threads", 0)), scheme, a.get("weight-type"));
+  models::LayerRequest r;
+  r.x = tensor_arg("input", a.get("input"), reference);
+  if (r.x.rank() == 2) r.x = r.x.reshaped({1, r.x.shape[0], r.x.shape[1]});
+  MAXTEXT_CHECK(r.x.rank() == 3 && r.x.shape[2] == cfg.emb_dim, ArgumentError, "--input: expected [B, T, ", cfg.emb_dim,
+                "] (emb_dim), found ", r.x.describe());
+  r.weights = &w.tensors;
+  r.prefix = prefix;
+  r.layer_index = a.integer("layer-index", -1);
+  r.kind = kind == "moe" || kind == "gpt3_attention" || kind == "gpt3_layernorm" ? kind : "decoder";
+  RowInputs in;
+  read_row_inputs(a, reference, in);
+  r.segment_ids = in.segp;
+  r.positions = in.posp;
+  layers::Capture cap(testing::wanted_names(reference, map));
+  r.capture = &cap;
+  (void)model->run_layer(r);
+  const std::string out_name = prefix.empty() ? "out" : prefix;
+  const std::string header = str("layer: ", kind, prefix.empty() ? std::string() : " " + prefix, ", dtype ",
+                                 cfg.dtype_canonical(), "; input ", r.x.shape, "; output '", out_name, "'\n");
+  return finish(a, cap, reference, map, header);
 }
 
 }  // namespace compare_detail
@@ -329,10 +259,8 @@ int cmd_compare(const Args& args, MakeConfig&& make_config) {
   const Config cfg = make_config(a);
   const io::TensorMap reference = io::read_tensors(a.get("reference"));
   const testing::NameMap map = a.has("map") ? testing::NameMap::read(a.get("map")) : testing::NameMap();
-  return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
-    if (layer_mode) return compare_detail::run_layer_kind<Args, Model>(a, cfg, reference, map);
-    return compare_detail::run_model<Args, Model>(a, cfg, reference, map);
-  }, a.get("weight-type"));
+  if (layer_mode) return compare_detail::run_layer_kind(a, cfg, reference, map);
+  return compare_detail::run_model(a, cfg, reference, map);
 }
 
 }  // namespace maxtext_cli

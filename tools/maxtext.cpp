@@ -20,8 +20,8 @@
 #include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/generate.hpp"
-#include "maxtext/models/registry.hpp"
 #include "cli_common.hpp"
+#include "maxtext_blocks_built.hpp"  // the models, compiled per decoder block in maxtext_blocks (tools/blocks/)
 #include "cmd_tokenize.hpp"
 #include "cmd_template.hpp"
 
@@ -148,23 +148,27 @@ Config make_config(const Args& a) {
   return io::load_config(path, a.overrides);
 }
 
-template <class Model>
-void load_or_init(Model& model, const Args& a) {
-  if (a.has("weights")) {
-    const auto w = io::load_weights(a.get("weights"), model.config());
-    if (w.naming == io::WeightNaming::hf) model.set_name_scheme(models::NameScheme::hf);
-    model.load(w.tensors);
-  } else {
-    model.init(static_cast<std::uint64_t>(a.integer("seed", model.config().init_weights_seed)));
-  }
-}
-
-cpu::Backend make_backend(const Args& a) {
+/// The model the config describes (any registered block; --weight-type, --threads, --int8-activations), with the
+/// weights of --weights or initialised from --seed.
+std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load = true) {
   const std::string i8 = a.get("int8-activations", "off");
   MAXTEXT_CHECK(i8 == "on" || i8 == "off", ArgumentError, "--int8-activations: expected on or off, found '", i8, "'");
   MAXTEXT_CHECK(i8 == "off" || a.get("weight-type") == "q8_0", ArgumentError,
                 "--int8-activations on applies to Q8_0 weights: add --weight-type q8_0");
-  return cpu::Backend(cpu::Options{static_cast<int>(a.integer("threads", 0)), i8 == "on"});
+  models::AnyModelOptions o;
+  o.weight_type = a.get("weight-type");
+  o.threads = static_cast<int>(a.integer("threads", 0));
+  o.int8_activations = i8 == "on";
+  auto model = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
+  if (!load) return model;
+  if (a.has("weights")) {
+    const auto w = io::load_weights(a.get("weights"), cfg);
+    if (w.naming == io::WeightNaming::hf) model->set_name_scheme(models::NameScheme::hf);
+    model->load(w.tensors);
+  } else {
+    model->init(static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed)));
+  }
+  return model;
 }
 
 int cmd_logits(const Args& a) {
@@ -178,29 +182,29 @@ int cmd_logits(const Args& a) {
   }
   const std::int64_t inc = a.integer("incremental", 0);
   MAXTEXT_CHECK(inc >= 0 && inc < T, ArgumentError, "--incremental must be in [0, ", T, "), found ", inc);
-  return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
-    Model model(cfg, make_backend(a));
-    load_or_init(model, a);
-    auto cache = model.make_cache(Bn, T);
-    Tensor<float, 3> out({Bn, T, cfg.vocab_size});
-    auto run = [&](std::int64_t t0, std::int64_t len) {
-      Tensor<std::int32_t, 2> tok({Bn, len});
-      for (std::int64_t b = 0; b < Bn; ++b) {
-        for (std::int64_t t = 0; t < len; ++t) tok(b, t) = rows[static_cast<std::size_t>(b)][static_cast<std::size_t>(t0 + t)];
+  const auto model = open_model(cfg, a);
+  const auto cache = model->new_cache(Bn, T);
+  Tensor<float, 3> out({Bn, T, cfg.vocab_size});
+  auto run = [&](std::int64_t t0, std::int64_t len) {
+    Tensor<std::int32_t, 2> tok({Bn, len});
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      for (std::int64_t t = 0; t < len; ++t) tok(b, t) = rows[static_cast<std::size_t>(b)][static_cast<std::size_t>(t0 + t)];
+    }
+    models::ForwardRequest r;
+    r.tokens = &tok;
+    r.cache = cache.get();
+    const Tensor<float, 3> l = model->forward(r);
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      for (std::int64_t t = 0; t < len; ++t) {
+        std::copy(&l(b, t, 0), &l(b, t, 0) + cfg.vocab_size, &out(b, t0 + t, 0));
       }
-      Tensor<float, 3> l = model.forward(tok, cache);
-      for (std::int64_t b = 0; b < Bn; ++b) {
-        for (std::int64_t t = 0; t < len; ++t) {
-          std::copy(&l(b, t, 0), &l(b, t, 0) + cfg.vocab_size, &out(b, t0 + t, 0));
-        }
-      }
-    };
-    run(0, T - inc);
-    for (std::int64_t t = T - inc; t < T; ++t) run(t, 1);
-    io::write_npy(a.get("out"), out);
-    std::cout << "wrote " << a.get("out") << " [" << Bn << ", " << T << ", " << cfg.vocab_size << "] f32\n";
-    return 0;
-  }, a.get("weight-type"));
+    }
+  };
+  run(0, T - inc);
+  for (std::int64_t t = T - inc; t < T; ++t) run(t, 1);
+  io::write_npy(a.get("out"), out);
+  std::cout << "wrote " << a.get("out") << " [" << Bn << ", " << T << ", " << cfg.vocab_size << "] f32\n";
+  return 0;
 }
 
 /// C escapes \n, \t, \r, \\ in a --stop value.
@@ -286,33 +290,30 @@ int cmd_generate(const Args& a) {
     MAXTEXT_CHECK(go.stop_strings.empty(), ArgumentError, "--stop needs --prompt (text, through a tokenizer)");
     prompts = cli::parse_token_rows(a.get("tokens"));
   }
-  return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
-    Model model(cfg, make_backend(a));
-    load_or_init(model, a);
-    if (tk) {
-      // Text: the prompt as given, then the generated text as it comes (whole UTF-8 characters, stop strings cut).
-      std::cout << a.get("prompt") << std::flush;
-      go.decode = models::decoder_for(*tk);
-      go.on_text = [](std::int64_t, std::string_view d) {
-        std::fwrite(d.data(), 1, d.size(), stdout);
-        std::fflush(stdout);
-        return true;
-      };
-    }
-    const auto res = models::generate(model, prompts, go);
-    if (tk) std::cout << "\n";
-    for (std::size_t b = 0; b < res.tokens.size(); ++b) {
-      std::cout << "tokens[" << b << "]: ";
-      for (std::size_t i = 0; i < res.tokens[b].size(); ++i) std::cout << (i ? "," : "") << res.tokens[b][i];
-      std::cout << "\n";
-    }
-    if (tk) std::cout << "finish: " << models::to_string(res.finish[0]) << "\n";
-    std::printf("prefill: %lld tokens in %.3f ms (%.1f tokens/s)\n", static_cast<long long>(res.prompt_tokens),
-                res.prefill_seconds * 1e3, res.prefill_tokens_per_second());
-    std::printf("decode: %lld steps in %.3f ms (%.1f tokens/s)\n", static_cast<long long>(res.decode_steps),
-                res.decode_seconds * 1e3, res.decode_tokens_per_second());
-    return 0;
-  }, a.get("weight-type"));
+  const auto model = open_model(cfg, a);
+  if (tk) {
+    // Text: the prompt as given, then the generated text as it comes (whole UTF-8 characters, stop strings cut).
+    std::cout << a.get("prompt") << std::flush;
+    go.decode = models::decoder_for(*tk);
+    go.on_text = [](std::int64_t, std::string_view d) {
+      std::fwrite(d.data(), 1, d.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+  }
+  const auto res = model->generate(prompts, go);
+  if (tk) std::cout << "\n";
+  for (std::size_t b = 0; b < res.tokens.size(); ++b) {
+    std::cout << "tokens[" << b << "]: ";
+    for (std::size_t i = 0; i < res.tokens[b].size(); ++i) std::cout << (i ? "," : "") << res.tokens[b][i];
+    std::cout << "\n";
+  }
+  if (tk) std::cout << "finish: " << models::to_string(res.finish[0]) << "\n";
+  std::printf("prefill: %lld tokens in %.3f ms (%.1f tokens/s)\n", static_cast<long long>(res.prompt_tokens),
+              res.prefill_seconds * 1e3, res.prefill_tokens_per_second());
+  std::printf("decode: %lld steps in %.3f ms (%.1f tokens/s)\n", static_cast<long long>(res.decode_steps),
+              res.decode_seconds * 1e3, res.decode_tokens_per_second());
+  return 0;
 }
 
 int cmd_chat(const Args& a) {
@@ -328,24 +329,19 @@ int cmd_chat(const Args& a) {
   co.capacity = a.integer("ctx-size", std::min<std::int64_t>(cfg.max_target_length, 4096));
   co.interactive = ::isatty(STDIN_FILENO) != 0;
   MAXTEXT_CHECK(co.capacity > 0, ArgumentError, "--ctx-size must be > 0");
-  return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
-    Model model(cfg, make_backend(a));
-    load_or_init(model, a);
-    return cli::run_chat(model, *tk, co, std::cin, std::cout, std::cerr);
-  }, a.get("weight-type"));
+  const auto model = open_model(cfg, a);
+  return cli::run_chat(*model, *tk, co, std::cin, std::cout, std::cerr);
 }
 
 int cmd_info(const Args& a) {
   const Config cfg = make_config(a);
-  return models::with_model_type<cpu::Backend>(cfg, [&]<class Model>() {
-    Model model(cfg, make_backend(a));
-    std::cout << "decoder_block " << cfg.decoder_block << ", dtype " << cfg.dtype_canonical() << "\n"
-              << "emb_dim " << cfg.emb_dim << ", heads " << cfg.num_query_heads << "/" << cfg.num_kv_heads
-              << ", head_dim " << cfg.head_dim << ", mlp_dim " << cfg.mlp_dim << ", layers " << cfg.num_decoder_layers
-              << ", vocab " << cfg.vocab_size << "\n"
-              << "parameters " << model.num_params() << "\n";
-    return 0;
-  }, a.get("weight-type"));
+  const auto model = open_model(cfg, a, false);
+  std::cout << "decoder_block " << cfg.decoder_block << ", dtype " << cfg.dtype_canonical() << "\n"
+            << "emb_dim " << cfg.emb_dim << ", heads " << cfg.num_query_heads << "/" << cfg.num_kv_heads
+            << ", head_dim " << cfg.head_dim << ", mlp_dim " << cfg.mlp_dim << ", layers " << cfg.num_decoder_layers
+            << ", vocab " << cfg.vocab_size << "\n"
+            << "parameters " << model->num_params() << "\n";
+  return 0;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // python/src/module.cpp: the `maxtext_cpp._maxtext_cpp` extension: Config, Model (any registered decoder block and
 // policy, chosen at run time), Cache, Tokenizer, read_tensors, and the maxtext_cpp.Error exceptions. This TU only
-// converts between Python and the library and dispatches through models::with_model_type; the models are compiled
-// in block_*.cpp (blocks.hpp). The GIL is released while the library computes and re-acquired for callbacks.
+// converts between Python and the library; models are models::AnyModel objects, compiled in the maxtext_blocks
+// library (tools/blocks/, one translation unit per decoder block). The GIL is released while the library computes and re-acquired for callbacks.
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -15,8 +15,6 @@
 #include <vector>
 
 #include "binding.hpp"
-#include "binding_impl.hpp"  // the fallback for a registry entry that no block_*.cpp instantiates
-#include "blocks.hpp"
 #include "maxtext/io/checkpoint.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/model_import.hpp"
@@ -27,16 +25,9 @@
 #include "maxtext/testing/reference_check.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
 
-MAXTEXT_PY_ALL_BLOCKS(extern template)
-
 namespace py = pybind11;
 
 namespace maxtext::python {
-
-std::unique_ptr<ModelBinding> make_binding(const Config& cfg, const ModelOptions& opt) {
-  return models::with_model_type<cpu::Backend>(
-      cfg, [&]<class M>() { return make_model_binding<M>(cfg, opt); }, opt.weight_type);
-}
 
 namespace {
 

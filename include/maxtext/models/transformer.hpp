@@ -72,6 +72,7 @@ std::string mlp_name() {
 template <TensorPolicy P, template <TensorPolicy> class Layer, template <TensorPolicy> class MoeLayer = Layer>
 class Transformer {
  public:
+  using policy = P;
   using B = typename P::backend;
   using A = typename P::act_t;
   using W = typename P::weight_t;

@@ -1,0 +1,135 @@
+// models/any_model.hpp: a model whose decoder block and policy are chosen at run time, behind a virtual interface.
+//
+// models::Transformer<P, Layer...> is the library's model: its type names the architecture, so a program that takes
+// the architecture from a file (a config, a GGUF) must dispatch over every type the registry knows
+// (models::with_model_type). AnyModel is that dispatch done once: make_any_model(config, options) returns one
+// object whatever the block, and everything a tool needs (load, forward with captures, one layer on its own, KV
+// caches, generation, multi-turn sessions) is a virtual call. The `maxtext` CLI and the Python module are written
+// against it.
+//
+// Compile time: make_any_model_of<Model> is declared here and defined in any_model_impl.hpp. A program that includes
+// only this header compiles no model code; the instantiations then come from translation units that include
+// any_model_blocks.hpp and instantiate the blocks explicitly (the CLI and the Python module build one such unit per
+// decoder block, tools/blocks/). A program that wants everything in one translation unit includes any_model_impl.hpp
+// as well.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/core/any_tensor.hpp"
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/io/safetensors.hpp"
+#include "maxtext/layers/context.hpp"
+#include "maxtext/models/generate.hpp"
+#include "maxtext/models/registry.hpp"
+#include "maxtext/models/transformer.hpp"
+
+namespace maxtext::models {
+
+/// How an AnyModel is built: weight storage ("" = the config's dtype; bfloat16, float16, q8_0 with float32
+/// activations), CPU threads (0 = all cores), llama.cpp-style int8 activations for q8_0, the parameter and capture
+/// naming.
+struct AnyModelOptions {
+  std::string weight_type;
+  int threads = 0;
+  bool int8_activations = false;
+  NameScheme names = NameScheme::maxtext;
+};
+
+/// A KV cache made by one model (AnyModel::new_cache); passed back to forward() to decode incrementally.
+class AnyCache {
+ public:
+  virtual ~AnyCache() = default;
+  virtual std::int64_t batch() const = 0;
+  virtual std::int64_t capacity() const = 0;
+  virtual std::vector<std::int32_t> lengths() const = 0;
+  /// Forget every row (-1) or row b.
+  virtual void reset(std::int64_t b) = 0;
+  virtual std::int64_t bytes() const = 0;
+};
+
+/// A conversation with its own cache (models::Session behind the interface; see session.hpp).
+class AnySession {
+ public:
+  virtual ~AnySession() = default;
+  virtual std::int64_t length() const = 0;
+  virtual std::int64_t capacity() const = 0;
+  virtual const std::vector<std::int32_t>& tokens() const = 0;
+  virtual void rewind(std::int64_t n) = 0;
+  /// Make the conversation exactly `ids` (rewinds to the common prefix); returns that prefix's length.
+  virtual std::int64_t sync(const std::vector<std::int32_t>& ids) = 0;
+  virtual GenerateResult generate(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt) = 0;
+};
+
+/// Inputs of one forward pass (host tensors, [B, T]).
+struct ForwardRequest {
+  const Tensor<std::int32_t, 2>* tokens = nullptr;
+  const Tensor<std::int32_t, 2>* positions = nullptr;
+  const Tensor<std::int32_t, 2>* segment_ids = nullptr;
+  AnyCache* cache = nullptr;  ///< nullptr: a fresh cache of T tokens (full-sequence forward)
+  bool last_only = false;
+  layers::Capture* capture = nullptr;
+};
+
+/// One decoder layer run on its own (`maxtext compare --layer`): either layer `index` of the loaded model with its
+/// parameters, or a layer of `kind` whose parameters come from `weights` under `prefix`.
+struct LayerRequest {
+  AnyTensor x;                             ///< [B, T, emb_dim] or [T, emb_dim], any float dtype
+  std::int64_t index = -1;                 ///< >= 0 without weights: the model's own layer
+  const io::TensorMap* weights = nullptr;  ///< canonical names (io::load_weights / a parameter dict)
+  std::string prefix;                      ///< with weights: P.* are the layer's parameters; names captured under P
+  std::int64_t layer_index = -1;           ///< with weights: the layer's index in the stack (-1: P's trailing digits)
+  std::string kind = "decoder";            ///< decoder, moe (second layer kind), gpt3_attention, gpt3_layernorm
+  const Tensor<std::int32_t, 2>* positions = nullptr;
+  const Tensor<std::int32_t, 2>* segment_ids = nullptr;
+  layers::Capture* capture = nullptr;
+};
+
+/// A models::Transformer of any registered decoder block and policy. Calls are serialised per model (a mutex):
+/// threads may share one AnyModel, but its forward passes run one at a time.
+class AnyModel {
+ public:
+  virtual ~AnyModel() = default;
+  virtual const Config& config() const = 0;
+  /// The concrete model, e.g. "Transformer<decoder_block=llama2, activations=float32, weights=bfloat16>".
+  virtual std::string type_name() const = 0;
+  /// Load canonical (MaxText-named, unscanned) tensors; allow_unused: ignore tensors the model does not take.
+  virtual void load(const io::TensorMap& tensors, bool allow_unused = false) = 0;
+  virtual void init(std::uint64_t seed) = 0;
+  virtual bool loaded() const = 0;
+  virtual NameScheme name_scheme() const = 0;
+  virtual void set_name_scheme(NameScheme s) = 0;
+  virtual std::vector<std::string> layer_names() const = 0;
+  virtual std::int64_t num_params() = 0;
+  virtual io::TensorMap export_params() = 0;
+
+  virtual std::shared_ptr<AnyCache> new_cache(std::int64_t batch, std::int64_t capacity) = 0;
+  /// Logits [B, T, V] (or [B, 1, V] with last_only) as f32.
+  virtual Tensor<float, 3> forward(const ForwardRequest& r) = 0;
+  virtual GenerateResult generate(const std::vector<std::vector<std::int32_t>>& prompts, const GenerateOptions& opt,
+                                  std::int64_t capacity = 0) = 0;
+  /// A session holding up to `capacity` tokens (0: max_target_length). It refers to this model: keep the model alive.
+  virtual std::unique_ptr<AnySession> new_session(std::int64_t capacity = 0) = 0;
+  /// Returns the layer's output [B, T, D] as f32; also puts it into the capture under the layer's name (or "out"
+  /// for a layer from a file without prefix) when that name is requested.
+  virtual Tensor<float, 3> run_layer(const LayerRequest& r) = 0;
+};
+
+/// The AnyModel of one model type (defined in any_model_impl.hpp; instantiated per decoder block by the translation
+/// units that include any_model_blocks.hpp).
+template <class Model>
+std::unique_ptr<AnyModel> make_any_model_of(const Config& cfg, const AnyModelOptions& opt);
+
+/// The AnyModel for whatever `cfg` (decoder_block, dtype) and `opt.weight_type` describe; unknown blocks and
+/// unsupported dtype / storage pairs are refused by name (models::with_model_type).
+inline std::unique_ptr<AnyModel> make_any_model(const Config& cfg, const AnyModelOptions& opt = {}) {
+  return with_model_type<cpu::Backend>(
+      cfg, [&]<class M>() { return make_any_model_of<M>(cfg, opt); }, opt.weight_type);
+}
+
+}  // namespace maxtext::models

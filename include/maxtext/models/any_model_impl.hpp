@@ -1,0 +1,295 @@
+// models/any_model_impl.hpp: AnyModel for one concrete models::Transformer type (make_any_model_of<Model>), and
+// the stand-alone GPT-3 attention / layer-norm "layers" that AnyModel::run_layer offers (kinds gpt3_attention and
+// gpt3_layernorm). Include it where the model code is compiled: in a translation unit that instantiates blocks
+// explicitly (any_model_blocks.hpp), or next to any_model.hpp to get every model in one translation unit.
+#pragma once
+
+#include <cctype>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/layers/gpt3.hpp"
+#include "maxtext/models/any_model.hpp"
+#include "maxtext/models/generate.hpp"
+#include "maxtext/models/kv_cache.hpp"
+#include "maxtext/models/layer_runner.hpp"
+#include "maxtext/models/session.hpp"
+#include "maxtext/models/transformer.hpp"
+
+namespace maxtext::models {
+
+namespace any_model_detail {
+
+/// Gpt3MultiHeadAttention as a stand-alone "layer" (x -> attention(x), no residual).
+template <TensorPolicy P>
+class Gpt3AttentionLayer {
+ public:
+  using A = typename P::act_t;
+  using Params = typename layers::Gpt3MultiHeadAttention<P>::Params;
+  Gpt3AttentionLayer(const Config& c, std::string name) : attn_(c, std::move(name)) {}
+  layers::CacheSpec cache_spec() const { return attn_.cache_spec(); }
+  template <class V>
+  void visit(V& v, Params& p) const {
+    attn_.visit(v, p);
+  }
+  void forward(const layers::Context<P>& ctx, const Params& p, layers::LayerCache<A>& cache, View<A, 2> x) const {
+    ScratchScope scope(ctx.scratch);
+    View<A, 2> y = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
+    attn_.forward(ctx, p, View<const A, 2>(x), cache, y);
+    ctx.be.copy(View<const A, 2>(y), x);
+  }
+
+ private:
+  layers::Gpt3MultiHeadAttention<P> attn_;
+};
+
+/// Gpt3LayerNorm (eps normalization_layer_epsilon; a bias when the weights have one) as a stand-alone "layer".
+template <TensorPolicy P>
+class Gpt3LayerNormLayer {
+ public:
+  using A = typename P::act_t;
+  using Params = typename layers::Gpt3LayerNorm<P>::Params;
+  Gpt3LayerNormLayer(const Config& c, bool bias)
+      : ln_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon), bias}) {}
+  layers::CacheSpec cache_spec() const { return {}; }
+  template <class V>
+  void visit(V& v, Params& p) const {
+    ln_.visit(v, p);
+  }
+  void forward(const layers::Context<P>& ctx, const Params& p, layers::LayerCache<A>&, View<A, 2> x) const {
+    ln_.forward(ctx, p, View<const A, 2>(x), x);
+  }
+
+ private:
+  layers::Gpt3LayerNorm<P> ln_;
+};
+
+/// Trailing digits of a prefix ("decoder.layers_3" -> 3), or 0.
+inline std::int64_t trailing_index(const std::string& s) {
+  std::size_t e = s.size();
+  while (e > 0 && std::isdigit(static_cast<unsigned char>(s[e - 1]))) --e;
+  return e < s.size() ? std::stoll(s.substr(e)) : 0;
+}
+
+template <TensorPolicy P>
+class CacheImpl final : public AnyCache {
+ public:
+  CacheImpl(models::KVCache<P> c, const void* owner) : cache(std::move(c)), owner(owner) {}
+  std::int64_t batch() const override { return cache.batch(); }
+  std::int64_t capacity() const override { return cache.capacity(); }
+  std::vector<std::int32_t> lengths() const override { return cache.lengths(); }
+  void reset(std::int64_t b) override {
+    if (b < 0) {
+      cache.reset();
+      return;
+    }
+    MAXTEXT_CHECK(b < cache.batch(), ArgumentError, "[cache] row ", b, " outside [0, ", cache.batch(), ")");
+    cache.reset(b);
+  }
+  std::int64_t bytes() const override { return cache.bytes(); }
+
+  models::KVCache<P> cache;
+  const void* owner;
+};
+
+template <class Model>
+class SessionImpl final : public AnySession {
+ public:
+  SessionImpl(Model& m, std::mutex& mu, std::int64_t capacity) : session_(m, capacity), mu_(mu) {}
+  std::int64_t length() const override { return session_.length(); }
+  std::int64_t capacity() const override { return session_.capacity(); }
+  const std::vector<std::int32_t>& tokens() const override { return session_.tokens(); }
+  void rewind(std::int64_t n) override { session_.rewind(n); }
+  std::int64_t sync(const std::vector<std::int32_t>& ids) override { return session_.sync(ids); }
+  GenerateResult generate(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    opt.sampling.validate();
+    return session_.generate(new_tokens, opt);
+  }
+
+ private:
+  Session<Model> session_;
+  std::mutex& mu_;
+};
+
+template <class Model>
+class AnyModelImpl final : public AnyModel {
+ public:
+  using P = typename Model::policy;
+  using A = typename P::act_t;
+  using W = typename P::weight_t;
+
+  AnyModelImpl(const Config& cfg, const AnyModelOptions& opt)
+      : model_(cfg, cpu::Backend(cpu::Options{opt.threads, opt.int8_activations}), opt.names) {}
+
+  const Config& config() const override { return model_.config(); }
+  std::string type_name() const override {
+    return str("Transformer<decoder_block=", model_.config().decoder_block, ", activations=", dtype_name(dtype_of<A>),
+               ", weights=", dtype_name(dtype_of<W>), ">");
+  }
+  void load(const io::TensorMap& tensors, bool allow_unused = false) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    loaded_ = false;
+    model_.load(tensors, allow_unused);
+    loaded_ = true;
+  }
+  void init(std::uint64_t seed) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    model_.init(seed);
+    loaded_ = true;
+  }
+  bool loaded() const override { return loaded_; }
+  models::NameScheme name_scheme() const override { return model_.name_scheme(); }
+  void set_name_scheme(models::NameScheme s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    model_.set_name_scheme(s);
+  }
+  std::vector<std::string> layer_names() const override {
+    std::vector<std::string> n;
+    for (std::size_t i = 0; i < model_.num_layers(); ++i) n.push_back(model_.layer_info(i).name);
+    return n;
+  }
+  std::int64_t num_params() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return model_.num_params();
+  }
+  io::TensorMap export_params() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    require_loaded("params");
+    return model_.export_params();
+  }
+
+  std::shared_ptr<AnyCache> new_cache(std::int64_t batch, std::int64_t capacity) override {
+    return std::make_shared<CacheImpl<P>>(model_.make_cache(batch, capacity), this);
+  }
+
+  Tensor<float, 3> forward(const ForwardRequest& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    require_loaded("forward");
+    models::ForwardOptions fo;
+    fo.positions = r.positions;
+    fo.segment_ids = r.segment_ids;
+    fo.last_only = r.last_only;
+    fo.capture = r.capture;
+    if (r.cache == nullptr) return model_.forward(*r.tokens, fo);
+    auto* c = dynamic_cast<CacheImpl<P>*>(r.cache);
+    MAXTEXT_CHECK(c != nullptr && c->owner == this, ArgumentError,
+                  "[forward] the cache was made by another model (use this model's new_cache())");
+    return model_.forward(*r.tokens, c->cache, fo);
+  }
+
+  models::GenerateResult generate(const std::vector<std::vector<std::int32_t>>& prompts,
+                                  const models::GenerateOptions& opt, std::int64_t capacity = 0) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    require_loaded("generate");
+    opt.sampling.validate();
+    return models::generate(model_, prompts, opt, capacity);
+  }
+
+  std::unique_ptr<AnySession> new_session(std::int64_t capacity = 0) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    require_loaded("session");
+    return std::make_unique<SessionImpl<Model>>(model_, mu_, capacity);
+  }
+
+  Tensor<float, 3> run_layer(const LayerRequest& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Config& cfg = model_.config();
+    AnyTensor x = r.x;
+    if (x.rank() == 2) x = x.reshaped({1, x.shape[0], x.shape[1]});
+    MAXTEXT_CHECK(x.rank() == 3 && x.shape[2] == cfg.emb_dim, ShapeError, "[run_layer] x: expected [B, T, ", cfg.emb_dim,
+                  "] (emb_dim), found ", x.describe());
+    MAXTEXT_CHECK(dtype_is_float(x.dtype), ArgumentError, "[run_layer] x: expected a floating-point array, found ",
+                  x.describe());
+    const cpu::Backend& be = model_.backend();
+    if (r.weights == nullptr) {
+      require_loaded("run_layer");
+      MAXTEXT_CHECK(r.kind == "decoder", ArgumentError, "[run_layer] kind '", r.kind,
+                    "' needs weights= (a layer index runs the model's own decoder layer)");
+      const auto n = static_cast<std::int64_t>(model_.num_layers());
+      MAXTEXT_CHECK(r.index >= 0 && r.index < n, ArgumentError, "[run_layer] layer ", r.index, " outside [0, ", n, ")");
+      const auto i = static_cast<std::size_t>(r.index);
+      const layers::LayerInfo& info = model_.layer_info(i);
+      const auto& lp = model_.params().layers[i];
+      if (lp.index() == 0) {
+        const typename Model::DenseL layer(cfg, info);
+        return finish(run_one(layer, std::get<0>(lp), be, x, r), info.name, r);
+      }
+      if constexpr (Model::kTwoKinds) {
+        const typename Model::MoeL layer(cfg, info);
+        return finish(run_one(layer, std::get<1>(lp), be, x, r), info.name, r);
+      }
+      MAXTEXT_THROW(ArgumentError, "[run_layer] layer ", r.index, " has no parameters");
+    }
+    const bool hf = model_.name_scheme() == models::NameScheme::hf;
+    layers::LayerInfo info;
+    info.index = r.layer_index >= 0 ? r.layer_index : trailing_index(r.prefix);
+    info.name = r.prefix;
+    info.attention = layers::join_name(r.prefix, hf ? "self_attn" : "self_attention");
+    const std::string out = r.prefix.empty() ? "out" : r.prefix;
+    if (r.kind == "gpt3_attention") {
+      const Gpt3AttentionLayer<P> layer(cfg, r.prefix);
+      return finish(run_from(layer, be, x, r), out, r);
+    }
+    if (r.kind == "gpt3_layernorm") {
+      const bool bias = r.weights->has(layers::join_name(r.prefix, "bias"));
+      const Gpt3LayerNormLayer<P> layer(cfg, bias);
+      return finish(run_from(layer, be, x, r), out, r);
+    }
+    if (r.kind == "moe") {
+      if constexpr (Model::kTwoKinds) {
+        using L = typename Model::MoeL;
+        info.mlp = layers::join_name(r.prefix, models::detail::mlp_name<L>());
+        return finish(run_from(L(cfg, info), be, x, r), out, r);
+      } else {
+        MAXTEXT_THROW(ArgumentError, "[run_layer] kind 'moe': decoder_block ", cfg.decoder_block,
+                      " has one kind of layer");
+      }
+    }
+    MAXTEXT_CHECK(r.kind == "decoder", ArgumentError, "[run_layer] kind: expected decoder, moe, gpt3_attention or "
+                  "gpt3_layernorm, found '", r.kind, "'");
+    using L = typename Model::DenseL;
+    info.mlp = layers::join_name(r.prefix, models::detail::mlp_name<L>());
+    return finish(run_from(L(cfg, info), be, x, r), out, r);
+  }
+
+ private:
+  void require_loaded(const char* what) const {
+    MAXTEXT_CHECK(loaded_, ArgumentError, "[", what, "] the model has no parameters: give weights or call load() / init()");
+  }
+  template <class L>
+  static Tensor<float, 3> run_one(const L& layer, const typename L::Params& p, const cpu::Backend& be, const AnyTensor& x,
+                                  const LayerRequest& r) {
+    return models::run_layer<P>(layer, p, be, x, r.segment_ids, r.positions, r.capture);
+  }
+  template <class L>
+  static Tensor<float, 3> run_from(const L& layer, const cpu::Backend& be, const AnyTensor& x, const LayerRequest& r) {
+    const auto params = models::load_layer_params<P>(layer, *r.weights, be, r.prefix);
+    return run_one(layer, params, be, x, r);
+  }
+  static Tensor<float, 3> finish(Tensor<float, 3> y, const std::string& out_name, const LayerRequest& r) {
+    if (r.capture != nullptr && !r.capture->has(out_name) && r.capture->wants(out_name)) {
+      r.capture->put(out_name, AnyTensor::from(y, out_name));
+    }
+    return y;
+  }
+
+  Model model_;
+  bool loaded_ = false;
+  std::mutex mu_;
+};
+
+}  // namespace any_model_detail
+
+template <class Model>
+std::unique_ptr<AnyModel> make_any_model_of(const Config& cfg, const AnyModelOptions& opt) {
+  return std::make_unique<any_model_detail::AnyModelImpl<Model>>(cfg, opt);
+}
+
+}  // namespace maxtext::models
