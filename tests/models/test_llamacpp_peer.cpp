@@ -169,3 +169,37 @@ TEST_CASE("llama.cpp peer: olmo2 (OLMo 3: post-norms, qk-norm over all heads, L,
 TEST_CASE("llama.cpp peer: gpt-oss (sinks, biases, routed MoE 4 experts top 2, window 8)", "[models][llamacpp]") {
   check_peer("gpt-oss", kSilu);
 }
+
+TEST_CASE("GGUF Gemma metadata the importer reads or refuses: rope.freq_base_swa, attention.sliding_window_pattern",
+          "[models][llamacpp][gguf]") {
+  io::GgufFile g3 = io::read_gguf(peer_dir("gemma3") + "/model.gguf");
+  CHECK(io::config_from_gguf(g3).local_rope_max_timescale == 20000.0);  // the fixture's key
+  g3.metadata.erase("gemma3.rope.freq_base_swa");
+  CHECK(io::config_from_gguf(g3).local_rope_max_timescale == 10000.0);  // llama.cpp's default
+  auto flags = [](std::vector<std::int64_t> f) {
+    io::GgufValue v;
+    v.type = io::GgufType::array;
+    v.elem = io::GgufType::boolean;
+    v.ints = std::move(f);
+    return v;
+  };
+  const std::string key = "gemma3.attention.sliding_window_pattern";
+  g3.metadata[key] = io::GgufValue::of_u32(6);
+  CHECK_NOTHROW(io::config_from_gguf(g3));
+  g3.metadata[key] = flags({1, 1, 1, 1, 1, 0});
+  CHECK_NOTHROW(io::config_from_gguf(g3));
+  g3.metadata[key] = io::GgufValue::of_u32(4);
+  CHECK_THROWS_AS(io::config_from_gguf(g3), UnsupportedError);
+  CHECK_THROWS_WITH(io::config_from_gguf(g3), Catch::Contains(key));
+  g3.metadata[key] = flags({1, 1, 1, 1, 0, 0});
+  CHECK_THROWS_WITH(io::config_from_gguf(g3), Catch::Contains(key));
+
+  io::GgufFile g2 = io::read_gguf(peer_dir("gemma2") + "/model.gguf");
+  g2.metadata["gemma2.attention.sliding_window_pattern"] = io::GgufValue::of_u32(2);
+  CHECK_NOTHROW(io::config_from_gguf(g2));
+  g2.metadata["gemma2.rope.freq_base_swa"] = io::GgufValue::of_f32(10000.0f);  // = rope.freq_base: accepted
+  CHECK_NOTHROW(io::config_from_gguf(g2));
+  g2.metadata["gemma2.rope.freq_base_swa"] = io::GgufValue::of_f32(20000.0f);
+  CHECK_THROWS_AS(io::config_from_gguf(g2), UnsupportedError);
+  CHECK_THROWS_WITH(io::config_from_gguf(g2), Catch::Contains("rope.freq_base_swa"));
+}

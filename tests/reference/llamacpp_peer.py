@@ -40,7 +40,8 @@ ARCHS = {
     "qwen3moe": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=2, tied=True, theta=1000000.0, qk_norm=True,
                      experts=4, top_k=2, ff_exp=32),
     "gemma": dict(D=64, heads=4, kv=1, hd=16, ff=64, layers=2, tied=True, theta=10000.0),
-    "gemma3": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=6, tied=True, theta=1000000.0, theta_local=10000.0,
+    # rope.freq_base_swa 20000 (Gemma 3 ships 10000): the importer must read the key, not assume the value.
+    "gemma3": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=6, tied=True, theta=1000000.0, theta_local=20000.0,
                    window=8, qk_norm=True),
     # sqrt(48) is not a bfloat16 number: MaxText's Gemma 3 embedding scale (bf16-rounded) differs from llama.cpp's.
     "gemma3_d48": dict(arch="gemma3", D=48, heads=4, kv=2, hd=16, ff=32, layers=6, tied=True, theta=1000000.0,
