@@ -1,4 +1,5 @@
-// bench/e2e.cpp: end-to-end prefill and decode speed of a Llama model (layers::LlamaDecoderLayer) on the CPU backend,
+// bench/e2e.cpp: end-to-end prefill and decode speed of a Llama model (layers::LlamaDecoderLayer; from a GGUF file
+// also Gemma 3 and Qwen3-MoE, bench models d and e) on the CPU backend,
 // reading the same GGUF file llama.cpp reads (its configuration from the metadata; F32 or Q8_0 tensors kept as they
 // are, or converted at load to the policy's weight type, e.g. F32 -> bf16), or a MaxText-named safetensors file with
 // the shape given on the command line (bench/make_models.py writes both). Prints one JSON object per measurement:
@@ -16,7 +17,9 @@
 
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/io/weights.hpp"
+#include "maxtext/layers/gemma3.hpp"
 #include "maxtext/layers/llama2.hpp"
+#include "maxtext/layers/qwen3.hpp"
 #include "maxtext/models/transformer.hpp"
 
 using namespace maxtext;
@@ -97,9 +100,8 @@ void report(const Args& a, const std::string& test, std::int64_t tokens, double 
   std::fflush(stdout);
 }
 
-template <class P>
+template <class Model>
 void run(const Args& a, const Config& cfg) {
-  using Model = models::Transformer<P, layers::LlamaDecoderLayer>;
   Model model(cfg, cpu::Backend(cpu::Options{a.threads, a.int8_activations}));
   {
     io::LoadedWeights w = io::load_weights(a.weights, cfg);
@@ -143,6 +145,16 @@ void run(const Args& a, const Config& cfg) {
   }
 }
 
+/// The decoder block the GGUF names: llama (llama2), gemma3, qwen3moe (qwen3_moe).
+template <class P>
+void run_block(const Args& a, const Config& cfg) {
+  if (cfg.is("gemma3")) return run<models::Transformer<P, layers::Gemma3DecoderLayer>>(a, cfg);
+  if (cfg.is("qwen3_moe")) return run<models::Transformer<P, layers::Qwen3MoeDecoderLayer>>(a, cfg);
+  MAXTEXT_CHECK(cfg.is("llama2"), UnsupportedError, "[e2e] decoder_block ", cfg.decoder_block,
+                " is not benchmarked (llama2, gemma3, qwen3_moe)");
+  run<models::Transformer<P, layers::LlamaDecoderLayer>>(a, cfg);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -172,13 +184,13 @@ int main(int argc, char** argv) {
     using B = cpu::Backend;
     if (a.wtype == "f32") {
       cfg.dtype = "float32";
-      run<Policy<B, float>>(a, cfg);
+      run_block<Policy<B, float>>(a, cfg);
     } else if (a.wtype == "bf16") {
       cfg.dtype = "bfloat16";
-      run<Policy<B, bf16>>(a, cfg);
+      run_block<Policy<B, bf16>>(a, cfg);
     } else if (a.wtype == "q8_0") {
       cfg.dtype = "float32";
-      run<Policy<B, q8_0>>(a, cfg);
+      run_block<Policy<B, q8_0>>(a, cfg);
     } else {
       std::fprintf(stderr, "e2e: --weight-type must be f32, bf16 or q8_0\n");
       return 2;

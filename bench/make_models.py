@@ -8,6 +8,12 @@ Models (docs/performance.md):
   a  stories260K, the trained llama2.c model in ../shared/models (dim 64, 5 layers, 8/4 heads, hidden 172, vocab 512)
   b  stories110M-shaped Llama with seeded weights (dim 768, 12 layers, 12 heads, hidden 2048, vocab 32000)
   c  1B-class Llama with seeded weights (dim 2048, 16 layers, 16/4 heads, hidden 5632, vocab 32000)
+  d  1B-class Gemma 3 (gemma-3-1b's shape: dim 1152, 26 layers, 4/1 heads of 256, hidden 6912, window 512, 5 local :
+     1 global; vocab 32000), GGUF only (architecture gemma3)
+  e  Qwen3-MoE, 8 experts top 2 (dim 2048, 16 layers, 16/4 heads of 128, expert hidden 1408, vocab 32000), GGUF only
+     (architecture qwen3moe)
+Models d and e are written as GGUF only (the library reads the GGUF llama.cpp reads; the PyTorch baseline and the
+dense-Llama roofline model of bench_limits do not apply to them).
 
 Rotary convention: the arrays are kept in Hugging Face's half-split layout (MaxText's default RoPE); the GGUF copies
 get q/k rows permuted to llama.cpp's interleaved pairs (as convert_hf_to_gguf.py does), so every runtime computes the
@@ -24,6 +30,10 @@ import numpy as np
 SHAPES = {
     "b": dict(name="stories110M-shaped", dim=768, layers=12, heads=12, kv_heads=12, hidden=2048, vocab=32000),
     "c": dict(name="1B-class", dim=2048, layers=16, heads=16, kv_heads=4, hidden=5632, vocab=32000),
+    "d": dict(name="gemma3-1B-class", arch="gemma3", dim=1152, layers=26, heads=4, kv_heads=1, head_dim=256,
+              hidden=6912, vocab=32000, window=512, theta=1000000.0, theta_local=10000.0),
+    "e": dict(name="qwen3-moe-8x2", arch="qwen3moe", dim=2048, layers=16, heads=16, kv_heads=4, head_dim=128,
+              hidden=1408, experts=8, top_k=2, vocab=32000, theta=1000000.0),
 }
 
 
@@ -133,6 +143,87 @@ def write_gguf(gguf, path, m, s, ftype, vocab_fields=None):
     os.replace(path + ".tmp", path)
 
 
+def write_gguf_arch(gguf, path, s, ftype, seed):
+    """A seeded gemma3 / qwen3moe model straight to GGUF (llama.cpp's names; q/k rows in NeoX half-split order, as
+    its converter leaves them for these architectures). The same seed gives the same weights in every ftype."""
+    Q = gguf.GGMLQuantizationType
+    arch, D, L, N, K, H = s["arch"], s["dim"], s["layers"], s["heads"], s["kv_heads"], s["head_dim"]
+    F, V = s["hidden"], s["vocab"]
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path + ".tmp", arch)
+    p = arch + "."
+    w.add_name(s["name"])
+    w.add_uint32(p + "context_length", 2048)
+    w.add_uint32(p + "embedding_length", D)
+    w.add_uint32(p + "block_count", L)
+    w.add_uint32(p + "feed_forward_length", F)
+    w.add_uint32(p + "attention.head_count", N)
+    w.add_uint32(p + "attention.head_count_kv", K)
+    w.add_uint32(p + "attention.key_length", H)
+    w.add_uint32(p + "attention.value_length", H)
+    w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_float32(p + "rope.freq_base", s["theta"])
+    if arch == "gemma3":
+        w.add_float32(p + "rope.freq_base_swa", s["theta_local"])
+        w.add_uint32(p + "attention.sliding_window", s["window"])
+    else:
+        w.add_uint32(p + "expert_count", s["experts"])
+        w.add_uint32(p + "expert_used_count", s["top_k"])
+        w.add_uint32(p + "expert_feed_forward_length", F)
+    w.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[ftype])
+    toks = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    toks += [f"t{i}" for i in range(V - len(toks))]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_scores([0.0] * V)
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (V - 259))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+
+    def mat(name, *shape):
+        a = (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np.float32)
+        if ftype == "f16":
+            w.add_tensor(name, a.astype(np.float16))
+        elif ftype == "q8_0" and a.shape[-1] % 32 == 0:
+            w.add_tensor(name, gguf.quants.quantize(a, Q.Q8_0), raw_dtype=Q.Q8_0)
+        else:
+            w.add_tensor(name, a)
+
+    def norm(name, n):
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32))
+
+    mat("token_embd.weight", V, D)  # tied head (both architectures)
+    norm("output_norm.weight", D)
+    for i in range(L):
+        b = f"blk.{i}."
+        norm(b + "attn_norm.weight", D)
+        norm(b + "ffn_norm.weight", D)
+        norm(b + "attn_q_norm.weight", H)
+        norm(b + "attn_k_norm.weight", H)
+        mat(b + "attn_q.weight", N * H, D)
+        mat(b + "attn_k.weight", K * H, D)
+        mat(b + "attn_v.weight", K * H, D)
+        mat(b + "attn_output.weight", D, N * H)
+        if arch == "gemma3":
+            norm(b + "post_attention_norm.weight", D)
+            norm(b + "post_ffw_norm.weight", D)
+            mat(b + "ffn_gate.weight", F, D)
+            mat(b + "ffn_up.weight", F, D)
+            mat(b + "ffn_down.weight", D, F)
+        else:
+            E = s["experts"]
+            mat(b + "ffn_gate_inp.weight", E, D)
+            mat(b + "ffn_gate_exps.weight", E, F, D)
+            mat(b + "ffn_up_exps.weight", E, F, D)
+            mat(b + "ffn_down_exps.weight", E, D, F)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+
+
 def seeded(s, seed):
     rng = np.random.default_rng(seed)
     D, F, V, H = s["dim"], s["hidden"], s["vocab"], s["dim"] // s["heads"]
@@ -194,6 +285,19 @@ def main():
                 print(f"make_models: {src} not found; skipping model a", file=sys.stderr)
                 continue
             s, m, vocab = stories260k(gguf, src)
+        elif "arch" in SHAPES[key]:
+            s = dict(SHAPES[key])
+            print(f"make_models: writing model {key} ({s['name']}, {s['arch']}) to {d}", file=sys.stderr, flush=True)
+            for ft in ["f32", "f16", "q8_0"]:
+                write_gguf_arch(gguf, os.path.join(d, f"model-{ft}.gguf"), s, ft, seed={"d": 3, "e": 30}[key])
+            E, A, H = s.get("experts", 1), s.get("top_k", 1), s["head_dim"]
+            per_layer = s["dim"] * H * (2 * s["heads"] + 2 * s["kv_heads"])
+            s["active_params"] = s["layers"] * (per_layer + 3 * s["dim"] * s["hidden"] * A) + s["vocab"] * s["dim"]
+            s["params"] = s["layers"] * (per_layer + 3 * s["dim"] * s["hidden"] * E) + s["vocab"] * s["dim"]
+            s["gguf"] = ["f32", "f16", "q8_0"]
+            with open(os.path.join(d, "meta.json"), "w") as f:
+                json.dump(s, f, indent=1)
+            continue
         else:
             s = dict(SHAPES[key])
             m = seeded(s, seed={"b": 110, "c": 1000}[key])

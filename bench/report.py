@@ -25,6 +25,8 @@ VARIANTS = [("f32", "maxtext", "f32"), ("bf16", "maxtext", "bf16"), ("q8_0", "ma
 
 
 def weight_bytes_per_token(meta, w):
+    if "active_params" in meta:  # models d, e (make_models.py): Gemma 3's head_dim, the MoE's top-k experts
+        return meta["active_params"] * BYTES[w]
     D, F, N, K, L, V = meta["dim"], meta["hidden"], meta["heads"], meta["kv_heads"], meta["layers"], meta["vocab"]
     H = D // N
     per_layer = D * N * H + 2 * D * K * H + N * H * D + 3 * D * F

@@ -215,15 +215,36 @@ inline Config config_from_gguf_gemma(const GgufFile& g) {
     c.sliding_window_size = g.get_int(p + "attention.sliding_window");
     c.attn_logits_soft_cap = g.get_float(p + "attn_logit_softcapping", 0.0);
     c.final_logits_soft_cap = g.get_float(p + "final_logit_softcapping", 0.0);
+    // llama.cpp reads the local:global pattern from attention.sliding_window_pattern when present (a period, or
+    // one flag per layer); MaxText's is fixed (Gemma 2: local, global; Gemma 3: 5 local, 1 global).
+    const std::int64_t period = arch == "gemma2" ? 2 : 6;
+    if (const GgufValue* v = g.find(p + "attention.sliding_window_pattern")) {
+      bool same = true;
+      if (v->is_array()) {
+        same = static_cast<std::int64_t>(v->ints.size()) == layers;
+        for (std::size_t i = 0; same && i < v->ints.size(); ++i) {
+          same = (v->ints[i] != 0) == (static_cast<std::int64_t>(i) % period < period - 1);
+        }
+      } else {
+        same = v->as_int(p + "attention.sliding_window_pattern") == period;
+      }
+      MAXTEXT_CHECK(same, UnsupportedError, "[gguf] ", g.path, ": ", p, "attention.sliding_window_pattern differs from ",
+                    "MaxText's ", arch, " pattern (", period - 1, " local layer(s), then 1 global)");
+    }
     if (arch == "gemma2") {
       MAXTEXT_CHECK(layers % 2 == 0, UnsupportedError, "[gguf] ", g.path, ": block_count ", layers,
                     " is odd; MaxText's Gemma 2 layer is a (local, global) pair");
       c.base_num_decoder_layers = layers / 2;
+      const double swa_base = g.get_float(p + "rope.freq_base_swa", c.rope_max_timescale);
+      MAXTEXT_CHECK(swa_base == c.rope_max_timescale, UnsupportedError, "[gguf] ", g.path, ": ", p,
+                    "rope.freq_base_swa ", swa_base, " differs from rope.freq_base ", c.rope_max_timescale,
+                    " (MaxText's Gemma 2 has one RoPE base)");
     } else {
       c.base_num_decoder_layers = layers;
-      // llama.cpp hard-codes the local RoPE base (10000) and picks the query scale by model size: the 27B (62
-      // layers) uses hidden_size / heads, the others head_dim; the same two rules as MaxText's model names.
-      c.local_rope_max_timescale = 10000.0;
+      // Local layers: rope.freq_base_swa (llama.cpp's default 10000, Gemma 3's value). llama.cpp picks the query
+      // scale by model size: the 27B (62 layers) uses hidden_size / heads, the others head_dim; the same two rules
+      // as MaxText's model names.
+      c.local_rope_max_timescale = g.get_float(p + "rope.freq_base_swa", 10000.0);
       c.model_name = layers == 62 ? "gemma3-27b" : "gemma3-4b";
     }
   }

@@ -1,0 +1,205 @@
+// llama.cpp as an independent peer: random-weight F32 GGUF files of every architecture llama.cpp shares with the
+// library (tests/fixtures/llamacpp/<arch>/, written and run through llama.cpp by tests/reference/llamacpp_peer.py),
+// loaded the way `maxtext generate --weights model.gguf` loads them (the config from the GGUF metadata, the tensors
+// through io::load_weights, the model type from the registry). Checked: our teacher-forced f32 logits over the
+// prompt and llama.cpp's greedy continuation against llama.cpp's logits, and our greedy decode (models::generate,
+// prefill then one token at a time through the KV cache) against llama.cpp's 32 greedy tokens.
+//
+// Tolerances (|ours - llama.cpp| <= atol + rtol |llama.cpp|; logits up to ~30 in magnitude):
+//  - SiLU/SwiGLU architectures (llama, qwen2, qwen3, qwen3moe; olmo2, gpt-oss once supported): rtol 1e-4,
+//    atol 2e-4. Both sides compute in f32, in different summation orders, llama.cpp with its vectorised exp in
+//    softmax and SiLU; measured 6e-6 (llama) to 6e-5 (qwen3moe, |logit| <= 32).
+//  - GeGLU architectures (gemma, gemma2, gemma3): rtol 1e-3, atol 1e-2 against llama.cpp. ggml's CPU GELU rounds
+//    its input to fp16 and reads the result from an fp16 table (ggml-cpu/vec.h, GGML_GELU_FP16), a relative error
+//    up to ~2^-11 per activation; measured 1.7e-3 to 5.9e-3. To keep the check tight anyway, the same logits are
+//    compared at rtol 1e-4, atol 1e-4 with llama.cpp's graph re-stated in float64 with an exact GELU
+//    (tests/reference/llamacpp_gemma_check.py, which also shows that the re-statement with ggml's fp16 GELU
+//    reproduces llama.cpp's logits to <= 6e-4); measured 3e-6 to 1.2e-5.
+// Where MaxText and llama.cpp differ on purpose the library follows MaxText and the difference is tested here:
+// Gemma 3's embedding scale (MaxText: sqrt(emb_dim) rounded to bfloat16; llama.cpp: sqrtf(n_embd) in f32), with a
+// 48-wide model whose sqrt(48) is not a bfloat16 number. Other deliberate differences (docs/numerics.md §llama.cpp
+// as a peer) do not show at these sizes: the query scale rules agree below 46/62 layers, the tied-head bf16
+// rounding of MaxText is exact for the bf16-valued tables the fixtures use.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/io/weights.hpp"
+#include "maxtext/models/generate.hpp"
+#include "maxtext/models/registry.hpp"
+#include "support/test_support.hpp"
+#include "support/tolerance.hpp"
+
+using namespace maxtext;
+
+namespace {
+
+constexpr testing::Tolerance kSilu{1e-4, 2e-4};
+constexpr testing::Tolerance kGelu{1e-3, 1e-2};
+/// kGelu plus the logit factor bf16(sqrt(48)) / sqrtf(48) - 1 = 1.34e-3 of MaxText's Gemma 3 scale at emb_dim 48.
+constexpr testing::Tolerance kGeluScale{3e-3, 1e-2};
+/// Against the float64 re-statement of llama.cpp's Gemma graphs with an exact GELU (llamacpp_gemma_check.py).
+constexpr testing::Tolerance kF64Graph{1e-4, 1e-4};
+
+std::string peer_dir(const std::string& arch) { return test::fixtures_dir() + "/llamacpp/" + arch; }
+
+std::vector<std::int32_t> ids(const AnyTensor& a) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(a.numel()));
+  for (std::int64_t i = 0; i < a.numel(); ++i) v[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(a.element(i));
+  return v;
+}
+
+struct PeerRun {
+  testing::CompareReport logits;
+  AnyTensor values;
+  std::vector<std::int32_t> greedy;
+};
+
+PeerRun run_peer(const Config& cfg, const std::string& path, const std::vector<std::int32_t>& sequence,
+                 std::int64_t prompt_len, std::int64_t steps, const AnyTensor& expected, testing::Tolerance tol) {
+  return models::dispatch_block<Policy<cpu::Backend, float>>(cfg, [&]<class Model>() {
+    Model m(cfg);
+    const io::LoadedWeights w = io::load_weights(path, cfg);
+    m.load(w.tensors);
+    PeerRun r;
+    // Teacher forcing: the prompt followed by llama.cpp's greedy tokens but the last, in one forward.
+    const auto T = static_cast<std::int64_t>(sequence.size());
+    Tensor<std::int32_t, 2> tok({1, T});
+    for (std::int64_t i = 0; i < T; ++i) tok(0, i) = sequence[static_cast<std::size_t>(i)];
+    const AnyTensor logits = AnyTensor::from(m.forward(tok)).reshaped({T, cfg.vocab_size});
+    r.logits = testing::compare(logits, expected, tol);
+    r.values = logits;
+    // Greedy decode through the KV cache.
+    models::GenerateOptions go;
+    go.max_new_tokens = steps;
+    const std::vector<std::int32_t> prompt(sequence.begin(), sequence.begin() + prompt_len);
+    const auto res = models::generate(m, {prompt}, go);
+    r.greedy = res.tokens.at(0);
+    return r;
+  });
+}
+
+/// Load the fixture of `arch` as `maxtext generate --weights` does and compare with llama.cpp. Architectures whose
+/// GGUF the library cannot map yet are skipped (exit 77) with the loader's reason.
+/// `f64_file`: for Gemma, llama.cpp's graph re-stated in float64 with an exact GELU (llamacpp_gemma_check.py),
+/// checked at f32 tolerance.
+void check_peer(const std::string& arch, testing::Tolerance tol, const std::string& f64_file = "logits_exact_gelu.npy") {
+  const std::string dir = peer_dir(arch);
+  const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for " + arch);
+  Config cfg;
+  try {
+    const auto c = io::read_weights_config(path);
+    REQUIRE(c.has_value());
+    cfg = *c;
+    models::dispatch_block<Policy<cpu::Backend, float>>(cfg, []<class Model>() { return 0; });
+  } catch (const UnsupportedError& e) {
+    test::skip("llama.cpp peer " + arch + ": the library does not run this GGUF architecture yet: " + e.what());
+  }
+  const auto prompt = ids(test::npy(dir + "/tokens.npy"));
+  const auto greedy = ids(test::npy(dir + "/greedy.npy"));
+  const AnyTensor expected = test::npy(dir + "/logits.npy");
+  const auto P = static_cast<std::int64_t>(prompt.size());
+  const auto S = static_cast<std::int64_t>(greedy.size());
+  REQUIRE(expected.shape == std::vector<std::int64_t>{P + S - 1, cfg.vocab_size});
+  std::vector<std::int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), greedy.begin(), greedy.end() - 1);
+
+  const PeerRun r = run_peer(cfg, path, sequence, P, S, expected, tol);
+  double emax = 0;
+  for (std::int64_t i = 0; i < expected.numel(); ++i) emax = std::max(emax, std::fabs(expected.element(i)));
+  std::printf("llama.cpp peer %-9s max |ours - llama.cpp| = %.3g (max |logit| %.3g, %lld logits)\n", arch.c_str(),
+              r.logits.max_abs, emax, static_cast<long long>(r.logits.count));
+  INFO(r.logits.message(arch + " logits vs llama.cpp"));
+  CHECK(r.logits.ok());
+  CHECK(r.greedy == greedy);
+  if (std::filesystem::exists(dir + "/" + f64_file)) {
+    // Gemma: the same logits against llama.cpp's graph re-stated in float64 with an exact GELU, at f32 tolerance.
+    const auto g = testing::compare(r.values, test::npy(dir + "/" + f64_file), kF64Graph);
+    std::printf("llama.cpp peer %-9s max |ours - llama.cpp's graph in f64 with exact GELU (%s)| = %.3g\n", arch.c_str(),
+                f64_file.c_str(), g.max_abs);
+    INFO(g.message(arch + " logits vs llama.cpp's graph in float64, exact GELU"));
+    CHECK(g.ok());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("llama.cpp peer: llama", "[models][llamacpp]") { check_peer("llama", kSilu); }
+TEST_CASE("llama.cpp peer: qwen2", "[models][llamacpp]") { check_peer("qwen2", kSilu); }
+TEST_CASE("llama.cpp peer: qwen3", "[models][llamacpp]") { check_peer("qwen3", kSilu); }
+TEST_CASE("llama.cpp peer: qwen3moe", "[models][llamacpp]") { check_peer("qwen3moe", kSilu); }
+TEST_CASE("llama.cpp peer: gemma", "[models][llamacpp]") { check_peer("gemma", kGelu); }
+TEST_CASE("llama.cpp peer: gemma2 (local/global pairs, sliding window 8, soft caps)", "[models][llamacpp]") {
+  check_peer("gemma2", kGelu);
+}
+
+TEST_CASE("llama.cpp peer: gemma3 (5 local : 1 global, window 8)", "[models][llamacpp]") { check_peer("gemma3", kGelu); }
+
+TEST_CASE("llama.cpp peer: Gemma 3's embedding scale, bf16-rounded in MaxText, f32 in llama.cpp (emb_dim 48)",
+          "[models][llamacpp]") {
+  // sqrt(48) = 6.9282 is not a bfloat16 number: MaxText multiplies the embedding by bf16(sqrt(48)) = 6.9375,
+  // llama.cpp by sqrtf(48). The library follows MaxText: its logits are within f32 tolerance of llama.cpp's graph
+  // re-stated in float64 with MaxText's scale (logits_maxtext_scale.npy) and not of the same graph with llama.cpp's
+  // scale (logits_exact_gelu.npy; that one reproduces llama.cpp's logits once its fp16 GELU is, see
+  // llamacpp_gemma_check.py). The table holds +-2^e so that MaxText's bf16-rounded tied head is exact.
+  REQUIRE(static_cast<double>(round_to<bf16>(std::sqrt(48.0f))) == 6.9375);
+  check_peer("gemma3_d48", kGeluScale, "logits_maxtext_scale.npy");
+
+  const std::string dir = peer_dir("gemma3_d48"), path = dir + "/model.gguf";
+  const Config cfg = *io::read_weights_config(path);
+  auto seq = ids(test::npy(dir + "/tokens.npy"));
+  const auto P = static_cast<std::int64_t>(seq.size());
+  const auto greedy = ids(test::npy(dir + "/greedy.npy"));
+  seq.insert(seq.end(), greedy.begin(), greedy.end() - 1);
+  const PeerRun r = run_peer(cfg, path, seq, P, 1, test::npy(dir + "/logits_exact_gelu.npy"), kF64Graph);
+  std::printf("llama.cpp peer gemma3_d48: max |ours - llama.cpp's graph in f64 with llama.cpp's f32 embedding scale| = "
+              "%.3g (MaxText's bf16 scale followed on purpose)\n", r.logits.max_abs);
+  CHECK_FALSE(r.logits.ok());
+  CHECK(r.logits.max_abs > 10 * kF64Graph.atol);
+}
+
+// Blocks being added (OLMo 3 reads llama.cpp's olmo2 architecture, GPT-OSS its gpt-oss): skipped while the GGUF
+// loader refuses them.
+TEST_CASE("llama.cpp peer: olmo2 (OLMo 3: post-norms, qk-norm over all heads, L,L,L,G window 8)", "[models][llamacpp]") {
+  check_peer("olmo2", kSilu);
+}
+TEST_CASE("llama.cpp peer: gpt-oss (sinks, biases, routed MoE 4 experts top 2, window 8)", "[models][llamacpp]") {
+  check_peer("gpt-oss", kSilu);
+}
+
+TEST_CASE("GGUF Gemma metadata the importer reads or refuses: rope.freq_base_swa, attention.sliding_window_pattern",
+          "[models][llamacpp][gguf]") {
+  io::GgufFile g3 = io::read_gguf(peer_dir("gemma3") + "/model.gguf");
+  CHECK(io::config_from_gguf(g3).local_rope_max_timescale == 20000.0);  // the fixture's key
+  g3.metadata.erase("gemma3.rope.freq_base_swa");
+  CHECK(io::config_from_gguf(g3).local_rope_max_timescale == 10000.0);  // llama.cpp's default
+  auto flags = [](std::vector<std::int64_t> f) {
+    io::GgufValue v;
+    v.type = io::GgufType::array;
+    v.elem = io::GgufType::boolean;
+    v.ints = std::move(f);
+    return v;
+  };
+  const std::string key = "gemma3.attention.sliding_window_pattern";
+  g3.metadata[key] = io::GgufValue::of_u32(6);
+  CHECK_NOTHROW(io::config_from_gguf(g3));
+  g3.metadata[key] = flags({1, 1, 1, 1, 1, 0});
+  CHECK_NOTHROW(io::config_from_gguf(g3));
+  g3.metadata[key] = io::GgufValue::of_u32(4);
+  CHECK_THROWS_AS(io::config_from_gguf(g3), UnsupportedError);
+  CHECK_THROWS_WITH(io::config_from_gguf(g3), Catch::Contains(key));
+  g3.metadata[key] = flags({1, 1, 1, 1, 0, 0});
+  CHECK_THROWS_WITH(io::config_from_gguf(g3), Catch::Contains(key));
+
+  io::GgufFile g2 = io::read_gguf(peer_dir("gemma2") + "/model.gguf");
+  g2.metadata["gemma2.attention.sliding_window_pattern"] = io::GgufValue::of_u32(2);
+  CHECK_NOTHROW(io::config_from_gguf(g2));
+  g2.metadata["gemma2.rope.freq_base_swa"] = io::GgufValue::of_f32(10000.0f);  // = rope.freq_base: accepted
+  CHECK_NOTHROW(io::config_from_gguf(g2));
+  g2.metadata["gemma2.rope.freq_base_swa"] = io::GgufValue::of_f32(20000.0f);
+  CHECK_THROWS_AS(io::config_from_gguf(g2), UnsupportedError);
+  CHECK_THROWS_WITH(io::config_from_gguf(g2), Catch::Contains("rope.freq_base_swa"));
+}

@@ -1,0 +1,139 @@
+"""Why llama.cpp's Gemma logits differ from ours by ~1e-2 while the SiLU architectures agree to ~1e-5: a float64
+re-statement of llama.cpp's gemma / gemma2 / gemma3 graphs (src/models/gemma*.cpp) run on the peer fixtures
+(tests/fixtures/llamacpp/<arch>/), once with an exact tanh-GELU and once with ggml's CPU GELU, which rounds its
+input to fp16 and reads an fp16 table (ggml-cpu/vec.h, GGML_GELU_FP16). The fp16 variant reproduces llama.cpp's
+logits (to ~5e-4: fp16 rounding boundaries crossed by f32-vs-f64 pre-activations) while the exact one is off by
+~1e-2; the exact one is what MaxText and the library compute, and is saved as logits_exact_gelu.npy in the fixture
+for the library's f32-tolerance check. Prints the max differences.
+
+Run: /usr/bin/python3 tests/reference/llamacpp_gemma_check.py [arch ...]   (numpy only)
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_min import read_gguf  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "llamacpp"
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * x * (1.0 + 0.044715 * x * x)))
+
+
+def gelu_ggml_fp16(x):
+    """ggml's f32 GELU on the CPU: fp16 input, fp16 table entry computed in f32; identity above 10, 0 below -10."""
+    x16 = x.astype(np.float32).astype(np.float16).astype(np.float32)
+    t = gelu_tanh(x16.astype(np.float32)).astype(np.float32).astype(np.float16).astype(np.float64)
+    return np.where(x <= -10.0, 0.0, np.where(x >= 10.0, x, t))
+
+
+def bf16(x):
+    """Round-to-nearest-even to bfloat16, as float32."""
+    u = np.atleast_1d(np.asarray(x, dtype=np.float32)).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    return r[0] if np.ndim(x) == 0 else r
+
+
+def rms(x, w, eps):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
+
+
+def rope_neox(x, pos, base):  # x [T, heads, H], pairs (i, i + H/2)
+    H = x.shape[-1]
+    inv = base ** (-np.arange(0, H, 2, dtype=np.float64) / H)
+    ang = pos[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    a, b = x[..., : H // 2], x[..., H // 2:]
+    return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
+
+
+def forward(arch, meta, t, tokens, gelu, emb_scale=None):
+    p = arch + "."
+    D = meta[p + "embedding_length"]
+    L = meta[p + "block_count"]
+    N = meta[p + "attention.head_count"]
+    K = meta[p + "attention.head_count_kv"]
+    H = meta[p + "attention.key_length"]
+    eps = meta[p + "attention.layer_norm_rms_epsilon"]
+    base = meta[p + "rope.freq_base"]
+    base_swa = meta.get(p + "rope.freq_base_swa", 10000.0 if arch == "gemma3" else base)
+    window = meta.get(p + "attention.sliding_window", 0)
+    period = {"gemma": 0, "gemma2": 2, "gemma3": 6}[arch]
+    attn_cap = meta.get(p + "attn_logit_softcapping", 50.0) if arch == "gemma2" else 0.0
+    final_cap = meta.get(p + "final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0)
+    g = lambda n: t[n].astype(np.float64)  # noqa: E731
+    T = len(tokens)
+    pos = np.arange(T, dtype=np.float64)
+    x = g("token_embd.weight")[tokens] * (float(np.sqrt(np.float32(D))) if emb_scale is None else emb_scale)
+    for il in range(L):
+        b = f"blk.{il}."
+        swa = period > 0 and il % period < period - 1
+        h = rms(x, g(b + "attn_norm.weight"), eps)
+        q = (h @ g(b + "attn_q.weight").T).reshape(T, N, H)
+        k = (h @ g(b + "attn_k.weight").T).reshape(T, K, H)
+        v = (h @ g(b + "attn_v.weight").T).reshape(T, K, H)
+        if arch == "gemma3":
+            q = rms(q, g(b + "attn_q_norm.weight"), eps)
+            k = rms(k, g(b + "attn_k_norm.weight"), eps)
+        q = rope_neox(q, pos, base_swa if swa else base) / np.sqrt(H)
+        k = rope_neox(k, pos, base_swa if swa else base)
+        k = np.repeat(k, N // K, axis=1)
+        v = np.repeat(v, N // K, axis=1)
+        s = np.einsum("qnh,knh->nqk", q, k)
+        if attn_cap:
+            s = np.tanh(s / attn_cap) * attn_cap
+        qi, ki = np.arange(T)[:, None], np.arange(T)[None, :]
+        allowed = (ki <= qi) & (~swa | (qi - ki < window))
+        s = np.where(allowed[None], s, -np.inf)
+        pr = np.exp(s - s.max(axis=-1, keepdims=True))
+        pr /= pr.sum(axis=-1, keepdims=True)
+        o = np.einsum("nqk,knh->qnh", pr, v).reshape(T, N * H) @ g(b + "attn_output.weight").T
+        if arch != "gemma":
+            o = rms(o, g(b + "post_attention_norm.weight"), eps)
+        x = x + o
+        h = rms(x, g(b + "ffn_norm.weight"), eps)
+        f = (gelu(h @ g(b + "ffn_gate.weight").T) * (h @ g(b + "ffn_up.weight").T)) @ g(b + "ffn_down.weight").T
+        if arch != "gemma":
+            f = rms(f, g(b + "post_ffw_norm.weight"), eps)
+        x = x + f
+    logits = rms(x, g("output_norm.weight"), eps) @ g("token_embd.weight").T
+    if emb_scale is not None:
+        # MaxText's tied head: the table as stored (times the folded scale), divided by sqrt(D) in f32.
+        logits = logits * emb_scale / float(np.sqrt(np.float32(D)))
+    if final_cap:
+        logits = np.tanh(logits / final_cap) * final_cap
+    return logits
+
+
+def main():
+    for name in sys.argv[1:] or ["gemma", "gemma2", "gemma3", "gemma3_d48"]:
+        d = FIX / name
+        meta, t = read_gguf(d / "model.gguf")
+        arch = meta["general.architecture"]
+        tokens = np.concatenate([np.load(d / "tokens.npy"), np.load(d / "greedy.npy")[:-1]])
+        peer = np.load(d / "logits.npy").astype(np.float64)
+        exact = forward(arch, meta, t, tokens, gelu_tanh)
+        table = forward(arch, meta, t, tokens, gelu_ggml_fp16)
+        fp16_diff = np.abs(peer - table).max()
+        print(f"{name}: max |llama.cpp - f64 with ggml's fp16 GELU| = {np.abs(peer - table).max():.3g}; "
+              f"max |llama.cpp - f64 with exact GELU| = {np.abs(peer - exact).max():.3g}; "
+              f"max |logit| {np.abs(peer).max():.3g}")
+        # The f64 graph reproduces llama.cpp once its GELU is; its exact-GELU logits are then the reference for the
+        # library at f32 tolerance (tests/models/test_llamacpp_peer.cpp).
+        assert fp16_diff < 1e-3, f"{name}: the float64 re-statement does not reproduce llama.cpp ({fp16_diff})"
+        np.save(d / "logits_exact_gelu.npy", exact.astype(np.float32))
+        D = meta[arch + ".embedding_length"]
+        if arch == "gemma3" and np.sqrt(np.float32(D)) != bf16(np.sqrt(np.float32(D))):
+            # MaxText's Gemma 3: the embedding scaled by sqrt(D) rounded to bfloat16 (folded into the table by its
+            # converter, and by the library's importer), the tied logits divided by sqrt(D) in f32.
+            mt = forward(arch, meta, t, tokens, gelu_tanh, emb_scale=float(bf16(np.sqrt(np.float32(D)))))
+            print(f"{name}: max |f64 with MaxText's bf16 embedding scale - f64 with llama.cpp's| = "
+                  f"{np.abs(mt - exact).max():.3g}")
+            np.save(d / "logits_maxtext_scale.npy", mt.astype(np.float32))
+
+
+if __name__ == "__main__":
+    main()

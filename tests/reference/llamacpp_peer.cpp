@@ -1,0 +1,109 @@
+// tests/reference/llamacpp_peer.cpp: the llama.cpp side of the llama.cpp peer fixtures (run by llamacpp_peer.py).
+// Loads a GGUF with libllama on the CPU (one thread, F32 K/V cache, no flash attention, full-size SWA cache),
+// decodes the prompt in one batch with logits for every position (teacher forcing), then decodes greedily one token
+// at a time. Writes OUT.logits.f32 (raw float32, rows = prompt positions then one row per decoded token, each of
+// n_vocab values) and OUT.greedy.txt (the greedy token ids, one per line).
+//
+// Usage: llamacpp_peer MODEL.gguf OUT_PREFIX STEPS TOKEN...
+// Build: g++ -O2 -std=c++17 llamacpp_peer.cpp -I$LLAMA/include -I$LLAMA/ggml/include -L$LLAMA/build/bin
+//        -lllama -lggml -lggml-base -Wl,-rpath,$LLAMA/build/bin
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "llama.h"
+
+namespace {
+
+void quiet_log(ggml_log_level level, const char* text, void*) {
+  if (level >= GGML_LOG_LEVEL_WARN) std::fputs(text, stderr);
+}
+
+int fail(const char* what) {
+  std::fprintf(stderr, "llamacpp_peer: %s\n", what);
+  return 1;
+}
+
+/// Decode `tokens` at positions pos0.. in one batch, logits for every position.
+bool decode(llama_context* ctx, const std::vector<llama_token>& tokens, int pos0) {
+  llama_batch b = llama_batch_init(static_cast<int>(tokens.size()), 0, 1);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    b.token[i] = tokens[i];
+    b.pos[i] = pos0 + static_cast<int>(i);
+    b.n_seq_id[i] = 1;
+    b.seq_id[i][0] = 0;
+    b.logits[i] = 1;
+  }
+  b.n_tokens = static_cast<int>(tokens.size());
+  const int rc = llama_decode(ctx, b);
+  llama_batch_free(b);
+  return rc == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) return fail("usage: llamacpp_peer MODEL.gguf OUT_PREFIX STEPS TOKEN...");
+  const std::string model_path = argv[1], out = argv[2];
+  const int steps = std::atoi(argv[3]);
+  std::vector<llama_token> prompt;
+  for (int i = 4; i < argc; ++i) prompt.push_back(std::atoi(argv[i]));
+
+  llama_log_set(quiet_log, nullptr);
+  llama_backend_init();
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = 0;
+  llama_model* model = llama_model_load_from_file(model_path.c_str(), mp);
+  if (!model) return fail("cannot load the model");
+  const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(prompt.size() + steps + 16);
+  cp.n_batch = cp.n_ctx;
+  cp.n_ubatch = cp.n_ctx;
+  cp.n_seq_max = 1;
+  cp.n_threads = 1;
+  cp.n_threads_batch = 1;
+  cp.type_k = GGML_TYPE_F32;
+  cp.type_v = GGML_TYPE_F32;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.swa_full = true;
+  cp.no_perf = true;
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (!ctx) return fail("cannot create a context");
+
+  std::vector<float> rows;
+  auto take_row = [&](int i) {
+    const float* l = llama_get_logits_ith(ctx, i);
+    rows.insert(rows.end(), l, l + n_vocab);
+    int best = 0;
+    for (int v = 1; v < n_vocab; ++v) {
+      if (l[v] > l[best]) best = v;
+    }
+    return best;
+  };
+  if (!decode(ctx, prompt, 0)) return fail("prompt decode failed");
+  int next = 0;
+  for (std::size_t i = 0; i < prompt.size(); ++i) next = take_row(static_cast<int>(i));
+  std::vector<int> greedy{next};
+  for (int s = 1; s < steps; ++s) {
+    if (!decode(ctx, {next}, static_cast<int>(prompt.size()) + s - 1)) return fail("step decode failed");
+    next = take_row(0);
+    greedy.push_back(next);
+  }
+
+  FILE* f = std::fopen((out + ".logits.f32").c_str(), "wb");
+  if (!f) return fail("cannot write the logits");
+  std::fwrite(rows.data(), sizeof(float), rows.size(), f);
+  std::fclose(f);
+  f = std::fopen((out + ".greedy.txt").c_str(), "w");
+  if (!f) return fail("cannot write the greedy tokens");
+  for (int t : greedy) std::fprintf(f, "%d\n", t);
+  std::fclose(f);
+  std::printf("%d %d %d\n", static_cast<int>(prompt.size()), steps, n_vocab);
+  llama_free(ctx);
+  llama_model_free(model);
+  llama_backend_free();
+  return 0;
+}

@@ -1,0 +1,259 @@
+"""llama.cpp as an independent peer: random-weight F32 GGUF files of every architecture llama.cpp shares with the
+library, run through llama.cpp (tests/reference/llamacpp_peer.cpp against libllama), written as fixtures under
+tests/fixtures/llamacpp/<arch>/:
+
+  model.gguf     the random model (gguf-py from the llama.cpp source; a tiny SentencePiece-style vocabulary so that
+                 llama.cpp loads it as it would a converted checkpoint)
+  tokens.npy     int32 [T]: the prompt
+  logits.npy     float32 [T + STEPS - 1, V]: llama.cpp's logits for the prompt (one batch, teacher forced), then one
+                 row per greedy step (the step decoding greedy[i] gives row T + i)
+  greedy.npy     int32 [STEPS]: llama.cpp's greedy tokens (greedy[i] = argmax of row T - 1 + i)
+  meta.json      the architecture, sizes, seed, smallest top-1/top-2 gap over the greedy rows, llama.cpp commit
+
+Run (from the repository root; llama.cpp built in $LLAMA/build, e.g. /work/peers/llama.cpp):
+  PYTHONPATH=$LLAMA/gguf-py /usr/bin/python3 tests/reference/llamacpp_peer.py --llama $LLAMA [--arch gemma2 ...]
+The peer program is compiled into --scratch (default /tmp/llamacpp_peer) with g++.
+
+llama.cpp is run on the CPU with one thread, an F32 K/V cache, flash attention off and a full-size SWA cache.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "tests" / "fixtures" / "llamacpp"
+PROMPT_LEN = 16
+STEPS = 32
+VOCAB = 128
+MIN_GAP = 2e-3  # reseed when a greedy step's top-1 / top-2 logits are closer than this (a tie is not a test)
+
+# name -> sizes and features. window < PROMPT_LEN + STEPS so that local layers see fewer positions than global ones.
+ARCHS = {
+    "llama": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=2, tied=False, theta=10000.0),
+    "qwen2": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=2, tied=False, theta=1000000.0, qkv_bias=True),
+    "qwen3": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=2, tied=True, theta=1000000.0, qk_norm=True),
+    "qwen3moe": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=2, tied=True, theta=1000000.0, qk_norm=True,
+                     experts=4, top_k=2, ff_exp=32),
+    "gemma": dict(D=64, heads=4, kv=1, hd=16, ff=64, layers=2, tied=True, theta=10000.0),
+    # rope.freq_base_swa 20000 (Gemma 3 ships 10000): the importer must read the key, not assume the value.
+    "gemma3": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=6, tied=True, theta=1000000.0, theta_local=20000.0,
+                   window=8, qk_norm=True),
+    # sqrt(48) is not a bfloat16 number: MaxText's Gemma 3 embedding scale (bf16-rounded) differs from llama.cpp's.
+    "gemma3_d48": dict(arch="gemma3", D=48, heads=4, kv=2, hd=16, ff=32, layers=6, tied=True, theta=1000000.0,
+                       theta_local=10000.0, window=8, qk_norm=True),
+    "gemma2": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=4, tied=True, theta=10000.0, window=8,
+                   attn_softcap=50.0, final_softcap=30.0),
+    "olmo2": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=4, tied=False, theta=500000.0, window=8, qk_norm=True),
+    "gpt-oss": dict(D=64, heads=4, kv=2, hd=16, ff=32, layers=2, tied=False, theta=150000.0, window=8,
+                    experts=4, top_k=2, ff_exp=32, qkv_bias=True),
+}
+SEEDS = {a: 1000 + i for i, a in enumerate(ARCHS)}
+
+
+def vocabulary():
+    """A SentencePiece-style vocabulary of VOCAB pieces: <unk>, <s>, </s>, the newline byte, then plain pieces."""
+    pieces = ["<unk>", "<s>", "</s>", "<0x0A>", "\u2581"]
+    pieces += [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    pieces += ["\u2581" + chr(c) for c in range(ord("a"), ord("z") + 1)]
+    pieces += [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+    pieces += list(".,;:!?'-()0123456789")
+    extra = ["th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ti", "es", "or", "te", "of", "ed",
+             "is", "it", "al", "ar", "st", "to", "nt", "ng", "se", "ha", "as", "ou", "io", "le", "ve", "co"]
+    pieces += extra[: VOCAB - len(pieces)]
+    assert len(pieces) == VOCAB, len(pieces)
+    types = [2, 3, 3, 6] + [1] * (VOCAB - 4)
+    scores = [0.0, 0.0, 0.0, 0.0] + [-float(i) for i in range(VOCAB - 4)]
+    return pieces, scores, types
+
+
+def random_model(arch, hp, rng):
+    """llama.cpp tensor name -> float32 numpy array (row-major; gguf-py reverses the dims to ggml's order)."""
+    D, N, K, H, F, V = hp["D"], hp["heads"], hp["kv"], hp["hd"], hp["ff"], VOCAB
+    gemma = arch.startswith("gemma")
+
+    def mat(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    def vec(n, s=0.1):
+        return (s * rng.standard_normal(n)).astype(np.float32)
+
+    # A tied head sees its own input token through the residual stream (x . e_x is ~sqrt(D) times the others):
+    # larger attention/MLP outputs keep the greedy path from repeating the last token.
+    out = 4.0 if hp["tied"] else 1.0
+    # Gemma scales the embedding by sqrt(D); Gemma 2/3 also normalise every sublayer output, so only a small table
+    # lets the layers, rather than the input token, decide the next token.
+    emb_std = {"gemma": 0.5, "gemma2": 0.2, "gemma3": 0.2}.get(arch, 1.0)
+    emb = (rng.standard_normal((V, D)) * emb_std).astype(np.float32)
+    if gemma:  # bf16 numbers: MaxText's tied head rounds the (sqrt(D)-scaled) table to bf16; with D = 64 it is exact
+        emb = (emb.view(np.uint32) + 0x8000 & 0xFFFF0000).view(np.float32)
+    if D == 48:  # +-2^e: the table times bf16(sqrt(48)) = 6.9375 (7 significant bits) is still a bf16 number
+        emb = (rng.choice([-1.0, 1.0], (V, D)) * 2.0 ** rng.integers(-4, -1, (V, D))).astype(np.float32)
+    t = {"token_embd.weight": emb,
+         "output_norm.weight": norm(D)}
+    if not hp["tied"]:
+        t["output.weight"] = mat(V, D, 2.0)
+    for i in range(hp["layers"]):
+        b = f"blk.{i}."
+        if arch != "olmo2":  # OLMo 2/3: post-norms only
+            t[b + "attn_norm.weight"] = norm(D)
+        t[b + "attn_q.weight"] = mat(N * H, D, 2.0)
+        t[b + "attn_k.weight"] = mat(K * H, D, 2.0)
+        t[b + "attn_v.weight"] = mat(K * H, D)
+        t[b + "attn_output.weight"] = mat(D, N * H, out)
+        if hp.get("qkv_bias"):
+            t[b + "attn_q.bias"] = vec(N * H)
+            t[b + "attn_k.bias"] = vec(K * H)
+            t[b + "attn_v.bias"] = vec(K * H)
+        if hp.get("qk_norm"):
+            qn, kn = (N * H, K * H) if arch == "olmo2" else (H, H)  # OLMo normalises q/k over all heads
+            t[b + "attn_q_norm.weight"] = norm(qn)
+            t[b + "attn_k_norm.weight"] = norm(kn)
+        if arch in ("gemma2", "gemma3", "olmo2", "gpt-oss"):
+            t[b + "post_attention_norm.weight"] = norm(D)
+        if arch in ("gemma2", "gemma3", "olmo2"):
+            t[b + "post_ffw_norm.weight"] = norm(D)
+        if arch == "gpt-oss":
+            t[b + "attn_output.bias"] = vec(D)
+            t[b + "attn_sinks.weight"] = rng.standard_normal(N).astype(np.float32)
+        if "experts" in hp:
+            E, Fe = hp["experts"], hp["ff_exp"]
+            t[b + "ffn_gate_inp.weight"] = mat(E, D, 2.0)
+            t[b + "ffn_gate_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
+            t[b + "ffn_up_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
+            t[b + "ffn_down_exps.weight"] = np.stack([mat(D, Fe, out) for _ in range(E)])
+            if arch == "gpt-oss":
+                t[b + "ffn_gate_inp.bias"] = vec(E)
+                t[b + "ffn_gate_exps.bias"] = np.stack([vec(Fe) for _ in range(E)])
+                t[b + "ffn_up_exps.bias"] = np.stack([vec(Fe) for _ in range(E)])
+                t[b + "ffn_down_exps.bias"] = np.stack([vec(D) for _ in range(E)])
+            else:
+                t[b + "ffn_norm.weight"] = norm(D)
+        else:
+            if arch != "olmo2":
+                t[b + "ffn_norm.weight"] = norm(D)
+            t[b + "ffn_gate.weight"] = mat(F, D, 1.5)
+            t[b + "ffn_up.weight"] = mat(F, D, 1.5)
+            t[b + "ffn_down.weight"] = mat(D, F, out)
+    return t
+
+
+def write_gguf(path, arch, hp, tensors):
+    import gguf  # from $LLAMA/gguf-py
+
+    w = gguf.GGUFWriter(str(path), arch)
+    p = arch + "."
+    w.add_string("general.name", f"maxtext-cpp random {arch}")
+    w.add_uint32(p + "context_length", 256)
+    w.add_uint32(p + "embedding_length", hp["D"])
+    w.add_uint32(p + "block_count", hp["layers"])
+    w.add_uint32(p + "feed_forward_length", hp["ff"])
+    w.add_uint32(p + "attention.head_count", hp["heads"])
+    w.add_uint32(p + "attention.head_count_kv", hp["kv"])
+    w.add_uint32(p + "attention.key_length", hp["hd"])
+    w.add_uint32(p + "attention.value_length", hp["hd"])
+    w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_float32(p + "rope.freq_base", hp["theta"])
+    if "theta_local" in hp:
+        w.add_float32(p + "rope.freq_base_swa", hp["theta_local"])
+    if "window" in hp:
+        w.add_uint32(p + "attention.sliding_window", hp["window"])
+    if "attn_softcap" in hp:
+        w.add_float32(p + "attn_logit_softcapping", hp["attn_softcap"])
+    if "final_softcap" in hp:
+        w.add_float32(p + "final_logit_softcapping", hp["final_softcap"])
+    if "experts" in hp:
+        w.add_uint32(p + "expert_count", hp["experts"])
+        w.add_uint32(p + "expert_used_count", hp["top_k"])
+        w.add_uint32(p + "expert_feed_forward_length", hp["ff_exp"])
+    pieces, scores, types = vocabulary()
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_array("tokenizer.ggml.tokens", pieces)
+    w.add_array("tokenizer.ggml.scores", scores)
+    w.add_array("tokenizer.ggml.token_type", types)
+    w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    for name, a in tensors.items():
+        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def build_peer(llama, scratch):
+    scratch.mkdir(parents=True, exist_ok=True)
+    exe = scratch / "llamacpp_peer"
+    src = ROOT / "tests" / "reference" / "llamacpp_peer.cpp"
+    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+        lib = llama / "build" / "bin"
+        subprocess.run(["g++", "-O2", "-std=c++17", str(src), "-I", str(llama / "include"), "-I",
+                        str(llama / "ggml" / "include"), "-L", str(lib), "-lllama", "-lggml", "-lggml-base",
+                        f"-Wl,-rpath,{lib}", "-o", str(exe)], check=True)
+    return exe
+
+
+def run_arch(name, exe, llama_commit, scratch):
+    hp = dict(ARCHS[name])
+    arch = hp.pop("arch", name)
+    d = OUT / name
+    d.mkdir(parents=True, exist_ok=True)
+    seed = SEEDS[name]
+    for attempt in range(20):
+        rng = np.random.default_rng(seed)
+        tensors = random_model(arch, hp, rng)
+        prompt = rng.integers(3, VOCAB, size=PROMPT_LEN).astype(np.int32)
+        write_gguf(d / "model.gguf", arch, hp, tensors)
+        prefix = scratch / name
+        subprocess.run([str(exe), str(d / "model.gguf"), str(prefix), str(STEPS)] + [str(int(x)) for x in prompt],
+                       check=True, stdout=subprocess.DEVNULL)
+        logits = np.fromfile(str(prefix) + ".logits.f32", dtype=np.float32).reshape(PROMPT_LEN + STEPS - 1, VOCAB)
+        greedy = np.loadtxt(str(prefix) + ".greedy.txt", dtype=np.int32).reshape(-1)
+        rows = logits[PROMPT_LEN - 1:]
+        top2 = np.sort(rows, axis=1)[:, -2:]
+        gap = float((top2[:, 1] - top2[:, 0]).min())
+        distinct = len(set(greedy.tolist()))
+        assert (rows.argmax(axis=1) == greedy).all(), "greedy tokens are not the argmax of their rows"
+        if gap >= MIN_GAP and distinct >= 2:
+            break
+        print(f"{arch}: seed {seed}: smallest greedy gap {gap:.2e}, {distinct} distinct tokens; reseeding")
+        seed += 100
+    else:
+        raise RuntimeError(f"{arch}: no seed gives a clear greedy path")
+    np.save(d / "tokens.npy", prompt)
+    np.save(d / "logits.npy", logits)
+    np.save(d / "greedy.npy", greedy.astype(np.int32))
+    meta = {"name": name, "arch": arch, "seed": seed, "prompt_len": PROMPT_LEN, "steps": STEPS, "vocab": VOCAB,
+            "min_greedy_gap": gap, "max_abs_logit": float(np.abs(logits).max()), "llama_cpp_commit": llama_commit,
+            **{k: v for k, v in hp.items()}}
+    (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    size = (d / "model.gguf").stat().st_size
+    print(f"{name}: seed {seed}, {size / 1024:.0f} KiB, greedy {greedy.tolist()}, min gap {gap:.3g}, "
+          f"|logit| <= {meta['max_abs_logit']:.2f}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama", default=os.environ.get("LLAMA", "/work/peers/llama.cpp"))
+    ap.add_argument("--scratch", default="/tmp/llamacpp_peer")
+    ap.add_argument("--arch", action="append", choices=sorted(ARCHS))
+    a = ap.parse_args()
+    llama, scratch = Path(a.llama), Path(a.scratch)
+    sys.path.insert(0, str(llama / "gguf-py"))
+    commit = subprocess.run(["git", "-C", str(llama), "log", "-1", "--format=%H"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    exe = build_peer(llama, scratch)
+    for arch in a.arch or list(ARCHS):
+        run_arch(arch, exe, commit, scratch)
+
+
+if __name__ == "__main__":
+    main()
