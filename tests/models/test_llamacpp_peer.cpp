@@ -1,7 +1,7 @@
 // llama.cpp as an independent peer: random-weight F32 GGUF files of every architecture llama.cpp shares with the
 // library (tests/fixtures/llamacpp/<arch>/, written and run through llama.cpp by tests/reference/llamacpp_peer.py),
 // loaded the way `maxtext generate --weights model.gguf` loads them (the config from the GGUF metadata, the tensors
-// through io::load_weights, the model type from the registry). Checked: our teacher-forced f32 logits over the
+// through io::load_weights, the model from the registry as a models::AnyModel). Checked: our teacher-forced f32 logits over the
 // prompt and llama.cpp's greedy continuation against llama.cpp's logits, and our greedy decode (models::generate,
 // prefill then one token at a time through the KV cache) against llama.cpp's 32 greedy tokens.
 //
@@ -29,7 +29,8 @@
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/models/generate.hpp"
-#include "maxtext/models/registry.hpp"
+#include "maxtext/models/any_model.hpp"
+#include "maxtext_blocks_built.hpp"  // the models of maxtext_blocks (tools/blocks/), as the CLI has them
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -60,26 +61,27 @@ struct PeerRun {
 
 PeerRun run_peer(const Config& cfg, const std::string& path, const std::vector<std::int32_t>& sequence,
                  std::int64_t prompt_len, std::int64_t steps, const AnyTensor& expected, testing::Tolerance tol) {
-  return models::dispatch_block<Policy<cpu::Backend, float>>(cfg, [&]<class Model>() {
-    Model m(cfg);
-    const io::LoadedWeights w = io::load_weights(path, cfg);
-    m.load(w.tensors);
-    PeerRun r;
-    // Teacher forcing: the prompt followed by llama.cpp's greedy tokens but the last, in one forward.
-    const auto T = static_cast<std::int64_t>(sequence.size());
-    Tensor<std::int32_t, 2> tok({1, T});
-    for (std::int64_t i = 0; i < T; ++i) tok(0, i) = sequence[static_cast<std::size_t>(i)];
-    const AnyTensor logits = AnyTensor::from(m.forward(tok)).reshaped({T, cfg.vocab_size});
-    r.logits = testing::compare(logits, expected, tol);
-    r.values = logits;
-    // Greedy decode through the KV cache.
-    models::GenerateOptions go;
-    go.max_new_tokens = steps;
-    const std::vector<std::int32_t> prompt(sequence.begin(), sequence.begin() + prompt_len);
-    const auto res = models::generate(m, {prompt}, go);
-    r.greedy = res.tokens.at(0);
-    return r;
-  });
+  // The model as `maxtext generate` makes it: models::AnyModel from the registry, precompiled in maxtext_blocks.
+  const auto m = models::make_built_any_model(cfg, {}, MAXTEXT_BLOCKS_BUILT);
+  const io::LoadedWeights w = io::load_weights(path, cfg);
+  m->load(w.tensors);
+  PeerRun r;
+  // Teacher forcing: the prompt followed by llama.cpp's greedy tokens but the last, in one forward.
+  const auto T = static_cast<std::int64_t>(sequence.size());
+  Tensor<std::int32_t, 2> tok({1, T});
+  for (std::int64_t i = 0; i < T; ++i) tok(0, i) = sequence[static_cast<std::size_t>(i)];
+  models::ForwardRequest fr;
+  fr.tokens = &tok;
+  const AnyTensor logits = AnyTensor::from(m->forward(fr)).reshaped({T, cfg.vocab_size});
+  r.logits = testing::compare(logits, expected, tol);
+  r.values = logits;
+  // Greedy decode through the KV cache.
+  models::GenerateOptions go;
+  go.max_new_tokens = steps;
+  const std::vector<std::int32_t> prompt(sequence.begin(), sequence.begin() + prompt_len);
+  const auto res = m->generate({prompt}, go);
+  r.greedy = res.tokens.at(0);
+  return r;
 }
 
 /// Load the fixture of `arch` as `maxtext generate --weights` does and compare with llama.cpp. Architectures whose
@@ -94,7 +96,7 @@ void check_peer(const std::string& arch, testing::Tolerance tol, const std::stri
     const auto c = io::read_weights_config(path);
     REQUIRE(c.has_value());
     cfg = *c;
-    models::dispatch_block<Policy<cpu::Backend, float>>(cfg, []<class Model>() { return 0; });
+    (void)models::make_built_any_model(cfg, {}, MAXTEXT_BLOCKS_BUILT);
   } catch (const UnsupportedError& e) {
     test::skip("llama.cpp peer " + arch + ": the library does not run this GGUF architecture yet: " + e.what());
   }
