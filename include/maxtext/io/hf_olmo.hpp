@@ -130,6 +130,14 @@ inline Config config_from_hf_olmo(const nlohmann::json& j, const std::string& wh
     MAXTEXT_CHECK(rp.contains("original_max_position_embeddings") && rp["original_max_position_embeddings"].is_number_integer(),
                   IoError, "[hf] ", where, ": rope_scaling yarn lacks original_max_position_embeddings");
     c.original_max_position_embeddings = rp["original_max_position_embeddings"].get<std::int64_t>();
+    MAXTEXT_CHECK(c.original_max_position_embeddings > 0, IoError, "[hf] ", where,
+                  ": rope_scaling original_max_position_embeddings must be > 0");
+    // Recent transformers take YaRN's factor as max_position_embeddings / original_max_position_embeddings when the
+    // latter is given, older ones use `factor`: accept only files where both agree (OLMo 3: 65536 / 8192 = 8).
+    const double ratio = static_cast<double>(c.max_position_embeddings) / static_cast<double>(c.original_max_position_embeddings);
+    MAXTEXT_CHECK(std::fabs(ratio - c.rope_factor) <= 1e-9 * c.rope_factor, UnsupportedError, "[hf] ", where,
+                  ": rope_scaling factor ", c.rope_factor, " differs from max_position_embeddings / "
+                  "original_max_position_embeddings = ", ratio, " (Hugging Face versions differ on which one YaRN uses)");
     c.beta_fast = getf(rp, "beta_fast", 32.0);
     c.beta_slow = getf(rp, "beta_slow", 1.0);
     c.rope_truncate = rp.value("truncate", true);

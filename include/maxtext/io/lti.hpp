@@ -42,7 +42,7 @@ inline AnyTensor lti_kernel(const TensorMap& m, const std::string& p, bool out_p
   const AnyTensor& C = m.at(p + "C");
   const bool general = m.has(p + "W");
   const std::string src = C.source;
-  MAXTEXT_CHECK(C.rank() == 3, ShapeError, "[lti] ", src, ": ", p, "C ", C.describe(),
+  MAXTEXT_CHECK(C.rank() == 3, ShapeError, "[lti] ", src, " ", C.describe(),
                 ": expected a rank-3 teacher kernel (", out_proj ? "[heads, head_dim, D]" : "[D, heads, head_dim]", ")");
   const std::int64_t b = out_proj ? C.shape[2] : C.shape[0];
   const std::int64_t x = out_proj ? C.shape[0] : C.shape[1];
@@ -53,9 +53,8 @@ inline AnyTensor lti_kernel(const TensorMap& m, const std::string& p, bool out_p
     MAXTEXT_CHECK(!m.has(p + "A") && !m.has(p + "B"), IoError, "[lti] ", src, ": ", p,
                   "W (general linear map) and the factors A / B are both present");
     const AnyTensor& W = m.at(p + "W");
-    MAXTEXT_CHECK(W.rank() == 4 && W.shape[0] == x && W.shape[1] == y, ShapeError, "[lti] ", W.source, ": ", p, "W ",
-                  W.describe(), ": expected [", x, ", ", y, ", student heads, student head_dim] for ", p, "C ",
-                  C.describe());
+    MAXTEXT_CHECK(W.rank() == 4 && W.shape[0] == x && W.shape[1] == y, ShapeError, "[lti] ", W.source, " ", W.describe(),
+                  ": expected [", x, ", ", y, ", student heads, student head_dim] for ", p, "C ", C.describe());
     u = W.shape[2];
     v = W.shape[3];
     w = lti_values(W);
@@ -64,15 +63,15 @@ inline AnyTensor lti_kernel(const TensorMap& m, const std::string& p, bool out_p
                   "C needs either W or both factors A and B; missing tensor ", m.has(p + "A") ? p + "B" : p + "A");
     const AnyTensor& A = m.at(p + "A");
     const AnyTensor& B = m.at(p + "B");
-    MAXTEXT_CHECK(A.rank() == 2 && A.shape[0] == x, ShapeError, "[lti] ", A.source, ": ", p, "A ", A.describe(),
+    MAXTEXT_CHECK(A.rank() == 2 && A.shape[0] == x, ShapeError, "[lti] ", A.source, " ", A.describe(),
                   ": expected [", x, " (teacher heads), student heads]");
     u = A.shape[1];
     if (out_proj) {
-      MAXTEXT_CHECK(B.rank() == 2 && B.shape[1] == y, ShapeError, "[lti] ", B.source, ": ", p, "B ", B.describe(),
+      MAXTEXT_CHECK(B.rank() == 2 && B.shape[1] == y, ShapeError, "[lti] ", B.source, " ", B.describe(),
                     ": expected [student head_dim, ", y, " (teacher head_dim)]");
       v = B.shape[0];
     } else {
-      MAXTEXT_CHECK(B.rank() == 2 && B.shape[0] == y, ShapeError, "[lti] ", B.source, ": ", p, "B ", B.describe(),
+      MAXTEXT_CHECK(B.rank() == 2 && B.shape[0] == y, ShapeError, "[lti] ", B.source, " ", B.describe(),
                     ": expected [", y, " (teacher head_dim), student head_dim]");
       v = B.shape[1];
     }
@@ -125,7 +124,7 @@ inline void collapse_lti_factors(TensorMap& m) {
       const char f = name.back();
       if (f != 'A' && f != 'B' && f != 'C' && f != 'W') continue;
       const std::string p = name.substr(0, at + tail.size());
-      MAXTEXT_CHECK(m.has(p + "C"), IoError, "[lti] ", t.source, ": ", name, " without the teacher tensor ", p, "C");
+      MAXTEXT_CHECK(m.has(p + "C"), IoError, "[lti] ", t.source, " has no teacher tensor ", p, "C");
       MAXTEXT_CHECK(!m.has(p + "kernel"), IoError, "[lti] ", t.source, ": ", p, "kernel and learn-to-init factors (", name,
                     ") are both present");
       if (f == 'C') projections.emplace_back(p, std::string(proj) == "out");
