@@ -432,6 +432,14 @@ TEST_CASE("llama2lti: learn-to-init factors collapse to the kernels the torch re
     m.load(io::load_weights(dir + "/model_scanned.safetensors", sc).tensors);
     test::expect_close(m.forward(tok), test::npy(dir + "/logits_scanned.npy"), test::tol::f32_logits, "llama2lti scanned");
   }
+  {  // MaxText's spelling: decoder_block llama2 with learn_to_init_mode (a key this library otherwise ignores).
+    Config mc = c;
+    mc.decoder_block = "llama2";
+    mc.set("learn_to_init_mode", "true", "test");
+    Llama m(mc);
+    m.load(io::load_weights(dir + "/model.safetensors", mc).tensors);
+    test::expect_close(m.forward(tok), test::npy(dir + "/logits.npy"), test::tol::f32_logits, "llama2 learn_to_init_mode");
+  }
   {  // The same logits as the plain llama2 block on the collapsed kernels.
     Config lc = c;
     lc.decoder_block = "llama2";

@@ -137,7 +137,12 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
     }
     if (!unstacked) out.add(name, t);
   }
-  if (cfg.is("llama2lti")) collapse_lti_factors(out);  // io/lti.hpp: learn-to-init factors -> plain kernels
+  // io/lti.hpp: learn-to-init factors -> plain kernels, for decoder_block llama2lti or MaxText's own spelling of it
+  // (the llama2 block with learn_to_init_mode: true).
+  const auto lti = cfg.extra.find("learn_to_init_mode");
+  if (cfg.is("llama2lti") || (cfg.is("llama2") && lti != cfg.extra.end() && ::maxtext::detail::truthy(lti->second))) {
+    collapse_lti_factors(out);
+  }
   return out;
 }
 

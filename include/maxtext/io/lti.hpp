@@ -1,6 +1,7 @@
 // io/lti.hpp: MaxText's learn-to-init (LTI) attention factors (layers/learn_to_init_layer.py LearnToInitDense,
 // calculate_attn_weight) collapsed into plain attention kernels, for decoder_block "llama2lti" (the llama2 block whose
-// student checkpoint was saved in learn_to_init_mode); docs/numerics.md §llama2lti.
+// student checkpoint was saved in learn_to_init_mode; also decoder_block "llama2" with learn_to_init_mode: true, as
+// MaxText spells it); docs/numerics.md §llama2lti.
 //
 // In learn_to_init_mode MaxText replaces `self_attention.{query,key,value,out}.kernel` of the llama2 layers (all, or
 // those in lti_layer_indices) by a frozen teacher tensor C and learnt factors, and computes the kernel in every
