@@ -371,7 +371,8 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
 /// decoder_block values this library implements (as compile-time layer types and from a config).
 inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
-                                                 "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3"};
+                                                 "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
+                                                 "olmo3", "llama2lti"};
   return list;
 }
 
@@ -426,6 +427,20 @@ inline void Config::validate() const {
                   "[config] decoder_block gemma3 picks query_pre_attn_scalar by model_name: expected gemma3-4b or "
                   "gemma3-12b (head_dim^-0.5) or gemma3-27b ((base_emb_dim // base_num_query_heads)^-0.5), found '",
                   model_name, "'");
+  }
+  if (decoder_block == "olmo3") {
+    // olmo3.py: OLMO3_ATTENTION_PATTERN (L, L, L, G) by layer index; the scanned Olmo3ScannableBlock holds
+    // inhomogeneous_layer_cycle_interval layers and MaxText scans num_layers / interval of them (int division:
+    // leftover layers would be dropped), so both must fit the pattern.
+    MAXTEXT_CHECK(sliding_window_size > 0, ConfigError,
+                  "[config] decoder_block olmo3 needs sliding_window_size > 0 (layers i % 4 < 3 use sliding-window "
+                  "attention), found ", sliding_window_size);
+    MAXTEXT_CHECK(inhomogeneous_layer_cycle_interval == 4, ConfigError,
+                  "[config] decoder_block olmo3: inhomogeneous_layer_cycle_interval must be 4 (the L, L, L, G "
+                  "sliding-window pattern of OLMO3_ATTENTION_PATTERN), found ", inhomogeneous_layer_cycle_interval);
+    MAXTEXT_CHECK(num_decoder_layers % 4 == 0, ConfigError, "[config] decoder_block olmo3: num_decoder_layers (",
+                  num_decoder_layers, ") is not a multiple of the sliding-window pattern length "
+                  "inhomogeneous_layer_cycle_interval (4)");
   }
   if (attention_type == "local_sliding") {
     MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] attention_type local_sliding needs sliding_window_size > 0");

@@ -9,6 +9,7 @@
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/io/lti.hpp"
 #include "maxtext/io/safetensors.hpp"
 
 namespace maxtext::io {
@@ -75,8 +76,38 @@ inline bool canonicalize_gemma3_scanned(const std::string& name, const AnyTensor
   return false;
 }
 
+/// OLMo 3's scanned layout (Olmo3ScannableBlock under `layers`): `decoder.layers.layers_j.X` (j < 4) stacks layers
+/// j, j+4, j+8, ... (num_layers / 4 of them, on param_scan_axis). Adds the per-layer views to `out`; false when
+/// `name` is not such a tensor.
+inline bool canonicalize_olmo3_scanned(const std::string& name, const AnyTensor& t, const Config& cfg, TensorMap& out) {
+  constexpr std::int64_t pattern = 4;  // len(OLMO3_ATTENTION_PATTERN) = inhomogeneous_layer_cycle_interval
+  const std::string head = "decoder.layers.layers_";
+  if (name.compare(0, head.size(), head) != 0) return false;
+  const std::size_t dot = name.find('.', head.size());
+  const std::string digits = name.substr(head.size(), dot == std::string::npos ? std::string::npos : dot - head.size());
+  MAXTEXT_CHECK(!digits.empty() && digits.size() < 4 && digits.find_first_not_of("0123456789") == std::string::npos &&
+                    dot != std::string::npos,
+                ShapeError, "[checkpoint] ", t.source, ": scanned OLMo 3 tensor ", name, " is not ", head, "<j>.<param>");
+  const std::int64_t j = std::stoll(digits);
+  MAXTEXT_CHECK(j < pattern, ShapeError, "[checkpoint] ", t.source, ": scanned OLMo 3 tensor ", name, ": sub-layer ", j,
+                " outside [0, 4) (inhomogeneous_layer_cycle_interval)");
+  const std::int64_t reps = cfg.num_decoder_layers / pattern;
+  const int axis = static_cast<int>(cfg.param_scan_axis);
+  MAXTEXT_CHECK(axis >= 0 && axis < t.rank() && t.shape[static_cast<std::size_t>(axis)] == reps, ShapeError,
+                "[checkpoint] ", t.source, ": scanned OLMo 3 tensor ", name, " ", t.describe(), ": expected ", reps,
+                " repetitions (num_decoder_layers / 4) on axis ", axis, " (param_scan_axis)");
+  const std::string rest = name.substr(dot + 1);
+  for (std::int64_t i = 0; i < reps; ++i) {
+    AnyTensor s = t.select(axis, i);
+    s.source = t.source + "[repetition " + std::to_string(i) + "]";
+    out.add("decoder.layers_" + std::to_string(i * pattern + j) + "." + rest, std::move(s));
+  }
+  return true;
+}
+
 /// Canonicalise a MaxText-named checkpoint: normalise separators, strip `params`, and unstack scanned layers
-/// (`decoder.layers.X` with the layer axis at `param_scan_axis`) into `decoder.layers_i.X` views (no copy).
+/// (`decoder.layers.X` with the layer axis at `param_scan_axis`) into `decoder.layers_i.X` views (no copy); for
+/// llama2lti, collapse learn-to-init attention factors into kernels (io/lti.hpp).
 inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
   TensorMap out;
   out.metadata = in.metadata;
@@ -85,6 +116,7 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
   for (const auto& [raw, t] : in.tensors) {
     const std::string name = normalize_maxtext_name(raw);
     if (cfg.is("gemma3") && canonicalize_gemma3_scanned(name, t, cfg, out)) continue;
+    if (cfg.is("olmo3") && canonicalize_olmo3_scanned(name, t, cfg, out)) continue;
     bool unstacked = false;
     for (const auto& [group, count] : groups) {
       const std::string pre = "decoder." + group + ".";
@@ -104,6 +136,12 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
       break;
     }
     if (!unstacked) out.add(name, t);
+  }
+  // io/lti.hpp: learn-to-init factors -> plain kernels, for decoder_block llama2lti or MaxText's own spelling of it
+  // (the llama2 block with learn_to_init_mode: true).
+  const auto lti = cfg.extra.find("learn_to_init_mode");
+  if (cfg.is("llama2lti") || (cfg.is("llama2") && lti != cfg.extra.end() && ::maxtext::detail::truthy(lti->second))) {
+    collapse_lti_factors(out);
   }
   return out;
 }

@@ -31,6 +31,7 @@
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/hf_gemma.hpp"
+#include "maxtext/io/hf_olmo.hpp"
 #include "maxtext/io/llama2c.hpp"
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -204,6 +205,7 @@ inline Config config_from_gguf(const GgufFile& g) {
   const std::string arch = g.get_string("general.architecture");
   MAXTEXT_CHECK(!arch.empty(), IoError, "[gguf] ", g.path, ": general.architecture is missing");
   if (is_gguf_gemma(arch)) return config_from_gguf_gemma(g);  // gemma / gemma2 / gemma3: io/hf_gemma.hpp
+  if (is_gguf_olmo(arch)) return config_from_gguf_olmo(g);    // olmo2 (OLMo 3 exports): io/hf_olmo.hpp
   Config c;
   detail::base_llama_config(c);
   if (arch == "llama") {
@@ -283,6 +285,7 @@ inline Config config_from_hf(const nlohmann::json& j, const std::string& where) 
     return c;
   }
   if (is_hf_gemma_family(j)) return config_from_hf_gemma(j, where);  // gemma / gemma2 / gemma3_text: io/hf_gemma.hpp
+  if (is_hf_olmo_family(j)) return config_from_hf_olmo(j, where);    // olmo3: io/hf_olmo.hpp
   auto get = [&](const char* key) -> const nlohmann::json& {
     MAXTEXT_CHECK(j.contains(key) && !j[key].is_null(), IoError, "[hf] ", where, ": config.json lacks ", key);
     return j[key];
@@ -592,6 +595,53 @@ inline TensorMap import_hf_names(const TensorMap& in, const Config& cfg, bool ti
     ignorable.push_back("model.layers." + std::to_string(i) + ".self_attn.rotary_emb.");
   }
   ignorable.push_back("model.rotary_emb.");
+  return imp.finish(ignorable);
+}
+
+/// Map OLMo 3 tensors to MaxText's olmo3 names: Hugging Face (`hf_names`: Olmo3ForCausalLM) or llama.cpp's olmo2
+/// GGUF names. Both keep Hugging Face's half-split q/k rows (llama.cpp's olmo2 uses NeoX RoPE), which is the pairing
+/// of MaxText's default and non-interleaved YaRN RoPE; the q/k norm scales [N*H] / [K*H] (over all heads) load as
+/// they are, the query kernel unscaled (the block scales queries by head_dim^-0.5 in the forward pass). Without a
+/// head tensor the classifier is tied to the embedding when `tied`.
+inline TensorMap import_olmo3_names(const TensorMap& in, const Config& cfg, bool hf_names, bool tied,
+                                    const std::string& what) {
+  detail::Importer imp(in, cfg, RopeLayout::half_split, what);
+  if (hf_names) {
+    imp.globals("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", tied);
+  } else {
+    imp.globals("token_embd.weight", "output_norm.weight", "output.weight", tied);
+  }
+  const std::int64_t N = cfg.num_query_heads, K = cfg.num_kv_heads, H = cfg.head_dim, D = cfg.emb_dim;
+  auto norm = [&](const AnyTensor& t, std::int64_t n, const std::string& name) {
+    MAXTEXT_CHECK(t.rank() == 1 && t.shape[0] == n, ShapeError, "[import] ", t.source, " (", name, "): expected [", n,
+                  "], found ", t.shape);
+    return t;
+  };
+  for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
+    const std::string L = "decoder.layers_" + std::to_string(i) + ".";
+    const std::string f = hf_names ? "model.layers." + std::to_string(i) + "." : "blk." + std::to_string(i) + ".";
+    auto name = [&](const char* hf, const char* gg) { return f + (hf_names ? hf : gg) + ".weight"; };
+    if (auto* t = imp.get(name("self_attn.q_proj", "attn_q")))
+      imp.put(L + "attention.query.kernel", attention_kernel(*t, N, H, RopeLayout::half_split, RopeLayout::half_split, 1.0, L + "attention.query.kernel"));
+    if (auto* t = imp.get(name("self_attn.k_proj", "attn_k")))
+      imp.put(L + "attention.key.kernel", attention_kernel(*t, K, H, RopeLayout::half_split, RopeLayout::half_split, 1.0, L + "attention.key.kernel"));
+    if (auto* t = imp.get(name("self_attn.v_proj", "attn_v")))
+      imp.put(L + "attention.value.kernel", attention_kernel(*t, K, H, RopeLayout::half_split, RopeLayout::half_split, 1.0, L + "attention.value.kernel"));
+    if (auto* t = imp.get(name("self_attn.o_proj", "attn_output")))
+      imp.put(L + "attention.out.kernel", attention_out_kernel(*t, N, H, L + "attention.out.kernel"));
+    if (auto* t = imp.get(name("self_attn.q_norm", "attn_q_norm")))
+      imp.put(L + "attention.query_norm.scale", norm(*t, N * H, L + "attention.query_norm.scale"));
+    if (auto* t = imp.get(name("self_attn.k_norm", "attn_k_norm")))
+      imp.put(L + "attention.key_norm.scale", norm(*t, K * H, L + "attention.key_norm.scale"));
+    if (auto* t = imp.get(name("post_attention_layernorm", "post_attention_norm")))
+      imp.put(L + "post_self_attention_layer_norm.scale", norm(*t, D, L + "post_self_attention_layer_norm.scale"));
+    if (auto* t = imp.get(name("post_feedforward_layernorm", "post_ffw_norm")))
+      imp.put(L + "post_mlp_layer_norm.scale", norm(*t, D, L + "post_mlp_layer_norm.scale"));
+    if (auto* t = imp.get(name("mlp.gate_proj", "ffn_gate"))) imp.put(L + "mlp.wi_0.kernel", dense_kernel(*t, L + "mlp.wi_0.kernel"));
+    if (auto* t = imp.get(name("mlp.up_proj", "ffn_up"))) imp.put(L + "mlp.wi_1.kernel", dense_kernel(*t, L + "mlp.wi_1.kernel"));
+    if (auto* t = imp.get(name("mlp.down_proj", "ffn_down"))) imp.put(L + "mlp.wo.kernel", dense_kernel(*t, L + "mlp.wo.kernel"));
+  }
+  std::vector<std::string> ignorable{"model.rotary_emb.", "rope_freqs.weight"};
   return imp.finish(ignorable);
 }
 

@@ -103,6 +103,10 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         w.tensors = import_gguf_gemma(g.tensors, cfg, "gguf " + path);
         return w;
       }
+      if (cfg.is("olmo3")) {  // llama.cpp's olmo2 names (io/model_import.hpp import_olmo3_names)
+        w.tensors = import_olmo3_names(g.tensors, cfg, false, !g.tensors.has("output.weight"), "gguf " + path);
+        return w;
+      }
       w.tensors = import_llama_cpp_names(g.tensors, cfg, gguf_rope_layout(g.get_string("general.architecture")), "gguf " + path);
       return w;
     }
@@ -126,6 +130,11 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         return w;
       }
       const bool tied = cj.empty() ? !raw.has("lm_head.weight") : hf_tied_embeddings(cj);
+      if (cfg.is("olmo3")) {  // Olmo3ForCausalLM names (io/model_import.hpp import_olmo3_names)
+        w.tensors = import_olmo3_names(raw, cfg, true, tied, "hf " + path);
+        w.naming = WeightNaming::hf;
+        return w;
+      }
       w.tensors = import_hf_names(raw, cfg, tied, "hf " + path);
       w.naming = WeightNaming::hf;
       return w;

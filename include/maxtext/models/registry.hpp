@@ -17,6 +17,7 @@
 #include "maxtext/layers/llama2.hpp"
 #include "maxtext/layers/mistral.hpp"
 #include "maxtext/layers/mixtral.hpp"
+#include "maxtext/layers/olmo3.hpp"
 #include "maxtext/layers/qwen2.hpp"
 #include "maxtext/layers/qwen3.hpp"
 #include "maxtext/layers/simple_layer.hpp"
@@ -43,6 +44,10 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("gemma")) return f.template operator()<Transformer<P, layers::GemmaDecoderLayer>>();
   if (cfg.is("gemma2")) return f.template operator()<Transformer<P, layers::Gemma2DecoderLayer>>();
   if (cfg.is("gemma3")) return f.template operator()<Transformer<P, layers::Gemma3DecoderLayer>>();
+  if (cfg.is("olmo3")) return f.template operator()<Transformer<P, layers::Olmo3DecoderLayer>>();
+  // llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; io/checkpoint.hpp collapses them
+  // into plain kernels at load, so the layer is the llama2 one.
+  if (cfg.is("llama2lti")) return f.template operator()<Transformer<P, layers::LlamaDecoderLayer>>();
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }
