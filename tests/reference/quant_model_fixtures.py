@@ -3,8 +3,8 @@
 
 Steps (each writes into tests/fixtures/ggml_quants/; SCRATCH holds the files not committed):
   1. `model`: a small Llama with seeded random weights as an F32 GGUF (SCRATCH/tiny-f32.gguf, 4 MB): dim 256, 2 layers,
-     4 query / 2 KV heads (head_dim 64), hidden 256, vocab 512 (stories260K's tokenizer metadata copied from
-     ../shared/models/stories260K/stories260K.gguf so that llama.cpp can load it). Every matrix's inner dim is 256, so
+     4 query / 2 KV heads (head_dim 64), hidden 256, vocab 512 (a synthetic SentencePiece vocabulary, so that llama.cpp
+     and `maxtext generate` can load it). Every matrix's inner dim is 256, so
      llama-quantize applies the K-quants and IQ4_XS without fallbacks.
   2. quantise with llama.cpp's llama-quantize to Q4_K_M, Q5_K_M, Q6_K, Q4_0, IQ4_XS -> tiny-<TYPE>.gguf (committed,
      under 1 MB each; see the shell lines below).
@@ -29,19 +29,33 @@ from gguf import quants
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "ggml_quants"
-STORIES = ROOT.parent / "shared" / "models" / "stories260K" / "stories260K.gguf"
 DIM, LAYERS, HEADS, KV_HEADS, HIDDEN, VOCAB = 256, 2, 4, 2, 256, 512
 TOKENS = [1, 42, 300, 7, 511, 128, 64, 3]
 
 
-def copy_tokenizer(w):
-    r = gguf.GGUFReader(str(STORIES))
-    f = r.fields
-    w.add_tokenizer_model(str(bytes(f["tokenizer.ggml.model"].parts[-1]), "utf-8"))
-    toks = [bytes(f["tokenizer.ggml.tokens"].parts[i]) for i in f["tokenizer.ggml.tokens"].data]
+def add_tokenizer(w):
+    """A synthetic SentencePiece-style vocabulary of VOCAB pieces (so that llama.cpp and maxtext can load the file):
+    <unk>, <s>, </s>, the 256 byte pieces <0x00>..<0xFF>, then letters and letter pairs with and without the word
+    marker U+2581, scored by order."""
+    toks, types = ["<unk>", "<s>", "</s>"], [2, 3, 3]
+    toks += [f"<0x{b:02X}>" for b in range(256)]
+    types += [6] * 256
+    letters = "etaoinshrdlucmfwypvbgkjqxz"
+    pieces = ["\u2581" + a for a in letters] + list(letters) + ["\u2581" + a + b for a in letters[:9] for b in letters]
+    pieces += [a + b for a in letters for b in letters]
+    seen = set(toks)
+    for piece in pieces:
+        if len(toks) == VOCAB:
+            break
+        if piece not in seen:
+            seen.add(piece)
+            toks.append(piece)
+            types.append(1)
+    assert len(toks) == VOCAB
+    w.add_tokenizer_model("llama")
     w.add_token_list(toks)
-    w.add_token_scores([float(f["tokenizer.ggml.scores"].parts[i][0]) for i in f["tokenizer.ggml.scores"].data])
-    w.add_token_types([int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data])
+    w.add_token_scores([0.0] * 259 + [-float(i) for i in range(VOCAB - 259)])
+    w.add_token_types(types)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
@@ -61,7 +75,7 @@ def model(scratch):
     w.add_rope_dimension_count(DIM // HEADS)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    copy_tokenizer(w)
+    add_tokenizer(w)
     hd = DIM // HEADS
 
     def mat(rows, cols, scale=1.0):  # rows = out features; GGUF stores [cols (inner), rows]
