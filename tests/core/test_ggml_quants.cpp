@@ -190,6 +190,19 @@ TEST_CASE("ggml quants: malformed block tensors raise errors naming the tensor",
       std::filesystem::remove(p);
     }
   }
+  SECTION("NaN scale in a Q8_0 tensor (kept as blocks)") {
+    auto blocks = some_blocks(quant::BlockType::q8_0, 4);
+    const std::uint16_t nan = 0x7e00;
+    std::memcpy(blocks.data() + 3 * 34, &nan, 2);
+    io::GgufWriter w;
+    w.add_raw_tensor("q8.weight", {2, 64}, 8, blocks);
+    const std::string p = write_file(w, "q8nan.gguf");
+    io::GgufFile g = io::read_gguf(p);
+    const std::string e = error_of<IoError>([&] { io::dequantize_block_tensors(g); });
+    CHECK_THAT(e, Catch::Contains("q8.weight") && Catch::Contains("Q8_0 block 3") && Catch::Contains("row 1") &&
+                      Catch::Contains("NaN or infinite scale"));
+    std::filesystem::remove(p);
+  }
   SECTION("block types this reader does not decode") {
     io::GgufWriter w;
     w.add_raw_tensor("iq2.weight", {1, 256}, 16, std::vector<std::byte>(66));  // IQ2_XXS

@@ -533,8 +533,18 @@ inline AnyTensor dequantize_block_tensor(const GgufBlockTensor& b, const std::st
   return t;
 }
 
-/// Decode every tensor of `g.block_tensors` to f32 into `g.tensors` (the block tensors are then dropped).
+/// Decode every tensor of `g.block_tensors` to f32 into `g.tensors` (the block tensors are then dropped), and check
+/// the scales of the Q8_0 tensors, which stay blocks: a NaN or infinite scale raises IoError naming the tensor.
 inline void dequantize_block_tensors(GgufFile& g) {
+  const quant::BlockFormat& q8 = quant::block_format(quant::BlockType::q8_0);
+  for (const auto& [name, t] : g.tensors.tensors) {
+    if (t.dtype != DType::q8_0 || !t.is_contiguous()) continue;
+    for (std::int64_t k = 0; k < t.numel() / q8.block; ++k) {
+      MAXTEXT_CHECK(quant::block_scales_finite(q8, t.data + k * q8.bytes), IoError, "[gguf] ", g.path, ": tensor ", name,
+                    ": Q8_0 block ", k, " (row ", k * q8.block / t.shape.back(), ", column ",
+                    k * q8.block % t.shape.back(), ") has a NaN or infinite scale");
+    }
+  }
   for (const auto& b : g.block_tensors) g.tensors.add(b.name, dequantize_block_tensor(b, g.path));
   g.block_tensors.clear();
 }
