@@ -150,13 +150,15 @@ inline void dequantize_block(BlockType t, const std::byte* blk, float* y) {
       const std::byte* qs = blk + 16;
       const float d = half_at(blk + 80);
       const float dmin = half_at(blk + 82);
+      float dl[16], ml[16];
+      for (int g = 0; g < 16; ++g) {
+        dl[g] = d * static_cast<float>(byte_at(sc, g) & 0x0f);
+        ml[g] = dmin * static_cast<float>(byte_at(sc, g) >> 4);
+      }
       for (int e = 0; e < 256; ++e) {  // e = half*128 + shift*32 + l reads bits 2*shift of qs[half*32 + l]
         const int half = e / 128, s = (e / 32) % 4, l = e % 32;
         const int q = (byte_at(qs, half * 32 + l) >> (2 * s)) & 3;
-        const int g = e / 16;
-        const float dl = d * static_cast<float>(byte_at(sc, g) & 0x0f);
-        const float ml = dmin * static_cast<float>(byte_at(sc, g) >> 4);
-        y[e] = rounded(dl * static_cast<float>(q)) - ml;
+        y[e] = rounded(dl[e / 16] * static_cast<float>(q)) - ml[e / 16];
       }
       return;
     }
@@ -205,12 +207,17 @@ inline void dequantize_block(BlockType t, const std::byte* blk, float* y) {
       const std::byte* qh = blk + 128;
       const std::byte* sc = blk + 192;
       const float d = half_at(blk + 208);
-      for (int e = 0; e < 256; ++e) {
-        const int half = e / 128, r = e % 128;
-        const int low = (byte_at(ql, half * 64 + r % 64) >> (4 * (r / 64))) & 0x0f;
-        const int high = (byte_at(qh, half * 32 + r % 32) >> (2 * (r / 32))) & 0x03;
-        const float dg = d * static_cast<float>(static_cast<std::int8_t>(byte_at(sc, e / 16)));
-        y[e] = dg * static_cast<float>((low | (high << 4)) - 32);
+      float dg[16];
+      for (int g = 0; g < 16; ++g) dg[g] = d * static_cast<float>(static_cast<std::int8_t>(byte_at(sc, g)));
+      for (int half = 0; half < 2; ++half) {  // element half*128 + s*32 + l
+        for (int s = 0; s < 4; ++s) {
+          for (int l = 0; l < 32; ++l) {
+            const int r = s * 32 + l;
+            const int low = (byte_at(ql, half * 64 + r % 64) >> (4 * (s / 2))) & 0x0f;
+            const int high = (byte_at(qh, half * 32 + l) >> (2 * s)) & 0x03;
+            y[half * 128 + r] = dg[(half * 128 + r) / 16] * static_cast<float>((low | (high << 4)) - 32);
+          }
+        }
       }
       return;
     }
