@@ -1,8 +1,9 @@
 // core/ggml_quants.hpp: the block-quantised tensor types of GGUF files (llama.cpp's ggml types Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS): their byte layouts and their dequantisation to f32,
 // written from the format definitions (ggml-common.h's block structs; gguf-py's quants.py is the NumPy reference).
-// The values equal gguf-py's NumPy dequantisation bit for bit: every product and sum is rounded to f32 on its own
-// (no fused multiply-add), in the order NumPy evaluates them.
+// The values equal gguf-py's NumPy dequantisation bit for bit: products are taken in NumPy's order, and in the types
+// that add an offset (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) every product is exact in f32 (fp16 scale: 11 significant bits,
+// sub-scale at most 6, quant at most 5), so only the add rounds and a fused multiply-add gives the same bits.
 #pragma once
 
 #include <cstddef>
@@ -65,17 +66,6 @@ inline float half_at(const std::byte* p) {
 }
 inline std::uint8_t byte_at(const std::byte* p, std::int64_t i) { return static_cast<std::uint8_t>(p[i]); }
 
-/// Keep `x` rounded to f32 in a register, so that the compiler cannot fuse it into a following add (under
-/// -ffp-contract=fast, GCC's default for GNU C++ with FMA available, a*b-c would otherwise become one rounding).
-inline float rounded(float x) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  __asm__("" : "+x"(x));
-#elif defined(__GNUC__) && defined(__aarch64__)
-  __asm__("" : "+w"(x));
-#endif
-  return x;
-}
-
 /// The 4-bit non-linear codebook of IQ4_NL and IQ4_XS.
 inline constexpr std::int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                1,    13,   25,  38,  53,  69,  89,  113};
@@ -97,7 +87,6 @@ inline void k_scale_min(const std::byte* s, int j, int& sc, int& mn) {
 inline void dequantize_block(BlockType t, const std::byte* blk, float* y) {
   using detail::byte_at;
   using detail::half_at;
-  using detail::rounded;
   switch (t) {
     case BlockType::q4_0: {  // d; 16 bytes: element j in the low nibble of byte j, j+16 in its high nibble; q - 8
       const float d = half_at(blk);
@@ -113,8 +102,8 @@ inline void dequantize_block(BlockType t, const std::byte* blk, float* y) {
       const float m = half_at(blk + 2);
       const std::byte* qs = blk + 4;
       for (int j = 0; j < 16; ++j) {
-        y[j] = rounded(d * static_cast<float>(byte_at(qs, j) & 0x0f)) + m;
-        y[j + 16] = rounded(d * static_cast<float>(byte_at(qs, j) >> 4)) + m;
+        y[j] = d * static_cast<float>(byte_at(qs, j) & 0x0f) + m;
+        y[j + 16] = d * static_cast<float>(byte_at(qs, j) >> 4) + m;
       }
       return;
     }
@@ -131,8 +120,8 @@ inline void dequantize_block(BlockType t, const std::byte* blk, float* y) {
         const int lo = (byte_at(qs, j) & 0x0f) | static_cast<int>(((qh >> j) & 1u) << 4);
         const int hi = (byte_at(qs, j) >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
         if (has_min) {
-          y[j] = rounded(d * static_cast<float>(lo)) + m;
-          y[j + 16] = rounded(d * static_cast<float>(hi)) + m;
+          y[j] = d * static_cast<float>(lo) + m;
+          y[j + 16] = d * static_cast<float>(hi) + m;
         } else {
           y[j] = d * static_cast<float>(lo - 16);
           y[j + 16] = d * static_cast<float>(hi - 16);
@@ -158,7 +147,7 @@ inline void dequantize_block(BlockType t, const std::byte* blk, float* y) {
       for (int e = 0; e < 256; ++e) {  // e = half*128 + shift*32 + l reads bits 2*shift of qs[half*32 + l]
         const int half = e / 128, s = (e / 32) % 4, l = e % 32;
         const int q = (byte_at(qs, half * 32 + l) >> (2 * s)) & 3;
-        y[e] = rounded(dl[e / 16] * static_cast<float>(q)) - ml[e / 16];
+        y[e] = dl[e / 16] * static_cast<float>(q) - ml[e / 16];
       }
       return;
     }
@@ -197,7 +186,7 @@ inline void dequantize_block(BlockType t, const std::byte* blk, float* y) {
         for (int l = 0; l < 32; ++l) {
           int q = (byte_at(qs, (j / 2) * 32 + l) >> (4 * (j % 2))) & 0x0f;
           if (five) q |= ((byte_at(qh, l) >> j) & 1) << 4;
-          y[j * 32 + l] = rounded(dj * static_cast<float>(q)) - mj;
+          y[j * 32 + l] = dj * static_cast<float>(q) - mj;
         }
       }
       return;
