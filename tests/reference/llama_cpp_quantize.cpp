@@ -4,7 +4,7 @@
 //   L=/work/peers/llama.cpp
 //   g++ -std=c++17 -O2 tests/reference/llama_cpp_quantize.cpp -I$L/include -I$L/ggml/include \
 //       -L$L/build/bin -lllama -lggml -lggml-base -Wl,-rpath,$L/build/bin -o /tmp/llama_cpp_quantize
-//   /tmp/llama_cpp_quantize IN-F32.gguf OUT.gguf Q4_K_M      (Q4_K_M, Q5_K_M, Q6_K, Q4_0, IQ4_XS)
+//   /tmp/llama_cpp_quantize IN-F32.gguf OUT.gguf Q4_K_M      (Q4_K_M, Q5_K_M, Q6_K, Q4_0, IQ4_XS, Q3_K_M, Q2_K)
 #include <cstdio>
 #include <cstring>
 
@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   };
   const Named types[] = {{"Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M}, {"Q5_K_M", LLAMA_FTYPE_MOSTLY_Q5_K_M},
                          {"Q6_K", LLAMA_FTYPE_MOSTLY_Q6_K},     {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},
-                         {"IQ4_XS", LLAMA_FTYPE_MOSTLY_IQ4_XS}};
+                         {"IQ4_XS", LLAMA_FTYPE_MOSTLY_IQ4_XS}, {"Q3_K_M", LLAMA_FTYPE_MOSTLY_Q3_K_M},
+                         {"Q2_K", LLAMA_FTYPE_MOSTLY_Q2_K}};
   llama_model_quantize_params p = llama_model_quantize_default_params();
   p.nthread = 1;
   bool found = false;
