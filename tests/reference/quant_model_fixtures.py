@@ -6,7 +6,8 @@ Steps (each writes into tests/fixtures/ggml_quants/; SCRATCH holds the files not
      4 query / 2 KV heads (head_dim 64), hidden 256, vocab 512 (a synthetic SentencePiece vocabulary, so that llama.cpp
      and `maxtext generate` can load it). Every matrix's inner dim is 256, so
      llama-quantize applies the K-quants and IQ4_XS without fallbacks.
-  2. quantise with llama.cpp's llama-quantize to Q4_K_M, Q5_K_M, Q6_K, Q4_0, IQ4_XS, Q3_K_M, Q2_K -> tiny-<TYPE>.gguf (committed,
+  2. quantise with llama.cpp's llama-quantize (or tests/reference/llama_cpp_quantize.cpp, which calls the same
+     llama_model_quantize with llama-quantize's defaults: byte-identical files, checked) to Q4_K_M, Q5_K_M, Q6_K, Q4_0, IQ4_XS, Q3_K_M, Q2_K -> tiny-<TYPE>.gguf (committed,
      under 1 MB each; see the shell lines below).
   3. `dequant TYPE`: the dequantised copy of tiny-<TYPE>.gguf written as F32 by gguf-py's NumPy dequantisation
      (SCRATCH/tiny-<TYPE>-deq.gguf): the model the quantised file means, independent of our decoder.
