@@ -322,9 +322,15 @@ TEST_CASE("GGUF: malformed tensor infos raise IoError naming the tensor", "[io][
   }
   {
     auto b = good;
-    poke<std::uint32_t>(b, type_at, 12);  // Q4_K: known, not supported
+    poke<std::uint32_t>(b, type_at, 16);  // IQ2_XXS: known, not supported
     const std::string e = read_error(b);
-    CHECK_THAT(e, Catch::Contains("unsupported") && Catch::Contains("Q4_K") && Catch::Contains("weight_b"));
+    CHECK_THAT(e, Catch::Contains("unsupported") && Catch::Contains("IQ2_XXS") && Catch::Contains("weight_b"));
+  }
+  {
+    auto b = good;
+    poke<std::uint32_t>(b, type_at, 12);  // Q4_K (core/ggml_quants.hpp) needs the innermost dim (32) in 256-blocks
+    const std::string e = read_error(b);
+    CHECK_THAT(e, Catch::Contains("Q4_K") && Catch::Contains("weight_b") && Catch::Contains("multiple of 256"));
   }
   {
     auto b = good;

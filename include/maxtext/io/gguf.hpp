@@ -1,5 +1,7 @@
 // io/gguf.hpp: GGUF files (llama.cpp's model format, versions 1-3): header, typed metadata, tensor infos, and
-// zero-copy tensors (F32, F16, BF16, Q8_0, plus the integer types); and a small writer for tests and tools.
+// zero-copy tensors (F32, F16, BF16, Q8_0, plus the integer types); the other block-quantised types (Q4_0 ... Q6_K,
+// IQ4_NL, IQ4_XS: core/ggml_quants.hpp) listed by read_gguf and dequantised to f32 on request
+// (dequantize_block_tensors, as load_weights does); and a small writer for tests and tools.
 // Layout: magic "GGUF", u32 version, tensor count, metadata count (u64; u32 in v1), the metadata key/values, the
 // tensor infos (name, dims innermost-first, ggml type, data offset), padding to `general.alignment` (default 32),
 // then the data section. Every malformed input raises IoError "[gguf] FILE: FIELD: what".
@@ -21,6 +23,7 @@
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/ggml_quants.hpp"
 #include "maxtext/io/convert.hpp"
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -200,8 +203,20 @@ struct GgufTensorInfo {
   std::uint64_t offset = 0;         ///< relative to the data section
 };
 
+/// A tensor in one of the block-quantised types of core/ggml_quants.hpp other than Q8_0 (which stays a zero-copy
+/// q8_0 tensor): its blocks as they lie in the mapped file, validated for size but not yet decoded.
+struct GgufBlockTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;  ///< row-major (the file's dims reversed)
+  quant::BlockType type = quant::BlockType::q4_0;
+  const std::byte* data = nullptr;
+  std::uint64_t bytes = 0;
+  std::shared_ptr<const void> holder;  ///< keeps the mapping alive
+};
+
 /// A parsed GGUF file. `tensors` are zero-copy views into the mapping with row-major shapes (the file's dims
-/// reversed: GGUF [ne0, ne1] = ne1 rows of ne0), named as in the file.
+/// reversed: GGUF [ne0, ne1] = ne1 rows of ne0), named as in the file. Tensors in the other block types
+/// (Q4_0 ... IQ4_XS) are in `block_tensors` instead until dequantize_block_tensors() decodes them into `tensors`.
 struct GgufFile {
   std::string path;
   std::uint32_t version = 3;
@@ -211,6 +226,18 @@ struct GgufFile {
   std::vector<std::string> metadata_order;
   std::vector<GgufTensorInfo> infos;
   TensorMap tensors;
+  std::vector<GgufBlockTensor> block_tensors;
+
+  /// The row-major shape of tensor `name` as listed in the file (whatever its type), or nullopt.
+  std::optional<std::vector<std::int64_t>> tensor_shape(const std::string& name) const {
+    for (const auto& info : infos) {
+      if (info.name != name) continue;
+      std::vector<std::int64_t> shape;
+      for (auto it = info.dims.rbegin(); it != info.dims.rend(); ++it) shape.push_back(static_cast<std::int64_t>(*it));
+      return shape;
+    }
+    return std::nullopt;
+  }
 
   bool has(const std::string& key) const { return metadata.count(key) != 0; }
   const GgufValue* find(const std::string& key) const {
@@ -365,7 +392,9 @@ inline GgufValue read_gguf_value(GgufCursor& c, GgufType t, const std::string& w
 }  // namespace detail
 
 /// Parse a GGUF file (memory-mapped). Tensors of types F32, F16, BF16, F64, Q8_0 and the integer types become
-/// zero-copy AnyTensor views; other ggml types (K-quants, Q4_0, ...) raise UnsupportedError naming the tensor.
+/// zero-copy AnyTensor views; Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K, IQ4_NL and IQ4_XS tensors are listed in
+/// `block_tensors` (sizes checked; decode them with dequantize_block_tensors); other ggml types (IQ2, IQ3, ...)
+/// raise UnsupportedError naming the tensor.
 inline GgufFile read_gguf(const std::string& path) {
   auto file = MappedFile::open(path);
   GgufFile g;
@@ -429,8 +458,10 @@ inline GgufFile read_gguf(const std::string& path) {
     const std::string what = "tensor " + info.name;
     const auto* ti = detail::ggml_type_info(info.ggml_type);
     MAXTEXT_CHECK(ti != nullptr, IoError, "[gguf] ", path, ": ", what, ": unknown ggml type ", info.ggml_type);
-    MAXTEXT_CHECK(ti->supported, UnsupportedError, "[gguf] ", path, ": ", what, ": ggml type ", ti->name, " (",
-                  info.ggml_type, ") is not supported (supported: F32, F16, BF16, F64, Q8_0, I8-I64)");
+    const quant::BlockFormat* bf = ti->supported ? nullptr : quant::block_format(info.ggml_type);
+    MAXTEXT_CHECK(ti->supported || bf != nullptr, UnsupportedError, "[gguf] ", path, ": ", what, ": ggml type ",
+                  ti->name, " (", info.ggml_type, ") is not supported (supported: F32, F16, BF16, F64, Q8_0, Q4_0, "
+                  "Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, I8-I64)");
     // Element count with overflow checks (every dim < 2^50 and the product too).
     std::uint64_t n = 1;
     for (auto d : info.dims) {
@@ -447,6 +478,17 @@ inline GgufFile read_gguf(const std::string& path) {
                   ": data [", info.offset, ", ", info.offset + bytes, ") lies outside the data section of ", data_size,
                   " bytes (truncated file?)");
     ranges.emplace_back(info.offset, info.offset + bytes);
+    if (bf != nullptr) {
+      GgufBlockTensor b;
+      b.name = info.name;
+      for (auto it = info.dims.rbegin(); it != info.dims.rend(); ++it) b.shape.push_back(static_cast<std::int64_t>(*it));
+      b.type = bf->type;
+      b.data = data + info.offset;
+      b.bytes = bytes;
+      b.holder = file;
+      g.block_tensors.push_back(std::move(b));
+      continue;
+    }
     AnyTensor t;
     t.dtype = ti->dtype;
     for (auto it = info.dims.rbegin(); it != info.dims.rend(); ++it) t.shape.push_back(static_cast<std::int64_t>(*it));
@@ -465,6 +507,46 @@ inline GgufFile read_gguf(const std::string& path) {
     if (v.type == GgufType::string) g.tensors.metadata[k] = v.s;
   }
   return g;
+}
+
+/// Decode `b` into a new f32 tensor (row-major, b.shape). A block whose fp16 scale is NaN or infinite raises IoError
+/// naming the file, the tensor and the block.
+inline AnyTensor dequantize_block_tensor(const GgufBlockTensor& b, const std::string& path) {
+  const quant::BlockFormat& f = quant::block_format(b.type);
+  std::int64_t n = 1;
+  for (auto d : b.shape) n *= d;
+  MAXTEXT_CHECK(n % f.block == 0 && static_cast<std::uint64_t>(n / f.block * f.bytes) == b.bytes, IoError, "[gguf] ",
+                path, ": tensor ", b.name, ": ", f.name, " data of ", b.bytes, " bytes does not hold ", n, " values");
+  Tensor<float, 1> out(Shape<1>{n});
+  for (std::int64_t k = 0; k < n / f.block; ++k) {
+    const std::byte* blk = b.data + k * f.bytes;
+    if (!quant::block_scales_finite(f, blk)) {
+      const std::int64_t row_len = b.shape.back();
+      MAXTEXT_THROW(IoError, "[gguf] ", path, ": tensor ", b.name, ": ", f.name, " block ", k, " (row ",
+                    k * f.block / row_len, ", column ", k * f.block % row_len, ") has a NaN or infinite scale");
+    }
+    quant::dequantize_block(b.type, blk, out.data() + k * f.block);
+  }
+  AnyTensor t = AnyTensor::from(out, path + ": " + b.name + " (" + f.name + ", dequantised)");
+  t.shape = b.shape;
+  t.strides = AnyTensor::dense_strides(t.shape, DType::f32);
+  return t;
+}
+
+/// Decode every tensor of `g.block_tensors` to f32 into `g.tensors` (the block tensors are then dropped), and check
+/// the scales of the Q8_0 tensors, which stay blocks: a NaN or infinite scale raises IoError naming the tensor.
+inline void dequantize_block_tensors(GgufFile& g) {
+  const quant::BlockFormat& q8 = quant::block_format(quant::BlockType::q8_0);
+  for (const auto& [name, t] : g.tensors.tensors) {
+    if (t.dtype != DType::q8_0 || !t.is_contiguous()) continue;
+    for (std::int64_t k = 0; k < t.numel() / q8.block; ++k) {
+      MAXTEXT_CHECK(quant::block_scales_finite(q8, t.data + k * q8.bytes), IoError, "[gguf] ", g.path, ": tensor ", name,
+                    ": Q8_0 block ", k, " (row ", k * q8.block / t.shape.back(), ", column ",
+                    k * q8.block % t.shape.back(), ") has a NaN or infinite scale");
+    }
+  }
+  for (const auto& b : g.block_tensors) g.tensors.add(b.name, dequantize_block_tensor(b, g.path));
+  g.block_tensors.clear();
 }
 
 /// Builds a GGUF (version 3) file: metadata in insertion order, tensors with row-major shapes (written innermost
@@ -493,7 +575,22 @@ class GgufWriter {
     e.name = name;
     e.shape = t.shape;
     e.dtype = target;
+    e.ggml_type = detail::ggml_type_of(target);
     e.bytes = encode(t, target, name);
+    names_.insert(name);
+    tensors_.push_back(std::move(e));
+  }
+
+  /// Add a tensor of ggml type `ggml_type` (any id, e.g. a block type of core/ggml_quants.hpp) whose data are `data`
+  /// as given: nothing is checked, so tests can write malformed files too.
+  void add_raw_tensor(const std::string& name, std::vector<std::int64_t> shape, std::uint32_t ggml_type,
+                      std::vector<std::byte> data) {
+    MAXTEXT_CHECK(!names_.count(name), ArgumentError, "[gguf] tensor ", name, " added twice");
+    Entry e;
+    e.name = name;
+    e.shape = std::move(shape);
+    e.ggml_type = ggml_type;
+    e.bytes = std::move(data);
     names_.insert(name);
     tensors_.push_back(std::move(e));
   }
@@ -525,7 +622,7 @@ class GgufWriter {
       put_str(e.name);
       put_u32(static_cast<std::uint32_t>(e.shape.size()));
       for (auto it = e.shape.rbegin(); it != e.shape.rend(); ++it) put_u64(static_cast<std::uint64_t>(*it));
-      put_u32(detail::ggml_type_of(e.dtype));
+      put_u32(e.ggml_type);
       put_u64(offset);
       offsets.push_back(offset);
       offset = (offset + e.bytes.size() + alignment_ - 1) / alignment_ * alignment_;
@@ -548,6 +645,7 @@ class GgufWriter {
     std::string name;
     std::vector<std::int64_t> shape;
     DType dtype = DType::f32;
+    std::uint32_t ggml_type = 0;
     std::vector<std::byte> bytes;
   };
 

@@ -266,8 +266,8 @@ inline Config config_from_gguf(const GgufFile& g) {
     }
     c.rope_type = "llama3.1";
   }
-  if (g.tensors.has("token_embd.weight")) {
-    c.vocab_size = g.tensors.at("token_embd.weight").shape[0];
+  if (const auto shape = g.tensor_shape("token_embd.weight")) {  // any type, block-quantised ones included
+    c.vocab_size = shape->front();
   } else {
     c.vocab_size = g.get_int(p + "vocab_size");
   }

@@ -98,7 +98,8 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
   w.format = detect_weight_format(path);
   switch (w.format) {
     case WeightFormat::gguf: {
-      const GgufFile g = read_gguf(path);
+      GgufFile g = read_gguf(path);
+      dequantize_block_tensors(g);  // Q4_K, Q6_K, ... tensors become f32 (exact mode); the model stores its weight type
       if (is_gemma_block(cfg)) {  // io/hf_gemma.hpp: embedding scaled, norms already 1 + w
         w.tensors = import_gguf_gemma(g.tensors, cfg, "gguf " + path);
         return w;
