@@ -25,6 +25,9 @@ while (($#)); do
 done
 work=${work:-$build/fuzz-work}
 shared=${MAXTEXT_SHARED_DIR:-$root/../shared}
+# The harnesses of path-taking readers write each input to a file under $TMPDIR: a tmpfs makes that ~25x faster.
+if [ -z "${FUZZ_TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then FUZZ_TMPDIR=/dev/shm; fi
+export TMPDIR=${FUZZ_TMPDIR:-${TMPDIR:-/tmp}}
 if ((do_build)); then
   if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="${CXX_FUZZ:-clang++}" -DCMAKE_BUILD_TYPE= \
