@@ -88,3 +88,25 @@ TEST_CASE("fuzz entry points: the empty input and a one-byte input are refused c
     REQUIRE_NOTHROW(fn(one, 1));
   }
 }
+
+// Found by fuzz_hf_config: a boolean key holding a number escaped config_from_hf as a nlohmann::json type_error.
+TEST_CASE("config.json: keys of the wrong type are refused with IoError naming the key", "[io][fuzz][hf]") {
+  const nlohmann::json base = nlohmann::json::parse(R"({"model_type": "qwen3", "hidden_size": 32,
+    "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+    "vocab_size": 80, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0})");
+  REQUIRE_NOTHROW(maxtext::io::config_from_hf(base, "base.json"));
+  const std::pair<const char*, nlohmann::json> bad[] = {{"attention_bias", 48},
+                                                        {"mlp_bias", "no"},
+                                                        {"tie_word_embeddings", 1},
+                                                        {"hidden_act", 3},
+                                                        {"rope_scaling", "linear"},
+                                                        {"rope_scaling", {{"rope_type", "linear"}, {"factor", "2"}}}};
+  for (const auto& [key, value] : bad) {
+    nlohmann::json j = base;
+    j[key] = value;
+    INFO(j.dump());
+    REQUIRE_THROWS_AS(maxtext::io::config_from_hf(j, "bad.json"), maxtext::IoError);
+    REQUIRE_THROWS_WITH(maxtext::io::config_from_hf(j, "bad.json"),
+                        Catch::Contains("bad.json") && Catch::Contains(key));
+  }
+}
