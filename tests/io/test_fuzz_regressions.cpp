@@ -110,3 +110,13 @@ TEST_CASE("config.json: keys of the wrong type are refused with IoError naming t
                         Catch::Contains("bad.json") && Catch::Contains(key));
   }
 }
+
+// Found while fuzzing YAML configs: a complex key (`? [a, b]`) escaped apply_yaml_node as yaml-cpp's
+// TypedBadConversion.
+TEST_CASE("YAML config: a key that is not a plain name is refused with ConfigError naming the file", "[io][fuzz][yaml]") {
+  maxtext::Config cfg;
+  REQUIRE_THROWS_AS(maxtext::io::apply_yaml_node(cfg, YAML::Load("? [a, b]\n: 1\n"), "bad.yml"), maxtext::ConfigError);
+  REQUIRE_THROWS_WITH(maxtext::io::apply_yaml_node(cfg, YAML::Load("? {x: 1}\n: 1\n"), "bad.yml"),
+                      Catch::Contains("bad.yml") && Catch::Contains("plain names"));
+  REQUIRE_NOTHROW(maxtext::io::apply_yaml_node(cfg, YAML::Load("emb_dim: 8\n"), "good.yml"));
+}
