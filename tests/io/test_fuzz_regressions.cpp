@@ -118,5 +118,5 @@ TEST_CASE("YAML config: a key that is not a plain name is refused with ConfigErr
   REQUIRE_THROWS_AS(maxtext::io::apply_yaml_node(cfg, YAML::Load("? [a, b]\n: 1\n"), "bad.yml"), maxtext::ConfigError);
   REQUIRE_THROWS_WITH(maxtext::io::apply_yaml_node(cfg, YAML::Load("? {x: 1}\n: 1\n"), "bad.yml"),
                       Catch::Contains("bad.yml") && Catch::Contains("plain names"));
-  REQUIRE_NOTHROW(maxtext::io::apply_yaml_node(cfg, YAML::Load("emb_dim: 8\n"), "good.yml"));
+  REQUIRE_NOTHROW(maxtext::io::apply_yaml_node(cfg, YAML::Load("base_emb_dim: 8\n"), "good.yml"));
 }
