@@ -184,6 +184,7 @@ void spm_seed() {
   }
   std::string trainer;
   varint(trainer, 3, 2);
+  trainer += std::string("\x98\x02\x01", 3);  // field 35 (byte_fallback) = true: a two-byte key
   bytes(model, 2, trainer);
   std::string norm;
   bytes(norm, 1, "identity");
