@@ -156,7 +156,8 @@ void llama2c_seeds() {
 }
 
 // A SentencePiece ModelProto written field by field (protobuf wire format): pieces (piece, score, type), a
-// TrainerSpec (model_type BPE) and a NormalizerSpec ("identity", no charsmap).
+// TrainerSpec (model_type BPE) and a NormalizerSpec ("identity", no charsmap). (Byte pieces need all 256 of them
+// with byte_fallback; "<0x0A>" is a normal piece here.)
 void spm_seed() {
   auto field = [](std::string& out, int num, int wire) { out.push_back(static_cast<char>(num << 3 | wire)); };
   auto bytes = [&](std::string& out, int num, const std::string& v) {
@@ -169,7 +170,7 @@ void spm_seed() {
     out.push_back(static_cast<char>(v));
   };
   std::string model;
-  const std::pair<const char*, int> pieces[] = {{"<unk>", 2}, {"<s>", 3},  {"</s>", 3},   {"<0x0A>", 6},
+  const std::pair<const char*, int> pieces[] = {{"<unk>", 2}, {"<s>", 3},  {"</s>", 3},   {"<0x0A>", 1},
                                                 {"\xe2\x96\x81", 1}, {"H", 1}, {"ello", 1}, {"\xe2\x96\x81w", 1},
                                                 {"orld", 1}, {"!", 1}};
   float score = 0;
@@ -184,7 +185,6 @@ void spm_seed() {
   }
   std::string trainer;
   varint(trainer, 3, 2);
-  trainer += std::string("\x98\x02\x01", 3);  // field 35 (byte_fallback) = true: a two-byte key
   bytes(model, 2, trainer);
   std::string norm;
   bytes(norm, 1, "identity");
