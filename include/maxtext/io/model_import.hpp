@@ -275,9 +275,36 @@ inline Config config_from_gguf(const GgufFile& g) {
   return c;
 }
 
-/// A Config from a Hugging Face config.json (model_type llama -> llama2 (llama3.1 with LLaMA-3 rope_scaling),
-/// mistral -> mistral, qwen3 -> qwen3; deepseek_v2 / deepseek_v3 / mixtral via io/hf_deepseek.hpp).
-inline Config config_from_hf(const nlohmann::json& j, const std::string& where) {
+namespace detail {
+
+/// The JSON types of the config.json keys that are read with a default when absent, checked before any is read: a
+/// value of another type is an IoError naming the key (not a nlohmann::json type_error escaping the loader).
+inline void check_hf_config_types(const nlohmann::json& j, const std::string& where) {
+  auto check = [&](const nlohmann::json& o, const std::string& path, const char* key, char kind) {
+    if (!o.contains(key) || o[key].is_null()) return;
+    const nlohmann::json& v = o[key];
+    const bool ok = kind == 'b' ? v.is_boolean() : kind == 's' ? v.is_string() : kind == 'n' ? v.is_number() : v.is_object();
+    const char* want = kind == 'b' ? "a boolean" : kind == 's' ? "a string" : kind == 'n' ? "a number" : "an object";
+    MAXTEXT_CHECK(ok, IoError, "[hf] ", where, ": ", path, key, ": expected ", want, ", found ", v.dump());
+  };
+  for (const char* k : {"attention_bias", "mlp_bias", "use_sliding_window", "norm_topk_prob", "tie_word_embeddings"}) {
+    check(j, "", k, 'b');
+  }
+  check(j, "", "hidden_act", 's');
+  check(j, "", "hidden_activation", 's');
+  check(j, "", "decoder_sparse_step", 'n');
+  check(j, "", "rope_scaling", 'o');
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    const nlohmann::json& rs = j["rope_scaling"];
+    for (const char* k : {"rope_type", "type"}) check(rs, "rope_scaling.", k, 's');
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+      check(rs, "rope_scaling.", k, 'n');
+    }
+  }
+}
+
+/// config_from_hf without the type checks and the exception translation.
+inline Config config_from_hf_fields(const nlohmann::json& j, const std::string& where) {
   MAXTEXT_CHECK(j.is_object(), IoError, "[hf] ", where, ": config.json is not a JSON object");
   if (is_hf_deepseek_family(j)) {  // deepseek_v2 / deepseek_v3 / mixtral: io/hf_deepseek.hpp
     Config c = config_from_hf_deepseek(j, where);
@@ -374,6 +401,21 @@ inline Config config_from_hf(const nlohmann::json& j, const std::string& where) 
   }
   c.derive();
   return c;
+}
+
+}  // namespace detail
+
+/// A Config from a Hugging Face config.json (model_type llama -> llama2 (llama3.1 with LLaMA-3 rope_scaling),
+/// mistral -> mistral, qwen3 -> qwen3; deepseek_v2 / deepseek_v3 / mixtral via io/hf_deepseek.hpp; gemma family via
+/// io/hf_gemma.hpp). A malformed config is an IoError naming `where` (and the key where one is to blame).
+inline Config config_from_hf(const nlohmann::json& j, const std::string& where) {
+  MAXTEXT_CHECK(j.is_object(), IoError, "[hf] ", where, ": config.json is not a JSON object");
+  detail::check_hf_config_types(j, where);
+  try {
+    return detail::config_from_hf_fields(j, where);
+  } catch (const nlohmann::json::exception& e) {
+    MAXTEXT_THROW(IoError, "[hf] ", where, ": a value of the wrong type: ", e.what());
+  }
 }
 
 inline Config config_from_hf_file(const std::string& path) {

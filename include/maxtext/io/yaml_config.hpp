@@ -19,7 +19,10 @@ namespace maxtext::io {
 inline void apply_yaml_node(Config& cfg, const YAML::Node& root, const std::string& where) {
   MAXTEXT_CHECK(root.IsMap() || root.IsNull(), ConfigError, "[config] ", where, ": top level must be a mapping");
   for (const auto& kv : root) {  // kv: a (key, value) pair held by value; never bind a reference to it->second
-    const std::string key = kv.first.as<std::string>();
+    // A complex key (`? [a, b]`) has no string form: refuse it here rather than let yaml-cpp's conversion escape.
+    MAXTEXT_CHECK(kv.first.IsScalar(), ConfigError, "[config] ", where, ": keys must be plain names, found ",
+                  YAML::Dump(kv.first));
+    const std::string key = kv.first.Scalar();
     const YAML::Node v = kv.second;
     if (key == "base_config") continue;  // our defaults are base.yml
     try {

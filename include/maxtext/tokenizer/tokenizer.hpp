@@ -28,7 +28,14 @@ namespace maxtext::tokenizer {
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const std::string& path) {
-    const auto st = sp_.Load(path);
+    // libsentencepiece reports most problems in a Status but lets some escape as exceptions (e.g. its trie builder's
+    // Darts::Details::Exception for a piece with a NUL byte, found by fuzz_spm_model): both become IoError.
+    sentencepiece::util::Status st;
+    try {
+      st = sp_.Load(path);
+    } catch (const std::exception& e) {
+      MAXTEXT_THROW(IoError, "[tokenizer] ", path, ": cannot load SentencePiece model: ", e.what());
+    }
     MAXTEXT_CHECK(st.ok(), IoError, "[tokenizer] ", path, ": cannot load SentencePiece model: ", st.ToString());
   }
   std::vector<std::int32_t> encode(std::string_view text, std::optional<bool> add_bos = std::nullopt) const override {

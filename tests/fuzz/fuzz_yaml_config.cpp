@@ -1,0 +1,7 @@
+// tests/fuzz/fuzz_yaml_config.cpp: libFuzzer harness for maxtext::fuzz::fuzz_yaml_config (tests/fuzz/entry/configs.hpp).
+#include "entry/configs.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  maxtext::fuzz::fuzz_yaml_config(data, size);
+  return 0;
+}

@@ -1,0 +1,238 @@
+// tests/fuzz/make_seeds.cpp: writes small synthetic seed inputs for the fuzz harnesses (tests/fuzz/run.sh adds copies
+// of real files from tests/fixtures and ../shared). Usage: make_fuzz_seeds OUT_DIR (writes OUT_DIR/<harness>/*).
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/io/gguf.hpp"
+#include "maxtext/io/npy.hpp"
+#include "maxtext/io/npz.hpp"
+#include "maxtext/io/safetensors.hpp"
+
+namespace fs = std::filesystem;
+using namespace maxtext;
+using io::GgufValue;
+
+namespace {
+
+fs::path out_root;
+
+void put(const std::string& target, const std::string& name, const void* data, std::size_t n) {
+  const fs::path d = out_root / target;
+  fs::create_directories(d);
+  io::write_file((d / name).string(), data, n);
+}
+void put(const std::string& target, const std::string& name, const std::vector<std::byte>& b) {
+  put(target, name, b.data(), b.size());
+}
+void put(const std::string& target, const std::string& name, const std::string& s) {
+  put(target, name, s.data(), s.size());
+}
+
+AnyTensor ramp(std::vector<std::int64_t> shape, float scale, std::vector<float>& keep) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  keep.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) keep[static_cast<std::size_t>(i)] = scale * static_cast<float>(i % 17 - 8);
+  AnyTensor t;
+  t.dtype = DType::f32;
+  t.shape = std::move(shape);
+  t.strides = AnyTensor::dense_strides(t.shape, t.dtype);
+  t.data = reinterpret_cast<const std::byte*>(keep.data());
+  t.source = "seed";
+  return t;
+}
+
+// A SentencePiece-style vocabulary: control tokens, 256 byte tokens would be large, so only a few, and pieces.
+void vocab(io::GgufWriter& w, bool gpt2) {
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>", "<0x0A>", "<0x41>"};
+  if (gpt2) toks = {"<|endoftext|>", "H", "e", "l", "o", "\xc4\xa0", "He", "ll", "llo", "Hello", "\xc4\xa0w", "w", "r", "d"};
+  for (const char* p : {"\xe2\x96\x81", "\xe2\x96\x81H", "ello", "H", "e", "l", "o", "\xe2\x96\x81w", "orld", "!"}) {
+    if (!gpt2) toks.push_back(p);
+  }
+  std::vector<float> scores;
+  std::vector<std::int32_t> types;
+  for (std::size_t i = 0; i < toks.size(); ++i) {
+    scores.push_back(-static_cast<float>(i));
+    types.push_back(i < 3 ? 3 : (!gpt2 && i < 5 ? 6 : 1));
+  }
+  w.set("tokenizer.ggml.model", GgufValue::of_string(gpt2 ? "gpt2" : "llama"));
+  if (gpt2) w.set("tokenizer.ggml.pre", GgufValue::of_string("default"));
+  w.set("tokenizer.ggml.tokens", GgufValue::of_strings(toks));
+  w.set("tokenizer.ggml.scores", GgufValue::of_f32s(scores));
+  w.set("tokenizer.ggml.token_type", GgufValue::of_i32s(types));
+  if (gpt2) w.set("tokenizer.ggml.merges", GgufValue::of_strings({"H e", "l l", "ll o", "He llo", "\xc4\xa0 w"}));
+  w.set("tokenizer.ggml.bos_token_id", GgufValue::of_u32(gpt2 ? 0 : 1));
+  w.set("tokenizer.ggml.eos_token_id", GgufValue::of_u32(gpt2 ? 0 : 2));
+  w.set("tokenizer.chat_template",
+        GgufValue::of_string("{% for m in messages %}{{ bos_token + m['role'] + ': ' + m['content'] + eos_token }}"
+                             "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"));
+}
+
+void gguf_seeds() {
+  std::vector<float> a, b, c, d;
+  io::GgufWriter w;
+  w.set("general.architecture", GgufValue::of_string("llama"));
+  w.set("general.name", GgufValue::of_string("seed"));
+  w.set("llama.context_length", GgufValue::of_u32(16));
+  w.set("llama.embedding_length", GgufValue::of_u32(32));
+  w.set("llama.block_count", GgufValue::of_u32(1));
+  w.set("llama.feed_forward_length", GgufValue::of_u32(64));
+  w.set("llama.attention.head_count", GgufValue::of_u32(2));
+  w.set("llama.attention.head_count_kv", GgufValue::of_u32(1));
+  w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e-5f));
+  w.set("llama.rope.freq_base", GgufValue::of_f32(10000.f));
+  vocab(w, false);
+  w.add_tensor("token_embd.weight", ramp({4, 32}, 0.25f, a), DType::q8_0);
+  w.add_tensor("output_norm.weight", ramp({32}, 0.5f, b));
+  w.add_tensor("blk.0.attn_q.weight", ramp({2, 32}, 0.125f, c), DType::f16);
+  put("gguf", "llama_spm.gguf", w.bytes());
+  io::GgufWriter g;
+  g.set("general.architecture", GgufValue::of_string("qwen2"));
+  g.set("qwen2.block_count", GgufValue::of_u32(1));
+  vocab(g, true);
+  g.add_tensor("x", ramp({2, 3}, 1.f, d), DType::bf16);
+  put("gguf", "qwen2_bpe.gguf", g.bytes());
+  io::GgufWriter e(64);
+  e.set("general.alignment", GgufValue::of_u32(64));
+  e.set("nested", GgufValue::of_strings({"a", "", "c"}));
+  put("gguf", "minimal.gguf", e.bytes());
+}
+
+void tensor_file_seeds() {
+  std::vector<float> a, b;
+  std::map<std::string, AnyTensor> m = {{"w", ramp({3, 4}, 0.5f, a)}, {"b", ramp({5}, 1.f, b)}};
+  const std::string st = (out_root / "st.tmp").string();
+  io::write_safetensors(st, m, {{"format", "pt"}});
+  fs::create_directories(out_root / "safetensors");
+  fs::rename(st, out_root / "safetensors" / "two.safetensors");
+  put("safetensors_index", "index.json",
+      std::string(R"({"metadata": {"total_size": 32}, "weight_map": {"a": "model.safetensors", "b": "model.safetensors"}})"));
+  put("npy", "c.npy", io::npy_bytes(m.at("w")));
+  put("npy", "fortran.npy", io::npy_bytes(m.at("w"), true));
+  put("npz", "stored.npz", io::npz_bytes(m));
+  io::NpzWriteOptions o;
+  o.compress = true;
+  put("npz", "deflated.npz", io::npz_bytes(m, o));
+  o.force_zip64 = true;
+  put("npz", "zip64.npz", io::npz_bytes(m, o));
+}
+
+void llama2c_seeds() {
+  // dim 8, hidden 16, 1 layer, 2 heads, 2 kv heads, vocab 8, seq_len 4 (head size 4).
+  const std::int32_t h[7] = {8, 16, 1, 2, 2, 8, 4};
+  const std::size_t floats_v0 = 8 * 8 + 8 + 64 + 64 + 64 + 64 + 8 + 128 + 128 + 128 + 8 + 4 * 2 + 4 * 2;
+  std::vector<std::byte> v0(28 + floats_v0 * 4, std::byte{0});
+  std::memcpy(v0.data(), h, 28);
+  put("llama2c", "v0.bin", v0);
+  const std::size_t floats_v1 = floats_v0 - 16;
+  std::vector<std::byte> v1(256 + floats_v1 * 4, std::byte{0});
+  const std::uint32_t magic = 0x616b3432u;
+  const std::int32_t version = 1;
+  std::memcpy(v1.data(), &magic, 4);
+  std::memcpy(v1.data() + 4, &version, 4);
+  std::memcpy(v1.data() + 8, h, 28);
+  v1[36] = std::byte{1};
+  put("llama2c", "v1.bin", v1);
+  std::vector<std::byte> tok;
+  auto add = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    tok.insert(tok.end(), b, b + n);
+  };
+  const std::int32_t max_len = 8;
+  add(&max_len, 4);
+  const char* pieces[] = {"<unk>", "\n<s>\n", "\n</s>\n", "<0x0A>", " H", "ello", " world", "!"};
+  for (int i = 0; i < 8; ++i) {
+    const float s = -static_cast<float>(i);
+    const std::int32_t n = static_cast<std::int32_t>(std::strlen(pieces[i]));
+    add(&s, 4);
+    add(&n, 4);
+    add(pieces[i], static_cast<std::size_t>(n));
+  }
+  put("llama2c_tokenizer", "tok8.bin", tok);
+}
+
+// A SentencePiece ModelProto written field by field (protobuf wire format): pieces (piece, score, type), a
+// TrainerSpec (model_type BPE) and a NormalizerSpec ("identity", no charsmap). (Byte pieces need all 256 of them
+// with byte_fallback; "<0x0A>" is a normal piece here.)
+void spm_seed() {
+  auto field = [](std::string& out, int num, int wire) { out.push_back(static_cast<char>(num << 3 | wire)); };
+  auto bytes = [&](std::string& out, int num, const std::string& v) {
+    field(out, num, 2);
+    out.push_back(static_cast<char>(v.size()));  // every length here is < 128 (one varint byte)
+    out += v;
+  };
+  auto varint = [&](std::string& out, int num, int v) {
+    field(out, num, 0);
+    out.push_back(static_cast<char>(v));
+  };
+  std::string model;
+  const std::pair<const char*, int> pieces[] = {{"<unk>", 2}, {"<s>", 3},  {"</s>", 3},   {"<0x0A>", 1},
+                                                {"\xe2\x96\x81", 1}, {"H", 1}, {"ello", 1}, {"\xe2\x96\x81w", 1},
+                                                {"orld", 1}, {"!", 1}};
+  float score = 0;
+  for (const auto& [text, type] : pieces) {
+    std::string p;
+    bytes(p, 1, text);
+    field(p, 2, 5);
+    p.append(reinterpret_cast<const char*>(&score), 4);
+    score -= 1;
+    varint(p, 3, type);
+    bytes(model, 1, p);
+  }
+  std::string trainer;
+  varint(trainer, 3, 2);
+  bytes(model, 2, trainer);
+  std::string norm;
+  bytes(norm, 1, "identity");
+  varint(norm, 3, 1);
+  bytes(model, 3, norm);
+  put("spm_model", "tiny.model", model);
+}
+
+void text_seeds() {
+  put("chat_template", "loop.jinja",
+      std::string("{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}<<SYS>>{{ m.content | trim }}"
+                  "<</SYS>>{% elif m.tool_calls %}{% for t in m.tool_calls %}{{ t.function.name }}({{ t.function."
+                  "arguments | tojson }}){% endfor %}{% else %}[{{ m.role | upper }}] {{ m['content'] }}{% endif %}"
+                  "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[ASSISTANT]{% endif %}"));
+  put("chat_template", "macro.jinja",
+      std::string("{%- macro f(x, n=2) -%}{{ x * n }}{%- endmacro -%}{% set ns = namespace(c=0) %}{% for i in "
+                  "range(3) %}{% set ns.c = ns.c + i %}{{ f('ab', i) }}{{ loop.index }}{% endfor %}{{ ns.c }}"
+                  "{{ tools | length }}{{ messages[-1].content.split(' ') | join('|') }}{{ '%d' | format(3) }}"
+                  "{{ {'a': 1}.items() | list }}{% raw %}{{x}}{% endraw %}{{ enable_thinking is defined }}"));
+  put("yaml_config", "base.yml",
+      std::string("base_config: base.yml\nmodel_name: tiny\ndecoder_block: llama2\nemb_dim: 32\nnum_query_heads: 2\n"
+                  "num_kv_heads: 1\nhead_dim: 16\nmlp_dim: 64\nnum_decoder_layers: 1\nvocab_size: 16\n"
+                  "mlp_activations: [silu, linear]\nlogits_via_embedding: false\nrope_max_timescale: 10000\n"
+                  "normalization_layer_epsilon: 1.0e-5\nnested:\n  a: 1\n"));
+  put("yaml_config", "overrides.txt", std::string("emb_dim=64\nmlp_activations=[gelu,linear]\ndtype=bfloat16\nbad\n"));
+  put("hf_config", "llama.json",
+      std::string(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
+        "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1,
+        "vocab_size": 16, "max_position_embeddings": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8}, "tie_word_embeddings": true, "eos_token_id": [1, 2]})"));
+  const unsigned char q[] = {0x2a, 0x00, 0x3c, 1, 2, 3, 250, 127, 128, 0, 7, 0xff, 0x7b, 0x00, 0x7c};
+  put("q8_0", "blocks.bin", q, sizeof(q));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  out_root = argv[1];
+  fs::create_directories(out_root);
+  gguf_seeds();
+  tensor_file_seeds();
+  llama2c_seeds();
+  text_seeds();
+  spm_seed();
+  return 0;
+}
