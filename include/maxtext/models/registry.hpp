@@ -14,6 +14,7 @@
 #include "maxtext/layers/gemma2.hpp"
 #include "maxtext/layers/gemma3.hpp"
 #include "maxtext/layers/gpt3.hpp"
+#include "maxtext/layers/gpt_oss.hpp"
 #include "maxtext/layers/llama2.hpp"
 #include "maxtext/layers/mistral.hpp"
 #include "maxtext/layers/mixtral.hpp"
@@ -43,6 +44,7 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("gemma")) return f.template operator()<Transformer<P, layers::GemmaDecoderLayer>>();
   if (cfg.is("gemma2")) return f.template operator()<Transformer<P, layers::Gemma2DecoderLayer>>();
   if (cfg.is("gemma3")) return f.template operator()<Transformer<P, layers::Gemma3DecoderLayer>>();
+  if (cfg.is("gpt_oss")) return f.template operator()<Transformer<P, layers::GptOssDecoderLayer>>();
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }

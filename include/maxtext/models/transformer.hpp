@@ -66,6 +66,17 @@ std::string mlp_name() {
     return "mlp";
   }
 }
+template <class L>
+concept HasAttentionName = requires { L::attention_name; };
+/// The attention sub-module's MaxText name (capture name): `self_attention` unless the layer names it (GptOssAttention).
+template <class L>
+std::string attention_name() {
+  if constexpr (HasAttentionName<L>) {
+    return std::string(L::attention_name);
+  } else {
+    return "self_attention";
+  }
+}
 }  // namespace detail
 
 // (The template template parameters are constrained like the layers themselves, which nvcc's front end requires.)
@@ -358,7 +369,7 @@ class Transformer {
       info.mlp = info.name + ".mlp";
     } else {
       info.name = "decoder." + layer_prefix(local, dense);
-      info.attention = info.name + ".self_attention";
+      info.attention = info.name + "." + detail::attention_name<L>();
       info.mlp = info.name + "." + detail::mlp_name<L>();
     }
     return info;
