@@ -168,7 +168,7 @@ inline const GgmlType* ggml_type_info(std::uint32_t id) {
       {24, "I8", 1, 1, true, DType::i8},         {25, "I16", 1, 2, true, DType::i16},
       {26, "I32", 1, 4, true, DType::i32},       {27, "I64", 1, 8, true, DType::i64},
       {28, "F64", 1, 8, true, DType::f64},       {29, "IQ1_M", 256, 56, false, DType::u8},
-      {30, "BF16", 1, 2, true, DType::bf16},
+      {30, "BF16", 1, 2, true, DType::bf16},     {39, "MXFP4", 32, 17, false, DType::u8},
   };
   for (const auto& t : table) {
     if (t.id == id) return &t;

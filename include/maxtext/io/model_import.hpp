@@ -31,6 +31,7 @@
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/hf_gemma.hpp"
+#include "maxtext/io/hf_gpt_oss.hpp"
 #include "maxtext/io/llama2c.hpp"
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -204,6 +205,7 @@ inline Config config_from_gguf(const GgufFile& g) {
   const std::string arch = g.get_string("general.architecture");
   MAXTEXT_CHECK(!arch.empty(), IoError, "[gguf] ", g.path, ": general.architecture is missing");
   if (is_gguf_gemma(arch)) return config_from_gguf_gemma(g);  // gemma / gemma2 / gemma3: io/hf_gemma.hpp
+  if (is_gguf_gpt_oss(arch)) return config_from_gguf_gpt_oss(g);  // gpt-oss: io/hf_gpt_oss.hpp
   Config c;
   detail::base_llama_config(c);
   if (arch == "llama") {
@@ -283,6 +285,7 @@ inline Config config_from_hf(const nlohmann::json& j, const std::string& where) 
     return c;
   }
   if (is_hf_gemma_family(j)) return config_from_hf_gemma(j, where);  // gemma / gemma2 / gemma3_text: io/hf_gemma.hpp
+  if (is_hf_gpt_oss(j)) return config_from_hf_gpt_oss(j, where);  // gpt_oss: io/hf_gpt_oss.hpp
   auto get = [&](const char* key) -> const nlohmann::json& {
     MAXTEXT_CHECK(j.contains(key) && !j[key].is_null(), IoError, "[hf] ", where, ": config.json lacks ", key);
     return j[key];

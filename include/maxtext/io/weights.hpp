@@ -103,6 +103,10 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         w.tensors = import_gguf_gemma(g.tensors, cfg, "gguf " + path);
         return w;
       }
+      if (cfg.is("gpt_oss")) {  // io/hf_gpt_oss.hpp
+        w.tensors = import_gguf_gpt_oss(g.tensors, cfg, "gguf " + path);
+        return w;
+      }
       w.tensors = import_llama_cpp_names(g.tensors, cfg, gguf_rope_layout(g.get_string("general.architecture")), "gguf " + path);
       return w;
     }
@@ -115,6 +119,11 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
       const TensorMap raw = read_safetensors_any(path);
       if (cfg.is("deepseek") || cfg.is("mixtral")) {  // DeepSeek-V2/V3 (FP8 included) and Mixtral: io/hf_deepseek.hpp
         w.tensors = canonicalize_hf_deepseek(raw, cfg);
+        w.naming = WeightNaming::hf;
+        return w;
+      }
+      if (cfg.is("gpt_oss")) {  // io/hf_gpt_oss.hpp (MXFP4 experts dequantised)
+        w.tensors = import_hf_gpt_oss(raw, cfg, "hf " + path);
         w.naming = WeightNaming::hf;
         return w;
       }
