@@ -354,7 +354,7 @@ TEST_CASE("clamped SwiGLU: the CPU op equals the reference backend in f32 and bf
 #endif
 }
 
-TEST_CASE("GPT-OSS model configs load with the published parameter counts; the registry dispatches gpt_oss",
+TEST_CASE("GPT-OSS model configs load with the published parameter counts and the registry dispatches gpt_oss",
           "[models][registry][gpt_oss]") {
   for (const auto& [name, E, L, published] : std::vector<std::tuple<std::string, std::int64_t, std::int64_t, double>>{
            {"gpt-oss-20b", 32, 24, 20.91e9}, {"gpt-oss-120b", 128, 36, 116.83e9}}) {
