@@ -19,7 +19,10 @@ MXFP4 (OCP MX): a block of 32 values along the input axis shares one e8m0 scale 
   e2m1 code (sign bit 3, magnitude {0, .5, 1, 1.5, 2, 3, 4, 6}); byte j of a block holds value 2j in its low nibble
   and 2j+1 in its high nibble. `<name>_blocks` [E, out, in/32, 16] u8, `<name>_scales` [E, out, in/32] u8.
 
-Writes tests/fixtures/gpt_oss_{layer,layer_global,model,mxfp4}/. Run: /usr/bin/python3 tests/reference/gpt_oss_reference.py
+llama.cpp's MXFP4 GGUF blocks (gguf_mxfp4_case): written and dequantised by llama.cpp's gguf-py (the peer's own code).
+
+Writes tests/fixtures/gpt_oss_{layer,layer_global,model,mxfp4,gguf_mxfp4}/.
+Run: /usr/bin/python3 tests/reference/gpt_oss_reference.py (gguf-py from /work/peers/llama.cpp/gguf-py or $GGUF_PY)
 """
 import json
 import math
@@ -454,13 +457,91 @@ def mxfp4_case(seed):
                   "min_routing_margin": min(margins), "hf_vs_maxtext_max_abs_diff": diff})
 
 
+def gguf_mxfp4_case(seed):
+    """A 2-layer model as a llama.cpp gpt-oss GGUF whose expert weights are MXFP4, written and quantised by llama.cpp's
+    own gguf-py (the peer's quantiser and block layout); references on gguf-py's dequantisation of those blocks.
+    Needs /work/peers/llama.cpp/gguf-py (or $GGUF_PY)."""
+    sys.path.insert(0, os.environ.get("GGUF_PY", "/work/peers/llama.cpp/gguf-py"))
+    import gguf  # noqa: E402
+    from gguf import quants  # noqa: E402
+    c = settings()
+    c["L"], c["limit"] = 2, 7.0  # llama.cpp's SwiGLU limit is a constant 7
+    qt = gguf.GGMLQuantizationType.MXFP4
+    for attempt in range(200):
+        g = rng(seed + 1000 * attempt)
+        w = model_weights(g, c)
+        for i in range(c["L"]):  # larger expert weights so that some gate / up values pass the clamp at 7
+            for k in ("wi_0", "wi_1"):
+                w[f"decoder.layers_{i}.GptOssMlp.{k}"] = (w[f"decoder.layers_{i}.GptOssMlp.{k}"] * 4).astype(np.float32)
+        q = {}
+        for i in range(c["L"]):
+            m = f"decoder.layers_{i}.GptOssMlp."
+            for k, gn in (("wi_0", "ffn_gate_exps"), ("wi_1", "ffn_up_exps"), ("wo", "ffn_down_exps")):
+                rows = np.ascontiguousarray(w[m + k].transpose(0, 2, 1))  # [E, out, in] as llama.cpp stores it
+                q[f"blk.{i}.{gn}.weight"] = quants.quantize(rows, qt)
+                w[m + k] = np.ascontiguousarray(quants.dequantize(q[f"blk.{i}.{gn}.weight"], qt).transpose(0, 2, 1))
+        tokens = g.integers(0, c["V"], size=(B, T)).astype(np.int32)
+        margins, clamped = [], [0, 0]
+        logits, _ = model_forward(to64(w), tokens, c, margins, clamped)
+        if min(margins) >= MARGIN and clamped[0] > 0:
+            break
+    else:
+        raise RuntimeError("gpt_oss gguf mxfp4: no seed with clear routing margins")
+    d = case_dir("gpt_oss_gguf_mxfp4")
+    wr = gguf.GGUFWriter(os.path.join(d, "model.gguf"), "gpt-oss")
+    p = "gpt-oss."
+    for key, val in (("block_count", c["L"]), ("context_length", 64), ("embedding_length", c["D"]),
+                     ("feed_forward_length", c["F"]), ("expert_feed_forward_length", c["F"]),
+                     ("attention.head_count", c["N"]), ("attention.head_count_kv", c["K"]),
+                     ("attention.key_length", c["H"]), ("attention.value_length", c["H"]),
+                     ("attention.sliding_window", c["window"]), ("expert_count", c["E"]),
+                     ("expert_used_count", c["k"]), ("rope.scaling.original_context_length", c["orig"])):
+        wr.add_uint32(p + key, val)
+    wr.add_float32(p + "attention.layer_norm_rms_epsilon", c["eps"])
+    wr.add_float32(p + "rope.freq_base", c["theta"])
+    wr.add_string(p + "rope.scaling.type", "yarn")
+    wr.add_float32(p + "rope.scaling.factor", c["factor"])
+    N, K, H, D = c["N"], c["K"], c["H"], c["D"]
+    t = {"token_embd.weight": w["token_embedder.embedding"], "output_norm.weight": w["decoder.decoder_norm.scale"],
+         "output.weight": np.ascontiguousarray(w["decoder.logits_dense.kernel"].T)}
+    for i in range(c["L"]):
+        m, b = f"decoder.layers_{i}.", f"blk.{i}."
+        t[b + "attn_norm.weight"] = w[m + "pre_self_attention_layer_norm.scale"]
+        t[b + "post_attention_norm.weight"] = w[m + "post_self_attention_layer_norm.scale"]
+        for mt, gn, heads in (("query", "attn_q", N), ("key", "attn_k", K), ("value", "attn_v", K)):
+            t[b + gn + ".weight"] = np.ascontiguousarray(w[m + f"GptOssAttention.{mt}.kernel"].reshape(D, heads * H).T)
+            t[b + gn + ".bias"] = w[m + f"GptOssAttention.{mt}.bias"].reshape(heads * H)
+        t[b + "attn_output.weight"] = np.ascontiguousarray(w[m + "GptOssAttention.out.kernel"].reshape(N * H, D).T)
+        t[b + "attn_output.bias"] = w[m + "GptOssAttention.out.bias"]
+        t[b + "attn_sinks.weight"] = w[m + "GptOssAttention.sinks"]
+        t[b + "ffn_gate_inp.weight"] = np.ascontiguousarray(w[m + "GptOssMlp.gate.kernel"].T)
+        t[b + "ffn_gate_inp.bias"] = w[m + "GptOssMlp.gate.bias"]
+        t[b + "ffn_gate_exps.bias"] = w[m + "GptOssMlp.wi_0_bias"]
+        t[b + "ffn_up_exps.bias"] = w[m + "GptOssMlp.wi_1_bias"]
+        t[b + "ffn_down_exps.bias"] = w[m + "GptOssMlp.wo_bias"]
+    for name, a in t.items():
+        wr.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
+    for name, a in q.items():
+        wr.add_tensor(name, a, raw_dtype=qt)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    save_npy(d, "tokens", tokens)
+    save_npy(d, "logits", logits.numpy())
+    save_meta(d, {"what": "2-layer gpt_oss model as a gpt-oss GGUF with MXFP4 experts quantised by llama.cpp's gguf-py; "
+                          "float64 logits on gguf-py's dequantised experts", "config": config_keys(c, 2),
+                  "tokens": [B, T], "min_routing_margin": min(margins), "clamped_fraction": clamped[0] / clamped[1]})
+
+
 def main():
     torch.set_default_dtype(torch.float64)
     layer_case("gpt_oss_layer", 0, 71)
     layer_case("gpt_oss_layer_global", 1, 72)
     model_case(81)
     mxfp4_case(91)
-    print("wrote tests/fixtures/gpt_oss_{layer,layer_global,model,mxfp4}")
+    gguf_mxfp4_case(101)
+    print("wrote tests/fixtures/gpt_oss_{layer,layer_global,model,mxfp4,gguf_mxfp4}")
 
 
 if __name__ == "__main__":

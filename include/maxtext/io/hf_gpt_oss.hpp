@@ -20,8 +20,8 @@
 //     weight type by the loader, as the FP8 DeepSeek weights are (io/hf_deepseek.hpp).
 // GGUF (llama.cpp `gpt-oss`): token_embd, output_norm, output; blk.i.attn_norm, post_attention_norm,
 //   attn_{q,k,v,output}.{weight,bias}, attn_sinks.weight, ffn_gate_inp.{weight,bias}, ffn_{gate,up,down}_exps.weight
-//   [E, out, in] and .bias [E, out] (gate and up already de-interleaved by the converter). MXFP4 GGUF tensors (ggml
-//   type 39) are refused by the GGUF reader by name.
+//   [E, out, in] and .bias [E, out] (gate and up already de-interleaved by the converter); expert weights may be
+//   llama.cpp's MXFP4 (ggml type 39, dequantised here; other tensors of that type are refused by name).
 #pragma once
 
 #include <cmath>
@@ -114,6 +114,32 @@ inline AnyTensor dequantize_mxfp4(const AnyTensor& blocks, const AnyTensor& scal
     }
   }
   return AnyTensor::from(out, blocks.source + " (MXFP4 dequantised)");
+}
+
+/// llama.cpp's MXFP4 GGUF blocks: raw [E, R, G, 17] u8 (as io::read_gguf exposes ggml type MXFP4), each block one
+/// e8m0 scale byte then 16 bytes whose low nibbles are values 0-15 and high nibbles values 16-31 (ggml's
+/// dequantize_row_mxfp4) -> f32 [E, R, G*32], value = e2m1(code) * 2^(scale - 127) (0xFF refused as above).
+inline AnyTensor dequantize_ggml_mxfp4(const AnyTensor& raw, const std::string& name) {
+  MAXTEXT_CHECK(raw.dtype == DType::u8 && raw.rank() == 4 && raw.shape[3] == 17 && raw.is_contiguous(), IoError,
+                "[mxfp4] ", name, " (", raw.source, "): expected MXFP4 blocks u8 [experts, rows, blocks, 17], found ",
+                raw.describe());
+  const std::int64_t E = raw.shape[0], R = raw.shape[1], G = raw.shape[2];
+  Tensor<float, 3> out({E, R, G * 32});
+  const auto* p = reinterpret_cast<const std::uint8_t*>(raw.data);
+  for (std::int64_t b = 0; b < E * R * G; ++b) {
+    const std::uint8_t* blk = p + b * 17;
+    MAXTEXT_CHECK(blk[0] != 0xFF, IoError, "[mxfp4] ", name, ": block ", b, " has scale 0xFF (NaN in e8m0)");
+    const int ex = static_cast<int>(blk[0]) - 127;
+    float* o = out.data() + b * 32;
+    for (int j = 0; j < 16; ++j) {
+      for (int half = 0; half < 2; ++half) {
+        const unsigned code = half == 0 ? (blk[1 + j] & 0x0Fu) : (blk[1 + j] >> 4);
+        const float mag = std::ldexp(detail::kE2m1[code & 7u], ex);
+        o[j + 16 * half] = (code & 8u) != 0 ? -mag : mag;
+      }
+    }
+  }
+  return AnyTensor::from(out, raw.source + " (MXFP4 dequantised)");
 }
 
 /// A Config from a GPT-OSS config.json (MaxText's gpt-oss ymls for what the file does not say).
@@ -429,8 +455,15 @@ inline TensorMap import_gguf_gpt_oss(const TensorMap& in, const Config& cfg, con
     for (const auto& [gn, mn, rows, cols] : std::vector<std::tuple<std::string, std::string, std::int64_t, std::int64_t>>{
              {"ffn_gate_exps", "wi_0", F, D}, {"ffn_up_exps", "wi_1", F, D}, {"ffn_down_exps", "wo", D, F}}) {
       if (const AnyTensor* t = imp.get(b + gn + ".weight")) {
-        imp.shape(*t, {E, rows, cols}, b + gn + ".weight");
-        imp.put(o + mn, t->permuted({0, 2, 1}), b + gn + ".weight");  // [E, out, in] -> [E, in, out]
+        if (t->dtype == DType::u8) {  // MXFP4 (ggml type 39): u8 [E, out, in / 32, 17]
+          MAXTEXT_CHECK(cols % 32 == 0, ShapeError, "[", what, "] ", b, gn, ".weight: MXFP4 needs its input size (", cols,
+                        ") to be a multiple of 32");
+          imp.shape(*t, {E, rows, cols / 32, 17}, b + gn + ".weight");
+          imp.put(o + mn, dequantize_ggml_mxfp4(*t, b + gn + ".weight").permuted({0, 2, 1}), b + gn + ".weight");
+        } else {
+          imp.shape(*t, {E, rows, cols}, b + gn + ".weight");
+          imp.put(o + mn, t->permuted({0, 2, 1}), b + gn + ".weight");  // [E, out, in] -> [E, in, out]
+        }
       }
       if (const AnyTensor* t = imp.get(b + gn + ".bias")) {
         imp.shape(*t, {E, rows}, b + gn + ".bias");

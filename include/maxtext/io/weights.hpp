@@ -99,6 +99,12 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
   switch (w.format) {
     case WeightFormat::gguf: {
       const GgufFile g = read_gguf(path);
+      if (!cfg.is("gpt_oss")) {
+        for (const auto& info : g.infos) {
+          MAXTEXT_CHECK(info.ggml_type != 39, UnsupportedError, "[gguf] ", path, ": tensor ", info.name,
+                        ": ggml type MXFP4 is only supported for gpt-oss expert tensors");
+        }
+      }
       if (is_gemma_block(cfg)) {  // io/hf_gemma.hpp: embedding scaled, norms already 1 + w
         w.tensors = import_gguf_gemma(g.tensors, cfg, "gguf " + path);
         return w;
