@@ -6,6 +6,7 @@
 // clamped SwiGLU op on the CPU vs the reference backend, the model configs, and the errors for bad input.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -535,3 +536,54 @@ TEST_CASE("GPT-OSS: inconsistent configs, missing or misshapen tensors and bad M
     std::remove(path.c_str());
   }
 }
+
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
+namespace {
+/// Run the CLI, return its stdout (empty on a non-zero exit, which fails the check).
+std::string run_cli(const std::string& args) {
+  const std::string out = tmp_path("cli.txt");
+  const std::string cmd = std::string(MAXTEXT_CLI) + " " + args + " > " + out + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::string text = io::read_text_file(out);
+  std::remove(out.c_str());
+  INFO(cmd << "\n" << text);
+  CHECK(rc == 0);
+  return rc == 0 ? text : std::string();
+}
+/// The reference's greedy token after the first 5 tokens of row 0.
+std::string greedy_after_prompt(const std::string& dir, std::string& ids) {
+  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto ref = test::npy(dir + "/logits.npy");
+  ids.clear();
+  for (std::int64_t t = 0; t < 5; ++t) ids += (t ? "," : "") + std::to_string(tok(0, t));
+  std::int64_t best = 0;
+  const std::int64_t V = ref.shape[2];
+  for (std::int64_t v = 1; v < V; ++v) {
+    if (ref.element(4 * V + v) > ref.element(4 * V + best)) best = v;
+  }
+  return "tokens[0]: " + std::to_string(best) + "\n";
+}
+}  // namespace
+
+TEST_CASE("maxtext generate: gpt_oss from a Hugging Face directory (float and MXFP4 experts) and an MXFP4 GGUF picks the "
+          "reference's greedy token, and generates from gpt-oss-20b.yml with seeded init", "[models][gpt_oss][cli]") {
+  std::string ids;
+  for (const std::string name : {"gpt_oss_model", "gpt_oss_mxfp4"}) {
+    const std::string want = greedy_after_prompt(dir_of(name), ids);
+    const std::string text = run_cli("generate --weights " + dir_of(name) + "/hf --tokens " + ids + " --max-new-tokens 1");
+    CHECK(text.find(want) != std::string::npos);
+  }
+  {
+    const std::string want = greedy_after_prompt(dir_of("gpt_oss_gguf_mxfp4"), ids);
+    const std::string text =
+        run_cli("generate --weights " + dir_of("gpt_oss_gguf_mxfp4") + "/model.gguf --tokens " + ids + " --max-new-tokens 1");
+    CHECK(text.find(want) != std::string::npos);
+  }
+  const std::string cfg = std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/gpt-oss-20b.yml";
+  const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=32 "
+                           "base_moe_mlp_dim=32 num_experts=4 base_num_decoder_layers=2 vocab_size=96 "
+                           "max_target_length=32 sliding_window_size=4 dtype=float32";
+  const std::string text = run_cli("generate --config " + cfg + tiny + " --tokens 1,2,3/4,5 --max-new-tokens 4 --seed 3");
+  CHECK(text.find("tokens[1]: ") != std::string::npos);
+}
+#endif
