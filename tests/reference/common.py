@@ -13,7 +13,7 @@ import torch
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
 
-_ST_DTYPES = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("float16"): "F16",
+_ST_DTYPES = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("float16"): "F16", np.dtype("uint8"): "U8",
               np.dtype("int32"): "I32", np.dtype("int64"): "I64"}
 
 

@@ -185,6 +185,7 @@ class SimDeviceBackend {
   MAXTEXT_SIM_OP(moe_unpermute)
   MAXTEXT_SIM_OP(gather_rows)
   MAXTEXT_SIM_OP(scatter_add_rows)
+  MAXTEXT_SIM_OP(clamped_glu)
   MAXTEXT_SIM_OP(head_matmul)
 #undef MAXTEXT_SIM_OP
   /// moe_route is called with explicit template arguments (gate dtype G, activation type A).

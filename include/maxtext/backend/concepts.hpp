@@ -88,7 +88,8 @@ concept Backend = BackendMemory<B> && BackendLinear<B> && BackendElementwise<B> 
 /// scatter-add around each expert's matrix products:
 ///   moe_route(z [M,E], bias [E] or empty, routing, idx [M,k], w [M,k], scores [M,E] or empty);
 ///   gather_rows(x [M,D], rows [n], y [n,D]): y[i] = x[rows[i]];
-///   scatter_add_rows(y [n,D], rows [n], w [n], acc [M,D] f32): acc[rows[i]] += w[i] * y[i] (rows distinct).
+///   scatter_add_rows(y [n,D], rows [n], w [n], acc [M,D] f32): acc[rows[i]] += w[i] * y[i] (rows distinct);
+///   clamped_glu(h0 [n,F], h1 [n,F], act, alpha, limit, y [n,F]): GPT-OSS's clamped SwiGLU (math::clamped_swiglu).
 template <class B>
 concept BackendMoE = requires(const B& b, View<const float, 2> z, View<const float, 1> bias, const MoeRouting& r,
                               View<std::int32_t, 2> idx, View<float, 2> w, View<const std::int32_t, 1> rows,
@@ -96,6 +97,7 @@ concept BackendMoE = requires(const B& b, View<const float, 2> z, View<const flo
   b.moe_route(z, bias, r, idx, w, w);
   b.gather_rows(z, rows, y);
   b.scatter_add_rows(z, rows, wr, y);
+  b.clamped_glu(z, z, Activation::sigmoid, 1.702f, 7.0f, y);
 };
 
 /// Per-head products with slices of one weight matrix (MLA's absorbed form, layers/attention_mla.hpp): for head h

@@ -372,7 +372,7 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
 inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
                                                  "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
-                                                 "olmo3", "llama2lti"};
+                                                 "olmo3", "llama2lti", "gpt_oss"};
   return list;
 }
 
@@ -420,6 +420,30 @@ inline void Config::validate() const {
     MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] decoder_block ", decoder_block,
                   " needs sliding_window_size > 0 (its local layers use sliding-window attention), found ",
                   sliding_window_size);
+  }
+  if (decoder_block == "gpt_oss") {
+    MAXTEXT_CHECK(num_experts >= 1, ConfigError, "[config] decoder_block gpt_oss needs num_experts >= 1, found ", num_experts);
+    MAXTEXT_CHECK(num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts, ConfigError,
+                  "[config] decoder_block gpt_oss: num_experts_per_tok must be in [1, num_experts=", num_experts,
+                  "], found ", num_experts_per_tok);
+    MAXTEXT_CHECK(mlp_dim > 0, ConfigError, "[config] decoder_block gpt_oss needs base_mlp_dim > 0 (the expert hidden "
+                  "size), found ", base_mlp_dim);
+    MAXTEXT_CHECK(mlp_activations_limit > 0.0, ConfigError, "[config] decoder_block gpt_oss clamps its SwiGLU at "
+                  "mlp_activations_limit, which must be > 0 (7.0 in the gpt-oss ymls), found ", mlp_activations_limit);
+    MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] decoder_block gpt_oss needs sliding_window_size > 0 "
+                  "(its even layers use sliding-window attention), found ", sliding_window_size);
+    MAXTEXT_CHECK(sliding_window_size <= max_target_length, ConfigError, "[config] decoder_block gpt_oss: "
+                  "sliding_window_size (", sliding_window_size, ") is larger than the cache (max_target_length ",
+                  max_target_length, ")");
+    MAXTEXT_CHECK(sparse_matmul || capacity_factor == -1.0, ConfigError, "[config] decoder_block gpt_oss: the dense "
+                  "MoE path (sparse_matmul=false) is dropless only (capacity_factor=-1), found capacity_factor ",
+                  capacity_factor);
+    MAXTEXT_CHECK(inhomogeneous_layer_cycle_interval >= 1, ConfigError, "[config] decoder_block gpt_oss: "
+                  "inhomogeneous_layer_cycle_interval must be >= 1, found ", inhomogeneous_layer_cycle_interval);
+    MAXTEXT_CHECK(!scan_layers || num_decoder_layers % inhomogeneous_layer_cycle_interval == 0,
+                  ConfigError, "[config] decoder_block gpt_oss: inhomogeneous_layer_cycle_interval (",
+                  inhomogeneous_layer_cycle_interval, ") must divide num_decoder_layers (", num_decoder_layers,
+                  "): MaxText's scanned GptOssScannableBlock would drop the remainder layers");
   }
   if (decoder_block == "gemma3") {
     // gemma3.get_query_pre_attn_scalar: the query scale is chosen by model name; MaxText raises for any other.

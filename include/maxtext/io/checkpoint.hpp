@@ -105,6 +105,36 @@ inline bool canonicalize_olmo3_scanned(const std::string& name, const AnyTensor&
   return true;
 }
 
+/// GPT-OSS's scanned layout (decoders.py, GptOssScannableBlock): `decoder.layers.layers_j.X` for j in
+/// [0, inhomogeneous_layer_cycle_interval) stacks layers j, j + P, j + 2P, ... (num_layers / P repetitions, on
+/// param_scan_axis; P must divide num_layers, Config::validate). Adds the per-layer views; false when `name` is not one.
+inline bool canonicalize_gpt_oss_scanned(const std::string& name, const AnyTensor& t, const Config& cfg, TensorMap& out) {
+  const std::string head = "decoder.layers.layers_";
+  if (name.compare(0, head.size(), head) != 0) return false;
+  const std::int64_t pattern = cfg.inhomogeneous_layer_cycle_interval;
+  const std::int64_t reps = pattern > 0 ? cfg.num_decoder_layers / pattern : 0;
+  const std::size_t dot = name.find('.', head.size());
+  const std::string digits = name.substr(head.size(), dot == std::string::npos ? std::string::npos : dot - head.size());
+  MAXTEXT_CHECK(!digits.empty() && digits.size() < 10 && digits.find_first_not_of("0123456789") == std::string::npos &&
+                    dot != std::string::npos,
+                ShapeError, "[checkpoint] ", t.source, ": scanned GPT-OSS tensor ", name, " is not ", head, "<j>.<param>");
+  const std::int64_t j = std::stoll(digits);
+  MAXTEXT_CHECK(j < pattern, ShapeError, "[checkpoint] ", t.source, ": scanned GPT-OSS tensor ", name, ": sub-layer ", j,
+                " outside [0, ", pattern, ") (inhomogeneous_layer_cycle_interval)");
+  const int axis = static_cast<int>(cfg.param_scan_axis);
+  MAXTEXT_CHECK(axis >= 0 && axis < t.rank() && t.shape[static_cast<std::size_t>(axis)] == reps, ShapeError,
+                "[checkpoint] ", t.source, ": scanned GPT-OSS tensor ", name, " ", t.describe(), ": expected ", reps,
+                " repetitions (num_decoder_layers / inhomogeneous_layer_cycle_interval) on axis ", axis,
+                " (param_scan_axis)");
+  const std::string rest = name.substr(dot + 1);
+  for (std::int64_t i = 0; i < reps; ++i) {
+    AnyTensor s = t.select(axis, i);
+    s.source = t.source + "[repetition " + std::to_string(i) + "]";
+    out.add("decoder.layers_" + std::to_string(i * pattern + j) + "." + rest, std::move(s));
+  }
+  return true;
+}
+
 /// Canonicalise a MaxText-named checkpoint: normalise separators, strip `params`, and unstack scanned layers
 /// (`decoder.layers.X` with the layer axis at `param_scan_axis`) into `decoder.layers_i.X` views (no copy); for
 /// llama2lti, collapse learn-to-init attention factors into kernels (io/lti.hpp).
@@ -117,6 +147,7 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
     const std::string name = normalize_maxtext_name(raw);
     if (cfg.is("gemma3") && canonicalize_gemma3_scanned(name, t, cfg, out)) continue;
     if (cfg.is("olmo3") && canonicalize_olmo3_scanned(name, t, cfg, out)) continue;
+    if (cfg.is("gpt_oss") && canonicalize_gpt_oss_scanned(name, t, cfg, out)) continue;
     bool unstacked = false;
     for (const auto& [group, count] : groups) {
       const std::string pre = "decoder." + group + ".";

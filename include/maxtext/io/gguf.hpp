@@ -171,7 +171,7 @@ inline const GgmlType* ggml_type_info(std::uint32_t id) {
       {24, "I8", 1, 1, true, DType::i8},         {25, "I16", 1, 2, true, DType::i16},
       {26, "I32", 1, 4, true, DType::i32},       {27, "I64", 1, 8, true, DType::i64},
       {28, "F64", 1, 8, true, DType::f64},       {29, "IQ1_M", 256, 56, false, DType::u8},
-      {30, "BF16", 1, 2, true, DType::bf16},
+      {30, "BF16", 1, 2, true, DType::bf16},     {39, "MXFP4", 32, 17, true, DType::u8},
   };
   for (const auto& t : table) {
     if (t.id == id) return &t;
@@ -461,7 +461,7 @@ inline GgufFile read_gguf(const std::string& path) {
     const quant::BlockFormat* bf = ti->supported ? nullptr : quant::block_format(info.ggml_type);
     MAXTEXT_CHECK(ti->supported || bf != nullptr, UnsupportedError, "[gguf] ", path, ": ", what, ": ggml type ",
                   ti->name, " (", info.ggml_type, ") is not supported (supported: F32, F16, BF16, F64, Q8_0, Q4_0, "
-                  "Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, I8-I64)");
+                  "Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, I8-I64; MXFP4 for gpt-oss experts)");
     // Element count with overflow checks (every dim < 2^50 and the product too).
     std::uint64_t n = 1;
     for (auto d : info.dims) {
@@ -492,6 +492,12 @@ inline GgufFile read_gguf(const std::string& path) {
     AnyTensor t;
     t.dtype = ti->dtype;
     for (auto it = info.dims.rbegin(); it != info.dims.rend(); ++it) t.shape.push_back(static_cast<std::int64_t>(*it));
+    if (info.ggml_type == 39) {
+      // MXFP4: raw 17-byte blocks (e8m0 scale, 16 bytes of e2m1 pairs) as u8 [..., ne0 / 32, 17]; only the gpt-oss
+      // importer (io/hf_gpt_oss.hpp dequantize_ggml_mxfp4) reads them, load_weights refuses them elsewhere.
+      t.shape.back() /= ti->block;
+      t.shape.push_back(ti->bytes);
+    }
     t.strides = AnyTensor::dense_strides(t.shape, t.dtype);
     t.data = data + info.offset;
     t.holder = file;

@@ -32,6 +32,7 @@
 #include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/hf_gemma.hpp"
 #include "maxtext/io/hf_olmo.hpp"
+#include "maxtext/io/hf_gpt_oss.hpp"
 #include "maxtext/io/llama2c.hpp"
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -206,6 +207,7 @@ inline Config config_from_gguf(const GgufFile& g) {
   MAXTEXT_CHECK(!arch.empty(), IoError, "[gguf] ", g.path, ": general.architecture is missing");
   if (is_gguf_gemma(arch)) return config_from_gguf_gemma(g);  // gemma / gemma2 / gemma3: io/hf_gemma.hpp
   if (is_gguf_olmo(arch)) return config_from_gguf_olmo(g);    // olmo2 (OLMo 3 exports): io/hf_olmo.hpp
+  if (is_gguf_gpt_oss(arch)) return config_from_gguf_gpt_oss(g);  // gpt-oss: io/hf_gpt_oss.hpp
   Config c;
   detail::base_llama_config(c);
   if (arch == "llama") {
@@ -313,6 +315,7 @@ inline Config config_from_hf_fields(const nlohmann::json& j, const std::string& 
   }
   if (is_hf_gemma_family(j)) return config_from_hf_gemma(j, where);  // gemma / gemma2 / gemma3_text: io/hf_gemma.hpp
   if (is_hf_olmo_family(j)) return config_from_hf_olmo(j, where);    // olmo3: io/hf_olmo.hpp
+  if (is_hf_gpt_oss(j)) return config_from_hf_gpt_oss(j, where);  // gpt_oss: io/hf_gpt_oss.hpp
   auto get = [&](const char* key) -> const nlohmann::json& {
     MAXTEXT_CHECK(j.contains(key) && !j[key].is_null(), IoError, "[hf] ", where, ": config.json lacks ", key);
     return j[key];

@@ -99,6 +99,12 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
   switch (w.format) {
     case WeightFormat::gguf: {
       GgufFile g = read_gguf(path);
+      if (!cfg.is("gpt_oss")) {
+        for (const auto& info : g.infos) {
+          MAXTEXT_CHECK(info.ggml_type != 39, UnsupportedError, "[gguf] ", path, ": tensor ", info.name,
+                        ": ggml type MXFP4 is only supported for gpt-oss expert tensors");
+        }
+      }
       dequantize_block_tensors(g);  // Q4_K, Q6_K, ... tensors become f32 (exact mode); the model stores its weight type
       if (is_gemma_block(cfg)) {  // io/hf_gemma.hpp: embedding scaled, norms already 1 + w
         w.tensors = import_gguf_gemma(g.tensors, cfg, "gguf " + path);
@@ -106,6 +112,10 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
       }
       if (cfg.is("olmo3")) {  // llama.cpp's olmo2 names (io/model_import.hpp import_olmo3_names)
         w.tensors = import_olmo3_names(g.tensors, cfg, false, !g.tensors.has("output.weight"), "gguf " + path);
+        return w;
+      }
+      if (cfg.is("gpt_oss")) {  // io/hf_gpt_oss.hpp
+        w.tensors = import_gguf_gpt_oss(g.tensors, cfg, "gguf " + path);
         return w;
       }
       w.tensors = import_llama_cpp_names(g.tensors, cfg, gguf_rope_layout(g.get_string("general.architecture")), "gguf " + path);
@@ -120,6 +130,11 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
       const TensorMap raw = read_safetensors_any(path);
       if (cfg.is("deepseek") || cfg.is("mixtral")) {  // DeepSeek-V2/V3 (FP8 included) and Mixtral: io/hf_deepseek.hpp
         w.tensors = canonicalize_hf_deepseek(raw, cfg);
+        w.naming = WeightNaming::hf;
+        return w;
+      }
+      if (cfg.is("gpt_oss")) {  // io/hf_gpt_oss.hpp (MXFP4 experts dequantised)
+        w.tensors = import_hf_gpt_oss(raw, cfg, "hf " + path);
         w.naming = WeightNaming::hf;
         return w;
       }

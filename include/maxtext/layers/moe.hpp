@@ -47,7 +47,8 @@ struct MoeMetrics {
 
 /// MaxText RoutedMoE (path `MoeBlock_0`): GateLogit `gate/kernel [D,E]` (+ `gate/bias [E]` with routed_bias) and
 /// stacked experts `wi_0 [E,D,F]`, `wi_1 [E,D,F]`, `wo [E,F,D]` (+ `wi_0_bias [E,F]`, `wi_1_bias [E,F]`,
-/// `wo_bias [E,D]` with mlp_bias). Expert e: FFN_e(x) = round(act(x W0_e + b0) * (x W1_e + b1)) W2_e + b2;
+/// `wo_bias [E,D]` with mlp_bias). Expert e: FFN_e(x) = round(act(x W0_e + b0) * (x W1_e + b1)) W2_e + b2
+/// (gpt_oss: the product is the clamped SwiGLU, Settings::clamped_glu);
 /// y = round(sum_j w_j FFN_{idx_j}(x)) with the sum in f32.
 template <TensorPolicy P>
 class RoutedMoE {
@@ -72,6 +73,11 @@ class RoutedMoE {
     double load_balance_loss_weight = 0.0;
     double bias_update_rate = 0.0;
     double init_scale = 1.0;            ///< dense_init_scale
+    /// decoder_block gpt_oss: the clamped SwiGLU of moe.py apply_ffn_activation, act(w0 * 1.702) with w0 clipped
+    /// above at glu_limit and w1 to [-glu_limit, glu_limit], times (w1 + 1) (backend clamped_glu).
+    bool clamped_glu = false;
+    float glu_alpha = 1.702f;
+    float glu_limit = 7.0f;
   };
   /// Each expert's matrices: views of the stacked kernels, laid out by the backend's prepare() (e.g. packed for
   /// the CPU GEMM) on first use after loading.
@@ -113,6 +119,13 @@ class RoutedMoE {
                   "[RoutedMoE] routed_bias_update_rate > 0 is only supported by the deepseek decoder block, found ",
                   c.decoder_block);
     s.init_scale = c.dense_init_scale;
+    if (c.is("gpt_oss")) {
+      MAXTEXT_CHECK(c.mlp_activations_limit > 0.0, ConfigError,
+                    "[RoutedMoE] decoder_block gpt_oss clamps its SwiGLU at mlp_activations_limit, which must be > 0 "
+                    "(7.0 in the gpt-oss ymls), found ", c.mlp_activations_limit);
+      s.clamped_glu = true;
+      s.glu_limit = static_cast<float>(c.mlp_activations_limit);
+    }
     MoeRouting& r = s.routing;
     r.num_experts_per_tok = c.num_experts_per_tok;
     const std::string& sf = c.routed_score_func;
@@ -351,9 +364,13 @@ class RoutedMoE {
         const auto ue = static_cast<std::size_t>(e);
         be.matmul(View<const A, 2>(xn), ex.wi_0[ue], a0, bias_row(p.wi_0_bias, e, F));
         be.matmul(View<const A, 2>(xn), ex.wi_1[ue], a1, bias_row(p.wi_1_bias, e, F));
-        // activations_in_float32 acts only on MaxText's dense path (the sparse path ignores it).
-        be.activation(View<const A, 2>(a0), s_.activation, View<const A, 2>(a1), Activation::linear, a0,
-                      s_.sparse_matmul || !s_.activations_in_float32);
+        if (s_.clamped_glu) {
+          be.clamped_glu(View<const A, 2>(a0), View<const A, 2>(a1), s_.activation, s_.glu_alpha, s_.glu_limit, a0);
+        } else {
+          // activations_in_float32 acts only on MaxText's dense path (the sparse path ignores it).
+          be.activation(View<const A, 2>(a0), s_.activation, View<const A, 2>(a1), Activation::linear, a0,
+                        s_.sparse_matmul || !s_.activations_in_float32);
+        }
         be.matmul(View<const A, 2>(a0), ex.wo[ue], yn, bias_row(p.wo_bias, e, D));
         be.scatter_add_rows(View<const A, 2>(yn), rows, wts, acc);
       }

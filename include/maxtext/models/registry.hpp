@@ -14,6 +14,7 @@
 #include "maxtext/layers/gemma2.hpp"
 #include "maxtext/layers/gemma3.hpp"
 #include "maxtext/layers/gpt3.hpp"
+#include "maxtext/layers/gpt_oss.hpp"
 #include "maxtext/layers/llama2.hpp"
 #include "maxtext/layers/mistral.hpp"
 #include "maxtext/layers/mixtral.hpp"
@@ -48,6 +49,7 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   // llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; io/checkpoint.hpp collapses them
   // into plain kernels at load, so the layer is the llama2 one.
   if (cfg.is("llama2lti")) return f.template operator()<Transformer<P, layers::LlamaDecoderLayer>>();
+  if (cfg.is("gpt_oss")) return f.template operator()<Transformer<P, layers::GptOssDecoderLayer>>();
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }

@@ -68,7 +68,8 @@ std::string mlp_name() {
 }
 template <class L>
 concept HasAttentionName = requires { L::attention_name; };
-/// The attention module's parameter name: "self_attention" unless the layer names it (Olmo3: "attention").
+/// The attention module's parameter (and capture) name: `self_attention` unless the layer names it (Olmo3:
+/// `attention`, GPT-OSS: `GptOssAttention`).
 template <class L>
 std::string attention_name() {
   if constexpr (HasAttentionName<L>) {

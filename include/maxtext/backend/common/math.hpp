@@ -74,6 +74,18 @@ MAXTEXT_HD inline float activate(Activation a, float x) {
   return x;
 }
 
+/// GPT-OSS's clamped SwiGLU on one element (MaxText moe.py apply_ffn_activation for decoder_block gpt_oss):
+///   g = min(h0, limit); u = clip(h1, -limit, limit); y = r(r(g * r(act(r(g * alpha)))) * r(u + 1)),
+/// `r` being the rounding to the activation type after each MaxText op (identity in f32) and `alpha` already
+/// rounded to that type (a Python scalar meets a dtype array). The clips are exact in any type.
+template <class R>
+MAXTEXT_HD inline float clamped_swiglu(float h0, float h1, Activation act, float alpha, float limit, R r) {
+  const float g = h0 > limit ? limit : h0;
+  const float u = h1 > limit ? limit : (h1 < -limit ? -limit : h1);
+  const float a = r(activate(act, r(g * alpha)));
+  return r(r(g * a) * r(u + 1.0f));
+}
+
 /// cap * tanh(x / cap): MaxText's logit soft cap.
 MAXTEXT_HD inline float soft_cap(float x, float cap) { return cap * tanhf(x / cap); }
 

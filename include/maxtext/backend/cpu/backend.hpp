@@ -218,6 +218,22 @@ class Backend {
     });
   }
 
+  /// GPT-OSS's clamped SwiGLU (decoder_block gpt_oss): y = math::clamped_swiglu(h0, h1, act0, round_A(alpha),
+  /// limit) per element, each MaxText op rounded to A (reference backend: the definition). y may alias h0.
+  template <class A>
+  void clamped_glu(View<const A, 2> h0, View<const A, 2> h1, Activation a0, float alpha, float limit, View<A, 2> y) const {
+    const std::int64_t M = h0.dim(0), F = h0.dim(1);
+    const float al = round_to<A>(alpha);
+    const auto r = [](float v) { return round_to<A>(v); };
+    parallel_rows(M, F * 8, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t m = r0; m < r1; ++m) {
+        for (std::int64_t i = 0; i < F; ++i) {
+          y(m, i) = from_float<A>(math::clamped_swiglu(to_float(h0(m, i)), to_float(h1(m, i)), a0, al, limit, r));
+        }
+      }
+    });
+  }
+
   /// x = round(x * factor) (or x / factor with divide=true, as GPT-3's `query /= sqrt(head_dim)`); factor is
   /// first rounded to A, like a scalar cast to dtype. x is [M, D] with contiguous rows.
   template <class A>

@@ -152,6 +152,15 @@ class Backend {
   }
 
   template <class A>
+  void clamped_glu(View<const A, 2> h0, View<const A, 2> h1, Activation a0, float alpha, float limit, View<A, 2> y) const {
+    const std::int64_t n = h0.dim(0) * h0.dim(1);
+    if (n == 0) return;
+    kernels::clamped_glu<A><<<detail::grid_for(n), detail::kThreads, 0, stream()>>>(rows(h0), rows(h1), a0, round_to<A>(alpha),
+                                                                                   limit, rows(y), h0.dim(0), h0.dim(1));
+    MAXTEXT_CUDA_LAUNCH_CHECK("clamped_glu");
+  }
+
+  template <class A>
   void scale(View<A, 2> x, float factor, bool divide = false) const {
     const std::int64_t n = x.dim(0) * x.dim(1);
     if (n == 0) return;

@@ -131,6 +131,22 @@ class Backend {
     }
   }
 
+  /// GPT-OSS clamped SwiGLU (moe.py apply_ffn_activation, decoder_block gpt_oss): g = min(h0, limit),
+  /// u = clip(h1, -limit, limit), y = round(round(g * round(act0(round(g * round_A(alpha))))) * round(u + 1)).
+  /// y may alias h0.
+  template <class A>
+  void clamped_glu(View<const A, 2> h0, View<const A, 2> h1, Activation a0, float alpha, float limit, View<A, 2> y) const {
+    const float al = round_to<A>(alpha);
+    for (std::int64_t m = 0; m < h0.dim(0); ++m) {
+      for (std::int64_t i = 0; i < h0.dim(1); ++i) {
+        const float g = std::min(to_float(h0(m, i)), limit);
+        const float u = std::clamp(to_float(h1(m, i)), -limit, limit);
+        const float glu = round_to<A>(g * round_to<A>(act(a0, round_to<A>(g * al))));
+        y(m, i) = from_float<A>(glu * round_to<A>(u + 1.0f));
+      }
+    }
+  }
+
   /// x = round(x * round_A(factor)) or round(x / round_A(factor)).
   template <class A>
   void scale(View<A, 2> x, float factor, bool divide = false) const {
