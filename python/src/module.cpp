@@ -309,6 +309,8 @@ Weights weights_from_dict(py::handle d, const Config& cfg) {
     w.hf = true;
     if (cfg.is("deepseek") || cfg.is("mixtral")) {
       w.tensors = io::canonicalize_hf_deepseek(raw, cfg);
+    } else if (cfg.is("gpt_oss")) {  // GptOssForCausalLM names (MXFP4 experts dequantised)
+      w.tensors = io::import_hf_gpt_oss(raw, cfg, "weights dict");
     } else if (cfg.is("olmo3")) {  // Olmo3ForCausalLM names
       w.tensors = io::import_olmo3_names(raw, cfg, true, !raw.has("lm_head.weight"), "weights dict");
     } else {
