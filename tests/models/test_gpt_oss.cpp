@@ -232,8 +232,11 @@ std::string write_gguf(const std::string& path) {
 
 TEST_CASE("GptOssDecoderLayer (local sliding layer 0, global layer 1) matches the torch fixtures in f32 and bf16",
           "[layers][gpt_oss]") {
-  check_layer<P32>("gpt_oss_layer", test::tol::f32_layer);
-  check_layer<P32>("gpt_oss_layer_global", test::tol::f32_layer);
+  // atol 2e-6 rather than f32_layer's 1e-6: an output that cancels to ~0.005 keeps ~10 ulp of its order-1 terms, and
+  // the rounding order is the compiler's (clang 14 -O1 with ASan: 1.24e-6 on 1 of 448 outputs; g++ 12: within 1e-6).
+  constexpr testing::Tolerance kF32Layer{1e-5, 2e-6};
+  check_layer<P32>("gpt_oss_layer", kF32Layer);
+  check_layer<P32>("gpt_oss_layer_global", kF32Layer);
   check_layer<PBf>("gpt_oss_layer", kBf16Layer);
   check_layer<PBf>("gpt_oss_layer_global", kBf16Layer);
 }
