@@ -189,25 +189,29 @@ TEST_CASE("Gemma Hugging Face checkpoints import with the norm, embedding and qu
   check_hf_fixture<Gemma2>("gemma2_model");
 }
 
+// A named function template rather than a generic lambda: nvcc (error #445-D under -Werror) rejects a captureless
+// lambda whose template parameter does not appear in its parameters.
+template <class Model>
+void check_gguf_fixture(const std::string& name) {
+  const std::string dir = fixture(name);
+  const auto cfg = io::read_weights_config(dir + "/model.gguf");
+  REQUIRE(cfg.has_value());
+  const Config ref = test::config_from_meta(test::read_meta(dir));
+  CHECK(cfg->decoder_block == ref.decoder_block);
+  CHECK(cfg->num_decoder_layers == ref.num_decoder_layers);
+  CHECK(cfg->sliding_window_size == ref.sliding_window_size);
+  CHECK(cfg->rope_linear_scaling_factor == ref.rope_linear_scaling_factor);
+  Model m(*cfg);
+  const auto w = io::load_weights(dir + "/model.gguf", *cfg);
+  CHECK(w.format == io::WeightFormat::gguf);
+  m.load(w.tensors);
+  check_logits_and_acts(m, dir, name + " (gguf)");
+}
+
 TEST_CASE("Gemma GGUF files (llama.cpp names, norms already 1 + w, embedding unscaled) give the same logits",
           "[models][gemma][gguf]") {
-  auto check = []<class Model>(const std::string& name) {
-    const std::string dir = fixture(name);
-    const auto cfg = io::read_weights_config(dir + "/model.gguf");
-    REQUIRE(cfg.has_value());
-    const Config ref = test::config_from_meta(test::read_meta(dir));
-    CHECK(cfg->decoder_block == ref.decoder_block);
-    CHECK(cfg->num_decoder_layers == ref.num_decoder_layers);
-    CHECK(cfg->sliding_window_size == ref.sliding_window_size);
-    CHECK(cfg->rope_linear_scaling_factor == ref.rope_linear_scaling_factor);
-    Model m(*cfg);
-    const auto w = io::load_weights(dir + "/model.gguf", *cfg);
-    CHECK(w.format == io::WeightFormat::gguf);
-    m.load(w.tensors);
-    check_logits_and_acts(m, dir, name + " (gguf)");
-  };
-  check.template operator()<Gemma3>("gemma3_model");
-  check.template operator()<Gemma>("gemma_model");
+  check_gguf_fixture<Gemma3>("gemma3_model");
+  check_gguf_fixture<Gemma>("gemma_model");
 }
 
 TEST_CASE("Gemma 3 model: batched decode with rows at different lengths matches single-row runs",
