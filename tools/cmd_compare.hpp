@@ -1,6 +1,6 @@
 // tools/cmd_compare.hpp: `maxtext compare`: run a model (or one layer) on the reference's input, capture every
 // activation the reference dump names, and print where and by how much the two differ (testing/reference_check.hpp).
-// Included by tools/maxtext.cpp; `Args` is its parsed command line (has/get/integer/number/overrides).
+// Included by tools/cli_compare.cpp; `Args` is the parsed command line (cli_args.hpp) (has/get/integer/number/overrides).
 #pragma once
 
 #include <algorithm>
@@ -29,19 +29,6 @@
 #include "maxtext/testing/reference_check.hpp"
 
 namespace maxtext_cli {
-
-/// Usage lines, spliced into the `maxtext` usage text (a string literal).
-#define MAXTEXT_COMPARE_USAGE \
-  "  compare   --config CFG [--weights FILE] --reference REF [--map NAMES] --tokens 1,2,3[/...]|tokens.npy\n" \
-  "            [--rtol R] [--atol A | --scaled-tol S] [--max-kl-div X] [--top-k K] [--names maxtext|hf] [--json OUT]\n" \
-  "            run the model on the tokens, capture every activation REF names (.npz, a directory of .npy, .npy or\n" \
-  "            .safetensors; NAMES maps their names to ours: lines `their_name our_name`, `name -` ignores), print\n" \
-  "            max abs/rel error and the worst element per tensor in forward order; exit 1 if any tensor fails\n" \
-  "  compare   --layer KIND --config CFG --weights FILE [--prefix P] --input x.npy|NAME --reference REF [...]\n" \
-  "            the same for one layer run on a given input. KIND: decoder (the config's decoder layer; or the\n" \
-  "            decoder_block name, e.g. gpt3), moe (second layer kind, DeepSeek), gpt3_attention, gpt3_layernorm.\n" \
-  "            Names are relative to the layer (`out` = its output) unless --prefix P loads P.* from the weights\n" \
-  "            and names everything P, P.self_attention, ...; --segment-ids/--positions FILE.npy|NAME optional\n"
 
 namespace compare_detail {
 

@@ -10,11 +10,6 @@
 #include "maxtext/core/error.hpp"
 #include "maxtext/tokenizer/chat_template.hpp"
 
-#define MAXTEXT_TEMPLATE_USAGE                                                                                       \
-  "  template  --tokenizer PATH --messages FILE.json [--add-generation-prompt on|off] [--tools FILE.json]\n"        \
-  "            prints the chat prompt (nothing added). PATH: tokenizer_config.json, tokenizer.json (config beside\n" \
-  "            it), a directory holding tokenizer_config.json, or a GGUF; FILE.json: [{\"role\", \"content\"}, ...]\n"
-
 namespace maxtext::cli {
 
 inline tokenizer::Json read_json_file(const std::string& path, const std::string& option) {

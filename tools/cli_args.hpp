@@ -1,0 +1,120 @@
+// tools/cli_args.hpp: the `maxtext` program's parsed command line and the commands, each defined in the translation
+// unit of its group (so that no unit compiles every reader, tokenizer and template engine at once):
+//   maxtext.cpp     usage text and dispatch
+//   cli_models.cpp  make_config, open_model, logits, info        (config and weights readers, AnyModel)
+//   cli_text.cpp    generate, tokenize, detokenize               (tokenizers, generation, text streaming)
+//   cli_chat.cpp    chat, template                               (chat templates: the Jinja engine)
+//   cli_compare.cpp compare                                      (reference dumps, captures, reference_check)
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/error.hpp"
+
+namespace maxtext::models {
+class AnyModel;
+}
+
+/// Usage lines of `maxtext template`, spliced into the usage text (a string literal).
+#define MAXTEXT_TEMPLATE_USAGE                                                                                       \
+  "  template  --tokenizer PATH --messages FILE.json [--add-generation-prompt on|off] [--tools FILE.json]\n"        \
+  "            prints the chat prompt (nothing added). PATH: tokenizer_config.json, tokenizer.json (config beside\n" \
+  "            it), a directory holding tokenizer_config.json, or a GGUF; FILE.json: [{\"role\", \"content\"}, ...]\n"
+
+/// Usage lines of `maxtext compare`, spliced into the usage text (a string literal).
+#define MAXTEXT_COMPARE_USAGE \
+  "  compare   --config CFG [--weights FILE] --reference REF [--map NAMES] --tokens 1,2,3[/...]|tokens.npy\n" \
+  "            [--rtol R] [--atol A | --scaled-tol S] [--max-kl-div X] [--top-k K] [--names maxtext|hf] [--json OUT]\n" \
+  "            run the model on the tokens, capture every activation REF names (.npz, a directory of .npy, .npy or\n" \
+  "            .safetensors; NAMES maps their names to ours: lines `their_name our_name`, `name -` ignores), print\n" \
+  "            max abs/rel error and the worst element per tensor in forward order; exit 1 if any tensor fails\n" \
+  "  compare   --layer KIND --config CFG --weights FILE [--prefix P] --input x.npy|NAME --reference REF [...]\n" \
+  "            the same for one layer run on a given input. KIND: decoder (the config's decoder layer; or the\n" \
+  "            decoder_block name, e.g. gpt3), moe (second layer kind, DeepSeek), gpt3_attention, gpt3_layernorm.\n" \
+  "            Names are relative to the layer (`out` = its output) unless --prefix P loads P.* from the weights\n" \
+  "            and names everything P, P.self_attention, ...; --segment-ids/--positions FILE.npy|NAME optional\n"
+
+namespace maxtext::cli {
+
+struct Args {
+  std::string command;
+  std::map<std::string, std::string> opt;
+  std::map<std::string, std::vector<std::string>> all;  ///< every value of a repeated option, in order
+  std::vector<std::string> overrides;
+
+  bool has(const std::string& k) const { return opt.count(k) != 0; }
+  std::string get(const std::string& k, const std::string& d = "") const {
+    auto it = opt.find(k);
+    return it == opt.end() ? d : it->second;
+  }
+  long long integer(const std::string& k, long long d) const {
+    if (!has(k)) return d;
+    try {
+      std::size_t pos = 0;
+      const long long v = std::stoll(get(k), &pos);
+      if (pos == get(k).size()) return v;
+    } catch (const std::exception&) {
+    }
+    MAXTEXT_THROW(ArgumentError, "--", k, ": expected an integer, found '", get(k), "'");
+  }
+  double number(const std::string& k, double d) const {
+    if (!has(k)) return d;
+    try {
+      std::size_t pos = 0;
+      const double v = std::stod(get(k), &pos);
+      if (pos == get(k).size()) return v;
+    } catch (const std::exception&) {
+    }
+    MAXTEXT_THROW(ArgumentError, "--", k, ": expected a number, found '", get(k), "'");
+  }
+};
+
+inline Args parse_args(int argc, char** argv) {
+  Args a;
+  MAXTEXT_CHECK(argc >= 2, ArgumentError, "missing command");
+  a.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      std::string key = s.substr(2), value;
+      const auto eq = key.find('=');
+      if (eq != std::string::npos) {
+        value = key.substr(eq + 1);
+        key = key.substr(0, eq);
+      } else {
+        MAXTEXT_CHECK(i + 1 < argc, ArgumentError, "option --", key, " needs a value");
+        value = argv[++i];
+      }
+      a.opt[key] = value;
+      a.all[key].push_back(value);
+    } else if (s.find('=') != std::string::npos) {
+      a.overrides.push_back(s);
+    } else {
+      MAXTEXT_THROW(ArgumentError, "unexpected argument '", s, "'");
+    }
+  }
+  return a;
+}
+
+/// The Config of --config (a MaxText YAML or a Hugging Face config.json) or, without it, of --weights, with the
+/// key=value overrides (cli_models.cpp).
+Config make_config(const Args& a);
+
+/// The model the config describes (any compiled block; --weight-type, --threads, --int8-activations), with the
+/// weights of --weights or initialised from --seed; without `load`, neither (cli_models.cpp).
+std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load = true);
+
+int cmd_logits(const Args& a);    // cli_models.cpp
+int cmd_info(const Args& a);      // cli_models.cpp
+int cmd_generate(const Args& a);  // cli_text.cpp
+int cmd_tokenize(const Args& a);  // cli_text.cpp: tokenize and detokenize
+int cmd_chat(const Args& a);      // cli_chat.cpp
+int cmd_template(const Args& a);  // cli_chat.cpp
+int cmd_compare(const Args& a);   // cli_compare.cpp
+
+}  // namespace maxtext::cli

@@ -1,0 +1,100 @@
+// tools/cli_models.cpp: configs and models for the `maxtext` commands (make_config, open_model) and `logits` / `info`.
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli_args.hpp"
+#include "cli_common.hpp"
+#include "cmd_tokenize.hpp"  // config_from_weights
+#include "maxtext/io/npy.hpp"
+#include "maxtext/io/weights.hpp"
+#include "maxtext/io/yaml_config.hpp"
+#include "maxtext/models/any_model.hpp"
+#include "maxtext_blocks_built.hpp"  // the models, compiled per decoder block in maxtext_blocks (tools/blocks/)
+
+namespace maxtext::cli {
+
+Config make_config(const Args& a) {
+  if (!a.has("config") && a.has("weights")) return cli::config_from_weights(a.get("weights"), a.overrides);
+  const std::string path = a.get("config");
+  if (io::ends_with(path, ".json")) {  // a Hugging Face config.json
+    Config c = io::config_from_hf_file(path);
+    for (const auto& o : a.overrides) io::apply_override(c, o);
+    c.derive();
+    c.validate();
+    return c;
+  }
+  return io::load_config(path, a.overrides);
+}
+
+std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load) {
+  const std::string i8 = a.get("int8-activations", "off");
+  MAXTEXT_CHECK(i8 == "on" || i8 == "off", ArgumentError, "--int8-activations: expected on or off, found '", i8, "'");
+  MAXTEXT_CHECK(i8 == "off" || a.get("weight-type") == "q8_0", ArgumentError,
+                "--int8-activations on applies to Q8_0 weights: add --weight-type q8_0");
+  models::AnyModelOptions o;
+  o.weight_type = a.get("weight-type");
+  o.threads = static_cast<int>(a.integer("threads", 0));
+  o.int8_activations = i8 == "on";
+  auto model = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
+  if (!load) return model;
+  if (a.has("weights")) {
+    const auto w = io::load_weights(a.get("weights"), cfg);
+    if (w.naming == io::WeightNaming::hf) model->set_name_scheme(models::NameScheme::hf);
+    model->load(w.tensors);
+  } else {
+    model->init(static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed)));
+  }
+  return model;
+}
+
+int cmd_logits(const Args& a) {
+  MAXTEXT_CHECK(a.has("tokens"), ArgumentError, "logits needs --tokens");
+  MAXTEXT_CHECK(a.has("out"), ArgumentError, "logits needs --out FILE.npy");
+  const Config cfg = make_config(a);
+  const auto rows = cli::parse_token_rows(a.get("tokens"));
+  const auto T = static_cast<std::int64_t>(rows[0].size()), Bn = static_cast<std::int64_t>(rows.size());
+  for (const auto& r : rows) {
+    MAXTEXT_CHECK(static_cast<std::int64_t>(r.size()) == T, ArgumentError, "--tokens: every row must have the same length");
+  }
+  const std::int64_t inc = a.integer("incremental", 0);
+  MAXTEXT_CHECK(inc >= 0 && inc < T, ArgumentError, "--incremental must be in [0, ", T, "), found ", inc);
+  const auto model = open_model(cfg, a);
+  const auto cache = model->new_cache(Bn, T);
+  Tensor<float, 3> out({Bn, T, cfg.vocab_size});
+  auto run = [&](std::int64_t t0, std::int64_t len) {
+    Tensor<std::int32_t, 2> tok({Bn, len});
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      for (std::int64_t t = 0; t < len; ++t) tok(b, t) = rows[static_cast<std::size_t>(b)][static_cast<std::size_t>(t0 + t)];
+    }
+    models::ForwardRequest r;
+    r.tokens = &tok;
+    r.cache = cache.get();
+    const Tensor<float, 3> l = model->forward(r);
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      for (std::int64_t t = 0; t < len; ++t) {
+        std::copy(&l(b, t, 0), &l(b, t, 0) + cfg.vocab_size, &out(b, t0 + t, 0));
+      }
+    }
+  };
+  run(0, T - inc);
+  for (std::int64_t t = T - inc; t < T; ++t) run(t, 1);
+  io::write_npy(a.get("out"), out);
+  std::cout << "wrote " << a.get("out") << " [" << Bn << ", " << T << ", " << cfg.vocab_size << "] f32\n";
+  return 0;
+}
+
+int cmd_info(const Args& a) {
+  const Config cfg = make_config(a);
+  const auto model = open_model(cfg, a, false);
+  std::cout << "decoder_block " << cfg.decoder_block << ", dtype " << cfg.dtype_canonical() << "\n"
+            << "emb_dim " << cfg.emb_dim << ", heads " << cfg.num_query_heads << "/" << cfg.num_kv_heads
+            << ", head_dim " << cfg.head_dim << ", mlp_dim " << cfg.mlp_dim << ", layers " << cfg.num_decoder_layers
+            << ", vocab " << cfg.vocab_size << "\n"
+            << "parameters " << model->num_params() << "\n";
+  return 0;
+}
+
+}  // namespace maxtext::cli
