@@ -28,6 +28,8 @@
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
 #include "support/fixture_config.hpp"
+#include "support/cli.hpp"
+#include "support/decode_checks.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -48,18 +50,8 @@ constexpr testing::Tolerance kBf16Layer{4.0 / 128.0, 0.06};
 
 std::string dir_of(const std::string& name) { return test::fixtures_dir() + "/" + name; }
 Tensor<std::int32_t, 2> int_tensor(const AnyTensor& a) { return a.to<std::int32_t, 2>({a.shape[0], a.shape[1]}); }
-Tensor<std::int32_t, 2> cols(const Tensor<std::int32_t, 2>& t, std::int64_t c0, std::int64_t n) {
-  Tensor<std::int32_t, 2> s({t.dim(0), n});
-  for (std::int64_t b = 0; b < t.dim(0); ++b) {
-    for (std::int64_t i = 0; i < n; ++i) s(b, i) = t(b, c0 + i);
-  }
-  return s;
-}
-Tensor<std::int32_t, 2> row_cols(const Tensor<std::int32_t, 2>& t, std::int64_t b, std::int64_t c0, std::int64_t n) {
-  Tensor<std::int32_t, 2> s({1, n});
-  for (std::int64_t i = 0; i < n; ++i) s(0, i) = t(b, c0 + i);
-  return s;
-}
+using test::cols;
+using test::row_cols;
 
 template <class E>
 void expect_error(const std::function<void()>& f, const std::string& needle) {
@@ -118,39 +110,7 @@ void check_model(const std::string& file) {
                               "decoder.decoder_norm"}) {
     test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), test::tol::f32_logits, name + "." + a);
   }
-  const std::int64_t T = tok.dim(1), P0 = 4;
-  auto cache = m.make_cache(tok.dim(0), T);
-  test::expect_close(m.forward(cols(tok, 0, P0), cache), AnyTensor::from(full).narrow(1, 0, P0), kStep, name + ".prefill");
-  for (std::int64_t t = P0; t < T; ++t) {
-    test::expect_close(m.forward(cols(tok, t, 1), cache), AnyTensor::from(full).narrow(1, t, 1), kStep,
-                       name + ".step " + std::to_string(t));
-  }
-  // Ragged rows: row 0 has a 2-token prompt, row 1 a 5-token prompt (right-padded); both then decode 3 tokens, past
-  // the window (3) of the sliding layers.
-  std::vector<std::int32_t> lens{2, 5};
-  auto rc = m.make_cache(2, 16);
-  models::ForwardOptions fo;
-  fo.row_lengths = &lens;
-  fo.last_only = true;
-  std::vector<Tensor<float, 3>> steps{m.forward(cols(tok, 0, 5), rc, fo)};
-  for (int s = 0; s < 3; ++s) {
-    Tensor<std::int32_t, 2> next({2, 1});
-    next(0, 0) = tok(0, 2 + s);
-    next(1, 0) = tok(1, 5 + s);
-    models::ForwardOptions one;
-    one.last_only = true;
-    steps.push_back(m.forward(next, rc, one));
-  }
-  CHECK(rc.length(0) == 5);
-  CHECK(rc.length(1) == 8);
-  for (std::int64_t b = 0; b < 2; ++b) {
-    const std::int64_t n = lens[static_cast<std::size_t>(b)];
-    const auto ref = AnyTensor::from(m.forward(row_cols(tok, b, 0, n + 3)));
-    for (std::size_t s = 0; s < steps.size(); ++s) {
-      test::expect_close(AnyTensor::from(steps[s]).narrow(0, b, 1), ref.narrow(1, n - 1 + static_cast<std::int64_t>(s), 1),
-                         kStep, name + ".ragged row " + std::to_string(b) + " step " + std::to_string(s));
-    }
-  }
+  test::check_cached_decoding(m, tok, full, kStep, name);
 }
 
 std::string tmp_path(const std::string& name) {
@@ -409,6 +369,29 @@ TEST_CASE("OLMo 3 model ymls load, dispatch through the registry and have the pu
   CHECK(pt.rope_type == "default");
   CHECK_NOTHROW(pt.validate());
 }
+
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
+TEST_CASE("maxtext generate: olmo3 from a Hugging Face directory and from a GGUF (olmo2) picks the reference's greedy "
+          "token, and generates from olmo3-7b.yml with seeded init", "[models][olmo3][cli]") {
+  std::string ids;
+  const std::string want = test::greedy_after_prompt(dir_of("olmo3_model"), ids);
+  const std::string hf = test::run_cli("generate --weights " + dir_of("olmo3_model") + "/hf --tokens " + ids +
+                                       " --max-new-tokens 1");
+  CHECK(hf.find(want) != std::string::npos);
+  // The GGUF loader follows MaxText (YaRN on every layer; see the GGUF test case), so the same greedy token.
+  const std::string path = write_gguf();
+  const std::string gguf = test::run_cli("generate --weights " + path + " --tokens " + ids + " --max-new-tokens 1");
+  std::remove(path.c_str());
+  CHECK(gguf.find(want) != std::string::npos);
+  const std::string cfg = std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/olmo3-7b.yml";
+  const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=48 "
+                           "base_num_decoder_layers=4 vocab_size=96 max_target_length=32 sliding_window_size=4 "
+                           "dtype=float32";
+  const std::string text =
+      test::run_cli("generate --config " + cfg + tiny + " --tokens 1,2,3/4,5 --max-new-tokens 4 --seed 3");
+  CHECK(text.find("tokens[1]: ") != std::string::npos);
+}
+#endif
 
 // ----------------------------------------------------------------------------------------------------------------
 // llama2lti

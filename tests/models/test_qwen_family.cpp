@@ -25,6 +25,8 @@
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
 #include "support/fixture_config.hpp"
+#include "support/cli.hpp"
+#include "support/decode_checks.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -46,18 +48,8 @@ constexpr testing::Tolerance kBf16Layer{4.0 / 128.0, 0.06};
 
 std::string dir_of(const std::string& name) { return test::fixtures_dir() + "/" + name; }
 Tensor<std::int32_t, 2> int_tensor(const AnyTensor& a) { return a.to<std::int32_t, 2>({a.shape[0], a.shape[1]}); }
-Tensor<std::int32_t, 2> cols(const Tensor<std::int32_t, 2>& t, std::int64_t c0, std::int64_t n) {
-  Tensor<std::int32_t, 2> s({t.dim(0), n});
-  for (std::int64_t b = 0; b < t.dim(0); ++b) {
-    for (std::int64_t i = 0; i < n; ++i) s(b, i) = t(b, c0 + i);
-  }
-  return s;
-}
-Tensor<std::int32_t, 2> row_cols(const Tensor<std::int32_t, 2>& t, std::int64_t b, std::int64_t c0, std::int64_t n) {
-  Tensor<std::int32_t, 2> s({1, n});
-  for (std::int64_t i = 0; i < n; ++i) s(0, i) = t(b, c0 + i);
-  return s;
-}
+using test::cols;
+using test::row_cols;
 
 template <class P, template <class> class L>
 void check_layer(const std::string& name, testing::Tolerance tol) {
@@ -99,38 +91,7 @@ void check_model(const std::string& name, const std::string& file = "model.safet
   for (const std::string a : {"token_embedder", "decoder.layers_0", "decoder.layers_1", "decoder.decoder_norm"}) {
     test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), test::tol::f32_logits, name + "." + a);
   }
-  const std::int64_t T = tok.dim(1), P0 = 4;
-  auto cache = m.make_cache(tok.dim(0), T);
-  test::expect_close(m.forward(cols(tok, 0, P0), cache), AnyTensor::from(full).narrow(1, 0, P0), kStep, name + ".prefill");
-  for (std::int64_t t = P0; t < T; ++t) {
-    test::expect_close(m.forward(cols(tok, t, 1), cache), AnyTensor::from(full).narrow(1, t, 1), kStep,
-                       name + ".step " + std::to_string(t));
-  }
-  // Ragged rows: row 0 has a 2-token prompt, row 1 a 5-token prompt (right-padded); both then decode 3 tokens.
-  std::vector<std::int32_t> lens{2, 5};
-  auto rc = m.make_cache(2, 16);
-  models::ForwardOptions fo;
-  fo.row_lengths = &lens;
-  fo.last_only = true;
-  std::vector<Tensor<float, 3>> steps{m.forward(cols(tok, 0, 5), rc, fo)};
-  for (int s = 0; s < 3; ++s) {
-    Tensor<std::int32_t, 2> next({2, 1});
-    next(0, 0) = tok(0, 2 + s);
-    next(1, 0) = tok(1, 5 + s);
-    models::ForwardOptions one;
-    one.last_only = true;
-    steps.push_back(m.forward(next, rc, one));
-  }
-  CHECK(rc.length(0) == 5);
-  CHECK(rc.length(1) == 8);
-  for (std::int64_t b = 0; b < 2; ++b) {
-    const std::int64_t n = lens[static_cast<std::size_t>(b)];
-    const auto ref = AnyTensor::from(m.forward(row_cols(tok, b, 0, n + 3)));
-    for (std::size_t s = 0; s < steps.size(); ++s) {
-      test::expect_close(AnyTensor::from(steps[s]).narrow(0, b, 1), ref.narrow(1, n - 1 + static_cast<std::int64_t>(s), 1),
-                         kStep, name + ".ragged row " + std::to_string(b) + " step " + std::to_string(s));
-    }
-  }
+  test::check_cached_decoding(m, tok, full, kStep, name);
 }
 
 std::string tmp_path(const std::string& name) {
@@ -371,36 +332,17 @@ TEST_CASE("Qwen3-MoE from GGUF with Q8_0 stacked experts: the transposed expert 
 }
 
 #if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
-namespace {
-/// Run the CLI, return its stdout (empty on a non-zero exit, which fails the check).
-std::string run_cli(const std::string& args) {
-  const std::string out = tmp_path("cli.txt");
-  const std::string cmd = std::string(MAXTEXT_CLI) + " " + args + " > " + out + " 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::string text = io::read_text_file(out);
-  std::remove(out.c_str());
-  INFO(cmd << "\n" << text);
-  CHECK(rc == 0);
-  return rc == 0 ? text : std::string();
-}
-}  // namespace
+using test::greedy_after_prompt;
+using test::run_cli;
 
 TEST_CASE("maxtext generate: qwen2 / qwen3_moe from a Hugging Face directory pick the greedy token of the reference, every "
           "new block generates from a config with seeded init", "[models][qwen2][qwen3_moe][simple][cli]") {
   for (const std::string name : {"qwen2_model", "qwen3_moe_model"}) {
-    const std::string dir = dir_of(name);
-    const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
-    const auto ref = test::npy(dir + "/logits.npy");  // [B, T, V]
-    std::string ids;
-    for (std::int64_t t = 0; t < 5; ++t) ids += (t ? "," : "") + std::to_string(tok(0, t));
     // Greedy: the first new token is the argmax of the reference logits at the prompt's last position.
-    std::int64_t best = 0;
-    const std::int64_t V = ref.shape[2];
-    for (std::int64_t v = 1; v < V; ++v) {
-      if (ref.element(4 * V + v) > ref.element(4 * V + best)) best = v;
-    }
-    const std::string text = run_cli("generate --weights " + dir + "/hf --tokens " + ids + " --max-new-tokens 1");
-    CHECK(text.find("tokens[0]: " + std::to_string(best) + "\n") != std::string::npos);
+    std::string ids;
+    const std::string want = greedy_after_prompt(dir_of(name), ids);
+    const std::string text = run_cli("generate --weights " + dir_of(name) + "/hf --tokens " + ids + " --max-new-tokens 1");
+    CHECK(text.find(want) != std::string::npos);
   }
   const std::string cfg = std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/";
   const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=48 "
