@@ -335,8 +335,8 @@ TEST_CASE("Qwen3-MoE from GGUF with Q8_0 stacked experts: the transposed expert 
 using test::greedy_after_prompt;
 using test::run_cli;
 
-TEST_CASE("maxtext generate: qwen2 / qwen3_moe from a Hugging Face directory pick the greedy token of the reference, every "
-          "new block generates from a config with seeded init", "[models][qwen2][qwen3_moe][simple][cli]") {
+TEST_CASE("maxtext generate / logits: qwen2 / qwen3_moe from a Hugging Face directory and a MaxText checkpoint match the "
+          "reference, every new block generates from a config with seeded init", "[models][qwen2][qwen3_moe][simple][cli]") {
   for (const std::string name : {"qwen2_model", "qwen3_moe_model"}) {
     // Greedy: the first new token is the argmax of the reference logits at the prompt's last position.
     std::string ids;
@@ -344,6 +344,10 @@ TEST_CASE("maxtext generate: qwen2 / qwen3_moe from a Hugging Face directory pic
     const std::string text = run_cli("generate --weights " + dir_of(name) + "/hf --tokens " + ids + " --max-new-tokens 1");
     CHECK(text.find(want) != std::string::npos);
   }
+  // MaxText checkpoints (the fixture's config as a YAML file; unscanned and scanned trees) and the Hugging Face
+  // directory through `maxtext logits`, against the reference's logits.
+  test::check_cli_checkpoints(dir_of("qwen2_model"), test::tol::f32_logits);
+  test::check_cli_checkpoints(dir_of("qwen3_moe_model"), test::tol::f32_logits);
   const std::string cfg = std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/";
   const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=48 "
                            "base_num_decoder_layers=2 vocab_size=96 max_target_length=32 dtype=float32";

@@ -1,19 +1,23 @@
-// tests/support/cli.hpp: running the `maxtext` program (MAXTEXT_CLI) from a test, and the greedy token a fixture's
-// reference logits imply, for the model-family tests' `maxtext generate` checks.
+// tests/support/cli.hpp: running the `maxtext` program (MAXTEXT_CLI) from a test: its output, the greedy token a
+// fixture's reference logits imply, and `maxtext logits` on a fixture against those logits (the model-family tests'
+// CLI checks: MaxText checkpoints, Hugging Face directories, GGUF files).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/io/mapped_file.hpp"
+#include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 
 namespace maxtext::test {
@@ -48,6 +52,50 @@ inline std::string greedy_after_prompt(const std::string& dir, std::string& ids)
     if (ref.element(4 * V + v) > ref.element(4 * V + best)) best = v;
   }
   return "tokens[0]: " + std::to_string(best) + "\n";
+}
+
+
+/// Writes a fixture's config (meta.json's "config") as a MaxText YAML file at `path` (one `key: value` line each; JSON
+/// scalars, strings and lists are YAML flow values) and returns `path`: the `--config` of a MaxText checkpoint.
+inline std::string write_fixture_yml(const std::string& dir, const std::string& path) {
+  const nlohmann::json meta = read_meta(dir);  // kept alive: a range-for over a temporary's member would dangle
+  std::ofstream f(path);
+  for (const auto& [k, v] : meta.at("config").items()) f << k << ": " << v.dump() << "\n";
+  REQUIRE(f.good());
+  return path;
+}
+
+/// `maxtext logits ARGS` on every row of the fixture's tokens.npy (the last 3 positions decoded one at a time through
+/// the KV cache), compared with its logits.npy within `tol`.
+inline void check_cli_logits(const std::string& dir, const std::string& args, testing::Tolerance tol) {
+  const AnyTensor tok = npy(dir + "/tokens.npy");
+  REQUIRE(tok.shape.size() == 2);
+  std::string ids;
+  for (std::int64_t b = 0; b < tok.shape[0]; ++b) {
+    for (std::int64_t t = 0; t < tok.shape[1]; ++t) {
+      ids += (t ? "," : (b ? "/" : "")) + std::to_string(static_cast<std::int64_t>(tok.element(b * tok.shape[1] + t)));
+    }
+  }
+  const std::string out =
+      (std::filesystem::current_path() / ("maxtext_test_cli_logits_" + std::to_string(::getpid()) + ".npy")).string();
+  const std::string text = run_cli("logits " + args + " --tokens " + ids + " --incremental 3 --out " + out);
+  if (text.empty()) return;  // run_cli failed the check and logged why
+  expect_close(npy(out), npy(dir + "/logits.npy"), tol, "maxtext logits " + args);
+  std::remove(out.c_str());
+}
+
+/// A fixture's MaxText checkpoint through the CLI (`--config` = its config written as a YAML file; model.safetensors,
+/// and model_scanned.safetensors with scan_layers=true when present) and its Hugging Face directory (hf/), each through
+/// `maxtext logits` against the fixture's logits.npy.
+inline void check_cli_checkpoints(const std::string& dir, testing::Tolerance tol) {
+  const std::string yml = write_fixture_yml(
+      dir, (std::filesystem::current_path() / ("maxtext_test_cli_" + std::to_string(::getpid()) + ".yml")).string());
+  check_cli_logits(dir, "--config " + yml + " --weights " + dir + "/model.safetensors", tol);
+  if (std::filesystem::exists(dir + "/model_scanned.safetensors")) {
+    check_cli_logits(dir, "--config " + yml + " --weights " + dir + "/model_scanned.safetensors scan_layers=true", tol);
+  }
+  check_cli_logits(dir, "--weights " + dir + "/hf", tol);
+  std::remove(yml.c_str());
 }
 
 }  // namespace maxtext::test
