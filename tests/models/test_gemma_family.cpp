@@ -373,7 +373,8 @@ std::string token_arg(const std::string& dir) {
 }
 }  // namespace
 
-TEST_CASE("maxtext logits / generate (CLI) on the Gemma checkpoints: HF directory, GGUF, MaxText yml + scanned weights",
+TEST_CASE("maxtext logits / generate (CLI) on the Gemma checkpoints: HF directory, GGUF (gemma, gemma3), MaxText yml + "
+          "scanned weights",
           "[models][gemma][cli]") {
   const std::string cli = MAXTEXT_CLI;
   const std::string out = "gemma_cli_logits.npy";
@@ -392,6 +393,7 @@ TEST_CASE("maxtext logits / generate (CLI) on the Gemma checkpoints: HF director
     CHECK(std::system(gen.c_str()) == 0);
   }
   run_logits(fixture("gemma3_model"), "--weights " + fixture("gemma3_model") + "/model.gguf");
+  run_logits(fixture("gemma_model"), "--weights " + fixture("gemma_model") + "/model.gguf");
   // MaxText's way for a tiny Gemma 3: the gemma3-4b model file (its query scale rule) with the sizes overridden.
   std::string overrides;
   const auto meta = test::read_meta(fixture("gemma3_model"));

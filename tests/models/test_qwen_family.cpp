@@ -184,6 +184,9 @@ void check_hf_and_gguf(const std::string& name, const std::string& arch) {
     m.load(io::load_weights(path, cfg).tensors);
     test::expect_close(m.forward(tok), ref, test::tol::f32_logits, name + " from GGUF (" + arch + ")");
   }
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU: the same file through `maxtext logits`
+  test::check_cli_logits(dir, "--weights " + path, test::tol::f32_logits);
+#endif
   std::remove(path.c_str());
 }
 
