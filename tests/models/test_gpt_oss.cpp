@@ -503,32 +503,19 @@ TEST_CASE("GPT-OSS: inconsistent configs, missing or misshapen tensors and bad M
 }
 
 #if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
-using test::greedy_after_prompt;
-using test::run_cli;
-
 TEST_CASE("maxtext generate / logits: gpt_oss from a Hugging Face directory (float and MXFP4 experts), an MXFP4 GGUF and "
           "a MaxText checkpoint (unscanned, scanned) match the reference, and it generates from gpt-oss-20b.yml with "
           "seeded init", "[models][gpt_oss][cli]") {
-  std::string ids;
   for (const std::string name : {"gpt_oss_model", "gpt_oss_mxfp4"}) {
-    const std::string want = greedy_after_prompt(dir_of(name), ids);
-    const std::string text = run_cli("generate --weights " + dir_of(name) + "/hf --tokens " + ids + " --max-new-tokens 1");
-    CHECK(text.find(want) != std::string::npos);
+    test::check_cli_greedy(dir_of(name), dir_of(name) + "/hf");
   }
-  {
-    const std::string want = greedy_after_prompt(dir_of("gpt_oss_gguf_mxfp4"), ids);
-    const std::string text =
-        run_cli("generate --weights " + dir_of("gpt_oss_gguf_mxfp4") + "/model.gguf --tokens " + ids + " --max-new-tokens 1");
-    CHECK(text.find(want) != std::string::npos);
-  }
+  test::check_cli_greedy(dir_of("gpt_oss_gguf_mxfp4"), dir_of("gpt_oss_gguf_mxfp4") + "/model.gguf");
   // MaxText checkpoints (the fixture's config as a YAML file; unscanned and scanned trees) and the Hugging Face
   // directory through `maxtext logits`, against the reference's logits.
   test::check_cli_checkpoints(dir_of("gpt_oss_model"), test::tol::f32_logits);
-  const std::string cfg = std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/gpt-oss-20b.yml";
-  const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=32 "
-                           "base_moe_mlp_dim=32 num_experts=4 base_num_decoder_layers=2 vocab_size=96 "
-                           "max_target_length=32 sliding_window_size=4 dtype=float32";
-  const std::string text = run_cli("generate --config " + cfg + tiny + " --tokens 1,2,3/4,5 --max-new-tokens 4 --seed 3");
-  CHECK(text.find("tokens[1]: ") != std::string::npos);
+  test::check_cli_generates_seeded("gpt-oss-20b.yml base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 "
+                                   "head_dim=16 base_mlp_dim=32 base_moe_mlp_dim=32 num_experts=4 "
+                                   "base_num_decoder_layers=2 vocab_size=96 max_target_length=32 sliding_window_size=4 "
+                                   "dtype=float32");
 }
 #endif

@@ -374,26 +374,17 @@ TEST_CASE("OLMo 3 model ymls load, dispatch through the registry and have the pu
 TEST_CASE("maxtext generate / logits: olmo3 from a Hugging Face directory, a GGUF (olmo2) and a MaxText checkpoint "
           "(unscanned, scanned) match the reference, and it generates from olmo3-7b.yml with seeded init",
           "[models][olmo3][cli]") {
-  std::string ids;
-  const std::string want = test::greedy_after_prompt(dir_of("olmo3_model"), ids);
-  const std::string hf = test::run_cli("generate --weights " + dir_of("olmo3_model") + "/hf --tokens " + ids +
-                                       " --max-new-tokens 1");
-  CHECK(hf.find(want) != std::string::npos);
+  test::check_cli_greedy(dir_of("olmo3_model"), dir_of("olmo3_model") + "/hf");
   // The GGUF loader follows MaxText (YaRN on every layer; see the GGUF test case), so the same greedy token.
   const std::string path = write_gguf();
-  const std::string gguf = test::run_cli("generate --weights " + path + " --tokens " + ids + " --max-new-tokens 1");
+  test::check_cli_greedy(dir_of("olmo3_model"), path);
   std::remove(path.c_str());
-  CHECK(gguf.find(want) != std::string::npos);
   // MaxText checkpoints (the fixture's config as a YAML file; unscanned and scanned trees) and the Hugging Face
   // directory through `maxtext logits`, against the reference's logits.
   test::check_cli_checkpoints(dir_of("olmo3_model"), test::tol::f32_logits);
-  const std::string cfg = std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/olmo3-7b.yml";
-  const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=48 "
-                           "base_num_decoder_layers=4 vocab_size=96 max_target_length=32 sliding_window_size=4 "
-                           "dtype=float32";
-  const std::string text =
-      test::run_cli("generate --config " + cfg + tiny + " --tokens 1,2,3/4,5 --max-new-tokens 4 --seed 3");
-  CHECK(text.find("tokens[1]: ") != std::string::npos);
+  test::check_cli_generates_seeded("olmo3-7b.yml base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 "
+                                   "base_mlp_dim=48 base_num_decoder_layers=4 vocab_size=96 max_target_length=32 "
+                                   "sliding_window_size=4 dtype=float32");
 }
 #endif
 

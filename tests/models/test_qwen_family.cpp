@@ -335,30 +335,21 @@ TEST_CASE("Qwen3-MoE from GGUF with Q8_0 stacked experts: the transposed expert 
 }
 
 #if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
-using test::greedy_after_prompt;
-using test::run_cli;
-
 TEST_CASE("maxtext generate / logits: qwen2 / qwen3_moe from a Hugging Face directory and a MaxText checkpoint match the "
           "reference, every new block generates from a config with seeded init", "[models][qwen2][qwen3_moe][simple][cli]") {
   for (const std::string name : {"qwen2_model", "qwen3_moe_model"}) {
-    // Greedy: the first new token is the argmax of the reference logits at the prompt's last position.
-    std::string ids;
-    const std::string want = greedy_after_prompt(dir_of(name), ids);
-    const std::string text = run_cli("generate --weights " + dir_of(name) + "/hf --tokens " + ids + " --max-new-tokens 1");
-    CHECK(text.find(want) != std::string::npos);
+    test::check_cli_greedy(dir_of(name), dir_of(name) + "/hf");
   }
   // MaxText checkpoints (the fixture's config as a YAML file; unscanned and scanned trees) and the Hugging Face
   // directory through `maxtext logits`, against the reference's logits.
   test::check_cli_checkpoints(dir_of("qwen2_model"), test::tol::f32_logits);
   test::check_cli_checkpoints(dir_of("qwen3_moe_model"), test::tol::f32_logits);
-  const std::string cfg = std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/";
   const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=48 "
                            "base_num_decoder_layers=2 vocab_size=96 max_target_length=32 dtype=float32";
   for (const std::string& c : {"qwen2.5-7b.yml" + tiny, "qwen3-30b-a3b.yml" + tiny + " base_moe_mlp_dim=32 num_experts=8",
                               "qwen2.5-7b.yml" + tiny + " decoder_block=simple",
                               "qwen2.5-7b.yml" + tiny + " decoder_block=simple_mlp"}) {
-    const std::string text = run_cli("generate --config " + cfg + c + " --tokens 1,2,3/4,5 --max-new-tokens 4 --seed 3");
-    CHECK(text.find("tokens[1]: ") != std::string::npos);
+    test::check_cli_generates_seeded(c);
   }
 }
 #endif

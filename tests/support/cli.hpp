@@ -36,24 +36,31 @@ inline std::string run_cli(const std::string& args) {
   return rc == 0 ? text : std::string();
 }
 
-/// For a fixture directory holding tokens.npy [B, T] and logits.npy [B, T, V] (the float64 reference's): sets `ids` to
-/// the first 5 tokens of row 0 ("a,b,c,d,e") and returns the line `maxtext generate --max-new-tokens 1` prints when
-/// its one greedy token is the argmax of the reference's logits at position 4 ("tokens[0]: ID\n").
-inline std::string greedy_after_prompt(const std::string& dir, std::string& ids) {
-  const AnyTensor tok = npy(dir + "/tokens.npy");
-  const AnyTensor ref = npy(dir + "/logits.npy");
+/// `maxtext generate --weights WEIGHTS --max-new-tokens 1` on the first 5 tokens of row 0 of the fixture's tokens.npy
+/// must print the greedy token of its reference (the argmax of logits.npy at position 4).
+inline void check_cli_greedy(const std::string& fixture_dir, const std::string& weights) {
+  const AnyTensor tok = npy(fixture_dir + "/tokens.npy");
+  const AnyTensor ref = npy(fixture_dir + "/logits.npy");
   REQUIRE(tok.shape.size() == 2);
   REQUIRE(tok.shape[1] >= 5);
-  ids.clear();
+  std::string ids;
   for (std::int64_t t = 0; t < 5; ++t) ids += (t ? "," : "") + std::to_string(static_cast<std::int64_t>(tok.element(t)));
   std::int64_t best = 0;
   const std::int64_t V = ref.shape[2];
   for (std::int64_t v = 1; v < V; ++v) {
     if (ref.element(4 * V + v) > ref.element(4 * V + best)) best = v;
   }
-  return "tokens[0]: " + std::to_string(best) + "\n";
+  const std::string text = run_cli("generate --weights " + weights + " --tokens " + ids + " --max-new-tokens 1");
+  CHECK(text.find("tokens[0]: " + std::to_string(best) + "\n") != std::string::npos);
 }
 
+/// `maxtext generate` with seeded weights from a model file of configs/models (`yml_and_overrides`: "name.yml
+/// key=value ..."): two prompt rows, 4 new tokens; both rows must generate.
+inline void check_cli_generates_seeded(const std::string& yml_and_overrides) {
+  const std::string text = run_cli("generate --config " + std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/" +
+                                   yml_and_overrides + " --tokens 1,2,3/4,5 --max-new-tokens 4 --seed 3");
+  CHECK(text.find("tokens[1]: ") != std::string::npos);
+}
 
 /// Writes a fixture's config (meta.json's "config") as a MaxText YAML file at `path` (one `key: value` line each; JSON
 /// scalars, strings and lists are YAML flow values) and returns `path`: the `--config` of a MaxText checkpoint.
