@@ -58,3 +58,38 @@ TEST_CASE("Inconsistent and unsupported configs are refused naming the keys", "[
   CHECK_THROWS_AS(load({"novalue"}), ConfigError);
   CHECK_NOTHROW(load({"mhc_expansion_rate=1", "engram_layers=[]"}));
 }
+
+TEST_CASE("Sizes above Config::Limits are refused naming the key, before any model is built", "[core][config]") {
+  auto load = [](std::vector<std::string> o) { return io::load_config("", o); };
+  // Each bound, one past it (and the largest real configs stay accepted: configs/models, deepseek3-671b.yml).
+  CHECK_THROWS_WITH(load({"base_emb_dim=262145"}), Catch::Contains("emb_dim") && Catch::Contains("above the limit 262144"));
+  CHECK_THROWS_WITH(load({"base_mlp_dim=262145"}), Catch::Contains("mlp_dim") && Catch::Contains("limit"));
+  CHECK_THROWS_WITH(load({"head_dim=16385"}), Catch::Contains("head_dim = 16385"));
+  CHECK_THROWS_WITH(load({"base_num_query_heads=32768", "base_num_kv_heads=32768", "head_dim=4"}),
+                    Catch::Contains("num_query_heads") && Catch::Contains("limit 16384"));
+  CHECK_THROWS_WITH(load({"vocab_size=16777217"}), Catch::Contains("vocab_size = 16777217"));
+  CHECK_THROWS_WITH(load({"base_num_decoder_layers=1000000"}), Catch::Contains("num_decoder_layers") && Catch::Contains("limit 4096"));
+  CHECK_THROWS_WITH(load({"num_experts=100000", "num_experts_per_tok=2"}), Catch::Contains("num_experts = 100000"));
+  CHECK_THROWS_WITH(load({"max_target_length=1099511627776"}), Catch::Contains("max_target_length = 1099511627776"));
+  CHECK_THROWS_WITH(load({"max_target_length=4194304", "head_dim=512"}),
+                    Catch::Contains("max_target_length * head_dim = 2147483648"));
+  CHECK_THROWS_WITH(load({"kv_lora_rank=300000"}), Catch::Contains("kv_lora_rank"));
+  CHECK_THROWS_WITH(load({"sliding_window_size=4194305"}), Catch::Contains("sliding_window_size"));
+  // global_parameter_scale multiplies sizes by shifting: a huge scale or a base value that would overflow is refused
+  // instead of shifting out of range (undefined behaviour).
+  CHECK_THROWS_WITH(load({"global_parameter_scale=1099511627776"}), Catch::Contains("at most 2^30"));
+  CHECK_THROWS_WITH(load({"base_emb_dim=4611686018427387904", "global_parameter_scale=4"}),
+                    Catch::Contains("base_emb_dim = 4611686018427387904 overflows"));
+  CHECK_NOTHROW(load({"base_emb_dim=262144", "base_mlp_dim=262144", "vocab_size=16777216", "max_target_length=131072"}));
+  CHECK_NOTHROW(io::load_config(std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/deepseek3-671b.yml", {}));
+  CHECK_NOTHROW(io::load_config(std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/llama2-70b.yml", {}));
+}
+
+TEST_CASE("Integer keys outside the 64-bit range are refused, not converted", "[core][config]") {
+  // Found by the yaml_config fuzzer: "base_emb_dim: 20E48" converted a double beyond 2^63 to int64 (undefined).
+  auto load = [](std::vector<std::string> o) { return io::load_config("", o); };
+  CHECK_THROWS_WITH(load({"base_emb_dim=20E48"}), Catch::Contains("base_emb_dim: 20E48 is outside the 64-bit integer range"));
+  CHECK_THROWS_WITH(load({"vocab_size=99999999999999999999"}), Catch::Contains("outside the 64-bit integer range"));
+  CHECK_THROWS_WITH(load({"vocab_size=-9.3e18"}), Catch::Contains("outside the 64-bit integer range"));
+  CHECK(load({"vocab_size=3.2e4"}).vocab_size == 32000);
+}

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -144,16 +146,39 @@ struct Config {
     const double lg = std::log2(s);
     MAXTEXT_CHECK(s > 0 && std::fabs(lg - std::round(lg)) < 1e-9 && lg >= 0, ConfigError,
                   "[config] global_parameter_scale must be a power of two >= 1, found ", s);
+    MAXTEXT_CHECK(lg <= 30, ConfigError, "[config] global_parameter_scale must be at most 2^30, found ", s);
     const auto n = static_cast<std::int64_t>(std::llround(lg));
     const std::int64_t b = n / 3, r = n % 3;
     const std::int64_t heads_exp = b + (r > 0 ? 1 : 0), emb_exp = b + (r > 1 ? 1 : 0), layer_exp = b;
-    emb_dim = base_emb_dim << emb_exp;
-    num_query_heads = base_num_query_heads << heads_exp;
-    num_kv_heads = base_num_kv_heads << heads_exp;
-    mlp_dim = base_mlp_dim << heads_exp;
-    moe_mlp_dim = base_moe_mlp_dim > 0 ? (base_moe_mlp_dim << heads_exp) : base_moe_mlp_dim;
-    num_decoder_layers = base_num_decoder_layers << layer_exp;
+    // Shifting a negative or too large base value would be undefined; validate() refuses what lies out of range.
+    auto scaled = [](const char* key, std::int64_t v, std::int64_t e) {
+      MAXTEXT_CHECK(v <= (std::numeric_limits<std::int64_t>::max() >> e), ConfigError, "[config] ", key, " = ", v,
+                    " overflows when scaled by global_parameter_scale");
+      return v > 0 ? v << e : v;
+    };
+    emb_dim = scaled("base_emb_dim", base_emb_dim, emb_exp);
+    num_query_heads = scaled("base_num_query_heads", base_num_query_heads, heads_exp);
+    num_kv_heads = scaled("base_num_kv_heads", base_num_kv_heads, heads_exp);
+    mlp_dim = scaled("base_mlp_dim", base_mlp_dim, heads_exp);
+    moe_mlp_dim = scaled("base_moe_mlp_dim", base_moe_mlp_dim, heads_exp);
+    num_decoder_layers = scaled("base_num_decoder_layers", base_num_decoder_layers, layer_exp);
   }
+
+  /// Upper bounds validate() puts on the sizes a configuration declares (docs/security.md). They lie far above any
+  /// released model and keep a hostile config.json or GGUF header from making the model allocate without bound
+  /// before its weights are read: layer objects exist, and rotary / sinusoidal tables hold max_target_length
+  /// positions, as soon as the model is constructed. Weight tensors themselves are allocated only after the loader
+  /// has matched their shapes against the file.
+  struct Limits {
+    static constexpr std::int64_t width = std::int64_t{1} << 18;       ///< emb_dim, mlp_dim, moe_mlp_dim, LoRA ranks
+    static constexpr std::int64_t head_dim = std::int64_t{1} << 14;    ///< head_dim and the MLA head dims
+    static constexpr std::int64_t heads = std::int64_t{1} << 14;       ///< query and key/value heads
+    static constexpr std::int64_t vocab = std::int64_t{1} << 24;       ///< vocab_size
+    static constexpr std::int64_t layers = std::int64_t{1} << 12;      ///< num_decoder_layers
+    static constexpr std::int64_t experts = std::int64_t{1} << 14;     ///< num_experts, shared_experts
+    static constexpr std::int64_t positions = std::int64_t{1} << 22;   ///< max_target_length and position keys
+    static constexpr std::int64_t attended = std::int64_t{1} << 30;    ///< max_target_length * head_dim (rope table)
+  };
 
   /// Refuse inconsistent or unsupported configurations, naming the keys. Call after derive().
   void validate() const;
@@ -203,16 +228,22 @@ inline void parse_value(const std::string& /*key*/, const std::string& text, std
 inline void parse_value(const std::string& key, const std::string& text, std::int64_t& out) {
   const std::string t = strip_underscores(unquote(text));
   std::size_t pos = 0;
+  bool out_of_range = false;
   try {
     const double d = std::stod(t, &pos);
     if (pos == t.size() && std::floor(d) == d && t.find_first_of(".eE") != std::string::npos) {
-      out = static_cast<std::int64_t>(d);
-      return;
+      // 2^63 is exact in a double; a value at or beyond it would not convert (undefined behaviour).
+      out_of_range = !(std::fabs(d) < 9223372036854775808.0);
+      if (!out_of_range) out = static_cast<std::int64_t>(d);
+    } else {
+      out = std::stoll(t, &pos, 0);
     }
-    out = std::stoll(t, &pos, 0);
+  } catch (const std::out_of_range&) {
+    out_of_range = true;
   } catch (const std::exception&) {
     pos = std::string::npos;
   }
+  MAXTEXT_CHECK(!out_of_range, ConfigError, "[config] ", key, ": ", text, " is outside the 64-bit integer range");
   MAXTEXT_CHECK(pos == t.size(), ConfigError, "[config] ", key, ": expected an integer, found '", text, "'");
 }
 inline void parse_value(const std::string& key, const std::string& text, double& out) {
@@ -401,6 +432,33 @@ inline void Config::validate() const {
                 normalization_layer_epsilon);
   MAXTEXT_CHECK(max_target_length > 0, ConfigError, "[config] max_target_length must be > 0, found ", max_target_length);
   MAXTEXT_CHECK(!mlp_activations.empty(), ConfigError, "[config] mlp_activations must not be empty");
+  auto at_most = [](const char* key, std::int64_t v, std::int64_t limit) {
+    MAXTEXT_CHECK(v <= limit, ConfigError, "[config] ", key, " = ", v, " is above the limit ", limit,
+                  " (Config::Limits; no released model comes near it: the file or override is likely corrupt)");
+  };
+  at_most("emb_dim (base_emb_dim * scale)", emb_dim, Limits::width);
+  at_most("mlp_dim (base_mlp_dim * scale)", mlp_dim, Limits::width);
+  at_most("moe_mlp_dim (base_moe_mlp_dim * scale)", moe_mlp_dim, Limits::width);
+  at_most("q_lora_rank", q_lora_rank, Limits::width);
+  at_most("kv_lora_rank", kv_lora_rank, Limits::width);
+  at_most("moe_expert_input_dim", moe_expert_input_dim, Limits::width);
+  at_most("head_dim", head_dim, Limits::head_dim);
+  at_most("qk_nope_head_dim", qk_nope_head_dim, Limits::head_dim);
+  at_most("qk_rope_head_dim", qk_rope_head_dim, Limits::head_dim);
+  at_most("v_head_dim", v_head_dim, Limits::head_dim);
+  at_most("num_query_heads (base_num_query_heads * scale)", num_query_heads, Limits::heads);
+  at_most("num_kv_heads (base_num_kv_heads * scale)", num_kv_heads, Limits::heads);
+  at_most("vocab_size", vocab_size, Limits::vocab);
+  at_most("num_decoder_layers (base_num_decoder_layers * scale)", num_decoder_layers, Limits::layers);
+  at_most("num_experts", num_experts, Limits::experts);
+  at_most("shared_experts", shared_experts, Limits::experts);
+  at_most("max_target_length", max_target_length, Limits::positions);
+  at_most("max_prefill_predict_length", max_prefill_predict_length, Limits::positions);
+  at_most("trainable_position_size", trainable_position_size, Limits::positions);
+  at_most("sliding_window_size", sliding_window_size, Limits::positions);
+  at_most("chunk_attn_window_size", chunk_attn_window_size, Limits::positions);
+  at_most("max_target_length * head_dim", max_target_length * std::max(head_dim, qk_rope_head_dim),
+          Limits::attended);
   if (decoder_block == "gpt3") {
     MAXTEXT_CHECK(num_query_heads == num_kv_heads, ConfigError, "[config] decoder_block gpt3 needs num_query_heads == num_kv_heads, found ",
                   num_query_heads, " and ", num_kv_heads);
