@@ -80,6 +80,24 @@ struct AnyTensor {
     return a;
   }
 
+  /// Alignment an element of `dt` needs for typed access (Q8_0: its fp16 scale).
+  static std::size_t alignment_of(DType dt) {
+    if (dt == DType::q8_0) return 2;
+    const std::size_t s = dtype_size(dt);
+    return s >= 8 ? 8 : s;
+  }
+  /// Make this tensor own an aligned copy of its first `bytes` bytes when its data pointer is not aligned for typed
+  /// access to its dtype (formats that place data at arbitrary byte offsets: zip members, old .npy headers,
+  /// safetensors headers whose length is not a multiple of 8). Aligned data stays zero-copy.
+  void ensure_aligned(std::size_t bytes) {
+    const std::size_t a = alignment_of(dtype);
+    if (a <= 1 || reinterpret_cast<std::uintptr_t>(data) % a == 0) return;
+    auto buf = std::shared_ptr<std::byte[]>(new std::byte[bytes == 0 ? 1 : bytes]);
+    if (bytes) std::memcpy(buf.get(), data, bytes);
+    data = buf.get();
+    holder = std::shared_ptr<const void>(buf, buf.get());
+  }
+
   /// Permute axes (no copy): result axis i is this tensor's axis perm[i].
   AnyTensor permuted(const std::vector<int>& perm) const {
     MAXTEXT_CHECK(static_cast<int>(perm.size()) == rank(), ShapeError, "[AnyTensor::permuted] ", source,

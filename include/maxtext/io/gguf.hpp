@@ -474,6 +474,13 @@ inline GgufFile read_gguf(const std::string& path) {
     const std::uint64_t bytes = n / static_cast<std::uint64_t>(ti->block) * static_cast<std::uint64_t>(ti->bytes);
     MAXTEXT_CHECK(info.offset % g.alignment == 0, IoError, "[gguf] ", path, ": ", what, ": data offset ", info.offset,
                   " is not a multiple of the alignment ", g.alignment);
+    // The tensor is read in place: its first element must sit at an address its type may be loaded from (element
+    // size for plain types, the fp16 scale for Q8_0; the other block types are read byte-wise). A power-of-two
+    // general.alignment below that (1 or 2) would otherwise misalign f32 / f16 data.
+    const std::uint64_t natural = ti->block == 1 ? static_cast<std::uint64_t>(ti->bytes) : info.ggml_type == 8 ? 2 : 1;
+    MAXTEXT_CHECK((g.data_offset + info.offset) % natural == 0, IoError, "[gguf] ", path, ": ", what, ": data at file "
+                  "offset ", g.data_offset + info.offset, " is not aligned to ", natural, " bytes, which its type ",
+                  ti->name, " needs (general.alignment ", g.alignment, ")");
     MAXTEXT_CHECK(info.offset <= data_size && bytes <= data_size - info.offset, IoError, "[gguf] ", path, ": ", what,
                   ": data [", info.offset, ", ", info.offset + bytes, ") lies outside the data section of ", data_size,
                   " bytes (truncated file?)");

@@ -86,21 +86,6 @@ inline std::string npy_field(const std::string& h, const std::string& key, const
   while (!v.empty() && v.back() == ' ') v.pop_back();
   return v;
 }
-/// Alignment an element of `dt` needs for typed access.
-inline std::size_t npy_alignment(DType dt) {
-  const std::size_t s = dtype_size(dt);
-  return s >= 8 ? 8 : s;
-}
-/// Make `t` own an aligned copy of its bytes when its data pointer is not aligned for its dtype (zip members and
-/// old .npy files whose header was padded to 16 bytes only). Aligned data stays zero-copy.
-inline void npy_ensure_aligned(AnyTensor& t, std::size_t bytes) {
-  const std::size_t a = npy_alignment(t.dtype);
-  if (a <= 1 || reinterpret_cast<std::uintptr_t>(t.data) % a == 0) return;
-  auto buf = std::shared_ptr<std::byte[]>(new std::byte[bytes == 0 ? 1 : bytes]);
-  if (bytes) std::memcpy(buf.get(), t.data, bytes);
-  t.data = buf.get();
-  t.holder = std::shared_ptr<const void>(buf, buf.get());
-}
 }  // namespace detail
 
 /// Parse .npy bytes (e.g. one member of an .npz). `holder` keeps `data` alive; the result views into it (or owns an
@@ -175,7 +160,7 @@ inline AnyTensor parse_npy(const std::byte* data, std::size_t size, std::shared_
   } else {
     t.strides = AnyTensor::dense_strides(t.shape, t.dtype);
   }
-  detail::npy_ensure_aligned(t, bytes);
+  t.ensure_aligned(bytes);  // zip members and old .npy headers padded to 16 bytes only
   return t;
 }
 

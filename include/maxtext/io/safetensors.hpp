@@ -134,6 +134,7 @@ inline TensorMap read_safetensors(const std::string& path) {
     t.data = base + b;
     t.holder = file;
     t.source = where;
+    t.ensure_aligned(static_cast<std::size_t>(expect));  // a header length not a multiple of 8 misaligns the data
     out.add(name, std::move(t));
   }
   std::sort(ranges.begin(), ranges.end());
