@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,7 +26,7 @@ enum class FinishReason : std::uint8_t {
   length,       ///< max_new_tokens reached
   stop_token,   ///< a token of stop_tokens was generated
   stop_string,  ///< the text reached one of stop_strings
-  cancelled,    ///< on_text returned false
+  cancelled,    ///< on_text returned false, or GenerateOptions::stop was requested
 };
 
 inline const char* to_string(FinishReason r) {
@@ -49,6 +50,10 @@ struct GenerateOptions {
   std::vector<std::int32_t> stop_tokens;
   /// Called with (row, token) as each token is chosen.
   std::function<void(std::int64_t, std::int32_t)> on_token;
+  /// Cancellation from any thread: a token of a std::stop_source (or std::jthread). Checked before the prefill and
+  /// before each decode step; once stop is requested, every row still running ends with FinishReason::cancelled,
+  /// keeping the tokens it has (at most one forward pass runs after the request).
+  std::stop_token stop{};
 
   // ---- text (needs `decode`) ----
   /// The tokenizer's decode (e.g. decoder_for(tokenizer)); needed by stop_strings, on_text and GenerateResult::text.
@@ -195,8 +200,11 @@ GenerateResult generate(Model& model, const std::vector<std::vector<std::int32_t
     sp.seed += static_cast<std::uint64_t>(b);
     rows.emplace_back(opt, std::move(sp), prompts[static_cast<std::size_t>(b)]);
   }
-  if (opt.max_new_tokens == 0) {
-    for (std::int64_t b = 0; b < Bn; ++b) rows[static_cast<std::size_t>(b)].finish(b, res, FinishReason::length);
+  auto finish_all = [&](FinishReason why) {
+    for (std::int64_t b = 0; b < Bn; ++b) rows[static_cast<std::size_t>(b)].finish(b, res, why);
+  };
+  if (opt.max_new_tokens == 0 || opt.stop.stop_requested()) {
+    finish_all(opt.max_new_tokens == 0 ? FinishReason::length : FinishReason::cancelled);
     return res;
   }
   auto cache = model.make_cache(Bn, cache_capacity);
@@ -234,6 +242,10 @@ GenerateResult generate(Model& model, const std::vector<std::vector<std::int32_t
   step.last_only = true;
   auto t1 = clock::now();
   while (!finished) {
+    if (opt.stop.stop_requested()) {
+      finish_all(FinishReason::cancelled);
+      break;
+    }
     logits = model.forward(next, cache, step);
     ++res.decode_steps;
     finished = choose();

@@ -100,8 +100,8 @@ class Session {
     GenerateResult res;
     detail::init_result(res, 1);
     detail::RowDecoder row(opt, opt.sampling, tokens_);
-    if (opt.max_new_tokens == 0) {
-      row.finish(0, res, FinishReason::length);
+    if (opt.max_new_tokens == 0 || opt.stop.stop_requested()) {
+      row.finish(0, res, opt.max_new_tokens == 0 ? FinishReason::length : FinishReason::cancelled);
       return res;
     }
     using clock = std::chrono::steady_clock;
@@ -114,6 +114,10 @@ class Session {
       tokens_.push_back(t);
       logits_valid_ = false;
       if (row.done()) break;
+      if (opt.stop.stop_requested()) {
+        row.finish(0, res, FinishReason::cancelled);
+        break;
+      }
       l = &logits();
       ++res.decode_steps;
     }

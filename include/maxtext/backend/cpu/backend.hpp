@@ -684,8 +684,17 @@ class Backend {
     CMap xm(x, M, K, Eigen::OuterStride<>(ldx));
     CMap wm(w, N, K, Eigen::OuterStride<>(ldw));
     MMap ym(y, M, N, Eigen::OuterStride<>(ldy));
-    Eigen::setNbThreads(threads_);
+    // Eigen takes its thread count from omp_get_max_threads(), an OpenMP setting of the calling thread; set it
+    // for this call only. (Eigen::setNbThreads would write a process-wide global: a data race when models with
+    // their own thread counts run on several threads.)
+#if defined(_OPENMP)
+    const int outer = omp_get_max_threads();
+    omp_set_num_threads(threads_);
     ym.noalias() = xm * wm.transpose();
+    omp_set_num_threads(outer);
+#else
+    ym.noalias() = xm * wm.transpose();
+#endif
   }
 
   template <class Y, class Bias>
