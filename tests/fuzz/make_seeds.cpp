@@ -218,6 +218,14 @@ void text_seeds() {
         "original_max_position_embeddings": 8}, "tie_word_embeddings": true, "eos_token_id": [1, 2]})"));
   const unsigned char q[] = {0x2a, 0x00, 0x3c, 1, 2, 3, 250, 127, 128, 0, 7, 0xff, 0x7b, 0x00, 0x7c};
   put("q8_0", "blocks.bin", q, sizeof(q));
+  // quant_blocks: one seed per format (byte 0; tests/fuzz/entry/quant_blocks.hpp), two rows of two blocks, fp16
+  // scales of 1.0 (0x3c00) among small quants; MXFP4 scale bytes near 127 (2^0).
+  for (unsigned k = 0; k < 14; ++k) {
+    std::vector<unsigned char> b{static_cast<unsigned char>(k), 0x05};
+    for (unsigned i = 0; i < 64; ++i) b.push_back(i % 8 == 0 ? 0x00 : i % 8 == 1 ? 0x3c : static_cast<unsigned char>(i * 37 + k));
+    if (k >= 12) b[2] = 127;
+    put("quant_blocks", "format" + std::to_string(k) + ".bin", b.data(), b.size());
+  }
 }
 
 }  // namespace

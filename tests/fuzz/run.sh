@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/fuzz/run.sh: build the libFuzzer harnesses (clang, ASan + UBSan) and run each for a set time on its corpus.
-#   tests/fuzz/run.sh [-t SECONDS] [-b BUILD_DIR] [-w WORK_DIR] [-j JOBS] [--no-build] [HARNESS...]
+#   tests/fuzz/run.sh [-t SECONDS] [-n RUNS] [-b BUILD_DIR] [-w WORK_DIR] [-j JOBS] [--no-build] [HARNESS...]
 #     -t  seconds per harness (default 60)            -b  build directory (default build-fuzz)
+#     -n  stop a harness after this many executions (libFuzzer -runs; default: only the time limit)
 #     -w  corpora, artifacts and logs (default build-fuzz/fuzz-work; corpora grow from run to run)
 #     -j  libFuzzer -jobs/-workers per harness (default 1)   HARNESS: gguf, npz, ... (default: all that were built)
 # Seeds: make_fuzz_seeds (synthetic) plus copies of small real files from tests/fixtures and ../shared (or
@@ -12,15 +13,16 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-secs=60 build="$root/build-fuzz" work="" jobs=1 do_build=1 only=()
+secs=60 runs=-1 build="$root/build-fuzz" work="" jobs=1 do_build=1 only=()
 while (($#)); do
   case "$1" in
     -t) secs=$2; shift 2 ;;
+    -n) runs=$2; shift 2 ;;
     -b) build=$(realpath -m "$2"); shift 2 ;;
     -w) work=$(realpath -m "$2"); shift 2 ;;
     -j) jobs=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) only+=("$1"); shift ;;
   esac
 done
@@ -89,7 +91,7 @@ PY
 
 # ---- run ----
 found=0
-printf '%-20s %10s %8s %8s %8s %s\n' harness execs exec/s cov ft result
+printf '%-20s %10s %6s %8s %8s %8s %s\n' harness execs secs exec/s cov ft result
 for t in "${only[@]}"; do
   exe="$bin/fuzz_$t"
   [ -x "$exe" ] || { echo "$t: not built ($exe)"; found=1; continue; }
@@ -99,10 +101,12 @@ for t in "${only[@]}"; do
   [ -f "$here/dict/$t.dict" ] && dict=(-dict="$here/dict/$t.dict")
   par=()
   ((jobs > 1)) && par=(-jobs="$jobs" -workers="$jobs")
-  (cd "$work" && nice -n 5 "$exe" "$corpus" "$seeds/$t" "${dict[@]}" "${par[@]}" -max_total_time="$secs" \
+  t_start=$(date +%s)
+  (cd "$work" && nice -n 5 "$exe" "$corpus" "$seeds/$t" "${dict[@]}" "${par[@]}" -max_total_time="$secs" -runs="$runs" \
     -timeout="${FUZZ_TIMEOUT:-1}" -rss_limit_mb=1024 -malloc_limit_mb=1024 -max_len=65536 -print_final_stats=1 \
     -artifact_prefix="$art/" >"$log" 2>&1)
   rc=$?
+  took=$(( $(date +%s) - t_start ))
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | awk '{s+=$2} END {print s+0}')
   rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | awk '{print $2+0}')
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
@@ -122,6 +126,6 @@ for t in "${only[@]}"; do
     result="FINDING (rc $rc): $(grep -m1 -o 'ERROR: [A-Za-z]*: [^(]*\|==[0-9]*== ERROR: [^ ]* [^ ]*\|SUMMARY: .*' "$log" | head -1) -> $art"
     found=1
   fi
-  printf '%-20s %10s %8s %8s %8s %s\n' "$t" "$execs" "$rate" "${cov:-?}" "${ft:-?}" "$result"
+  printf '%-20s %10s %6s %8s %8s %8s %s\n' "$t" "$execs" "$took" "$rate" "${cov:-?}" "${ft:-?}" "$result"
 done
 exit $found

@@ -18,6 +18,7 @@
 #include "entry/llama2c.hpp"
 #include "entry/npy.hpp"
 #include "entry/q8_0.hpp"
+#include "entry/quant_blocks.hpp"
 #include "entry/safetensors.hpp"
 #include "entry/tokenizers.hpp"
 
@@ -44,6 +45,7 @@ const std::map<std::string, Entry>& entries() {
       {"yaml_config", fuzz_yaml_config},
       {"hf_config", fuzz_hf_config},
       {"q8_0", fuzz_q8_0},
+      {"quant_blocks", fuzz_quant_blocks},
   };
   return m;
 }
