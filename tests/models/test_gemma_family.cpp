@@ -22,6 +22,7 @@
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
+#include "support/cli.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
@@ -392,6 +393,10 @@ TEST_CASE("maxtext logits / generate (CLI) on the Gemma checkpoints: HF director
     const std::string gen = cli + " generate --weights " + dir + "/hf --tokens 1,2,3/4,5,6 --max-new-tokens 4 > /dev/null";
     CHECK(std::system(gen.c_str()) == 0);
   }
+  // Gemma and Gemma 2 MaxText checkpoints (the fixture's config as a YAML file; unscanned and scanned trees) and HF
+  // directories through the CLI; Gemma 3's MaxText checkpoint goes through its model yml below.
+  test::check_cli_checkpoints(fixture("gemma_model"), test::tol::f32_logits);
+  test::check_cli_checkpoints(fixture("gemma2_model"), test::tol::f32_logits);
   run_logits(fixture("gemma3_model"), "--weights " + fixture("gemma3_model") + "/model.gguf");
   run_logits(fixture("gemma_model"), "--weights " + fixture("gemma_model") + "/model.gguf");
   // MaxText's way for a tiny Gemma 3: the gemma3-4b model file (its query scale rule) with the sizes overridden.

@@ -31,6 +31,7 @@
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/any_model.hpp"
 #include "maxtext_blocks_built.hpp"  // the models of maxtext_blocks (tools/blocks/), as the CLI has them
+#include "support/cli.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -170,6 +171,24 @@ TEST_CASE("llama.cpp peer: olmo2 (OLMo 3: post-norms, qk-norm over all heads, L,
 }
 TEST_CASE("llama.cpp peer: gpt-oss (sinks, biases, routed MoE 4 experts top 2, window 8)", "[models][llamacpp]") {
   check_peer("gpt-oss", kSilu);
+}
+
+TEST_CASE("maxtext generate (the CLI) on every llama.cpp peer GGUF prints llama.cpp's greedy tokens",
+          "[models][llamacpp][cli]") {
+  for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3", "gemma3_d48",
+                                 "olmo2", "gpt-oss"}) {
+    INFO("llama.cpp peer fixture " << arch);
+    const std::string dir = peer_dir(arch);
+    const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for " + arch);
+    const auto prompt = ids(test::npy(dir + "/tokens.npy"));
+    const auto greedy = ids(test::npy(dir + "/greedy.npy"));
+    std::string p, want;
+    for (std::size_t i = 0; i < prompt.size(); ++i) p += (i ? "," : "") + std::to_string(prompt[i]);
+    for (std::size_t i = 0; i < greedy.size(); ++i) want += (i ? "," : "") + std::to_string(greedy[i]);
+    const std::string text = test::run_cli("generate --weights " + path + " --tokens " + p + " --max-new-tokens " +
+                                           std::to_string(greedy.size()));
+    CHECK(text.find("tokens[0]: " + want + "\n") != std::string::npos);
+  }
 }
 
 TEST_CASE("GGUF Gemma metadata the importer reads or refuses: rope.freq_base_swa, attention.sliding_window_pattern",

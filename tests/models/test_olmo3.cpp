@@ -431,6 +431,25 @@ TEST_CASE("llama2lti: learn-to-init factors collapse to the kernels the torch re
 #endif
 }
 
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
+TEST_CASE("maxtext logits / generate: a llama2lti MaxText checkpoint (unscanned, scanned, and as llama2 with "
+          "learn_to_init_mode) matches the reference",
+          "[models][llama2lti][cli]") {
+  const std::string dir = dir_of("llama2lti_model");
+  const std::string yml = test::write_fixture_yml(
+      dir, (std::filesystem::current_path() / ("maxtext_test_lti_" + std::to_string(::getpid()) + ".yml")).string());
+  test::check_cli_logits(dir, "--config " + yml + " --weights " + dir + "/model.safetensors", test::tol::f32_logits);
+  test::check_cli_logits(dir, "--config " + yml + " --weights " + dir + "/model_scanned.safetensors scan_layers=true",
+                         test::tol::f32_logits, "logits_scanned.npy");
+  test::check_cli_logits(dir, "--config " + yml + " --weights " + dir + "/model.safetensors decoder_block=llama2 "
+                              "learn_to_init_mode=true", test::tol::f32_logits);
+  const std::string text = test::run_cli("generate --config " + yml + " --weights " + dir +
+                                         "/model.safetensors --tokens 1,2,3 --max-new-tokens 4");
+  CHECK(text.find("tokens[0]: ") != std::string::npos);
+  std::remove(yml.c_str());
+}
+#endif
+
 TEST_CASE("llama2lti: incomplete or inconsistent learn-to-init factors are refused by name", "[models][llama2lti][errors]") {
   const std::string dir = dir_of("llama2lti_model");
   const Config c = test::config_from_meta(test::read_meta(dir));

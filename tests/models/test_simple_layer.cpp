@@ -2,6 +2,8 @@
 // tests/reference/qwen_family_reference.py: 2-layer models (each layer's output, logits), unscanned and scanned
 // MaxText trees, incremental decoding (the layers keep no cache), the registry, seeded initialisation.
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "maxtext/io/weights.hpp"
@@ -9,6 +11,7 @@
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
+#include "support/cli.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
@@ -101,5 +104,26 @@ TEST_CASE("Registry dispatches simple / simple_mlp, seeded init uses lecun_norma
   bad.base_mlp_dim = 0;
   bad.derive();
   CHECK_THROWS_WITH(bad.validate(), Catch::Contains("simple_mlp needs base_mlp_dim > 0"));
+}
+#endif
+
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
+TEST_CASE("maxtext logits / generate: simple and simple_mlp MaxText checkpoints (unscanned, scanned) match the torch "
+          "model",
+          "[models][simple][cli]") {
+  for (const std::string name : {"simple_model", "simple_mlp_model"}) {
+    const std::string dir = test::fixtures_dir() + "/" + name;
+    const std::string yml = test::write_fixture_yml(
+        dir, (std::filesystem::current_path() / ("maxtext_test_" + name + std::to_string(::getpid()) + ".yml")).string());
+    test::check_cli_logits(dir, "--config " + yml + " --weights " + dir + "/model.safetensors", test::tol::f32_logits);
+    if (std::filesystem::exists(dir + "/model_scanned.safetensors")) {
+      test::check_cli_logits(dir, "--config " + yml + " --weights " + dir + "/model_scanned.safetensors scan_layers=true",
+                             test::tol::f32_logits);
+    }
+    const std::string text = test::run_cli("generate --config " + yml + " --weights " + dir +
+                                           "/model.safetensors --tokens 1,2,3 --max-new-tokens 4");
+    CHECK(text.find("tokens[0]: ") != std::string::npos);
+    std::remove(yml.c_str());
+  }
 }
 #endif

@@ -73,8 +73,9 @@ inline std::string write_fixture_yml(const std::string& dir, const std::string& 
 }
 
 /// `maxtext logits ARGS` on every row of the fixture's tokens.npy (the last 3 positions decoded one at a time through
-/// the KV cache), compared with its logits.npy within `tol`.
-inline void check_cli_logits(const std::string& dir, const std::string& args, testing::Tolerance tol) {
+/// the KV cache), compared with its `reference` (default logits.npy) within `tol`.
+inline void check_cli_logits(const std::string& dir, const std::string& args, testing::Tolerance tol,
+                             const std::string& reference = "logits.npy") {
   const AnyTensor tok = npy(dir + "/tokens.npy");
   REQUIRE(tok.shape.size() == 2);
   std::string ids;
@@ -87,7 +88,7 @@ inline void check_cli_logits(const std::string& dir, const std::string& args, te
       (std::filesystem::current_path() / ("maxtext_test_cli_logits_" + std::to_string(::getpid()) + ".npy")).string();
   const std::string text = run_cli("logits " + args + " --tokens " + ids + " --incremental 3 --out " + out);
   if (text.empty()) return;  // run_cli failed the check and logged why
-  expect_close(npy(out), npy(dir + "/logits.npy"), tol, "maxtext logits " + args);
+  expect_close(npy(out), npy(dir + "/" + reference), tol, "maxtext logits " + args);
   std::remove(out.c_str());
 }
 
