@@ -27,6 +27,7 @@
 #include "maxtext/layers/attentions.hpp"
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/layer_info.hpp"
+#include "maxtext/layers/mixtral.hpp"
 #include "maxtext/layers/moe.hpp"
 #include "maxtext/layers/normalizations.hpp"
 #include "maxtext/layers/params.hpp"
@@ -41,34 +42,17 @@ inline AttentionType gpt_oss_attention_type(std::int64_t layer_index) {
   return layer_index % kGptOssPatternLength == 0 ? AttentionType::local_sliding : AttentionType::global;
 }
 
-/// MaxText GptOssDecoderLayer (decoder_block "gpt_oss").
-template <TensorPolicy P>
-class GptOssDecoderLayer {
- public:
-  using A = typename P::act_t;
-  static constexpr const char* mlp_name = "GptOssMlp";
-  static constexpr const char* attention_name = "GptOssAttention";
-  struct Params {
-    typename RMSNorm<P>::Params pre_self_attention_layer_norm;
-    typename Attention<P>::Params GptOssAttention;
-    typename RMSNorm<P>::Params post_self_attention_layer_norm;
-    typename RoutedMoE<P>::Params GptOssMlp;
-  };
+namespace detail {
 
-  GptOssDecoderLayer() = default;
-  GptOssDecoderLayer(const Config& c, LayerInfo info)
-      : info_(std::move(info)),
-        pre_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
-        attn_(c, attention_args(c, info_.index)),
-        post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
-        moe_(RoutedMoE<P>::settings(c, c.mlp_dim)) {
-    MAXTEXT_CHECK(c.mlp_dim > 0, ConfigError, "[GptOssDecoderLayer] mlp_dim (base_mlp_dim, the expert hidden size) must be > 0, found ",
-                  c.mlp_dim);
-    MAXTEXT_CHECK(c.moe_expert_input_dim <= 0 || c.moe_expert_input_dim == c.emb_dim, UnsupportedError,
-                  "[GptOssDecoderLayer] moe_expert_input_dim (", c.moe_expert_input_dim, ") different from emb_dim (",
-                  c.emb_dim, ") is not implemented");
-  }
-
+/// gpt_oss.py: GptOssAttention (the pattern above, biases, sinks, head_dim^-0.5 query scale) and GptOssMlp, a
+/// RoutedMoE of hidden size mlp_dim.
+struct GptOssNames {
+  static constexpr const char* layer = "GptOssDecoderLayer";
+  static constexpr const char* attention = "GptOssAttention";
+  static constexpr const char* moe = "GptOssMlp";
+  static constexpr const char* hidden_key = "mlp_dim (base_mlp_dim)";
+  static constexpr bool sow_norms = false;
+  static std::int64_t hidden(const Config& c) { return c.mlp_dim; }
   /// What gpt_oss.py passes to Attention for layer `layer_index`.
   static AttentionArgs attention_args(const Config& c, std::int64_t layer_index) {
     AttentionArgs a = AttentionArgs::basic(c);
@@ -78,48 +62,21 @@ class GptOssDecoderLayer {
     a.query_pre_attn_scalar = std::pow(static_cast<double>(c.head_dim), -0.5);
     return a;
   }
+};
 
-  CacheSpec cache_spec() const { return attn_.cache_spec(); }
-  const LayerInfo& info() const { return info_; }
-  const Attention<P>& attention() const { return attn_; }
-  const RoutedMoE<P>& moe() const { return moe_; }
+}  // namespace detail
 
-  template <class V>
-  void visit(V& v, Params& p) const {
-    visit_child(v, "pre_self_attention_layer_norm", pre_, p.pre_self_attention_layer_norm);
-    visit_child(v, "GptOssAttention", attn_, p.GptOssAttention);
-    visit_child(v, "post_self_attention_layer_norm", post_, p.post_self_attention_layer_norm);
-    visit_child(v, "GptOssMlp", moe_, p.GptOssMlp);
+/// MaxText GptOssDecoderLayer (decoder_block "gpt_oss").
+template <TensorPolicy P>
+class GptOssDecoderLayer : public detail::PrePostNormMoeDecoderLayer<P, detail::GptOssNames> {
+ public:
+  using Base = detail::PrePostNormMoeDecoderLayer<P, detail::GptOssNames>;
+  using typename Base::Params;
+  using Base::Base;
+  static constexpr const char* attention_name = detail::GptOssNames::attention;
+  static AttentionArgs attention_args(const Config& c, std::int64_t layer_index) {
+    return detail::GptOssNames::attention_args(c, layer_index);
   }
-
-  /// x [B*T, D] in place: the residual stream after this layer. With `metrics`, also reports the routing.
-  /// Captures: the layer output, the attention and MLP outputs (+ routing metrics under the MLP name).
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
-               MoeMetrics* metrics = nullptr) const {
-    ScratchScope scope(ctx.scratch);
-    const std::int64_t M = x.dim(0), D = x.dim(1);
-    View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});
-    pre_.forward(ctx, p.pre_self_attention_layer_norm, x, lnx);
-    View<A, 2> a = ctx.scratch.template alloc<A, 2>({M, D});
-    attn_.forward(ctx, p.GptOssAttention, lnx, cache, a);
-    ctx.sow(info_.attention, View<const A, 2>(a));
-    ctx.be.add(View<const A, 2>(x), View<const A, 2>(a), x);  // intermediate_inputs = inputs + attention_lnx
-    post_.forward(ctx, p.post_self_attention_layer_norm, x, lnx);
-    MoeMetrics local;
-    MoeMetrics* mt = metrics ? metrics : (ctx.capture ? &local : nullptr);
-    moe_.forward(ctx, p.GptOssMlp, View<const A, 2>(lnx), a, mt);
-    if (mt) sow_moe_metrics(ctx, info_.mlp, *mt);
-    ctx.sow(info_.mlp, View<const A, 2>(a));
-    ctx.be.add(View<const A, 2>(a), View<const A, 2>(x), x);  // layer_output = mlp_lnx + intermediate_inputs
-    ctx.sow(info_.name, View<const A, 2>(x));
-  }
-
- private:
-  LayerInfo info_;
-  RMSNorm<P> pre_;
-  Attention<P> attn_;
-  RMSNorm<P> post_;
-  RoutedMoE<P> moe_;
 };
 
 }  // namespace maxtext::layers

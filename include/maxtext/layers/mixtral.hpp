@@ -5,6 +5,8 @@
 //
 // The attention is MaxText's generic Attention with what mixtral.py passes: config heads / head_dim and the two f32
 // flags, global causal attention, no soft cap. Routing: softmax over the top-k raw gate logits.
+// qwen3.py's Qwen3MoeDecoderLayer and gpt_oss.py's GptOssDecoderLayer have the same shape with other parameter names,
+// attention arguments and MoE width: all three derive from detail::PrePostNormMoeDecoderLayer below.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <utility>
 
 #include "maxtext/core/config.hpp"
+#include "maxtext/core/error.hpp"
 #include "maxtext/core/policy.hpp"
 #include "maxtext/layers/attentions.hpp"
 #include "maxtext/layers/context.hpp"
@@ -22,27 +25,36 @@
 
 namespace maxtext::layers {
 
-template <TensorPolicy P>
-class MixtralDecoderLayer {
+namespace detail {
+
+/// The pre/post-RMSNorm layer with a routed MoE that mixtral.py, qwen3.py's Qwen3MoeDecoderLayer and gpt_oss.py share:
+///   h = x + Attention(RMSNorm_pre(x)),  out = h + RoutedMoE(RMSNorm_post(h)).
+/// `Names` supplies what differs: the layer's name for messages (`layer`), the parameter names of the attention and
+/// the MoE (`attention`, `moe`), the MoE's hidden size and the key it comes from (`hidden`, `hidden_key`), the
+/// attention arguments, and whether the two norm outputs are captured (`sow_norms`, Mixtral's intermediates).
+template <TensorPolicy P, class Names>
+class PrePostNormMoeDecoderLayer {
  public:
   using A = typename P::act_t;
-  static constexpr const char* mlp_name = "MoeBlock_0";
+  static constexpr const char* mlp_name = Names::moe;
   struct Params {
     typename RMSNorm<P>::Params pre_self_attention_layer_norm;
-    typename Attention<P>::Params self_attention;
+    typename Attention<P>::Params attention;
     typename RMSNorm<P>::Params post_self_attention_layer_norm;
-    typename RoutedMoE<P>::Params MoeBlock_0;
+    typename RoutedMoE<P>::Params moe;
   };
 
-  MixtralDecoderLayer() = default;
-  MixtralDecoderLayer(const Config& c, LayerInfo info)
+  PrePostNormMoeDecoderLayer() = default;
+  PrePostNormMoeDecoderLayer(const Config& c, LayerInfo info)
       : info_(std::move(info)),
         pre_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
-        attn_(c, AttentionArgs::basic(c)),
+        attn_(c, Names::attention_args(c, info_.index)),
         post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
-        moe_(RoutedMoE<P>::settings(c, c.mlp_dim)) {
-    MAXTEXT_CHECK(c.moe_expert_input_dim <= 0 || c.moe_expert_input_dim == c.emb_dim, UnsupportedError,
-                  "[MixtralDecoderLayer] moe_expert_input_dim (", c.moe_expert_input_dim, ") different from emb_dim (",
+        moe_(RoutedMoE<P>::settings(c, Names::hidden(c))) {
+    MAXTEXT_CHECK(Names::hidden(c) > 0, ConfigError, "[", Names::layer, "] ", Names::hidden_key,
+                  " (the expert hidden size) must be > 0, found ", Names::hidden(c));
+    MAXTEXT_CHECK(c.moe_expert_input_dim <= 0 || c.moe_expert_input_dim == c.emb_dim, UnsupportedError, "[",
+                  Names::layer, "] moe_expert_input_dim (", c.moe_expert_input_dim, ") different from emb_dim (",
                   c.emb_dim, ") is not implemented");
   }
 
@@ -54,29 +66,30 @@ class MixtralDecoderLayer {
   template <class V>
   void visit(V& v, Params& p) const {
     visit_child(v, "pre_self_attention_layer_norm", pre_, p.pre_self_attention_layer_norm);
-    visit_child(v, "self_attention", attn_, p.self_attention);
+    visit_child(v, Names::attention, attn_, p.attention);
     visit_child(v, "post_self_attention_layer_norm", post_, p.post_self_attention_layer_norm);
-    visit_child(v, "MoeBlock_0", moe_, p.MoeBlock_0);
+    visit_child(v, Names::moe, moe_, p.moe);
   }
 
   /// x [B*T, D] in place: the residual stream after this layer. With `metrics`, also reports the routing.
-  /// Captures: the layer output, pre/post_self_attention_layer_norm, self_attention, MoeBlock_0 (+ routing metrics).
+  /// Captures: the layer output, the attention and MoE outputs (+ routing metrics under the MoE's name), and with
+  /// Names::sow_norms the two norm outputs.
   void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);
     View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});
     pre_.forward(ctx, p.pre_self_attention_layer_norm, x, lnx);
-    ctx.sow(info_.name, "pre_self_attention_layer_norm", View<const A, 2>(lnx));
+    if constexpr (Names::sow_norms) ctx.sow(info_.name, "pre_self_attention_layer_norm", View<const A, 2>(lnx));
     View<A, 2> a = ctx.scratch.template alloc<A, 2>({M, D});
-    attn_.forward(ctx, p.self_attention, lnx, cache, a);
+    attn_.forward(ctx, p.attention, lnx, cache, a);
     ctx.sow(info_.attention, View<const A, 2>(a));
     ctx.be.add(View<const A, 2>(x), View<const A, 2>(a), x);  // intermediate_inputs = inputs + attention_lnx
     post_.forward(ctx, p.post_self_attention_layer_norm, x, lnx);
-    ctx.sow(info_.name, "post_self_attention_layer_norm", View<const A, 2>(lnx));
+    if constexpr (Names::sow_norms) ctx.sow(info_.name, "post_self_attention_layer_norm", View<const A, 2>(lnx));
     MoeMetrics local;
     MoeMetrics* mt = metrics ? metrics : (ctx.capture ? &local : nullptr);
-    moe_.forward(ctx, p.MoeBlock_0, View<const A, 2>(lnx), a, mt);
+    moe_.forward(ctx, p.moe, View<const A, 2>(lnx), a, mt);
     if (mt) sow_moe_metrics(ctx, info_.mlp, *mt);
     ctx.sow(info_.mlp, View<const A, 2>(a));
     ctx.be.add(View<const A, 2>(a), View<const A, 2>(x), x);  // layer_output = mlp_lnx + intermediate_inputs
@@ -89,6 +102,28 @@ class MixtralDecoderLayer {
   Attention<P> attn_;
   RMSNorm<P> post_;
   RoutedMoE<P> moe_;
+};
+
+/// mixtral.py: generic Attention with the config's heads and f32 flags, global causal; MoE hidden size mlp_dim.
+struct MixtralNames {
+  static constexpr const char* layer = "MixtralDecoderLayer";
+  static constexpr const char* attention = "self_attention";
+  static constexpr const char* moe = "MoeBlock_0";
+  static constexpr const char* hidden_key = "mlp_dim (base_mlp_dim)";
+  static constexpr bool sow_norms = true;
+  static std::int64_t hidden(const Config& c) { return c.mlp_dim; }
+  static AttentionArgs attention_args(const Config& c, std::int64_t /*layer_index*/) { return AttentionArgs::basic(c); }
+};
+
+}  // namespace detail
+
+/// MaxText MixtralDecoderLayer (decoder_block "mixtral").
+template <TensorPolicy P>
+class MixtralDecoderLayer : public detail::PrePostNormMoeDecoderLayer<P, detail::MixtralNames> {
+ public:
+  using Base = detail::PrePostNormMoeDecoderLayer<P, detail::MixtralNames>;
+  using typename Base::Params;
+  using Base::Base;
 };
 
 }  // namespace maxtext::layers

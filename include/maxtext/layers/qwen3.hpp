@@ -20,6 +20,7 @@
 #include "maxtext/layers/layer_info.hpp"
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/llama2.hpp"
+#include "maxtext/layers/mixtral.hpp"
 #include "maxtext/layers/moe.hpp"
 #include "maxtext/layers/normalizations.hpp"
 #include "maxtext/layers/params.hpp"
@@ -45,74 +46,31 @@ class Qwen3DecoderLayer : public detail::PrePostNormDecoderLayer<P> {
   }
 };
 
+namespace detail {
+
+/// qwen3.py's Qwen3MoeDecoderLayer: Qwen3's attention, then a RoutedMoE named `moe_block` of hidden size moe_mlp_dim.
+template <TensorPolicy P>
+struct Qwen3MoeNames {
+  static constexpr const char* layer = "Qwen3MoeDecoderLayer";
+  static constexpr const char* attention = "self_attention";
+  static constexpr const char* moe = "moe_block";
+  static constexpr const char* hidden_key = "moe_mlp_dim (base_moe_mlp_dim)";
+  static constexpr bool sow_norms = false;
+  static std::int64_t hidden(const Config& c) { return c.moe_mlp_dim; }
+  static AttentionArgs attention_args(const Config& c, std::int64_t /*layer_index*/) {
+    return Qwen3DecoderLayer<P>::attention_args(c);
+  }
+};
+
+}  // namespace detail
+
 /// MaxText Qwen3MoeDecoderLayer (decoder_block "qwen3_moe"): Qwen3 attention, then RoutedMoE `moe_block`.
 template <TensorPolicy P>
-class Qwen3MoeDecoderLayer {
+class Qwen3MoeDecoderLayer : public detail::PrePostNormMoeDecoderLayer<P, detail::Qwen3MoeNames<P>> {
  public:
-  using A = typename P::act_t;
-  static constexpr const char* mlp_name = "moe_block";
-  struct Params {
-    typename RMSNorm<P>::Params pre_self_attention_layer_norm;
-    typename Attention<P>::Params self_attention;
-    typename RMSNorm<P>::Params post_self_attention_layer_norm;
-    typename RoutedMoE<P>::Params moe_block;
-  };
-
-  Qwen3MoeDecoderLayer() = default;
-  Qwen3MoeDecoderLayer(const Config& c, LayerInfo info)
-      : info_(std::move(info)),
-        pre_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
-        attn_(c, Qwen3DecoderLayer<P>::attention_args(c)),
-        post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
-        moe_(RoutedMoE<P>::settings(c, c.moe_mlp_dim)) {
-    MAXTEXT_CHECK(c.moe_mlp_dim > 0, ConfigError, "[Qwen3MoeDecoderLayer] moe_mlp_dim (base_moe_mlp_dim) must be > 0, found ",
-                  c.moe_mlp_dim);
-    MAXTEXT_CHECK(c.moe_expert_input_dim <= 0 || c.moe_expert_input_dim == c.emb_dim, UnsupportedError,
-                  "[Qwen3MoeDecoderLayer] moe_expert_input_dim (", c.moe_expert_input_dim, ") different from emb_dim (",
-                  c.emb_dim, ") is not implemented");
-  }
-
-  CacheSpec cache_spec() const { return attn_.cache_spec(); }
-  const LayerInfo& info() const { return info_; }
-  const Attention<P>& attention() const { return attn_; }
-  const RoutedMoE<P>& moe() const { return moe_; }
-
-  template <class V>
-  void visit(V& v, Params& p) const {
-    visit_child(v, "pre_self_attention_layer_norm", pre_, p.pre_self_attention_layer_norm);
-    visit_child(v, "self_attention", attn_, p.self_attention);
-    visit_child(v, "post_self_attention_layer_norm", post_, p.post_self_attention_layer_norm);
-    visit_child(v, "moe_block", moe_, p.moe_block);
-  }
-
-  /// x [B*T, D] in place: the residual stream after this layer. With `metrics`, also reports the routing.
-  /// Captures: the layer output, self_attention, moe_block (+ routing metrics under the moe_block name).
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
-               MoeMetrics* metrics = nullptr) const {
-    ScratchScope scope(ctx.scratch);
-    const std::int64_t M = x.dim(0), D = x.dim(1);
-    View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});
-    pre_.forward(ctx, p.pre_self_attention_layer_norm, x, lnx);
-    View<A, 2> a = ctx.scratch.template alloc<A, 2>({M, D});
-    attn_.forward(ctx, p.self_attention, lnx, cache, a);
-    ctx.sow(info_.attention, View<const A, 2>(a));
-    ctx.be.add(View<const A, 2>(x), View<const A, 2>(a), x);  // intermediate_inputs = inputs + attention_lnx
-    post_.forward(ctx, p.post_self_attention_layer_norm, x, lnx);
-    MoeMetrics local;
-    MoeMetrics* mt = metrics ? metrics : (ctx.capture ? &local : nullptr);
-    moe_.forward(ctx, p.moe_block, View<const A, 2>(lnx), a, mt);
-    if (mt) sow_moe_metrics(ctx, info_.mlp, *mt);
-    ctx.sow(info_.mlp, View<const A, 2>(a));
-    ctx.be.add(View<const A, 2>(a), View<const A, 2>(x), x);  // layer_output = intermediate_inputs + mlp_lnx
-    ctx.sow(info_.name, View<const A, 2>(x));
-  }
-
- private:
-  LayerInfo info_;
-  RMSNorm<P> pre_;
-  Attention<P> attn_;
-  RMSNorm<P> post_;
-  RoutedMoE<P> moe_;
+  using Base = detail::PrePostNormMoeDecoderLayer<P, detail::Qwen3MoeNames<P>>;
+  using typename Base::Params;
+  using Base::Base;
 };
 
 }  // namespace maxtext::layers
