@@ -475,9 +475,9 @@ inline GgufFile read_gguf(const std::string& path) {
     MAXTEXT_CHECK(info.offset % g.alignment == 0, IoError, "[gguf] ", path, ": ", what, ": data offset ", info.offset,
                   " is not a multiple of the alignment ", g.alignment);
     // The tensor is read in place: its first element must sit at an address its type may be loaded from (element
-    // size for plain types, the fp16 scale for Q8_0; the other block types are read byte-wise). A power-of-two
+    // size for plain types, the fp16 scale for Q8_0; the other block types are u8 bytes). A power-of-two
     // general.alignment below that (1 or 2) would otherwise misalign f32 / f16 data.
-    const std::uint64_t natural = ti->block == 1 ? static_cast<std::uint64_t>(ti->bytes) : info.ggml_type == 8 ? 2 : 1;
+    const std::uint64_t natural = AnyTensor::alignment_of(ti->dtype);
     MAXTEXT_CHECK((g.data_offset + info.offset) % natural == 0, IoError, "[gguf] ", path, ": ", what, ": data at file "
                   "offset ", g.data_offset + info.offset, " is not aligned to ", natural, " bytes, which its type ",
                   ti->name, " needs (general.alignment ", g.alignment, ")");

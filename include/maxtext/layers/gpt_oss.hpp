@@ -74,9 +74,6 @@ class GptOssDecoderLayer : public detail::PrePostNormMoeDecoderLayer<P, detail::
   using typename Base::Params;
   using Base::Base;
   static constexpr const char* attention_name = detail::GptOssNames::attention;
-  static AttentionArgs attention_args(const Config& c, std::int64_t layer_index) {
-    return detail::GptOssNames::attention_args(c, layer_index);
-  }
 };
 
 }  // namespace maxtext::layers
