@@ -4,10 +4,10 @@
 //   - one AnyModel shared by threads, each with its own cache or session (AnyModel serialises its calls);
 //   - a generation cancelled from another thread (GenerateOptions::stop), in generate() and in a Session;
 //   - a tokenizer and a chat template shared read-only by threads.
-// Every concurrent result must equal, bit for bit, the same work done on one thread first. The models run with one
-// CPU thread each: OpenMP's own team synchronisation is invisible to ThreadSanitizer (libgomp is not instrumented),
-// so the kernels' internal threading is left to the other tests; what is checked here is the library's state
-// shared between callers (rotary-table cache, per-thread scratch, Eigen's settings, tokenizer caches).
+// Every concurrent result must equal, bit for bit, the same work done on one thread first. Each model asks for two
+// CPU threads, so OpenMP teams run inside the callers' threads: what is checked is the library's state shared between
+// callers (rotary-table cache, per-thread scratch, OpenMP and Eigen settings, tokenizer caches) and the kernels' own
+// threading. Under ThreadSanitizer, scripts/ci-tsan.sh loads LLVM's Archer so that TSan sees libomp's synchronisation.
 //
 // Model: the 2-layer llama2 fixture config, widened to 64 (Q8_0 blocks), with seeded weights, as float32 and as Q8_0 with 8-bit activations.
 #include <atomic>
@@ -56,7 +56,7 @@ Config fixture() {
 std::unique_ptr<models::AnyModel> make_model(const std::string& weight_type, std::uint64_t seed) {
   models::AnyModelOptions o;
   o.weight_type = weight_type;
-  o.threads = 1;
+  o.threads = 2;
   o.int8_activations = weight_type == "q8_0";
   auto m = models::make_built_any_model(fixture(), o, "llama2 f32, q8_0");
   m->init(seed);
