@@ -5,6 +5,8 @@
 // Tolerances are the worst-case bound of a float sum in any order, |err| <= K * u * sum_k |x_k w_k| (u = 2^-24),
 // plus half an ulp of the output type for the one final rounding (and one more for a bias added after it).
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -28,8 +30,8 @@ double ulp_half(double v) {
     return std::ldexp(std::abs(v), -24);
   } else if constexpr (std::is_same_v<T, bf16>) {
     return std::ldexp(std::abs(v), -8);
-  } else {
-    return std::ldexp(std::abs(v), -11);
+  } else {  // fp16: below 2^-14 the spacing is the subnormals' 2^-24
+    return std::max(std::ldexp(std::abs(v), -11), std::ldexp(1.0, -25));
   }
 }
 
@@ -159,6 +161,44 @@ TEST_CASE("Packed matmul: bf16 weights with bf16 and f32 activations", "[backend
   sweep<float, bf16, float>({1, 3, 31, 64});
 }
 
+TEST_CASE("Packed matmul: fp16 weights with f32 and bf16 activations", "[backend][cpu][gemm]") {
+  sweep<float, fp16, float>({1, 3, 31, 64, 77});
+  sweep<bf16, fp16, bf16>({1, 3, 31, 64});
+  sweep<float, fp16, fp16>({1, 31, 64});
+}
+
+TEST_CASE("Packed matmul: fp16 weights give the f32 kernel's bits for the same values", "[backend][cpu][gemm]") {
+  // The fp16 panels are widened exactly and FMA'd in the f32 kernel's order (direct tiles for few rows, a widened
+  // panel slice for many, K blocks past gemm::kKC), so storing a file's F16 weights as fp16 changes no output bit.
+  std::mt19937 g(11);
+  std::normal_distribution<float> nd;
+  for (const auto& [M, N, K] : std::vector<std::array<std::int64_t, 3>>{
+           {1, 70, 77}, {2, 130, 64}, {7, 65, 31}, {cpu::gemm::kMR * 2 + 1, 64, 96},
+           {cpu::gemm::kMR * 3 + 1, 70, cpu::gemm::kKC + 129}, {1, 33, cpu::gemm::kKC + 5}}) {
+    std::vector<double> wd;
+    const Matrix<fp16> h = make_weight<fp16>(N, K, g, wd);
+    Matrix<float> f;
+    f.rows = N;
+    f.cols = K;
+    f.data = Tensor<float, 2>({N, K});
+    for (std::int64_t i = 0; i < N * K; ++i) f.data.data()[i] = to_float(h.data.data()[i]);
+    Tensor<float, 2> x({M, K});
+    for (std::int64_t i = 0; i < x.size(); ++i) x.data()[i] = nd(g);
+    for (int threads : {1, 2}) {
+      cpu::Backend be(cpu::Options{threads});
+      const Matrix<fp16> hp = be.prepare(h);
+      REQUIRE(static_cast<const cpu::gemm::Packed*>(hp.packed.get())->kind == cpu::gemm::PackKind::f16);
+      Tensor<float, 2> yh({M, N}), yf({M, N});
+      be.matmul(View<const float, 2>(x.view()), hp, yh.view());
+      be.matmul(View<const float, 2>(x.view()), be.prepare(f), yf.view());
+      for (std::int64_t i = 0; i < yh.size(); ++i) {
+        INFO("M=" << M << " N=" << N << " K=" << K << " threads=" << threads << " i=" << i);
+        REQUIRE(std::bit_cast<std::uint32_t>(yh.data()[i]) == std::bit_cast<std::uint32_t>(yf.data()[i]));
+      }
+    }
+  }
+}
+
 TEST_CASE("Packed matmul: Q8_0 weights with f32 and bf16 activations", "[backend][cpu][gemm]") {
   sweep<float, q8_0, float>({32, 96});
   sweep<bf16, q8_0, bf16>({32, 64});
@@ -171,6 +211,7 @@ TEST_CASE("Packed matmul: K past the cache block and many rows", "[backend][cpu]
   check_matmul<bf16, bf16, bf16>(cpu::gemm::kMR * 3 + 1, 70, K + 1, true, 2, 8);
   check_matmul<float, q8_0, float>(cpu::gemm::kMC + 5, 70, K, false, 2, 9);
   check_matmul<float, bf16, float>(cpu::gemm::kMR * 4, 65, K + 1, false, 1, 10);
+  check_matmul<float, fp16, float>(cpu::gemm::kMC + 5, 70, K + 1, true, 2, 11);
 }
 
 TEST_CASE("Packed matmul: results do not depend on the thread count", "[backend][cpu][gemm]") {

@@ -63,8 +63,8 @@ class Backend {
 #endif
   }
 
-  /// Lay a weight out for this backend (once, at load): f32, bf16 and Q8_0 matrices get a panel-packed copy for the
-  /// matrix-product kernels (backend/cpu/gemm.hpp); `data` keeps the out-major layout for row gathers and export.
+  /// Lay a weight out for this backend (once, at load): f32, bf16, fp16 and Q8_0 matrices get a panel-packed copy for
+  /// the matrix-product kernels (backend/cpu/gemm.hpp); `data` keeps the out-major layout for row gathers and export.
   template <class W>
   Matrix<W> prepare(Matrix<W> m) const {
     if constexpr (gemm::packable<W>) {

@@ -9,6 +9,9 @@
 //  - bf16: pairs along k, [k/2][j][2], so that one 32-bit lane holds (W[j, 2i], W[j, 2i+1]): the operand order of
 //          AVX512-BF16 vdpbf16ps (bf16 x bf16 products are exact in f32). Without those instructions, or with f32
 //          activations, the same lane is split into two f32 vectors with a shift and a mask (exact).
+//  - f16:  as f32, [k][j], in IEEE half precision (2 bytes per weight): each kW-wide vector is widened with
+//          vcvtph2ps (exact) and FMA'd in the f32 order, so the result equals, bit for bit, that of the same weights
+//          stored as f32. Prefill widens one panel slice into a per-thread f32 buffer and reuses it per row tile.
 //  - Q8_0: per 32-wide k block, kNR fp16 scales then [32][kNR] int8 values: 34 bytes per 32 weights, as in GGUF.
 //          Products use the exactly dequantised weights (d * q in f32) with f32 (or bf16) activations; prefill
 //          dequantises one panel into a per-thread f32 buffer and reuses it for every row tile.
@@ -56,7 +59,7 @@ inline constexpr bool kHasBf16Dot = true;
 inline constexpr bool kHasBf16Dot = false;
 #endif
 
-enum class PackKind : std::uint8_t { f32, bf16, q8_0, q8_0_i8 };
+enum class PackKind : std::uint8_t { f32, bf16, q8_0, q8_0_i8, f16 };
 
 /// A weight laid out in panels for the micro-kernel (see the file comment). Immutable once built.
 struct Packed {
@@ -220,6 +223,22 @@ MAXTEXT_INLINE fbatch load_f16(const fp16* h) {
 #endif
 }
 
+/// Broadcast-FMA a row tile over fp16 weights [K][kNR], widened per vector (exact): the f32 kernel's order.
+template <int R, class X>
+MAXTEXT_INLINE void tile_f16(std::int64_t K, const X* x, std::int64_t ldx, const fp16* w, fbatch (&acc)[R][kNV]) {
+  for (std::int64_t k = 0; k < K; ++k) {
+    fbatch b[kNV];
+    MAXTEXT_UNROLL
+    for (int v = 0; v < kNV; ++v) b[v] = load_f16(w + k * kNR + v * kW);
+    MAXTEXT_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const fbatch a(scalar(x[r * ldx + k]));
+      MAXTEXT_UNROLL
+      for (int v = 0; v < kNV; ++v) acc[r][v] = xsimd::fma(a, b[v], acc[r][v]);
+    }
+  }
+}
+
 /// Q8_0 panel straight from its blocks (few rows): per block, sum q*x in f32, then scale by d once.
 template <int R, class X>
 MAXTEXT_INLINE void tile_q8(std::int64_t K, const X* x, std::int64_t ldx, const std::byte* panel,
@@ -378,6 +397,11 @@ inline void dequant_q8_panel(std::int64_t K, const std::byte* panel, float* out)
   }
 }
 
+/// Widen one fp16 panel slice [K][kNR] to f32 (exact).
+inline void dequant_f16_panel(std::int64_t K, const fp16* panel, float* out) {
+  for (std::int64_t i = 0; i < K * kNR; i += kW) load_f16(panel + i).store_aligned(out + i);
+}
+
 /// Round the tile to Y once, add the bias (rounded again, as DenseGeneral adds it after the product) and store
 /// `ncols` (<= kNR) columns of R rows.
 template <int R, class Y, class Bias>
@@ -473,6 +497,8 @@ MAXTEXT_INLINE void run_tile(const Packed& p, const TileJob& j, const X* x, std:
 #else
     tile_bf16_split<R>(j.kc, xk, ldx, w, acc);
 #endif
+  } else if (p.kind == PackKind::f16) {
+    tile_f16<R>(j.kc, xk, ldx, reinterpret_cast<const fp16*>(p.panel(j.pi)) + j.k0 * kNR, acc);
   } else if (p.kind == PackKind::q8_0) {
     tile_q8<R>(j.kc, xk, ldx, p.panel(j.pi) + static_cast<std::size_t>(j.k0 / q8_0::block) * q8_block_bytes(), acc);
   } else {
@@ -506,7 +532,7 @@ void run_tile_dispatch(int rows, const Packed& p, const TileJob& j, const X* x, 
 
 }  // namespace detail
 
-/// Pack an out-major weight [N, K] of float, bf16 or Q8_0 (K/32 blocks per row) once. `int8_activations`: Q8_0 in
+/// Pack an out-major weight [N, K] of float, bf16, fp16 or Q8_0 (K/32 blocks per row) once. `int8_activations`: Q8_0 in
 /// the layout for 8-bit activations and integer dot products (PackKind::q8_0_i8); ignored for other types.
 template <class W>
 std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, bool int8_activations = false) {
@@ -520,8 +546,11 @@ std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, b
   } else if constexpr (std::is_same_v<W, bf16>) {
     p->kind = PackKind::bf16;
     p->panel_bytes = static_cast<std::size_t>(detail::pairs(K) * kNR) * 4;
+  } else if constexpr (std::is_same_v<W, fp16>) {
+    p->kind = PackKind::f16;
+    p->panel_bytes = static_cast<std::size_t>(K * kNR) * sizeof(fp16);
   } else {
-    static_assert(std::is_same_v<W, q8_0>, "pack: float, bf16 or q8_0 weights");
+    static_assert(std::is_same_v<W, q8_0>, "pack: float, bf16, fp16 or q8_0 weights");
     p->kind = int8_activations ? PackKind::q8_0_i8 : PackKind::q8_0;
     p->panel_bytes = static_cast<std::size_t>(K / q8_0::block) * detail::q8_block_bytes();
   }
@@ -543,6 +572,12 @@ std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, b
         for (std::int64_t j = 0; j < nb; ++j) {
           const bf16* row = w + (n0 + j) * K;
           for (std::int64_t k = 0; k < K; ++k) o[((k / 2) * kNR + j) * 2 + (k % 2)] = row[k].bits;
+        }
+      } else if constexpr (std::is_same_v<W, fp16>) {
+        auto* o = reinterpret_cast<fp16*>(dst);
+        for (std::int64_t j = 0; j < nb; ++j) {
+          const fp16* row = w + (n0 + j) * K;
+          for (std::int64_t k = 0; k < K; ++k) o[k * kNR + j] = row[k];
         }
       } else {
         const std::int64_t KB = K / q8_0::block;
@@ -571,7 +606,8 @@ std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, b
 
 /// Whether this file packs weights of type W.
 template <class W>
-inline constexpr bool packable = std::is_same_v<W, float> || std::is_same_v<W, bf16> || std::is_same_v<W, q8_0>;
+inline constexpr bool packable =
+    std::is_same_v<W, float> || std::is_same_v<W, bf16> || std::is_same_v<W, fp16> || std::is_same_v<W, q8_0>;
 
 /// Rows of x per cache block (kept in L2 while the thread's panels stream past) and K per block (so that one
 /// panel slice, kKC x kNR, also stays in L2 while every row tile of the block uses it).
@@ -586,8 +622,9 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
             const Bias* bias, int threads) {
   if (M <= 0 || p.rows <= 0) return;
   const std::int64_t K = p.cols, N = p.rows;
-  // Q8_0 with more rows than the direct kernel keeps in registers: dequantise each panel slice once per row block.
-  const bool deq = p.kind == PackKind::q8_0 && M > 2;
+  // Q8_0 with more rows than the direct kernel keeps in registers, and fp16 with more than two row tiles: widen
+  // each panel slice to f32 once per row block (exact) instead of once per row tile.
+  const bool deq = (p.kind == PackKind::q8_0 && M > 2) || (p.kind == PackKind::f16 && M > 2 * kMR);
   // Few rows read each panel once: no K blocking. Many rows: K blocks with f32 partial sums (in y itself when Y
   // is f32, else in a buffer owned by the calling thread).
   const std::int64_t kc = (M <= 2 * kMR || K <= kKC) ? K : kKC;
@@ -633,7 +670,10 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
         j.ldp = ldp;
         for (std::int64_t pi = p0; pi < p1; ++pi) {
           j.pi = pi;
-          if (deq) {
+          if (deq && p.kind == PackKind::f16) {
+            detail::dequant_f16_panel(j.kc, reinterpret_cast<const fp16*>(p.panel(pi)) + j.k0 * kNR, dq);
+            j.deq = dq - j.k0 * kNR;
+          } else if (deq) {
             detail::dequant_q8_panel(j.kc, p.panel(pi) + static_cast<std::size_t>(j.k0 / q8_0::block) *
                                                              detail::q8_block_bytes(),
                                      dq);
