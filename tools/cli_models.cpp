@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli_args.hpp"
@@ -29,21 +30,44 @@ Config make_config(const Args& a) {
   return io::load_config(path, a.overrides);
 }
 
+namespace {
+
+/// Without --weight-type, a file's F16, BF16 or Q8_0 matrices are stored as they are (io::LoadedWeights::
+/// file_weight_type): the same values as widened float32 in a half or a quarter of the memory (a matrix the importer
+/// rescales rounds once to that type). Widening is the explicit `--weight-type float32`, and the fallback when this
+/// program did not compile the file's type for the block.
+std::string weight_type_of_file(const Config& cfg, const io::LoadedWeights& w) {
+  const std::string kept = models::keep_file_weight_type(cfg, w.file_weight_type);
+  if (!kept.empty()) {
+    std::cerr << "maxtext: weights kept as " << kept << ", the file's type (--weight-type float32 widens them)\n";
+  } else if (!w.file_weight_type.empty() && cfg.dtype_canonical() == "float32") {
+    std::cerr << "maxtext: decoder_block '" << cfg.decoder_block << "' with " << w.file_weight_type
+              << " weights is not compiled into this program: widening the file's weights to float32\n";
+  }
+  return kept;
+}
+
+}  // namespace
+
 std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load) {
   const std::string i8 = a.get("int8-activations", "off");
   MAXTEXT_CHECK(i8 == "on" || i8 == "off", ArgumentError, "--int8-activations: expected on or off, found '", i8, "'");
-  MAXTEXT_CHECK(i8 == "off" || a.get("weight-type") == "q8_0", ArgumentError,
-                "--int8-activations on applies to Q8_0 weights: add --weight-type q8_0");
   models::AnyModelOptions o;
   o.weight_type = a.get("weight-type");
   o.threads = static_cast<int>(a.integer("threads", 0));
   o.int8_activations = i8 == "on";
+  std::optional<io::LoadedWeights> w;
+  if (load && a.has("weights")) {
+    w = io::load_weights(a.get("weights"), cfg);
+    if (!a.has("weight-type")) o.weight_type = weight_type_of_file(cfg, *w);
+  }
+  MAXTEXT_CHECK(i8 == "off" || o.weight_type == "q8_0", ArgumentError,
+                "--int8-activations on applies to Q8_0 weights: add --weight-type q8_0");
   auto model = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
   if (!load) return model;
-  if (a.has("weights")) {
-    const auto w = io::load_weights(a.get("weights"), cfg);
-    if (w.naming == io::WeightNaming::hf) model->set_name_scheme(models::NameScheme::hf);
-    model->load(w.tensors);
+  if (w) {
+    if (w->naming == io::WeightNaming::hf) model->set_name_scheme(models::NameScheme::hf);
+    model->load(w->tensors);
   } else {
     model->init(static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed)));
   }

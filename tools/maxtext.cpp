@@ -32,10 +32,12 @@ common options:
   --tokenizer FILE   tokenizer for --prompt / tokenize: Hugging Face tokenizer.json (or a directory holding one),
                      .gguf, llama2.c tokenizer.bin, SentencePiece .model (default: the GGUF's own, or tokenizer.json /
                      tokenizer.model / tokenizer.bin / tok<vocab>.bin beside the weights)
-  --weight-type T    store weights as float32 (default: dtype), bfloat16, float16 or q8_0 (float32 activations)
+  --weight-type T    store weights as float32, bfloat16, float16 or q8_0 (float32 activations). Default: the
+                     file's own type when every matrix of --weights is F16, BF16 or Q8_0 (same values, less
+                     memory), else the config's dtype; float32 widens
   --threads N        CPU threads (default: all cores)
   --int8-activations on|off
-                     with --weight-type q8_0: quantise activations to 8 bits per 32-block and use integer dot
+                     with Q8_0 weights: quantise activations to 8 bits per 32-block and use integer dot
                      products (llama.cpp's Q8_0 arithmetic; faster, ~1% rms logit error). Default off: exact
   --seed S           seed for initialisation and sampling (default: init_weights_seed)
 

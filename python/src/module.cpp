@@ -297,6 +297,7 @@ Config config_arg(py::handle c, py::handle weights) {
 struct Weights {
   io::TensorMap tensors;
   bool hf = false;
+  std::string file_weight_type;  ///< a path's: io::LoadedWeights::file_weight_type
 };
 
 /// Parameters from a dict: MaxText's tree ({'params': {'decoder': {...}}}, scanned or unscanned, or flat names with
@@ -327,7 +328,7 @@ Weights weights_arg(py::handle obj, const Config& cfg) {
     const std::string path = path_str(obj);
     py::gil_scoped_release nogil;
     io::LoadedWeights lw = io::load_weights(path, cfg);
-    return {std::move(lw.tensors), lw.naming == io::WeightNaming::hf};
+    return {std::move(lw.tensors), lw.naming == io::WeightNaming::hf, lw.file_weight_type};
   }
   MAXTEXT_CHECK(is_mapping(obj), ArgumentError, "[weights] expected a path or a dict of arrays, found ", type_name(obj));
   return weights_from_dict(obj, cfg);
@@ -373,8 +374,8 @@ struct PyModel {
   std::unique_ptr<ModelBinding> b;
   bool names_fixed = false;
 
-  void load(py::handle weights, bool allow_unused) {
-    Weights w = weights_arg(weights, b->config());
+  void load(py::handle weights, bool allow_unused) { load_tensors(weights_arg(weights, b->config()), allow_unused); }
+  void load_tensors(Weights w, bool allow_unused) {
     py::gil_scoped_release nogil;
     if (!names_fixed) b->set_name_scheme(w.hf ? models::NameScheme::hf : models::NameScheme::maxtext);
     b->load(w.tensors, allow_unused);
@@ -549,17 +550,24 @@ and `weight_type` name.
 Model(config=None, weights=None, *, weight_type="", threads=0, int8_activations=False, names=None, seed=None,
 allow_unused=False). config: a Config or a path (None: taken from the weights file). weights: a path (MaxText or
 Hugging Face safetensors, GGUF, llama2.c) or a dict of NumPy arrays (MaxText's parameter tree, scanned or not, or
-Hugging Face names). Without weights, seed= initialises with MaxText's initialisers; otherwise call load()/init().
+Hugging Face names). weight_type "" keeps a path's matrices in the file's type when they are all F16, BF16 or Q8_0
+(the same values in less memory; 'float32' widens them), else uses the config's dtype. Without weights, seed= initialises with MaxText's initialisers; otherwise call load()/init().
 names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
       .def(py::init([](py::object config, py::object weights, const std::string& weight_type, int threads,
                        bool int8_activations, py::object names, py::object seed, bool allow_unused) {
              const Config c = config_arg(config, weights);
              ModelOptions o;
              o.weight_type = weight_type;
+             // A path's F16 / BF16 / Q8_0 matrices are kept as they are unless weight_type says otherwise.
+             std::optional<Weights> file;
+             if (weight_type.empty() && is_path(weights)) {
+               file = weights_arg(weights, c);
+               o.weight_type = models::keep_file_weight_type(c, file->file_weight_type);
+             }
              o.threads = threads;
              o.int8_activations = int8_activations;
-             MAXTEXT_CHECK(!int8_activations || weight_type == "q8_0", ArgumentError,
-                           "[Model] int8_activations applies to weight_type='q8_0'");
+             MAXTEXT_CHECK(!int8_activations || o.weight_type == "q8_0", ArgumentError,
+                           "[Model] int8_activations applies to Q8_0 weights (weight_type='q8_0')");
              auto pm = std::make_unique<PyModel>();
              pm->names_fixed = !names.is_none();
              if (pm->names_fixed) o.names = scheme_arg(py::str(names));
@@ -567,7 +575,9 @@ names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
                py::gil_scoped_release nogil;
                pm->b = make_binding(c, o);
              }
-             if (!weights.is_none()) {
+             if (file) {
+               pm->load_tensors(std::move(*file), allow_unused);
+             } else if (!weights.is_none()) {
                pm->load(weights, allow_unused);
              } else if (!seed.is_none()) {
                const auto s = seed.cast<std::uint64_t>();

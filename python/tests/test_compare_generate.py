@@ -140,3 +140,18 @@ def test_generate_text_with_a_tokenizer_and_streaming(mc):
     seq = ref["prompt_ids"] + ref["greedy_ids"]
     logits = m.forward(np.asarray(seq[:8]))[0]
     np.testing.assert_allclose(logits, np.load(os.path.join(d, "reference", ref["logits_file"])), rtol=0, atol=1e-4)
+
+
+def test_a_gguf_files_f16_weights_are_kept_as_float16(mc):
+    """llama-2-tiny-random.gguf stores its matrices as F16: Model(weights=path) keeps them (the same values in half
+    the memory) unless weight_type says otherwise, and the logits equal float32 storage's bit for bit (the fp16
+    panels are widened exactly and multiplied in the f32 kernel's order)."""
+    path = os.path.join(shared_dir(), "models", "llama-2-tiny-random", "llama-2-tiny-random.gguf")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} absent (the shared models folder)")
+    kept = mc.Model(weights=path)
+    wide = mc.Model(weights=path, weight_type="float32")
+    assert "weights=f16" in repr(kept)
+    assert "weights=f32" in repr(wide)
+    tokens = np.asarray([1, 450, 4996, 17354, 1701, 29916])
+    np.testing.assert_array_equal(kept.forward(tokens), wide.forward(tokens))

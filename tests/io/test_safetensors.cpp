@@ -123,3 +123,33 @@ TEST_CASE("safetensors data misaligned by the header length are read from an ali
   CHECK(a.to<float, 1>({3})(2) == 3.25f);
   std::remove(path.c_str());
 }
+
+TEST_CASE("native_weight_type: the storage that keeps every matrix of a file as it is", "[io][weights]") {
+  auto t = [](DType d, std::vector<std::int64_t> shape) {
+    AnyTensor a;
+    a.dtype = d;
+    a.shape = std::move(shape);
+    return a;
+  };
+  io::TensorMap m;
+  CHECK(io::native_weight_type(m).empty());
+  m.add("norm.scale", t(DType::f32, {64}));  // vectors do not count: they are stored in the activation type
+  CHECK(io::native_weight_type(m).empty());
+  m.add("embed", t(DType::f16, {100, 64}));
+  m.add("experts", t(DType::f16, {4, 64, 32}));
+  CHECK(io::native_weight_type(m) == "float16");
+  m.add("router", t(DType::f32, {64, 4}));  // a float32 matrix beside them: keeping f16 would round it
+  CHECK(io::native_weight_type(m).empty());
+  io::TensorMap q;
+  q.add("w", t(DType::q8_0, {64, 64}));
+  q.add("bias", t(DType::f32, {64}));
+  CHECK(io::native_weight_type(q) == "q8_0");
+  q.add("v", t(DType::f16, {64, 64}));
+  CHECK(io::native_weight_type(q).empty());
+  io::TensorMap b;
+  b.add("w", t(DType::bf16, {8, 8}));
+  CHECK(io::native_weight_type(b) == "bfloat16");
+  io::TensorMap f;
+  f.add("w", t(DType::f32, {8, 8}));
+  CHECK(io::native_weight_type(f).empty());
+}

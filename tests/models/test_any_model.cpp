@@ -152,3 +152,17 @@ TEST_CASE("make_built_any_model refuses a block or weight type the program did n
   REQUIRE_THROWS_WITH(models::make_built_any_model(cfg, {}, "llama2 f32"),
                       Catch::Contains("decoder_block 'gemma'") && Catch::Contains("not compiled"));
 }
+
+TEST_CASE("any_model_is_built and keep_file_weight_type follow what the program compiled", "[any_model]") {
+  // This unit marks only llama2 with float32 weights (above); the CLI tests cover a program that has the others
+  // (test_real_models: an F16 and a Q8_0 GGUF kept as they are).
+  Config cfg = fixture();
+  CHECK(models::any_model_is_built(cfg, "float32"));
+  CHECK(models::any_model_is_built(cfg, ""));  // the config's dtype
+  CHECK_FALSE(models::any_model_is_built(cfg, "q8_0"));
+  CHECK_FALSE(models::any_model_is_built(cfg, "int4"));  // no such policy: not built, not an exception
+  CHECK(models::keep_file_weight_type(cfg, "q8_0").empty());  // not compiled here: the caller widens
+  CHECK(models::keep_file_weight_type(cfg, "").empty());
+  cfg.decoder_block = "no_such_block";
+  CHECK_FALSE(models::any_model_is_built(cfg, "float32"));
+}

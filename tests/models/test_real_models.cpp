@@ -207,6 +207,27 @@ TEST_CASE("llama-2-tiny-random.gguf: logits within 2e-5 of an independent float6
   check.template operator()<F32>("f32");
   // The file's weights are f16 and the query scale 1/sqrt(4) is exact: f16 storage gives the same numbers.
   check.template operator()<Policy<cpu::Backend, fp16, float>>("f16");
+
+  // The CLI keeps the file's F16 matrices as fp16 by default (it says so on stderr). The fp16 panels are widened
+  // exactly and multiplied in the f32 kernel's order, so the logits equal those of --weight-type float32 bit for bit.
+  const auto tmp = std::filesystem::current_path();
+  const std::string o16 = (tmp / ("maxtext_test_f16_" + std::to_string(::getpid()) + ".npy")).string(),
+                    o32 = (tmp / ("maxtext_test_f32_" + std::to_string(::getpid()) + ".npy")).string();
+  std::string toks;
+  for (auto id : ids) toks += (toks.empty() ? "" : ",") + std::to_string(id);
+  const std::string cli = std::string(MAXTEXT_CLI) + " logits --threads 2 --weights " + path + " --tokens " + toks;
+  // (A program built without the float16 policy, as CI's sanitizer build, says it widens instead: same logits.)
+  const std::string note = run_command(cli + " --out " + o16 + " 2>&1");
+  CHECK((note.find("weights kept as float16") != std::string::npos ||
+         note.find("with float16 weights is not compiled into this program: widening") != std::string::npos));
+  run_command(cli + " --weight-type float32 --out " + o32);
+  const AnyTensor l16 = test::npy(o16), l32 = test::npy(o32);
+  REQUIRE(l16.numel() == l32.numel());
+  REQUIRE(l16.numel() == static_cast<std::int64_t>(ids.size()) * cfg.vocab_size);
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < l16.numel(); ++i) differ += l16.element(i) != l32.element(i);
+  CHECK(differ == 0);
+  for (const std::string& f : {o16, o32}) std::remove(f.c_str());
 }
 
 TEST_CASE("Hugging Face checkpoints: logits within 1e-4 of a float64 HF-semantics forward", "[models][hf]") {
@@ -366,7 +387,15 @@ TEST_CASE("Q8_0 GGUF: kept quantised or dequantised, the same model as its dequa
   const std::string cli = std::string(MAXTEXT_CLI) + " logits --threads 1 --weights " + pq + " --tokens 1,17,140,3,99,42,42,7";
   run_command(cli + " --weight-type q8_0 --int8-activations on --out " + out);
   test::expect_close(test::npy(out), AnyTensor::from(e), testing::Tolerance{1e-6, 1e-6}, "cli --int8-activations on");
-  CHECK(std::system((cli + " --int8-activations on --out " + out + " 2>/dev/null").c_str()) != 0);
+  CHECK(std::system((cli + " --weight-type float32 --int8-activations on --out " + out + " 2>/dev/null").c_str()) != 0);
   CHECK(std::system((cli + " --weight-type q8_0 --int8-activations yes --out " + out + " 2>/dev/null").c_str()) != 0);
+  // Without --weight-type the file's Q8_0 matrices are kept as blocks (the Q8_0 policy's logits, c; the CLI says so on
+  // stderr), and 8-bit activations need no --weight-type; --weight-type float32 widens them (a).
+  CHECK(run_command(cli + " --out " + out + " 2>&1").find("weights kept as q8_0") != std::string::npos);
+  test::expect_close(test::npy(out), AnyTensor::from(c), testing::Tolerance{1e-6, 1e-6}, "cli, the file's Q8_0 kept");
+  run_command(cli + " --int8-activations on --out " + out);
+  test::expect_close(test::npy(out), AnyTensor::from(e), testing::Tolerance{1e-6, 1e-6}, "cli, Q8_0 kept, 8-bit activations");
+  CHECK(run_command(cli + " --weight-type float32 --out " + out + " 2>&1").find("weights kept") == std::string::npos);
+  test::expect_close(test::npy(out), AnyTensor::from(a), testing::Tolerance{1e-6, 1e-6}, "cli --weight-type float32");
   for (const std::string& f : {pq, pf, out}) std::remove(f.c_str());
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -36,6 +37,28 @@ struct TensorMap {
     MAXTEXT_CHECK(tensors.emplace(name, std::move(t)).second, IoError, "[weights] duplicate tensor '", name, "'");
   }
 };
+
+/// The weight storage that keeps a file's matrices as they are, for AnyModelOptions::weight_type: "float16",
+/// "bfloat16" or "q8_0" when every tensor of two or more dimensions (matrices, embedding tables, expert stacks) has
+/// that type; "" otherwise (float32 files, the block types that are decoded to float32 at load, files that mix
+/// types, as llama.cpp's quantiser does when it keeps a router in F32). Vectors (norm scales, biases) do not count:
+/// models store them in the activation type. io::load_weights records it for the file (LoadedWeights).
+inline std::string native_weight_type(const TensorMap& t) {
+  std::optional<DType> common;
+  for (const auto& kv : t.tensors) {
+    const AnyTensor& a = kv.second;
+    if (a.rank() < 2) continue;
+    if (common && *common != a.dtype) return "";
+    common = a.dtype;
+  }
+  if (!common) return "";
+  switch (*common) {
+    case DType::f16: return "float16";
+    case DType::bf16: return "bfloat16";
+    case DType::q8_0: return "q8_0";
+    default: return "";
+  }
+}
 
 namespace detail {
 inline DType safetensors_dtype(const std::string& s, const std::string& where) {

@@ -29,6 +29,10 @@ struct LoadedWeights {
   WeightNaming naming = WeightNaming::maxtext;  ///< hf: the file used Hugging Face names (capture with HF names)
   WeightFormat format = WeightFormat::maxtext_safetensors;
   std::string path;
+  /// The storage that keeps the file's matrices as the file stores them (native_weight_type of its tensors before
+  /// import: "float16", "bfloat16", "q8_0" or ""). Matrices the importer rescales (queries folded with
+  /// 1/sqrt(head_dim), Gemma's embedding with sqrt(emb_dim)) are float32 in `tensors` and round once to it.
+  std::string file_weight_type;
 };
 
 inline bool ends_with(const std::string& s, const std::string& suf) {
@@ -106,6 +110,7 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         }
       }
       dequantize_block_tensors(g);  // Q4_K, Q6_K, ... tensors become f32 (exact mode); the model stores its weight type
+      w.file_weight_type = native_weight_type(g.tensors);
       if (is_gemma_block(cfg)) {  // io/hf_gemma.hpp: embedding scaled, norms already 1 + w
         w.tensors = import_gguf_gemma(g.tensors, cfg, "gguf " + path);
         return w;
@@ -128,6 +133,7 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
     }
     case WeightFormat::hf_safetensors: {
       const TensorMap raw = read_safetensors_any(path);
+      w.file_weight_type = native_weight_type(raw);
       if (cfg.is("deepseek") || cfg.is("mixtral")) {  // DeepSeek-V2/V3 (FP8 included) and Mixtral: io/hf_deepseek.hpp
         w.tensors = canonicalize_hf_deepseek(raw, cfg);
         w.naming = WeightNaming::hf;
@@ -157,6 +163,7 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
     }
     case WeightFormat::maxtext_safetensors: {
       TensorMap raw = read_safetensors_any(path);
+      w.file_weight_type = native_weight_type(raw);
       w.tensors = canonicalize_maxtext(raw, cfg);
       return w;
     }

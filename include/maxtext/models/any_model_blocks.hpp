@@ -57,6 +57,31 @@ std::unique_ptr<AnyModel> make_built_any_model(const Config& cfg, const AnyModel
       opt.weight_type);
 }
 
+/// Whether make_built_any_model can make the model for `cfg` with weights stored as `weight_type` (it is compiled
+/// into this program and the registry has the policy). A template for the same reason as make_built_any_model.
+template <class Tag = void>
+bool any_model_is_built(const Config& cfg, const std::string& weight_type) {
+  try {
+    return with_model_type<cpu::Backend>(
+        cfg, [&]<class M>() { return any_model_built<M>; }, weight_type);
+  } catch (const UnsupportedError&) {  // a dtype / weight type pair the registry has no policy for
+    return false;
+  }
+}
+
+/// The weight type that stores a file's matrices as the file does (`file_weight_type`: io::LoadedWeights's, "float16",
+/// "bfloat16", "q8_0" or ""), when the config's activations are float32 and this program compiled that type for the
+/// block; "" otherwise (the config's dtype, i.e. widening). The default of the `maxtext` CLI and of the Python
+/// module's Model(weights=path).
+template <class Tag = void>
+std::string keep_file_weight_type(const Config& cfg, const std::string& file_weight_type) {
+  if (file_weight_type.empty() || cfg.dtype_canonical() != "float32" ||
+      !any_model_is_built<Tag>(cfg, file_weight_type)) {
+    return "";
+  }
+  return file_weight_type;
+}
+
 }  // namespace maxtext::models
 
 /// Mark Transformer<POLICY, layers...> as compiled (at namespace scope, before make_built_any_model is called).
