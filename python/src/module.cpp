@@ -551,7 +551,8 @@ Model(config=None, weights=None, *, weight_type="", threads=0, int8_activations=
 allow_unused=False). config: a Config or a path (None: taken from the weights file). weights: a path (MaxText or
 Hugging Face safetensors, GGUF, llama2.c) or a dict of NumPy arrays (MaxText's parameter tree, scanned or not, or
 Hugging Face names). weight_type "" keeps a path's matrices in the file's type when they are all F16, BF16 or Q8_0
-(the same values in less memory; 'float32' widens them), else uses the config's dtype. Without weights, seed= initialises with MaxText's initialisers; otherwise call load()/init().
+(the same values in less memory; 'float32' widens them), else uses the config's dtype. Without weights, seed=
+initialises with MaxText's initialisers; otherwise call load()/init().
 names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
       .def(py::init([](py::object config, py::object weights, const std::string& weight_type, int threads,
                        bool int8_activations, py::object names, py::object seed, bool allow_unused) {

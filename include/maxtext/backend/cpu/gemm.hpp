@@ -102,22 +102,6 @@ MAXTEXT_INLINE void prefetch_lines(const void* p, std::size_t bytes) {
 #endif
 }
 
-/// Broadcast-FMA a row tile over f32 weights [K][kNR] (panel or dequantised panel).
-template <int R, class X>
-MAXTEXT_INLINE void tile_f32(std::int64_t K, const X* x, std::int64_t ldx, const float* w, fbatch (&acc)[R][kNV]) {
-  for (std::int64_t k = 0; k < K; ++k) {
-    fbatch b[kNV];
-    MAXTEXT_UNROLL
-    for (int v = 0; v < kNV; ++v) b[v] = fbatch::load_aligned(w + k * kNR + v * kW);
-    MAXTEXT_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const fbatch a(scalar(x[r * ldx + k]));
-      MAXTEXT_UNROLL
-      for (int v = 0; v < kNV; ++v) acc[r][v] = xsimd::fma(a, b[v], acc[r][v]);
-    }
-  }
-}
-
 /// bf16 pairs [K/2][kNR] (32-bit lanes) split into the even-k and odd-k f32 vectors and FMA'd: exact products.
 template <int R, class X>
 MAXTEXT_INLINE void tile_bf16_split(std::int64_t K, const X* x, std::int64_t ldx, const std::uint32_t* w,
@@ -223,13 +207,18 @@ MAXTEXT_INLINE fbatch load_f16(const fp16* h) {
 #endif
 }
 
-/// Broadcast-FMA a row tile over fp16 weights [K][kNR], widened per vector (exact): the f32 kernel's order.
-template <int R, class X>
-MAXTEXT_INLINE void tile_f16(std::int64_t K, const X* x, std::int64_t ldx, const fp16* w, fbatch (&acc)[R][kNV]) {
+/// kW weights of a [K][kNR] panel as f32: f32 as they are, fp16 widened (exact).
+MAXTEXT_INLINE fbatch load_dense(const float* w) { return fbatch::load_aligned(w); }
+MAXTEXT_INLINE fbatch load_dense(const fp16* w) { return load_f16(w); }
+
+/// Broadcast-FMA a row tile over f32 or fp16 weights [K][kNR] (a panel or a dequantised panel). fp16 weights are
+/// widened per vector, so both types run the same operations in the same order.
+template <int R, class X, class Wv>
+MAXTEXT_INLINE void tile_dense(std::int64_t K, const X* x, std::int64_t ldx, const Wv* w, fbatch (&acc)[R][kNV]) {
   for (std::int64_t k = 0; k < K; ++k) {
     fbatch b[kNV];
     MAXTEXT_UNROLL
-    for (int v = 0; v < kNV; ++v) b[v] = load_f16(w + k * kNR + v * kW);
+    for (int v = 0; v < kNV; ++v) b[v] = load_dense(w + k * kNR + v * kW);
     MAXTEXT_UNROLL
     for (int r = 0; r < R; ++r) {
       const fbatch a(scalar(x[r * ldx + k]));
@@ -483,9 +472,9 @@ MAXTEXT_INLINE void run_tile(const Packed& p, const TileJob& j, const X* x, std:
   if (!j.first) load_partial<R>(acc, j.part + n0, j.ldp, ncols);
   const X* xk = x + j.k0;
   if (j.deq != nullptr) {
-    tile_f32<R>(j.kc, xk, ldx, j.deq + j.k0 * kNR, acc);
+    tile_dense<R>(j.kc, xk, ldx, j.deq + j.k0 * kNR, acc);
   } else if (p.kind == PackKind::f32) {
-    tile_f32<R>(j.kc, xk, ldx, reinterpret_cast<const float*>(p.panel(j.pi)) + j.k0 * kNR, acc);
+    tile_dense<R>(j.kc, xk, ldx, reinterpret_cast<const float*>(p.panel(j.pi)) + j.k0 * kNR, acc);
   } else if (p.kind == PackKind::bf16) {
     const auto* w = reinterpret_cast<const std::uint32_t*>(p.panel(j.pi)) + (j.k0 / 2) * kNR;
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
@@ -498,7 +487,7 @@ MAXTEXT_INLINE void run_tile(const Packed& p, const TileJob& j, const X* x, std:
     tile_bf16_split<R>(j.kc, xk, ldx, w, acc);
 #endif
   } else if (p.kind == PackKind::f16) {
-    tile_f16<R>(j.kc, xk, ldx, reinterpret_cast<const fp16*>(p.panel(j.pi)) + j.k0 * kNR, acc);
+    tile_dense<R>(j.kc, xk, ldx, reinterpret_cast<const fp16*>(p.panel(j.pi)) + j.k0 * kNR, acc);
   } else if (p.kind == PackKind::q8_0) {
     tile_q8<R>(j.kc, xk, ldx, p.panel(j.pi) + static_cast<std::size_t>(j.k0 / q8_0::block) * q8_block_bytes(), acc);
   } else {
