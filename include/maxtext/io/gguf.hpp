@@ -24,6 +24,7 @@
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/ggml_quants.hpp"
+#include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/io/convert.hpp"
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -557,8 +558,12 @@ inline void dequantize_block_tensors(GgufFile& g) {
                     ": Q8_0 block ", k, " (row ", k * q8.block / t.shape.back(), ", column ",
                     k * q8.block % t.shape.back(), ") has a NaN or infinite scale");
     }
+    drop_mapped_pages(t.data, static_cast<std::size_t>(t.numel() / q8.block) * q8.bytes);  // read again when packed
   }
-  for (const auto& b : g.block_tensors) g.tensors.add(b.name, dequantize_block_tensor(b, g.path));
+  for (const auto& b : g.block_tensors) {
+    g.tensors.add(b.name, dequantize_block_tensor(b, g.path));
+    drop_mapped_pages(b.data, b.bytes);  // decoded: the file's blocks are not read again
+  }
   g.block_tensors.clear();
 }
 

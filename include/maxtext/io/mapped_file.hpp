@@ -17,10 +17,12 @@
 #include <vector>
 
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/mapped_pages.hpp"
 
 namespace maxtext::io {
 
-/// A whole file mapped read-only. Empty files map to a null pointer with size 0.
+/// A whole file mapped read-only (and registered as such: core/mapped_pages.hpp). Empty files map to a null pointer
+/// with size 0.
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) : path_(path) {
@@ -39,10 +41,14 @@ class MappedFile {
         MAXTEXT_THROW(IoError, "[io] ", path, ": mmap failed: ", std::strerror(errno));
       }
       data_ = static_cast<const std::byte*>(p);
+      register_readonly_mapping(data_, size_);  // its pages may be dropped once read (core/mapped_pages.hpp)
     }
   }
   ~MappedFile() {
-    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    if (data_) {
+      unregister_readonly_mapping(data_);
+      ::munmap(const_cast<std::byte*>(data_), size_);
+    }
     if (fd_ >= 0) ::close(fd_);
   }
   MappedFile(const MappedFile&) = delete;

@@ -23,6 +23,7 @@
 #include "maxtext/backend/ops.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/core/matrix.hpp"
 #include "maxtext/core/tensor.hpp"
 
@@ -65,11 +66,15 @@ class Backend {
 
   /// Lay a weight out for this backend (once, at load): f32, bf16, fp16 and Q8_0 matrices get a panel-packed copy for
   /// the matrix-product kernels (backend/cpu/gemm.hpp); `data` keeps the out-major layout for row gathers and export.
+  /// Where `data` is a view of a mapped weights file, the pages packing read are dropped from the resident set
+  /// (core/mapped_pages.hpp): the packed panels are then the one copy in memory, and the rare reader of `data`
+  /// faults what it reads back in from the page cache.
   template <class W>
   Matrix<W> prepare(Matrix<W> m) const {
     if constexpr (gemm::packable<W>) {
       if (!m.empty() && !m.packed && m.data.view().is_contiguous()) {
         m.packed = gemm::pack(m.data.data(), m.rows, m.cols, int8_activations_);
+        drop_mapped_pages(m.data.data(), static_cast<std::size_t>(m.data.size()) * sizeof(W));
       }
     }
     return m;

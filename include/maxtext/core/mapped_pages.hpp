@@ -1,0 +1,83 @@
+// core/mapped_pages.hpp: one copy of the weights in memory. Read-only file mappings (io/mapped_file.hpp) register
+// here; once a backend has packed a matrix that is a view of such a mapping (or a loader has checked or decoded its
+// bytes), the pages it read are handed back to the kernel with madvise(MADV_DONTNEED). They stay in the page cache,
+// so a later read (a row gather, an export) faults them back in from there, with the file's contents: a private,
+// read-only, never-written mapping has no copy-on-write pages to lose. Anything not inside a registered mapping
+// (heap memory, a writable or device buffer) is never touched. Also glibc's malloc_trim, to return the heap freed by
+// loading's temporaries.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace maxtext {
+
+namespace detail {
+struct MappedRanges {
+  std::mutex mu;
+  std::map<std::uintptr_t, std::size_t> ranges;  ///< start -> bytes of each registered read-only file mapping
+};
+inline MappedRanges& mapped_ranges() {
+  static MappedRanges r;
+  return r;
+}
+}  // namespace detail
+
+/// Record [p, p + bytes) as a read-only, private file mapping whose pages may be dropped and re-read (MappedFile).
+inline void register_readonly_mapping(const void* p, std::size_t bytes) {
+  if (!p || bytes == 0) return;
+  auto& r = detail::mapped_ranges();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.ranges[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+}
+/// Forget a mapping registered at p (before it is unmapped).
+inline void unregister_readonly_mapping(const void* p) {
+  auto& r = detail::mapped_ranges();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.ranges.erase(reinterpret_cast<std::uintptr_t>(p));
+}
+
+/// Drop from this process's resident set the whole pages of [p, p + bytes) that lie inside one registered read-only
+/// file mapping; returns the bytes advised (0 when the range is not a registered mapping's, or on a platform without
+/// madvise). The contents read the same afterwards.
+inline std::size_t drop_mapped_pages(const void* p, std::size_t bytes) {
+#if defined(MADV_DONTNEED)
+  if (!p || bytes == 0) return 0;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto& r = detail::mapped_ranges();
+  std::lock_guard<std::mutex> lock(r.mu);  // held across madvise: the mapping cannot be unmapped meanwhile
+  auto it = r.ranges.upper_bound(a);
+  if (it == r.ranges.begin()) return 0;
+  --it;
+  const std::uintptr_t m0 = it->first, m1 = it->first + it->second;
+  if (a < m0 || a >= m1 || bytes > m1 - a) return 0;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t lo = (a + page - 1) / page * page, hi = (a + bytes) / page * page;  // whole pages only
+  if (hi <= lo) return 0;
+  if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return 0;
+  return hi - lo;
+#else
+  (void)p;
+  (void)bytes;
+  return 0;
+#endif
+}
+
+/// Return the heap pages that loading's temporaries freed to the system (glibc; elsewhere nothing).
+inline void trim_heap() {
+#if defined(__GLIBC__)
+  ::malloc_trim(0);
+#endif
+}
+
+}  // namespace maxtext
