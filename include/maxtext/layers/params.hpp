@@ -149,12 +149,13 @@ class ParamLoader : public PathStack {
     m = make_matrix(*t, perm, nb + no, product(s.batch) * product(s.out), product(s.in), name, s.prepare);
   }
 
-  /// A table stored as [rows, cols] in the file (embeddings): no transpose.
+  /// A table stored as [rows, cols] in the file (embeddings): no transpose. Tables are only gathered, so the backend
+  /// does not lay them out for products (a tied output head prepares its own copy: models/transformer.hpp).
   void table(std::string_view leaf, Matrix<W>& m, std::int64_t rows, std::int64_t cols, const VectorSpec&) {
     const std::string name = path(leaf);
     const AnyTensor* t = find(name, {rows, cols});
     if (!t) return;
-    m = make_matrix(*t, {0, 1}, 1, rows, cols, name);
+    m = make_matrix(*t, {0, 1}, 1, rows, cols, name, false);
   }
 
   /// A vector parameter, stored in the activation type or (T = float) in f32, e.g. the MoE gate bias.
@@ -250,7 +251,7 @@ class ParamInitializer : public PathStack {
     const std::string name = path(leaf);
     Tensor<float, 2> f({rows, cols});
     fill(name, f.data(), rows * cols, s.dist, s.stddev);
-    m = finish_matrix(f, rows, cols);
+    m = finish_matrix(f, rows, cols, false);  // gathered only, as ParamLoader::table
   }
   template <class T>
   void vector(std::string_view leaf, Tensor<T, 1>& v, const VectorSpec& s) {
