@@ -179,3 +179,28 @@ TEST_CASE("import: missing and unexpected tensors are listed together", "[io][im
   j.erase("hidden_size");
   CHECK_THROWS_WITH(io::config_from_hf(j, "config.json"), Catch::Contains("hidden_size"));
 }
+
+TEST_CASE("Gemma's folding keeps an f16 / bf16 matrix in its type when the power-of-two scale is exact there",
+          "[io][import][gemma]") {
+  Tensor<fp16, 2> h({2, 3});
+  const float vals[6] = {1.0f, -0.5f, 3.25f, 0.0f, 1024.0f, -7.0f};
+  for (int i = 0; i < 6; ++i) h.data()[i] = fp16(vals[i]);
+  const AnyTensor x = AnyTensor::from(h);
+  // 1/16 (Gemma's head_dim 256 query scale): exact in fp16, kept as fp16.
+  const AnyTensor q = io::detail::GemmaImporter::folded(x, 0.0625f, false, "q");
+  CHECK(q.dtype == DType::f16);
+  for (int i = 0; i < 6; ++i) CHECK(q.element(i) == static_cast<double>(vals[i]) / 16.0);
+  // Not a power of two, or + 1: f32, float(x) * s as before.
+  const AnyTensor r = io::detail::GemmaImporter::folded(x, 0.3f, false, "q");
+  CHECK(r.dtype == DType::f32);
+  CHECK(r.element(2) == static_cast<double>(3.25f * 0.3f));
+  CHECK(io::detail::GemmaImporter::folded(x, 0.5f, true, "n").dtype == DType::f32);
+  // A product that would lose bits as an fp16 subnormal (3.25 * 2^-14 / 2^10 = 3.25 * 2^-24, off fp16's 2^-24
+  // grid): the whole matrix stays f32.
+  Tensor<fp16, 2> tiny({1, 2});
+  tiny.data()[0] = fp16(1.0f);
+  tiny.data()[1] = fp16(3.25f * 0.00006103515625f);  // 3.25 * 2^-14, a normal fp16
+  const AnyTensor t = io::detail::GemmaImporter::folded(AnyTensor::from(tiny), 1.0f / 1024.0f, false, "q");
+  CHECK(t.dtype == DType::f32);
+  CHECK(t.element(1) == static_cast<double>(static_cast<float>(tiny.data()[1]) / 1024.0f));
+}

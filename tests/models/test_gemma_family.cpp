@@ -3,6 +3,7 @@
 // checkpoints they were folded from, incremental and ragged decoding, config validation and the model ymls.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -213,6 +214,78 @@ TEST_CASE("Gemma GGUF files (llama.cpp names, norms already 1 + w, embedding uns
           "[models][gemma][gguf]") {
   check_gguf_fixture<Gemma3>("gemma3_model");
   check_gguf_fixture<Gemma>("gemma_model");
+}
+
+/// The fixture's GGUF rewritten with its matrices (inner dim a multiple of 32) in `type` (f16 or q8_0), and again in
+/// f32 holding exactly the values of that copy; the importer keeps f16 / Q8_0 matrices as they are where folding
+/// allows and must give the widened copy's model.
+template <class Model>
+void check_gguf_storage_copy(const std::string& name, DType type, DType query_type, bool exact) {
+  const std::string dir = fixture(name);
+  const io::GgufFile src = io::read_gguf(dir + "/model.gguf");
+  io::GgufWriter wt, wf;
+  for (const auto& key : src.metadata_order) {
+    if (key == "general.alignment") continue;
+    wt.set(key, src.metadata.at(key));
+    wf.set(key, src.metadata.at(key));
+  }
+  for (const auto& info : src.infos) {
+    const AnyTensor& t = src.tensors.at(info.name);
+    if (t.rank() == 2 && t.shape[1] % 32 == 0) {
+      io::GgufWriter one;
+      one.add_tensor("t", t, type);
+      const std::string p = "storage_copy_one.gguf";
+      one.write(p);
+      const io::GgufFile back = io::read_gguf(p);  // the stored values, read as the importer will read them
+      wt.add_tensor(info.name, back.tensors.at("t"));
+      wf.add_tensor(info.name, AnyTensor::from(back.tensors.at("t").to<float, 2>({t.shape[0], t.shape[1]})));
+      std::remove(p.c_str());
+    } else {
+      wt.add_tensor(info.name, t);
+      wf.add_tensor(info.name, t);
+    }
+  }
+  const std::string pt = name + "_storage_copy.gguf", pf = name + "_storage_copy_f32.gguf";
+  wt.write(pt);
+  wf.write(pf);
+  {
+    const auto cfg = io::read_weights_config(pt);
+    REQUIRE(cfg.has_value());
+    const auto w = io::load_weights(pt, *cfg);
+    const auto wide = io::load_weights(pf, *cfg);
+    for (const auto& [n, t] : w.tensors.tensors) {  // the attention kernels as the importer left them
+      INFO(n);
+      if (n.find("key.kernel") != std::string::npos || n.find("value.kernel") != std::string::npos) {
+        CHECK(t.dtype == type);
+      } else if (n.find("query.kernel") != std::string::npos) {
+        CHECK(t.dtype == query_type);
+      }
+    }
+    Model mt(*cfg), mf(*cfg);
+    mt.load(w.tensors);
+    mf.load(wide.tensors);
+    const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+    const Tensor<float, 3> lt = mt.forward(tok), lf = mf.forward(tok);
+    if (exact) {
+      CHECK(std::memcmp(lt.data(), lf.data(), static_cast<std::size_t>(lt.size()) * sizeof(float)) == 0);
+    } else {
+      // Q8_0 with a query scale that is not a power of two: the scale is folded into each block's fp16 scale, which
+      // rounds it (relative 2^-11 at most), against f32 products of the widened copy.
+      test::expect_close(AnyTensor::from(lt), AnyTensor::from(lf), {2e-3, 2e-3}, name + " q8_0 query scale");
+    }
+  }
+  std::remove(pt.c_str());
+  std::remove(pf.c_str());
+}
+
+TEST_CASE("Gemma GGUF files in F16 or Q8_0: matrices kept in their type give the model of their widened values",
+          "[models][gemma][gguf][q8_0]") {
+  // Gemma 3 scales queries in the forward: every kernel is a view of the file.
+  check_gguf_storage_copy<Gemma3>("gemma3_model", DType::f16, DType::f16, true);
+  check_gguf_storage_copy<Gemma3>("gemma3_model", DType::q8_0, DType::q8_0, true);
+  // Gemma folds head_dim^-0.5 = 8^-0.5 into the query: in f32 for f16 (exact), into the block scales for Q8_0.
+  check_gguf_storage_copy<Gemma>("gemma_model", DType::f16, DType::f32, true);
+  check_gguf_storage_copy<Gemma>("gemma_model", DType::q8_0, DType::q8_0, false);
 }
 
 TEST_CASE("Gemma 3 model: batched decode with rows at different lengths matches single-row runs",

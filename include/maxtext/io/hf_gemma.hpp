@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
+#include "maxtext/io/attention_kernels.hpp"
 #include "maxtext/io/convert.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -279,8 +281,18 @@ class GemmaImporter {
     return &it->second;
   }
 
-  /// y = float(x) * s (+ 1 when `plus_one`), materialised in f32 with x's shape.
+  /// y = float(x) * s (+ 1 when `plus_one`), materialised with x's shape: in x's own type when x is f16 / bf16 and
+  /// every product is exact in it (a power-of-two s, no + 1: Gemma's 1/sqrt(256) query scale), so a model storing
+  /// that type views it without another copy; else in f32.
   static AnyTensor folded(const AnyTensor& x, float s, bool plus_one, const std::string& name) {
+    int e = 0;
+    if (!plus_one && std::fabs(std::frexp(s, &e)) == 0.5f) {  // s = +-2^e
+      if (x.dtype == DType::f16) {
+        if (auto r = folded_exactly<fp16>(x, s, name)) return *r;
+      } else if (x.dtype == DType::bf16) {
+        if (auto r = folded_exactly<bf16>(x, s, name)) return *r;
+      }
+    }
     const std::int64_t n = x.numel();
     const std::int64_t cols = x.rank() >= 1 ? x.shape.back() : 1;
     Tensor<float, 2> m = x.rank() == 2 ? to_matrix<float>(x, {0, 1}, 1) : to_matrix<float>(x.reshaped({n / cols, cols}), {0, 1}, 1);
@@ -293,29 +305,52 @@ class GemmaImporter {
     AnyTensor r = AnyTensor::from(m, x.source + " as " + name);
     return r.reshaped(x.shape);
   }
+  /// float(x) * s in T when every product is exact there (no overflow, no lost subnormal bits), else nothing.
+  template <class T>
+  static std::optional<AnyTensor> folded_exactly(const AnyTensor& x, float s, const std::string& name) {
+    const std::int64_t n = x.numel();
+    const std::int64_t cols = x.rank() >= 1 ? x.shape.back() : 1;
+    Tensor<T, 2> m = to_matrix<T>(x.reshaped({n / cols, cols}), {0, 1}, 1);
+    for (std::int64_t i = 0; i < m.size(); ++i) {
+      const float v = static_cast<float>(m.data()[i]) * s;
+      const T t(v);
+      if (!(static_cast<float>(t) == v) && !std::isnan(v)) return std::nullopt;
+      m.data()[i] = t;
+    }
+    return AnyTensor::from(m, x.source + " as " + name).reshaped(x.shape);
+  }
 
   void norm(const std::string& file, const std::string& mt) {
     if (const AnyTensor* t = get(file)) out_.add(mt, add_one_ ? folded(*t, 1.0f, true, mt) : *t);
   }
-  /// [heads*H, D] rows -> [D, heads, H] (materialised when scaled or Q8_0).
+  /// [heads*H, D] rows -> [D, heads, H] (float: materialised in f32 when scaled; Q8_0: blocks kept, the scale folded
+  /// into their fp16 scales, io/attention_kernels.hpp).
   void qkv(const std::string& file, const std::string& mt, std::int64_t heads, double scale) {
     const AnyTensor* t = get(file);
     if (!t) return;
     const std::int64_t H = cfg_.head_dim;
     MAXTEXT_CHECK(t->rank() == 2 && t->shape[0] == heads * H, ShapeError, "[", what_, "] ", file, " ", t->describe(),
                   ": expected [", heads * H, ", D] (", heads, " heads of ", H, ")");
+    if (t->dtype == DType::q8_0 && t->block_axis < 0 && t->strides.back() == 1) {
+      out_.add(mt, attention_kernel(*t, heads, H, RopeLayout::half_split, RopeLayout::half_split, scale, mt));
+      return;
+    }
     AnyTensor w = (scale != 1.0 || t->dtype == DType::q8_0) ? folded(*t, static_cast<float>(scale), false, mt) : *t;
     w.source = t->source + " as " + mt;
     out_.add(mt, w.reshaped({heads, H, t->shape[1]}).permuted({2, 0, 1}));
   }
-  /// o_proj [D, heads*H] -> [heads, H, D].
+  /// o_proj [D, heads*H] -> [heads, H, D] (a view).
   void out(const std::string& file, const std::string& mt) {
     const AnyTensor* t = get(file);
     if (!t) return;
     const std::int64_t N = cfg_.num_query_heads, H = cfg_.head_dim;
     MAXTEXT_CHECK(t->rank() == 2 && t->shape[1] == N * H, ShapeError, "[", what_, "] ", file, " ", t->describe(),
                   ": expected [D, ", N * H, "]");
-    AnyTensor w = t->dtype == DType::q8_0 ? folded(*t, 1.0f, false, mt) : *t;
+    if (t->dtype == DType::q8_0) {  // blocks kept where a head spans whole blocks
+      out_.add(mt, attention_out_kernel(*t, N, H, mt));
+      return;
+    }
+    AnyTensor w = *t;
     w.source = t->source + " as " + mt;
     out_.add(mt, w.reshaped({t->shape[0], N, H}).permuted({1, 2, 0}));
   }

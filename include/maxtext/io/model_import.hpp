@@ -27,6 +27,7 @@
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
+#include "maxtext/io/attention_kernels.hpp"
 #include "maxtext/io/convert.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
@@ -38,9 +39,6 @@
 #include "maxtext/io/safetensors.hpp"
 
 namespace maxtext::io {
-
-/// Which lanes of a head the rotary embedding pairs.
-enum class RopeLayout : std::uint8_t { half_split, interleaved };
 
 /// The lane pairing the MaxText block of `cfg` expects in its query/key kernels (rope.md §Selection).
 inline RopeLayout maxtext_rope_layout(const Config& cfg) {
@@ -65,105 +63,7 @@ inline void base_llama_config(Config& c) {
   c.rope_min_timescale = 1;
 }
 
-/// Lane `j` of the destination pairing reads lane src_lane(j) of the source pairing.
-inline std::int64_t src_lane(std::int64_t j, std::int64_t H, RopeLayout from, RopeLayout to) {
-  if (from == to) return j;
-  const std::int64_t half = H / 2;
-  if (from == RopeLayout::interleaved) {  // to half-split: new[i] = old[2i], new[i + H/2] = old[2i + 1]
-    return j < half ? 2 * j : 2 * (j - half) + 1;
-  }
-  return (j % 2 == 0) ? j / 2 : j / 2 + half;  // half-split to interleaved: new[2i] = old[i], new[2i+1] = old[i+H/2]
-}
-
 }  // namespace detail
-
-/// The MaxText attention kernel [D, heads, H] for a file's projection matrix w [heads*H, D] (out-major): a view when
-/// nothing changes, else a materialised copy with the rotary lanes re-paired and/or every value scaled by `scale`
-/// (float sources: f32 result, value = float(double(w) * scale); Q8_0 sources stay Q8_0 with the block scales
-/// multiplied, rounded to fp16).
-inline AnyTensor attention_kernel(const AnyTensor& w, std::int64_t heads, std::int64_t H, RopeLayout from, RopeLayout to,
-                                  double scale, const std::string& name) {
-  MAXTEXT_CHECK(w.rank() == 2 && w.shape[0] == heads * H, ShapeError, "[import] ", w.source, " (", name,
-                "): expected a [", heads * H, ", D] matrix (", heads, " heads of ", H, "), found ", w.shape);
-  const std::int64_t D = w.shape[1];
-  MAXTEXT_CHECK(from == to || H % 2 == 0, ShapeError, "[import] ", w.source, ": rotary lanes need an even head_dim, found ", H);
-  AnyTensor out;
-  if (from == to && scale == 1.0) {
-    out = w;
-  } else if (w.dtype == DType::q8_0) {
-    MAXTEXT_CHECK(w.block_axis < 0 && w.strides.back() == 1, UnsupportedError, "[import] ", w.source,
-                  ": Q8_0 rows must be contiguous blocks");
-    const std::int64_t nb = D / q8_0::block;
-    Tensor<q8_0, 2> q({heads * H, nb});
-    const auto* src = reinterpret_cast<const q8_0*>(w.data);
-    for (std::int64_t n = 0; n < heads; ++n) {
-      for (std::int64_t j = 0; j < H; ++j) {
-        const std::int64_t r = n * H + detail::src_lane(j, H, from, to);
-        for (std::int64_t b = 0; b < nb; ++b) {
-          q8_0 blk = src[r * w.strides[0] + b];
-          if (scale != 1.0) blk.d = fp16(static_cast<float>(static_cast<double>(static_cast<float>(blk.d)) * scale));
-          q(n * H + j, b) = blk;
-        }
-      }
-    }
-    out.dtype = DType::q8_0;
-    out.shape = {heads * H, D};
-    out.strides = AnyTensor::dense_strides(out.shape, out.dtype);
-    out.data = reinterpret_cast<const std::byte*>(q.data());
-    out.holder = q.holder();
-    out.source = w.source;
-  } else {
-    const Tensor<float, 2> f = to_matrix<float>(w, {0, 1}, 1);
-    Tensor<float, 2> r({heads * H, D});
-    for (std::int64_t n = 0; n < heads; ++n) {
-      for (std::int64_t j = 0; j < H; ++j) {
-        const float* s = &f(n * H + detail::src_lane(j, H, from, to), 0);
-        float* d = &r(n * H + j, 0);
-        if (scale == 1.0) {
-          std::memcpy(d, s, static_cast<std::size_t>(D) * sizeof(float));
-        } else {
-          for (std::int64_t k = 0; k < D; ++k) d[k] = static_cast<float>(static_cast<double>(s[k]) * scale);
-        }
-      }
-    }
-    out = AnyTensor::from(r, w.source);
-  }
-  out.source = w.source + " as " + name;
-  // [heads*H, D] -> [heads, H, D] -> [D, heads, H]
-  AnyTensor v = out.reshaped({heads, H, D});
-  return v.permuted({2, 0, 1});
-}
-
-/// The MaxText out kernel [heads, H, D] for a file's output projection w [D, heads*H] (out-major): a view.
-inline AnyTensor attention_out_kernel(const AnyTensor& w, std::int64_t heads, std::int64_t H, const std::string& name) {
-  MAXTEXT_CHECK(w.rank() == 2 && w.shape[1] == heads * H, ShapeError, "[import] ", w.source, " (", name,
-                "): expected a [D, ", heads * H, "] matrix, found ", w.shape);
-  AnyTensor t = w;
-  // [D, heads*H] -> [D, heads, H] -> [heads, H, D]. Splitting the input axis of a Q8_0 matrix keeps its blocks only
-  // when a head spans whole blocks; otherwise dequantise (a Q8_0 policy re-quantises the same blocks losslessly:
-  // llama.cpp's blocks always hold a +-127 value, so amax/127 gives back the same scale).
-  if (w.dtype == DType::q8_0 && (H % q8_0::block != 0 || w.block_axis >= 0 || w.strides.back() != 1)) {
-    t = AnyTensor::from(to_matrix<float>(w, {0, 1}, 1), w.source);
-  }
-  t.source = w.source + " as " + name;
-  const std::int64_t D = w.shape[0];
-  if (t.dtype == DType::q8_0) {
-    t.shape = {D, heads, H};
-    t.strides = {t.strides[0], H / q8_0::block, 1};
-  } else {
-    t.shape = {D, heads, H};
-    t.strides = {t.strides[0], H * t.strides[1], t.strides[1]};
-  }
-  return t.permuted({1, 2, 0});
-}
-
-/// A dense MaxText kernel [in, out] viewing a file's [out, in] matrix.
-inline AnyTensor dense_kernel(const AnyTensor& w, const std::string& name) {
-  MAXTEXT_CHECK(w.rank() == 2, ShapeError, "[import] ", w.source, " (", name, "): expected a matrix, found ", w.shape);
-  AnyTensor t = w.permuted({1, 0});
-  t.source = w.source + " as " + name;
-  return t;
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Configs.
