@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/layers/gemma3.hpp"
 #include "maxtext/layers/llama2.hpp"
@@ -107,6 +108,7 @@ void run(const Args& a, const Config& cfg) {
     io::LoadedWeights w = io::load_weights(a.weights, cfg);
     model.load(w.tensors);
   }
+  trim_heap();  // as the CLI does after loading (core/mapped_pages.hpp)
   std::mt19937 g(1234);
   std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(a.vocab - 1));
   auto tokens = [&](std::int64_t n) {

@@ -9,6 +9,7 @@
 #include "cli_args.hpp"
 #include "cli_common.hpp"
 #include "cmd_tokenize.hpp"  // config_from_weights
+#include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/io/npy.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
@@ -68,6 +69,8 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   if (w) {
     if (w->naming == io::WeightNaming::hf) model->set_name_scheme(models::NameScheme::hf);
     model->load(w->tensors);
+    w.reset();    // the importer's temporaries (folded or re-paired matrices) go now,
+    trim_heap();  // and the heap they took back to the system (core/mapped_pages.hpp)
   } else {
     model->init(static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed)));
   }

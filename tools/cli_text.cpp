@@ -1,4 +1,5 @@
 // tools/cli_text.cpp: `maxtext generate` (token ids or streamed text), `tokenize` and `detokenize`.
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -31,7 +32,9 @@ int cmd_generate(const Args& a) {
     MAXTEXT_CHECK(go.stop_strings.empty(), ArgumentError, "--stop needs --prompt (text, through a tokenizer)");
     prompts = parse_token_rows(a.get("tokens"));
   }
+  const auto t_load = std::chrono::steady_clock::now();
   const auto model = open_model(cfg, a);
+  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   if (tk) {
     // Text: the prompt as given, then the generated text as it comes (whole UTF-8 characters, stop strings cut).
     std::cout << a.get("prompt") << std::flush;
@@ -54,6 +57,7 @@ int cmd_generate(const Args& a) {
               res.prefill_seconds * 1e3, res.prefill_tokens_per_second());
   std::printf("decode: %lld steps in %.3f ms (%.1f tokens/s)\n", static_cast<long long>(res.decode_steps),
               res.decode_seconds * 1e3, res.decode_tokens_per_second());
+  std::printf("load: %.3f s (weights read, imported and laid out for the backend)\n", load_seconds);
   return 0;
 }
 

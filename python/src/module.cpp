@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/io/checkpoint.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/model_import.hpp"
@@ -376,9 +377,13 @@ struct PyModel {
 
   void load(py::handle weights, bool allow_unused) { load_tensors(weights_arg(weights, b->config()), allow_unused); }
   void load_tensors(Weights w, bool allow_unused) {
-    py::gil_scoped_release nogil;
-    if (!names_fixed) b->set_name_scheme(w.hf ? models::NameScheme::hf : models::NameScheme::maxtext);
-    b->load(w.tensors, allow_unused);
+    {
+      py::gil_scoped_release nogil;
+      if (!names_fixed) b->set_name_scheme(w.hf ? models::NameScheme::hf : models::NameScheme::maxtext);
+      b->load(w.tensors, allow_unused);
+    }
+    w.tensors = io::TensorMap{};  // (with the GIL: it may hold NumPy arrays) the importer's temporaries go now,
+    trim_heap();                  // and the heap they took back to the system (core/mapped_pages.hpp)
   }
 };
 
