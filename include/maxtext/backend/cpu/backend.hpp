@@ -73,7 +73,7 @@ class Backend {
   Matrix<W> prepare(Matrix<W> m) const {
     if constexpr (gemm::packable<W>) {
       if (!m.empty() && !m.packed && m.data.view().is_contiguous()) {
-        m.packed = gemm::pack(m.data.data(), m.rows, m.cols, int8_activations_);
+        m.packed = gemm::pack(m.data.data(), m.rows, m.cols, int8_activations_, threads_);
         drop_mapped_pages(m.data.data(), static_cast<std::size_t>(m.data.size()) * sizeof(W));
       }
     }

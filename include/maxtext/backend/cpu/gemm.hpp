@@ -521,10 +521,12 @@ void run_tile_dispatch(int rows, const Packed& p, const TileJob& j, const X* x, 
 
 }  // namespace detail
 
-/// Pack an out-major weight [N, K] of float, bf16, fp16 or Q8_0 (K/32 blocks per row) once. `int8_activations`: Q8_0 in
-/// the layout for 8-bit activations and integer dot products (PackKind::q8_0_i8); ignored for other types.
+/// Pack an out-major weight [N, K] of float, bf16, fp16 or Q8_0 (K/32 blocks per row) once, on up to `threads` threads
+/// (the backend's count: more than the cores would only contend). `int8_activations`: Q8_0 in the layout for 8-bit
+/// activations and integer dot products (PackKind::q8_0_i8); ignored for other types.
 template <class W>
-std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, bool int8_activations = false) {
+std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, bool int8_activations = false,
+                                   int threads = 1) {
   auto p = std::make_shared<Packed>();
   p->rows = N;
   p->cols = K;
@@ -545,7 +547,7 @@ std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, b
   }
   p->buf = AlignedBuffer(p->panel_bytes * static_cast<std::size_t>(p->panels));
   Packed& pk = *p;
-  parallel_for(pk.panels, 64, [&](std::int64_t p0, std::int64_t p1) {
+  parallel_for(pk.panels, threads, [&](std::int64_t p0, std::int64_t p1) {
     for (std::int64_t pi = p0; pi < p1; ++pi) {
       std::byte* dst = pk.panel(pi);
       std::memset(dst, 0, pk.panel_bytes);
