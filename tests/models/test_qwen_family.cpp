@@ -1,4 +1,5 @@
-// The qwen2 and qwen3_moe decoder blocks (layers/qwen2.hpp, layers/qwen3.hpp Qwen3MoeDecoderLayer) against the
+// The qwen2, qwen3_moe and qwen3_custom_moe decoder blocks (layers/qwen2.hpp, layers/qwen3.hpp Qwen3MoeDecoderLayer,
+// layers/qwen3_custom.hpp) against the
 // PyTorch float64 fixtures of tests/reference/qwen_family_reference.py: the layers in f32 and bf16, 2-layer models
 // (logits, activations, prefill + incremental decode, ragged rows), MaxText scanned trees, Hugging Face checkpoints
 // (config.json + safetensors), GGUF files written here from the same numbers with llama.cpp's names and metadata
@@ -20,6 +21,7 @@
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/layers/qwen2.hpp"
 #include "maxtext/layers/qwen3.hpp"
+#include "maxtext/layers/qwen3_custom.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"
@@ -35,6 +37,7 @@ using P32 = Policy<test::Backend, float>;
 using PBf = Policy<test::Backend, bf16>;
 using Qwen2 = models::Transformer<P32, layers::Qwen2DecoderLayer>;
 using Qwen3Moe = models::Transformer<P32, layers::Qwen3MoeDecoderLayer>;
+using Qwen3Custom = models::Transformer<P32, layers::Qwen3CustomMoeDecoderLayer>;
 
 namespace {
 
@@ -204,6 +207,57 @@ TEST_CASE("Qwen3MoeDecoderLayer (qk-norm attention, moe_block with renormalised 
   check_layer<PBf, layers::Qwen3MoeDecoderLayer>("qwen3_moe_layer", kBf16Layer);
 }
 
+TEST_CASE("Qwen3CustomMoeDecoderLayer (attention to attention_output_dim, latent norm, MoE on that width) matches the "
+          "torch fixture", "[layers][qwen3_custom_moe]") {
+  // attention_output_dim == emb_dim here: no layer_up_projection (the model fixture has one).
+  check_layer<P32, layers::Qwen3CustomMoeDecoderLayer>("qwen3_custom_moe_layer", test::tol::f32_layer);
+  check_layer<PBf, layers::Qwen3CustomMoeDecoderLayer>("qwen3_custom_moe_layer", kBf16Layer);
+}
+
+TEST_CASE("Qwen3-custom-MoE model (2 layers, attention_output_dim 32 < emb_dim 64, up projection) matches the torch "
+          "model, unscanned and scanned, incremental and ragged decoding", "[models][qwen3_custom_moe]") {
+  check_model<Qwen3Custom>("qwen3_custom_moe_model");
+  check_model<Qwen3Custom>("qwen3_custom_moe_model", "model_scanned.safetensors");
+}
+
+TEST_CASE("qwen3_custom_moe: the model config loads with the parameter tree MaxText builds, bad widths are refused by "
+          "name", "[models][registry][qwen3_custom_moe][errors]") {
+  const Config c = io::load_config("", {"model_name=qwen3-custom-30b-a3b"});
+  CHECK(c.is("qwen3_custom_moe"));
+  CHECK(c.attention_output_dim == 768);
+  Qwen3Custom m(c);
+  {
+    // qwen3_custom.py: q/k/v from D, out [N, H, Da], per-head q/k norms, pre/post norms (post unused) [D], latent_norm
+    // [Da], gate [Da, E], experts wi_0/wi_1 [E, Da, F] and wo [E, F, Da], layer_up_projection [Da, D].
+    const std::int64_t D = 2048, N = 16, K = 2, H = 256, Da = 768, F = 2048, E = 128, L = 48, V = 151936;
+    const std::int64_t layer = D * N * H + 2 * D * K * H + N * H * Da + 2 * H + 2 * D + Da + Da * E + 3 * E * Da * F +
+                               Da * D;
+    CHECK(m.num_params() == 2 * V * D + L * layer + D);
+  }
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the registry instantiates every block and policy: checked once, on the CPU
+  Config c32 = c;
+  c32.dtype = "float32";  // MaxText's default dtype is bfloat16
+  const bool same = models::with_model_type<test::Backend>(c32, []<class M>() { return std::is_same_v<M, Qwen3Custom>; });
+  CHECK(same);
+#endif
+  Config bad = test::config_from_meta(test::read_meta(dir_of("qwen3_custom_moe_model")));
+  bad.moe_expert_input_dim = 48;
+  CHECK_THROWS_AS(bad.validate(), ConfigError);
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("attention_output_dim > 0 and equal to moe_expert_input_dim") &&
+                                        Catch::Contains("found 32 and 48"));
+  bad.attention_output_dim = -1;
+  bad.moe_expert_input_dim = -1;
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("qwen3_custom_moe needs attention_output_dim > 0"));
+  CHECK_THROWS_WITH(layers::Qwen3CustomMoeDecoderLayer<P32>(bad, {0, "layer", "layer.self_attention", "layer.mlp"}),
+                    Catch::Contains("attention_output_dim (-1) must be > 0"));
+  // A checkpoint without the up projection is named.
+  const Config good = test::config_from_meta(test::read_meta(dir_of("qwen3_custom_moe_model")));
+  io::TensorMap t = io::read_safetensors(dir_of("qwen3_custom_moe_model") + "/model.safetensors");
+  t.tensors.erase("decoder.layers_1.layer_up_projection.kernel");
+  Qwen3Custom mc(good);
+  CHECK_THROWS_WITH(mc.load(t), Catch::Contains("decoder.layers_1.layer_up_projection.kernel"));
+}
+
 TEST_CASE("Qwen2 model (2 layers) matches the torch model, incremental and ragged decoding", "[models][qwen2]") {
   check_model<Qwen2>("qwen2_model");
 }
@@ -344,9 +398,12 @@ TEST_CASE("maxtext generate / logits: qwen2 / qwen3_moe from a Hugging Face dire
   // directory through `maxtext logits`, against the reference's logits.
   test::check_cli_checkpoints(dir_of("qwen2_model"), test::tol::f32_logits);
   test::check_cli_checkpoints(dir_of("qwen3_moe_model"), test::tol::f32_logits);
+  test::check_cli_checkpoints(dir_of("qwen3_custom_moe_model"), test::tol::f32_logits, false);  // MaxText-only block
   const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=48 "
                            "base_num_decoder_layers=2 vocab_size=96 max_target_length=32 dtype=float32";
   for (const std::string& c : {"qwen2.5-7b.yml" + tiny, "qwen3-30b-a3b.yml" + tiny + " base_moe_mlp_dim=32 num_experts=8",
+                              "qwen3-custom-30b-a3b.yml" + tiny + " base_moe_mlp_dim=32 num_experts=8 "
+                                                                  "attention_output_dim=32 moe_expert_input_dim=32",
                               "qwen2.5-7b.yml" + tiny + " decoder_block=simple",
                               "qwen2.5-7b.yml" + tiny + " decoder_block=simple_mlp"}) {
     test::check_cli_generates_seeded(c);

@@ -8,12 +8,17 @@ MaxText semantics (models/qwen2.py, models/qwen3.py Qwen3MoeDecoderLayer, models
              + MlpBlock(RMSNorm(h)) (SwiGLU).
   qwen3_moe: Qwen3 attention (per-head RMSNorm on q and k, head_dim^-0.5 on q) + RoutedMoE `moe_block` with hidden
              size moe_mlp_dim: top-k of the raw gate logits, softmax over the k values, renormalised (norm_topk_prob).
+  qwen3_custom_moe (models/qwen3_custom.py Qwen3CustomMoeDecoderLayer): a = Qwen3 attention of RMSNorm(x) whose out
+             projection writes attention_output_dim (Da) features; f = RoutedMoE(RMSNorm_latent(a)) on width Da
+             (moe_expert_input_dim); out = x + f . layer_up_projection [Da, D] (no up projection when Da == D). No
+             residual around the attention; post_self_attention_layer_norm exists in the tree but is not applied.
   simple:    y = x . weights [D, D] (no residual, no norm).   simple_mlp: y = (x . ff_1 [D, F]) . ff_2 [F, D].
 Hugging Face semantics (Qwen2ForCausalLM, Qwen3MoeForCausalLM): [out, in] Linear weights with q/k/v bias, softmax
 over all experts then top-k then division by the sum of the k probabilities, 1/sqrt(head_dim) inside attention.
 
 The attention, rotary and MoE routing helpers are those of attention_reference.py / deepseek_reference.py (written
-from the spec, independent of the C++ port). Writes tests/fixtures/{qwen2,qwen3_moe,simple,simple_mlp}_*/.
+from the spec, independent of the C++ port). Writes tests/fixtures/{qwen2,qwen3_moe,qwen3_custom_moe,simple,simple_mlp}_*/ (MaxText commit e591f30 read for
+qwen3_custom.py).
 Run: /usr/bin/python3 tests/reference/qwen_family_reference.py
 """
 import json
@@ -69,6 +74,15 @@ def qwen3_moe_layer(x, w, c, pos, margins=None, stats=None):
     return h + f, a, f
 
 
+def qwen3_custom_moe_layer(x, w, c, pos, margins=None, stats=None):
+    a = AR.attention(AR.rms_norm(x, w["pre_self_attention_layer_norm.scale"], c["eps"]), sub(w, "self_attention."),
+                     attn_args(c, True), pos)
+    f = DR.routed_moe(AR.rms_norm(a, w["latent_norm.scale"], c["eps"]), sub(w, "moe_block."), c, margins, stats)
+    if "layer_up_projection.kernel" in w:
+        f = f @ w["layer_up_projection.kernel"]
+    return x + f, a, f
+
+
 def simple_layer(x, w, c, pos):
     y = x @ w["weights"]
     return y, None, None
@@ -95,6 +109,20 @@ def qwen3_moe_weights(g, c):
     return w
 
 
+def qwen3_custom_moe_weights(g, c):
+    D, Da = c["D"], c["Da"]
+    w = {"pre_self_attention_layer_norm.scale": f32(g, (D,), 0.2, 1.0),
+         "post_self_attention_layer_norm.scale": f32(g, (D,), 0.2, 1.0)}  # in the tree, unused by the forward
+    att = AR.attention_weights(g, D, c["N"], c["K"], c["H"], {"qk_norm": "rms", "q_scalar": True})
+    att["out.kernel"] = f32(g, (c["N"], c["H"], Da), 1.0 / math.sqrt(c["N"] * c["H"]))  # writes Da features
+    w.update(prefixed(att, "self_attention."))
+    w["latent_norm.scale"] = f32(g, (Da,), 0.2, 1.0)
+    w.update(prefixed(DR.moe_weights(g, dict(c, D=Da), c["Fm"], c.get("gate_scale", 1.0)), "moe_block."))
+    if Da != D:
+        w["layer_up_projection.kernel"] = f32(g, (Da, D), 1 / math.sqrt(Da))
+    return w
+
+
 def simple_weights(g, c):
     return {"weights": f32(g, (c["D"], c["D"]), 1 / math.sqrt(c["D"]))}
 
@@ -104,12 +132,17 @@ def simple_mlp_weights(g, c):
 
 
 FAMILIES = {"qwen2": (qwen2_layer, qwen2_weights), "qwen3_moe": (qwen3_moe_layer, qwen3_moe_weights),
+            "qwen3_custom_moe": (qwen3_custom_moe_layer, qwen3_custom_moe_weights),
             "simple": (simple_layer, simple_weights), "simple_mlp": (simple_mlp_layer, simple_mlp_weights)}
 
 
-def settings(kind):
+def settings(kind, case="model"):
     c = dict(D=32, N=4, K=2, H=8, F=48, Fm=16, E=4, k=2, eps=1e-6, theta=1000000.0, V=64, L=2, score="",
              block=kind, deepseek_name=False, norm_topk=True)
+    if kind == "qwen3_custom_moe":
+        # Every contracted width a multiple of 32 (Q8_0 storage works too). The layer fixture has Da == D (no up
+        # projection), the model Da < D (with it).
+        c.update(D=64, Da=32, Fm=32) if case == "model" else c.update(Da=32, Fm=32)
     return c
 
 
@@ -121,9 +154,11 @@ def config_keys(kind, c):
            "scan_layers": False}
     if kind == "qwen2":
         cfg["attention_bias"] = True
-    if kind == "qwen3_moe":
+    if kind in ("qwen3_moe", "qwen3_custom_moe"):
         cfg.update(use_qk_norm=True, num_experts=c["E"], num_experts_per_tok=c["k"], base_moe_mlp_dim=c["Fm"],
                    norm_topk_prob=True)
+    if kind == "qwen3_custom_moe":
+        cfg.update(attention_output_dim=c["Da"], moe_expert_input_dim=c["Da"])
     return cfg
 
 
@@ -237,7 +272,7 @@ def hf_checkpoint(kind, c, w):
 # Cases
 
 def layer_case(kind, seed):
-    c = settings(kind)
+    c = settings(kind, "layer")
     fn, wfn = FAMILIES[kind]
     pos = np.tile(np.arange(7, dtype=np.int32), (2, 1))
     for attempt in range(400):
@@ -245,7 +280,7 @@ def layer_case(kind, seed):
         w = wfn(g, c)
         x = f32(g, (2, 7, c["D"]), 1.0, 0.1)
         margins = []
-        if kind == "qwen3_moe":
+        if kind in ("qwen3_moe", "qwen3_custom_moe"):
             out, a, f = fn(t64(x), to64(w), c, pos, margins)
         else:
             out, a, f = fn(t64(x), to64(w), c, pos)
@@ -286,7 +321,7 @@ def model_case(kind, seed):
         margins = []
         for i in range(c["L"]):
             lw = sub(w64, f"decoder.layers_{i}.")
-            x = (fn(x, lw, c, pos, margins) if kind == "qwen3_moe" else fn(x, lw, c, pos))[0]
+            x = (fn(x, lw, c, pos, margins) if "moe" in kind else fn(x, lw, c, pos))[0]
             acts[f"decoder.layers_{i}"] = x
         x = AR.rms_norm(x, w64["decoder.decoder_norm.scale"], c["eps"])
         acts["decoder.decoder_norm"] = x
@@ -297,7 +332,7 @@ def model_case(kind, seed):
         raise RuntimeError(kind + ": no seed with clear routing margins")
     d = case_dir(kind + "_model")
     save_safetensors(f"{d}/model.safetensors", w)
-    if kind in ("qwen3_moe", "simple"):
+    if kind in ("qwen3_moe", "qwen3_custom_moe", "simple"):
         save_safetensors(f"{d}/model_scanned.safetensors", DR.scanned(w, [("layers", c["L"])]))
     save_npy(d, "tokens", tokens)
     save_npy(d, "logits", logits.numpy())
@@ -324,11 +359,15 @@ def model_case(kind, seed):
 
 def main():
     torch.set_default_dtype(torch.float64)
-    for seed, kind in enumerate(("qwen2", "qwen3_moe", "simple", "simple_mlp")):
+    kinds = ("qwen2", "qwen3_moe", "simple", "simple_mlp", "qwen3_custom_moe")
+    only = sys.argv[1:] or kinds
+    for seed, kind in enumerate(kinds):
+        if kind not in only:
+            continue
         if kind.startswith("qwen"):
             layer_case(kind, 51 + seed)
         model_case(kind, 61 + seed)
-    print("wrote tests/fixtures/{qwen2,qwen3_moe}_{layer,model}, {simple,simple_mlp}_model")
+    print("wrote tests/fixtures/{qwen2,qwen3_moe,qwen3_custom_moe}_{layer,model}, {simple,simple_mlp}_model")
 
 
 if __name__ == "__main__":

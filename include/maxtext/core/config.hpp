@@ -96,6 +96,7 @@ using StringList = std::vector<std::string>;
   X(bool, sparse_matmul, true)                                   \
   X(bool, megablox, true)                                        \
   X(std::int64_t, moe_expert_input_dim, -1)                      \
+  X(std::int64_t, attention_output_dim, -1)                      \
   X(std::string, routed_score_func, "")                          \
   X(bool, routed_bias, false)                                    \
   X(double, routed_scaling_factor, 1.0)                          \
@@ -403,7 +404,7 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
 inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
                                                  "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
-                                                 "olmo3", "llama2lti", "gpt_oss"};
+                                                 "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe"};
   return list;
 }
 
@@ -442,6 +443,7 @@ inline void Config::validate() const {
   at_most("q_lora_rank", q_lora_rank, Limits::width);
   at_most("kv_lora_rank", kv_lora_rank, Limits::width);
   at_most("moe_expert_input_dim", moe_expert_input_dim, Limits::width);
+  at_most("attention_output_dim", attention_output_dim, Limits::width);
   at_most("head_dim", head_dim, Limits::head_dim);
   at_most("qk_nope_head_dim", qk_nope_head_dim, Limits::head_dim);
   at_most("qk_rope_head_dim", qk_rope_head_dim, Limits::head_dim);
@@ -463,14 +465,21 @@ inline void Config::validate() const {
     MAXTEXT_CHECK(num_query_heads == num_kv_heads, ConfigError, "[config] decoder_block gpt3 needs num_query_heads == num_kv_heads, found ",
                   num_query_heads, " and ", num_kv_heads);
   }
-  if (decoder_block == "qwen3_moe") {
-    MAXTEXT_CHECK(num_experts >= 1, ConfigError, "[config] decoder_block qwen3_moe needs num_experts >= 1, found ", num_experts);
-    MAXTEXT_CHECK(num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts, ConfigError,
-                  "[config] decoder_block qwen3_moe: num_experts_per_tok must be in [1, num_experts=", num_experts,
-                  "], found ", num_experts_per_tok);
-    MAXTEXT_CHECK(moe_mlp_dim > 0, ConfigError, "[config] decoder_block qwen3_moe needs base_moe_mlp_dim > 0 (the expert "
-                  "hidden size), found ", base_moe_mlp_dim);
+  if (decoder_block == "qwen3_moe" || decoder_block == "qwen3_custom_moe") {
+    MAXTEXT_CHECK(num_experts >= 1, ConfigError, "[config] decoder_block ", decoder_block,
+                  " needs num_experts >= 1, found ", num_experts);
+    MAXTEXT_CHECK(num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts, ConfigError, "[config] decoder_block ",
+                  decoder_block, ": num_experts_per_tok must be in [1, num_experts=", num_experts, "], found ",
+                  num_experts_per_tok);
+    MAXTEXT_CHECK(moe_mlp_dim > 0, ConfigError, "[config] decoder_block ", decoder_block,
+                  " needs base_moe_mlp_dim > 0 (the expert hidden size), found ", base_moe_mlp_dim);
   }
+  if (decoder_block == "qwen3_custom_moe") {  // qwen3_custom.py and types.py's check
+    MAXTEXT_CHECK(attention_output_dim > 0 && attention_output_dim == moe_expert_input_dim, ConfigError,
+                  "[config] decoder_block qwen3_custom_moe needs attention_output_dim > 0 and equal to "
+                  "moe_expert_input_dim (the width the attention writes and the experts read), found ",
+                  attention_output_dim, " and ", moe_expert_input_dim);
+  }  // other blocks ignore attention_output_dim, as MaxText's do
   if (decoder_block == "simple_mlp") {
     MAXTEXT_CHECK(mlp_dim > 0, ConfigError, "[config] decoder_block simple_mlp needs base_mlp_dim > 0, found ", base_mlp_dim);
   }

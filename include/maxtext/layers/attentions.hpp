@@ -75,6 +75,7 @@ struct AttentionArgs {
   bool use_v_norm = false;
   double rope_max_timescale = 0.0;      ///< <= 0 = config.rope_max_timescale
   double partial_rotary_factor = 0.0;   ///< 0 = None
+  std::int64_t output_dim = 0;          ///< width of the out projection; <= 0 = emb_dim (qwen3_custom.py: attention_output_dim)
 
   /// The arguments the DEFAULT / LLAMA2 / MISTRAL blocks pass: heads and head_dim from the config, the two f32
   /// flags, global attention, nothing else (the blocks add their extras).
@@ -105,6 +106,7 @@ class Attention {
   Attention(const Config& c, const AttentionArgs& a)
       : args_(a),
         D_(c.emb_dim),
+        O_(a.output_dim > 0 ? a.output_dim : c.emb_dim),
         N_(a.num_query_heads),
         K_(a.num_kv_heads),
         H_(a.head_dim),
@@ -143,7 +145,7 @@ class Attention {
       key_ = DenseGeneral<P>({{D_}, {K_, H_}, bias, init});
       if (!a.share_kv_projections) value_ = DenseGeneral<P>({{D_}, {K_, H_}, bias, init});
     }
-    out_ = DenseGeneral<P>({{N_, H_}, {D_}, bias && !c.is("qwen2"), init});
+    out_ = DenseGeneral<P>({{N_, H_}, {O_}, bias && !c.is("qwen2"), init});
 
     if (qk_rms_) {
       const bool ws = c.qk_norm_with_scale;
@@ -215,12 +217,15 @@ class Attention {
     if (args_.use_v_norm) visit_child(v, "value_norm", value_norm_, p.value_norm);
   }
 
-  /// x [B*T, D] -> y [B*T, D] (y must not alias x). Writes this step's keys/values into `cache`.
+  /// Width of the output rows: emb_dim unless AttentionArgs::output_dim says otherwise.
+  std::int64_t output_dim() const { return O_; }
+
+  /// x [B*T, D] -> y [B*T, output_dim()] (y must not alias x). Writes this step's keys/values into `cache`.
   void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, LayerCache<A>& cache, View<A, 2> y) const {
     const auto& st = ctx.step;
     const std::int64_t M = x.dim(0);
-    MAXTEXT_CHECK(x.dim(1) == D_ && y.dim(1) == D_, ShapeError, "[Attention] inputs have ", x.dim(1),
-                  " features and outputs ", y.dim(1), ": expected emb_dim ", D_);
+    MAXTEXT_CHECK(x.dim(1) == D_ && y.dim(1) == O_, ShapeError, "[Attention] inputs have ", x.dim(1),
+                  " features and outputs ", y.dim(1), ": expected emb_dim ", D_, " and ", O_);
     MAXTEXT_CHECK(M == st.tokens() && y.dim(0) == M, ShapeError, "[Attention] ", M, " input rows for a step of ",
                   st.batch, " x ", st.length, " tokens");
     MAXTEXT_CHECK(cache.buffers.size() == 2 && cache.buffers[0].dim(2) == K_ * H_ && cache.buffers[1].dim(2) == K_ * H_,
@@ -363,7 +368,7 @@ class Attention {
   }
 
   AttentionArgs args_;
-  std::int64_t D_ = 0, N_ = 0, K_ = 0, H_ = 0;
+  std::int64_t D_ = 0, O_ = 0, N_ = 0, K_ = 0, H_ = 0;
   bool fused_ = false, sinks_ = false;
   float eps_ = 1e-5f;
   bool qk_rms_ = false, qk_l2_ = false, qk_global_ = false;

@@ -21,6 +21,7 @@
 #include "maxtext/layers/olmo3.hpp"
 #include "maxtext/layers/qwen2.hpp"
 #include "maxtext/layers/qwen3.hpp"
+#include "maxtext/layers/qwen3_custom.hpp"
 #include "maxtext/layers/simple_layer.hpp"
 #include "maxtext/models/transformer.hpp"
 
@@ -40,6 +41,7 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("qwen3")) return f.template operator()<Transformer<P, layers::Qwen3DecoderLayer>>();
   if (cfg.is("qwen2")) return f.template operator()<Transformer<P, layers::Qwen2DecoderLayer>>();
   if (cfg.is("qwen3_moe")) return f.template operator()<Transformer<P, layers::Qwen3MoeDecoderLayer>>();
+  if (cfg.is("qwen3_custom_moe")) return f.template operator()<Transformer<P, layers::Qwen3CustomMoeDecoderLayer>>();
   if (cfg.is("simple")) return f.template operator()<Transformer<P, layers::SimpleDecoderLayer>>();
   if (cfg.is("simple_mlp")) return f.template operator()<Transformer<P, layers::SimpleMlpDecoderLayer>>();
   if (cfg.is("gemma")) return f.template operator()<Transformer<P, layers::GemmaDecoderLayer>>();
