@@ -64,6 +64,7 @@ using StringList = std::vector<std::string>;
   X(bool, v_norm_with_scale, true)                               \
   X(bool, temperature_tuning, false)                             \
   X(std::int64_t, nope_layer_interval, -1)                       \
+  X(std::int64_t, interleave_moe_layer_step, 1)                  \
   X(std::string, rope_type, "default")                           \
   X(double, rope_min_timescale, 1)                               \
   X(double, rope_max_timescale, 10000)                           \
@@ -404,7 +405,7 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
 inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
                                                  "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
-                                                 "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe"};
+                                                 "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe", "llama4"};
   return list;
 }
 
@@ -511,6 +512,35 @@ inline void Config::validate() const {
                   ConfigError, "[config] decoder_block gpt_oss: inhomogeneous_layer_cycle_interval (",
                   inhomogeneous_layer_cycle_interval, ") must divide num_decoder_layers (", num_decoder_layers,
                   "): MaxText's scanned GptOssScannableBlock would drop the remainder layers");
+  }
+  if (decoder_block == "llama4") {
+    // llama4.py: layer i is NoPE (global attention, temperature tuning) when nope_layer_interval > 0 and
+    // (i + 1) % nope_layer_interval == 0, else chunked attention with RoPE; MoE when interleave_moe_layer_step > 0
+    // and (i + 1) % interleave_moe_layer_step == 0, else a dense MlpBlock. Scanned checkpoints hold blocks of
+    // inhomogeneous_layer_cycle_interval layers (Llama4ScannableBlock).
+    const bool all_nope = nope_layer_interval == 1;
+    MAXTEXT_CHECK(all_nope || chunk_attn_window_size > 0, ConfigError, "[config] decoder_block llama4 needs "
+                  "chunk_attn_window_size > 0 (its RoPE layers use chunked attention), found ", chunk_attn_window_size);
+    const bool any_moe = interleave_moe_layer_step > 0 && interleave_moe_layer_step <= num_decoder_layers;
+    if (any_moe) {
+      MAXTEXT_CHECK(num_experts >= 1 && moe_mlp_dim > 0, ConfigError, "[config] decoder_block llama4 has MoE layers "
+                    "(interleave_moe_layer_step ", interleave_moe_layer_step, ") and needs num_experts >= 1 and "
+                    "base_moe_mlp_dim > 0, found ", num_experts, " and ", base_moe_mlp_dim);
+    }
+    if (interleave_moe_layer_step != 1) {
+      MAXTEXT_CHECK(mlp_dim > 0, ConfigError, "[config] decoder_block llama4 has dense layers (interleave_moe_layer_step ",
+                    interleave_moe_layer_step, ") and needs base_mlp_dim > 0, found ", base_mlp_dim);
+    }
+    if (scan_layers) {
+      const auto fits = [&](std::int64_t step) { return step <= 0 || inhomogeneous_layer_cycle_interval % step == 0; };
+      MAXTEXT_CHECK(inhomogeneous_layer_cycle_interval >= 1 && num_decoder_layers % inhomogeneous_layer_cycle_interval == 0 &&
+                        fits(nope_layer_interval) && fits(interleave_moe_layer_step),
+                    ConfigError, "[config] decoder_block llama4 with scan_layers: inhomogeneous_layer_cycle_interval (",
+                    inhomogeneous_layer_cycle_interval, ") must divide num_decoder_layers (", num_decoder_layers,
+                    ") and be a multiple of nope_layer_interval (", nope_layer_interval,
+                    ") and interleave_moe_layer_step (", interleave_moe_layer_step,
+                    "): Llama4ScannableBlock repeats that many layers");
+    }
   }
   if (decoder_block == "gemma3") {
     // gemma3.get_query_pre_attn_scalar: the query scale is chosen by model name; MaxText raises for any other.

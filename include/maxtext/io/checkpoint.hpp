@@ -105,10 +105,13 @@ inline bool canonicalize_olmo3_scanned(const std::string& name, const AnyTensor&
   return true;
 }
 
-/// GPT-OSS's scanned layout (decoders.py, GptOssScannableBlock): `decoder.layers.layers_j.X` for j in
-/// [0, inhomogeneous_layer_cycle_interval) stacks layers j, j + P, j + 2P, ... (num_layers / P repetitions, on
-/// param_scan_axis; P must divide num_layers, Config::validate). Adds the per-layer views; false when `name` is not one.
-inline bool canonicalize_gpt_oss_scanned(const std::string& name, const AnyTensor& t, const Config& cfg, TensorMap& out) {
+/// The scanned layout of the blocks that repeat a cycle of inhomogeneous_layer_cycle_interval (P) layers
+/// (decoders.py: GPT-OSS's GptOssScannableBlock, Llama 4's Llama4ScannableBlock): `decoder.layers.layers_j.X` for j in
+/// [0, P) stacks layers j, j + P, j + 2P, ... (num_layers / P repetitions, on param_scan_axis; P must divide
+/// num_layers, Config::validate). Adds the per-layer views; false when `name` is not one. `block` names the block in
+/// messages.
+inline bool canonicalize_cycle_scanned(const std::string& name, const AnyTensor& t, const Config& cfg, TensorMap& out,
+                                       const char* block) {
   const std::string head = "decoder.layers.layers_";
   if (name.compare(0, head.size(), head) != 0) return false;
   const std::int64_t pattern = cfg.inhomogeneous_layer_cycle_interval;
@@ -117,13 +120,13 @@ inline bool canonicalize_gpt_oss_scanned(const std::string& name, const AnyTenso
   const std::string digits = name.substr(head.size(), dot == std::string::npos ? std::string::npos : dot - head.size());
   MAXTEXT_CHECK(!digits.empty() && digits.size() < 10 && digits.find_first_not_of("0123456789") == std::string::npos &&
                     dot != std::string::npos,
-                ShapeError, "[checkpoint] ", t.source, ": scanned GPT-OSS tensor ", name, " is not ", head, "<j>.<param>");
+                ShapeError, "[checkpoint] ", t.source, ": scanned ", block, " tensor ", name, " is not ", head, "<j>.<param>");
   const std::int64_t j = std::stoll(digits);
-  MAXTEXT_CHECK(j < pattern, ShapeError, "[checkpoint] ", t.source, ": scanned GPT-OSS tensor ", name, ": sub-layer ", j,
+  MAXTEXT_CHECK(j < pattern, ShapeError, "[checkpoint] ", t.source, ": scanned ", block, " tensor ", name, ": sub-layer ", j,
                 " outside [0, ", pattern, ") (inhomogeneous_layer_cycle_interval)");
   const int axis = static_cast<int>(cfg.param_scan_axis);
   MAXTEXT_CHECK(axis >= 0 && axis < t.rank() && t.shape[static_cast<std::size_t>(axis)] == reps, ShapeError,
-                "[checkpoint] ", t.source, ": scanned GPT-OSS tensor ", name, " ", t.describe(), ": expected ", reps,
+                "[checkpoint] ", t.source, ": scanned ", block, " tensor ", name, " ", t.describe(), ": expected ", reps,
                 " repetitions (num_decoder_layers / inhomogeneous_layer_cycle_interval) on axis ", axis,
                 " (param_scan_axis)");
   const std::string rest = name.substr(dot + 1);
@@ -147,7 +150,8 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
     const std::string name = normalize_maxtext_name(raw);
     if (cfg.is("gemma3") && canonicalize_gemma3_scanned(name, t, cfg, out)) continue;
     if (cfg.is("olmo3") && canonicalize_olmo3_scanned(name, t, cfg, out)) continue;
-    if (cfg.is("gpt_oss") && canonicalize_gpt_oss_scanned(name, t, cfg, out)) continue;
+    if (cfg.is("gpt_oss") && canonicalize_cycle_scanned(name, t, cfg, out, "GPT-OSS")) continue;
+    if (cfg.is("llama4") && canonicalize_cycle_scanned(name, t, cfg, out, "Llama 4")) continue;
     bool unstacked = false;
     for (const auto& [group, count] : groups) {
       const std::string pre = "decoder." + group + ".";

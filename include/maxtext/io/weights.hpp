@@ -100,6 +100,9 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
   LoadedWeights w;
   w.path = path;
   w.format = detect_weight_format(path);
+  MAXTEXT_CHECK(!(cfg.is("llama4") || cfg.is("qwen3_custom_moe")) || w.format == WeightFormat::maxtext_safetensors,
+                UnsupportedError, "[weights] ", path, ": decoder_block ", cfg.decoder_block,
+                " reads MaxText checkpoints only (no Hugging Face / GGUF / llama2.c importer for it)");
   switch (w.format) {
     case WeightFormat::gguf: {
       GgufFile g = read_gguf(path);

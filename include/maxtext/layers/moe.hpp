@@ -78,6 +78,9 @@ class RoutedMoE {
     bool clamped_glu = false;
     float glu_alpha = 1.702f;
     float glu_limit = 7.0f;
+    /// decoder_block llama4 (moe.py): the routing weight is the raw top-1 gate logit, the expert's input is scaled
+    /// by round(sigmoid(logit)) and its output is combined with weight 1.
+    bool scale_inputs = false;
   };
   /// Each expert's matrices: views of the stacked kernels, laid out by the backend's prepare() (e.g. packed for
   /// the CPU GEMM) on first use after loading.
@@ -144,6 +147,13 @@ class RoutedMoE {
       r.normalize = sf == "sigmoid" || sf == "sqrtsoftplus";
       r.normalize_eps = 1e-20f;
       r.scale = static_cast<float>(c.routed_scaling_factor);
+    } else if (c.is("llama4")) {
+      // get_topk keeps the raw top-k logits for llama4; the sigmoid scales the expert input, which only broadcasts
+      // for one expert per token (inputs [.., D] * scores [.., k]).
+      MAXTEXT_CHECK(c.num_experts_per_tok == 1, ConfigError, "[RoutedMoE] decoder_block llama4 scales each token's "
+                    "expert input by sigmoid(its gate logit), defined for num_experts_per_tok = 1, found ",
+                    c.num_experts_per_tok);
+      s.scale_inputs = true;
     } else {
       r.softmax_weights = true;  // softmax over the k selected values
       r.normalize = c.norm_topk_prob;
@@ -310,6 +320,17 @@ class RoutedMoE {
     if (!s_.sparse_matmul) {
       for (float& v : cw) v = round_to<A>(v);  // the dense path holds the combine weights in dtype
     }
+    View<const A, 2> xin = x;  // the rows the experts read
+    if (s_.scale_inputs) {     // llama4 (k = 1): x_m * round(sigmoid(w_m)) in dtype, combined with weight 1
+      View<A, 2> xs = ctx.scratch.template alloc<A, 2>({M, D});
+      be.copy(x, xs);
+      for (std::int64_t m = 0; m < M; ++m) {
+        const float f = round_to<A>(1.0f / (1.0f + std::exp(-w_h[static_cast<std::size_t>(m)])));
+        be.scale(xs.narrow(0, m, 1), f);
+      }
+      xin = xs;
+      std::fill(cw.begin(), cw.end(), 1.0f);
+    }
 
     // Group the kept assignments by expert (token order within an expert).
     std::vector<std::int64_t> counts(static_cast<std::size_t>(E)), kept(static_cast<std::size_t>(E)),
@@ -360,7 +381,7 @@ class RoutedMoE {
         View<const std::int32_t, 1> rows(rows_d.data() + o, {n});
         View<const float, 1> wts(wts_d.data() + o, {n});
         View<A, 2> xn = xe.narrow(0, 0, n), a0 = h0.narrow(0, 0, n), a1 = h1.narrow(0, 0, n), yn = ye.narrow(0, 0, n);
-        be.gather_rows(x, rows, xn);
+        be.gather_rows(xin, rows, xn);
         const auto ue = static_cast<std::size_t>(e);
         be.matmul(View<const A, 2>(xn), ex.wi_0[ue], a0, bias_row(p.wi_0_bias, e, F));
         be.matmul(View<const A, 2>(xn), ex.wi_1[ue], a1, bias_row(p.wi_1_bias, e, F));

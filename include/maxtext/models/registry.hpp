@@ -16,6 +16,7 @@
 #include "maxtext/layers/gpt3.hpp"
 #include "maxtext/layers/gpt_oss.hpp"
 #include "maxtext/layers/llama2.hpp"
+#include "maxtext/layers/llama4.hpp"
 #include "maxtext/layers/mistral.hpp"
 #include "maxtext/layers/mixtral.hpp"
 #include "maxtext/layers/olmo3.hpp"
@@ -52,6 +53,7 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   // into plain kernels at load, so the layer is the llama2 one.
   if (cfg.is("llama2lti")) return f.template operator()<Transformer<P, layers::LlamaDecoderLayer>>();
   if (cfg.is("gpt_oss")) return f.template operator()<Transformer<P, layers::GptOssDecoderLayer>>();
+  if (cfg.is("llama4")) return f.template operator()<Transformer<P, layers::Llama4DecoderLayer>>();
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }
