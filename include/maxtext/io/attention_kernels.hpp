@@ -36,6 +36,11 @@ inline std::int64_t src_lane(std::int64_t j, std::int64_t H, RopeLayout from, Ro
 /// nothing changes, else a materialised copy with the rotary lanes re-paired and/or every value scaled by `scale`
 /// (float sources: f32 result, value = float(double(w) * scale); Q8_0 sources stay Q8_0 with the block scales
 /// multiplied, rounded to fp16).
+/// Whether `w` (Q8_0) stores each row as contiguous blocks, the layout attention_kernel keeps as blocks.
+inline bool q8_0_rows_contiguous(const AnyTensor& w) {
+  return w.dtype == DType::q8_0 && w.block_axis < 0 && w.strides.back() == 1;
+}
+
 inline AnyTensor attention_kernel(const AnyTensor& w, std::int64_t heads, std::int64_t H, RopeLayout from, RopeLayout to,
                                   double scale, const std::string& name) {
   MAXTEXT_CHECK(w.rank() == 2 && w.shape[0] == heads * H, ShapeError, "[import] ", w.source, " (", name,
@@ -46,8 +51,7 @@ inline AnyTensor attention_kernel(const AnyTensor& w, std::int64_t heads, std::i
   if (from == to && scale == 1.0) {
     out = w;
   } else if (w.dtype == DType::q8_0) {
-    MAXTEXT_CHECK(w.block_axis < 0 && w.strides.back() == 1, UnsupportedError, "[import] ", w.source,
-                  ": Q8_0 rows must be contiguous blocks");
+    MAXTEXT_CHECK(q8_0_rows_contiguous(w), UnsupportedError, "[import] ", w.source, ": Q8_0 rows must be contiguous blocks");
     const std::int64_t nb = D / q8_0::block;
     Tensor<q8_0, 2> q({heads * H, nb});
     const auto* src = reinterpret_cast<const q8_0*>(w.data);

@@ -293,9 +293,7 @@ class GemmaImporter {
         if (auto r = folded_exactly<bf16>(x, s, name)) return *r;
       }
     }
-    const std::int64_t n = x.numel();
-    const std::int64_t cols = x.rank() >= 1 ? x.shape.back() : 1;
-    Tensor<float, 2> m = x.rank() == 2 ? to_matrix<float>(x, {0, 1}, 1) : to_matrix<float>(x.reshaped({n / cols, cols}), {0, 1}, 1);
+    Tensor<float, 2> m = to_matrix<float>(as_rows(x), {0, 1}, 1);
     for (std::int64_t i = 0; i < m.size(); ++i) {
       float v = m.data()[i];
       if (s != 1.0f) v *= s;
@@ -305,12 +303,16 @@ class GemmaImporter {
     AnyTensor r = AnyTensor::from(m, x.source + " as " + name);
     return r.reshaped(x.shape);
   }
+  /// x as a matrix of rows along its last axis (itself when it is one).
+  static AnyTensor as_rows(const AnyTensor& x) {
+    if (x.rank() == 2) return x;
+    const std::int64_t cols = x.rank() >= 1 ? x.shape.back() : 1;
+    return x.reshaped({x.numel() / cols, cols});
+  }
   /// float(x) * s in T when every product is exact there (no overflow, no lost subnormal bits), else nothing.
   template <class T>
   static std::optional<AnyTensor> folded_exactly(const AnyTensor& x, float s, const std::string& name) {
-    const std::int64_t n = x.numel();
-    const std::int64_t cols = x.rank() >= 1 ? x.shape.back() : 1;
-    Tensor<T, 2> m = to_matrix<T>(x.reshaped({n / cols, cols}), {0, 1}, 1);
+    Tensor<T, 2> m = to_matrix<T>(as_rows(x), {0, 1}, 1);
     for (std::int64_t i = 0; i < m.size(); ++i) {
       const float v = static_cast<float>(m.data()[i]) * s;
       const T t(v);
@@ -331,7 +333,7 @@ class GemmaImporter {
     const std::int64_t H = cfg_.head_dim;
     MAXTEXT_CHECK(t->rank() == 2 && t->shape[0] == heads * H, ShapeError, "[", what_, "] ", file, " ", t->describe(),
                   ": expected [", heads * H, ", D] (", heads, " heads of ", H, ")");
-    if (t->dtype == DType::q8_0 && t->block_axis < 0 && t->strides.back() == 1) {
+    if (q8_0_rows_contiguous(*t)) {
       out_.add(mt, attention_kernel(*t, heads, H, RopeLayout::half_split, RopeLayout::half_split, scale, mt));
       return;
     }
