@@ -103,7 +103,7 @@ TEST_CASE("Llama 4 model (8 layers: dense/MoE x RoPE/NoPE) matches the torch mod
   check_model<Llama4>("llama4_model", "model_scanned.safetensors", {"scan_layers=true"});
 }
 
-TEST_CASE("llama4: the Scout and Maverick configs load with the parameter trees MaxText builds; what llama4 cannot "
+TEST_CASE("llama4: the Scout and Maverick configs load with the parameter trees MaxText builds, and what llama4 cannot "
           "express is refused by name", "[models][registry][llama4][errors]") {
   // llama4.py: q/o [D, N*H], k/v [D, K*H], pre/post norms; MoE layers: gate [D, E], experts 3 x [E, D, Fm], shared
   // expert 3 x [D, Fm]; dense layers: 3 x [D, F]. Embedding and output head untied.
