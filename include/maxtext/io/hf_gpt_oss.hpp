@@ -37,6 +37,7 @@
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/io/gguf.hpp"
+#include "maxtext/io/name_mapper.hpp"
 #include "maxtext/io/safetensors.hpp"
 
 namespace maxtext::io {
@@ -271,106 +272,9 @@ inline Config config_from_gguf_gpt_oss(const GgufFile& g) {
   return c;
 }
 
-namespace detail {
-
-/// Name mapping with missing / unexpected tensor bookkeeping (every problem reported at once).
-class GptOssImporter {
- public:
-  GptOssImporter(const TensorMap& in, const Config& cfg, std::string what) : in_(in), cfg_(cfg), what_(std::move(what)) {}
-
-  const AnyTensor* get(const std::string& name, bool required = true) {
-    auto it = in_.tensors.find(name);
-    if (it == in_.tensors.end()) {
-      if (required) missing_.push_back(name);
-      return nullptr;
-    }
-    used_.push_back(name);
-    return &it->second;
-  }
-  bool has(const std::string& name) const { return in_.tensors.count(name) != 0; }
-  void put(const std::string& name, AnyTensor t, const std::string& from) {
-    t.source = t.source + " (" + from + " as " + name + ")";
-    out_.add(name, std::move(t));
-  }
-
-  /// A file's [out, in] matrix as MaxText [in, out] (view).
-  void dense(const std::string& from, const std::string& to) {
-    if (const AnyTensor* t = get(from)) {
-      check(*t, 2, from);
-      put(to, t->permuted({1, 0}), from);
-    }
-  }
-  void same(const std::string& from, const std::string& to) {
-    if (const AnyTensor* t = get(from)) put(to, *t, from);
-  }
-  /// q/k/v [heads*H, D] -> [D, heads, H]; bias [heads*H] -> [heads, H].
-  void head_proj(const std::string& from, const std::string& to, std::int64_t heads, bool bias) {
-    const std::int64_t H = cfg_.head_dim, D = cfg_.emb_dim;
-    if (const AnyTensor* t = get(from + ".weight")) {
-      shape(*t, {heads * H, D}, from + ".weight");
-      put(to + ".kernel", t->reshaped({heads, H, D}).permuted({2, 0, 1}), from + ".weight");
-    }
-    if (!bias) return;
-    if (const AnyTensor* t = get(from + ".bias")) {
-      shape(*t, {heads * H}, from + ".bias");
-      put(to + ".bias", t->reshaped({heads, H}), from + ".bias");
-    }
-  }
-  /// o_proj [D, N*H] -> out.kernel [N, H, D]; bias [D].
-  void out_proj(const std::string& from, const std::string& to, bool bias) {
-    const std::int64_t N = cfg_.num_query_heads, H = cfg_.head_dim, D = cfg_.emb_dim;
-    if (const AnyTensor* t = get(from + ".weight")) {
-      shape(*t, {D, N * H}, from + ".weight");
-      put(to + ".kernel", t->reshaped({D, N, H}).permuted({1, 2, 0}), from + ".weight");
-    }
-    if (bias) same(from + ".bias", to + ".bias");
-  }
-
-  void check(const AnyTensor& t, int rank, const std::string& name) const {
-    MAXTEXT_CHECK(t.rank() == rank, ShapeError, "[", what_, "] ", name, ": expected rank ", rank, ", found ", t.describe());
-  }
-  void shape(const AnyTensor& t, const std::vector<std::int64_t>& want, const std::string& name) const {
-    MAXTEXT_CHECK(t.shape == want, ShapeError, "[", what_, "] ", name, ": expected shape ", want, ", found ", t.describe());
-  }
-  /// A contiguous float copy when `t` is a strided view (reshape needs contiguous data).
-  static AnyTensor contiguous(const AnyTensor& t) {
-    if (t.is_contiguous()) return t;
-    std::vector<std::int64_t> shape = t.shape;
-    Tensor<float, 1> flat({t.numel()});
-    for (std::int64_t i = 0; i < t.numel(); ++i) flat(i) = static_cast<float>(t.element(i));
-    return AnyTensor::from(flat, t.source).reshaped(shape);
-  }
-
-  TensorMap finish() {
-    std::string msg;
-    for (const auto& m : missing_) msg += "\n  missing tensor " + m;
-    std::vector<std::string> unused;
-    for (const auto& [name, t] : in_.tensors) {
-      bool u = false;
-      for (const auto& n : used_) u = u || n == name;
-      if (!u) msg += "\n  unexpected tensor " + name + " " + t.describe();
-    }
-    MAXTEXT_CHECK(msg.empty(), IoError, "[", what_, "] problem(s) mapping GPT-OSS tensors to MaxText names:", msg);
-    out_.metadata = in_.metadata;
-    return std::move(out_);
-  }
-
-  const Config& cfg() const { return cfg_; }
-  const std::string& what() const { return what_; }
-
- private:
-  const TensorMap& in_;
-  const Config& cfg_;
-  std::string what_;
-  std::vector<std::string> used_, missing_;
-  TensorMap out_;
-};
-
-}  // namespace detail
-
 /// Map a Hugging Face GPT-OSS checkpoint (float or MXFP4 experts) to MaxText names for `cfg`.
 inline TensorMap import_hf_gpt_oss(const TensorMap& in, const Config& cfg, const std::string& what = "hf") {
-  detail::GptOssImporter imp(in, cfg, what);
+  detail::NameMapper imp(in, cfg, what, "GPT-OSS");
   const std::int64_t E = cfg.num_experts, D = cfg.emb_dim, F = cfg.mlp_dim;
   imp.same("model.embed_tokens.weight", "token_embedder.embedding");
   imp.same("model.norm.weight", "decoder.decoder_norm.scale");
@@ -406,13 +310,13 @@ inline TensorMap import_hf_gpt_oss(const TensorMap& in, const Config& cfg, const
       }
     } else if (const AnyTensor* t = imp.get(x + "gate_up_proj")) {
       imp.shape(*t, {E, D, 2 * F}, x + "gate_up_proj");
-      const AnyTensor pairs = detail::GptOssImporter::contiguous(*t).reshaped({E, D, F, 2});
+      const AnyTensor pairs = detail::NameMapper::contiguous(*t).reshaped({E, D, F, 2});
       imp.put(o + "wi_0", pairs.select(3, 0), x + "gate_up_proj");
       imp.put(o + "wi_1", pairs.select(3, 1), x + "gate_up_proj");
     }
     if (const AnyTensor* t = imp.get(x + "gate_up_proj_bias")) {
       imp.shape(*t, {E, 2 * F}, x + "gate_up_proj_bias");
-      const AnyTensor pairs = detail::GptOssImporter::contiguous(*t).reshaped({E, F, 2});
+      const AnyTensor pairs = detail::NameMapper::contiguous(*t).reshaped({E, F, 2});
       imp.put(o + "wi_0_bias", pairs.select(2, 0), x + "gate_up_proj_bias");
       imp.put(o + "wi_1_bias", pairs.select(2, 1), x + "gate_up_proj_bias");
     }
@@ -434,7 +338,7 @@ inline TensorMap import_hf_gpt_oss(const TensorMap& in, const Config& cfg, const
 
 /// Map a llama.cpp `gpt-oss` GGUF file's tensors to MaxText names for `cfg`.
 inline TensorMap import_gguf_gpt_oss(const TensorMap& in, const Config& cfg, const std::string& what = "gguf") {
-  detail::GptOssImporter imp(in, cfg, what);
+  detail::NameMapper imp(in, cfg, what, "GPT-OSS");
   const std::int64_t E = cfg.num_experts, D = cfg.emb_dim, F = cfg.mlp_dim;
   imp.same("token_embd.weight", "token_embedder.embedding");
   imp.same("output_norm.weight", "decoder.decoder_norm.scale");
@@ -461,8 +365,7 @@ inline TensorMap import_gguf_gpt_oss(const TensorMap& in, const Config& cfg, con
           imp.shape(*t, {E, rows, cols / 32, 17}, b + gn + ".weight");
           imp.put(o + mn, dequantize_ggml_mxfp4(*t, b + gn + ".weight").permuted({0, 2, 1}), b + gn + ".weight");
         } else {
-          imp.shape(*t, {E, rows, cols}, b + gn + ".weight");
-          imp.put(o + mn, t->permuted({0, 2, 1}), b + gn + ".weight");  // [E, out, in] -> [E, in, out]
+          imp.experts(*t, b + gn + ".weight", o + mn, rows, cols);
         }
       }
       if (const AnyTensor* t = imp.get(b + gn + ".bias")) {

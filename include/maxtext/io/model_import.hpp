@@ -17,7 +17,6 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +35,7 @@
 #include "maxtext/io/hf_gpt_oss.hpp"
 #include "maxtext/io/llama2c.hpp"
 #include "maxtext/io/mapped_file.hpp"
+#include "maxtext/io/name_mapper.hpp"
 #include "maxtext/io/safetensors.hpp"
 
 namespace maxtext::io {
@@ -348,21 +348,12 @@ inline bool hf_tied_embeddings(const std::string& config_json_path) {
 namespace detail {
 inline bool is_bias_role(const std::string& role) { return role == "q_bias" || role == "k_bias" || role == "v_bias"; }
 
-class Importer {
+/// The Llama / Mistral / Qwen / OLMo 3 mapping: NameMapper's bookkeeping plus the lane re-pairing of q/k rows between
+/// the file's RoPE layout and the block's.
+class Importer : public NameMapper {
  public:
   Importer(const TensorMap& in, const Config& cfg, RopeLayout file_layout, std::string what)
-      : in_(in), cfg_(cfg), file_layout_(file_layout), what_(std::move(what)) {}
-
-  const AnyTensor* get(const std::string& name, bool required = true) {
-    auto it = in_.tensors.find(name);
-    if (it == in_.tensors.end()) {
-      if (required) missing_.push_back(name);
-      return nullptr;
-    }
-    used_.insert(name);
-    return &it->second;
-  }
-  void put(const std::string& name, AnyTensor t) { out_.add(name, std::move(t)); }
+      : NameMapper(in, cfg, std::move(what), "Llama-family"), cfg_(cfg), file_layout_(file_layout) {}
 
   /// Map one layer's attention and MLP. `n` maps a role to the file's tensor name.
   template <class Names>
@@ -419,10 +410,10 @@ class Importer {
   void hf_experts(std::int64_t i, const std::string& prefix) {
     const std::string L = "decoder.layers_" + std::to_string(i) + ".moe_block.";
     std::vector<std::string> consumed;
-    put(L + "wi_0", hf_stack_experts(in_, prefix, ".gate_proj.weight", cfg_.num_experts, consumed));
-    put(L + "wi_1", hf_stack_experts(in_, prefix, ".up_proj.weight", cfg_.num_experts, consumed));
-    put(L + "wo", hf_stack_experts(in_, prefix, ".down_proj.weight", cfg_.num_experts, consumed));
-    used_.insert(consumed.begin(), consumed.end());
+    put(L + "wi_0", hf_stack_experts(in(), prefix, ".gate_proj.weight", cfg_.num_experts, consumed));
+    put(L + "wi_1", hf_stack_experts(in(), prefix, ".up_proj.weight", cfg_.num_experts, consumed));
+    put(L + "wo", hf_stack_experts(in(), prefix, ".down_proj.weight", cfg_.num_experts, consumed));
+    mark_used(consumed);
   }
 
   void globals(const std::string& embed, const std::string& norm, const std::string& head, bool tied_if_absent) {
@@ -435,23 +426,6 @@ class Importer {
     } else if (e && tied_if_absent) {
       put("decoder.logits_dense.kernel", dense_kernel(*e, "decoder.logits_dense.kernel (tied to the embedding)"));
     }
-  }
-
-  /// Every tensor of the file not consumed, except those listed as ignorable.
-  TensorMap finish(const std::vector<std::string>& ignorable_prefixes = {}) {
-    std::vector<std::string> unused;
-    for (const auto& [name, t] : in_.tensors) {
-      if (used_.count(name)) continue;
-      bool ignore = false;
-      for (const auto& p : ignorable_prefixes) ignore = ignore || name.rfind(p, 0) == 0;
-      if (!ignore) unused.push_back(name);
-    }
-    std::string msg;
-    for (const auto& m : missing_) msg += "\n  missing tensor " + m;
-    for (const auto& u : unused) msg += "\n  unexpected tensor " + u + " " + in_.tensors.at(u).describe();
-    MAXTEXT_CHECK(msg.empty(), IoError, "[", what_, "] ", missing_.size() + unused.size(), " problem(s) mapping to MaxText names:", msg);
-    out_.metadata = in_.metadata;
-    return std::move(out_);
   }
 
  private:
@@ -474,13 +448,8 @@ class Importer {
     return AnyTensor::from(r, t.source);
   }
 
-  const TensorMap& in_;
   const Config& cfg_;
   RopeLayout file_layout_;
-  std::string what_;
-  std::set<std::string> used_;
-  std::vector<std::string> missing_;
-  TensorMap out_;
 };
 }  // namespace detail
 
