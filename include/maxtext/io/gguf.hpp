@@ -270,6 +270,17 @@ struct GgufFile {
   }
 };
 
+/// llama.cpp's `attention.sliding_window_pattern`, a period n (n - 1 local or chunked layers, then 1 global) or one
+/// flag per layer (1 = local): true when `v` says "period `period`" for a model of `layers` layers.
+inline bool gguf_window_pattern_is(const GgufValue& v, std::int64_t layers, std::int64_t period, const std::string& key) {
+  if (!v.is_array()) return v.as_int(key) == period;
+  if (static_cast<std::int64_t>(v.ints.size()) != layers) return false;
+  for (std::size_t i = 0; i < v.ints.size(); ++i) {
+    if ((v.ints[i] != 0) != (static_cast<std::int64_t>(i) % period < period - 1)) return false;
+  }
+  return true;
+}
+
 namespace detail {
 
 /// Bounds-checked little-endian reader over a byte range.

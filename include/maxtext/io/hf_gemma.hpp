@@ -222,16 +222,7 @@ inline Config config_from_gguf_gemma(const GgufFile& g) {
     // one flag per layer); MaxText's is fixed (Gemma 2: local, global; Gemma 3: 5 local, 1 global).
     const std::int64_t period = arch == "gemma2" ? 2 : 6;
     if (const GgufValue* v = g.find(p + "attention.sliding_window_pattern")) {
-      bool same = true;
-      if (v->is_array()) {
-        same = static_cast<std::int64_t>(v->ints.size()) == layers;
-        for (std::size_t i = 0; same && i < v->ints.size(); ++i) {
-          same = (v->ints[i] != 0) == (static_cast<std::int64_t>(i) % period < period - 1);
-        }
-      } else {
-        same = v->as_int(p + "attention.sliding_window_pattern") == period;
-      }
-      MAXTEXT_CHECK(same, UnsupportedError, "[gguf] ", g.path, ": ", p, "attention.sliding_window_pattern differs from ",
+      MAXTEXT_CHECK(gguf_window_pattern_is(*v, layers, period, p + "attention.sliding_window_pattern"), UnsupportedError, "[gguf] ", g.path, ": ", p, "attention.sliding_window_pattern differs from ",
                     "MaxText's ", arch, " pattern (", period - 1, " local layer(s), then 1 global)");
     }
     if (arch == "gemma2") {
