@@ -24,6 +24,7 @@
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
 #include "support/cli.hpp"
+#include "support/family_fixture.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
@@ -35,8 +36,6 @@ using Gemma2 = models::Transformer<P32, layers::Gemma2DecoderLayer>;
 using Gemma3 = models::Transformer<P32, layers::Gemma3DecoderLayer>;
 
 namespace {
-
-Tensor<std::int32_t, 2> int_tensor(const AnyTensor& a) { return a.to<std::int32_t, 2>({a.shape[0], a.shape[1]}); }
 
 Tensor<std::int32_t, 2> cols(const Tensor<std::int32_t, 2>& t, std::int64_t c0, std::int64_t n) {
   Tensor<std::int32_t, 2> s({t.dim(0), n});
@@ -52,15 +51,12 @@ Tensor<std::int32_t, 2> row_cols(const Tensor<std::int32_t, 2>& t, std::int64_t 
   return s;
 }
 
-// Incremental vs full forward differ in f32 summation order only (as in test_llama_family.cpp).
-constexpr testing::Tolerance kStep{1e-5, 1e-5};
-
 std::string fixture(const std::string& name) { return test::fixtures_dir() + "/" + name; }
 
 /// The logits and every layer's output against the fixture.
 template <class Model>
 void check_logits_and_acts(Model& m, const std::string& dir, const std::string& what) {
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   const std::int64_t L = test::read_meta(dir).at("layers").get<std::int64_t>();
   layers::Capture cap;
   cap.request_all();
@@ -83,13 +79,13 @@ void check_model_fixture(const std::string& name) {
   Model m(test::config_from_meta(test::read_meta(dir)));
   m.load(io::read_safetensors(dir + "/model.safetensors"));
   check_logits_and_acts(m, dir, name);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   const auto full = AnyTensor::from(m.forward(tok));
   const std::int64_t T = tok.dim(1), P0 = 4;
   auto cache = m.make_cache(tok.dim(0), T);
-  test::expect_close(m.forward(cols(tok, 0, P0), cache), full.narrow(1, 0, P0), kStep, name + ".prefill");
+  test::expect_close(m.forward(cols(tok, 0, P0), cache), full.narrow(1, 0, P0), test::tol::decode_step, name + ".prefill");
   for (std::int64_t t = P0; t < T; ++t) {
-    test::expect_close(m.forward(cols(tok, t, 1), cache), full.narrow(1, t, 1), kStep, name + ".step " + std::to_string(t));
+    test::expect_close(m.forward(cols(tok, t, 1), cache), full.narrow(1, t, 1), test::tol::decode_step, name + ".step " + std::to_string(t));
   }
 }
 
@@ -140,7 +136,7 @@ void check_gemma3_layer(const std::string& name, testing::Tolerance tol) {
   CHECK(layer.attention().args().attention_type ==
         (index == 5 ? layers::AttentionType::global : layers::AttentionType::local_sliding));
   const auto params = models::load_layer_params<P>(layer, io::read_safetensors(dir + "/weights.safetensors"), be);
-  Tensor<std::int32_t, 2> pos = int_tensor(test::npy(dir + "/positions.npy"));
+  Tensor<std::int32_t, 2> pos = test::int_tensor(test::npy(dir + "/positions.npy"));
   layers::Capture cap({"layer.self_attention", "layer.mlp"});
   const auto y = models::run_layer<P>(layer, params, be, test::npy(dir + "/x.npy"), nullptr, &pos, &cap);
   test::expect_close(y, test::npy(dir + "/out.npy"), tol, name + ".out");
@@ -264,7 +260,7 @@ void check_gguf_storage_copy(const std::string& name, DType type, DType query_ty
     Model mt(*cfg), mf(*cfg);
     mt.load(w.tensors);
     mf.load(wide.tensors);
-    const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+    const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
     const Tensor<float, 3> lt = mt.forward(tok), lf = mf.forward(tok);
     if (exact) {
       CHECK(std::memcmp(lt.data(), lf.data(), static_cast<std::size_t>(lt.size()) * sizeof(float)) == 0);
@@ -293,7 +289,7 @@ TEST_CASE("Gemma 3 model: batched decode with rows at different lengths matches 
   const std::string dir = fixture("gemma3_model");
   Gemma3 m(test::config_from_meta(test::read_meta(dir)));
   m.load(io::read_safetensors(dir + "/model.safetensors"));
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   // Row 0 has a 2-token prompt, row 1 a 5-token prompt (right-padded); both then decode 4 tokens, so row 1 reaches
   // position 8, past the sliding window (3) of the local layers.
   std::vector<std::int32_t> lens{2, 5};
@@ -317,7 +313,7 @@ TEST_CASE("Gemma 3 model: batched decode with rows at different lengths matches 
     const auto ref = AnyTensor::from(m.forward(row_cols(tok, b, 0, L)));
     for (std::size_t s = 0; s < steps.size(); ++s) {
       const std::int64_t p = lens[static_cast<std::size_t>(b)] - 1 + static_cast<std::int64_t>(s);
-      test::expect_close(AnyTensor::from(steps[s]).narrow(0, b, 1), ref.narrow(1, p, 1), kStep,
+      test::expect_close(AnyTensor::from(steps[s]).narrow(0, b, 1), ref.narrow(1, p, 1), test::tol::decode_step,
                          "row " + std::to_string(b) + " step " + std::to_string(s));
     }
   }
@@ -438,7 +434,7 @@ TEST_CASE("Gemma model ymls load, dispatch through the registry and have the pub
 #if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
 namespace {
 std::string token_arg(const std::string& dir) {
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   std::string ids;
   for (std::int64_t b = 0; b < tok.dim(0); ++b) {
     for (std::int64_t t = 0; t < tok.dim(1); ++t) ids += (t ? "," : (b ? "/" : "")) + std::to_string(tok(b, t));

@@ -27,9 +27,10 @@
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
-#include "support/fixture_config.hpp"
 #include "support/cli.hpp"
 #include "support/decode_checks.hpp"
+#include "support/family_fixture.hpp"
+#include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -40,8 +41,6 @@ using GptOss = models::Transformer<P32, layers::GptOssDecoderLayer>;
 
 namespace {
 
-// Incremental vs full forward differ in f32 summation order only.
-constexpr testing::Tolerance kStep{1e-5, 1e-5};
 // bf16 layer: every op rounded to bf16 (2^-8 relative); norm -> attention (q/k/v/out with biases, YaRN, sinks) ->
 // residual -> norm -> routed MoE (gate, two expert products with biases, the clamped SwiGLU's five rounded ops,
 // the down product) -> residual: ~12 roundings on values of magnitude ~2-4, as the qwen3_moe bf16 bound with the
@@ -49,8 +48,6 @@ constexpr testing::Tolerance kStep{1e-5, 1e-5};
 // bf16 error of a gate logit (~0.01), so bf16 picks the same experts.
 constexpr testing::Tolerance kBf16Layer{4.0 / 128.0, 0.08};
 
-std::string dir_of(const std::string& name) { return test::fixtures_dir() + "/" + name; }
-Tensor<std::int32_t, 2> int_tensor(const AnyTensor& a) { return a.to<std::int32_t, 2>({a.shape[0], a.shape[1]}); }
 using test::cols;
 using test::row_cols;
 std::string tmp_path(const std::string& name) {
@@ -70,7 +67,7 @@ void expect_error(const std::function<void()>& f, const std::string& needle) {
 
 template <class P>
 void check_layer(const std::string& name, testing::Tolerance tol) {
-  const std::string dir = dir_of(name);
+  const std::string dir = test::fixture(name);
   const auto meta = test::read_meta(dir);
   const Config c = test::config_from_meta(meta);
   const std::int64_t index = meta.at("layer_index").get<std::int64_t>();
@@ -79,7 +76,7 @@ void check_layer(const std::string& name, testing::Tolerance tol) {
   CHECK(layer.attention().args().attention_type ==
         (index % 2 == 0 ? layers::AttentionType::local_sliding : layers::AttentionType::global));
   const auto params = models::load_layer_params<P>(layer, io::read_safetensors(dir + "/weights.safetensors"), be);
-  const Tensor<std::int32_t, 2> pos = int_tensor(test::npy(dir + "/positions.npy"));
+  const Tensor<std::int32_t, 2> pos = test::int_tensor(test::npy(dir + "/positions.npy"));
   layers::Capture cap({"layer.GptOssAttention", "layer.GptOssMlp"});
   const auto y = models::run_layer<P>(layer, params, be, test::npy(dir + "/x.npy"), nullptr, &pos, &cap);
   test::expect_close(y, test::npy(dir + "/out.npy"), tol, name + ".out");
@@ -88,7 +85,7 @@ void check_layer(const std::string& name, testing::Tolerance tol) {
 }
 
 GptOss load_model(const std::string& file) {
-  const std::string dir = dir_of("gpt_oss_model");
+  const std::string dir = test::fixture("gpt_oss_model");
   Config c = test::config_from_meta(test::read_meta(dir));
   if (file.find("scanned") != std::string::npos) c.scan_layers = true;
   GptOss m(c);
@@ -99,10 +96,10 @@ GptOss load_model(const std::string& file) {
 /// Logits and every activation vs the fixture; prefill 4 tokens then one token per step vs the full forward (the
 /// window of 4 is passed at steps 5-8); two rows at different lengths decoded together vs single-row runs.
 void check_model(const std::string& file) {
-  const std::string dir = dir_of("gpt_oss_model");
+  const std::string dir = test::fixture("gpt_oss_model");
   const std::string name = "gpt_oss " + file;
   auto m = load_model(file);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   layers::Capture cap;
   cap.request_all();
   models::ForwardOptions opt;
@@ -115,13 +112,13 @@ void check_model(const std::string& file) {
   }
   CHECK(cap.has("decoder.layers_0.GptOssAttention"));
   CHECK(cap.has("decoder.layers_0.GptOssMlp.topk_indices"));
-  test::check_cached_decoding(m, tok, full, kStep, name);
+  test::check_cached_decoding(m, tok, full, test::tol::decode_step, name);
 }
 
 /// The fixture's Hugging Face checkpoint written as llama.cpp's converter writes a gpt-oss GGUF (F32 tensors; gate and
 /// up de-interleaved into [E, F, D] stacks, down [E, D, F], sinks as attn_sinks.weight); returns the path.
 std::string write_gguf(const std::string& path) {
-  const std::string hf = dir_of("gpt_oss_model") + "/hf";
+  const std::string hf = test::fixture("gpt_oss_model") + "/hf";
   const io::TensorMap t = io::read_safetensors(hf + "/model.safetensors");
   const nlohmann::json j = nlohmann::json::parse(io::read_text_file(hf + "/config.json"));
   io::GgufWriter w;
@@ -210,8 +207,8 @@ TEST_CASE("GPT-OSS model (4 layers) matches the torch model, unscanned and scann
 }
 
 TEST_CASE("GPT-OSS from a Hugging Face checkpoint and from a gpt-oss GGUF gives the reference logits", "[models][gpt_oss][hf]") {
-  const std::string dir = dir_of("gpt_oss_model");
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const std::string dir = test::fixture("gpt_oss_model");
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   const auto ref = test::npy(dir + "/logits.npy");
   const Config fixture = test::config_from_meta(test::read_meta(dir));
   {
@@ -250,7 +247,7 @@ TEST_CASE("GPT-OSS from a Hugging Face checkpoint and from a gpt-oss GGUF gives 
 }
 
 TEST_CASE("GPT-OSS with MXFP4 experts: dequantised bit-exactly, logits of the decoded weights", "[models][gpt_oss][mxfp4]") {
-  const std::string dir = dir_of("gpt_oss_mxfp4");
+  const std::string dir = test::fixture("gpt_oss_mxfp4");
   const io::TensorMap raw = io::read_safetensors(dir + "/hf/model.safetensors");
   const io::TensorMap dec = io::read_safetensors(dir + "/decoded_experts.safetensors");
   std::int64_t checked = 0, nonzero = 0;
@@ -269,7 +266,7 @@ TEST_CASE("GPT-OSS with MXFP4 experts: dequantised bit-exactly, logits of the de
   }
   CHECK(checked == 2 * (4 * 64 * 32 + 4 * 32 * 32));
   CHECK(nonzero > checked / 2);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   const Config cfg = io::read_weights_config(dir + "/hf").value();
   GptOss m(cfg);
   m.load(io::load_weights(dir + "/hf", cfg).tensors);
@@ -284,7 +281,7 @@ TEST_CASE("GPT-OSS with MXFP4 experts: dequantised bit-exactly, logits of the de
 
 TEST_CASE("GPT-OSS from a gpt-oss GGUF with llama.cpp MXFP4 experts (written by gguf-py) gives the reference logits",
           "[models][gpt_oss][mxfp4][gguf]") {
-  const std::string dir = dir_of("gpt_oss_gguf_mxfp4");
+  const std::string dir = test::fixture("gpt_oss_gguf_mxfp4");
   const Config cfg = io::read_weights_config(dir + "/model.gguf").value();
   CHECK(cfg.is("gpt_oss"));
   CHECK(cfg.mlp_activations_limit == 7.0);
@@ -292,7 +289,7 @@ TEST_CASE("GPT-OSS from a gpt-oss GGUF with llama.cpp MXFP4 experts (written by 
   CHECK(w.tensors.at("decoder.layers_1.GptOssMlp.wo").dtype == DType::f32);
   GptOss m(cfg);
   m.load(w.tensors);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   test::expect_close(m.forward(tok), test::npy(dir + "/logits.npy"), test::tol::f32_logits, "gpt_oss MXFP4 GGUF");
   // MXFP4 tensors anywhere else are refused by name.
   Config other = cfg;
@@ -371,7 +368,7 @@ TEST_CASE("GPT-OSS model configs load with the published parameter counts and th
 
 TEST_CASE("GPT-OSS: inconsistent configs, missing or misshapen tensors and bad MXFP4 data are refused by name",
           "[models][gpt_oss][errors]") {
-  const std::string dir = dir_of("gpt_oss_model");
+  const std::string dir = test::fixture("gpt_oss_model");
   const Config good = test::config_from_meta(test::read_meta(dir));
   {
     Config c = good;
@@ -450,7 +447,7 @@ TEST_CASE("GPT-OSS: inconsistent configs, missing or misshapen tensors and bad M
     expect_error<ConfigError>([&] { (void)io::config_from_hf(j, "c.json"); }, "is larger than the cache");
   }
   // MXFP4: wrong block / scale shapes, sizes that are not whole blocks, a NaN scale, a missing half of the pair.
-  const std::string mx = dir_of("gpt_oss_mxfp4") + "/hf/";
+  const std::string mx = test::fixture("gpt_oss_mxfp4") + "/hf/";
   const nlohmann::json mj = nlohmann::json::parse(io::read_text_file(mx + "config.json"));
   const Config mc = io::config_from_hf(mj, "config.json");
   const io::TensorMap mraw = io::read_safetensors(mx + "model.safetensors");
@@ -507,12 +504,12 @@ TEST_CASE("maxtext generate / logits: gpt_oss from a Hugging Face directory (flo
           "a MaxText checkpoint (unscanned, scanned) match the reference, and it generates from gpt-oss-20b.yml with "
           "seeded init", "[models][gpt_oss][cli]") {
   for (const std::string name : {"gpt_oss_model", "gpt_oss_mxfp4"}) {
-    test::check_cli_greedy(dir_of(name), dir_of(name) + "/hf");
+    test::check_cli_greedy(test::fixture(name), test::fixture(name) + "/hf");
   }
-  test::check_cli_greedy(dir_of("gpt_oss_gguf_mxfp4"), dir_of("gpt_oss_gguf_mxfp4") + "/model.gguf");
+  test::check_cli_greedy(test::fixture("gpt_oss_gguf_mxfp4"), test::fixture("gpt_oss_gguf_mxfp4") + "/model.gguf");
   // MaxText checkpoints (the fixture's config as a YAML file; unscanned and scanned trees) and the Hugging Face
   // directory through `maxtext logits`, against the reference's logits.
-  test::check_cli_checkpoints(dir_of("gpt_oss_model"), test::tol::f32_logits);
+  test::check_cli_checkpoints(test::fixture("gpt_oss_model"), test::tol::f32_logits);
   test::check_cli_generates_seeded("gpt-oss-20b.yml base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 "
                                    "head_dim=16 base_mlp_dim=32 base_moe_mlp_dim=32 num_experts=4 "
                                    "base_num_decoder_layers=2 vocab_size=96 max_target_length=32 sliding_window_size=4 "

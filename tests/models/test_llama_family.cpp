@@ -13,6 +13,7 @@
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
+#include "support/family_fixture.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
@@ -23,8 +24,6 @@ using PBf = Policy<test::Backend, bf16>;
 
 namespace {
 
-Tensor<std::int32_t, 2> int_tensor(const AnyTensor& a) { return a.to<std::int32_t, 2>({a.shape[0], a.shape[1]}); }
-
 /// Run decoder layer type L on the fixture `name` and compare the layer output and its attention / MLP outputs.
 template <class P, template <class> class L>
 void check_layer_fixture(const std::string& name, testing::Tolerance tol) {
@@ -34,9 +33,9 @@ void check_layer_fixture(const std::string& name, testing::Tolerance tol) {
   test::Backend be;
   L<P> layer(c, {0, "layer", "layer.self_attention", "layer.mlp"});
   const auto params = models::load_layer_params<P>(layer, io::read_safetensors(dir + "/weights.safetensors"), be);
-  Tensor<std::int32_t, 2> pos = int_tensor(test::npy(dir + "/positions.npy")), seg;
+  Tensor<std::int32_t, 2> pos = test::int_tensor(test::npy(dir + "/positions.npy")), seg;
   const bool has_seg = std::filesystem::exists(dir + "/segment_ids.npy");
-  if (has_seg) seg = int_tensor(test::npy(dir + "/segment_ids.npy"));
+  if (has_seg) seg = test::int_tensor(test::npy(dir + "/segment_ids.npy"));
   layers::Capture cap({"layer.self_attention", "layer.mlp"});
   const auto y = models::run_layer<P>(layer, params, be, test::npy(dir + "/x.npy"), has_seg ? &seg : nullptr, &pos, &cap);
   test::expect_close(y, test::npy(dir + "/out.npy"), tol, name + ".out");
@@ -75,7 +74,7 @@ template <class Model>
 void check_model_fixture(const std::string& name) {
   const std::string dir = test::fixtures_dir() + "/" + name;
   auto m = load_fixture_model<Model>(dir);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   layers::Capture cap;
   cap.request_all();
   models::ForwardOptions opt;
@@ -157,15 +156,13 @@ Tensor<std::int32_t, 2> row_cols(const Tensor<std::int32_t, 2>& t, std::int64_t 
   for (std::int64_t i = 0; i < n; ++i) s(0, i) = t(b, c0 + i);
   return s;
 }
-// Incremental vs full differ in f32 summation order only (see check_model_fixture).
-constexpr testing::Tolerance kStep{1e-5, 1e-5};
 }  // namespace
 
 TEST_CASE("Llama-2 model: batched decode with rows at different lengths matches single-row runs",
           "[models][llama2][decode]") {
   const std::string dir = test::fixtures_dir() + "/llama2_model";
   auto m = load_fixture_model<models::Transformer<P32, layers::LlamaDecoderLayer>>(dir);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   // Row 0 has a 2-token prompt, row 1 a 5-token prompt (right-padded); then both decode 4 tokens.
   std::vector<std::int32_t> lens{2, 5};
   auto cache = m.make_cache(2, 16);
@@ -188,7 +185,7 @@ TEST_CASE("Llama-2 model: batched decode with rows at different lengths matches 
     const auto ref = AnyTensor::from(m.forward(row_cols(tok, b, 0, L)));
     for (std::size_t s = 0; s < steps.size(); ++s) {
       const std::int64_t p = lens[static_cast<std::size_t>(b)] - 1 + static_cast<std::int64_t>(s);
-      test::expect_close(AnyTensor::from(steps[s]).narrow(0, b, 1), ref.narrow(1, p, 1), kStep,
+      test::expect_close(AnyTensor::from(steps[s]).narrow(0, b, 1), ref.narrow(1, p, 1), test::tol::decode_step,
                          "row " + std::to_string(b) + " step " + std::to_string(s));
     }
   }
@@ -198,7 +195,7 @@ TEST_CASE("Llama-2 model: packed sequences (segment ids, restarting positions) e
           "packed row is continued one token at a time", "[models][llama2][segments]") {
   const std::string dir = test::fixtures_dir() + "/llama2_model";
   auto m = load_fixture_model<models::Transformer<P32, layers::LlamaDecoderLayer>>(dir);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   Tensor<std::int32_t, 2> packed({1, 9}), seg({1, 9}), pos({1, 9});
   for (int i = 0; i < 4; ++i) {
     packed(0, i) = tok(0, i);
@@ -216,8 +213,8 @@ TEST_CASE("Llama-2 model: packed sequences (segment ids, restarting positions) e
   const auto lp = AnyTensor::from(m.forward(packed, fo));
   const auto la = AnyTensor::from(m.forward(row_cols(tok, 0, 0, 4)));
   const auto lb = AnyTensor::from(m.forward(row_cols(tok, 1, 0, 5)));
-  test::expect_close(lp.narrow(1, 0, 4), la, kStep, "segment 1");
-  test::expect_close(lp.narrow(1, 4, 5), lb, kStep, "segment 2");
+  test::expect_close(lp.narrow(1, 0, 4), la, test::tol::decode_step, "segment 1");
+  test::expect_close(lp.narrow(1, 4, 5), lb, test::tol::decode_step, "segment 2");
   // The same packed row, prefilling 6 tokens and then stepping with explicit segment id 2 and positions.
   auto cache = m.make_cache(1, 9);
   Tensor<std::int32_t, 2> s6({1, 6}), p6({1, 6});
@@ -237,7 +234,7 @@ TEST_CASE("Llama-2 model: packed sequences (segment ids, restarting positions) e
     one.segment_ids = &s1;
     one.positions = &p1;
     const auto y = m.forward(row_cols(packed, 0, t, 1), cache, one);
-    test::expect_close(y, lb.narrow(1, t - 4, 1), kStep, "packed step " + std::to_string(t));
+    test::expect_close(y, lb.narrow(1, t - 4, 1), test::tol::decode_step, "packed step " + std::to_string(t));
   }
 }
 

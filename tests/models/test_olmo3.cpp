@@ -27,9 +27,10 @@
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
-#include "support/fixture_config.hpp"
 #include "support/cli.hpp"
 #include "support/decode_checks.hpp"
+#include "support/family_fixture.hpp"
+#include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -41,15 +42,11 @@ using Llama = models::Transformer<P32, layers::LlamaDecoderLayer>;
 
 namespace {
 
-// Incremental vs full forward differ in f32 summation order only: 1e-5 on logits of magnitude ~3.
-constexpr testing::Tolerance kStep{1e-5, 1e-5};
 // bf16 layers: every op output rounded to bf16 (2^-8 relative): attention (q/k norms, YaRN, logits rounded) -> post
 // norm -> residual -> MLP -> post norm -> residual accumulates ~8 roundings on values of magnitude ~2, as the
 // qwen2 / llama bf16 layer checks (test_qwen_family.cpp).
 constexpr testing::Tolerance kBf16Layer{4.0 / 128.0, 0.06};
 
-std::string dir_of(const std::string& name) { return test::fixtures_dir() + "/" + name; }
-Tensor<std::int32_t, 2> int_tensor(const AnyTensor& a) { return a.to<std::int32_t, 2>({a.shape[0], a.shape[1]}); }
 using test::cols;
 using test::row_cols;
 
@@ -66,7 +63,7 @@ void expect_error(const std::function<void()>& f, const std::string& needle) {
 
 template <class P>
 void check_layer(const std::string& name, testing::Tolerance tol) {
-  const std::string dir = dir_of(name);
+  const std::string dir = test::fixture(name);
   const auto meta = test::read_meta(dir);
   const Config c = test::config_from_meta(meta);
   test::Backend be;
@@ -75,7 +72,7 @@ void check_layer(const std::string& name, testing::Tolerance tol) {
   CHECK(layer.attention().args().attention_type ==
         (index % 4 == 3 ? layers::AttentionType::global : layers::AttentionType::local_sliding));
   const auto params = models::load_layer_params<P>(layer, io::read_safetensors(dir + "/weights.safetensors"), be);
-  const Tensor<std::int32_t, 2> pos = int_tensor(test::npy(dir + "/positions.npy"));
+  const Tensor<std::int32_t, 2> pos = test::int_tensor(test::npy(dir + "/positions.npy"));
   layers::Capture cap({"layer.attention", "layer.mlp"});
   const auto y = models::run_layer<P>(layer, params, be, test::npy(dir + "/x.npy"), nullptr, &pos, &cap);
   test::expect_close(y, test::npy(dir + "/out.npy"), tol, name + ".out");
@@ -85,7 +82,7 @@ void check_layer(const std::string& name, testing::Tolerance tol) {
 
 template <class Model>
 Model load_model(const std::string& name, const std::string& file) {
-  const std::string dir = dir_of(name);
+  const std::string dir = test::fixture(name);
   const Config c = test::config_from_meta(test::read_meta(dir));
   c.validate();
   Model m(c);
@@ -96,9 +93,9 @@ Model load_model(const std::string& name, const std::string& file) {
 /// Logits and activations vs the fixture; prefill 4 tokens then one token per step vs the full forward; two rows at
 /// different lengths decoded together vs single-row runs.
 void check_model(const std::string& file) {
-  const std::string name = "olmo3_model", dir = dir_of(name);
+  const std::string name = "olmo3_model", dir = test::fixture(name);
   auto m = load_model<Olmo3>(name, file);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   layers::Capture cap;
   cap.request_all();
   models::ForwardOptions opt;
@@ -110,20 +107,20 @@ void check_model(const std::string& file) {
                               "decoder.decoder_norm"}) {
     test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), test::tol::f32_logits, name + "." + a);
   }
-  test::check_cached_decoding(m, tok, full, kStep, name);
+  test::check_cached_decoding(m, tok, full, test::tol::decode_step, name);
 }
 
 std::string tmp_path(const std::string& name) {
   return (std::filesystem::current_path() / ("maxtext_test_olmo3_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
-nlohmann::json hf_json() { return nlohmann::json::parse(io::read_text_file(dir_of("olmo3_model") + "/hf/config.json")); }
+nlohmann::json hf_json() { return nlohmann::json::parse(io::read_text_file(test::fixture("olmo3_model") + "/hf/config.json")); }
 
 /// The fixture's Hugging Face checkpoint written as a GGUF file the way llama.cpp's converter names an
 /// Olmo3ForCausalLM (architecture olmo2: q/k rows unpermuted, sliding window + per-layer pattern, YaRN keys).
 /// `edit` may change the metadata before writing.
 std::string write_gguf(const std::function<void(io::GgufWriter&, const std::string&)>& edit = {}) {
-  const std::string hf = dir_of("olmo3_model") + "/hf";
+  const std::string hf = test::fixture("olmo3_model") + "/hf";
   const io::TensorMap t = io::read_safetensors(hf + "/model.safetensors");
   const nlohmann::json j = hf_json();
   io::GgufWriter w;
@@ -194,8 +191,8 @@ TEST_CASE("OLMo 3 model (4 layers L, L, L, G) matches the torch model, unscanned
 
 TEST_CASE("OLMo 3 from a Hugging Face checkpoint and from GGUF (llama.cpp olmo2) gives MaxText's logits",
           "[models][olmo3][hf][gguf]") {
-  const std::string dir = dir_of("olmo3_model");
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const std::string dir = test::fixture("olmo3_model");
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   const auto ref = test::npy(dir + "/logits.npy");
   {
     const Config cfg = io::read_weights_config(dir + "/hf").value();
@@ -244,7 +241,7 @@ TEST_CASE("OLMo 3 from a Hugging Face checkpoint and from GGUF (llama.cpp olmo2)
 }
 
 TEST_CASE("OLMo 3: inconsistent configs and checkpoints are refused by name", "[models][olmo3][errors]") {
-  const Config c = test::config_from_meta(test::read_meta(dir_of("olmo3_model")));
+  const Config c = test::config_from_meta(test::read_meta(test::fixture("olmo3_model")));
   CHECK_NOTHROW(c.validate());
   Config bad = c;
   bad.sliding_window_size = 0;
@@ -288,7 +285,7 @@ TEST_CASE("OLMo 3: inconsistent configs and checkpoints are refused by name", "[
 
   // Tensors: missing, wrongly shaped (a per-head q norm [H] instead of the global [N*H]), unexpected.
   const Config hc = io::config_from_hf(hf_json(), "x");
-  const io::TensorMap hf = io::read_safetensors(dir_of("olmo3_model") + "/hf/model.safetensors");
+  const io::TensorMap hf = io::read_safetensors(test::fixture("olmo3_model") + "/hf/model.safetensors");
   io::TensorMap miss = hf;
   miss.tensors.erase("model.layers.2.post_feedforward_layernorm.weight");
   expect_error<IoError>([&] { (void)io::import_olmo3_names(miss, hc, true, false, "hf x"); },
@@ -302,7 +299,7 @@ TEST_CASE("OLMo 3: inconsistent configs and checkpoints are refused by name", "[
   expect_error<IoError>([&] { (void)io::import_olmo3_names(extra, hc, true, false, "hf x"); },
                         "unexpected tensor model.layers.0.input_layernorm.weight");
   // A MaxText tree with a wrongly shaped kernel: the loader names the parameter.
-  io::TensorMap mt = io::canonicalize_maxtext(io::read_safetensors(dir_of("olmo3_model") + "/model.safetensors"), c);
+  io::TensorMap mt = io::canonicalize_maxtext(io::read_safetensors(test::fixture("olmo3_model") + "/model.safetensors"), c);
   mt.tensors["decoder.layers_3.attention.key.kernel"] = mt.at("decoder.layers_3.attention.value.kernel").narrow(1, 0, 1);
   expect_error<Error>([&] { Olmo3 m(c); m.load(mt); }, "decoder.layers_3.attention.key.kernel");
   // A scanned tree for another layer count.
@@ -310,7 +307,7 @@ TEST_CASE("OLMo 3: inconsistent configs and checkpoints are refused by name", "[
   eight.base_num_decoder_layers = 8;
   eight.derive();
   expect_error<ShapeError>(
-      [&] { (void)io::canonicalize_maxtext(io::read_safetensors(dir_of("olmo3_model") + "/model_scanned.safetensors"), eight); },
+      [&] { (void)io::canonicalize_maxtext(io::read_safetensors(test::fixture("olmo3_model") + "/model_scanned.safetensors"), eight); },
       "expected 2 repetitions (num_decoder_layers / 4)");
 
   // GGUF metadata
@@ -374,14 +371,14 @@ TEST_CASE("OLMo 3 model ymls load, dispatch through the registry and have the pu
 TEST_CASE("maxtext generate / logits: olmo3 from a Hugging Face directory, a GGUF (olmo2) and a MaxText checkpoint "
           "(unscanned, scanned) match the reference, and it generates from olmo3-7b.yml with seeded init",
           "[models][olmo3][cli]") {
-  test::check_cli_greedy(dir_of("olmo3_model"), dir_of("olmo3_model") + "/hf");
+  test::check_cli_greedy(test::fixture("olmo3_model"), test::fixture("olmo3_model") + "/hf");
   // The GGUF loader follows MaxText (YaRN on every layer; see the GGUF test case), so the same greedy token.
   const std::string path = write_gguf();
-  test::check_cli_greedy(dir_of("olmo3_model"), path);
+  test::check_cli_greedy(test::fixture("olmo3_model"), path);
   std::remove(path.c_str());
   // MaxText checkpoints (the fixture's config as a YAML file; unscanned and scanned trees) and the Hugging Face
   // directory through `maxtext logits`, against the reference's logits.
-  test::check_cli_checkpoints(dir_of("olmo3_model"), test::tol::f32_logits);
+  test::check_cli_checkpoints(test::fixture("olmo3_model"), test::tol::f32_logits);
   test::check_cli_generates_seeded("olmo3-7b.yml base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 "
                                    "base_mlp_dim=48 base_num_decoder_layers=4 vocab_size=96 max_target_length=32 "
                                    "sliding_window_size=4 dtype=float32");
@@ -394,10 +391,10 @@ TEST_CASE("maxtext generate / logits: olmo3 from a Hugging Face directory, a GGU
 TEST_CASE("llama2lti: learn-to-init factors collapse to the kernels the torch reference computes (factorised and "
           "general map, unscanned and scanned)",
           "[models][llama2lti]") {
-  const std::string dir = dir_of("llama2lti_model");
+  const std::string dir = test::fixture("llama2lti_model");
   const Config c = test::config_from_meta(test::read_meta(dir));
   CHECK_NOTHROW(c.validate());
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   {
     Llama m(c);
     m.load(io::load_weights(dir + "/model.safetensors", c).tensors);
@@ -435,7 +432,7 @@ TEST_CASE("llama2lti: learn-to-init factors collapse to the kernels the torch re
 TEST_CASE("maxtext logits / generate: a llama2lti MaxText checkpoint (unscanned, scanned, and as llama2 with "
           "learn_to_init_mode) matches the reference",
           "[models][llama2lti][cli]") {
-  const std::string dir = dir_of("llama2lti_model");
+  const std::string dir = test::fixture("llama2lti_model");
   const std::string yml = test::write_fixture_yml(
       dir, (std::filesystem::current_path() / ("maxtext_test_lti_" + std::to_string(::getpid()) + ".yml")).string());
   test::check_cli_logits(dir, "--config " + yml + " --weights " + dir + "/model.safetensors", test::tol::f32_logits);
@@ -451,7 +448,7 @@ TEST_CASE("maxtext logits / generate: a llama2lti MaxText checkpoint (unscanned,
 #endif
 
 TEST_CASE("llama2lti: incomplete or inconsistent learn-to-init factors are refused by name", "[models][llama2lti][errors]") {
-  const std::string dir = dir_of("llama2lti_model");
+  const std::string dir = test::fixture("llama2lti_model");
   const Config c = test::config_from_meta(test::read_meta(dir));
   const io::TensorMap raw = io::read_safetensors(dir + "/model.safetensors");
   io::TensorMap t = raw;

@@ -26,9 +26,10 @@
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
-#include "support/fixture_config.hpp"
 #include "support/cli.hpp"
 #include "support/decode_checks.hpp"
+#include "support/family_fixture.hpp"
+#include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -41,27 +42,23 @@ using Qwen3Custom = models::Transformer<P32, layers::Qwen3CustomMoeDecoderLayer>
 
 namespace {
 
-// Incremental vs full forward differ in f32 summation order only: 1e-5 on logits of magnitude ~3.
-constexpr testing::Tolerance kStep{1e-5, 1e-5};
 // bf16 layers: every op output rounded to bf16 (2^-8 relative); norm -> attention (logits rounded) -> residual ->
 // norm -> MLP / MoE -> residual accumulates ~8 roundings on values of magnitude ~2 (as test_llama_family.cpp). The
 // MoE fixture keeps every routing decision >= 0.03 from a tie (meta.json min_routing_margin 0.16), far above the
 // bf16 error of a gate logit (~0.01), so bf16 picks the same experts.
 constexpr testing::Tolerance kBf16Layer{4.0 / 128.0, 0.06};
 
-std::string dir_of(const std::string& name) { return test::fixtures_dir() + "/" + name; }
-Tensor<std::int32_t, 2> int_tensor(const AnyTensor& a) { return a.to<std::int32_t, 2>({a.shape[0], a.shape[1]}); }
 using test::cols;
 using test::row_cols;
 
 template <class P, template <class> class L>
 void check_layer(const std::string& name, testing::Tolerance tol) {
-  const std::string dir = dir_of(name);
+  const std::string dir = test::fixture(name);
   const Config c = test::config_from_meta(test::read_meta(dir));
   test::Backend be;
   L<P> layer(c, {0, "layer", "layer.self_attention", "layer.mlp"});
   const auto params = models::load_layer_params<P>(layer, io::read_safetensors(dir + "/weights.safetensors"), be);
-  const Tensor<std::int32_t, 2> pos = int_tensor(test::npy(dir + "/positions.npy"));
+  const Tensor<std::int32_t, 2> pos = test::int_tensor(test::npy(dir + "/positions.npy"));
   layers::Capture cap({"layer.self_attention", "layer.mlp"});
   const auto y = models::run_layer<P>(layer, params, be, test::npy(dir + "/x.npy"), nullptr, &pos, &cap);
   test::expect_close(y, test::npy(dir + "/out.npy"), tol, name + ".out");
@@ -71,7 +68,7 @@ void check_layer(const std::string& name, testing::Tolerance tol) {
 
 template <class Model>
 Model load_model(const std::string& name, const std::string& file = "model.safetensors") {
-  const std::string dir = dir_of(name);
+  const std::string dir = test::fixture(name);
   const Config c = test::config_from_meta(test::read_meta(dir));
   Model m(c);
   m.load(io::load_weights(dir + "/" + file, c).tensors);
@@ -82,9 +79,9 @@ Model load_model(const std::string& name, const std::string& file = "model.safet
 /// different lengths decoded together vs single-row runs.
 template <class Model>
 void check_model(const std::string& name, const std::string& file = "model.safetensors") {
-  const std::string dir = dir_of(name);
+  const std::string dir = test::fixture(name);
   auto m = load_model<Model>(name, file);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   layers::Capture cap;
   cap.request_all();
   models::ForwardOptions opt;
@@ -94,7 +91,7 @@ void check_model(const std::string& name, const std::string& file = "model.safet
   for (const std::string a : {"token_embedder", "decoder.layers_0", "decoder.layers_1", "decoder.decoder_norm"}) {
     test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), test::tol::f32_logits, name + "." + a);
   }
-  test::check_cached_decoding(m, tok, full, kStep, name);
+  test::check_cached_decoding(m, tok, full, test::tol::decode_step, name);
 }
 
 std::string tmp_path(const std::string& name) {
@@ -105,7 +102,7 @@ std::string tmp_path(const std::string& name) {
 /// qwen3moe: no rotary permutation, experts stacked [E, out, in]); returns the path. `gate_up_as`: the storage type
 /// of the stacked gate / up expert tensors (e.g. Q8_0; their input dimension D = 32 is one block).
 std::string write_gguf(const std::string& name, const std::string& arch, std::optional<DType> gate_up_as = std::nullopt) {
-  const std::string hf = dir_of(name) + "/hf";
+  const std::string hf = test::fixture(name) + "/hf";
   const io::TensorMap t = io::read_safetensors(hf + "/model.safetensors");
   nlohmann::json j = nlohmann::json::parse(io::read_text_file(hf + "/config.json"));
   io::GgufWriter w;
@@ -165,8 +162,8 @@ std::string write_gguf(const std::string& name, const std::string& arch, std::op
 
 template <class Model>
 void check_hf_and_gguf(const std::string& name, const std::string& arch) {
-  const std::string dir = dir_of(name);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const std::string dir = test::fixture(name);
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   const auto ref = test::npy(dir + "/logits.npy");
   {
     const Config cfg = io::read_weights_config(dir + "/hf").value();
@@ -240,7 +237,7 @@ TEST_CASE("qwen3_custom_moe: the model config loads with the parameter tree MaxT
   const bool same = models::with_model_type<test::Backend>(c32, []<class M>() { return std::is_same_v<M, Qwen3Custom>; });
   CHECK(same);
 #endif
-  Config bad = test::config_from_meta(test::read_meta(dir_of("qwen3_custom_moe_model")));
+  Config bad = test::config_from_meta(test::read_meta(test::fixture("qwen3_custom_moe_model")));
   bad.moe_expert_input_dim = 48;
   CHECK_THROWS_AS(bad.validate(), ConfigError);
   CHECK_THROWS_WITH(bad.validate(), Catch::Contains("attention_output_dim > 0 and equal to moe_expert_input_dim") &&
@@ -251,8 +248,8 @@ TEST_CASE("qwen3_custom_moe: the model config loads with the parameter tree MaxT
   CHECK_THROWS_WITH(layers::Qwen3CustomMoeDecoderLayer<P32>(bad, {0, "layer", "layer.self_attention", "layer.mlp"}),
                     Catch::Contains("attention_output_dim (-1) must be > 0"));
   // A checkpoint without the up projection is named.
-  const Config good = test::config_from_meta(test::read_meta(dir_of("qwen3_custom_moe_model")));
-  io::TensorMap t = io::read_safetensors(dir_of("qwen3_custom_moe_model") + "/model.safetensors");
+  const Config good = test::config_from_meta(test::read_meta(test::fixture("qwen3_custom_moe_model")));
+  io::TensorMap t = io::read_safetensors(test::fixture("qwen3_custom_moe_model") + "/model.safetensors");
   t.tensors.erase("decoder.layers_1.layer_up_projection.kernel");
   Qwen3Custom mc(good);
   CHECK_THROWS_WITH(mc.load(t), Catch::Contains("decoder.layers_1.layer_up_projection.kernel"));
@@ -269,7 +266,7 @@ TEST_CASE("Qwen3-MoE model (2 layers) matches the torch model, unscanned and sca
 }
 
 TEST_CASE("Qwen2 from a Hugging Face checkpoint and from GGUF (qwen2) gives the reference logits", "[models][qwen2][hf]") {
-  const Config cfg = io::config_from_hf_file(dir_of("qwen2_model") + "/hf/config.json");
+  const Config cfg = io::config_from_hf_file(test::fixture("qwen2_model") + "/hf/config.json");
   CHECK(cfg.is("qwen2"));
   CHECK(cfg.attention_bias);
   CHECK_FALSE(cfg.use_qk_norm);
@@ -278,7 +275,7 @@ TEST_CASE("Qwen2 from a Hugging Face checkpoint and from GGUF (qwen2) gives the 
 
 TEST_CASE("Qwen3-MoE from a Hugging Face checkpoint and from GGUF (qwen3moe) gives the reference logits",
           "[models][qwen3_moe][hf]") {
-  const Config cfg = io::config_from_hf_file(dir_of("qwen3_moe_model") + "/hf/config.json");
+  const Config cfg = io::config_from_hf_file(test::fixture("qwen3_moe_model") + "/hf/config.json");
   CHECK(cfg.is("qwen3_moe"));
   CHECK(cfg.use_qk_norm);
   CHECK(cfg.norm_topk_prob);
@@ -290,7 +287,7 @@ TEST_CASE("Qwen3-MoE from a Hugging Face checkpoint and from GGUF (qwen3moe) giv
 
 TEST_CASE("Qwen2 / Qwen3-MoE: what MaxText cannot express and bad checkpoints are refused by name",
           "[models][qwen2][qwen3_moe][errors]") {
-  const std::string q2 = dir_of("qwen2_model") + "/hf/", qm = dir_of("qwen3_moe_model") + "/hf/";
+  const std::string q2 = test::fixture("qwen2_model") + "/hf/", qm = test::fixture("qwen3_moe_model") + "/hf/";
   nlohmann::json j2 = nlohmann::json::parse(io::read_text_file(q2 + "config.json"));
   j2["use_sliding_window"] = true;
   CHECK_THROWS_WITH(io::config_from_hf(j2, "c.json"), Catch::Contains("use_sliding_window"));
@@ -380,11 +377,11 @@ TEST_CASE("Qwen3-MoE from GGUF with Q8_0 stacked experts: the transposed expert 
   }
   Qwen3Moe mf(cfg);
   mf.load(io::import_llama_cpp_names(deq, cfg, io::RopeLayout::half_split));
-  const auto tok = int_tensor(test::npy(dir_of(name) + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(test::fixture(name) + "/tokens.npy"));
   const auto lq = mq.forward(tok);
-  test::expect_close(lq, AnyTensor::from(mf.forward(tok)), kStep, "q8_0 experts vs their dequantised values");
+  test::expect_close(lq, AnyTensor::from(mf.forward(tok)), test::tol::decode_step, "q8_0 experts vs their dequantised values");
   // And the quantised model stays near the f32 reference (Q8_0: 2^-8 relative per weight, summed over D = 32).
-  test::expect_close(lq, test::npy(dir_of(name) + "/logits.npy"), {0.05, 0.05}, "q8_0 experts vs the f32 reference");
+  test::expect_close(lq, test::npy(test::fixture(name) + "/logits.npy"), {0.05, 0.05}, "q8_0 experts vs the f32 reference");
   std::remove(path.c_str());
 }
 
@@ -392,13 +389,13 @@ TEST_CASE("Qwen3-MoE from GGUF with Q8_0 stacked experts: the transposed expert 
 TEST_CASE("maxtext generate / logits: qwen2 / qwen3_moe from a Hugging Face directory and a MaxText checkpoint match the "
           "reference, every new block generates from a config with seeded init", "[models][qwen2][qwen3_moe][simple][cli]") {
   for (const std::string name : {"qwen2_model", "qwen3_moe_model"}) {
-    test::check_cli_greedy(dir_of(name), dir_of(name) + "/hf");
+    test::check_cli_greedy(test::fixture(name), test::fixture(name) + "/hf");
   }
   // MaxText checkpoints (the fixture's config as a YAML file; unscanned and scanned trees) and the Hugging Face
   // directory through `maxtext logits`, against the reference's logits.
-  test::check_cli_checkpoints(dir_of("qwen2_model"), test::tol::f32_logits);
-  test::check_cli_checkpoints(dir_of("qwen3_moe_model"), test::tol::f32_logits);
-  test::check_cli_checkpoints(dir_of("qwen3_custom_moe_model"), test::tol::f32_logits, false);  // MaxText-only block
+  test::check_cli_checkpoints(test::fixture("qwen2_model"), test::tol::f32_logits);
+  test::check_cli_checkpoints(test::fixture("qwen3_moe_model"), test::tol::f32_logits);
+  test::check_cli_checkpoints(test::fixture("qwen3_custom_moe_model"), test::tol::f32_logits, false);  // MaxText-only block
   const std::string tiny = " base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 base_mlp_dim=48 "
                            "base_num_decoder_layers=2 vocab_size=96 max_target_length=32 dtype=float32";
   for (const std::string& c : {"qwen2.5-7b.yml" + tiny, "qwen3-30b-a3b.yml" + tiny + " base_moe_mlp_dim=32 num_experts=8",

@@ -12,6 +12,7 @@
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
 #include "support/cli.hpp"
+#include "support/family_fixture.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
@@ -22,15 +23,13 @@ using PBf = Policy<test::Backend, bf16>;
 
 namespace {
 
-Tensor<std::int32_t, 2> int_tensor(const AnyTensor& a) { return a.to<std::int32_t, 2>({a.shape[0], a.shape[1]}); }
-
 template <class Model>
 void check_simple_model(const std::string& name, const std::string& file, testing::Tolerance tol) {
   const std::string dir = test::fixtures_dir() + "/" + name;
   const Config c = test::config_from_meta(test::read_meta(dir));
   Model m(c);
   m.load(io::load_weights(dir + "/" + file, c).tensors);
-  const auto tok = int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   layers::Capture cap;
   cap.request_all();
   models::ForwardOptions opt;
