@@ -74,3 +74,18 @@ def bf16_round(a):
     u = a.view(np.uint32).astype(np.uint64)
     u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
     return u.astype(np.uint32).view(np.float32)
+
+
+def cycle_scanned(w, period, layers):
+    """The scanned tree of a block that repeats a cycle of `period` layers (GptOssScannableBlock,
+    Llama4ScannableBlock, Olmo3ScannableBlock): decoder.layers.layers_{j}.<leaf> stacks layers j, j + period, ...
+    on axis 1 (param_scan_axis); every other tensor as it is."""
+    out = {k: v for k, v in w.items() if not k.startswith("decoder.layers_")}
+    for j in range(period):
+        pre = f"decoder.layers_{j}."
+        for k in w:
+            if k.startswith(pre):
+                leaf = k[len(pre):]
+                out[f"decoder.layers.layers_{j}.{leaf}"] = np.stack(
+                    [w[f"decoder.layers_{i}.{leaf}"] for i in range(j, layers, period)], axis=1)
+    return out

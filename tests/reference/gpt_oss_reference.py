@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention_reference as AR  # noqa: E402
 import deepseek_reference as DR  # noqa: E402
-from common import case_dir, f32, rng, save_meta, save_npy, save_safetensors, t64  # noqa: E402
+from common import case_dir, cycle_scanned, f32, rng, save_meta, save_npy, save_safetensors, t64  # noqa: E402
 
 B, T = 2, 9
 ALPHA = 1.702
@@ -357,19 +357,6 @@ def model_weights(g, c):
     return w
 
 
-def scanned(w, c):
-    """GptOssScannableBlock layout: decoder.layers.layers_{j}.<leaf> stacks layers j, j+2, ... on axis 1."""
-    P = 2
-    out = {k: v for k, v in w.items() if not k.startswith("decoder.layers_")}
-    for k in w:
-        if k.startswith("decoder.layers_0.") or k.startswith("decoder.layers_1."):
-            j = int(k[len("decoder.layers_")])
-            leaf = k[len("decoder.layers_0."):]
-            out[f"decoder.layers.layers_{j}.{leaf}"] = np.stack(
-                [w[f"decoder.layers_{i}.{leaf}"] for i in range(j, c["L"], P)], axis=1)
-    return out
-
-
 def write_hf(d, hf, hc, meta=None):
     os.makedirs(d, exist_ok=True)
     save_safetensors(f"{d}/model.safetensors", hf, {"format": "pt"})
@@ -391,7 +378,7 @@ def model_case(seed):
         raise RuntimeError("gpt_oss model: no seed with clear routing margins")
     d = case_dir("gpt_oss_model")
     save_safetensors(f"{d}/model.safetensors", w)
-    save_safetensors(f"{d}/model_scanned.safetensors", scanned(w, c))
+    save_safetensors(f"{d}/model_scanned.safetensors", cycle_scanned(w, 2, c["L"]))
     save_npy(d, "tokens", tokens)
     save_npy(d, "logits", logits.numpy())
     for k, v in acts.items():

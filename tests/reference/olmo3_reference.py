@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention_reference as AR  # noqa: E402
-from common import case_dir, f32, rng, save_meta, save_npy, save_safetensors, t64  # noqa: E402
+from common import case_dir, cycle_scanned, f32, rng, save_meta, save_npy, save_safetensors, t64  # noqa: E402
 
 B, T = 2, 9
 # Tiny model: 4 layers = one L, L, L, G group; window 3 < T so the sliding layers mask; YaRN with the OLMo 3 shape
@@ -98,17 +98,6 @@ def layer_weights(g, c):
             "mlp.wi_0.kernel": f32(g, (D, F), s), "mlp.wi_1.kernel": f32(g, (D, F), s),
             "mlp.wo.kernel": f32(g, (F, D), 1.0 / math.sqrt(F)),
             "post_mlp_layer_norm.scale": f32(g, (D,), 0.2, 1.0)}
-
-
-def scanned(w, L):
-    """Olmo3ScannableBlock layout: decoder.layers.layers_j.X stacks layers j, j+4, ... on axis 1 (param_scan_axis)."""
-    out = {k: v for k, v in w.items() if not k.startswith("decoder.layers_")}
-    for j in range(4):
-        names = sorted(sub(w, f"decoder.layers_{j}.").keys())
-        for n in names:
-            out[f"decoder.layers.layers_{j}.{n}"] = np.stack([w[f"decoder.layers_{r * 4 + j}.{n}"] for r in range(L // 4)],
-                                                              axis=1)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -264,7 +253,7 @@ def model_case(seed):
     lcpp = hf_forward(hc, hf, tokens, llamacpp=True)
     d = case_dir("olmo3_model")
     save_safetensors(f"{d}/model.safetensors", w)
-    save_safetensors(f"{d}/model_scanned.safetensors", scanned(w, c["L"]))
+    save_safetensors(f"{d}/model_scanned.safetensors", cycle_scanned(w, 4, c["L"]))
     save_npy(d, "tokens", tokens)
     save_npy(d, "logits", logits.numpy())
     save_npy(d, "logits_llamacpp", lcpp.numpy())

@@ -76,45 +76,17 @@ inline bool canonicalize_gemma3_scanned(const std::string& name, const AnyTensor
   return false;
 }
 
-/// OLMo 3's scanned layout (Olmo3ScannableBlock under `layers`): `decoder.layers.layers_j.X` (j < 4) stacks layers
-/// j, j+4, j+8, ... (num_layers / 4 of them, on param_scan_axis). Adds the per-layer views to `out`; false when
-/// `name` is not such a tensor.
-inline bool canonicalize_olmo3_scanned(const std::string& name, const AnyTensor& t, const Config& cfg, TensorMap& out) {
-  constexpr std::int64_t pattern = 4;  // len(OLMO3_ATTENTION_PATTERN) = inhomogeneous_layer_cycle_interval
-  const std::string head = "decoder.layers.layers_";
-  if (name.compare(0, head.size(), head) != 0) return false;
-  const std::size_t dot = name.find('.', head.size());
-  const std::string digits = name.substr(head.size(), dot == std::string::npos ? std::string::npos : dot - head.size());
-  MAXTEXT_CHECK(!digits.empty() && digits.size() < 4 && digits.find_first_not_of("0123456789") == std::string::npos &&
-                    dot != std::string::npos,
-                ShapeError, "[checkpoint] ", t.source, ": scanned OLMo 3 tensor ", name, " is not ", head, "<j>.<param>");
-  const std::int64_t j = std::stoll(digits);
-  MAXTEXT_CHECK(j < pattern, ShapeError, "[checkpoint] ", t.source, ": scanned OLMo 3 tensor ", name, ": sub-layer ", j,
-                " outside [0, 4) (inhomogeneous_layer_cycle_interval)");
-  const std::int64_t reps = cfg.num_decoder_layers / pattern;
-  const int axis = static_cast<int>(cfg.param_scan_axis);
-  MAXTEXT_CHECK(axis >= 0 && axis < t.rank() && t.shape[static_cast<std::size_t>(axis)] == reps, ShapeError,
-                "[checkpoint] ", t.source, ": scanned OLMo 3 tensor ", name, " ", t.describe(), ": expected ", reps,
-                " repetitions (num_decoder_layers / 4) on axis ", axis, " (param_scan_axis)");
-  const std::string rest = name.substr(dot + 1);
-  for (std::int64_t i = 0; i < reps; ++i) {
-    AnyTensor s = t.select(axis, i);
-    s.source = t.source + "[repetition " + std::to_string(i) + "]";
-    out.add("decoder.layers_" + std::to_string(i * pattern + j) + "." + rest, std::move(s));
-  }
-  return true;
-}
-
 /// The scanned layout of the blocks that repeat a cycle of inhomogeneous_layer_cycle_interval (P) layers
-/// (decoders.py: GPT-OSS's GptOssScannableBlock, Llama 4's Llama4ScannableBlock): `decoder.layers.layers_j.X` for j in
-/// [0, P) stacks layers j, j + P, j + 2P, ... (num_layers / P repetitions, on param_scan_axis; P must divide
-/// num_layers, Config::validate). Adds the per-layer views; false when `name` is not one. `block` names the block in
-/// messages.
+/// (decoders.py: GPT-OSS's GptOssScannableBlock, Llama 4's Llama4ScannableBlock, OLMo 3's Olmo3ScannableBlock):
+/// `decoder.layers.layers_j.X` for j in [0, P) stacks layers j, j + P, j + 2P, ... (num_layers / P repetitions, on
+/// param_scan_axis; P must divide num_layers, Config::validate). Adds the per-layer views; false when `name` is not one. `block` names the block in
+/// messages; `period` is P when the block fixes it (OLMo 3: len(OLMO3_ATTENTION_PATTERN) = 4), else
+/// inhomogeneous_layer_cycle_interval.
 inline bool canonicalize_cycle_scanned(const std::string& name, const AnyTensor& t, const Config& cfg, TensorMap& out,
-                                       const char* block) {
+                                       const char* block, std::int64_t period = 0) {
   const std::string head = "decoder.layers.layers_";
   if (name.compare(0, head.size(), head) != 0) return false;
-  const std::int64_t pattern = cfg.inhomogeneous_layer_cycle_interval;
+  const std::int64_t pattern = period > 0 ? period : cfg.inhomogeneous_layer_cycle_interval;
   const std::int64_t reps = pattern > 0 ? cfg.num_decoder_layers / pattern : 0;
   const std::size_t dot = name.find('.', head.size());
   const std::string digits = name.substr(head.size(), dot == std::string::npos ? std::string::npos : dot - head.size());
@@ -127,7 +99,8 @@ inline bool canonicalize_cycle_scanned(const std::string& name, const AnyTensor&
   const int axis = static_cast<int>(cfg.param_scan_axis);
   MAXTEXT_CHECK(axis >= 0 && axis < t.rank() && t.shape[static_cast<std::size_t>(axis)] == reps, ShapeError,
                 "[checkpoint] ", t.source, ": scanned ", block, " tensor ", name, " ", t.describe(), ": expected ", reps,
-                " repetitions (num_decoder_layers / inhomogeneous_layer_cycle_interval) on axis ", axis,
+                " repetitions (num_decoder_layers / ",
+                period > 0 ? std::to_string(period) : std::string("inhomogeneous_layer_cycle_interval"), ") on axis ", axis,
                 " (param_scan_axis)");
   const std::string rest = name.substr(dot + 1);
   for (std::int64_t i = 0; i < reps; ++i) {
@@ -149,7 +122,7 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
   for (const auto& [raw, t] : in.tensors) {
     const std::string name = normalize_maxtext_name(raw);
     if (cfg.is("gemma3") && canonicalize_gemma3_scanned(name, t, cfg, out)) continue;
-    if (cfg.is("olmo3") && canonicalize_olmo3_scanned(name, t, cfg, out)) continue;
+    if (cfg.is("olmo3") && canonicalize_cycle_scanned(name, t, cfg, out, "OLMo 3", 4)) continue;
     if (cfg.is("gpt_oss") && canonicalize_cycle_scanned(name, t, cfg, out, "GPT-OSS")) continue;
     if (cfg.is("llama4") && canonicalize_cycle_scanned(name, t, cfg, out, "Llama 4")) continue;
     bool unstacked = false;
