@@ -175,6 +175,16 @@ TEST_CASE("import: missing and unexpected tensors are listed together", "[io][im
   j["model_type"] = "llama";
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   CHECK_THROWS_WITH(io::config_from_hf(j, "config.json"), Catch::Contains("yarn"));
+  // LLaMA-3 scaling other than MaxText's fixed 8 / 1 / 4 / 8192 (Llama 3.2: factor 32) goes to the llama3_rope_*
+  // keys; a missing parameter is named.
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  const Config l32 = io::config_from_hf(j, "config.json");
+  CHECK(l32.rope_type == "llama3.1");
+  CHECK(l32.llama3_rope_factor == 32.0);
+  CHECK(l32.llama3_rope_high_freq_factor == 4.0);
+  j["rope_scaling"].erase("low_freq_factor");
+  CHECK_THROWS_WITH(io::config_from_hf(j, "config.json"), Catch::Contains("rope_scaling.low_freq_factor is missing"));
   j.erase("rope_scaling");
   j.erase("hidden_size");
   CHECK_THROWS_WITH(io::config_from_hf(j, "config.json"), Catch::Contains("hidden_size"));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "maxtext/io/safetensors.hpp"
@@ -466,6 +467,33 @@ TEST_CASE("Rotary layouts: YaRN interleaved / pairwise / concatenated and defaul
   for (std::int64_t i = 0; i < h; ++i) {
     CHECK(b[static_cast<std::size_t>(2 * i)] == Approx(a[static_cast<std::size_t>(i)]).margin(1e-6));
     CHECK(b[static_cast<std::size_t>(2 * i + 1)] == Approx(a[static_cast<std::size_t>(h + i)]).margin(1e-6));
+  }
+  // LLaMA-3 scaling with other parameters than MaxText's 8 / 1 / 4 / 8192 (the llama3_rope_* keys): Llama 3.2's
+  // factor 32 (an interpolated band) and Llama 4 Scout's 16 / 1 / 1 (none), against the pair angles computed here in
+  // double as transformers' _compute_llama3_parameters does, at position 37 with base 500000 (wavelengths 6.3 ..
+  // 6.6e5: every band populated).
+  for (const auto& [factor, lo, hi] : std::vector<std::tuple<double, double, double>>{{32, 1, 4}, {16, 1, 1}}) {
+    layers::RopeSpec s = l31;
+    s.max_timescale = 500000.0;
+    s.llama31_use_scale = true;
+    s.llama31_factor = factor;
+    s.llama31_low_freq_factor = lo;
+    s.llama31_high_freq_factor = hi;
+    const auto r = rotate(s, x, 37);
+    for (std::int64_t i = 0; i < h; ++i) {
+      const double f = 1.0 / std::pow(500000.0, static_cast<double>(2 * i) / static_cast<double>(d));
+      const double wl = 2.0 * M_PI / f;
+      double nf = wl > 8192.0 / lo ? f / factor : f;
+      if (!(wl < 8192.0 / hi) && !(wl > 8192.0 / lo)) {
+        const double sm = (8192.0 / wl - lo) / (hi - lo);
+        nf = (1.0 - sm) * nf / factor + sm * nf;
+      }
+      const double c = std::cos(37.0 * nf), sn = std::sin(37.0 * nf);
+      const double x0 = x[static_cast<std::size_t>(2 * i)], x1 = x[static_cast<std::size_t>(2 * i + 1)];
+      INFO("factor " << factor << " high_freq_factor " << hi << " pair " << i);
+      CHECK(r[static_cast<std::size_t>(2 * i)] == Approx(x0 * c - x1 * sn).margin(2e-6));
+      CHECK(r[static_cast<std::size_t>(2 * i + 1)] == Approx(x1 * c + x0 * sn).margin(2e-6));
+    }
   }
   // rope_pairwise needs rope_interleave.
   layers::RopeSpec bad = yp;

@@ -6,7 +6,7 @@
 // prefill then one token at a time through the KV cache) against llama.cpp's 32 greedy tokens.
 //
 // Tolerances (|ours - llama.cpp| <= atol + rtol |llama.cpp|; logits up to ~30 in magnitude):
-//  - SiLU/SwiGLU architectures (llama, qwen2, qwen3, qwen3moe; olmo2, gpt-oss once supported): rtol 1e-4,
+//  - SiLU/SwiGLU architectures (llama, qwen2, qwen3, qwen3moe, olmo2, gpt-oss, llama4): rtol 1e-4,
 //    atol 2e-4. Both sides compute in f32, in different summation orders, llama.cpp with its vectorised exp in
 //    softmax and SiLU; measured 6e-6 (llama) to 6e-5 (qwen3moe, |logit| <= 32).
 //  - GeGLU architectures (gemma, gemma2, gemma3): rtol 1e-3, atol 1e-2 against llama.cpp. ggml's CPU GELU rounds
@@ -164,8 +164,7 @@ TEST_CASE("llama.cpp peer: Gemma 3's embedding scale, bf16-rounded in MaxText, f
   CHECK(r.logits.max_abs > 10 * kF64Graph.atol);
 }
 
-// Blocks being added (OLMo 3 reads llama.cpp's olmo2 architecture, GPT-OSS its gpt-oss): skipped while the GGUF
-// loader refuses them.
+// OLMo 3 reads llama.cpp's olmo2 architecture, GPT-OSS its gpt-oss.
 TEST_CASE("llama.cpp peer: olmo2 (OLMo 3: post-norms, qk-norm over all heads, L,L,L,G window 8)", "[models][llamacpp]") {
   check_peer("olmo2", kSilu);
 }
@@ -173,10 +172,68 @@ TEST_CASE("llama.cpp peer: gpt-oss (sinks, biases, routed MoE 4 experts top 2, w
   check_peer("gpt-oss", kSilu);
 }
 
+TEST_CASE("llama.cpp peer: llama4 (MoE every 2nd layer: top-1 sigmoid-scaled + shared expert; NoPE every 4th; L2 qk "
+          "norm; Scout's LLaMA-3 scaling as rope_freqs)", "[models][llamacpp]") {
+  check_peer("llama4", kSilu);
+}
+
+TEST_CASE("GGUF llama4 metadata: what llama.cpp hard-codes becomes config, rope_freqs gives the llama3_rope_* keys, "
+          "what MaxText's llama4 cannot express is refused by name", "[models][llamacpp][gguf][llama4]") {
+  const std::string path = test::require(peer_dir("llama4") + "/model.gguf", "the llama.cpp peer fixture for llama4");
+  const io::GgufFile g0 = io::read_gguf(path);
+  const Config c = io::config_from_gguf(g0);
+  CHECK(c.is("llama4"));
+  CHECK(c.nope_layer_interval == 4);
+  CHECK(c.chunk_attn_window_size == 8192);
+  CHECK(c.interleave_moe_layer_step == 2);
+  CHECK((c.temperature_tuning && c.use_qk_norm && c.rope_use_scale));
+  // Scout's rope_scaling (factor 16, low = high = 1, original 8192), recovered from the divisors.
+  CHECK(c.llama3_rope_factor == Approx(16.0).epsilon(1e-6));
+  CHECK(c.llama3_rope_low_freq_factor == 1.0);
+  CHECK(c.llama3_rope_high_freq_factor == 1.0);
+  CHECK(c.llama3_rope_original_context == 8192.0);
+  // Llama 3.1's divisors (factor 8, high 4: an interpolated band) are recovered too.
+  Config l31 = c;
+  l31.llama3_rope_factor = 8;
+  l31.llama3_rope_high_freq_factor = 4;
+  Tensor<float, 1> div({c.head_dim / 2});
+  for (std::int64_t i = 0; i < div.size(); ++i) div(i) = static_cast<float>(io::detail::llama3_divisor(l31, i, c.head_dim));
+  io::GgufFile g = g0;
+  g.tensors.tensors.at("rope_freqs.weight") = AnyTensor::from(div, "rope_freqs.weight");
+  const Config r31 = io::config_from_gguf(g);
+  CHECK(r31.llama3_rope_factor == Approx(8.0).epsilon(1e-6));
+  CHECK(r31.llama3_rope_high_freq_factor == Approx(4.0).epsilon(1e-4));
+  div(1) = 3.0f;  // not a LLaMA-3 table
+  g.tensors.tensors.at("rope_freqs.weight") = AnyTensor::from(div, "rope_freqs.weight");
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("is not the LLaMA-3 scaling recovered from the table"));
+  g = g0;
+  g.tensors.tensors.erase("rope_freqs.weight");
+  CHECK_FALSE(io::config_from_gguf(g).rope_use_scale);  // Maverick-style: no scaling
+  g = g0;
+  g.metadata["llama4.expert_used_count"] = io::GgufValue::of_u32(2);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("llama4.expert_used_count 2"));
+  g = g0;
+  g.metadata["llama4.attention.sliding_window"] = io::GgufValue::of_u32(0);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("llama4.attention.sliding_window 0"));
+  g = g0;
+  g.metadata["llama4.attention.sliding_window_pattern"] = io::GgufValue::of_u32(2);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("llama4.attention.sliding_window_pattern differs"));
+  g = g0;
+  g.metadata["llama4.expert_count"] = io::GgufValue::of_u32(128);  // llama.cpp: no qk norm for the 128-expert model
+  CHECK_FALSE(io::config_from_gguf(g).use_qk_norm);
+  // A llama4 config on another architecture's GGUF is refused by name, not read with llama4's tensor names.
+  CHECK_THROWS_WITH(io::load_weights(peer_dir("qwen3moe") + "/model.gguf", c),
+                    Catch::Contains("decoder_block llama4 reads GGUF architecture llama4, found 'qwen3moe'"));
+  // A missing shared expert is named.
+  g = g0;
+  g.tensors.tensors.erase("blk.1.ffn_up_shexp.weight");
+  CHECK_THROWS_WITH(io::import_gguf_llama4(g.tensors, c), Catch::Contains("missing tensor blk.1.ffn_up_shexp.weight"));
+}
+
 TEST_CASE("maxtext generate (the CLI) on every llama.cpp peer GGUF prints llama.cpp's greedy tokens",
           "[models][llamacpp][cli]") {
   for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3", "gemma3_d48",
-                                 "olmo2", "gpt-oss"}) {
+                                 "olmo2", "gpt-oss", "llama4"}) {
     INFO("llama.cpp peer fixture " << arch);
     const std::string dir = peer_dir(arch);
     const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for " + arch);

@@ -51,8 +51,28 @@ ARCHS = {
     "olmo2": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=4, tied=False, theta=500000.0, window=8, qk_norm=True),
     "gpt-oss": dict(D=64, heads=4, kv=2, hd=16, ff=32, layers=2, tied=False, theta=150000.0, window=8,
                     experts=4, top_k=2, ff_exp=32, qkv_bias=True),
+    # Llama 4: MoE every 2nd layer (top-1, sigmoid-scaled input, shared expert), NoPE every 4th (llama.cpp's fixed
+    # step), L2 qk norm (4 experts != 128), Scout's LLaMA-3 scaling as rope_freqs.weight. llama.cpp fixes the chunk
+    # at 8192 positions, beyond this fixture's 48.
+    "llama4": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=4, tied=False, theta=500000.0, experts=4, top_k=1,
+                   ff_exp=32, moe_step=2, llama3_rope=(16.0, 1.0, 1.0, 8192.0)),
 }
 SEEDS = {a: 1000 + i for i, a in enumerate(ARCHS)}
+
+
+def llama3_divisors(hd, theta, factor, lo, hi, ctx):
+    """rope_freqs.weight as llama.cpp's converter computes it (conversion/llama.py generate_extra_tensors)."""
+    out = []
+    for i in range(hd // 2):
+        wl = 2 * np.pi * theta ** (2 * i / hd)
+        if wl < ctx / hi:
+            out.append(1.0)
+        elif wl > ctx / lo:
+            out.append(factor)
+        else:
+            sm = (ctx / wl - lo) / (hi - lo)
+            out.append(1 / ((1 - sm) / factor + sm))
+    return np.array(out, dtype=np.float32)
 
 
 def vocabulary():
@@ -123,7 +143,8 @@ def random_model(arch, hp, rng):
         if arch == "gpt-oss":
             t[b + "attn_output.bias"] = vec(D)
             t[b + "attn_sinks.weight"] = rng.standard_normal(N).astype(np.float32)
-        if "experts" in hp:
+        moe_layer = "experts" in hp and (i + 1) % hp.get("moe_step", 1) == 0
+        if moe_layer:
             E, Fe = hp["experts"], hp["ff_exp"]
             t[b + "ffn_gate_inp.weight"] = mat(E, D, 2.0)
             t[b + "ffn_gate_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
@@ -136,12 +157,18 @@ def random_model(arch, hp, rng):
                 t[b + "ffn_down_exps.bias"] = np.stack([vec(D) for _ in range(E)])
             else:
                 t[b + "ffn_norm.weight"] = norm(D)
+            if arch == "llama4":  # the shared expert (width ff_exp)
+                t[b + "ffn_gate_shexp.weight"] = mat(Fe, D, 1.5)
+                t[b + "ffn_up_shexp.weight"] = mat(Fe, D, 1.5)
+                t[b + "ffn_down_shexp.weight"] = mat(D, Fe, out)
         else:
             if arch != "olmo2":
                 t[b + "ffn_norm.weight"] = norm(D)
             t[b + "ffn_gate.weight"] = mat(F, D, 1.5)
             t[b + "ffn_up.weight"] = mat(F, D, 1.5)
             t[b + "ffn_down.weight"] = mat(D, F, out)
+    if "llama3_rope" in hp:
+        t["rope_freqs.weight"] = llama3_divisors(H, hp["theta"], *hp["llama3_rope"])
     return t
 
 
@@ -173,6 +200,8 @@ def write_gguf(path, arch, hp, tensors):
         w.add_uint32(p + "expert_count", hp["experts"])
         w.add_uint32(p + "expert_used_count", hp["top_k"])
         w.add_uint32(p + "expert_feed_forward_length", hp["ff_exp"])
+    if "moe_step" in hp:
+        w.add_uint32(p + "interleave_moe_layer_step", hp["moe_step"])
     pieces, scores, types = vocabulary()
     w.add_string("tokenizer.ggml.model", "llama")
     w.add_array("tokenizer.ggml.tokens", pieces)

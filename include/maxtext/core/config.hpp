@@ -71,6 +71,10 @@ using StringList = std::vector<std::string>;
   X(double, local_rope_max_timescale, -1)                        \
   X(double, rope_linear_scaling_factor, 1.0)                     \
   X(bool, rope_use_scale, true)                                  \
+  X(double, llama3_rope_factor, 8.0)                             \
+  X(double, llama3_rope_low_freq_factor, 1.0)                    \
+  X(double, llama3_rope_high_freq_factor, 4.0)                   \
+  X(double, llama3_rope_original_context, 8192.0)                \
   X(double, partial_rotary_factor, 1.0)                          \
   X(std::int64_t, max_position_embeddings, 163840)               \
   X(std::int64_t, original_max_position_embeddings, 4096)        \
@@ -122,7 +126,13 @@ using StringList = std::vector<std::string>;
   X(double, dropout_rate, 0.0)                                   \
   X(std::int64_t, inhomogeneous_layer_cycle_interval, 1)
 
-/// The configuration. Field names are MaxText's keys; emb_dim etc. are derived by derive().
+// Every key above is MaxText's except the four llama3_rope_* keys: MaxText's LLaMA-3.1 RoPE hard-codes factor 8,
+// low_freq_factor 1, high_freq_factor 4 and an original context of 8192 (embeddings.py LLaMARotaryEmbedding); these
+// keys default to exactly those values and exist so that Hugging Face files with other `rope_scaling` values (Llama
+// 3.2's factor 32, Llama 4 Scout's 16 / 1 / 1) load with the scaling their weights were trained with
+// (docs/numerics.md §LLaMA-3 RoPE parameters).
+
+/// The configuration. Field names are MaxText's keys (and the extensions above); emb_dim etc. are derived by derive().
 struct Config {
 #define MAXTEXT_DECLARE_FIELD(type, key, dflt) type key = dflt;
   MAXTEXT_CONFIG_FIELDS(MAXTEXT_DECLARE_FIELD)
@@ -460,6 +470,12 @@ inline void Config::validate() const {
   at_most("trainable_position_size", trainable_position_size, Limits::positions);
   at_most("sliding_window_size", sliding_window_size, Limits::positions);
   at_most("chunk_attn_window_size", chunk_attn_window_size, Limits::positions);
+  MAXTEXT_CHECK(llama3_rope_factor > 0 && llama3_rope_low_freq_factor > 0 &&
+                    llama3_rope_high_freq_factor >= llama3_rope_low_freq_factor && llama3_rope_original_context > 0,
+                ConfigError, "[config] llama3_rope_factor (", llama3_rope_factor, "), llama3_rope_low_freq_factor (",
+                llama3_rope_low_freq_factor, ") and llama3_rope_original_context (", llama3_rope_original_context,
+                ") must be > 0 and llama3_rope_high_freq_factor (", llama3_rope_high_freq_factor,
+                ") >= llama3_rope_low_freq_factor");
   at_most("max_target_length * head_dim", max_target_length * std::max(head_dim, qk_rope_head_dim),
           Limits::attended);
   if (decoder_block == "gpt3") {

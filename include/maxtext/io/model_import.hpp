@@ -33,6 +33,7 @@
 #include "maxtext/io/hf_gemma.hpp"
 #include "maxtext/io/hf_olmo.hpp"
 #include "maxtext/io/hf_gpt_oss.hpp"
+#include "maxtext/io/hf_llama4.hpp"
 #include "maxtext/io/llama2c.hpp"
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/name_mapper.hpp"
@@ -108,6 +109,7 @@ inline Config config_from_gguf(const GgufFile& g) {
   if (is_gguf_gemma(arch)) return config_from_gguf_gemma(g);  // gemma / gemma2 / gemma3: io/hf_gemma.hpp
   if (is_gguf_olmo(arch)) return config_from_gguf_olmo(g);    // olmo2 (OLMo 3 exports): io/hf_olmo.hpp
   if (is_gguf_gpt_oss(arch)) return config_from_gguf_gpt_oss(g);  // gpt-oss: io/hf_gpt_oss.hpp
+  if (is_gguf_llama4(arch)) return config_from_gguf_llama4(g);    // llama4: io/hf_llama4.hpp
   Config c;
   detail::base_llama_config(c);
   if (arch == "llama") {
@@ -216,6 +218,7 @@ inline Config config_from_hf_fields(const nlohmann::json& j, const std::string& 
   if (is_hf_gemma_family(j)) return config_from_hf_gemma(j, where);  // gemma / gemma2 / gemma3_text: io/hf_gemma.hpp
   if (is_hf_olmo_family(j)) return config_from_hf_olmo(j, where);    // olmo3: io/hf_olmo.hpp
   if (is_hf_gpt_oss(j)) return config_from_hf_gpt_oss(j, where);  // gpt_oss: io/hf_gpt_oss.hpp
+  if (is_hf_llama4(j)) return config_from_hf_llama4(j, where);    // llama4 / llama4_text: io/hf_llama4.hpp
   auto get = [&](const char* key) -> const nlohmann::json& {
     MAXTEXT_CHECK(j.contains(key) && !j[key].is_null(), IoError, "[hf] ", where, ": config.json lacks ", key);
     return j[key];
@@ -289,13 +292,7 @@ inline Config config_from_hf_fields(const nlohmann::json& j, const std::string& 
     const auto& rs = j["rope_scaling"];
     const std::string rt = rs.value("rope_type", rs.value("type", std::string()));
     if (rt == "llama3") {
-      const bool standard = rs.value("factor", 0.0) == 8.0 && rs.value("low_freq_factor", 0.0) == 1.0 &&
-                            rs.value("high_freq_factor", 0.0) == 4.0 &&
-                            rs.value("original_max_position_embeddings", 0) == 8192;
-      MAXTEXT_CHECK(standard, UnsupportedError, "[hf] ", where, ": rope_scaling ", rs.dump(),
-                    ": MaxText's LLaMA-3.1 RoPE hard-codes factor 8, low_freq_factor 1, high_freq_factor 4, "
-                    "original_max_position_embeddings 8192");
-      c.rope_type = "llama3.1";
+      set_llama3_rope_scaling(c, rs, where);
     } else if (rt == "linear") {
       c.rope_linear_scaling_factor = rs.value("factor", 1.0);
     } else if (rt != "default") {
@@ -559,9 +556,10 @@ inline TensorMap import_olmo3_names(const TensorMap& in, const Config& cfg, bool
   return imp.finish(ignorable);
 }
 
-/// True when the tensors carry Hugging Face names.
+/// True when the tensors carry Hugging Face names (a multimodal Llama 4 file's text model under `language_model.`).
 inline bool has_hf_names(const TensorMap& t) {
-  return t.has("model.embed_tokens.weight") || t.has("model.norm.weight") || t.has("lm_head.weight");
+  return t.has("model.embed_tokens.weight") || t.has("model.norm.weight") || t.has("lm_head.weight") ||
+         t.has("language_model.model.embed_tokens.weight") || t.has("language_model.lm_head.weight");
 }
 
 }  // namespace maxtext::io

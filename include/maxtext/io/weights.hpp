@@ -100,9 +100,11 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
   LoadedWeights w;
   w.path = path;
   w.format = detect_weight_format(path);
-  MAXTEXT_CHECK(!(cfg.is("llama4") || cfg.is("qwen3_custom_moe")) || w.format == WeightFormat::maxtext_safetensors,
-                UnsupportedError, "[weights] ", path, ": decoder_block ", cfg.decoder_block,
+  MAXTEXT_CHECK(!cfg.is("qwen3_custom_moe") || w.format == WeightFormat::maxtext_safetensors, UnsupportedError,
+                "[weights] ", path, ": decoder_block ", cfg.decoder_block,
                 " reads MaxText checkpoints only (no Hugging Face / GGUF / llama2.c importer for it)");
+  MAXTEXT_CHECK(!cfg.is("llama4") || w.format != WeightFormat::llama2c, UnsupportedError, "[weights] ", path,
+                ": decoder_block llama4 reads MaxText, Hugging Face and GGUF checkpoints, not llama2.c files");
   switch (w.format) {
     case WeightFormat::gguf: {
       GgufFile g = read_gguf(path);
@@ -126,6 +128,13 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         w.tensors = import_gguf_gpt_oss(g.tensors, cfg, "gguf " + path);
         return w;
       }
+      if (cfg.is("llama4")) {  // io/hf_llama4.hpp
+        MAXTEXT_CHECK(g.get_string("general.architecture") == "llama4", UnsupportedError, "[gguf] ", path,
+                      ": decoder_block llama4 reads GGUF architecture llama4, found '",
+                      g.get_string("general.architecture"), "'");
+        w.tensors = import_gguf_llama4(g.tensors, cfg, "gguf " + path);
+        return w;
+      }
       w.tensors = import_llama_cpp_names(g.tensors, cfg, gguf_rope_layout(g.get_string("general.architecture")), "gguf " + path);
       return w;
     }
@@ -144,6 +153,11 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
       }
       if (cfg.is("gpt_oss")) {  // io/hf_gpt_oss.hpp (MXFP4 experts dequantised)
         w.tensors = import_hf_gpt_oss(raw, cfg, "hf " + path);
+        w.naming = WeightNaming::hf;
+        return w;
+      }
+      if (cfg.is("llama4")) {  // io/hf_llama4.hpp (text model; the vision tower is ignored)
+        w.tensors = import_hf_llama4(raw, cfg, "hf " + path);
         w.naming = WeightNaming::hf;
         return w;
       }

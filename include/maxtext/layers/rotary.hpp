@@ -34,6 +34,11 @@ struct RopeSpec {
   double max_timescale = 10000.0;  ///< theta
   double linear_scaling = 1.0;     ///< rope_linear_scaling_factor (default RoPE)
   bool llama31_use_scale = true;   ///< rope_use_scale
+  /// LLaMA-3.1 scaling (llama3_rope_* keys; MaxText's hard-coded 8 / 1 / 4 / 8192 by default)
+  double llama31_factor = 8.0;
+  double llama31_low_freq_factor = 1.0;
+  double llama31_high_freq_factor = 4.0;
+  double llama31_original_context = 8192.0;
   /// YaRN only: input pairs (2i, 2i+1) (rope_interleave) or (i, i+d/2). Default RoPE is always half-split and
   /// LLaMA-3.1 RoPE always interleaved.
   bool interleaved = true;
@@ -50,7 +55,8 @@ struct RopeSpec {
   /// Every field, for ordering (the table cache key).
   auto key() const {
     return std::make_tuple(static_cast<int>(kind), head_dim, rot_dims, min_timescale, max_timescale, linear_scaling,
-                           llama31_use_scale, interleaved, max_position_embeddings, original_max_position_embeddings,
+                           llama31_use_scale, llama31_factor, llama31_low_freq_factor, llama31_high_freq_factor,
+                           llama31_original_context, interleaved, max_position_embeddings, original_max_position_embeddings,
                            rope_factor, beta_fast, beta_slow, yarn_truncate, yarn_attention_scaling, yarn_pairwise);
   }
 };
@@ -100,17 +106,23 @@ inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positio
       for (std::int64_t i = 0; i < half; ++i) {
         float v = detail::timescale(i, d, spec.min_timescale, spec.max_timescale);
         if (spec.llama31_use_scale) {
-          // factor 8, low_freq_factor 1, high_freq_factor 4, original context 8192 (hard-coded in MaxText)
+          // MaxText hard-codes factor 8, low_freq_factor 1, high_freq_factor 4, original context 8192 (the spec's
+          // defaults). Wavelengths below ctx / high keep their frequency, above ctx / low are divided by the factor,
+          // in between they are interpolated; with high == low that band is empty (Llama 4 Scout: 16 / 1 / 1).
+          const float factor = static_cast<float>(spec.llama31_factor);
+          const float lo = static_cast<float>(spec.llama31_low_freq_factor);
+          const float hi = static_cast<float>(spec.llama31_high_freq_factor);
+          const float ctx = static_cast<float>(spec.llama31_original_context);
           const float f = 1.0f / v;
           const float wl = static_cast<float>(2.0 * M_PI) / f;
           float nf;
-          if (wl < 8192.0f / 4.0f) {
+          if (wl < ctx / hi) {
             nf = f;
-          } else if (wl > 8192.0f / 1.0f) {
-            nf = f / 8.0f;
+          } else if (wl > ctx / lo || hi == lo) {
+            nf = f / factor;
           } else {
-            const float sm = (8192.0f / wl - 1.0f) / (4.0f - 1.0f);
-            nf = (1.0f - sm) * f / 8.0f + sm * f;
+            const float sm = (ctx / wl - lo) / (hi - lo);
+            nf = (1.0f - sm) * f / factor + sm * f;
           }
           v = 1.0f / nf;
         }
@@ -197,6 +209,10 @@ inline RopeSpec select_rope(const Config& c, const RopeArgs& a) {
   if (detail::starts_with(c.model_name, "llama3.1") || detail::starts_with(type, "llama3.1")) {
     s.kind = RopeKind::llama31;
     s.llama31_use_scale = c.rope_use_scale;
+    s.llama31_factor = c.llama3_rope_factor;
+    s.llama31_low_freq_factor = c.llama3_rope_low_freq_factor;
+    s.llama31_high_freq_factor = c.llama3_rope_high_freq_factor;
+    s.llama31_original_context = c.llama3_rope_original_context;
     return s;
   }
   if (detail::starts_with(type, "yarn")) {
