@@ -201,6 +201,7 @@ TEST_CASE("Llama 4 from Hugging Face: what MaxText's llama4 cannot express, and 
   refused([](auto& t) { t["rope_scaling"].erase("high_freq_factor"); }, "rope_scaling.high_freq_factor is missing");
   refused([](auto& t) { t["rope_scaling"]["high_freq_factor"] = 0.5; }, "high_freq_factor >= low_freq_factor");
   refused([](auto& t) { t["no_rope_layers"] = {1, 1}; }, "no_rope_layers: expected a list of 8 entries");
+  refused([](auto& t) { t["num_hidden_layers"] = std::int64_t{1} << 40; }, "num_hidden_layers in [1, 4096]");
   nlohmann::json no_text = good;
   no_text.erase("text_config");
   CHECK_THROWS_WITH(io::config_from_hf(no_text, "config.json"), Catch::Contains("model_type llama4 needs a text_config"));

@@ -131,8 +131,10 @@ inline Config config_from_hf_llama4(const nlohmann::json& top, const std::string
   c.base_num_decoder_layers = geti("num_hidden_layers", 0, true);
   c.base_num_query_heads = geti("num_attention_heads", 0, true);
   c.base_num_kv_heads = geti("num_key_value_heads", c.base_num_query_heads, false);
-  MAXTEXT_CHECK(c.base_num_query_heads > 0 && c.base_num_decoder_layers > 0, IoError, "[hf] ", w,
-                ": num_attention_heads and num_hidden_layers must be > 0");
+  MAXTEXT_CHECK(c.base_num_query_heads > 0 && c.base_num_decoder_layers > 0 &&
+                    c.base_num_decoder_layers <= Config::Limits::layers,
+                IoError, "[hf] ", w, ": num_attention_heads must be > 0 and num_hidden_layers in [1, ",
+                Config::Limits::layers, "], found ", c.base_num_query_heads, " and ", c.base_num_decoder_layers);
   c.head_dim = geti("head_dim", c.base_emb_dim / c.base_num_query_heads, false);
   c.vocab_size = geti("vocab_size", 0, true);
   c.num_experts = geti("num_local_experts", 0, true);
