@@ -151,7 +151,7 @@ TEST_CASE("llama4: the Scout and Maverick configs load with the parameter trees 
   CHECK_THROWS_WITH(m.load(t), Catch::Contains("decoder.layers_5.Llama4MoEBlock_0.MoeBlock_0.gate.kernel"));
 }
 
-TEST_CASE("Llama 4 from Hugging Face: Llama4ForCausalLM with MaxText's LLaMA-3 scaling gives the MaxText logits; a "
+TEST_CASE("Llama 4 from Hugging Face: Llama4ForCausalLM with MaxText's LLaMA-3 scaling gives the MaxText logits, a "
           "Llama4ForConditionalGeneration file with Scout-style rope_scaling matches transformers' model",
           "[models][llama4][hf]") {
   // llama4_model/hf: the MaxText fixture's weights under HF names (tests/reference/llama4_reference.py checks that

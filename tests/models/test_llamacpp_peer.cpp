@@ -172,8 +172,8 @@ TEST_CASE("llama.cpp peer: gpt-oss (sinks, biases, routed MoE 4 experts top 2, w
   check_peer("gpt-oss", kSilu);
 }
 
-TEST_CASE("llama.cpp peer: llama4 (MoE every 2nd layer: top-1 sigmoid-scaled + shared expert; NoPE every 4th; L2 qk "
-          "norm; Scout's LLaMA-3 scaling as rope_freqs)", "[models][llamacpp]") {
+TEST_CASE("llama.cpp peer: llama4 (MoE every 2nd layer: top-1 sigmoid-scaled + shared expert, NoPE every 4th, L2 qk "
+          "norm, Scout's LLaMA-3 scaling as rope_freqs)", "[models][llamacpp]") {
   check_peer("llama4", kSilu);
 }
 

@@ -1,0 +1,31 @@
+"""Refuses Catch2 test names that CTest cannot run: catch_discover_tests turns each TEST_CASE name into a CTest test,
+and CTest splits a name at ';' (a CMake list separator) into several tests that each match nothing and fail.
+Reads every tests/**/*.cpp and *.cu, joins the adjacent string literals of each TEST_CASE name, and exits 1 naming
+the file, line and name of every one that holds a ';'. Run: /usr/bin/python3 tests/check_test_names.py tests/
+"""
+import pathlib
+import re
+import sys
+
+NAME = re.compile(r'TEST_CASE\(\s*((?:"(?:[^"\\]|\\.)*"\s*)+)')
+LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def main(root):
+    bad = []
+    files = sorted(p for p in pathlib.Path(root).rglob("*") if p.suffix in (".cpp", ".cu"))
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for m in NAME.finditer(text):
+            name = "".join(LITERAL.findall(m.group(1)))
+            if ";" in name:
+                line = text.count("\n", 0, m.start()) + 1
+                bad.append(f"{path}:{line}: test name holds ';' (CTest would split it): {name}")
+    for b in bad:
+        print(b)
+    print(f"{len(files)} files, {len(bad)} test name(s) with ';'")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "tests"))
