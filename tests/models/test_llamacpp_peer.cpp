@@ -230,6 +230,20 @@ TEST_CASE("GGUF llama4 metadata: what llama.cpp hard-codes becomes config, rope_
   CHECK_THROWS_WITH(io::import_gguf_llama4(g.tensors, c), Catch::Contains("missing tensor blk.1.ffn_up_shexp.weight"));
 }
 
+TEST_CASE("GGUF llama: rope_freqs.weight with MaxText's LLaMA-3.1 divisors selects its RoPE, other tables are refused",
+          "[models][llamacpp][gguf]") {
+  io::GgufFile g = io::read_gguf(test::require(peer_dir("llama") + "/model.gguf", "the llama.cpp peer fixture for llama"));
+  const Config plain = io::config_from_gguf(g);
+  CHECK(plain.rope_type != "llama3.1");
+  Tensor<float, 1> div({plain.head_dim / 2});
+  for (std::int64_t i = 0; i < div.size(); ++i) div(i) = static_cast<float>(io::detail::llama3_divisor(plain, i, plain.head_dim));
+  g.tensors.tensors["rope_freqs.weight"] = AnyTensor::from(div, "rope_freqs.weight");
+  CHECK(io::config_from_gguf(g).rope_type == "llama3.1");
+  div(div.size() - 1) = 2.0f;  // MaxText's factor for the lowest frequency is 8
+  g.tensors.tensors["rope_freqs.weight"] = AnyTensor::from(div, "rope_freqs.weight");
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("differs from MaxText's LLaMA-3.1 scaling"));
+}
+
 TEST_CASE("maxtext generate (the CLI) on every llama.cpp peer GGUF prints llama.cpp's greedy tokens",
           "[models][llamacpp][cli]") {
   for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3", "gemma3_d48",

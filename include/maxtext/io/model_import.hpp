@@ -88,19 +88,6 @@ inline Config config_from_llama2c(const Llama2cHeader& h) {
   return c;
 }
 
-namespace detail {
-/// LLaMA-3.1 frequency factors as MaxText hard-codes them (factor 8, low 1, high 4, original context 8192): the
-/// ratio f_unscaled / f_scaled for pair i of a head of d lanes with base theta.
-inline double llama31_factor(std::int64_t i, std::int64_t d, double theta) {
-  const double f = 1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(d));
-  const double wl = 2.0 * 3.141592653589793 / f;
-  if (wl < 8192.0 / 4.0) return 1.0;
-  if (wl > 8192.0) return 8.0;
-  const double sm = (8192.0 / wl - 1.0) / 3.0;
-  return 1.0 / ((1.0 - sm) / 8.0 + sm);
-}
-}  // namespace detail
-
 /// A Config from GGUF metadata (architectures `llama` -> decoder_block llama2, `qwen3` -> qwen3). Weights stay in
 /// the file's storage type unless the caller asks otherwise; activations default to float32.
 inline Config config_from_gguf(const GgufFile& g) {
@@ -163,7 +150,7 @@ inline Config config_from_gguf(const GgufFile& g) {
     MAXTEXT_CHECK(rf.numel() == c.head_dim / 2, IoError, "[gguf] ", g.path, ": rope_freqs.weight has ", rf.numel(),
                   " values, expected head_dim/2 = ", c.head_dim / 2);
     for (std::int64_t i = 0; i < rf.numel(); ++i) {
-      const double want = detail::llama31_factor(i, c.head_dim, c.rope_max_timescale);
+      const double want = detail::llama3_divisor(c, i, c.head_dim);  // c: MaxText's 8 / 1 / 4 / 8192
       MAXTEXT_CHECK(std::fabs(rf.element(i) - want) <= 1e-3 * want, UnsupportedError, "[gguf] ", g.path,
                     ": rope_freqs.weight[", i, "] = ", rf.element(i), " differs from MaxText's LLaMA-3.1 scaling (", want,
                     "; factor 8, low 1, high 4, original context 8192)");
