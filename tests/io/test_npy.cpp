@@ -34,3 +34,28 @@ TEST_CASE("Malformed .npy files are rejected", "[io][npy][errors]") {
   CHECK_THROWS_WITH(io::read_npy("bad.npy"), Catch::Contains("truncated file"));
   std::remove("bad.npy");
 }
+
+TEST_CASE(".npy shapes: an empty axis does not let the later extents overflow the strides", "[io][npy][errors]") {
+  auto npy = [](const std::string& shape, bool fortran) {
+    std::string h = std::string("{'descr': '<f4', 'fortran_order': ") + (fortran ? "True" : "False") +
+                    ", 'shape': " + shape + ", }";
+    h += std::string(63 - (10 + h.size()) % 64, ' ') + "\n";
+    std::string b = "\x93NUMPY\x01";
+    b.push_back('\0');
+    b.push_back(static_cast<char>(h.size() & 0xff));
+    b.push_back(static_cast<char>(h.size() >> 8));
+    return b + h;
+  };
+  const auto parse = [](const std::string& b) {
+    return io::parse_npy(reinterpret_cast<const std::byte*>(b.data()), b.size(), nullptr, "x.npy");
+  };
+  // 2^40 * 2^40 = 2^80: the product of the extents, zeros counted as one, must stay below 2^50.
+  CHECK_THROWS_WITH(parse(npy("(0, 1099511627776, 1099511627776)", false)),
+                    Catch::Contains("x.npy") && Catch::Contains("product of its extents exceeds 2^50"));
+  CHECK_THROWS_WITH(parse(npy("(1099511627776, 1099511627776, 0)", true)), Catch::Contains("exceeds 2^50"));
+  CHECK_THROWS_WITH(parse(npy("(1125899906842624,)", false)), Catch::Contains("out of range [0, 2^50)"));
+  // An empty tensor of sensible extents still loads, with strides.
+  const AnyTensor e = parse(npy("(0, 3, 4)", false));
+  CHECK(e.numel() == 0);
+  CHECK(e.strides == std::vector<std::int64_t>{12, 4, 1});
+}

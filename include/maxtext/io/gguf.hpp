@@ -474,13 +474,14 @@ inline GgufFile read_gguf(const std::string& path) {
     MAXTEXT_CHECK(ti->supported || bf != nullptr, UnsupportedError, "[gguf] ", path, ": ", what, ": ggml type ",
                   ti->name, " (", info.ggml_type, ") is not supported (supported: F32, F16, BF16, F64, Q8_0, Q4_0, "
                   "Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, I8-I64; MXFP4 for gpt-oss experts)");
-    // Element count with overflow checks (every dim < 2^50 and the product too).
-    std::uint64_t n = 1;
+    // Element count with overflow checks (every dim < 2^50 and the product too, zero dims counted as one).
+    std::vector<std::int64_t> dims;
     for (auto d : info.dims) {
-      MAXTEXT_CHECK(d < (std::uint64_t{1} << 50) && (d == 0 || n <= (std::uint64_t{1} << 50) / d), IoError, "[gguf] ", path,
-                    ": ", what, ": dims ", std::vector<std::uint64_t>(info.dims), " are too large");
-      n *= d;
+      MAXTEXT_CHECK(d < (std::uint64_t{1} << 50), IoError, "[gguf] ", path, ": ", what, ": dims ",
+                    std::vector<std::uint64_t>(info.dims), " are too large");
+      dims.push_back(static_cast<std::int64_t>(d));
     }
+    const auto n = static_cast<std::uint64_t>(checked_numel(dims, "gguf", path + ": " + what));
     MAXTEXT_CHECK(static_cast<std::int64_t>(info.dims[0]) % ti->block == 0, IoError, "[gguf] ", path, ": ", what, ": ",
                   ti->name, " needs the innermost dim (", info.dims[0], ") to be a multiple of ", ti->block);
     const std::uint64_t bytes = n / static_cast<std::uint64_t>(ti->block) * static_cast<std::uint64_t>(ti->bytes);

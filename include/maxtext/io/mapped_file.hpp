@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -87,6 +88,28 @@ inline std::string read_text_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   MAXTEXT_CHECK(f.good(), IoError, "[io] ", path, ": cannot open");
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+/// The readers' guard on a shape read from a file (npy, safetensors, GGUF): every extent non-negative and below 2^50,
+/// and the product of the extents below 2^50 too, with zero extents counted as one. Counting them as one matters: a
+/// (0, 2^40, 2^40) tensor holds no element, yet its row-major strides (AnyTensor::dense_strides) multiply the later
+/// extents and would overflow. Returns the element count.
+inline std::int64_t checked_numel(const std::vector<std::int64_t>& shape, const char* format, const std::string& where) {
+  constexpr std::int64_t cap = std::int64_t{1} << 50;
+  std::int64_t nonzero = 1;
+  bool empty = false;
+  for (const std::int64_t d : shape) {
+    MAXTEXT_CHECK(d >= 0 && d < cap, IoError, "[", format, "] ", where, ": shape ", shape, ": extent ", d,
+                  " is out of range [0, 2^50)");
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    MAXTEXT_CHECK(nonzero <= cap / d, IoError, "[", format, "] ", where, ": shape ", shape,
+                  " is too large (the product of its extents exceeds 2^50)");
+    nonzero *= d;
+  }
+  return empty ? 0 : nonzero;
 }
 
 }  // namespace maxtext::io

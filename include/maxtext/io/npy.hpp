@@ -123,7 +123,6 @@ inline AnyTensor parse_npy(const std::byte* data, std::size_t size, std::shared_
   const bool fortran = fo == "True";
   const std::string shp = detail::npy_field(h, "shape", where);
   std::string cur;
-  std::int64_t n = 1;
   for (char c : shp + ",") {
     if (c == ',') {
       if (!cur.empty()) {
@@ -135,9 +134,6 @@ inline AnyTensor parse_npy(const std::byte* data, std::size_t size, std::shared_
           v = -1;
         }
         MAXTEXT_CHECK(v >= 0 && pos == cur.size(), IoError, "[npy] ", where, ": bad shape (", shp, ")");
-        MAXTEXT_CHECK(v == 0 || n <= (std::int64_t{1} << 50) / v, IoError, "[npy] ", where, ": shape too large (", shp,
-                      ")");
-        n *= v;
         t.shape.push_back(v);
       }
       cur.clear();
@@ -145,7 +141,7 @@ inline AnyTensor parse_npy(const std::byte* data, std::size_t size, std::shared_
       cur.push_back(c);
     }
   }
-  const std::size_t bytes = static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype);
+  const std::size_t bytes = static_cast<std::size_t>(checked_numel(t.shape, "npy", where)) * dtype_size(t.dtype);
   MAXTEXT_CHECK(bytes <= size - pre - hlen, IoError, "[npy] ", where, ": data needs ", bytes, " bytes for ",
                 t.describe(), ", file has ", size - pre - hlen, " (truncated file?)");
   t.data = data + pre + hlen;

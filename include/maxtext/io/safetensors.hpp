@@ -134,15 +134,12 @@ inline TensorMap read_safetensors(const std::string& path) {
                   IoError, "[safetensors] ", where, ": malformed entry ", v.dump());
     AnyTensor t;
     t.dtype = detail::safetensors_dtype(v["dtype"].get<std::string>(), where);
-    std::int64_t n = 1;
     for (const auto& d : v["shape"]) {
       MAXTEXT_CHECK(d.is_number_integer() && d.get<std::int64_t>() >= 0, IoError, "[safetensors] ", where,
                     ": bad shape ", v["shape"].dump());
       t.shape.push_back(d.get<std::int64_t>());
-      MAXTEXT_CHECK(t.shape.back() == 0 || n <= (std::int64_t{1} << 50) / t.shape.back(), IoError, "[safetensors] ",
-                    where, ": shape too large ", v["shape"].dump());
-      n *= t.shape.back();
     }
+    const std::int64_t n = checked_numel(t.shape, "safetensors", where);
     const auto& off = v["data_offsets"];
     MAXTEXT_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(), IoError, "[safetensors] ", where,
                   ": bad data_offsets ", off.dump());
