@@ -166,6 +166,27 @@ TEST_CASE("Llama 4 from Hugging Face: Llama4ForCausalLM with MaxText's LLaMA-3 s
   CHECK(c.mlp_dim == fixture.mlp_dim);
   CHECK((c.use_qk_norm && c.temperature_tuning && c.rope_use_scale && c.rope_type == "llama3.1"));
   check_model<Llama4>("llama4_model", "hf");
+  {
+    // Under transformers' names (what `maxtext logits` / `compare` use for an HF checkpoint), the FFN of a dense and of
+    // a MoE layer is `feed_forward`, as in Llama4TextDecoderLayer; the layer outputs are the MaxText fixture's.
+    const std::string dir = test::fixture("llama4_model");
+    Llama4 m(c, cpu::Backend(), models::NameScheme::hf);
+    m.load(io::load_weights(dir + "/hf", c).tensors);
+    layers::Capture cap;
+    cap.request_all();
+    models::ForwardOptions opt;
+    opt.capture = &cap;
+    m.forward(test::int_tensor(test::npy(dir + "/tokens.npy")), opt);
+    for (std::int64_t i = 0; i < c.num_decoder_layers; ++i) {
+      const std::string h = "model.layers." + std::to_string(i);
+      CHECK(cap.has(h + ".self_attn"));
+      CHECK(cap.has(h + ".feed_forward"));
+      CHECK_FALSE(cap.has(h + ".Llama4MoEBlock_0"));
+      CHECK_FALSE(cap.has(h + ".mlp"));
+      test::expect_close(cap.at(h), test::npy(dir + "/act_decoder.layers_" + std::to_string(i) + ".npy"),
+                         test::tol::f32_logits, h);
+    }
+  }
   // llama4_hf_rope: language_model.* names beside stand-in vision tensors (ignored), rope_scaling factor 16, low =
   // high = 1, original context 64. MaxText's fixed scaling would move these logits by 0.10 (meta.json).
   const std::string dir = test::fixture("llama4_hf_rope");

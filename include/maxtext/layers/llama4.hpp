@@ -47,6 +47,7 @@ class Llama4DecoderLayer {
  public:
   using A = typename P::act_t;
   static constexpr const char* mlp_name = "mlp";  ///< dense layers; MoE layers capture under Llama4MoEBlock_0
+  static constexpr const char* hf_mlp_name = "feed_forward";  ///< transformers' name, dense and MoE layers alike
   struct Params {
     typename RMSNorm<P>::Params pre_self_attention_layer_norm;
     typename Attention<P>::Params attention;
@@ -64,7 +65,8 @@ class Llama4DecoderLayer {
         post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}) {
     if (moe_layer_) {
       moe_ = RoutedAndSharedMoE<P>(c);
-      info_.mlp = join_name(info_.name, "Llama4MoEBlock_0");
+      // MaxText's tree names the two FFNs apart (`mlp`, `Llama4MoEBlock_0`); transformers' (`feed_forward`) does not.
+      if (info_.mlp == join_name(info_.name, mlp_name)) info_.mlp = join_name(info_.name, "Llama4MoEBlock_0");
     } else {
       mlp_ = detail::block_mlp<P>(c);
     }

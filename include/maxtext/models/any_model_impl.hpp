@@ -245,7 +245,7 @@ class AnyModelImpl final : public AnyModel {
     if (r.kind == "moe") {
       if constexpr (Model::kTwoKinds) {
         using L = typename Model::MoeL;
-        info.mlp = layers::join_name(r.prefix, models::detail::mlp_name<L>());
+        info.mlp = layers::join_name(r.prefix, hf ? models::detail::hf_mlp_name<L>() : models::detail::mlp_name<L>());
         return finish(run_from(L(cfg, info), be, x, r), out, r);
       } else {
         MAXTEXT_THROW(ArgumentError, "[run_layer] kind 'moe': decoder_block ", cfg.decoder_block,
@@ -255,7 +255,7 @@ class AnyModelImpl final : public AnyModel {
     MAXTEXT_CHECK(r.kind == "decoder", ArgumentError, "[run_layer] kind: expected decoder, moe, gpt3_attention or "
                   "gpt3_layernorm, found '", r.kind, "'");
     using L = typename Model::DenseL;
-    info.mlp = layers::join_name(r.prefix, models::detail::mlp_name<L>());
+    info.mlp = layers::join_name(r.prefix, hf ? models::detail::hf_mlp_name<L>() : models::detail::mlp_name<L>());
     return finish(run_from(L(cfg, info), be, x, r), out, r);
   }
 

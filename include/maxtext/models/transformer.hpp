@@ -67,6 +67,18 @@ std::string mlp_name() {
   }
 }
 template <class L>
+concept HasHfMlpName = requires { L::hf_mlp_name; };
+/// The FFN's capture name under NameScheme::hf: transformers' module name, `mlp` unless the layer names it (Llama 4:
+/// `feed_forward`, for its dense MLP and its MoE alike).
+template <class L>
+std::string hf_mlp_name() {
+  if constexpr (HasHfMlpName<L>) {
+    return std::string(L::hf_mlp_name);
+  } else {
+    return "mlp";
+  }
+}
+template <class L>
 concept HasAttentionName = requires { L::attention_name; };
 /// The attention module's parameter (and capture) name: `self_attention` unless the layer names it (Olmo3:
 /// `attention`, GPT-OSS: `GptOssAttention`).
@@ -368,7 +380,7 @@ class Transformer {
     if (scheme_ == NameScheme::hf) {
       info.name = "model.layers." + std::to_string(global);
       info.attention = info.name + ".self_attn";
-      info.mlp = info.name + ".mlp";
+      info.mlp = info.name + "." + detail::hf_mlp_name<L>();
     } else {
       info.name = "decoder." + layer_prefix(local, dense);
       info.attention = info.name + "." + detail::attention_name<L>();
