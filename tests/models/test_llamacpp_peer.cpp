@@ -177,6 +177,91 @@ TEST_CASE("llama.cpp peer: llama4 (MoE every 2nd layer: top-1 sigmoid-scaled + s
   check_peer("llama4", kSilu);
 }
 
+TEST_CASE("llama.cpp peer: llama4 on 8200 tokens, past the 8192-position attention chunk and with the NoPE layer's "
+          "temperature tuning above 1", "[models][llamacpp][long]") {
+  // llamacpp_peer.py run_llama4_long: the llama4 fixture's model on an 8200-token prompt; llama.cpp's logits for the
+  // rows from position 8176 on (prompt then greedy steps) and its 8 greedy tokens.
+  const std::string dir = peer_dir("llama4_long");
+  const std::string path = test::require(peer_dir("llama4") + "/model.gguf", "the llama.cpp peer fixture for llama4");
+  (void)test::require(dir + "/meta.json", "the llama4_long peer fixture");
+  const nlohmann::json meta = test::read_meta(dir);
+  const auto prompt = ids(test::npy(dir + "/tokens.npy"));
+  const auto greedy = ids(test::npy(dir + "/greedy.npy"));
+  const AnyTensor tail = test::npy(dir + "/logits_tail.npy");
+  const auto P = static_cast<std::int64_t>(prompt.size());
+  const auto S = static_cast<std::int64_t>(greedy.size());
+  const std::int64_t from = meta.at("tail_from").get<std::int64_t>();
+  REQUIRE(P > 8192);
+  REQUIRE(from < 8191);
+  REQUIRE(tail.shape == std::vector<std::int64_t>{P + S - 1 - from, 128});
+  std::vector<std::int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), greedy.begin(), greedy.end() - 1);
+  const auto T = static_cast<std::int64_t>(sequence.size());
+  Tensor<std::int32_t, 2> tok({1, T});
+  for (std::int64_t i = 0; i < T; ++i) tok(0, i) = sequence[static_cast<std::size_t>(i)];
+
+  Config cfg = *io::read_weights_config(path);
+  REQUIRE(cfg.chunk_attn_window_size == 8192);
+  REQUIRE(cfg.temperature_tuning);
+  cfg.max_target_length = T + 16;  // the GGUF declares 256 positions; llama.cpp runs past them too
+  const io::LoadedWeights w = io::load_weights(path, cfg);
+  // Rows [a, b) of our teacher-forced logits, and of llama.cpp's (which start at `from`).
+  const auto rows_of = [&](const Tensor<float, 3>& all, std::int64_t a, std::int64_t b) {
+    Tensor<float, 2> t({b - a, cfg.vocab_size});
+    for (std::int64_t i = a; i < b; ++i) {
+      for (std::int64_t v = 0; v < cfg.vocab_size; ++v) t(i - a, v) = all(0, i, v);
+    }
+    return AnyTensor::from(t);
+  };
+  const auto forward = [&](const Config& c) {
+    const auto m = models::make_built_any_model(c, {}, MAXTEXT_BLOCKS_BUILT);
+    m->load(w.tensors);
+    models::ForwardRequest fr;
+    fr.tokens = &tok;
+    return m->forward(fr);
+  };
+  const auto tail_rows = [&](std::int64_t a, std::int64_t b) {
+    Tensor<float, 2> t({b - a, cfg.vocab_size});
+    for (std::int64_t i = a; i < b; ++i) {
+      for (std::int64_t v = 0; v < cfg.vocab_size; ++v) t(i - a, v) = static_cast<float>(tail.element((i - from) * cfg.vocab_size + v));
+    }
+    return AnyTensor::from(t);
+  };
+  const Tensor<float, 3> ours = forward(cfg);
+  // Rows before the chunk boundary at kSilu. From 8192 on, the RoPE layers' queries see only the 1-15 keys of the new
+  // chunk instead of thousands, so the rotary angles' rounding no longer averages out: both sides compute them in
+  // f32, MaxText as p / timescale (one rounding), llama.cpp as p times theta_scale^i by repeated f32 products then
+  // divided by rope_freqs; at these positions they differ by up to 1.2e-4 rad (a float64 check of the two formulas
+  // on this file's rope_freqs). Measured 1.4e-5 before 8192 and 3.5e-4 after; the bound there is atol 1e-3, 150x
+  // below what either feature moves (printed below).
+  constexpr testing::Tolerance kNewChunk{1e-4, 1e-3};
+  const auto before = testing::compare(rows_of(ours, from, 8192), tail_rows(from, 8192), kSilu);
+  const auto after = testing::compare(rows_of(ours, 8192, T), tail_rows(8192, T), kNewChunk);
+  std::printf("llama.cpp peer llama4 at positions %lld..8191: max |ours - llama.cpp| = %.3g; 8192..%lld: %.3g\n",
+              static_cast<long long>(from), before.max_abs, static_cast<long long>(T - 1), after.max_abs);
+  INFO(before.message("llama4_long logits before position 8192 vs llama.cpp"));
+  CHECK(before.ok());
+  INFO(after.message("llama4_long logits from position 8192 on vs llama.cpp"));
+  CHECK(after.ok());
+  // Either feature switched off moves the logits far outside these bounds: the comparison sees both.
+  Config no_tt = cfg;
+  no_tt.temperature_tuning = false;
+  const auto r_tt = testing::compare(rows_of(forward(no_tt), from, T), tail, kNewChunk);
+  Config one_chunk = cfg;
+  one_chunk.chunk_attn_window_size = 16384;
+  const auto r_chunk = testing::compare(rows_of(forward(one_chunk), from, T), tail, kNewChunk);
+  std::printf("  without temperature tuning: %.3g; with one 16384-position chunk: %.3g\n", r_tt.max_abs,
+              r_chunk.max_abs);
+  CHECK(r_tt.max_abs > 0.05);
+  CHECK(r_chunk.max_abs > 1.0);
+
+  const auto m = models::make_built_any_model(cfg, {}, MAXTEXT_BLOCKS_BUILT);
+  m->load(w.tensors);
+  models::GenerateOptions go;
+  go.max_new_tokens = S;
+  CHECK(m->generate({prompt}, go).tokens.at(0) == greedy);
+}
+
 TEST_CASE("GGUF llama4 metadata: what llama.cpp hard-codes becomes config, rope_freqs gives the llama3_rope_* keys, "
           "what MaxText's llama4 cannot express is refused by name", "[models][llamacpp][gguf][llama4]") {
   const std::string path = test::require(peer_dir("llama4") + "/model.gguf", "the llama.cpp peer fixture for llama4");

@@ -9,6 +9,8 @@ tests/fixtures/llamacpp/<arch>/:
                  row per greedy step (the step decoding greedy[i] gives row T + i)
   greedy.npy     int32 [STEPS]: llama.cpp's greedy tokens (greedy[i] = argmax of row T - 1 + i)
   meta.json      the architecture, sizes, seed, smallest top-1/top-2 gap over the greedy rows, llama.cpp commit
+llama4_long/ holds no model: the llama4 model on an 8200-token prompt (past llama.cpp's 8192-position chunk), with
+logits_tail.npy = the logits rows from position 8176 on (see run_llama4_long).
 
 Run (from the repository root; llama.cpp built in $LLAMA/build, e.g. /work/peers/llama.cpp):
   PYTHONPATH=$LLAMA/gguf-py /usr/bin/python3 tests/reference/llamacpp_peer.py --llama $LLAMA [--arch gemma2 ...]
@@ -269,19 +271,68 @@ def run_arch(name, exe, llama_commit, scratch):
           f"|logit| <= {meta['max_abs_logit']:.2f}")
 
 
+# llama4 past llama.cpp's fixed 8192-position attention chunk: the llama4 fixture's model on a prompt of 8200 tokens.
+# Positions 8192.. start a new chunk on the RoPE layers (they no longer see the first 8192 tokens), and the NoPE
+# layer's temperature-tuning factor 1 + 0.1 ln(floor((pos + 1) / 8192) + 1) leaves 1 from position 8191 on; neither
+# shows in the 48-token fixture. Only the rows from LONG_TAIL_FROM on are kept (the whole logits would be 4 MiB).
+LONG_PROMPT = 8200
+LONG_STEPS = 8
+LONG_TAIL_FROM = 8176
+
+
+def run_llama4_long(exe, llama_commit, scratch):
+    model = OUT / "llama4" / "model.gguf"
+    if not model.exists():
+        raise RuntimeError("llama4_long needs the llama4 fixture's model: run --arch llama4 first")
+    d = OUT / "llama4_long"
+    d.mkdir(parents=True, exist_ok=True)
+    seed = 4200
+    for attempt in range(20):
+        rng = np.random.default_rng(seed)
+        prompt = rng.integers(3, VOCAB, size=LONG_PROMPT).astype(np.int32)
+        prefix = scratch / "llama4_long"
+        subprocess.run([str(exe), str(model), str(prefix), str(LONG_STEPS)] + [str(int(x)) for x in prompt],
+                       check=True, stdout=subprocess.DEVNULL)
+        logits = np.fromfile(str(prefix) + ".logits.f32", dtype=np.float32).reshape(LONG_PROMPT + LONG_STEPS - 1,
+                                                                                     VOCAB)
+        greedy = np.loadtxt(str(prefix) + ".greedy.txt", dtype=np.int32).reshape(-1)
+        rows = logits[LONG_PROMPT - 1:]
+        top2 = np.sort(rows, axis=1)[:, -2:]
+        gap = float((top2[:, 1] - top2[:, 0]).min())
+        assert (rows.argmax(axis=1) == greedy).all(), "greedy tokens are not the argmax of their rows"
+        if gap >= MIN_GAP and len(set(greedy.tolist())) >= 2:
+            break
+        print(f"llama4_long: seed {seed}: smallest greedy gap {gap:.2e}; reseeding")
+        seed += 100
+    else:
+        raise RuntimeError("llama4_long: no seed gives a clear greedy path")
+    tail = logits[LONG_TAIL_FROM:]
+    np.save(d / "tokens.npy", prompt)
+    np.save(d / "logits_tail.npy", tail)
+    np.save(d / "greedy.npy", greedy.astype(np.int32))
+    meta = {"name": "llama4_long", "arch": "llama4", "model": "../llama4/model.gguf", "seed": seed,
+            "prompt_len": LONG_PROMPT, "steps": LONG_STEPS, "tail_from": LONG_TAIL_FROM, "vocab": VOCAB,
+            "min_greedy_gap": gap, "max_abs_logit": float(np.abs(tail).max()), "llama_cpp_commit": llama_commit}
+    (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"llama4_long: seed {seed}, greedy {greedy.tolist()}, min gap {gap:.3g}, |logit| <= {meta['max_abs_logit']:.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama", default=os.environ.get("LLAMA", "/work/peers/llama.cpp"))
     ap.add_argument("--scratch", default="/tmp/llamacpp_peer")
-    ap.add_argument("--arch", action="append", choices=sorted(ARCHS))
+    ap.add_argument("--arch", action="append", choices=sorted(ARCHS) + ["llama4_long"])
     a = ap.parse_args()
     llama, scratch = Path(a.llama), Path(a.scratch)
     sys.path.insert(0, str(llama / "gguf-py"))
     commit = subprocess.run(["git", "-C", str(llama), "log", "-1", "--format=%H"], capture_output=True, text=True,
                             check=True).stdout.strip()
     exe = build_peer(llama, scratch)
-    for arch in a.arch or list(ARCHS):
-        run_arch(arch, exe, commit, scratch)
+    for arch in a.arch or list(ARCHS) + ["llama4_long"]:
+        if arch == "llama4_long":
+            run_llama4_long(exe, commit, scratch)
+        else:
+            run_arch(arch, exe, commit, scratch)
 
 
 if __name__ == "__main__":
