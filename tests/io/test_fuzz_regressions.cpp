@@ -122,3 +122,17 @@ TEST_CASE("YAML config: a key that is not a plain name is refused with ConfigErr
                       Catch::Contains("bad.yml") && Catch::Contains("plain names"));
   REQUIRE_NOTHROW(maxtext::io::apply_yaml_node(cfg, YAML::Load("base_emb_dim: 8\n"), "good.yml"));
 }
+
+TEST_CASE("Shape guard: an empty outer axis before extents of 2^40 is refused by the npy, safetensors and GGUF readers "
+          "with the file and shape named", "[io][fuzz][errors]") {
+  // Before io::checked_numel these loaded, and only UBSan saw AnyTensor::dense_strides overflow int64.
+  const fs::path dir = fs::path(MAXTEXT_FUZZ_REGRESSIONS_DIR);
+  const std::string npy = (dir / "npy" / "empty_axis_overflowing_strides.npy").string();
+  const std::string st = (dir / "safetensors" / "empty_axis_overflowing_strides.safetensors").string();
+  const std::string gguf = (dir / "gguf" / "empty_axis_overflowing_strides.gguf").string();
+  CHECK_THROWS_WITH(maxtext::io::read_npy(npy), Catch::Contains(npy) && Catch::Contains("exceeds 2^50"));
+  CHECK_THROWS_WITH(maxtext::io::read_safetensors(st),
+                    Catch::Contains(st) && Catch::Contains("[0,1099511627776,1099511627776]") &&
+                        Catch::Contains("exceeds 2^50"));
+  CHECK_THROWS_WITH(maxtext::io::read_gguf(gguf), Catch::Contains("tensor t") && Catch::Contains("exceeds 2^50"));
+}

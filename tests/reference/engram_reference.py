@@ -67,7 +67,7 @@ CASES = [
     # engram_vs_reference_test.py's shape: bases 5 * 129280, 3-grams, 8 heads, two layers.
     dict(name="deepseek_like", bases=[646400, 646400], max_ngram=3, heads=8, layers=[1, 4], vocab=129280, pad=2,
          seed=0, ids="vocab"),
-    # small vocabulary: multipliers near 2^30, every product wraps; 4-grams; three layers
+    # small vocabulary: multipliers up to ~2^28 on arbitrary int32 ids, so the products wrap; 4-grams; three layers
     dict(name="wrapping", bases=[50, 70, 10], max_ngram=4, heads=3, layers=[0, 2, 5], vocab=7, pad=0, seed=123,
          ids="int32"),
     # a vocabulary of 2^31 - 1: half_bound 1, every multiplier 1

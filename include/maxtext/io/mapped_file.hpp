@@ -91,7 +91,7 @@ inline std::string read_text_file(const std::string& path) {
 }
 
 /// The readers' guard on a shape read from a file (npy, safetensors, GGUF): every extent non-negative and below 2^50,
-/// and the product of the extents below 2^50 too, with zero extents counted as one. Counting them as one matters: a
+/// and the product of the extents at most 2^50, with zero extents counted as one. Counting them as one matters: a
 /// (0, 2^40, 2^40) tensor holds no element, yet its row-major strides (AnyTensor::dense_strides) multiply the later
 /// extents and would overflow. Returns the element count.
 inline std::int64_t checked_numel(const std::vector<std::int64_t>& shape, const char* format, const std::string& where) {

@@ -46,7 +46,8 @@ template <TensorPolicy P>
 class Llama4DecoderLayer {
  public:
   using A = typename P::act_t;
-  static constexpr const char* mlp_name = "mlp";  ///< dense layers; MoE layers capture under Llama4MoEBlock_0
+  /// Dense layers; MoE layers capture under Llama4MoEBlock_0 (MaxText names).
+  static constexpr const char* mlp_name = "mlp";
   static constexpr const char* hf_mlp_name = "feed_forward";  ///< transformers' name, dense and MoE layers alike
   struct Params {
     typename RMSNorm<P>::Params pre_self_attention_layer_norm;
@@ -103,8 +104,8 @@ class Llama4DecoderLayer {
     }
   }
 
-  /// x [B*T, D] in place. Captures the attention and FFN outputs (MoE layers: routing metrics under
-  /// `<layer>.Llama4MoEBlock_0`) and the layer output.
+  /// x [B*T, D] in place. Captures the attention and FFN outputs (MoE layers: routing metrics under the FFN's name,
+  /// `<layer>.Llama4MoEBlock_0` or, with Hugging Face names, `<layer>.feed_forward`) and the layer output.
   void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
