@@ -170,7 +170,7 @@ TEST_CASE("Llama 4 from Hugging Face: Llama4ForCausalLM with MaxText's LLaMA-3 s
     // Under transformers' names (what `maxtext logits` / `compare` use for an HF checkpoint), the FFN of a dense and of
     // a MoE layer is `feed_forward`, as in Llama4TextDecoderLayer; the layer outputs are the MaxText fixture's.
     const std::string dir = test::fixture("llama4_model");
-    Llama4 m(c, {}, models::NameScheme::hf);
+    Llama4 m(c, Llama4::B(), models::NameScheme::hf);
     m.load(io::load_weights(dir + "/hf", c).tensors);
     layers::Capture cap;
     cap.request_all();
