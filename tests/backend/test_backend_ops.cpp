@@ -522,3 +522,62 @@ TEMPLATE_TEST_CASE("head_matmul: CPU equals the reference", "[backend][ops][mla]
   ref_be.head_matmul(xb.cview(), w, stride, off, true, zr.view());
   expect_near(zc, zr, std::is_same_v<A, float> ? 1e-5 : ulp_rel<A>(), 0.5, "head_matmul transposed");
 }
+
+TEMPLATE_TEST_CASE("mHC stream ops (mhc_maps, stream_sum, stream_mix): CPU equals the reference", "[backend][ops][mhc]",
+                   float, bf16) {
+  rng().seed(1013);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const std::int64_t M = 6, D = 37;
+  const double tol = std::is_same_v<A, float> ? 1e-5 : ulp_rel<A>();
+  for (const std::int64_t k : {2, 4}) {
+    for (const bool lite : {false, true}) {
+      MhcOptions o;
+      o.k = k;
+      o.lite = lite;
+      o.sinkhorn_iterations = 20;
+      const std::int64_t R = mhc_res_width(o);
+      INFO("k " << k << (lite ? " lite" : " Sinkhorn"));
+      const auto hp = random_tensor<A, 2>({M, k}, 2.0f), hq = random_tensor<A, 2>({M, k}, 2.0f),
+                 hr = random_tensor<A, 2>({M, R}, 2.0f);
+      const auto sc = random_tensor<A, 1>({3}, 1.0f), pb = random_tensor<A, 1>({k}), qb = random_tensor<A, 1>({k}),
+                 rb = random_tensor<A, 1>({R});
+      const MhcCoefficients<A> c{sc.data(), sc.data() + 1, sc.data() + 2, pb.data(), qb.data(), rb.data()};
+      Tensor<A, 2> pc({M, k}), pr({M, k}), qc({M, k}), qr({M, k}), rc({M, k * k}), rr({M, k * k});
+      cpu_be.mhc_maps(hp.cview(), hq.cview(), hr.cview(), c, o, pc.view(), qc.view(), rc.view());
+      ref_be.mhc_maps(hp.cview(), hq.cview(), hr.cview(), c, o, pr.view(), qr.view(), rr.view());
+      // The same roundings in f32 (CPU) and double (reference): a bf16 result may land one ulp apart.
+      expect_near(pc, pr, tol, 1.0, "pre");
+      expect_near(qc, qr, tol, 1.0, "post");
+      expect_near(rc, rr, tol, 0.1, "res");
+      // Every mapping is doubly stochastic to Sinkhorn's precision (lite: exactly, up to rounding of the weights).
+      for (std::int64_t m = 0; m < M; ++m) {
+        for (std::int64_t i = 0; i < k; ++i) {
+          double row = 0, col = 0;
+          for (std::int64_t j = 0; j < k; ++j) {
+            row += to_float(rr(m, i * k + j));
+            col += to_float(rr(m, j * k + i));
+          }
+          CHECK(row == Approx(1.0).margin(std::is_same_v<A, float> ? 1e-3 : 0.03));
+          CHECK(col == Approx(1.0).margin(std::is_same_v<A, float> ? 1e-3 : 0.03));
+        }
+      }
+      const auto x = random_tensor<A, 2>({M, k * D}), f = random_tensor<A, 2>({M, D});
+      Tensor<A, 2> sc_({M, D}), sr({M, D});
+      cpu_be.stream_sum(x.cview(), pr.cview(), sc_.view());
+      ref_be.stream_sum(x.cview(), pr.cview(), sr.view());
+      expect_near(sc_, sr, tol, 1.0, "weighted stream_sum");
+      cpu_be.stream_sum(x.cview(), View<const A, 2>(), sc_.view());
+      ref_be.stream_sum(x.cview(), View<const A, 2>(), sr.view());
+      expect_near(sc_, sr, tol, 1.0, "stream_sum");
+      CHECK(to_float(sr(1, 3)) == Approx([&] {
+              double s = 0;
+              for (std::int64_t i = 0; i < k; ++i) s += to_float(x(1, i * D + 3));
+              return s;
+            }()).epsilon(tol));
+      Tensor<A, 2> yc({M, k * D}), yr({M, k * D});
+      cpu_be.stream_mix(x.cview(), rr.cview(), f.cview(), qr.cview(), yc.view());
+      ref_be.stream_mix(x.cview(), rr.cview(), f.cview(), qr.cview(), yr.view());
+      expect_near(yc, yr, 2 * tol, 1.0, "stream_mix");
+    }
+  }
+}

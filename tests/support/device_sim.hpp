@@ -187,6 +187,9 @@ class SimDeviceBackend {
   MAXTEXT_SIM_OP(scatter_add_rows)
   MAXTEXT_SIM_OP(clamped_glu)
   MAXTEXT_SIM_OP(head_matmul)
+  MAXTEXT_SIM_OP(mhc_maps)
+  MAXTEXT_SIM_OP(stream_sum)
+  MAXTEXT_SIM_OP(stream_mix)
 #undef MAXTEXT_SIM_OP
   /// moe_route is called with explicit template arguments (gate dtype G, activation type A).
   template <class G, class A = G>
@@ -231,6 +234,10 @@ class SimDeviceBackend {
   void require(const char* op, const Matrix<W>& m) const {
     require_ptr(op, m.data.data());
   }
+  template <class A>
+  void require(const char* op, const MhcCoefficients<A>& c) const {
+    for (const A* p : {c.pre_scale, c.post_scale, c.res_scale, c.pre_beta, c.post_beta, c.res_beta}) require_ptr(op, p);
+  }
   void require(const char* op, const RotaryTable& t) const {
     require_ptr(op, t.cos.data());
     require_ptr(op, t.sin.data());
@@ -254,3 +261,4 @@ class SimDeviceBackend {
 static_assert(::maxtext::Backend<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must satisfy the Backend concept");
 static_assert(::maxtext::BackendMoE<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the MoE kernels");
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide head_matmul");
+static_assert(::maxtext::BackendHyperConnections<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the mHC stream ops");

@@ -110,4 +110,18 @@ concept BackendHeadMatmul = requires(const B& b, View<const float, 3> x, const M
   b.head_matmul(x, w, std::int64_t{0}, std::int64_t{0}, false, y);
 };
 
+
+/// Manifold-constrained hyper-connections (layers/mhc.hpp; MhcOptions in ops.hpp), on residual streams held as
+/// [M, k*D] (stream s = columns [s*D, (s+1)*D)):
+///   mhc_maps(hp [M,k], hq [M,k], hr [M,R], coefficients, options, pre [M,k], post [M,k], res [M,k*k]);
+///   stream_sum(x [M,k*D], w [M,k] or empty, y [M,D]): the (weighted) sum of the streams, rounded once;
+///   stream_mix(x [M,k*D], res [M,k*k], f [M,D], post [M,k], y [M,k*D]): residual mixing + post-mapped branch.
+template <class B>
+concept BackendHyperConnections = requires(const B& b, View<const float, 2> x, View<float, 2> y,
+                                           const MhcCoefficients<float>& c, const MhcOptions& o) {
+  b.mhc_maps(x, x, x, c, o, y, y, y);
+  b.stream_sum(x, x, y);
+  b.stream_mix(x, x, x, x, y);
+};
+
 }  // namespace maxtext

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "maxtext/backend/common/math.hpp"
+#include "maxtext/core/config.hpp"
 #include "maxtext/core/tensor.hpp"
 
 namespace maxtext {
@@ -88,6 +89,34 @@ struct MoeRouting {
   bool normalize = false;                ///< w /= (sum_j w + normalize_eps)
   float normalize_eps = 0.0f;
   float scale = 1.0f;                    ///< routed_scaling_factor (DeepSeek blocks)
+};
+
+
+/// Manifold-constrained hyper-connections (MaxText layers/mhc.py; layers/mhc.hpp): how one token's k x k residual
+/// mixing is formed. k streams; the full form normalises k x k logits with Sinkhorn-Knopp (`sinkhorn_iterations`
+/// rounds, f32), the lite form (mHC-lite, `enable_mhc_lite`) mixes the k! permutation matrices with softmax weights.
+struct MhcOptions {
+  std::int64_t k = 1;
+  bool lite = false;
+  std::int64_t sinkhorn_iterations = 20;
+};
+/// The width of the residual-mapping projection: k * k (full) or k! (lite).
+MAXTEXT_HD inline std::int64_t mhc_res_width(const MhcOptions& o) {
+  if (!o.lite) return o.k * o.k;
+  std::int64_t f = 1;
+  for (std::int64_t i = 2; i <= o.k; ++i) f *= i;
+  return f;
+}
+/// The learned scalars and biases of one mHC module, in backend memory (activation type): the three alpha scales
+/// [1] and the biases pre_beta [k], post_beta [k], res_beta [k*k or k!].
+template <class A>
+struct MhcCoefficients {
+  const A* pre_scale = nullptr;
+  const A* post_scale = nullptr;
+  const A* res_scale = nullptr;
+  const A* pre_beta = nullptr;
+  const A* post_beta = nullptr;
+  const A* res_beta = nullptr;
 };
 
 }  // namespace maxtext

@@ -124,13 +124,22 @@ using StringList = std::vector<std::string>;
   X(std::int64_t, init_weights_seed, 0)                          \
   X(bool, enable_dropout, true)                                  \
   X(double, dropout_rate, 0.0)                                   \
-  X(std::int64_t, inhomogeneous_layer_cycle_interval, 1)
+  X(std::int64_t, inhomogeneous_layer_cycle_interval, 1)        \
+  X(std::int64_t, mhc_expansion_rate, 1)                         \
+  X(std::int64_t, sinkhorn_iterations, 20)                       \
+  X(bool, enable_mhc_lite, false)                                \
+  X(bool, use_mhc_pallas_kernel, false)
 
 // Every key above is MaxText's except the four llama3_rope_* keys: MaxText's LLaMA-3.1 RoPE hard-codes factor 8,
 // low_freq_factor 1, high_freq_factor 4 and an original context of 8192 (embeddings.py LLaMARotaryEmbedding); these
 // keys default to exactly those values and exist so that Hugging Face files with other `rope_scaling` values (Llama
 // 3.2's factor 32, Llama 4 Scout's 16 / 1 / 1) load with the scaling their weights were trained with
 // (docs/numerics.md §LLaMA-3 RoPE parameters).
+
+/// The most mHC streams (mhc_expansion_rate) the backends take: the k x k Sinkhorn matrix (full form) or the k!
+/// permutation weights (mHC-lite) of a token live in fixed per-thread arrays (backend/common/kernel_math.hpp).
+inline constexpr std::int64_t kMhcMaxStreams = 8;
+inline constexpr std::int64_t kMhcMaxLiteStreams = 5;
 
 /// The configuration. Field names are MaxText's keys (and the extensions above); emb_dim etc. are derived by derive().
 struct Config {
@@ -387,7 +396,6 @@ inline bool positive(const std::string& v) {
 inline const std::vector<UnsupportedFeature>& unsupported_features() {
   static const std::vector<UnsupportedFeature> list = {
       {"engram_layers", "Engram memory layers", detail::nonempty_list},
-      {"mhc_expansion_rate", "manifold hyper-connections (mHC)", detail::greater_than_one},
       {"use_batch_split_schedule", "the DeepSeek batch-split schedule", detail::truthy},
       {"mtp_num_layers", "multi-token prediction", detail::positive},
       {"use_indexer", "the DeepSeek-3.2 sparse-attention indexer", detail::truthy},
@@ -558,6 +566,23 @@ inline void Config::validate() const {
                     "): Llama4ScannableBlock repeats that many layers");
     }
   }
+  if (mhc_expansion_rate != 1) {
+    // mhc.py / decoders.py: k residual streams; only the DeepSeek layers (deepseek.py) wrap their branches in mHC,
+    // any other block would receive [B, S, k, D] activations it cannot take.
+    MAXTEXT_CHECK(mhc_expansion_rate >= 1, ConfigError, "[config] mhc_expansion_rate must be >= 1, found ", mhc_expansion_rate);
+    MAXTEXT_CHECK(decoder_block == "deepseek", UnsupportedError, "[config] mhc_expansion_rate = ", mhc_expansion_rate,
+                  " (manifold hyper-connections) exists for decoder_block deepseek only (MaxText's DeepSeek layers wrap "
+                  "their branches in mHC), found decoder_block '", decoder_block, "'");
+    const std::int64_t max_k = enable_mhc_lite ? kMhcMaxLiteStreams : kMhcMaxStreams;
+    MAXTEXT_CHECK(mhc_expansion_rate <= max_k, UnsupportedError, "[config] mhc_expansion_rate = ", mhc_expansion_rate,
+                  ": this library's mHC kernels take at most ", max_k, " streams",
+                  enable_mhc_lite ? " with enable_mhc_lite (k! permutation matrices)" : " (k x k Sinkhorn in registers)");
+    MAXTEXT_CHECK(enable_mhc_lite || sinkhorn_iterations >= 1, ConfigError,
+                  "[config] sinkhorn_iterations must be >= 1, found ", sinkhorn_iterations);
+  }
+  // types.py: the Pallas mHC kernel implements mHC-lite only (it computes the same function; here it selects nothing).
+  MAXTEXT_CHECK(!use_mhc_pallas_kernel || enable_mhc_lite, ConfigError,
+                "[config] use_mhc_pallas_kernel=True requires enable_mhc_lite=True");
   if (decoder_block == "gemma3") {
     // gemma3.get_query_pre_attn_scalar: the query scale is chosen by model name; MaxText raises for any other.
     MAXTEXT_CHECK(model_name == "gemma3-4b" || model_name == "gemma3-12b" || model_name == "gemma3-27b", ConfigError,

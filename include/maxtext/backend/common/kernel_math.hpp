@@ -290,4 +290,95 @@ MAXTEXT_HD inline void moe_route_row(const G* z, const G* bias, const MoeRouting
   }
 }
 
+
+// ---- manifold-constrained hyper-connections -------------------------------------------------------------------
+/// The next permutation of p[0..k) in lexicographic order; false (p unchanged) after the last one. From the
+/// identity it enumerates itertools.permutations(range(k)), the order of MaxText's get_permutation_matrices.
+MAXTEXT_HD inline bool next_permutation(int* p, std::int64_t k) {
+  std::int64_t i = k - 2;
+  while (i >= 0 && p[i] >= p[i + 1]) --i;
+  if (i < 0) return false;
+  std::int64_t j = k - 1;
+  while (p[j] <= p[i]) --j;
+  int t = p[i];
+  p[i] = p[j];
+  p[j] = t;
+  for (std::int64_t a = i + 1, b = k - 1; a < b; ++a, --b) {
+    t = p[a];
+    p[a] = p[b];
+    p[b] = t;
+  }
+  return true;
+}
+
+/// softmax over n values in place, f32 (jax.nn.softmax: exp(x - max) / sum).
+MAXTEXT_HD inline void softmax_inplace(float* v, std::int64_t n) {
+  float mx = neg_inf(), sum = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
+  for (std::int64_t i = 0; i < n; ++i) sum += (v[i] = expf(v[i] - mx));
+  for (std::int64_t i = 0; i < n; ++i) v[i] /= sum;
+}
+
+/// One token's mHC mappings (MaxText mhc.py `mapping`, `res_mapping`, `sinkhorn`), from its projections
+/// hp [k], hq [k] (pre, post) and hr [k*k or k!] (residual), each value already of type A:
+///   pre_i  = r(r(sigmoid(v_i)) + 1e-6),  v = r(r(pre_scale * hp) + pre_beta)
+///   post_i = r(2 * r(sigmoid(v_i))),     v = r(r(post_scale * hq) + post_beta)
+///   full:  t = r(r(res_scale * hr) + res_beta) as k x k (row i = input stream); res = r(sinkhorn_f32(t))
+///   lite:  w = r(softmax_f32(r(r(res_scale * hr) + res_beta))); res[i][j] = r(sum_n w_n [perm_n(i) == j])
+/// with r the rounding to A (each MaxText op in the activation dtype; identity in f32). Sinkhorn: softmax over each
+/// row, + 1e-6, divide each column by (its sum + 1e-6), then `iterations - 1` rounds of rows then columns.
+/// Writes pre [k], post [k], res [k*k] (res[i*k + j]: weight of input stream i in output stream j).
+template <class A>
+MAXTEXT_HD inline void mhc_maps_row(const MhcOptions& o, const MhcCoefficients<A>& c, const A* hp, const A* hq,
+                                    const A* hr, A* pre, A* post, A* res) {
+  const std::int64_t k = o.k;
+  const float ps = to_float(c.pre_scale[0]), qs = to_float(c.post_scale[0]), rs = to_float(c.res_scale[0]);
+  for (std::int64_t i = 0; i < k; ++i) {
+    const float v = round_to<A>(round_to<A>(ps * to_float(hp[i])) + to_float(c.pre_beta[i]));
+    pre[i] = from_float<A>(round_to<A>(math::sigmoid(v)) + 1e-6f);
+    const float u = round_to<A>(round_to<A>(qs * to_float(hq[i])) + to_float(c.post_beta[i]));
+    post[i] = from_float<A>(2.0f * round_to<A>(math::sigmoid(u)));
+  }
+  float t[kMhcMaxStreams * kMhcMaxStreams > 120 ? kMhcMaxStreams * kMhcMaxStreams : 120];
+  const std::int64_t R = mhc_res_width(o);
+  for (std::int64_t n = 0; n < R; ++n) {
+    t[n] = round_to<A>(round_to<A>(rs * to_float(hr[n])) + to_float(c.res_beta[n]));
+  }
+  if (o.lite) {
+    softmax_inplace(t, R);
+    float acc[kMhcMaxLiteStreams * kMhcMaxLiteStreams] = {};
+    int perm[kMhcMaxLiteStreams];
+    for (std::int64_t i = 0; i < k; ++i) perm[i] = static_cast<int>(i);
+    std::int64_t n = 0;
+    do {
+      const float w = round_to<A>(t[n++]);
+      for (std::int64_t i = 0; i < k; ++i) acc[i * k + perm[i]] += w;
+    } while (next_permutation(perm, k));
+    for (std::int64_t i = 0; i < k * k; ++i) res[i] = from_float<A>(acc[i]);
+    return;
+  }
+  constexpr float eps = 1e-6f;
+  for (std::int64_t i = 0; i < k; ++i) {
+    softmax_inplace(t + i * k, k);
+    for (std::int64_t j = 0; j < k; ++j) t[i * k + j] += eps;
+  }
+  const auto cols = [&] {
+    for (std::int64_t j = 0; j < k; ++j) {
+      float s = 0.0f;
+      for (std::int64_t i = 0; i < k; ++i) s += t[i * k + j];
+      for (std::int64_t i = 0; i < k; ++i) t[i * k + j] /= (s + eps);
+    }
+  };
+  cols();
+  for (std::int64_t it = 1; it < o.sinkhorn_iterations; ++it) {
+    for (std::int64_t i = 0; i < k; ++i) {
+      float s = 0.0f;
+      for (std::int64_t j = 0; j < k; ++j) s += t[i * k + j];
+      for (std::int64_t j = 0; j < k; ++j) t[i * k + j] /= (s + eps);
+    }
+    cols();
+  }
+  for (std::int64_t i = 0; i < k * k; ++i) res[i] = from_float<A>(t[i]);
+}
+
 }  // namespace maxtext::kmath

@@ -14,6 +14,7 @@
 
 #include <Eigen/Core>
 
+#include "maxtext/backend/common/kernel_math.hpp"
 #include "maxtext/backend/common/math.hpp"
 #include "maxtext/backend/concepts.hpp"
 #include "maxtext/backend/cpu/attention.hpp"
@@ -610,6 +611,62 @@ class Backend {
     });
   }
 
+  // ---- manifold-constrained hyper-connections (layers/mhc.hpp) ----------------------------------------------
+  /// Each token's pre, post [M,k] and residual [M,k*k] mappings from its projections (kmath::mhc_maps_row, shared
+  /// with the CUDA kernel; reference backend: the definition).
+  template <class A>
+  void mhc_maps(View<const A, 2> hp, View<const A, 2> hq, View<const A, 2> hr, const MhcCoefficients<A>& c,
+                const MhcOptions& o, View<A, 2> pre, View<A, 2> post, View<A, 2> res) const {
+    MAXTEXT_DASSERT(hr.dim(1) == mhc_res_width(o) && res.dim(1) == o.k * o.k);
+    parallel_rows(hp.dim(0), hr.dim(1) * 64, [&](std::int64_t m0, std::int64_t m1) {
+      for (std::int64_t m = m0; m < m1; ++m) {
+        kmath::mhc_maps_row<A>(o, c, &hp(m, 0), &hq(m, 0), &hr(m, 0), &pre(m, 0), &post(m, 0), &res(m, 0));
+      }
+    });
+  }
+
+  /// y [M,D] = round(sum_s w(m,s) x(m, s*D + d)) over the k streams of x [M, k*D]; w empty: weights 1. f32 sums.
+  template <class A>
+  void stream_sum(View<const A, 2> x, View<const A, 2> w, View<A, 2> y) const {
+    const std::int64_t D = y.dim(1), k = x.dim(1) / D;
+    parallel_rows(x.dim(0), k * D, [&](std::int64_t r0, std::int64_t r1) {
+      auto [acc, row] = thread_rows<2>(D);
+      for (std::int64_t m = r0; m < r1; ++m) {
+        std::fill(acc.begin(), acc.begin() + D, 0.0f);
+        for (std::int64_t s = 0; s < k; ++s) {
+          const float ws = w.empty() ? 1.0f : to_float(w(m, s));
+          vec::to_f32(&x(m, s * D), row.data(), D);
+          for (std::int64_t d = 0; d < D; ++d) acc[d] += ws * row[d];
+        }
+        vec::from_f32(acc.data(), &y(m, 0), D);
+      }
+    });
+  }
+
+  /// y(m, j*D + d) = r(r(sum_i res(m, i*k+j) x(m, i*D+d)) + r(f(m,d) post(m,j))): mHC's residual mixing plus the
+  /// post-mapped branch output. x, y [M, k*D] (y must not alias x), res [M, k*k], f [M, D], post [M, k].
+  template <class A>
+  void stream_mix(View<const A, 2> x, View<const A, 2> res, View<const A, 2> f, View<const A, 2> post, View<A, 2> y) const {
+    const std::int64_t D = f.dim(1), k = post.dim(1);
+    parallel_rows(x.dim(0), k * k * D, [&](std::int64_t r0, std::int64_t r1) {
+      auto [acc, row, fr] = thread_rows<3>(D);
+      for (std::int64_t m = r0; m < r1; ++m) {
+        vec::to_f32(&f(m, 0), fr.data(), D);
+        for (std::int64_t j = 0; j < k; ++j) {
+          std::fill(acc.begin(), acc.begin() + D, 0.0f);
+          for (std::int64_t i = 0; i < k; ++i) {
+            const float wij = to_float(res(m, i * k + j));
+            vec::to_f32(&x(m, i * D), row.data(), D);
+            for (std::int64_t d = 0; d < D; ++d) acc[d] += wij * row[d];
+          }
+          const float pj = to_float(post(m, j));
+          for (std::int64_t d = 0; d < D; ++d) acc[d] = round_to<A>(acc[d]) + round_to<A>(fr[d] * pj);
+          vec::from_f32(acc.data(), &y(m, j * D), D);
+        }
+      }
+    });
+  }
+
   // ---- per-head products (MLA absorbed form) -------------------------------------------------------------
   /// For each head h, W_h = rows [h*head_stride + row_offset, ...) of w (semantics: BackendHeadMatmul in
   /// concepts.hpp). transpose_w false: y[m,h,:] = x[m,h,:] . W_h^T (y.dim(2) rows of W, x.dim(2) == w.cols);
@@ -789,3 +846,4 @@ class Backend {
 static_assert(::maxtext::Backend<::maxtext::cpu::Backend>, "cpu::Backend must satisfy the Backend concept");
 static_assert(::maxtext::BackendMoE<::maxtext::cpu::Backend>, "cpu::Backend must provide the MoE kernels");
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::cpu::Backend>, "cpu::Backend must provide head_matmul");
+static_assert(::maxtext::BackendHyperConnections<::maxtext::cpu::Backend>, "cpu::Backend must provide the mHC stream ops");

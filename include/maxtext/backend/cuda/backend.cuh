@@ -185,6 +185,33 @@ class Backend {
     MAXTEXT_CUDA_LAUNCH_CHECK("convert");
   }
 
+  // ---- manifold-constrained hyper-connections (semantics: reference backend) ---------------------------------
+  template <class A>
+  void mhc_maps(View<const A, 2> hp, View<const A, 2> hq, View<const A, 2> hr, const MhcCoefficients<A>& c,
+                const MhcOptions& o, View<A, 2> pre, View<A, 2> post, View<A, 2> res) const {
+    const std::int64_t M = hp.dim(0);
+    if (M == 0) return;
+    kernels::mhc_maps<A><<<detail::grid_for(M, 64), 64, 0, stream()>>>(rows(hp), rows(hq), rows(hr), c, o, rows(pre),
+                                                                       rows(post), rows(res), M);
+    MAXTEXT_CUDA_LAUNCH_CHECK("mhc_maps");
+  }
+  template <class A>
+  void stream_sum(View<const A, 2> x, View<const A, 2> w, View<A, 2> y) const {
+    const std::int64_t M = y.dim(0), D = y.dim(1), n = M * D;
+    if (n == 0) return;
+    const kernels::Rows<const A> wr = w.empty() ? kernels::Rows<const A>{nullptr, 0} : rows(w);
+    kernels::stream_sum<A><<<detail::grid_for(n), detail::kThreads, 0, stream()>>>(rows(x), wr, rows(y), M, D, x.dim(1) / D);
+    MAXTEXT_CUDA_LAUNCH_CHECK("stream_sum");
+  }
+  template <class A>
+  void stream_mix(View<const A, 2> x, View<const A, 2> res, View<const A, 2> f, View<const A, 2> post, View<A, 2> y) const {
+    const std::int64_t M = f.dim(0), D = f.dim(1), k = post.dim(1), n = M * k * D;
+    if (n == 0) return;
+    kernels::stream_mix<A><<<detail::grid_for(n), detail::kThreads, 0, stream()>>>(rows(x), rows(res), rows(f), rows(post),
+                                                                                  rows(y), M, D, k);
+    MAXTEXT_CUDA_LAUNCH_CHECK("stream_mix");
+  }
+
   /// Strided device-to-device copy, any rank.
   template <class T, int R>
   void copy(View<const T, R> src, View<T, R> dst) const {
@@ -414,3 +441,4 @@ class Backend {
 static_assert(::maxtext::Backend<::maxtext::cuda::Backend>, "cuda::Backend must satisfy the Backend concept");
 static_assert(::maxtext::BackendMoE<::maxtext::cuda::Backend>, "cuda::Backend must provide the MoE kernels");
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::cuda::Backend>, "cuda::Backend must provide head_matmul");
+static_assert(::maxtext::BackendHyperConnections<::maxtext::cuda::Backend>, "cuda::Backend must provide the mHC stream ops");

@@ -217,4 +217,41 @@ __global__ void softmax(Rows<const X> x, Rows<Y> y, std::int64_t D) {
   for (std::int64_t i = threadIdx.x; i < D; i += blockDim.x) y.at(r, i) = from_float<Y>(expf(to_float(x.at(r, i)) - mx) / sum);
 }
 
+
+// ---- manifold-constrained hyper-connections (layers/mhc.hpp) -------------------------------------------------
+/// One thread per token: kmath::mhc_maps_row (the CPU backend runs the same function).
+template <class A>
+__global__ void mhc_maps(Rows<const A> hp, Rows<const A> hq, Rows<const A> hr, MhcCoefficients<A> c, MhcOptions o,
+                         Rows<A> pre, Rows<A> post, Rows<A> res, std::int64_t M) {
+  for (std::int64_t m = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; m < M;
+       m += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    kmath::mhc_maps_row<A>(o, c, &hp.at(m, 0), &hq.at(m, 0), &hr.at(m, 0), &pre.at(m, 0), &post.at(m, 0), &res.at(m, 0));
+  }
+}
+
+/// y(m, d) = round(sum_s w(m, s) x(m, s*D + d)), w.p == nullptr: weights 1. One thread per output element.
+template <class A>
+__global__ void stream_sum(Rows<const A> x, Rows<const A> w, Rows<A> y, std::int64_t M, std::int64_t D, std::int64_t k) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M * D;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t m = i / D, d = i % D;
+    float acc = 0.0f;
+    for (std::int64_t s = 0; s < k; ++s) acc += (w.p ? to_float(w.at(m, s)) : 1.0f) * to_float(x.at(m, s * D + d));
+    y.at(m, d) = from_float<A>(acc);
+  }
+}
+
+/// y(m, j*D + d) = r(r(sum_i res(m, i*k + j) x(m, i*D + d)) + r(f(m, d) post(m, j))). One thread per output element.
+template <class A>
+__global__ void stream_mix(Rows<const A> x, Rows<const A> res, Rows<const A> f, Rows<const A> post, Rows<A> y,
+                           std::int64_t M, std::int64_t D, std::int64_t k) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M * k * D;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t m = i / (k * D), j = (i / D) % k, d = i % D;
+    float acc = 0.0f;
+    for (std::int64_t s = 0; s < k; ++s) acc += to_float(res.at(m, s * k + j)) * to_float(x.at(m, s * D + d));
+    y.at(m, j * D + d) = from_float<A>(round_to<A>(acc) + round_to<A>(to_float(f.at(m, d)) * to_float(post.at(m, j))));
+  }
+}
+
 }  // namespace maxtext::cuda::kernels

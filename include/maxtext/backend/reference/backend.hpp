@@ -334,6 +334,104 @@ class Backend {
     }
   }
 
+  // ---- manifold-constrained hyper-connections (MaxText mhc.py; MhcOptions in backend/ops.hpp) ---------------
+  /// The pre, post and residual mappings of each token from its projections hp [M,k], hq [M,k], hr [M, k*k or k!]
+  /// (MaxText `mapping` with scale 1 / eps 1e-6 and scale 2 / eps 0, `res_mapping`): every op rounded to A, the
+  /// Sinkhorn iterations (full) or the softmax over permutations (lite) in f32. Outputs pre, post [M,k], res [M,k*k]
+  /// with res(m, i*k + j) the weight of input stream i in output stream j.
+  template <class A>
+  void mhc_maps(View<const A, 2> hp, View<const A, 2> hq, View<const A, 2> hr, const MhcCoefficients<A>& c,
+                const MhcOptions& o, View<A, 2> pre, View<A, 2> post, View<A, 2> res) const {
+    const std::int64_t k = o.k, R = hr.dim(1);
+    const auto r = [](double v) { return static_cast<double>(round_to<A>(static_cast<float>(v))); };
+    const auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+    const double ps = to_float(c.pre_scale[0]), qs = to_float(c.post_scale[0]), rs = to_float(c.res_scale[0]);
+    for (std::int64_t m = 0; m < hp.dim(0); ++m) {
+      for (std::int64_t i = 0; i < k; ++i) {
+        const double v = r(r(ps * to_float(hp(m, i))) + to_float(c.pre_beta[i]));
+        pre(m, i) = from_float<A>(static_cast<float>(r(sigmoid(v)) + 1e-6));
+        const double u = r(r(qs * to_float(hq(m, i))) + to_float(c.post_beta[i]));
+        post(m, i) = from_float<A>(static_cast<float>(2.0 * r(sigmoid(u))));
+      }
+      std::vector<double> t(static_cast<std::size_t>(R));
+      for (std::int64_t n = 0; n < R; ++n) t[static_cast<std::size_t>(n)] = r(r(rs * to_float(hr(m, n))) + to_float(c.res_beta[n]));
+      const auto softmax = [](double* v, std::int64_t n) {
+        const double mx = *std::max_element(v, v + n);
+        double sum = 0.0;
+        for (std::int64_t i = 0; i < n; ++i) sum += (v[i] = std::exp(v[i] - mx));
+        for (std::int64_t i = 0; i < n; ++i) v[i] /= sum;
+      };
+      std::vector<double> out(static_cast<std::size_t>(k * k), 0.0);
+      if (o.lite) {
+        // Weighted sum of the k! permutation matrices P_n[i][perm_n[i]] = 1, in itertools.permutations order.
+        softmax(t.data(), R);
+        std::vector<int> perm(static_cast<std::size_t>(k));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::size_t n = 0;
+        do {
+          const double w = r(t[n++]);
+          for (std::int64_t i = 0; i < k; ++i) out[static_cast<std::size_t>(i * k + perm[static_cast<std::size_t>(i)])] += w;
+        } while (std::next_permutation(perm.begin(), perm.end()));
+      } else {
+        // Sinkhorn-Knopp: row softmax + eps, then column and row normalisations, each sum offset by eps.
+        const double eps = 1e-6;
+        auto at = [&](std::int64_t i, std::int64_t j) -> double& { return t[static_cast<std::size_t>(i * k + j)]; };
+        for (std::int64_t i = 0; i < k; ++i) {
+          softmax(&at(i, 0), k);
+          for (std::int64_t j = 0; j < k; ++j) at(i, j) += eps;
+        }
+        for (std::int64_t it = 0; it < o.sinkhorn_iterations; ++it) {
+          if (it > 0) {
+            for (std::int64_t i = 0; i < k; ++i) {
+              double s = 0.0;
+              for (std::int64_t j = 0; j < k; ++j) s += at(i, j);
+              for (std::int64_t j = 0; j < k; ++j) at(i, j) /= s + eps;
+            }
+          }
+          for (std::int64_t j = 0; j < k; ++j) {
+            double s = 0.0;
+            for (std::int64_t i = 0; i < k; ++i) s += at(i, j);
+            for (std::int64_t i = 0; i < k; ++i) at(i, j) /= s + eps;
+          }
+        }
+        out = t;
+      }
+      for (std::int64_t i = 0; i < k * k; ++i) res(m, i) = from_float<A>(static_cast<float>(out[static_cast<std::size_t>(i)]));
+    }
+  }
+
+  /// y [M,D] = sum over the k streams of x [M, k*D] (stream s = columns [s*D, (s+1)*D)), weighted by w [M,k]
+  /// (empty: weights 1); accumulated in double, rounded once (MaxText's einsum "bsk,bskd->bsd" / the stream sum).
+  template <class A>
+  void stream_sum(View<const A, 2> x, View<const A, 2> w, View<A, 2> y) const {
+    const std::int64_t D = y.dim(1), k = x.dim(1) / D;
+    for (std::int64_t m = 0; m < x.dim(0); ++m) {
+      for (std::int64_t d = 0; d < D; ++d) {
+        double acc = 0.0;
+        for (std::int64_t s = 0; s < k; ++s) acc += (w.empty() ? 1.0 : to_float(w(m, s))) * to_float(x(m, s * D + d));
+        y(m, d) = from_float<A>(static_cast<float>(acc));
+      }
+    }
+  }
+
+  /// The mHC output: y(m, j*D + d) = r(r(sum_i res(m, i*k + j) x(m, i*D + d)) + r(f(m, d) post(m, j))), x and y
+  /// [M, k*D], res [M, k*k], f [M, D], post [M, k] (MaxText: res_out + post_out). y must not alias x.
+  template <class A>
+  void stream_mix(View<const A, 2> x, View<const A, 2> res, View<const A, 2> f, View<const A, 2> post, View<A, 2> y) const {
+    const std::int64_t D = f.dim(1), k = post.dim(1);
+    for (std::int64_t m = 0; m < x.dim(0); ++m) {
+      for (std::int64_t j = 0; j < k; ++j) {
+        for (std::int64_t d = 0; d < D; ++d) {
+          double acc = 0.0;
+          for (std::int64_t i = 0; i < k; ++i) acc += static_cast<double>(to_float(res(m, i * k + j))) * to_float(x(m, i * D + d));
+          const float a = round_to<A>(static_cast<float>(acc));
+          const float b = round_to<A>(to_float(f(m, d)) * to_float(post(m, j)));
+          y(m, j * D + d) = from_float<A>(a + b);
+        }
+      }
+    }
+  }
+
   // ---- mixture of experts (moe.md, dropless) --------------------------------------------------------------
   template <class A>
   void moe_permute(View<const A, 2> x, View<const std::int32_t, 2> experts, std::int64_t num_experts, View<A, 2> rows,
@@ -526,3 +624,4 @@ class Backend {
 static_assert(::maxtext::Backend<::maxtext::reference::Backend>, "reference::Backend must satisfy the Backend concept");
 static_assert(::maxtext::BackendMoE<::maxtext::reference::Backend>, "reference::Backend must provide the MoE kernels");
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::reference::Backend>, "reference::Backend must provide head_matmul");
+static_assert(::maxtext::BackendHyperConnections<::maxtext::reference::Backend>, "reference::Backend must provide the mHC stream ops");
