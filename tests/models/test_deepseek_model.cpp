@@ -15,8 +15,11 @@
 #include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/layers/deepseek.hpp"
+#include "maxtext/layers/mhc.hpp"
+#include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
+#include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -186,6 +189,200 @@ TEST_CASE("Seeded DeepSeek initialisation, export and reload round-trip (stacked
   const auto tok = token_rows(test::npy(kDir + "tokens.npy"));
   close(b.forward(tok), AnyTensor::from(a.forward(tok)), {0.0, 0.0}, "reloaded");
   std::remove(path.c_str());
+}
+
+// ---- manifold-constrained hyper-connections (mHC; tests/reference/mhc_reference.py) -----------------------------
+
+namespace {
+
+/// The mappings of tests/fixtures/mhc_maps/<name>.safetensors on the test backend, in activation type A.
+template <class A>
+void check_mhc_maps(const std::string& name, const nlohmann::json& meta, double rtol, double atol) {
+  const auto t = io::read_safetensors(test::fixtures_dir() + "/mhc_maps/" + name + ".safetensors");
+  test::Backend be;
+  MhcOptions o;
+  o.k = meta.at("k").get<std::int64_t>();
+  o.lite = meta.at("lite").get<bool>();
+  o.sinkhorn_iterations = meta.at("sinkhorn_iterations").get<std::int64_t>();
+  const std::int64_t M = meta.at("rows").get<std::int64_t>(), k = o.k, R = mhc_res_width(o);
+  auto dev2 = [&](const std::string& n, std::int64_t cols) { return test::to_backend(be, t.at(n).to<A, 2>({M, cols})); };
+  auto dev1 = [&](const std::string& n) { return test::to_backend(be, t.at(n).to<A, 1>({t.at(n).numel()})); };
+  const auto hp = dev2("hp", k), hq = dev2("hq", k), hr = dev2("hr", R);
+  const auto ps = dev1("pre_alpha_scale"), qs = dev1("post_alpha_scale"), rs = dev1("res_alpha_scale");
+  const auto pb = dev1("pre_beta"), qb = dev1("post_beta"), rb = dev1("res_beta");
+  Tensor<A, 2> pre = test::to_backend(be, Tensor<A, 2>({M, k})), post = test::to_backend(be, Tensor<A, 2>({M, k})),
+               res = test::to_backend(be, Tensor<A, 2>({M, k * k}));
+  const MhcCoefficients<A> c{ps.data(), qs.data(), rs.data(), pb.data(), qb.data(), rb.data()};
+  be.mhc_maps(hp.cview(), hq.cview(), hr.cview(), c, o, pre.view(), post.view(), res.view());
+  close(test::to_host(be, pre), t.at("pre"), {rtol, atol}, name + " pre");
+  close(test::to_host(be, post), t.at("post"), {rtol, atol}, name + " post");
+  close(test::to_host(be, res), t.at("res"), {rtol, atol}, name + " res");
+}
+
+struct MhcFixture {
+  std::string dir;
+  Config cfg;
+};
+MhcFixture mhc_fixture(const std::string& name) {
+  MhcFixture f{test::fixtures_dir() + "/" + name + "/", {}};
+  f.cfg = io::load_config(f.dir + "config.yml");
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("mHC mappings (pre / post sigmoids, Sinkhorn, mHC-lite permutations) match the torch reference",
+          "[models][deepseek][mhc]") {
+  const auto meta = test::read_meta(test::fixtures_dir() + "/mhc_maps");
+  for (const auto& c : meta.at("cases")) {
+    const std::string name = c.at("name").get<std::string>();
+    INFO(name);
+    // f32: a handful of f32 roundings through sigmoid / exp and up to 20 Sinkhorn rounds on values of magnitude <= 1.
+    check_mhc_maps<float>(name, c, 1e-5, 1e-6);
+    // bf16: the fixture's f32 inputs rounded to bf16 before the mapping plus up to four bf16 roundings (2^-8 each) on
+    // the way: 4 ulps relative; Sinkhorn outputs of a few 1e-3 are judged against 2e-3 absolute.
+    check_mhc_maps<bf16>(name, c, 4.0 / 128.0, 2e-3);
+  }
+}
+
+TEST_CASE("DeepSeek with mHC (k 4, Sinkhorn) and mHC-lite (k 3): logits and every layer's streams match torch",
+          "[models][deepseek][mhc]") {
+  for (const char* name : {"deepseek_mhc_model", "deepseek_mhc_lite_model"}) {
+    const MhcFixture f = mhc_fixture(name);
+    INFO(name);
+    const std::int64_t k = f.cfg.mhc_expansion_rate;
+    CHECK(k == (std::string(name) == "deepseek_mhc_model" ? 4 : 3));
+    for (bool latent : {false, true}) {
+      Config c = f.cfg;
+      c.mla_naive_kvcache = !latent;
+      DeepSeek m(c);
+      m.load(io::load_weights(f.dir + "model.safetensors", c).tensors);
+      layers::Capture cap;
+      cap.request_all();
+      models::ForwardOptions fo;
+      fo.capture = &cap;
+      const auto tok = token_rows(test::npy(f.dir + "tokens.npy"));
+      const auto logits = m.forward(tok, fo);
+      INFO(form_name(latent));
+      close(logits, test::npy(f.dir + "logits.npy"), test::tol::f32_logits, "logits");
+      // The k-stream residual after each layer ([B, T, k*D], as MaxText's [B, T, k, D] flattened).
+      std::vector<std::string> acts{"token_embedder", "decoder.dense_layers_0", "decoder.moe_layers_0", "decoder.decoder_norm"};
+      if (c.num_decoder_layers > 2) acts.push_back("decoder.moe_layers_1");
+      for (const auto& n : acts) {
+        const AnyTensor got = cap.at(n);
+        const AnyTensor ref = test::npy(f.dir + "act_" + n + ".npy");
+        REQUIRE(got.numel() == ref.numel());
+        close_scaled(got.reshaped(ref.shape), ref, 1e-5, n);
+      }
+      // Incremental decode through the same streams.
+      DeepSeek d(c);
+      d.load(io::load_weights(f.dir + "model_scanned.safetensors", c).tensors);
+      auto cache = d.make_cache(tok.dim(0), tok.dim(1));
+      const std::int64_t P0 = 5;
+      close(d.forward(cols(tok, 0, P0), cache), time_slice(test::npy(f.dir + "logits.npy"), 0, P0),
+            test::tol::f32_logits, "scanned prefill");
+      for (std::int64_t t = P0; t < tok.dim(1); ++t) {
+        close(d.forward(cols(tok, t, 1), cache), time_slice(test::npy(f.dir + "logits.npy"), t, 1), test::tol::f32_logits,
+              "scanned decode step " + std::to_string(t));
+      }
+    }
+  }
+}
+
+TEST_CASE("run_layer takes one mHC layer on MaxText's [B, T, k, D] streams", "[models][deepseek][mhc]") {
+  const MhcFixture f = mhc_fixture("deepseek_mhc_model");
+  test::Backend be;
+  Config c = f.cfg;
+  c.mla_naive_kvcache = true;
+  layers::DeepSeekMoELayer<P32> layer(c, {1, "decoder.moe_layers_0", "decoder.moe_layers_0.self_attention",
+                                          "decoder.moe_layers_0.DeepSeekMoeBlock_0"});
+  const auto params = models::load_layer_params<P32>(layer, io::read_safetensors(f.dir + "model.safetensors"), be,
+                                                     "decoder.moe_layers_0");
+  const AnyTensor in = test::npy(f.dir + "act_decoder.dense_layers_0.npy");
+  const std::int64_t k = c.mhc_expansion_rate, D = c.emb_dim;
+  const auto y = models::run_layer<P32>(layer, params, be, in.reshaped({in.shape[0], in.shape[1], k, D}));
+  close_scaled(AnyTensor::from(y), test::npy(f.dir + "act_decoder.moe_layers_0.npy"), 1e-5, "moe_layers_0 alone");
+  // A single-stream input is refused by the module, naming the expected width.
+  CHECK_THROWS_WITH(models::run_layer<P32>(layer, params, be, in.narrow(2, 0, D)),
+                    Catch::Contains("expected width mhc_expansion_rate * emb_dim = 128"));
+}
+
+TEST_CASE("mHC parameters: seeded initialisation (MaxText's initialisers), export and reload", "[models][deepseek][mhc][init]") {
+  const MhcFixture f = mhc_fixture("deepseek_mhc_model");
+  DeepSeek a(f.cfg);
+  a.init(3);
+  auto p = a.export_params();
+  const std::string pre = "decoder.moe_layers_1.mhc_mlp.";
+  REQUIRE(p.at(pre + "res_alpha").shape == std::vector<std::int64_t>{4 * 32, 16});
+  REQUIRE(p.at(pre + "res_beta").shape == std::vector<std::int64_t>{4, 4});
+  REQUIRE(p.at(pre + "mhc_norm.scale").shape == std::vector<std::int64_t>{4 * 32});
+  CHECK(p.at("decoder.dense_layers_0.mhc_attention.pre_alpha_scale").element(0) == Approx(0.01));  // default_scalar_init
+  CHECK(p.at(pre + "post_beta").element(1) == 0.0);                                                 // default_bias_init
+  const AnyTensor& ra = p.at(pre + "res_alpha");
+  double s2 = 0;
+  for (std::int64_t i = 0; i < ra.numel(); ++i) s2 += ra.element(i) * ra.element(i);
+  // nd_dense_init(1.0, "fan_in", "normal"): std = sqrt(1 / (k * D)).
+  CHECK(std::sqrt(s2 / static_cast<double>(ra.numel())) == Approx(std::sqrt(1.0 / 128.0)).epsilon(0.1));
+  const std::string path = "deepseek_mhc_roundtrip.safetensors";
+  io::write_safetensors(path, p.tensors);
+  DeepSeek b(f.cfg);
+  b.load(io::load_weights(path, f.cfg).tensors);
+  const auto tok = token_rows(test::npy(f.dir + "tokens.npy"));
+  close(b.forward(tok), AnyTensor::from(a.forward(tok)), {0.0, 0.0}, "reloaded");
+  std::remove(path.c_str());
+  // A lite model has k! residual weights.
+  const MhcFixture l = mhc_fixture("deepseek_mhc_lite_model");
+  DeepSeek c(l.cfg);
+  c.init(4);
+  auto q = c.export_params();
+  CHECK(q.at("decoder.dense_layers_0.mhc_attention.res_alpha").shape == std::vector<std::int64_t>{3 * 32, 6});
+  CHECK(q.at("decoder.dense_layers_0.mhc_attention.res_beta").shape == std::vector<std::int64_t>{6});
+}
+
+TEST_CASE("mHC configs and checkpoints that do not fit are refused by name", "[models][deepseek][mhc][errors]") {
+  const MhcFixture f = mhc_fixture("deepseek_mhc_model");
+  // Checkpoint without hyper-connection weights for an mHC config, and the reverse.
+  {
+    DeepSeek m(f.cfg);
+    CHECK_THROWS_WITH(m.load(io::load_weights(kDir + "model.safetensors", f.cfg).tensors),
+                      Catch::Contains("mhc_attention.pre_alpha") && Catch::Contains("missing"));
+  }
+  {
+    Config c = f.cfg;
+    c.mhc_expansion_rate = 1;
+    DeepSeek m(c);
+    CHECK_THROWS_WITH(m.load(io::load_weights(f.dir + "model.safetensors", c).tensors),
+                      Catch::Contains("unexpected tensor decoder.dense_layers_0.mhc_attention"));
+  }
+  {  // Weights of another expansion rate: shapes named.
+    Config c = f.cfg;
+    c.mhc_expansion_rate = 2;
+    DeepSeek m(c);
+    CHECK_THROWS_WITH(m.load(io::load_weights(f.dir + "model.safetensors", c).tensors),
+                      Catch::Contains("mhc_mlp.res_alpha") && Catch::Contains("128"));
+  }
+  {  // Other blocks have no hyper-connections (MaxText's other layers cannot take [B, S, k, D]).
+    Config c = io::load_config(test::fixtures_dir() + "/mixtral_model/config.yml");
+    c.mhc_expansion_rate = 2;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("mhc_expansion_rate = 2") && Catch::Contains("mixtral"));
+  }
+  {
+    Config c = f.cfg;
+    c.mhc_expansion_rate = 9;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("at most 8 streams"));
+    c.mhc_expansion_rate = 6;
+    c.enable_mhc_lite = true;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("at most 5 streams"));
+    c = f.cfg;
+    c.sinkhorn_iterations = 0;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("sinkhorn_iterations must be >= 1"));
+    c = f.cfg;
+    c.use_mhc_pallas_kernel = true;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("use_mhc_pallas_kernel=True requires enable_mhc_lite=True"));
+    c = f.cfg;
+    c.set("engram_layers", "[1]");
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("engram_layers"));
+  }
 }
 
 #if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU

@@ -5,6 +5,11 @@
 //   h   = x + MLA(RMSNorm_pre(x))                 pre_self_attention_layer_norm, self_attention
 //   out = h + FFN(RMSNorm_post(h))                post_self_attention_layer_norm
 //   FFN = MlpBlock(mlp_dim) "mlp" (dense) | RoutedAndSharedMoE "DeepSeekMoeBlock_0" (MoE)
+//
+// With mhc_expansion_rate k > 1 (layers/mhc.hpp) x is the [M, k*D] residual stream and both sub-blocks are wrapped
+// in hyper-connections, `mhc_attention` and `mhc_mlp` (deepseek.py self_attention_with_norm_op and __call__):
+//   h   = mhc_attention(x; branch = MLA(RMSNorm_pre(.)))
+//   out = mhc_mlp(h;       branch = FFN(RMSNorm_post(.)))
 #pragma once
 
 #include <cstdint>
@@ -18,6 +23,7 @@
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/layer_info.hpp"
 #include "maxtext/layers/linears.hpp"
+#include "maxtext/layers/mhc.hpp"
 #include "maxtext/layers/moe.hpp"
 #include "maxtext/layers/normalizations.hpp"
 #include "maxtext/layers/params.hpp"
@@ -43,22 +49,46 @@ class DeepSeekAttentionBlock {
     typename RMSNorm<P>::Params pre_self_attention_layer_norm;
     typename MLA<P>::Params self_attention;
     typename RMSNorm<P>::Params post_self_attention_layer_norm;
+    typename ManifoldConstrainedHyperConnections<P>::Params mhc_attention;  ///< k > 1 only
   };
   DeepSeekAttentionBlock() = default;
   explicit DeepSeekAttentionBlock(const Config& c)
       : pre_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
         post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
-        attn_(c) {
+        attn_(c),
+        streams_(c.mhc_expansion_rate) {
     check_deepseek_config(c);
+    if (streams_ > 1) mhc_ = ManifoldConstrainedHyperConnections<P>(c, c.emb_dim);
   }
   CacheSpec cache_spec() const { return attn_.cache_spec(); }
   const MLA<P>& attention() const { return attn_; }
+  /// mhc_expansion_rate: the residual stream is [M, streams * D].
+  std::int64_t streams() const { return streams_; }
 
   template <class V>
   void visit(V& v, Params& p) const {
     visit_child(v, "pre_self_attention_layer_norm", pre_, p.pre_self_attention_layer_norm);
     visit_child(v, "self_attention", attn_, p.self_attention);
     visit_child(v, "post_self_attention_layer_norm", post_, p.post_self_attention_layer_norm);
+    if (streams_ > 1) visit_child(v, "mhc_attention", mhc_, p.mhc_attention);
+  }
+
+  /// mHC form: x [M, k*D] -> h [M, k*D] = mhc_attention(x) with MLA(RMSNorm_pre(.)) as the branch.
+  void forward_mhc(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<const A, 2> x, View<A, 2> h,
+                   const LayerInfo& info) const {
+    mhc_.forward(ctx, p.mhc_attention, x, [&](View<const A, 2> in, View<A, 2> a) {
+      ScratchScope scope(ctx.scratch);
+      View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({in.dim(0), in.dim(1)});
+      pre_.forward(ctx, p.pre_self_attention_layer_norm, in, lnx);
+      ctx.sow(info.name, "pre_self_attention_layer_norm", View<const A, 2>(lnx));
+      attn_.forward(ctx, p.self_attention, lnx, cache, a);
+      ctx.sow(info.attention, View<const A, 2>(a));
+    }, h);
+  }
+  /// The FFN's pre-norm on its own (the mHC form applies it to the pre-mapped streams).
+  void post_norm(const Context<P>& ctx, const Params& p, View<const A, 2> in, View<A, 2> out, const LayerInfo& info) const {
+    post_.forward(ctx, p.post_self_attention_layer_norm, in, out);
+    ctx.sow(info.name, "post_self_attention_layer_norm", View<const A, 2>(out));
   }
 
   /// x [M, D] in place becomes h = x + MLA(norm(x)); hn = RMSNorm_post(h).
@@ -80,6 +110,8 @@ class DeepSeekAttentionBlock {
  private:
   RMSNorm<P> pre_, post_;
   MLA<P> attn_;
+  std::int64_t streams_ = 1;
+  ManifoldConstrainedHyperConnections<P> mhc_;
 };
 }  // namespace detail
 
@@ -88,9 +120,11 @@ template <TensorPolicy P>
 class DeepSeekDenseLayer {
  public:
   using A = typename P::act_t;
+  static constexpr bool supports_mhc = true;
   struct Params {
     typename detail::DeepSeekAttentionBlock<P>::Params attn;
     typename MlpBlock<P>::Params mlp;
+    typename ManifoldConstrainedHyperConnections<P>::Params mhc_mlp;  ///< k > 1 only
   };
 
   DeepSeekDenseLayer() = default;
@@ -99,7 +133,9 @@ class DeepSeekDenseLayer {
         block_(c),
         mlp_(typename MlpBlock<P>::Config{c.emb_dim, c.mlp_dim, parse_activations(c.mlp_activations), false, false,
                                           NormKind::rms, static_cast<float>(c.normalization_layer_epsilon),
-                                          c.fused_mlp, c.activations_in_float32}) {}
+                                          c.fused_mlp, c.activations_in_float32}) {
+    if (block_.streams() > 1) mhc_ = ManifoldConstrainedHyperConnections<P>(c, c.emb_dim);
+  }
 
   CacheSpec cache_spec() const { return block_.cache_spec(); }
   const LayerInfo& info() const { return info_; }
@@ -109,12 +145,24 @@ class DeepSeekDenseLayer {
   void visit(V& v, Params& p) const {
     block_.visit(v, p.attn);
     visit_child(v, "mlp", mlp_, p.mlp);
+    if (block_.streams() > 1) visit_child(v, "mhc_mlp", mhc_, p.mhc_mlp);
   }
 
-  /// x [B*T, D] in place: the residual stream after this layer. Captures: the layer output, its
+  /// x [B*T, D] (mHC: [B*T, k*D]) in place: the residual stream after this layer. Captures: the layer output, its
   /// pre_self_attention_layer_norm, self_attention, post_self_attention_layer_norm and mlp outputs.
   void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
+    if (block_.streams() > 1) {
+      View<A, 2> h = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
+      block_.forward_mhc(ctx, p.attn, cache, x, h, info_);
+      mhc_.forward(ctx, p.mhc_mlp, View<const A, 2>(h), [&](View<const A, 2> in, View<A, 2> f) {
+        block_.post_norm(ctx, p.attn, in, f, info_);
+        mlp_.forward(ctx, p.mlp, View<const A, 2>(f), f);
+        ctx.sow(info_.mlp, View<const A, 2>(f));
+      }, x);
+      ctx.sow(info_.name, View<const A, 2>(x));
+      return;
+    }
     View<A, 2> hn = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
     block_.forward(ctx, p.attn, cache, x, hn, info_);
     mlp_.forward(ctx, p.mlp, View<const A, 2>(hn), hn);
@@ -127,6 +175,7 @@ class DeepSeekDenseLayer {
   LayerInfo info_;
   detail::DeepSeekAttentionBlock<P> block_;
   MlpBlock<P> mlp_;
+  ManifoldConstrainedHyperConnections<P> mhc_;
 };
 
 /// DeepSeek MoE layer: MLA + RoutedAndSharedMoE named `DeepSeekMoeBlock_0`. Routing metrics are captured under
@@ -136,13 +185,17 @@ class DeepSeekMoELayer {
  public:
   using A = typename P::act_t;
   static constexpr const char* mlp_name = "DeepSeekMoeBlock_0";
+  static constexpr bool supports_mhc = true;
   struct Params {
     typename detail::DeepSeekAttentionBlock<P>::Params attn;
     typename RoutedAndSharedMoE<P>::Params DeepSeekMoeBlock_0;
+    typename ManifoldConstrainedHyperConnections<P>::Params mhc_mlp;  ///< k > 1 only
   };
 
   DeepSeekMoELayer() = default;
-  DeepSeekMoELayer(const Config& c, LayerInfo info) : info_(std::move(info)), block_(c), moe_(c) {}
+  DeepSeekMoELayer(const Config& c, LayerInfo info) : info_(std::move(info)), block_(c), moe_(c) {
+    if (block_.streams() > 1) mhc_ = ManifoldConstrainedHyperConnections<P>(c, c.emb_dim);
+  }
 
   CacheSpec cache_spec() const { return block_.cache_spec(); }
   const LayerInfo& info() const { return info_; }
@@ -153,6 +206,7 @@ class DeepSeekMoELayer {
   void visit(V& v, Params& p) const {
     block_.visit(v, p.attn);
     visit_child(v, "DeepSeekMoeBlock_0", moe_, p.DeepSeekMoeBlock_0);
+    if (block_.streams() > 1) visit_child(v, "mhc_mlp", mhc_, p.mhc_mlp);
   }
 
   /// x [B*T, D] in place. With `metrics`, also reports the routing of this call. Captures: as the dense layer, with
@@ -160,12 +214,26 @@ class DeepSeekMoELayer {
   void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
+    MoeMetrics local;
+    MoeMetrics* mt = metrics ? metrics : (ctx.capture ? &local : nullptr);
+    if (block_.streams() > 1) {
+      View<A, 2> h = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
+      block_.forward_mhc(ctx, p.attn, cache, x, h, info_);
+      mhc_.forward(ctx, p.mhc_mlp, View<const A, 2>(h), [&](View<const A, 2> in, View<A, 2> f) {
+        ScratchScope inner(ctx.scratch);
+        View<A, 2> hn = ctx.scratch.template alloc<A, 2>({in.dim(0), in.dim(1)});
+        block_.post_norm(ctx, p.attn, in, hn, info_);
+        moe_.forward(ctx, p.DeepSeekMoeBlock_0, View<const A, 2>(hn), f, mt);
+        if (mt) sow_moe_metrics(ctx, info_.mlp, *mt);
+        ctx.sow(info_.mlp, View<const A, 2>(f));
+      }, x);
+      ctx.sow(info_.name, View<const A, 2>(x));
+      return;
+    }
     const std::int64_t M = x.dim(0), D = x.dim(1);
     View<A, 2> hn = ctx.scratch.template alloc<A, 2>({M, D});
     block_.forward(ctx, p.attn, cache, x, hn, info_);
     View<A, 2> m = ctx.scratch.template alloc<A, 2>({M, D});
-    MoeMetrics local;
-    MoeMetrics* mt = metrics ? metrics : (ctx.capture ? &local : nullptr);
     moe_.forward(ctx, p.DeepSeekMoeBlock_0, View<const A, 2>(hn), m, mt);
     if (mt) sow_moe_metrics(ctx, info_.mlp, *mt);
     ctx.sow(info_.mlp, View<const A, 2>(m));
@@ -177,6 +245,7 @@ class DeepSeekMoELayer {
   LayerInfo info_;
   detail::DeepSeekAttentionBlock<P> block_;
   RoutedAndSharedMoE<P> moe_;
+  ManifoldConstrainedHyperConnections<P> mhc_;
 };
 
 }  // namespace maxtext::layers

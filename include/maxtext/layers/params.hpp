@@ -28,7 +28,7 @@
 namespace maxtext::layers {
 
 /// Initial-value distributions of MaxText's initialisers (spec norms-dense-mlp.md §Initializers).
-enum class Init : std::uint8_t { zeros, ones, normal, truncated_normal };
+enum class Init : std::uint8_t { zeros, ones, normal, truncated_normal, constant };
 
 /// A MaxText DenseGeneral-style kernel of shape in + out, stored as an out-major Matrix [prod(out), prod(in)].
 /// Initialised as nd_dense_init(scale, "fan_in", dist) with fan_in = prod(in), then divided by `divisor`
@@ -54,6 +54,7 @@ struct VectorSpec {
   std::vector<std::int64_t> shape;
   Init dist = Init::zeros;
   double stddev = 1.0;
+  double value = 0.0;  ///< Init::constant's value (e.g. MaxText's default_scalar_init, 0.01)
 };
 
 /// Push a name component onto a visitor's path for the lifetime of the guard.
@@ -258,7 +259,7 @@ class ParamInitializer : public PathStack {
     const std::string name = path(leaf);
     const std::int64_t n = product(s.shape);
     Tensor<float, 1> f({n});
-    fill(name, f.data(), n, s.dist, s.stddev);
+    fill(name, f.data(), n, s.dist, s.dist == Init::constant ? s.value : s.stddev);
     Tensor<T, 1> h({n});
     for (std::int64_t i = 0; i < n; ++i) h(i) = from_float<T>(f(i));
     v = upload(be_, std::move(h));
@@ -273,6 +274,7 @@ class ParamInitializer : public PathStack {
         case Init::ones: p[i] = 1.0f; break;
         case Init::normal: p[i] = static_cast<float>(rng.normal() * std_dev); break;
         case Init::truncated_normal: p[i] = static_cast<float>(rng.truncated_normal() * std_dev); break;
+        case Init::constant: p[i] = static_cast<float>(std_dev); break;  // the value (vector())
       }
     }
   }

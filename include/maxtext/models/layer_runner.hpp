@@ -52,13 +52,16 @@ typename L::Params load_layer_params(const L& layer, const io::TensorMap& tensor
 /// Run a decoder layer (anything with forward(ctx, params, cache, x) and cache_spec()) on x [B, T, D] as a
 /// full-sequence forward with a fresh cache of T tokens. Optional segment ids [B, T] and positions [B, T] (default
 /// 0..T-1); `capture` records the names the layer offers (under its LayerInfo names). Returns the output [B, T, D].
+/// A layer with mHC streams (mhc_expansion_rate k) takes [B, T, k*D] or MaxText's [B, T, k, D] and returns
+/// [B, T, k*D].
 template <TensorPolicy P, class L>
 Tensor<float, 3> run_layer(const L& layer, const typename L::Params& params, const typename P::backend& be,
                            const AnyTensor& x, const Tensor<std::int32_t, 2>* segment_ids = nullptr,
                            const Tensor<std::int32_t, 2>* positions = nullptr, layers::Capture* capture = nullptr) {
   using A = typename P::act_t;
-  MAXTEXT_CHECK(x.rank() == 3, ShapeError, "[run_layer] input must be [batch, length, embed], found ", x.shape);
-  const std::int64_t Bn = x.shape[0], T = x.shape[1], D = x.shape[2];
+  MAXTEXT_CHECK(x.rank() == 3 || x.rank() == 4, ShapeError,
+                "[run_layer] input must be [batch, length, embed] (or [batch, length, streams, embed]), found ", x.shape);
+  const std::int64_t Bn = x.shape[0], T = x.shape[1], D = x.rank() == 4 ? x.shape[2] * x.shape[3] : x.shape[2];
   Scratch scratch(be.memory());
   KVCache<P> cache(be, Bn, T, {layer.cache_spec()});
   layers::StepInfo step;

@@ -78,6 +78,15 @@ std::string hf_mlp_name() {
     return "mlp";
   }
 }
+/// Layers whose forward takes the mHC residual stream [M, k*D] (mhc_expansion_rate k > 1) say so.
+template <class L>
+constexpr bool supports_mhc() {
+  if constexpr (requires { L::supports_mhc; }) {
+    return L::supports_mhc;
+  } else {
+    return false;
+  }
+}
 template <class L>
 concept HasAttentionName = requires { L::attention_name; };
 /// The attention module's parameter (and capture) name: `self_attention` unless the layer names it (Olmo3:
@@ -135,6 +144,10 @@ class Transformer {
     if (!cfg_.logits_via_embedding) {
       logits_ = layers::DenseGeneral<P>({{D}, {cfg_.vocab_size}, false, layers::Init::truncated_normal});
     }
+    streams_ = cfg_.mhc_expansion_rate;
+    MAXTEXT_CHECK(streams_ == 1 || (detail::supports_mhc<DenseL>() && detail::supports_mhc<MoeL>()), UnsupportedError,
+                  "[config] mhc_expansion_rate = ", streams_, ": the layer types of this model (decoder_block '",
+                  cfg_.decoder_block, "') take no hyper-connection streams");
     const std::int64_t L = cfg_.num_decoder_layers;
     const std::int64_t n_dense = kTwoKinds ? cfg_.first_num_dense_layers : L;
     MAXTEXT_CHECK(n_dense >= 0 && n_dense <= L, ConfigError, "[config] first_num_dense_layers (", n_dense,
@@ -313,6 +326,12 @@ class Transformer {
     ctx.sow(embed_name(), View<const A, 2>(x));
     if (cfg_.use_untrainable_positional_embedding) add_positional(ctx, params_.sinusoid, x);
     if (cfg_.trainable_position_size > 0) add_positional(ctx, params_.position_embedder.embedding, x);
+    View<A, 2> embedded = x;
+    if (streams_ > 1) {
+      // decoders.py mhc_expand: k equal residual streams [M, k*D] through the layers, summed before the final norm.
+      x = scratch_.template alloc<A, 2>({M, streams_ * D});
+      for (std::int64_t s = 0; s < streams_; ++s) be_.copy(View<const A, 2>(embedded), x.narrow(1, s * D, D));
+    }
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       if (opt.capture != nullptr) ctx.sow(layer_info(i).name, "input", View<const A, 2>(x));  // residual entering layer i
       std::visit(
@@ -321,6 +340,10 @@ class Transformer {
             layer.forward(ctx, std::get<typename LT::Params>(params_.layers[i]), cache.layer(i), x);
           },
           layers_[i]);
+    }
+    if (streams_ > 1) {
+      be_.stream_sum(View<const A, 2>(x), View<const A, 2>(), embedded);  // mhc_reduce
+      x = embedded;
     }
     if (gpt3_norm_) {
       final_gpt3_.forward(ctx, params_.decoder_norm_gpt3, x, x);
@@ -482,6 +505,7 @@ class Transformer {
   B be_;
   NameScheme scheme_;
   Scratch scratch_;
+  std::int64_t streams_ = 1;  ///< mhc_expansion_rate
   layers::Embed<P> embed_, pos_embed_;
   bool gpt3_norm_ = false;
   layers::RMSNorm<P> final_rms_;
