@@ -384,6 +384,11 @@ TEST_CASE("mHC configs and checkpoints that do not fit are refused by name", "[m
     c = f.cfg;
     c.set("engram_layers", "[1]");
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("engram_layers"));
+    // A layer built from a config that skipped validate() checks the stream count itself.
+    c = f.cfg;
+    c.mhc_expansion_rate = 9;
+    CHECK_THROWS_WITH((layers::DeepSeekDenseLayer<P32>(c, {0, "l", "l.self_attention", "l.mlp"})),
+                      Catch::Contains("at most 8 streams"));
   }
 }
 

@@ -62,6 +62,13 @@ class ManifoldConstrainedHyperConnections {
   ManifoldConstrainedHyperConnections(const Config& c, std::int64_t dim)
       : opts_(mhc_options(c)), dim_(dim), norm_({opts_.k * dim, static_cast<float>(c.normalization_layer_epsilon)}) {
     MAXTEXT_CHECK(opts_.k >= 2, ConfigError, "[mHC] mhc_expansion_rate must be >= 2 for hyper-connections, found ", opts_.k);
+    // The backends keep a token's k x k (or k!) mixing values in fixed arrays: checked here too, for layers built
+    // from a Config that never went through validate().
+    const std::int64_t max_k = opts_.lite ? kMhcMaxLiteStreams : kMhcMaxStreams;
+    MAXTEXT_CHECK(opts_.k <= max_k, UnsupportedError, "[mHC] mhc_expansion_rate = ", opts_.k, ": at most ", max_k,
+                  " streams", opts_.lite ? " with enable_mhc_lite" : "");
+    MAXTEXT_CHECK(opts_.lite || opts_.sinkhorn_iterations >= 1, ConfigError,
+                  "[mHC] sinkhorn_iterations must be >= 1, found ", opts_.sinkhorn_iterations);
   }
   const MhcOptions& options() const { return opts_; }
   std::int64_t streams() const { return opts_.k; }
