@@ -76,16 +76,17 @@ def bf16_round(a):
     return u.astype(np.uint32).view(np.float32)
 
 
-def cycle_scanned(w, period, layers):
+def cycle_scanned(w, period, layers, block="layers_"):
     """The scanned tree of a block that repeats a cycle of `period` layers (GptOssScannableBlock,
     Llama4ScannableBlock, Olmo3ScannableBlock): decoder.layers.layers_{j}.<leaf> stacks layers j, j + period, ...
-    on axis 1 (param_scan_axis); every other tensor as it is."""
+    on axis 1 (param_scan_axis); every other tensor as it is. Qwen3NextScannableBlock names them `layer_{j}`
+    (block="layer_")."""
     out = {k: v for k, v in w.items() if not k.startswith("decoder.layers_")}
     for j in range(period):
         pre = f"decoder.layers_{j}."
         for k in w:
             if k.startswith(pre):
                 leaf = k[len(pre):]
-                out[f"decoder.layers.layers_{j}.{leaf}"] = np.stack(
+                out[f"decoder.layers.{block}{j}.{leaf}"] = np.stack(
                     [w[f"decoder.layers_{i}.{leaf}"] for i in range(j, layers, period)], axis=1)
     return out

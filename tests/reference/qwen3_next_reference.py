@@ -94,7 +94,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention_reference as AR  # noqa: E402
-from common import case_dir, f32, rng, save_meta, save_npy, save_safetensors, t64  # noqa: E402
+from common import case_dir, cycle_scanned, f32, rng, save_meta, save_npy, save_safetensors, t64  # noqa: E402
 
 B, T = 2, 11
 LAYER_MARGIN = 0.03  # layer fixtures: routing decisions this far from a tie (bf16 routes like float64)
@@ -482,20 +482,6 @@ def model_weights(g, c):
     return w
 
 
-def qwen3_next_scanned(w, c):
-    """Qwen3NextScannableBlock's tree: decoder.layers.layer_{j}.<leaf> stacks layers j, j + cycle, ... on axis 1."""
-    out = {k: v for k, v in w.items() if not k.startswith("decoder.layers_")}
-    P, L = c["cycle"], c["L"]
-    for j in range(P):
-        pre = f"decoder.layers_{j}."
-        for k in w:
-            if k.startswith(pre):
-                leaf = k[len(pre):]
-                out[f"decoder.layers.layer_{j}.{leaf}"] = np.stack(
-                    [w[f"decoder.layers_{i}.{leaf}"] for i in range(j, L, P)], axis=1)
-    return out
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Cases
 
@@ -573,7 +559,7 @@ def model_case(seed):
         raise RuntimeError("qwen3_next model: no seed with clear routing margins")
     d = case_dir("qwen3_next_model")
     save_safetensors(f"{d}/model.safetensors", w)
-    save_safetensors(f"{d}/model_scanned.safetensors", qwen3_next_scanned(w, c))
+    save_safetensors(f"{d}/model_scanned.safetensors", cycle_scanned(w, c["cycle"], c["L"], block="layer_"))
     save_npy(d, "tokens", tokens)
     save_npy(d, "logits", logits.numpy())
     for k, v in acts.items():
