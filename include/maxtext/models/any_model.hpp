@@ -127,7 +127,12 @@ std::unique_ptr<AnyModel> make_any_model_of(const Config& cfg, const AnyModelOpt
 
 /// The AnyModel for whatever `cfg` (decoder_block, dtype) and `opt.weight_type` describe; unknown blocks and
 /// unsupported dtype / storage pairs are refused by name (models::with_model_type).
-inline std::unique_ptr<AnyModel> make_any_model(const Config& cfg, const AnyModelOptions& opt = {}) {
+/// A template (Tag is never given) so that it is instantiated only where it is called: as an inline function it would
+/// odr-use make_any_model_of for every model type in each translation unit that includes this header, and where
+/// any_model_impl.hpp's definition is visible too (the per-block units) the compiler would instantiate every model
+/// there, about 25 s of compile time per unit for code that is then thrown away.
+template <class Tag = void>
+std::unique_ptr<AnyModel> make_any_model(const Config& cfg, const AnyModelOptions& opt = {}) {
   return with_model_type<cpu::Backend>(
       cfg, [&]<class M>() { return make_any_model_of<M>(cfg, opt); }, opt.weight_type);
 }
