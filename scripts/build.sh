@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DMAXTEXT_WERROR=ON "$@" >/dev/null
+source scripts/ccache.sh
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DMAXTEXT_WERROR=ON \
+  "${MAXTEXT_CCACHE_ARGS[@]}" "$@" >/dev/null
 targets=()
 for t in ${TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" "${targets[@]}"

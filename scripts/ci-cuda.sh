@@ -13,7 +13,8 @@ if [ ! -x "$NVCC" ]; then
   exit 0
 fi
 "$NVCC" --version | tail -n 2
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXTEXT_WERROR=ON -DMAXTEXT_CUDA=ON \
+source scripts/ccache.sh
+cmake -S . -B "$BUILD_DIR" -G Ninja "${MAXTEXT_CCACHE_ARGS[@]}" -DCMAKE_BUILD_TYPE=Release -DMAXTEXT_WERROR=ON -DMAXTEXT_CUDA=ON \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" >/dev/null
 cmake --build "$BUILD_DIR" --target maxtext_cuda_all -j "${JOBS:-$(nproc)}"
 # Every CUDA binary carries code for each requested architecture (when cuobjdump is installed to tell).

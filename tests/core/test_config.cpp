@@ -5,6 +5,7 @@
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/io/yaml_config.hpp"
+#include "support/test_support.hpp"
 
 using namespace maxtext;
 
@@ -81,8 +82,8 @@ TEST_CASE("Sizes above Config::Limits are refused naming the key, before any mod
   CHECK_THROWS_WITH(load({"base_emb_dim=4611686018427387904", "global_parameter_scale=4"}),
                     Catch::Contains("base_emb_dim = 4611686018427387904 overflows"));
   CHECK_NOTHROW(load({"base_emb_dim=262144", "base_mlp_dim=262144", "vocab_size=16777216", "max_target_length=131072"}));
-  CHECK_NOTHROW(io::load_config(std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/deepseek3-671b.yml", {}));
-  CHECK_NOTHROW(io::load_config(std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/llama2-70b.yml", {}));
+  CHECK_NOTHROW(io::load_config(::maxtext::test::config_dir() + "/models/deepseek3-671b.yml", {}));
+  CHECK_NOTHROW(io::load_config(::maxtext::test::config_dir() + "/models/llama2-70b.yml", {}));
 }
 
 TEST_CASE("Integer keys outside the 64-bit range are refused, not converted", "[core][config]") {

@@ -33,9 +33,13 @@ if [ -z "${FUZZ_TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then FUZZ_TM
 export TMPDIR=${FUZZ_TMPDIR:-${TMPDIR:-/tmp}}
 if ((do_build)); then
   if [ ! -f "$build/CMakeCache.txt" ]; then
-    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="${CXX_FUZZ:-clang++}" -DCMAKE_BUILD_TYPE= \
-      -DCMAKE_CXX_FLAGS="-O1" -DMAXTEXT_BUILD_FUZZERS=ON -DMAXTEXT_BUILD_TESTS=OFF -DMAXTEXT_BUILD_TOOLS=OFF \
-      -DMAXTEXT_BUILD_EXAMPLES=OFF -DMAXTEXT_BUILD_BENCH=OFF -DMAXTEXT_BUILD_PYTHON=OFF >/dev/null || exit 2
+    MAXTEXT_CCACHE_ARGS=()
+    # shellcheck source=../../scripts/ccache.sh
+    cd "$root" && source scripts/ccache.sh && cd - >/dev/null
+    cmake -S "$root" -B "$build" -G Ninja "${MAXTEXT_CCACHE_ARGS[@]}" -DCMAKE_CXX_COMPILER="${CXX_FUZZ:-clang++}" \
+      -DCMAKE_BUILD_TYPE= -DCMAKE_CXX_FLAGS="-O1" -DMAXTEXT_BUILD_FUZZERS=ON -DMAXTEXT_BUILD_TESTS=OFF \
+      -DMAXTEXT_BUILD_TOOLS=OFF -DMAXTEXT_BUILD_EXAMPLES=OFF -DMAXTEXT_BUILD_BENCH=OFF -DMAXTEXT_BUILD_PYTHON=OFF \
+      >/dev/null || exit 2
   fi
   nice -n 5 ninja -C "$build" -j "${FUZZ_BUILD_JOBS:-1}" maxtext_fuzzers || exit 2
 fi

@@ -58,7 +58,7 @@ std::vector<std::uint8_t> slurp(const fs::path& p) {
 }  // namespace
 
 TEST_CASE("fuzz regressions: every committed input is accepted or refused with maxtext::Error", "[io][fuzz]") {
-  const fs::path dir = fs::path(MAXTEXT_FUZZ_REGRESSIONS_DIR);
+  const fs::path dir = fs::path(::maxtext::test::source_dir()) / "tests/fuzz/regressions";
   REQUIRE(fs::is_directory(dir));
   std::size_t n = 0;
   for (const auto& sub : fs::directory_iterator(dir)) {
@@ -126,7 +126,7 @@ TEST_CASE("YAML config: a key that is not a plain name is refused with ConfigErr
 TEST_CASE("Shape guard: an empty outer axis before extents of 2^40 is refused by the npy, safetensors and GGUF readers "
           "with the file and shape named", "[io][fuzz][errors]") {
   // Before io::checked_numel these loaded, and only UBSan saw AnyTensor::dense_strides overflow int64.
-  const fs::path dir = fs::path(MAXTEXT_FUZZ_REGRESSIONS_DIR);
+  const fs::path dir = fs::path(::maxtext::test::source_dir()) / "tests/fuzz/regressions";
   const std::string npy = (dir / "npy" / "empty_axis_overflowing_strides.npy").string();
   const std::string st = (dir / "safetensors" / "empty_axis_overflowing_strides.safetensors").string();
   const std::string gguf = (dir / "gguf" / "empty_axis_overflowing_strides.gguf").string();

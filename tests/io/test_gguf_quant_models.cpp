@@ -99,7 +99,7 @@ TEST_CASE("maxtext generate runs on llama.cpp-quantised GGUF files", "[io][gguf]
   for (const char* type : {"Q4_K_M", "Q5_K_M", "Q6_K", "Q4_0", "IQ4_XS", "Q3_K_M", "Q2_K"}) {
     for (const char* wt : {"", " --weight-type bfloat16", " --weight-type q8_0"}) {
       INFO(type << wt);
-      const std::string out = run_command(std::string(MAXTEXT_CLI) + " generate --threads 1 --max-new-tokens 4 --weights " +
+      const std::string out = run_command(::maxtext::test::cli_path() + " generate --threads 1 --max-new-tokens 4 --weights " +
                                           dir + "/tiny-" + type + ".gguf --prompt \"Once upon\"" + wt);
       CHECK(out.find("tokens/s") != std::string::npos);
     }

@@ -186,7 +186,7 @@ TEST_CASE("MLA cache widths: expanded N*(Hn+Hr) + N*Hv, latent r_kv + Hr", "[lay
   layers::MLA<P32> l(c);
   CHECK(l.cache_spec() == layers::CacheSpec{16 + 4});
   // DeepSeek-V3's real sizes, per token and layer: 128*(192+128) = 40960 vs 512+64 = 576 values.
-  Config v3 = io::load_config(std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/deepseek3-671b.yml");
+  Config v3 = io::load_config(::maxtext::test::config_dir() + "/models/deepseek3-671b.yml");
   v3.max_position_embeddings = 8;  // keep the rotary table small; widths do not depend on it
   v3.original_max_position_embeddings = 8;
   layers::MLA<P32> ve(v3);

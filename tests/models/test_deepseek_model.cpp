@@ -400,7 +400,7 @@ TEST_CASE("maxtext logits (CLI) on the DeepSeek fixture, latent cache, --increme
   for (std::int64_t b = 0; b < tok.dim(0); ++b) {
     for (std::int64_t t = 0; t < tok.dim(1); ++t) ids += (t ? "," : (b ? "/" : "")) + std::to_string(tok(b, t));
   }
-  const std::string cmd = std::string(MAXTEXT_CLI) + " logits --config " + kDir + "config.yml --weights " + kDir +
+  const std::string cmd = ::maxtext::test::cli_path() + " logits --config " + kDir + "config.yml --weights " + kDir +
                           "model.safetensors --tokens " + ids + " --incremental 4 --out " + out +
                           " mla_naive_kvcache=false > /dev/null";
   REQUIRE(std::system(cmd.c_str()) == 0);
@@ -498,7 +498,7 @@ TEST_CASE("maxtext logits (CLI) on the DeepSeek-V3 reference checkpoint", "[mode
   for (std::int64_t t = 0; t < prompt.dim(1); ++t) ids += (t ? "," : "") + std::to_string(prompt(0, t));
   for (std::int64_t t = 0; t < dec.dim(1); ++t) ids += "," + std::to_string(dec(0, t));
   const std::string out = "deepseek_ref_cli_logits.npy";
-  const std::string cmd = std::string(MAXTEXT_CLI) + " logits --config " + d + "config.json --weights " + d +
+  const std::string cmd = ::maxtext::test::cli_path() + " logits --config " + d + "config.json --weights " + d +
                           "model.safetensors --tokens " + ids + " --incremental 4 --out " + out +
                           " mla_naive_kvcache=false > /dev/null";
   REQUIRE(std::system(cmd.c_str()) == 0);
@@ -648,7 +648,7 @@ TEST_CASE("HF config.json mapping: DeepSeek-V2-Lite and DeepSeek-V3 keys", "[io]
   CHECK(c.moe_mlp_dim == 1408);
   CHECK(c.shared_experts == 2);
   // MaxText's deepseek2-16b has the same forward keys.
-  const Config y = io::load_config(std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/deepseek2-16b.yml");
+  const Config y = io::load_config(::maxtext::test::config_dir() + "/models/deepseek2-16b.yml");
   for (const char* k : {"base_emb_dim", "base_mlp_dim", "base_moe_mlp_dim", "base_num_decoder_layers", "first_num_dense_layers",
                         "num_experts", "num_experts_per_tok", "shared_experts", "routed_score_func", "routed_bias",
                         "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",

@@ -446,7 +446,7 @@ std::string token_arg(const std::string& dir) {
 TEST_CASE("maxtext logits / generate (CLI) on the Gemma checkpoints: HF directory, GGUF (gemma, gemma3), MaxText yml + "
           "scanned weights",
           "[models][gemma][cli]") {
-  const std::string cli = MAXTEXT_CLI;
+  const std::string cli = ::maxtext::test::cli_path();
   const std::string out = "gemma_cli_logits.npy";
   auto run_logits = [&](const std::string& dir, const std::string& args) {
     const std::string cmd = cli + " logits " + args + " --tokens " + token_arg(dir) + " --incremental 3 --out " + out +

@@ -205,7 +205,7 @@ TEST_CASE("maxtext logits (CLI) with --incremental writes the reference logits",
   for (std::int64_t b = 0; b < tok.dim(0); ++b) {
     for (std::int64_t t = 0; t < tok.dim(1); ++t) ids += (t ? "," : (b ? "/" : "")) + std::to_string(tok(b, t));
   }
-  const std::string cmd = std::string(MAXTEXT_CLI) + " logits --config " + kDir + "config.yml --weights " + kDir +
+  const std::string cmd = ::maxtext::test::cli_path() + " logits --config " + kDir + "config.yml --weights " + kDir +
                           "model.safetensors --tokens " + ids + " --incremental 4 --out " + out + " > /dev/null";
   REQUIRE(std::system(cmd.c_str()) == 0);
   test::expect_close(test::npy(out), test::npy(kDir + "logits.npy"), test::tol::f32_logits, "cli logits");

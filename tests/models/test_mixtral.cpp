@@ -126,7 +126,7 @@ TEST_CASE("maxtext logits (CLI) on the Hugging Face Mixtral checkpoint", "[model
     for (std::int64_t t = 0; t < tok.dim(1); ++t) ids += (t ? "," : (b ? "/" : "")) + std::to_string(tok(b, t));
   }
   const std::string out = "mixtral_cli_logits.npy";
-  const std::string cmd = std::string(MAXTEXT_CLI) + " logits --config " + kDir + "config.json --weights " + kDir +
+  const std::string cmd = ::maxtext::test::cli_path() + " logits --config " + kDir + "config.json --weights " + kDir +
                           "hf_model.safetensors --tokens " + ids + " --incremental 3 --out " + out + " > /dev/null";
   REQUIRE(std::system(cmd.c_str()) == 0);
   close(test::npy(out), test::npy(kDir + "logits.npy"), test::tol::f32_logits, "cli logits");

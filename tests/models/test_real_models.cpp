@@ -147,7 +147,7 @@ TEST_CASE("maxtext generate --prompt prints stories260K's greedy story from both
     std::string tokens;
     for (int id : r["greedy_ids"].get<std::vector<int>>()) tokens += (tokens.empty() ? "" : ",") + std::to_string(id);
     for (const std::string& w : {"/stories260K.bin --tokenizer " + dir + "/tok512.bin", std::string("/stories260K.gguf")}) {
-      const std::string out = run_command(std::string(MAXTEXT_CLI) + " generate --threads 1 --max-new-tokens 64 --weights " +
+      const std::string out = run_command(::maxtext::test::cli_path() + " generate --threads 1 --max-new-tokens 64 --weights " +
                                           dir + w + " --prompt \"" + r["prompt"].get<std::string>() + "\"");
       INFO(out);
       CHECK(out.rfind(r["full_text"].get<std::string>() + "\n", 0) == 0);  // the text first, then the details
@@ -155,7 +155,7 @@ TEST_CASE("maxtext generate --prompt prints stories260K's greedy story from both
       CHECK(out.find("tokens/s") != std::string::npos);
     }
   }
-  const std::string ids = run_command(std::string(MAXTEXT_CLI) + " tokenize --weights " + dir + "/stories260K.bin --text \"The cat\"");
+  const std::string ids = run_command(::maxtext::test::cli_path() + " tokenize --weights " + dir + "/stories260K.bin --text \"The cat\"");
   CHECK(ids == "1,291,280,294\n");  // tok512.bin found beside the weights
 }
 
@@ -215,7 +215,7 @@ TEST_CASE("llama-2-tiny-random.gguf: logits within 2e-5 of an independent float6
                     o32 = (tmp / ("maxtext_test_f32_" + std::to_string(::getpid()) + ".npy")).string();
   std::string toks;
   for (auto id : ids) toks += (toks.empty() ? "" : ",") + std::to_string(id);
-  const std::string cli = std::string(MAXTEXT_CLI) + " logits --threads 2 --weights " + path + " --tokens " + toks;
+  const std::string cli = ::maxtext::test::cli_path() + " logits --threads 2 --weights " + path + " --tokens " + toks;
   // (A program built without the float16 policy, as CI's sanitizer build, says it widens instead: same logits.)
   const std::string note = run_command(cli + " --out " + o16 + " 2>&1");
   CHECK((note.find("weights kept as float16") != std::string::npos ||
@@ -384,7 +384,7 @@ TEST_CASE("Q8_0 GGUF: kept quantised or dequantised, the same model as its dequa
 
   // The command line reaches the same option, and refuses it where it would do nothing or is misspelt.
   const std::string out = (tmp / ("maxtext_test_q8_0_int8_" + std::to_string(::getpid()) + ".npy")).string();
-  const std::string cli = std::string(MAXTEXT_CLI) + " logits --threads 1 --weights " + pq + " --tokens 1,17,140,3,99,42,42,7";
+  const std::string cli = ::maxtext::test::cli_path() + " logits --threads 1 --weights " + pq + " --tokens 1,17,140,3,99,42,42,7";
   run_command(cli + " --weight-type q8_0 --int8-activations on --out " + out);
   test::expect_close(test::npy(out), AnyTensor::from(e), testing::Tolerance{1e-6, 1e-6}, "cli --int8-activations on");
   CHECK(std::system((cli + " --weight-type float32 --int8-activations on --out " + out + " 2>/dev/null").c_str()) != 0);

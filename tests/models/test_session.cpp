@@ -397,7 +397,7 @@ TEST_CASE("maxtext chat: two turns from stdin on stories260K, the second prefill
     std::ofstream("chat1.txt") << "Tell me a story about a cat.\n";
     std::ofstream("chat2.txt") << "Tell me a story about a cat.\nAnd the dog?\n";
   }
-  const std::string chat = std::string(MAXTEXT_CLI) + " chat --threads 1 --weights " + dir + "/stories260K.bin --tokenizer " +
+  const std::string chat = ::maxtext::test::cli_path() + " chat --threads 1 --weights " + dir + "/stories260K.bin --tokenizer " +
                            dir + "/tok512.bin --max-new-tokens 24 --system \"Be kind.\"";
   const std::string out = run_command(chat + " < chat2.txt 2>&1");
   INFO(out);
@@ -436,7 +436,7 @@ TEST_CASE("maxtext chat: two turns from stdin on stories260K, the second prefill
     if (c == '"' || c == '\\' || c == '$' || c == '`') quoted += '\\';
     quoted += c;
   }
-  const std::string gen = run_command(std::string(MAXTEXT_CLI) + " generate --threads 1 --weights " + dir +
+  const std::string gen = run_command(::maxtext::test::cli_path() + " generate --threads 1 --weights " + dir +
                                       "/stories260K.bin --tokenizer " + dir +
                                       "/tok512.bin --max-new-tokens 24 --stop '\\nuser:' --prompt \"" + quoted + "\"");
   INFO(gen);
@@ -451,11 +451,11 @@ TEST_CASE("maxtext chat renders the model's chat template (Qwen3 tokenizer.json 
   const std::string tok = test::models_dir() + "/tokenizers/qwen3";
   test::require(tok + "/tokenizer_config.json", "the Qwen3 tokenizer");
   // A small seeded model of the Qwen3 architecture with the real vocabulary size.
-  const std::string model = " --config " MAXTEXT_DEFAULT_CONFIG_DIR "/models/qwen3-0.6b.yml base_num_decoder_layers=1 "
+  const std::string model = " --config " + test::config_dir() + "/models/qwen3-0.6b.yml base_num_decoder_layers=1 "
                             "base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16 base_mlp_dim=64 "
                             "dtype=float32 --threads 1 --seed 3 --tokenizer " + tok;
   std::ofstream("chat_tpl.txt") << "Hello there!\nAnd again?\n";
-  const std::string out = run_command(std::string(MAXTEXT_CLI) + " chat" + model +
+  const std::string out = run_command(::maxtext::test::cli_path() + " chat" + model +
                                       " --system \"Be brief.\" --max-new-tokens 3 < chat_tpl.txt 2>&1");
   INFO(out);
   CHECK(out.find("note: no chat template") == std::string::npos);
@@ -465,11 +465,11 @@ TEST_CASE("maxtext chat renders the model's chat template (Qwen3 tokenizer.json 
   // Turn 1's prompt is the template's rendering of [system, user] with the generation prompt, encoded without added
   // special tokens: the same ids `maxtext template` + `maxtext tokenize --add-special off` give.
   std::ofstream("chat_tpl.json") << R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there!"}])";
-  const std::string rendered = run_command(std::string(MAXTEXT_CLI) + " template --tokenizer " + tok +
+  const std::string rendered = run_command(::maxtext::test::cli_path() + " template --tokenizer " + tok +
                                            " --messages chat_tpl.json --add-generation-prompt on");
   CHECK(rendered.find("<|im_start|>assistant\n") != std::string::npos);
   std::ofstream("chat_tpl_prompt.txt") << rendered;
-  const std::string ids = run_command(std::string(MAXTEXT_CLI) + " tokenize --tokenizer " + tok +
+  const std::string ids = run_command(::maxtext::test::cli_path() + " tokenize --tokenizer " + tok +
                                       " --add-special off --text-file chat_tpl_prompt.txt");
   CHECK(static_cast<long>(std::count(ids.begin(), ids.end(), ',')) + 1 == len1);
   CHECK(out.find("[turn 2: ") != std::string::npos);

@@ -1,4 +1,4 @@
-// tests/support/cli.hpp: running the `maxtext` program (MAXTEXT_CLI) from a test: its output, the greedy token a
+// tests/support/cli.hpp: running the `maxtext` program (test::cli_path()) from a test: its output, the greedy token a
 // fixture's reference logits imply, and `maxtext logits` on a fixture against those logits (the model-family tests'
 // CLI checks: MaxText checkpoints, Hugging Face directories, GGUF files).
 #pragma once
@@ -27,7 +27,7 @@ namespace maxtext::test {
 inline std::string run_cli(const std::string& args) {
   const std::string out =
       (std::filesystem::current_path() / ("maxtext_test_cli_" + std::to_string(::getpid()) + ".txt")).string();
-  const std::string cmd = std::string(MAXTEXT_CLI) + " " + args + " > " + out + " 2>&1";
+  const std::string cmd = ::maxtext::test::cli_path() + " " + args + " > " + out + " 2>&1";
   const int rc = std::system(cmd.c_str());
   std::string text = io::read_text_file(out);
   std::remove(out.c_str());
@@ -57,7 +57,7 @@ inline void check_cli_greedy(const std::string& fixture_dir, const std::string& 
 /// `maxtext generate` with seeded weights from a model file of configs/models (`yml_and_overrides`: "name.yml
 /// key=value ..."): two prompt rows, 4 new tokens; both rows must generate.
 inline void check_cli_generates_seeded(const std::string& yml_and_overrides) {
-  const std::string text = run_cli("generate --config " + std::string(MAXTEXT_DEFAULT_CONFIG_DIR) + "/models/" +
+  const std::string text = run_cli("generate --config " + ::maxtext::test::config_dir() + "/models/" +
                                    yml_and_overrides + " --tokens 1,2,3/4,5 --max-new-tokens 4 --seed 3");
   CHECK(text.find("tokens[1]: ") != std::string::npos);
 }

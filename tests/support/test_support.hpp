@@ -15,13 +15,29 @@
 
 namespace maxtext::test {
 
+/// Paths are found relative to the running test program (CMake compiles in relative paths from the program's folder
+/// to the source tree, ../shared and the `maxtext` program: MAXTEXT_TEST_*_FROM_EXE), never as absolute paths, so
+/// that a test's object file is the same in every checkout and a compiler cache (ccache, scripts/build.sh) can reuse
+/// it in a fresh clone.
+inline std::string from_exe(const char* relative) {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (exe.parent_path() / relative).lexically_normal().string();
+}
+/// The checkout the test program was built from.
+inline std::string source_dir() { return from_exe(MAXTEXT_TEST_ROOT_FROM_EXE); }
 /// Committed fixtures (tests/fixtures), written by the PyTorch scripts in tests/reference.
-inline std::string fixtures_dir() { return MAXTEXT_TEST_FIXTURES_DIR; }
+inline std::string fixtures_dir() { return source_dir() + "/tests/fixtures"; }
+/// The model configs (configs/); catch_main.cpp also points $MAXTEXT_CONFIG_DIR here when it is unset, for the
+/// library's own search by model_name.
+inline std::string config_dir() { return source_dir() + "/configs"; }
+/// The `maxtext` program of the same build.
+inline std::string cli_path() { return from_exe(MAXTEXT_TEST_CLI_FROM_EXE); }
 
 /// ../shared next to the checkout, or $MAXTEXT_SHARED_DIR.
 inline std::string shared_dir() {
   if (const char* e = std::getenv("MAXTEXT_SHARED_DIR")) return e;
-  return MAXTEXT_TEST_SHARED_DIR;
+  return from_exe(MAXTEXT_TEST_SHARED_FROM_EXE);
 }
 /// Real model files: $MAXTEXT_MODELS_DIR or <shared>/models.
 inline std::string models_dir() {

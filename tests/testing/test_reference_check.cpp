@@ -49,7 +49,7 @@ struct CliResult {
 /// Run the maxtext CLI with `args`; stdout and stderr together.
 CliResult run_cli(const std::string& args) {
   const std::string out = tmp("cli_out.txt");
-  const std::string cmd = std::string(MAXTEXT_CLI) + " " + args + " > " + out + " 2>&1";
+  const std::string cmd = ::maxtext::test::cli_path() + " " + args + " > " + out + " 2>&1";
   const int rc = std::system(cmd.c_str());
   CliResult r;
   r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;

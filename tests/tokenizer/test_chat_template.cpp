@@ -238,10 +238,10 @@ TEST_CASE("maxtext template: the CLI prints the rendered prompt", "[chat_templat
   write_file("cli/messages.json", (*gen)["context"]["messages"].dump());
   int rc = 0;
   const std::string out =
-      run_command(std::string(MAXTEXT_CLI) + " template --tokenizer cli/tokenizer_config.json --messages cli/messages.json", rc);
+      run_command(::maxtext::test::cli_path() + " template --tokenizer cli/tokenizer_config.json --messages cli/messages.json", rc);
   CHECK(rc == 0);
   CHECK(out == (*gen)["expected"].get<std::string>());
-  const std::string bad = run_command(std::string(MAXTEXT_CLI) + " template --tokenizer cli --messages nothere.json 2>&1", rc);
+  const std::string bad = run_command(::maxtext::test::cli_path() + " template --tokenizer cli --messages nothere.json 2>&1", rc);
   CHECK(rc != 0);
   CHECK(bad.find("nothere.json") != std::string::npos);
 
@@ -253,7 +253,7 @@ TEST_CASE("maxtext template: the CLI prints the rendered prompt", "[chat_templat
     if (c["name"] != "system_user/gen" && c["name"] != "system_user/nogen") continue;
     write_file("cli/llama.json", c["messages"].dump());
     const bool gen_prompt = c["options"]["add_generation_prompt"].get<bool>();
-    const std::string o = run_command(std::string(MAXTEXT_CLI) + " template --tokenizer " + llama +
+    const std::string o = run_command(::maxtext::test::cli_path() + " template --tokenizer " + llama +
                                           "/tokenizer.json --messages cli/llama.json --add-generation-prompt " +
                                           (gen_prompt ? "on" : "off"),
                                       rc);

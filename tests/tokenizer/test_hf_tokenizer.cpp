@@ -324,7 +324,7 @@ std::string csv(const Ids& ids) {
 }  // namespace
 
 TEST_CASE("maxtext tokenize / detokenize with a tokenizer.json", "[tokenizer][hf][cli]") {
-  const std::string cli = MAXTEXT_CLI;
+  const std::string cli = ::maxtext::test::cli_path();
   const std::string tok = fixtures() + "synth_added.tokenizer.json";
   const auto fx = read_json(fixtures() + "synth_added.json");
   const auto& c = fx["cases"][0];  // "the   <ls>  hello <rs>   world"
