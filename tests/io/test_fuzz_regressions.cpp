@@ -21,6 +21,7 @@
 #include "entry/quant_blocks.hpp"
 #include "entry/safetensors.hpp"
 #include "entry/tokenizers.hpp"
+#include "support/test_support.hpp"
 
 namespace fs = std::filesystem;
 using Entry = std::function<void(const std::uint8_t*, std::size_t)>;
