@@ -581,3 +581,90 @@ TEMPLATE_TEST_CASE("mHC stream ops (mhc_maps, stream_sum, stream_mix): CPU equal
     }
   }
 }
+
+TEMPLATE_TEST_CASE("Gated DeltaNet ops (causal_conv1d, gated_delta_rule): CPU equals the reference, steps continue "
+                   "the state, padding leaves it alone", "[backend][ops][gdn]", float, bf16) {
+  rng().seed(1029);
+  using A = TestType;
+  const double tol = std::is_same_v<A, float> ? 2e-5 : 2 * ulp_rel<A>();
+  const std::int64_t Bn = 2, T = 7, C = 40, K = 4;
+  GdnShape sh;
+  sh.key_heads = 2;
+  sh.value_heads = 4;
+  sh.key_dim = 8;
+  sh.value_dim = 12;
+  const std::int64_t kd = sh.key_heads * sh.key_dim, vd = sh.value_heads * sh.value_dim;
+  const auto ints = [](std::vector<std::int32_t> v) {
+    Tensor<std::int32_t, 1> t({static_cast<std::int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data());
+    return t;
+  };
+  const auto zero_start = ints({0, 0}), cont = ints({7, 3}), valid = ints({7, 4});
+  const auto w = random_tensor<A, 1>({K * C}, 0.5f);
+  const auto a_log = random_tensor<float, 1>({sh.value_heads}, 0.5f), dt = random_tensor<float, 1>({sh.value_heads}, 0.5f);
+
+  // Conv: a first step from zeros (row 1 padded after 4 tokens), then a continuation step; CPU vs reference.
+  const auto x1 = random_tensor<A, 2>({Bn * T, C}), x2 = random_tensor<A, 2>({Bn * T, C});
+  Tensor<float, 2> sc({Bn, (K - 1) * C}), sr({Bn, (K - 1) * C});
+  std::fill(sc.data(), sc.data() + sc.size(), std::nanf(""));  // a fresh sequence must not read its state
+  std::fill(sr.data(), sr.data() + sr.size(), std::nanf(""));
+  Tensor<A, 2> yc({Bn * T, C}), yr({Bn * T, C});
+  for (int step = 0; step < 2; ++step) {
+    const auto& x = step == 0 ? x1 : x2;
+    const auto& st = step == 0 ? zero_start : cont;
+    cpu_be.causal_conv1d(x.cview(), w.cview(), st.cview(), valid.cview(), sc.view(), yc.view());
+    ref_be.causal_conv1d(x.cview(), w.cview(), st.cview(), valid.cview(), sr.view(), yr.view());
+    expect_near(yc, yr, tol, 1.0, "causal_conv1d step " + std::to_string(step));
+    expect_near(sc, sr, 1e-6, 1.0, "conv state step " + std::to_string(step));
+  }
+  // Closed form: after the first step the state of row 1 holds its inputs 1..3 (4 valid tokens, K - 1 = 3 kept).
+  {
+    Tensor<float, 2> s({Bn, (K - 1) * C});
+    Tensor<A, 2> y({Bn * T, C});
+    ref_be.causal_conv1d(x1.cview(), w.cview(), zero_start.cview(), valid.cview(), s.view(), y.view());
+    for (std::int64_t j = 0; j < K - 1; ++j) CHECK(s(1, j * C + 5) == to_float(x1(T + 1 + j, 5)));
+    // y[0, t=0, c] = silu(x[0, 0, c] * w[K-1, c]): only the last tap sees the sequence.
+    const float r = round_to<A>(to_float(x1(0, 9)) * to_float(w((K - 1) * C + 9)));
+    CHECK(to_float(y(0, 9)) == Approx(round_to<A>(r / (1.0f + std::exp(-r)))).epsilon(tol));
+  }
+
+  // Delta rule: q/k as strided column blocks of one [M, 2kd + vd] matrix, as the layer passes them.
+  const auto qkv = random_tensor<A, 2>({Bn * T, 2 * kd + vd}), a = random_tensor<A, 2>({Bn * T, sh.value_heads}),
+             b = random_tensor<A, 2>({Bn * T, sh.value_heads}, 2.0f);
+  const auto blk = [&](std::int64_t c0, std::int64_t n) {
+    return View<const A, 2>(qkv.data() + c0, {Bn * T, n}, {2 * kd + vd, 1});
+  };
+  Tensor<float, 2> hc({Bn, sh.state_width()}), hr({Bn, sh.state_width()});
+  std::fill(hc.data(), hc.data() + hc.size(), std::nanf(""));
+  std::fill(hr.data(), hr.data() + hr.size(), std::nanf(""));
+  Tensor<A, 2> oc({Bn * T, vd}), orr({Bn * T, vd});
+  for (int step = 0; step < 2; ++step) {
+    const auto& st = step == 0 ? zero_start : cont;
+    cpu_be.gated_delta_rule(blk(0, kd), blk(kd, kd), blk(2 * kd, vd), a.cview(), b.cview(), a_log.cview(), dt.cview(), sh,
+                            st.cview(), valid.cview(), hc.view(), oc.view());
+    ref_be.gated_delta_rule(blk(0, kd), blk(kd, kd), blk(2 * kd, vd), a.cview(), b.cview(), a_log.cview(), dt.cview(), sh,
+                            st.cview(), valid.cview(), hr.view(), orr.view());
+    expect_near(oc, orr, tol, 0.1, "gated_delta_rule step " + std::to_string(step));
+    expect_near(hc, hr, 1e-5, 0.1, "recurrent state step " + std::to_string(step));
+  }
+  // Padding tokens leave the state alone: row 1 run with 4 valid tokens equals a run over its first 4 tokens only.
+  {
+    Tensor<float, 2> s7({1, sh.state_width()}), s4({1, sh.state_width()});
+    const auto one = ints({0}), four = ints({4});
+    const auto rows_of = [&](const Tensor<A, 2>& t, std::int64_t r0, std::int64_t n) {
+      return View<const A, 2>(&t(r0, 0), {n, t.dim(1)}, {t.dim(1), 1});
+    };
+    const auto qkv7 = rows_of(qkv, T, T), qkv4 = rows_of(qkv, T, 4);
+    const auto part = [&](View<const A, 2> q, std::int64_t c0, std::int64_t n) {
+      return View<const A, 2>(q.data() + c0, {q.dim(0), n}, {q.stride(0), 1});
+    };
+    Tensor<A, 2> o7({T, vd}), o4({4, vd});
+    ref_be.gated_delta_rule(part(qkv7, 0, kd), part(qkv7, kd, kd), part(qkv7, 2 * kd, vd), rows_of(a, T, T),
+                            rows_of(b, T, T), a_log.cview(), dt.cview(), sh, one.cview(), four.cview(), s7.view(), o7.view());
+    ref_be.gated_delta_rule(part(qkv4, 0, kd), part(qkv4, kd, kd), part(qkv4, 2 * kd, vd), rows_of(a, T, 4),
+                            rows_of(b, T, 4), a_log.cview(), dt.cview(), sh, one.cview(), View<const std::int32_t, 1>(),
+                            s4.view(), o4.view());
+    expect_near(s7, s4, 0.0, 1.0, "state after padding");
+    for (std::int64_t i = 0; i < 4 * vd; ++i) CHECK(to_float(o7.data()[i]) == to_float(o4.data()[i]));
+  }
+}

@@ -190,6 +190,8 @@ class SimDeviceBackend {
   MAXTEXT_SIM_OP(mhc_maps)
   MAXTEXT_SIM_OP(stream_sum)
   MAXTEXT_SIM_OP(stream_mix)
+  MAXTEXT_SIM_OP(causal_conv1d)
+  MAXTEXT_SIM_OP(gated_delta_rule)
 #undef MAXTEXT_SIM_OP
   /// moe_route is called with explicit template arguments (gate dtype G, activation type A).
   template <class G, class A = G>
@@ -262,3 +264,4 @@ static_assert(::maxtext::Backend<::maxtext::test::SimDeviceBackend>, "SimDeviceB
 static_assert(::maxtext::BackendMoE<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the MoE kernels");
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide head_matmul");
 static_assert(::maxtext::BackendHyperConnections<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the mHC stream ops");
+static_assert(::maxtext::BackendGatedDeltaNet<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the Gated DeltaNet ops");

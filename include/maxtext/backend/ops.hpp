@@ -119,4 +119,16 @@ struct MhcCoefficients {
   const A* res_beta = nullptr;
 };
 
+/// Gated DeltaNet (MaxText qwen3.py Qwen3NextGatedDeltaNet; layers/qwen3_next.hpp): the head layout of its delta
+/// rule. Value head h reads key head h / (value_heads / key_heads) (jnp.repeat); each value head keeps a state
+/// [key_dim, value_dim] (row-major, f32) per sequence.
+struct GdnShape {
+  std::int64_t key_heads = 1;
+  std::int64_t value_heads = 1;
+  std::int64_t key_dim = 1;
+  std::int64_t value_dim = 1;
+  /// Floats of one sequence's recurrent state: value_heads * key_dim * value_dim.
+  MAXTEXT_HD std::int64_t state_width() const { return value_heads * key_dim * value_dim; }
+};
+
 }  // namespace maxtext

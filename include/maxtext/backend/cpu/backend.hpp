@@ -699,6 +699,104 @@ class Backend {
     });
   }
 
+  // ---- Gated DeltaNet (layers/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
+  /// Depthwise causal convolution with SiLU per sequence, continuing from and updating its conv state (the last
+  /// Kc-1 inputs). f32 sums, rounded to A before and after the SiLU (the conv and the activation are two ops).
+  template <class A>
+  void causal_conv1d(View<const A, 2> x, View<const A, 1> w, View<const std::int32_t, 1> start,
+                     View<const std::int32_t, 1> valid, View<float, 2> state, View<A, 2> y) const {
+    const std::int64_t Bn = state.dim(0), M = x.dim(0), C = x.dim(1), T = M / Bn, K = w.dim(0) / C, H = K - 1;
+    MAXTEXT_DASSERT(M == Bn * T && state.dim(1) == H * C && w.dim(0) == K * C);
+    parallel_rows(Bn, T * C * K * 2, [&](std::int64_t b0, std::int64_t b1) {
+      std::vector<float> win(static_cast<std::size_t>((H + T) * C)), wf(static_cast<std::size_t>(K * C)), acc(static_cast<std::size_t>(C));
+      vec::to_f32(w.data(), wf.data(), K * C);
+      for (std::int64_t b = b0; b < b1; ++b) {
+        // win = [state (H rows) | this step's inputs (T rows)] in f32
+        if (H == 0) {
+        } else if (start(b) != 0) {
+          std::copy(&state(b, 0), &state(b, 0) + H * C, win.begin());
+        } else {
+          std::fill(win.begin(), win.begin() + H * C, 0.0f);
+        }
+        for (std::int64_t t = 0; t < T; ++t) vec::to_f32(&x(b * T + t, 0), &win[static_cast<std::size_t>((H + t) * C)], C);
+        for (std::int64_t t = 0; t < T; ++t) {
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (std::int64_t i = 0; i < K; ++i) {
+            const float* in = &win[static_cast<std::size_t>((t + i) * C)];
+            const float* wi = &wf[static_cast<std::size_t>(i * C)];
+            for (std::int64_t c = 0; c < C; ++c) acc[static_cast<std::size_t>(c)] += in[c] * wi[c];
+          }
+          for (std::int64_t c = 0; c < C; ++c) {
+            const float r = round_to<A>(acc[static_cast<std::size_t>(c)]);
+            acc[static_cast<std::size_t>(c)] = r * math::sigmoid(r);
+          }
+          vec::from_f32(acc.data(), &y(b * T + t, 0), C);
+        }
+        const std::int64_t n = valid.empty() ? T : valid(b);
+        if (H > 0) std::copy(&win[static_cast<std::size_t>(n * C)], &win[static_cast<std::size_t>((n + H) * C)], &state(b, 0));
+      }
+    });
+  }
+
+  /// The gated delta rule token by token per (sequence, value head), in f32 on the state held in `state`.
+  template <class A>
+  void gated_delta_rule(View<const A, 2> q, View<const A, 2> k, View<const A, 2> v, View<const A, 2> a,
+                        View<const A, 2> bt, View<const float, 1> a_log, View<const float, 1> dt_bias,
+                        const GdnShape& sh, View<const std::int32_t, 1> start, View<const std::int32_t, 1> valid,
+                        View<float, 2> state, View<A, 2> o) const {
+    const std::int64_t Bn = state.dim(0), T = q.dim(0) / Bn, Dk = sh.key_dim, Dv = sh.value_dim, Hv = sh.value_heads;
+    const std::int64_t r = Hv / sh.key_heads;
+    MAXTEXT_DASSERT(state.dim(1) == sh.state_width() && o.dim(1) == Hv * Dv && q.dim(0) == Bn * T);
+    parallel_rows(Bn * Hv, T * Dk * Dv * 6, [&](std::int64_t p0, std::int64_t p1) {
+      auto [qn, kn, vv, u, ov] = thread_rows<5>(std::max(Dk, Dv));
+      for (std::int64_t p = p0; p < p1; ++p) {
+        const std::int64_t b = p / Hv, h = p % Hv, kc = (h / r) * Dk;
+        float* S = &state(b, h * Dk * Dv);
+        if (start(b) == 0) std::fill(S, S + Dk * Dv, 0.0f);
+        const std::int64_t n = valid.empty() ? T : valid(b);
+        for (std::int64_t t = 0; t < T; ++t) {
+          const std::int64_t m = b * T + t;
+          vec::to_f32(&q(m, kc), qn.data(), Dk);
+          vec::to_f32(&k(m, kc), kn.data(), Dk);
+          float sq = 0.0f, sk = 0.0f;
+          for (std::int64_t i = 0; i < Dk; ++i) {
+            sq += qn[i] * qn[i];
+            sk += kn[i] * kn[i];
+          }
+          const float fq = kmath::gdn_l2_factor(sq) / std::sqrt(static_cast<float>(Dk)), fk = kmath::gdn_l2_factor(sk);
+          for (std::int64_t i = 0; i < Dk; ++i) {
+            qn[i] *= fq;
+            kn[i] *= fk;
+          }
+          if (t < n) {
+            float decay = 1.0f, beta = 0.0f;
+            kmath::gdn_gates(to_float(a(m, h)), to_float(bt(m, h)), a_log(h), dt_bias(h), decay, beta);
+            vec::to_f32(&v(m, h * Dv), vv.data(), Dv);
+            std::fill(u.begin(), u.begin() + Dv, 0.0f);
+            for (std::int64_t i = 0; i < Dk; ++i) {  // u = k^T S (before the decay; scaled below)
+              const float ki = kn[i];
+              const float* Si = S + i * Dv;
+              for (std::int64_t j = 0; j < Dv; ++j) u[j] += ki * Si[j];
+            }
+            for (std::int64_t j = 0; j < Dv; ++j) u[j] = beta * (vv[j] - decay * u[j]);
+            for (std::int64_t i = 0; i < Dk; ++i) {
+              const float ki = kn[i];
+              float* Si = S + i * Dv;
+              for (std::int64_t j = 0; j < Dv; ++j) Si[j] = decay * Si[j] + ki * u[j];
+            }
+          }
+          std::fill(ov.begin(), ov.begin() + Dv, 0.0f);
+          for (std::int64_t i = 0; i < Dk; ++i) {
+            const float qi = qn[i];
+            const float* Si = S + i * Dv;
+            for (std::int64_t j = 0; j < Dv; ++j) ov[j] += qi * Si[j];
+          }
+          vec::from_f32(ov.data(), &o(m, h * Dv), Dv);
+        }
+      }
+    });
+  }
+
  private:
   static constexpr std::int64_t kGemmMinRows = 4;
 
@@ -847,3 +945,4 @@ static_assert(::maxtext::Backend<::maxtext::cpu::Backend>, "cpu::Backend must sa
 static_assert(::maxtext::BackendMoE<::maxtext::cpu::Backend>, "cpu::Backend must provide the MoE kernels");
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::cpu::Backend>, "cpu::Backend must provide head_matmul");
 static_assert(::maxtext::BackendHyperConnections<::maxtext::cpu::Backend>, "cpu::Backend must provide the mHC stream ops");
+static_assert(::maxtext::BackendGatedDeltaNet<::maxtext::cpu::Backend>, "cpu::Backend must provide the Gated DeltaNet ops");

@@ -23,6 +23,7 @@
 #include "maxtext/backend/cuda/attention.cuh"
 #include "maxtext/backend/cuda/common.cuh"
 #include "maxtext/backend/cuda/elementwise.cuh"
+#include "maxtext/backend/cuda/gated_delta.cuh"
 #include "maxtext/backend/cuda/gemm.cuh"
 #include "maxtext/backend/cuda/memory.cuh"
 #include "maxtext/backend/cuda/moe.cuh"
@@ -409,6 +410,39 @@ class Backend {
     MAXTEXT_CUDA_LAUNCH_CHECK("head_matmul");
   }
 
+  // ---- Gated DeltaNet (semantics: BackendGatedDeltaNet in concepts.hpp; kernels in gated_delta.cuh) ---------
+  template <class A>
+  void causal_conv1d(View<const A, 2> x, View<const A, 1> w, View<const std::int32_t, 1> start,
+                     View<const std::int32_t, 1> valid, View<float, 2> state, View<A, 2> y) const {
+    const std::int64_t Bn = state.dim(0), M = x.dim(0), C = x.dim(1), K = w.dim(0) / C;
+    if (M == 0 || C == 0) return;
+    MAXTEXT_CHECK(K >= 1 && K <= kernels::kGdnMaxConvKernel, UnsupportedError, "[cuda] causal_conv1d: kernel width ", K,
+                  " outside [1, ", kernels::kGdnMaxConvKernel, "]");
+    kernels::causal_conv1d<A><<<detail::grid_for(Bn * C), detail::kThreads, 0, stream()>>>(
+        rows(x), w.data(), start.data(), valid.empty() ? nullptr : valid.data(), rows(state), rows(y), Bn, M / Bn, C, K);
+    MAXTEXT_CUDA_LAUNCH_CHECK("causal_conv1d");
+  }
+  template <class A>
+  void gated_delta_rule(View<const A, 2> q, View<const A, 2> k, View<const A, 2> v, View<const A, 2> a,
+                        View<const A, 2> bt, View<const float, 1> a_log, View<const float, 1> dt_bias,
+                        const GdnShape& sh, View<const std::int32_t, 1> start, View<const std::int32_t, 1> valid,
+                        View<float, 2> state, View<A, 2> o) const {
+    const std::int64_t Bn = state.dim(0), M = q.dim(0);
+    if (M == 0) return;
+    constexpr unsigned threads = 128;
+    const std::size_t smem = static_cast<std::size_t>(2 * sh.key_dim + 2 * threads) * sizeof(float);
+    MAXTEXT_CHECK(smem <= state_->smem_optin, UnsupportedError, "[cuda] gated_delta_rule: key head dim ", sh.key_dim,
+                  " needs ", smem, " bytes of shared memory");
+    if (smem > (48u << 10)) {
+      MAXTEXT_CUDA_CHECK(cudaFuncSetAttribute(kernels::gated_delta_rule<A>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)));
+    }
+    kernels::gated_delta_rule<A><<<static_cast<unsigned>(Bn * sh.value_heads), threads, smem, stream()>>>(
+        rows(q), rows(k), rows(v), rows(a), rows(bt), a_log.data(), dt_bias.data(), sh, start.data(),
+        valid.empty() ? nullptr : valid.data(), rows(state), rows(o), M / Bn);
+    MAXTEXT_CUDA_LAUNCH_CHECK("gated_delta_rule");
+  }
+
  private:
   struct State {
     std::shared_ptr<DeviceMemory> dev;
@@ -442,3 +476,4 @@ static_assert(::maxtext::Backend<::maxtext::cuda::Backend>, "cuda::Backend must 
 static_assert(::maxtext::BackendMoE<::maxtext::cuda::Backend>, "cuda::Backend must provide the MoE kernels");
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::cuda::Backend>, "cuda::Backend must provide head_matmul");
 static_assert(::maxtext::BackendHyperConnections<::maxtext::cuda::Backend>, "cuda::Backend must provide the mHC stream ops");
+static_assert(::maxtext::BackendGatedDeltaNet<::maxtext::cuda::Backend>, "cuda::Backend must provide the Gated DeltaNet ops");

@@ -573,6 +573,88 @@ class Backend {
     }
   }
 
+  // ---- Gated DeltaNet (layers/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
+  /// The depthwise causal convolution with SiLU over each sequence, continuing from (and updating) its conv state.
+  template <class A>
+  void causal_conv1d(View<const A, 2> x, View<const A, 1> w, View<const std::int32_t, 1> start,
+                     View<const std::int32_t, 1> valid, View<float, 2> state, View<A, 2> y) const {
+    const std::int64_t Bn = state.dim(0), M = x.dim(0), C = x.dim(1), T = M / Bn, K = w.dim(0) / C, H = K - 1;
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      const std::int64_t n = valid.empty() ? T : valid(b);
+      std::vector<double> hist(static_cast<std::size_t>(H * C), 0.0);  // inputs before the step, oldest first
+      if (start(b) != 0) {
+        for (std::int64_t i = 0; i < H * C; ++i) hist[static_cast<std::size_t>(i)] = state(b, i);
+      }
+      const auto in = [&](std::int64_t s, std::int64_t c) -> double {
+        return s >= 0 ? static_cast<double>(to_float(x(b * T + s, c))) : hist[static_cast<std::size_t>((H + s) * C + c)];
+      };
+      for (std::int64_t t = 0; t < T; ++t) {
+        for (std::int64_t c = 0; c < C; ++c) {
+          double acc = 0.0;
+          for (std::int64_t i = 0; i < K; ++i) acc += in(t - H + i, c) * static_cast<double>(to_float(w(i * C + c)));
+          const double r = round_to<A>(static_cast<float>(acc));
+          y(b * T + t, c) = from_float<A>(static_cast<float>(r / (1.0 + std::exp(-r))));
+        }
+      }
+      for (std::int64_t j = 0; j < H; ++j) {
+        for (std::int64_t c = 0; c < C; ++c) state(b, j * C + c) = static_cast<float>(in(n - H + j, c));
+      }
+    }
+  }
+
+  /// The gated delta rule, token by token (the recurrence MaxText's chunked and autoregressive forms compute).
+  template <class A>
+  void gated_delta_rule(View<const A, 2> q, View<const A, 2> k, View<const A, 2> v, View<const A, 2> a,
+                        View<const A, 2> bt, View<const float, 1> a_log, View<const float, 1> dt_bias,
+                        const GdnShape& sh, View<const std::int32_t, 1> start, View<const std::int32_t, 1> valid,
+                        View<float, 2> state, View<A, 2> o) const {
+    const std::int64_t Bn = state.dim(0), T = q.dim(0) / Bn, Dk = sh.key_dim, Dv = sh.value_dim;
+    const std::int64_t r = sh.value_heads / sh.key_heads;
+    std::vector<double> S(static_cast<std::size_t>(Dk * Dv)), qn(static_cast<std::size_t>(Dk)), kn(qn.size()),
+        u(static_cast<std::size_t>(Dv));
+    const auto l2 = [&](View<const A, 2> x, std::int64_t m, std::int64_t col, double extra, std::vector<double>& out) {
+      double ss = 0.0;
+      for (std::int64_t i = 0; i < Dk; ++i) ss += std::pow(static_cast<double>(to_float(x(m, col + i))), 2);
+      const double f = extra / std::sqrt(ss + 1e-6);
+      for (std::int64_t i = 0; i < Dk; ++i) out[static_cast<std::size_t>(i)] = to_float(x(m, col + i)) * f;
+    };
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      const std::int64_t n = valid.empty() ? T : valid(b);
+      for (std::int64_t h = 0; h < sh.value_heads; ++h) {
+        const std::int64_t base = h * Dk * Dv, kc = (h / r) * Dk;
+        for (std::int64_t i = 0; i < Dk * Dv; ++i) S[static_cast<std::size_t>(i)] = start(b) != 0 ? state(b, base + i) : 0.0;
+        for (std::int64_t t = 0; t < T; ++t) {
+          const std::int64_t m = b * T + t;
+          l2(q, m, kc, 1.0 / std::sqrt(static_cast<double>(Dk)), qn);
+          l2(k, m, kc, 1.0, kn);
+          if (t < n) {
+            const double beta = 1.0 / (1.0 + std::exp(-static_cast<double>(to_float(bt(m, h)))));
+            const double z = static_cast<double>(to_float(a(m, h))) + dt_bias(h);
+            const double sp = std::log1p(std::exp(-std::fabs(z))) + std::max(z, 0.0);
+            const double decay = std::exp(-std::exp(static_cast<double>(a_log(h))) * sp);
+            for (double& s : S) s *= decay;
+            for (std::int64_t j = 0; j < Dv; ++j) {
+              double ks = 0.0;
+              for (std::int64_t i = 0; i < Dk; ++i) ks += kn[static_cast<std::size_t>(i)] * S[static_cast<std::size_t>(i * Dv + j)];
+              u[static_cast<std::size_t>(j)] = beta * (static_cast<double>(to_float(v(m, h * Dv + j))) - ks);
+            }
+            for (std::int64_t i = 0; i < Dk; ++i) {
+              for (std::int64_t j = 0; j < Dv; ++j) {
+                S[static_cast<std::size_t>(i * Dv + j)] += kn[static_cast<std::size_t>(i)] * u[static_cast<std::size_t>(j)];
+              }
+            }
+          }
+          for (std::int64_t j = 0; j < Dv; ++j) {
+            double acc = 0.0;
+            for (std::int64_t i = 0; i < Dk; ++i) acc += qn[static_cast<std::size_t>(i)] * S[static_cast<std::size_t>(i * Dv + j)];
+            o(m, h * Dv + j) = from_float<A>(static_cast<float>(acc));
+          }
+        }
+        for (std::int64_t i = 0; i < Dk * Dv; ++i) state(b, base + i) = static_cast<float>(S[static_cast<std::size_t>(i)]);
+      }
+    }
+  }
+
  private:
   template <class W>
   static double weight(const Matrix<W>& w, std::int64_t n, std::int64_t k) {
@@ -625,3 +707,4 @@ static_assert(::maxtext::Backend<::maxtext::reference::Backend>, "reference::Bac
 static_assert(::maxtext::BackendMoE<::maxtext::reference::Backend>, "reference::Backend must provide the MoE kernels");
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::reference::Backend>, "reference::Backend must provide head_matmul");
 static_assert(::maxtext::BackendHyperConnections<::maxtext::reference::Backend>, "reference::Backend must provide the mHC stream ops");
+static_assert(::maxtext::BackendGatedDeltaNet<::maxtext::reference::Backend>, "reference::Backend must provide the Gated DeltaNet ops");
