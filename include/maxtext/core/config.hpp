@@ -125,6 +125,13 @@ using StringList = std::vector<std::string>;
   X(bool, enable_dropout, true)                                  \
   X(double, dropout_rate, 0.0)                                   \
   X(std::int64_t, inhomogeneous_layer_cycle_interval, 1)        \
+  X(std::int64_t, gdn_conv_kernel_dim, 4)                        \
+  X(std::int64_t, gdn_key_head_dim, 128)                         \
+  X(std::int64_t, gdn_value_head_dim, 128)                       \
+  X(std::int64_t, gdn_num_key_heads, 16)                         \
+  X(std::int64_t, gdn_num_value_heads, 32)                       \
+  X(std::int64_t, gdn_chunk_size, 64)                            \
+  X(bool, use_qk_norm_in_gdn, true)                              \
   X(std::int64_t, mhc_expansion_rate, 1)                         \
   X(std::int64_t, sinkhorn_iterations, 20)                       \
   X(bool, enable_mhc_lite, false)                                \
@@ -423,7 +430,8 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
 inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
                                                  "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
-                                                 "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe", "llama4"};
+                                                 "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe", "llama4",
+                                                 "qwen3_next"};
   return list;
 }
 
@@ -565,6 +573,43 @@ inline void Config::validate() const {
                     ") and interleave_moe_layer_step (", interleave_moe_layer_step,
                     "): Llama4ScannableBlock repeats that many layers");
     }
+  }
+  if (decoder_block == "qwen3_next") {
+    // qwen3.py Qwen3NextDecoderLayer: layer i is full (gated) attention when (i + 1) % inhomogeneous_layer_cycle_interval
+    // == 0, else Gated DeltaNet; every layer has the MoE with its sigmoid-gated shared expert; types.py's checks.
+    const std::int64_t cyc = inhomogeneous_layer_cycle_interval;
+    MAXTEXT_CHECK(cyc >= 1, ConfigError, "[config] decoder_block qwen3_next: inhomogeneous_layer_cycle_interval must be "
+                  ">= 1 (4 for Qwen3-Next), found ", cyc);
+    MAXTEXT_CHECK(!scan_layers || num_decoder_layers % cyc == 0, ConfigError, "[config] decoder_block qwen3_next with "
+                  "scan_layers: inhomogeneous_layer_cycle_interval (", cyc, ") must divide num_decoder_layers (",
+                  num_decoder_layers, "): Qwen3NextScannableBlock repeats that many layers");
+    MAXTEXT_CHECK(gdn_num_key_heads >= 1 && gdn_num_value_heads >= 1 && gdn_num_value_heads % gdn_num_key_heads == 0,
+                  ConfigError, "[config] decoder_block qwen3_next: gdn_num_value_heads (", gdn_num_value_heads,
+                  ") must be a positive multiple of gdn_num_key_heads (", gdn_num_key_heads, ")");
+    MAXTEXT_CHECK(gdn_key_head_dim >= 1 && gdn_value_head_dim >= 1 && gdn_conv_kernel_dim >= 1 && gdn_chunk_size >= 1,
+                  ConfigError, "[config] decoder_block qwen3_next: gdn_key_head_dim, gdn_value_head_dim, "
+                  "gdn_conv_kernel_dim and gdn_chunk_size must be >= 1, found ", gdn_key_head_dim, ", ",
+                  gdn_value_head_dim, ", ", gdn_conv_kernel_dim, " and ", gdn_chunk_size);
+    at_most("gdn_key_head_dim", gdn_key_head_dim, Limits::head_dim);
+    at_most("gdn_value_head_dim", gdn_value_head_dim, Limits::head_dim);
+    at_most("gdn_num_value_heads", gdn_num_value_heads, Limits::heads);
+    at_most("gdn_conv_kernel_dim", gdn_conv_kernel_dim, 64);
+    MAXTEXT_CHECK(use_qk_norm_in_gdn, UnsupportedError, "[config] decoder_block qwen3_next: use_qk_norm_in_gdn = false "
+                  "(no L2 norm of q and k in the Gated DeltaNet) is not implemented");
+    MAXTEXT_CHECK(!use_qk_norm, UnsupportedError, "[config] decoder_block qwen3_next: use_qk_norm = true selects "
+                  "attentions.py's plain-scale qk RMSNorm before the Qwen3-Next (1 + w) one; not implemented (the "
+                  "Qwen3-Next ymls leave it false)");
+    MAXTEXT_CHECK(num_experts >= 1 && num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts && moe_mlp_dim > 0,
+                  ConfigError, "[config] decoder_block qwen3_next needs num_experts >= 1, num_experts_per_tok in [1, "
+                  "num_experts] and base_moe_mlp_dim > 0, found ", num_experts, ", ", num_experts_per_tok, " and ",
+                  base_moe_mlp_dim);
+    const auto rd = static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+    MAXTEXT_CHECK(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0 && rd % 2 == 0 && rd > 0, ConfigError,
+                  "[config] decoder_block qwen3_next: int(head_dim * partial_rotary_factor) = ", rd,
+                  " must be a positive even number (head_dim ", head_dim, ", partial_rotary_factor ",
+                  partial_rotary_factor, ")");
+    MAXTEXT_CHECK(rope_type == "default", UnsupportedError, "[config] decoder_block qwen3_next: rope_type '", rope_type,
+                  "' (the hybrid attention's partial RoPE is MaxText's default rotary embedding)");
   }
   if (mhc_expansion_rate != 1) {
     // mhc.py / decoders.py: k residual streams; only the DeepSeek layers (deepseek.py) wrap their branches in mHC,

@@ -78,13 +78,13 @@ inline bool canonicalize_gemma3_scanned(const std::string& name, const AnyTensor
 
 /// The scanned layout of the blocks that repeat a cycle of inhomogeneous_layer_cycle_interval (P) layers
 /// (decoders.py: GPT-OSS's GptOssScannableBlock, Llama 4's Llama4ScannableBlock, OLMo 3's Olmo3ScannableBlock):
-/// `decoder.layers.layers_j.X` for j in [0, P) stacks layers j, j + P, j + 2P, ... (num_layers / P repetitions, on
+/// `decoder.layers.layers_j.X` (Qwen3-Next: `layer_j`, `sub`) for j in [0, P) stacks layers j, j + P, j + 2P, ... (num_layers / P repetitions, on
 /// param_scan_axis; P must divide num_layers, Config::validate). Adds the per-layer views; false when `name` is not one. `block` names the block in
 /// messages; `period` is P when the block fixes it (OLMo 3: len(OLMO3_ATTENTION_PATTERN) = 4), else
 /// inhomogeneous_layer_cycle_interval.
 inline bool canonicalize_cycle_scanned(const std::string& name, const AnyTensor& t, const Config& cfg, TensorMap& out,
-                                       const char* block, std::int64_t period = 0) {
-  const std::string head = "decoder.layers.layers_";
+                                       const char* block, std::int64_t period = 0, const char* sub = "layers_") {
+  const std::string head = std::string("decoder.layers.") + sub;
   if (name.compare(0, head.size(), head) != 0) return false;
   const std::int64_t pattern = period > 0 ? period : cfg.inhomogeneous_layer_cycle_interval;
   const std::int64_t reps = pattern > 0 ? cfg.num_decoder_layers / pattern : 0;
@@ -125,6 +125,8 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
     if (cfg.is("olmo3") && canonicalize_cycle_scanned(name, t, cfg, out, "OLMo 3", 4)) continue;
     if (cfg.is("gpt_oss") && canonicalize_cycle_scanned(name, t, cfg, out, "GPT-OSS")) continue;
     if (cfg.is("llama4") && canonicalize_cycle_scanned(name, t, cfg, out, "Llama 4")) continue;
+    // Qwen3NextScannableBlock names its sub-layers `layer_j` (not `layers_j`).
+    if (cfg.is("qwen3_next") && canonicalize_cycle_scanned(name, t, cfg, out, "Qwen3-Next", 0, "layer_")) continue;
     bool unstacked = false;
     for (const auto& [group, count] : groups) {
       const std::string pre = "decoder." + group + ".";

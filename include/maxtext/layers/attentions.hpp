@@ -120,14 +120,18 @@ class Attention {
                   ") must be a multiple of num_kv_heads (", K_, ")");
     MAXTEXT_CHECK(!(fused_ && a.share_kv_projections), ConfigError, where,
                   "share_kv_projections is incompatible with fused_qkv");
-    MAXTEXT_CHECK(!(c.is("qwen3_next") || c.is("qwen3_5")), UnsupportedError, where,
-                  "the gated Qwen3-Next / Qwen3.5 full attention is not implemented");
+    MAXTEXT_CHECK(!c.is("qwen3_5"), UnsupportedError, where, "the gated Qwen3.5 full attention is not implemented");
+    // Qwen3-Next's full attention (attentions.py is_qwen3_hybrid): the query kernel [D, N, 2H] also yields a
+    // per-head gate, q and k take (1 + w) RMSNorms, the output is o * sigmoid(gate), the out kernel is 2-D [N*H, D].
+    gated_ = c.is("qwen3_next");
+    MAXTEXT_CHECK(!gated_ || (!fused_ && !a.share_kv_projections && !sinks_ && !a.use_qk_norm), UnsupportedError, where,
+                  "the Qwen3-Next gated attention takes no fused_qkv, share_kv_projections, attention_sink or use_qk_norm");
     if (sinks_) {
       MAXTEXT_CHECK(c.num_query_heads == N_, ConfigError, where, "attention sinks have config.num_query_heads (",
                     c.num_query_heads, ") entries but the layer has ", N_, " query heads");
     }
     const bool llama4 = c.is("llama4");
-    qk_rms_ = a.use_qk_norm && !llama4;
+    qk_rms_ = (a.use_qk_norm && !llama4) || gated_;
     qk_l2_ = a.use_qk_norm && llama4 && !a.is_nope_layer;
     qk_global_ = qk_rms_ && detail::starts_with(c.model_name, "olmo3");
     if (a.query_pre_attn_scalar != 0.0 && a.query_pre_attn_scalar != 1.0) q_scalar_ = a.query_pre_attn_scalar;
@@ -141,13 +145,20 @@ class Attention {
     } else {
       const bool no_depth_scaling = c.use_qk_norm || q_scalar_ != 0.0;
       const double div = no_depth_scaling ? 1.0 : static_cast<double>(round_to<A>(std::sqrt(static_cast<float>(H_))));
-      query_ = DenseGeneral<P>({{D_}, {N_, H_}, bias, init, 1.0, div});
+      query_ = DenseGeneral<P>({{D_}, {N_, gated_ ? 2 * H_ : H_}, bias, init, 1.0, div});
       key_ = DenseGeneral<P>({{D_}, {K_, H_}, bias, init});
       if (!a.share_kv_projections) value_ = DenseGeneral<P>({{D_}, {K_, H_}, bias, init});
     }
-    out_ = DenseGeneral<P>({{N_, H_}, {O_}, bias && !c.is("qwen2"), init});
+    if (gated_) {
+      out_ = DenseGeneral<P>({{N_ * H_}, {O_}, bias, init});
+    } else {
+      out_ = DenseGeneral<P>({{N_, H_}, {O_}, bias && !c.is("qwen2"), init});
+    }
 
-    if (qk_rms_) {
+    if (gated_) {  // Qwen3NextRMSNorm: scale_offset 1, scale initialised to 0
+      query_norm_ = RMSNorm<P>({H_, eps_, true, 1.0f});
+      key_norm_ = RMSNorm<P>({H_, eps_, true, 1.0f});
+    } else if (qk_rms_) {
       const bool ws = c.qk_norm_with_scale;
       query_norm_ = RMSNorm<P>({qk_global_ ? N_ * H_ : H_, eps_, ws});
       key_norm_ = RMSNorm<P>({qk_global_ ? K_ * H_ : H_, eps_, ws});
@@ -235,7 +246,7 @@ class Attention {
     const std::int64_t NH = N_ * H_, KH = K_ * H_;
 
     // 1. projections
-    View<A, 3> q, k, v;
+    View<A, 3> q, k, v, gate;
     if (fused_) {
       const std::int64_t S = NH + 2 * KH;
       View<A, 2> qkv = ctx.scratch.template alloc<A, 2>({M, S});
@@ -247,7 +258,15 @@ class Attention {
       q = ctx.scratch.template alloc<A, 3>({M, N_, H_});
       k = ctx.scratch.template alloc<A, 3>({M, K_, H_});
       v = ctx.scratch.template alloc<A, 3>({M, K_, H_});
-      query_.forward(ctx, p.query, x, rows(q));
+      if (gated_) {  // [M, N, 2H]: per head the query, then its gate
+        View<A, 3> q2 = ctx.scratch.template alloc<A, 3>({M, N_, 2 * H_});
+        query_.forward(ctx, p.query, x, rows(q2));
+        gate = ctx.scratch.template alloc<A, 3>({M, N_, H_});
+        ctx.be.copy(View<const A, 3>(q2.data(), {M, N_, H_}, {N_ * 2 * H_, 2 * H_, 1}), q);
+        ctx.be.copy(View<const A, 3>(q2.data() + H_, {M, N_, H_}, {N_ * 2 * H_, 2 * H_, 1}), gate);
+      } else {
+        query_.forward(ctx, p.query, x, rows(q));
+      }
       key_.forward(ctx, p.key, x, rows(k));
       if (args_.share_kv_projections) {
         ctx.be.copy(View<const A, 3>(k), v);  // value = key before key's norm and RoPE
@@ -302,6 +321,10 @@ class Attention {
     // 7-8. KV cache update and AttentionOp
     View<A, 3> o = ctx.scratch.template alloc<A, 3>({M, N_, H_});
     op_.forward(ctx, q, k, v, cache, sinks_ ? p.sinks.cview() : View<const A, 1>(), o);
+    if (gated_) {  // Qwen3-Next: o * sigmoid(gate), each op in dtype
+      ctx.be.activation(View<const A, 2>(rows(o)), Activation::linear, View<const A, 2>(rows(gate)), Activation::sigmoid,
+                        rows(o));
+    }
     // 9. out projection
     out_.forward(ctx, p.out, View<const A, 2>(rows(o)), y);
   }
@@ -369,7 +392,7 @@ class Attention {
 
   AttentionArgs args_;
   std::int64_t D_ = 0, O_ = 0, N_ = 0, K_ = 0, H_ = 0;
-  bool fused_ = false, sinks_ = false;
+  bool fused_ = false, sinks_ = false, gated_ = false;
   float eps_ = 1e-5f;
   bool qk_rms_ = false, qk_l2_ = false, qk_global_ = false;
   double q_scalar_ = 0.0;

@@ -32,17 +32,35 @@ struct StepInfo {
   View<const std::int32_t, 2> kv_segment_ids;         ///< [B, S] segment ids of the cache, or empty
   std::vector<std::int32_t> host_positions;           ///< host copy of `positions` [B*T], or empty (layers that
                                                       ///< need positions on the host then read them back)
+  std::vector<std::int32_t> valid;                    ///< host [B]: valid (not right-padding) tokens per row; empty = T
+  View<const std::int32_t, 1> valid_len;              ///< [B]: = valid, in backend memory (empty = all T valid)
   std::int64_t tokens() const { return batch * length; }
 };
 
-/// The buffers one layer keeps in the KV cache, each [B, S, width] (e.g. keys [B, S, K*H] and values).
+/// The buffers one layer keeps in the KV cache, each [B, S, width] (e.g. keys [B, S, K*H] and values), and the
+/// per-sequence states of recurrent layers (Gated DeltaNet: recurrent and conv state), each f32 [B, width].
+/// state_tokens[b] counts the tokens the states of slot b summarise: a recurrent state cannot be rewound, so a
+/// layer checks it against the cache length a step starts from.
 template <class A>
 struct LayerCache {
   std::vector<Tensor<A, 3>> buffers;
+  std::vector<Tensor<float, 2>> states;
+  std::vector<std::int32_t> state_tokens;
 };
 
 /// Width of each per-token cache buffer a layer needs (empty: no cache).
 using CacheSpec = std::vector<std::int64_t>;
+/// Width of each per-sequence state a recurrent layer keeps (f32; empty: none).
+using StateSpec = std::vector<std::int64_t>;
+/// The per-sequence states a layer keeps: its state_spec() (Gated DeltaNet layers), or none.
+template <class L>
+StateSpec state_spec_of(const L& layer) {
+  if constexpr (requires { layer.state_spec(); }) {
+    return layer.state_spec();
+  } else {
+    return {};
+  }
+}
 
 /// Join a capture name and a sub-module name: ("decoder.layers_3", "mlp") -> "decoder.layers_3.mlp"; an empty
 /// prefix gives the leaf alone (names relative to a layer run on its own).

@@ -20,14 +20,24 @@ class KVCache {
   using A = typename P::act_t;
 
   KVCache() = default;
-  /// `batch` slots of `capacity` tokens; `specs[l]` lists the per-token widths of layer l's buffers.
-  KVCache(const B& be, std::int64_t batch, std::int64_t capacity, const std::vector<layers::CacheSpec>& specs)
+  /// `batch` slots of `capacity` tokens; `specs[l]` lists the per-token widths of layer l's buffers and
+  /// `states[l]` (when given) the widths of its per-sequence recurrent states (f32).
+  KVCache(const B& be, std::int64_t batch, std::int64_t capacity, const std::vector<layers::CacheSpec>& specs,
+          const std::vector<layers::StateSpec>& states = {})
       : batch_(batch), capacity_(capacity), lengths_(static_cast<std::size_t>(batch), 0) {
     MAXTEXT_CHECK(batch > 0 && capacity > 0, ArgumentError, "[KVCache] batch and capacity must be > 0, found ", batch,
                   " and ", capacity);
+    MAXTEXT_CHECK(states.empty() || states.size() == specs.size(), ArgumentError, "[KVCache] ", states.size(),
+                  " state specs for ", specs.size(), " layers");
     layers_.resize(specs.size());
     for (std::size_t l = 0; l < specs.size(); ++l) {
       for (std::int64_t w : specs[l]) layers_[l].buffers.emplace_back(Shape<3>{batch, capacity, w}, be.memory());
+      if (states.empty()) continue;
+      for (std::int64_t w : states[l]) {
+        layers_[l].states.emplace_back(Shape<2>{batch, w}, be.memory());
+        recurrent_ = true;
+      }
+      if (!states[l].empty()) layers_[l].state_tokens.assign(static_cast<std::size_t>(batch), 0);
     }
     segment_ = Tensor<std::int32_t, 2>({batch, capacity}, be.memory());
   }
@@ -53,11 +63,15 @@ class KVCache {
   const Tensor<std::int32_t, 2>& segments() const { return segment_; }
   bool has_segments() const { return has_segments_; }
   void mark_segments() { has_segments_ = true; }
-  /// Bytes held by the key/value buffers.
+  /// Whether some layer keeps a recurrent state (Gated DeltaNet): such a cache can continue a sequence or restart
+  /// it (length 0), but not go back to an earlier length (models::Session then runs the conversation again).
+  bool recurrent() const { return recurrent_; }
+  /// Bytes held by the key/value buffers and the recurrent states.
   std::int64_t bytes() const {
     std::int64_t n = 0;
     for (const auto& l : layers_) {
       for (const auto& b : l.buffers) n += b.size() * static_cast<std::int64_t>(sizeof(A));
+      for (const auto& s : l.states) n += s.size() * static_cast<std::int64_t>(sizeof(float));
     }
     return n;
   }
@@ -68,6 +82,7 @@ class KVCache {
   std::vector<layers::LayerCache<A>> layers_;
   Tensor<std::int32_t, 2> segment_;
   bool has_segments_ = false;
+  bool recurrent_ = false;
 };
 
 }  // namespace maxtext::models

@@ -63,7 +63,7 @@ Tensor<float, 3> run_layer(const L& layer, const typename L::Params& params, con
                 "[run_layer] input must be [batch, length, embed] (or [batch, length, streams, embed]), found ", x.shape);
   const std::int64_t Bn = x.shape[0], T = x.shape[1], D = x.rank() == 4 ? x.shape[2] * x.shape[3] : x.shape[2];
   Scratch scratch(be.memory());
-  KVCache<P> cache(be, Bn, T, {layer.cache_spec()});
+  KVCache<P> cache(be, Bn, T, {layer.cache_spec()}, {layers::state_spec_of(layer)});
   layers::StepInfo step;
   step.batch = Bn;
   step.length = T;

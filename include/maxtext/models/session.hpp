@@ -44,7 +44,7 @@ class Session {
     MAXTEXT_CHECK(n >= 0 && n <= length(), ArgumentError, "[Session] rewind to ", n, " outside [0, ", length(), "]");
     if (n < length()) logits_valid_ = false;
     tokens_.resize(static_cast<std::size_t>(n));
-    if (cached() > n) cache_.set_length(0, static_cast<std::int32_t>(n));
+    if (cached() > n) rewind_cache(n);
   }
   void clear() { rewind(0); }
   /// Append tokens to the conversation (run through the model on the next logits() / generate()).
@@ -73,7 +73,7 @@ class Session {
         if (ran) *ran = 0;
         return logits_;
       }
-      cache_.set_length(0, static_cast<std::int32_t>(length() - 1));
+      rewind_cache(length() - 1);
     }
     const std::int64_t from = cached(), n = length() - from;
     Tensor<std::int32_t, 2> tok({1, n});
@@ -126,6 +126,10 @@ class Session {
   }
 
  private:
+  /// Keep the first n cached tokens. A recurrent cache (Gated DeltaNet states) cannot go back to an earlier length:
+  /// it restarts, and the next logits() runs the whole conversation again.
+  void rewind_cache(std::int64_t n) { cache_.set_length(0, cache_.recurrent() ? 0 : static_cast<std::int32_t>(n)); }
+
   Model& model_;
   decltype(std::declval<Model&>().make_cache(1, 1)) cache_;
   std::vector<std::int32_t> tokens_;

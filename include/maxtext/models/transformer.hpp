@@ -139,7 +139,8 @@ class Transformer {
     if (gpt3_norm_) {
       final_gpt3_ = layers::Gpt3LayerNorm<P>({D, eps, true});
     } else {
-      final_rms_ = layers::RMSNorm<P>({D, eps});
+      // qwen3_next's decoder_norm is Qwen3NextRMSNorm (decoders.py): scale_offset 1, x * rsqrt(...) * (1 + w).
+      final_rms_ = layers::RMSNorm<P>({D, eps, true, cfg_.is("qwen3_next") ? 1.0f : 0.0f});
     }
     if (!cfg_.logits_via_embedding) {
       logits_ = layers::DenseGeneral<P>({{D}, {cfg_.vocab_size}, false, layers::Init::truncated_normal});
@@ -246,8 +247,12 @@ class Transformer {
   KVCache<P> make_cache(std::int64_t batch, std::int64_t capacity = 0) const {
     if (capacity <= 0) capacity = cfg_.max_target_length;
     std::vector<layers::CacheSpec> specs;
-    for (const auto& l : layers_) specs.push_back(std::visit([](const auto& x) { return x.cache_spec(); }, l));
-    return KVCache<P>(be_, batch, capacity, specs);
+    std::vector<layers::StateSpec> states;
+    for (const auto& l : layers_) {
+      specs.push_back(std::visit([](const auto& x) { return x.cache_spec(); }, l));
+      states.push_back(std::visit([](const auto& x) { return layers::state_spec_of(x); }, l));
+    }
+    return KVCache<P>(be_, batch, capacity, specs, states);
   }
 
   /// Run tokens [B, T] through the model, appending them to `cache` at each row's current length.
@@ -304,6 +309,10 @@ class Transformer {
     step.q_start = to_device<1>(step.start.data(), {Bn});
     step.kv_len = to_device<1>(kv_len.data(), {Bn});
     step.host_positions = std::move(pos);
+    if (opt.row_lengths) {
+      step.valid = row_len;
+      step.valid_len = to_device<1>(step.valid.data(), {Bn});
+    }
     if (opt.segment_ids || cache.has_segments()) {
       std::vector<std::int32_t> seg(static_cast<std::size_t>(Bn * T), 1);  // decoding tokens are "active" (1)
       if (opt.segment_ids) {

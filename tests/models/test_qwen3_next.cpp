@@ -1,0 +1,229 @@
+// The qwen3_next decoder block (layers/qwen3_next.hpp) against the PyTorch float64 fixtures of
+// tests/reference/qwen3_next_reference.py (MaxText e591f30 qwen3.py): a Gated DeltaNet layer (its delta-rule output
+// too) and a gated full-attention layer, in f32 and bf16; a 4-layer model (3 Gated DeltaNet layers, then full
+// attention) from unscanned and scanned (`layer_j`) trees: logits, activations, the recurrent and conv states and the
+// KV cache after the prompt, incremental and ragged decoding, a prompt split in two; sessions on a recurrent cache;
+// and the errors for what the block cannot do.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "maxtext/io/checkpoint.hpp"
+#include "maxtext/io/safetensors.hpp"
+#include "maxtext/io/weights.hpp"
+#include "maxtext/io/yaml_config.hpp"
+#include "maxtext/layers/qwen3_next.hpp"
+#include "maxtext/models/layer_runner.hpp"
+#include "maxtext/models/registry.hpp"
+#include "maxtext/models/session.hpp"
+#include "maxtext/models/transformer.hpp"
+#include "support/backends.hpp"
+#include "support/decode_checks.hpp"
+#include "support/family_fixture.hpp"
+#include "support/fixture_config.hpp"
+#include "support/test_support.hpp"
+#include "support/tolerance.hpp"
+
+using namespace maxtext;
+using P32 = Policy<test::Backend, float>;
+using PBf = Policy<test::Backend, bf16>;
+using Qwen3Next = models::Transformer<P32, layers::Qwen3NextDecoderLayer>;
+
+namespace {
+
+// bf16 layer: every MaxText op rounded to bf16 (2^-8 relative) through norm -> projections -> conv -> delta rule (f32
+// inside, one rounding) -> gated norm -> out projection -> residual -> norm -> MoE + gated shared expert -> residual,
+// ~12 roundings on values of magnitude ~2, as the other MoE blocks' bound. Routing: the layer fixtures keep the top-k
+// decisions >= 0.03 from a tie (meta min_routing_margin), above the bf16 error of a gate logit (~0.01).
+constexpr testing::Tolerance kBf16Layer{4.0 / 128.0, 0.06};
+// The Gated DeltaNet's gated RMSNorm divides each head's delta-rule output by its RMS, which is small here (q is
+// scaled by Dk^-0.5 after the L2 norm: outputs of RMS ~0.05-0.1 in the fixture), so it magnifies the absolute
+// rounding error of its input 10-20x: f32 1e-5 relative + 5e-6 absolute (the other f32 layers: 2e-6), bf16
+// 2^-5 relative + 0.12 absolute (twice the other bf16 layers' 0.06; measured 0.087 at the worst element).
+constexpr testing::Tolerance kF32Gdn{1e-5, 5e-6};
+constexpr testing::Tolerance kBf16Gdn{4.0 / 128.0, 0.12};
+
+template <class P>
+void check_layer(const std::string& name, testing::Tolerance tol) {
+  const std::string dir = test::fixture(name);
+  const auto meta = test::read_meta(dir);
+  const Config c = test::config_from_meta(meta);
+  const std::int64_t index = meta.at("layer_index").get<std::int64_t>();
+  test::Backend be;
+  layers::Qwen3NextDecoderLayer<P> layer(c, {index, "layer", "layer.attention", "layer.mlp"});
+  const bool full = layers::qwen3_next_is_full_attention(index, c.inhomogeneous_layer_cycle_interval);
+  CHECK(layer.is_full_attention() == full);
+  CHECK(layer.cache_spec().size() == (full ? 2u : 0u));
+  CHECK(layer.state_spec().size() == (full ? 0u : 2u));
+  const auto params = models::load_layer_params<P>(layer, io::read_safetensors(dir + "/weights.safetensors"), be);
+  const Tensor<std::int32_t, 2> pos = test::int_tensor(test::npy(dir + "/positions.npy"));
+  layers::Capture cap({"layer.attention", "layer.attention.core", "layer.mlp"});
+  const auto y = models::run_layer<P>(layer, params, be, test::npy(dir + "/x.npy"), nullptr, &pos, &cap);
+  test::expect_close(y, test::npy(dir + "/out.npy"), tol, name + ".out");
+  test::expect_close(cap.at("layer.attention"), test::npy(dir + "/attn.npy"), tol, name + ".attention");
+  test::expect_close(cap.at("layer.mlp"), test::npy(dir + "/mlp.npy"), tol, name + ".mlp");
+  CHECK(cap.has("layer.attention.core") == !full);
+  if (!full) test::expect_close(cap.at("layer.attention.core"), test::npy(dir + "/core.npy"), tol, name + ".core");
+}
+
+/// A layer's recurrent state [B, Hv*Dk*Dv] or conv state [B, (Kc-1)*C] on the host, shaped as the fixture's.
+AnyTensor state_of(const test::Backend& be, models::KVCache<P32>& cache, std::size_t layer, std::size_t which,
+                   std::vector<std::int64_t> shape) {
+  return AnyTensor::from(test::to_host(be, cache.layer(layer).states.at(which))).reshaped(std::move(shape));
+}
+
+void check_model(const std::string& file, const std::vector<std::string>& overrides = {}) {
+  const std::string dir = test::fixture("qwen3_next_model");
+  Config c = test::config_from_meta(test::read_meta(dir));
+  for (const auto& o : overrides) io::apply_override(c, o);
+  Qwen3Next m(c);
+  m.load(io::load_weights(dir + "/" + file, c).tensors);
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  const std::int64_t Bn = tok.dim(0), T = tok.dim(1);
+  layers::Capture cap;
+  cap.request_all();
+  models::ForwardOptions opt;
+  opt.capture = &cap;
+  auto cache = m.make_cache(Bn, T);
+  const auto full = m.forward(tok, cache, opt);
+  const std::string name = "qwen3_next_model(" + file + ")";
+  test::expect_close(full, test::npy(dir + "/logits.npy"), test::tol::f32_logits, name + ".logits");
+  for (std::int64_t i = 0; i < c.num_decoder_layers; ++i) {
+    const std::string a = "decoder.layers_" + std::to_string(i);
+    test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), test::tol::f32_logits, name + "." + a);
+  }
+  test::expect_close(cap.at("decoder.decoder_norm"), test::npy(dir + "/act_decoder.decoder_norm.npy"),
+                     test::tol::f32_logits, name + ".decoder_norm");
+  // The cache after the prompt: Gated DeltaNet layers' recurrent state [B,Hv,Dk,Dv] and conv state (the last Kc-1
+  // pre-conv rows, [B,Kc-1,conv_dim]); the attention layer's keys (after norm + RoPE) and values.
+  const std::int64_t Hv = c.gdn_num_value_heads, Dk = c.gdn_key_head_dim, Dv = c.gdn_value_head_dim,
+                     C = 2 * c.gdn_num_key_heads * Dk + Hv * Dv, Kc = c.gdn_conv_kernel_dim;
+  test::Backend be;
+  for (std::int64_t i = 0; i < c.num_decoder_layers; ++i) {
+    const std::string l = "decoder.layers_" + std::to_string(i);
+    const auto li = static_cast<std::size_t>(i);
+    if (layers::qwen3_next_is_full_attention(i, c.inhomogeneous_layer_cycle_interval)) {
+      const AnyTensor k = AnyTensor::from(test::to_host(be, cache.layer(li).buffers.at(0)));
+      const AnyTensor v = AnyTensor::from(test::to_host(be, cache.layer(li).buffers.at(1)));
+      const std::vector<std::int64_t> kv{Bn, T, c.num_kv_heads, c.head_dim};
+      test::expect_close(k.reshaped(kv), test::npy(dir + "/cached_key_" + l + ".npy"), test::tol::f32_logits,
+                         name + ".cached_key " + l);
+      test::expect_close(v.reshaped(kv), test::npy(dir + "/cached_value_" + l + ".npy"), test::tol::f32_logits,
+                         name + ".cached_value " + l);
+      CHECK(cache.layer(li).states.empty());
+    } else {
+      test::expect_close(state_of(be, cache, li, 0, {Bn, Hv, Dk, Dv}), test::npy(dir + "/state_" + l + ".npy"),
+                         test::tol::f32_logits, name + ".state " + l);
+      test::expect_close(state_of(be, cache, li, 1, {Bn, Kc - 1, C}), test::npy(dir + "/conv_state_" + l + ".npy"),
+                         test::tol::f32_logits, name + ".conv_state " + l);
+      CHECK(cache.layer(li).buffers.empty());
+    }
+  }
+  CHECK(cache.recurrent());
+  // Prefill of 4 tokens then one per step, and two right-padded rows decoded together (row_lengths).
+  test::check_cached_decoding(m, tok, full, test::tol::decode_step, name);
+  // The prompt in two chunks (5 + 6 tokens): the second continues the first chunk's states.
+  auto split = m.make_cache(Bn, T);
+  const auto first = m.forward(test::cols(tok, 0, 5), split);
+  const auto second = m.forward(test::cols(tok, 5, T - 5), split);
+  test::expect_close(first, AnyTensor::from(full).narrow(1, 0, 5), test::tol::decode_step, name + ".split first");
+  test::expect_close(second, AnyTensor::from(full).narrow(1, 5, T - 5), test::tol::decode_step, name + ".split second");
+}
+
+}  // namespace
+
+TEST_CASE("Qwen3NextDecoderLayer: a Gated DeltaNet layer and a gated full-attention layer (each with the MoE and its "
+          "sigmoid-gated shared expert) match the torch fixtures", "[layers][qwen3_next]") {
+  check_layer<P32>("qwen3_next_gdn_layer", kF32Gdn);
+  check_layer<P32>("qwen3_next_attn_layer", test::tol::f32_layer);
+  check_layer<PBf>("qwen3_next_gdn_layer", kBf16Gdn);
+  check_layer<PBf>("qwen3_next_attn_layer", kBf16Layer);
+}
+
+TEST_CASE("Qwen3-Next model (3 Gated DeltaNet layers + full attention) matches the torch model, unscanned and scanned: "
+          "logits, activations, recurrent / conv states, KV cache, incremental, ragged and split decoding",
+          "[models][qwen3_next]") {
+  check_model("model.safetensors");
+  check_model("model_scanned.safetensors", {"scan_layers=true"});
+}
+
+TEST_CASE("qwen3_next: a recurrent cache restarts instead of rewinding; sessions run the conversation again",
+          "[models][qwen3_next][session]") {
+  const std::string dir = test::fixture("qwen3_next_model");
+  const Config c = test::config_from_meta(test::read_meta(dir));
+  Qwen3Next m(c);
+  m.load(io::load_weights(dir + "/model.safetensors", c).tensors);
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  const auto row0 = test::row_cols(tok, 0, 0, tok.dim(1));
+  const auto ref = m.forward(row0);
+  // Going back to an earlier nonzero length is refused by name (the state summarises all 6 tokens).
+  auto cache = m.make_cache(1, 16);
+  m.forward(test::cols(row0, 0, 6), cache);
+  cache.set_length(0, 4);
+  try {
+    m.forward(test::cols(row0, 4, 1), cache);
+    FAIL("rewinding a recurrent cache was accepted");
+  } catch (const ArgumentError& e) {
+    CHECK(std::string(e.what()).find("cannot go back to an earlier length") != std::string::npos);
+  }
+  // Length 0 restarts the row: the states are not read.
+  cache.reset(0);
+  test::expect_close(m.forward(row0, cache), AnyTensor::from(ref), test::tol::decode_step, "restarted row");
+  // A session rewinds by running the conversation again (its logits equal the full forward's at that point).
+  models::Session<Qwen3Next> s(m, 16);
+  std::vector<std::int32_t> ids(row0.data(), row0.data() + row0.size());
+  s.append(std::vector<std::int32_t>(ids.begin(), ids.begin() + 8));
+  (void)s.logits();
+  s.sync(std::vector<std::int32_t>(ids.begin(), ids.begin() + 5));  // rewinds 8 -> 5
+  const auto& l5 = s.logits();
+  Tensor<float, 3> got({1, 1, static_cast<std::int64_t>(l5.size())});
+  std::copy(l5.begin(), l5.end(), got.data());
+  test::expect_close(AnyTensor::from(got), AnyTensor::from(ref).narrow(1, 4, 1), test::tol::decode_step, "session rewind");
+  // Segment ids are refused by the Gated DeltaNet layers.
+  Tensor<std::int32_t, 2> seg({1, 4});
+  std::fill(seg.data(), seg.data() + 4, 1);
+  models::ForwardOptions fo;
+  fo.segment_ids = &seg;
+  CHECK_THROWS_AS(m.forward(test::cols(row0, 0, 4), fo), UnsupportedError);
+}
+
+TEST_CASE("qwen3_next: the registry builds the block; inconsistent Gated DeltaNet keys are refused by name",
+          "[models][registry][qwen3_next][errors]") {
+  const std::string dir = test::fixture("qwen3_next_model");
+  const Config base = test::config_from_meta(test::read_meta(dir));
+  bool built = false;
+  models::dispatch_block<P32>(base, [&]<class M>() { built = std::is_same_v<M, Qwen3Next>; });
+  CHECK(built);
+  const auto refused = [&](const std::string& override_, const std::string& key) {
+    Config c = base;
+    io::apply_override(c, override_);
+    try {
+      Qwen3Next m(c);
+      FAIL("accepted " << override_);
+    } catch (const Error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(key) != std::string::npos);
+    }
+  };
+  refused("gdn_num_value_heads=3", "gdn_num_value_heads");
+  refused("partial_rotary_factor=0.2", "partial_rotary_factor");  // int(16 * 0.2) = 3 lanes: odd
+  refused("use_qk_norm_in_gdn=false", "use_qk_norm_in_gdn");
+  refused("use_qk_norm=true", "use_qk_norm");
+  refused("gdn_conv_kernel_dim=0", "gdn_conv_kernel_dim");
+  refused("rope_type=yarn", "rope_type");
+  {
+    Config c = base;
+    io::apply_override(c, "scan_layers=true");
+    io::apply_override(c, "base_num_decoder_layers=6");
+    CHECK_THROWS_WITH(Qwen3Next(c), Catch::Contains("inhomogeneous_layer_cycle_interval"));
+  }
+  // A scanned tree whose sub-layer index lies outside the cycle names the tensor.
+  io::TensorMap bad;
+  Tensor<float, 2> t({32, 1});
+  bad.add("decoder.layers.layer_7.input_layernorm.scale", AnyTensor::from(t, "bad.safetensors"));
+  Config sc = base;
+  io::apply_override(sc, "scan_layers=true");
+  CHECK_THROWS_WITH(io::canonicalize_maxtext(bad, sc), Catch::Contains("layer_7"));
+}
