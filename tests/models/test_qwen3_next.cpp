@@ -20,6 +20,7 @@
 #include "maxtext/models/session.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
+#include "support/cli.hpp"
 #include "support/decode_checks.hpp"
 #include "support/family_fixture.hpp"
 #include "support/fixture_config.hpp"
@@ -191,11 +192,28 @@ TEST_CASE("qwen3_next: a recurrent cache restarts instead of rewinding; sessions
 
 TEST_CASE("qwen3_next: the registry builds the block; inconsistent Gated DeltaNet keys are refused by name",
           "[models][registry][qwen3_next][errors]") {
+  // The 80B config: MaxText's parameter tree (qwen3.py) counted independently. Gated DeltaNet layers: qkvz
+  // [D, 2*16*128 + 2*32*128], ba [D, 64], conv [4, 1, 8192], A_log and dt_bias [32], norm [128], out [4096, D];
+  // full-attention layers: query [D, 16, 512], key / value [D, 2, 256], out [4096, D], qk norms [256]; every layer: two
+  // norms, gate [D, 512], experts 3 x [512, D, 512], shared expert 3 x [D, 512] and its gate [D, 1].
+  {
+    const Config big = io::load_config("", {"model_name=qwen3-next-80b-a3b"});
+    CHECK(big.is("qwen3_next"));
+    const std::int64_t D = 2048, V = 151936;
+    const std::int64_t gdn = D * 12288 + D * 64 + 4 * 8192 + 2 * 32 + 128 + 4096 * D;
+    const std::int64_t attn = D * 16 * 512 + 2 * D * 2 * 256 + 4096 * D + 2 * 256;
+    const std::int64_t moe = D * 512 + 3 * 512 * D * 512 + 3 * D * 512 + D;
+    CHECK(Qwen3Next(big).num_params() == 2 * V * D + 36 * gdn + 12 * attn + 48 * (moe + 2 * D) + D);
+    // Published: 80B parameters in total (Qwen3-Next-80B-A3B).
+    CHECK(std::fabs(static_cast<double>(Qwen3Next(big).num_params()) / 80e9 - 1.0) < 0.01);
+  }
   const std::string dir = test::fixture("qwen3_next_model");
   const Config base = test::config_from_meta(test::read_meta(dir));
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the registry lists every block: checked once, on the CPU
   bool built = false;
   models::dispatch_block<P32>(base, [&]<class M>() { built = std::is_same_v<M, Qwen3Next>; });
   CHECK(built);
+#endif
   const auto refused = [&](const std::string& override_, const std::string& key) {
     Config c = base;
     io::apply_override(c, override_);
@@ -227,3 +245,15 @@ TEST_CASE("qwen3_next: the registry builds the block; inconsistent Gated DeltaNe
   io::apply_override(sc, "scan_layers=true");
   CHECK_THROWS_WITH(io::canonicalize_maxtext(bad, sc), Catch::Contains("layer_7"));
 }
+
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
+TEST_CASE("maxtext logits / generate: qwen3_next from MaxText checkpoints (the last tokens decoded through the "
+          "recurrent cache) and from the 80B config with seeded init", "[models][qwen3_next][cli]") {
+  test::check_cli_checkpoints(test::fixture("qwen3_next_model"), test::tol::f32_logits, /*hf=*/false);
+  test::check_cli_generates_seeded(
+      "qwen3-next-80b-a3b.yml base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 "
+      "base_moe_mlp_dim=32 base_mlp_dim=32 num_experts=4 num_experts_per_tok=2 base_num_decoder_layers=4 "
+      "vocab_size=96 max_target_length=32 gdn_num_key_heads=2 gdn_num_value_heads=4 gdn_key_head_dim=16 "
+      "gdn_value_head_dim=16 dtype=float32");
+}
+#endif

@@ -1,0 +1,101 @@
+// bench/qwen3_next_decode.cpp: decode time per token of a Qwen3-Next-shaped model (layers/qwen3_next.hpp) against
+// the context length, on the CPU backend with seeded weights. Three stacks of the same layers are timed:
+//   gdn    every layer Gated DeltaNet (inhomogeneous_layer_cycle_interval > layers),
+//   attn   every layer full attention (interval 1),
+//   hybrid Qwen3-Next's 3 : 1 pattern (interval 4).
+// The Gated DeltaNet keeps a fixed-size state per sequence, so its decode step should cost the same at every context,
+// while attention reads the whole KV cache and grows linearly. Head sizes are Qwen3-Next-80B's (Gated DeltaNet
+// Dk = Dv = 128, attention head_dim 256), head counts and widths scaled down to fit one core.
+// Prints one JSON object per (stack, context): {"stack": ..., "context": n, "ms_per_token": x, "prefill_s": y}.
+//   bench_qwen3_next [--threads N] [--contexts 512,2048,8192] [--steps 16] [--layers 4]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/io/yaml_config.hpp"
+#include "maxtext/layers/qwen3_next.hpp"
+#include "maxtext/models/transformer.hpp"
+
+using namespace maxtext;
+using Model = models::Transformer<Policy<cpu::Backend, float>, layers::Qwen3NextDecoderLayer>;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 1, steps = 16;
+  std::int64_t layers = 4;
+  std::vector<std::int64_t> contexts = {512, 2048, 8192};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--threads") {
+      threads = std::stoi(v);
+    } else if (k == "--steps") {
+      steps = std::stoi(v);
+    } else if (k == "--layers") {
+      layers = std::stoll(v);
+    } else if (k == "--contexts") {
+      contexts.clear();
+      std::stringstream ss(v);
+      std::string item;
+      while (std::getline(ss, item, ',')) contexts.push_back(std::stoll(item));
+    } else {
+      std::fprintf(stderr, "bench_qwen3_next: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  std::int64_t max_ctx = 0;
+  for (auto c : contexts) max_ctx = std::max(max_ctx, c);
+  const std::string shape =
+      "decoder_block=qwen3_next partial_rotary_factor=0.25 rope_max_timescale=10000000 norm_topk_prob=true "
+      "normalization_layer_epsilon=1e-6 gdn_conv_kernel_dim=4 "
+      "base_emb_dim=512 base_num_query_heads=4 base_num_kv_heads=1 head_dim=256 base_moe_mlp_dim=256 "
+      "base_mlp_dim=256 num_experts=8 num_experts_per_tok=2 vocab_size=4096 gdn_num_key_heads=2 "
+      "gdn_num_value_heads=4 gdn_key_head_dim=128 gdn_value_head_dim=128 dtype=float32 scan_layers=false";
+  for (const auto& [stack, interval] : std::vector<std::pair<std::string, std::int64_t>>{
+           {"gdn", layers + 1}, {"attn", 1}, {"hybrid", 4}}) {
+    std::vector<std::string> ov;
+    std::stringstream ss(shape);
+    std::string kv;
+    while (ss >> kv) ov.push_back(kv);
+    ov.push_back("base_num_decoder_layers=" + std::to_string(layers));
+    ov.push_back("inhomogeneous_layer_cycle_interval=" + std::to_string(interval));
+    ov.push_back("max_target_length=" + std::to_string(max_ctx + steps + 1));
+    const Config cfg = io::load_config("", ov);
+    Model m(cfg, cpu::Backend(cpu::Options{threads}));
+    m.init(7);
+    std::mt19937 rng(3);
+    for (const std::int64_t ctx : contexts) {
+      Tensor<std::int32_t, 2> prompt({1, ctx});
+      for (std::int64_t t = 0; t < ctx; ++t) prompt(0, t) = static_cast<std::int32_t>(rng() % 4096);
+      auto cache = m.make_cache(1, ctx + steps + 1);
+      models::ForwardOptions last;
+      last.last_only = true;
+      const auto t0 = std::chrono::steady_clock::now();
+      m.forward(prompt, cache, last);
+      const double prefill = seconds_since(t0);
+      Tensor<std::int32_t, 2> tok({1, 1});
+      const auto t1 = std::chrono::steady_clock::now();
+      for (int s = 0; s < steps; ++s) {
+        tok(0, 0) = static_cast<std::int32_t>(rng() % 4096);
+        m.forward(tok, cache, last);
+      }
+      const double ms = 1e3 * seconds_since(t1) / steps;
+      std::printf("{\"stack\": \"%s\", \"layers\": %lld, \"threads\": %d, \"context\": %lld, \"ms_per_token\": %.3f, "
+                  "\"prefill_s\": %.3f}\n",
+                  stack.c_str(), static_cast<long long>(layers), threads, static_cast<long long>(ctx), ms, prefill);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
