@@ -8,12 +8,14 @@
 // Dk = Dv = 128, attention head_dim 256), head counts and widths scaled down to fit one core.
 // Prints one JSON object per (stack, context): {"stack": ..., "context": n, "ms_per_token": x, "prefill_s": y}.
 //   bench_qwen3_next [--threads N] [--contexts 512,2048,8192] [--steps 16] [--layers 4]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "maxtext/backend/cpu/backend.hpp"
@@ -36,6 +38,10 @@ int main(int argc, char** argv) {
   int threads = 1, steps = 16;
   std::int64_t layers = 4;
   std::vector<std::int64_t> contexts = {512, 2048, 8192};
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "bench_qwen3_next: options come in pairs (--name value)\n");
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--threads") {
@@ -53,6 +59,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_qwen3_next: unknown option %s\n", k.c_str());
       return 2;
     }
+  }
+  if (steps < 1 || layers < 1 || threads < 1 || contexts.empty()) {
+    std::fprintf(stderr, "bench_qwen3_next: --steps, --layers and --threads must be >= 1, --contexts non-empty\n");
+    return 2;
   }
   std::int64_t max_ctx = 0;
   for (auto c : contexts) max_ctx = std::max(max_ctx, c);

@@ -10,7 +10,11 @@
 #include <type_traits>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "maxtext/io/checkpoint.hpp"
+#include "maxtext/io/hf_qwen3_next.hpp"
+#include "maxtext/io/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
@@ -150,7 +154,41 @@ TEST_CASE("Qwen3-Next model (3 Gated DeltaNet layers + full attention) matches t
   check_model("model_scanned.safetensors", {"scan_layers=true"});
 }
 
-TEST_CASE("qwen3_next: a recurrent cache restarts instead of rewinding; sessions run the conversation again",
+TEST_CASE("qwen3_next from a Hugging Face checkpoint (Qwen3NextForCausalLM names and config.json) gives the MaxText "
+          "model's logits, and what the block cannot express is refused by name", "[models][qwen3_next][hf]") {
+  const std::string dir = test::fixture("qwen3_next_model");
+  const Config c = io::config_from_hf_file(dir + "/hf/config.json");
+  CHECK(c.is("qwen3_next"));
+  CHECK(c.inhomogeneous_layer_cycle_interval == 4);
+  CHECK(c.gdn_num_value_heads == 4);
+  CHECK(c.partial_rotary_factor == 0.25);
+  Qwen3Next m(c);
+  m.load(io::load_weights(dir + "/hf/model.safetensors", c).tensors);
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  test::expect_close(m.forward(tok), test::npy(dir + "/logits.npy"), test::tol::f32_logits, "hf logits");
+  const nlohmann::json base = nlohmann::json::parse(io::read_text_file(dir + "/hf/config.json"));
+  const auto refused = [&](const char* key, nlohmann::json value, const std::string& expect) {
+    nlohmann::json j = base;
+    j[key] = std::move(value);
+    INFO(key);
+    CHECK_THROWS_WITH(io::config_from_hf(j, "config.json"), Catch::Contains(expect));
+  };
+  refused("mlp_only_layers", {1}, "mlp_only_layers");
+  refused("shared_expert_intermediate_size", 64, "shared_expert_intermediate_size");
+  refused("attention_bias", true, "attention_bias");
+  refused("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_scaling");
+  refused("layer_types", {"full_attention", "linear_attention", "linear_attention", "full_attention"}, "layer_types[0]");
+  refused("decoder_sparse_step", 2, "decoder_sparse_step");
+  // A missing expert and an unexpected tensor are named.
+  io::TensorMap t = io::read_safetensors(dir + "/hf/model.safetensors");
+  t.tensors.erase("model.layers.1.mlp.experts.2.up_proj.weight");
+  CHECK_THROWS_WITH(io::import_hf_qwen3_next(t, c), Catch::Contains("model.layers.1.mlp.experts.2.up_proj.weight"));
+  io::TensorMap u = io::read_safetensors(dir + "/hf/model.safetensors");
+  u.add("model.layers.0.linear_attn.extra", u.tensors.at("model.norm.weight"));
+  CHECK_THROWS_WITH(io::import_hf_qwen3_next(u, c), Catch::Contains("unexpected tensor model.layers.0.linear_attn.extra"));
+}
+
+TEST_CASE("qwen3_next: a recurrent cache restarts instead of rewinding, and sessions run the conversation again",
           "[models][qwen3_next][session]") {
   const std::string dir = test::fixture("qwen3_next_model");
   const Config c = test::config_from_meta(test::read_meta(dir));
@@ -159,7 +197,8 @@ TEST_CASE("qwen3_next: a recurrent cache restarts instead of rewinding; sessions
   const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   const auto row0 = test::row_cols(tok, 0, 0, tok.dim(1));
   const auto ref = m.forward(row0);
-  // Going back to an earlier nonzero length is refused by name (the state summarises all 6 tokens).
+  // Going back to an earlier nonzero length is refused by name (the state summarises all 6 tokens); the failed step
+  // restarts the row (length 0).
   auto cache = m.make_cache(1, 16);
   m.forward(test::cols(row0, 0, 6), cache);
   cache.set_length(0, 4);
@@ -169,6 +208,7 @@ TEST_CASE("qwen3_next: a recurrent cache restarts instead of rewinding; sessions
   } catch (const ArgumentError& e) {
     CHECK(std::string(e.what()).find("cannot go back to an earlier length") != std::string::npos);
   }
+  CHECK(cache.length(0) == 0);
   // Length 0 restarts the row: the states are not read.
   cache.reset(0);
   test::expect_close(m.forward(row0, cache), AnyTensor::from(ref), test::tol::decode_step, "restarted row");
@@ -182,15 +222,24 @@ TEST_CASE("qwen3_next: a recurrent cache restarts instead of rewinding; sessions
   Tensor<float, 3> got({1, 1, static_cast<std::int64_t>(l5.size())});
   std::copy(l5.begin(), l5.end(), got.data());
   test::expect_close(AnyTensor::from(got), AnyTensor::from(ref).narrow(1, 4, 1), test::tol::decode_step, "session rewind");
-  // Segment ids are refused by the Gated DeltaNet layers.
+  // All-ones segment ids (MaxText dumps) change nothing; a padding id is refused before the cache is touched, which
+  // stays usable.
   Tensor<std::int32_t, 2> seg({1, 4});
   std::fill(seg.data(), seg.data() + 4, 1);
   models::ForwardOptions fo;
   fo.segment_ids = &seg;
-  CHECK_THROWS_AS(m.forward(test::cols(row0, 0, 4), fo), UnsupportedError);
+  test::expect_close(m.forward(test::cols(row0, 0, 4), fo), AnyTensor::from(ref).narrow(1, 0, 4), test::tol::decode_step,
+                     "all-ones segment ids");
+  auto sc = m.make_cache(1, 16);
+  m.forward(test::cols(row0, 0, 4), sc);
+  seg(0, 3) = 0;
+  CHECK_THROWS_WITH(m.forward(test::cols(row0, 4, 4), sc, fo), Catch::Contains("segment id 0"));
+  CHECK(sc.length(0) == 4);
+  test::expect_close(m.forward(test::cols(row0, 4, 4), sc), AnyTensor::from(ref).narrow(1, 4, 4), test::tol::decode_step,
+                     "after a refused step");
 }
 
-TEST_CASE("qwen3_next: the registry builds the block; inconsistent Gated DeltaNet keys are refused by name",
+TEST_CASE("qwen3_next: the registry builds the block, and inconsistent Gated DeltaNet keys are refused by name",
           "[models][registry][qwen3_next][errors]") {
   // The 80B config: MaxText's parameter tree (qwen3.py) counted independently. Gated DeltaNet layers: qkvz
   // [D, 2*16*128 + 2*32*128], ba [D, 64], conv [4, 1, 8192], A_log and dt_bias [32], norm [128], out [4096, D];
@@ -249,7 +298,7 @@ TEST_CASE("qwen3_next: the registry builds the block; inconsistent Gated DeltaNe
 #if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
 TEST_CASE("maxtext logits / generate: qwen3_next from MaxText checkpoints (the last tokens decoded through the "
           "recurrent cache) and from the 80B config with seeded init", "[models][qwen3_next][cli]") {
-  test::check_cli_checkpoints(test::fixture("qwen3_next_model"), test::tol::f32_logits, /*hf=*/false);
+  test::check_cli_checkpoints(test::fixture("qwen3_next_model"), test::tol::f32_logits);  // model, scanned and hf/
   test::check_cli_generates_seeded(
       "qwen3-next-80b-a3b.yml base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 "
       "base_moe_mlp_dim=32 base_mlp_dim=32 num_experts=4 num_experts_per_tok=2 base_num_decoder_layers=4 "

@@ -85,6 +85,7 @@ Scanned layout (scan_layers true, Qwen3NextScannableBlock l.1222): decoder.layer
 Writes tests/fixtures/qwen3_next_{gdn_layer,attn_layer,model}/.
 Run: /usr/bin/python3 tests/reference/qwen3_next_reference.py
 """
+import json
 import math
 import os
 import sys
@@ -100,6 +101,7 @@ B, T = 2, 11
 LAYER_MARGIN = 0.03  # layer fixtures: routing decisions this far from a tie (bf16 routes like float64)
 MODEL_MARGIN = 1e-3
 EQUIV_TOL = 1e-10
+HF_DIFF = [0.0]
 
 
 def settings():
@@ -483,6 +485,156 @@ def model_weights(g, c):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Hugging Face: the model fixture's weights under Qwen3NextForCausalLM names, and a forward pass written from
+# transformers' modeling_qwen3_next.py (Qwen3NextGatedDeltaNet.fix_query_key_value_ordering, the nn.Conv1d with
+# padding K-1 cut to T outputs, Qwen3NextAttention's q_proj view [.., N, 2H] chunked into query and gate,
+# Qwen3NextRMSNorm (1 + w), Qwen3NextRMSNormGated, Qwen3NextSparseMoeBlock with per-expert Linear layers), apart from
+# the MaxText-named functions above. It must reproduce the MaxText model's logits.
+
+def hf_checkpoint(w, c):
+    """MaxText-named f32 weights -> Hugging Face names and layouts ([out, in] matrices, conv [C, 1, K])."""
+    T = np.transpose
+    N, H = c["N"], c["H"]
+    hf = {"model.embed_tokens.weight": w["token_embedder.embedding"], "model.norm.weight": w["decoder.decoder_norm.scale"],
+          "lm_head.weight": T(w["decoder.logits_dense.kernel"])}
+    for i in range(c["L"]):
+        h, m = f"model.layers.{i}.", f"decoder.layers_{i}."
+        hf[h + "input_layernorm.weight"] = w[m + "input_layernorm.scale"]
+        hf[h + "post_attention_layernorm.weight"] = w[m + "post_attention_layernorm.scale"]
+        if is_full_attention(i, c):
+            a, s = m + "attention.attention.", h + "self_attn."
+            hf[s + "q_proj.weight"] = T(w[a + "query.kernel"].reshape(c["D"], N * 2 * H))
+            hf[s + "k_proj.weight"] = T(w[a + "key.kernel"].reshape(c["D"], -1))
+            hf[s + "v_proj.weight"] = T(w[a + "value.kernel"].reshape(c["D"], -1))
+            hf[s + "o_proj.weight"] = T(w[a + "out.kernel"])
+            hf[s + "q_norm.weight"] = w[a + "query_norm.scale"]
+            hf[s + "k_norm.weight"] = w[a + "key_norm.scale"]
+        else:
+            a, s = m + "attention.", h + "linear_attn."
+            for n in ("in_proj_qkvz", "in_proj_ba", "out_proj"):
+                hf[s + n + ".weight"] = T(w[a + n + ".kernel"])
+            hf[s + "conv1d.weight"] = np.ascontiguousarray(np.transpose(w[a + "conv1d.kernel"], (2, 1, 0)))
+            hf[s + "A_log"] = w[a + "A_log"]
+            hf[s + "dt_bias"] = w[a + "dt_bias"]
+            hf[s + "norm.weight"] = w[a + "norm.rms_norm.scale"]
+        f, o = h + "mlp.", m + "mlp."
+        hf[f + "gate.weight"] = T(w[o + "routed_experts.gate.kernel"])
+        for e in range(c["E"]):
+            for hn, mn in (("gate_proj", "wi_0"), ("up_proj", "wi_1"), ("down_proj", "wo")):
+                hf[f + f"experts.{e}.{hn}.weight"] = T(w[o + f"routed_experts.{mn}"][e])
+        for hn, mn in (("gate_proj", "wi_0"), ("up_proj", "wi_1"), ("down_proj", "wo")):
+            hf[f + f"shared_expert.{hn}.weight"] = T(w[o + f"shared_expert.{mn}.kernel"])
+        hf[f + "shared_expert_gate.weight"] = T(w[o + "shared_expert_gate.kernel"])
+    return {k: np.ascontiguousarray(v) for k, v in hf.items()}
+
+
+def hf_config(c):
+    return {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": c["D"],
+            "num_hidden_layers": c["L"], "num_attention_heads": c["N"], "num_key_value_heads": c["K"],
+            "head_dim": c["H"], "vocab_size": c["V"], "rms_norm_eps": c["eps"], "rope_theta": c["theta"],
+            "partial_rotary_factor": c["partial"], "num_experts": c["E"], "num_experts_per_tok": c["k"],
+            "norm_topk_prob": True, "moe_intermediate_size": c["F"], "shared_expert_intermediate_size": c["F"],
+            "intermediate_size": c["F"], "decoder_sparse_step": 1, "mlp_only_layers": [],
+            "linear_conv_kernel_dim": c["Kc"], "linear_key_head_dim": c["Dk"], "linear_value_head_dim": c["Dv"],
+            "linear_num_key_heads": c["Hk"], "linear_num_value_heads": c["Hv"],
+            "full_attention_interval": c["cycle"], "hidden_act": "silu", "attention_bias": False,
+            "tie_word_embeddings": False, "rope_scaling": None, "max_position_embeddings": 64,
+            "layer_types": ["full_attention" if is_full_attention(i, c) else "linear_attention" for i in range(c["L"])],
+            "torch_dtype": "float32"}
+
+
+def hf_forward(hc, t, tokens):
+    """Qwen3NextForCausalLM's forward on HF-named float64 tensors `t` (no cache, no padding)."""
+    F = torch.nn.functional
+    D, eps = hc["hidden_size"], hc["rms_norm_eps"]
+    N, K, H = hc["num_attention_heads"], hc["num_key_value_heads"], hc["head_dim"]
+    nk, nv, dk, dv = hc["linear_num_key_heads"], hc["linear_num_value_heads"], hc["linear_key_head_dim"], \
+        hc["linear_value_head_dim"]
+    Bn, Tn = tokens.shape
+
+    def norm1p(x, w):  # Qwen3NextRMSNorm
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w)
+
+    x = t["model.embed_tokens.weight"][torch.from_numpy(tokens).long()]
+    rd = int(H * hc["partial_rotary_factor"])
+    inv = 1.0 / (hc["rope_theta"] ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
+    ang = torch.arange(Tn, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+
+    def rope(v):  # [B, heads, T, H]: rotate_half on the first rd lanes
+        r, p = v[..., :rd], v[..., rd:]
+        r1, r2 = r[..., :rd // 2], r[..., rd // 2:]
+        return torch.cat([r * cos + torch.cat([-r2, r1], -1) * sin, p], -1)
+
+    for i in range(hc["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = norm1p(x, t[p + "input_layernorm.weight"])
+        if hc["layer_types"][i] == "full_attention":
+            s = p + "self_attn."
+            q, gate = torch.chunk(F.linear(h, t[s + "q_proj.weight"]).view(Bn, Tn, N, 2 * H), 2, dim=-1)
+            q = norm1p(q, t[s + "q_norm.weight"]).transpose(1, 2)
+            k = norm1p(F.linear(h, t[s + "k_proj.weight"]).view(Bn, Tn, K, H), t[s + "k_norm.weight"]).transpose(1, 2)
+            v = F.linear(h, t[s + "v_proj.weight"]).view(Bn, Tn, K, H).transpose(1, 2)
+            q, k = rope(q), rope(k)
+            k, v = k.repeat_interleave(N // K, 1), v.repeat_interleave(N // K, 1)
+            sc = (q @ k.transpose(-1, -2)) * H ** -0.5
+            sc = sc.masked_fill(~torch.tril(torch.ones(Tn, Tn, dtype=torch.bool)), float("-inf"))
+            o = (torch.softmax(sc, -1) @ v).transpose(1, 2).reshape(Bn, Tn, N * H)
+            a = F.linear(o * torch.sigmoid(gate.reshape(Bn, Tn, N * H)), t[s + "o_proj.weight"])
+        else:
+            s = p + "linear_attn."
+            r = nv // nk
+            qkvz = F.linear(h, t[s + "in_proj_qkvz.weight"]).view(Bn, Tn, nk, 2 * dk + 2 * r * dv)
+            ba = F.linear(h, t[s + "in_proj_ba.weight"]).view(Bn, Tn, nk, 2 * r)
+            q, k, v, z = torch.split(qkvz, [dk, dk, r * dv, r * dv], dim=3)
+            b, aa = torch.split(ba, [r, r], dim=3)
+            v, z = v.reshape(Bn, Tn, nv, dv), z.reshape(Bn, Tn, nv, dv)
+            b, aa = b.reshape(Bn, Tn, nv), aa.reshape(Bn, Tn, nv)
+            mixed = torch.cat([q.reshape(Bn, Tn, -1), k.reshape(Bn, Tn, -1), v.reshape(Bn, Tn, -1)], -1).transpose(1, 2)
+            wconv = t[s + "conv1d.weight"]
+            mixed = F.silu(F.conv1d(mixed, wconv, padding=wconv.shape[-1] - 1, groups=mixed.shape[1])[..., :Tn])
+            mixed = mixed.transpose(1, 2)
+            q, k, v = torch.split(mixed, [nk * dk, nk * dk, nv * dv], dim=-1)
+            q, k, v = q.reshape(Bn, Tn, nk, dk), k.reshape(Bn, Tn, nk, dk), v.reshape(Bn, Tn, nv, dv)
+            beta = torch.sigmoid(b)
+            g = -t[s + "A_log"].exp() * F.softplus(aa + t[s + "dt_bias"])
+            q, k = q.repeat_interleave(r, dim=2), k.repeat_interleave(r, dim=2)
+            q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6) * dk ** -0.5
+            k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+            S = torch.zeros(Bn, nv, dk, dv)
+            outs = []
+            for tt in range(Tn):  # torch_recurrent_gated_delta_rule
+                S = S * g[:, tt].exp()[..., None, None]
+                kv_mem = (S * k[:, tt, :, :, None]).sum(-2)
+                delta = (v[:, tt] - kv_mem) * beta[:, tt, :, None]
+                S = S + k[:, tt, :, :, None] * delta[:, :, None, :]
+                outs.append((S * q[:, tt, :, :, None]).sum(-2))
+            o = torch.stack(outs, 1)  # [B, T, nv, dv]
+            o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + eps) * t[s + "norm.weight"] * F.silu(z)
+            a = F.linear(o.reshape(Bn, Tn, nv * dv), t[s + "out_proj.weight"])
+        x = x + a
+        h = norm1p(x, t[p + "post_attention_layernorm.weight"])
+        f = p + "mlp."
+        logits = F.linear(h, t[f + "gate.weight"])
+        w_all = torch.softmax(logits, -1)
+        topw, topi = torch.topk(w_all, hc["num_experts_per_tok"], dim=-1)
+        if hc["norm_topk_prob"]:
+            topw = topw / topw.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for e in range(hc["num_experts"]):
+            we = (topw * (topi == e)).sum(-1, keepdim=True)
+            ex = f + f"experts.{e}."
+            out = out + we * F.linear(F.silu(F.linear(h, t[ex + "gate_proj.weight"])) * F.linear(h, t[ex + "up_proj.weight"]),
+                                      t[ex + "down_proj.weight"])
+        se = f + "shared_expert."
+        shared = F.linear(F.silu(F.linear(h, t[se + "gate_proj.weight"])) * F.linear(h, t[se + "up_proj.weight"]),
+                          t[se + "down_proj.weight"])
+        x = x + out + torch.sigmoid(F.linear(h, t[f + "shared_expert_gate.weight"])) * shared
+    x = norm1p(x, t["model.norm.weight"])
+    return F.linear(x, t["lm_head.weight"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Cases
 
 def layer_case(name, i, seed):
@@ -560,6 +712,18 @@ def model_case(seed):
     d = case_dir("qwen3_next_model")
     save_safetensors(f"{d}/model.safetensors", w)
     save_safetensors(f"{d}/model_scanned.safetensors", cycle_scanned(w, c["cycle"], c["L"], block="layer_"))
+    # Hugging Face: the same weights under Qwen3NextForCausalLM names; transformers' forward gives the same logits.
+    hc = hf_config(c)
+    hf = hf_checkpoint(w, c)
+    hf_logits = hf_forward(hc, {k: t64(v) for k, v in hf.items()}, tokens)
+    hf_diff = float((hf_logits - logits).abs().max())
+    HF_DIFF[0] = hf_diff
+    # Not 1e-15: MaxText forms the rotary angles in f32 (attention_reference.default_rope), this forward in float64.
+    assert hf_diff < 1e-8, f"the Hugging Face forward differs from MaxText's by {hf_diff}"
+    os.makedirs(f"{d}/hf", exist_ok=True)
+    save_safetensors(f"{d}/hf/model.safetensors", hf, {"format": "pt"})
+    with open(f"{d}/hf/config.json", "w") as fh:
+        json.dump(hc, fh, indent=1, sort_keys=True)
     save_npy(d, "tokens", tokens)
     save_npy(d, "logits", logits.numpy())
     for k, v in acts.items():
@@ -598,6 +762,7 @@ def main():
     model_checks = model_case(83)
     worst = max(list(gdn_checks.values()) + list(model_checks.values()))
     print(f"delta rule: chunked / naive chunked / prefill+AR forms vs recurrence, max abs diff {worst:.3e}")
+    print(f"Hugging Face forward vs MaxText logits, max abs diff {HF_DIFF[0]:.3e}")
     print("wrote tests/fixtures/qwen3_next_{gdn_layer,attn_layer,model}")
 
 

@@ -594,6 +594,11 @@ inline void Config::validate() const {
     at_most("gdn_value_head_dim", gdn_value_head_dim, Limits::head_dim);
     at_most("gdn_num_value_heads", gdn_num_value_heads, Limits::heads);
     at_most("gdn_conv_kernel_dim", gdn_conv_kernel_dim, 64);
+    // The projection widths and the per-sequence recurrent state (f32 floats per layer) stay bounded as products too.
+    at_most("gdn_num_key_heads * gdn_key_head_dim", gdn_num_key_heads * gdn_key_head_dim, Limits::width);
+    at_most("gdn_num_value_heads * gdn_value_head_dim", gdn_num_value_heads * gdn_value_head_dim, Limits::width);
+    at_most("gdn_num_value_heads * gdn_key_head_dim * gdn_value_head_dim (recurrent state floats)",
+            gdn_num_value_heads * gdn_key_head_dim * gdn_value_head_dim, std::int64_t{1} << 26);
     MAXTEXT_CHECK(use_qk_norm_in_gdn, UnsupportedError, "[config] decoder_block qwen3_next: use_qk_norm_in_gdn = false "
                   "(no L2 norm of q and k in the Gated DeltaNet) is not implemented");
     MAXTEXT_CHECK(!use_qk_norm, UnsupportedError, "[config] decoder_block qwen3_next: use_qk_norm = true selects "

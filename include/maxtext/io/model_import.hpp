@@ -34,6 +34,7 @@
 #include "maxtext/io/hf_olmo.hpp"
 #include "maxtext/io/hf_gpt_oss.hpp"
 #include "maxtext/io/hf_llama4.hpp"
+#include "maxtext/io/hf_qwen3_next.hpp"
 #include "maxtext/io/llama2c.hpp"
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/name_mapper.hpp"
@@ -206,6 +207,7 @@ inline Config config_from_hf_fields(const nlohmann::json& j, const std::string& 
   if (is_hf_olmo_family(j)) return config_from_hf_olmo(j, where);    // olmo3: io/hf_olmo.hpp
   if (is_hf_gpt_oss(j)) return config_from_hf_gpt_oss(j, where);  // gpt_oss: io/hf_gpt_oss.hpp
   if (is_hf_llama4(j)) return config_from_hf_llama4(j, where);    // llama4 / llama4_text: io/hf_llama4.hpp
+  if (is_hf_qwen3_next(j)) return config_from_hf_qwen3_next(j, where);  // qwen3_next: io/hf_qwen3_next.hpp
   auto get = [&](const char* key) -> const nlohmann::json& {
     MAXTEXT_CHECK(j.contains(key) && !j[key].is_null(), IoError, "[hf] ", where, ": config.json lacks ", key);
     return j[key];

@@ -103,6 +103,10 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
   MAXTEXT_CHECK(!cfg.is("qwen3_custom_moe") || w.format == WeightFormat::maxtext_safetensors, UnsupportedError,
                 "[weights] ", path, ": decoder_block ", cfg.decoder_block,
                 " reads MaxText checkpoints only (no Hugging Face / GGUF / llama2.c importer for it)");
+  MAXTEXT_CHECK(!cfg.is("qwen3_next") || w.format == WeightFormat::maxtext_safetensors ||
+                    w.format == WeightFormat::hf_safetensors,
+                UnsupportedError, "[weights] ", path, ": decoder_block qwen3_next reads MaxText and Hugging Face "
+                "checkpoints (no GGUF / llama2.c importer for it)");
   MAXTEXT_CHECK(!cfg.is("llama4") || w.format != WeightFormat::llama2c, UnsupportedError, "[weights] ", path,
                 ": decoder_block llama4 reads MaxText, Hugging Face and GGUF checkpoints, not llama2.c files");
   switch (w.format) {
@@ -158,6 +162,11 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
       }
       if (cfg.is("llama4")) {  // io/hf_llama4.hpp (text model; the vision tower is ignored)
         w.tensors = import_hf_llama4(raw, cfg, "hf " + path);
+        w.naming = WeightNaming::hf;
+        return w;
+      }
+      if (cfg.is("qwen3_next")) {  // io/hf_qwen3_next.hpp
+        w.tensors = import_hf_qwen3_next(raw, cfg, "hf " + path);
         w.naming = WeightNaming::hf;
         return w;
       }

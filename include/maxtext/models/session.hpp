@@ -1,6 +1,7 @@
 // models/session.hpp: a conversation with one model: the KV cache (batch 1) is kept between calls, so each new turn
 // prefills only the tokens it adds; rewind(n) returns to an earlier length (the cache is contiguous per slot, so
-// shortening its length is all it takes: later positions are overwritten).
+// shortening its length is all it takes: later positions are overwritten). A recurrent cache (Gated DeltaNet states,
+// KVCache::recurrent) cannot be shortened: it restarts, and the next call runs the conversation from the start.
 //
 //   models::Session<Model> chat(model, /*capacity=*/2048);
 //   auto r1 = chat.generate(tk.encode(turn1), opt);   // prefills turn 1, decodes
@@ -61,7 +62,8 @@ class Session {
     while (p < ids.size() && p < tokens_.size() && ids[p] == tokens_[p]) ++p;
     rewind(static_cast<std::int64_t>(p));
     append(std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(p), ids.end()));
-    return static_cast<std::int64_t>(p);
+    // A recurrent cache that had to restart keeps none of the prefix.
+    return cache_.recurrent() ? std::min(static_cast<std::int64_t>(p), cached()) : static_cast<std::int64_t>(p);
   }
 
   /// Logits [V] for the next token after the whole conversation: runs the uncached tokens through the model (when all

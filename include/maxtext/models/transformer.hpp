@@ -281,6 +281,17 @@ class Transformer {
     }
     check_shape_opt("positions", opt.positions, Bn, T);
     check_shape_opt("segment_ids", opt.segment_ids, Bn, T);
+    // A recurrent cache (Gated DeltaNet) takes no packed or padded segments; all-ones ids (MaxText dumps) say nothing
+    // and are dropped. Checked before the cache is touched, so a refused call leaves it as it was.
+    const Tensor<std::int32_t, 2>* seg_ids = opt.segment_ids;
+    if (seg_ids && cache.recurrent()) {
+      for (std::int64_t i = 0; i < Bn * T; ++i) {
+        MAXTEXT_CHECK(seg_ids->data()[i] == 1, UnsupportedError, "[forward] segment id ", seg_ids->data()[i], " at [",
+                      i / T, ",", i % T, "]: the recurrent (Gated DeltaNet) layers of this model take no packed or "
+                      "padded segments (right padding: row_lengths)");
+      }
+      seg_ids = nullptr;
+    }
 
     scratch_.reset();
     layers::StepInfo step;
@@ -313,10 +324,10 @@ class Transformer {
       step.valid = row_len;
       step.valid_len = to_device<1>(step.valid.data(), {Bn});
     }
-    if (opt.segment_ids || cache.has_segments()) {
+    if (seg_ids || cache.has_segments()) {
       std::vector<std::int32_t> seg(static_cast<std::size_t>(Bn * T), 1);  // decoding tokens are "active" (1)
-      if (opt.segment_ids) {
-        for (std::int64_t i = 0; i < Bn * T; ++i) seg[static_cast<std::size_t>(i)] = opt.segment_ids->data()[i];
+      if (seg_ids) {
+        for (std::int64_t i = 0; i < Bn * T; ++i) seg[static_cast<std::size_t>(i)] = seg_ids->data()[i];
       }
       View<std::int32_t, 2> seg_d = to_device<2>(seg.data(), {Bn, T});
       for (std::int64_t b = 0; b < Bn; ++b) {
@@ -341,14 +352,23 @@ class Transformer {
       x = scratch_.template alloc<A, 2>({M, streams_ * D});
       for (std::int64_t s = 0; s < streams_; ++s) be_.copy(View<const A, 2>(embedded), x.narrow(1, s * D, D));
     }
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      if (opt.capture != nullptr) ctx.sow(layer_info(i).name, "input", View<const A, 2>(x));  // residual entering layer i
-      std::visit(
-          [&](const auto& layer) {
-            using LT = std::decay_t<decltype(layer)>;
-            layer.forward(ctx, std::get<typename LT::Params>(params_.layers[i]), cache.layer(i), x);
-          },
-          layers_[i]);
+    try {
+      for (std::size_t i = 0; i < layers_.size(); ++i) {
+        if (opt.capture != nullptr) ctx.sow(layer_info(i).name, "input", View<const A, 2>(x));  // residual entering layer i
+        std::visit(
+            [&](const auto& layer) {
+              using LT = std::decay_t<decltype(layer)>;
+              layer.forward(ctx, std::get<typename LT::Params>(params_.layers[i]), cache.layer(i), x);
+            },
+            layers_[i]);
+      }
+    } catch (...) {
+      // Some recurrent layers may already have advanced their states past the cache length: restart those rows
+      // (length 0) rather than leave states that no later step could continue.
+      if (cache.recurrent()) {
+        for (std::int64_t b = 0; b < Bn; ++b) cache.set_length(b, 0);
+      }
+      throw;
     }
     if (streams_ > 1) {
       be_.stream_sum(View<const A, 2>(x), View<const A, 2>(), embedded);  // mhc_reduce

@@ -701,39 +701,47 @@ class Backend {
 
   // ---- Gated DeltaNet (layers/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
   /// Depthwise causal convolution with SiLU per sequence, continuing from and updating its conv state (the last
-  /// Kc-1 inputs). f32 sums, rounded to A before and after the SiLU (the conv and the activation are two ops).
+  /// Kc-1 inputs). f32 sums, rounded to A before and after the SiLU (the conv and the activation are two ops). Work
+  /// items are (sequence, block of 256 channels): each keeps a window of its channels' inputs, (Kc-1+T) x 256 floats.
   template <class A>
   void causal_conv1d(View<const A, 2> x, View<const A, 1> w, View<const std::int32_t, 1> start,
                      View<const std::int32_t, 1> valid, View<float, 2> state, View<A, 2> y) const {
     const std::int64_t Bn = state.dim(0), M = x.dim(0), C = x.dim(1), T = M / Bn, K = w.dim(0) / C, H = K - 1;
-    MAXTEXT_DASSERT(M == Bn * T && state.dim(1) == H * C && w.dim(0) == K * C);
-    parallel_rows(Bn, T * C * K * 2, [&](std::int64_t b0, std::int64_t b1) {
-      std::vector<float> win(static_cast<std::size_t>((H + T) * C)), wf(static_cast<std::size_t>(K * C)), acc(static_cast<std::size_t>(C));
-      vec::to_f32(w.data(), wf.data(), K * C);
-      for (std::int64_t b = b0; b < b1; ++b) {
-        // win = [state (H rows) | this step's inputs (T rows)] in f32
-        if (H == 0) {
-        } else if (start(b) != 0) {
-          std::copy(&state(b, 0), &state(b, 0) + H * C, win.begin());
-        } else {
-          std::fill(win.begin(), win.begin() + H * C, 0.0f);
-        }
-        for (std::int64_t t = 0; t < T; ++t) vec::to_f32(&x(b * T + t, 0), &win[static_cast<std::size_t>((H + t) * C)], C);
-        for (std::int64_t t = 0; t < T; ++t) {
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          for (std::int64_t i = 0; i < K; ++i) {
-            const float* in = &win[static_cast<std::size_t>((t + i) * C)];
-            const float* wi = &wf[static_cast<std::size_t>(i * C)];
-            for (std::int64_t c = 0; c < C; ++c) acc[static_cast<std::size_t>(c)] += in[c] * wi[c];
-          }
-          for (std::int64_t c = 0; c < C; ++c) {
-            const float r = round_to<A>(acc[static_cast<std::size_t>(c)]);
-            acc[static_cast<std::size_t>(c)] = r * math::sigmoid(r);
-          }
-          vec::from_f32(acc.data(), &y(b * T + t, 0), C);
-        }
+    MAXTEXT_DASSERT(M == Bn * T && state.dim(1) == H * C && w.dim(0) == K * C && y.dim(0) == M && y.dim(1) == C);
+    constexpr std::int64_t kBlock = 256;
+    const std::int64_t nblk = (C + kBlock - 1) / kBlock;
+    parallel_rows(Bn * nblk, T * kBlock * K * 2, [&](std::int64_t p0, std::int64_t p1) {
+      std::vector<float> win(static_cast<std::size_t>((H + T) * kBlock)), wf(static_cast<std::size_t>(K * kBlock)),
+          row(static_cast<std::size_t>(kBlock)), acc(static_cast<std::size_t>(kBlock));
+      for (std::int64_t p = p0; p < p1; ++p) {
+        const std::int64_t b = p / nblk, c0 = (p % nblk) * kBlock, nc = std::min(kBlock, C - c0);
         const std::int64_t n = valid.empty() ? T : valid(b);
-        if (H > 0) std::copy(&win[static_cast<std::size_t>(n * C)], &win[static_cast<std::size_t>((n + H) * C)], &state(b, 0));
+        MAXTEXT_DASSERT(n >= 0 && n <= T);
+        const auto at = [&](std::int64_t r) { return &win[static_cast<std::size_t>(r * kBlock)]; };
+        for (std::int64_t i = 0; i < K; ++i) vec::to_f32(&w(i * C + c0), &wf[static_cast<std::size_t>(i * kBlock)], nc);
+        // win rows = [state (H rows) | this step's inputs (T rows)] of channels [c0, c0 + nc), in f32
+        for (std::int64_t r = 0; r < H; ++r) {
+          if (start(b) != 0) {
+            std::copy(&state(b, r * C + c0), &state(b, r * C + c0) + nc, at(r));
+          } else {
+            std::fill(at(r), at(r) + nc, 0.0f);
+          }
+        }
+        for (std::int64_t t = 0; t < T; ++t) vec::to_f32(&x(b * T + t, c0), at(H + t), nc);
+        for (std::int64_t t = 0; t < T; ++t) {
+          std::fill(acc.begin(), acc.begin() + nc, 0.0f);
+          for (std::int64_t i = 0; i < K; ++i) {
+            const float* in = at(t + i);
+            const float* wi = &wf[static_cast<std::size_t>(i * kBlock)];
+            for (std::int64_t c = 0; c < nc; ++c) acc[static_cast<std::size_t>(c)] += in[c] * wi[c];
+          }
+          for (std::int64_t c = 0; c < nc; ++c) {
+            const float r = round_to<A>(acc[static_cast<std::size_t>(c)]);
+            row[static_cast<std::size_t>(c)] = r * math::sigmoid(r);
+          }
+          vec::from_f32(row.data(), &y(b * T + t, c0), nc);
+        }
+        for (std::int64_t r = 0; r < H; ++r) std::copy(at(n + r), at(n + r) + nc, &state(b, r * C + c0));
       }
     });
   }
@@ -754,6 +762,7 @@ class Backend {
         float* S = &state(b, h * Dk * Dv);
         if (start(b) == 0) std::fill(S, S + Dk * Dv, 0.0f);
         const std::int64_t n = valid.empty() ? T : valid(b);
+        MAXTEXT_DASSERT(n >= 0 && n <= T);
         for (std::int64_t t = 0; t < T; ++t) {
           const std::int64_t m = b * T + t;
           vec::to_f32(&q(m, kc), qn.data(), Dk);

@@ -430,6 +430,7 @@ class Backend {
     const std::int64_t Bn = state.dim(0), M = q.dim(0);
     if (M == 0) return;
     constexpr unsigned threads = 128;
+    static_assert((threads & (threads - 1)) == 0, "the kernel's tree reduction needs a power-of-two block");
     const std::size_t smem = static_cast<std::size_t>(2 * sh.key_dim + 2 * threads) * sizeof(float);
     MAXTEXT_CHECK(smem <= state_->smem_optin, UnsupportedError, "[cuda] gated_delta_rule: key head dim ", sh.key_dim,
                   " needs ", smem, " bytes of shared memory");
