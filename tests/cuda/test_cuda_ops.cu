@@ -442,6 +442,55 @@ TEMPLATE_TEST_CASE("cuda moe_route, gather_rows, scatter_add_rows, head_matmul e
   expect_near(host(zd2), zr, std::is_same_v<G, float> ? 1e-5 : ulp_rel<G>(), 0.5, "head_matmul transposed");
 }
 
+TEMPLATE_TEST_CASE("cuda Gated DeltaNet ops (causal_conv1d, gated_delta_rule) equal the reference over a fresh step and "
+                   "a continuation, at the fixtures' head sizes and Qwen3-Next's (Dk = Dv = 128)", "[cuda][ops][gdn]",
+                   float, bf16) {
+  rng().seed(1031);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const double tol = std::is_same_v<A, float> ? 2e-5 : 2 * ulp_rel<A>();
+  const auto ints = [](std::vector<std::int32_t> v) {
+    Tensor<std::int32_t, 1> t({static_cast<std::int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data());
+    return t;
+  };
+  const auto fresh = ints({0, 0}), cont = ints({6, 3}), valid = ints({6, 3});
+  for (const auto& [dk, dv] : std::vector<std::pair<std::int64_t, std::int64_t>>{{8, 16}, {128, 128}}) {
+    INFO("Dk " << dk << ", Dv " << dv);
+    GdnShape sh;
+    sh.key_heads = 2;
+    sh.value_heads = 4;
+    sh.key_dim = dk;
+    sh.value_dim = dv;
+    const std::int64_t Bn = 2, T = 6, K = 4, kd = 2 * dk, vd = 4 * dv, C = 2 * kd + vd;
+    const auto w = random_tensor<A, 1>({K * C}, 0.5f);
+    const auto a_log = random_tensor<float, 1>({4}, 0.5f), dt = random_tensor<float, 1>({4}, 0.5f);
+    Tensor<float, 2> sr({Bn, (K - 1) * C}), hr({Bn, sh.state_width()});
+    Tensor<float, 2> sd({Bn, (K - 1) * C}, gpu().memory()), hd({Bn, sh.state_width()}, gpu().memory());
+    for (int step = 0; step < 2; ++step) {
+      const auto& st = step == 0 ? fresh : cont;
+      const auto x = random_tensor<A, 2>({Bn * T, C}), a = random_tensor<A, 2>({Bn * T, 4}),
+                 b = random_tensor<A, 2>({Bn * T, 4}, 2.0f);
+      Tensor<A, 2> yr({Bn * T, C}), yd({Bn * T, C}, gpu().memory());
+      ref_be.causal_conv1d(x.cview(), w.cview(), st.cview(), valid.cview(), sr.view(), yr.view());
+      gpu().causal_conv1d(dev(x).cview(), dev(w).cview(), dev(st).cview(), dev(valid).cview(), sd.view(), yd.view());
+      expect_near(host(yd), yr, tol, 1.0, "causal_conv1d step " + std::to_string(step));
+      expect_near(host(sd), sr, 1e-6, 1.0, "conv state step " + std::to_string(step));
+      const auto blk = [&](const Tensor<A, 2>& t, std::int64_t c0, std::int64_t n) {
+        return View<const A, 2>(t.data() + c0, {Bn * T, n}, {C, 1});
+      };
+      const auto ydd = dev(yr);
+      Tensor<A, 2> orr({Bn * T, vd}), od({Bn * T, vd}, gpu().memory());
+      ref_be.gated_delta_rule(blk(yr, 0, kd), blk(yr, kd, kd), blk(yr, 2 * kd, vd), a.cview(), b.cview(), a_log.cview(),
+                              dt.cview(), sh, st.cview(), valid.cview(), hr.view(), orr.view());
+      gpu().gated_delta_rule(blk(ydd, 0, kd), blk(ydd, kd, kd), blk(ydd, 2 * kd, vd), dev(a).cview(), dev(b).cview(),
+                             dev(a_log).cview(), dev(dt).cview(), sh, dev(st).cview(), dev(valid).cview(), hd.view(),
+                             od.view());
+      expect_near(host(od), orr, tol, 0.1, "gated_delta_rule step " + std::to_string(step));
+      expect_near(host(hd), hr, 1e-5, 0.1, "recurrent state step " + std::to_string(step));
+    }
+  }
+}
+
 TEST_CASE("cuda errors name the failing call", "[cuda][errors]") {
   rng().seed(1009);  // each case draws the same data whatever runs before it
   if (!cuda::available()) {
