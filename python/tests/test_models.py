@@ -229,3 +229,27 @@ def test_mixtral_hugging_face_names(mc):
     m = mc.Model(mc.Config(f"{d}/config.json"), weights=read_safetensors(f"{d}/hf_model.safetensors"))
     assert m.names == "hf"
     assert_close(m.forward(np.load(f"{d}/tokens.npy")), np.load(f"{d}/logits.npy"), **F32_LOGITS, what="mixtral hf")
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "model_scanned.safetensors", "hf/model.safetensors"])
+def test_qwen3_next_logits_and_recurrent_decoding(mc, weights):
+    """qwen3_next (Gated DeltaNet + gated attention) from MaxText (unscanned, scanned `layer_j`) and Hugging Face
+    trees: logits, then the prompt through the recurrent cache (prefill 4, one token per step) as in the C++ test."""
+    case = "qwen3_next_model"
+    overrides = dict(meta(case)["config"])
+    if weights.startswith("model_scanned"):
+        overrides["scan_layers"] = True
+    m = mc.Model(mc.Config(overrides=overrides), weights=fixture(case, weights))
+    tokens = np.load(fixture(case, "tokens.npy"))
+    full = m.forward(tokens)
+    assert_close(full, np.load(fixture(case, "logits.npy")), **F32_LOGITS, what=f"qwen3_next {weights}")
+    cache = m.new_cache(batch=2, capacity=tokens.shape[1])
+    parts = [m.forward(tokens[:, :4], cache=cache)]
+    for t in range(4, tokens.shape[1]):
+        parts.append(m.forward(tokens[:, t:t + 1], cache=cache))
+    assert_close(np.concatenate(parts, axis=1), full, rtol=1e-5, atol=1e-5, what="incremental")
+    # a padding segment id is refused before the cache is touched; the cache goes on
+    seg = np.ones((2, 1), np.int32)
+    seg[1, 0] = 0
+    with pytest.raises(mc.UnsupportedError, match="segment id 0"):
+        m.forward(tokens[:, :1], segment_ids=seg, cache=m.new_cache(batch=2, capacity=4))
