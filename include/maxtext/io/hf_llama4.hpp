@@ -42,6 +42,7 @@
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/io/gguf.hpp"
+#include "maxtext/io/json_fields.hpp"
 #include "maxtext/io/name_mapper.hpp"
 #include "maxtext/io/safetensors.hpp"
 
@@ -104,55 +105,37 @@ inline Config config_from_hf_llama4(const nlohmann::json& top, const std::string
                 ": model_type llama4 needs a text_config object");
   const nlohmann::json& j = multimodal ? top["text_config"] : top;
   const std::string w = where + (multimodal ? ": text_config" : "");
-  auto geti = [&](const char* key, std::int64_t dflt, bool required) -> std::int64_t {
-    if (!j.contains(key) || j[key].is_null()) {
-      MAXTEXT_CHECK(!required, IoError, "[hf] ", w, " lacks ", key);
-      return dflt;
-    }
-    MAXTEXT_CHECK(j[key].is_number_integer(), IoError, "[hf] ", w, ": ", key, ": expected an integer, found ", j[key].dump());
-    return j[key].get<std::int64_t>();
-  };
-  auto getf = [&](const char* key, double dflt) -> double {
-    if (!j.contains(key) || j[key].is_null()) return dflt;
-    MAXTEXT_CHECK(j[key].is_number(), IoError, "[hf] ", w, ": ", key, ": expected a number, found ", j[key].dump());
-    return j[key].get<double>();
-  };
-  auto getb = [&](const char* key, bool dflt) -> bool {
-    if (!j.contains(key) || j[key].is_null()) return dflt;
-    const auto& v = j[key];
-    MAXTEXT_CHECK(v.is_boolean() || v.is_number(), IoError, "[hf] ", w, ": ", key, ": expected a boolean, found ", v.dump());
-    return v.is_boolean() ? v.get<bool>() : v.get<double>() != 0.0;  // early configs wrote attn_temperature_tuning: 4
-  };
+  const detail::JsonFields fields(j, w);
   Config c;
   detail::base_llama4_config(c);
-  c.base_emb_dim = geti("hidden_size", 0, true);
-  c.base_moe_mlp_dim = geti("intermediate_size", 0, true);
-  c.base_mlp_dim = geti("intermediate_size_mlp", 0, true);
-  c.base_num_decoder_layers = geti("num_hidden_layers", 0, true);
-  c.base_num_query_heads = geti("num_attention_heads", 0, true);
-  c.base_num_kv_heads = geti("num_key_value_heads", c.base_num_query_heads, false);
+  c.base_emb_dim = fields.integer("hidden_size", 0, true);
+  c.base_moe_mlp_dim = fields.integer("intermediate_size", 0, true);
+  c.base_mlp_dim = fields.integer("intermediate_size_mlp", 0, true);
+  c.base_num_decoder_layers = fields.integer("num_hidden_layers", 0, true);
+  c.base_num_query_heads = fields.integer("num_attention_heads", 0, true);
+  c.base_num_kv_heads = fields.integer("num_key_value_heads", c.base_num_query_heads, false);
   MAXTEXT_CHECK(c.base_num_query_heads > 0 && c.base_num_decoder_layers > 0 &&
                     c.base_num_decoder_layers <= Config::Limits::layers,
                 IoError, "[hf] ", w, ": num_attention_heads must be > 0 and num_hidden_layers in [1, ",
                 Config::Limits::layers, "], found ", c.base_num_query_heads, " and ", c.base_num_decoder_layers);
-  c.head_dim = geti("head_dim", c.base_emb_dim / c.base_num_query_heads, false);
-  c.vocab_size = geti("vocab_size", 0, true);
-  c.num_experts = geti("num_local_experts", 0, true);
-  c.num_experts_per_tok = geti("num_experts_per_tok", 1, false);
+  c.head_dim = fields.integer("head_dim", c.base_emb_dim / c.base_num_query_heads, false);
+  c.vocab_size = fields.integer("vocab_size", 0, true);
+  c.num_experts = fields.integer("num_local_experts", 0, true);
+  c.num_experts_per_tok = fields.integer("num_experts_per_tok", 1, false);
   MAXTEXT_CHECK(c.num_experts_per_tok == 1, UnsupportedError, "[hf] ", w, ": num_experts_per_tok ", c.num_experts_per_tok,
                 ": MaxText's Llama 4 routing is defined for one expert per token");
-  c.normalization_layer_epsilon = getf("rms_norm_eps", 1e-5);
-  c.rope_max_timescale = getf("rope_theta", 500000.0);
-  c.use_qk_norm = getb("use_qk_norm", true);
-  c.temperature_tuning = getb("attn_temperature_tuning", true);
-  MAXTEXT_CHECK(getf("attn_scale", 0.1) == 0.1 && getf("floor_scale", 8192.0) == 8192.0, UnsupportedError, "[hf] ", w,
-                ": attn_scale ", getf("attn_scale", 0.1), " / floor_scale ", getf("floor_scale", 8192.0),
+  c.normalization_layer_epsilon = fields.number("rms_norm_eps", 1e-5);
+  c.rope_max_timescale = fields.number("rope_theta", 500000.0);
+  c.use_qk_norm = fields.boolean("use_qk_norm", true, true);
+  c.temperature_tuning = fields.boolean("attn_temperature_tuning", true, true);
+  MAXTEXT_CHECK(fields.number("attn_scale", 0.1) == 0.1 && fields.number("floor_scale", 8192.0) == 8192.0, UnsupportedError, "[hf] ", w,
+                ": attn_scale ", fields.number("attn_scale", 0.1), " / floor_scale ", fields.number("floor_scale", 8192.0),
                 ": MaxText's Llama 4 temperature tuning is fixed at 0.1 / 8192");
   const std::string act = j.value("hidden_act", std::string("silu"));
   MAXTEXT_CHECK(act == "silu", UnsupportedError, "[hf] ", w, ": hidden_act '", act, "' is not supported (silu)");
-  MAXTEXT_CHECK(!getb("attention_bias", false), UnsupportedError, "[hf] ", w,
+  MAXTEXT_CHECK(!fields.boolean("attention_bias", false, true), UnsupportedError, "[hf] ", w,
                 ": attention_bias = true: MaxText's llama4 attention has no biases");
-  MAXTEXT_CHECK(!getb("tie_word_embeddings", false), UnsupportedError, "[hf] ", w,
+  MAXTEXT_CHECK(!fields.boolean("tie_word_embeddings", false, true), UnsupportedError, "[hf] ", w,
                 ": tie_word_embeddings = true: Llama 4 (and MaxText's llama4 ymls) have a separate lm_head");
   const std::int64_t L = c.base_num_decoder_layers;
   // Per-layer lists -> MaxText's intervals: layer i is NoPE when (i + 1) % nope_layer_interval == 0 and MoE when
@@ -174,7 +157,7 @@ inline Config config_from_hf_llama4(const nlohmann::json& top, const std::string
     const auto v = int_list("no_rope_layers");  // HF: 1 = this layer uses RoPE
     for (std::int64_t i = 0; i < L; ++i) rope[static_cast<std::size_t>(i)] = v[static_cast<std::size_t>(i)] != 0;
   } else {
-    const std::int64_t every = geti("no_rope_layer_interval", 4, false);  // HF's default pattern
+    const std::int64_t every = fields.integer("no_rope_layer_interval", 4, false);  // HF's default pattern
     for (std::int64_t i = 0; i < L; ++i) rope[static_cast<std::size_t>(i)] = every <= 0 || (i + 1) % every != 0;
   }
   const auto first_nope = std::find(rope.begin(), rope.end(), false);
@@ -185,7 +168,7 @@ inline Config config_from_hf_llama4(const nlohmann::json& top, const std::string
                   rope[static_cast<std::size_t>(i)] ? " uses" : " skips", " RoPE, but MaxText's llama4 puts a NoPE layer "
                   "exactly every nope_layer_interval-th layer (the first NoPE layer here makes it ", c.nope_layer_interval, ")");
   }
-  c.interleave_moe_layer_step = geti("interleave_moe_layer_step", 1, false);
+  c.interleave_moe_layer_step = fields.integer("interleave_moe_layer_step", 1, false);
   if (j.contains("moe_layers") && !j["moe_layers"].is_null()) {
     const auto& a = j["moe_layers"];
     MAXTEXT_CHECK(a.is_array(), IoError, "[hf] ", w, ": moe_layers: expected a list of layer indices, found ", a.dump());
@@ -202,7 +185,7 @@ inline Config config_from_hf_llama4(const nlohmann::json& top, const std::string
                   ": MaxText's llama4 makes layer i MoE exactly when (i + 1) % interleave_moe_layer_step (",
                   c.interleave_moe_layer_step, ") == 0");
   }
-  c.chunk_attn_window_size = geti("attention_chunk_size", 8192, false);
+  c.chunk_attn_window_size = fields.integer("attention_chunk_size", 8192, false);
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
     const auto& lt = j["layer_types"];
     MAXTEXT_CHECK(lt.is_array() && static_cast<std::int64_t>(lt.size()) == L, IoError, "[hf] ", w, ": layer_types has ",

@@ -29,6 +29,7 @@
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
+#include "maxtext/io/json_fields.hpp"
 #include "maxtext/io/name_mapper.hpp"
 #include "maxtext/io/safetensors.hpp"
 
@@ -45,25 +46,7 @@ inline bool is_hf_qwen3_next(const nlohmann::json& j) {
 /// routed ones, attention biases, tied embeddings, rope_scaling, a layer pattern other than full attention every
 /// full_attention_interval-th layer.
 inline Config config_from_hf_qwen3_next(const nlohmann::json& j, const std::string& where) {
-  auto geti = [&](const char* key, std::int64_t dflt, bool required) -> std::int64_t {
-    if (!j.contains(key) || j[key].is_null()) {
-      MAXTEXT_CHECK(!required, IoError, "[hf] ", where, ": config.json lacks ", key);
-      return dflt;
-    }
-    MAXTEXT_CHECK(j[key].is_number_integer(), IoError, "[hf] ", where, ": ", key, ": expected an integer, found ",
-                  j[key].dump());
-    return j[key].get<std::int64_t>();
-  };
-  auto getf = [&](const char* key, double dflt) -> double {
-    if (!j.contains(key) || j[key].is_null()) return dflt;
-    MAXTEXT_CHECK(j[key].is_number(), IoError, "[hf] ", where, ": ", key, ": expected a number, found ", j[key].dump());
-    return j[key].get<double>();
-  };
-  auto getb = [&](const char* key, bool dflt) -> bool {
-    if (!j.contains(key) || j[key].is_null()) return dflt;
-    MAXTEXT_CHECK(j[key].is_boolean(), IoError, "[hf] ", where, ": ", key, ": expected a boolean, found ", j[key].dump());
-    return j[key].get<bool>();
-  };
+  const detail::JsonFields fields(j, where + ": config.json");
   Config c;
   c.decoder_block = "qwen3_next";
   c.dtype = "float32";
@@ -75,41 +58,41 @@ inline Config config_from_hf_qwen3_next(const nlohmann::json& j, const std::stri
   c.rope_type = "default";
   c.rope_min_timescale = 1;
   c.shared_experts = 1;
-  c.base_emb_dim = geti("hidden_size", 0, true);
-  c.base_num_decoder_layers = geti("num_hidden_layers", 0, true);
+  c.base_emb_dim = fields.integer("hidden_size", 0, true);
+  c.base_num_decoder_layers = fields.integer("num_hidden_layers", 0, true);
   MAXTEXT_CHECK(c.base_num_decoder_layers > 0 && c.base_num_decoder_layers <= Config::Limits::layers, IoError, "[hf] ",
                 where, ": num_hidden_layers ", c.base_num_decoder_layers, " outside [1, ", Config::Limits::layers, "]");
-  c.base_num_query_heads = geti("num_attention_heads", 0, true);
-  c.base_num_kv_heads = geti("num_key_value_heads", c.base_num_query_heads, false);
-  c.head_dim = geti("head_dim", c.base_num_query_heads > 0 ? c.base_emb_dim / c.base_num_query_heads : 0, false);
-  c.vocab_size = geti("vocab_size", 0, true);
-  c.normalization_layer_epsilon = getf("rms_norm_eps", 1e-6);
-  c.rope_max_timescale = getf("rope_theta", 10000.0);
-  c.partial_rotary_factor = getf("partial_rotary_factor", 0.25);
-  c.num_experts = geti("num_experts", 0, true);
-  c.num_experts_per_tok = geti("num_experts_per_tok", 0, true);
-  c.norm_topk_prob = getb("norm_topk_prob", true);
-  c.base_moe_mlp_dim = geti("moe_intermediate_size", 0, true);
-  c.base_mlp_dim = geti("intermediate_size", c.base_moe_mlp_dim, false);
-  c.gdn_conv_kernel_dim = geti("linear_conv_kernel_dim", 4, false);
-  c.gdn_key_head_dim = geti("linear_key_head_dim", 128, false);
-  c.gdn_value_head_dim = geti("linear_value_head_dim", 128, false);
-  c.gdn_num_key_heads = geti("linear_num_key_heads", 16, false);
-  c.gdn_num_value_heads = geti("linear_num_value_heads", 32, false);
-  c.inhomogeneous_layer_cycle_interval = geti("full_attention_interval", 4, false);
-  const std::int64_t shared = geti("shared_expert_intermediate_size", c.base_moe_mlp_dim, false);
+  c.base_num_query_heads = fields.integer("num_attention_heads", 0, true);
+  c.base_num_kv_heads = fields.integer("num_key_value_heads", c.base_num_query_heads, false);
+  c.head_dim = fields.integer("head_dim", c.base_num_query_heads > 0 ? c.base_emb_dim / c.base_num_query_heads : 0, false);
+  c.vocab_size = fields.integer("vocab_size", 0, true);
+  c.normalization_layer_epsilon = fields.number("rms_norm_eps", 1e-6);
+  c.rope_max_timescale = fields.number("rope_theta", 10000.0);
+  c.partial_rotary_factor = fields.number("partial_rotary_factor", 0.25);
+  c.num_experts = fields.integer("num_experts", 0, true);
+  c.num_experts_per_tok = fields.integer("num_experts_per_tok", 0, true);
+  c.norm_topk_prob = fields.boolean("norm_topk_prob", true);
+  c.base_moe_mlp_dim = fields.integer("moe_intermediate_size", 0, true);
+  c.base_mlp_dim = fields.integer("intermediate_size", c.base_moe_mlp_dim, false);
+  c.gdn_conv_kernel_dim = fields.integer("linear_conv_kernel_dim", 4, false);
+  c.gdn_key_head_dim = fields.integer("linear_key_head_dim", 128, false);
+  c.gdn_value_head_dim = fields.integer("linear_value_head_dim", 128, false);
+  c.gdn_num_key_heads = fields.integer("linear_num_key_heads", 16, false);
+  c.gdn_num_value_heads = fields.integer("linear_num_value_heads", 32, false);
+  c.inhomogeneous_layer_cycle_interval = fields.integer("full_attention_interval", 4, false);
+  const std::int64_t shared = fields.integer("shared_expert_intermediate_size", c.base_moe_mlp_dim, false);
   MAXTEXT_CHECK(shared == c.base_moe_mlp_dim, UnsupportedError, "[hf] ", where, ": shared_expert_intermediate_size ",
                 shared, " != moe_intermediate_size ", c.base_moe_mlp_dim,
                 ": MaxText's qwen3_next block has one shared expert of the routed experts' width");
-  MAXTEXT_CHECK(geti("decoder_sparse_step", 1, false) == 1, UnsupportedError, "[hf] ", where,
+  MAXTEXT_CHECK(fields.integer("decoder_sparse_step", 1, false) == 1, UnsupportedError, "[hf] ", where,
                 ": decoder_sparse_step != 1: MaxText's qwen3_next block has an MoE in every layer");
   if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
     MAXTEXT_CHECK(j["mlp_only_layers"].is_array() && j["mlp_only_layers"].empty(), UnsupportedError, "[hf] ", where,
                   ": mlp_only_layers ", j["mlp_only_layers"].dump(), ": MaxText's qwen3_next block has no dense layers");
   }
-  MAXTEXT_CHECK(!getb("attention_bias", false), UnsupportedError, "[hf] ", where,
+  MAXTEXT_CHECK(!fields.boolean("attention_bias", false), UnsupportedError, "[hf] ", where,
                 ": attention_bias = true: MaxText's qwen3_next attention has no biases");
-  MAXTEXT_CHECK(!getb("tie_word_embeddings", false), UnsupportedError, "[hf] ", where,
+  MAXTEXT_CHECK(!fields.boolean("tie_word_embeddings", false), UnsupportedError, "[hf] ", where,
                 ": tie_word_embeddings = true: MaxText's qwen3_next block has its own output head");
   MAXTEXT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), UnsupportedError, "[hf] ", where,
                 ": rope_scaling ", j.value("rope_scaling", nlohmann::json()).dump(),

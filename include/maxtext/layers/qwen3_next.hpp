@@ -144,15 +144,19 @@ class Qwen3NextGatedDeltaNet {
     const auto cols = [&](View<A, 2> t, std::int64_t c0, std::int64_t w) {
       return View<A, 2>(t.data() + c0, {M, w}, {t.stride(0), 1});
     };
-    for (std::int64_t g = 0; g < sh_.key_heads; ++g) {
-      const std::int64_t s = g * gw;
-      ctx.be.copy(View<const A, 2>(cols(qkvz, s, Dk)), cols(qkv, g * Dk, Dk));
-      ctx.be.copy(View<const A, 2>(cols(qkvz, s + Dk, Dk)), cols(qkv, kd_ + g * Dk, Dk));
-      ctx.be.copy(View<const A, 2>(cols(qkvz, s + 2 * Dk, r_ * Dv)), cols(qkv, 2 * kd_ + g * r_ * Dv, r_ * Dv));
-      ctx.be.copy(View<const A, 2>(cols(qkvz, s + 2 * Dk + r_ * Dv, r_ * Dv)), cols(z, g * r_ * Dv, r_ * Dv));
-      ctx.be.copy(View<const A, 2>(cols(ba, g * 2 * r_, r_)), cols(bb, g * r_, r_));
-      ctx.be.copy(View<const A, 2>(cols(ba, g * 2 * r_ + r_, r_)), cols(aa, g * r_, r_));
-    }
+    // One strided copy per part, all key-head groups at once: [M, Hk, w] from columns s0 + g * group of `src` to
+    // columns d0 + g * w of `dst`.
+    const auto regroup = [&](View<A, 2> src, std::int64_t s0, std::int64_t group, View<A, 2> dst, std::int64_t d0,
+                             std::int64_t w) {
+      ctx.be.copy(View<const A, 3>(src.data() + s0, {M, sh_.key_heads, w}, {src.stride(0), group, 1}),
+                  View<A, 3>(dst.data() + d0, {M, sh_.key_heads, w}, {dst.stride(0), w, 1}));
+    };
+    regroup(qkvz, 0, gw, qkv, 0, Dk);
+    regroup(qkvz, Dk, gw, qkv, kd_, Dk);
+    regroup(qkvz, 2 * Dk, gw, qkv, 2 * kd_, r_ * Dv);
+    regroup(qkvz, 2 * Dk + r_ * Dv, gw, z, 0, r_ * Dv);
+    regroup(ba, 0, 2 * r_, bb, 0, r_);
+    regroup(ba, r_, 2 * r_, aa, 0, r_);
     // 3. causal depthwise conv + SiLU (continues the cached conv state)
     View<A, 2> conv = ctx.scratch.template alloc<A, 2>({M, conv_dim_});
     ctx.be.causal_conv1d(View<const A, 2>(qkv), p.conv1d.cview(), st.q_start, st.valid_len, cache.states[1].view(), conv);
