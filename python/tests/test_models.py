@@ -232,17 +232,18 @@ def test_mixtral_hugging_face_names(mc):
 
 
 @pytest.mark.parametrize("weights", ["model.safetensors", "model_scanned.safetensors", "hf/model.safetensors"])
-def test_qwen3_next_logits_and_recurrent_decoding(mc, weights):
-    """qwen3_next (Gated DeltaNet + gated attention) from MaxText (unscanned, scanned `layer_j`) and Hugging Face
-    trees: logits, then the prompt through the recurrent cache (prefill 4, one token per step) as in the C++ test."""
-    case = "qwen3_next_model"
+@pytest.mark.parametrize("case", ["qwen3_next_model", "qwen3_5_model"])
+def test_qwen3_next_logits_and_recurrent_decoding(mc, case, weights):
+    """qwen3_next (Gated DeltaNet + gated attention) and qwen3_5 (the same layers, multimodal RoPE at text positions;
+    its hf/ in Qwen3.5's own layout) from MaxText (unscanned, scanned `layer_j`) and Hugging Face trees: logits, then
+    the prompt through the recurrent cache (prefill 4, one token per step) as in the C++ test."""
     overrides = dict(meta(case)["config"])
     if weights.startswith("model_scanned"):
         overrides["scan_layers"] = True
     m = mc.Model(mc.Config(overrides=overrides), weights=fixture(case, weights))
     tokens = np.load(fixture(case, "tokens.npy"))
     full = m.forward(tokens)
-    assert_close(full, np.load(fixture(case, "logits.npy")), **F32_LOGITS, what=f"qwen3_next {weights}")
+    assert_close(full, np.load(fixture(case, "logits.npy")), **F32_LOGITS, what=f"{case} {weights}")
     cache = m.new_cache(batch=2, capacity=tokens.shape[1])
     parts = [m.forward(tokens[:, :4], cache=cache)]
     for t in range(4, tokens.shape[1]):

@@ -3,7 +3,9 @@
 // too) and a gated full-attention layer, in f32 and bf16; a 4-layer model (3 Gated DeltaNet layers, then full
 // attention) from unscanned and scanned (`layer_j`) trees: logits, activations, the recurrent and conv states and the
 // KV cache after the prompt, incremental and ragged decoding, a prompt split in two; sessions on a recurrent cache;
-// and the errors for what the block cannot do.
+// and the errors for what the block cannot do. The same for qwen3_5 (Qwen3.5's text decoder: Qwen3-Next's layers with
+// MaxText's multimodal rotary embedding at text positions) from tests/reference/qwen3_5_reference.py, whose Hugging
+// Face checkpoint has Qwen3.5's own layout.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -18,7 +20,9 @@
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
+#include "maxtext/layers/qwen3_5.hpp"
 #include "maxtext/layers/qwen3_next.hpp"
+#include "maxtext/layers/rotary.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/session.hpp"
@@ -79,8 +83,9 @@ AnyTensor state_of(const test::Backend& be, models::KVCache<P32>& cache, std::si
   return AnyTensor::from(test::to_host(be, cache.layer(layer).states.at(which))).reshaped(std::move(shape));
 }
 
-void check_model(const std::string& file, const std::vector<std::string>& overrides = {}) {
-  const std::string dir = test::fixture("qwen3_next_model");
+void check_model(const std::string& file, const std::vector<std::string>& overrides = {},
+                 const std::string& fixture = "qwen3_next_model") {
+  const std::string dir = test::fixture(fixture);
   Config c = test::config_from_meta(test::read_meta(dir));
   for (const auto& o : overrides) io::apply_override(c, o);
   Qwen3Next m(c);
@@ -93,7 +98,7 @@ void check_model(const std::string& file, const std::vector<std::string>& overri
   opt.capture = &cap;
   auto cache = m.make_cache(Bn, T);
   const auto full = m.forward(tok, cache, opt);
-  const std::string name = "qwen3_next_model(" + file + ")";
+  const std::string name = fixture + "(" + file + ")";
   test::expect_close(full, test::npy(dir + "/logits.npy"), test::tol::f32_logits, name + ".logits");
   for (std::int64_t i = 0; i < c.num_decoder_layers; ++i) {
     const std::string a = "decoder.layers_" + std::to_string(i);
@@ -147,8 +152,8 @@ TEST_CASE("Qwen3NextDecoderLayer: a Gated DeltaNet layer and a gated full-attent
   check_layer<PBf>("qwen3_next_attn_layer", kBf16Layer);
 }
 
-TEST_CASE("Qwen3-Next model (3 Gated DeltaNet layers + full attention) matches the torch model, unscanned and scanned: "
-          "logits, activations, recurrent / conv states, KV cache, incremental, ragged and split decoding",
+TEST_CASE("Qwen3-Next model: 3 Gated DeltaNet layers + full attention match the torch model, unscanned and scanned "
+          "(logits, activations, recurrent / conv states, KV cache, incremental, ragged and split decoding)",
           "[models][qwen3_next]") {
   check_model("model.safetensors");
   check_model("model_scanned.safetensors", {"scan_layers=true"});
@@ -299,6 +304,7 @@ TEST_CASE("qwen3_next: the registry builds the block, and inconsistent Gated Del
 TEST_CASE("maxtext logits / generate: qwen3_next from MaxText checkpoints (the last tokens decoded through the "
           "recurrent cache) and from the 80B config with seeded init", "[models][qwen3_next][cli]") {
   test::check_cli_checkpoints(test::fixture("qwen3_next_model"), test::tol::f32_logits);  // model, scanned and hf/
+  test::check_cli_checkpoints(test::fixture("qwen3_5_model"), test::tol::f32_logits);
   test::check_cli_generates_seeded(
       "qwen3-next-80b-a3b.yml base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=2 head_dim=16 "
       "base_moe_mlp_dim=32 base_mlp_dim=32 num_experts=4 num_experts_per_tok=2 base_num_decoder_layers=4 "
@@ -306,3 +312,100 @@ TEST_CASE("maxtext logits / generate: qwen3_next from MaxText checkpoints (the l
       "gdn_value_head_dim=16 dtype=float32");
 }
 #endif
+
+TEST_CASE("Qwen3.5 (qwen3_5: Qwen3-Next layers, multimodal RoPE at text positions) matches the torch model, unscanned "
+          "and scanned: logits, activations, states, KV cache, incremental, ragged and split decoding",
+          "[models][qwen3_5]") {
+  const Config c = test::config_from_meta(test::read_meta(test::fixture("qwen3_5_model")));
+  CHECK(c.is("qwen3_5"));
+  CHECK(c.use_mrope);
+  const layers::RopeSpec rope = layers::select_rope(c, {c.head_dim, "", 0.0, 0.0, false, false});
+  CHECK(rope.kind == layers::RopeKind::mrope);
+  CHECK(rope.rot_dims == 8);
+  check_model("model.safetensors", {}, "qwen3_5_model");
+  check_model("model_scanned.safetensors", {"scan_layers=true"}, "qwen3_5_model");
+}
+
+TEST_CASE("qwen3_5 from Hugging Face: Qwen3.5's layout (Qwen3_5MoeForConditionalGeneration, model.language_model., "
+          "separate q/k/v, z, b, a projections, 3-D experts, nested text_config) gives the MaxText model's logits, and "
+          "what the block cannot express is refused by name", "[models][qwen3_5][hf]") {
+  const std::string dir = test::fixture("qwen3_5_model");
+  const Config c = io::config_from_hf_file(dir + "/hf/config.json");
+  CHECK(c.is("qwen3_5"));
+  CHECK(c.use_mrope);
+  CHECK(c.mrope_section() == std::vector<std::int64_t>{2, 1, 1});
+  CHECK(c.partial_rotary_factor == 0.25);
+  Qwen3Next m(c);
+  m.load(io::load_weights(dir + "/hf/model.safetensors", c).tensors);  // its vision and mtp tensors are not read
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  test::expect_close(m.forward(tok), test::npy(dir + "/logits.npy"), test::tol::f32_logits, "qwen3_5 hf logits");
+  const nlohmann::json base = nlohmann::json::parse(io::read_text_file(dir + "/hf/config.json"));
+  const auto refused = [&](const std::string& expect, const auto& edit) {
+    nlohmann::json j = base;
+    edit(j);
+    INFO(expect);
+    CHECK_THROWS_WITH(io::config_from_hf(j, "config.json"), Catch::Contains(expect));
+  };
+  refused("dense Qwen3.5", [](nlohmann::json& j) { j["model_type"] = "qwen3_5"; });
+  refused("rope_type 'yarn'", [](nlohmann::json& j) { j["text_config"]["rope_parameters"]["rope_type"] = "yarn"; });
+  refused("mrope_section", [](nlohmann::json& j) { j["text_config"]["rope_parameters"]["mrope_section"] = {2, 2, 1}; });
+  refused("tie_word_embeddings", [](nlohmann::json& j) { j["tie_word_embeddings"] = true; });
+  refused("mlp_only_layers", [](nlohmann::json& j) { j["text_config"]["mlp_only_layers"] = {0}; });
+  // A missing half of a split projection and a misshapen expert tensor are named.
+  io::TensorMap t = io::read_safetensors(dir + "/hf/model.safetensors");
+  t.tensors.erase("model.language_model.layers.2.linear_attn.in_proj_z.weight");
+  CHECK_THROWS_WITH(io::import_hf_qwen3_next(t, c), Catch::Contains("model.language_model.layers.2.linear_attn.in_proj_z.weight"));
+  io::TensorMap u = io::read_safetensors(dir + "/hf/model.safetensors");
+  u.tensors.insert_or_assign("model.language_model.layers.1.mlp.experts.down_proj",
+                             u.tensors.at("model.language_model.layers.1.mlp.experts.gate_up_proj"));
+  CHECK_THROWS_WITH(io::import_hf_qwen3_next(u, c), Catch::Contains("model.language_model.layers.1.mlp.experts.down_proj"));
+}
+
+TEST_CASE("qwen3_5 / use_mrope: the Qwen3.5 ymls build with their published sizes, and MRoPE keys are checked by name",
+          "[models][qwen3_5][errors]") {
+  // MaxText's parameter tree of the 397B text decoder, counted independently (as for the 80B above): Gated DeltaNet
+  // qkvz [D, 2*16*128 + 2*64*128], ba [D, 128], conv [4, 1, 12288], A_log / dt_bias [64], norm [128], out [8192, D];
+  // attention query [D, 32, 512], key / value [D, 2, 256], out [8192, D], qk norms [256]; MoE gate [D, 512], experts
+  // 3 x [512, D, 1024], shared 3 x [D, 1024] and its gate [D, 1]; 45 + 15 layers.
+  {
+    const Config big = io::load_config("", {"model_name=qwen3.5-397b-a17b"});
+    CHECK(big.is("qwen3_5"));
+    CHECK(big.use_mrope);
+    const std::int64_t D = 4096, V = 248320;
+    const std::int64_t gdn = D * 20480 + D * 128 + 4 * 12288 + 2 * 64 + 128 + 8192 * D;
+    const std::int64_t attn = D * 32 * 512 + 2 * D * 2 * 256 + 8192 * D + 2 * 256;
+    const std::int64_t moe = D * 512 + 3 * 512 * D * 1024 + 3 * D * 1024 + D;
+    const std::int64_t n = Qwen3Next(big).num_params();
+    CHECK(n == 2 * V * D + 45 * gdn + 15 * attn + 60 * (moe + 2 * D) + D);
+    CHECK(std::fabs(static_cast<double>(n) / 397e9 - 1.0) < 0.01);  // published: 397B in total
+    const layers::RopeSpec rope = layers::select_rope(big, {big.head_dim, "", 0.0, 0.0, false, false});
+    CHECK(rope.kind == layers::RopeKind::mrope);
+    CHECK(rope.rot_dims == 64);
+  }
+  {
+    const Config small = io::load_config("", {"model_name=qwen3.5-35b-a3b"});
+    // Published: 35B in total with the vision encoder; the text decoder alone is 34.66B.
+    CHECK(std::fabs(static_cast<double>(Qwen3Next(small).num_params()) / 35e9 - 1.0) < 0.015);
+  }
+  const Config base = test::config_from_meta(test::read_meta(test::fixture("qwen3_5_model")));
+  const auto refused = [&](const std::vector<std::string>& overrides, const std::string& key) {
+    Config c = base;
+    try {
+      for (const auto& o : overrides) io::apply_override(c, o);
+      c.validate();
+      Qwen3Next m(c);
+      FAIL("accepted " << overrides.front());
+    } catch (const Error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(key) != std::string::npos);
+    }
+  };
+  refused({"mrope_section=[2,2,1]"}, "mrope_section");
+  refused({"mrope_section=[4,4]"}, "three entries");
+  refused({"mrope_section=[a,1,1]"}, "mrope_section");
+  refused({"use_multimodal=true"}, "use_multimodal");
+  // MaxText passes use_mrope to the Qwen family's attention only; another block would ignore it, so it is refused.
+  Config llama = io::load_config("", {"model_name=llama2-7b"});
+  io::apply_override(llama, "use_mrope=true");
+  CHECK_THROWS_WITH(llama.validate(), Catch::Contains("use_mrope"));
+}

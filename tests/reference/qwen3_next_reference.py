@@ -379,7 +379,9 @@ def full_attention(x, w, c, pos):
     v = torch.einsum("btd,dkh->btkh", x, w["value.kernel"])
     q = rms_1p(q, w["query_norm.scale"], c["eps"])
     k = rms_1p(k, w["key_norm.scale"], c["eps"])
-    rope = AR.default_rope(int(H * c["partial"]), c["theta"])  # rotates lanes [0, rd), half-split; rest pass
+    rd = int(H * c["partial"])
+    # rotates lanes [0, rd), half-split; rest pass. qwen3_5_reference.py passes MaxText's MRoPE (use_mrope) instead.
+    rope = c["rope"](rd) if "rope" in c else AR.default_rope(rd, c["theta"])
     q, k = rope(q, pos), rope(k, pos)
     q = q * H ** -0.5
     kr = torch.repeat_interleave(k, N // K, dim=2)
@@ -543,8 +545,45 @@ def hf_config(c):
             "torch_dtype": "float32"}
 
 
-def hf_forward(hc, t, tokens):
-    """Qwen3NextForCausalLM's forward on HF-named float64 tensors `t` (no cache, no padding)."""
+def hf_gdn_inputs(h, t, s, hc):
+    """Qwen3NextGatedDeltaNet's projections: the fused per-key-head in_proj_qkvz / in_proj_ba, regrouped
+    (fix_query_key_value_ordering). Returns the conv input [B, conv_dim, T] (channels q | k | v), z [B,T,nv,dv],
+    b and a [B,T,nv]."""
+    F = torch.nn.functional
+    Bn, Tn, _ = h.shape
+    nk, nv, dk, dv = hc["linear_num_key_heads"], hc["linear_num_value_heads"], hc["linear_key_head_dim"], \
+        hc["linear_value_head_dim"]
+    r = nv // nk
+    qkvz = F.linear(h, t[s + "in_proj_qkvz.weight"]).view(Bn, Tn, nk, 2 * dk + 2 * r * dv)
+    ba = F.linear(h, t[s + "in_proj_ba.weight"]).view(Bn, Tn, nk, 2 * r)
+    q, k, v, z = torch.split(qkvz, [dk, dk, r * dv, r * dv], dim=3)
+    b, aa = torch.split(ba, [r, r], dim=3)
+    mixed = torch.cat([q.reshape(Bn, Tn, -1), k.reshape(Bn, Tn, -1), v.reshape(Bn, Tn, -1)], -1).transpose(1, 2)
+    return mixed, z.reshape(Bn, Tn, nv, dv), b.reshape(Bn, Tn, nv), aa.reshape(Bn, Tn, nv)
+
+
+def hf_experts(h, t, f, hc):
+    """The routed experts' SwiGLUs [E] as callables, from per-expert nn.Linear weights (Qwen3NextSparseMoeBlock)."""
+    F = torch.nn.functional
+    out = []
+    for e in range(hc["num_experts"]):
+        ex = f + f"experts.{e}."
+        out.append(F.linear(F.silu(F.linear(h, t[ex + "gate_proj.weight"])) * F.linear(h, t[ex + "up_proj.weight"]),
+                            t[ex + "down_proj.weight"]))
+    return out
+
+
+def hf_rope_cos_sin(hc, Tn, rd):
+    """Qwen3NextRotaryEmbedding: inv_freq over rd lanes, angles position * inv_freq (float64 here)."""
+    inv = 1.0 / (hc["rope_theta"] ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
+    ang = torch.arange(Tn, dtype=torch.float64)[:, None] * inv[None, :]
+    return torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+
+
+def hf_forward(hc, t, tokens, prefix="model.", gdn_inputs=hf_gdn_inputs, experts=hf_experts,
+               rope_cos_sin=hf_rope_cos_sin):
+    """Qwen3NextForCausalLM's forward on HF-named float64 tensors `t` (no cache, no padding). The three hooks are where
+    Qwen3.5's layout differs (qwen3_5_reference.py)."""
     F = torch.nn.functional
     D, eps = hc["hidden_size"], hc["rms_norm_eps"]
     N, K, H = hc["num_attention_heads"], hc["num_key_value_heads"], hc["head_dim"]
@@ -555,11 +594,9 @@ def hf_forward(hc, t, tokens):
     def norm1p(x, w):  # Qwen3NextRMSNorm
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w)
 
-    x = t["model.embed_tokens.weight"][torch.from_numpy(tokens).long()]
+    x = t[prefix + "embed_tokens.weight"][torch.from_numpy(tokens).long()]
     rd = int(H * hc["partial_rotary_factor"])
-    inv = 1.0 / (hc["rope_theta"] ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
-    ang = torch.arange(Tn, dtype=torch.float64)[:, None] * inv[None, :]
-    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    cos, sin = rope_cos_sin(hc, Tn, rd)
 
     def rope(v):  # [B, heads, T, H]: rotate_half on the first rd lanes
         r, p = v[..., :rd], v[..., rd:]
@@ -567,7 +604,7 @@ def hf_forward(hc, t, tokens):
         return torch.cat([r * cos + torch.cat([-r2, r1], -1) * sin, p], -1)
 
     for i in range(hc["num_hidden_layers"]):
-        p = f"model.layers.{i}."
+        p = f"{prefix}layers.{i}."
         h = norm1p(x, t[p + "input_layernorm.weight"])
         if hc["layer_types"][i] == "full_attention":
             s = p + "self_attn."
@@ -584,13 +621,7 @@ def hf_forward(hc, t, tokens):
         else:
             s = p + "linear_attn."
             r = nv // nk
-            qkvz = F.linear(h, t[s + "in_proj_qkvz.weight"]).view(Bn, Tn, nk, 2 * dk + 2 * r * dv)
-            ba = F.linear(h, t[s + "in_proj_ba.weight"]).view(Bn, Tn, nk, 2 * r)
-            q, k, v, z = torch.split(qkvz, [dk, dk, r * dv, r * dv], dim=3)
-            b, aa = torch.split(ba, [r, r], dim=3)
-            v, z = v.reshape(Bn, Tn, nv, dv), z.reshape(Bn, Tn, nv, dv)
-            b, aa = b.reshape(Bn, Tn, nv), aa.reshape(Bn, Tn, nv)
-            mixed = torch.cat([q.reshape(Bn, Tn, -1), k.reshape(Bn, Tn, -1), v.reshape(Bn, Tn, -1)], -1).transpose(1, 2)
+            mixed, z, b, aa = gdn_inputs(h, t, s, hc)
             wconv = t[s + "conv1d.weight"]
             mixed = F.silu(F.conv1d(mixed, wconv, padding=wconv.shape[-1] - 1, groups=mixed.shape[1])[..., :Tn])
             mixed = mixed.transpose(1, 2)
@@ -621,16 +652,13 @@ def hf_forward(hc, t, tokens):
         if hc["norm_topk_prob"]:
             topw = topw / topw.sum(-1, keepdim=True)
         out = torch.zeros_like(h)
-        for e in range(hc["num_experts"]):
-            we = (topw * (topi == e)).sum(-1, keepdim=True)
-            ex = f + f"experts.{e}."
-            out = out + we * F.linear(F.silu(F.linear(h, t[ex + "gate_proj.weight"])) * F.linear(h, t[ex + "up_proj.weight"]),
-                                      t[ex + "down_proj.weight"])
+        for e, ye in enumerate(experts(h, t, f, hc)):
+            out = out + (topw * (topi == e)).sum(-1, keepdim=True) * ye
         se = f + "shared_expert."
         shared = F.linear(F.silu(F.linear(h, t[se + "gate_proj.weight"])) * F.linear(h, t[se + "up_proj.weight"]),
                           t[se + "down_proj.weight"])
         x = x + out + torch.sigmoid(F.linear(h, t[f + "shared_expert_gate.weight"])) * shared
-    x = norm1p(x, t["model.norm.weight"])
+    x = norm1p(x, t[prefix + "norm.weight"])
     return F.linear(x, t["lm_head.weight"])
 
 
@@ -685,8 +713,11 @@ def layer_case(name, i, seed):
     return checks
 
 
-def model_case(seed):
-    c = settings()
+def model_case(seed, c=None, name="qwen3_next_model", hf_case=None, extra_config=None):
+    """The 4-layer model fixture. qwen3_5_reference.py reuses it with its own settings, config keys and Hugging Face
+    layout: hf_case(w, c, tokens, logits) -> (hf tensors, config.json dict, max abs diff of the HF forward)."""
+    c = c or settings()
+    block = name[:-len("_model")]
     pos = np.tile(np.arange(T, dtype=np.int32), (B, 1))
     for attempt in range(200):
         g = rng(seed + 1000 * attempt)
@@ -708,15 +739,18 @@ def model_case(seed):
         if min(margins) >= MODEL_MARGIN:
             break
     else:
-        raise RuntimeError("qwen3_next model: no seed with clear routing margins")
-    d = case_dir("qwen3_next_model")
+        raise RuntimeError(f"{block} model: no seed with clear routing margins")
+    d = case_dir(name)
     save_safetensors(f"{d}/model.safetensors", w)
     save_safetensors(f"{d}/model_scanned.safetensors", cycle_scanned(w, c["cycle"], c["L"], block="layer_"))
     # Hugging Face: the same weights under Qwen3NextForCausalLM names; transformers' forward gives the same logits.
-    hc = hf_config(c)
-    hf = hf_checkpoint(w, c)
-    hf_logits = hf_forward(hc, {k: t64(v) for k, v in hf.items()}, tokens)
-    hf_diff = float((hf_logits - logits).abs().max())
+    if hf_case is None:
+        hc = hf_config(c)
+        hf = hf_checkpoint(w, c)
+        hf_logits = hf_forward(hc, {k: t64(v) for k, v in hf.items()}, tokens)
+        hf_diff = float((hf_logits - logits).abs().max())
+    else:
+        hf, hc, hf_diff = hf_case(w, c, tokens, logits)
     HF_DIFF[0] = hf_diff
     # Not 1e-15: MaxText forms the rotary angles in f32 (attention_reference.default_rope), this forward in float64.
     assert hf_diff < 1e-8, f"the Hugging Face forward differs from MaxText's by {hf_diff}"
@@ -736,9 +770,10 @@ def model_case(seed):
             save_npy(d, f"state_decoder.layers_{i}", extra["state"].numpy())
             save_npy(d, f"conv_state_decoder.layers_{i}", extra["conv_state"].numpy())
     cfg = config_keys(c)
+    cfg.update(extra_config or {})
     kinds = ["full_attention" if is_full_attention(i, c) else "gated_deltanet" for i in range(c["L"])]
-    save_meta(d, {"what": f"{c['L']}-layer qwen3_next model ({', '.join(kinds)}), float64 from float32 weights",
-                  "kind": "qwen3_next", "config": cfg, "tokens": [B, T], "layer_kinds": kinds,
+    save_meta(d, {"what": f"{c['L']}-layer {block} model ({', '.join(kinds)}), float64 from float32 weights",
+                  "kind": block, "config": cfg, "tokens": [B, T], "layer_kinds": kinds,
                   "min_routing_margin": min(margins), "delta_rule_forms_max_abs_diff_vs_recurrence": checks,
                   "scanned": "model_scanned.safetensors: scan_layers true. decoder.layers.layer_{j}.<leaf> (j < "
                              "inhomogeneous_layer_cycle_interval; 'layer_', not 'layers_') is np.stack([decoder."
@@ -749,7 +784,7 @@ def model_case(seed):
                             "[B,Hv,Dk,Dv] and conv state [B,Kc-1,conv_dim] after the last token",
                             "cached_key_decoder.layers_i / cached_value_decoder.layers_i": "full-attention layers: "
                             "k after norm + RoPE and v, [B,T,K,H]"}})
-    write_config(d, cfg, f"{c['L']}-layer qwen3_next model fixture")
+    write_config(d, cfg, f"{c['L']}-layer {block} model fixture")
     return checks
 
 

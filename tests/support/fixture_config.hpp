@@ -24,7 +24,7 @@ inline Config config_from_meta(const nlohmann::json& meta) {
   for (const auto& [k, v] : meta.at("config").items()) {
     if (v.is_array()) {
       StringList l;
-      for (const auto& e : v) l.push_back(e.get<std::string>());
+      for (const auto& e : v) l.push_back(e.is_string() ? e.get<std::string>() : e.dump());  // [11, 11, 10]
       c.set_list(k, l, "meta.json");
     } else if (v.is_string()) {
       c.set(k, v.get<std::string>(), "meta.json");

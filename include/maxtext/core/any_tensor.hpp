@@ -223,6 +223,65 @@ struct AnyTensor {
     return out;
   }
 
+  /// Concatenate `parts` along `axis` into a new contiguous tensor of their common scalar dtype (a copy; what
+  /// importers need when a file splits what MaxText keeps as one tensor). Shapes must agree off `axis`.
+  static AnyTensor concat(const std::vector<AnyTensor>& parts, int axis, std::string source) {
+    MAXTEXT_CHECK(!parts.empty(), ShapeError, "[AnyTensor::concat] ", source, ": nothing to concatenate");
+    const AnyTensor& p0 = parts.front();
+    const int r = p0.rank();
+    MAXTEXT_CHECK(axis >= 0 && axis < r, ShapeError, "[AnyTensor::concat] ", source, ": axis ", axis, " of rank ", r);
+    MAXTEXT_CHECK(dtype_block(p0.dtype) == 1, UnsupportedError, "[AnyTensor::concat] ", source, ": block dtype ",
+                  dtype_name(p0.dtype));
+    std::vector<std::int64_t> shape = p0.shape;
+    shape[static_cast<std::size_t>(axis)] = 0;
+    for (const auto& p : parts) {
+      bool same = p.dtype == p0.dtype && p.rank() == r;
+      for (int i = 0; same && i < r; ++i) same = i == axis || p.shape[static_cast<std::size_t>(i)] == p0.shape[static_cast<std::size_t>(i)];
+      MAXTEXT_CHECK(same, ShapeError, "[AnyTensor::concat] ", source, ": ", p.source, " is ", p.describe(),
+                    ", which does not concatenate with ", p0.describe(), " on axis ", axis);
+      shape[static_cast<std::size_t>(axis)] += p.shape[static_cast<std::size_t>(axis)];
+    }
+    const std::size_t es = dtype_size(p0.dtype);
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    auto buf = std::shared_ptr<std::byte[]>(new std::byte[static_cast<std::size_t>(n) * es + 1]);
+    AnyTensor out;
+    out.dtype = p0.dtype;
+    out.shape = shape;
+    out.strides = dense_strides(shape, p0.dtype);
+    out.data = buf.get();
+    out.holder = std::shared_ptr<const void>(buf, buf.get());
+    out.source = std::move(source);
+    std::int64_t offset = 0;  // along `axis`
+    const auto last = static_cast<std::size_t>(r - 1);
+    for (const auto& p : parts) {
+      if (p.numel() == 0) continue;
+      // Row by row over every axis but the last; a row is one memcpy when the part's last axis is contiguous.
+      const std::int64_t len = p.shape[last], rows = p.numel() / len;
+      std::vector<std::int64_t> idx(last, 0);
+      for (std::int64_t row = 0; row < rows; ++row) {
+        std::int64_t src = 0, dst = axis == r - 1 ? offset * out.strides[last] : 0;
+        for (std::size_t u = 0; u < last; ++u) {
+          src += idx[u] * p.strides[u];
+          dst += (static_cast<int>(u) == axis ? idx[u] + offset : idx[u]) * out.strides[u];
+        }
+        std::byte* d = buf.get() + static_cast<std::size_t>(dst) * es;
+        const std::byte* sp = p.data + static_cast<std::size_t>(src) * es;
+        if (p.strides[last] == 1) {
+          std::memcpy(d, sp, static_cast<std::size_t>(len) * es);
+        } else {
+          for (std::int64_t j = 0; j < len; ++j) std::memcpy(d + static_cast<std::size_t>(j) * es, sp + static_cast<std::size_t>(j * p.strides[last]) * es, es);
+        }
+        for (std::size_t i = last; i-- > 0;) {  // next row, row-major
+          if (++idx[i] < p.shape[i]) break;
+          idx[i] = 0;
+        }
+      }
+      offset += p.shape[static_cast<std::size_t>(axis)];
+    }
+    return out;
+  }
+
   template <class T>
   static T cast_from_double(double v) {
     if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, fp16>) {

@@ -4,6 +4,7 @@
 // `key=value` override parser are all generated from that list.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -76,6 +77,7 @@ using StringList = std::vector<std::string>;
   X(double, llama3_rope_high_freq_factor, 4.0)                   \
   X(double, llama3_rope_original_context, 8192.0)                \
   X(double, partial_rotary_factor, 1.0)                          \
+  X(bool, use_mrope, false)                                      \
   X(std::int64_t, max_position_embeddings, 163840)               \
   X(std::int64_t, original_max_position_embeddings, 4096)        \
   X(double, rope_factor, 40)                                     \
@@ -212,6 +214,12 @@ struct Config {
   void validate() const;
 
   bool is(std::string_view block) const { return decoder_block == block; }
+  /// qwen3_next or qwen3_5: MaxText's hybrid Gated DeltaNet / gated attention blocks (models/qwen3.py, qwen3_5.py;
+  /// attentions.py's is_qwen3_hybrid). qwen3_5's text layers are qwen3_next's classes.
+  bool is_qwen3_hybrid() const { return is("qwen3_next") || is("qwen3_5"); }
+  /// mrope_section (use_mrope): the temporal / height / width frequency counts of the multimodal rotary embedding,
+  /// [24, 20, 20] when unset (configs/types.py).
+  std::vector<std::int64_t> mrope_section() const;
   /// True for the "float32" / "bfloat16" / "float16" spelling of `dtype`.
   std::string dtype_canonical() const { return canonical_dtype(dtype); }
   static std::string canonical_dtype(const std::string& d) {
@@ -357,6 +365,30 @@ inline void Config::set_list(const std::string& key, const StringList& values, c
   extra[key] = detail::format_value(values);
 }
 
+inline std::vector<std::int64_t> Config::mrope_section() const {
+  const auto it = extra.find("mrope_section");
+  if (it == extra.end()) return {24, 20, 20};
+  StringList items;
+  detail::parse_value("mrope_section", it->second, items);
+  std::vector<std::int64_t> out;
+  for (const auto& v : items) {
+    std::int64_t n = -1;
+    try {
+      std::size_t used = 0;
+      n = std::stoll(v, &used);
+      if (used != v.size()) n = -1;
+    } catch (const std::exception&) {
+      n = -1;
+    }
+    MAXTEXT_CHECK(n >= 0, ConfigError, "[config] mrope_section: expected a list of three integers >= 0, found '",
+                  it->second, "'");
+    out.push_back(n);
+  }
+  MAXTEXT_CHECK(out.size() == 3, ConfigError, "[config] mrope_section: expected three entries (temporal, height, width), "
+                "found '", it->second, "'");
+  return out;
+}
+
 inline std::string Config::get(const std::string& key) const {
 #define MAXTEXT_GET_FIELD(type, k, dflt) \
   if (key == #k) return detail::format_value(this->k);
@@ -408,7 +440,7 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
       {"use_indexer", "the DeepSeek-3.2 sparse-attention indexer", detail::truthy},
       {"quantization", "AQT/qwix/fp8 quantized training numerics", detail::nonempty_list},
       {"quantize_kvcache", "a quantized KV cache", detail::truthy},
-      {"use_mrope", "multimodal rotary embeddings", detail::truthy},
+      {"use_multimodal", "image / audio inputs (maxtext-cpp runs the text decoder only)", detail::truthy},
       {"first_num_hash_layers", "DeepSeek-V4 hash routing", detail::positive},
       {"use_random_routing", "random MoE routing", detail::truthy},
       {"moba", "MoBA attention", detail::truthy},
@@ -431,7 +463,7 @@ inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
                                                  "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
                                                  "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe", "llama4",
-                                                 "qwen3_next"};
+                                                 "qwen3_next", "qwen3_5"};
   return list;
 }
 
@@ -574,20 +606,19 @@ inline void Config::validate() const {
                     "): Llama4ScannableBlock repeats that many layers");
     }
   }
-  if (decoder_block == "qwen3_next") {
+  if (is_qwen3_hybrid()) {
     // qwen3.py Qwen3NextDecoderLayer: layer i is full (gated) attention when (i + 1) % inhomogeneous_layer_cycle_interval
     // == 0, else Gated DeltaNet; every layer has the MoE with its sigmoid-gated shared expert; types.py's checks.
     const std::int64_t cyc = inhomogeneous_layer_cycle_interval;
-    MAXTEXT_CHECK(cyc >= 1, ConfigError, "[config] decoder_block qwen3_next: inhomogeneous_layer_cycle_interval must be "
+    MAXTEXT_CHECK(cyc >= 1, ConfigError, "[config] decoder_block ", decoder_block, ": inhomogeneous_layer_cycle_interval must be "
                   ">= 1 (4 for Qwen3-Next), found ", cyc);
-    MAXTEXT_CHECK(!scan_layers || num_decoder_layers % cyc == 0, ConfigError, "[config] decoder_block qwen3_next with "
-                  "scan_layers: inhomogeneous_layer_cycle_interval (", cyc, ") must divide num_decoder_layers (",
+    MAXTEXT_CHECK(!scan_layers || num_decoder_layers % cyc == 0, ConfigError, "[config] decoder_block ", decoder_block, " with scan_layers: inhomogeneous_layer_cycle_interval (", cyc, ") must divide num_decoder_layers (",
                   num_decoder_layers, "): Qwen3NextScannableBlock repeats that many layers");
     MAXTEXT_CHECK(gdn_num_key_heads >= 1 && gdn_num_value_heads >= 1 && gdn_num_value_heads % gdn_num_key_heads == 0,
-                  ConfigError, "[config] decoder_block qwen3_next: gdn_num_value_heads (", gdn_num_value_heads,
+                  ConfigError, "[config] decoder_block ", decoder_block, ": gdn_num_value_heads (", gdn_num_value_heads,
                   ") must be a positive multiple of gdn_num_key_heads (", gdn_num_key_heads, ")");
     MAXTEXT_CHECK(gdn_key_head_dim >= 1 && gdn_value_head_dim >= 1 && gdn_conv_kernel_dim >= 1 && gdn_chunk_size >= 1,
-                  ConfigError, "[config] decoder_block qwen3_next: gdn_key_head_dim, gdn_value_head_dim, "
+                  ConfigError, "[config] decoder_block ", decoder_block, ": gdn_key_head_dim, gdn_value_head_dim, "
                   "gdn_conv_kernel_dim and gdn_chunk_size must be >= 1, found ", gdn_key_head_dim, ", ",
                   gdn_value_head_dim, ", ", gdn_conv_kernel_dim, " and ", gdn_chunk_size);
     at_most("gdn_key_head_dim", gdn_key_head_dim, Limits::head_dim);
@@ -599,22 +630,38 @@ inline void Config::validate() const {
     at_most("gdn_num_value_heads * gdn_value_head_dim", gdn_num_value_heads * gdn_value_head_dim, Limits::width);
     at_most("gdn_num_value_heads * gdn_key_head_dim * gdn_value_head_dim (recurrent state floats)",
             gdn_num_value_heads * gdn_key_head_dim * gdn_value_head_dim, std::int64_t{1} << 26);
-    MAXTEXT_CHECK(use_qk_norm_in_gdn, UnsupportedError, "[config] decoder_block qwen3_next: use_qk_norm_in_gdn = false "
+    MAXTEXT_CHECK(use_qk_norm_in_gdn, UnsupportedError, "[config] decoder_block ", decoder_block, ": use_qk_norm_in_gdn = false "
                   "(no L2 norm of q and k in the Gated DeltaNet) is not implemented");
-    MAXTEXT_CHECK(!use_qk_norm, UnsupportedError, "[config] decoder_block qwen3_next: use_qk_norm = true selects "
+    MAXTEXT_CHECK(!use_qk_norm, UnsupportedError, "[config] decoder_block ", decoder_block, ": use_qk_norm = true selects "
                   "attentions.py's plain-scale qk RMSNorm before the Qwen3-Next (1 + w) one; not implemented (the "
                   "Qwen3-Next ymls leave it false)");
     MAXTEXT_CHECK(num_experts >= 1 && num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts && moe_mlp_dim > 0,
-                  ConfigError, "[config] decoder_block qwen3_next needs num_experts >= 1, num_experts_per_tok in [1, "
+                  ConfigError, "[config] decoder_block ", decoder_block, " needs num_experts >= 1, num_experts_per_tok in [1, "
                   "num_experts] and base_moe_mlp_dim > 0, found ", num_experts, ", ", num_experts_per_tok, " and ",
                   base_moe_mlp_dim);
     const auto rd = static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
     MAXTEXT_CHECK(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0 && rd % 2 == 0 && rd > 0, ConfigError,
-                  "[config] decoder_block qwen3_next: int(head_dim * partial_rotary_factor) = ", rd,
+                  "[config] decoder_block ", decoder_block, ": int(head_dim * partial_rotary_factor) = ", rd,
                   " must be a positive even number (head_dim ", head_dim, ", partial_rotary_factor ",
                   partial_rotary_factor, ")");
-    MAXTEXT_CHECK(rope_type == "default", UnsupportedError, "[config] decoder_block qwen3_next: rope_type '", rope_type,
+    MAXTEXT_CHECK(rope_type == "default", UnsupportedError, "[config] decoder_block ", decoder_block, ": rope_type '", rope_type,
                   "' (the hybrid attention's partial RoPE is MaxText's default rotary embedding)");
+  }
+  if (use_mrope) {
+    // attentions.py builds Qwen3OmniMoeThinkerTextRotaryEmbedding (MRoPE) when the layer passes use_mrope, which the
+    // qwen2, qwen3, qwen3_moe, qwen3_custom_moe, qwen3_next and qwen3_5 layers do; the other blocks would ignore it.
+    static const std::vector<std::string> mrope_blocks = {"qwen2", "qwen3", "qwen3_moe", "qwen3_custom_moe", "qwen3_next",
+                                                          "qwen3_5"};
+    MAXTEXT_CHECK(std::find(mrope_blocks.begin(), mrope_blocks.end(), decoder_block) != mrope_blocks.end(),
+                  UnsupportedError, "[config] use_mrope = true on decoder_block '", decoder_block,
+                  "': MaxText passes use_mrope to the attention of ", mrope_blocks, " only (elsewhere it is ignored)");
+    const auto sec = mrope_section();
+    std::int64_t sum = 0;
+    for (const auto v : sec) sum += v;
+    const auto rd = static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+    MAXTEXT_CHECK(sum == rd / 2 && rd > 0 && rd % 2 == 0, ConfigError, "[config] mrope_section ", sec, " has ", sum,
+                  " frequencies, but the rotary embedding has int(head_dim * partial_rotary_factor) / 2 = ", rd / 2,
+                  " (head_dim ", head_dim, ", partial_rotary_factor ", partial_rotary_factor, ")");
   }
   if (mhc_expansion_rate != 1) {
     // mhc.py / decoders.py: k residual streams; only the DeepSeek layers (deepseek.py) wrap their branches in mHC,

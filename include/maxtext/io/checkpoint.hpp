@@ -126,7 +126,7 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
     if (cfg.is("gpt_oss") && canonicalize_cycle_scanned(name, t, cfg, out, "GPT-OSS")) continue;
     if (cfg.is("llama4") && canonicalize_cycle_scanned(name, t, cfg, out, "Llama 4")) continue;
     // Qwen3NextScannableBlock names its sub-layers `layer_j` (not `layers_j`).
-    if (cfg.is("qwen3_next") && canonicalize_cycle_scanned(name, t, cfg, out, "Qwen3-Next", 0, "layer_")) continue;
+    if (cfg.is_qwen3_hybrid() && canonicalize_cycle_scanned(name, t, cfg, out, "Qwen3-Next", 0, "layer_")) continue;
     bool unstacked = false;
     for (const auto& [group, count] : groups) {
       const std::string pre = "decoder." + group + ".";

@@ -16,6 +16,22 @@
 //   mlp.gate.weight [E, D] -> mlp.routed_experts.gate.kernel [D, E]; mlp.experts.e.{gate,up,down}_proj ->
 //     mlp.routed_experts.{wi_0,wi_1,wo} (stacked); mlp.shared_expert.{gate,up,down}_proj ->
 //     mlp.shared_expert.{wi_0,wi_1,wo}.kernel; mlp.shared_expert_gate.weight [1, D] -> mlp.shared_expert_gate.kernel.
+//
+// Qwen3.5 (Qwen3_5MoeForConditionalGeneration / Qwen3_5MoeForCausalLM, model_type qwen3_5_moe[_text]) into decoder_block
+// qwen3_5, whose layers are Qwen3-Next's (layers/qwen3_5.hpp), as MaxText's param_mapping.py
+// (QWEN3_5_MAXTEXT_TO_HF_PARAM_MAPPING / _HOOK_FN) maps them. Read from transformers' modeling_qwen3_5_moe.py:
+//   - the text model's tensors sit under model.language_model. (the multimodal class) or model. (the text-only one);
+//     the vision tower (model.visual.*) and the multi-token-prediction layers (mtp.*, which transformers skips too)
+//     are not read;
+//   - the Gated DeltaNet projections are separate: in_proj_qkv [2*Hk*Dk + Hv*Dv, D] (rows q | k | v, head-major),
+//     in_proj_z [Hv*Dv, D], in_proj_b / in_proj_a [Hv, D]. MaxText's fused kernels regroup them per key head h
+//     (concat_qkvz_and_transpose / concat_ba_and_transpose): qkvz rows [q_h (Dk), k_h (Dk), v_h (r*Dv), z_h (r*Dv)],
+//     ba rows [b_h (r), a_h (r)], r = Hv / Hk. These two are the only copies the import makes;
+//   - routed experts are 3-D: experts.gate_up_proj [E, 2F, D] (gate rows first, then up; `chunk(2)`) and
+//     experts.down_proj [E, D, F] (no .weight suffix); per-expert tensors, as in Qwen3-Next files, are read too;
+//   - config.json nests the text model under text_config and the rotary settings under rope_parameters (rope_theta,
+//     partial_rotary_factor, mrope_section); MaxText's Qwen3.5 ymls set use_mrope with that mrope_section.
+// Dense Qwen3.5 (model_type qwen3_5) is refused: MaxText's qwen3_5 block has an MoE in every layer.
 #pragma once
 
 #include <algorithm>
@@ -35,20 +51,29 @@
 
 namespace maxtext::io {
 
-/// True for config.json model_type qwen3_next.
+/// True for config.json model_type qwen3_next, or Qwen3.5 (qwen3_5_moe, qwen3_5_moe_text, and the dense qwen3_5 /
+/// qwen3_5_text, which config_from_hf_qwen3_next refuses by name).
 inline bool is_hf_qwen3_next(const nlohmann::json& j) {
-  return j.is_object() && j.contains("model_type") && j["model_type"].is_string() &&
-         j["model_type"].get<std::string>() == "qwen3_next";
+  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return false;
+  const auto t = j["model_type"].get<std::string>();
+  return t == "qwen3_next" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text" || t == "qwen3_5" || t == "qwen3_5_text";
 }
 
-/// The MaxText config of a Qwen3NextForCausalLM config.json. What MaxText's qwen3_next block cannot express is
-/// refused by name: dense (mlp_only) layers, decoder_sparse_step != 1, a shared expert of another width than the
-/// routed ones, attention biases, tied embeddings, rope_scaling, a layer pattern other than full attention every
-/// full_attention_interval-th layer.
-inline Config config_from_hf_qwen3_next(const nlohmann::json& j, const std::string& where) {
-  const detail::JsonFields fields(j, where + ": config.json");
+/// The MaxText config of a Qwen3NextForCausalLM or Qwen3.5 MoE config.json. What MaxText's qwen3_next / qwen3_5
+/// blocks cannot express is refused by name: dense (mlp_only) layers, decoder_sparse_step != 1, a shared expert of
+/// another width than the routed ones, attention biases, tied embeddings, rope scaling, a layer pattern other than
+/// full attention every full_attention_interval-th layer.
+inline Config config_from_hf_qwen3_next(const nlohmann::json& root, const std::string& where) {
+  const std::string type = root.value("model_type", std::string());
+  const bool q35 = type != "qwen3_next";
+  MAXTEXT_CHECK(type != "qwen3_5" && type != "qwen3_5_text", UnsupportedError, "[hf] ", where, ": model_type ", type,
+                " is a dense Qwen3.5; MaxText's qwen3_5 block (models/qwen3_5.py) has an MoE in every layer");
+  const bool nested = q35 && root.contains("text_config") && root["text_config"].is_object();
+  const nlohmann::json& j = nested ? root["text_config"] : root;
+  const std::string block = q35 ? "qwen3_5" : "qwen3_next";
+  const detail::JsonFields fields(j, where + (nested ? ": config.json: text_config" : ": config.json"));
   Config c;
-  c.decoder_block = "qwen3_next";
+  c.decoder_block = block;
   c.dtype = "float32";
   c.weight_dtype = "float32";
   c.mlp_activations = {"silu", "linear"};
@@ -67,8 +92,35 @@ inline Config config_from_hf_qwen3_next(const nlohmann::json& j, const std::stri
   c.head_dim = fields.integer("head_dim", c.base_num_query_heads > 0 ? c.base_emb_dim / c.base_num_query_heads : 0, false);
   c.vocab_size = fields.integer("vocab_size", 0, true);
   c.normalization_layer_epsilon = fields.number("rms_norm_eps", 1e-6);
+  // Rotary settings: top level (older files), or rope_parameters (transformers v5, and every Qwen3.5 file).
   c.rope_max_timescale = fields.number("rope_theta", 10000.0);
   c.partial_rotary_factor = fields.number("partial_rotary_factor", 0.25);
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const auto& rp = j["rope_parameters"];
+    MAXTEXT_CHECK(rp.is_object(), IoError, "[hf] ", where, ": rope_parameters: expected an object, found ", rp.dump());
+    const detail::JsonFields rf(rp, where + ": rope_parameters");
+    c.rope_max_timescale = rf.number("rope_theta", c.rope_max_timescale);
+    c.partial_rotary_factor = rf.number("partial_rotary_factor", c.partial_rotary_factor);
+    const std::string rt = rp.value("rope_type", std::string("default"));
+    MAXTEXT_CHECK(rt == "default", UnsupportedError, "[hf] ", where, ": rope_parameters.rope_type '", rt, "': MaxText's ",
+                  block, " block uses the default (partial) RoPE");
+    if (q35 && rp.contains("mrope_section") && !rp["mrope_section"].is_null()) {
+      const auto& ms = rp["mrope_section"];
+      MAXTEXT_CHECK(ms.is_array() && ms.size() == 3, IoError, "[hf] ", where,
+                    ": rope_parameters.mrope_section: expected three integers, found ", ms.dump());
+      StringList sec;
+      for (const auto& v : ms) {
+        MAXTEXT_CHECK(v.is_number_integer(), IoError, "[hf] ", where,
+                      ": rope_parameters.mrope_section: expected integers, found ", ms.dump());
+        sec.push_back(std::to_string(v.get<std::int64_t>()));
+      }
+      c.set_list("mrope_section", sec, where);
+    }
+  }
+  // MaxText's Qwen3.5 ymls (qwen3.5-35b-a3b, qwen3.5-397b-a17b) set use_mrope: at text positions it is a partial
+  // RoPE with f32 sin / cos (layers/rotary.hpp).
+  c.use_mrope = q35;
+  if (q35 && c.extra.count("mrope_section") == 0) c.set_list("mrope_section", {"11", "11", "10"}, where);
   c.num_experts = fields.integer("num_experts", 0, true);
   c.num_experts_per_tok = fields.integer("num_experts_per_tok", 0, true);
   c.norm_topk_prob = fields.boolean("norm_topk_prob", true);
@@ -82,24 +134,27 @@ inline Config config_from_hf_qwen3_next(const nlohmann::json& j, const std::stri
   c.inhomogeneous_layer_cycle_interval = fields.integer("full_attention_interval", 4, false);
   const std::int64_t shared = fields.integer("shared_expert_intermediate_size", c.base_moe_mlp_dim, false);
   MAXTEXT_CHECK(shared == c.base_moe_mlp_dim, UnsupportedError, "[hf] ", where, ": shared_expert_intermediate_size ",
-                shared, " != moe_intermediate_size ", c.base_moe_mlp_dim,
-                ": MaxText's qwen3_next block has one shared expert of the routed experts' width");
+                shared, " != moe_intermediate_size ", c.base_moe_mlp_dim, ": MaxText's ", block,
+                " block has one shared expert of the routed experts' width");
   MAXTEXT_CHECK(fields.integer("decoder_sparse_step", 1, false) == 1, UnsupportedError, "[hf] ", where,
-                ": decoder_sparse_step != 1: MaxText's qwen3_next block has an MoE in every layer");
+                ": decoder_sparse_step != 1: MaxText's ", block, " block has an MoE in every layer");
   if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
     MAXTEXT_CHECK(j["mlp_only_layers"].is_array() && j["mlp_only_layers"].empty(), UnsupportedError, "[hf] ", where,
-                  ": mlp_only_layers ", j["mlp_only_layers"].dump(), ": MaxText's qwen3_next block has no dense layers");
+                  ": mlp_only_layers ", j["mlp_only_layers"].dump(), ": MaxText's ", block, " block has no dense layers");
   }
   MAXTEXT_CHECK(!fields.boolean("attention_bias", false), UnsupportedError, "[hf] ", where,
-                ": attention_bias = true: MaxText's qwen3_next attention has no biases");
-  MAXTEXT_CHECK(!fields.boolean("tie_word_embeddings", false), UnsupportedError, "[hf] ", where,
-                ": tie_word_embeddings = true: MaxText's qwen3_next block has its own output head");
+                ": attention_bias = true: MaxText's ", block, " attention has no biases");
+  // tie_word_embeddings sits at the top level of a multimodal config, in the text config otherwise.
+  const bool tied = detail::JsonFields(root, where + ": config.json").boolean("tie_word_embeddings", false) ||
+                    (nested && fields.boolean("tie_word_embeddings", false));
+  MAXTEXT_CHECK(!tied, UnsupportedError, "[hf] ", where, ": tie_word_embeddings = true: MaxText's ", block,
+                " block has its own output head");
   MAXTEXT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), UnsupportedError, "[hf] ", where,
-                ": rope_scaling ", j.value("rope_scaling", nlohmann::json()).dump(),
-                ": MaxText's qwen3_next block uses the default (partial) RoPE");
+                ": rope_scaling ", j.value("rope_scaling", nlohmann::json()).dump(), ": MaxText's ", block,
+                " block uses the default (partial) RoPE");
   if (j.contains("hidden_act") && !j["hidden_act"].is_null()) {
     MAXTEXT_CHECK(j["hidden_act"] == "silu", UnsupportedError, "[hf] ", where, ": hidden_act ", j["hidden_act"].dump(),
-                  ": MaxText's qwen3_next block uses SiLU");
+                  ": MaxText's ", block, " block uses SiLU");
   }
   const std::int64_t L = c.base_num_decoder_layers, cyc = c.inhomogeneous_layer_cycle_interval;
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
@@ -109,7 +164,7 @@ inline Config config_from_hf_qwen3_next(const nlohmann::json& j, const std::stri
     for (std::int64_t i = 0; i < L; ++i) {
       const char* want = cyc > 0 && (i + 1) % cyc == 0 ? "full_attention" : "linear_attention";
       MAXTEXT_CHECK(lt[static_cast<std::size_t>(i)] == want, UnsupportedError, "[hf] ", where, ": layer_types[", i,
-                    "] is ", lt[static_cast<std::size_t>(i)].dump(), ": MaxText's qwen3_next uses full attention "
+                    "] is ", lt[static_cast<std::size_t>(i)].dump(), ": MaxText's ", block, " uses full attention "
                     "exactly when (i + 1) % full_attention_interval (", cyc, ") == 0 (expected \"", want, "\")");
     }
   }
@@ -122,17 +177,21 @@ inline Config config_from_hf_qwen3_next(const nlohmann::json& j, const std::stri
   return c;
 }
 
-/// Map a Hugging Face Qwen3-Next checkpoint to MaxText names for `cfg`; every missing or unused tensor is an error
-/// (the rotary tables some exporters save are ignored).
+/// Map a Hugging Face Qwen3-Next or Qwen3.5 checkpoint to MaxText names for `cfg`; every missing or unused tensor is
+/// an error (the rotary tables some exporters save, a Qwen3.5 file's vision tower and the MTP layers are not read).
 inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, const std::string& what = "hf") {
-  detail::NameMapper imp(in, cfg, what, "Qwen3-Next");
+  detail::NameMapper imp(in, cfg, what, cfg.is("qwen3_5") ? "Qwen3.5" : "Qwen3-Next");
   const std::int64_t D = cfg.emb_dim, N = cfg.num_query_heads, H = cfg.head_dim, K = cfg.gdn_conv_kernel_dim;
-  const std::int64_t C = 2 * cfg.gdn_num_key_heads * cfg.gdn_key_head_dim + cfg.gdn_num_value_heads * cfg.gdn_value_head_dim;
-  imp.same("model.embed_tokens.weight", "token_embedder.embedding");
-  imp.same("model.norm.weight", "decoder.decoder_norm.scale");
+  const std::int64_t Hk = cfg.gdn_num_key_heads, Hv = cfg.gdn_num_value_heads, Dk = cfg.gdn_key_head_dim,
+                     Dv = cfg.gdn_value_head_dim, r = Hv / Hk, E = cfg.num_experts, F = cfg.moe_mlp_dim;
+  const std::int64_t C = 2 * Hk * Dk + Hv * Dv;
+  // Qwen3_5MoeForConditionalGeneration keeps the text model under model.language_model.
+  const std::string root = imp.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+  imp.same(root + "embed_tokens.weight", "token_embedder.embedding");
+  imp.same(root + "norm.weight", "decoder.decoder_norm.scale");
   imp.dense("lm_head.weight", "decoder.logits_dense.kernel");
   for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
-    const std::string h = "model.layers." + std::to_string(i) + ".", m = "decoder.layers_" + std::to_string(i) + ".";
+    const std::string h = root + "layers." + std::to_string(i) + ".", m = "decoder.layers_" + std::to_string(i) + ".";
     imp.same(h + "input_layernorm.weight", m + "input_layernorm.scale");
     imp.same(h + "post_attention_layernorm.weight", m + "post_attention_layernorm.scale");
     const bool full = cfg.inhomogeneous_layer_cycle_interval > 0 && (i + 1) % cfg.inhomogeneous_layer_cycle_interval == 0;
@@ -149,8 +208,35 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
       imp.same(s + "k_norm.weight", a + "key_norm.scale");
     } else {
       const std::string s = h + "linear_attn.", a = m + "attention.";
-      imp.dense(s + "in_proj_qkvz.weight", a + "in_proj_qkvz.kernel");
-      imp.dense(s + "in_proj_ba.weight", a + "in_proj_ba.kernel");
+      if (imp.has(s + "in_proj_qkv.weight") || imp.has(s + "in_proj_z.weight")) {  // Qwen3.5: separate projections
+        const AnyTensor* qkv = imp.get(s + "in_proj_qkv.weight");
+        const AnyTensor* z = imp.get(s + "in_proj_z.weight");
+        if (qkv != nullptr && z != nullptr) {
+          imp.shape(*qkv, {C, D}, s + "in_proj_qkv.weight");
+          imp.shape(*z, {Hv * Dv, D}, s + "in_proj_z.weight");
+          const auto part = [&](std::int64_t begin, std::int64_t rows) {
+            return qkv->narrow(0, begin, Hk * rows).reshaped({Hk, rows, D});
+          };
+          const AnyTensor fused = AnyTensor::concat(
+              {part(0, Dk), part(Hk * Dk, Dk), part(2 * Hk * Dk, r * Dv), z->reshaped({Hk, r * Dv, D})}, 1,
+              s + "in_proj_qkv.weight + in_proj_z.weight");
+          imp.put(a + "in_proj_qkvz.kernel", fused.reshaped({C + Hv * Dv, D}).permuted({1, 0}),
+                  s + "in_proj_qkv.weight + in_proj_z.weight");
+        }
+        const AnyTensor* b = imp.get(s + "in_proj_b.weight");
+        const AnyTensor* av = imp.get(s + "in_proj_a.weight");
+        if (b != nullptr && av != nullptr) {
+          imp.shape(*b, {Hv, D}, s + "in_proj_b.weight");
+          imp.shape(*av, {Hv, D}, s + "in_proj_a.weight");
+          const AnyTensor fused = AnyTensor::concat({b->reshaped({Hk, r, D}), av->reshaped({Hk, r, D})}, 1,
+                                                    s + "in_proj_b.weight + in_proj_a.weight");
+          imp.put(a + "in_proj_ba.kernel", fused.reshaped({2 * Hv, D}).permuted({1, 0}),
+                  s + "in_proj_b.weight + in_proj_a.weight");
+        }
+      } else {  // Qwen3-Next: fused per key head already
+        imp.dense(s + "in_proj_qkvz.weight", a + "in_proj_qkvz.kernel");
+        imp.dense(s + "in_proj_ba.weight", a + "in_proj_ba.kernel");
+      }
       imp.dense(s + "out_proj.weight", a + "out_proj.kernel");
       if (const AnyTensor* t = imp.get(s + "conv1d.weight")) {
         imp.shape(*t, {C, 1, K}, s + "conv1d.weight");
@@ -162,17 +248,29 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
     }
     const std::string f = h + "mlp.", o = m + "mlp.";
     imp.dense(f + "gate.weight", o + "routed_experts.gate.kernel");
-    std::vector<std::string> consumed;
-    imp.put(o + "routed_experts.wi_0", detail::hf_stack_experts(in, f + "experts.", ".gate_proj.weight", cfg.num_experts, consumed));
-    imp.put(o + "routed_experts.wi_1", detail::hf_stack_experts(in, f + "experts.", ".up_proj.weight", cfg.num_experts, consumed));
-    imp.put(o + "routed_experts.wo", detail::hf_stack_experts(in, f + "experts.", ".down_proj.weight", cfg.num_experts, consumed));
-    imp.mark_used(consumed);
+    if (imp.has(f + "experts.gate_up_proj") || imp.has(f + "experts.down_proj")) {  // 3-D expert tensors
+      if (const AnyTensor* t = imp.get(f + "experts.gate_up_proj")) {
+        imp.shape(*t, {E, 2 * F, D}, f + "experts.gate_up_proj");
+        imp.put(o + "routed_experts.wi_0", t->narrow(1, 0, F).permuted({0, 2, 1}), f + "experts.gate_up_proj");
+        imp.put(o + "routed_experts.wi_1", t->narrow(1, F, F).permuted({0, 2, 1}), f + "experts.gate_up_proj");
+      }
+      if (const AnyTensor* t = imp.get(f + "experts.down_proj")) {
+        imp.shape(*t, {E, D, F}, f + "experts.down_proj");
+        imp.put(o + "routed_experts.wo", t->permuted({0, 2, 1}), f + "experts.down_proj");
+      }
+    } else {
+      std::vector<std::string> consumed;
+      imp.put(o + "routed_experts.wi_0", detail::hf_stack_experts(in, f + "experts.", ".gate_proj.weight", E, consumed));
+      imp.put(o + "routed_experts.wi_1", detail::hf_stack_experts(in, f + "experts.", ".up_proj.weight", E, consumed));
+      imp.put(o + "routed_experts.wo", detail::hf_stack_experts(in, f + "experts.", ".down_proj.weight", E, consumed));
+      imp.mark_used(consumed);
+    }
     imp.dense(f + "shared_expert.gate_proj.weight", o + "shared_expert.wi_0.kernel");
     imp.dense(f + "shared_expert.up_proj.weight", o + "shared_expert.wi_1.kernel");
     imp.dense(f + "shared_expert.down_proj.weight", o + "shared_expert.wo.kernel");
     imp.dense(f + "shared_expert_gate.weight", o + "shared_expert_gate.kernel");
   }
-  return imp.finish({"model.rotary_emb."});
+  return imp.finish({root + "rotary_emb.", "model.visual.", "mtp."});
 }
 
 }  // namespace maxtext::io

@@ -103,10 +103,10 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
   MAXTEXT_CHECK(!cfg.is("qwen3_custom_moe") || w.format == WeightFormat::maxtext_safetensors, UnsupportedError,
                 "[weights] ", path, ": decoder_block ", cfg.decoder_block,
                 " reads MaxText checkpoints only (no Hugging Face / GGUF / llama2.c importer for it)");
-  MAXTEXT_CHECK(!cfg.is("qwen3_next") || w.format == WeightFormat::maxtext_safetensors ||
+  MAXTEXT_CHECK(!cfg.is_qwen3_hybrid() || w.format == WeightFormat::maxtext_safetensors ||
                     w.format == WeightFormat::hf_safetensors,
-                UnsupportedError, "[weights] ", path, ": decoder_block qwen3_next reads MaxText and Hugging Face "
-                "checkpoints (no GGUF / llama2.c importer for it)");
+                UnsupportedError, "[weights] ", path, ": decoder_block ", cfg.decoder_block, " reads MaxText and Hugging "
+                "Face checkpoints (no GGUF / llama2.c importer for it)");
   MAXTEXT_CHECK(!cfg.is("llama4") || w.format != WeightFormat::llama2c, UnsupportedError, "[weights] ", path,
                 ": decoder_block llama4 reads MaxText, Hugging Face and GGUF checkpoints, not llama2.c files");
   switch (w.format) {
@@ -165,7 +165,7 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         w.naming = WeightNaming::hf;
         return w;
       }
-      if (cfg.is("qwen3_next")) {  // io/hf_qwen3_next.hpp
+      if (cfg.is_qwen3_hybrid()) {  // io/hf_qwen3_next.hpp (Qwen3-Next and Qwen3.5 names)
         w.tensors = import_hf_qwen3_next(raw, cfg, "hf " + path);
         w.naming = WeightNaming::hf;
         return w;

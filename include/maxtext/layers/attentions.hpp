@@ -120,10 +120,9 @@ class Attention {
                   ") must be a multiple of num_kv_heads (", K_, ")");
     MAXTEXT_CHECK(!(fused_ && a.share_kv_projections), ConfigError, where,
                   "share_kv_projections is incompatible with fused_qkv");
-    MAXTEXT_CHECK(!c.is("qwen3_5"), UnsupportedError, where, "the gated Qwen3.5 full attention is not implemented");
-    // Qwen3-Next's full attention (attentions.py is_qwen3_hybrid): the query kernel [D, N, 2H] also yields a
+    // Qwen3-Next's (and Qwen3.5's) full attention (attentions.py is_qwen3_hybrid): the query kernel [D, N, 2H] also yields a
     // per-head gate, q and k take (1 + w) RMSNorms, the output is o * sigmoid(gate), the out kernel is 2-D [N*H, D].
-    gated_ = c.is("qwen3_next");
+    gated_ = c.is_qwen3_hybrid();
     MAXTEXT_CHECK(!gated_ || (!fused_ && !a.share_kv_projections && !sinks_ && !a.use_qk_norm), UnsupportedError, where,
                   "the Qwen3-Next gated attention takes no fused_qkv, share_kv_projections, attention_sink or use_qk_norm");
     if (sinks_) {

@@ -23,7 +23,10 @@
 
 namespace maxtext::layers {
 
-enum class RopeKind : std::uint8_t { none, default_rope, llama31, yarn };
+/// mrope: MaxText's Qwen3OmniMoeThinkerTextRotaryEmbedding (use_mrope) at text positions, where the temporal, height
+/// and width positions are all the token's position, so its section interleaving selects equal angles: partial RoPE
+/// with angles p * (1 / timescale) and cos / sin kept in f32 (not rounded to the input dtype).
+enum class RopeKind : std::uint8_t { none, default_rope, llama31, yarn, mrope };
 
 /// Settings of one rotary embedding; build_rotary_table turns them into a RotaryTable.
 struct RopeSpec {
@@ -130,6 +133,16 @@ inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positio
       }
       break;
     }
+    case RopeKind::mrope:
+      // embeddings.py Qwen3OmniMoeThinkerTextRotaryEmbedding: RotaryEmbedding's timescale over rotary_dim, then
+      // freqs = position * (1 / timescale) in f32; cos / sin times attention_scaling (1.0) stay f32; rotate_half on
+      // the first rotary_dim lanes, the rest passed through.
+      t.layout = RopeLayout::half_split;
+      t.round_sincos_to_input = false;
+      for (std::int64_t i = 0; i < half; ++i) {
+        freq[static_cast<std::size_t>(i)] = 1.0f / detail::timescale(i, d, spec.min_timescale, spec.max_timescale);
+      }
+      break;
     case RopeKind::yarn: {
       MAXTEXT_CHECK(!spec.yarn_pairwise || spec.interleaved, ConfigError,
                     "[rope] rope_pairwise=true requires rope_interleave=true");
@@ -170,8 +183,9 @@ inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positio
   }
   for (std::int64_t p = 0; p < positions; ++p) {
     for (std::int64_t i = 0; i < half; ++i) {
-      const float angle = spec.kind == RopeKind::yarn ? static_cast<float>(p) * freq[static_cast<std::size_t>(i)]
-                                                      : static_cast<float>(p) / ts[static_cast<std::size_t>(i)];
+      const bool by_freq = spec.kind == RopeKind::yarn || spec.kind == RopeKind::mrope;
+      const float angle = by_freq ? static_cast<float>(p) * freq[static_cast<std::size_t>(i)]
+                                  : static_cast<float>(p) / ts[static_cast<std::size_t>(i)];
       t.cos(p, i) = std::cos(angle);
       t.sin(p, i) = std::sin(angle);
     }
@@ -189,10 +203,11 @@ struct RopeArgs {
   bool is_nope_layer = false;          ///< no rotary embedding at all
 };
 
-/// MaxText Attention.init_rotary_embedding (spec rope.md §Selection), for the text-only variants: NoPE, LLaMA-3.1
-/// (model_name or rope_type starting with "llama3.1"), YaRN (rope_type starting with "yarn"), partial RoPE
-/// (layer-level factor < 1), else default RoPE (local_rope_max_timescale on local sliding layers, linear scaling
-/// except on Gemma-3 local layers). Gemma-4's partial variant and multimodal RoPE are refused.
+/// MaxText Attention.init_rotary_embedding (spec rope.md §Selection), for the text-only variants: NoPE, MRoPE at text
+/// positions (use_mrope; the config accepts it only for blocks whose layers pass it), LLaMA-3.1 (model_name or
+/// rope_type starting with "llama3.1"), YaRN (rope_type starting with "yarn"), partial RoPE (layer-level factor < 1),
+/// else default RoPE (local_rope_max_timescale on local sliding layers, linear scaling except on Gemma-3 local
+/// layers). Gemma-4's partial variant is refused.
 inline RopeSpec select_rope(const Config& c, const RopeArgs& a) {
   RopeSpec s;
   s.head_dim = a.dims;
@@ -206,6 +221,18 @@ inline RopeSpec select_rope(const Config& c, const RopeArgs& a) {
   const double theta = a.rope_max_timescale > 0 ? a.rope_max_timescale : c.rope_max_timescale;
   s.min_timescale = c.rope_min_timescale;
   s.max_timescale = theta;
+  if (c.use_mrope) {
+    s.kind = RopeKind::mrope;
+    const double f = a.partial_rotary_factor > 0.0 ? a.partial_rotary_factor : c.partial_rotary_factor;
+    MAXTEXT_CHECK(f > 0.0 && f <= 1.0, ConfigError, "[rope] use_mrope: partial_rotary_factor must be in (0, 1], found ", f);
+    s.rot_dims = static_cast<std::int64_t>(static_cast<double>(a.dims) * f);
+    std::int64_t freqs = 0;
+    for (const auto v : c.mrope_section()) freqs += v;
+    MAXTEXT_CHECK(s.rot_dims > 0 && s.rot_dims % 2 == 0 && freqs == s.rot_dims / 2, ConfigError, "[rope] use_mrope: ",
+                  s.rot_dims, " rotary dims (", a.dims, " x partial_rotary_factor ", f,
+                  ") must be even and twice the frequencies of mrope_section ", c.mrope_section(), " (", freqs, ")");
+    return s;
+  }
   if (detail::starts_with(c.model_name, "llama3.1") || detail::starts_with(type, "llama3.1")) {
     s.kind = RopeKind::llama31;
     s.llama31_use_scale = c.rope_use_scale;

@@ -23,6 +23,7 @@
 #include "maxtext/layers/qwen2.hpp"
 #include "maxtext/layers/qwen3.hpp"
 #include "maxtext/layers/qwen3_custom.hpp"
+#include "maxtext/layers/qwen3_5.hpp"
 #include "maxtext/layers/qwen3_next.hpp"
 #include "maxtext/layers/simple_layer.hpp"
 #include "maxtext/models/transformer.hpp"
@@ -56,6 +57,7 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("gpt_oss")) return f.template operator()<Transformer<P, layers::GptOssDecoderLayer>>();
   if (cfg.is("llama4")) return f.template operator()<Transformer<P, layers::Llama4DecoderLayer>>();
   if (cfg.is("qwen3_next")) return f.template operator()<Transformer<P, layers::Qwen3NextDecoderLayer>>();
+  if (cfg.is("qwen3_5")) return f.template operator()<Transformer<P, layers::Qwen3_5DecoderLayer>>();
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }

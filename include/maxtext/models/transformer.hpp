@@ -139,8 +139,8 @@ class Transformer {
     if (gpt3_norm_) {
       final_gpt3_ = layers::Gpt3LayerNorm<P>({D, eps, true});
     } else {
-      // qwen3_next's decoder_norm is Qwen3NextRMSNorm (decoders.py): scale_offset 1, x * rsqrt(...) * (1 + w).
-      final_rms_ = layers::RMSNorm<P>({D, eps, true, cfg_.is("qwen3_next") ? 1.0f : 0.0f});
+      // qwen3_next's (and qwen3_5's) decoder_norm is Qwen3NextRMSNorm (decoders.py): scale_offset 1, x * rsqrt(...) * (1 + w).
+      final_rms_ = layers::RMSNorm<P>({D, eps, true, cfg_.is_qwen3_hybrid() ? 1.0f : 0.0f});
     }
     if (!cfg_.logits_via_embedding) {
       logits_ = layers::DenseGeneral<P>({{D}, {cfg_.vocab_size}, false, layers::Init::truncated_normal});
