@@ -7,7 +7,12 @@
 // while attention reads the whole KV cache and grows linearly. Head sizes are Qwen3-Next-80B's (Gated DeltaNet
 // Dk = Dv = 128, attention head_dim 256), head counts and widths scaled down to fit one core.
 // Prints one JSON object per (stack, context): {"stack": ..., "context": n, "ms_per_token": x, "prefill_s": y}.
-//   bench_qwen3_next [--threads N] [--contexts 512,2048,8192] [--steps 16] [--layers 4]
+// --gdn-chunked 0 runs the Gated DeltaNet prompt token by token (cpu::Options::gdn_chunked) to compare prefill with
+// the chunked form; --stacks picks stacks (default gdn,attn,hybrid). The stack "op" times the backend's
+// gated_delta_rule alone at the 80B model's head counts (32 value heads of 128 x 128, 16 key heads) over a prompt of
+// each context, the chunked form and the recurrence in turn (us per token, best of 3).
+//   bench_qwen3_next [--threads N] [--contexts 512,2048,8192] [--steps 16] [--layers 4] [--gdn-chunked 1]
+//                    [--stacks gdn,attn,hybrid]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,6 +41,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int main(int argc, char** argv) {
   int threads = 1, steps = 16;
+  bool chunked = true;
+  std::string stacks = "gdn,attn,hybrid";
   std::int64_t layers = 4;
   std::vector<std::int64_t> contexts = {512, 2048, 8192};
   if (argc % 2 == 0) {
@@ -48,6 +55,10 @@ int main(int argc, char** argv) {
       threads = std::stoi(v);
     } else if (k == "--steps") {
       steps = std::stoi(v);
+    } else if (k == "--gdn-chunked") {
+      chunked = v != "0";
+    } else if (k == "--stacks") {
+      stacks = "," + v + ",";
     } else if (k == "--layers") {
       layers = std::stoll(v);
     } else if (k == "--contexts") {
@@ -74,6 +85,7 @@ int main(int argc, char** argv) {
       "gdn_num_value_heads=4 gdn_key_head_dim=128 gdn_value_head_dim=128 dtype=float32 scan_layers=false";
   for (const auto& [stack, interval] : std::vector<std::pair<std::string, std::int64_t>>{
            {"gdn", layers + 1}, {"attn", 1}, {"hybrid", 4}}) {
+    if (("," + stacks + ",").find("," + stack + ",") == std::string::npos) continue;
     std::vector<std::string> ov;
     std::stringstream ss(shape);
     std::string kv;
@@ -82,7 +94,10 @@ int main(int argc, char** argv) {
     ov.push_back("inhomogeneous_layer_cycle_interval=" + std::to_string(interval));
     ov.push_back("max_target_length=" + std::to_string(max_ctx + steps + 1));
     const Config cfg = io::load_config("", ov);
-    Model m(cfg, cpu::Backend(cpu::Options{threads}));
+    cpu::Options opt;
+    opt.threads = threads;
+    opt.gdn_chunked = chunked;
+    Model m(cfg, cpu::Backend(opt));
     m.init(7);
     std::mt19937 rng(3);
     for (const std::int64_t ctx : contexts) {
@@ -101,9 +116,52 @@ int main(int argc, char** argv) {
         m.forward(tok, cache, last);
       }
       const double ms = 1e3 * seconds_since(t1) / steps;
-      std::printf("{\"stack\": \"%s\", \"layers\": %lld, \"threads\": %d, \"context\": %lld, \"ms_per_token\": %.3f, "
-                  "\"prefill_s\": %.3f}\n",
-                  stack.c_str(), static_cast<long long>(layers), threads, static_cast<long long>(ctx), ms, prefill);
+      std::printf("{\"stack\": \"%s\", \"layers\": %lld, \"threads\": %d, \"gdn_chunked\": %d, \"context\": %lld, "
+                  "\"ms_per_token\": %.3f, \"prefill_s\": %.3f}\n",
+                  stack.c_str(), static_cast<long long>(layers), threads, chunked ? 1 : 0, static_cast<long long>(ctx), ms,
+                  prefill);
+      std::fflush(stdout);
+    }
+  }
+  if (stacks.find(",op,") != std::string::npos) {
+    GdnShape sh;
+    sh.key_heads = 16;
+    sh.value_heads = 32;
+    sh.key_dim = 128;
+    sh.value_dim = 128;
+    const std::int64_t kd = sh.key_heads * sh.key_dim, vd = sh.value_heads * sh.value_dim, W = 2 * kd + vd;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (const std::int64_t ctx : contexts) {
+      Tensor<float, 2> qkv({ctx, W}), a({ctx, sh.value_heads}), b({ctx, sh.value_heads}), o({ctx, vd}),
+          state({1, sh.state_width()});
+      for (auto* t : {&qkv, &a, &b}) {
+        for (std::int64_t i = 0; i < t->size(); ++i) t->data()[i] = normal(rng);
+      }
+      Tensor<float, 1> a_log({sh.value_heads}), dt({sh.value_heads});
+      std::fill(a_log.data(), a_log.data() + sh.value_heads, -1.0f);
+      std::fill(dt.data(), dt.data() + sh.value_heads, 0.5f);
+      Tensor<std::int32_t, 1> start({1});
+      start(0) = 0;
+      const auto cols = [&](std::int64_t c0, std::int64_t n) { return View<const float, 2>(&qkv(0, c0), {ctx, n}, {W, 1}); };
+      double us[2] = {0.0, 0.0};
+      for (int form = 0; form < 2; ++form) {
+        cpu::Options opt;
+        opt.threads = threads;
+        opt.gdn_chunked = form == 0;
+        const cpu::Backend be(opt);
+        double best = 1e30;
+        for (int rep = 0; rep < 3; ++rep) {
+          const auto t0 = std::chrono::steady_clock::now();
+          be.gated_delta_rule(cols(0, kd), cols(kd, kd), cols(2 * kd, vd), a.cview(), b.cview(), a_log.cview(),
+                              dt.cview(), sh, start.cview(), View<const std::int32_t, 1>(), state.view(), o.view());
+          best = std::min(best, seconds_since(t0));
+        }
+        us[form] = 1e6 * best / static_cast<double>(ctx);
+      }
+      std::printf("{\"stack\": \"op\", \"threads\": %d, \"context\": %lld, \"chunked_us_per_token\": %.2f, "
+                  "\"recurrent_us_per_token\": %.2f, \"speedup\": %.2f}\n",
+                  threads, static_cast<long long>(ctx), us[0], us[1], us[1] / us[0]);
       std::fflush(stdout);
     }
   }

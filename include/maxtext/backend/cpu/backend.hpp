@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <cstdlib>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -38,13 +39,18 @@ struct Options {
   /// otherwise too). Faster on one core, and no longer the product of the dequantised weights with the exact
   /// activations: each block adds a relative error of up to 1/254 of its largest activation (docs/numerics.md).
   bool int8_activations = false;
+  /// Gated DeltaNet prompts of 16 tokens or more in the chunked form (gdn_chunk_prefill); false = the recurrence
+  /// token by token everywhere (the same math; for comparisons, bench/qwen3_next_decode.cpp --gdn-chunked 0).
+  bool gdn_chunked = true;
 };
 
 class Backend {
  public:
   static constexpr const char* name = "cpu";
 
-  explicit Backend(Options opt = {}) : int8_activations_(opt.int8_activations) { set_threads(opt.threads); }
+  explicit Backend(Options opt = {}) : int8_activations_(opt.int8_activations), gdn_chunked_(opt.gdn_chunked) {
+    set_threads(opt.threads);
+  }
 
   // ---- memory ---------------------------------------------------------------------------------------------
   const std::shared_ptr<MemoryResource>& memory() const { return host_memory(); }
@@ -746,7 +752,16 @@ class Backend {
     });
   }
 
-  /// The gated delta rule token by token per (sequence, value head), in f32 on the state held in `state`.
+  /// Prompts of at least this many valid tokens take the chunked form of the gated delta rule (gdn_chunk_prefill);
+  /// shorter steps (decode) run the recurrence token by token.
+  static constexpr std::int64_t kGdnChunkMin = 16;
+  /// Tokens per chunk of the chunked form (the result does not depend on it). On one Zen core, 32 value heads of
+  /// 128 x 128 (bench_qwen3_next --stacks op): 37-39 us per token at 32, 43-47 at 64, 55-59 at 128, against 67-78 for
+  /// the recurrence.
+  static constexpr std::int64_t kGdnChunk = 32;
+
+  /// The gated delta rule per (sequence, value head), in f32 on the state held in `state`: the recurrence token by
+  /// token, or for prompts of kGdnChunkMin valid tokens or more the same recurrence in chunks (gdn_chunk_prefill).
   template <class A>
   void gated_delta_rule(View<const A, 2> q, View<const A, 2> k, View<const A, 2> v, View<const A, 2> a,
                         View<const A, 2> bt, View<const float, 1> a_log, View<const float, 1> dt_bias,
@@ -757,13 +772,28 @@ class Backend {
     MAXTEXT_DASSERT(state.dim(1) == sh.state_width() && o.dim(1) == Hv * Dv && q.dim(0) == Bn * T);
     parallel_rows(Bn * Hv, T * Dk * Dv * 6, [&](std::int64_t p0, std::int64_t p1) {
       auto [qn, kn, vv, u, ov] = thread_rows<5>(std::max(Dk, Dv));
+      GdnChunk chunk;
+      if (T >= kGdnChunkMin) chunk.resize(std::min(kGdnChunk, T), Dk, Dv);
+#if defined(_OPENMP)
+      // The chunks' Eigen products stay on this thread (heads are the parallel axis): Eigen would otherwise start
+      // omp_get_max_threads() threads per product when this runs outside a parallel region (one thread).
+      const int eigen_outer = omp_get_max_threads();
+      omp_set_num_threads(1);
+#endif
       for (std::int64_t p = p0; p < p1; ++p) {
         const std::int64_t b = p / Hv, h = p % Hv, kc = (h / r) * Dk;
         float* S = &state(b, h * Dk * Dv);
         if (start(b) == 0) std::fill(S, S + Dk * Dv, 0.0f);
         const std::int64_t n = valid.empty() ? T : valid(b);
         MAXTEXT_DASSERT(n >= 0 && n <= T);
-        for (std::int64_t t = 0; t < T; ++t) {
+        const std::int64_t first = gdn_chunked_ && n >= kGdnChunkMin ? n : 0;  // [0, first): the chunked form
+        if (first > 0) {
+          for (std::int64_t t0 = 0; t0 < first; t0 += kGdnChunk) {
+            gdn_chunk_prefill(q, k, v, a, bt, a_log(h), dt_bias(h), sh, b * T + t0, std::min(kGdnChunk, first - t0), h,
+                              S, o, chunk);
+          }
+        }
+        for (std::int64_t t = first; t < T; ++t) {
           const std::int64_t m = b * T + t;
           vec::to_f32(&q(m, kc), qn.data(), Dk);
           vec::to_f32(&k(m, kc), kn.data(), Dk);
@@ -803,11 +833,121 @@ class Backend {
           vec::from_f32(ov.data(), &o(m, h * Dv), Dv);
         }
       }
+#if defined(_OPENMP)
+      omp_set_num_threads(eigen_outer);
+#endif
     });
   }
 
  private:
   static constexpr std::int64_t kGemmMinRows = 4;
+
+  /// Scratch of one chunk of the chunked gated delta rule: L tokens' normalised q and k [L, Dk], the updates U and
+  /// the outputs [L, Dv], the token-pair matrices [L, L], beta and the cumulative log-decay [L].
+  struct GdnChunk {
+    // One page-aligned block. Each part starts 64 * (i + 1) bytes past a 4 KiB boundary: the state rows the products
+    // read (and the inputs) sit at 4 KiB multiples, and a part placed at the same offset modulo 4 KiB ran the products
+    // at half speed (4K aliasing between the loads of one and the stores of another; seen as 31 against 70 us per
+    // token depending on where the allocator put the scratch).
+    std::unique_ptr<float, void (*)(void*)> mem{nullptr, std::free};
+    float *qk_rows = nullptr, *u = nullptr, *yx = nullptr, *pairs = nullptr, *beta = nullptr, *cum = nullptr, *e = nullptr;
+    void resize(std::int64_t L, std::int64_t Dk, std::int64_t Dv) {
+      constexpr std::int64_t kPage = 1024;  // floats per 4 KiB
+      const std::int64_t sizes[] = {2 * L * Dk, L * Dv, 2 * L * Dv, 2 * L * L, L, L, L};
+      float** parts[] = {&qk_rows, &u, &yx, &pairs, &beta, &cum, &e};
+      std::int64_t offsets[7], total = 0;
+      for (std::size_t i = 0; i < 7; ++i) {
+        offsets[i] = (total + kPage - 1) / kPage * kPage + 16 * static_cast<std::int64_t>(i + 1);
+        total = offsets[i] + sizes[i];
+      }
+      const std::size_t bytes = static_cast<std::size_t>((total + kPage - 1) / kPage * kPage) * sizeof(float);
+      mem.reset(static_cast<float*>(std::aligned_alloc(4096, bytes)));
+      MAXTEXT_CHECK(mem != nullptr, Error, "[cpu] gated_delta_rule: cannot allocate ", bytes, " bytes of scratch");
+      for (std::size_t i = 0; i < 7; ++i) *parts[i] = mem.get() + offsets[i];
+    }
+  };
+
+  /// L tokens (rows m0 .. m0+L-1, all valid) of one value head h through the gated delta rule in chunked form,
+  /// starting from and updating the state S [Dk, Dv]. With c_t the cumulative log-decay in the chunk (c_t = sum_{s<=t}
+  /// g_s) and S0 the state before it, the recurrence S_t = e^{g_t} S_{t-1} + k_t u_t^T, u_t = beta_t (v_t -
+  /// e^{g_t} S_{t-1}^T k_t), o_t = S_t^T q_t unrolls to
+  ///   u_t + beta_t sum_{s<t} e^{c_t - c_s} (k_t . k_s) u_s = beta_t (v_t - e^{c_t} S0^T k_t)   (lower triangular:
+  ///                                                                                          forward substitution)
+  ///   o_t = e^{c_t} S0^T q_t + sum_{s<=t} e^{c_t - c_s} (q_t . k_s) u_s
+  ///   S_L = e^{c_L} S0 + sum_s e^{c_L - c_s} k_s u_s^T
+  /// i.e. matrix products (Eigen, one thread: the caller runs heads in parallel) instead of three passes over the
+  /// state per token. Every exponent is <= 0 (nothing divides by a decay). The same math as the recurrence, in
+  /// another f32 summation order.
+  template <class A>
+  static void gdn_chunk_prefill(View<const A, 2> q, View<const A, 2> k, View<const A, 2> v, View<const A, 2> a,
+                                View<const A, 2> bt, float a_log, float dt_bias, const GdnShape& sh, std::int64_t m0,
+                                std::int64_t L, std::int64_t h, float* S, View<A, 2> o, GdnChunk& c) {
+    using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using Map = Eigen::Map<Mat>;
+    const std::int64_t Dk = sh.key_dim, Dv = sh.value_dim, kc = (h / (sh.value_heads / sh.key_heads)) * Dk;
+    // q and k rows stacked, so that one product gives S0^T q_t and S0^T k_t, another q_t . k_s and k_t . k_s.
+    Map QKr(c.qk_rows, 2 * L, Dk), YX(c.yx, 2 * L, Dv), PP(c.pairs, 2 * L, L), U(c.u, L, Dv),
+        S0(S, Dk, Dv);
+    auto Q = QKr.topRows(L);
+    auto K = QKr.bottomRows(L);
+    auto O = YX.topRows(L);
+    auto X = YX.bottomRows(L);
+    auto QK = PP.topRows(L);
+    auto KK = PP.bottomRows(L);
+    const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk)), ea = std::exp(a_log);
+    float run = 0.0f;
+    for (std::int64_t t = 0; t < L; ++t) {
+      const std::int64_t m = m0 + t;
+      float* qt = &Q(t, 0);
+      float* kt = &K(t, 0);
+      vec::to_f32(&q(m, kc), qt, Dk);
+      vec::to_f32(&k(m, kc), kt, Dk);
+      float sq = 0.0f, sk = 0.0f;
+      for (std::int64_t i = 0; i < Dk; ++i) {
+        sq += qt[i] * qt[i];
+        sk += kt[i] * kt[i];
+      }
+      const float fq = kmath::gdn_l2_factor(sq) * qscale, fk = kmath::gdn_l2_factor(sk);
+      for (std::int64_t i = 0; i < Dk; ++i) {
+        qt[i] *= fq;
+        kt[i] *= fk;
+      }
+      c.beta[t] = math::sigmoid(to_float(bt(m, h)));
+      run += -ea * math::softplus(to_float(a(m, h)) + dt_bias);  // the log of gdn_gates' decay
+      c.cum[t] = run;
+      vec::to_f32(&v(m, h * Dv), &U(t, 0), Dv);
+    }
+    YX.noalias() = QKr * S0;               // rows: S0^T q_t, then S0^T k_t
+    PP.noalias() = QKr * K.transpose();    // rows: q_t . k_s, then k_t . k_s
+    constexpr std::int64_t w = static_cast<std::int64_t>(vec::W);
+    float* e = c.e;
+    const float* cum = c.cum;
+    for (std::int64_t t = 0; t < L; ++t) {
+      const float ct = cum[t], g = std::exp(ct), bta = c.beta[t];
+      U.row(t) = bta * (U.row(t) - g * X.row(t));
+      O.row(t) *= g;
+      // e[s] = e^{c_t - c_s} for s <= t (vectorised), then the pair coefficients of row t.
+      std::int64_t s2 = 0;
+      for (; s2 + w <= t + 1; s2 += w) {
+        xsimd::exp(vec::fbatch(ct) - vec::fbatch::load_unaligned(cum + s2)).store_unaligned(e + s2);
+      }
+      for (; s2 <= t; ++s2) e[s2] = std::exp(ct - cum[s2]);
+      float* kk = &KK(t, 0);
+      float* qk = &QK(t, 0);
+      for (s2 = 0; s2 < t; ++s2) kk[s2] *= bta * e[s2];
+      for (s2 = 0; s2 <= t; ++s2) qk[s2] *= e[s2];
+      for (s2 = t; s2 < L; ++s2) kk[s2] = 0.0f;
+      for (s2 = t + 1; s2 < L; ++s2) qk[s2] = 0.0f;
+      if (t > 0) U.row(t).noalias() -= KK.row(t).head(t) * U.topRows(t);  // forward substitution
+    }
+    O.noalias() += QK * U;
+    for (std::int64_t t = 0; t < L; ++t) vec::from_f32(&O(t, 0), &o(m0 + t, h * Dv), Dv);
+    // S <- e^{c_L} S0 + sum_s (e^{c_L - c_s} k_s) u_s^T
+    const float cl = cum[L - 1];
+    for (std::int64_t t = 0; t < L; ++t) K.row(t) *= std::exp(cl - cum[t]);
+    S0 *= std::exp(cl);
+    S0.noalias() += K.transpose() * U;
+  }
 
   /// Run f(begin, end) over [0, rows) split across threads; `cost_per_row` (flops-ish) decides how many.
   template <class F>
@@ -946,6 +1086,7 @@ class Backend {
 
   int threads_ = 1;
   bool int8_activations_ = false;
+  bool gdn_chunked_ = true;
 };
 
 }  // namespace maxtext::cpu
