@@ -182,6 +182,14 @@ TEMPLATE_TEST_CASE("element-wise ops: CPU equals the reference", "[backend][ops]
   cpu_be.soft_cap(xc.view(), 1.5f);
   ref_be.soft_cap(xr.view(), 1.5f);
   expect_near(xc, xr, tol, 1e-2, "soft_cap");
+  // scale_rows: row m times round(sigmoid(g[m])), computed on the backend (Qwen3-Next's shared-expert gate).
+  const auto gate = random_tensor<A, 2>({M, 1}, 2.0f);
+  auto gc = copy_of(a), gr = copy_of(a);
+  cpu_be.scale_rows(gc.view(), gate.cview(), Activation::sigmoid);
+  ref_be.scale_rows(gr.view(), gate.cview(), Activation::sigmoid);
+  expect_near(gc, gr, 2 * tol, 1.0, "scale_rows");
+  const float f2 = round_to<A>(1.0f / (1.0f + std::exp(-to_float(gate(2, 0)))));
+  CHECK(to_float(gr(2, 3)) == Approx(to_float(from_float<A>(to_float(a(2, 3)) * f2))).epsilon(2 * tol));
   Tensor<float, 2> fc({M, D}), fr({M, D});
   cpu_be.convert(a.cview(), fc.view());
   ref_be.convert(a.cview(), fr.view());

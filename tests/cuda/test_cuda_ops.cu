@@ -186,6 +186,10 @@ TEMPLATE_TEST_CASE("cuda norms, element-wise ops, copy, embed, softmax equal the
   ref_be.soft_cap(xr.view(), 1.5f);
   gpu().soft_cap(xg.view(), 1.5f);
   expect_near(host(xg), xr, 2 * tol, 1e-2, "scale + soft_cap");
+  const auto gate = random_tensor<A, 2>({M, 1}, 2.0f);
+  ref_be.scale_rows(xr.view(), gate.cview(), Activation::sigmoid);
+  gpu().scale_rows(xg.view(), dev(gate).cview(), Activation::sigmoid);
+  expect_near(host(xg), xr, 4 * tol, 1e-2, "scale_rows (sigmoid gate per row)");
 
   Tensor<float, 2> fr({M, D}), fd({M, D}, gpu().memory());
   ref_be.convert(x.cview(), fr.view());

@@ -175,6 +175,7 @@ class SimDeviceBackend {
   MAXTEXT_SIM_OP(activation)
   MAXTEXT_SIM_OP(scale)
   MAXTEXT_SIM_OP(soft_cap)
+  MAXTEXT_SIM_OP(scale_rows)
   MAXTEXT_SIM_OP(convert)
   MAXTEXT_SIM_OP(embed)
   MAXTEXT_SIM_OP(rotary)

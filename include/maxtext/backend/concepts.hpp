@@ -49,6 +49,7 @@ concept BackendElementwise = requires(const B& b, View<const float, 2> x, View<f
   b.add(x, x, y);
   b.activation(x, Activation::silu, x, Activation::linear, y);
   b.scale(y, 2.0f, false);
+  b.scale_rows(y, x, Activation::sigmoid);
   b.soft_cap(y, 30.0f);
   b.convert(x, y);
   b.copy(x, y);

@@ -221,14 +221,7 @@ class Qwen3NextSparseMoe {
     shared_.forward(ctx, p.shared_expert, x, s);
     View<A, 2> g = ctx.scratch.template alloc<A, 2>({M, 1});
     gate_.forward(ctx, p.shared_expert_gate, x, g);
-    std::vector<A> gh(static_cast<std::size_t>(M));
-    ctx.be.synchronize();
-    ctx.be.copy(gh.data(), g.data(), gh.size() * sizeof(A), CopyKind::device_to_host);
-    ctx.be.synchronize();
-    for (std::int64_t m = 0; m < M; ++m) {
-      const float f = round_to<A>(1.0f / (1.0f + std::exp(-to_float(gh[static_cast<std::size_t>(m)]))));
-      ctx.be.scale(s.narrow(0, m, 1), f);
-    }
+    ctx.be.scale_rows(s, View<const A, 2>(g), Activation::sigmoid);  // on the device: no host round trip
     ctx.be.add(View<const A, 2>(y), View<const A, 2>(s), y);
   }
 

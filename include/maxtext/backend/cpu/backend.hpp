@@ -263,6 +263,19 @@ class Backend {
     });
   }
 
+  /// x[m, :] = round(x[m, :] * round(act(g[m, 0]))) (reference backend: the definition); g is [M, 1].
+  template <class A>
+  void scale_rows(View<A, 2> x, View<const A, 2> g, Activation act) const {
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const float f = round_to<A>(math::activate(act, to_float(g(r, 0))));
+        A* p = &x(r, 0);
+        for (std::int64_t i = 0; i < D; ++i) p[i] = from_float<A>(to_float(p[i]) * f);
+      }
+    });
+  }
+
   /// x = round(cap * tanh(x / cap)) (final logit soft cap).
   template <class A>
   void soft_cap(View<A, 2> x, float cap) const {
