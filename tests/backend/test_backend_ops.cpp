@@ -190,6 +190,10 @@ TEMPLATE_TEST_CASE("element-wise ops: CPU equals the reference", "[backend][ops]
   expect_near(gc, gr, 2 * tol, 1.0, "scale_rows");
   const float f2 = round_to<A>(1.0f / (1.0f + std::exp(-to_float(gate(2, 0)))));
   CHECK(to_float(gr(2, 3)) == Approx(to_float(from_float<A>(to_float(a(2, 3)) * f2))).epsilon(2 * tol));
+  const auto gate32 = random_tensor<float, 2>({M, 1}, 2.0f);  // f32 routing weights (Llama 4's expert inputs)
+  cpu_be.scale_rows(gc.view(), gate32.cview(), Activation::sigmoid);
+  ref_be.scale_rows(gr.view(), gate32.cview(), Activation::sigmoid);
+  expect_near(gc, gr, 4 * tol, 1.0, "scale_rows (f32 gate)");
   Tensor<float, 2> fc({M, D}), fr({M, D});
   cpu_be.convert(a.cview(), fc.view());
   ref_be.convert(a.cview(), fr.view());

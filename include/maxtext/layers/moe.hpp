@@ -324,10 +324,7 @@ class RoutedMoE {
     if (s_.scale_inputs) {     // llama4 (k = 1): x_m * round(sigmoid(w_m)) in dtype, combined with weight 1
       View<A, 2> xs = ctx.scratch.template alloc<A, 2>({M, D});
       be.copy(x, xs);
-      for (std::int64_t m = 0; m < M; ++m) {
-        const float f = round_to<A>(1.0f / (1.0f + std::exp(-w_h[static_cast<std::size_t>(m)])));
-        be.scale(xs.narrow(0, m, 1), f);
-      }
+      be.scale_rows(xs, View<const float, 2>(w), Activation::sigmoid);  // w is [M, 1]: one call, not one per row
       xin = xs;
       std::fill(cw.begin(), cw.end(), 1.0f);
     }

@@ -57,7 +57,9 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("gpt_oss")) return f.template operator()<Transformer<P, layers::GptOssDecoderLayer>>();
   if (cfg.is("llama4")) return f.template operator()<Transformer<P, layers::Llama4DecoderLayer>>();
   if (cfg.is("qwen3_next")) return f.template operator()<Transformer<P, layers::Qwen3NextDecoderLayer>>();
-  if (cfg.is("qwen3_5")) return f.template operator()<Transformer<P, layers::Qwen3_5DecoderLayer>>();
+  // qwen3_5: Qwen3-Next's layer (layers/qwen3_5.hpp), named directly: clang takes an alias template given as a
+  // template template argument for a template of its own, which would make this a second model type.
+  if (cfg.is("qwen3_5")) return f.template operator()<Transformer<P, layers::Qwen3NextDecoderLayer>>();
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }

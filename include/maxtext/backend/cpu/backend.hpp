@@ -264,8 +264,8 @@ class Backend {
   }
 
   /// x[m, :] = round(x[m, :] * round(act(g[m, 0]))) (reference backend: the definition); g is [M, 1].
-  template <class A>
-  void scale_rows(View<A, 2> x, View<const A, 2> g, Activation act) const {
+  template <class A, class G>
+  void scale_rows(View<A, 2> x, View<const G, 2> g, Activation act) const {
     const std::int64_t M = x.dim(0), D = x.dim(1);
     parallel_rows(M, D, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {

@@ -170,11 +170,11 @@ class Backend {
     MAXTEXT_CUDA_LAUNCH_CHECK("scale");
   }
 
-  template <class A>
-  void scale_rows(View<A, 2> x, View<const A, 2> g, Activation act) const {
+  template <class A, class G>
+  void scale_rows(View<A, 2> x, View<const G, 2> g, Activation act) const {
     const std::int64_t n = x.dim(0) * x.dim(1);
     if (n == 0) return;
-    kernels::scale_rows<A><<<detail::grid_for(n), detail::kThreads, 0, stream()>>>(rows(x), rows(g), act, x.dim(0),
+    kernels::scale_rows<A, G><<<detail::grid_for(n), detail::kThreads, 0, stream()>>>(rows(x), rows(g), act, x.dim(0),
                                                                                   x.dim(1));
     MAXTEXT_CUDA_LAUNCH_CHECK("scale_rows");
   }

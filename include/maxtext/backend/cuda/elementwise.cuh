@@ -75,8 +75,8 @@ __global__ void scale(Rows<A> x, float f, bool divide, std::int64_t M, std::int6
 }
 
 /// x[r, :] = round(x[r, :] * round(act(g[r, 0]))).
-template <class A>
-__global__ void scale_rows(Rows<A> x, Rows<const A> g, Activation act, std::int64_t M, std::int64_t D) {
+template <class A, class G>
+__global__ void scale_rows(Rows<A> x, Rows<const G> g, Activation act, std::int64_t M, std::int64_t D) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M * D;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t r = i / D, c = i % D;

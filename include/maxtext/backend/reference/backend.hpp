@@ -160,9 +160,9 @@ class Backend {
   }
 
   /// x[m, :] = round(x[m, :] * round(act(g[m, 0]))): a per-row gate computed on the device (Qwen3-Next's
-  /// sigmoid-gated shared expert). g is [M, 1].
-  template <class A>
-  void scale_rows(View<A, 2> x, View<const A, 2> g, Activation a) const {
+  /// sigmoid-gated shared expert; Llama 4's routed-expert inputs, with f32 routing weights). g is [M, 1].
+  template <class A, class G>
+  void scale_rows(View<A, 2> x, View<const G, 2> g, Activation a) const {
     for (std::int64_t m = 0; m < x.dim(0); ++m) {
       const float f = round_to<A>(act(a, to_float(g(m, 0))));
       for (std::int64_t i = 0; i < x.dim(1); ++i) x(m, i) = from_float<A>(to_float(x(m, i)) * f);
