@@ -42,7 +42,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int main(int argc, char** argv) {
   int threads = 1, steps = 16;
   bool chunked = true;
-  std::string stacks = "gdn,attn,hybrid";
+  std::string stacks = ",gdn,attn,hybrid,";  // comma-delimited, so that find(",name,") matches whole names
+  const auto wanted = [&](const std::string& name) { return stacks.find("," + name + ",") != std::string::npos; };
   std::int64_t layers = 4;
   std::vector<std::int64_t> contexts = {512, 2048, 8192};
   if (argc % 2 == 0) {
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
       "gdn_num_value_heads=4 gdn_key_head_dim=128 gdn_value_head_dim=128 dtype=float32 scan_layers=false";
   for (const auto& [stack, interval] : std::vector<std::pair<std::string, std::int64_t>>{
            {"gdn", layers + 1}, {"attn", 1}, {"hybrid", 4}}) {
-    if (("," + stacks + ",").find("," + stack + ",") == std::string::npos) continue;
+    if (!wanted(stack)) continue;
     std::vector<std::string> ov;
     std::stringstream ss(shape);
     std::string kv;
@@ -123,12 +124,8 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  if (stacks.find(",op,") != std::string::npos) {
-    GdnShape sh;
-    sh.key_heads = 16;
-    sh.value_heads = 32;
-    sh.key_dim = 128;
-    sh.value_dim = 128;
+  if (wanted("op")) {
+    const GdnShape sh{.key_heads = 16, .value_heads = 32, .key_dim = 128, .value_dim = 128};
     const std::int64_t kd = sh.key_heads * sh.key_dim, vd = sh.value_heads * sh.value_dim, W = 2 * kd + vd;
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -594,23 +594,23 @@ TEMPLATE_TEST_CASE("mHC stream ops (mhc_maps, stream_sum, stream_mix): CPU equal
   }
 }
 
+namespace {
+/// An int32 vector as a backend tensor (start / valid lengths of the Gated DeltaNet ops).
+Tensor<std::int32_t, 1> ints(std::vector<std::int32_t> v) {
+  Tensor<std::int32_t, 1> t({static_cast<std::int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data());
+  return t;
+}
+}  // namespace
+
 TEMPLATE_TEST_CASE("Gated DeltaNet ops (causal_conv1d, gated_delta_rule): CPU equals the reference, steps continue "
                    "the state, padding leaves it alone", "[backend][ops][gdn]", float, bf16) {
   rng().seed(1029);
   using A = TestType;
   const double tol = std::is_same_v<A, float> ? 2e-5 : 2 * ulp_rel<A>();
   const std::int64_t Bn = 2, T = 7, C = 40, K = 4;
-  GdnShape sh;
-  sh.key_heads = 2;
-  sh.value_heads = 4;
-  sh.key_dim = 8;
-  sh.value_dim = 12;
+  const GdnShape sh{.key_heads = 2, .value_heads = 4, .key_dim = 8, .value_dim = 12};
   const std::int64_t kd = sh.key_heads * sh.key_dim, vd = sh.value_heads * sh.value_dim;
-  const auto ints = [](std::vector<std::int32_t> v) {
-    Tensor<std::int32_t, 1> t({static_cast<std::int64_t>(v.size())});
-    std::copy(v.begin(), v.end(), t.data());
-    return t;
-  };
   const auto zero_start = ints({0, 0}), cont = ints({7, 3}), valid = ints({7, 4});
   const auto w = random_tensor<A, 1>({K * C}, 0.5f);
   const auto a_log = random_tensor<float, 1>({sh.value_heads}, 0.5f), dt = random_tensor<float, 1>({sh.value_heads}, 0.5f);
@@ -691,17 +691,8 @@ TEMPLATE_TEST_CASE("Gated DeltaNet chunked prefill: the CPU's chunked form (prom
   const double tol = std::is_same_v<A, float> ? 2e-5 : 2 * ulp_rel<A>();
   const std::int64_t Bn = 2, T = 150;  // three chunks, the last one partial
   REQUIRE(T > 2 * Cpu::kGdnChunk);
-  GdnShape sh;
-  sh.key_heads = 2;
-  sh.value_heads = 4;
-  sh.key_dim = 16;
-  sh.value_dim = 24;
+  const GdnShape sh{.key_heads = 2, .value_heads = 4, .key_dim = 16, .value_dim = 24};
   const std::int64_t kd = sh.key_heads * sh.key_dim, vd = sh.value_heads * sh.value_dim, W = 2 * kd + vd;
-  const auto ints = [](std::vector<std::int32_t> v) {
-    Tensor<std::int32_t, 1> t({static_cast<std::int64_t>(v.size())});
-    std::copy(v.begin(), v.end(), t.data());
-    return t;
-  };
   // Slow decays (exp(a_log) ~ 0.14, decay ~ 0.9 per token) so that the state carries across chunks.
   auto a_log = random_tensor<float, 1>({sh.value_heads}, 0.3f);
   for (std::int64_t h = 0; h < sh.value_heads; ++h) a_log(h) -= 2.0f;
@@ -711,35 +702,34 @@ TEMPLATE_TEST_CASE("Gated DeltaNet chunked prefill: the CPU's chunked form (prom
   const auto blk = [&](const Tensor<A, 2>& t, std::int64_t r0, std::int64_t rows, std::int64_t c0, std::int64_t n) {
     return View<const A, 2>(&t(r0, c0), {rows, n}, {t.dim(1), 1});
   };
-  const auto run = [&](const auto& be, std::int64_t r0, std::int64_t rows, std::int64_t Bs, const Tensor<std::int32_t, 1>& st,
+  const auto run = [&](const auto& be, std::int64_t r0, std::int64_t rows, const Tensor<std::int32_t, 1>& st,
                        const Tensor<std::int32_t, 1>* valid, Tensor<float, 2>& state, Tensor<A, 2>& out) {
     be.gated_delta_rule(blk(qkv, r0, rows, 0, kd), blk(qkv, r0, rows, kd, kd), blk(qkv, r0, rows, 2 * kd, vd),
                         blk(a, r0, rows, 0, sh.value_heads), blk(b, r0, rows, 0, sh.value_heads), a_log.cview(), dt.cview(),
                         sh, st.cview(), valid != nullptr ? valid->cview() : View<const std::int32_t, 1>(), state.view(),
                         out.view());
-    (void)Bs;
   };
   // Two sequences from zero, the second padded after 97 tokens; then a step continuing both states.
   Tensor<float, 2> hc({Bn, sh.state_width()}), hr({Bn, sh.state_width()});
   Tensor<A, 2> oc({Bn * T, vd}), orr({Bn * T, vd});
   const auto zero = ints({0, 0}), valid = ints({150, 97}), cont = ints({150, 97});
-  run(cpu_be, 0, Bn * T, Bn, zero, &valid, hc, oc);
-  run(ref_be, 0, Bn * T, Bn, zero, &valid, hr, orr);
+  run(cpu_be, 0, Bn * T, zero, &valid, hc, oc);
+  run(ref_be, 0, Bn * T, zero, &valid, hr, orr);
   expect_near(oc, orr, tol, 0.1, "chunked outputs");
   expect_near(hc, hr, 1e-5, 0.1, "chunked state");
-  run(cpu_be, 0, Bn * T, Bn, cont, nullptr, hc, oc);
-  run(ref_be, 0, Bn * T, Bn, cont, nullptr, hr, orr);
+  run(cpu_be, 0, Bn * T, cont, nullptr, hc, oc);
+  run(ref_be, 0, Bn * T, cont, nullptr, hr, orr);
   expect_near(oc, orr, tol, 0.1, "chunked continuation outputs");
   expect_near(hc, hr, 1e-5, 0.1, "chunked continuation state");
   // Sequence 0 as a split prompt (70 + 80 tokens, both chunked), and its first 40 tokens one step at a time
   // (the recurrence): the same outputs and state as the reference over the whole prompt.
   Tensor<float, 2> s1({1, sh.state_width()}), sref({1, sh.state_width()});
   Tensor<A, 2> o1({T, vd}), oref({T, vd});
-  run(ref_be, 0, T, 1, ints({0}), nullptr, sref, oref);
+  run(ref_be, 0, T, ints({0}), nullptr, sref, oref);
   {
     Tensor<A, 2> p1({70, vd}), p2({80, vd});
-    run(cpu_be, 0, 70, 1, ints({0}), nullptr, s1, p1);
-    run(cpu_be, 70, 80, 1, ints({70}), nullptr, s1, p2);
+    run(cpu_be, 0, 70, ints({0}), nullptr, s1, p1);
+    run(cpu_be, 70, 80, ints({70}), nullptr, s1, p2);
     std::copy(p1.data(), p1.data() + p1.size(), o1.data());
     std::copy(p2.data(), p2.data() + p2.size(), o1.data() + p1.size());
     expect_near(o1, oref, tol, 0.1, "split prompt outputs");
@@ -749,10 +739,10 @@ TEMPLATE_TEST_CASE("Gated DeltaNet chunked prefill: the CPU's chunked form (prom
     Tensor<float, 2> s2({1, sh.state_width()}), s40({1, sh.state_width()});
     Tensor<A, 2> step({1, vd}), o40({40, vd}), ochunk({40, vd});
     for (std::int64_t t = 0; t < 40; ++t) {
-      run(cpu_be, t, 1, 1, ints({static_cast<std::int32_t>(t)}), nullptr, s2, step);
+      run(cpu_be, t, 1, ints({static_cast<std::int32_t>(t)}), nullptr, s2, step);
       std::copy(step.data(), step.data() + vd, o40.data() + t * vd);
     }
-    run(cpu_be, 0, 40, 1, ints({0}), nullptr, s40, ochunk);  // 40 tokens: one chunk
+    run(cpu_be, 0, 40, ints({0}), nullptr, s40, ochunk);  // 40 tokens: one chunk
     expect_near(o40, ochunk, tol, 0.1, "token by token vs chunked outputs");
     expect_near(s2, s40, 1e-5, 0.1, "token by token vs chunked state");
   }

@@ -384,9 +384,13 @@ MAXTEXT_HD inline void mhc_maps_row(const MhcOptions& o, const MhcCoefficients<A
 // ---- Gated DeltaNet (layers/qwen3_next.hpp; BackendGatedDeltaNet) ----------------------------------------------
 /// The gates of one token and value head (qwen3.py): beta = sigmoid(b), and the state decay exp(g) with the
 /// log-decay g = -exp(a_log) * softplus(a + dt_bias).
+/// The log-decay g = -exp(a_log) * softplus(a + dt_bias) (< 0); the chunked form sums these.
+MAXTEXT_HD inline float gdn_log_decay(float a, float a_log, float dt_bias) {
+  return -expf(a_log) * math::softplus(a + dt_bias);
+}
 MAXTEXT_HD inline void gdn_gates(float a, float b, float a_log, float dt_bias, float& decay, float& beta) {
   beta = math::sigmoid(b);
-  decay = expf(-expf(a_log) * math::softplus(a + dt_bias));
+  decay = expf(gdn_log_decay(a, a_log, dt_bias));
 }
 /// The factor that L2-normalises a vector with sum of squares `ss` (MaxText's l2norm, eps fixed at 1e-6).
 MAXTEXT_HD inline float gdn_l2_factor(float ss) { return 1.0f / sqrtf(ss + 1e-6f); }

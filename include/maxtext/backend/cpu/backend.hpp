@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <cstdlib>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -800,26 +800,13 @@ class Backend {
         const std::int64_t n = valid.empty() ? T : valid(b);
         MAXTEXT_DASSERT(n >= 0 && n <= T);
         const std::int64_t first = gdn_chunked_ && n >= kGdnChunkMin ? n : 0;  // [0, first): the chunked form
-        if (first > 0) {
-          for (std::int64_t t0 = 0; t0 < first; t0 += kGdnChunk) {
-            gdn_chunk_prefill(q, k, v, a, bt, a_log(h), dt_bias(h), sh, b * T + t0, std::min(kGdnChunk, first - t0), h,
-                              S, o, chunk);
-          }
+        for (std::int64_t t0 = 0; t0 < first; t0 += kGdnChunk) {
+          gdn_chunk_prefill(q, k, v, a, bt, a_log(h), dt_bias(h), sh, b * T + t0, std::min(kGdnChunk, first - t0), h, S,
+                            o, chunk);
         }
         for (std::int64_t t = first; t < T; ++t) {
           const std::int64_t m = b * T + t;
-          vec::to_f32(&q(m, kc), qn.data(), Dk);
-          vec::to_f32(&k(m, kc), kn.data(), Dk);
-          float sq = 0.0f, sk = 0.0f;
-          for (std::int64_t i = 0; i < Dk; ++i) {
-            sq += qn[i] * qn[i];
-            sk += kn[i] * kn[i];
-          }
-          const float fq = kmath::gdn_l2_factor(sq) / std::sqrt(static_cast<float>(Dk)), fk = kmath::gdn_l2_factor(sk);
-          for (std::int64_t i = 0; i < Dk; ++i) {
-            qn[i] *= fq;
-            kn[i] *= fk;
-          }
+          gdn_normalised_qk(q, k, m, kc, Dk, qn.data(), kn.data());
           if (t < n) {
             float decay = 1.0f, beta = 0.0f;
             kmath::gdn_gates(to_float(a(m, h)), to_float(bt(m, h)), a_log(h), dt_bias(h), decay, beta);
@@ -880,6 +867,25 @@ class Backend {
     }
   };
 
+  /// Row m's query and key (columns [kc, kc + Dk)) as the delta rule reads them: L2-normalised, the query then
+  /// divided by sqrt(Dk).
+  template <class A>
+  static void gdn_normalised_qk(View<const A, 2> q, View<const A, 2> k, std::int64_t m, std::int64_t kc, std::int64_t Dk,
+                                float* qn, float* kn) {
+    vec::to_f32(&q(m, kc), qn, Dk);
+    vec::to_f32(&k(m, kc), kn, Dk);
+    float sq = 0.0f, sk = 0.0f;
+    for (std::int64_t i = 0; i < Dk; ++i) {
+      sq += qn[i] * qn[i];
+      sk += kn[i] * kn[i];
+    }
+    const float fq = kmath::gdn_l2_factor(sq) / std::sqrt(static_cast<float>(Dk)), fk = kmath::gdn_l2_factor(sk);
+    for (std::int64_t i = 0; i < Dk; ++i) {
+      qn[i] *= fq;
+      kn[i] *= fk;
+    }
+  }
+
   /// L tokens (rows m0 .. m0+L-1, all valid) of one value head h through the gated delta rule in chunked form,
   /// starting from and updating the state S [Dk, Dv]. With c_t the cumulative log-decay in the chunk (c_t = sum_{s<=t}
   /// g_s) and S0 the state before it, the recurrence S_t = e^{g_t} S_{t-1} + k_t u_t^T, u_t = beta_t (v_t -
@@ -907,26 +913,12 @@ class Backend {
     auto X = YX.bottomRows(L);
     auto QK = PP.topRows(L);
     auto KK = PP.bottomRows(L);
-    const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk)), ea = std::exp(a_log);
     float run = 0.0f;
     for (std::int64_t t = 0; t < L; ++t) {
       const std::int64_t m = m0 + t;
-      float* qt = &Q(t, 0);
-      float* kt = &K(t, 0);
-      vec::to_f32(&q(m, kc), qt, Dk);
-      vec::to_f32(&k(m, kc), kt, Dk);
-      float sq = 0.0f, sk = 0.0f;
-      for (std::int64_t i = 0; i < Dk; ++i) {
-        sq += qt[i] * qt[i];
-        sk += kt[i] * kt[i];
-      }
-      const float fq = kmath::gdn_l2_factor(sq) * qscale, fk = kmath::gdn_l2_factor(sk);
-      for (std::int64_t i = 0; i < Dk; ++i) {
-        qt[i] *= fq;
-        kt[i] *= fk;
-      }
+      gdn_normalised_qk(q, k, m, kc, Dk, &Q(t, 0), &K(t, 0));
       c.beta[t] = math::sigmoid(to_float(bt(m, h)));
-      run += -ea * math::softplus(to_float(a(m, h)) + dt_bias);  // the log of gdn_gates' decay
+      run += kmath::gdn_log_decay(to_float(a(m, h)), a_log, dt_bias);
       c.cum[t] = run;
       vec::to_f32(&v(m, h * Dv), &U(t, 0), Dv);
     }
