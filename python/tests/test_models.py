@@ -231,6 +231,25 @@ def test_mixtral_hugging_face_names(mc):
     assert_close(m.forward(np.load(f"{d}/tokens.npy")), np.load(f"{d}/logits.npy"), **F32_LOGITS, what="mixtral hf")
 
 
+@pytest.mark.parametrize("weights", ["model.safetensors", "model_scanned.safetensors"])
+@pytest.mark.parametrize("case", ["gemma4_model", "gemma4_moe_model"])
+def test_gemma4_logits_and_cached_decoding(mc, case, weights):
+    """gemma4 (5 sliding-window : 1 global K=V layer with Gemma 4's partial RoPE; dense and Gemma4MoE FFNs) from
+    MaxText trees, unscanned and Gemma4ScannableBlock-scanned: logits, then the prompt through the KV cache."""
+    overrides = dict(meta(case)["config"])
+    if weights.startswith("model_scanned"):
+        overrides["scan_layers"] = True
+    m = mc.Model(mc.Config(overrides=overrides), weights=fixture(case, weights))
+    tokens = np.load(fixture(case, "tokens.npy"))
+    full = m.forward(tokens)
+    assert_close(full, np.load(fixture(case, "logits.npy")), **F32_LOGITS, what=f"{case} {weights}")
+    cache = m.new_cache(batch=2, capacity=tokens.shape[1])
+    parts = [m.forward(tokens[:, :4], cache=cache)]
+    for t in range(4, tokens.shape[1]):
+        parts.append(m.forward(tokens[:, t:t + 1], cache=cache))
+    assert_close(np.concatenate(parts, axis=1), full, rtol=1e-5, atol=1e-5, what="incremental")
+
+
 @pytest.mark.parametrize("weights", ["model.safetensors", "model_scanned.safetensors", "hf/model.safetensors"])
 @pytest.mark.parametrize("case", ["qwen3_next_model", "qwen3_5_model"])
 def test_qwen3_next_logits_and_recurrent_decoding(mc, case, weights):

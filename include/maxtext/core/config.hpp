@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "maxtext/core/error.hpp"
@@ -56,6 +57,8 @@ using StringList = std::vector<std::string>;
   X(std::string, attention, "autoselected")                      \
   X(std::string, attention_type, "global")                       \
   X(bool, share_kv_projections, false)                           \
+  X(std::int64_t, global_head_dim, 0)                            \
+  X(std::int64_t, global_num_kv_heads, 0)                        \
   X(bool, attention_bias, false)                                 \
   X(bool, attention_sink, false)                                 \
   X(std::int64_t, sliding_window_size, 0)                        \
@@ -70,6 +73,9 @@ using StringList = std::vector<std::string>;
   X(double, rope_min_timescale, 1)                               \
   X(double, rope_max_timescale, 10000)                           \
   X(double, local_rope_max_timescale, -1)                        \
+  X(double, global_rope_max_timescale, -1)                       \
+  X(double, global_rope_proportion, 0.25)                        \
+  X(double, local_rope_proportion, 1.0)                          \
   X(double, rope_linear_scaling_factor, 1.0)                     \
   X(bool, rope_use_scale, true)                                  \
   X(double, llama3_rope_factor, 8.0)                             \
@@ -463,7 +469,7 @@ inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
                                                  "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
                                                  "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe", "llama4",
-                                                 "qwen3_next", "qwen3_5"};
+                                                 "qwen3_next", "qwen3_5", "gemma4"};
   return list;
 }
 
@@ -686,6 +692,25 @@ inline void Config::validate() const {
                   "[config] decoder_block gemma3 picks query_pre_attn_scalar by model_name: expected gemma3-4b or "
                   "gemma3-12b (head_dim^-0.5) or gemma3-27b ((base_emb_dim // base_num_query_heads)^-0.5), found '",
                   model_name, "'");
+  }
+  if (decoder_block == "gemma4") {
+    // gemma4.py: five sliding-window layers, then a global one whose attention may have its own kv-head count and
+    // head dim (global_num_kv_heads, global_head_dim; 0 = the config's), and partial RoPE on both kinds.
+    MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] decoder_block gemma4 needs sliding_window_size > 0 "
+                  "(layers i % 6 < 5 use sliding-window attention), found ", sliding_window_size);
+    at_most("global_head_dim", global_head_dim, Limits::head_dim);
+    at_most("global_num_kv_heads", global_num_kv_heads, Limits::heads);
+    MAXTEXT_CHECK(global_head_dim >= 0 && global_num_kv_heads >= 0, ConfigError,
+                  "[config] global_head_dim and global_num_kv_heads must be >= 0 (0: the config's), found ",
+                  global_head_dim, " and ", global_num_kv_heads);
+    MAXTEXT_CHECK(global_num_kv_heads == 0 || num_query_heads % global_num_kv_heads == 0, ConfigError,
+                  "[config] num_query_heads (", num_query_heads, ") must be a multiple of global_num_kv_heads (",
+                  global_num_kv_heads, ")");
+    for (const auto& [key, v] : {std::pair<const char*, double>{"global_rope_proportion", global_rope_proportion},
+                                 {"local_rope_proportion", local_rope_proportion}}) {
+      MAXTEXT_CHECK(v > 0.0 && v <= 1.0, ConfigError, "[config] ", key, " must be in (0, 1], found ", v);
+    }
+    at_most("max_target_length * global_head_dim", max_target_length * global_head_dim, Limits::attended);
   }
   if (decoder_block == "olmo3") {
     // olmo3.py: OLMO3_ATTENTION_PATTERN (L, L, L, G) by layer index; the scanned Olmo3ScannableBlock holds

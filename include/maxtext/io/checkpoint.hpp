@@ -76,6 +76,55 @@ inline bool canonicalize_gemma3_scanned(const std::string& name, const AnyTensor
   return false;
 }
 
+/// Gemma 4's scanned layout (decoders.py _apply_gemma4_scanned_blocks, gemma4.py Gemma4ScannableBlock; the tree
+/// MaxText's checkpoint converter writes, param_mapping.py GEMMA4_MAXTEXT_TO_HF_PARAM_MAPPING): num_layers // 6 blocks
+/// stacked by nn.scan on param_scan_axis, each holding `local_layers` (its five sliding-window layers, stacked again by
+/// nnx_scan.create_scanned_layers on param_scan_axis, so right after the block axis) and `global_layer`:
+/// `decoder.scanned_blocks.local_layers.X` [.., blocks, 5, ..] is layer 6b + j, `decoder.scanned_blocks.global_layer.X`
+/// [.., blocks, ..] is layer 6b + 5, and `decoder.layers_remainder.layers_r.X` the unscanned layer 6 * blocks + r.
+/// Adds the per-layer views to `out`; false when `name` is none of these.
+inline bool canonicalize_gemma4_scanned(const std::string& name, const AnyTensor& t, const Config& cfg, TensorMap& out) {
+  constexpr std::int64_t pattern = 6;  // len(GEMMA4_ATTENTION_PATTERN)
+  const std::int64_t blocks = cfg.num_decoder_layers / pattern, rem = cfg.num_decoder_layers % pattern;
+  const std::string where = "[checkpoint] " + t.source + ": scanned Gemma 4 tensor " + name;
+  const std::string rpre = "decoder.layers_remainder.layers_";
+  if (name.compare(0, rpre.size(), rpre) == 0) {
+    const std::size_t dot = name.find('.', rpre.size());
+    const std::string digits = name.substr(rpre.size(), dot == std::string::npos ? std::string::npos : dot - rpre.size());
+    MAXTEXT_CHECK(!digits.empty() && digits.size() < 10 && digits.find_first_not_of("0123456789") == std::string::npos &&
+                      dot != std::string::npos,
+                  ShapeError, where, " is not ", rpre, "<r>.<param>");
+    const std::int64_t r = std::stoll(digits);
+    MAXTEXT_CHECK(r < rem, ShapeError, where, ": remainder layer ", r, " outside [0, ", rem, ") (num_decoder_layers ",
+                  cfg.num_decoder_layers, " % 6)");
+    out.add("decoder.layers_" + std::to_string(blocks * pattern + r) + "." + name.substr(dot + 1), t);
+    return true;
+  }
+  const std::string pre = "decoder.scanned_blocks.";
+  if (name.compare(0, pre.size(), pre) != 0) return false;
+  const int axis = static_cast<int>(cfg.param_scan_axis);
+  const std::string rest = name.substr(pre.size());
+  const bool local = rest.compare(0, 13, "local_layers.") == 0, global = rest.compare(0, 13, "global_layer.") == 0;
+  MAXTEXT_CHECK(local || global, ShapeError, where, " is neither ", pre, "local_layers.<param> nor ", pre,
+                "global_layer.<param>");
+  const std::string leaf = rest.substr(13);
+  MAXTEXT_CHECK(blocks > 0 && axis >= 0 && axis + (local ? 1 : 0) < t.rank() &&
+                    t.shape[static_cast<std::size_t>(axis)] == blocks &&
+                    (!local || t.shape[static_cast<std::size_t>(axis + 1)] == pattern - 1),
+                ShapeError, where, " ", t.describe(), ": expected ", blocks, " blocks (num_decoder_layers // 6) on axis ",
+                axis, " (param_scan_axis)", local ? " followed by the block's 5 local layers" : "");
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const AnyTensor tb = t.select(axis, b);
+    for (std::int64_t j = 0; j < (local ? pattern - 1 : 1); ++j) {
+      AnyTensor s = local ? tb.select(axis, j) : tb;
+      const std::int64_t layer = b * pattern + (local ? j : pattern - 1);
+      s.source = t.source + "[block " + std::to_string(b) + (local ? ", local layer " + std::to_string(j) : "") + "]";
+      out.add("decoder.layers_" + std::to_string(layer) + "." + leaf, std::move(s));
+    }
+  }
+  return true;
+}
+
 /// The scanned layout of the blocks that repeat a cycle of inhomogeneous_layer_cycle_interval (P) layers
 /// (decoders.py: GPT-OSS's GptOssScannableBlock, Llama 4's Llama4ScannableBlock, OLMo 3's Olmo3ScannableBlock):
 /// `decoder.layers.layers_j.X` (Qwen3-Next: `layer_j`, `sub`) for j in [0, P) stacks layers j, j + P, j + 2P, ... (num_layers / P repetitions, on
@@ -122,6 +171,7 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
   for (const auto& [raw, t] : in.tensors) {
     const std::string name = normalize_maxtext_name(raw);
     if (cfg.is("gemma3") && canonicalize_gemma3_scanned(name, t, cfg, out)) continue;
+    if (cfg.is("gemma4") && canonicalize_gemma4_scanned(name, t, cfg, out)) continue;
     if (cfg.is("olmo3") && canonicalize_cycle_scanned(name, t, cfg, out, "OLMo 3", 4)) continue;
     if (cfg.is("gpt_oss") && canonicalize_cycle_scanned(name, t, cfg, out, "GPT-OSS")) continue;
     if (cfg.is("llama4") && canonicalize_cycle_scanned(name, t, cfg, out, "Llama 4")) continue;

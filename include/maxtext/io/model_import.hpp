@@ -31,6 +31,7 @@
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/hf_gemma.hpp"
+#include "maxtext/io/hf_gemma4.hpp"
 #include "maxtext/io/hf_olmo.hpp"
 #include "maxtext/io/hf_gpt_oss.hpp"
 #include "maxtext/io/hf_llama4.hpp"
@@ -203,6 +204,7 @@ inline Config config_from_hf_fields(const nlohmann::json& j, const std::string& 
     c.derive();
     return c;
   }
+  if (is_hf_gemma4(j)) return config_from_hf_gemma4(j, where);  // gemma4 / gemma4_text: io/hf_gemma4.hpp
   if (is_hf_gemma_family(j)) return config_from_hf_gemma(j, where);  // gemma / gemma2 / gemma3_text: io/hf_gemma.hpp
   if (is_hf_olmo_family(j)) return config_from_hf_olmo(j, where);    // olmo3: io/hf_olmo.hpp
   if (is_hf_gpt_oss(j)) return config_from_hf_gpt_oss(j, where);  // gpt_oss: io/hf_gpt_oss.hpp
@@ -548,7 +550,8 @@ inline TensorMap import_olmo3_names(const TensorMap& in, const Config& cfg, bool
 /// True when the tensors carry Hugging Face names (a multimodal Llama 4 file's text model under `language_model.`).
 inline bool has_hf_names(const TensorMap& t) {
   return t.has("model.embed_tokens.weight") || t.has("model.norm.weight") || t.has("lm_head.weight") ||
-         t.has("language_model.model.embed_tokens.weight") || t.has("language_model.lm_head.weight");
+         t.has("language_model.model.embed_tokens.weight") || t.has("language_model.lm_head.weight") ||
+         t.has("model.language_model.embed_tokens.weight");
 }
 
 }  // namespace maxtext::io

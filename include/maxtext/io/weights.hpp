@@ -165,6 +165,11 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         w.naming = WeightNaming::hf;
         return w;
       }
+      if (cfg.is("gemma4")) {  // io/hf_gemma4.hpp (text model; MaxText's converter's mapping)
+        w.tensors = import_hf_gemma4(raw, cfg, "hf " + path);
+        w.naming = WeightNaming::hf;
+        return w;
+      }
       if (cfg.is_qwen3_hybrid()) {  // io/hf_qwen3_next.hpp (Qwen3-Next and Qwen3.5 names)
         w.tensors = import_hf_qwen3_next(raw, cfg, "hf " + path);
         w.naming = WeightNaming::hf;

@@ -81,6 +81,11 @@ class RoutedMoE {
     /// decoder_block llama4 (moe.py): the routing weight is the raw top-1 gate logit, the expert's input is scaled
     /// by round(sigmoid(logit)) and its output is combined with weight 1.
     bool scale_inputs = false;
+    /// decoder_block gemma4 (moe.py get_topk): the k largest gate logits choose the experts; their weights are the
+    /// f32 softmax over all E logits at those experts, rounded to dtype, divided by their sum with norm_topk_prob,
+    /// and multiplied by the learned per_expert_scale [E] (in dtype).
+    bool gemma4_routing = false;
+    bool norm_topk_prob = false;  ///< gemma4_routing: w /= sum(w), in dtype
   };
   /// Each expert's matrices: views of the stacked kernels, laid out by the backend's prepare() (e.g. packed for
   /// the CPU GEMM) on first use after loading.
@@ -98,6 +103,7 @@ class RoutedMoE {
     Matrix<W> wi_0, wi_1;                   ///< [E*F, D]: expert e is rows [e*F, (e+1)*F) (not prepared as a whole)
     Matrix<W> wo;                           ///< [E*D, F]
     Tensor<A, 1> wi_0_bias, wi_1_bias, wo_bias;  ///< [E*F], [E*F], [E*D] with mlp_bias
+    Tensor<A, 1> per_expert_scale;               ///< [E] with gemma4_routing
     std::shared_ptr<PreparedExperts> prepared = std::make_shared<PreparedExperts>();  ///< reset by every visit
   };
 
@@ -154,6 +160,13 @@ class RoutedMoE {
                     "expert input by sigmoid(its gate logit), defined for num_experts_per_tok = 1, found ",
                     c.num_experts_per_tok);
       s.scale_inputs = true;
+    } else if (c.is("gemma4")) {
+      MAXTEXT_CHECK(sf.empty(), UnsupportedError, "[RoutedMoE] decoder_block gemma4 routes by a softmax over the raw "
+                    "gate logits; routed_score_func '", sf, "' is not supported with it");
+      MAXTEXT_CHECK(!c.float32_gate_logits, UnsupportedError, "[RoutedMoE] decoder_block gemma4 with "
+                    "float32_gate_logits=true (an f32 gate norm feeding the router) is not supported");
+      s.gemma4_routing = true;
+      s.norm_topk_prob = c.norm_topk_prob;
     } else {
       r.softmax_weights = true;  // softmax over the k selected values
       r.normalize = c.norm_topk_prob;
@@ -189,6 +202,7 @@ class RoutedMoE {
       v.matrix("kernel", p.gate.kernel, {{D}, {E}, Init::truncated_normal, s_.init_scale});
       if (s_.gate_bias) v.vector("bias", p.gate.bias, {{E}, Init::zeros});
     }
+    if (s_.gemma4_routing) v.vector("per_expert_scale", p.per_expert_scale, {{E}, Init::ones});
     // Expert kernels are initialised by MaxText with in-axis 0 (E) and out-axis 1: fan_in = E * (last dim). They are
     // prepared per expert (PreparedExperts), not as one stacked matrix.
     const auto Ed = static_cast<double>(E);
@@ -205,14 +219,15 @@ class RoutedMoE {
   }
 
   /// x [B*T, D] -> y [B*T, D] (y must not alias x), rows laid out as ctx.step (B rows of T tokens; the capacity
-  /// limit and the load-balance statistics are per batch row). Fills `metrics` when given.
-  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, View<A, 2> y,
-               MoeMetrics* metrics = nullptr) const {
+  /// limit and the load-balance statistics are per batch row). Fills `metrics` when given. The router reads
+  /// `gate_x` [B*T, D] when given (moe.py's gate_inputs), else x.
+  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, View<A, 2> y, MoeMetrics* metrics = nullptr,
+               View<const A, 2> gate_x = {}) const {
     static_assert(BackendMoE<B>, "RoutedMoE needs the backend's MoE kernels (BackendMoE)");
     if (s_.float32_gate_logits) {
-      run<float>(ctx, p, x, y, metrics);
+      run<float>(ctx, p, x, y, metrics, gate_x);
     } else {
-      run<A>(ctx, p, x, y, metrics);
+      run<A>(ctx, p, x, y, metrics, gate_x);
     }
   }
 
@@ -243,7 +258,8 @@ class RoutedMoE {
 
  private:
   template <class G>
-  void run(const Context<P>& ctx, const Params& p, View<const A, 2> x, View<A, 2> y, MoeMetrics* metrics) const {
+  void run(const Context<P>& ctx, const Params& p, View<const A, 2> x, View<A, 2> y, MoeMetrics* metrics,
+           View<const A, 2> gate_x) const {
     ScratchScope scope(ctx.scratch);
     const auto& be = ctx.be;
     const std::int64_t M = x.dim(0), E = s_.num_experts, k = s_.routing.num_experts_per_tok;
@@ -252,10 +268,12 @@ class RoutedMoE {
     MAXTEXT_CHECK(x.dim(1) == D && y.dim(0) == M && y.dim(1) == D && Bn * T == M, ShapeError,
                   "[RoutedMoE] input [", M, ",", x.dim(1), "] for ", Bn, " rows of experts with input dim ", D);
     if (M == 0) return;
+    MAXTEXT_CHECK(gate_x.empty() || (gate_x.dim(0) == M && gate_x.dim(1) == D), ShapeError, "[RoutedMoE] gate input [",
+                  gate_x.dim(0), ",", gate_x.dim(1), "] for ", M, " tokens of ", D, " features");
 
     // Gate: z = x W_gate in the gate dtype G; the bias is added after the score function (in moe_route).
     View<G, 2> z = ctx.scratch.template alloc<G, 2>({M, E});
-    be.matmul(x, p.gate.kernel, z);
+    be.matmul(gate_x.empty() ? x : gate_x, p.gate.kernel, z);
     View<const G, 1> bias;
     if (s_.gate_bias) {
       if constexpr (std::is_same_v<G, float>) {
@@ -268,7 +286,7 @@ class RoutedMoE {
     }
     const bool drop = !s_.sparse_matmul && s_.capacity_factor > 0;
     const bool lb = s_.load_balance_loss_weight > 0 && (s_.sparse_matmul || !s_.inference_call);
-    const bool need_scores = lb || (drop && s_.inference_call);
+    const bool need_scores = lb || (drop && s_.inference_call) || s_.gemma4_routing;
     View<std::int32_t, 2> idx = ctx.scratch.template alloc<std::int32_t, 2>({M, k});
     View<float, 2> w = ctx.scratch.template alloc<float, 2>({M, k});
     View<float, 2> sc;
@@ -287,6 +305,8 @@ class RoutedMoE {
     for (std::int32_t e : idx_h) {
       MAXTEXT_CHECK(e >= 0 && e < E, ShapeError, "[RoutedMoE] routing returned expert ", e, " outside [0, ", E, ")");
     }
+
+    if (s_.gemma4_routing) gemma4_weights(be, p, sc_h, idx_h, w_h);
 
     // Which assignments (token, rank) are computed, and with which combine weight.
     std::vector<char> keep(idx_h.size(), 1);
@@ -435,6 +455,38 @@ class RoutedMoE {
           const double d = avg - static_cast<double>(counts[static_cast<std::size_t>(e)]);
           mt.bias_updates[static_cast<std::size_t>(e)] = static_cast<float>((d > 0) - (d < 0)) * static_cast<float>(s_.bias_update_rate);
         }
+      }
+    }
+  }
+
+  /// gemma4_routing's weights from the gate logits `s` [M, E] (as moe_route returned them, in the gate dtype) and the
+  /// chosen experts: w = round(softmax_f32(s)[e]); with norm_topk_prob w = round(w / round(sum_j w_j)); then
+  /// w = round(w * per_expert_scale[e]).
+  void gemma4_weights(const B& be, const Params& p, const std::vector<float>& s, const std::vector<std::int32_t>& idx,
+                      std::vector<float>& w) const {
+    const std::int64_t E = s_.num_experts, k = s_.routing.num_experts_per_tok;
+    const auto M = static_cast<std::int64_t>(idx.size()) / k;
+    MAXTEXT_CHECK(p.per_expert_scale.size() == E, ShapeError, "[RoutedMoE] per_expert_scale has ",
+                  p.per_expert_scale.size(), " entries for ", E, " experts");
+    std::vector<A> scale_a(static_cast<std::size_t>(E));
+    be.copy(scale_a.data(), p.per_expert_scale.data(), scale_a.size() * sizeof(A), CopyKind::device_to_host);
+    be.synchronize();
+    for (std::int64_t m = 0; m < M; ++m) {
+      const float* z = &s[static_cast<std::size_t>(m * E)];
+      float mx = -std::numeric_limits<float>::infinity(), sum = 0.0f;
+      for (std::int64_t e = 0; e < E; ++e) mx = std::max(mx, z[e]);
+      for (std::int64_t e = 0; e < E; ++e) sum += std::exp(z[e] - mx);
+      float* wm = &w[static_cast<std::size_t>(m * k)];
+      const std::int32_t* im = &idx[static_cast<std::size_t>(m * k)];
+      float total = 0.0f;
+      for (std::int64_t j = 0; j < k; ++j) {
+        wm[j] = round_to<A>(std::exp(z[im[j]] - mx) / sum);
+        total += wm[j];
+      }
+      const float denom = round_to<A>(total);
+      for (std::int64_t j = 0; j < k; ++j) {
+        if (s_.norm_topk_prob) wm[j] = round_to<A>(wm[j] / denom);
+        wm[j] = round_to<A>(wm[j] * to_float(scale_a[static_cast<std::size_t>(im[j])]));
       }
     }
   }

@@ -36,6 +36,9 @@ struct RopeSpec {
   double min_timescale = 1.0;
   double max_timescale = 10000.0;  ///< theta
   double linear_scaling = 1.0;     ///< rope_linear_scaling_factor (default RoPE)
+  /// Default RoPE only: pairs (i, i + d/2) with i >= rotated_pairs get angle 0 (cos 1, sin 0: passed through). MaxText's
+  /// Gemma4PartialRotaryEmbedding pads the timescales of those pairs with inf; 0 = every pair rotates.
+  std::int64_t rotated_pairs = 0;
   bool llama31_use_scale = true;   ///< rope_use_scale
   /// LLaMA-3.1 scaling (llama3_rope_* keys; MaxText's hard-coded 8 / 1 / 4 / 8192 by default)
   double llama31_factor = 8.0;
@@ -57,7 +60,7 @@ struct RopeSpec {
 
   /// Every field, for ordering (the table cache key).
   auto key() const {
-    return std::make_tuple(static_cast<int>(kind), head_dim, rot_dims, min_timescale, max_timescale, linear_scaling,
+    return std::make_tuple(static_cast<int>(kind), head_dim, rot_dims, min_timescale, max_timescale, linear_scaling, rotated_pairs,
                            llama31_use_scale, llama31_factor, llama31_low_freq_factor, llama31_high_freq_factor,
                            llama31_original_context, interleaved, max_position_embeddings, original_max_position_embeddings,
                            rope_factor, beta_fast, beta_slow, yarn_truncate, yarn_attention_scaling, yarn_pairwise);
@@ -184,8 +187,10 @@ inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positio
   for (std::int64_t p = 0; p < positions; ++p) {
     for (std::int64_t i = 0; i < half; ++i) {
       const bool by_freq = spec.kind == RopeKind::yarn || spec.kind == RopeKind::mrope;
-      const float angle = by_freq ? static_cast<float>(p) * freq[static_cast<std::size_t>(i)]
-                                  : static_cast<float>(p) / ts[static_cast<std::size_t>(i)];
+      const bool passed = spec.kind == RopeKind::default_rope && spec.rotated_pairs > 0 && i >= spec.rotated_pairs;
+      const float angle = passed   ? 0.0f  // position / inf
+                          : by_freq ? static_cast<float>(p) * freq[static_cast<std::size_t>(i)]
+                                    : static_cast<float>(p) / ts[static_cast<std::size_t>(i)];
       t.cos(p, i) = std::cos(angle);
       t.sin(p, i) = std::sin(angle);
     }
@@ -207,7 +212,7 @@ struct RopeArgs {
 /// positions (use_mrope; the config accepts it only for blocks whose layers pass it), LLaMA-3.1 (model_name or
 /// rope_type starting with "llama3.1"), YaRN (rope_type starting with "yarn"), partial RoPE (layer-level factor < 1),
 /// else default RoPE (local_rope_max_timescale on local sliding layers, linear scaling except on Gemma-3 local
-/// layers). Gemma-4's partial variant is refused.
+/// layers; model_name gemma4*: Gemma-4's inf-padded partial RoPE).
 inline RopeSpec select_rope(const Config& c, const RopeArgs& a) {
   RopeSpec s;
   s.head_dim = a.dims;
@@ -258,8 +263,14 @@ inline RopeSpec select_rope(const Config& c, const RopeArgs& a) {
   }
   s.kind = RopeKind::default_rope;
   if (a.partial_rotary_factor > 0.0 && a.partial_rotary_factor < 1.0) {
-    MAXTEXT_CHECK(!detail::starts_with(c.model_name, "gemma4"), UnsupportedError,
-                  "[rope] Gemma-4 partial rotary embedding is not implemented");
+    if (detail::starts_with(c.model_name, "gemma4")) {
+      // Gemma4PartialRotaryEmbedding: the default RoPE over the whole head (pairs (i, i + d/2)), its timescales from
+      // the full head_dim, the first int(d * factor) / 2 pairs rotated, the rest passed through; no linear scaling.
+      s.rotated_pairs = static_cast<std::int64_t>(static_cast<double>(a.dims) * a.partial_rotary_factor) / 2;
+      MAXTEXT_CHECK(s.rotated_pairs > 0, ConfigError, "[rope] Gemma-4 partial_rotary_factor ", a.partial_rotary_factor,
+                    " rotates no pair of ", a.dims, " dims");
+      return s;
+    }
     s.rot_dims = static_cast<std::int64_t>(static_cast<double>(a.dims) * a.partial_rotary_factor);
     MAXTEXT_CHECK(s.rot_dims > 0 && s.rot_dims % 2 == 0, ConfigError, "[rope] partial_rotary_factor ",
                   a.partial_rotary_factor, " gives ", s.rot_dims, " rotary dims of ", a.dims,
