@@ -231,11 +231,9 @@ def test_mixtral_hugging_face_names(mc):
     assert_close(m.forward(np.load(f"{d}/tokens.npy")), np.load(f"{d}/logits.npy"), **F32_LOGITS, what="mixtral hf")
 
 
-@pytest.mark.parametrize("weights", ["model.safetensors", "model_scanned.safetensors"])
-@pytest.mark.parametrize("case", ["gemma4_model", "gemma4_moe_model"])
-def test_gemma4_logits_and_cached_decoding(mc, case, weights):
-    """gemma4 (5 sliding-window : 1 global K=V layer with Gemma 4's partial RoPE; dense and Gemma4MoE FFNs) from
-    MaxText trees, unscanned and Gemma4ScannableBlock-scanned: logits, then the prompt through the KV cache."""
+def check_logits_and_cached_decoding(mc, case, weights):
+    """A model fixture from `weights` (scan_layers for a scanned tree): the logits, then the prompt through the cache
+    (prefill 4, one token per step) as in the C++ tests. Returns the model and the tokens."""
     overrides = dict(meta(case)["config"])
     if weights.startswith("model_scanned"):
         overrides["scan_layers"] = True
@@ -248,6 +246,15 @@ def test_gemma4_logits_and_cached_decoding(mc, case, weights):
     for t in range(4, tokens.shape[1]):
         parts.append(m.forward(tokens[:, t:t + 1], cache=cache))
     assert_close(np.concatenate(parts, axis=1), full, rtol=1e-5, atol=1e-5, what="incremental")
+    return m, tokens
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "model_scanned.safetensors"])
+@pytest.mark.parametrize("case", ["gemma4_model", "gemma4_moe_model"])
+def test_gemma4_logits_and_cached_decoding(mc, case, weights):
+    """gemma4 (5 sliding-window : 1 global K=V layer with Gemma 4's partial RoPE; dense and Gemma4MoE FFNs) from
+    MaxText trees, unscanned and Gemma4ScannableBlock-scanned: logits, then the prompt through the KV cache."""
+    check_logits_and_cached_decoding(mc, case, weights)
 
 
 @pytest.mark.parametrize("weights", ["model.safetensors", "model_scanned.safetensors", "hf/model.safetensors"])
@@ -256,18 +263,7 @@ def test_qwen3_next_logits_and_recurrent_decoding(mc, case, weights):
     """qwen3_next (Gated DeltaNet + gated attention) and qwen3_5 (the same layers, multimodal RoPE at text positions;
     its hf/ in Qwen3.5's own layout) from MaxText (unscanned, scanned `layer_j`) and Hugging Face trees: logits, then
     the prompt through the recurrent cache (prefill 4, one token per step) as in the C++ test."""
-    overrides = dict(meta(case)["config"])
-    if weights.startswith("model_scanned"):
-        overrides["scan_layers"] = True
-    m = mc.Model(mc.Config(overrides=overrides), weights=fixture(case, weights))
-    tokens = np.load(fixture(case, "tokens.npy"))
-    full = m.forward(tokens)
-    assert_close(full, np.load(fixture(case, "logits.npy")), **F32_LOGITS, what=f"{case} {weights}")
-    cache = m.new_cache(batch=2, capacity=tokens.shape[1])
-    parts = [m.forward(tokens[:, :4], cache=cache)]
-    for t in range(4, tokens.shape[1]):
-        parts.append(m.forward(tokens[:, t:t + 1], cache=cache))
-    assert_close(np.concatenate(parts, axis=1), full, rtol=1e-5, atol=1e-5, what="incremental")
+    m, tokens = check_logits_and_cached_decoding(mc, case, weights)
     # a padding segment id is refused before the cache is touched; the cache goes on
     seg = np.ones((2, 1), np.int32)
     seg[1, 0] = 0

@@ -158,12 +158,6 @@ inline TensorMap import_hf_gemma4(const TensorMap& in, const Config& cfg, const 
     imp.put("token_embedder.embedding", AnyTensor::from(e, t->source), root + "embed_tokens.weight");
   }
   imp.same(root + "norm.weight", "decoder.decoder_norm.scale");
-  auto proj = [&](const std::string& from, const std::string& to, std::int64_t heads, std::int64_t H) {
-    if (const AnyTensor* t = imp.get(from)) {
-      imp.shape(*t, {heads * H, D}, from);
-      imp.put(to, t->reshaped({heads, H, D}).permuted({2, 0, 1}), from);
-    }
-  };
   for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
     const std::string h = root + "layers." + std::to_string(i) + ".", m = "decoder.layers_" + std::to_string(i) + ".";
     const bool global = i % 6 == 5;
@@ -174,13 +168,10 @@ inline TensorMap import_hf_gemma4(const TensorMap& in, const Config& cfg, const 
     imp.same(h + "pre_feedforward_layernorm.weight", m + "pre_ffw_norm.scale");
     imp.same(h + "post_feedforward_layernorm.weight", m + "post_ffw_norm.scale");
     const std::string a = m + "self_attention.";
-    proj(h + "self_attn.q_proj.weight", a + "query.kernel", N, H);
-    proj(h + "self_attn.k_proj.weight", a + "key.kernel", K, H);
-    if (!(global && cfg.share_kv_projections)) proj(h + "self_attn.v_proj.weight", a + "value.kernel", K, H);
-    if (const AnyTensor* t = imp.get(h + "self_attn.o_proj.weight")) {
-      imp.shape(*t, {D, N * H}, h + "self_attn.o_proj.weight");
-      imp.put(a + "out.kernel", t->reshaped({D, N, H}).permuted({1, 2, 0}), h + "self_attn.o_proj.weight");
-    }
+    imp.head_proj(h + "self_attn.q_proj", a + "query", N, false, H);
+    imp.head_proj(h + "self_attn.k_proj", a + "key", K, false, H);
+    if (!(global && cfg.share_kv_projections)) imp.head_proj(h + "self_attn.v_proj", a + "value", K, false, H);
+    imp.out_proj(h + "self_attn.o_proj", a + "out", false, H);
     imp.same(h + "self_attn.q_norm.weight", a + "query_norm.scale");
     imp.same(h + "self_attn.k_norm.weight", a + "key_norm.scale");
     imp.same(h + "layer_scalar", m + "layer_scalar");

@@ -58,9 +58,10 @@ class NameMapper {
   void same(const std::string& from, const std::string& to) {
     if (const AnyTensor* t = get(from)) put(to, *t, from);
   }
-  /// q/k/v [heads*H, D] -> [D, heads, H]; bias [heads*H] -> [heads, H].
-  void head_proj(const std::string& from, const std::string& to, std::int64_t heads, bool bias) {
-    const std::int64_t H = cfg_.head_dim, D = cfg_.emb_dim;
+  /// q/k/v [heads*H, D] -> [D, heads, H]; bias [heads*H] -> [heads, H]. H is `head_dim` when > 0 (a layer with its
+  /// own head size), else the config's.
+  void head_proj(const std::string& from, const std::string& to, std::int64_t heads, bool bias, std::int64_t head_dim = 0) {
+    const std::int64_t H = head_dim > 0 ? head_dim : cfg_.head_dim, D = cfg_.emb_dim;
     if (const AnyTensor* t = get(from + ".weight")) {
       shape(*t, {heads * H, D}, from + ".weight");
       put(to + ".kernel", t->reshaped({heads, H, D}).permuted({2, 0, 1}), from + ".weight");
@@ -71,9 +72,9 @@ class NameMapper {
       put(to + ".bias", t->reshaped({heads, H}), from + ".bias");
     }
   }
-  /// o_proj [D, N*H] -> out.kernel [N, H, D]; bias [D].
-  void out_proj(const std::string& from, const std::string& to, bool bias) {
-    const std::int64_t N = cfg_.num_query_heads, H = cfg_.head_dim, D = cfg_.emb_dim;
+  /// o_proj [D, N*H] -> out.kernel [N, H, D]; bias [D]. H as in head_proj.
+  void out_proj(const std::string& from, const std::string& to, bool bias, std::int64_t head_dim = 0) {
+    const std::int64_t N = cfg_.num_query_heads, H = head_dim > 0 ? head_dim : cfg_.head_dim, D = cfg_.emb_dim;
     if (const AnyTensor* t = get(from + ".weight")) {
       shape(*t, {D, N * H}, from + ".weight");
       put(to + ".kernel", t->reshaped({D, N, H}).permuted({1, 2, 0}), from + ".weight");

@@ -78,11 +78,7 @@ class Gemma4MoE {
                   "[Gemma4MoE] the experts read the residual stream: moe_expert_input_dim must be emb_dim (", c.emb_dim,
                   ") or unset, found ", c.moe_expert_input_dim);
     // maxtext_utils.get_shared_expert_mlp_dim: Gemma 4's shared expert is mlp_dim wide (other blocks: moe_mlp_dim).
-    shared_ = MlpBlock<P>(typename MlpBlock<P>::Config{c.emb_dim, c.shared_experts * c.mlp_dim,
-                                                       parse_activations(c.mlp_activations), false, false, NormKind::rms,
-                                                       static_cast<float>(c.normalization_layer_epsilon), c.fused_mlp,
-                                                       c.activations_in_float32, Init::truncated_normal,
-                                                       c.dense_init_scale});
+    shared_ = shared_expert_mlp<P>(c, c.emb_dim, c.shared_experts * c.mlp_dim);
   }
   const RoutedMoE<P>& routed() const { return routed_; }
 

@@ -301,12 +301,19 @@ class RoutedMoE {
       sc_h.resize(static_cast<std::size_t>(M * E));
       be.copy(sc_h.data(), sc.data(), sc_h.size() * sizeof(float), CopyKind::device_to_host);
     }
+    std::vector<A> expert_scale_h;  // gemma4_routing: per_expert_scale, fetched with the routing in one synchronize
+    if (s_.gemma4_routing) {
+      MAXTEXT_CHECK(p.per_expert_scale.size() == E, ShapeError, "[RoutedMoE] per_expert_scale has ",
+                    p.per_expert_scale.size(), " entries for ", E, " experts");
+      expert_scale_h.resize(static_cast<std::size_t>(E));
+      be.copy(expert_scale_h.data(), p.per_expert_scale.data(), expert_scale_h.size() * sizeof(A), CopyKind::device_to_host);
+    }
     be.synchronize();
     for (std::int32_t e : idx_h) {
       MAXTEXT_CHECK(e >= 0 && e < E, ShapeError, "[RoutedMoE] routing returned expert ", e, " outside [0, ", E, ")");
     }
 
-    if (s_.gemma4_routing) gemma4_weights(be, p, sc_h, idx_h, w_h);
+    if (s_.gemma4_routing) gemma4_weights(sc_h, idx_h, expert_scale_h, w_h);
 
     // Which assignments (token, rank) are computed, and with which combine weight.
     std::vector<char> keep(idx_h.size(), 1);
@@ -459,18 +466,13 @@ class RoutedMoE {
     }
   }
 
-  /// gemma4_routing's weights from the gate logits `s` [M, E] (as moe_route returned them, in the gate dtype) and the
-  /// chosen experts: w = round(softmax_f32(s)[e]); with norm_topk_prob w = round(w / round(sum_j w_j)); then
-  /// w = round(w * per_expert_scale[e]).
-  void gemma4_weights(const B& be, const Params& p, const std::vector<float>& s, const std::vector<std::int32_t>& idx,
+  /// gemma4_routing's weights from the gate logits `s` [M, E] (as moe_route returned them, in the gate dtype), the
+  /// chosen experts `idx` [M, k] and per_expert_scale on the host: w = round(softmax_f32(s)[e]); with norm_topk_prob
+  /// w = round(w / round(sum_j w_j)); then w = round(w * per_expert_scale[e]).
+  void gemma4_weights(const std::vector<float>& s, const std::vector<std::int32_t>& idx, const std::vector<A>& scale,
                       std::vector<float>& w) const {
     const std::int64_t E = s_.num_experts, k = s_.routing.num_experts_per_tok;
     const auto M = static_cast<std::int64_t>(idx.size()) / k;
-    MAXTEXT_CHECK(p.per_expert_scale.size() == E, ShapeError, "[RoutedMoE] per_expert_scale has ",
-                  p.per_expert_scale.size(), " entries for ", E, " experts");
-    std::vector<A> scale_a(static_cast<std::size_t>(E));
-    be.copy(scale_a.data(), p.per_expert_scale.data(), scale_a.size() * sizeof(A), CopyKind::device_to_host);
-    be.synchronize();
     for (std::int64_t m = 0; m < M; ++m) {
       const float* z = &s[static_cast<std::size_t>(m * E)];
       float mx = -std::numeric_limits<float>::infinity(), sum = 0.0f;
@@ -486,7 +488,7 @@ class RoutedMoE {
       const float denom = round_to<A>(total);
       for (std::int64_t j = 0; j < k; ++j) {
         if (s_.norm_topk_prob) wm[j] = round_to<A>(wm[j] / denom);
-        wm[j] = round_to<A>(wm[j] * to_float(scale_a[static_cast<std::size_t>(im[j])]));
+        wm[j] = round_to<A>(wm[j] * to_float(scale[static_cast<std::size_t>(im[j])]));
       }
     }
   }
@@ -498,6 +500,15 @@ class RoutedMoE {
 
   Settings s_;
 };
+
+/// The `shared_experts` MlpBlock of a routed-and-shared MoE: D -> F -> D with the config's activations, no bias, no
+/// pre-norm, truncated-normal init at dense_init_scale.
+template <TensorPolicy P>
+MlpBlock<P> shared_expert_mlp(const Config& c, std::int64_t D, std::int64_t F) {
+  return MlpBlock<P>(typename MlpBlock<P>::Config{D, F, parse_activations(c.mlp_activations), false, false, NormKind::rms,
+                                                  static_cast<float>(c.normalization_layer_epsilon), c.fused_mlp,
+                                                  c.activations_in_float32, Init::truncated_normal, c.dense_init_scale});
+}
 
 /// MaxText RoutedAndSharedMoE (DeepSeek MoE layers, path `DeepSeekMoeBlock_0`): `MoeBlock_0` = RoutedMoE with
 /// F = moe_mlp_dim, plus `shared_experts` = MlpBlock(hidden shared_experts * moe_mlp_dim, mlp_activations, no bias,
@@ -518,11 +529,7 @@ class RoutedAndSharedMoE {
     MAXTEXT_CHECK(c.shared_experts >= 0, ConfigError, "[RoutedAndSharedMoE] shared_experts must be >= 0, found ",
                   c.shared_experts);
     if (c.shared_experts > 0) {
-      shared_ = MlpBlock<P>(typename MlpBlock<P>::Config{routed_.settings().in_features, c.shared_experts * c.moe_mlp_dim,
-                                                         parse_activations(c.mlp_activations), false, false,
-                                                         NormKind::rms, static_cast<float>(c.normalization_layer_epsilon),
-                                                         c.fused_mlp, c.activations_in_float32, Init::truncated_normal,
-                                                         c.dense_init_scale});
+      shared_ = shared_expert_mlp<P>(c, routed_.settings().in_features, c.shared_experts * c.moe_mlp_dim);
       has_shared_ = true;
     }
   }
