@@ -257,6 +257,14 @@ def test_gemma4_logits_and_cached_decoding(mc, case, weights):
     check_logits_and_cached_decoding(mc, case, weights)
 
 
+@pytest.mark.parametrize("weights", ["model.safetensors", "hf/model.safetensors"])
+@pytest.mark.parametrize("case", ["gemma4_small_e2b_model", "gemma4_small_e4b_model"])
+def test_gemma4_small_logits_and_cached_decoding(mc, case, weights):
+    """gemma4_small (Gemma 4 E2B / E4B shapes: per-layer inputs, the last layers reading an earlier layer's keys and
+    values) from MaxText and Hugging Face trees: logits, then the prompt through the KV cache."""
+    check_logits_and_cached_decoding(mc, case, weights)
+
+
 @pytest.mark.parametrize("weights", ["model.safetensors", "model_scanned.safetensors", "hf/model.safetensors"])
 @pytest.mark.parametrize("case", ["qwen3_next_model", "qwen3_5_model"])
 def test_qwen3_next_logits_and_recurrent_decoding(mc, case, weights):

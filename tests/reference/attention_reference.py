@@ -139,7 +139,11 @@ def attention(x, w, a, pos, seg=None):
     """MaxText Attention. x [B,T,D] float64, w: its params (float64), a: dict of options, pos [B,T] int."""
     B, T, D = x.shape
     N, K, H = a["heads"], a["kv_heads"], a["head_dim"]
-    if a.get("fused"):
+    shared = a.get("kv")  # (k, v) of a donor layer (Gemma 4 small's KV-shared layers): normed and rotated already
+    if shared is not None:
+        q = dense(x, w, "query", "btd,dnh->btnh")
+        k, v = shared
+    elif a.get("fused"):
         qkv = dense(x, w, "qkv_proj", "btd,dnh->btnh")
         q, k, v = qkv[:, :, :N], qkv[:, :, N:N + K], qkv[:, :, N + K:]
     else:
@@ -148,19 +152,21 @@ def attention(x, w, a, pos, seg=None):
         v = k.clone() if a.get("share_kv") else dense(x, w, "value", "btd,dnh->btnh")
     eps = a.get("eps", 1e-5)
     qk = a.get("qk_norm")  # None, "rms" (per head) or "global" (Olmo3)
+    own = shared is None
     if qk == "rms":
         q = rms_norm(q, w.get("query_norm.scale"), eps)
-        k = rms_norm(k, w.get("key_norm.scale"), eps)
+        k = rms_norm(k, w.get("key_norm.scale"), eps) if own else k
     elif qk == "global":
         q = rms_norm(q.reshape(B, T, N * H), w.get("query_norm.scale"), eps).reshape(B, T, N, H)
-        k = rms_norm(k.reshape(B, T, K * H), w.get("key_norm.scale"), eps).reshape(B, T, K, H)
-    if a.get("v_norm"):
+        k = rms_norm(k.reshape(B, T, K * H), w.get("key_norm.scale"), eps).reshape(B, T, K, H) if own else k
+    if a.get("v_norm") and own:
         v = rms_norm(v, w.get("value_norm.scale"), eps)
     rope = a.get("rope")
     if rope is not None:
-        q, k = rope(q, pos), rope(k, pos)
+        q, k = rope(q, pos), (rope(k, pos) if own else k)
         if a.get("llama4_l2"):
-            q, k = rms_norm(q, None, eps), rms_norm(k, None, eps)
+            q, k = rms_norm(q, None, eps), (rms_norm(k, None, eps) if own else k)
+    a["kv_out"] = (k, v)  # what a KV-shared layer would reuse
     if a.get("q_scalar"):
         q = q * a["q_scalar"]
     if a.get("temperature_tuning") and rope is None:

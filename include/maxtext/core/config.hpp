@@ -59,6 +59,10 @@ using StringList = std::vector<std::string>;
   X(bool, share_kv_projections, false)                           \
   X(std::int64_t, global_head_dim, 0)                            \
   X(std::int64_t, global_num_kv_heads, 0)                        \
+  X(std::int64_t, hidden_size_per_layer_input, 0)                \
+  X(std::int64_t, vocab_size_per_layer_input, 0)                 \
+  X(std::int64_t, num_kv_shared_layers, 0)                       \
+  X(bool, use_double_wide_mlp, false)                            \
   X(bool, attention_bias, false)                                 \
   X(bool, attention_sink, false)                                 \
   X(std::int64_t, sliding_window_size, 0)                        \
@@ -469,7 +473,7 @@ inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
                                                  "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
                                                  "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe", "llama4",
-                                                 "qwen3_next", "qwen3_5", "gemma4"};
+                                                 "qwen3_next", "qwen3_5", "gemma4", "gemma4_small"};
   return list;
 }
 
@@ -693,11 +697,13 @@ inline void Config::validate() const {
                   "gemma3-12b (head_dim^-0.5) or gemma3-27b ((base_emb_dim // base_num_query_heads)^-0.5), found '",
                   model_name, "'");
   }
-  if (decoder_block == "gemma4") {
+  if (decoder_block == "gemma4" || decoder_block == "gemma4_small") {
     // gemma4.py: five sliding-window layers, then a global one whose attention may have its own kv-head count and
     // head dim (global_num_kv_heads, global_head_dim; 0 = the config's), and partial RoPE on both kinds.
-    MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] decoder_block gemma4 needs sliding_window_size > 0 "
-                  "(layers i % 6 < 5 use sliding-window attention), found ", sliding_window_size);
+    // gemma4_small.py: the same layers without MoE, a period of 5 for model_name gemma4-e2b.
+    MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] decoder_block ", decoder_block,
+                  " needs sliding_window_size > 0 (most layers use sliding-window attention), found ",
+                  sliding_window_size);
     at_most("global_head_dim", global_head_dim, Limits::head_dim);
     at_most("global_num_kv_heads", global_num_kv_heads, Limits::heads);
     MAXTEXT_CHECK(global_head_dim >= 0 && global_num_kv_heads >= 0, ConfigError,
@@ -711,6 +717,29 @@ inline void Config::validate() const {
       MAXTEXT_CHECK(v > 0.0 && v <= 1.0, ConfigError, "[config] ", key, " must be in (0, 1], found ", v);
     }
     at_most("max_target_length * global_head_dim", max_target_length * global_head_dim, Limits::attended);
+  }
+  if (decoder_block == "gemma4_small") {
+    // gemma4_small.py / types.py: per-layer inputs (PLE) of hidden_size_per_layer_input from a table of
+    // vocab_size_per_layer_input rows; the last num_kv_shared_layers layers reuse an earlier layer's keys and values.
+    MAXTEXT_CHECK(hidden_size_per_layer_input >= 0 && vocab_size_per_layer_input >= 0 && num_kv_shared_layers >= 0,
+                  ConfigError, "[config] hidden_size_per_layer_input, vocab_size_per_layer_input and "
+                  "num_kv_shared_layers must be >= 0, found ", hidden_size_per_layer_input, ", ",
+                  vocab_size_per_layer_input, " and ", num_kv_shared_layers);
+    at_most("hidden_size_per_layer_input", hidden_size_per_layer_input, Limits::width);
+    at_most("vocab_size_per_layer_input", vocab_size_per_layer_input, Limits::vocab);
+    MAXTEXT_CHECK((hidden_size_per_layer_input > 0) == (vocab_size_per_layer_input > 0), ConfigError,
+                  "[config] gemma4_small: hidden_size_per_layer_input (", hidden_size_per_layer_input,
+                  ") and vocab_size_per_layer_input (", vocab_size_per_layer_input, ") must both be > 0 (per-layer "
+                  "inputs) or both 0 (none)");
+    at_most("num_decoder_layers * hidden_size_per_layer_input", num_decoder_layers * hidden_size_per_layer_input,
+            Limits::width);
+    MAXTEXT_CHECK(num_kv_shared_layers < num_decoder_layers, ConfigError, "[config] gemma4_small: num_kv_shared_layers (",
+                  num_kv_shared_layers, ") must be below num_decoder_layers (", num_decoder_layers,
+                  "): the shared layers reuse the keys and values of earlier ones");
+    MAXTEXT_CHECK(num_kv_shared_layers == 0 || (!fused_qkv && !share_kv_projections), ConfigError,
+                  "[config] num_kv_shared_layers > 0 is not compatible with fused_qkv or share_kv_projections (types.py)");
+    MAXTEXT_CHECK(num_experts <= 1, UnsupportedError, "[config] decoder_block gemma4_small has no MoE (num_experts = ",
+                  num_experts, "): Gemma4SmallDecoderLayer's FFN is one MlpBlock");
   }
   if (decoder_block == "olmo3") {
     // olmo3.py: OLMO3_ATTENTION_PATTERN (L, L, L, G) by layer index; the scanned Olmo3ScannableBlock holds

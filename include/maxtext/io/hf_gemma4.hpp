@@ -13,10 +13,18 @@
 //   router.proj.weight [E, D] -> mlp.moe_block.MoeBlock_0.gate.kernel; router.scale -> mlp.pre_forward_scale_2;
 //   router.per_expert_scale -> ...MoeBlock_0.per_expert_scale; experts.gate_up_proj [E, 2F, D] -> wi_0 / wi_1 [E, D, F]
 //   (the halves); experts.down_proj [E, D, F] -> wo [E, F, D]; layer_scalar as stored.
-// The vision and audio towers are not read. Gemma 4's small models (hidden_size_per_layer_input, num_kv_shared_layers:
-// MaxText's gemma4_small block) are refused by name.
+// Gemma 4's small models (E2B / E4B: hidden_size_per_layer_input, num_kv_shared_layers or use_double_wide_mlp set)
+// become MaxText's gemma4_small block, with GEMMA4_SMALL_MAXTEXT_TO_HF_PARAM_MAPPING:
+//   embed_tokens_per_layer.weight [V_ple, L*Dp]  -> decoder.per_layer_embedder.embed_tokens_per_layer (as stored)
+//   per_layer_model_projection.weight [L*Dp, D]  -> decoder.per_layer_embedder.per_layer_model_projection.kernel
+//   per_layer_projection_norm.weight             -> decoder.per_layer_embedder.per_layer_projection_norm.scale
+//   layers.i.per_layer_input_gate / per_layer_projection (transposed), post_per_layer_input_norm (as stored)
+//   the KV-shared layers read no k_proj / v_proj / k_norm (a file may still hold them: they are skipped).
+// model_name is gemma4-e2b when layer_types repeat every 5 layers (MaxText picks that pattern by name), else gemma4-e4b.
+// The vision and audio towers are not read.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -51,7 +59,10 @@ inline Config config_from_hf_gemma4(const nlohmann::json& top, const std::string
   const std::string w = where + (multimodal ? ": text_config" : "");
   const detail::JsonFields f(j, w);
   Config c;
-  c.decoder_block = "gemma4";
+  // Gemma 4 E2B / E4B: per-layer inputs and KV sharing (MaxText's gemma4_small block).
+  const bool small = f.integer("hidden_size_per_layer_input", 0) > 0 || f.integer("num_kv_shared_layers", 0) > 0 ||
+                     f.boolean("use_double_wide_mlp", false);
+  c.decoder_block = small ? "gemma4_small" : "gemma4";
   c.model_name = "gemma4-hf";  // MaxText selects Gemma4PartialRotaryEmbedding by a gemma4* model name
   c.dtype = "float32";
   c.weight_dtype = "float32";
@@ -63,13 +74,17 @@ inline Config config_from_hf_gemma4(const nlohmann::json& top, const std::string
   c.use_post_ffw_norm = true;
   c.v_norm_with_scale = false;  // HF's v_norm has no weight (MaxText maps one only with v_norm_with_scale)
   c.mlp_activations = {"gelu", "linear"};
-  for (const char* k : {"hidden_size_per_layer_input", "num_kv_shared_layers"}) {
-    MAXTEXT_CHECK(f.integer(k, 0) == 0, UnsupportedError, "[hf] ", w, ": ", k, " = ", f.integer(k, 0),
-                  ": Gemma 4's small models (per-layer inputs, KV shared across layers; MaxText's gemma4_small block) "
-                  "are not supported");
+  if (small) {
+    c.hidden_size_per_layer_input = f.integer("hidden_size_per_layer_input", 0);
+    c.vocab_size_per_layer_input = f.integer("vocab_size_per_layer_input", 0, c.hidden_size_per_layer_input > 0);
+    c.num_kv_shared_layers = f.integer("num_kv_shared_layers", 0);
+    c.use_double_wide_mlp = f.boolean("use_double_wide_mlp", false);
+    // gemma4_small.py builds its attention without share_kv_projections, and has no MoE block.
+    MAXTEXT_CHECK(!f.boolean("attention_k_eq_v", false), UnsupportedError, "[hf] ", w, ": attention_k_eq_v = true in a "
+                  "Gemma 4 small model (per-layer inputs / KV sharing): MaxText's gemma4_small has no K = V layers");
+    MAXTEXT_CHECK(!f.boolean("enable_moe_block", false), UnsupportedError, "[hf] ", w, ": enable_moe_block = true in a "
+                  "Gemma 4 small model: MaxText's gemma4_small has no MoE");
   }
-  MAXTEXT_CHECK(!f.boolean("use_double_wide_mlp", false), UnsupportedError, "[hf] ", w,
-                ": use_double_wide_mlp = true (gemma4_small) is not supported");
   MAXTEXT_CHECK(!f.boolean("attention_bias", false), UnsupportedError, "[hf] ", w, ": attention_bias = true is not supported");
   MAXTEXT_CHECK(detail::JsonFields(top, where).boolean("tie_word_embeddings", true) && f.boolean("tie_word_embeddings", true),
                 UnsupportedError, "[hf] ",
@@ -96,17 +111,27 @@ inline Config config_from_hf_gemma4(const nlohmann::json& top, const std::string
   c.attn_logits_soft_cap = f.number("attn_logit_softcapping", 0.0);
   c.final_logits_soft_cap = f.number("final_logit_softcapping", 0.0);
   if (f.present("max_position_embeddings")) c.max_target_length = f.integer("max_position_embeddings", 0);
-  // layer_types: MaxText fixes GEMMA4_ATTENTION_PATTERN (five sliding, one full) by layer index.
+  // layer_types: MaxText fixes GEMMA4_ATTENTION_PATTERN (five sliding, one full) by layer index; gemma4_small picks
+  // GEMMA4_E2B_ATTENTION_PATTERN (four sliding, one full) for model_name gemma4-e2b.
+  std::size_t period = 6;
   if (f.present("layer_types")) {
     const auto& lt = j["layer_types"];
     MAXTEXT_CHECK(lt.is_array() && static_cast<std::int64_t>(lt.size()) == c.base_num_decoder_layers, IoError, "[hf] ", w,
                   ": layer_types: expected a list of ", c.base_num_decoder_layers, " entries");
-    for (std::size_t i = 0; i < lt.size(); ++i) {
-      const std::string want = i % 6 == 5 ? "full_attention" : "sliding_attention";
-      MAXTEXT_CHECK(lt[i].is_string() && lt[i].get<std::string>() == want, UnsupportedError, "[hf] ", w, ": layer_types[",
-                    i, "] is ", lt[i].dump(), ": MaxText's Gemma 4 fixes five sliding-window layers then one global "
-                    "(layer i is \"", want, "\")");
+    if (small && lt.size() >= 5 && lt[4] == "full_attention") {
+      period = 5;
+      c.model_name = "gemma4-e2b";
+    } else if (small) {
+      c.model_name = "gemma4-e4b";
     }
+    for (std::size_t i = 0; i < lt.size(); ++i) {
+      const std::string want = i % period == period - 1 ? "full_attention" : "sliding_attention";
+      MAXTEXT_CHECK(lt[i].is_string() && lt[i].get<std::string>() == want, UnsupportedError, "[hf] ", w, ": layer_types[",
+                    i, "] is ", lt[i].dump(), ": MaxText's Gemma 4 fixes ", period - 1, " sliding-window layers then "
+                    "one global (layer i is \"", want, "\")");
+    }
+  } else if (small) {
+    c.model_name = "gemma4-e4b";  // gemma4_small's default pattern
   }
   // rope_parameters: per attention type; global layers "proportional" (Gemma4PartialRotaryEmbedding).
   MAXTEXT_CHECK(f.present("rope_parameters") && j["rope_parameters"].is_object(), IoError, "[hf] ", w,
@@ -144,6 +169,21 @@ inline Config config_from_hf_gemma4(const nlohmann::json& top, const std::string
 inline TensorMap import_hf_gemma4(const TensorMap& in, const Config& cfg, const std::string& what = "hf") {
   detail::NameMapper imp(in, cfg, what, "Gemma 4");
   const std::string root = in.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+  const bool small = cfg.is("gemma4_small");
+  // The attention pattern and KV-shared layers as layers/gemma4_small.hpp (and layers/gemma4.hpp) define them.
+  const std::int64_t period = small && cfg.model_name == "gemma4-e2b" ? 5 : 6;
+  const std::int64_t first_shared =
+      small && cfg.num_kv_shared_layers > 0 ? std::max<std::int64_t>(0, cfg.num_decoder_layers - cfg.num_kv_shared_layers)
+                                            : cfg.num_decoder_layers;
+  const bool ple = small && cfg.hidden_size_per_layer_input > 0;
+  std::vector<std::string> skipped = {"lm_head.weight", root + "rotary_emb.", "model.vision_tower.", "model.embed_vision.",
+                                      "model.audio_tower.", "model.embed_audio."};
+  if (ple) {
+    const std::string p = "decoder.per_layer_embedder.";
+    imp.same(root + "embed_tokens_per_layer.weight", p + "embed_tokens_per_layer");
+    imp.dense(root + "per_layer_model_projection.weight", p + "per_layer_model_projection.kernel");
+    imp.same(root + "per_layer_projection_norm.weight", p + "per_layer_projection_norm.scale");
+  }
   const std::int64_t D = cfg.emb_dim, N = cfg.num_query_heads, E = cfg.num_experts, F = cfg.moe_mlp_dim;
   if (const AnyTensor* t = imp.get(root + "embed_tokens.weight")) {
     // pad_hf_embedding_layer: table * float32(sqrt(hidden_size)), cast back to the file's dtype.
@@ -160,7 +200,8 @@ inline TensorMap import_hf_gemma4(const TensorMap& in, const Config& cfg, const 
   imp.same(root + "norm.weight", "decoder.decoder_norm.scale");
   for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
     const std::string h = root + "layers." + std::to_string(i) + ".", m = "decoder.layers_" + std::to_string(i) + ".";
-    const bool global = i % 6 == 5;
+    const bool global = i % period == period - 1;
+    const bool shared = i >= first_shared && first_shared > 0;
     const std::int64_t K = global && cfg.global_num_kv_heads > 0 ? cfg.global_num_kv_heads : cfg.num_kv_heads;
     const std::int64_t H = global && cfg.global_head_dim > 0 ? cfg.global_head_dim : cfg.head_dim;
     imp.same(h + "input_layernorm.weight", m + "pre_self_attention_norm.scale");
@@ -169,12 +210,23 @@ inline TensorMap import_hf_gemma4(const TensorMap& in, const Config& cfg, const 
     imp.same(h + "post_feedforward_layernorm.weight", m + "post_ffw_norm.scale");
     const std::string a = m + "self_attention.";
     imp.head_proj(h + "self_attn.q_proj", a + "query", N, false, H);
-    imp.head_proj(h + "self_attn.k_proj", a + "key", K, false, H);
-    if (!(global && cfg.share_kv_projections)) imp.head_proj(h + "self_attn.v_proj", a + "value", K, false, H);
+    if (shared) {  // reads its donor's keys and values
+      for (const char* n : {"self_attn.k_proj.", "self_attn.v_proj.", "self_attn.k_norm.", "self_attn.v_norm."}) {
+        skipped.push_back(h + n);
+      }
+    } else {
+      imp.head_proj(h + "self_attn.k_proj", a + "key", K, false, H);
+      if (!(global && cfg.share_kv_projections && !small)) imp.head_proj(h + "self_attn.v_proj", a + "value", K, false, H);
+      imp.same(h + "self_attn.k_norm.weight", a + "key_norm.scale");
+    }
     imp.out_proj(h + "self_attn.o_proj", a + "out", false, H);
     imp.same(h + "self_attn.q_norm.weight", a + "query_norm.scale");
-    imp.same(h + "self_attn.k_norm.weight", a + "key_norm.scale");
     imp.same(h + "layer_scalar", m + "layer_scalar");
+    if (ple) {
+      imp.dense(h + "per_layer_input_gate.weight", m + "per_layer_input_gate.kernel");
+      imp.dense(h + "per_layer_projection.weight", m + "per_layer_projection.kernel");
+      imp.same(h + "post_per_layer_input_norm.weight", m + "post_per_layer_input_norm.scale");
+    }
     const std::string mlp = m + (E > 1 ? "mlp.moe_block.shared_experts." : "mlp.");
     imp.dense(h + "mlp.gate_proj.weight", mlp + "wi_0.kernel");
     imp.dense(h + "mlp.up_proj.weight", mlp + "wi_1.kernel");
@@ -199,8 +251,7 @@ inline TensorMap import_hf_gemma4(const TensorMap& in, const Config& cfg, const 
     }
   }
   // A tied head may also be stored; MaxText's Gemma 4 always uses the embedding.
-  return imp.finish({"lm_head.weight", root + "rotary_emb.", "model.vision_tower.", "model.embed_vision.",
-                     "model.audio_tower.", "model.embed_audio."});
+  return imp.finish(skipped);
 }
 
 }  // namespace maxtext::io

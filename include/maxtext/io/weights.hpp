@@ -165,7 +165,7 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         w.naming = WeightNaming::hf;
         return w;
       }
-      if (cfg.is("gemma4")) {  // io/hf_gemma4.hpp (text model; MaxText's converter's mapping)
+      if (cfg.is("gemma4") || cfg.is("gemma4_small")) {  // io/hf_gemma4.hpp (text model; MaxText's converter's mapping)
         w.tensors = import_hf_gemma4(raw, cfg, "hf " + path);
         w.naming = WeightNaming::hf;
         return w;

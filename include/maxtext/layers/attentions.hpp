@@ -76,6 +76,9 @@ struct AttentionArgs {
   double rope_max_timescale = 0.0;      ///< <= 0 = config.rope_max_timescale
   double partial_rotary_factor = 0.0;   ///< 0 = None
   std::int64_t output_dim = 0;          ///< width of the out projection; <= 0 = emb_dim (qwen3_custom.py: attention_output_dim)
+  /// share_kv_layer (Gemma 4 small's KV-shared layers): no key/value projections or norms; forward() attends over
+  /// the keys and values an earlier (donor) layer wrote into the cache it is given, and writes nothing.
+  bool share_kv_layer = false;
 
   /// The arguments the DEFAULT / LLAMA2 / MISTRAL blocks pass: heads and head_dim from the config, the two f32
   /// flags, global attention, nothing else (the blocks add their extras).
@@ -120,11 +123,14 @@ class Attention {
                   ") must be a multiple of num_kv_heads (", K_, ")");
     MAXTEXT_CHECK(!(fused_ && a.share_kv_projections), ConfigError, where,
                   "share_kv_projections is incompatible with fused_qkv");
+    MAXTEXT_CHECK(!(fused_ && a.share_kv_layer), ConfigError, where, "share_kv_layer is incompatible with fused_qkv");
     // Qwen3-Next's (and Qwen3.5's) full attention (attentions.py is_qwen3_hybrid): the query kernel [D, N, 2H] also yields a
     // per-head gate, q and k take (1 + w) RMSNorms, the output is o * sigmoid(gate), the out kernel is 2-D [N*H, D].
     gated_ = c.is_qwen3_hybrid();
     MAXTEXT_CHECK(!gated_ || (!fused_ && !a.share_kv_projections && !sinks_ && !a.use_qk_norm), UnsupportedError, where,
                   "the Qwen3-Next gated attention takes no fused_qkv, share_kv_projections, attention_sink or use_qk_norm");
+    MAXTEXT_CHECK(!a.share_kv_layer || (!gated_ && !(a.temperature_tuning && a.is_nope_layer)), UnsupportedError, where,
+                  "share_kv_layer takes no Qwen3-Next gated attention and no temperature tuning");
     if (sinks_) {
       MAXTEXT_CHECK(c.num_query_heads == N_, ConfigError, where, "attention sinks have config.num_query_heads (",
                     c.num_query_heads, ") entries but the layer has ", N_, " query heads");
@@ -145,8 +151,10 @@ class Attention {
       const bool no_depth_scaling = c.use_qk_norm || q_scalar_ != 0.0;
       const double div = no_depth_scaling ? 1.0 : static_cast<double>(round_to<A>(std::sqrt(static_cast<float>(H_))));
       query_ = DenseGeneral<P>({{D_}, {N_, gated_ ? 2 * H_ : H_}, bias, init, 1.0, div});
-      key_ = DenseGeneral<P>({{D_}, {K_, H_}, bias, init});
-      if (!a.share_kv_projections) value_ = DenseGeneral<P>({{D_}, {K_, H_}, bias, init});
+      if (!a.share_kv_layer) {
+        key_ = DenseGeneral<P>({{D_}, {K_, H_}, bias, init});
+        if (!a.share_kv_projections) value_ = DenseGeneral<P>({{D_}, {K_, H_}, bias, init});
+      }
     }
     if (gated_) {
       out_ = DenseGeneral<P>({{N_ * H_}, {O_}, bias, init});
@@ -162,7 +170,7 @@ class Attention {
       query_norm_ = RMSNorm<P>({qk_global_ ? N_ * H_ : H_, eps_, ws});
       key_norm_ = RMSNorm<P>({qk_global_ ? K_ * H_ : H_, eps_, ws});
     }
-    if (a.use_v_norm) value_norm_ = RMSNorm<P>({H_, eps_, c.v_norm_with_scale});
+    if (a.use_v_norm && !a.share_kv_layer) value_norm_ = RMSNorm<P>({H_, eps_, c.v_norm_with_scale});
 
     // Rotary embedding (shared table) unless this is a NoPE layer.
     RopeArgs ra;
@@ -206,8 +214,8 @@ class Attention {
   const RopeSpec& rope() const { return rope_; }
   /// Positions the rotary table covers (0 on NoPE layers: any position is accepted).
   std::int64_t max_positions() const { return table_limit_; }
-  /// Cache widths: keys [K * H], values [K * H].
-  CacheSpec cache_spec() const { return op_.cache_spec(); }
+  /// Cache widths: keys [K * H], values [K * H] (none for a share_kv_layer: it reads its donor's).
+  CacheSpec cache_spec() const { return args_.share_kv_layer ? CacheSpec{} : op_.cache_spec(); }
 
   template <class V>
   void visit(V& v, Params& p) const {
@@ -215,22 +223,25 @@ class Attention {
       visit_child(v, "qkv_proj", qkv_, p.qkv_proj);
     } else {
       visit_child(v, "query", query_, p.query);
-      visit_child(v, "key", key_, p.key);
-      if (!args_.share_kv_projections) visit_child(v, "value", value_, p.value);
+      if (!args_.share_kv_layer) {
+        visit_child(v, "key", key_, p.key);
+        if (!args_.share_kv_projections) visit_child(v, "value", value_, p.value);
+      }
     }
     visit_child(v, "out", out_, p.out);
     if (sinks_) v.vector("sinks", p.sinks, {{N_}, Init::zeros});
     if (qk_rms_) {
       visit_child(v, "query_norm", query_norm_, p.query_norm);
-      visit_child(v, "key_norm", key_norm_, p.key_norm);
+      if (!args_.share_kv_layer) visit_child(v, "key_norm", key_norm_, p.key_norm);
     }
-    if (args_.use_v_norm) visit_child(v, "value_norm", value_norm_, p.value_norm);
+    if (args_.use_v_norm && !args_.share_kv_layer) visit_child(v, "value_norm", value_norm_, p.value_norm);
   }
 
   /// Width of the output rows: emb_dim unless AttentionArgs::output_dim says otherwise.
   std::int64_t output_dim() const { return O_; }
 
-  /// x [B*T, D] -> y [B*T, output_dim()] (y must not alias x). Writes this step's keys/values into `cache`.
+  /// x [B*T, D] -> y [B*T, output_dim()] (y must not alias x). Writes this step's keys/values into `cache`; a
+  /// share_kv_layer is given its donor layer's cache, which already holds this step's keys/values, and only reads it.
   void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, LayerCache<A>& cache, View<A, 2> y) const {
     const auto& st = ctx.step;
     const std::int64_t M = x.dim(0);
@@ -239,8 +250,12 @@ class Attention {
     MAXTEXT_CHECK(M == st.tokens() && y.dim(0) == M, ShapeError, "[Attention] ", M, " input rows for a step of ",
                   st.batch, " x ", st.length, " tokens");
     MAXTEXT_CHECK(cache.buffers.size() == 2 && cache.buffers[0].dim(2) == K_ * H_ && cache.buffers[1].dim(2) == K_ * H_,
-                  ShapeError, "[Attention] the KV cache was made for another layer: expected two buffers of width ",
-                  K_ * H_);
+                  ShapeError, "[Attention] the KV cache ", args_.share_kv_layer ? "of the donor layer " : "",
+                  "was made for another layer: expected two buffers of width ", K_ * H_);
+    if (args_.share_kv_layer) {
+      forward_shared(ctx, p, x, cache, y);
+      return;
+    }
     ScratchScope scope(ctx.scratch);
     const std::int64_t NH = N_ * H_, KH = K_ * H_;
 
@@ -333,6 +348,37 @@ class Attention {
     std::once_flag once;
     RotaryTable table;
   };
+
+  /// share_kv_layer (attentions.py with shared_key / shared_value): the query path of forward() (projection, norm,
+  /// RoPE, scalar), then AttentionOp over the donor's cache.
+  void forward_shared(const Context<P>& ctx, const Params& p, View<const A, 2> x, const LayerCache<A>& donor,
+                      View<A, 2> y) const {
+    ScratchScope scope(ctx.scratch);
+    const std::int64_t M = x.dim(0);
+    View<A, 3> q = ctx.scratch.template alloc<A, 3>({M, N_, H_});
+    query_.forward(ctx, p.query, x, rows(q));
+    if (qk_rms_) {
+      if (qk_global_) {
+        query_norm_.forward(ctx, p.query_norm, rows(q), rows(q));
+      } else {
+        norm_heads(ctx, query_norm_, p.query_norm, q);
+      }
+    }
+    if (rope_.kind != RopeKind::none) {
+      std::vector<std::int32_t> pos_buf;
+      check_positions(host_positions(ctx, pos_buf), ctx.step);
+      ctx.be.rotary(q, ctx.step.positions, table(ctx.be));
+    }
+    if (qk_l2_) {
+      RMSNorm<P> l2({H_, eps_, false});
+      typename RMSNorm<P>::Params none;
+      norm_heads(ctx, l2, none, q);
+    }
+    if (q_scalar_ != 0.0) ctx.be.scale(rows(q), static_cast<float>(q_scalar_));
+    View<A, 3> o = ctx.scratch.template alloc<A, 3>({M, N_, H_});
+    op_.attend(ctx, q, donor, sinks_ ? p.sinks.cview() : View<const A, 1>(), o);
+    out_.forward(ctx, p.out, View<const A, 2>(rows(o)), y);
+  }
 
   /// [M, heads, d] with contiguous lanes -> [M, heads*d] rows (row stride kept: works for fused qkv slices).
   static View<A, 2> rows(View<A, 3> t) { return View<A, 2>(t.data(), {t.dim(0), t.dim(1) * t.dim(2)}, {t.stride(0), 1}); }

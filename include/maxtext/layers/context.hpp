@@ -14,6 +14,7 @@
 
 #include "maxtext/backend/ops.hpp"
 #include "maxtext/core/any_tensor.hpp"
+#include "maxtext/core/error.hpp"
 #include "maxtext/core/matrix.hpp"
 #include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
@@ -46,6 +47,33 @@ struct LayerCache {
   std::vector<Tensor<A, 3>> buffers;
   std::vector<Tensor<float, 2>> states;
   std::vector<std::int32_t> state_tokens;
+};
+
+/// What the decoder hands every layer of one forward pass besides the residual stream, as MaxText's decoder loop
+/// threads it through (decoders.py _apply_gemma4_small_layers): per-layer inputs made once from the tokens (Gemma 4
+/// small's PLE: layer i reads columns [i*width, (i+1)*width)), and the cache of every layer, so that a layer can
+/// attend over keys and values an earlier layer of the same step wrote (cross-layer KV sharing).
+template <class A>
+struct DecoderState {
+  View<const A, 2> per_layer_inputs;  ///< [B*T, num_layers * width], or empty
+  std::int64_t per_layer_width = 0;
+  LayerCache<A>* caches = nullptr;    ///< the model's per-layer caches, in layer order
+  std::size_t num_caches = 0;
+
+  /// Layer i's columns of per_layer_inputs [B*T, width].
+  View<const A, 2> per_layer_input(std::int64_t i) const {
+    const std::int64_t w = per_layer_width;
+    MAXTEXT_CHECK(!per_layer_inputs.empty() && w > 0 && (i + 1) * w <= per_layer_inputs.dim(1), ArgumentError,
+                  "[decoder] no per-layer input for layer ", i);
+    return View<const A, 2>(per_layer_inputs.data() + i * w, {per_layer_inputs.dim(0), w},
+                            {per_layer_inputs.stride(0), 1});
+  }
+  /// The cache of layer l (an earlier layer's, for KV sharing).
+  LayerCache<A>& cache(std::int64_t l) const {
+    MAXTEXT_CHECK(caches != nullptr && l >= 0 && static_cast<std::size_t>(l) < num_caches, ArgumentError,
+                  "[decoder] no cache of layer ", l, " in this forward pass (", num_caches, " layers)");
+    return caches[l];
+  }
 };
 
 /// Width of each per-token cache buffer a layer needs (empty: no cache).
@@ -126,6 +154,8 @@ struct Context {
   Scratch& scratch;
   const StepInfo& step;
   Capture* capture = nullptr;
+  /// Set by models::Transformer for its layers (a layer run on its own has none).
+  const DecoderState<A>* decoder = nullptr;
 
   bool capturing(std::string_view name) const { return capture != nullptr && capture->wants(name); }
 

@@ -58,6 +58,8 @@ class KVCache {
     has_segments_ = false;
   }
   layers::LayerCache<A>& layer(std::size_t l) { return layers_.at(l); }
+  /// The per-layer caches in layer order (num_layers() of them).
+  layers::LayerCache<A>* layer_data() { return layers_.data(); }
   std::size_t num_layers() const { return layers_.size(); }
   /// Segment ids [B, S] of the cached tokens (meaningful once has_segments()).
   const Tensor<std::int32_t, 2>& segments() const { return segment_; }

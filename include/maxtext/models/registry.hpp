@@ -14,6 +14,7 @@
 #include "maxtext/layers/gemma2.hpp"
 #include "maxtext/layers/gemma3.hpp"
 #include "maxtext/layers/gemma4.hpp"
+#include "maxtext/layers/gemma4_small.hpp"
 #include "maxtext/layers/gpt3.hpp"
 #include "maxtext/layers/gpt_oss.hpp"
 #include "maxtext/layers/llama2.hpp"
@@ -52,6 +53,7 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("gemma2")) return f.template operator()<Transformer<P, layers::Gemma2DecoderLayer>>();
   if (cfg.is("gemma3")) return f.template operator()<Transformer<P, layers::Gemma3DecoderLayer>>();
   if (cfg.is("gemma4")) return f.template operator()<Transformer<P, layers::Gemma4DecoderLayer>>();
+  if (cfg.is("gemma4_small")) return f.template operator()<Transformer<P, layers::Gemma4SmallDecoderLayer>>();
   if (cfg.is("olmo3")) return f.template operator()<Transformer<P, layers::Olmo3DecoderLayer>>();
   // llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; io/checkpoint.hpp collapses them
   // into plain kernels at load, so the layer is the llama2 one.

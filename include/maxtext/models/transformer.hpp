@@ -87,6 +87,22 @@ constexpr bool supports_mhc() {
     return false;
   }
 }
+/// A decoder-level module that runs once after the token embedding and hands its output to every layer
+/// (layers::DecoderState::per_layer_inputs): the layer type names it as `Prelude` (Gemma 4 small's per-layer
+/// embedder). It has Params, visit(v, p), a parameter scope `name`, the per-layer `width()`, and
+/// forward(ctx, p, ids, x) -> [B*T, num_layers * width()] rows allocated from the context's scratch.
+struct NoPrelude {
+  struct Params {};
+};
+template <class L>
+struct prelude_of {
+  using type = NoPrelude;
+};
+template <class L>
+  requires requires { typename L::Prelude; }
+struct prelude_of<L> {
+  using type = typename L::Prelude;
+};
 template <class L>
 concept HasAttentionName = requires { L::attention_name; };
 /// The attention module's parameter (and capture) name: `self_attention` unless the layer names it (Olmo3:
@@ -115,10 +131,13 @@ class Transformer {
   using LayerVariant = std::conditional_t<kTwoKinds, std::variant<DenseL, MoeL>, std::variant<DenseL>>;
   using LayerParamsVariant = std::conditional_t<kTwoKinds, std::variant<typename DenseL::Params, typename MoeL::Params>,
                                                 std::variant<typename DenseL::Params>>;
+  using PreludeT = typename detail::prelude_of<DenseL>::type;
+  static constexpr bool kPrelude = !std::is_same_v<PreludeT, detail::NoPrelude>;
 
   struct Params {
     typename layers::Embed<P>::Params token_embedder;
     typename layers::Embed<P>::Params position_embedder;  ///< GPT-3 trainable positions
+    typename PreludeT::Params prelude;                    ///< the layer type's decoder-level Prelude, if any
     std::vector<LayerParamsVariant> layers;
     typename layers::RMSNorm<P>::Params decoder_norm_rms;
     typename layers::Gpt3LayerNorm<P>::Params decoder_norm_gpt3;
@@ -149,6 +168,7 @@ class Transformer {
     MAXTEXT_CHECK(streams_ == 1 || (detail::supports_mhc<DenseL>() && detail::supports_mhc<MoeL>()), UnsupportedError,
                   "[config] mhc_expansion_rate = ", streams_, ": the layer types of this model (decoder_block '",
                   cfg_.decoder_block, "') take no hyper-connection streams");
+    if constexpr (kPrelude) prelude_ = PreludeT(cfg_);
     const std::int64_t L = cfg_.num_decoder_layers;
     const std::int64_t n_dense = kTwoKinds ? cfg_.first_num_dense_layers : L;
     MAXTEXT_CHECK(n_dense >= 0 && n_dense <= L, ConfigError, "[config] first_num_dense_layers (", n_dense,
@@ -192,6 +212,12 @@ class Transformer {
     if (cfg_.trainable_position_size > 0) {
       layers::Scope<V> s(v, "position_embedder");
       pos_embed_.visit(v, params_.position_embedder);
+    }
+    if constexpr (kPrelude) {
+      if (prelude_.enabled()) {
+        layers::Scope<V> s(v, PreludeT::name);
+        prelude_.visit(v, params_.prelude);
+      }
     }
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       std::visit(
@@ -339,11 +365,23 @@ class Transformer {
       step.kv_segment_ids = cache.segments().cview();
     }
 
-    layers::Context<P> ctx{be_, scratch_, step, opt.capture};
+    layers::DecoderState<A> dstate;
+    dstate.caches = cache.layer_data();
+    dstate.num_caches = cache.num_layers();
+    layers::Context<P> ctx{be_, scratch_, step, opt.capture, &dstate};
     const std::int64_t M = Bn * T;
     View<A, 2> x = scratch_.template alloc<A, 2>({M, D});
     embed_.forward(ctx, params_.token_embedder, ids_d, x);
     ctx.sow(embed_name(), View<const A, 2>(x));
+    if constexpr (kPrelude) {
+      if (prelude_.enabled()) {  // before position embeddings: Gemma 4's models have none
+        View<A, 2> pli = prelude_.forward(ctx, params_.prelude, ids_d, View<const A, 2>(x));
+        ctx.sow(scheme_ == NameScheme::hf ? std::string("model.per_layer_inputs") : "decoder." + std::string(PreludeT::name),
+                View<const A, 2>(pli));
+        dstate.per_layer_inputs = pli;
+        dstate.per_layer_width = prelude_.width();
+      }
+    }
     if (cfg_.use_untrainable_positional_embedding) add_positional(ctx, params_.sinusoid, x);
     if (cfg_.trainable_position_size > 0) add_positional(ctx, params_.position_embedder.embedding, x);
     View<A, 2> embedded = x;
@@ -536,6 +574,7 @@ class Transformer {
   Scratch scratch_;
   std::int64_t streams_ = 1;  ///< mhc_expansion_rate
   layers::Embed<P> embed_, pos_embed_;
+  PreludeT prelude_;
   bool gpt3_norm_ = false;
   layers::RMSNorm<P> final_rms_;
   layers::Gpt3LayerNorm<P> final_gpt3_;
