@@ -257,6 +257,13 @@ def test_gemma4_logits_and_cached_decoding(mc, case, weights):
     check_logits_and_cached_decoding(mc, case, weights)
 
 
+@pytest.mark.parametrize("weights", ["model.safetensors", "model_scanned.safetensors"])
+def test_envy_logits_and_cached_decoding(mc, weights):
+    """envy (qk-normed attention, dense / top-2 routed MoE cycle, post-FFW norms) from MaxText trees, unscanned and
+    EnvyScannableBlock-scanned: logits, then the prompt through the KV cache."""
+    check_logits_and_cached_decoding(mc, "envy_model", weights)
+
+
 @pytest.mark.parametrize("weights", ["model.safetensors", "hf/model.safetensors"])
 @pytest.mark.parametrize("case", ["gemma4_small_e2b_model", "gemma4_small_e4b_model"])
 def test_gemma4_small_logits_and_cached_decoding(mc, case, weights):

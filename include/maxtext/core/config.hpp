@@ -473,7 +473,7 @@ inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
                                                  "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
                                                  "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe", "llama4",
-                                                 "qwen3_next", "qwen3_5", "gemma4", "gemma4_small"};
+                                                 "qwen3_next", "qwen3_5", "gemma4", "gemma4_small", "envy"};
   return list;
 }
 
@@ -614,6 +614,31 @@ inline void Config::validate() const {
                     ") and be a multiple of nope_layer_interval (", nope_layer_interval,
                     ") and interleave_moe_layer_step (", interleave_moe_layer_step,
                     "): Llama4ScannableBlock repeats that many layers");
+    }
+  }
+  if (decoder_block == "envy") {
+    // decoders.py: layer i is a MoE layer when (i + 1) % interleave_moe_layer_step == 0 (a step of 0 divides by zero
+    // there); EnvyScannableBlock repeats inhomogeneous_layer_cycle_interval layers with the same rule inside the cycle.
+    MAXTEXT_CHECK(interleave_moe_layer_step >= 1, ConfigError, "[config] decoder_block envy needs "
+                  "interleave_moe_layer_step >= 1 (layer i is a MoE layer when (i + 1) % step == 0), found ",
+                  interleave_moe_layer_step);
+    if (interleave_moe_layer_step <= num_decoder_layers) {
+      MAXTEXT_CHECK(num_experts >= 1 && moe_mlp_dim > 0, ConfigError, "[config] decoder_block envy has MoE layers "
+                    "(interleave_moe_layer_step ", interleave_moe_layer_step, ") and needs num_experts >= 1 and "
+                    "base_moe_mlp_dim > 0, found ", num_experts, " and ", base_moe_mlp_dim);
+    }
+    if (interleave_moe_layer_step != 1) {
+      MAXTEXT_CHECK(mlp_dim > 0, ConfigError, "[config] decoder_block envy has dense layers (interleave_moe_layer_step ",
+                    interleave_moe_layer_step, ") and needs base_mlp_dim > 0, found ", base_mlp_dim);
+    }
+    if (scan_layers) {
+      MAXTEXT_CHECK(inhomogeneous_layer_cycle_interval >= 1 &&
+                        num_decoder_layers % inhomogeneous_layer_cycle_interval == 0 &&
+                        inhomogeneous_layer_cycle_interval % interleave_moe_layer_step == 0,
+                    ConfigError, "[config] decoder_block envy with scan_layers: inhomogeneous_layer_cycle_interval (",
+                    inhomogeneous_layer_cycle_interval, ") must divide num_decoder_layers (", num_decoder_layers,
+                    ") and be a multiple of interleave_moe_layer_step (", interleave_moe_layer_step,
+                    "): EnvyScannableBlock repeats that many layers");
     }
   }
   if (is_qwen3_hybrid()) {

@@ -175,6 +175,7 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
     if (cfg.is("olmo3") && canonicalize_cycle_scanned(name, t, cfg, out, "OLMo 3", 4)) continue;
     if (cfg.is("gpt_oss") && canonicalize_cycle_scanned(name, t, cfg, out, "GPT-OSS")) continue;
     if (cfg.is("llama4") && canonicalize_cycle_scanned(name, t, cfg, out, "Llama 4")) continue;
+    if (cfg.is("envy") && canonicalize_cycle_scanned(name, t, cfg, out, "Envy")) continue;
     // Qwen3NextScannableBlock names its sub-layers `layer_j` (not `layers_j`).
     if (cfg.is_qwen3_hybrid() && canonicalize_cycle_scanned(name, t, cfg, out, "Qwen3-Next", 0, "layer_")) continue;
     bool unstacked = false;

@@ -10,6 +10,7 @@
 #include "maxtext/core/policy.hpp"
 #include "maxtext/layers/decoders.hpp"
 #include "maxtext/layers/deepseek.hpp"
+#include "maxtext/layers/envy.hpp"
 #include "maxtext/layers/gemma.hpp"
 #include "maxtext/layers/gemma2.hpp"
 #include "maxtext/layers/gemma3.hpp"
@@ -54,6 +55,7 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("gemma3")) return f.template operator()<Transformer<P, layers::Gemma3DecoderLayer>>();
   if (cfg.is("gemma4")) return f.template operator()<Transformer<P, layers::Gemma4DecoderLayer>>();
   if (cfg.is("gemma4_small")) return f.template operator()<Transformer<P, layers::Gemma4SmallDecoderLayer>>();
+  if (cfg.is("envy")) return f.template operator()<Transformer<P, layers::EnvyDecoderLayer>>();
   if (cfg.is("olmo3")) return f.template operator()<Transformer<P, layers::Olmo3DecoderLayer>>();
   // llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; io/checkpoint.hpp collapses them
   // into plain kernels at load, so the layer is the llama2 one.
