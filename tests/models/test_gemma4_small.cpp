@@ -5,10 +5,12 @@
 // inputs; prefill + incremental decode and ragged rows through a cache that holds no slot for the shared layers;
 // the same weights in Hugging Face's Gemma 4 layout; the E2B / E4B configs and their parameter counts; the registry
 // and the CLI; and the errors for inputs the block cannot take.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -244,3 +246,49 @@ TEST_CASE("maxtext logits / generate: gemma4_small from MaxText checkpoints and 
   test::check_cli_generates_seeded("gemma4-e4b.yml" + tiny + " base_num_decoder_layers=8 num_kv_shared_layers=2");
 }
 #endif
+
+TEST_CASE("KVCache is move-only, and clone() forks a sequence: each copy continues on its own (here with KV-shared "
+          "layers, which hold no buffers)", "[models][gemma4_small][cache]") {
+  static_assert(!std::is_copy_constructible_v<models::KVCache<P32>> && !std::is_copy_assignable_v<models::KVCache<P32>>);
+  static_assert(std::is_nothrow_move_constructible_v<models::KVCache<P32>>);
+  const std::string dir = test::fixture("gemma4_small_e2b_model");
+  const Config c = test::config_from_meta(test::read_meta(dir));
+  Small m(c);
+  m.load(io::load_weights(dir + "/model.safetensors", c).tensors);
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  const std::int64_t Bn = tok.dim(0), V = c.vocab_size;
+  auto cols = [&](const Tensor<std::int32_t, 2>& t, std::int64_t a, std::int64_t b, std::int32_t shift = 0) {
+    Tensor<std::int32_t, 2> r({Bn, b - a});
+    for (std::int64_t i = 0; i < Bn; ++i) {
+      for (std::int64_t j = a; j < b; ++j) r(i, j - a) = static_cast<std::int32_t>((t(i, j) + shift) % V);
+    }
+    return r;
+  };
+  auto max_diff = [&](const Tensor<float, 3>& got, const Tensor<float, 3>& want, std::int64_t from) {
+    double d = 0;
+    for (std::int64_t i = 0; i < Bn; ++i) {
+      for (std::int64_t t = 0; t < got.dim(1); ++t) {
+        for (std::int64_t v = 0; v < V; ++v) d = std::max(d, std::fabs(static_cast<double>(got(i, t, v) - want(i, from + t, v))));
+      }
+    }
+    return d;
+  };
+  const auto full = m.forward(tok);
+  auto cache = m.make_cache(Bn, 16);
+  m.forward(cols(tok, 0, 4), cache);
+  auto fork = cache.clone(m.backend());
+  m.forward(cols(tok, 4, 6), cache);
+  // The fork takes other tokens at positions 4-5: with shared buffers they would replace the original's keys there.
+  const auto other = cols(tok, 4, 6, 1);
+  const auto forked = m.forward(other, fork);
+  const auto rest = m.forward(cols(tok, 6, 9), cache);
+  CHECK(max_diff(rest, full, 6) < 1e-4);
+  Tensor<std::int32_t, 2> alt({Bn, 6});
+  for (std::int64_t i = 0; i < Bn; ++i) {
+    for (std::int64_t j = 0; j < 6; ++j) alt(i, j) = j < 4 ? tok(i, j) : other(i, j - 4);
+  }
+  CHECK(max_diff(forked, m.forward(alt), 4) < 1e-4);
+  CHECK((cache.length(0) == 9 && fork.length(0) == 6));
+  models::KVCache<P32> moved = std::move(fork);
+  CHECK(moved.length(1) == 6);
+}

@@ -1,11 +1,16 @@
 // models/kv_cache.hpp: the KV cache of a whole model: per layer the buffers its attention declares (keys and values,
 // or MLA's latent + rotary key), one row per sequence slot, plus per-slot lengths and segment ids.
 // Spec attention.md §5 (semantics), kept as one contiguous cache per slot (see layers/attention_op.hpp).
+// A cache is move-only: its buffers are shared handles, so a copy would share the keys and values but keep its own
+// lengths, and the two would overwrite each other's rows. clone() makes an independent copy (to fork a sequence).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "maxtext/backend/ops.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
@@ -40,6 +45,41 @@ class KVCache {
       if (!states[l].empty()) layers_[l].state_tokens.assign(static_cast<std::size_t>(batch), 0);
     }
     segment_ = Tensor<std::int32_t, 2>({batch, capacity}, be.memory());
+  }
+
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
+  KVCache(KVCache&&) noexcept = default;
+  KVCache& operator=(KVCache&&) noexcept = default;
+  ~KVCache() = default;
+
+  /// A deep copy on backend `be` (the one that made this cache): new buffers and states holding this cache's
+  /// contents, with its lengths and segment ids; the two then advance independently.
+  KVCache clone(const B& be) const {
+    KVCache c;
+    c.batch_ = batch_;
+    c.capacity_ = capacity_;
+    c.lengths_ = lengths_;
+    c.has_segments_ = has_segments_;
+    c.recurrent_ = recurrent_;
+    auto copy = [&](const auto& src) {
+      using T = std::decay_t<decltype(src)>;
+      T dst(src.shape(), be.memory());
+      if (src.size() > 0) {
+        be.copy(dst.data(), src.data(), static_cast<std::size_t>(src.size()) * sizeof(*src.data()),
+                CopyKind::device_to_device);
+      }
+      return dst;
+    };
+    c.layers_.resize(layers_.size());
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      for (const auto& b : layers_[l].buffers) c.layers_[l].buffers.push_back(copy(b));
+      for (const auto& st : layers_[l].states) c.layers_[l].states.push_back(copy(st));
+      c.layers_[l].state_tokens = layers_[l].state_tokens;
+    }
+    c.segment_ = copy(segment_);
+    be.synchronize();
+    return c;
   }
 
   std::int64_t batch() const { return batch_; }
