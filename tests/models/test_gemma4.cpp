@@ -226,9 +226,15 @@ TEST_CASE("Gemma 4 from Hugging Face: what MaxText's gemma4 cannot express, and 
     edit(j["text_config"]);
     CHECK_THROWS_WITH(io::config_from_hf(j, "config.json"), Catch::Contains(what));
   };
-  refused([](auto& t) { t["hidden_size_per_layer_input"] = 256; }, "hidden_size_per_layer_input = 256: Gemma 4's small");
-  refused([](auto& t) { t["num_kv_shared_layers"] = 20; }, "num_kv_shared_layers = 20");
-  refused([](auto& t) { t["use_double_wide_mlp"] = true; }, "use_double_wide_mlp = true");
+  // Any of the small models' keys makes a gemma4_small config (test_gemma4_small.cpp), which has no K = V layers and
+  // no MoE: this MoE fixture's config with one of them is refused by name.
+  refused([](auto& t) { t["hidden_size_per_layer_input"] = 256; }, "lacks vocab_size_per_layer_input");
+  refused([](auto& t) { t["hidden_size_per_layer_input"] = 256; t["vocab_size_per_layer_input"] = 64; },
+          "attention_k_eq_v = true in a Gemma 4 small model");
+  refused([](auto& t) { t["num_kv_shared_layers"] = 20; }, "attention_k_eq_v = true in a Gemma 4 small model");
+  refused([](auto& t) { t["use_double_wide_mlp"] = true; }, "attention_k_eq_v = true in a Gemma 4 small model");
+  refused([](auto& t) { t["use_double_wide_mlp"] = true; t["attention_k_eq_v"] = false; },
+          "enable_moe_block = true in a Gemma 4 small model");
   refused([](auto& t) { t["layer_types"][0] = "full_attention"; }, "layer_types[0] is \"full_attention\"");
   refused([](auto& t) { t["rope_parameters"]["full_attention"]["rope_type"] = "yarn"; },
           "rope_parameters.full_attention.rope_type 'yarn'");
