@@ -36,21 +36,8 @@ void check_model(const std::string& file, const std::vector<std::string>& overri
   for (const auto& o : overrides) io::apply_override(c, o);
   Envy m(c);
   m.load(io::load_weights(dir + "/" + file, c).tensors);
-  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
-  layers::Capture cap;
-  cap.request_all();
-  models::ForwardOptions opt;
-  opt.capture = &cap;
-  const auto full = m.forward(tok, opt);
-  test::expect_close(full, test::npy(dir + "/logits.npy"), test::tol::f32_logits, "envy.logits");
-  for (std::int64_t i = 0; i < c.num_decoder_layers; ++i) {
-    const std::string a = "decoder.layers_" + std::to_string(i);
-    test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), test::tol::f32_logits, "envy." + a);
-  }
+  const auto cap = test::check_model_fixture(m, dir, "envy", [](std::int64_t) { return test::tol::f32_logits; });
   CHECK(cap.has("decoder.layers_1.MoeBlock_0"));  // the MoE layer's FFN output under MaxText's name
-  test::expect_close(cap.at("decoder.decoder_norm"), test::npy(dir + "/act_decoder.decoder_norm.npy"),
-                     test::tol::f32_logits, "envy.decoder_norm");
-  test::check_cached_decoding(m, tok, full, test::tol::decode_step, "envy");
 }
 
 }  // namespace

@@ -44,20 +44,7 @@ void check_model(const std::string& name, const std::string& file, const std::ve
   for (const auto& o : overrides) io::apply_override(c, o);
   Model m(c);
   m.load(io::load_weights(dir + "/" + file, c).tensors);
-  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
-  layers::Capture cap;
-  cap.request_all();
-  models::ForwardOptions opt;
-  opt.capture = &cap;
-  const auto full = m.forward(tok, opt);
-  test::expect_close(full, test::npy(dir + "/logits.npy"), test::tol::f32_logits, name + ".logits");
-  for (std::int64_t i = 0; i < c.num_decoder_layers; ++i) {
-    const std::string a = "decoder.layers_" + std::to_string(i);
-    test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), test::tol::f32_logits, name + "." + a);
-  }
-  test::expect_close(cap.at("decoder.decoder_norm"), test::npy(dir + "/act_decoder.decoder_norm.npy"),
-                     test::tol::f32_logits, name + ".decoder_norm");
-  test::check_cached_decoding(m, tok, full, test::tol::decode_step, name);
+  test::check_model_fixture(m, dir, name, [](std::int64_t) { return test::tol::f32_logits; });
 }
 
 }  // namespace

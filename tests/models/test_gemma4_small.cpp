@@ -42,32 +42,15 @@ namespace {
 
 const char* const kCases[] = {"gemma4_small_e2b_model", "gemma4_small_e4b_model"};
 
-/// Tolerance for layer `i`'s output (i = num_decoder_layers: the final norm and the logits).
-using LayerTolerance = std::function<testing::Tolerance(std::int64_t)>;
-
 template <class Model>
-void check_model(const std::string& name, const std::string& file, const LayerTolerance& tol) {
+void check_model(const std::string& name, const std::string& file, const test::LayerTolerance& tol) {
   const std::string dir = test::fixture(name);
   const Config c = test::config_from_meta(test::read_meta(dir));
   Model m(c);
   m.load(io::load_weights(dir + "/" + file, c).tensors);
-  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
-  layers::Capture cap;
-  cap.request_all();
-  models::ForwardOptions opt;
-  opt.capture = &cap;
-  const auto full = m.forward(tok, opt);
-  const std::int64_t L = c.num_decoder_layers;
-  test::expect_close(full, test::npy(dir + "/logits.npy"), tol(L), name + ".logits");
+  const auto cap = test::check_model_fixture(m, dir, name, tol, std::is_same_v<typename Model::A, float>);
   test::expect_close(cap.at("decoder.per_layer_embedder"), test::npy(dir + "/per_layer_inputs.npy"), tol(0),
                      name + ".per_layer_inputs");
-  for (std::int64_t i = 0; i < c.num_decoder_layers; ++i) {
-    const std::string a = "decoder.layers_" + std::to_string(i);
-    test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), tol(i), name + "." + a);
-  }
-  test::expect_close(cap.at("decoder.decoder_norm"), test::npy(dir + "/act_decoder.decoder_norm.npy"), tol(L),
-                     name + ".decoder_norm");
-  if constexpr (std::is_same_v<typename Model::A, float>) test::check_cached_decoding(m, tok, full, test::tol::decode_step, name);
 }
 
 }  // namespace
@@ -257,13 +240,6 @@ TEST_CASE("KVCache is move-only, and clone() forks a sequence: each copy continu
   m.load(io::load_weights(dir + "/model.safetensors", c).tensors);
   const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   const std::int64_t Bn = tok.dim(0), V = c.vocab_size;
-  auto cols = [&](const Tensor<std::int32_t, 2>& t, std::int64_t a, std::int64_t b, std::int32_t shift = 0) {
-    Tensor<std::int32_t, 2> r({Bn, b - a});
-    for (std::int64_t i = 0; i < Bn; ++i) {
-      for (std::int64_t j = a; j < b; ++j) r(i, j - a) = static_cast<std::int32_t>((t(i, j) + shift) % V);
-    }
-    return r;
-  };
   auto max_diff = [&](const Tensor<float, 3>& got, const Tensor<float, 3>& want, std::int64_t from) {
     double d = 0;
     for (std::int64_t i = 0; i < Bn; ++i) {
@@ -275,13 +251,14 @@ TEST_CASE("KVCache is move-only, and clone() forks a sequence: each copy continu
   };
   const auto full = m.forward(tok);
   auto cache = m.make_cache(Bn, 16);
-  m.forward(cols(tok, 0, 4), cache);
+  m.forward(test::cols(tok, 0, 4), cache);
   auto fork = cache.clone(m.backend());
-  m.forward(cols(tok, 4, 6), cache);
+  m.forward(test::cols(tok, 4, 2), cache);
   // The fork takes other tokens at positions 4-5: with shared buffers they would replace the original's keys there.
-  const auto other = cols(tok, 4, 6, 1);
+  auto other = test::cols(tok, 4, 2);
+  for (std::int64_t i = 0; i < other.size(); ++i) other.data()[i] = static_cast<std::int32_t>((other.data()[i] + 1) % V);
   const auto forked = m.forward(other, fork);
-  const auto rest = m.forward(cols(tok, 6, 9), cache);
+  const auto rest = m.forward(test::cols(tok, 6, 3), cache);
   CHECK(max_diff(rest, full, 6) < 1e-4);
   Tensor<std::int32_t, 2> alt({Bn, 6});
   for (std::int64_t i = 0; i < Bn; ++i) {

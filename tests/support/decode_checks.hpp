@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "maxtext/testing/compare.hpp"
+#include "support/family_fixture.hpp"
 #include "support/test_support.hpp"
 
 namespace maxtext::test {
@@ -77,6 +79,32 @@ void check_cached_decoding(Model& m, const Tensor<std::int32_t, 2>& tok, const T
                    tol, name + ".ragged row " + std::to_string(b) + " step " + std::to_string(s));
     }
   }
+}
+
+/// Tolerance for layer `i`'s output (i = num_decoder_layers: the final norm and the logits).
+using LayerTolerance = std::function<testing::Tolerance(std::int64_t)>;
+
+/// A model fixture of tests/reference/*_reference.py (tokens.npy, logits.npy, act_decoder.layers_<i>.npy,
+/// act_decoder.decoder_norm.npy) through `m`, loaded by the caller: the logits, every layer's output and the final
+/// norm within tol(i); then, with `cached`, check_cached_decoding. Returns everything the forward pass captured.
+template <class Model>
+layers::Capture check_model_fixture(Model& m, const std::string& dir, const std::string& name, const LayerTolerance& tol,
+                                    bool cached = true) {
+  const std::int64_t L = m.config().num_decoder_layers;
+  const auto tok = int_tensor(npy(dir + "/tokens.npy"));
+  layers::Capture cap;
+  cap.request_all();
+  models::ForwardOptions opt;
+  opt.capture = &cap;
+  const auto full = m.forward(tok, opt);
+  expect_close(full, npy(dir + "/logits.npy"), tol(L), name + ".logits");
+  for (std::int64_t i = 0; i < L; ++i) {
+    const std::string a = "decoder.layers_" + std::to_string(i);
+    expect_close(cap.at(a), npy(dir + "/act_" + a + ".npy"), tol(i), name + "." + a);
+  }
+  expect_close(cap.at("decoder.decoder_norm"), npy(dir + "/act_decoder.decoder_norm.npy"), tol(L), name + ".decoder_norm");
+  if (cached) check_cached_decoding(m, tok, full, tol::decode_step, name);
+  return cap;
 }
 
 }  // namespace maxtext::test
