@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -157,6 +158,42 @@ TEST_CASE("jinja: runaway templates stop with an error", "[jinja]") {
   CHECK_THROWS_WITH(jinja::Template("{{ [1, 2][::0] }}").render(Json::object()), Catch::Contains("slice step cannot be zero"));
   std::string deep(2000, '(');
   CHECK_THROWS_WITH(jinja::Template("{{ " + deep + "1" + std::string(2000, ')') + " }}"), Catch::Contains("nested too deeply"));
+}
+
+TEST_CASE("jinja: a namespace cannot contain itself or nest past max_depth (fuzz finding)", "[jinja]") {
+  // The CI fuzz run of 2026-11-27 found `{% set ns.a = ns %}{{ ns | tojson }}` overflowing the stack (and the cycle
+  // leaking). Namespaces are the only mutable value, so their assignment is where cycles and deep chains are refused.
+  jinja::Limits small;
+  small.max_depth = 50;
+  const auto render = [&](const std::string& src) { return jinja::Template(src, "t", small).render(Json::object()); };
+  CHECK_THROWS_WITH(render("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns | tojson }}"),
+                    Catch::Contains("t:1:39: assigning 'a' would make the namespace contain itself"));
+  CHECK_THROWS_WITH(render("{% set ns = namespace(a=1) %}{% set ns.a = [1, {'k': [ns]}] %}"),
+                    Catch::Contains("would make the namespace contain itself"));
+  // Two namespaces holding each other: the second assignment closes the cycle.
+  CHECK_THROWS_WITH(render("{% set a = namespace() %}{% set b = namespace(x=a) %}{% set a.y = b %}"),
+                    Catch::Contains("assigning 'y' would make the namespace contain itself"));
+  // A chain grown one level per iteration stops at the limit, naming it.
+  const std::string chain = "{% set ns = namespace(a=1) %}{% for i in range(N) %}{% set ns.a = namespace(a=ns.a) %}"
+                            "{% endfor %}{{ ns | tojson | length }}";
+  const auto with_n = [&](int n) { return std::regex_replace(chain, std::regex("N"), std::to_string(n)); };
+  CHECK(render(with_n(49)) == jinja::Template(with_n(49)).render(Json::object()));  // 50 levels: allowed
+  CHECK_THROWS_WITH(render(with_n(50)), Catch::Contains("deeper than 50 levels (Limits::max_depth)"));
+  // Nesting through arrays counts too, and a value shared many times is walked once (this DAG has 2^40 paths).
+  CHECK_THROWS_WITH(render("{% set ns = namespace(a=1) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}"),
+                    Catch::Contains("deeper than 50 levels"));
+  CHECK(render("{% set ns = namespace(a=1) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}"
+               "{{ ns.a[0][1][0][0] | length }}") == "2");
+  // Reassigning a key to a value built from its old value is no cycle.
+  CHECK(render("{% set ns = namespace(a=[1]) %}{% set ns.a = ns.a + [2] %}{{ ns.a }}") == "[1, 2]");
+  // The render context is bounded the same way.
+  Json j = 1;
+  for (int i = 0; i < 60; ++i) j = Json::array({j});
+  CHECK_THROWS_WITH(jinja::Template("{{ x }}", "t", small).render(Json{{"x", j}}),
+                    Catch::Contains("deeper than 50 levels"));
+  // A cycle through a caller's captured scope is not refused, but freed when the render ends (LeakSanitizer checks).
+  CHECK(render("{% set ns = namespace() %}{% macro m() %}{% set ns.c = caller %}{{ caller() }}{% endmacro %}"
+               "{% call m() %}x{% endcall %}") == "x");
 }
 
 TEST_CASE("jinja: numbers print as JavaScript prints them", "[jinja]") {

@@ -17,6 +17,7 @@
 #include <ctime>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -549,7 +550,13 @@ inline bool is_array_index(const std::string& k) {
 
 /// Converts JSON input (messages, tools, extra variables) to runtime values as the oracle's
 /// convertToRuntimeValues does: integral numbers are integers, others floats; object keys in JavaScript's order.
-inline Value from_json(const Json& j) {
+/// JSON nested deeper than `max_depth` is refused (a message or tool schema that deep is hostile, and the conversion
+/// and every later walk of the value recurse once per level).
+inline Value from_json(const Json& j, int max_depth, int depth = 0) {
+  if (depth > max_depth) {
+    throw ArgumentError("[jinja] the render context nests JSON arrays/objects deeper than " + std::to_string(max_depth) +
+                        " levels (Limits::max_depth)");
+  }
   switch (j.type()) {
     case Json::value_t::null: return Value::null();
     case Json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -562,7 +569,7 @@ inline Value from_json(const Json& j) {
     case Json::value_t::string: return Value::string(j.get<std::string>());
     case Json::value_t::array: {
       Value v = Value::array();
-      for (const auto& x : j) v.arr->push_back(from_json(x));
+      for (const auto& x : j) v.arr->push_back(from_json(x, max_depth, depth + 1));
       return v;
     }
     case Json::value_t::object: {
@@ -572,9 +579,9 @@ inline Value from_json(const Json& j) {
         if (is_array_index(it.key())) indices.emplace_back(std::stoull(it.key()), it.key());
       }
       std::sort(indices.begin(), indices.end());
-      for (const auto& [n, k] : indices) v.obj->set(k, from_json(j.at(k)));
+      for (const auto& [n, k] : indices) v.obj->set(k, from_json(j.at(k), max_depth, depth + 1));
       for (auto it = j.begin(); it != j.end(); ++it) {
-        if (!is_array_index(it.key())) v.obj->set(it.key(), from_json(it.value()));
+        if (!is_array_index(it.key())) v.obj->set(it.key(), from_json(it.value(), max_depth, depth + 1));
       }
       return v;
     }
@@ -1534,6 +1541,9 @@ class Template {
 
 namespace detail {
 struct BreakSignal {};
+struct NestingError {
+  bool cycle;
+};
 struct ContinueSignal {};
 }  // namespace detail
 
@@ -1545,6 +1555,9 @@ class Interpreter {
   using N = detail::N;
 
   explicit Interpreter(const Template& t) : t_(t) {}
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+  ~Interpreter() { release_namespaces(); }
 
   std::string run(const Json& context) {
     auto env = std::make_shared<Env>();
@@ -1556,7 +1569,7 @@ class Interpreter {
         // The oracle declares each context variable once; the globals (true, none, range, ...) cannot be replaced.
         MAXTEXT_CHECK(!env->has_own(it.key()), ArgumentError, "[jinja] ", t_.name_, ": context variable '", it.key(),
                       "' is already declared (a built-in global)");
-        env->set(it.key(), detail::from_json(it.value()));
+        env->set(it.key(), detail::from_json(it.value(), t_.limits_.max_depth));
       }
     }
     std::string out;
@@ -1574,6 +1587,60 @@ class Interpreter {
   const Template& t_;
   int depth_ = 0;
   std::uint64_t iterations_ = 0;
+  // Namespaces are the one mutable value, so the one way to build a cycle or an unbounded chain: `{% set ns.a = ns %}`,
+  // or `{% set ns.a = namespace(a=ns.a) %}` in a loop, which printing, comparing or freeing would follow past the end
+  // of the stack. ns_assign() refuses both. A cycle through a macro's `caller` (a function holding its defining scope)
+  // cannot be seen there, so every namespace a render made is emptied when the render ends, which frees it.
+  std::vector<std::weak_ptr<ObjectData>> namespaces_;
+
+  void track_namespace(const std::shared_ptr<ObjectData>& ns) {
+    if (namespaces_.size() == namespaces_.capacity() && namespaces_.size() >= 64) {
+      std::erase_if(namespaces_, [](const std::weak_ptr<ObjectData>& w) { return w.expired(); });
+    }
+    namespaces_.push_back(ns);
+  }
+  void release_namespaces() noexcept {
+    for (auto& w : namespaces_) {
+      if (auto ns = w.lock()) {
+        auto entries = std::move(ns->entries);  // freed here, after the namespace itself is already empty
+        ns->entries.clear();
+      }
+    }
+    namespaces_.clear();
+  }
+
+  // How deep `v` nests arrays, objects and namespaces (a scalar is 0); throws when it contains `target` or nests
+  // deeper than `budget`. `seen` keeps a value shared many times from being walked more than once per depth.
+  int nesting(const Value& v, const ObjectData* target, int budget, std::map<const void*, int>& seen) const {
+    if (v.kind != K::array && !v.is_map()) return 0;
+    const void* id = v.kind == K::array ? static_cast<const void*>(v.arr.get()) : static_cast<const void*>(v.obj.get());
+    if (v.obj && v.obj.get() == target) throw detail::NestingError{true};
+    if (budget <= 0) throw detail::NestingError{false};
+    if (auto it = seen.find(id); it != seen.end()) {
+      if (it->second > budget) throw detail::NestingError{false};
+      return it->second;
+    }
+    int d = 0;
+    if (v.kind == K::array) {
+      for (const auto& x : *v.arr) d = std::max(d, nesting(x, target, budget - 1, seen));
+    } else {
+      for (const auto& e : v.obj->entries) d = std::max(d, nesting(e.second, target, budget - 1, seen));
+    }
+    seen.emplace(id, d + 1);
+    return d + 1;
+  }
+
+  void ns_assign(const Node& at, const Value& ns, const std::string& key, const Value& rhs) {
+    std::map<const void*, int> seen;
+    try {
+      (void)nesting(rhs, ns.obj.get(), t_.limits_.max_depth - 1, seen);
+    } catch (const detail::NestingError& e) {
+      if (e.cycle) located(at, "assigning '" + key + "' would make the namespace contain itself");
+      located(at, "assigning '" + key + "' would nest arrays/objects/namespaces deeper than " +
+                      std::to_string(t_.limits_.max_depth) + " levels (Limits::max_depth)");
+    }
+    ns.obj->set(key, rhs);
+  }
 
   [[noreturn]] void located(const Node& n, const std::string& m, bool unsupported = false) const {
     const std::string msg = "[jinja] " + t_.name_ + ":" + detail::line_col(t_.src_, n.pos) + ": " + m;
@@ -1582,7 +1649,7 @@ class Interpreter {
   }
 
   void setup_globals(Env& env) {
-    env.set("namespace", Value::function([](std::vector<Value>& args, const EnvPtr&) {
+    env.set("namespace", Value::function([this](std::vector<Value>& args, const EnvPtr&) {
       std::vector<Value> pos = args;
       Value kw;
       if (!pos.empty() && pos.back().kind == K::object && pos.back().kwargs) {
@@ -1591,6 +1658,7 @@ class Interpreter {
       }
       if (pos.size() > 1) detail::fail("namespace expected at most 1 argument, got " + std::to_string(pos.size()));
       Value ns = Value::object(K::ns);
+      track_namespace(ns.obj);
       if (pos.size() == 1) {
         const Value& src = pos[0];
         if (src.kind == K::object) {
@@ -1748,7 +1816,7 @@ class Interpreter {
       const Value obj = eval(*lhs.a, env);
       if (obj.kind != K::ns) located(lhs, "cannot assign an attribute on a non-namespace object");
       if (lhs.b->type != N::ident) located(lhs, "cannot assign to a member with a non-name property");
-      obj.obj->set(lhs.b->s, rhs);
+      ns_assign(lhs, obj, lhs.b->s, rhs);
     } else {
       located(lhs, "invalid left-hand side in {% set %}");
     }
