@@ -594,6 +594,33 @@ TEMPLATE_TEST_CASE("mHC stream ops (mhc_maps, stream_sum, stream_mix): CPU equal
   }
 }
 
+TEMPLATE_TEST_CASE("Engram gate (engram_gate): CPU equals the reference, and the gate is the formula's",
+                   "[backend][ops][engram]", float, bf16) {
+  rng().seed(1019);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const double tol = std::is_same_v<A, float> ? 1e-5 : ulp_rel<A>();
+  for (const std::int64_t G : {1, 4}) {
+    INFO(G << " streams");
+    const std::int64_t M = 5, D = 67;
+    auto q = random_tensor<A, 2>({M, G * D}), k = random_tensor<A, 2>({M, G * D});
+    const auto v = random_tensor<A, 2>({M, D});
+    for (std::int64_t d = 0; d < D; ++d) q(2, d) = from_float<A>(0.0f);  // a zero dot product: sign 0, gate 1/2
+    Tensor<A, 2> yc({M, G * D}), yr({M, G * D});
+    cpu_be.engram_gate(q.cview(), k.cview(), v.cview(), yc.view());
+    ref_be.engram_gate(q.cview(), k.cview(), v.cview(), yr.view());
+    expect_near(yc, yr, tol, 1.0, "engram_gate");
+    // Row 1, last stream, from the formula in double: sigmoid(sign(s) sqrt(max(|s|, 1e-6))), s = q.k / sqrt(D).
+    const std::int64_t g = G - 1;
+    double dot = 0;
+    for (std::int64_t d = 0; d < D; ++d) dot += static_cast<double>(to_float(q(1, g * D + d))) * to_float(k(1, g * D + d));
+    const double s = dot / std::sqrt(static_cast<double>(D));
+    const double gate = 1.0 / (1.0 + std::exp(-(s > 0 ? 1.0 : -1.0) * std::sqrt(std::max(std::fabs(s), 1e-6))));
+    const double bound = std::is_same_v<A, float> ? 1e-5 : 0.02;  // bf16: the gate's four ops each round (2^-9)
+    CHECK(to_float(yr(1, g * D + 5)) == Approx(gate * to_float(v(1, 5))).margin(bound));
+    CHECK(to_float(yr(2, 7)) == Approx(0.5 * to_float(v(2, 7))).margin(bound * 0.1));
+  }
+}
+
 namespace {
 /// An int32 vector as a backend tensor (start / valid lengths of the Gated DeltaNet ops).
 Tensor<std::int32_t, 1> ints(std::vector<std::int32_t> v) {

@@ -446,6 +446,24 @@ TEMPLATE_TEST_CASE("cuda moe_route, gather_rows, scatter_add_rows, head_matmul e
   expect_near(host(zd2), zr, std::is_same_v<G, float> ? 1e-5 : ulp_rel<G>(), 0.5, "head_matmul transposed");
 }
 
+TEMPLATE_TEST_CASE("cuda engram_gate equals the reference", "[cuda][ops][engram]", float, bf16) {
+  rng().seed(1019);
+  using A = TestType;
+  const double tol = std::is_same_v<A, float> ? 1e-5 : ulp_rel<A>();
+  for (const std::int64_t G : {1, 4}) {
+    for (const std::int64_t D : {16, 67, 7168}) {  // below, off and far above one warp's width
+      INFO(G << " streams of " << D);
+      const std::int64_t M = 5;
+      const auto q = random_tensor<A, 2>({M, G * D}), k = random_tensor<A, 2>({M, G * D});
+      const auto v = random_tensor<A, 2>({M, D});
+      Tensor<A, 2> yr({M, G * D}), yd({M, G * D}, gpu().memory());
+      ref_be.engram_gate(q.cview(), k.cview(), v.cview(), yr.view());
+      gpu().engram_gate(dev(q).cview(), dev(k).cview(), dev(v).cview(), yd.view());
+      expect_near(host(yd), yr, tol, 1.0, "engram_gate");
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("cuda Gated DeltaNet ops (causal_conv1d, gated_delta_rule) equal the reference over a fresh step and "
                    "a continuation, at the fixtures' head sizes and Qwen3-Next's (Dk = Dv = 128)", "[cuda][ops][gdn]",
                    float, bf16) {

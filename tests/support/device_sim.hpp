@@ -192,6 +192,7 @@ class SimDeviceBackend {
   MAXTEXT_SIM_OP(stream_sum)
   MAXTEXT_SIM_OP(stream_mix)
   MAXTEXT_SIM_OP(causal_conv1d)
+  MAXTEXT_SIM_OP(engram_gate)
   MAXTEXT_SIM_OP(gated_delta_rule)
 #undef MAXTEXT_SIM_OP
   /// moe_route is called with explicit template arguments (gate dtype G, activation type A).
@@ -266,3 +267,4 @@ static_assert(::maxtext::BackendMoE<::maxtext::test::SimDeviceBackend>, "SimDevi
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide head_matmul");
 static_assert(::maxtext::BackendHyperConnections<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the mHC stream ops");
 static_assert(::maxtext::BackendGatedDeltaNet<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the Gated DeltaNet ops");
+static_assert(::maxtext::BackendEngram<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the Engram gate");

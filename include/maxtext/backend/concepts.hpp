@@ -125,6 +125,14 @@ concept BackendHyperConnections = requires(const B& b, View<const float, 2> x, V
   b.stream_mix(x, x, x, x, y);
 };
 
+/// DeepSeek's Engram (layers/engram.hpp; MaxText layers/engram.py), on G streams held as [M, G*D]:
+///   engram_gate(q [M,G*D], k [M,G*D], v [M,D], y [M,G*D]): y(m, g*D + d) = r(gate(m,g) v(m,d)) with
+///     gate(m,g) = kmath::engram_gate<A>(sum_d q(m,g*D+d) k(m,g*D+d), sqrt(D)) (the dot product in f32).
+template <class B>
+concept BackendEngram = requires(const B& b, View<const float, 2> x, View<float, 2> y) {
+  b.engram_gate(x, x, x, y);
+};
+
 /// Gated DeltaNet (layers/qwen3_next.hpp; MaxText qwen3.py) on B sequences of T = M / B tokens (row m = b*T + t).
 /// Sequence b continues its cached state when start[b] > 0 and starts from zeros when start[b] == 0; its tokens
 /// t >= valid[b] (right padding; `valid` empty: all T) leave the state unchanged (MaxText zeroes k, v and g there).

@@ -1,7 +1,8 @@
-// layers/engram.hpp: MaxText layers/engram.py, the n-gram hashing of DeepSeek's Engram (NgramHashMapping).
+// layers/engram.hpp: MaxText layers/engram.py: the n-gram hashing of DeepSeek's Engram (NgramHashMapping) and the
+// Engram module itself (with its MultiHeadEmbedding and ShortConv).
 //
-// For an Engram layer l and a row of compressed token ids x (CompressedTokenizer's many-to-one map of the vocabulary),
-// position t and n-gram order n = 2..N (N = engram_max_ngram_size):
+// Hashing. For an Engram layer l and a row of compressed token ids x (CompressedTokenizer's many-to-one map of the
+// vocabulary), position t and n-gram order n = 2..N (N = engram_max_ngram_size):
 //   h_n(t) = (x[t] * m_0) ^ (x[t-1] * m_1) ^ ... ^ (x[t-n+1] * m_{n-1})     int32, products wrapping
 //   index(t, n, j) = h_n(t) mod p_{n,j}                                       floor modulo (jnp's %), j = 0..H-1
 // with x[t-k] = pad_id (the compressed pad token) before the row starts. The result is [B, S, (N-1) * H], ordered
@@ -11,14 +12,30 @@
 //     (core/numpy_random.hpp reproduces NumPy's generator bit for bit).
 //   - Moduli p_{n,j}: distinct primes over all layers, orders and heads, in that order. Each order's search starts at
 //     engram_vocab_bases[n-2]; each head takes the next prime above the previous one not taken yet.
-// This is the hashing alone: the Engram block (embeddings, gated value, short convolution) is not implemented yet,
-// and the config still refuses `engram_layers` (core/config.hpp).
+//
+// The module (Engram.__call__), on hidden states h [M, G, D] (G = mhc_expansion_rate streams, held as [M, G*D]) and
+// the layer's hash indices [M, Ht] (Ht = (N-1) * H heads of engram_head_dim Dh each):
+//   e     = concat_j E[idx_j + offset_j]                   [M, Ht*Dh]   one table, each head's rows after the last's
+//   k_g   = RMSNorm_k,g(key_proj(e)_g)                     key_proj: Ht*Dh -> [G, D], with bias
+//   q_g   = RMSNorm_q,g(h_g)
+//   gate  = sigmoid(signed_sqrt(q_g . k_g / sqrt D))       signed_sqrt(s) = sqrt(max(|s|, 1e-6)) sign(s)
+//   v_g   = gate_g * value_proj(e)                         value_proj: Ht*Dh -> D, with bias, shared by the streams
+//   out_g = v_g + silu(conv(RMSNorm_c,g(v_g)))             conv: depthwise, causal, kernel engram_kernel_size,
+//                                                          dilation N, over the sequence
+// The convolution runs as the backends' causal_conv1d with the kernel spread over (K-1)*N+1 taps (zeros between
+// the real ones), so decode continues from the last (K-1)*N conv inputs kept in the layer's state. The caller adds
+// out to the residual stream (deepseek.py engram_op, after RMSNorm engram_layer_norm).
+//
+// Not yet: the DeepSeek layers do not call Engram (engram_layers is still refused by core/config.hpp), and the
+// canonical-token table (CompressedTokenizer) is not built; the module runs on hash indices the caller computes.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <string>
 #include <set>
 #include <span>
 #include <utility>
@@ -26,7 +43,12 @@
 
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/numpy_random.hpp"
+#include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
+#include "maxtext/layers/context.hpp"
+#include "maxtext/layers/embeddings.hpp"
+#include "maxtext/layers/linears.hpp"
+#include "maxtext/layers/params.hpp"
 
 namespace maxtext::layers {
 
@@ -191,6 +213,182 @@ class NgramHashMapping {
   NgramHashSpec spec_;
   std::map<std::int64_t, std::vector<std::int32_t>> multipliers_;
   std::map<std::int64_t, std::vector<std::int32_t>> vocab_sizes_;
+};
+
+/// MaxText Engram (layers/engram.py): n-gram memory retrieved by hash, gated by the hidden state and smoothed by a
+/// dilated causal convolution (formulas at the top of this file). Parameters, as MaxText names them:
+/// multi_head_embedding.embedding.embedding [sum(vocab_sizes), Dh], key_proj.{kernel [Ht*Dh, G, D], bias [G, D]},
+/// k_norm.scale / q_norm.scale [G, D], value_proj.{kernel [Ht*Dh, D], bias [D]}, short_conv.norm.scale [G, D],
+/// short_conv.conv.kernel [K, 1, G*D].
+template <TensorPolicy P>
+class Engram {
+ public:
+  using A = typename P::act_t;
+  using W = typename P::weight_t;
+  struct Config {
+    std::int64_t emb_dim = 0;                ///< D
+    std::int64_t streams = 1;                ///< G: mhc_expansion_rate
+    std::int64_t head_dim = 0;               ///< engram_head_dim
+    std::int64_t max_ngram_size = 3;         ///< engram_max_ngram_size: the orders 2..N, and the conv's dilation
+    std::int64_t kernel_size = 4;            ///< engram_kernel_size
+    std::vector<std::int32_t> vocab_sizes;   ///< NgramHashMapping::vocab_sizes(layer): one table size per head
+    float epsilon = 1e-6f;                   ///< normalization_layer_epsilon
+  };
+  struct Params {
+    typename Embed<P>::Params multi_head_embedding;
+    typename DenseGeneral<P>::Params key_proj, value_proj;
+    Tensor<A, 1> k_norm, q_norm, conv_norm;  ///< [G, D] each, stream-major
+    Tensor<A, 1> conv;                       ///< short_conv.conv.kernel [K, 1, G*D], flat (tap i of channel c at i*G*D + c)
+  };
+
+  Engram() = default;
+  explicit Engram(Config cfg) : cfg_(std::move(cfg)) {
+    const Config& c = cfg_;
+    MAXTEXT_CHECK(c.emb_dim > 0 && c.streams >= 1 && c.head_dim > 0, ConfigError, "[Engram] emb_dim, the streams "
+                  "(mhc_expansion_rate) and engram_head_dim must be positive, found ", c.emb_dim, ", ", c.streams,
+                  " and ", c.head_dim);
+    MAXTEXT_CHECK(c.max_ngram_size >= 2 && c.kernel_size >= 1, ConfigError, "[Engram] engram_max_ngram_size must be "
+                  ">= 2 and engram_kernel_size >= 1, found ", c.max_ngram_size, " and ", c.kernel_size);
+    MAXTEXT_CHECK(!c.vocab_sizes.empty() && c.vocab_sizes.size() % static_cast<std::size_t>(c.max_ngram_size - 1) == 0,
+                  ConfigError, "[Engram] expected one table size per head of each order 2..", c.max_ngram_size,
+                  ", found ", c.vocab_sizes.size(), " sizes");
+    offsets_.reserve(c.vocab_sizes.size());
+    std::int64_t total = 0;
+    for (const std::int32_t v : c.vocab_sizes) {
+      MAXTEXT_CHECK(v >= 1, ConfigError, "[Engram] table sizes must be positive, found ", v);
+      offsets_.push_back(total);
+      total += v;
+    }
+    table_rows_ = total;
+    embed_ = Embed<P>({table_rows_, c.head_dim});
+    const std::int64_t De = engram_dim();
+    key_proj_ = DenseGeneral<P>({{De}, {c.streams, c.emb_dim}, true, Init::normal});
+    value_proj_ = DenseGeneral<P>({{De}, {c.emb_dim}, true, Init::normal});
+  }
+
+  const Config& config() const { return cfg_; }
+  /// Hash heads per position (all orders).
+  std::int64_t heads() const { return static_cast<std::int64_t>(cfg_.vocab_sizes.size()); }
+  /// D_en: the width of the retrieved memory, heads() * head_dim.
+  std::int64_t engram_dim() const { return heads() * cfg_.head_dim; }
+  /// Taps of the spread (undilated) kernel: (K - 1) * N + 1.
+  std::int64_t conv_taps() const { return (cfg_.kernel_size - 1) * cfg_.max_ngram_size + 1; }
+  /// Per sequence: the conv state, the last (K - 1) * N conv inputs of G*D channels (f32).
+  StateSpec state_spec() const { return {(conv_taps() - 1) * cfg_.streams * cfg_.emb_dim}; }
+
+  template <class V>
+  void visit(V& v, Params& p) const {
+    const std::int64_t G = cfg_.streams, D = cfg_.emb_dim;
+    {
+      Scope<V> s(v, "multi_head_embedding");  // MultiHeadEmbedding holds an Embed named `embedding`
+      visit_child(v, "embedding", embed_, p.multi_head_embedding);
+    }
+    visit_child(v, "key_proj", key_proj_, p.key_proj);
+    {
+      Scope<V> s(v, "k_norm");
+      v.vector("scale", p.k_norm, {{G, D}, Init::ones});
+    }
+    {
+      Scope<V> s(v, "q_norm");
+      v.vector("scale", p.q_norm, {{G, D}, Init::ones});
+    }
+    visit_child(v, "value_proj", value_proj_, p.value_proj);
+    Scope<V> sc(v, "short_conv");
+    {
+      Scope<V> s(v, "norm");
+      v.vector("scale", p.conv_norm, {{G, D}, Init::ones});
+    }
+    Scope<V> s(v, "conv");
+    v.vector("kernel", p.conv, {{cfg_.kernel_size, 1, G * D}, Init::zeros});  // engram.py: zeros, an identity start
+  }
+
+  /// h [M, G*D] (already through the caller's engram_layer_norm; M = ctx.step.tokens()) and hash indices
+  /// [M, heads()] on the host (NgramHashMapping::hash_row of the layer) -> out [M, G*D] (out must not alias h).
+  /// Continues and updates the conv state `cache.states[state]` of each sequence, as the Gated DeltaNet layers do.
+  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> h, std::span<const std::int32_t> hash_ids,
+               LayerCache<A>& cache, View<A, 2> out, std::size_t state = 0) const {
+    const auto& st = ctx.step;
+    const std::int64_t M = h.dim(0), G = cfg_.streams, D = cfg_.emb_dim, C = G * D, Ht = heads(), Bn = st.batch;
+    MAXTEXT_CHECK(h.dim(1) == C && out.dim(0) == M && out.dim(1) == C && M == st.tokens(), ShapeError, "[Engram] ", M,
+                  " rows of ", h.dim(1), " features for a step of ", Bn, " x ", st.length, " tokens of ", G, " x ", D);
+    MAXTEXT_CHECK(static_cast<std::int64_t>(hash_ids.size()) == M * Ht, ShapeError, "[Engram] expected ", M, " x ", Ht,
+                  " hash indices, found ", hash_ids.size());
+    MAXTEXT_CHECK(cache.states.size() > state && cache.states[state].dim(0) == Bn &&
+                      cache.states[state].dim(1) == (conv_taps() - 1) * C &&
+                      static_cast<std::int64_t>(cache.state_tokens.size()) == Bn,
+                  ShapeError, "[Engram] the cache was made for another layer: expected a conv state of ",
+                  (conv_taps() - 1) * C, " floats per sequence");
+    MAXTEXT_CHECK(st.segment_ids.empty(), UnsupportedError, "[Engram] segment ids (packed or padded sequences) are not "
+                  "supported by the Engram convolution; right padding goes through row lengths");
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      const std::int32_t s0 = st.start[static_cast<std::size_t>(b)];
+      MAXTEXT_CHECK(s0 == 0 || cache.state_tokens[static_cast<std::size_t>(b)] == s0, ArgumentError, "[Engram] row ", b,
+                    " continues at cache length ", s0, " but its conv state follows ",
+                    cache.state_tokens[static_cast<std::size_t>(b)], " tokens (restart the row at length 0)");
+    }
+    ScratchScope scope(ctx.scratch);
+    // 1. the n-gram memory: each head's index shifted to its rows of the one table
+    std::vector<std::int32_t> rows(hash_ids.size());
+    for (std::int64_t m = 0; m < M; ++m) {
+      for (std::int64_t j = 0; j < Ht; ++j) {
+        const std::int32_t i = hash_ids[static_cast<std::size_t>(m * Ht + j)];
+        MAXTEXT_CHECK(i >= 0 && i < cfg_.vocab_sizes[static_cast<std::size_t>(j)], ArgumentError, "[Engram] hash index ",
+                      i, " of head ", j, " (token ", m, ") is outside its table of ", cfg_.vocab_sizes[static_cast<std::size_t>(j)]);
+        rows[static_cast<std::size_t>(m * Ht + j)] = static_cast<std::int32_t>(offsets_[static_cast<std::size_t>(j)] + i);
+      }
+    }
+    View<std::int32_t, 1> rows_d = ctx.scratch.template alloc<std::int32_t, 1>({M * Ht});
+    ctx.be.copy(rows_d.data(), rows.data(), rows.size() * sizeof(std::int32_t), CopyKind::host_to_device);
+    View<A, 2> e = ctx.scratch.template alloc<A, 2>({M, engram_dim()});
+    embed_.forward(ctx, p.multi_head_embedding, View<const std::int32_t, 1>(rows_d),
+                   View<A, 2>(e.data(), {M * Ht, cfg_.head_dim}));
+    // 2-4. key and query, normalised per stream
+    const auto stream = [&](auto v, std::int64_t g) {
+      using T = std::remove_pointer_t<decltype(v.data())>;
+      return View<T, 2>(v.data() + g * D, {M, D}, {v.stride(0), 1});
+    };
+    const auto scale = [&](const Tensor<A, 1>& t, std::int64_t g) { return View<const A, 1>(t.cview().data() + g * D, {D}); };
+    View<A, 2> k = ctx.scratch.template alloc<A, 2>({M, C});
+    key_proj_.forward(ctx, p.key_proj, View<const A, 2>(e), k);
+    View<A, 2> q = ctx.scratch.template alloc<A, 2>({M, C});
+    for (std::int64_t g = 0; g < G; ++g) {
+      ctx.be.rms_norm(View<const A, 2>(stream(k, g)), scale(p.k_norm, g), cfg_.epsilon, 0.0f, stream(k, g));
+      ctx.be.rms_norm(stream(h, g), scale(p.q_norm, g), cfg_.epsilon, 0.0f, stream(q, g));
+    }
+    // 5-7. the gate and the gated value
+    View<A, 2> v = ctx.scratch.template alloc<A, 2>({M, D});
+    value_proj_.forward(ctx, p.value_proj, View<const A, 2>(e), v);
+    ctx.be.engram_gate(View<const A, 2>(q), View<const A, 2>(k), View<const A, 2>(v), out);
+    // 8. the short convolution (q and k are free again: q takes the normalised input, k the conv output)
+    for (std::int64_t g = 0; g < G; ++g) {
+      ctx.be.rms_norm(View<const A, 2>(stream(out, g)), scale(p.conv_norm, g), cfg_.epsilon, 0.0f, stream(q, g));
+    }
+    ctx.be.causal_conv1d(View<const A, 2>(q), View<const A, 1>(spread_kernel(ctx, p)), st.q_start, st.valid_len,
+                         cache.states[state].view(), k);
+    ctx.be.add(View<const A, 2>(out), View<const A, 2>(k), out);
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      const auto i = static_cast<std::size_t>(b);
+      cache.state_tokens[i] = st.start[i] + (st.valid.empty() ? static_cast<std::int32_t>(st.length) : st.valid[i]);
+    }
+  }
+
+ private:
+  /// The dilated kernel as (K-1)*N+1 dense taps in scratch: tap i*N holds kernel tap i, the others zero.
+  View<A, 1> spread_kernel(const Context<P>& ctx, const Params& p) const {
+    const std::int64_t C = cfg_.streams * cfg_.emb_dim, N = cfg_.max_ngram_size, taps = conv_taps();
+    View<A, 1> w = ctx.scratch.template alloc<A, 1>({taps * C});
+    const std::vector<A> zeros(static_cast<std::size_t>(taps * C), from_float<A>(0.0f));
+    ctx.be.copy(w.data(), zeros.data(), zeros.size() * sizeof(A), CopyKind::host_to_device);
+    ctx.be.copy(View<const A, 2>(p.conv.cview().data(), {cfg_.kernel_size, C}, {C, 1}),
+                View<A, 2>(w.data(), {cfg_.kernel_size, C}, {N * C, 1}));
+    return w;
+  }
+
+  Config cfg_;
+  std::vector<std::int64_t> offsets_;
+  std::int64_t table_rows_ = 0;
+  Embed<P> embed_;
+  DenseGeneral<P> key_proj_, value_proj_;
 };
 
 }  // namespace maxtext::layers

@@ -381,6 +381,18 @@ MAXTEXT_HD inline void mhc_maps_row(const MhcOptions& o, const MhcCoefficients<A
   for (std::int64_t i = 0; i < k * k; ++i) res[i] = from_float<A>(t[i]);
 }
 
+// ---- Engram (layers/engram.hpp; BackendEngram) ------------------------------------------------------------------
+/// Engram's gate (engram.py Engram.__call__ step 5) from the f32 dot product of one stream of the normalised query
+/// and key: s = r(r(dot) / r(sqrt D)); g = r(sigmoid(r(sqrt(max(|s|, r(1e-6)))) * sign(s))), r = rounding to A
+/// (each jnp op of the module runs in the activation type; the Python scalars are weakly typed).
+template <class A>
+MAXTEXT_HD inline float engram_gate(float dot, float sqrt_d) {
+  const float s = round_to<A>(round_to<A>(dot) / round_to<A>(sqrt_d));
+  const float mag = round_to<A>(sqrtf(fmaxf(fabsf(s), round_to<A>(1e-6f))));
+  const float g = s > 0.0f ? mag : (s < 0.0f ? -mag : 0.0f);
+  return round_to<A>(math::sigmoid(g));
+}
+
 // ---- Gated DeltaNet (layers/qwen3_next.hpp; BackendGatedDeltaNet) ----------------------------------------------
 /// The gates of one token and value head (qwen3.py): beta = sigmoid(b), and the state decay exp(g) with the
 /// log-decay g = -exp(a_log) * softplus(a + dt_bias).

@@ -718,6 +718,29 @@ class Backend {
     });
   }
 
+  // ---- Engram (layers/engram.hpp; semantics: BackendEngram in concepts.hpp) ------------------------------------
+  /// y(m, g*D + d) = r(gate(m,g) v(m,d)), the dot product of each stream in f32 (kmath::engram_gate).
+  template <class A>
+  void engram_gate(View<const A, 2> q, View<const A, 2> k, View<const A, 2> v, View<A, 2> y) const {
+    const std::int64_t D = v.dim(1), G = q.dim(1) / D;
+    const float sqrt_d = std::sqrt(static_cast<float>(D));
+    parallel_rows(q.dim(0), 3 * G * D, [&](std::int64_t r0, std::int64_t r1) {
+      auto [qf, kf, vf] = thread_rows<3>(D);
+      for (std::int64_t m = r0; m < r1; ++m) {
+        vec::to_f32(&v(m, 0), vf.data(), D);
+        for (std::int64_t g = 0; g < G; ++g) {
+          vec::to_f32(&q(m, g * D), qf.data(), D);
+          vec::to_f32(&k(m, g * D), kf.data(), D);
+          float dot = 0.0f;
+          for (std::int64_t d = 0; d < D; ++d) dot += qf[d] * kf[d];
+          const float gate = kmath::engram_gate<A>(dot, sqrt_d);
+          for (std::int64_t d = 0; d < D; ++d) qf[d] = gate * vf[d];
+          vec::from_f32(qf.data(), &y(m, g * D), D);
+        }
+      }
+    });
+  }
+
   // ---- Gated DeltaNet (layers/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
   /// Depthwise causal convolution with SiLU per sequence, continuing from and updating its conv state (the last
   /// Kc-1 inputs). f32 sums, rounded to A before and after the SiLU (the conv and the activation are two ops). Work
@@ -1101,3 +1124,4 @@ static_assert(::maxtext::BackendMoE<::maxtext::cpu::Backend>, "cpu::Backend must
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::cpu::Backend>, "cpu::Backend must provide head_matmul");
 static_assert(::maxtext::BackendHyperConnections<::maxtext::cpu::Backend>, "cpu::Backend must provide the mHC stream ops");
 static_assert(::maxtext::BackendGatedDeltaNet<::maxtext::cpu::Backend>, "cpu::Backend must provide the Gated DeltaNet ops");
+static_assert(::maxtext::BackendEngram<::maxtext::cpu::Backend>, "cpu::Backend must provide the Engram gate");

@@ -419,6 +419,17 @@ class Backend {
     MAXTEXT_CUDA_LAUNCH_CHECK("head_matmul");
   }
 
+  // ---- Engram (semantics: BackendEngram in concepts.hpp; kernel in elementwise.cuh) --------------------------
+  template <class A>
+  void engram_gate(View<const A, 2> q, View<const A, 2> k, View<const A, 2> v, View<A, 2> y) const {
+    const std::int64_t M = q.dim(0), D = v.dim(1), G = q.dim(1) / D;
+    if (M * G == 0) return;
+    // one warp per (row, stream)
+    kernels::engram_gate<A><<<detail::grid_for(M * G * 32), detail::kThreads, 0, stream()>>>(rows(q), rows(k), rows(v),
+                                                                                             rows(y), M, G, D);
+    MAXTEXT_CUDA_LAUNCH_CHECK("engram_gate");
+  }
+
   // ---- Gated DeltaNet (semantics: BackendGatedDeltaNet in concepts.hpp; kernels in gated_delta.cuh) ---------
   template <class A>
   void causal_conv1d(View<const A, 2> x, View<const A, 1> w, View<const std::int32_t, 1> start,
@@ -487,3 +498,4 @@ static_assert(::maxtext::BackendMoE<::maxtext::cuda::Backend>, "cuda::Backend mu
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::cuda::Backend>, "cuda::Backend must provide head_matmul");
 static_assert(::maxtext::BackendHyperConnections<::maxtext::cuda::Backend>, "cuda::Backend must provide the mHC stream ops");
 static_assert(::maxtext::BackendGatedDeltaNet<::maxtext::cuda::Backend>, "cuda::Backend must provide the Gated DeltaNet ops");
+static_assert(::maxtext::BackendEngram<::maxtext::cuda::Backend>, "cuda::Backend must provide the Engram gate");

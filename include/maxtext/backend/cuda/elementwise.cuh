@@ -265,4 +265,21 @@ __global__ void stream_mix(Rows<const A> x, Rows<const A> res, Rows<const A> f, 
   }
 }
 
+/// Engram's gated value: one warp per (row m, stream g) sums q.k over the stream's D features (f32), every lane
+/// evaluates kmath::engram_gate and writes its features of y(m, g*D + d) = r(gate v(m, d)).
+template <class A>
+__global__ void engram_gate(Rows<const A> q, Rows<const A> k, Rows<const A> v, Rows<A> y, std::int64_t M,
+                            std::int64_t G, std::int64_t D) {
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const float sqrt_d = sqrtf(static_cast<float>(D));
+  for (std::int64_t w = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; w < M * G; w += warps) {
+    const std::int64_t m = w / G, g = w % G;
+    float dot = 0.0f;
+    for (std::int64_t d = lane; d < D; d += 32) dot += to_float(q.at(m, g * D + d)) * to_float(k.at(m, g * D + d));
+    const float gate = kmath::engram_gate<A>(detail::warp_sum(dot), sqrt_d);
+    for (std::int64_t d = lane; d < D; d += 32) y.at(m, g * D + d) = from_float<A>(gate * to_float(v.at(m, d)));
+  }
+}
+
 }  // namespace maxtext::cuda::kernels

@@ -583,6 +583,27 @@ class Backend {
     }
   }
 
+  // ---- Engram (layers/engram.hpp; semantics: BackendEngram in concepts.hpp) ------------------------------------
+  /// y(m, g*D + d) = r(gate(m,g) v(m,d)): the dot products of each stream in double, the gate's own ops rounded to A
+  /// as engram.py's jnp ops are.
+  template <class A>
+  void engram_gate(View<const A, 2> q, View<const A, 2> k, View<const A, 2> v, View<A, 2> y) const {
+    const std::int64_t D = v.dim(1), G = q.dim(1) / D;
+    const float sqrt_d = round_to<A>(static_cast<float>(std::sqrt(static_cast<double>(D))));
+    const float eps = round_to<A>(1e-6f);
+    for (std::int64_t m = 0; m < q.dim(0); ++m) {
+      for (std::int64_t g = 0; g < G; ++g) {
+        double dot = 0.0;
+        for (std::int64_t d = 0; d < D; ++d) dot += static_cast<double>(to_float(q(m, g * D + d))) * to_float(k(m, g * D + d));
+        const float s = round_to<A>(round_to<A>(static_cast<float>(dot)) / sqrt_d);
+        const float mag = round_to<A>(static_cast<float>(std::sqrt(static_cast<double>(std::max(std::fabs(s), eps)))));
+        const float signed_mag = s > 0.0f ? mag : (s < 0.0f ? -mag : 0.0f);
+        const float gate = round_to<A>(static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(signed_mag)))));
+        for (std::int64_t d = 0; d < D; ++d) y(m, g * D + d) = from_float<A>(gate * to_float(v(m, d)));
+      }
+    }
+  }
+
   // ---- Gated DeltaNet (layers/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
   /// The depthwise causal convolution with SiLU over each sequence, continuing from (and updating) its conv state.
   template <class A>
@@ -718,3 +739,4 @@ static_assert(::maxtext::BackendMoE<::maxtext::reference::Backend>, "reference::
 static_assert(::maxtext::BackendHeadMatmul<::maxtext::reference::Backend>, "reference::Backend must provide head_matmul");
 static_assert(::maxtext::BackendHyperConnections<::maxtext::reference::Backend>, "reference::Backend must provide the mHC stream ops");
 static_assert(::maxtext::BackendGatedDeltaNet<::maxtext::reference::Backend>, "reference::Backend must provide the Gated DeltaNet ops");
+static_assert(::maxtext::BackendEngram<::maxtext::reference::Backend>, "reference::Backend must provide the Engram gate");
