@@ -383,7 +383,9 @@ TEST_CASE("mHC configs and checkpoints that do not fit are refused by name", "[m
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("use_mhc_pallas_kernel=True requires enable_mhc_lite=True"));
     c = f.cfg;
     c.set("engram_layers", "[1]");
-    CHECK_THROWS_WITH(c.validate(), Catch::Contains("engram_layers"));
+    CHECK_NOTHROW(c.validate());  // Engram with mHC runs (tests/models/test_deepseek_engram.cpp)
+    c.set("engram_layers", "[1, 9]");
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("engram_layers: layer 9 is beyond the"));
     // A layer built from a config that skipped validate() checks the stream count itself.
     c = f.cfg;
     c.mhc_expansion_rate = 9;

@@ -147,7 +147,12 @@ using StringList = std::vector<std::string>;
   X(std::int64_t, mhc_expansion_rate, 1)                         \
   X(std::int64_t, sinkhorn_iterations, 20)                       \
   X(bool, enable_mhc_lite, false)                                \
-  X(bool, use_mhc_pallas_kernel, false)
+  X(bool, use_mhc_pallas_kernel, false)                          \
+  X(std::int64_t, engram_num_heads, 8)                           \
+  X(std::int64_t, engram_head_dim, 1280)                         \
+  X(std::int64_t, engram_max_ngram_size, 3)                      \
+  X(std::int64_t, engram_kernel_size, 4)                         \
+  X(std::int64_t, engram_seed, 0)
 
 // Every key above is MaxText's except the four llama3_rope_* keys: MaxText's LLaMA-3.1 RoPE hard-codes factor 8,
 // low_freq_factor 1, high_freq_factor 4 and an original context of 8192 (embeddings.py LLaMARotaryEmbedding); these
@@ -230,6 +235,12 @@ struct Config {
   /// mrope_section (use_mrope): the temporal / height / width frequency counts of the multimodal rotary embedding,
   /// [24, 20, 20] when unset (configs/types.py).
   std::vector<std::int64_t> mrope_section() const;
+  /// engram_layers: the layers (global indices) that hold an Engram module (deepseek.py); empty when unset.
+  std::vector<std::int64_t> engram_layers() const { return int_list("engram_layers", {}, 0); }
+  /// engram_vocab_bases: the smallest hash-table size of each n-gram order 2..engram_max_ngram_size.
+  std::vector<std::int64_t> engram_vocab_bases() const { return int_list("engram_vocab_bases", {646400, 646400}, 1); }
+  /// A list key kept in `extra` as integers >= `min`, or `dflt` when unset or None.
+  std::vector<std::int64_t> int_list(const std::string& key, std::vector<std::int64_t> dflt, std::int64_t min) const;
   /// True for the "float32" / "bfloat16" / "float16" spelling of `dtype`.
   std::string dtype_canonical() const { return canonical_dtype(dtype); }
   static std::string canonical_dtype(const std::string& d) {
@@ -375,27 +386,33 @@ inline void Config::set_list(const std::string& key, const StringList& values, c
   extra[key] = detail::format_value(values);
 }
 
-inline std::vector<std::int64_t> Config::mrope_section() const {
-  const auto it = extra.find("mrope_section");
-  if (it == extra.end()) return {24, 20, 20};
+inline std::vector<std::int64_t> Config::int_list(const std::string& key, std::vector<std::int64_t> dflt,
+                                                  std::int64_t min) const {
+  const auto it = extra.find(key);
+  if (it == extra.end() || it->second == "None" || it->second == "null") return dflt;
   StringList items;
-  detail::parse_value("mrope_section", it->second, items);
+  detail::parse_value(key, it->second, items);
   std::vector<std::int64_t> out;
   for (const auto& v : items) {
-    std::int64_t n = -1;
+    std::int64_t n = min - 1;
     try {
       std::size_t used = 0;
       n = std::stoll(v, &used);
-      if (used != v.size()) n = -1;
+      if (used != v.size()) n = min - 1;
     } catch (const std::exception&) {
-      n = -1;
+      n = min - 1;
     }
-    MAXTEXT_CHECK(n >= 0, ConfigError, "[config] mrope_section: expected a list of three integers >= 0, found '",
+    MAXTEXT_CHECK(n >= min, ConfigError, "[config] ", key, ": expected a list of integers >= ", min, ", found '",
                   it->second, "'");
     out.push_back(n);
   }
+  return out;
+}
+
+inline std::vector<std::int64_t> Config::mrope_section() const {
+  const std::vector<std::int64_t> out = int_list("mrope_section", {24, 20, 20}, 0);
   MAXTEXT_CHECK(out.size() == 3, ConfigError, "[config] mrope_section: expected three entries (temporal, height, width), "
-                "found '", it->second, "'");
+                "found ", out);
   return out;
 }
 
@@ -444,7 +461,6 @@ inline bool positive(const std::string& v) {
 
 inline const std::vector<UnsupportedFeature>& unsupported_features() {
   static const std::vector<UnsupportedFeature> list = {
-      {"engram_layers", "Engram memory layers", detail::nonempty_list},
       {"use_batch_split_schedule", "the DeepSeek batch-split schedule", detail::truthy},
       {"mtp_num_layers", "multi-token prediction", detail::positive},
       {"use_indexer", "the DeepSeek-3.2 sparse-attention indexer", detail::truthy},
@@ -711,6 +727,42 @@ inline void Config::validate() const {
                   enable_mhc_lite ? " with enable_mhc_lite (k! permutation matrices)" : " (k x k Sinkhorn in registers)");
     MAXTEXT_CHECK(enable_mhc_lite || sinkhorn_iterations >= 1, ConfigError,
                   "[config] sinkhorn_iterations must be >= 1, found ", sinkhorn_iterations);
+  }
+  if (const std::vector<std::int64_t> engram = engram_layers(); !engram.empty()) {
+    // deepseek.py builds Engram in the DeepSeek layers only; types.py checks the table sizes against the orders.
+    MAXTEXT_CHECK(decoder_block == "deepseek", UnsupportedError, "[config] engram_layers ", engram, " exists for "
+                  "decoder_block deepseek only (MaxText's DeepSeek layers hold the Engram modules), found decoder_block '",
+                  decoder_block, "'");
+    std::vector<std::int64_t> seen;
+    for (const std::int64_t l : engram) {
+      MAXTEXT_CHECK(l < num_decoder_layers, ConfigError, "[config] engram_layers: layer ", l, " is beyond the ",
+                    num_decoder_layers, " decoder layers (num_decoder_layers)");
+      MAXTEXT_CHECK(std::find(seen.begin(), seen.end(), l) == seen.end(), ConfigError, "[config] engram_layers: layer ",
+                    l, " is listed twice");
+      seen.push_back(l);
+    }
+    MAXTEXT_CHECK(engram_max_ngram_size >= 2 && engram_max_ngram_size <= 64, ConfigError,
+                  "[config] engram_max_ngram_size: expected 2..64, found ", engram_max_ngram_size);
+    MAXTEXT_CHECK(static_cast<std::int64_t>(engram_vocab_bases().size()) == engram_max_ngram_size - 1, ConfigError,
+                  "[config] engram_vocab_bases ", engram_vocab_bases(), ": expected ", engram_max_ngram_size - 1,
+                  " sizes (one per n-gram order 2..engram_max_ngram_size = ", engram_max_ngram_size, ")");
+    MAXTEXT_CHECK(engram_num_heads >= 1 && engram_head_dim >= 1 && engram_kernel_size >= 1, ConfigError,
+                  "[config] engram_num_heads, engram_head_dim and engram_kernel_size must be >= 1, found ",
+                  engram_num_heads, ", ", engram_head_dim, " and ", engram_kernel_size);
+    // Bounds like Limits' (docs/security.md): the prime search and the tables grow with heads x orders x layers.
+    MAXTEXT_CHECK(engram_head_dim <= Limits::width && engram_kernel_size <= 64, ConfigError, "[config] engram_head_dim (",
+                  engram_head_dim, ") or engram_kernel_size (", engram_kernel_size, ") is beyond ", Limits::width,
+                  " / 64");
+    const std::int64_t tables = engram_num_heads * (engram_max_ngram_size - 1) * static_cast<std::int64_t>(engram.size());
+    MAXTEXT_CHECK(engram_num_heads <= Limits::heads && tables <= (std::int64_t{1} << 16), ConfigError,
+                  "[config] Engram hash tables: ", engram_num_heads, " heads x ", engram_max_ngram_size - 1, " orders x ",
+                  engram.size(), " layers = ", tables, ", beyond 65536");
+    for (const std::int64_t b : engram_vocab_bases()) {
+      MAXTEXT_CHECK(b <= (std::int64_t{1} << 30), ConfigError, "[config] engram_vocab_bases: ", b,
+                    " is beyond 2^30 (the table sizes are int32 primes)");
+    }
+    MAXTEXT_CHECK(engram_seed >= 0, ConfigError, "[config] engram_seed must be >= 0 (NumPy's default_rng refuses "
+                  "negative seeds), found ", engram_seed);
   }
   // types.py: the Pallas mHC kernel implements mHC-lite only (it computes the same function; here it selects nothing).
   MAXTEXT_CHECK(!use_mhc_pallas_kernel || enable_mhc_lite, ConfigError,

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -47,18 +48,24 @@ struct LayerCache {
   std::vector<Tensor<A, 3>> buffers;
   std::vector<Tensor<float, 2>> states;
   std::vector<std::int32_t> state_tokens;
+  std::vector<std::int32_t> history;  ///< host ids a layer keeps per sequence (Engram: its last N-1 compressed tokens)
 };
 
 /// What the decoder hands every layer of one forward pass besides the residual stream, as MaxText's decoder loop
 /// threads it through (decoders.py _apply_gemma4_small_layers): per-layer inputs made once from the tokens (Gemma 4
 /// small's PLE: layer i reads columns [i*width, (i+1)*width)), and the cache of every layer, so that a layer can
-/// attend over keys and values an earlier layer of the same step wrote (cross-layer KV sharing).
+/// attend over keys and values an earlier layer of the same step wrote (cross-layer KV sharing); and the step's
+/// token ids with the model's Engram hashing (deepseek.py's decoder_input_tokens and NgramHashMapping).
+class EngramHashing;  // layers/engram.hpp
+
 template <class A>
 struct DecoderState {
   View<const A, 2> per_layer_inputs;  ///< [B*T, num_layers * width], or empty
   std::int64_t per_layer_width = 0;
   LayerCache<A>* caches = nullptr;    ///< the model's per-layer caches, in layer order
   std::size_t num_caches = 0;
+  std::span<const std::int32_t> tokens;          ///< host [B*T]: this step's token ids (Engram hashes them)
+  const EngramHashing* engram = nullptr;         ///< the model's Engram token table and hashing, or none
 
   /// Layer i's columns of per_layer_inputs [B*T, width].
   View<const A, 2> per_layer_input(std::int64_t i) const {

@@ -10,17 +10,25 @@
 // in hyper-connections, `mhc_attention` and `mhc_mlp` (deepseek.py self_attention_with_norm_op and __call__):
 //   h   = mhc_attention(x; branch = MLA(RMSNorm_pre(.)))
 //   out = mhc_mlp(h;       branch = FFN(RMSNorm_post(.)))
+//
+// A layer listed in engram_layers first adds its Engram module (layers/engram.hpp; deepseek.py engram_op):
+//   x  = x + Engram(RMSNorm_engram(x), hashes of the step's tokens)      `engram_layer_norm`, `engram`
+// with the streams of x as Engram's branches. MaxText's Engram takes [B, S, G, D] only, so it runs with mHC; here a
+// model without mHC (k = 1) runs it on its one stream.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/policy.hpp"
 #include "maxtext/layers/attention_mla.hpp"
 #include "maxtext/layers/context.hpp"
+#include "maxtext/layers/engram.hpp"
 #include "maxtext/layers/layer_info.hpp"
 #include "maxtext/layers/linears.hpp"
 #include "maxtext/layers/mhc.hpp"
@@ -50,17 +58,30 @@ class DeepSeekAttentionBlock {
     typename MLA<P>::Params self_attention;
     typename RMSNorm<P>::Params post_self_attention_layer_norm;
     typename ManifoldConstrainedHyperConnections<P>::Params mhc_attention;  ///< k > 1 only
+    typename RMSNorm<P>::Params engram_layer_norm;                          ///< Engram layers only
+    typename Engram<P>::Params engram;                                      ///< Engram layers only
   };
   DeepSeekAttentionBlock() = default;
-  explicit DeepSeekAttentionBlock(const Config& c)
+  /// The block of global layer `layer` (an Engram layer when engram_layers lists it).
+  DeepSeekAttentionBlock(const Config& c, std::int64_t layer)
       : pre_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
         post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
         attn_(c),
-        streams_(c.mhc_expansion_rate) {
+        streams_(c.mhc_expansion_rate),
+        layer_(layer) {
     check_deepseek_config(c);
     if (streams_ > 1) mhc_ = ManifoldConstrainedHyperConnections<P>(c, c.emb_dim);
+    const std::vector<std::int64_t> engram = c.engram_layers();
+    if (std::find(engram.begin(), engram.end(), layer) != engram.end()) {
+      engram_on_ = true;
+      engram_norm_ = RMSNorm<P>({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)});
+      engram_ = Engram<P>(Engram<P>::config_of(c, layer));
+    }
   }
   CacheSpec cache_spec() const { return attn_.cache_spec(); }
+  /// An Engram layer keeps its convolution's state per sequence.
+  StateSpec state_spec() const { return engram_on_ ? engram_.state_spec() : StateSpec{}; }
+  bool has_engram() const { return engram_on_; }
   const MLA<P>& attention() const { return attn_; }
   /// mhc_expansion_rate: the residual stream is [M, streams * D].
   std::int64_t streams() const { return streams_; }
@@ -71,6 +92,31 @@ class DeepSeekAttentionBlock {
     visit_child(v, "self_attention", attn_, p.self_attention);
     visit_child(v, "post_self_attention_layer_norm", post_, p.post_self_attention_layer_norm);
     if (streams_ > 1) visit_child(v, "mhc_attention", mhc_, p.mhc_attention);
+    if (engram_on_) {
+      visit_child(v, "engram_layer_norm", engram_norm_, p.engram_layer_norm);
+      visit_child(v, "engram", engram_, p.engram);
+    }
+  }
+
+  /// deepseek.py engram_op, before the attention: x [M, k*D] += Engram(RMSNorm_engram(x), hashes of the step's
+  /// tokens) (the norm per stream, one scale). Captures `<layer>.engram`.
+  void apply_engram(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+                    const LayerInfo& info) const {
+    if (!engram_on_) return;
+    const DecoderState<A>* ds = ctx.decoder;
+    MAXTEXT_CHECK(ds != nullptr && ds->engram != nullptr && !ds->tokens.empty(), ArgumentError, "[DeepSeek] layer ",
+                  layer_, " is an Engram layer (engram_layers): it needs the step's tokens and the model's compressed-"
+                  "token table (models::Transformer::set_engram_vocab, from the tokenizer)");
+    const std::vector<std::int32_t> hashes = ds->engram->step_hashes(layer_, ctx.step, ds->tokens, cache.history);
+    ScratchScope scope(ctx.scratch);
+    const std::int64_t M = x.dim(0), D = pre_.config().dim;
+    View<A, 2> h = ctx.scratch.template alloc<A, 2>({M, x.dim(1)});
+    engram_norm_.forward(ctx, p.engram_layer_norm, View<const A, 2>(View<A, 2>(x.data(), {M * streams_, D})),
+                         View<A, 2>(h.data(), {M * streams_, D}));
+    View<A, 2> e = ctx.scratch.template alloc<A, 2>({M, x.dim(1)});
+    engram_.forward(ctx, p.engram, View<const A, 2>(h), hashes, cache, e);
+    ctx.sow(info.name, "engram", View<const A, 2>(e));
+    ctx.be.add(View<const A, 2>(x), View<const A, 2>(e), x);
   }
 
   /// mHC form: x [M, k*D] -> h [M, k*D] = mhc_attention(x) with MLA(RMSNorm_pre(.)) as the branch.
@@ -112,6 +158,10 @@ class DeepSeekAttentionBlock {
   MLA<P> attn_;
   std::int64_t streams_ = 1;
   ManifoldConstrainedHyperConnections<P> mhc_;
+  std::int64_t layer_ = 0;
+  bool engram_on_ = false;
+  RMSNorm<P> engram_norm_;
+  Engram<P> engram_;
 };
 }  // namespace detail
 
@@ -130,7 +180,7 @@ class DeepSeekDenseLayer {
   DeepSeekDenseLayer() = default;
   DeepSeekDenseLayer(const Config& c, LayerInfo info)
       : info_(std::move(info)),
-        block_(c),
+        block_(c, info_.index),
         mlp_(typename MlpBlock<P>::Config{c.emb_dim, c.mlp_dim, parse_activations(c.mlp_activations), false, false,
                                           NormKind::rms, static_cast<float>(c.normalization_layer_epsilon),
                                           c.fused_mlp, c.activations_in_float32}) {
@@ -138,6 +188,7 @@ class DeepSeekDenseLayer {
   }
 
   CacheSpec cache_spec() const { return block_.cache_spec(); }
+  StateSpec state_spec() const { return block_.state_spec(); }
   const LayerInfo& info() const { return info_; }
   const MLA<P>& attention() const { return block_.attention(); }
 
@@ -152,6 +203,7 @@ class DeepSeekDenseLayer {
   /// pre_self_attention_layer_norm, self_attention, post_self_attention_layer_norm and mlp outputs.
   void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
+    block_.apply_engram(ctx, p.attn, cache, x, info_);
     if (block_.streams() > 1) {
       View<A, 2> h = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
       block_.forward_mhc(ctx, p.attn, cache, x, h, info_);
@@ -193,11 +245,12 @@ class DeepSeekMoELayer {
   };
 
   DeepSeekMoELayer() = default;
-  DeepSeekMoELayer(const Config& c, LayerInfo info) : info_(std::move(info)), block_(c), moe_(c) {
+  DeepSeekMoELayer(const Config& c, LayerInfo info) : info_(std::move(info)), block_(c, info_.index), moe_(c) {
     if (block_.streams() > 1) mhc_ = ManifoldConstrainedHyperConnections<P>(c, c.emb_dim);
   }
 
   CacheSpec cache_spec() const { return block_.cache_spec(); }
+  StateSpec state_spec() const { return block_.state_spec(); }
   const LayerInfo& info() const { return info_; }
   const MLA<P>& attention() const { return block_.attention(); }
   const RoutedAndSharedMoE<P>& moe() const { return moe_; }
@@ -216,6 +269,7 @@ class DeepSeekMoELayer {
     ScratchScope scope(ctx.scratch);
     MoeMetrics local;
     MoeMetrics* mt = metrics ? metrics : (ctx.capture ? &local : nullptr);
+    block_.apply_engram(ctx, p.attn, cache, x, info_);
     if (block_.streams() > 1) {
       View<A, 2> h = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
       block_.forward_mhc(ctx, p.attn, cache, x, h, info_);

@@ -26,8 +26,8 @@
 // the real ones), so decode continues from the last (K-1)*N conv inputs kept in the layer's state. The caller adds
 // out to the residual stream (deepseek.py engram_op, after RMSNorm engram_layer_norm).
 //
-// Not yet: the DeepSeek layers do not call Engram (engram_layers is still refused by core/config.hpp), and the
-// canonical-token table (CompressedTokenizer) is not built; the module runs on hash indices the caller computes.
+// The DeepSeek layers listed in engram_layers run it (layers/deepseek.hpp) on hashes that EngramHashing computes from
+// the step's tokens and the compressed-token table the model is given (models::Transformer::set_engram_vocab).
 #pragma once
 
 #include <algorithm>
@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/numpy_random.hpp"
 #include "maxtext/core/policy.hpp"
@@ -127,27 +128,43 @@ class NgramHashMapping {
       MAXTEXT_CHECK(seen_layers.insert(l).second, ConfigError, "[engram] engram_layers: layer ", l, " is listed twice");
     }
     const std::int64_t half_bound = std::max<std::int64_t>(1, int32_max / spec_.compressed_vocab_size / 2);
-    std::set<std::int64_t> seen_primes;
     for (const std::int64_t l : spec_.layer_ids) {
       numpy_random::Pcg64 g(static_cast<std::uint64_t>(spec_.seed + kLayerSeedOffset * l));
       std::vector<std::int32_t> m = numpy_random::integers_int32(g, 0, static_cast<std::int32_t>(half_bound),
                                                                  static_cast<std::size_t>(spec_.max_ngram_size));
       for (auto& v : m) v = v * 2 + 1;
       multipliers_[l] = std::move(m);
-      std::vector<std::int32_t>& sizes = vocab_sizes_[l];
-      for (std::int64_t n = 2; n <= spec_.max_ngram_size; ++n) {
-        std::int64_t start = spec_.vocab_bases[static_cast<std::size_t>(n - 2)] - 1;
-        for (std::int64_t h = 0; h < spec_.num_heads; ++h) {
+    }
+    vocab_sizes_ = table_sizes(spec_.vocab_bases, spec_.max_ngram_size, spec_.num_heads, spec_.layer_ids);
+  }
+
+  /// The prime table sizes of every Engram layer (order-major per layer), which depend on the configuration alone
+  /// (not on the tokenizer): what a layer's parameter shapes need before any tokenizer is known.
+  static std::map<std::int64_t, std::vector<std::int32_t>> table_sizes(const std::vector<std::int64_t>& vocab_bases,
+                                                                       std::int64_t max_ngram_size, std::int64_t num_heads,
+                                                                       const std::vector<std::int64_t>& layer_ids) {
+    constexpr std::int64_t int32_max = std::numeric_limits<std::int32_t>::max();
+    MAXTEXT_CHECK(static_cast<std::int64_t>(vocab_bases.size()) >= max_ngram_size - 1, ConfigError,
+                  "[engram] engram_vocab_bases: expected a size for each order 2..", max_ngram_size, " (",
+                  max_ngram_size - 1, " values), found ", vocab_bases.size());
+    std::map<std::int64_t, std::vector<std::int32_t>> out;
+    std::set<std::int64_t> seen_primes;
+    for (const std::int64_t l : layer_ids) {
+      std::vector<std::int32_t>& sizes = out[l];
+      for (std::int64_t n = 2; n <= max_ngram_size; ++n) {
+        std::int64_t start = vocab_bases[static_cast<std::size_t>(n - 2)] - 1;
+        for (std::int64_t h = 0; h < num_heads; ++h) {
           std::int64_t c = start + 1;
           while (seen_primes.count(c) != 0 || !is_prime_u64(static_cast<std::uint64_t>(c))) ++c;
           MAXTEXT_CHECK(c <= int32_max, ConfigError, "[engram] the prime table sizes grow past 2^31-1 (engram_vocab_bases ",
-                        spec_.vocab_bases, ", ", spec_.num_heads, " heads, ", spec_.layer_ids.size(), " layers)");
+                        vocab_bases, ", ", num_heads, " heads, ", layer_ids.size(), " layers)");
           seen_primes.insert(c);
           sizes.push_back(static_cast<std::int32_t>(c));
           start = c;
         }
       }
     }
+    return out;
   }
 
   const NgramHashSpec& spec() const { return spec_; }
@@ -215,6 +232,86 @@ class NgramHashMapping {
   std::map<std::int64_t, std::vector<std::int32_t>> vocab_sizes_;
 };
 
+/// NgramHashSpec from a config's engram_* keys and a compressed vocabulary.
+inline NgramHashSpec engram_hash_spec(const ::maxtext::Config& c, std::int64_t compressed_vocab_size, std::int32_t pad_id) {
+  NgramHashSpec s;
+  s.vocab_bases = c.engram_vocab_bases();
+  s.max_ngram_size = c.engram_max_ngram_size;
+  s.num_heads = c.engram_num_heads;
+  s.layer_ids = c.engram_layers();
+  s.compressed_vocab_size = compressed_vocab_size;
+  s.pad_id = pad_id;
+  s.seed = c.engram_seed;
+  return s;
+}
+
+/// The token side of a model's Engram layers, which deepseek.py builds from the Hugging Face tokenizer
+/// (NgramHashMapping with its CompressedTokenizer): the compressed-token table `lookup` (token id -> canonical id,
+/// `compressed_size` distinct ids; tokenizer/compressed_tokenizer.hpp computes it from a tokenizer.json), the pad
+/// token, and the hashing of each step's tokens. A row continues from the last max_ngram_size - 1 compressed ids
+/// of its earlier tokens, kept in the layer's cache (LayerCache::history); a row that starts (cache length 0)
+/// begins from the compressed pad id, as MaxText's shifted windows do.
+class EngramHashing {
+ public:
+  EngramHashing(const ::maxtext::Config& c, std::vector<std::int32_t> lookup, std::int64_t compressed_size,
+                std::int32_t pad_token)
+      : lookup_(std::move(lookup)),
+        map_(engram_hash_spec(c, compressed_size, checked_pad(lookup_, compressed_size, pad_token))) {
+    for (std::size_t i = 0; i < lookup_.size(); ++i) {
+      MAXTEXT_CHECK(lookup_[i] >= 0 && lookup_[i] < compressed_size, ConfigError, "[engram] compressed-token table: "
+                    "token ", i, " maps to ", lookup_[i], ", outside the ", compressed_size, " compressed ids");
+    }
+  }
+
+  const NgramHashMapping& mapping() const { return map_; }
+  const std::vector<std::int32_t>& lookup() const { return lookup_; }
+  /// CompressedTokenizer.__call__: the canonical id of a token (negative ids, padding, stay as they are).
+  std::int32_t compress(std::int32_t id) const {
+    if (id < 0) return id;
+    MAXTEXT_CHECK(static_cast<std::size_t>(id) < lookup_.size(), ArgumentError, "[engram] token ", id,
+                  " is beyond the compressed-token table of ", lookup_.size(), " tokens (the tokenizer's vocabulary)");
+    return lookup_[static_cast<std::size_t>(id)];
+  }
+
+  /// Hash indices [B*T, total_heads] of Engram layer `layer` for one step's tokens [B*T] (host), continuing each row
+  /// from `history` (B * (N-1) compressed ids, reset to pads for a row starting at 0) and updating it with the row's
+  /// valid tokens.
+  std::vector<std::int32_t> step_hashes(std::int64_t layer, const StepInfo& st, std::span<const std::int32_t> tokens,
+                                        std::vector<std::int32_t>& history) const {
+    const std::int64_t Bn = st.batch, T = st.length, H = map_.total_heads();
+    const auto N1 = static_cast<std::size_t>(map_.spec().max_ngram_size - 1);
+    MAXTEXT_CHECK(static_cast<std::int64_t>(tokens.size()) == Bn * T, ArgumentError, "[engram] ", tokens.size(),
+                  " tokens for a step of ", Bn, " x ", T);
+    if (history.size() != static_cast<std::size_t>(Bn) * N1) history.assign(static_cast<std::size_t>(Bn) * N1, map_.spec().pad_id);
+    std::vector<std::int32_t> out(static_cast<std::size_t>(Bn * T * H));
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(T)), joined;
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      const auto ub = static_cast<std::size_t>(b);
+      std::int32_t* hist = history.data() + ub * N1;
+      if (st.start[ub] == 0) std::fill(hist, hist + N1, map_.spec().pad_id);
+      for (std::int64_t t = 0; t < T; ++t) ids[static_cast<std::size_t>(t)] = compress(tokens[static_cast<std::size_t>(b * T + t)]);
+      map_.hash_row(layer, std::span<const std::int32_t>(hist, N1), ids, out.data() + b * T * H);
+      const auto n = static_cast<std::size_t>(st.valid.empty() ? T : st.valid[ub]);
+      joined.assign(hist, hist + N1);
+      joined.insert(joined.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n));
+      std::copy(joined.end() - static_cast<std::ptrdiff_t>(N1), joined.end(), hist);
+    }
+    return out;
+  }
+
+ private:
+  static std::int32_t checked_pad(const std::vector<std::int32_t>& lookup, std::int64_t compressed_size,
+                                  std::int32_t pad_token) {
+    MAXTEXT_CHECK(!lookup.empty() && compressed_size >= 1, ConfigError, "[engram] the compressed-token table is empty");
+    MAXTEXT_CHECK(pad_token >= 0 && static_cast<std::size_t>(pad_token) < lookup.size(), ConfigError, "[engram] pad "
+                  "token ", pad_token, " is outside the compressed-token table of ", lookup.size(), " tokens (MaxText "
+                  "requires the tokenizer's pad_token_id)");
+    return lookup[static_cast<std::size_t>(pad_token)];
+  }
+  std::vector<std::int32_t> lookup_;
+  NgramHashMapping map_;
+};
+
 /// MaxText Engram (layers/engram.py): n-gram memory retrieved by hash, gated by the hidden state and smoothed by a
 /// dilated causal convolution (formulas at the top of this file). Parameters, as MaxText names them:
 /// multi_head_embedding.embedding.embedding [sum(vocab_sizes), Dh], key_proj.{kernel [Ht*Dh, G, D], bias [G, D]},
@@ -242,6 +339,15 @@ class Engram {
   };
 
   Engram() = default;
+  /// Engram layer `layer` of a config (engram_* keys; G = mhc_expansion_rate).
+  static Config config_of(const ::maxtext::Config& c, std::int64_t layer) {
+    const auto sizes = NgramHashMapping::table_sizes(c.engram_vocab_bases(), c.engram_max_ngram_size, c.engram_num_heads,
+                                                     c.engram_layers());
+    const auto it = sizes.find(layer);
+    MAXTEXT_CHECK(it != sizes.end(), ArgumentError, "[Engram] layer ", layer, " is not in engram_layers ", c.engram_layers());
+    return Config{c.emb_dim, c.mhc_expansion_rate, c.engram_head_dim, c.engram_max_ngram_size, c.engram_kernel_size,
+                  it->second, static_cast<float>(c.normalization_layer_epsilon)};
+  }
   explicit Engram(Config cfg) : cfg_(std::move(cfg)) {
     const Config& c = cfg_;
     MAXTEXT_CHECK(c.emb_dim > 0 && c.streams >= 1 && c.head_dim > 0, ConfigError, "[Engram] emb_dim, the streams "

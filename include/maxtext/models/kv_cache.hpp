@@ -76,6 +76,7 @@ class KVCache {
       for (const auto& b : layers_[l].buffers) c.layers_[l].buffers.push_back(copy(b));
       for (const auto& st : layers_[l].states) c.layers_[l].states.push_back(copy(st));
       c.layers_[l].state_tokens = layers_[l].state_tokens;
+      c.layers_[l].history = layers_[l].history;
     }
     c.segment_ = copy(segment_);
     be.synchronize();

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -30,6 +31,7 @@
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/embeddings.hpp"
+#include "maxtext/layers/engram.hpp"
 #include "maxtext/layers/layer_info.hpp"
 #include "maxtext/layers/linears.hpp"
 #include "maxtext/layers/normalizations.hpp"
@@ -269,6 +271,18 @@ class Transformer {
     return c.count;
   }
 
+  /// The compressed-token table the Engram layers hash with (engram_layers; deepseek.py builds it from the Hugging
+  /// Face tokenizer, tokenizer::compressed_token_table does here): `lookup[id]` is token id's canonical id, one of
+  /// `compressed_size`; `pad_token` is the tokenizer's pad token id. A model with Engram layers refuses to run
+  /// without it.
+  void set_engram_vocab(std::vector<std::int32_t> lookup, std::int64_t compressed_size, std::int32_t pad_token) {
+    MAXTEXT_CHECK(!cfg_.engram_layers().empty(), ConfigError, "[model] set_engram_vocab: this model has no Engram "
+                  "layers (engram_layers is empty)");
+    engram_ = std::make_shared<const layers::EngramHashing>(cfg_, std::move(lookup), compressed_size, pad_token);
+  }
+  /// Whether the model has Engram layers and still lacks their compressed-token table.
+  bool needs_engram_vocab() const { return !cfg_.engram_layers().empty() && !engram_; }
+
   /// A cache for `batch` sequences of up to `capacity` tokens (default max_target_length).
   KVCache<P> make_cache(std::int64_t batch, std::int64_t capacity = 0) const {
     if (capacity <= 0) capacity = cfg_.max_target_length;
@@ -368,6 +382,8 @@ class Transformer {
     layers::DecoderState<A> dstate;
     dstate.caches = cache.layer_data();
     dstate.num_caches = cache.num_layers();
+    dstate.tokens = std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(Bn * T));
+    dstate.engram = engram_.get();
     layers::Context<P> ctx{be_, scratch_, step, opt.capture, &dstate};
     const std::int64_t M = Bn * T;
     View<A, 2> x = scratch_.template alloc<A, 2>({M, D});
@@ -573,6 +589,7 @@ class Transformer {
   NameScheme scheme_;
   Scratch scratch_;
   std::int64_t streams_ = 1;  ///< mhc_expansion_rate
+  std::shared_ptr<const layers::EngramHashing> engram_;  ///< the Engram layers' token table (set_engram_vocab)
   layers::Embed<P> embed_, pos_embed_;
   PreludeT prelude_;
   bool gpt3_norm_ = false;

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""DeepSeek-V3-style models with Engram layers, re-stated in PyTorch float64 (MaxText commit e591f30 read:
+models/deepseek.py engram_op and the layers' __call__, layers/engram.py, layers/decoders.py's unscanned DeepSeek loop).
+
+A layer listed in engram_layers first adds its Engram module to the residual stream, then runs as before:
+  x = x + Engram(RMSNorm_engram(x), NgramHashMapping(tokens)[layer])       deepseek.py engram_op
+  x = DeepSeek layer(x)                                                    with mHC: mhc_attention, mhc_mlp
+The hashing is engram_reference.py's NumPy re-statement (multipliers from NumPy's generator, primes from sympy) on
+the tokens mapped through a compressed-token table; the table here is random (many-to-one, ids numbered in
+first-seen order as CompressedTokenizer numbers them), since a tiny random model has no tokenizer. The module is
+engram_module_reference.py's, the layers deepseek_reference.py's and mhc_reference.py's.
+
+Cases: deepseek_engram_mhc_model (mHC k = 2, Engram in layers 0 and 2, as MaxText runs Engram: with mHC streams), and
+deepseek_engram_model (no mHC, Engram in layer 1: MaxText's Engram would reject the 3-D input; this library runs it
+on the one stream, docs/numerics.md).
+Writes tests/fixtures/<case>/: model.safetensors, config.yml, tokens.npy, logits.npy, act_*.npy, engram_lookup.npy,
+meta.json. Run: /usr/bin/python3 tests/reference/deepseek_engram_reference.py
+"""
+import math
+
+import numpy as np
+import torch
+
+from common import case_dir, f32, rng, save_meta, save_npy, save_safetensors
+from deepseek_reference import (MIN_MARGIN, deepseek_layer, deepseek_layer_weights, deepseek_settings, deepseek_yaml,
+                                prefixed, rms_norm, sub, to64, write_yaml)
+from engram_module_reference import engram as engram_module
+from engram_reference import hashes, multipliers, prime_sizes
+from mhc_reference import mhc_layer, mhc_weights
+
+ENGRAM = dict(N=3, H=2, Dh=4, K=4, bases=[23, 31], seed=5)
+
+
+def compressed_table(g, V, C):
+  raw = g.integers(0, C, size=V)
+  ids, lookup = {}, []
+  for r in raw:
+    lookup.append(ids.setdefault(int(r), len(ids)))
+  return np.array(lookup, dtype=np.int32), len(ids)
+
+
+def engram_weights(g, c, G, sizes):
+  D, Dh, K = c["D"], ENGRAM["Dh"], ENGRAM["K"]
+  De = len(sizes) * Dh
+  return {
+      "engram_layer_norm.scale": f32(g, (D,), 0.1, 1.0),
+      "engram.multi_head_embedding.embedding.embedding": f32(g, (sum(sizes), Dh)),
+      "engram.key_proj.kernel": f32(g, (De, G, D), 1.0 / math.sqrt(De)),
+      "engram.key_proj.bias": f32(g, (G, D), 0.1),
+      "engram.k_norm.scale": f32(g, (G, D), 0.1, 1.0),
+      "engram.q_norm.scale": f32(g, (G, D), 0.1, 1.0),
+      "engram.value_proj.kernel": f32(g, (De, D), 1.0 / math.sqrt(De)),
+      "engram.value_proj.bias": f32(g, (D,), 0.1),
+      "engram.short_conv.norm.scale": f32(g, (G, D), 0.1, 1.0),
+      "engram.short_conv.conv.kernel": f32(g, (K, 1, G * D), 0.3),
+  }
+
+
+def model_case(name, seed, k, L, dense, engram_layers):
+  c = deepseek_settings(gate_scale=2.0, L=L, dense=dense)
+  if k > 1:
+    c.update(mhc_k=k, lite=False, sinkhorn=20)
+  B, T, D = 2, 9, c["D"]
+  N = ENGRAM["N"]
+  names = [(f"decoder.dense_layers_{i}", False) for i in range(dense)]
+  names += [(f"decoder.moe_layers_{j}", True) for j in range(L - dense)]
+  for attempt in range(50):
+    g = rng(seed + 1000 * attempt)
+    lookup, cvocab = compressed_table(g, c["V"], 40)
+    pad_token = 3
+    pad = int(lookup[pad_token])
+    mult = multipliers(ENGRAM["seed"], engram_layers, N, cvocab)
+    sizes = prime_sizes(ENGRAM["bases"], engram_layers, N, ENGRAM["H"])
+    flat = {i: [v for order in sizes[i] for v in order] for i in engram_layers}
+    w = {"token_embedder.embedding": f32(g, (c["V"], D))}
+    for i, (prefix, moe) in enumerate(names):
+      lw = deepseek_layer_weights(g, c, moe)
+      if k > 1:
+        lw.update(prefixed(mhc_weights(g, c), "mhc_attention."))
+        lw.update(prefixed(mhc_weights(g, c), "mhc_mlp."))
+      if i in engram_layers:
+        lw.update(engram_weights(g, c, k, flat[i]))
+      w.update(prefixed(lw, prefix + "."))
+    w["decoder.decoder_norm.scale"] = f32(g, (D,), 0.1, 1.0)
+    w["decoder.logits_dense.kernel"] = f32(g, (D, c["V"]), 1 / math.sqrt(D))
+    tokens = g.integers(0, c["V"], size=(B, T)).astype(np.int32)
+    w64 = to64(w)
+    pos = np.tile(np.arange(T, dtype=np.int32), (B, 1))
+    x = w64["token_embedder.embedding"][torch.from_numpy(tokens).long()]
+    acts = {"token_embedder": x}
+    x = x[:, :, None, :].repeat(1, 1, k, 1)  # mhc_expand (k = 1: the one stream)
+    margins = []
+    for i, (prefix, moe) in enumerate(names):
+      lw = sub(w, prefix + ".")
+      if i in engram_layers:
+        hid = hashes(lookup[tokens], mult[i], sizes[i], N, pad)
+        xn = rms_norm(x, torch.from_numpy(lw["engram_layer_norm.scale"].astype(np.float64)), c["eps"])
+        ce = dict(B=B, S=T, G=k, D=D, Dh=ENGRAM["Dh"], N=N, K=ENGRAM["K"], sizes=flat[i], eps=c["eps"])
+        e = engram_module(sub(lw, "engram."), xn.reshape(B, T, k * D).numpy(), hid, ce)
+        acts[prefix + ".engram"] = e
+        x = x + e.reshape(B, T, k, D)
+      if k > 1:
+        x = mhc_layer(x, sub(w64, prefix + "."), c, pos, moe, margins)
+      else:
+        x = deepseek_layer(x[:, :, 0, :], sub(w64, prefix + "."), c, pos, moe, margins)[0][:, :, None, :]
+      acts[prefix] = x.reshape(B, T, k * D)
+    x = rms_norm(x.sum(dim=2), w64["decoder.decoder_norm.scale"], c["eps"])  # mhc_reduce, final norm
+    acts["decoder.decoder_norm"] = x
+    logits = x @ w64["decoder.logits_dense.kernel"]
+    if not margins or min(margins) >= MIN_MARGIN:
+      break
+  d = case_dir(name)
+  save_safetensors(f"{d}/model.safetensors", w)
+  save_npy(d, "tokens", tokens)
+  save_npy(d, "logits", logits.numpy())
+  save_npy(d, "engram_lookup", lookup)
+  for kk, v in acts.items():
+    save_npy(d, "act_" + kk, v.numpy())
+  extra = (f"engram_layers: [{', '.join(str(i) for i in engram_layers)}]\nengram_num_heads: {ENGRAM['H']}\n"
+           f"engram_head_dim: {ENGRAM['Dh']}\nengram_vocab_bases: [{ENGRAM['bases'][0]}, {ENGRAM['bases'][1]}]\n"
+           f"engram_max_ngram_size: {N}\nengram_kernel_size: {ENGRAM['K']}\nengram_seed: {ENGRAM['seed']}\n")
+  if k > 1:
+    extra += f"mhc_expansion_rate: {k}\nsinkhorn_iterations: 20\n"
+  write_yaml(d, deepseek_yaml(c, extra))
+  save_meta(d, {"what": f"{L}-layer DeepSeek-V3-style model with Engram in layers {engram_layers}"
+                        f"{f', mHC k {k}' if k > 1 else ', no mHC'}, float64 from float32 weights",
+                "maxtext_commit": "e591f30", "tokens": [B, T], "vocab": c["V"], "streams": k,
+                "engram_layers": engram_layers, "compressed_vocab": cvocab, "pad_token": pad_token,
+                "min_routing_margin": min(margins) if margins else None})
+  print("wrote", d)
+
+
+if __name__ == "__main__":
+  torch.set_default_dtype(torch.float64)
+  model_case("deepseek_engram_mhc_model", 71, k=2, L=3, dense=1, engram_layers=[0, 2])
+  model_case("deepseek_engram_model", 81, k=1, L=3, dense=1, engram_layers=[1])
