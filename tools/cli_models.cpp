@@ -14,6 +14,9 @@
 #include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/any_model.hpp"
+#include "maxtext/tokenizer/compressed_tokenizer.hpp"
+#include "maxtext/tokenizer/hf_tokenizer.hpp"
+#include "maxtext/tokenizer/tokenizer.hpp"
 #include "maxtext_blocks_built.hpp"  // the models, compiled per decoder block in maxtext_blocks (tools/blocks/)
 
 namespace maxtext::cli {
@@ -73,6 +76,17 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
     trim_heap();  // and the heap they took back to the system (core/mapped_pages.hpp)
   } else {
     model->init(static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed)));
+  }
+  if (model->needs_engram_vocab()) {
+    // deepseek.py builds Engram's hashing from the Hugging Face tokenizer (CompressedTokenizer, pad_token_id).
+    const auto tk = tokenizer::load_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
+    const auto* hf = dynamic_cast<const tokenizer::HfTokenizer*>(tk.get());
+    MAXTEXT_CHECK(hf != nullptr, ArgumentError, "engram_layers: the Engram layers hash a Hugging Face tokenizer's "
+                  "canonical tokens; give --tokenizer tokenizer.json (or a directory holding one)");
+    MAXTEXT_CHECK(hf->pad() >= 0, ArgumentError, "engram_layers: the tokenizer has no pad_token in its "
+                  "tokenizer_config.json (MaxText's NgramHashMapping requires pad_token_id)");
+    tokenizer::CompressedTokenTable t = tokenizer::compressed_token_table(*hf);
+    model->set_engram_vocab(std::move(t.lookup), t.size, hf->pad());
   }
   return model;
 }

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/io/gguf.hpp"
+#include "maxtext/tokenizer/compressed_tokenizer.hpp"
 #include "maxtext/tokenizer/hf_tokenizer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
 #include "maxtext/tokenizer/unicode.hpp"
@@ -437,4 +438,63 @@ TEST_CASE("GGUF gpt2 vocabularies: BOS from add_bos_token, unknown pre-tokenizer
   w.set("tokenizer.ggml.pre", io::GgufValue::of_string("martian"));
   w.write("tiny2.gguf");
   CHECK_THROWS_WITH(tokenizer::open_tokenizer("tiny2.gguf"), Catch::Matchers::Contains("tokenizer.ggml.pre 'martian'"));
+}
+
+// ---- Engram's CompressedTokenizer table (tokenizer/compressed_tokenizer.hpp) -------------------------------------
+
+namespace {
+std::string fnv1a64_hex(const std::vector<std::int32_t>& table) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const std::int32_t v : table) {
+    const auto u = static_cast<std::uint32_t>(v);
+    for (int b = 0; b < 4; ++b) {
+      h ^= (u >> (8 * b)) & 0xffu;
+      h *= 0x100000001b3ull;
+    }
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void check_compressed(const std::string& name) {
+  const auto tk = HfTokenizer::from_file(real_dir(name) + "/tokenizer.json");
+  const nlohmann::json fx = read_json(test::fixtures_dir() + "/engram_vocab/" + name + ".json");
+  const tokenizer::CompressedTokenTable t = tokenizer::compressed_token_table(*tk);
+  CHECK(static_cast<std::int64_t>(t.lookup.size()) == fx["vocab_size"].get<std::int64_t>());
+  CHECK(t.size == fx["compressed_size"].get<std::int64_t>());
+  for (const auto& s : fx["samples"]) {
+    const auto id = s[0].get<std::size_t>();
+    INFO("token " << id << ": " << show(tk->decode({static_cast<std::int32_t>(id)}, false)));
+    REQUIRE(id < t.lookup.size());
+    CHECK(t.lookup[id] == s[1].get<std::int32_t>());
+  }
+  CHECK(fnv1a64_hex(t.lookup) == fx["fnv1a64"].get<std::string>());
+}
+}  // namespace
+
+TEST_CASE("Engram compressed-token table: DeepSeek-V3 and Qwen3 equal the oracle's (engram.py CompressedTokenizer)",
+          "[tokenizer][hf][engram]") {
+  check_compressed("deepseek_v3");
+  check_compressed("qwen3");
+}
+TEST_CASE("Engram compressed-token table: Llama 3, Gemma 3 and GPT-OSS equal the oracle's", "[tokenizer][hf][engram]") {
+  check_compressed("llama3");
+  check_compressed("gemma3");
+  check_compressed("gptoss");
+}
+TEST_CASE("Engram compressed-token table: case, accents, width and spaces merge; byte pieces keep their token",
+          "[tokenizer][hf][engram]") {
+  const auto tk = HfTokenizer::from_file(real_dir("deepseek_v3") + "/tokenizer.json");
+  const tokenizer::CompressedTokenTable t = tokenizer::compressed_token_table(*tk);
+  const auto cid = [&](const std::string& piece) {
+    const auto id = tk->token_to_id(piece);
+    REQUIRE(id.has_value());
+    return t.lookup[static_cast<std::size_t>(*id)];
+  };
+  // byte-level pieces: "Ġ" is a leading space
+  CHECK(cid("Apple") == cid("apple"));
+  CHECK(cid("ĠApple") == cid("apple"));  // the space is stripped
+  CHECK(cid("ĠThe") == cid("the"));
+  CHECK(cid("the") != cid("then"));
 }

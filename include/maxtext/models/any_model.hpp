@@ -107,6 +107,9 @@ class AnyModel {
   virtual std::vector<std::string> layer_names() const = 0;
   virtual std::int64_t num_params() = 0;
   virtual io::TensorMap export_params() = 0;
+  /// Engram layers (engram_layers): the compressed-token table they hash with (Transformer::set_engram_vocab).
+  virtual void set_engram_vocab(std::vector<std::int32_t> lookup, std::int64_t compressed_size, std::int32_t pad_token) = 0;
+  virtual bool needs_engram_vocab() const = 0;
 
   virtual std::shared_ptr<AnyCache> new_cache(std::int64_t batch, std::int64_t capacity) = 0;
   /// Logits [B, T, V] (or [B, 1, V] with last_only) as f32.

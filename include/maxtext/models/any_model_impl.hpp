@@ -165,6 +165,12 @@ class AnyModelImpl final : public AnyModel {
     return model_.export_params();
   }
 
+  void set_engram_vocab(std::vector<std::int32_t> lookup, std::int64_t compressed_size, std::int32_t pad_token) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    model_.set_engram_vocab(std::move(lookup), compressed_size, pad_token);
+  }
+  bool needs_engram_vocab() const override { return model_.needs_engram_vocab(); }
+
   std::shared_ptr<AnyCache> new_cache(std::int64_t batch, std::int64_t capacity) override {
     return std::make_shared<CacheImpl<P>>(model_.make_cache(batch, capacity), this);
   }

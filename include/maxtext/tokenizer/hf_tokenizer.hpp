@@ -209,6 +209,8 @@ class HfTokenizer final : public Tokenizer {
   }
 
   std::int32_t bos() const override { return bos_; }
+  /// tokenizer_config.json's pad_token (transformers' pad_token_id), or -1.
+  std::int32_t pad() const { return pad_; }
   std::int32_t eos() const override { return eos_ids_.empty() ? -1 : eos_ids_.front(); }
   std::vector<std::int32_t> eos_ids() const override { return eos_ids_; }
   std::int64_t vocab_size() const override { return vocab_size_; }
@@ -377,6 +379,7 @@ class HfTokenizer final : public Tokenizer {
   void load_config(const json& cfg, const json& gen) {
     if (const json* c = hf::opt(cfg, "clean_up_tokenization_spaces")) clean_up_ = c->is_boolean() && c->get<bool>();
     if (auto b = hf::detail::token_content(hf::opt(cfg, "bos_token"))) bos_ = token_to_id(*b).value_or(-1);
+    if (auto q = hf::detail::token_content(hf::opt(cfg, "pad_token"))) pad_ = token_to_id(*q).value_or(-1);
     auto add_eos = [&](std::int64_t id) {
       if (id >= 0 && id < vocab_size_ && std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) {
         eos_ids_.push_back(static_cast<std::int32_t>(id));
@@ -572,7 +575,7 @@ class HfTokenizer final : public Tokenizer {
   hf::Decoder decoder_;
   std::vector<Template> templates_;
   std::int64_t vocab_size_ = 0;
-  std::int32_t bos_ = -1;
+  std::int32_t bos_ = -1, pad_ = -1;
   std::vector<std::int32_t> eos_ids_;
   bool clean_up_ = true;
   bool parse_special_ = true;
