@@ -51,8 +51,8 @@ void give_table(DeepSeek& m, const EngramFixture& f) {
 
 }  // namespace
 
-TEST_CASE("DeepSeek with Engram (mHC k 2, and without mHC): logits, Engram outputs and every layer match torch; "
-          "cached decoding equals the full forward",
+TEST_CASE("DeepSeek with Engram (mHC k 2, and without mHC): logits, Engram outputs and every layer match torch, "
+          "and cached decoding equals the full forward",
           "[models][deepseek][engram]") {
   for (const char* name : {"deepseek_engram_mhc_model", "deepseek_engram_model"}) {
     INFO(name);

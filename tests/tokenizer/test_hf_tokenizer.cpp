@@ -483,7 +483,7 @@ TEST_CASE("Engram compressed-token table: Llama 3, Gemma 3 and GPT-OSS equal the
   check_compressed("gemma3");
   check_compressed("gptoss");
 }
-TEST_CASE("Engram compressed-token table: case, accents, width and spaces merge; byte pieces keep their token",
+TEST_CASE("Engram compressed-token table: case, accents, width and spaces merge, byte pieces keep their token",
           "[tokenizer][hf][engram]") {
   const auto tk = HfTokenizer::from_file(real_dir("deepseek_v3") + "/tokenizer.json");
   const tokenizer::CompressedTokenTable t = tokenizer::compressed_token_table(*tk);
