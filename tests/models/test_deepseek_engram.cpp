@@ -114,8 +114,9 @@ TEST_CASE("DeepSeek Engram: configs and tables it cannot use are refused by name
   CHECK_THROWS_WITH(load({"engram_layers=[-1]"}), Catch::Contains("engram_layers: expected a list of integers >= 0"));
   CHECK_THROWS_WITH(load({"engram_vocab_bases=[23]"}), Catch::Contains("expected 2 sizes (one per n-gram order"));
   CHECK_THROWS_WITH(load({"engram_kernel_size=0"}), Catch::Contains("engram_kernel_size must be >= 1"));
-  CHECK_THROWS_WITH(load({"engram_num_heads=20000"}), Catch::Contains("Engram hash tables: 20000 heads x 2 orders x 2 "
-                                                                      "layers = 80000, beyond 65536"));
+  CHECK_THROWS_WITH(load({"engram_num_heads=20000"}), Catch::Contains("engram_num_heads = 20000 is beyond 16384"));
+  CHECK_THROWS_WITH(load({"engram_num_heads=12000", "engram_max_ngram_size=4", "engram_vocab_bases=[23, 31, 37]"}),
+                    Catch::Contains("Engram hash tables: 12000 heads x 3 orders x 2 layers = 72000, beyond 65536"));
   CHECK_THROWS_WITH(load({"engram_vocab_bases=[23, 2000000000]"}), Catch::Contains("2000000000 is beyond 2^30"));
   CHECK_THROWS_WITH(io::load_config("", {"engram_layers=[0]"}), Catch::Contains("exists for decoder_block deepseek only"));
   DeepSeek m(f.cfg);

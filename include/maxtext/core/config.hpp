@@ -753,10 +753,13 @@ inline void Config::validate() const {
     MAXTEXT_CHECK(engram_head_dim <= Limits::width && engram_kernel_size <= 64, ConfigError, "[config] engram_head_dim (",
                   engram_head_dim, ") or engram_kernel_size (", engram_kernel_size, ") is beyond ", Limits::width,
                   " / 64");
+    // heads <= 2^14, orders <= 63 and layers <= Limits::layers (checked above) keep the product far from overflow.
+    MAXTEXT_CHECK(engram_num_heads <= Limits::heads, ConfigError, "[config] engram_num_heads = ", engram_num_heads,
+                  " is beyond ", Limits::heads);
     const std::int64_t tables = engram_num_heads * (engram_max_ngram_size - 1) * static_cast<std::int64_t>(engram.size());
-    MAXTEXT_CHECK(engram_num_heads <= Limits::heads && tables <= (std::int64_t{1} << 16), ConfigError,
-                  "[config] Engram hash tables: ", engram_num_heads, " heads x ", engram_max_ngram_size - 1, " orders x ",
-                  engram.size(), " layers = ", tables, ", beyond 65536");
+    MAXTEXT_CHECK(tables <= (std::int64_t{1} << 16), ConfigError, "[config] Engram hash tables: ", engram_num_heads,
+                  " heads x ", engram_max_ngram_size - 1, " orders x ", engram.size(), " layers = ", tables,
+                  ", beyond 65536");
     for (const std::int64_t b : engram_vocab_bases()) {
       MAXTEXT_CHECK(b <= (std::int64_t{1} << 30), ConfigError, "[config] engram_vocab_bases: ", b,
                     " is beyond 2^30 (the table sizes are int32 primes)");
