@@ -6,7 +6,7 @@
 // prefill then one token at a time through the KV cache) against llama.cpp's 32 greedy tokens.
 //
 // Tolerances (|ours - llama.cpp| <= atol + rtol |llama.cpp|; logits up to ~30 in magnitude):
-//  - SiLU/SwiGLU architectures (llama, qwen2, qwen3, qwen3moe, olmo2, gpt-oss, llama4): rtol 1e-4,
+//  - SiLU/SwiGLU architectures (llama, qwen2, qwen3, qwen3moe, olmo2, gpt-oss, llama4, qwen3next): rtol 1e-4,
 //    atol 2e-4. Both sides compute in f32, in different summation orders, llama.cpp with its vectorised exp in
 //    softmax and SiLU; measured 6e-6 (llama) to 6e-5 (qwen3moe, |logit| <= 32).
 //  - GeGLU architectures (gemma, gemma2, gemma3): rtol 1e-3, atol 1e-2 against llama.cpp. ggml's CPU GELU rounds
@@ -177,6 +177,14 @@ TEST_CASE("llama.cpp peer: llama4 (MoE every 2nd layer: top-1 sigmoid-scaled + s
   check_peer("llama4", kSilu);
 }
 
+TEST_CASE("llama.cpp peer: qwen3next (Gated DeltaNet 3 : 1 gated attention, 2 key / 4 value heads, MoE top 2 + gated "
+          "shared expert)", "[models][llamacpp]") {
+  // The importer undoes llama.cpp's converter: norms stored as 1 + w, ssm_a = -exp(A_log), the DeltaNet projection
+  // split into q | k | v and z (io/hf_qwen3_next.hpp). llama.cpp runs its chunked delta rule on the 16-token prompt,
+  // then one recurrent step per token, as the library does (its chunked form starts at 16 tokens).
+  check_peer("qwen3next", kSilu);
+}
+
 TEST_CASE("llama.cpp peer: llama4 on 8200 tokens, past the 8192-position attention chunk and with the NoPE layer's "
           "temperature tuning above 1", "[models][llamacpp][long]") {
   // llamacpp_peer.py run_llama4_long: the llama4 fixture's model on an 8200-token prompt; llama.cpp's logits for the
@@ -329,6 +337,61 @@ TEST_CASE("GGUF llama4 metadata: what llama.cpp hard-codes becomes config, rope_
   CHECK_THROWS_WITH(io::import_gguf_llama4(g.tensors, c), Catch::Contains("missing tensor blk.1.ffn_up_shexp.weight"));
 }
 
+TEST_CASE("GGUF qwen3next: metadata to config, llama.cpp's stored forms undone, what MaxText's qwen3_next cannot "
+          "express refused by name", "[models][llamacpp][gguf]") {
+  const std::string path = test::require(peer_dir("qwen3next") + "/model.gguf", "the llama.cpp peer fixture for qwen3next");
+  const io::GgufFile g0 = io::read_gguf(path);
+  const Config c = io::config_from_gguf(g0);
+  CHECK(c.is("qwen3_next"));
+  CHECK((c.gdn_num_key_heads == 2 && c.gdn_num_value_heads == 4 && c.gdn_key_head_dim == 16 && c.gdn_value_head_dim == 16));
+  CHECK((c.gdn_conv_kernel_dim == 4 && c.inhomogeneous_layer_cycle_interval == 4));
+  CHECK(c.partial_rotary_factor == 0.25);  // rope.dimension_count 4 of head_dim 16
+  CHECK((c.norm_topk_prob && c.num_experts == 4 && c.num_experts_per_tok == 2 && c.moe_mlp_dim == 32));
+  // The stored forms: norms as 1 + w, ssm_a = -exp(A_log).
+  const io::TensorMap t = io::import_gguf_qwen3_next(g0.tensors, c);
+  const AnyTensor& n = g0.tensors.at("blk.0.attn_norm.weight");
+  CHECK(t.at("decoder.layers_0.input_layernorm.scale").element(3) == static_cast<float>(n.element(3) - 1.0));
+  const double a = g0.tensors.at("blk.1.ssm_a").element(2);
+  CHECK(t.at("decoder.layers_1.attention.A_log").element(2) == Approx(std::log(-a)).epsilon(1e-6));
+  CHECK(t.at("decoder.layers_1.attention.norm.rms_norm.scale").element(0) ==
+        g0.tensors.at("blk.1.ssm_norm.weight").element(0));  // the gated norm is a plain scale, stored as it is
+  io::GgufFile g = g0;
+  Tensor<float, 1> pos({4});
+  for (std::int64_t i = 0; i < 4; ++i) pos(i) = 0.5f;
+  g.tensors.tensors.at("blk.2.ssm_a") = AnyTensor::from(pos, "blk.2.ssm_a");
+  CHECK_THROWS_WITH(io::import_gguf_qwen3_next(g.tensors, c), Catch::Contains("blk.2.ssm_a[0] = 0.5"));
+  g = g0;
+  g.tensors.tensors.erase("blk.0.attn_gate.weight");
+  CHECK_THROWS_WITH(io::import_gguf_qwen3_next(g.tensors, c), Catch::Contains("missing tensor blk.0.attn_gate.weight"));
+  g = g0;
+  // Layer 1 becomes an attention layer: its DeltaNet attn_qkv is read as a fused q | k | v and refused by shape.
+  g.metadata["qwen3next.full_attention_interval"] = io::GgufValue::of_u32(2);
+  CHECK_THROWS_WITH(io::import_gguf_qwen3_next(g.tensors, io::config_from_gguf(g)),
+                    Catch::Contains("blk.1.attn_qkv.weight: expected shape [192,64]"));
+  io::GgufValue flags;
+  flags.type = io::GgufType::array;
+  flags.elem = io::GgufType::boolean;
+  flags.ints = {1, 0, 1, 0};
+  g = g0;
+  g.metadata["qwen3next.attention.recurrent_layers"] = flags;
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("attention.recurrent_layers[1]"));
+  flags.ints = {1, 1, 1, 0};
+  g.metadata["qwen3next.attention.recurrent_layers"] = flags;
+  CHECK_NOTHROW(io::config_from_gguf(g));
+  g = g0;
+  g.metadata["qwen3next.expert_shared_feed_forward_length"] = io::GgufValue::of_u32(64);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("expert_shared_feed_forward_length 64"));
+  g = g0;
+  g.metadata["qwen3next.ssm.inner_size"] = io::GgufValue::of_u32(66);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("ssm.inner_size 66"));
+  g = g0;
+  g.metadata["qwen3next.rope.dimension_count"] = io::GgufValue::of_u32(5);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("rope.dimension_count 5"));
+  // A qwen3_next config on another architecture's GGUF is refused by name.
+  CHECK_THROWS_WITH(io::load_weights(peer_dir("qwen3moe") + "/model.gguf", c),
+                    Catch::Contains("decoder_block qwen3_next reads GGUF architecture qwen3next, found 'qwen3moe'"));
+}
+
 TEST_CASE("GGUF llama: rope_freqs.weight with MaxText's LLaMA-3.1 divisors selects its RoPE, other tables are refused",
           "[models][llamacpp][gguf]") {
   io::GgufFile g = io::read_gguf(test::require(peer_dir("llama") + "/model.gguf", "the llama.cpp peer fixture for llama"));
@@ -346,7 +409,7 @@ TEST_CASE("GGUF llama: rope_freqs.weight with MaxText's LLaMA-3.1 divisors selec
 TEST_CASE("maxtext generate (the CLI) on every llama.cpp peer GGUF prints llama.cpp's greedy tokens",
           "[models][llamacpp][cli]") {
   for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3", "gemma3_d48",
-                                 "olmo2", "gpt-oss", "llama4"}) {
+                                 "olmo2", "gpt-oss", "llama4", "qwen3next"}) {
     INFO("llama.cpp peer fixture " << arch);
     const std::string dir = peer_dir(arch);
     const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for " + arch);

@@ -58,6 +58,11 @@ ARCHS = {
     # at 8192 positions, beyond this fixture's 48.
     "llama4": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=4, tied=False, theta=500000.0, experts=4, top_k=1,
                    ff_exp=32, moe_step=2, llama3_rope=(16.0, 1.0, 1.0, 8192.0)),
+    # Qwen3-Next: Gated DeltaNet in layers 0-2, gated full attention (25% partial NEOX RoPE, qk norms) in layer 3;
+    # MoE in every layer (softmax top-2 renormalised) plus the sigmoid-gated shared expert. 2 key heads, 4 value heads
+    # (each key head serves two value heads); llama.cpp's qwen3next needs Dk = Dv (its state is [Dv, Dv] per head).
+    "qwen3next": dict(D=64, heads=4, kv=2, hd=16, ff=32, layers=4, tied=False, theta=1000000.0, experts=4, top_k=2,
+                      ff_exp=32, gdn_hk=2, gdn_hv=4, gdn_d=16, gdn_conv=4, full_every=4, rope_frac=0.25),
 }
 SEEDS = {a: 1000 + i for i, a in enumerate(ARCHS)}
 
@@ -93,8 +98,60 @@ def vocabulary():
     return pieces, scores, types
 
 
+def random_qwen3next(hp, rng):
+    """llama.cpp's qwen3next tensors as its converter writes them (conversion/qwen.py Qwen3NextModel): every norm but
+    the gated one with the 1 of Qwen's (1 + w) RMSNorm added, ssm_a = -exp(A_log), dt_bias as ssm_dt.bias, the
+    DeltaNet input projection as attn_qkv (rows q | k | v, each head-major) and attn_gate (z), ssm_ba grouped per key
+    head ([b, a] of its value heads), the conv kernel [channels, K]."""
+    D, N, K, H, V = hp["D"], hp["heads"], hp["kv"], hp["hd"], VOCAB
+    Hk, Hv, Dh, Kc = hp["gdn_hk"], hp["gdn_hv"], hp["gdn_d"], hp["gdn_conv"]
+    E, Fe = hp["experts"], hp["ff_exp"]
+    C = 2 * Hk * Dh + Hv * Dh
+
+    def mat(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    t = {"token_embd.weight": rng.standard_normal((V, D)).astype(np.float32),
+         "output_norm.weight": norm(D),
+         "output.weight": mat(V, D, 2.0)}
+    for i in range(hp["layers"]):
+        b = f"blk.{i}."
+        t[b + "attn_norm.weight"] = norm(D)
+        t[b + "post_attention_norm.weight"] = norm(D)
+        if (i + 1) % hp["full_every"] == 0:
+            t[b + "attn_q.weight"] = mat(N * 2 * H, D, 2.0)  # per head: the query, then its gate
+            t[b + "attn_k.weight"] = mat(K * H, D, 2.0)
+            t[b + "attn_v.weight"] = mat(K * H, D)
+            t[b + "attn_output.weight"] = mat(D, N * H, 2.0)
+            t[b + "attn_q_norm.weight"] = norm(H)
+            t[b + "attn_k_norm.weight"] = norm(H)
+        else:
+            t[b + "attn_qkv.weight"] = mat(C, D, 2.0)
+            t[b + "attn_gate.weight"] = mat(Hv * Dh, D, 2.0)
+            t[b + "ssm_ba.weight"] = mat(2 * Hv, D, 2.0)
+            t[b + "ssm_conv1d.weight"] = (rng.standard_normal((C, Kc)) / np.sqrt(Kc)).astype(np.float32)
+            t[b + "ssm_dt.bias"] = (1.0 + 0.3 * rng.standard_normal(Hv)).astype(np.float32)
+            t[b + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.5, Hv))).astype(np.float32)
+            t[b + "ssm_norm.weight"] = norm(Dh)
+            t[b + "ssm_out.weight"] = mat(D, Hv * Dh, 2.0)
+        t[b + "ffn_gate_inp.weight"] = mat(E, D, 2.0)
+        t[b + "ffn_gate_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
+        t[b + "ffn_up_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
+        t[b + "ffn_down_exps.weight"] = np.stack([mat(D, Fe, 2.0) for _ in range(E)])
+        t[b + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(D) / np.sqrt(D)).astype(np.float32)
+        t[b + "ffn_gate_shexp.weight"] = mat(Fe, D, 1.5)
+        t[b + "ffn_up_shexp.weight"] = mat(Fe, D, 1.5)
+        t[b + "ffn_down_shexp.weight"] = mat(D, Fe, 2.0)
+    return t
+
+
 def random_model(arch, hp, rng):
     """llama.cpp tensor name -> float32 numpy array (row-major; gguf-py reverses the dims to ggml's order)."""
+    if arch == "qwen3next":
+        return random_qwen3next(hp, rng)
     D, N, K, H, F, V = hp["D"], hp["heads"], hp["kv"], hp["hd"], hp["ff"], VOCAB
     gemma = arch.startswith("gemma")
 
@@ -204,6 +261,15 @@ def write_gguf(path, arch, hp, tensors):
         w.add_uint32(p + "expert_feed_forward_length", hp["ff_exp"])
     if "moe_step" in hp:
         w.add_uint32(p + "interleave_moe_layer_step", hp["moe_step"])
+    if arch == "qwen3next":  # the keys conversion/qwen.py Qwen3NextModel.set_gguf_parameters writes
+        w.add_uint32(p + "expert_shared_feed_forward_length", hp["ff_exp"])
+        w.add_uint32(p + "ssm.conv_kernel", hp["gdn_conv"])
+        w.add_uint32(p + "ssm.state_size", hp["gdn_d"])
+        w.add_uint32(p + "ssm.group_count", hp["gdn_hk"])
+        w.add_uint32(p + "ssm.time_step_rank", hp["gdn_hv"])
+        w.add_uint32(p + "ssm.inner_size", hp["gdn_d"] * hp["gdn_hv"])
+        w.add_uint32(p + "full_attention_interval", hp["full_every"])
+        w.add_uint32(p + "rope.dimension_count", int(hp["hd"] * hp["rope_frac"]))
     pieces, scores, types = vocabulary()
     w.add_string("tokenizer.ggml.model", "llama")
     w.add_array("tokenizer.ggml.tokens", pieces)

@@ -32,9 +32,25 @@
 //   - config.json nests the text model under text_config and the rotary settings under rope_parameters (rope_theta,
 //     partial_rotary_factor, mrope_section); MaxText's Qwen3.5 ymls set use_mrope with that mrope_section.
 // Dense Qwen3.5 (model_type qwen3_5) is refused: MaxText's qwen3_5 block has an MoE in every layer.
+//
+// llama.cpp's GGUF architecture qwen3next into decoder_block qwen3_next, undoing what its converter
+// (conversion/qwen.py Qwen3NextModel; the node-llama-cpp 3.22.1 source) does to the Hugging Face tensors:
+//   - every RMSNorm weight but the DeltaNet's gated one has the 1 of Qwen's (1 + w) norm added: w = file - 1 (f32);
+//   - ssm_a is -exp(A_log): A_log = log(-ssm_a) (f32; a non-negative entry is refused by name and index);
+//   - the DeltaNet input projection comes as attn_qkv [2*Hk*Dk + Hv*Dv, D] (rows q | k | v, head-major) and attn_gate
+//     [Hv*Dv, D] (z), regrouped per key head as for Qwen3.5 above (older files' fused ssm_in is read as it is);
+//     ssm_ba [2*Hv, D] keeps Hugging Face's grouping (per key head, b then a) and maps as in_proj_ba;
+//   - ssm_conv1d [C, K] -> conv1d.kernel [K, 1, C]; ssm_dt.bias -> dt_bias; ssm_norm -> norm.rms_norm.scale;
+//   - attention layers: attn_q [N*2H, D] (per head the query then its gate, as in Hugging Face), attn_k / attn_v (or
+//     their fused attn_qkv), attn_output, attn_q_norm / attn_k_norm; post_attention_norm is the FFN's input norm;
+//   - experts: ffn_gate_inp, ffn_{gate,up,down}_exps [E, out, in] (or the fused ffn_gate_up_exps, gate rows first),
+//     the shared expert's ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp [D].
+// The graph llama.cpp runs fixes what the file does not say: top-k weights always renormalised (norm_topk_prob),
+// head_dim^-0.5 query scale, the NEOX (rotate-half) partial RoPE over rope.dimension_count lanes.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +60,8 @@
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/io/gguf.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
 #include "maxtext/io/json_fields.hpp"
 #include "maxtext/io/name_mapper.hpp"
@@ -59,6 +77,24 @@ inline bool is_hf_qwen3_next(const nlohmann::json& j) {
   return t == "qwen3_next" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text" || t == "qwen3_5" || t == "qwen3_5_text";
 }
 
+namespace detail {
+
+/// What every Qwen3-Next / Qwen3.5 config shares, whatever file it comes from.
+inline void base_qwen3_hybrid_config(Config& c, const std::string& block) {
+  c.decoder_block = block;
+  c.dtype = "float32";
+  c.weight_dtype = "float32";
+  c.mlp_activations = {"silu", "linear"};
+  c.logits_via_embedding = false;
+  c.scan_layers = false;
+  c.enable_dropout = false;
+  c.rope_type = "default";
+  c.rope_min_timescale = 1;
+  c.shared_experts = 1;
+}
+
+}  // namespace detail
+
 /// The MaxText config of a Qwen3NextForCausalLM or Qwen3.5 MoE config.json. What MaxText's qwen3_next / qwen3_5
 /// blocks cannot express is refused by name: dense (mlp_only) layers, decoder_sparse_step != 1, a shared expert of
 /// another width than the routed ones, attention biases, tied embeddings, rope scaling, a layer pattern other than
@@ -73,16 +109,7 @@ inline Config config_from_hf_qwen3_next(const nlohmann::json& root, const std::s
   const std::string block = q35 ? "qwen3_5" : "qwen3_next";
   const detail::JsonFields fields(j, where + (nested ? ": config.json: text_config" : ": config.json"));
   Config c;
-  c.decoder_block = block;
-  c.dtype = "float32";
-  c.weight_dtype = "float32";
-  c.mlp_activations = {"silu", "linear"};
-  c.logits_via_embedding = false;
-  c.scan_layers = false;
-  c.enable_dropout = false;
-  c.rope_type = "default";
-  c.rope_min_timescale = 1;
-  c.shared_experts = 1;
+  detail::base_qwen3_hybrid_config(c, block);
   c.base_emb_dim = fields.integer("hidden_size", 0, true);
   c.base_num_decoder_layers = fields.integer("num_hidden_layers", 0, true);
   MAXTEXT_CHECK(c.base_num_decoder_layers > 0 && c.base_num_decoder_layers <= Config::Limits::layers, IoError, "[hf] ",
@@ -177,6 +204,27 @@ inline Config config_from_hf_qwen3_next(const nlohmann::json& root, const std::s
   return c;
 }
 
+namespace detail {
+
+/// Separate q | k | v rows [2*Hk*Dk + Hv*Dv, D] (each head-major) and z rows [Hv*Dv, D] -> MaxText's fused
+/// in_proj_qkvz kernel [D, ...] grouped per key head h: [q_h (Dk), k_h (Dk), v_h (r*Dv), z_h (r*Dv)], r = Hv / Hk
+/// (concat_qkvz_and_transpose). One copy.
+inline void put_grouped_qkvz(NameMapper& imp, const Config& cfg, const AnyTensor& qkv, const AnyTensor& z,
+                             const std::string& to, const std::string& qkv_name, const std::string& z_name) {
+  const std::int64_t D = cfg.emb_dim, Hk = cfg.gdn_num_key_heads, Hv = cfg.gdn_num_value_heads,
+                     Dk = cfg.gdn_key_head_dim, Dv = cfg.gdn_value_head_dim, r = Hv / Hk, C = 2 * Hk * Dk + Hv * Dv;
+  imp.shape(qkv, {C, D}, qkv_name);
+  imp.shape(z, {Hv * Dv, D}, z_name);
+  const auto part = [&](std::int64_t begin, std::int64_t rows) {
+    return qkv.narrow(0, begin, Hk * rows).reshaped({Hk, rows, D});
+  };
+  const AnyTensor fused = AnyTensor::concat(
+      {part(0, Dk), part(Hk * Dk, Dk), part(2 * Hk * Dk, r * Dv), z.reshaped({Hk, r * Dv, D})}, 1, qkv_name + " + " + z_name);
+  imp.put(to, fused.reshaped({C + Hv * Dv, D}).permuted({1, 0}), qkv_name + " + " + z_name);
+}
+
+}  // namespace detail
+
 /// Map a Hugging Face Qwen3-Next or Qwen3.5 checkpoint to MaxText names for `cfg`; every missing or unused tensor is
 /// an error (the rotary tables some exporters save, a Qwen3.5 file's vision tower and the MTP layers are not read).
 inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, const std::string& what = "hf") {
@@ -184,7 +232,6 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
   const std::int64_t D = cfg.emb_dim, N = cfg.num_query_heads, H = cfg.head_dim, K = cfg.gdn_conv_kernel_dim;
   const std::int64_t Hk = cfg.gdn_num_key_heads, Hv = cfg.gdn_num_value_heads, Dk = cfg.gdn_key_head_dim,
                      Dv = cfg.gdn_value_head_dim, r = Hv / Hk, E = cfg.num_experts, F = cfg.moe_mlp_dim;
-  const std::int64_t C = 2 * Hk * Dk + Hv * Dv;
   // Qwen3_5MoeForConditionalGeneration keeps the text model under model.language_model.
   const std::string root = imp.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   imp.same(root + "embed_tokens.weight", "token_embedder.embedding");
@@ -212,16 +259,8 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
         const AnyTensor* qkv = imp.get(s + "in_proj_qkv.weight");
         const AnyTensor* z = imp.get(s + "in_proj_z.weight");
         if (qkv != nullptr && z != nullptr) {
-          imp.shape(*qkv, {C, D}, s + "in_proj_qkv.weight");
-          imp.shape(*z, {Hv * Dv, D}, s + "in_proj_z.weight");
-          const auto part = [&](std::int64_t begin, std::int64_t rows) {
-            return qkv->narrow(0, begin, Hk * rows).reshaped({Hk, rows, D});
-          };
-          const AnyTensor fused = AnyTensor::concat(
-              {part(0, Dk), part(Hk * Dk, Dk), part(2 * Hk * Dk, r * Dv), z->reshaped({Hk, r * Dv, D})}, 1,
-              s + "in_proj_qkv.weight + in_proj_z.weight");
-          imp.put(a + "in_proj_qkvz.kernel", fused.reshaped({C + Hv * Dv, D}).permuted({1, 0}),
-                  s + "in_proj_qkv.weight + in_proj_z.weight");
+          detail::put_grouped_qkvz(imp, cfg, *qkv, *z, a + "in_proj_qkvz.kernel", s + "in_proj_qkv.weight",
+                                   s + "in_proj_z.weight");
         }
         const AnyTensor* b = imp.get(s + "in_proj_b.weight");
         const AnyTensor* av = imp.get(s + "in_proj_a.weight");
@@ -239,7 +278,7 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
       }
       imp.dense(s + "out_proj.weight", a + "out_proj.kernel");
       if (const AnyTensor* t = imp.get(s + "conv1d.weight")) {
-        imp.shape(*t, {C, 1, K}, s + "conv1d.weight");
+        imp.shape(*t, {2 * Hk * Dk + Hv * Dv, 1, K}, s + "conv1d.weight");
         imp.put(a + "conv1d.kernel", t->permuted({2, 1, 0}), s + "conv1d.weight");
       }
       imp.same(s + "A_log", a + "A_log");
@@ -271,6 +310,197 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
     imp.dense(f + "shared_expert_gate.weight", o + "shared_expert_gate.kernel");
   }
   return imp.finish({root + "rotary_emb.", "model.visual.", "mtp."});
+}
+
+/// True for GGUF general.architecture qwen3next.
+inline bool is_gguf_qwen3_next(const std::string& arch) { return arch == "qwen3next"; }
+
+/// A Config from the metadata of a llama.cpp `qwen3next` GGUF file (its keys, and what its graph fixes).
+inline Config config_from_gguf_qwen3_next(const GgufFile& g) {
+  const std::string p = "qwen3next.";
+  Config c;
+  detail::base_qwen3_hybrid_config(c, "qwen3_next");
+  c.base_emb_dim = g.get_int(p + "embedding_length");
+  c.base_num_decoder_layers = g.get_int(p + "block_count");
+  MAXTEXT_CHECK(c.base_num_decoder_layers > 0 && c.base_num_decoder_layers <= Config::Limits::layers, IoError,
+                "[gguf] ", g.path, ": ", p, "block_count ", c.base_num_decoder_layers, " outside [1, ",
+                Config::Limits::layers, "]");
+  c.base_num_query_heads = g.get_int(p + "attention.head_count");
+  c.base_num_kv_heads = g.get_int(p + "attention.head_count_kv", c.base_num_query_heads);
+  MAXTEXT_CHECK(c.base_num_query_heads > 0 && c.base_emb_dim > 0, IoError, "[gguf] ", g.path,
+                ": head_count and embedding_length must be > 0");
+  c.head_dim = g.get_int(p + "attention.key_length", c.base_emb_dim / c.base_num_query_heads);
+  MAXTEXT_CHECK(g.get_int(p + "attention.value_length", c.head_dim) == c.head_dim, UnsupportedError, "[gguf] ", g.path,
+                ": ", p, "attention.value_length differs from key_length (llama.cpp's qwen3next requires equal sizes)");
+  MAXTEXT_CHECK(g.get_float(p + "attention.scale", 0.0) == 0.0, UnsupportedError, "[gguf] ", g.path, ": ", p,
+                "attention.scale ", g.get_float(p + "attention.scale", 0.0), ": MaxText's qwen3_next scales queries by "
+                "head_dim^-0.5");
+  c.normalization_layer_epsilon = g.get_float(p + "attention.layer_norm_rms_epsilon", 1e-6);
+  c.rope_max_timescale = g.get_float(p + "rope.freq_base", 10000.0);
+  const std::string scaling = g.get_string(p + "rope.scaling.type", "none");
+  MAXTEXT_CHECK(scaling == "none", UnsupportedError, "[gguf] ", g.path, ": ", p, "rope.scaling.type '", scaling,
+                "': MaxText's qwen3_next block uses the default (partial) RoPE");
+  const std::int64_t rot = g.get_int(p + "rope.dimension_count", c.head_dim);
+  MAXTEXT_CHECK(rot > 0 && rot <= c.head_dim && rot % 2 == 0, IoError, "[gguf] ", g.path, ": ", p,
+                "rope.dimension_count ", rot, ": expected an even count in [2, head_dim = ", c.head_dim, "]");
+  c.partial_rotary_factor = static_cast<double>(rot) / static_cast<double>(c.head_dim);  // exact: head_dim * f = rot
+  c.num_experts = g.get_int(p + "expert_count");
+  c.num_experts_per_tok = g.get_int(p + "expert_used_count");
+  MAXTEXT_CHECK(c.num_experts >= 1, UnsupportedError, "[gguf] ", g.path, ": ", p,
+                "expert_count 0: MaxText's qwen3_next block has an MoE in every layer");
+  c.norm_topk_prob = true;  // llama.cpp's qwen3next graph always renormalises the top-k weights
+  const double ws = g.get_float(p + "expert_weights_scale", 0.0);
+  MAXTEXT_CHECK(ws == 0.0 || ws == 1.0, UnsupportedError, "[gguf] ", g.path, ": ", p, "expert_weights_scale ", ws,
+                ": MaxText's qwen3_next block does not scale the routing weights");
+  c.base_moe_mlp_dim = g.get_int(p + "expert_feed_forward_length");
+  c.base_mlp_dim = g.get_int(p + "feed_forward_length", c.base_moe_mlp_dim);
+  const std::int64_t shared = g.get_int(p + "expert_shared_feed_forward_length", c.base_mlp_dim);
+  MAXTEXT_CHECK(shared == c.base_moe_mlp_dim, UnsupportedError, "[gguf] ", g.path, ": ", p,
+                "expert_shared_feed_forward_length ", shared, " != expert_feed_forward_length ", c.base_moe_mlp_dim,
+                ": MaxText's qwen3_next block has one shared expert of the routed experts' width");
+  c.gdn_conv_kernel_dim = g.get_int(p + "ssm.conv_kernel");
+  c.gdn_key_head_dim = g.get_int(p + "ssm.state_size");
+  c.gdn_num_key_heads = g.get_int(p + "ssm.group_count");
+  c.gdn_num_value_heads = g.get_int(p + "ssm.time_step_rank");
+  const std::int64_t inner = g.get_int(p + "ssm.inner_size");
+  MAXTEXT_CHECK(c.gdn_num_value_heads > 0 && inner > 0 && inner % c.gdn_num_value_heads == 0, IoError, "[gguf] ",
+                g.path, ": ", p, "ssm.inner_size ", inner, " is not a positive multiple of ssm.time_step_rank (value "
+                "heads) ", c.gdn_num_value_heads);
+  c.gdn_value_head_dim = inner / c.gdn_num_value_heads;
+  c.inhomogeneous_layer_cycle_interval = g.get_int(p + "full_attention_interval", 4);
+  const std::int64_t L = c.base_num_decoder_layers, cyc = c.inhomogeneous_layer_cycle_interval;
+  if (const GgufValue* v = g.find(p + "attention.recurrent_layers")) {
+    MAXTEXT_CHECK(v->is_array() && static_cast<std::int64_t>(v->ints.size()) >= L, IoError, "[gguf] ", g.path, ": ", p,
+                  "attention.recurrent_layers: expected one flag per layer (", L, ")");
+    for (std::int64_t i = 0; i < L; ++i) {
+      const bool want = !(cyc > 0 && (i + 1) % cyc == 0);
+      MAXTEXT_CHECK((v->ints[static_cast<std::size_t>(i)] != 0) == want, UnsupportedError, "[gguf] ", g.path, ": ", p,
+                    "attention.recurrent_layers[", i, "] is ", v->ints[static_cast<std::size_t>(i)] != 0,
+                    ": MaxText's qwen3_next uses full attention exactly when (i + 1) % full_attention_interval (", cyc,
+                    ") == 0");
+    }
+  }
+  MAXTEXT_CHECK(g.get_int(p + "nextn_predict_layers", 0) == 0, UnsupportedError, "[gguf] ", g.path, ": ", p,
+                "nextn_predict_layers: the multi-token-prediction layers are not read (MaxText's qwen3_next has none)");
+  c.max_target_length = std::min<std::int64_t>(g.get_int(p + "context_length", 131072), 131072);
+  c.max_position_embeddings = c.max_target_length;
+  if (const auto shape = g.tensor_shape("token_embd.weight")) {
+    c.vocab_size = shape->front();
+  } else {
+    c.vocab_size = g.get_int(p + "vocab_size");
+  }
+  c.derive();
+  c.validate();
+  return c;
+}
+
+namespace detail {
+
+/// f(x) for every element of `t`, as f32 with t's shape; `f` throws naming the element it refuses.
+template <class F>
+AnyTensor gguf_elementwise(const AnyTensor& t, F f) {
+  Tensor<float, 1> flat({t.numel()});
+  for (std::int64_t i = 0; i < t.numel(); ++i) flat(i) = f(t.element(i), i);
+  return AnyTensor::from(flat, t.source).reshaped(t.shape);
+}
+
+}  // namespace detail
+
+/// Map a llama.cpp `qwen3next` GGUF file's tensors to MaxText names for `cfg` (io/hf_qwen3_next.hpp header comment).
+inline TensorMap import_gguf_qwen3_next(const TensorMap& in, const Config& cfg, const std::string& what = "gguf") {
+  detail::NameMapper imp(in, cfg, what, "Qwen3-Next");
+  const std::int64_t D = cfg.emb_dim, N = cfg.num_query_heads, KV = cfg.num_kv_heads, H = cfg.head_dim,
+                     K = cfg.gdn_conv_kernel_dim, Hk = cfg.gdn_num_key_heads, Hv = cfg.gdn_num_value_heads,
+                     Dk = cfg.gdn_key_head_dim, Dv = cfg.gdn_value_head_dim, F = cfg.moe_mlp_dim;
+  const std::int64_t C = 2 * Hk * Dk + Hv * Dv;
+  // Qwen's (1 + w) RMSNorm weights: the converter stored 1 + w.
+  const auto norm = [&](const std::string& from, const std::string& to) {
+    if (const AnyTensor* t = imp.get(from)) {
+      imp.put(to, detail::gguf_elementwise(*t, [](double v, std::int64_t) { return static_cast<float>(v - 1.0); }), from);
+    }
+  };
+  imp.same("token_embd.weight", "token_embedder.embedding");
+  norm("output_norm.weight", "decoder.decoder_norm.scale");
+  imp.dense(imp.has("output.weight") ? "output.weight" : "token_embd.weight", "decoder.logits_dense.kernel");
+  for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".", m = "decoder.layers_" + std::to_string(i) + ".";
+    norm(b + "attn_norm.weight", m + "input_layernorm.scale");
+    norm(b + "post_attention_norm.weight", m + "post_attention_layernorm.scale");
+    const bool full = cfg.inhomogeneous_layer_cycle_interval > 0 && (i + 1) % cfg.inhomogeneous_layer_cycle_interval == 0;
+    if (full) {
+      const std::string a = m + "attention.attention.";
+      const auto query = [&](const AnyTensor& t, const std::string& from) {
+        imp.shape(t, {N * 2 * H, D}, from);
+        imp.put(a + "query.kernel", t.reshaped({N, 2 * H, D}).permuted({2, 0, 1}), from);
+      };
+      if (imp.has(b + "attn_qkv.weight")) {  // fused q | k | v rows
+        const std::string from = b + "attn_qkv.weight";
+        const AnyTensor* t = imp.get(from);
+        imp.shape(*t, {N * 2 * H + 2 * KV * H, D}, from);
+        query(t->narrow(0, 0, N * 2 * H), from);
+        imp.put(a + "key.kernel", t->narrow(0, N * 2 * H, KV * H).reshaped({KV, H, D}).permuted({2, 0, 1}), from);
+        imp.put(a + "value.kernel", t->narrow(0, N * 2 * H + KV * H, KV * H).reshaped({KV, H, D}).permuted({2, 0, 1}),
+                from);
+      } else {
+        if (const AnyTensor* t = imp.get(b + "attn_q.weight")) query(*t, b + "attn_q.weight");
+        imp.head_proj(b + "attn_k", a + "key", KV, false);
+        imp.head_proj(b + "attn_v", a + "value", KV, false);
+      }
+      imp.dense(b + "attn_output.weight", a + "out.kernel");
+      norm(b + "attn_q_norm.weight", a + "query_norm.scale");
+      norm(b + "attn_k_norm.weight", a + "key_norm.scale");
+    } else {
+      const std::string a = m + "attention.";
+      if (imp.has(b + "ssm_in.weight")) {  // older files: the Hugging Face per-key-head grouping, unchanged
+        imp.dense(b + "ssm_in.weight", a + "in_proj_qkvz.kernel");
+      } else {
+        const AnyTensor* qkv = imp.get(b + "attn_qkv.weight");
+        const AnyTensor* z = imp.get(b + "attn_gate.weight");
+        if (qkv != nullptr && z != nullptr) {
+          detail::put_grouped_qkvz(imp, cfg, *qkv, *z, a + "in_proj_qkvz.kernel", b + "attn_qkv.weight",
+                                   b + "attn_gate.weight");
+        }
+      }
+      imp.dense(b + "ssm_ba.weight", a + "in_proj_ba.kernel");
+      imp.dense(b + "ssm_out.weight", a + "out_proj.kernel");
+      if (const AnyTensor* t = imp.get(b + "ssm_conv1d.weight")) {
+        imp.shape(*t, {C, K}, b + "ssm_conv1d.weight");
+        imp.put(a + "conv1d.kernel", t->reshaped({C, 1, K}).permuted({2, 1, 0}), b + "ssm_conv1d.weight");
+      }
+      if (const AnyTensor* t = imp.get(b + "ssm_a")) {
+        imp.shape(*t, {Hv}, b + "ssm_a");
+        const std::string name = b + "ssm_a";
+        imp.put(a + "A_log", detail::gguf_elementwise(*t, [&](double v, std::int64_t j) {
+                  MAXTEXT_CHECK(v < 0.0 && std::isfinite(v), IoError, "[", what, "] ", name, "[", j, "] = ", v,
+                                ": llama.cpp stores -exp(A_log), which is finite and negative");
+                  return static_cast<float>(std::log(-v));
+                }), name);
+      }
+      imp.same(b + "ssm_dt.bias", a + "dt_bias");
+      imp.same(b + "ssm_norm.weight", a + "norm.rms_norm.scale");
+    }
+    const std::string o = m + "mlp.";
+    imp.dense(b + "ffn_gate_inp.weight", o + "routed_experts.gate.kernel");
+    if (imp.has(b + "ffn_gate_up_exps.weight")) {  // fused [E, 2F, D], gate rows first
+      const std::string from = b + "ffn_gate_up_exps.weight";
+      const AnyTensor* t = imp.get(from);
+      imp.shape(*t, {cfg.num_experts, 2 * F, D}, from);
+      imp.put(o + "routed_experts.wi_0", t->narrow(1, 0, F).permuted({0, 2, 1}), from);
+      imp.put(o + "routed_experts.wi_1", t->narrow(1, F, F).permuted({0, 2, 1}), from);
+    } else {
+      if (const AnyTensor* t = imp.get(b + "ffn_gate_exps.weight")) imp.experts(*t, b + "ffn_gate_exps.weight", o + "routed_experts.wi_0", F, D);
+      if (const AnyTensor* t = imp.get(b + "ffn_up_exps.weight")) imp.experts(*t, b + "ffn_up_exps.weight", o + "routed_experts.wi_1", F, D);
+    }
+    if (const AnyTensor* t = imp.get(b + "ffn_down_exps.weight")) imp.experts(*t, b + "ffn_down_exps.weight", o + "routed_experts.wo", D, F);
+    imp.dense(b + "ffn_gate_shexp.weight", o + "shared_expert.wi_0.kernel");
+    imp.dense(b + "ffn_up_shexp.weight", o + "shared_expert.wi_1.kernel");
+    imp.dense(b + "ffn_down_shexp.weight", o + "shared_expert.wo.kernel");
+    if (const AnyTensor* t = imp.get(b + "ffn_gate_inp_shexp.weight")) {
+      imp.shape(*t, {D}, b + "ffn_gate_inp_shexp.weight");
+      imp.put(o + "shared_expert_gate.kernel", t->reshaped({D, 1}), b + "ffn_gate_inp_shexp.weight");
+    }
+  }
+  return imp.finish();
 }
 
 }  // namespace maxtext::io

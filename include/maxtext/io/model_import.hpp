@@ -99,6 +99,7 @@ inline Config config_from_gguf(const GgufFile& g) {
   if (is_gguf_olmo(arch)) return config_from_gguf_olmo(g);    // olmo2 (OLMo 3 exports): io/hf_olmo.hpp
   if (is_gguf_gpt_oss(arch)) return config_from_gguf_gpt_oss(g);  // gpt-oss: io/hf_gpt_oss.hpp
   if (is_gguf_llama4(arch)) return config_from_gguf_llama4(g);    // llama4: io/hf_llama4.hpp
+  if (is_gguf_qwen3_next(arch)) return config_from_gguf_qwen3_next(g);  // qwen3next: io/hf_qwen3_next.hpp
   Config c;
   detail::base_llama_config(c);
   if (arch == "llama") {
@@ -118,7 +119,8 @@ inline Config config_from_gguf(const GgufFile& g) {
     c.norm_topk_prob = true;  // llama.cpp's qwen3moe graph always renormalises the top-k weights
   } else {
     MAXTEXT_THROW(UnsupportedError, "[gguf] ", g.path, ": general.architecture '", arch,
-                  "' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
+                  "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, qwen3next, gemma, gemma2, gemma3, "
+                  "olmo2, gpt-oss, llama4)");
   }
   const std::string p = arch + ".";
   c.base_emb_dim = g.get_int(p + "embedding_length");

@@ -104,9 +104,9 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
                 "[weights] ", path, ": decoder_block ", cfg.decoder_block,
                 " reads MaxText checkpoints only (no Hugging Face / GGUF / llama2.c importer for it)");
   MAXTEXT_CHECK(!cfg.is_qwen3_hybrid() || w.format == WeightFormat::maxtext_safetensors ||
-                    w.format == WeightFormat::hf_safetensors,
+                    w.format == WeightFormat::hf_safetensors || (cfg.is("qwen3_next") && w.format == WeightFormat::gguf),
                 UnsupportedError, "[weights] ", path, ": decoder_block ", cfg.decoder_block, " reads MaxText and Hugging "
-                "Face checkpoints (no GGUF / llama2.c importer for it)");
+                "Face checkpoints", cfg.is("qwen3_next") ? " and GGUF (qwen3next)" : "", " (no importer for this file)");
   MAXTEXT_CHECK(!cfg.is("llama4") || w.format != WeightFormat::llama2c, UnsupportedError, "[weights] ", path,
                 ": decoder_block llama4 reads MaxText, Hugging Face and GGUF checkpoints, not llama2.c files");
   switch (w.format) {
@@ -130,6 +130,13 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
       }
       if (cfg.is("gpt_oss")) {  // io/hf_gpt_oss.hpp
         w.tensors = import_gguf_gpt_oss(g.tensors, cfg, "gguf " + path);
+        return w;
+      }
+      if (cfg.is("qwen3_next")) {  // io/hf_qwen3_next.hpp
+        MAXTEXT_CHECK(g.get_string("general.architecture") == "qwen3next", UnsupportedError, "[gguf] ", path,
+                      ": decoder_block qwen3_next reads GGUF architecture qwen3next, found '",
+                      g.get_string("general.architecture"), "'");
+        w.tensors = import_gguf_qwen3_next(g.tensors, cfg, "gguf " + path);
         return w;
       }
       if (cfg.is("llama4")) {  // io/hf_llama4.hpp
