@@ -9,7 +9,7 @@
 //  - SiLU/SwiGLU architectures (llama, qwen2, qwen3, qwen3moe, olmo2, gpt-oss, llama4, qwen3next): rtol 1e-4,
 //    atol 2e-4. Both sides compute in f32, in different summation orders, llama.cpp with its vectorised exp in
 //    softmax and SiLU; measured 6e-6 (llama) to 6e-5 (qwen3moe, |logit| <= 32).
-//  - GeGLU architectures (gemma, gemma2, gemma3): rtol 1e-3, atol 1e-2 against llama.cpp. ggml's CPU GELU rounds
+//  - GeGLU architectures (gemma, gemma2, gemma3, gemma4): rtol 1e-3, atol 1e-2 against llama.cpp. ggml's CPU GELU rounds
 //    its input to fp16 and reads the result from an fp16 table (ggml-cpu/vec.h, GGML_GELU_FP16), a relative error
 //    up to ~2^-11 per activation; measured 1.7e-3 to 5.9e-3. To keep the check tight anyway, the same logits are
 //    compared at rtol 1e-4, atol 1e-4 with llama.cpp's graph re-stated in float64 with an exact GELU
@@ -175,6 +175,15 @@ TEST_CASE("llama.cpp peer: gpt-oss (sinks, biases, routed MoE 4 experts top 2, w
 TEST_CASE("llama.cpp peer: llama4 (MoE every 2nd layer: top-1 sigmoid-scaled + shared expert, NoPE every 4th, L2 qk "
           "norm, Scout's LLaMA-3 scaling as rope_freqs)", "[models][llamacpp]") {
   check_peer("llama4", kSilu);
+}
+
+TEST_CASE("llama.cpp peer: gemma4 (5 sliding : 1 global with its own head size and K = V, proportional RoPE, layer "
+          "scalars, soft cap 30)", "[models][llamacpp]") {
+  check_peer("gemma4", kGelu);
+}
+TEST_CASE("llama.cpp peer: gemma4 MoE (shared GeGLU MLP + 4 routed experts top 2, router and per-expert scales)",
+          "[models][llamacpp]") {
+  check_peer("gemma4_moe", kGelu);
 }
 
 TEST_CASE("llama.cpp peer: qwen3next (Gated DeltaNet 3 : 1 gated attention, 2 key / 4 value heads, MoE top 2 + gated "
@@ -392,6 +401,56 @@ TEST_CASE("GGUF qwen3next: metadata to config, llama.cpp's stored forms undone, 
                     Catch::Contains("decoder_block qwen3_next reads GGUF architecture qwen3next, found 'qwen3moe'"));
 }
 
+TEST_CASE("GGUF gemma4: per-layer kv heads and head sizes, proportional RoPE from rope_freqs, K = V from the missing "
+          "attn_v, what MaxText's gemma4 cannot express refused by name", "[models][llamacpp][gguf]") {
+  const std::string path = test::require(peer_dir("gemma4") + "/model.gguf", "the llama.cpp peer fixture for gemma4");
+  const io::GgufFile g0 = io::read_gguf(path);
+  const Config c = io::config_from_gguf(g0);
+  CHECK(c.is("gemma4"));
+  CHECK((c.head_dim == 16 && c.global_head_dim == 32 && c.num_kv_heads == 2 && c.global_num_kv_heads == 1));
+  CHECK((c.share_kv_projections && c.global_rope_proportion == 0.25 && c.local_rope_proportion == 1.0));
+  CHECK((c.local_rope_max_timescale == 10000.0 && c.global_rope_max_timescale == 1000000.0));
+  CHECK((c.sliding_window_size == 8 && c.final_logits_soft_cap == 30.0 && c.num_experts <= 1));
+  const Config m = io::config_from_gguf(io::read_gguf(peer_dir("gemma4_moe") + "/model.gguf"));
+  CHECK((m.num_experts == 4 && m.num_experts_per_tok == 2 && m.moe_mlp_dim == 32 && m.norm_topk_prob));
+  CHECK((!m.share_kv_projections && m.global_num_kv_heads == 2));
+
+  io::GgufFile g = g0;
+  Tensor<float, 1> rf({16});
+  for (std::int64_t i = 0; i < 16; ++i) rf(i) = static_cast<float>(g0.tensors.at("rope_freqs.weight").element(i));
+  rf(5) = 2.0f;  // neither rotated (1) nor unrotated (1e30)
+  g.tensors.tensors.at("rope_freqs.weight") = AnyTensor::from(rf, "rope_freqs.weight");
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("rope_freqs.weight[5] = 2"));
+  io::GgufValue arr;
+  arr.type = io::GgufType::array;
+  arr.elem = io::GgufType::i32;
+  arr.ints = {2, 2, 1, 2, 2, 1};  // layer 2 (sliding window) with another kv head count
+  g = g0;
+  g.metadata["gemma4.attention.head_count_kv"] = arr;
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("head_count_kv differs between sliding-window layers"));
+  arr.elem = io::GgufType::boolean;
+  arr.ints = {1, 1, 1, 1, 0, 0};
+  g = g0;
+  g.metadata["gemma4.attention.sliding_window_pattern"] = arr;
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("sliding_window_pattern differs from 5 sliding-window"));
+  g = g0;
+  g.metadata["gemma4.attention.shared_kv_layers"] = io::GgufValue::of_u32(2);
+  CHECK_THROWS_AS(io::config_from_gguf(g), UnsupportedError);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("gemma4_small"));
+  g = g0;
+  g.metadata["gemma4.rope.dimension_count_swa"] = io::GgufValue::of_u32(8);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("rope.dimension_count_swa 8"));
+  g = g0;
+  g.tensors.tensors.erase("blk.5.layer_output_scale.weight");
+  CHECK_THROWS_WITH(io::import_gguf_gemma4(g.tensors, c), Catch::Contains("missing tensor blk.5.layer_output_scale.weight"));
+  // The K = V global layer has no value projection: an attn_v there is an unexpected tensor, named.
+  g = g0;
+  g.tensors.tensors.emplace("blk.5.attn_v.weight", g0.tensors.at("blk.5.attn_k.weight"));
+  CHECK_THROWS_WITH(io::import_gguf_gemma4(g.tensors, c), Catch::Contains("blk.5.attn_v.weight"));
+  CHECK_THROWS_WITH(io::load_weights(peer_dir("qwen3moe") + "/model.gguf", c),
+                    Catch::Contains("decoder_block gemma4 reads GGUF architecture gemma4, found 'qwen3moe'"));
+}
+
 TEST_CASE("GGUF llama: rope_freqs.weight with MaxText's LLaMA-3.1 divisors selects its RoPE, other tables are refused",
           "[models][llamacpp][gguf]") {
   io::GgufFile g = io::read_gguf(test::require(peer_dir("llama") + "/model.gguf", "the llama.cpp peer fixture for llama"));
@@ -409,7 +468,7 @@ TEST_CASE("GGUF llama: rope_freqs.weight with MaxText's LLaMA-3.1 divisors selec
 TEST_CASE("maxtext generate (the CLI) on every llama.cpp peer GGUF prints llama.cpp's greedy tokens",
           "[models][llamacpp][cli]") {
   for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3", "gemma3_d48",
-                                 "olmo2", "gpt-oss", "llama4", "qwen3next"}) {
+                                 "olmo2", "gpt-oss", "llama4", "qwen3next", "gemma4", "gemma4_moe"}) {
     INFO("llama.cpp peer fixture " << arch);
     const std::string dir = peer_dir(arch);
     const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for " + arch);

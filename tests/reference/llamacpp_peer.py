@@ -63,6 +63,17 @@ ARCHS = {
     # (each key head serves two value heads); llama.cpp's qwen3next needs Dk = Dv (its state is [Dv, Dv] per head).
     "qwen3next": dict(D=64, heads=4, kv=2, hd=16, ff=32, layers=4, tied=False, theta=1000000.0, experts=4, top_k=2,
                       ff_exp=32, gdn_hk=2, gdn_hv=4, gdn_d=16, gdn_conv=4, full_every=4, rope_frac=0.25),
+    # Gemma 4 (31B-like): 5 sliding-window layers (head 16, 2 kv heads) then 1 global (head 32, 1 kv head, K = V: no
+    # attn_v), proportional RoPE on the global layer (rope_freqs: 1 for the first 25% of the pairs, 1e30 after),
+    # per-layer output scale, final soft cap 30, tied head.
+    "gemma4": dict(D=64, heads=4, kv=2, hd=16, ff=64, layers=6, tied=True, theta=1000000.0, theta_local=10000.0,
+                   window=8, hd_global=32, kv_global=1, k_eq_v=True, rope_frac_global=0.25, final_softcap=30.0,
+                   emb_std=0.1),
+    # Gemma 4 MoE (26B-A4B-like): every layer a shared GeGLU MLP plus 4 routed experts (top 2, router scale, per-expert
+    # scale, gate and up as one [E, 2F, D] tensor), the global layer with its own v projection.
+    "gemma4_moe": dict(arch="gemma4", D=64, heads=4, kv=2, hd=16, ff=64, layers=6, tied=True, theta=1000000.0,
+                       theta_local=10000.0, window=8, hd_global=32, kv_global=2, k_eq_v=False, rope_frac_global=0.25,
+                       final_softcap=30.0, experts=4, top_k=2, ff_exp=32),
 }
 SEEDS = {a: 1000 + i for i, a in enumerate(ARCHS)}
 
@@ -148,10 +159,64 @@ def random_qwen3next(hp, rng):
     return t
 
 
+def random_gemma4(hp, rng):
+    """llama.cpp's gemma4 tensors as its converter writes them (conversion/gemma.py Gemma4Model): norms as stored (Gemma
+    4's hold the scale itself), router.scale as ffn_gate_inp.scale, router.per_expert_scale as ffn_down_exps.scale,
+    layer_scalar as layer_output_scale. The scales are conditioned as in gemma4_reference.py: with no 1/sqrt(head_dim)
+    q/k norms of ~0.5 keep the attention softmaxes from amplifying rounding; post-norms of ~1.5 let the layers, not the
+    looked-up token (the tied head sees it through the residual), decide the next token."""
+    D, N, V, F = hp["D"], hp["heads"], VOCAB, hp["ff"]
+
+    def mat(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n, mean=1.0):
+        return (mean * (1.0 + 0.1 * rng.standard_normal(n))).astype(np.float32)
+
+    emb = (rng.standard_normal((V, D)) * hp.get("emb_std", 0.2)).astype(np.float32)
+    emb = (emb.view(np.uint32) + 0x8000 & 0xFFFF0000).view(np.float32)  # bf16 numbers, as for Gemma 1-3
+    hg = hp["hd_global"]
+    pairs = int(hg * hp["rope_frac_global"] / 2)
+    t = {"token_embd.weight": emb, "output_norm.weight": norm(D),
+         "rope_freqs.weight": np.array([1.0] * pairs + [1e30] * (hg // 2 - pairs), dtype=np.float32)}
+    for i in range(hp["layers"]):
+        b = f"blk.{i}."
+        glob = i % 6 == 5
+        H, K = (hg, hp["kv_global"]) if glob else (hp["hd"], hp["kv"])
+        t[b + "attn_norm.weight"] = norm(D)
+        t[b + "attn_q.weight"] = mat(N * H, D, 2.0)
+        t[b + "attn_k.weight"] = mat(K * H, D, 2.0)
+        if not (glob and hp["k_eq_v"]):
+            t[b + "attn_v.weight"] = mat(K * H, D)
+        t[b + "attn_output.weight"] = mat(D, N * H, 2.0)
+        t[b + "attn_q_norm.weight"] = norm(H, 0.5)
+        t[b + "attn_k_norm.weight"] = norm(H, 0.5)
+        t[b + "post_attention_norm.weight"] = norm(D, 1.5)
+        t[b + "layer_output_scale.weight"] = rng.uniform(0.6, 1.4, 1).astype(np.float32)
+        t[b + "ffn_norm.weight"] = norm(D)
+        t[b + "ffn_gate.weight"] = mat(F, D, 1.5)
+        t[b + "ffn_up.weight"] = mat(F, D, 1.5)
+        t[b + "ffn_down.weight"] = mat(D, F, 2.0)
+        t[b + "post_ffw_norm.weight"] = norm(D, 1.5)
+        if "experts" in hp:
+            E, Fe = hp["experts"], hp["ff_exp"]
+            t[b + "ffn_gate_inp.weight"] = mat(E, D, 2.0)
+            t[b + "ffn_gate_inp.scale"] = norm(D)
+            t[b + "pre_ffw_norm_2.weight"] = norm(D)
+            t[b + "post_ffw_norm_1.weight"] = norm(D, 1.5)
+            t[b + "post_ffw_norm_2.weight"] = norm(D, 1.5)
+            t[b + "ffn_gate_up_exps.weight"] = np.stack([mat(2 * Fe, D, 1.5) for _ in range(E)])
+            t[b + "ffn_down_exps.weight"] = np.stack([mat(D, Fe, 2.0) for _ in range(E)])
+            t[b + "ffn_down_exps.scale"] = rng.uniform(0.5, 1.5, E).astype(np.float32)
+    return t
+
+
 def random_model(arch, hp, rng):
     """llama.cpp tensor name -> float32 numpy array (row-major; gguf-py reverses the dims to ggml's order)."""
     if arch == "qwen3next":
         return random_qwen3next(hp, rng)
+    if arch == "gemma4":
+        return random_gemma4(hp, rng)
     D, N, K, H, F, V = hp["D"], hp["heads"], hp["kv"], hp["hd"], hp["ff"], VOCAB
     gemma = arch.startswith("gemma")
 
@@ -242,9 +307,22 @@ def write_gguf(path, arch, hp, tensors):
     w.add_uint32(p + "block_count", hp["layers"])
     w.add_uint32(p + "feed_forward_length", hp["ff"])
     w.add_uint32(p + "attention.head_count", hp["heads"])
-    w.add_uint32(p + "attention.head_count_kv", hp["kv"])
-    w.add_uint32(p + "attention.key_length", hp["hd"])
-    w.add_uint32(p + "attention.value_length", hp["hd"])
+    if arch == "gemma4":  # the keys conversion/gemma.py Gemma4Model.set_gguf_parameters writes
+        swa = [i % 6 != 5 for i in range(hp["layers"])]
+        w.add_head_count_kv([hp["kv"] if s else hp["kv_global"] for s in swa])
+        w.add_key_length(hp["hd_global"])
+        w.add_value_length(hp["hd_global"])
+        w.add_key_length_swa(hp["hd"])
+        w.add_value_length_swa(hp["hd"])
+        w.add_sliding_window_pattern(swa)
+        w.add_shared_kv_layers(0)
+        w.add_embedding_length_per_layer_input(0)
+        w.add_rope_dimension_count(hp["hd_global"])
+        w.add_rope_dimension_count_swa(hp["hd"])
+    else:
+        w.add_uint32(p + "attention.head_count_kv", hp["kv"])
+        w.add_uint32(p + "attention.key_length", hp["hd"])
+        w.add_uint32(p + "attention.value_length", hp["hd"])
     w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32(p + "rope.freq_base", hp["theta"])
     if "theta_local" in hp:

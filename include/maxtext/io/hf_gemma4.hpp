@@ -38,6 +38,7 @@
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
+#include "maxtext/io/gguf.hpp"
 #include "maxtext/io/json_fields.hpp"
 #include "maxtext/io/name_mapper.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -49,6 +50,26 @@ inline bool is_hf_gemma4(const nlohmann::json& j) {
   const std::string t = j.is_object() ? j.value("model_type", std::string()) : std::string();
   return t == "gemma4" || t == "gemma4_text";
 }
+
+namespace detail {
+
+/// What every Gemma 4 config shares, whatever file it comes from.
+inline void base_gemma4_config(Config& c, bool small) {
+  c.decoder_block = small ? "gemma4_small" : "gemma4";
+  c.model_name = "gemma4-hf";  // MaxText selects Gemma4PartialRotaryEmbedding by a gemma4* model name
+  c.dtype = "float32";
+  c.weight_dtype = "float32";
+  c.logits_via_embedding = true;
+  c.normalize_embedding_logits = true;
+  c.scan_layers = false;
+  c.enable_dropout = false;
+  c.use_post_attn_norm = true;
+  c.use_post_ffw_norm = true;
+  c.v_norm_with_scale = false;  // the v norm has no weight (MaxText maps one only with v_norm_with_scale)
+  c.mlp_activations = {"gelu", "linear"};
+}
+
+}  // namespace detail
 
 /// A Config from a Hugging Face Gemma 4 config.json (the text part).
 inline Config config_from_hf_gemma4(const nlohmann::json& top, const std::string& where) {
@@ -62,18 +83,7 @@ inline Config config_from_hf_gemma4(const nlohmann::json& top, const std::string
   // Gemma 4 E2B / E4B: per-layer inputs and KV sharing (MaxText's gemma4_small block).
   const bool small = f.integer("hidden_size_per_layer_input", 0) > 0 || f.integer("num_kv_shared_layers", 0) > 0 ||
                      f.boolean("use_double_wide_mlp", false);
-  c.decoder_block = small ? "gemma4_small" : "gemma4";
-  c.model_name = "gemma4-hf";  // MaxText selects Gemma4PartialRotaryEmbedding by a gemma4* model name
-  c.dtype = "float32";
-  c.weight_dtype = "float32";
-  c.logits_via_embedding = true;
-  c.normalize_embedding_logits = true;
-  c.scan_layers = false;
-  c.enable_dropout = false;
-  c.use_post_attn_norm = true;
-  c.use_post_ffw_norm = true;
-  c.v_norm_with_scale = false;  // HF's v_norm has no weight (MaxText maps one only with v_norm_with_scale)
-  c.mlp_activations = {"gelu", "linear"};
+  detail::base_gemma4_config(c, small);
   if (small) {
     c.hidden_size_per_layer_input = f.integer("hidden_size_per_layer_input", 0);
     c.vocab_size_per_layer_input = f.integer("vocab_size_per_layer_input", 0, c.hidden_size_per_layer_input > 0);
@@ -165,10 +175,69 @@ inline Config config_from_hf_gemma4(const nlohmann::json& top, const std::string
   return c;
 }
 
-/// Hugging Face Gemma 4 names -> MaxText gemma4 names (see the file comment).
-inline TensorMap import_hf_gemma4(const TensorMap& in, const Config& cfg, const std::string& what = "hf") {
-  detail::NameMapper imp(in, cfg, what, "Gemma 4");
-  const std::string root = in.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+namespace detail {
+
+/// Where a Gemma 4 file keeps each tensor: the global names, and per layer a prefix plus each tensor's own suffix
+/// (projection names without ".weight"). Hugging Face's names (gemma4_hf_names) and llama.cpp's
+/// (gemma4_gguf_names) fill it; import_gemma4 maps either to MaxText's.
+struct Gemma4Names {
+  std::string family, embed, final_norm, ple_embed, ple_projection, ple_norm;
+  std::string layer_prefix;  ///< prefix + layer index + "."
+  std::string input_norm, post_attn_norm, pre_ffw_norm, post_ffw_norm, q, k, v, o, q_norm, k_norm, layer_scalar;
+  std::string ple_gate, ple_proj, ple_post_norm, gate, up, down;
+  std::string router, router_scale, per_expert_scale, pre_ffw_norm_2, post_ffw_norm_1, post_ffw_norm_2;
+  std::string gate_up_experts;                 ///< [E, 2F, D], gate rows first
+  std::string gate_experts, up_experts;        ///< the same as two [E, F, D] tensors (GGUF only; empty: none)
+  std::string down_experts;                    ///< [E, D, F]
+  std::vector<std::string> ignorable;          ///< tensors the text model does not read (prefixes)
+  std::vector<std::string> kv_shared_unread;   ///< suffixes a KV-shared layer may hold but does not read
+};
+
+/// Hugging Face's Gemma 4 names; `root` is "model.language_model." (multimodal files) or "model.".
+inline Gemma4Names gemma4_hf_names(const std::string& root) {
+  Gemma4Names n;
+  n.family = "Gemma 4";
+  n.embed = root + "embed_tokens.weight";
+  n.final_norm = root + "norm.weight";
+  n.ple_embed = root + "embed_tokens_per_layer.weight";
+  n.ple_projection = root + "per_layer_model_projection.weight";
+  n.ple_norm = root + "per_layer_projection_norm.weight";
+  n.layer_prefix = root + "layers.";
+  n.input_norm = "input_layernorm.weight";
+  n.post_attn_norm = "post_attention_layernorm.weight";
+  n.pre_ffw_norm = "pre_feedforward_layernorm.weight";
+  n.post_ffw_norm = "post_feedforward_layernorm.weight";
+  n.q = "self_attn.q_proj";
+  n.k = "self_attn.k_proj";
+  n.v = "self_attn.v_proj";
+  n.o = "self_attn.o_proj";
+  n.q_norm = "self_attn.q_norm.weight";
+  n.k_norm = "self_attn.k_norm.weight";
+  n.layer_scalar = "layer_scalar";
+  n.ple_gate = "per_layer_input_gate.weight";
+  n.ple_proj = "per_layer_projection.weight";
+  n.ple_post_norm = "post_per_layer_input_norm.weight";
+  n.gate = "mlp.gate_proj.weight";
+  n.up = "mlp.up_proj.weight";
+  n.down = "mlp.down_proj.weight";
+  n.router = "router.proj.weight";
+  n.router_scale = "router.scale";
+  n.per_expert_scale = "router.per_expert_scale";
+  n.pre_ffw_norm_2 = "pre_feedforward_layernorm_2.weight";
+  n.post_ffw_norm_1 = "post_feedforward_layernorm_1.weight";
+  n.post_ffw_norm_2 = "post_feedforward_layernorm_2.weight";
+  n.gate_up_experts = "experts.gate_up_proj";
+  n.down_experts = "experts.down_proj";
+  // A tied head may also be stored; MaxText's Gemma 4 always uses the embedding.
+  n.ignorable = {"lm_head.weight", root + "rotary_emb.", "model.vision_tower.", "model.embed_vision.",
+                 "model.audio_tower.", "model.embed_audio."};
+  n.kv_shared_unread = {"self_attn.k_proj.", "self_attn.v_proj.", "self_attn.k_norm.", "self_attn.v_norm."};
+  return n;
+}
+
+/// Gemma 4 tensors named by `names` -> MaxText gemma4 / gemma4_small names (see the file comment).
+inline TensorMap import_gemma4(const TensorMap& in, const Config& cfg, const Gemma4Names& names, const std::string& what) {
+  detail::NameMapper imp(in, cfg, what, names.family);
   const bool small = cfg.is("gemma4_small");
   // The attention pattern and KV-shared layers as layers/gemma4_small.hpp (and layers/gemma4.hpp) define them.
   const std::int64_t period = small && cfg.model_name == "gemma4-e2b" ? 5 : 6;
@@ -176,18 +245,17 @@ inline TensorMap import_hf_gemma4(const TensorMap& in, const Config& cfg, const 
       small && cfg.num_kv_shared_layers > 0 ? std::max<std::int64_t>(0, cfg.num_decoder_layers - cfg.num_kv_shared_layers)
                                             : cfg.num_decoder_layers;
   const bool ple = small && cfg.hidden_size_per_layer_input > 0;
-  std::vector<std::string> skipped = {"lm_head.weight", root + "rotary_emb.", "model.vision_tower.", "model.embed_vision.",
-                                      "model.audio_tower.", "model.embed_audio."};
+  std::vector<std::string> skipped = names.ignorable;
   if (ple) {
     const std::string p = "decoder.per_layer_embedder.";
-    imp.same(root + "embed_tokens_per_layer.weight", p + "embed_tokens_per_layer");
-    imp.dense(root + "per_layer_model_projection.weight", p + "per_layer_model_projection.kernel");
-    imp.same(root + "per_layer_projection_norm.weight", p + "per_layer_projection_norm.scale");
+    imp.same(names.ple_embed, p + "embed_tokens_per_layer");
+    imp.dense(names.ple_projection, p + "per_layer_model_projection.kernel");
+    imp.same(names.ple_norm, p + "per_layer_projection_norm.scale");
   }
   const std::int64_t D = cfg.emb_dim, N = cfg.num_query_heads, E = cfg.num_experts, F = cfg.moe_mlp_dim;
-  if (const AnyTensor* t = imp.get(root + "embed_tokens.weight")) {
+  if (const AnyTensor* t = imp.get(names.embed)) {
     // pad_hf_embedding_layer: table * float32(sqrt(hidden_size)), cast back to the file's dtype.
-    imp.check(*t, 2, root + "embed_tokens.weight");
+    imp.check(*t, 2, names.embed);
     const float s = static_cast<float>(std::sqrt(static_cast<double>(cfg.emb_dim)));
     Tensor<float, 2> e({t->shape[0], t->shape[1]});
     const bool bf = t->dtype == DType::bf16, half = t->dtype == DType::f16;
@@ -195,63 +263,242 @@ inline TensorMap import_hf_gemma4(const TensorMap& in, const Config& cfg, const 
       const float v = static_cast<float>(t->element(i)) * s;
       e.data()[i] = bf ? round_to<bf16>(v) : half ? round_to<fp16>(v) : v;
     }
-    imp.put("token_embedder.embedding", AnyTensor::from(e, t->source), root + "embed_tokens.weight");
+    imp.put("token_embedder.embedding", AnyTensor::from(e, t->source), names.embed);
   }
-  imp.same(root + "norm.weight", "decoder.decoder_norm.scale");
+  imp.same(names.final_norm, "decoder.decoder_norm.scale");
   for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
-    const std::string h = root + "layers." + std::to_string(i) + ".", m = "decoder.layers_" + std::to_string(i) + ".";
+    const std::string h = names.layer_prefix + std::to_string(i) + ".", m = "decoder.layers_" + std::to_string(i) + ".";
     const bool global = i % period == period - 1;
     const bool shared = i >= first_shared && first_shared > 0;
     const std::int64_t K = global && cfg.global_num_kv_heads > 0 ? cfg.global_num_kv_heads : cfg.num_kv_heads;
     const std::int64_t H = global && cfg.global_head_dim > 0 ? cfg.global_head_dim : cfg.head_dim;
-    imp.same(h + "input_layernorm.weight", m + "pre_self_attention_norm.scale");
-    imp.same(h + "post_attention_layernorm.weight", m + "post_self_attention_norm.scale");
-    imp.same(h + "pre_feedforward_layernorm.weight", m + "pre_ffw_norm.scale");
-    imp.same(h + "post_feedforward_layernorm.weight", m + "post_ffw_norm.scale");
+    imp.same(h + names.input_norm, m + "pre_self_attention_norm.scale");
+    imp.same(h + names.post_attn_norm, m + "post_self_attention_norm.scale");
+    imp.same(h + names.pre_ffw_norm, m + "pre_ffw_norm.scale");
+    imp.same(h + names.post_ffw_norm, m + "post_ffw_norm.scale");
     const std::string a = m + "self_attention.";
-    imp.head_proj(h + "self_attn.q_proj", a + "query", N, false, H);
+    imp.head_proj(h + names.q, a + "query", N, false, H);
     if (shared) {  // reads its donor's keys and values
-      for (const char* n : {"self_attn.k_proj.", "self_attn.v_proj.", "self_attn.k_norm.", "self_attn.v_norm."}) {
-        skipped.push_back(h + n);
-      }
+      for (const auto& n : names.kv_shared_unread) skipped.push_back(h + n);
     } else {
-      imp.head_proj(h + "self_attn.k_proj", a + "key", K, false, H);
-      if (!(global && cfg.share_kv_projections && !small)) imp.head_proj(h + "self_attn.v_proj", a + "value", K, false, H);
-      imp.same(h + "self_attn.k_norm.weight", a + "key_norm.scale");
+      imp.head_proj(h + names.k, a + "key", K, false, H);
+      if (!(global && cfg.share_kv_projections && !small)) imp.head_proj(h + names.v, a + "value", K, false, H);
+      imp.same(h + names.k_norm, a + "key_norm.scale");
     }
-    imp.out_proj(h + "self_attn.o_proj", a + "out", false, H);
-    imp.same(h + "self_attn.q_norm.weight", a + "query_norm.scale");
-    imp.same(h + "layer_scalar", m + "layer_scalar");
+    imp.out_proj(h + names.o, a + "out", false, H);
+    imp.same(h + names.q_norm, a + "query_norm.scale");
+    imp.same(h + names.layer_scalar, m + "layer_scalar");
     if (ple) {
-      imp.dense(h + "per_layer_input_gate.weight", m + "per_layer_input_gate.kernel");
-      imp.dense(h + "per_layer_projection.weight", m + "per_layer_projection.kernel");
-      imp.same(h + "post_per_layer_input_norm.weight", m + "post_per_layer_input_norm.scale");
+      imp.dense(h + names.ple_gate, m + "per_layer_input_gate.kernel");
+      imp.dense(h + names.ple_proj, m + "per_layer_projection.kernel");
+      imp.same(h + names.ple_post_norm, m + "post_per_layer_input_norm.scale");
     }
     const std::string mlp = m + (E > 1 ? "mlp.moe_block.shared_experts." : "mlp.");
-    imp.dense(h + "mlp.gate_proj.weight", mlp + "wi_0.kernel");
-    imp.dense(h + "mlp.up_proj.weight", mlp + "wi_1.kernel");
-    imp.dense(h + "mlp.down_proj.weight", mlp + "wo.kernel");
+    imp.dense(h + names.gate, mlp + "wi_0.kernel");
+    imp.dense(h + names.up, mlp + "wi_1.kernel");
+    imp.dense(h + names.down, mlp + "wo.kernel");
     if (E <= 1) continue;
     const std::string r = m + "mlp.moe_block.MoeBlock_0.";
-    imp.dense(h + "router.proj.weight", r + "gate.kernel");
-    imp.same(h + "router.scale", m + "mlp.pre_forward_scale_2");
-    imp.same(h + "router.per_expert_scale", r + "per_expert_scale");
-    for (const char* n : {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"}) {
-      imp.same(h + n + ".weight", m + "mlp." + n + ".scale");
-    }
-    if (const AnyTensor* t = imp.get(h + "experts.gate_up_proj")) {
-      imp.shape(*t, {E, 2 * F, D}, h + "experts.gate_up_proj");
+    imp.dense(h + names.router, r + "gate.kernel");
+    imp.same(h + names.router_scale, m + "mlp.pre_forward_scale_2");
+    imp.same(h + names.per_expert_scale, r + "per_expert_scale");
+    imp.same(h + names.pre_ffw_norm_2, m + "mlp.pre_feedforward_layernorm_2.scale");
+    imp.same(h + names.post_ffw_norm_1, m + "mlp.post_feedforward_layernorm_1.scale");
+    imp.same(h + names.post_ffw_norm_2, m + "mlp.post_feedforward_layernorm_2.scale");
+    if (!names.gate_experts.empty() && imp.has(h + names.gate_experts)) {  // two [E, F, D] tensors
+      if (const AnyTensor* t = imp.get(h + names.gate_experts)) imp.experts(*t, h + names.gate_experts, r + "wi_0", F, D);
+      if (const AnyTensor* t = imp.get(h + names.up_experts)) imp.experts(*t, h + names.up_experts, r + "wi_1", F, D);
+    } else if (const AnyTensor* t = imp.get(h + names.gate_up_experts)) {
+      imp.shape(*t, {E, 2 * F, D}, h + names.gate_up_experts);
       const AnyTensor halves = detail::NameMapper::contiguous(*t).reshaped({E, 2, F, D});
-      imp.put(r + "wi_0", halves.select(1, 0).permuted({0, 2, 1}), h + "experts.gate_up_proj");
-      imp.put(r + "wi_1", halves.select(1, 1).permuted({0, 2, 1}), h + "experts.gate_up_proj");
+      imp.put(r + "wi_0", halves.select(1, 0).permuted({0, 2, 1}), h + names.gate_up_experts);
+      imp.put(r + "wi_1", halves.select(1, 1).permuted({0, 2, 1}), h + names.gate_up_experts);
     }
-    if (const AnyTensor* t = imp.get(h + "experts.down_proj")) {
-      imp.shape(*t, {E, D, F}, h + "experts.down_proj");
-      imp.put(r + "wo", t->permuted({0, 2, 1}), h + "experts.down_proj");
+    if (const AnyTensor* t = imp.get(h + names.down_experts)) {
+      imp.shape(*t, {E, D, F}, h + names.down_experts);
+      imp.put(r + "wo", t->permuted({0, 2, 1}), h + names.down_experts);
     }
   }
-  // A tied head may also be stored; MaxText's Gemma 4 always uses the embedding.
   return imp.finish(skipped);
+}
+
+}  // namespace detail
+
+/// Hugging Face Gemma 4 names -> MaxText gemma4 names (see the file comment).
+inline TensorMap import_hf_gemma4(const TensorMap& in, const Config& cfg, const std::string& what = "hf") {
+  const std::string root = in.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+  return detail::import_gemma4(in, cfg, detail::gemma4_hf_names(root), what);
+}
+
+/// True for GGUF general.architecture gemma4.
+inline bool is_gguf_gemma4(const std::string& arch) { return arch == "gemma4"; }
+
+namespace detail {
+
+/// A per-layer GGUF key (a scalar, or an array with one entry per layer): its value at layer `i`.
+inline std::int64_t gguf_layer_int(const GgufFile& g, const std::string& key, std::int64_t i, std::int64_t layers) {
+  const GgufValue& v = g.at(key);
+  if (!v.is_array()) return v.as_int(g.where(key));
+  MAXTEXT_CHECK(static_cast<std::int64_t>(v.ints.size()) == layers, IoError, "[gguf] ", g.path, ": ", key, " has ",
+                v.ints.size(), " entries for block_count ", layers);
+  return v.ints[static_cast<std::size_t>(i)];
+}
+
+/// llama.cpp's Gemma 4 names (src/models/gemma4.cpp; conversion/gemma.py Gemma4Model renames router.scale to
+/// ffn_gate_inp.scale and router.per_expert_scale to ffn_down_exps.scale).
+inline Gemma4Names gemma4_gguf_names() {
+  Gemma4Names n;
+  n.family = "Gemma 4 (GGUF)";
+  n.embed = "token_embd.weight";
+  n.final_norm = "output_norm.weight";
+  n.layer_prefix = "blk.";
+  n.input_norm = "attn_norm.weight";
+  n.post_attn_norm = "post_attention_norm.weight";
+  n.pre_ffw_norm = "ffn_norm.weight";
+  n.post_ffw_norm = "post_ffw_norm.weight";
+  n.q = "attn_q";
+  n.k = "attn_k";
+  n.v = "attn_v";
+  n.o = "attn_output";
+  n.q_norm = "attn_q_norm.weight";
+  n.k_norm = "attn_k_norm.weight";
+  n.layer_scalar = "layer_output_scale.weight";
+  n.gate = "ffn_gate.weight";
+  n.up = "ffn_up.weight";
+  n.down = "ffn_down.weight";
+  n.router = "ffn_gate_inp.weight";
+  n.router_scale = "ffn_gate_inp.scale";
+  n.per_expert_scale = "ffn_down_exps.scale";
+  n.pre_ffw_norm_2 = "pre_ffw_norm_2.weight";
+  n.post_ffw_norm_1 = "post_ffw_norm_1.weight";
+  n.post_ffw_norm_2 = "post_ffw_norm_2.weight";
+  n.gate_up_experts = "ffn_gate_up_exps.weight";
+  n.gate_experts = "ffn_gate_exps.weight";
+  n.up_experts = "ffn_up_exps.weight";
+  n.down_experts = "ffn_down_exps.weight";
+  n.ignorable = {"rope_freqs.weight"};  // read into the config (config_from_gguf_gemma4)
+  return n;
+}
+
+}  // namespace detail
+
+/// A Config from the metadata of a llama.cpp `gemma4` GGUF file (its keys, and what its graph fixes: attention scale
+/// 1, the v norm without weight, softmax-top-k-renormalised routing). The E2B / E4B models (per-layer inputs, KV
+/// sharing, double-wide MLPs) are refused by name: their GGUF layout is not read yet.
+inline Config config_from_gguf_gemma4(const GgufFile& g) {
+  const std::string p = "gemma4.";
+  Config c;
+  MAXTEXT_CHECK(g.get_int(p + "embedding_length_per_layer_input", 0) == 0 && g.get_int(p + "attention.shared_kv_layers", 0) == 0,
+                UnsupportedError, "[gguf] ", g.path, ": ", p, "embedding_length_per_layer_input / attention.shared_kv_layers "
+                "> 0: Gemma 4 E2B / E4B (MaxText's gemma4_small) is read from Hugging Face files, not GGUF yet");
+  detail::base_gemma4_config(c, false);
+  c.base_emb_dim = g.get_int(p + "embedding_length");
+  const std::int64_t L = g.get_int(p + "block_count");
+  MAXTEXT_CHECK(L > 0 && L <= Config::Limits::layers, IoError, "[gguf] ", g.path, ": ", p, "block_count ", L,
+                " outside [1, ", Config::Limits::layers, "]");
+  c.base_num_decoder_layers = L;
+  const auto uniform = [&](const std::string& key, bool global) {  // the value on every local / global layer
+    std::int64_t v = -1;
+    for (std::int64_t i = 0; i < L; ++i) {
+      if ((i % 6 == 5) != global) continue;
+      const std::int64_t x = detail::gguf_layer_int(g, p + key, i, L);
+      MAXTEXT_CHECK(v < 0 || x == v, UnsupportedError, "[gguf] ", g.path, ": ", p, key, " differs between ",
+                    global ? "global" : "sliding-window", " layers (", v, " and ", x, " at layer ", i,
+                    "): MaxText's Gemma 4 has one value per layer kind");
+      v = x;
+    }
+    return v;
+  };
+  // The 5 : 1 pattern: MaxText fixes it by layer index (GEMMA4_ATTENTION_PATTERN).
+  const std::string pat = p + "attention.sliding_window_pattern";
+  MAXTEXT_CHECK(gguf_window_pattern_is(g.at(pat), L, 6, pat), UnsupportedError, "[gguf] ", g.path, ": ", pat,
+                " differs from 5 sliding-window layers then 1 global (MaxText's Gemma 4 pattern)");
+  const std::int64_t n_local = uniform("attention.head_count", false), n_global = uniform("attention.head_count", true);
+  MAXTEXT_CHECK(n_global < 0 || n_local < 0 || n_global == n_local, UnsupportedError, "[gguf] ", g.path, ": ", p,
+                "attention.head_count differs between layer kinds: MaxText's Gemma 4 has one query head count");
+  c.base_num_query_heads = n_local > 0 ? n_local : n_global;
+  c.base_num_kv_heads = uniform("attention.head_count_kv", false);
+  const std::int64_t kv_global = uniform("attention.head_count_kv", true);
+  if (c.base_num_kv_heads < 0) c.base_num_kv_heads = kv_global;  // fewer than 6 layers: no global layer
+  c.global_num_kv_heads = kv_global > 0 ? kv_global : 0;
+  MAXTEXT_CHECK(c.base_num_query_heads > 0 && c.base_num_kv_heads > 0 && c.base_emb_dim > 0, IoError, "[gguf] ", g.path,
+                ": head_count, head_count_kv and embedding_length must be > 0");
+  c.head_dim = g.get_int(p + "attention.key_length_swa");
+  c.global_head_dim = g.get_int(p + "attention.key_length");
+  MAXTEXT_CHECK(g.get_int(p + "attention.value_length_swa", c.head_dim) == c.head_dim &&
+                    g.get_int(p + "attention.value_length", c.global_head_dim) == c.global_head_dim,
+                UnsupportedError, "[gguf] ", g.path, ": ", p, "attention.value_length(_swa) differs from key_length(_swa)");
+  const std::int64_t ff0 = detail::gguf_layer_int(g, p + "feed_forward_length", 0, L);
+  for (std::int64_t i = 1; i < L; ++i) {
+    MAXTEXT_CHECK(detail::gguf_layer_int(g, p + "feed_forward_length", i, L) == ff0, UnsupportedError, "[gguf] ", g.path,
+                  ": ", p, "feed_forward_length differs between layers (layer ", i, "): double-wide MLPs are gemma4_small's");
+  }
+  c.base_mlp_dim = ff0;
+  c.normalization_layer_epsilon = g.get_float(p + "attention.layer_norm_rms_epsilon", 1e-6);
+  c.sliding_window_size = g.get_int(p + "attention.sliding_window");
+  c.final_logits_soft_cap = g.get_float(p + "final_logit_softcapping", 0.0);
+  MAXTEXT_CHECK(g.get_float(p + "attn_logit_softcapping", 0.0) == 0.0, UnsupportedError, "[gguf] ", g.path, ": ", p,
+                "attn_logit_softcapping: Gemma 4 has no attention soft cap");
+  // RoPE: global layers proportional (rope_freqs.weight marks the unrotated pairs with 1e30), local ones whole-head.
+  c.global_rope_max_timescale = g.get_float(p + "rope.freq_base", 1000000.0);
+  c.rope_max_timescale = c.global_rope_max_timescale;
+  c.local_rope_max_timescale = g.get_float(p + "rope.freq_base_swa", c.global_rope_max_timescale);
+  MAXTEXT_CHECK(g.get_string(p + "rope.scaling.type", "none") == "none", UnsupportedError, "[gguf] ", g.path, ": ", p,
+                "rope.scaling.type '", g.get_string(p + "rope.scaling.type", "none"), "' is not supported");
+  MAXTEXT_CHECK(g.get_int(p + "rope.dimension_count", c.global_head_dim) == c.global_head_dim, UnsupportedError,
+                "[gguf] ", g.path, ": ", p, "rope.dimension_count ", g.get_int(p + "rope.dimension_count", 0),
+                " != key_length ", c.global_head_dim, ": global layers rotate by rope_freqs.weight over the whole head");
+  MAXTEXT_CHECK(g.get_int(p + "rope.dimension_count_swa", c.head_dim) == c.head_dim, UnsupportedError, "[gguf] ", g.path,
+                ": ", p, "rope.dimension_count_swa ", g.get_int(p + "rope.dimension_count_swa", 0), " != key_length_swa ",
+                c.head_dim, ": MaxText's Gemma 4 rotates the whole head of sliding-window layers");
+  c.local_rope_proportion = 1.0;
+  c.global_rope_proportion = 1.0;
+  if (g.tensors.has("rope_freqs.weight")) {
+    const AnyTensor& rf = g.tensors.at("rope_freqs.weight");
+    const std::int64_t half = c.global_head_dim / 2;
+    MAXTEXT_CHECK(rf.numel() == half, IoError, "[gguf] ", g.path, ": rope_freqs.weight has ", rf.numel(),
+                  " values, expected key_length / 2 = ", half);
+    std::int64_t rotated = 0;
+    while (rotated < half && rf.element(rotated) == 1.0) ++rotated;
+    for (std::int64_t i = rotated; i < half; ++i) {
+      MAXTEXT_CHECK(rf.element(i) >= 1e29, UnsupportedError, "[gguf] ", g.path, ": rope_freqs.weight[", i, "] = ",
+                    rf.element(i), ": Gemma 4's proportional RoPE is 1 for the first rotated pairs, then 1e30 (unrotated)");
+    }
+    c.global_rope_proportion = static_cast<double>(2 * rotated) / static_cast<double>(c.global_head_dim);
+  }
+  // K = V on the global layers: llama.cpp's converter writes no attn_v there (use_alternative_attention).
+  std::int64_t with_v = 0, globals = 0;
+  for (std::int64_t i = 5; i < L; i += 6) {
+    ++globals;
+    with_v += g.tensor_shape("blk." + std::to_string(i) + ".attn_v.weight").has_value() ? 1 : 0;
+  }
+  MAXTEXT_CHECK(with_v == 0 || with_v == globals, UnsupportedError, "[gguf] ", g.path, ": ", with_v, " of ", globals,
+                " global layers have attn_v.weight: MaxText's share_kv_projections applies to all of them or none");
+  c.share_kv_projections = globals > 0 && with_v == 0;
+  MAXTEXT_CHECK(!g.tensor_shape("output.weight").has_value(), UnsupportedError, "[gguf] ", g.path,
+                ": output.weight: MaxText's Gemma 4 always ties the output head to the embedding");
+  if (g.get_int(p + "expert_count", 0) > 0) {
+    c.num_experts = g.get_int(p + "expert_count");
+    c.num_experts_per_tok = g.get_int(p + "expert_used_count");
+    c.base_moe_mlp_dim = detail::gguf_layer_int(g, p + "expert_feed_forward_length", 0, L);
+    c.shared_experts = 1;
+    c.norm_topk_prob = true;  // llama.cpp's gemma4 graph renormalises the top-k weights (gemma4-26b.yml too)
+  }
+  if (g.has(p + "context_length")) c.max_target_length = g.get_int(p + "context_length");
+  if (const auto shape = g.tensor_shape("token_embd.weight")) {
+    c.vocab_size = shape->front();
+  } else {
+    c.vocab_size = g.get_int(p + "vocab_size");
+  }
+  c.derive();
+  return c;
+}
+
+/// Map a llama.cpp `gemma4` GGUF file's tensors to MaxText names for `cfg`. Norms are stored as the scale itself
+/// (Gemma 4's converter adds no 1), the embedding as Hugging Face's table: the mapping is Hugging Face's
+/// (import_hf_gemma4) under llama.cpp's names, the experts' gate and up as one [E, 2F, D] tensor or two [E, F, D].
+inline TensorMap import_gguf_gemma4(const TensorMap& in, const Config& cfg, const std::string& what = "gguf") {
+  return detail::import_gemma4(in, cfg, detail::gemma4_gguf_names(), what);
 }
 
 }  // namespace maxtext::io

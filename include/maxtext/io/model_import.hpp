@@ -100,6 +100,7 @@ inline Config config_from_gguf(const GgufFile& g) {
   if (is_gguf_gpt_oss(arch)) return config_from_gguf_gpt_oss(g);  // gpt-oss: io/hf_gpt_oss.hpp
   if (is_gguf_llama4(arch)) return config_from_gguf_llama4(g);    // llama4: io/hf_llama4.hpp
   if (is_gguf_qwen3_next(arch)) return config_from_gguf_qwen3_next(g);  // qwen3next: io/hf_qwen3_next.hpp
+  if (is_gguf_gemma4(arch)) return config_from_gguf_gemma4(g);    // gemma4: io/hf_gemma4.hpp
   Config c;
   detail::base_llama_config(c);
   if (arch == "llama") {
@@ -120,7 +121,7 @@ inline Config config_from_gguf(const GgufFile& g) {
   } else {
     MAXTEXT_THROW(UnsupportedError, "[gguf] ", g.path, ": general.architecture '", arch,
                   "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, qwen3next, gemma, gemma2, gemma3, "
-                  "olmo2, gpt-oss, llama4)");
+                  "gemma4, olmo2, gpt-oss, llama4)");
   }
   const std::string p = arch + ".";
   c.base_emb_dim = g.get_int(p + "embedding_length");

@@ -132,6 +132,15 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         w.tensors = import_gguf_gpt_oss(g.tensors, cfg, "gguf " + path);
         return w;
       }
+      MAXTEXT_CHECK(!cfg.is("gemma4_small"), UnsupportedError, "[gguf] ", path, ": decoder_block gemma4_small (Gemma 4 "
+                    "E2B / E4B) is read from Hugging Face files, not GGUF yet");
+      if (cfg.is("gemma4")) {  // io/hf_gemma4.hpp
+        MAXTEXT_CHECK(g.get_string("general.architecture") == "gemma4", UnsupportedError, "[gguf] ", path,
+                      ": decoder_block gemma4 reads GGUF architecture gemma4, found '",
+                      g.get_string("general.architecture"), "'");
+        w.tensors = import_gguf_gemma4(g.tensors, cfg, "gguf " + path);
+        return w;
+      }
       if (cfg.is("qwen3_next")) {  // io/hf_qwen3_next.hpp
         MAXTEXT_CHECK(g.get_string("general.architecture") == "qwen3next", UnsupportedError, "[gguf] ", path,
                       ": decoder_block qwen3_next reads GGUF architecture qwen3next, found '",
