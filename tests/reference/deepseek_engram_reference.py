@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from common import case_dir, f32, rng, save_meta, save_npy, save_safetensors
-from deepseek_reference import (MIN_MARGIN, deepseek_layer, deepseek_layer_weights, deepseek_settings, deepseek_yaml,
-                                prefixed, rms_norm, sub, to64, write_yaml)
+from deepseek_reference import (MIN_MARGIN, deepseek_layer_weights, deepseek_settings, deepseek_yaml, prefixed,
+                                rms_norm, sub, to64, write_yaml)
 from engram_module_reference import engram as engram_module
 from engram_reference import hashes, multipliers, prime_sizes
-from mhc_reference import mhc_layer, mhc_weights
+from mhc_reference import mhc_weights, model_forward
 
 ENGRAM = dict(N=3, H=2, Dh=4, K=4, bases=[23, 31], seed=5)
 
@@ -84,29 +84,19 @@ def model_case(name, seed, k, L, dense, engram_layers):
     w["decoder.decoder_norm.scale"] = f32(g, (D,), 0.1, 1.0)
     w["decoder.logits_dense.kernel"] = f32(g, (D, c["V"]), 1 / math.sqrt(D))
     tokens = g.integers(0, c["V"], size=(B, T)).astype(np.int32)
-    w64 = to64(w)
-    pos = np.tile(np.arange(T, dtype=np.int32), (B, 1))
-    x = w64["token_embedder.embedding"][torch.from_numpy(tokens).long()]
-    acts = {"token_embedder": x}
-    x = x[:, :, None, :].repeat(1, 1, k, 1)  # mhc_expand (k = 1: the one stream)
-    margins = []
-    for i, (prefix, moe) in enumerate(names):
+
+    def engram_op(i, prefix, x, acts):  # deepseek.py engram_op: engram(engram_layer_norm(x)) added before attention
+      if i not in engram_layers:
+        return x
       lw = sub(w, prefix + ".")
-      if i in engram_layers:
-        hid = hashes(lookup[tokens], mult[i], sizes[i], N, pad)
-        xn = rms_norm(x, torch.from_numpy(lw["engram_layer_norm.scale"].astype(np.float64)), c["eps"])
-        ce = dict(B=B, S=T, G=k, D=D, Dh=ENGRAM["Dh"], N=N, K=ENGRAM["K"], sizes=flat[i], eps=c["eps"])
-        e = engram_module(sub(lw, "engram."), xn.reshape(B, T, k * D).numpy(), hid, ce)
-        acts[prefix + ".engram"] = e
-        x = x + e.reshape(B, T, k, D)
-      if k > 1:
-        x = mhc_layer(x, sub(w64, prefix + "."), c, pos, moe, margins)
-      else:
-        x = deepseek_layer(x[:, :, 0, :], sub(w64, prefix + "."), c, pos, moe, margins)[0][:, :, None, :]
-      acts[prefix] = x.reshape(B, T, k * D)
-    x = rms_norm(x.sum(dim=2), w64["decoder.decoder_norm.scale"], c["eps"])  # mhc_reduce, final norm
-    acts["decoder.decoder_norm"] = x
-    logits = x @ w64["decoder.logits_dense.kernel"]
+      hid = hashes(lookup[tokens], mult[i], sizes[i], N, pad)
+      xn = rms_norm(x, torch.from_numpy(lw["engram_layer_norm.scale"].astype(np.float64)), c["eps"])
+      ce = dict(B=B, S=T, G=k, D=D, Dh=ENGRAM["Dh"], N=N, K=ENGRAM["K"], sizes=flat[i], eps=c["eps"])
+      e = engram_module(sub(lw, "engram."), xn.reshape(B, T, k * D).numpy(), hid, ce)
+      acts[prefix + ".engram"] = e
+      return x + e.reshape(B, T, k, D)
+
+    logits, acts, margins = model_forward(to64(w), tokens, c, names, k, engram_op)
     if not margins or min(margins) >= MIN_MARGIN:
       break
   d = case_dir(name)

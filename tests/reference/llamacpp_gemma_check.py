@@ -50,6 +50,23 @@ def rope_neox(x, pos, base):  # x [T, heads, H], pairs (i, i + H/2)
     return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
 
 
+def attend(q, k, v, swa, window, cap=0.0):
+    """Causal attention of q [T, N, H] over k, v [T, K, H] (K kv heads shared by N / K query heads each), the
+    sliding window on `swa` layers, an optional tanh soft cap on the scores: [T, N * H]."""
+    T, N, H = q.shape
+    k = np.repeat(k, N // k.shape[1], axis=1)
+    v = np.repeat(v, N // v.shape[1], axis=1)
+    s = np.einsum("qnh,knh->nqk", q, k)
+    if cap:
+        s = np.tanh(s / cap) * cap
+    qi, ki = np.arange(T)[:, None], np.arange(T)[None, :]
+    allowed = (ki <= qi) & (~swa | (qi - ki < window))
+    s = np.where(allowed[None], s, -np.inf)
+    pr = np.exp(s - s.max(axis=-1, keepdims=True))
+    pr /= pr.sum(axis=-1, keepdims=True)
+    return np.einsum("nqk,knh->qnh", pr, v).reshape(T, N * H)
+
+
 def forward(arch, meta, t, tokens, gelu, emb_scale=None):
     p = arch + "."
     D = meta[p + "embedding_length"]
@@ -80,17 +97,7 @@ def forward(arch, meta, t, tokens, gelu, emb_scale=None):
             k = rms(k, g(b + "attn_k_norm.weight"), eps)
         q = rope_neox(q, pos, base_swa if swa else base) / np.sqrt(H)
         k = rope_neox(k, pos, base_swa if swa else base)
-        k = np.repeat(k, N // K, axis=1)
-        v = np.repeat(v, N // K, axis=1)
-        s = np.einsum("qnh,knh->nqk", q, k)
-        if attn_cap:
-            s = np.tanh(s / attn_cap) * attn_cap
-        qi, ki = np.arange(T)[:, None], np.arange(T)[None, :]
-        allowed = (ki <= qi) & (~swa | (qi - ki < window))
-        s = np.where(allowed[None], s, -np.inf)
-        pr = np.exp(s - s.max(axis=-1, keepdims=True))
-        pr /= pr.sum(axis=-1, keepdims=True)
-        o = np.einsum("nqk,knh->qnh", pr, v).reshape(T, N * H) @ g(b + "attn_output.weight").T
+        o = attend(q, k, v, swa, window, attn_cap) @ g(b + "attn_output.weight").T
         if arch != "gemma":
             o = rms(o, g(b + "post_attention_norm.weight"), eps)
         x = x + o
@@ -156,15 +163,7 @@ def forward_gemma4(meta, t, tokens, gelu):
         v = rms(vp, ones(H), eps)
         q = rope_neox_partial(q, pos, base, n_rot, factors)
         k = rope_neox_partial(k, pos, base, n_rot, factors)
-        k = np.repeat(k, N // K, axis=1)
-        v = np.repeat(v, N // K, axis=1)
-        s = np.einsum("qnh,knh->nqk", q, k)  # f_attention_scale = 1
-        qi, ki = np.arange(T)[:, None], np.arange(T)[None, :]
-        allowed = (ki <= qi) & (~swa | (qi - ki < window))
-        s = np.where(allowed[None], s, -np.inf)
-        pr = np.exp(s - s.max(axis=-1, keepdims=True))
-        pr /= pr.sum(axis=-1, keepdims=True)
-        o = np.einsum("nqk,knh->qnh", pr, v).reshape(T, N * H) @ g(b + "attn_output.weight").T
+        o = attend(q, k, v, swa, window) @ g(b + "attn_output.weight").T  # f_attention_scale = 1
         attn_out = x + rms(o, g(b + "post_attention_norm.weight"), eps)
         hm = rms(attn_out, g(b + "ffn_norm.weight"), eps)
         f = (gelu(hm @ g(b + "ffn_gate.weight").T) * (hm @ g(b + "ffn_up.weight").T)) @ g(b + "ffn_down.weight").T

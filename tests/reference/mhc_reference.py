@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from common import case_dir, f32, rng, save_meta, save_npy, save_safetensors, t64
-from deepseek_reference import (MIN_MARGIN, deepseek_layer_weights, deepseek_moe_block, deepseek_settings,
-                                deepseek_yaml, mla, mlp_block, prefixed, rms_norm, scanned, sub, to64, write_yaml)
+from deepseek_reference import (MIN_MARGIN, deepseek_layer, deepseek_layer_weights, deepseek_moe_block,
+                                deepseek_settings, deepseek_yaml, mla, mlp_block, prefixed, rms_norm, scanned, sub, to64,
+                                write_yaml)
 
 
 def sinkhorn(t, iters):
@@ -87,6 +88,30 @@ def mhc_layer(x, w, c, pos, moe, margins):
     return mhc(h, sub(w, "mhc_mlp."), c, ffn)
 
 
+def model_forward(w64, tokens, c, names, k, before_layer=None):
+    """decoders.py around the layers: the embedding, mhc_expand into k streams, each layer (mHC-wrapped for k > 1, the
+    plain DeepSeek layer on the one stream for k = 1), mhc_reduce (the stream sum) and the final norm. `before_layer`
+    (i, prefix, x, acts) -> x may add to the streams before layer i (Engram). Returns (logits, acts, margins)."""
+    B, T = tokens.shape
+    D = c["D"]
+    pos = np.tile(np.arange(T, dtype=np.int32), (B, 1))
+    x = w64["token_embedder.embedding"][torch.from_numpy(tokens).long()]
+    acts = {"token_embedder": x}
+    x = x[:, :, None, :].repeat(1, 1, k, 1)  # mhc_expand
+    margins = []
+    for i, (prefix, moe) in enumerate(names):
+        if before_layer is not None:
+            x = before_layer(i, prefix, x, acts)
+        if k > 1:
+            x = mhc_layer(x, sub(w64, prefix + "."), c, pos, moe, margins)
+        else:
+            x = deepseek_layer(x[:, :, 0, :], sub(w64, prefix + "."), c, pos, moe, margins)[0][:, :, None, :]
+        acts[prefix] = x.reshape(B, T, k * D)
+    x = rms_norm(x.sum(dim=2), w64["decoder.decoder_norm.scale"], c["eps"])  # mhc_reduce, final norm
+    acts["decoder.decoder_norm"] = x
+    return x @ w64["decoder.logits_dense.kernel"], acts, margins
+
+
 def model_case(name, seed, k, lite, iters, L, dense):
     c = deepseek_settings(gate_scale=2.0, L=L, dense=dense)
     c.update(mhc_k=k, lite=lite, sinkhorn=iters)
@@ -104,18 +129,7 @@ def model_case(name, seed, k, lite, iters, L, dense):
         w["decoder.decoder_norm.scale"] = f32(g, (c["D"],), 0.1, 1.0)
         w["decoder.logits_dense.kernel"] = f32(g, (c["D"], c["V"]), 1 / math.sqrt(c["D"]))
         tokens = g.integers(0, c["V"], size=(B, T)).astype(np.int32)
-        w64 = to64(w)
-        pos = np.tile(np.arange(T, dtype=np.int32), (B, 1))
-        x = w64["token_embedder.embedding"][torch.from_numpy(tokens).long()]
-        acts = {"token_embedder": x}
-        x = x[:, :, None, :].repeat(1, 1, k, 1)  # mhc_expand
-        margins = []
-        for prefix, moe in names:
-            x = mhc_layer(x, sub(w64, prefix + "."), c, pos, moe, margins)
-            acts[prefix] = x.reshape(B, T, k * c["D"])
-        x = rms_norm(x.sum(dim=2), w64["decoder.decoder_norm.scale"], c["eps"])  # mhc_reduce, final norm
-        acts["decoder.decoder_norm"] = x
-        logits = x @ w64["decoder.logits_dense.kernel"]
+        logits, acts, margins = model_forward(to64(w), tokens, c, names, k)
         if not margins or min(margins) >= MIN_MARGIN:
             break
     d = case_dir(name)
