@@ -630,6 +630,32 @@ Tensor<std::int32_t, 1> ints(std::vector<std::int32_t> v) {
 }
 }  // namespace
 
+TEMPLATE_TEST_CASE("causal_conv1d with dilation (Engram's ShortConv): CPU equals the reference, and both equal the "
+                   "undilated conv with the kernel spread over (K-1)*d+1 taps", "[backend][ops][gdn]", float, bf16) {
+  rng().seed(1033);
+  using A = TestType;
+  const double tol = std::is_same_v<A, float> ? 2e-5 : 2 * ulp_rel<A>();
+  const std::int64_t Bn = 2, T = 5, C = 300, K = 4, d = 3, H = (K - 1) * d;  // T < H: steps read the state
+  const auto zero_start = ints({0, 0}), cont = ints({5, 2}), valid = ints({5, 2});
+  const auto w = random_tensor<A, 1>({K * C}, 0.5f);
+  Tensor<A, 1> spread({(H + 1) * C});  // tap i at i*d, zeros between
+  for (std::int64_t i = 0; i < spread.size(); ++i) spread.data()[i] = from_float<A>(0.0f);
+  for (std::int64_t i = 0; i < K; ++i) std::copy(&w(i * C), &w(i * C) + C, &spread(i * d * C));
+  Tensor<float, 2> sc({Bn, H * C}), sr({Bn, H * C}), ss({Bn, H * C});
+  Tensor<A, 2> yc({Bn * T, C}), yr({Bn * T, C}), ys({Bn * T, C});
+  for (int step = 0; step < 3; ++step) {
+    const auto x = random_tensor<A, 2>({Bn * T, C});
+    const auto& st = step == 0 ? zero_start : cont;
+    cpu_be.causal_conv1d(x.cview(), w.cview(), st.cview(), valid.cview(), sc.view(), yc.view(), d);
+    ref_be.causal_conv1d(x.cview(), w.cview(), st.cview(), valid.cview(), sr.view(), yr.view(), d);
+    ref_be.causal_conv1d(x.cview(), spread.cview(), st.cview(), valid.cview(), ss.view(), ys.view());
+    expect_near(yc, yr, tol, 1.0, "dilated causal_conv1d step " + std::to_string(step));
+    expect_near(sc, sr, 1e-6, 1.0, "dilated conv state step " + std::to_string(step));
+    expect_near(yr, ys, tol, 1.0, "dilated vs spread kernel step " + std::to_string(step));
+    expect_near(sr, ss, 0.0, 0.0, "dilated vs spread state step " + std::to_string(step));
+  }
+}
+
 TEMPLATE_TEST_CASE("Gated DeltaNet ops (causal_conv1d, gated_delta_rule): CPU equals the reference, steps continue "
                    "the state, padding leaves it alone", "[backend][ops][gdn]", float, bf16) {
   rng().seed(1029);

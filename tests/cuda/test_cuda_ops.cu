@@ -497,6 +497,16 @@ TEMPLATE_TEST_CASE("cuda Gated DeltaNet ops (causal_conv1d, gated_delta_rule) eq
       gpu().causal_conv1d(dev(x).cview(), dev(w).cview(), dev(st).cview(), dev(valid).cview(), sd.view(), yd.view());
       expect_near(host(yd), yr, tol, 1.0, "causal_conv1d step " + std::to_string(step));
       expect_near(host(sd), sr, 1e-6, 1.0, "conv state step " + std::to_string(step));
+      // Dilation 3 (Engram's ShortConv): the state holds (K-1)*3 inputs.
+      Tensor<float, 2> s3r({Bn, 3 * (K - 1) * C}), s3d({Bn, 3 * (K - 1) * C}, gpu().memory());
+      Tensor<A, 2> y3r({Bn * T, C}), y3d({Bn * T, C}, gpu().memory());
+      for (const auto& st3 : {fresh, cont}) {
+        ref_be.causal_conv1d(x.cview(), w.cview(), st3.cview(), valid.cview(), s3r.view(), y3r.view(), 3);
+        gpu().causal_conv1d(dev(x).cview(), dev(w).cview(), dev(st3).cview(), dev(valid).cview(), s3d.view(), y3d.view(),
+                            3);
+        expect_near(host(y3d), y3r, tol, 1.0, "dilated causal_conv1d step " + std::to_string(step));
+        expect_near(host(s3d), s3r, 1e-6, 1.0, "dilated conv state step " + std::to_string(step));
+      }
       const auto blk = [&](const Tensor<A, 2>& t, std::int64_t c0, std::int64_t n) {
         return View<const A, 2>(t.data() + c0, {Bn * T, n}, {C, 1});
       };

@@ -137,10 +137,11 @@ concept BackendEngram = requires(const B& b, View<const float, 2> x, View<float,
 /// Sequence b continues its cached state when start[b] > 0 and starts from zeros when start[b] == 0; its tokens
 /// t >= valid[b] (right padding; `valid` empty: all T) leave the state unchanged (MaxText zeroes k, v and g there).
 /// start / valid are int32 [B] in backend memory, the states f32 [B, width] in backend memory.
-///   causal_conv1d(x [M,C], w [Kc*C] (tap i of channel c at i*C + c), start, valid, state [B,(Kc-1)*C], y [M,C]):
-///     the depthwise causal convolution with SiLU, y[b,t,c] = round(silu(round(sum_i in(t-Kc+1+i, c) w[i,c]))),
-///     where in(s) = x[b,s,c] for s >= 0 and the state's row Kc-1+s (oldest first) for s < 0; afterwards the state
-///     holds the last Kc-1 inputs (before the convolution) of the sequence. y must not alias x.
+///   causal_conv1d(x [M,C], w [Kc*C] (tap i of channel c at i*C + c), start, valid, state [B,H*C], y [M,C],
+///                 dilation d = 1), H = (Kc-1)*d: the depthwise causal convolution with SiLU,
+///     y[b,t,c] = round(silu(round(sum_i in(t-H+i*d, c) w[i,c]))), where in(s) = x[b,s,c] for s >= 0 and the state's
+///     row H+s (oldest first) for s < 0; afterwards the state holds the last H inputs (before the convolution) of the
+///     sequence. y must not alias x.
 ///   gated_delta_rule(q [M,Hk*Dk], k [M,Hk*Dk], v [M,Hv*Dv], a [M,Hv], b [M,Hv], a_log [Hv] f32, dt_bias [Hv] f32,
 ///                    shape, start, valid, state [B, Hv*Dk*Dv], o [M,Hv*Dv]): per value head h (key head h/(Hv/Hk)),
 ///     q <- l2norm(q) / sqrt(Dk), k <- l2norm(k) (x * rsqrt(sum x^2 + 1e-6)), beta = sigmoid(b),
@@ -151,6 +152,7 @@ concept BackendGatedDeltaNet = requires(const B& b, View<const float, 2> x, View
                                         View<const std::int32_t, 1> ids, View<float, 2> s, View<float, 2> y,
                                         const GdnShape& shape) {
   b.causal_conv1d(x, w, ids, ids, s, y);
+  b.causal_conv1d(x, w, ids, ids, s, y, std::int64_t{2});
   b.gated_delta_rule(x, x, x, x, x, w, w, shape, ids, ids, s, y);
 };
 

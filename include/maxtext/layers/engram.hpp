@@ -22,8 +22,8 @@
 //   v_g   = gate_g * value_proj(e)                         value_proj: Ht*Dh -> D, with bias, shared by the streams
 //   out_g = v_g + silu(conv(RMSNorm_c,g(v_g)))             conv: depthwise, causal, kernel engram_kernel_size,
 //                                                          dilation N, over the sequence
-// The convolution runs as the backends' causal_conv1d with the kernel spread over (K-1)*N+1 taps (zeros between
-// the real ones), so decode continues from the last (K-1)*N conv inputs kept in the layer's state. The caller adds
+// The convolution runs as the backends' causal_conv1d with dilation N, so decode continues from the last (K-1)*N
+// conv inputs kept in the layer's state. The caller adds
 // out to the residual stream (deepseek.py engram_op, after RMSNorm engram_layer_norm).
 //
 // The DeepSeek layers listed in engram_layers run it (layers/deepseek.hpp) on hashes that EngramHashing computes from
@@ -377,7 +377,7 @@ class Engram {
   std::int64_t heads() const { return static_cast<std::int64_t>(cfg_.vocab_sizes.size()); }
   /// D_en: the width of the retrieved memory, heads() * head_dim.
   std::int64_t engram_dim() const { return heads() * cfg_.head_dim; }
-  /// Taps of the spread (undilated) kernel: (K - 1) * N + 1.
+  /// Inputs one output of the dilated kernel spans: (K - 1) * N + 1.
   std::int64_t conv_taps() const { return (cfg_.kernel_size - 1) * cfg_.max_ngram_size + 1; }
   /// Per sequence: the conv state, the last (K - 1) * N conv inputs of G*D channels (f32).
   StateSpec state_spec() const { return {(conv_taps() - 1) * cfg_.streams * cfg_.emb_dim}; }
@@ -469,8 +469,8 @@ class Engram {
     for (std::int64_t g = 0; g < G; ++g) {
       ctx.be.rms_norm(View<const A, 2>(stream(out, g)), scale(p.conv_norm, g), cfg_.epsilon, 0.0f, stream(q, g));
     }
-    ctx.be.causal_conv1d(View<const A, 2>(q), View<const A, 1>(spread_kernel(ctx, p)), st.q_start, st.valid_len,
-                         cache.states[state].view(), k);
+    ctx.be.causal_conv1d(View<const A, 2>(q), p.conv.cview(), st.q_start, st.valid_len, cache.states[state].view(), k,
+                         cfg_.max_ngram_size);
     ctx.be.add(View<const A, 2>(out), View<const A, 2>(k), out);
     for (std::int64_t b = 0; b < Bn; ++b) {
       const auto i = static_cast<std::size_t>(b);
@@ -479,17 +479,6 @@ class Engram {
   }
 
  private:
-  /// The dilated kernel as (K-1)*N+1 dense taps in scratch: tap i*N holds kernel tap i, the others zero.
-  View<A, 1> spread_kernel(const Context<P>& ctx, const Params& p) const {
-    const std::int64_t C = cfg_.streams * cfg_.emb_dim, N = cfg_.max_ngram_size, taps = conv_taps();
-    View<A, 1> w = ctx.scratch.template alloc<A, 1>({taps * C});
-    const std::vector<A> zeros(static_cast<std::size_t>(taps * C), from_float<A>(0.0f));
-    ctx.be.copy(w.data(), zeros.data(), zeros.size() * sizeof(A), CopyKind::host_to_device);
-    ctx.be.copy(View<const A, 2>(p.conv.cview().data(), {cfg_.kernel_size, C}, {C, 1}),
-                View<A, 2>(w.data(), {cfg_.kernel_size, C}, {N * C, 1}));
-    return w;
-  }
-
   Config cfg_;
   std::vector<std::int64_t> offsets_;
   std::int64_t table_rows_ = 0;

@@ -742,14 +742,18 @@ class Backend {
   }
 
   // ---- Gated DeltaNet (layers/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
-  /// Depthwise causal convolution with SiLU per sequence, continuing from and updating its conv state (the last
-  /// Kc-1 inputs). f32 sums, rounded to A before and after the SiLU (the conv and the activation are two ops). Work
-  /// items are (sequence, block of 256 channels): each keeps a window of its channels' inputs, (Kc-1+T) x 256 floats.
+  /// Depthwise causal convolution with SiLU per sequence, taps `dilation` inputs apart, continuing from and updating
+  /// its conv state (the last (Kc-1)*dilation inputs). f32 sums, rounded to A before and after the SiLU (the conv and
+  /// the activation are two ops). Work items are (sequence, block of 256 channels): each keeps a window of its
+  /// channels' inputs, (H+T) x 256 floats.
   template <class A>
   void causal_conv1d(View<const A, 2> x, View<const A, 1> w, View<const std::int32_t, 1> start,
-                     View<const std::int32_t, 1> valid, View<float, 2> state, View<A, 2> y) const {
-    const std::int64_t Bn = state.dim(0), M = x.dim(0), C = x.dim(1), T = M / Bn, K = w.dim(0) / C, H = K - 1;
-    MAXTEXT_DASSERT(M == Bn * T && state.dim(1) == H * C && w.dim(0) == K * C && y.dim(0) == M && y.dim(1) == C);
+                     View<const std::int32_t, 1> valid, View<float, 2> state, View<A, 2> y,
+                     std::int64_t dilation = 1) const {
+    const std::int64_t Bn = state.dim(0), M = x.dim(0), C = x.dim(1), T = M / Bn, K = w.dim(0) / C,
+                       H = (K - 1) * dilation;
+    MAXTEXT_DASSERT(dilation >= 1 && M == Bn * T && state.dim(1) == H * C && w.dim(0) == K * C && y.dim(0) == M &&
+                    y.dim(1) == C);
     constexpr std::int64_t kBlock = 256;
     const std::int64_t nblk = (C + kBlock - 1) / kBlock;
     parallel_rows(Bn * nblk, T * kBlock * K * 2, [&](std::int64_t p0, std::int64_t p1) {
@@ -773,7 +777,7 @@ class Backend {
         for (std::int64_t t = 0; t < T; ++t) {
           std::fill(acc.begin(), acc.begin() + nc, 0.0f);
           for (std::int64_t i = 0; i < K; ++i) {
-            const float* in = at(t + i);
+            const float* in = at(t + i * dilation);
             const float* wi = &wf[static_cast<std::size_t>(i * kBlock)];
             for (std::int64_t c = 0; c < nc; ++c) acc[static_cast<std::size_t>(c)] += in[c] * wi[c];
           }

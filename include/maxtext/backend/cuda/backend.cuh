@@ -433,13 +433,16 @@ class Backend {
   // ---- Gated DeltaNet (semantics: BackendGatedDeltaNet in concepts.hpp; kernels in gated_delta.cuh) ---------
   template <class A>
   void causal_conv1d(View<const A, 2> x, View<const A, 1> w, View<const std::int32_t, 1> start,
-                     View<const std::int32_t, 1> valid, View<float, 2> state, View<A, 2> y) const {
+                     View<const std::int32_t, 1> valid, View<float, 2> state, View<A, 2> y,
+                     std::int64_t dilation = 1) const {
     const std::int64_t Bn = state.dim(0), M = x.dim(0), C = x.dim(1), K = w.dim(0) / C;
     if (M == 0 || C == 0) return;
-    MAXTEXT_CHECK(K >= 1 && K <= kernels::kGdnMaxConvKernel, UnsupportedError, "[cuda] causal_conv1d: kernel width ", K,
-                  " outside [1, ", kernels::kGdnMaxConvKernel, "]");
+    MAXTEXT_CHECK(K >= 1 && dilation >= 1 && (K - 1) * dilation < kernels::kGdnMaxConvKernel, UnsupportedError,
+                  "[cuda] causal_conv1d: kernel width ", K, " with dilation ", dilation, " spans ", (K - 1) * dilation + 1,
+                  " inputs, more than ", kernels::kGdnMaxConvKernel);
     kernels::causal_conv1d<A><<<detail::grid_for(Bn * C), detail::kThreads, 0, stream()>>>(
-        rows(x), w.data(), start.data(), valid.empty() ? nullptr : valid.data(), rows(state), rows(y), Bn, M / Bn, C, K);
+        rows(x), w.data(), start.data(), valid.empty() ? nullptr : valid.data(), rows(state), rows(y), Bn, M / Bn, C, K,
+        dilation);
     MAXTEXT_CUDA_LAUNCH_CHECK("causal_conv1d");
   }
   template <class A>

@@ -19,13 +19,14 @@ namespace maxtext::cuda::kernels {
 /// The longest conv kernel the CUDA path takes (Config::validate bounds gdn_conv_kernel_dim by it).
 inline constexpr int kGdnMaxConvKernel = 64;
 
-/// One thread per (sequence b, channel c): the convolution over the step's T tokens, then the channel's new conv
-/// state (the last K-1 inputs). The thread owns its state column, so it reads all of it before writing.
+/// One thread per (sequence b, channel c): the convolution over the step's T tokens (taps `dil` inputs apart), then
+/// the channel's new conv state (the last (K-1)*dil inputs). The thread owns its state column, so it reads all of it
+/// before writing.
 template <class A>
 __global__ void causal_conv1d(Rows<const A> x, const A* w, const std::int32_t* start, const std::int32_t* valid,
                               Rows<float> state, Rows<A> y, std::int64_t Bn, std::int64_t T, std::int64_t C,
-                              std::int64_t K) {
-  const std::int64_t H = K - 1;
+                              std::int64_t K, std::int64_t dil) {
+  const std::int64_t H = (K - 1) * dil;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < Bn * C;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t b = i / C, c = i % C;
@@ -36,7 +37,7 @@ __global__ void causal_conv1d(Rows<const A> x, const A* w, const std::int32_t* s
     };
     for (std::int64_t t = 0; t < T; ++t) {
       float acc = 0.0f;
-      for (std::int64_t j = 0; j < K; ++j) acc += in(t - H + j) * to_float(w[j * C + c]);
+      for (std::int64_t j = 0; j < K; ++j) acc += in(t - H + j * dil) * to_float(w[j * C + c]);
       const float r = round_to<A>(acc);
       y.at(b * T + t, c) = from_float<A>(r * math::sigmoid(r));
     }

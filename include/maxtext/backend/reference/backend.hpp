@@ -605,11 +605,14 @@ class Backend {
   }
 
   // ---- Gated DeltaNet (layers/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
-  /// The depthwise causal convolution with SiLU over each sequence, continuing from (and updating) its conv state.
+  /// The depthwise causal convolution with SiLU over each sequence, taps `dilation` inputs apart, continuing from
+  /// (and updating) its conv state.
   template <class A>
   void causal_conv1d(View<const A, 2> x, View<const A, 1> w, View<const std::int32_t, 1> start,
-                     View<const std::int32_t, 1> valid, View<float, 2> state, View<A, 2> y) const {
-    const std::int64_t Bn = state.dim(0), M = x.dim(0), C = x.dim(1), T = M / Bn, K = w.dim(0) / C, H = K - 1;
+                     View<const std::int32_t, 1> valid, View<float, 2> state, View<A, 2> y,
+                     std::int64_t dilation = 1) const {
+    const std::int64_t Bn = state.dim(0), M = x.dim(0), C = x.dim(1), T = M / Bn, K = w.dim(0) / C,
+                       H = (K - 1) * dilation;
     for (std::int64_t b = 0; b < Bn; ++b) {
       const std::int64_t n = valid.empty() ? T : valid(b);
       std::vector<double> hist(static_cast<std::size_t>(H * C), 0.0);  // inputs before the step, oldest first
@@ -622,7 +625,9 @@ class Backend {
       for (std::int64_t t = 0; t < T; ++t) {
         for (std::int64_t c = 0; c < C; ++c) {
           double acc = 0.0;
-          for (std::int64_t i = 0; i < K; ++i) acc += in(t - H + i, c) * static_cast<double>(to_float(w(i * C + c)));
+          for (std::int64_t i = 0; i < K; ++i) {
+            acc += in(t - H + i * dilation, c) * static_cast<double>(to_float(w(i * C + c)));
+          }
           const double r = round_to<A>(static_cast<float>(acc));
           y(b * T + t, c) = from_float<A>(static_cast<float>(r / (1.0 + std::exp(-r))));
         }
