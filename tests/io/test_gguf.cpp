@@ -235,6 +235,37 @@ TEST_CASE("GGUF: a Q8_0 matrix viewed transposed keeps its blocks (AnyTensor blo
   for (std::int64_t r = 0; r < 64; ++r) CHECK(col.element(r) == q.element(2 * 64 + r));
 }
 
+TEST_CASE("GGUF: Q8_0 rows and block columns regroup by AnyTensor::narrow / concat without dequantising",
+          "[io][gguf]") {
+  Tensor<float, 2> f({6, 64});
+  for (std::int64_t i = 0; i < f.size(); ++i) f.data()[i] = static_cast<float>((i * 7) % 41) - 20.0f;
+  io::GgufWriter w;
+  w.add_tensor("q", AnyTensor::from(f), DType::q8_0);
+  const std::string path = tmp_path("q8cat.gguf");
+  w.write(path);
+  const io::GgufFile g = io::read_gguf(path);
+  const AnyTensor& q = g.tensors.at("q");  // rows 0-5, blocks along 64
+  // Per group h of 2: [rows 2h, 2h+1 of part a | row h of part b], as put_grouped_qkvz regroups q | k | v and z.
+  const AnyTensor a = q.narrow(0, 0, 4).reshaped({2, 2, 64}), b = q.narrow(0, 4, 2).reshaped({2, 1, 64});
+  const AnyTensor c = AnyTensor::concat({a, b}, 1, "a + b");
+  CHECK(c.dtype == DType::q8_0);
+  CHECK(c.shape == std::vector<std::int64_t>{2, 3, 64});
+  const std::int64_t order[6] = {0, 1, 4, 2, 3, 5};
+  for (std::int64_t r = 0; r < 6; ++r) {
+    CHECK(std::memcmp(c.data + r * 2 * sizeof(q8_0), q.data + order[r] * 2 * sizeof(q8_0), 2 * sizeof(q8_0)) == 0);
+  }
+  // Along the blocked axis: whole blocks (a Qwen3.5 ssm_out's value-head columns put back in order).
+  const AnyTensor cols = AnyTensor::concat({q.narrow(1, 32, 32), q.narrow(1, 0, 32)}, 1, "columns swapped");
+  CHECK(cols.shape == std::vector<std::int64_t>{6, 64});
+  for (std::int64_t r = 0; r < 6; ++r) {
+    for (std::int64_t j = 0; j < 64; ++j) CHECK(cols.element(r * 64 + j) == q.element(r * 64 + (j + 32) % 64));
+  }
+  // Inside a block, or with the blocks on another axis than the last: refused by name.
+  CHECK_THROWS_WITH(q.narrow(1, 16, 32), Catch::Contains("narrows only at block boundaries"));
+  CHECK_THROWS_WITH(AnyTensor::concat({q.permuted({1, 0}), q.permuted({1, 0})}, 0, "y"),
+                    Catch::Contains("concatenates whole blocks only"));
+}
+
 TEST_CASE("GGUF: malformed headers raise IoError naming the file and the field", "[io][gguf][malformed]") {
   const std::vector<std::byte> good = sample_file();
   REQUIRE(read_error(good) == "no error");

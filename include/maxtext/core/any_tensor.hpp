@@ -151,10 +151,13 @@ struct AnyTensor {
     const auto u = static_cast<std::size_t>(axis);
     MAXTEXT_CHECK(axis >= 0 && axis < rank() && begin >= 0 && len >= 0 && begin + len <= shape[u], ShapeError,
                   "[AnyTensor::narrow] ", source, ": [", begin, ",", begin + len, ") on axis ", axis, " of ", shape);
-    MAXTEXT_CHECK(axis != blocked_axis(), UnsupportedError, "[AnyTensor::narrow] ", source,
-                  ": cannot narrow the blocked axis");
+    // The blocked axis narrows at block boundaries, when it is the last (contiguous) one.
+    const std::int64_t blk = axis == blocked_axis() ? dtype_block(dtype) : 1;
+    MAXTEXT_CHECK(blk == 1 || (axis == rank() - 1 && begin % blk == 0 && len % blk == 0), UnsupportedError,
+                  "[AnyTensor::narrow] ", source, ": the blocked axis ", axis, " narrows only at block boundaries (",
+                  blk, ") when it is the last one, not [", begin, ",", begin + len, ")");
     AnyTensor r = *this;
-    r.data = data + static_cast<std::size_t>(begin * strides[u]) * dtype_size(dtype);
+    r.data = data + static_cast<std::size_t>(begin / blk * strides[u]) * dtype_size(dtype);
     r.shape[u] = len;
     return r;
   }
@@ -230,8 +233,14 @@ struct AnyTensor {
     const AnyTensor& p0 = parts.front();
     const int r = p0.rank();
     MAXTEXT_CHECK(axis >= 0 && axis < r, ShapeError, "[AnyTensor::concat] ", source, ": axis ", axis, " of rank ", r);
-    MAXTEXT_CHECK(dtype_block(p0.dtype) == 1, UnsupportedError, "[AnyTensor::concat] ", source, ": block dtype ",
-                  dtype_name(p0.dtype));
+    // Block dtypes (Q8_0) concatenate whole blocks: each part's blocks along its last axis, contiguous.
+    const std::int64_t blk = dtype_block(p0.dtype);
+    for (const auto& p : parts) {
+      MAXTEXT_CHECK(blk == 1 || (p.blocked_axis() == r - 1 && p.strides.back() == 1), UnsupportedError,
+                    "[AnyTensor::concat] ", source, ": block dtype ", dtype_name(p0.dtype), " concatenates whole "
+                    "blocks only (blocks along the last axis, contiguous), not ", p.describe(), " with its blocks on axis ",
+                    p.blocked_axis());
+    }
     std::vector<std::int64_t> shape = p0.shape;
     shape[static_cast<std::size_t>(axis)] = 0;
     for (const auto& p : parts) {
@@ -244,7 +253,7 @@ struct AnyTensor {
     const std::size_t es = dtype_size(p0.dtype);
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
-    auto buf = std::shared_ptr<std::byte[]>(new std::byte[static_cast<std::size_t>(n) * es + 1]);
+    auto buf = std::shared_ptr<std::byte[]>(new std::byte[static_cast<std::size_t>(n / blk) * es + 1]);  // n / blk units
     AnyTensor out;
     out.dtype = p0.dtype;
     out.shape = shape;
@@ -257,10 +266,10 @@ struct AnyTensor {
     for (const auto& p : parts) {
       if (p.numel() == 0) continue;
       // Row by row over every axis but the last; a row is one memcpy when the part's last axis is contiguous.
-      const std::int64_t len = p.shape[last], rows = p.numel() / len;
+      const std::int64_t len = p.shape[last] / blk, rows = p.numel() / p.shape[last];  // len in storage units
       std::vector<std::int64_t> idx(last, 0);
       for (std::int64_t row = 0; row < rows; ++row) {
-        std::int64_t src = 0, dst = axis == r - 1 ? offset * out.strides[last] : 0;
+        std::int64_t src = 0, dst = axis == r - 1 ? offset / blk * out.strides[last] : 0;
         for (std::size_t u = 0; u < last; ++u) {
           src += idx[u] * p.strides[u];
           dst += (static_cast<int>(u) == axis ? idx[u] + offset : idx[u]) * out.strides[u];
