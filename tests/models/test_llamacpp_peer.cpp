@@ -85,22 +85,16 @@ PeerRun run_peer(const Config& cfg, const std::string& path, const std::vector<s
   return r;
 }
 
-/// Load the fixture of `arch` as `maxtext generate --weights` does and compare with llama.cpp. Architectures whose
-/// GGUF the library cannot map yet are skipped (exit 77) with the loader's reason.
+/// Load the fixture of `arch` as `maxtext generate --weights` does and compare with llama.cpp. Every fixture's
+/// architecture is one the library reads: a refusal (UnsupportedError) fails the test.
 /// `f64_file`: for Gemma, llama.cpp's graph re-stated in float64 with an exact GELU (llamacpp_gemma_check.py),
 /// checked at f32 tolerance.
 void check_peer(const std::string& arch, testing::Tolerance tol, const std::string& f64_file = "logits_exact_gelu.npy") {
   const std::string dir = peer_dir(arch);
   const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for " + arch);
-  Config cfg;
-  try {
-    const auto c = io::read_weights_config(path);
-    REQUIRE(c.has_value());
-    cfg = *c;
-    (void)models::make_built_any_model(cfg, {}, MAXTEXT_BLOCKS_BUILT);
-  } catch (const UnsupportedError& e) {
-    test::skip("llama.cpp peer " + arch + ": the library does not run this GGUF architecture yet: " + e.what());
-  }
+  const auto c = io::read_weights_config(path);
+  REQUIRE(c.has_value());
+  const Config cfg = *c;
   const auto prompt = ids(test::npy(dir + "/tokens.npy"));
   const auto greedy = ids(test::npy(dir + "/greedy.npy"));
   const AnyTensor expected = test::npy(dir + "/logits.npy");
@@ -192,6 +186,13 @@ TEST_CASE("llama.cpp peer: qwen3next (Gated DeltaNet 3 : 1 gated attention, 2 ke
   // split into q | k | v and z (io/hf_qwen3_next.hpp). llama.cpp runs its chunked delta rule on the 16-token prompt,
   // then one recurrent step per token, as the library does (its chunked form starts at 16 tokens).
   check_peer("qwen3next", kSilu);
+}
+
+TEST_CASE("llama.cpp peer: qwen35moe (Qwen3.5 MoE: value heads stored tiled, beta and alpha apart, MRoPE sections "
+          "at text positions)", "[models][llamacpp]") {
+  // decoder_block qwen3_5. llama.cpp's converter reorders the DeltaNet's value heads for its broadcasts; the importer
+  // puts them back in Hugging Face's order (io/hf_qwen3_next.hpp value_head_position).
+  check_peer("qwen35moe", kSilu);
 }
 
 TEST_CASE("llama.cpp peer: llama4 on 8200 tokens, past the 8192-position attention chunk and with the NoPE layer's "
@@ -396,6 +397,46 @@ TEST_CASE("GGUF qwen3next: metadata to config, llama.cpp's stored forms undone, 
   g = g0;
   g.metadata["qwen3next.rope.dimension_count"] = io::GgufValue::of_u32(5);
   CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("rope.dimension_count 5"));
+  // Multi-token-prediction layers appended by the converter (nextn_predict_layers, blk.4.*) are not read.
+  g = g0;
+  g.metadata["qwen3next.block_count"] = io::GgufValue::of_u32(5);
+  g.metadata["qwen3next.nextn_predict_layers"] = io::GgufValue::of_u32(1);
+  for (const auto& [name, tensor] : g0.tensors.tensors) {
+    if (name.rfind("blk.3.", 0) == 0) g.tensors.tensors.emplace("blk.4." + name.substr(6), tensor);
+  }
+  g.tensors.tensors.emplace("blk.4.nextn.eh_proj.weight", g0.tensors.at("blk.3.attn_k.weight"));
+  const Config cm = io::config_from_gguf(g);
+  CHECK(cm.num_decoder_layers == 4);
+  CHECK(io::import_gguf_qwen3_next(g.tensors, cm).tensors.size() == t.tensors.size());
+  g.metadata["qwen3next.nextn_predict_layers"] = io::GgufValue::of_u32(5);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("nextn_predict_layers 5"));
+  // A mixed-type file (z in bf16, the q | k | v rows in f32) regroups in f32.
+  g = g0;
+  {
+    const AnyTensor& z = g0.tensors.at("blk.0.attn_gate.weight");
+    Tensor<bf16, 2> zb({z.shape[0], z.shape[1]});
+    for (std::int64_t i = 0; i < zb.size(); ++i) zb.data()[i] = bf16(static_cast<float>(z.element(i)));
+    g.tensors.tensors.at("blk.0.attn_gate.weight") = AnyTensor::from(zb, "blk.0.attn_gate.weight");
+    const io::TensorMap mixed = io::import_gguf_qwen3_next(g.tensors, c);
+    const AnyTensor& k = mixed.at("decoder.layers_0.attention.in_proj_qkvz.kernel");  // [D, per key head q k v z]
+    CHECK(k.dtype == DType::f32);
+    // Key head 0's z rows follow its q (16), k (16) and v (2 x 16) rows: z row 0 is column 64 of the kernel.
+    CHECK(k.element(5 * k.shape[1] + 64) == static_cast<float>(zb(0, 5)));
+  }
+  // qwen35moe: decoder_block qwen3_5 with MRoPE sections from rope.dimension_sections; a dense qwen35 is refused.
+  io::GgufFile q = io::read_gguf(test::require(peer_dir("qwen35moe") + "/model.gguf", "the qwen35moe peer fixture"));
+  const Config c35 = io::config_from_gguf(q);
+  CHECK((c35.is("qwen3_5") && c35.use_mrope && c35.mrope_section() == std::vector<std::int64_t>{1, 1, 0}));
+  io::GgufValue sec;
+  sec.type = io::GgufType::array;
+  sec.elem = io::GgufType::i32;
+  sec.ints = {1, 1, 0, 2};
+  q.metadata["qwen35moe.rope.dimension_sections"] = sec;
+  CHECK_THROWS_WITH(io::config_from_gguf(q), Catch::Contains("rope.dimension_sections"));
+  q.metadata["general.architecture"] = io::GgufValue::of_string("qwen35");
+  CHECK_THROWS_WITH(io::config_from_gguf(q), Catch::Contains("dense Qwen3.5"));
+  CHECK_THROWS_WITH(io::load_weights(peer_dir("qwen3next") + "/model.gguf", c35),
+                    Catch::Contains("decoder_block qwen3_5 reads GGUF architecture qwen35moe, found 'qwen3next'"));
   // A qwen3_next config on another architecture's GGUF is refused by name.
   CHECK_THROWS_WITH(io::load_weights(peer_dir("qwen3moe") + "/model.gguf", c),
                     Catch::Contains("decoder_block qwen3_next reads GGUF architecture qwen3next, found 'qwen3moe'"));
@@ -468,7 +509,8 @@ TEST_CASE("GGUF llama: rope_freqs.weight with MaxText's LLaMA-3.1 divisors selec
 TEST_CASE("maxtext generate (the CLI) on every llama.cpp peer GGUF prints llama.cpp's greedy tokens",
           "[models][llamacpp][cli]") {
   for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3", "gemma3_d48",
-                                 "olmo2", "gpt-oss", "llama4", "qwen3next", "gemma4", "gemma4_moe"}) {
+                                 "olmo2", "gpt-oss", "llama4", "qwen3next", "qwen35moe", "gemma4",
+                                 "gemma4_moe"}) {
     INFO("llama.cpp peer fixture " << arch);
     const std::string dir = peer_dir(arch);
     const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for " + arch);

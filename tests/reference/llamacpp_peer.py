@@ -74,6 +74,13 @@ ARCHS = {
     "gemma4_moe": dict(arch="gemma4", D=64, heads=4, kv=2, hd=16, ff=64, layers=6, tied=True, theta=1000000.0,
                        theta_local=10000.0, window=8, hd_global=32, kv_global=2, k_eq_v=False, rope_frac_global=0.25,
                        final_softcap=30.0, experts=4, top_k=2, ff_exp=32),
+    # Qwen3.5 MoE: Qwen3-Next's layers, but the converter stores the DeltaNet's value heads tiled (value head j at
+    # (j % r) * Hk + j / r in attn_qkv's v rows, attn_gate, ssm_beta / ssm_alpha, ssm_a, ssm_dt, the conv's v channels
+    # and ssm_out's columns) and beta / alpha as two tensors; interleaved MRoPE sections [1, 1, 0] (text positions).
+    # 2 key heads of 4 value heads each (r != Hk: the tiling is not its own inverse).
+    "qwen35moe": dict(D=64, heads=4, kv=2, hd=16, ff=32, layers=4, tied=False, theta=1000000.0, experts=4, top_k=2,
+                      ff_exp=32, gdn_hk=2, gdn_hv=8, gdn_d=16, gdn_conv=4, full_every=4, rope_frac=0.25,
+                      mrope=[1, 1, 0, 0]),
 }
 SEEDS = {a: 1000 + i for i, a in enumerate(ARCHS)}
 
@@ -142,7 +149,11 @@ def random_qwen3next(hp, rng):
         else:
             t[b + "attn_qkv.weight"] = mat(C, D, 2.0)
             t[b + "attn_gate.weight"] = mat(Hv * Dh, D, 2.0)
-            t[b + "ssm_ba.weight"] = mat(2 * Hv, D, 2.0)
+            if hp.get("mrope"):  # qwen35moe
+                t[b + "ssm_beta.weight"] = mat(Hv, D, 2.0)
+                t[b + "ssm_alpha.weight"] = mat(Hv, D, 2.0)
+            else:
+                t[b + "ssm_ba.weight"] = mat(2 * Hv, D, 2.0)
             t[b + "ssm_conv1d.weight"] = (rng.standard_normal((C, Kc)) / np.sqrt(Kc)).astype(np.float32)
             t[b + "ssm_dt.bias"] = (1.0 + 0.3 * rng.standard_normal(Hv)).astype(np.float32)
             t[b + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.5, Hv))).astype(np.float32)
@@ -152,7 +163,9 @@ def random_qwen3next(hp, rng):
         t[b + "ffn_gate_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
         t[b + "ffn_up_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
         t[b + "ffn_down_exps.weight"] = np.stack([mat(D, Fe, 2.0) for _ in range(E)])
-        t[b + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(D) / np.sqrt(D)).astype(np.float32)
+        shexp_gate = (rng.standard_normal(D) / np.sqrt(D)).astype(np.float32)
+        # The converter keeps Hugging Face's [1, D] (qwen35moe fixture); a [D] vector loads too (qwen3next fixture).
+        t[b + "ffn_gate_inp_shexp.weight"] = shexp_gate.reshape(1, D) if hp.get("mrope") else shexp_gate
         t[b + "ffn_gate_shexp.weight"] = mat(Fe, D, 1.5)
         t[b + "ffn_up_shexp.weight"] = mat(Fe, D, 1.5)
         t[b + "ffn_down_shexp.weight"] = mat(D, Fe, 2.0)
@@ -213,7 +226,7 @@ def random_gemma4(hp, rng):
 
 def random_model(arch, hp, rng):
     """llama.cpp tensor name -> float32 numpy array (row-major; gguf-py reverses the dims to ggml's order)."""
-    if arch == "qwen3next":
+    if arch in ("qwen3next", "qwen35moe"):
         return random_qwen3next(hp, rng)
     if arch == "gemma4":
         return random_gemma4(hp, rng)
@@ -339,7 +352,9 @@ def write_gguf(path, arch, hp, tensors):
         w.add_uint32(p + "expert_feed_forward_length", hp["ff_exp"])
     if "moe_step" in hp:
         w.add_uint32(p + "interleave_moe_layer_step", hp["moe_step"])
-    if arch == "qwen3next":  # the keys conversion/qwen.py Qwen3NextModel.set_gguf_parameters writes
+    if "mrope" in hp:  # Qwen3_5MoeTextModel (_Qwen35MRopeMixin)
+        w.add_rope_dimension_sections(hp["mrope"])
+    if arch in ("qwen3next", "qwen35moe"):  # the keys conversion/qwen.py Qwen3NextModel.set_gguf_parameters writes
         w.add_uint32(p + "expert_shared_feed_forward_length", hp["ff_exp"])
         w.add_uint32(p + "ssm.conv_kernel", hp["gdn_conv"])
         w.add_uint32(p + "ssm.state_size", hp["gdn_d"])

@@ -240,6 +240,13 @@ struct GgufFile {
     return std::nullopt;
   }
 
+  /// The vocabulary size: the rows of token_embd.weight (whatever its type, block-quantised included), else the
+  /// metadata key `<arch_prefix>vocab_size`.
+  std::int64_t vocab_size(const std::string& arch_prefix) const {
+    if (const auto shape = tensor_shape("token_embd.weight")) return shape->front();
+    return get_int(arch_prefix + "vocab_size");
+  }
+
   bool has(const std::string& key) const { return metadata.count(key) != 0; }
   const GgufValue* find(const std::string& key) const {
     auto it = metadata.find(key);

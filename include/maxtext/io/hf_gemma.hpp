@@ -208,8 +208,7 @@ inline Config config_from_gguf_gemma(const GgufFile& g) {
     MAXTEXT_CHECK(scaling == "none", UnsupportedError, "[gguf] ", g.path, ": rope.scaling.type '", scaling,
                   "' is not supported for ", arch, " (none, linear)");
   }
-  const auto embd_shape = g.tensor_shape("token_embd.weight");  // any type, block-quantised ones included
-  c.vocab_size = embd_shape ? embd_shape->front() : g.get_int(p + "vocab_size");
+  c.vocab_size = g.vocab_size(p);
   if (arch == "gemma") {
     c.base_num_decoder_layers = layers;
   } else {

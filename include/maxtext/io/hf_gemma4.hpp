@@ -481,15 +481,16 @@ inline Config config_from_gguf_gemma4(const GgufFile& g) {
     c.num_experts = g.get_int(p + "expert_count");
     c.num_experts_per_tok = g.get_int(p + "expert_used_count");
     c.base_moe_mlp_dim = detail::gguf_layer_int(g, p + "expert_feed_forward_length", 0, L);
+    for (std::int64_t i = 1; i < L; ++i) {
+      MAXTEXT_CHECK(detail::gguf_layer_int(g, p + "expert_feed_forward_length", i, L) == c.base_moe_mlp_dim,
+                    UnsupportedError, "[gguf] ", g.path, ": ", p, "expert_feed_forward_length differs between layers "
+                    "(layer ", i, "): MaxText's Gemma 4 MoE has one expert width");
+    }
     c.shared_experts = 1;
     c.norm_topk_prob = true;  // llama.cpp's gemma4 graph renormalises the top-k weights (gemma4-26b.yml too)
   }
   if (g.has(p + "context_length")) c.max_target_length = g.get_int(p + "context_length");
-  if (const auto shape = g.tensor_shape("token_embd.weight")) {
-    c.vocab_size = shape->front();
-  } else {
-    c.vocab_size = g.get_int(p + "vocab_size");
-  }
+  c.vocab_size = g.vocab_size(p);
   c.derive();
   return c;
 }

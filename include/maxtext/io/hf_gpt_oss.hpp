@@ -265,8 +265,7 @@ inline Config config_from_gguf_gpt_oss(const GgufFile& g) {
     c.rope_type = "default";
   }
   c.mlp_activations_limit = 7.0;  // llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constant (no GGUF key)
-  c.vocab_size = g.tensors.has("token_embd.weight") ? g.tensors.at("token_embd.weight").shape[0]
-                                                     : g.get_int(p + "vocab_size");
+  c.vocab_size = g.vocab_size(p);
   c.derive();
   c.validate();
   return c;

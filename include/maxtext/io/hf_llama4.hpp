@@ -390,11 +390,7 @@ inline Config config_from_gguf_llama4(const GgufFile& g) {
   }
   c.max_target_length = std::min<std::int64_t>(g.get_int(p + "context_length", 131072), 131072);
   c.max_position_embeddings = c.max_target_length;
-  if (const auto shape = g.tensor_shape("token_embd.weight")) {
-    c.vocab_size = shape->front();
-  } else {
-    c.vocab_size = g.get_int(p + "vocab_size");
-  }
+  c.vocab_size = g.vocab_size(p);
   c.derive();
   c.validate();
   return c;

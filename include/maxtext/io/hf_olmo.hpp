@@ -225,11 +225,7 @@ inline Config config_from_gguf_olmo(const GgufFile& g) {
     MAXTEXT_CHECK(scaling == "none", UnsupportedError, "[gguf] ", g.path, ": ", p, "rope.scaling.type '", scaling,
                   "' is not supported for olmo3 (none, yarn)");
   }
-  if (g.tensors.has("token_embd.weight")) {
-    c.vocab_size = g.tensors.at("token_embd.weight").shape[0];
-  } else {
-    c.vocab_size = g.get_int(p + "vocab_size");
-  }
+  c.vocab_size = g.vocab_size(p);
   c.derive();
   return c;
 }

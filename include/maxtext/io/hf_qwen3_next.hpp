@@ -47,6 +47,10 @@
 //     the shared expert's ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp [D].
 // The graph llama.cpp runs fixes what the file does not say: top-k weights always renormalised (norm_topk_prob),
 // head_dim^-0.5 query scale, the NEOX (rotate-half) partial RoPE over rope.dimension_count lanes.
+// llama.cpp's qwen35moe (Qwen3.5 MoE) into decoder_block qwen3_5: the same tensors, except that its converter
+// (_LinearAttentionVReorderBase) stores the value heads tiled, value head j at (j % r) * Hk + j / r, in attn_qkv's v
+// rows, attn_gate, ssm_beta / ssm_alpha (two tensors instead of ssm_ba), ssm_a, ssm_dt, the conv's v channels and
+// ssm_out's columns; the import puts them back in order. rope.dimension_sections gives mrope_section (use_mrope).
 #pragma once
 
 #include <algorithm>
@@ -206,21 +210,65 @@ inline Config config_from_hf_qwen3_next(const nlohmann::json& root, const std::s
 
 namespace detail {
 
-/// Separate q | k | v rows [2*Hk*Dk + Hv*Dv, D] (each head-major) and z rows [Hv*Dv, D] -> MaxText's fused
-/// in_proj_qkvz kernel [D, ...] grouped per key head h: [q_h (Dk), k_h (Dk), v_h (r*Dv), z_h (r*Dv)], r = Hv / Hk
-/// (concat_qkvz_and_transpose). One copy.
+/// AnyTensor::concat, with the parts widened to f32 when their types differ (a mixed-quantisation file may store the
+/// q | k | v rows and z, or beta and alpha, in different types).
+inline AnyTensor concat_any(std::vector<AnyTensor> parts, int axis, const std::string& source) {
+  bool mixed = false;
+  for (const auto& p : parts) mixed = mixed || p.dtype != parts.front().dtype;
+  if (mixed) {
+    for (auto& p : parts) {
+      Tensor<float, 1> flat({p.numel()});
+      for (std::int64_t i = 0; i < p.numel(); ++i) flat(i) = static_cast<float>(p.element(i));
+      p = AnyTensor::from(flat, p.source).reshaped(p.shape);
+    }
+  }
+  return AnyTensor::concat(parts, axis, source);
+}
+
+/// The file position of value head j (Hugging Face's order: key head j / r, then j % r, r = Hv / Hk). llama.cpp's
+/// Qwen3.5 converter stores the value heads tiled instead (conversion/qwen.py _LinearAttentionVReorderBase: position
+/// (j % r) * Hk + j / r), so that ggml can broadcast the key heads.
+inline std::int64_t value_head_position(std::int64_t j, std::int64_t Hk, std::int64_t r, bool tiled) {
+  return tiled ? (j % r) * Hk + j / r : j;
+}
+
+/// Separate q | k | v rows [2*Hk*Dk + Hv*Dv, D] (each head-major; the value heads tiled when `tiled`) and z rows
+/// [Hv*Dv, D] -> MaxText's fused in_proj_qkvz kernel [D, ...] grouped per key head h: [q_h (Dk), k_h (Dk), v_h (r*Dv),
+/// z_h (r*Dv)], r = Hv / Hk (concat_qkvz_and_transpose). One copy, in the file's type (Q8_0 rows included).
 inline void put_grouped_qkvz(NameMapper& imp, const Config& cfg, const AnyTensor& qkv, const AnyTensor& z,
-                             const std::string& to, const std::string& qkv_name, const std::string& z_name) {
+                             const std::string& to, const std::string& qkv_name, const std::string& z_name,
+                             bool tiled = false) {
   const std::int64_t D = cfg.emb_dim, Hk = cfg.gdn_num_key_heads, Hv = cfg.gdn_num_value_heads,
                      Dk = cfg.gdn_key_head_dim, Dv = cfg.gdn_value_head_dim, r = Hv / Hk, C = 2 * Hk * Dk + Hv * Dv;
   imp.shape(qkv, {C, D}, qkv_name);
   imp.shape(z, {Hv * Dv, D}, z_name);
-  const auto part = [&](std::int64_t begin, std::int64_t rows) {
-    return qkv.narrow(0, begin, Hk * rows).reshaped({Hk, rows, D});
-  };
-  const AnyTensor fused = AnyTensor::concat(
-      {part(0, Dk), part(Hk * Dk, Dk), part(2 * Hk * Dk, r * Dv), z.reshaped({Hk, r * Dv, D})}, 1, qkv_name + " + " + z_name);
-  imp.put(to, fused.reshaped({C + Hv * Dv, D}).permuted({1, 0}), qkv_name + " + " + z_name);
+  std::vector<AnyTensor> rows;
+  for (std::int64_t h = 0; h < Hk; ++h) {
+    rows.push_back(qkv.narrow(0, h * Dk, Dk));
+    rows.push_back(qkv.narrow(0, (Hk + h) * Dk, Dk));
+    for (std::int64_t t = 0; t < r; ++t) {
+      rows.push_back(qkv.narrow(0, 2 * Hk * Dk + value_head_position(h * r + t, Hk, r, tiled) * Dv, Dv));
+    }
+    for (std::int64_t t = 0; t < r; ++t) rows.push_back(z.narrow(0, value_head_position(h * r + t, Hk, r, tiled) * Dv, Dv));
+  }
+  imp.put(to, concat_any(rows, 0, qkv_name + " + " + z_name).permuted({1, 0}), qkv_name + " + " + z_name);
+}
+
+/// Separate b and a rows [Hv, D] (value heads tiled when `tiled`) -> MaxText's fused in_proj_ba kernel [D, 2*Hv]
+/// grouped per key head: [b_h (r), a_h (r)] (concat_ba_and_transpose).
+inline void put_grouped_ba(NameMapper& imp, const Config& cfg, const AnyTensor& b, const AnyTensor& a,
+                           const std::string& to, const std::string& b_name, const std::string& a_name,
+                           bool tiled = false) {
+  const std::int64_t D = cfg.emb_dim, Hk = cfg.gdn_num_key_heads, Hv = cfg.gdn_num_value_heads, r = Hv / Hk;
+  imp.shape(b, {Hv, D}, b_name);
+  imp.shape(a, {Hv, D}, a_name);
+  std::vector<AnyTensor> rows;
+  for (std::int64_t h = 0; h < Hk; ++h) {
+    for (const AnyTensor* t : {&b, &a}) {
+      for (std::int64_t i = 0; i < r; ++i) rows.push_back(t->narrow(0, value_head_position(h * r + i, Hk, r, tiled), 1));
+    }
+  }
+  imp.put(to, concat_any(rows, 0, b_name + " + " + a_name).permuted({1, 0}), b_name + " + " + a_name);
 }
 
 }  // namespace detail
@@ -231,7 +279,7 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
   detail::NameMapper imp(in, cfg, what, cfg.is("qwen3_5") ? "Qwen3.5" : "Qwen3-Next");
   const std::int64_t D = cfg.emb_dim, N = cfg.num_query_heads, H = cfg.head_dim, K = cfg.gdn_conv_kernel_dim;
   const std::int64_t Hk = cfg.gdn_num_key_heads, Hv = cfg.gdn_num_value_heads, Dk = cfg.gdn_key_head_dim,
-                     Dv = cfg.gdn_value_head_dim, r = Hv / Hk, E = cfg.num_experts, F = cfg.moe_mlp_dim;
+                     Dv = cfg.gdn_value_head_dim, E = cfg.num_experts, F = cfg.moe_mlp_dim;
   // Qwen3_5MoeForConditionalGeneration keeps the text model under model.language_model.
   const std::string root = imp.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   imp.same(root + "embed_tokens.weight", "token_embedder.embedding");
@@ -265,12 +313,7 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
         const AnyTensor* b = imp.get(s + "in_proj_b.weight");
         const AnyTensor* av = imp.get(s + "in_proj_a.weight");
         if (b != nullptr && av != nullptr) {
-          imp.shape(*b, {Hv, D}, s + "in_proj_b.weight");
-          imp.shape(*av, {Hv, D}, s + "in_proj_a.weight");
-          const AnyTensor fused = AnyTensor::concat({b->reshaped({Hk, r, D}), av->reshaped({Hk, r, D})}, 1,
-                                                    s + "in_proj_b.weight + in_proj_a.weight");
-          imp.put(a + "in_proj_ba.kernel", fused.reshaped({2 * Hv, D}).permuted({1, 0}),
-                  s + "in_proj_b.weight + in_proj_a.weight");
+          detail::put_grouped_ba(imp, cfg, *b, *av, a + "in_proj_ba.kernel", s + "in_proj_b.weight", s + "in_proj_a.weight");
         }
       } else {  // Qwen3-Next: fused per key head already
         imp.dense(s + "in_proj_qkvz.weight", a + "in_proj_qkvz.kernel");
@@ -312,19 +355,25 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
   return imp.finish({root + "rotary_emb.", "model.visual.", "mtp."});
 }
 
-/// True for GGUF general.architecture qwen3next.
-inline bool is_gguf_qwen3_next(const std::string& arch) { return arch == "qwen3next"; }
+/// True for GGUF general.architecture qwen3next, or qwen35moe (Qwen3.5 MoE, read as decoder_block qwen3_5).
+inline bool is_gguf_qwen3_next(const std::string& arch) { return arch == "qwen3next" || arch == "qwen35moe"; }
 
-/// A Config from the metadata of a llama.cpp `qwen3next` GGUF file (its keys, and what its graph fixes).
+/// A Config from the metadata of a llama.cpp `qwen3next` or `qwen35moe` GGUF file (its keys, and what its graph
+/// fixes).
 inline Config config_from_gguf_qwen3_next(const GgufFile& g) {
-  const std::string p = "qwen3next.";
+  const std::string arch = g.get_string("general.architecture");
+  const bool q35 = arch == "qwen35moe";
+  const std::string p = arch + ".", block = q35 ? "qwen3_5" : "qwen3_next";
   Config c;
-  detail::base_qwen3_hybrid_config(c, "qwen3_next");
+  detail::base_qwen3_hybrid_config(c, block);
   c.base_emb_dim = g.get_int(p + "embedding_length");
-  c.base_num_decoder_layers = g.get_int(p + "block_count");
-  MAXTEXT_CHECK(c.base_num_decoder_layers > 0 && c.base_num_decoder_layers <= Config::Limits::layers, IoError,
-                "[gguf] ", g.path, ": ", p, "block_count ", c.base_num_decoder_layers, " outside [1, ",
-                Config::Limits::layers, "]");
+  // The multi-token-prediction layers llama.cpp's converter appends (nextn_predict_layers, blk.L..) are not read:
+  // MaxText's block has none, and llama.cpp runs them only for speculative decoding.
+  const std::int64_t all_layers = g.get_int(p + "block_count"), nextn = g.get_int(p + "nextn_predict_layers", 0);
+  MAXTEXT_CHECK(nextn >= 0 && nextn < all_layers && all_layers <= Config::Limits::layers, IoError, "[gguf] ", g.path,
+                ": ", p, "block_count ", all_layers, " with nextn_predict_layers ", nextn, ": expected 0 <= nextn < "
+                "block_count <= ", Config::Limits::layers);
+  c.base_num_decoder_layers = all_layers - nextn;
   c.base_num_query_heads = g.get_int(p + "attention.head_count");
   c.base_num_kv_heads = g.get_int(p + "attention.head_count_kv", c.base_num_query_heads);
   MAXTEXT_CHECK(c.base_num_query_heads > 0 && c.base_emb_dim > 0, IoError, "[gguf] ", g.path,
@@ -333,13 +382,13 @@ inline Config config_from_gguf_qwen3_next(const GgufFile& g) {
   MAXTEXT_CHECK(g.get_int(p + "attention.value_length", c.head_dim) == c.head_dim, UnsupportedError, "[gguf] ", g.path,
                 ": ", p, "attention.value_length differs from key_length (llama.cpp's qwen3next requires equal sizes)");
   MAXTEXT_CHECK(g.get_float(p + "attention.scale", 0.0) == 0.0, UnsupportedError, "[gguf] ", g.path, ": ", p,
-                "attention.scale ", g.get_float(p + "attention.scale", 0.0), ": MaxText's qwen3_next scales queries by "
+                "attention.scale ", g.get_float(p + "attention.scale", 0.0), ": MaxText's ", block, " scales queries by "
                 "head_dim^-0.5");
   c.normalization_layer_epsilon = g.get_float(p + "attention.layer_norm_rms_epsilon", 1e-6);
   c.rope_max_timescale = g.get_float(p + "rope.freq_base", 10000.0);
   const std::string scaling = g.get_string(p + "rope.scaling.type", "none");
   MAXTEXT_CHECK(scaling == "none", UnsupportedError, "[gguf] ", g.path, ": ", p, "rope.scaling.type '", scaling,
-                "': MaxText's qwen3_next block uses the default (partial) RoPE");
+                "': MaxText's ", block, " block uses the default (partial) RoPE");
   const std::int64_t rot = g.get_int(p + "rope.dimension_count", c.head_dim);
   MAXTEXT_CHECK(rot > 0 && rot <= c.head_dim && rot % 2 == 0, IoError, "[gguf] ", g.path, ": ", p,
                 "rope.dimension_count ", rot, ": expected an even count in [2, head_dim = ", c.head_dim, "]");
@@ -347,17 +396,17 @@ inline Config config_from_gguf_qwen3_next(const GgufFile& g) {
   c.num_experts = g.get_int(p + "expert_count");
   c.num_experts_per_tok = g.get_int(p + "expert_used_count");
   MAXTEXT_CHECK(c.num_experts >= 1, UnsupportedError, "[gguf] ", g.path, ": ", p,
-                "expert_count 0: MaxText's qwen3_next block has an MoE in every layer");
+                "expert_count 0: MaxText's ", block, " block has an MoE in every layer");
   c.norm_topk_prob = true;  // llama.cpp's qwen3next graph always renormalises the top-k weights
   const double ws = g.get_float(p + "expert_weights_scale", 0.0);
   MAXTEXT_CHECK(ws == 0.0 || ws == 1.0, UnsupportedError, "[gguf] ", g.path, ": ", p, "expert_weights_scale ", ws,
-                ": MaxText's qwen3_next block does not scale the routing weights");
+                ": MaxText's ", block, " block does not scale the routing weights");
   c.base_moe_mlp_dim = g.get_int(p + "expert_feed_forward_length");
   c.base_mlp_dim = g.get_int(p + "feed_forward_length", c.base_moe_mlp_dim);
   const std::int64_t shared = g.get_int(p + "expert_shared_feed_forward_length", c.base_mlp_dim);
   MAXTEXT_CHECK(shared == c.base_moe_mlp_dim, UnsupportedError, "[gguf] ", g.path, ": ", p,
                 "expert_shared_feed_forward_length ", shared, " != expert_feed_forward_length ", c.base_moe_mlp_dim,
-                ": MaxText's qwen3_next block has one shared expert of the routed experts' width");
+                ": MaxText's ", block, " block has one shared expert of the routed experts' width");
   c.gdn_conv_kernel_dim = g.get_int(p + "ssm.conv_kernel");
   c.gdn_key_head_dim = g.get_int(p + "ssm.state_size");
   c.gdn_num_key_heads = g.get_int(p + "ssm.group_count");
@@ -371,24 +420,28 @@ inline Config config_from_gguf_qwen3_next(const GgufFile& g) {
   const std::int64_t L = c.base_num_decoder_layers, cyc = c.inhomogeneous_layer_cycle_interval;
   if (const GgufValue* v = g.find(p + "attention.recurrent_layers")) {
     MAXTEXT_CHECK(v->is_array() && static_cast<std::int64_t>(v->ints.size()) >= L, IoError, "[gguf] ", g.path, ": ", p,
-                  "attention.recurrent_layers: expected one flag per layer (", L, ")");
+                  "attention.recurrent_layers: expected one flag per layer (", all_layers, ")");
     for (std::int64_t i = 0; i < L; ++i) {
       const bool want = !(cyc > 0 && (i + 1) % cyc == 0);
       MAXTEXT_CHECK((v->ints[static_cast<std::size_t>(i)] != 0) == want, UnsupportedError, "[gguf] ", g.path, ": ", p,
                     "attention.recurrent_layers[", i, "] is ", v->ints[static_cast<std::size_t>(i)] != 0,
-                    ": MaxText's qwen3_next uses full attention exactly when (i + 1) % full_attention_interval (", cyc,
+                    ": MaxText's ", block, " uses full attention exactly when (i + 1) % full_attention_interval (", cyc,
                     ") == 0");
     }
   }
-  MAXTEXT_CHECK(g.get_int(p + "nextn_predict_layers", 0) == 0, UnsupportedError, "[gguf] ", g.path, ": ", p,
-                "nextn_predict_layers: the multi-token-prediction layers are not read (MaxText's qwen3_next has none)");
+  if (q35) {
+    // Qwen3.5's interleaved MRoPE (llama.cpp: rope.dimension_sections, four counts, the last 0 for text models); at
+    // text positions MaxText's use_mrope is the partial RoPE (layers/rotary.hpp).
+    const GgufValue& v = g.at(p + "rope.dimension_sections");
+    MAXTEXT_CHECK(v.is_array() && v.ints.size() == 4 && v.ints[3] == 0, UnsupportedError, "[gguf] ", g.path, ": ", p,
+                  "rope.dimension_sections: expected four counts with the last 0 (temporal, height, width, -)");
+    c.use_mrope = true;
+    c.set_list("mrope_section", {std::to_string(v.ints[0]), std::to_string(v.ints[1]), std::to_string(v.ints[2])},
+               g.path);
+  }
   c.max_target_length = std::min<std::int64_t>(g.get_int(p + "context_length", 131072), 131072);
   c.max_position_embeddings = c.max_target_length;
-  if (const auto shape = g.tensor_shape("token_embd.weight")) {
-    c.vocab_size = shape->front();
-  } else {
-    c.vocab_size = g.get_int(p + "vocab_size");
-  }
+  c.vocab_size = g.vocab_size(p);
   c.derive();
   c.validate();
   return c;
@@ -406,13 +459,16 @@ AnyTensor gguf_elementwise(const AnyTensor& t, F f) {
 
 }  // namespace detail
 
-/// Map a llama.cpp `qwen3next` GGUF file's tensors to MaxText names for `cfg` (io/hf_qwen3_next.hpp header comment).
+/// Map a llama.cpp `qwen3next` or `qwen35moe` GGUF file's tensors to MaxText names for `cfg` (decoder_block qwen3_next
+/// or qwen3_5; io/hf_qwen3_next.hpp header comment). Qwen3.5's value heads come tiled and are put back in order.
 inline TensorMap import_gguf_qwen3_next(const TensorMap& in, const Config& cfg, const std::string& what = "gguf") {
-  detail::NameMapper imp(in, cfg, what, "Qwen3-Next");
+  const bool tiled = cfg.is("qwen3_5");
+  detail::NameMapper imp(in, cfg, what, tiled ? "Qwen3.5" : "Qwen3-Next");
   const std::int64_t D = cfg.emb_dim, N = cfg.num_query_heads, KV = cfg.num_kv_heads, H = cfg.head_dim,
                      K = cfg.gdn_conv_kernel_dim, Hk = cfg.gdn_num_key_heads, Hv = cfg.gdn_num_value_heads,
                      Dk = cfg.gdn_key_head_dim, Dv = cfg.gdn_value_head_dim, F = cfg.moe_mlp_dim;
-  const std::int64_t C = 2 * Hk * Dk + Hv * Dv;
+  const std::int64_t C = 2 * Hk * Dk + Hv * Dv, r = Hv / Hk;
+  const auto pos = [&](std::int64_t j) { return detail::value_head_position(j, Hk, r, tiled); };
   // Qwen's (1 + w) RMSNorm weights: the converter stored 1 + w.
   const auto norm = [&](const std::string& from, const std::string& to) {
     if (const AnyTensor* t = imp.get(from)) {
@@ -458,25 +514,49 @@ inline TensorMap import_gguf_qwen3_next(const TensorMap& in, const Config& cfg, 
         const AnyTensor* z = imp.get(b + "attn_gate.weight");
         if (qkv != nullptr && z != nullptr) {
           detail::put_grouped_qkvz(imp, cfg, *qkv, *z, a + "in_proj_qkvz.kernel", b + "attn_qkv.weight",
-                                   b + "attn_gate.weight");
+                                   b + "attn_gate.weight", tiled);
         }
       }
-      imp.dense(b + "ssm_ba.weight", a + "in_proj_ba.kernel");
-      imp.dense(b + "ssm_out.weight", a + "out_proj.kernel");
-      if (const AnyTensor* t = imp.get(b + "ssm_conv1d.weight")) {
+      if (tiled) {  // Qwen3.5: beta and alpha as two tensors
+        const AnyTensor* bt = imp.get(b + "ssm_beta.weight");
+        const AnyTensor* al = imp.get(b + "ssm_alpha.weight");
+        if (bt != nullptr && al != nullptr) {
+          detail::put_grouped_ba(imp, cfg, *bt, *al, a + "in_proj_ba.kernel", b + "ssm_beta.weight",
+                                 b + "ssm_alpha.weight", true);
+        }
+      } else {
+        imp.dense(b + "ssm_ba.weight", a + "in_proj_ba.kernel");
+      }
+      if (const AnyTensor* t = imp.get(b + "ssm_out.weight")) {  // [D, Hv*Dv]: value-head columns
+        imp.shape(*t, {D, Hv * Dv}, b + "ssm_out.weight");
+        std::vector<AnyTensor> cols;
+        for (std::int64_t j = 0; tiled && j < Hv; ++j) cols.push_back(t->narrow(1, pos(j) * Dv, Dv));
+        imp.put(a + "out_proj.kernel", (tiled ? detail::concat_any(cols, 1, b + "ssm_out.weight") : *t).permuted({1, 0}),
+                b + "ssm_out.weight");
+      }
+      if (const AnyTensor* t = imp.get(b + "ssm_conv1d.weight")) {  // [C, K]: q | k | v channels
         imp.shape(*t, {C, K}, b + "ssm_conv1d.weight");
-        imp.put(a + "conv1d.kernel", t->reshaped({C, 1, K}).permuted({2, 1, 0}), b + "ssm_conv1d.weight");
+        std::vector<AnyTensor> rows = {t->narrow(0, 0, 2 * Hk * Dk)};
+        for (std::int64_t j = 0; tiled && j < Hv; ++j) rows.push_back(t->narrow(0, 2 * Hk * Dk + pos(j) * Dv, Dv));
+        const AnyTensor conv = tiled ? detail::concat_any(rows, 0, b + "ssm_conv1d.weight") : *t;
+        imp.put(a + "conv1d.kernel", conv.reshaped({C, 1, K}).permuted({2, 1, 0}), b + "ssm_conv1d.weight");
       }
       if (const AnyTensor* t = imp.get(b + "ssm_a")) {
         imp.shape(*t, {Hv}, b + "ssm_a");
         const std::string name = b + "ssm_a";
-        imp.put(a + "A_log", detail::gguf_elementwise(*t, [&](double v, std::int64_t j) {
-                  MAXTEXT_CHECK(v < 0.0 && std::isfinite(v), IoError, "[", what, "] ", name, "[", j, "] = ", v,
+        imp.put(a + "A_log", detail::gguf_elementwise(*t, [&](double, std::int64_t j) {
+                  const double v = t->element(pos(j));
+                  MAXTEXT_CHECK(v < 0.0 && std::isfinite(v), IoError, "[", what, "] ", name, "[", pos(j), "] = ", v,
                                 ": llama.cpp stores -exp(A_log), which is finite and negative");
                   return static_cast<float>(std::log(-v));
                 }), name);
       }
-      imp.same(b + "ssm_dt.bias", a + "dt_bias");
+      if (const AnyTensor* t = imp.get(b + "ssm_dt.bias")) {
+        imp.shape(*t, {Hv}, b + "ssm_dt.bias");
+        imp.put(a + "dt_bias", tiled ? detail::gguf_elementwise(*t, [&](double, std::int64_t j) {
+                  return static_cast<float>(t->element(pos(j)));
+                }) : *t, b + "ssm_dt.bias");
+      }
       imp.same(b + "ssm_norm.weight", a + "norm.rms_norm.scale");
     }
     const std::string o = m + "mlp.";
@@ -495,12 +575,22 @@ inline TensorMap import_gguf_qwen3_next(const TensorMap& in, const Config& cfg, 
     imp.dense(b + "ffn_gate_shexp.weight", o + "shared_expert.wi_0.kernel");
     imp.dense(b + "ffn_up_shexp.weight", o + "shared_expert.wi_1.kernel");
     imp.dense(b + "ffn_down_shexp.weight", o + "shared_expert.wo.kernel");
-    if (const AnyTensor* t = imp.get(b + "ffn_gate_inp_shexp.weight")) {
-      imp.shape(*t, {D}, b + "ffn_gate_inp_shexp.weight");
+    if (const AnyTensor* t = imp.get(b + "ffn_gate_inp_shexp.weight")) {  // [1, D] as converted, or [D]
+      if (t->rank() != 1) imp.shape(*t, {1, D}, b + "ffn_gate_inp_shexp.weight");
+      imp.shape(t->reshaped({t->numel()}), {D}, b + "ffn_gate_inp_shexp.weight");
       imp.put(o + "shared_expert_gate.kernel", t->reshaped({D, 1}), b + "ffn_gate_inp_shexp.weight");
     }
   }
-  return imp.finish();
+  // The multi-token-prediction layers after the model's (config_from_gguf_qwen3_next) are not read.
+  std::vector<std::string> mtp;
+  for (const auto& [name, t] : in.tensors) {
+    if (name.rfind("blk.", 0) != 0) continue;
+    const std::string num = name.substr(4, name.find('.', 4) - 4);
+    const bool index = !num.empty() && num.size() < 10 &&
+                       std::all_of(num.begin(), num.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (index && std::stoll(num) >= cfg.num_decoder_layers) mtp.push_back(name);
+  }
+  return imp.finish(mtp);
 }
 
 }  // namespace maxtext::io

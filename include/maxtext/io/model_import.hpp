@@ -99,7 +99,9 @@ inline Config config_from_gguf(const GgufFile& g) {
   if (is_gguf_olmo(arch)) return config_from_gguf_olmo(g);    // olmo2 (OLMo 3 exports): io/hf_olmo.hpp
   if (is_gguf_gpt_oss(arch)) return config_from_gguf_gpt_oss(g);  // gpt-oss: io/hf_gpt_oss.hpp
   if (is_gguf_llama4(arch)) return config_from_gguf_llama4(g);    // llama4: io/hf_llama4.hpp
-  if (is_gguf_qwen3_next(arch)) return config_from_gguf_qwen3_next(g);  // qwen3next: io/hf_qwen3_next.hpp
+  if (is_gguf_qwen3_next(arch)) return config_from_gguf_qwen3_next(g);  // qwen3next, qwen35moe: io/hf_qwen3_next.hpp
+  MAXTEXT_CHECK(arch != "qwen35", UnsupportedError, "[gguf] ", g.path, ": general.architecture qwen35 is a dense "
+                "Qwen3.5; MaxText's qwen3_5 block (models/qwen3_5.py) has an MoE in every layer");
   if (is_gguf_gemma4(arch)) return config_from_gguf_gemma4(g);    // gemma4: io/hf_gemma4.hpp
   Config c;
   detail::base_llama_config(c);
@@ -120,8 +122,8 @@ inline Config config_from_gguf(const GgufFile& g) {
     c.norm_topk_prob = true;  // llama.cpp's qwen3moe graph always renormalises the top-k weights
   } else {
     MAXTEXT_THROW(UnsupportedError, "[gguf] ", g.path, ": general.architecture '", arch,
-                  "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, qwen3next, gemma, gemma2, gemma3, "
-                  "gemma4, olmo2, gpt-oss, llama4)");
+                  "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, qwen3next, qwen35moe, gemma, gemma2, "
+                  "gemma3, gemma4, olmo2, gpt-oss, llama4)");
   }
   const std::string p = arch + ".";
   c.base_emb_dim = g.get_int(p + "embedding_length");
@@ -162,11 +164,7 @@ inline Config config_from_gguf(const GgufFile& g) {
     }
     c.rope_type = "llama3.1";
   }
-  if (const auto shape = g.tensor_shape("token_embd.weight")) {  // any type, block-quantised ones included
-    c.vocab_size = shape->front();
-  } else {
-    c.vocab_size = g.get_int(p + "vocab_size");
-  }
+  c.vocab_size = g.vocab_size(p);
   c.derive();
   return c;
 }

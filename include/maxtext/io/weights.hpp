@@ -103,10 +103,8 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
   MAXTEXT_CHECK(!cfg.is("qwen3_custom_moe") || w.format == WeightFormat::maxtext_safetensors, UnsupportedError,
                 "[weights] ", path, ": decoder_block ", cfg.decoder_block,
                 " reads MaxText checkpoints only (no Hugging Face / GGUF / llama2.c importer for it)");
-  MAXTEXT_CHECK(!cfg.is_qwen3_hybrid() || w.format == WeightFormat::maxtext_safetensors ||
-                    w.format == WeightFormat::hf_safetensors || (cfg.is("qwen3_next") && w.format == WeightFormat::gguf),
-                UnsupportedError, "[weights] ", path, ": decoder_block ", cfg.decoder_block, " reads MaxText and Hugging "
-                "Face checkpoints", cfg.is("qwen3_next") ? " and GGUF (qwen3next)" : "", " (no importer for this file)");
+  MAXTEXT_CHECK(!cfg.is_qwen3_hybrid() || w.format != WeightFormat::llama2c, UnsupportedError, "[weights] ", path,
+                ": decoder_block ", cfg.decoder_block, " reads MaxText, Hugging Face and GGUF checkpoints, not llama2.c");
   MAXTEXT_CHECK(!cfg.is("llama4") || w.format != WeightFormat::llama2c, UnsupportedError, "[weights] ", path,
                 ": decoder_block llama4 reads MaxText, Hugging Face and GGUF checkpoints, not llama2.c files");
   switch (w.format) {
@@ -141,9 +139,10 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
         w.tensors = import_gguf_gemma4(g.tensors, cfg, "gguf " + path);
         return w;
       }
-      if (cfg.is("qwen3_next")) {  // io/hf_qwen3_next.hpp
-        MAXTEXT_CHECK(g.get_string("general.architecture") == "qwen3next", UnsupportedError, "[gguf] ", path,
-                      ": decoder_block qwen3_next reads GGUF architecture qwen3next, found '",
+      if (cfg.is_qwen3_hybrid()) {  // io/hf_qwen3_next.hpp
+        const std::string want = cfg.is("qwen3_5") ? "qwen35moe" : "qwen3next";
+        MAXTEXT_CHECK(g.get_string("general.architecture") == want, UnsupportedError, "[gguf] ", path, ": decoder_block ",
+                      cfg.decoder_block, " reads GGUF architecture ", want, ", found '",
                       g.get_string("general.architecture"), "'");
         w.tensors = import_gguf_qwen3_next(g.tensors, cfg, "gguf " + path);
         return w;
