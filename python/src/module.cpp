@@ -24,6 +24,7 @@
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/testing/reference_check.hpp"
+#include "maxtext/tokenizer/compressed_tokenizer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
 
 namespace py = pybind11;
@@ -544,6 +545,29 @@ llama2.c tokenizer.bin or a SentencePiece .model; without path, the one the weig
       .def("decode", [](const PyTokenizer& t, const std::vector<std::int32_t>& ids) { return text(t.get().decode(ids)); })
       .def("piece", [](const PyTokenizer& t, std::int32_t prev, std::int32_t id) { return py::bytes(t.get().piece(prev, id)); },
            py::arg("prev"), py::arg("id"), "The bytes of `id` following `prev` (-1 at the start).")
+      .def(
+          "compressed_token_table",
+          [](const PyTokenizer& t) {
+            const auto* hf = dynamic_cast<const tokenizer::HfTokenizer*>(&t.get());
+            MAXTEXT_CHECK(hf != nullptr, ArgumentError, "[Tokenizer] compressed_token_table: MaxText's "
+                          "CompressedTokenizer is built from a Hugging Face tokenizer.json, not this tokenizer");
+            tokenizer::CompressedTokenTable table;
+            {
+              py::gil_scoped_release nogil;
+              table = tokenizer::compressed_token_table(*hf);
+            }
+            py::array_t<std::int32_t> lookup(static_cast<py::ssize_t>(table.lookup.size()), table.lookup.data());
+            return py::make_tuple(lookup, table.size);
+          },
+          R"((lookup, size): MaxText's Engram CompressedTokenizer table (engram.py) over this Hugging Face tokenizer's
+vocabulary: lookup[id] is the canonical id of token id (NFKC, NFD, accents stripped, lower case, whitespace folded),
+numbered in first-seen order; size is the number of canonical ids.)")
+      .def_property_readonly("pad",
+                             [](const PyTokenizer& t) {
+                               const auto* hf = dynamic_cast<const tokenizer::HfTokenizer*>(&t.get());
+                               return hf != nullptr ? hf->pad() : -1;
+                             },
+                             "The pad token id of a Hugging Face tokenizer (tokenizer_config.json pad_token), or -1.")
       .def_property_readonly("bos", [](const PyTokenizer& t) { return t.get().bos(); })
       .def_property_readonly("eos", [](const PyTokenizer& t) { return t.get().eos(); })
       .def_property_readonly("vocab_size", [](const PyTokenizer& t) { return t.get().vocab_size(); });
@@ -606,6 +630,44 @@ names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
           })
       .def("__repr__", [](const PyModel& pm) { return "maxtext_cpp.Model(" + pm.b->type_name() + ")"; })
       .def("num_params", [](PyModel& pm) { return pm.b->num_params(); })
+      .def_property_readonly("needs_engram_vocab", [](const PyModel& pm) { return pm.b->needs_engram_vocab(); },
+                             "True for a model with Engram layers (engram_layers) whose canonical-token table is not set.")
+      .def(
+          "set_engram_vocab",
+          [](PyModel& pm, py::object tok, py::object lookup, py::object size, py::object pad) {
+            std::vector<std::int32_t> table;
+            std::int64_t n = 0;
+            std::int32_t pad_id = -1;
+            if (!tok.is_none()) {
+              MAXTEXT_CHECK(lookup.is_none() && size.is_none(), ArgumentError, "[set_engram_vocab] give a tokenizer or "
+                            "lookup= and compressed_size=, not both");
+              const auto* hf = dynamic_cast<const tokenizer::HfTokenizer*>(&tok.cast<const PyTokenizer&>().get());
+              MAXTEXT_CHECK(hf != nullptr, ArgumentError, "[set_engram_vocab] the Engram layers hash a Hugging Face "
+                            "tokenizer's canonical tokens: give a Tokenizer of a tokenizer.json");
+              pad_id = pad.is_none() ? hf->pad() : pad.cast<std::int32_t>();
+              MAXTEXT_CHECK(pad_id >= 0, ArgumentError, "[set_engram_vocab] the tokenizer has no pad_token (MaxText's "
+                            "NgramHashMapping requires pad_token_id): give pad_token=");
+              tokenizer::CompressedTokenTable t;
+              {
+                py::gil_scoped_release nogil;
+                t = tokenizer::compressed_token_table(*hf);
+              }
+              table = std::move(t.lookup);
+              n = t.size;
+            } else {
+              MAXTEXT_CHECK(!lookup.is_none() && !size.is_none() && !pad.is_none(), ArgumentError,
+                            "[set_engram_vocab] give a tokenizer, or lookup=, compressed_size= and pad_token=");
+              table = lookup.cast<std::vector<std::int32_t>>();
+              n = size.cast<std::int64_t>();
+              pad_id = pad.cast<std::int32_t>();
+            }
+            pm.b->set_engram_vocab(std::move(table), n, pad_id);
+          },
+          py::arg("tokenizer") = py::none(), py::kw_only(), py::arg("lookup") = py::none(),
+          py::arg("compressed_size") = py::none(), py::arg("pad_token") = py::none(),
+          R"(The canonical-token table the Engram layers hash with (deepseek.py builds it from the Hugging Face
+tokenizer): from a Tokenizer (its compressed_token_table() and pad token; pad_token= overrides), or given as
+lookup= (canonical id per token id), compressed_size= and pad_token=.)")
       .def("load", &PyModel::load, py::arg("weights"), py::arg("allow_unused") = false,
            "Load parameters from a path or a dict of arrays (missing, extra or mis-shaped tensors raise IoError).")
       .def(

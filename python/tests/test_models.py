@@ -1,9 +1,12 @@
 """Logits, captures, layers and KV-cache decoding of maxtext_cpp.Model against the committed float64 fixtures
 (tests/reference/*.py wrote them from MaxText's math in PyTorch; the C++ tests use the same files)."""
+import json
+import os
+
 import numpy as np
 import pytest
 
-from conftest import F32_LAYER, F32_LOGITS, assert_close, fixture, meta, nest, read_safetensors
+from conftest import F32_LAYER, F32_LOGITS, assert_close, fixture, meta, nest, read_safetensors, shared_dir
 
 
 def gpt3(mc, **kw):
@@ -284,3 +287,36 @@ def test_qwen3_next_logits_and_recurrent_decoding(mc, case, weights):
     seg[1, 0] = 0
     with pytest.raises(mc.UnsupportedError, match="segment id 0"):
         m.forward(tokens[:, :1], segment_ids=seg, cache=m.new_cache(batch=2, capacity=4))
+
+
+def test_engram_model_needs_its_table_then_matches_the_float64_reference(mc):
+    """DeepSeek with Engram in layer 1 (tests/reference/deepseek_engram_reference.py): without the canonical-token
+    table the model refuses to run; with the fixture's table its logits match the float64 reference."""
+    case = "deepseek_engram_model"
+    m = mc.Model(mc.Config(fixture(case, "config.yml")), weights=fixture(case, "model.safetensors"))
+    tokens = np.load(fixture(case, "tokens.npy"))
+    assert m.needs_engram_vocab
+    with pytest.raises(mc.Error, match="(?i)engram"):
+        m.forward(tokens)
+    with pytest.raises(mc.ArgumentError, match="lookup=, compressed_size= and pad_token="):
+        m.set_engram_vocab(lookup=[0, 1])
+    info = meta(case)
+    m.set_engram_vocab(lookup=np.load(fixture(case, "engram_lookup.npy")).tolist(),
+                       compressed_size=info["compressed_vocab"], pad_token=info["pad_token"])
+    assert not m.needs_engram_vocab
+    assert_close(m.forward(tokens), np.load(fixture(case, "logits.npy")), **F32_LOGITS, what="engram logits")
+
+
+def test_compressed_token_table_of_a_real_tokenizer_equals_the_oracle(mc):
+    """Tokenizer.compressed_token_table() on Qwen3's tokenizer.json against tests/fixtures/engram_vocab/qwen3.json
+    (@huggingface/tokenizers run by tests/reference/engram_vocab_fixtures.mjs): the size and 400 sampled entries."""
+    path = os.path.join(shared_dir(), "models", "tokenizers", "qwen3", "tokenizer.json")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} absent (the shared models folder)")
+    with open(fixture("engram_vocab", "qwen3.json")) as f:
+        fx = json.load(f)
+    lookup, size = mc.Tokenizer(path).compressed_token_table()
+    assert lookup.dtype == np.int32 and lookup.shape == (fx["vocab_size"],)
+    assert size == fx["compressed_size"]
+    ids, want = np.array(fx["samples"]).T
+    assert (lookup[ids] == want).all()
