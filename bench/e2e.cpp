@@ -21,6 +21,7 @@
 #include "maxtext/layers/gemma3.hpp"
 #include "maxtext/layers/llama2.hpp"
 #include "maxtext/layers/qwen3.hpp"
+#include "maxtext/layers/qwen3_next.hpp"
 #include "maxtext/models/transformer.hpp"
 
 using namespace maxtext;
@@ -147,13 +148,14 @@ void run(const Args& a, const Config& cfg) {
   }
 }
 
-/// The decoder block the GGUF names: llama (llama2), gemma3, qwen3moe (qwen3_moe).
+/// The decoder block the GGUF names: llama (llama2), gemma3, qwen3moe (qwen3_moe), qwen3next (qwen3_next).
 template <class P>
 void run_block(const Args& a, const Config& cfg) {
   if (cfg.is("gemma3")) return run<models::Transformer<P, layers::Gemma3DecoderLayer>>(a, cfg);
   if (cfg.is("qwen3_moe")) return run<models::Transformer<P, layers::Qwen3MoeDecoderLayer>>(a, cfg);
+  if (cfg.is("qwen3_next")) return run<models::Transformer<P, layers::Qwen3NextDecoderLayer>>(a, cfg);
   MAXTEXT_CHECK(cfg.is("llama2"), UnsupportedError, "[e2e] decoder_block ", cfg.decoder_block,
-                " is not benchmarked (llama2, gemma3, qwen3_moe)");
+                " is not benchmarked (llama2, gemma3, qwen3_moe, qwen3_next)");
   run<models::Transformer<P, layers::LlamaDecoderLayer>>(a, cfg);
 }
 

@@ -12,7 +12,9 @@ Models (docs/performance.md):
      1 global; vocab 32000), GGUF only (architecture gemma3)
   e  Qwen3-MoE, 8 experts top 2 (dim 2048, 16 layers, 16/4 heads of 128, expert hidden 1408, vocab 32000), GGUF only
      (architecture qwen3moe)
-Models d and e are written as GGUF only (the library reads the GGUF llama.cpp reads; the PyTorch baseline and the
+  f  Qwen3-Next-shaped (dim 1024, 12 layers: 9 Gated DeltaNet with 8 key / 16 value heads of 128, 3 gated attention
+     with 8/2 heads of 256; 8 experts of 512 top 2 + a gated shared expert; vocab 32000), GGUF only (qwen3next)
+Models d, e and f are written as GGUF only (the library reads the GGUF llama.cpp reads; the PyTorch baseline and the
 dense-Llama roofline model of bench_limits do not apply to them).
 
 Rotary convention: the arrays are kept in Hugging Face's half-split layout (MaxText's default RoPE); the GGUF copies
@@ -34,6 +36,10 @@ SHAPES = {
               hidden=6912, vocab=32000, window=512, theta=1000000.0, theta_local=10000.0),
     "e": dict(name="qwen3-moe-8x2", arch="qwen3moe", dim=2048, layers=16, heads=16, kv_heads=4, head_dim=128,
               hidden=1408, experts=8, top_k=2, vocab=32000, theta=1000000.0),
+    # Qwen3-Next-80B's head sizes (DeltaNet Dk = Dv = 128, attention head 256, 25% RoPE), widths scaled down.
+    "f": dict(name="qwen3-next-0.3B-class", arch="qwen3next", dim=1024, layers=12, heads=8, kv_heads=2, head_dim=256,
+              hidden=512, experts=8, top_k=2, vocab=32000, theta=10000000.0, gdn_hk=8, gdn_hv=16, gdn_d=128,
+              gdn_conv=4, full_every=4),
 }
 
 
@@ -170,6 +176,15 @@ def write_gguf_arch(gguf, path, s, ftype, seed):
         w.add_uint32(p + "expert_count", s["experts"])
         w.add_uint32(p + "expert_used_count", s["top_k"])
         w.add_uint32(p + "expert_feed_forward_length", F)
+    if arch == "qwen3next":  # conversion/qwen.py Qwen3NextModel's keys
+        w.add_uint32(p + "expert_shared_feed_forward_length", F)
+        w.add_uint32(p + "ssm.conv_kernel", s["gdn_conv"])
+        w.add_uint32(p + "ssm.state_size", s["gdn_d"])
+        w.add_uint32(p + "ssm.group_count", s["gdn_hk"])
+        w.add_uint32(p + "ssm.time_step_rank", s["gdn_hv"])
+        w.add_uint32(p + "ssm.inner_size", s["gdn_d"] * s["gdn_hv"])
+        w.add_uint32(p + "full_attention_interval", s["full_every"])
+        w.add_uint32(p + "rope.dimension_count", H // 4)
     w.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[ftype])
     toks = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
     toks += [f"t{i}" for i in range(V - len(toks))]
@@ -193,30 +208,66 @@ def write_gguf_arch(gguf, path, s, ftype, seed):
     def norm(name, n):
         w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32))
 
-    mat("token_embd.weight", V, D)  # tied head (both architectures)
+    def vec(name, a):
+        w.add_tensor(name, a.astype(np.float32))
+
+    mat("token_embd.weight", V, D)  # tied head (gemma3, qwen3moe)
     norm("output_norm.weight", D)
-    for i in range(L):
-        b = f"blk.{i}."
-        norm(b + "attn_norm.weight", D)
-        norm(b + "ffn_norm.weight", D)
-        norm(b + "attn_q_norm.weight", H)
-        norm(b + "attn_k_norm.weight", H)
-        mat(b + "attn_q.weight", N * H, D)
-        mat(b + "attn_k.weight", K * H, D)
-        mat(b + "attn_v.weight", K * H, D)
-        mat(b + "attn_output.weight", D, N * H)
-        if arch == "gemma3":
+    if arch == "qwen3next":
+        mat("output.weight", V, D)
+        Hk, Hv, Dh, E = s["gdn_hk"], s["gdn_hv"], s["gdn_d"], s["experts"]
+        C = 2 * Hk * Dh + Hv * Dh
+        for i in range(L):
+            b = f"blk.{i}."
+            norm(b + "attn_norm.weight", D)
             norm(b + "post_attention_norm.weight", D)
-            norm(b + "post_ffw_norm.weight", D)
-            mat(b + "ffn_gate.weight", F, D)
-            mat(b + "ffn_up.weight", F, D)
-            mat(b + "ffn_down.weight", D, F)
-        else:
-            E = s["experts"]
+            if (i + 1) % s["full_every"] == 0:
+                mat(b + "attn_q.weight", N * 2 * H, D)
+                mat(b + "attn_k.weight", K * H, D)
+                mat(b + "attn_v.weight", K * H, D)
+                mat(b + "attn_output.weight", D, N * H)
+                norm(b + "attn_q_norm.weight", H)
+                norm(b + "attn_k_norm.weight", H)
+            else:
+                mat(b + "attn_qkv.weight", C, D)
+                mat(b + "attn_gate.weight", Hv * Dh, D)
+                mat(b + "ssm_ba.weight", 2 * Hv, D)
+                vec(b + "ssm_conv1d.weight", rng.standard_normal((C, s["gdn_conv"]), dtype=np.float32) * 0.5)
+                vec(b + "ssm_dt.bias", 1.0 + 0.3 * rng.standard_normal(Hv, dtype=np.float32))
+                vec(b + "ssm_a", -np.exp(rng.uniform(-1.0, 1.5, Hv)))
+                norm(b + "ssm_norm.weight", Dh)
+                mat(b + "ssm_out.weight", D, Hv * Dh)
             mat(b + "ffn_gate_inp.weight", E, D)
             mat(b + "ffn_gate_exps.weight", E, F, D)
             mat(b + "ffn_up_exps.weight", E, F, D)
             mat(b + "ffn_down_exps.weight", E, D, F)
+            vec(b + "ffn_gate_inp_shexp.weight", 0.02 * rng.standard_normal(D, dtype=np.float32))
+            mat(b + "ffn_gate_shexp.weight", F, D)
+            mat(b + "ffn_up_shexp.weight", F, D)
+            mat(b + "ffn_down_shexp.weight", D, F)
+    else:
+        for i in range(L):
+            b = f"blk.{i}."
+            norm(b + "attn_norm.weight", D)
+            norm(b + "ffn_norm.weight", D)
+            norm(b + "attn_q_norm.weight", H)
+            norm(b + "attn_k_norm.weight", H)
+            mat(b + "attn_q.weight", N * H, D)
+            mat(b + "attn_k.weight", K * H, D)
+            mat(b + "attn_v.weight", K * H, D)
+            mat(b + "attn_output.weight", D, N * H)
+            if arch == "gemma3":
+                norm(b + "post_attention_norm.weight", D)
+                norm(b + "post_ffw_norm.weight", D)
+                mat(b + "ffn_gate.weight", F, D)
+                mat(b + "ffn_up.weight", F, D)
+                mat(b + "ffn_down.weight", D, F)
+            else:
+                E = s["experts"]
+                mat(b + "ffn_gate_inp.weight", E, D)
+                mat(b + "ffn_gate_exps.weight", E, F, D)
+                mat(b + "ffn_up_exps.weight", E, F, D)
+                mat(b + "ffn_down_exps.weight", E, D, F)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -289,11 +340,19 @@ def main():
             s = dict(SHAPES[key])
             print(f"make_models: writing model {key} ({s['name']}, {s['arch']}) to {d}", file=sys.stderr, flush=True)
             for ft in ["f32", "f16", "q8_0"]:
-                write_gguf_arch(gguf, os.path.join(d, f"model-{ft}.gguf"), s, ft, seed={"d": 3, "e": 30}[key])
+                write_gguf_arch(gguf, os.path.join(d, f"model-{ft}.gguf"), s, ft, seed={"d": 3, "e": 30, "f": 300}[key])
             E, A, H = s.get("experts", 1), s.get("top_k", 1), s["head_dim"]
             per_layer = s["dim"] * H * (2 * s["heads"] + 2 * s["kv_heads"])
             s["active_params"] = s["layers"] * (per_layer + 3 * s["dim"] * s["hidden"] * A) + s["vocab"] * s["dim"]
             s["params"] = s["layers"] * (per_layer + 3 * s["dim"] * s["hidden"] * E) + s["vocab"] * s["dim"]
+            if s["arch"] == "qwen3next":  # 3 of 4 layers DeltaNet, q with its gate, shared expert, untied head
+                D, Dh = s["dim"], s["gdn_d"]
+                gdn = D * Dh * (2 * s["gdn_hk"] + 3 * s["gdn_hv"]) + 2 * D * s["gdn_hv"]
+                att = D * H * (3 * s["heads"] + 2 * s["kv_heads"])
+                n_att = s["layers"] // s["full_every"]
+                mix = (s["layers"] - n_att) * gdn + n_att * att
+                s["active_params"] = mix + s["layers"] * 3 * D * s["hidden"] * (A + 1) + 2 * s["vocab"] * D
+                s["params"] = mix + s["layers"] * 3 * D * s["hidden"] * (E + 1) + 2 * s["vocab"] * D
             s["gguf"] = ["f32", "f16", "q8_0"]
             with open(os.path.join(d, "meta.json"), "w") as f:
                 json.dump(s, f, indent=1)
