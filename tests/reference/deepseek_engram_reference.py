@@ -25,6 +25,7 @@ from common import case_dir, f32, rng, save_meta, save_npy, save_safetensors
 from deepseek_reference import (MIN_MARGIN, deepseek_layer_weights, deepseek_settings, deepseek_yaml, prefixed,
                                 rms_norm, sub, to64, write_yaml)
 from engram_module_reference import engram as engram_module
+from engram_module_reference import engram_weights as engram_module_weights
 from engram_reference import hashes, multipliers, prime_sizes
 from mhc_reference import mhc_weights, model_forward
 
@@ -40,20 +41,10 @@ def compressed_table(g, V, C):
 
 
 def engram_weights(g, c, G, sizes):
-  D, Dh, K = c["D"], ENGRAM["Dh"], ENGRAM["K"]
-  De = len(sizes) * Dh
-  return {
-      "engram_layer_norm.scale": f32(g, (D,), 0.1, 1.0),
-      "engram.multi_head_embedding.embedding.embedding": f32(g, (sum(sizes), Dh)),
-      "engram.key_proj.kernel": f32(g, (De, G, D), 1.0 / math.sqrt(De)),
-      "engram.key_proj.bias": f32(g, (G, D), 0.1),
-      "engram.k_norm.scale": f32(g, (G, D), 0.1, 1.0),
-      "engram.q_norm.scale": f32(g, (G, D), 0.1, 1.0),
-      "engram.value_proj.kernel": f32(g, (De, D), 1.0 / math.sqrt(De)),
-      "engram.value_proj.bias": f32(g, (D,), 0.1),
-      "engram.short_conv.norm.scale": f32(g, (G, D), 0.1, 1.0),
-      "engram.short_conv.conv.kernel": f32(g, (K, 1, G * D), 0.3),
-  }
+  w = {"engram_layer_norm.scale": f32(g, (c["D"],), 0.1, 1.0)}
+  w.update(prefixed(engram_module_weights(g, G, c["D"], ENGRAM["Dh"], sizes, ENGRAM["K"], norm_spread=0.1,
+                                          conv_scale=0.3), "engram."))
+  return w
 
 
 def model_case(name, seed, k, L, dense, engram_layers):

@@ -59,6 +59,24 @@ def engram(w, h, ids, c):
   return gated.reshape(B, S, G * D) + torch.nn.functional.silu(conv)
 
 
+def engram_weights(g, G, D, Dh, sizes, K, norm_spread, conv_scale):
+    """Random parameters of one Engram module (G streams of D, heads of Dh over tables of `sizes` rows, kernel K),
+    under its own names; the norm scales are 1 +- norm_spread."""
+    De = len(sizes) * Dh
+    return {
+        "multi_head_embedding.embedding.embedding": f32(g, (sum(sizes), Dh)),
+        "key_proj.kernel": f32(g, (De, G, D), 1.0 / np.sqrt(De)),
+        "key_proj.bias": f32(g, (G, D), 0.1),
+        "k_norm.scale": f32(g, (G, D), norm_spread, 1.0),
+        "q_norm.scale": f32(g, (G, D), norm_spread, 1.0),
+        "value_proj.kernel": f32(g, (De, D), 1.0 / np.sqrt(De)),
+        "value_proj.bias": f32(g, (D,), 0.1),
+        "short_conv.norm.scale": f32(g, (G, D), norm_spread, 1.0),
+        # engram.py initialises the kernel with zeros; random taps so that the convolution is exercised
+        "short_conv.conv.kernel": f32(g, (K, 1, G * D), conv_scale),
+    }
+
+
 def main():
   for c in CASES:
     g = rng(c["seed"])
@@ -66,18 +84,7 @@ def main():
     Ht = (N - 1) * H
     assert len(c["sizes"]) == Ht
     De = Ht * Dh
-    w = {
-        "multi_head_embedding.embedding.embedding": f32(g, (sum(c["sizes"]), Dh)),
-        "key_proj.kernel": f32(g, (De, G, D), 1.0 / np.sqrt(De)),
-        "key_proj.bias": f32(g, (G, D), 0.1),
-        "k_norm.scale": f32(g, (G, D), 0.2, 1.0),
-        "q_norm.scale": f32(g, (G, D), 0.2, 1.0),
-        "value_proj.kernel": f32(g, (De, D), 1.0 / np.sqrt(De)),
-        "value_proj.bias": f32(g, (D,), 0.1),
-        "short_conv.norm.scale": f32(g, (G, D), 0.2, 1.0),
-        # engram.py initialises the kernel with zeros; random taps so that the convolution is exercised
-        "short_conv.conv.kernel": f32(g, (K, 1, G * D), 0.5),
-    }
+    w = engram_weights(g, G, D, Dh, c["sizes"], K, norm_spread=0.2, conv_scale=0.5)
     h = f32(g, (B, S, G * D))
     ids = np.stack([g.integers(0, s, size=(B, S)) for s in c["sizes"]], axis=-1).astype(np.int32)
     out = engram(w, h, ids, c).numpy()

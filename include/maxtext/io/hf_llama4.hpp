@@ -59,15 +59,9 @@ namespace detail {
 
 /// What every imported Llama 4 config shares (MaxText's llama4 ymls, f32, unscanned).
 inline void base_llama4_config(Config& c) {
+  base_llama_config(c);
   c.decoder_block = "llama4";
-  c.dtype = "float32";
-  c.weight_dtype = "float32";
-  c.mlp_activations = {"silu", "linear"};
-  c.logits_via_embedding = false;
-  c.scan_layers = false;
-  c.enable_dropout = false;
   c.rope_type = "llama3.1";
-  c.rope_min_timescale = 1;
   c.shared_experts = 1;
 }
 

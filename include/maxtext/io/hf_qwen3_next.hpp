@@ -85,15 +85,9 @@ namespace detail {
 
 /// What every Qwen3-Next / Qwen3.5 config shares, whatever file it comes from.
 inline void base_qwen3_hybrid_config(Config& c, const std::string& block) {
+  base_llama_config(c);
   c.decoder_block = block;
-  c.dtype = "float32";
-  c.weight_dtype = "float32";
-  c.mlp_activations = {"silu", "linear"};
-  c.logits_via_embedding = false;
-  c.scan_layers = false;
-  c.enable_dropout = false;
   c.rope_type = "default";
-  c.rope_min_timescale = 1;
   c.shared_experts = 1;
 }
 

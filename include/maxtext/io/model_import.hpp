@@ -54,20 +54,6 @@ inline RopeLayout maxtext_rope_layout(const Config& cfg) {
 /// head_dim^-0.5), so the imported query kernel must not be pre-scaled.
 inline bool block_scales_queries(const Config& cfg) { return cfg.is("qwen3") || cfg.is("qwen2") || cfg.is("qwen3_moe"); }
 
-namespace detail {
-
-inline void base_llama_config(Config& c) {
-  c.dtype = "float32";
-  c.weight_dtype = "float32";
-  c.mlp_activations = {"silu", "linear"};
-  c.logits_via_embedding = false;
-  c.scan_layers = false;
-  c.enable_dropout = false;
-  c.rope_min_timescale = 1;
-}
-
-}  // namespace detail
-
 // ---------------------------------------------------------------------------------------------------------------
 // Configs.
 

@@ -18,6 +18,18 @@
 
 namespace maxtext::io::detail {
 
+/// The defaults of every imported SwiGLU model's config (Llama, Qwen, Llama 4, Qwen3-Next): f32, unscanned, no
+/// dropout, SiLU-gated MLP, its own output head, RoPE timescales from 1.
+inline void base_llama_config(Config& c) {
+  c.dtype = "float32";
+  c.weight_dtype = "float32";
+  c.mlp_activations = {"silu", "linear"};
+  c.logits_via_embedding = false;
+  c.scan_layers = false;
+  c.enable_dropout = false;
+  c.rope_min_timescale = 1;
+}
+
 /// Name mapping with missing / unexpected tensor bookkeeping for one family (`family` names it in errors).
 class NameMapper {
  public:
