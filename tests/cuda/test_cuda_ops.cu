@@ -1,7 +1,8 @@
 // Every operation of the CUDA backend against the scalar reference backend on random inputs (f32 and bf16; f16 /
 // Q8_0 weights), covering each kernel path: cuBLASLt and the fallback matrix kernels (matrix-vector below 9 rows,
 // tiled above), the tiled prefill and split-KV decode attention with every mask term, sinks and fully masked rows,
-// sampling (the bisection kernel must draw exactly the reference's token), MoE permutation. Skipped (exit 77)
+// sampling (the bisection kernel must draw exactly the reference's token), MoE permutation, Gated DeltaNet and
+// DeepSeek-V4's compressed attention (pooling, indexer top-k, window + block attention). Skipped (exit 77)
 // where no GPU is usable. The tolerances are those of the CPU backend in tests/backend/test_backend_ops.cpp.
 #include <algorithm>
 #include <cmath>
@@ -519,6 +520,170 @@ TEMPLATE_TEST_CASE("cuda Gated DeltaNet ops (causal_conv1d, gated_delta_rule) eq
                              od.view());
       expect_near(host(od), orr, tol, 0.1, "gated_delta_rule step " + std::to_string(step));
       expect_near(host(hd), hr, 1e-5, 0.1, "recurrent state step " + std::to_string(step));
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda clamped_glu equals the reference in both forms (GPT-OSS, DeepSeek-V4 SwiGLU)", "[cuda][ops][moe]",
+                   float, bf16) {
+  rng().seed(1041);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const std::int64_t M = 9, F = 130;
+  const auto h0 = random_tensor<A, 2>({M, F}, 4.0f), h1 = random_tensor<A, 2>({M, F}, 4.0f);
+  const auto h0d = dev(h0), h1d = dev(h1);
+  for (const ClampedGluForm form : {ClampedGluForm::gpt_oss, ClampedGluForm::swiglu}) {
+    const bool oss = form == ClampedGluForm::gpt_oss;
+    const Activation act = oss ? Activation::sigmoid : Activation::silu;
+    const float alpha = oss ? 1.702f : 1.0f, limit = oss ? 7.0f : 3.0f;
+    Tensor<A, 2> yr({M, F}), yd({M, F}, gpu().memory());
+    ref_be.clamped_glu(h0.cview(), h1.cview(), act, alpha, limit, yr.view(), form);
+    gpu().clamped_glu(h0d.cview(), h1d.cview(), act, alpha, limit, yd.view(), form);
+    expect_near(host(yd), yr, std::is_same_v<A, float> ? 4e-6 : 2 * ulp_rel<A>(), 0.1,
+                oss ? "clamped_glu (gpt_oss)" : "clamped_glu (swiglu)");
+  }
+}
+
+namespace {
+/// A [B, S, F] view into a larger [B, S + 3, F + pad] buffer (a cache with spare rows and columns): batch and row
+/// strides that are not those of a compact tensor.
+template <class T, class U>
+View<T, 3> cache_view(const Tensor<U, 3>& buf, std::int64_t S, std::int64_t F) {
+  return View<T, 3>(buf.data(), {buf.dim(0), S, F}, {buf.dim(1) * buf.dim(2), buf.dim(2), 1});
+}
+/// A compact host copy of a host view.
+template <class T>
+Tensor<T, 3> compact(View<const T, 3> v) {
+  Tensor<T, 3> t(v.shape());
+  for (std::int64_t i = 0; i < v.dim(0); ++i) {
+    for (std::int64_t j = 0; j < v.dim(1); ++j) {
+      for (std::int64_t c = 0; c < v.dim(2); ++c) t(i, j, c) = v(i, j, c);
+    }
+  }
+  return t;
+}
+Tensor<std::int32_t, 1> int_tensor(const std::vector<std::int32_t>& v) {
+  Tensor<std::int32_t, 1> t({static_cast<std::int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data());
+  return t;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("cuda compress_pool equals the reference (HCA and CSA pooling, strided caches)", "[cuda][ops][deepseek4]",
+                   float, bf16) {
+  rng().seed(1042);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const std::int64_t Bn = 2, S = 24, d = 40, r = 4, n = 4;
+  const auto first = int_tensor({0, 2}), count = int_tensor({3, 2});  // block 0 (no previous block), zeros beyond
+  const auto firstd = dev(first), countd = dev(count);
+  for (const bool overlap : {false, true}) {
+    INFO((overlap ? "CSA (overlapping windows)" : "HCA"));
+    const std::int64_t F = overlap ? 2 * d : d;
+    const auto kv = random_tensor<A, 3>({Bn, S + 3, F + 8}), gate = random_tensor<A, 3>({Bn, S + 3, F + 8}, 2.0f);
+    const auto bias = random_tensor<A, 2>({r, F}, 0.5f);
+    const auto kvd = dev(kv), gated = dev(gate);
+    const auto biasd = dev(bias);
+    Tensor<A, 3> outr({Bn, n + 1, d + 6}), outd({Bn, n + 1, d + 6}, gpu().memory());
+    ref_be.compress_pool<A>(cache_view<const A>(kv, S, F), cache_view<const A>(gate, S, F), bias.cview(), r, overlap,
+                            first.cview(), count.cview(), cache_view<A>(outr, n, d));
+    gpu().compress_pool<A>(cache_view<const A>(kvd, S, F), cache_view<const A>(gated, S, F), biasd.cview(), r, overlap,
+                           firstd.cview(), countd.cview(), cache_view<A>(outd, n, d));
+    const auto oh = host(outd);
+    expect_near(compact(cache_view<const A>(oh, n, d)), compact(cache_view<const A>(outr, n, d)),
+                std::is_same_v<A, float> ? 1e-5 : 2 * ulp_rel<A>(), 0.5, "compress_pool");
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda indexer_topk equals the reference (scores, top-k order, blocks not yet complete)",
+                   "[cuda][ops][deepseek4]", float, bf16) {
+  rng().seed(1043);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const std::int64_t Bn = 3, T = 3, M = Bn * T, H = 4, d = 32, r = 4, S = 6;
+  // Cache indices 0..2 (no block complete), 13..15 (3-4 blocks), 21..23 (5-6 blocks).
+  const auto q_start = int_tensor({0, 13, 21});
+  const auto q = random_tensor<A, 3>({M, H, d}), blocks = random_tensor<A, 3>({Bn, S + 3, d + 8});
+  const auto w = random_tensor<A, 2>({M, H});
+  const auto qd = dev(q), blocksd = dev(blocks);
+  const auto wd = dev(w);
+  const auto q_startd = dev(q_start);
+  const float score_scale = 1.0f / std::sqrt(static_cast<float>(d)), weight_scale = 0.5f;
+  for (const std::int64_t k : {2, 5, 8}) {
+    INFO("k " << k);
+    Tensor<float, 2> sr({M, S}), sd({M, S}, gpu().memory());
+    Tensor<std::int32_t, 2> ir({M, k}), id({M, k}, gpu().memory());
+    ref_be.indexer_topk<A>(q.cview(), w.cview(), cache_view<const A>(blocks, S, d), q_start.cview(), r, score_scale,
+                           weight_scale, sr.view(), ir.view());
+    gpu().indexer_topk<A>(qd.cview(), wd.cview(), cache_view<const A>(blocksd, S, d), q_startd.cview(), r, score_scale,
+                          weight_scale, sd.view(), id.view());
+    const auto sh = host(sd);
+    const auto ih = host(id);
+    for (std::int64_t m = 0; m < M; ++m) {
+      for (std::int64_t j = 0; j < S; ++j) {
+        INFO("token " << m << " block " << j << ": " << sh(m, j) << " vs " << sr(m, j));
+        if (std::isinf(sr(m, j))) {
+          CHECK((std::isinf(sh(m, j)) && sh(m, j) < 0.0f));
+        } else {
+          CHECK(std::fabs(sh(m, j) - sr(m, j)) <= 1e-5 * std::max(1.0f, std::fabs(sr(m, j))));
+        }
+      }
+      for (std::int64_t i = 0; i < k; ++i) {
+        INFO("token " << m << " slot " << i << ": block " << ih(m, i) << " vs " << ir(m, i));
+        if (ih(m, i) == ir(m, i)) continue;
+        // Only an exchange of two blocks whose scores tie within rounding is allowed.
+        REQUIRE(ih(m, i) >= 0);
+        REQUIRE(ir(m, i) >= 0);
+        CHECK(std::fabs(sr(m, ih(m, i)) - sr(m, ir(m, i))) <= 1e-5 * std::max(1.0f, std::fabs(sr(m, ir(m, i)))));
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda compressed_attention equals the reference (window, all / selected blocks, sinks, strided caches)",
+                   "[cuda][ops][deepseek4]", float, bf16) {
+  rng().seed(1044);  // each case draws the same data whatever runs before it
+  using A = TestType;
+  const std::int64_t N = 4, d = 64, S = 32, r = 4, Sb = 8, k = 3;
+  for (const std::int64_t T : {3, 1}) {  // a prompt step, a decode step
+    const std::int64_t Bn = 2, M = Bn * T;
+    const auto q_start = T == 1 ? int_tensor({6, 30}) : int_tensor({5, 20});
+    // q [B, T, N, d] a strided view (heads of a wider projection), the caches views with spare rows and columns
+    const auto qbuf = random_tensor<A, 4>({Bn, T, N, d + 8}, 0.3f);
+    const auto qview = [&](const Tensor<A, 4>& buf) {
+      return View<const A, 4>(buf.data(), {Bn, T, N, d}, {T * N * (d + 8), N * (d + 8), d + 8, 1});
+    };
+    const auto kv = random_tensor<A, 3>({Bn, S + 3, d + 8}), blocks = random_tensor<A, 3>({Bn, Sb + 3, d + 8});
+    const auto sinks = random_tensor<A, 1>({N});
+    Tensor<std::int32_t, 2> sel({M, k});
+    for (std::int64_t m = 0; m < M; ++m) {
+      for (std::int64_t i = 0; i < k; ++i) {
+        sel(m, i) = (i == 2 && m % 2 == 0) ? -1 : static_cast<std::int32_t>((m + 3 * i) % Sb);  // -1: unused slot
+      }
+    }
+    const auto qd = dev(qbuf);
+    const auto kvd = dev(kv), blocksd = dev(blocks);
+    const auto sinksd = dev(sinks);
+    const auto q_startd = dev(q_start);
+    const auto seld = dev(sel);
+    struct Variant {
+      std::int64_t window, r;
+      bool selected, sinks, f32;
+      const char* what;
+    };
+    for (const Variant& v : {Variant{8, r, false, true, false, "window 8, every complete block, sinks"},
+                             Variant{8, r, true, false, false, "window 8, selected blocks"},
+                             Variant{4, r, true, true, true, "window 4, selected blocks, sinks, f32 logits"},
+                             Variant{0, 0, false, false, false, "every key, no blocks"},
+                             Variant{64, 0, false, true, false, "window beyond the cache start, sinks"}}) {
+      INFO("T " << T << ": " << v.what);
+      AttentionOptions opt;
+      opt.float32_logits = v.f32;
+      Tensor<A, 4> orr({Bn, T, N, d}), od({Bn, T, N, d}, gpu().memory());
+      ref_be.compressed_attention<A>(qview(qbuf), cache_view<const A>(kv, S, d), cache_view<const A>(blocks, Sb, d),
+                                     q_start.cview(), v.window, v.r, v.selected ? sel.cview() : View<const std::int32_t, 2>{},
+                                     v.sinks ? sinks.cview() : none<A>(), opt, orr.view());
+      gpu().compressed_attention<A>(qview(qd), cache_view<const A>(kvd, S, d), cache_view<const A>(blocksd, Sb, d),
+                                    q_startd.cview(), v.window, v.r, v.selected ? seld.cview() : View<const std::int32_t, 2>{},
+                                    v.sinks ? sinksd.cview() : none<A>(), opt, od.view());
+      expect_near(host(od), orr, std::is_same_v<A, float> ? 1e-5 : 2 * ulp_rel<A>(), 0.3, v.what);
     }
   }
 }

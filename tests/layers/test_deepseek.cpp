@@ -500,8 +500,13 @@ TEST_CASE("MLA and MoE refuse bad configurations with clear messages", "[layers]
   c.routed_score_func = "bogus";
   CHECK_THROWS_AS(layers::DeepSeekMoELayer<P32>(c, {}), UnsupportedError);
   c = base;
-  c.mlp_activations_limit = 10.0;
-  CHECK_THROWS_WITH(layers::DeepSeekMoELayer<P32>(c, {}), Catch::Contains("mlp_activations_limit"));
+  c.mlp_activations_limit = 10.0;  // MaxText clamps the DEEPSEEK block's routed SwiGLU too (DeepSeek-V4's form)
+  {
+    const layers::DeepSeekMoELayer<P32> clamped(c, {});
+    CHECK(clamped.moe().routed().settings().clamped_glu);
+    CHECK(clamped.moe().routed().settings().glu_form == ClampedGluForm::swiglu);
+    CHECK(clamped.moe().routed().settings().glu_limit == 10.0f);
+  }
   c = base;
   c.num_experts_per_tok = 9;
   CHECK_THROWS_WITH(layers::RoutedAndSharedMoE<P32>(c), Catch::Contains("num_experts_per_tok must be in [1, num_experts=8]"));

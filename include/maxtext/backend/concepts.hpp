@@ -90,7 +90,8 @@ concept Backend = BackendMemory<B> && BackendLinear<B> && BackendElementwise<B> 
 ///   moe_route(z [M,E], bias [E] or empty, routing, idx [M,k], w [M,k], scores [M,E] or empty);
 ///   gather_rows(x [M,D], rows [n], y [n,D]): y[i] = x[rows[i]];
 ///   scatter_add_rows(y [n,D], rows [n], w [n], acc [M,D] f32): acc[rows[i]] += w[i] * y[i] (rows distinct);
-///   clamped_glu(h0 [n,F], h1 [n,F], act, alpha, limit, y [n,F]): GPT-OSS's clamped SwiGLU (math::clamped_swiglu).
+///   clamped_glu(h0 [n,F], h1 [n,F], act, alpha, limit, y [n,F], form = gpt_oss): the clamped SwiGLUs of GPT-OSS
+///     and DeepSeek-V4 (math::clamped_swiglu, ClampedGluForm).
 template <class B>
 concept BackendMoE = requires(const B& b, View<const float, 2> z, View<const float, 1> bias, const MoeRouting& r,
                               View<std::int32_t, 2> idx, View<float, 2> w, View<const std::int32_t, 1> rows,
@@ -99,6 +100,7 @@ concept BackendMoE = requires(const B& b, View<const float, 2> z, View<const flo
   b.gather_rows(z, rows, y);
   b.scatter_add_rows(z, rows, wr, y);
   b.clamped_glu(z, z, Activation::sigmoid, 1.702f, 7.0f, y);
+  b.clamped_glu(z, z, Activation::silu, 1.0f, 10.0f, y, ClampedGluForm::swiglu);
 };
 
 /// Per-head products with slices of one weight matrix (MLA's absorbed form, layers/attention_mla.hpp): for head h
@@ -154,6 +156,33 @@ concept BackendGatedDeltaNet = requires(const B& b, View<const float, 2> x, View
   b.causal_conv1d(x, w, ids, ids, s, y);
   b.causal_conv1d(x, w, ids, ids, s, y, std::int64_t{2});
   b.gated_delta_rule(x, x, x, x, x, w, w, shape, ids, ids, s, y);
+};
+
+/// DeepSeek-V4's compressed attention (layers/deepseek4.hpp; MaxText layers/attention_compressed.py) on B sequences
+/// of T = M / B tokens (row m = b*T + t, at cache index p = q_start[b] + t). kv / gate / blocks are cache buffers
+/// [B, S, width] in backend memory; q_start, first, count int32 [B] in backend memory.
+///   compress_pool(kv [B,S,F], gate [B,S,F], bias [r,F], r, overlap, first, count, out [B,n,d]): out[b,i] (i <
+///     count[b]; zeros beyond) is block j = first[b] + i of sequence b pooled by kmath::compress_pool_feature (HCA:
+///     overlap false, F = d; CSA: overlap true, F = 2d). The blocks' tokens must be in kv / gate.
+///   indexer_topk(q [M,H,d], w [M,H], blocks [B,S',d], q_start, r, score_scale, weight_scale, scores [M,S'] f32,
+///                idx [M,k]): the blocks j with (j+1)*r <= p+1 are visible to token m; scores[m,j] =
+///     kmath::indexer_score (-inf where not visible) and idx[m] = the min(k, visible) best j (score desc, j asc;
+///     jax.lax.top_k's order), then -1.
+///   compressed_attention(q [B,T,N,d], kv [B,S,d], blocks [B,S',d], q_start, window W, r, selected [M,k] or empty,
+///                        sinks [N], options, out [B,T,N,d]): query (b,t,n) attends over the keys s of kv (keys are
+///     the values) with p - W < s <= p (W <= 0: all s <= p) and, when r > 0, over blocks j: those listed in
+///     selected[m] (entries >= 0), or every complete one ((j+1)*r <= p+1) when `selected` is empty. Logits q.k
+///     through kmath::attention_logit (no scaling, no soft cap), the sink logit sinks[n] joins the denominator;
+///     out rounded once.
+template <class B>
+concept BackendCompressedAttention = requires(const B& b, View<const float, 3> x3, View<const float, 2> x2,
+                                              View<const std::int32_t, 1> ids, View<const std::int32_t, 2> sel,
+                                              View<float, 3> y3, View<float, 2> s2, View<std::int32_t, 2> idx,
+                                              View<const float, 4> q4, View<const float, 1> sinks,
+                                              const AttentionOptions& opt, View<float, 4> o4) {
+  b.compress_pool(x3, x3, x2, std::int64_t{4}, true, ids, ids, y3);
+  b.indexer_topk(x3, x2, x3, ids, std::int64_t{4}, 1.0f, 1.0f, s2, idx);
+  b.compressed_attention(q4, x3, x3, ids, std::int64_t{128}, std::int64_t{4}, sel, sinks, opt, o4);
 };
 
 }  // namespace maxtext

@@ -40,8 +40,6 @@ namespace maxtext::layers {
 
 namespace detail {
 inline void check_deepseek_config(const Config& c) {
-  MAXTEXT_CHECK(c.mlp_activations_limit <= 0.0, UnsupportedError, "[DeepSeek] mlp_activations_limit = ",
-                c.mlp_activations_limit, " (DeepSeek-V4 SwiGLU clamping) is not implemented");
   MAXTEXT_CHECK(c.moe_expert_input_dim <= 0 || c.moe_expert_input_dim == c.emb_dim, UnsupportedError,
                 "[DeepSeek] moe_expert_input_dim (", c.moe_expert_input_dim, ") different from emb_dim (", c.emb_dim,
                 ") needs projections this library does not implement");

@@ -78,6 +78,13 @@ class RoutedMoE {
     bool clamped_glu = false;
     float glu_alpha = 1.702f;
     float glu_limit = 7.0f;
+    /// deepseek / deepseek4 with mlp_activations_limit > 0 (DeepSeek-V4): act(min(w0, limit)) * clip(w1, +-limit).
+    ClampedGluForm glu_form = ClampedGluForm::gpt_oss;
+    /// deepseek4 layers < first_num_hash_layers (moe.py get_topk, is_hash_routing): the experts of a token are the
+    /// row of the static table `tid2eid` [vocab, k] (f32 holding integers) at its id, weighted by their unbiased
+    /// scores (then deepseek_scale_weights); the gate has no bias.
+    bool hash_routing = false;
+    std::int64_t vocab_size = 0;  ///< rows of tid2eid
     /// decoder_block llama4 (moe.py): the routing weight is the raw top-1 gate logit, the expert's input is scaled
     /// by round(sigmoid(logit)) and its output is combined with weight 1.
     bool scale_inputs = false;
@@ -93,6 +100,11 @@ class RoutedMoE {
     std::once_flag once;
     std::vector<Matrix<W>> wi_0, wi_1, wo;
   };
+  /// Hash routing's table, read back to the host and checked on first use.
+  struct HashTable {
+    std::once_flag once;
+    std::vector<std::int32_t> experts;  ///< [vocab * k]
+  };
   struct Params {
     /// GateLogit: kernel [E, D] out-major; bias [E] when routed_bias, kept in f32 (MaxText's weight_dtype) so that
     /// float32_gate_logits selects experts with the unrounded bias whatever the activation type.
@@ -104,7 +116,9 @@ class RoutedMoE {
     Matrix<W> wo;                           ///< [E*D, F]
     Tensor<A, 1> wi_0_bias, wi_1_bias, wo_bias;  ///< [E*F], [E*F], [E*D] with mlp_bias
     Tensor<A, 1> per_expert_scale;               ///< [E] with gemma4_routing
+    Tensor<float, 1> tid2eid;                    ///< [vocab * k] expert ids (as f32) with hash_routing
     std::shared_ptr<PreparedExperts> prepared = std::make_shared<PreparedExperts>();  ///< reset by every visit
+    std::shared_ptr<HashTable> hash = std::make_shared<HashTable>();                  ///< reset by every visit
   };
 
   /// MaxText's settings for a RoutedMoE with hidden size F in a model described by `c` (spec moe.md).
@@ -124,7 +138,7 @@ class RoutedMoE {
     s.inference_call = c.model_call_mode == "inference";
     s.load_balance_loss_weight = c.load_balance_loss_weight;
     s.bias_update_rate = c.routed_bias ? c.routed_bias_update_rate : 0.0;
-    MAXTEXT_CHECK(c.routed_bias_update_rate <= 0.0 || c.is("deepseek"), ConfigError,
+    MAXTEXT_CHECK(c.routed_bias_update_rate <= 0.0 || c.is("deepseek") || c.is("deepseek4"), ConfigError,
                   "[RoutedMoE] routed_bias_update_rate > 0 is only supported by the deepseek decoder block, found ",
                   c.decoder_block);
     s.init_scale = c.dense_init_scale;
@@ -134,7 +148,12 @@ class RoutedMoE {
                     "(7.0 in the gpt-oss ymls), found ", c.mlp_activations_limit);
       s.clamped_glu = true;
       s.glu_limit = static_cast<float>(c.mlp_activations_limit);
+    } else if ((c.is("deepseek") || c.is("deepseek4")) && c.mlp_activations_limit > 0.0) {
+      s.clamped_glu = true;
+      s.glu_limit = static_cast<float>(c.mlp_activations_limit);
+      s.glu_form = ClampedGluForm::swiglu;
     }
+    s.vocab_size = c.vocab_size;
     MoeRouting& r = s.routing;
     r.num_experts_per_tok = c.num_experts_per_tok;
     const std::string& sf = c.routed_score_func;
@@ -148,7 +167,7 @@ class RoutedMoE {
       r.n_groups = c.n_routing_groups;
       r.topk_groups = c.topk_routing_group;
     }
-    if (c.is("deepseek")) {
+    if (c.is("deepseek") || c.is("deepseek4")) {
       // deepseek_scale_weights: renormalise sigmoid-like scores, then routed_scaling_factor
       r.normalize = sf == "sigmoid" || sf == "sqrtsoftplus";
       r.normalize_eps = 1e-20f;
@@ -197,11 +216,14 @@ class RoutedMoE {
   void visit(V& v, Params& p) const {
     const std::int64_t E = s_.num_experts, D = s_.in_features, F = s_.intermediate_dim;
     p.prepared = std::make_shared<PreparedExperts>();  // the stacked kernels may change: re-slice on next use
+    p.hash = std::make_shared<HashTable>();
     {
       Scope<V> s(v, "gate");
       v.matrix("kernel", p.gate.kernel, {{D}, {E}, Init::truncated_normal, s_.init_scale});
-      if (s_.gate_bias) v.vector("bias", p.gate.bias, {{E}, Init::zeros});
+      if (s_.gate_bias && !s_.hash_routing) v.vector("bias", p.gate.bias, {{E}, Init::zeros});
     }
+    // MaxText initialises the table with zeros (every token to expert 0, k times); checkpoints carry the real one.
+    if (s_.hash_routing) v.vector("tid2eid", p.tid2eid, {{s_.vocab_size, s_.routing.num_experts_per_tok}, Init::zeros});
     if (s_.gemma4_routing) v.vector("per_expert_scale", p.per_expert_scale, {{E}, Init::ones});
     // Expert kernels are initialised by MaxText with in-axis 0 (E) and out-axis 1: fan_in = E * (last dim). They are
     // prepared per expert (PreparedExperts), not as one stacked matrix.
@@ -275,7 +297,7 @@ class RoutedMoE {
     View<G, 2> z = ctx.scratch.template alloc<G, 2>({M, E});
     be.matmul(gate_x.empty() ? x : gate_x, p.gate.kernel, z);
     View<const G, 1> bias;
-    if (s_.gate_bias) {
+    if (s_.gate_bias && !s_.hash_routing) {
       if constexpr (std::is_same_v<G, float>) {
         bias = p.gate.bias.cview();
       } else {  // cast(bias, gate dtype), one rounding from f32
@@ -286,7 +308,7 @@ class RoutedMoE {
     }
     const bool drop = !s_.sparse_matmul && s_.capacity_factor > 0;
     const bool lb = s_.load_balance_loss_weight > 0 && (s_.sparse_matmul || !s_.inference_call);
-    const bool need_scores = lb || (drop && s_.inference_call) || s_.gemma4_routing;
+    const bool need_scores = lb || (drop && s_.inference_call) || s_.gemma4_routing || s_.hash_routing;
     View<std::int32_t, 2> idx = ctx.scratch.template alloc<std::int32_t, 2>({M, k});
     View<float, 2> w = ctx.scratch.template alloc<float, 2>({M, k});
     View<float, 2> sc;
@@ -309,6 +331,7 @@ class RoutedMoE {
       be.copy(expert_scale_h.data(), p.per_expert_scale.data(), expert_scale_h.size() * sizeof(A), CopyKind::device_to_host);
     }
     be.synchronize();
+    if (s_.hash_routing) hash_route<G>(ctx, p, sc_h, idx_h, w_h);
     for (std::int32_t e : idx_h) {
       MAXTEXT_CHECK(e >= 0 && e < E, ShapeError, "[RoutedMoE] routing returned expert ", e, " outside [0, ", E, ")");
     }
@@ -318,6 +341,21 @@ class RoutedMoE {
     // Which assignments (token, rank) are computed, and with which combine weight.
     std::vector<char> keep(idx_h.size(), 1);
     std::vector<float> cw = w_h;
+    if (s_.hash_routing) {  // a table row naming an expert twice: one computation with the summed weight
+      for (std::int64_t m = 0; m < M; ++m) {
+        for (std::int64_t j = 1; j < k; ++j) {
+          const auto i = static_cast<std::size_t>(m * k + j);
+          for (std::int64_t jj = 0; jj < j; ++jj) {
+            const auto f = static_cast<std::size_t>(m * k + jj);
+            if (keep[f] && idx_h[f] == idx_h[i]) {
+              cw[f] += cw[i];
+              keep[i] = 0;
+              break;
+            }
+          }
+        }
+      }
+    }
     if (drop) {
       // Per batch row: capacity C = int(max(ceil(T*k/E) * cf, cf)); assignments counted token-major, rank-minor.
       const double cf = s_.capacity_factor;
@@ -410,7 +448,8 @@ class RoutedMoE {
         be.matmul(View<const A, 2>(xn), ex.wi_0[ue], a0, bias_row(p.wi_0_bias, e, F));
         be.matmul(View<const A, 2>(xn), ex.wi_1[ue], a1, bias_row(p.wi_1_bias, e, F));
         if (s_.clamped_glu) {
-          be.clamped_glu(View<const A, 2>(a0), View<const A, 2>(a1), s_.activation, s_.glu_alpha, s_.glu_limit, a0);
+          be.clamped_glu(View<const A, 2>(a0), View<const A, 2>(a1), s_.activation, s_.glu_alpha, s_.glu_limit, a0,
+                         s_.glu_form);
         } else {
           // activations_in_float32 acts only on MaxText's dense path (the sparse path ignores it).
           be.activation(View<const A, 2>(a0), s_.activation, View<const A, 2>(a1), Activation::linear, a0,
@@ -498,6 +537,59 @@ class RoutedMoE {
     return View<const A, 1>(b.data() + e * n, {n});
   }
 
+  /// Hash routing (moe.py get_topk with is_hash_routing, then deepseek_scale_weights): token m's experts are
+  /// tid2eid[token], weighted by their scores s (sc: the unbiased scores, the gate has no bias here), normalised
+  /// and scaled as moe_route does, in the gate dtype G.
+  template <class G>
+  void hash_route(const Context<P>& ctx, const Params& p, const std::vector<float>& sc, std::vector<std::int32_t>& idx,
+                  std::vector<float>& w) const {
+    const std::int64_t k = s_.routing.num_experts_per_tok, E = s_.num_experts, M = static_cast<std::int64_t>(idx.size()) / k;
+    const DecoderState<A>* ds = ctx.decoder;
+    MAXTEXT_CHECK(ds != nullptr && static_cast<std::int64_t>(ds->tokens.size()) == M, ArgumentError,
+                  "[RoutedMoE] hash routing (first_num_hash_layers) routes each token by its id: it runs inside a "
+                  "model's forward, which hands the layer the step's ", M, " token ids");
+    const std::vector<std::int32_t>& table = hash_table(ctx.be, p);
+    const MoeRouting& r = s_.routing;
+    for (std::int64_t m = 0; m < M; ++m) {
+      const std::int32_t tok = ds->tokens[static_cast<std::size_t>(m)];
+      MAXTEXT_CHECK(tok >= 0 && tok < s_.vocab_size, ArgumentError, "[RoutedMoE] token id ", tok,
+                    " has no row in the hash routing table tid2eid (vocab ", s_.vocab_size, ")");
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < k; ++j) {
+        const auto i = static_cast<std::size_t>(m * k + j);
+        idx[i] = table[static_cast<std::size_t>(tok * k + j)];
+        w[i] = sc[static_cast<std::size_t>(m * E + idx[i])];
+        sum = round_to<G>(sum + w[i]);  // summed in G as moe_route does
+      }
+      for (std::int64_t j = 0; j < k; ++j) {
+        float& v = w[static_cast<std::size_t>(m * k + j)];
+        if (r.normalize) v = round_to<G>(v / round_to<G>(sum + r.normalize_eps));
+        if (r.scale != 1.0f) v = round_to<G>(v * round_to<G>(r.scale));
+      }
+    }
+  }
+  /// tid2eid on the host, each entry checked to be an expert id.
+  const std::vector<std::int32_t>& hash_table(const B& be, const Params& p) const {
+    const std::int64_t k = s_.routing.num_experts_per_tok, E = s_.num_experts, n = s_.vocab_size * k;
+    MAXTEXT_CHECK(p.hash != nullptr && p.tid2eid.size() == n, ShapeError, "[RoutedMoE] the hash routing table tid2eid "
+                  "has ", p.tid2eid.size(), " entries, expected vocab_size x num_experts_per_tok = ", s_.vocab_size, " x ",
+                  k);
+    std::call_once(p.hash->once, [&] {
+      std::vector<float> f(static_cast<std::size_t>(n));
+      be.copy(f.data(), p.tid2eid.data(), f.size() * sizeof(float), CopyKind::device_to_host);
+      be.synchronize();
+      std::vector<std::int32_t> ids(f.size());
+      for (std::size_t i = 0; i < f.size(); ++i) {
+        MAXTEXT_CHECK(f[i] >= 0.0f && f[i] < static_cast<float>(E) && f[i] == std::floor(f[i]), ShapeError,
+                      "[RoutedMoE] tid2eid[", static_cast<std::int64_t>(i) / k, ", ", static_cast<std::int64_t>(i) % k,
+                      "] = ", f[i], " is not an expert id in [0, ", E, ")");
+        ids[i] = static_cast<std::int32_t>(f[i]);
+      }
+      p.hash->experts = std::move(ids);
+    });
+    return p.hash->experts;
+  }
+
   Settings s_;
 };
 
@@ -523,7 +615,9 @@ class RoutedAndSharedMoE {
   };
 
   RoutedAndSharedMoE() = default;
-  explicit RoutedAndSharedMoE(const Config& c) : routed_(RoutedMoE<P>::settings(c, c.moe_mlp_dim)) {
+  /// `hash_routing`: a deepseek4 layer below first_num_hash_layers (RoutedMoE::Settings::hash_routing).
+  explicit RoutedAndSharedMoE(const Config& c, bool hash_routing = false)
+      : routed_(with_hash(RoutedMoE<P>::settings(c, c.moe_mlp_dim), hash_routing)) {
     MAXTEXT_CHECK(c.moe_mlp_dim > 0, ConfigError, "[RoutedAndSharedMoE] base_moe_mlp_dim must be > 0, found ",
                   c.base_moe_mlp_dim);
     MAXTEXT_CHECK(c.shared_experts >= 0, ConfigError, "[RoutedAndSharedMoE] shared_experts must be >= 0, found ",
@@ -552,6 +646,11 @@ class RoutedAndSharedMoE {
   }
 
  private:
+  static typename RoutedMoE<P>::Settings with_hash(typename RoutedMoE<P>::Settings s, bool hash) {
+    s.hash_routing = hash;
+    return s;
+  }
+
   RoutedMoE<P> routed_;
   MlpBlock<P> shared_;
   bool has_shared_ = false;

@@ -407,4 +407,76 @@ MAXTEXT_HD inline void gdn_gates(float a, float b, float a_log, float dt_bias, f
 /// The factor that L2-normalises a vector with sum of squares `ss` (MaxText's l2norm, eps fixed at 1e-6).
 MAXTEXT_HD inline float gdn_l2_factor(float ss) { return 1.0f / sqrtf(ss + 1e-6f); }
 
+// ---- DeepSeek-V4 compressed attention (layers/deepseek4.hpp; BackendCompressedAttention) ----------------------
+/// One feature c of pooled block j (attention_compressed.py: the HCA window, or csa_overlap_pooling's 2r-entry
+/// window). `kv` / `gate` point at token 0 of the sequence (rows `stride` elements apart, F features), `bias` is
+/// position_bias [r, F]. Entries: overlap == false (F = d): tokens j*r + o, feature c, bias row o; overlap == true
+/// (F = 2d): tokens (j-1)*r + o of the previous block (j > 0) at feature c, then tokens j*r + o at feature d + c.
+/// logit = r_A(gate + bias); weights = r_A(softmax over the entries, f32); result = r_A(sum of weight * value).
+template <class A>
+MAXTEXT_HD inline float compress_pool_feature(const A* kv, const A* gate, std::int64_t stride, const A* bias,
+                                              std::int64_t F, std::int64_t r, bool overlap, std::int64_t d,
+                                              std::int64_t j, std::int64_t c) {
+  // Entry e < n: the previous block's entries come first (overlap, j > 0).
+  const std::int64_t prev = overlap && j > 0 ? r : 0, n = prev + r;
+  const auto entry = [&](std::int64_t e, float& value, float& logit) {
+    const bool before = e < prev;
+    const std::int64_t o = before ? e : e - prev;
+    const std::int64_t tok = before ? (j - 1) * r + o : j * r + o;
+    const std::int64_t col = overlap && !before ? d + c : c;
+    value = to_float(kv[tok * stride + col]);
+    logit = round_to<A>(to_float(gate[tok * stride + col]) + to_float(bias[o * F + col]));
+  };
+  float mx = neg_inf(), v = 0.0f, l = 0.0f;
+  for (std::int64_t e = 0; e < n; ++e) {
+    entry(e, v, l);
+    mx = l > mx ? l : mx;
+  }
+  float sum = 0.0f;
+  for (std::int64_t e = 0; e < n; ++e) {
+    entry(e, v, l);
+    sum += expf(l - mx);
+  }
+  float acc = 0.0f;
+  for (std::int64_t e = 0; e < n; ++e) {
+    entry(e, v, l);
+    acc += round_to<A>(expf(l - mx) / sum) * v;
+  }
+  return round_to<A>(acc);
+}
+
+/// The indexer's score of one block (attention_compressed.py DeepseekV4Indexer, f32): sum over the H heads of
+/// relu(q_h . block) * score_scale * (w_h * weight_scale); q rows `q_head_stride` apart.
+template <class A>
+MAXTEXT_HD inline float indexer_score(const A* q, std::int64_t q_head_stride, const A* w, const A* block,
+                                      std::int64_t H, std::int64_t d, float score_scale, float weight_scale) {
+  float total = 0.0f;
+  for (std::int64_t h = 0; h < H; ++h) {
+    float dot = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) dot += to_float(q[h * q_head_stride + i]) * to_float(block[i]);
+    const float relu = dot > 0.0f ? dot : 0.0f;
+    total += relu * score_scale * (to_float(w[h]) * weight_scale);
+  }
+  return total;
+}
+
+/// Keep the k best (score desc, index asc: jax.lax.top_k's order) of the scores of blocks [0, n) in idx (k slots,
+/// -1 beyond n): an insertion pass per block, comparing through `score(j)`.
+template <class Score>
+MAXTEXT_HD inline void topk_blocks(std::int64_t n, std::int64_t k, std::int32_t* idx, Score&& score) {
+  std::int64_t filled = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float s = score(j);
+    // Blocks come in increasing j: a new one goes after every kept block with a score >= s.
+    std::int64_t at = filled;
+    while (at > 0 && score(idx[at - 1]) < s) --at;
+    if (at >= k) continue;
+    const std::int64_t last = filled < k ? filled : k - 1;
+    for (std::int64_t i = last; i > at; --i) idx[i] = idx[i - 1];
+    idx[at] = static_cast<std::int32_t>(j);
+    if (filled < k) ++filled;
+  }
+  for (std::int64_t i = filled; i < k; ++i) idx[i] = -1;
+}
+
 }  // namespace maxtext::kmath

@@ -47,6 +47,9 @@ inline constexpr std::string_view activation_name(Activation a) {
   return "?";
 }
 
+/// Which clamped SwiGLU math::clamped_swiglu computes (MaxText moe.py apply_ffn_activation).
+enum class ClampedGluForm : std::uint8_t { gpt_oss, swiglu };
+
 namespace math {
 
 MAXTEXT_HD inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -74,14 +77,18 @@ MAXTEXT_HD inline float activate(Activation a, float x) {
   return x;
 }
 
-/// GPT-OSS's clamped SwiGLU on one element (MaxText moe.py apply_ffn_activation for decoder_block gpt_oss):
-///   g = min(h0, limit); u = clip(h1, -limit, limit); y = r(r(g * r(act(r(g * alpha)))) * r(u + 1)),
+/// The two clamped SwiGLUs of MaxText moe.py apply_ffn_activation, on one element. Both clip g = min(h0, limit) and
+/// u = clip(h1, -limit, limit) (exact in any type), then
+///   gpt_oss (decoder_block gpt_oss):            y = r(r(g * r(act(r(g * alpha)))) * r(u + 1));
+///   swiglu  (deepseek / deepseek4 with mlp_activations_limit > 0, DeepSeek-V4): y = r(r(act(g)) * u) (alpha unused);
 /// `r` being the rounding to the activation type after each MaxText op (identity in f32) and `alpha` already
-/// rounded to that type (a Python scalar meets a dtype array). The clips are exact in any type.
+/// rounded to that type (a Python scalar meets a dtype array).
 template <class R>
-MAXTEXT_HD inline float clamped_swiglu(float h0, float h1, Activation act, float alpha, float limit, R r) {
+MAXTEXT_HD inline float clamped_swiglu(float h0, float h1, Activation act, float alpha, float limit, R r,
+                                       ClampedGluForm form = ClampedGluForm::gpt_oss) {
   const float g = h0 > limit ? limit : h0;
   const float u = h1 > limit ? limit : (h1 < -limit ? -limit : h1);
+  if (form == ClampedGluForm::swiglu) return r(r(activate(act, g)) * u);
   const float a = r(activate(act, r(g * alpha)));
   return r(r(g * a) * r(u + 1.0f));
 }

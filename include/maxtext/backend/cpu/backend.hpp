@@ -230,17 +230,19 @@ class Backend {
     });
   }
 
-  /// GPT-OSS's clamped SwiGLU (decoder_block gpt_oss): y = math::clamped_swiglu(h0, h1, act0, round_A(alpha),
-  /// limit) per element, each MaxText op rounded to A (reference backend: the definition). y may alias h0.
+  /// The clamped SwiGLUs (gpt_oss, or DeepSeek-V4's swiglu form): y = math::clamped_swiglu(h0, h1, act0,
+  /// round_A(alpha), limit, form) per element, each MaxText op rounded to A (reference backend: the definition).
+  /// y may alias h0.
   template <class A>
-  void clamped_glu(View<const A, 2> h0, View<const A, 2> h1, Activation a0, float alpha, float limit, View<A, 2> y) const {
+  void clamped_glu(View<const A, 2> h0, View<const A, 2> h1, Activation a0, float alpha, float limit, View<A, 2> y,
+                   ClampedGluForm form = ClampedGluForm::gpt_oss) const {
     const std::int64_t M = h0.dim(0), F = h0.dim(1);
     const float al = round_to<A>(alpha);
     const auto r = [](float v) { return round_to<A>(v); };
     parallel_rows(M, F * 8, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t m = r0; m < r1; ++m) {
         for (std::int64_t i = 0; i < F; ++i) {
-          y(m, i) = from_float<A>(math::clamped_swiglu(to_float(h0(m, i)), to_float(h1(m, i)), a0, al, limit, r));
+          y(m, i) = from_float<A>(math::clamped_swiglu(to_float(h0(m, i)), to_float(h1(m, i)), a0, al, limit, r, form));
         }
       }
     });
@@ -736,6 +738,97 @@ class Backend {
           const float gate = kmath::engram_gate<A>(dot, sqrt_d);
           for (std::int64_t d = 0; d < D; ++d) qf[d] = gate * vf[d];
           vec::from_f32(qf.data(), &y(m, g * D), D);
+        }
+      }
+    });
+  }
+
+  // ---- DeepSeek-V4 compressed attention (layers/deepseek4.hpp; semantics: BackendCompressedAttention) -------
+  /// Pool blocks first[b] .. first[b] + count[b] - 1 of each sequence (kmath::compress_pool_feature per feature).
+  template <class A>
+  void compress_pool(View<const A, 3> kv, View<const A, 3> gate, View<const A, 2> bias, std::int64_t r, bool overlap,
+                     View<const std::int32_t, 1> first, View<const std::int32_t, 1> count, View<A, 3> out) const {
+    const std::int64_t Bn = out.dim(0), n = out.dim(1), d = out.dim(2), F = kv.dim(2);
+    MAXTEXT_DASSERT(F == (overlap ? 2 * d : d) && bias.dim(0) == r && bias.dim(1) == F && gate.dim(2) == F);
+    parallel_rows(Bn * n, d * r * 8, [&](std::int64_t p0, std::int64_t p1) {
+      for (std::int64_t p = p0; p < p1; ++p) {
+        const std::int64_t b = p / n, i = p % n, j = first(b) + i;
+        for (std::int64_t c = 0; c < d; ++c) {
+          out(b, i, c) = i < count(b) ? from_float<A>(kmath::compress_pool_feature<A>(&kv(b, 0, 0), &gate(b, 0, 0),
+                                                                                        kv.stride(1), &bias(0, 0), F, r,
+                                                                                        overlap, d, j, c))
+                                      : from_float<A>(0.0f);
+        }
+      }
+    });
+  }
+
+  /// The indexer's block scores and top-k per token (kmath::indexer_score, kmath::topk_blocks).
+  template <class A>
+  void indexer_topk(View<const A, 3> q, View<const A, 2> w, View<const A, 3> blocks, View<const std::int32_t, 1> q_start,
+                    std::int64_t r, float score_scale, float weight_scale, View<float, 2> scores,
+                    View<std::int32_t, 2> idx) const {
+    const std::int64_t M = q.dim(0), H = q.dim(1), d = q.dim(2), Bn = q_start.dim(0), T = M / Bn, S = blocks.dim(1),
+                       k = idx.dim(1);
+    MAXTEXT_DASSERT(blocks.dim(2) == d && scores.dim(0) == M && scores.dim(1) == S && w.dim(1) == H);
+    parallel_rows(M, S * H * d * 2, [&](std::int64_t m0, std::int64_t m1) {
+      for (std::int64_t m = m0; m < m1; ++m) {
+        const std::int64_t b = m / T, pos = q_start(b) + m % T, nv = std::min(S, (pos + 1) / r);
+        float* sc = &scores(m, 0);
+        for (std::int64_t j = 0; j < S; ++j) {
+          sc[j] = j < nv ? kmath::indexer_score<A>(&q(m, 0, 0), q.stride(1), &w(m, 0), &blocks(b, j, 0), H, d,
+                                                   score_scale, weight_scale)
+                         : kmath::neg_inf();
+        }
+        kmath::topk_blocks(nv, k, &idx(m, 0), [&](std::int64_t j) { return sc[j]; });
+      }
+    });
+  }
+
+  /// Attention over a sliding window of one shared key/value head plus compressed blocks, with sinks.
+  template <class A>
+  void compressed_attention(View<const A, 4> q, View<const A, 3> kv, View<const A, 3> blocks,
+                            View<const std::int32_t, 1> q_start, std::int64_t window, std::int64_t r,
+                            View<const std::int32_t, 2> selected, View<const A, 1> sinks, const AttentionOptions& opt,
+                            View<A, 4> out) const {
+    const std::int64_t Bn = q.dim(0), T = q.dim(1), N = q.dim(2), d = q.dim(3), Sb = blocks.dim(1);
+    const std::int64_t k = selected.empty() ? 0 : selected.dim(1);
+    MAXTEXT_DASSERT(kv.dim(2) == d && (r == 0 || blocks.dim(2) == d));
+    parallel_rows(Bn * T, N * d * (window > 0 ? window : 256) * 2, [&](std::int64_t m0, std::int64_t m1) {
+      std::vector<float> qf(static_cast<std::size_t>(d)), acc(static_cast<std::size_t>(d)), kf(qf.size());
+      std::vector<std::int32_t> keys;  // blocks this query sees
+      for (std::int64_t m = m0; m < m1; ++m) {
+        const std::int64_t b = m / T, t = m % T, pos = q_start(b) + t;
+        const kmath::KeyRange kr = kmath::key_range(pos, pos + 1, true, window, 0);
+        keys.clear();
+        if (r > 0 && k == 0) {
+          for (std::int64_t j = 0; j < std::min(Sb, (pos + 1) / r); ++j) keys.push_back(static_cast<std::int32_t>(j));
+        } else if (r > 0) {
+          for (std::int64_t i = 0; i < k; ++i) {
+            if (selected(m, i) >= 0) keys.push_back(selected(m, i));
+          }
+        }
+        for (std::int64_t n = 0; n < N; ++n) {
+          vec::to_f32(&q(b, t, n, 0), qf.data(), d);
+          kmath::SoftmaxState st = kmath::softmax_init();
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          const auto add = [&](const A* key) {
+            vec::to_f32(key, kf.data(), d);
+            const float l = kmath::attention_logit<A>(vec::dot(qf.data(), kf.data(), d), 0.0f, opt.float32_qk_product,
+                                                      opt.float32_logits);
+            const float c = kmath::softmax_rescale(st, l);
+            const float e = kmath::softmax_weight(st, l);
+            for (std::int64_t i = 0; i < d; ++i) acc[static_cast<std::size_t>(i)] = acc[static_cast<std::size_t>(i)] * c + e * kf[static_cast<std::size_t>(i)];
+          };
+          for (std::int64_t s = kr.lo; s < kr.hi; ++s) add(&kv(b, s, 0));
+          for (std::int32_t j : keys) add(&blocks(b, j, 0));
+          if (!sinks.empty()) {
+            const float c = kmath::softmax_add_sink(st, to_float(sinks(n)));
+            for (float& a : acc) a *= c;
+          }
+          const float inv = st.l > 0.0f ? 1.0f / st.l : 0.0f;
+          for (float& a : acc) a *= inv;
+          vec::from_f32(acc.data(), &out(b, t, n, 0), d);
         }
       }
     });

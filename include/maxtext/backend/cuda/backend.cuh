@@ -1,8 +1,8 @@
 // backend/cuda/backend.cuh: the CUDA backend. One device, one stream: every operation is enqueued on the stream
 // and returns at once; synchronize() waits. Memory from a stream-ordered pool (memory.cuh), matrix products through
 // cuBLASLt (gemm.cuh), everything else in this library's kernels (elementwise.cuh, attention.cuh, sampling.cuh,
-// moe.cuh). The semantics of each operation are those of the Backend concept (backend/concepts.hpp,
-// docs/backends.md); the CPU and reference backends define them on the host.
+// moe.cuh, gated_delta.cuh, compressed_attention.cuh). The semantics of each operation are those of the Backend
+// concept (backend/concepts.hpp, docs/backends.md); the CPU and reference backends define them on the host.
 //
 //   using Gpt3 = maxtext::models::Transformer<maxtext::Policy<maxtext::cuda::Backend, maxtext::bf16>,
 //                                             maxtext::layers::Gpt3DecoderLayer>;
@@ -22,6 +22,7 @@
 #include "maxtext/backend/concepts.hpp"
 #include "maxtext/backend/cuda/attention.cuh"
 #include "maxtext/backend/cuda/common.cuh"
+#include "maxtext/backend/cuda/compressed_attention.cuh"
 #include "maxtext/backend/cuda/elementwise.cuh"
 #include "maxtext/backend/cuda/gated_delta.cuh"
 #include "maxtext/backend/cuda/gemm.cuh"
@@ -153,11 +154,12 @@ class Backend {
   }
 
   template <class A>
-  void clamped_glu(View<const A, 2> h0, View<const A, 2> h1, Activation a0, float alpha, float limit, View<A, 2> y) const {
+  void clamped_glu(View<const A, 2> h0, View<const A, 2> h1, Activation a0, float alpha, float limit, View<A, 2> y,
+                   ClampedGluForm form = ClampedGluForm::gpt_oss) const {
     const std::int64_t n = h0.dim(0) * h0.dim(1);
     if (n == 0) return;
     kernels::clamped_glu<A><<<detail::grid_for(n), detail::kThreads, 0, stream()>>>(rows(h0), rows(h1), a0, round_to<A>(alpha),
-                                                                                   limit, rows(y), h0.dim(0), h0.dim(1));
+                                                                                   limit, rows(y), h0.dim(0), h0.dim(1), form);
     MAXTEXT_CUDA_LAUNCH_CHECK("clamped_glu");
   }
 
@@ -467,6 +469,86 @@ class Backend {
     MAXTEXT_CUDA_LAUNCH_CHECK("gated_delta_rule");
   }
 
+  // ---- DeepSeek-V4 compressed attention (semantics: BackendCompressedAttention; kernels in compressed_attention.cuh)
+  template <class A>
+  void compress_pool(View<const A, 3> kv, View<const A, 3> gate, View<const A, 2> bias, std::int64_t r, bool overlap,
+                     View<const std::int32_t, 1> first, View<const std::int32_t, 1> count, View<A, 3> out) const {
+    const std::int64_t Bn = out.dim(0), n = out.dim(1), d = out.dim(2), F = kv.dim(2);
+    MAXTEXT_DASSERT(F == (overlap ? 2 * d : d) && bias.dim(0) == r && bias.dim(1) == F && gate.dim(2) == F);
+    MAXTEXT_DASSERT(kv.rows_contiguous() && gate.rows_contiguous() && bias.rows_contiguous() && out.rows_contiguous());
+    if (Bn * n * d == 0) return;
+    // kmath::compress_pool_feature walks kv and gate with one row stride, and the bias rows F apart.
+    MAXTEXT_CHECK(kv.dim(1) <= 1 || gate.stride(1) == kv.stride(1), UnsupportedError,
+                  "[cuda] compress_pool: kv and gate need the same row stride (", kv.stride(1), " vs ", gate.stride(1), ")");
+    MAXTEXT_CHECK(r <= 1 || bias.stride(0) == F, UnsupportedError, "[cuda] compress_pool: bias rows must be contiguous");
+    kernels::compress_pool<A><<<detail::grid_for(Bn * n * d), detail::kThreads, 0, stream()>>>(
+        rows3(kv), rows3(gate), bias.data(), F, r, overlap, first.data(), count.data(), rows3(out), Bn, n, d);
+    MAXTEXT_CUDA_LAUNCH_CHECK("compress_pool");
+  }
+
+  template <class A>
+  void indexer_topk(View<const A, 3> q, View<const A, 2> w, View<const A, 3> blocks, View<const std::int32_t, 1> q_start,
+                    std::int64_t r, float score_scale, float weight_scale, View<float, 2> scores,
+                    View<std::int32_t, 2> idx) const {
+    const std::int64_t M = q.dim(0), H = q.dim(1), d = q.dim(2), Bn = q_start.dim(0), S = blocks.dim(1),
+                       k = idx.dim(1);
+    MAXTEXT_DASSERT(Bn > 0 && M % Bn == 0 && r > 0 && blocks.dim(2) == d && scores.dim(0) == M && scores.dim(1) == S &&
+                    w.dim(0) == M && w.dim(1) == H && idx.dim(0) == M);
+    MAXTEXT_DASSERT(q.rows_contiguous() && w.rows_contiguous() && blocks.rows_contiguous() && scores.rows_contiguous() &&
+                    idx.rows_contiguous());
+    if (M == 0 || Bn == 0) return;
+    const std::int64_t T = M / Bn;
+    if (S > 0) {
+      kernels::indexer_scores<A><<<detail::grid_for(M * S), detail::kThreads, 0, stream()>>>(
+          q.data(), q.stride(0), q.stride(1), rows(w), rows3(blocks), q_start.data(), M, T, H, d, S, r, score_scale,
+          weight_scale, rows(scores));
+      MAXTEXT_CUDA_LAUNCH_CHECK("indexer_scores");
+    }
+    if (k > 0) {
+      kernels::indexer_select<0><<<detail::grid_for(M, 128), 128, 0, stream()>>>(
+          kernels::Rows<const float>{scores.data(), ld(scores)}, q_start.data(), M, T, S, r, rows(idx), k);
+      MAXTEXT_CUDA_LAUNCH_CHECK("indexer_select");
+    }
+  }
+
+  template <class A>
+  void compressed_attention(View<const A, 4> q, View<const A, 3> kv, View<const A, 3> blocks,
+                            View<const std::int32_t, 1> q_start, std::int64_t window, std::int64_t r,
+                            View<const std::int32_t, 2> selected, View<const A, 1> sinks, const AttentionOptions& opt,
+                            View<A, 4> out) const {
+    kernels::CompressedAttnArgs<A> a{};
+    a.q = q.data();
+    a.q_b = q.stride(0), a.q_t = q.stride(1), a.q_n = q.stride(2);
+    a.kv = rows3(kv);
+    a.blocks = r > 0 ? rows3(blocks) : kernels::Rows3<const A>{nullptr, 0, 0};
+    a.o = out.data();
+    a.o_b = out.stride(0), a.o_t = out.stride(1), a.o_n = out.stride(2);
+    a.B = q.dim(0), a.T = q.dim(1), a.N = q.dim(2), a.d = q.dim(3);
+    a.q_start = q_start.data();
+    a.window = window, a.r = r, a.Sb = r > 0 ? blocks.dim(1) : 0;
+    a.selected = selected.empty() ? nullptr : selected.data();
+    a.sel_ld = selected.empty() ? 0 : ld(selected);
+    a.k = selected.empty() ? 0 : selected.dim(1);
+    a.sinks = sinks.empty() ? nullptr : sinks.data();
+    a.f32_qk = opt.float32_qk_product;
+    a.f32_logits = opt.float32_logits;
+    MAXTEXT_DASSERT(kv.dim(2) == a.d && (r <= 0 || blocks.dim(2) == a.d) && out.dim(0) == a.B && out.dim(1) == a.T &&
+                    out.dim(2) == a.N && out.dim(3) == a.d && q_start.dim(0) == a.B);
+    MAXTEXT_DASSERT(q.rows_contiguous() && kv.rows_contiguous() && blocks.rows_contiguous() && out.rows_contiguous() &&
+                    (selected.empty() || selected.dim(0) == a.B * a.T));
+    if (a.B * a.T * a.N == 0 || a.d == 0) return;
+    const std::size_t smem = kernels::compressed_attention_smem_bytes(a.d);
+    MAXTEXT_CHECK(smem <= state_->smem_optin, UnsupportedError, "[cuda] compressed_attention: head dim ", a.d, " needs ",
+                  smem, " bytes of shared memory, the device allows ", state_->smem_optin);
+    if (smem > (48u << 10)) {
+      MAXTEXT_CUDA_CHECK(cudaFuncSetAttribute(kernels::compressed_attention<A>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)));
+    }
+    constexpr int threads = 32 * kernels::kCompressedAttnWarps;
+    kernels::compressed_attention<A><<<detail::grid_for(a.B * a.T * a.N * 32, threads), threads, smem, stream()>>>(a);
+    MAXTEXT_CUDA_LAUNCH_CHECK("compressed_attention");
+  }
+
  private:
   struct State {
     std::shared_ptr<DeviceMemory> dev;
@@ -485,6 +567,11 @@ class Backend {
   static kernels::Rows<T> rows(const View<T, 2>& v) {
     return {v.data(), ld(v)};
   }
+  /// Batch and row strides of a 3-D operand (the last axis contiguous).
+  template <class T>
+  static kernels::Rows3<T> rows3(const View<T, 3>& v) {
+    return {v.data(), v.stride(0), v.stride(1)};
+  }
   /// Threads for a one-block-per-row kernel: a multiple of 32, up to 1024, about one per 4 elements.
   static unsigned row_threads(std::int64_t D) {
     const std::int64_t t = std::min<std::int64_t>(1024, std::max<std::int64_t>(32, (D / 4 + 31) / 32 * 32));
@@ -502,3 +589,5 @@ static_assert(::maxtext::BackendHeadMatmul<::maxtext::cuda::Backend>, "cuda::Bac
 static_assert(::maxtext::BackendHyperConnections<::maxtext::cuda::Backend>, "cuda::Backend must provide the mHC stream ops");
 static_assert(::maxtext::BackendGatedDeltaNet<::maxtext::cuda::Backend>, "cuda::Backend must provide the Gated DeltaNet ops");
 static_assert(::maxtext::BackendEngram<::maxtext::cuda::Backend>, "cuda::Backend must provide the Engram gate");
+static_assert(::maxtext::BackendCompressedAttention<::maxtext::cuda::Backend>,
+              "cuda::Backend must provide DeepSeek-V4's compressed attention ops");

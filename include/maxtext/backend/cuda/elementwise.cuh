@@ -51,15 +51,15 @@ __global__ void activation(Rows<const A> h0, Activation a0, Rows<const A> h1, Ac
   }
 }
 
-/// GPT-OSS clamped SwiGLU (backend/common/math.hpp clamped_swiglu, each op rounded to A); alpha already rounded.
+/// The clamped SwiGLUs (backend/common/math.hpp clamped_swiglu, each op rounded to A); alpha already rounded.
 template <class A>
 __global__ void clamped_glu(Rows<const A> h0, Rows<const A> h1, Activation a0, float alpha, float limit, Rows<A> y,
-                            std::int64_t M, std::int64_t D) {
+                            std::int64_t M, std::int64_t D, ClampedGluForm form) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M * D;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t r = i / D, c = i % D;
     const auto rnd = [](float v) { return round_to<A>(v); };
-    y.at(r, c) = from_float<A>(math::clamped_swiglu(to_float(h0.at(r, c)), to_float(h1.at(r, c)), a0, alpha, limit, rnd));
+    y.at(r, c) = from_float<A>(math::clamped_swiglu(to_float(h0.at(r, c)), to_float(h1.at(r, c)), a0, alpha, limit, rnd, form));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <type_traits>
@@ -131,16 +132,21 @@ class Backend {
     }
   }
 
-  /// GPT-OSS clamped SwiGLU (moe.py apply_ffn_activation, decoder_block gpt_oss): g = min(h0, limit),
-  /// u = clip(h1, -limit, limit), y = round(round(g * round(act0(round(g * round_A(alpha))))) * round(u + 1)).
-  /// y may alias h0.
+  /// The clamped SwiGLUs (moe.py apply_ffn_activation): g = min(h0, limit), u = clip(h1, -limit, limit), then
+  /// gpt_oss: y = round(round(g * round(act0(round(g * round_A(alpha))))) * round(u + 1));
+  /// swiglu (DeepSeek-V4): y = round(round(act0(g)) * u). y may alias h0.
   template <class A>
-  void clamped_glu(View<const A, 2> h0, View<const A, 2> h1, Activation a0, float alpha, float limit, View<A, 2> y) const {
+  void clamped_glu(View<const A, 2> h0, View<const A, 2> h1, Activation a0, float alpha, float limit, View<A, 2> y,
+                   ClampedGluForm form = ClampedGluForm::gpt_oss) const {
     const float al = round_to<A>(alpha);
     for (std::int64_t m = 0; m < h0.dim(0); ++m) {
       for (std::int64_t i = 0; i < h0.dim(1); ++i) {
         const float g = std::min(to_float(h0(m, i)), limit);
         const float u = std::clamp(to_float(h1(m, i)), -limit, limit);
+        if (form == ClampedGluForm::swiglu) {
+          y(m, i) = from_float<A>(round_to<A>(act(a0, g)) * u);
+          continue;
+        }
         const float glu = round_to<A>(g * round_to<A>(act(a0, round_to<A>(g * al))));
         y(m, i) = from_float<A>(glu * round_to<A>(u + 1.0f));
       }
@@ -600,6 +606,120 @@ class Backend {
         const float signed_mag = s > 0.0f ? mag : (s < 0.0f ? -mag : 0.0f);
         const float gate = round_to<A>(static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(signed_mag)))));
         for (std::int64_t d = 0; d < D; ++d) y(m, g * D + d) = from_float<A>(gate * to_float(v(m, d)));
+      }
+    }
+  }
+
+  // ---- DeepSeek-V4 compressed attention (layers/deepseek4.hpp; semantics: BackendCompressedAttention) -------
+  /// Each pooled feature as a softmax over its window's entries in double, the logits and weights rounded to A.
+  template <class A>
+  void compress_pool(View<const A, 3> kv, View<const A, 3> gate, View<const A, 2> bias, std::int64_t r, bool overlap,
+                     View<const std::int32_t, 1> first, View<const std::int32_t, 1> count, View<A, 3> out) const {
+    const std::int64_t d = out.dim(2);
+    std::vector<double> value, logit;
+    for (std::int64_t b = 0; b < out.dim(0); ++b) {
+      for (std::int64_t i = 0; i < out.dim(1); ++i) {
+        const std::int64_t j = first(b) + i;
+        for (std::int64_t c = 0; c < d; ++c) {
+          if (i >= count(b)) {
+            out(b, i, c) = from_float<A>(0.0f);
+            continue;
+          }
+          value.clear();
+          logit.clear();
+          // (token, feature, bias row) of each entry: block j - 1's first half (CSA), then block j
+          const auto put = [&](std::int64_t tok, std::int64_t col, std::int64_t o) {
+            value.push_back(to_float(kv(b, tok, col)));
+            logit.push_back(round_to<A>(to_float(gate(b, tok, col)) + to_float(bias(o, col))));
+          };
+          if (overlap && j > 0) {
+            for (std::int64_t o = 0; o < r; ++o) put((j - 1) * r + o, c, o);
+          }
+          for (std::int64_t o = 0; o < r; ++o) put(j * r + o, overlap ? d + c : c, o);
+          const double mx = *std::max_element(logit.begin(), logit.end());
+          double sum = 0.0, acc = 0.0;
+          for (double l : logit) sum += std::exp(l - mx);
+          for (std::size_t e = 0; e < logit.size(); ++e) {
+            acc += round_to<A>(static_cast<float>(std::exp(logit[e] - mx) / sum)) * value[e];
+          }
+          out(b, i, c) = from_float<A>(static_cast<float>(acc));
+        }
+      }
+    }
+  }
+
+  /// Scores in double, then a stable sort of the visible blocks by (score desc, block asc).
+  template <class A>
+  void indexer_topk(View<const A, 3> q, View<const A, 2> w, View<const A, 3> blocks, View<const std::int32_t, 1> q_start,
+                    std::int64_t r, float score_scale, float weight_scale, View<float, 2> scores,
+                    View<std::int32_t, 2> idx) const {
+    const std::int64_t M = q.dim(0), H = q.dim(1), d = q.dim(2), T = M / q_start.dim(0), S = blocks.dim(1);
+    for (std::int64_t m = 0; m < M; ++m) {
+      const std::int64_t b = m / T, nv = std::min(S, (q_start(b) + m % T + 1) / r);
+      std::vector<std::int32_t> order;
+      for (std::int64_t j = 0; j < S; ++j) {
+        if (j >= nv) {
+          scores(m, j) = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        double total = 0.0;
+        for (std::int64_t h = 0; h < H; ++h) {
+          double dot = 0.0;
+          for (std::int64_t i = 0; i < d; ++i) dot += static_cast<double>(to_float(q(m, h, i))) * to_float(blocks(b, j, i));
+          total += std::max(dot, 0.0) * score_scale * (static_cast<double>(to_float(w(m, h))) * weight_scale);
+        }
+        scores(m, j) = static_cast<float>(total);
+        order.push_back(static_cast<std::int32_t>(j));
+      }
+      std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t c) { return scores(m, a) > scores(m, c); });
+      for (std::int64_t i = 0; i < idx.dim(1); ++i) {
+        idx(m, i) = i < static_cast<std::int64_t>(order.size()) ? order[static_cast<std::size_t>(i)] : -1;
+      }
+    }
+  }
+
+  /// The window keys and the allowed blocks as one masked softmax in double, with the sink in the denominator.
+  template <class A>
+  void compressed_attention(View<const A, 4> q, View<const A, 3> kv, View<const A, 3> blocks,
+                            View<const std::int32_t, 1> q_start, std::int64_t window, std::int64_t r,
+                            View<const std::int32_t, 2> selected, View<const A, 1> sinks, const AttentionOptions& opt,
+                            View<A, 4> out) const {
+    const std::int64_t Bn = q.dim(0), T = q.dim(1), N = q.dim(2), d = q.dim(3);
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      for (std::int64_t t = 0; t < T; ++t) {
+        const std::int64_t m = b * T + t, pos = q_start(b) + t;
+        std::vector<const A*> keys;
+        for (std::int64_t s = 0; s <= pos; ++s) {
+          if (window <= 0 || pos - s < window) keys.push_back(&kv(b, s, 0));
+        }
+        if (r > 0 && selected.empty()) {
+          for (std::int64_t j = 0; j < std::min(blocks.dim(1), (pos + 1) / r); ++j) keys.push_back(&blocks(b, j, 0));
+        } else if (r > 0) {
+          for (std::int64_t i = 0; i < selected.dim(1); ++i) {
+            if (selected(m, i) >= 0) keys.push_back(&blocks(b, selected(m, i), 0));
+          }
+        }
+        for (std::int64_t n = 0; n < N; ++n) {
+          std::vector<double> logit;
+          for (const A* key : keys) {
+            double dot = 0.0;
+            for (std::int64_t i = 0; i < d; ++i) dot += static_cast<double>(to_float(q(b, t, n, i))) * to_float(key[i]);
+            float l = static_cast<float>(dot);
+            if (!opt.float32_qk_product) l = round_to<A>(l);
+            if (!opt.float32_qk_product && !opt.float32_logits) l = round_to<A>(l);
+            logit.push_back(l);
+          }
+          double mx = *std::max_element(logit.begin(), logit.end());
+          const double sink = sinks.empty() ? 0.0 : to_float(sinks(n));
+          if (!sinks.empty()) mx = std::max(mx, sink);
+          double denom = sinks.empty() ? 0.0 : std::exp(sink - mx);
+          for (double l : logit) denom += std::exp(l - mx);
+          for (std::int64_t i = 0; i < d; ++i) {
+            double acc = 0.0;
+            for (std::size_t e = 0; e < keys.size(); ++e) acc += std::exp(logit[e] - mx) * to_float(keys[e][i]);
+            out(b, t, n, i) = from_float<A>(static_cast<float>(acc / denom));
+          }
+        }
       }
     }
   }
