@@ -152,7 +152,14 @@ using StringList = std::vector<std::string>;
   X(std::int64_t, engram_head_dim, 1280)                         \
   X(std::int64_t, engram_max_ngram_size, 3)                      \
   X(std::int64_t, engram_kernel_size, 4)                         \
-  X(std::int64_t, engram_seed, 0)
+  X(std::int64_t, engram_seed, 0)                                \
+  X(std::int64_t, first_num_hash_layers, 0)                      \
+  X(std::int64_t, indexer_n_heads, 64)                           \
+  X(std::int64_t, indexer_head_dim, 128)                         \
+  X(std::int64_t, indexer_topk, 2048)                            \
+  X(std::int64_t, o_groups, 0)                                   \
+  X(std::int64_t, o_lora_rank, 0)                                \
+  X(double, compressed_rope_max_timescale, 160000)
 
 // Every key above is MaxText's except the four llama3_rope_* keys: MaxText's LLaMA-3.1 RoPE hard-codes factor 8,
 // low_freq_factor 1, high_freq_factor 4 and an original context of 8192 (embeddings.py LLaMARotaryEmbedding); these
@@ -237,6 +244,8 @@ struct Config {
   std::vector<std::int64_t> mrope_section() const;
   /// engram_layers: the layers (global indices) that hold an Engram module (deepseek.py); empty when unset.
   std::vector<std::int64_t> engram_layers() const { return int_list("engram_layers", {}, 0); }
+  /// compress_ratios (decoder_block deepseek4): per layer 0 (sliding window only), 4 (CSA) or > 4 (HCA).
+  std::vector<std::int64_t> compress_ratios() const { return int_list("compress_ratios", {}, 0); }
   /// engram_vocab_bases: the smallest hash-table size of each n-gram order 2..engram_max_ngram_size.
   std::vector<std::int64_t> engram_vocab_bases() const { return int_list("engram_vocab_bases", {646400, 646400}, 1); }
   /// A list key kept in `extra` as integers >= `min`, or `dflt` when unset or None.
@@ -467,7 +476,6 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
       {"quantization", "AQT/qwix/fp8 quantized training numerics", detail::nonempty_list},
       {"quantize_kvcache", "a quantized KV cache", detail::truthy},
       {"use_multimodal", "image / audio inputs (maxtext-cpp runs the text decoder only)", detail::truthy},
-      {"first_num_hash_layers", "DeepSeek-V4 hash routing", detail::positive},
       {"use_random_routing", "random MoE routing", detail::truthy},
       {"moba", "MoBA attention", detail::truthy},
       {"use_qk_clip", "QK-clip", detail::truthy},
@@ -489,7 +497,8 @@ inline const std::vector<std::string>& supported_decoder_blocks() {
   static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
                                                  "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
                                                  "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe", "llama4",
-                                                 "qwen3_next", "qwen3_5", "gemma4", "gemma4_small", "envy"};
+                                                 "qwen3_next", "qwen3_5", "gemma4", "gemma4_small", "envy",
+                                                 "deepseek4"};
   return list;
 }
 
@@ -698,6 +707,32 @@ inline void Config::validate() const {
     MAXTEXT_CHECK(rope_type == "default", UnsupportedError, "[config] decoder_block ", decoder_block, ": rope_type '", rope_type,
                   "' (the hybrid attention's partial RoPE is MaxText's default rotary embedding)");
   }
+  if (decoder_block == "deepseek4") {
+    // deepseek4.py / decoders.py / types.py: one compress ratio per layer, each 0 or >= 4; the hash-routed prefix
+    // inside the stack; one shared key/value head; the sliding window of every layer.
+    const std::vector<std::int64_t> ratios = compress_ratios();
+    MAXTEXT_CHECK(static_cast<std::int64_t>(ratios.size()) == num_decoder_layers, ConfigError, "[config] decoder_block "
+                  "deepseek4 needs compress_ratios with one entry per layer (", num_decoder_layers, "), found ", ratios);
+    for (const std::int64_t r : ratios) {
+      MAXTEXT_CHECK(r == 0 || r >= 4, ConfigError, "[config] compress_ratios: each ratio must be 0 (disabled) or >= 4, "
+                    "found ", r, " in ", ratios);
+    }
+    MAXTEXT_CHECK(first_num_hash_layers >= 0 && first_num_hash_layers <= num_decoder_layers, ConfigError,
+                  "[config] first_num_hash_layers (", first_num_hash_layers, ") must be in [0, num_decoder_layers = ",
+                  num_decoder_layers, "]");
+    MAXTEXT_CHECK(sliding_window_size > 0, ConfigError, "[config] decoder_block deepseek4 needs sliding_window_size > 0 "
+                  "(every layer attends over a sliding window), found ", sliding_window_size);
+    MAXTEXT_CHECK(o_groups > 0 && o_lora_rank > 0, ConfigError, "[config] decoder_block deepseek4 needs o_groups and "
+                  "o_lora_rank > 0 (the grouped output projection), found ", o_groups, " and ", o_lora_rank);
+    MAXTEXT_CHECK(num_kv_heads == 1, UnsupportedError, "[config] decoder_block deepseek4 shares one key/value head "
+                  "(num_kv_heads 1), found ", num_kv_heads);
+    MAXTEXT_CHECK(attention_type == "compressed", ConfigError, "[config] decoder_block deepseek4 uses attention_type "
+                  "'compressed', found '", attention_type, "'");
+  } else {
+    MAXTEXT_CHECK(first_num_hash_layers == 0, UnsupportedError, "[config] first_num_hash_layers = ",
+                  first_num_hash_layers, " (hash routing) exists for decoder_block deepseek4 only, found decoder_block '",
+                  decoder_block, "'");
+  }
   if (use_mrope) {
     // attentions.py builds Qwen3OmniMoeThinkerTextRotaryEmbedding (MRoPE) when the layer passes use_mrope, which the
     // qwen2, qwen3, qwen3_moe, qwen3_custom_moe, qwen3_next and qwen3_5 layers do; the other blocks would ignore it.
@@ -718,9 +753,10 @@ inline void Config::validate() const {
     // mhc.py / decoders.py: k residual streams; only the DeepSeek layers (deepseek.py) wrap their branches in mHC,
     // any other block would receive [B, S, k, D] activations it cannot take.
     MAXTEXT_CHECK(mhc_expansion_rate >= 1, ConfigError, "[config] mhc_expansion_rate must be >= 1, found ", mhc_expansion_rate);
-    MAXTEXT_CHECK(decoder_block == "deepseek", UnsupportedError, "[config] mhc_expansion_rate = ", mhc_expansion_rate,
-                  " (manifold hyper-connections) exists for decoder_block deepseek only (MaxText's DeepSeek layers wrap "
-                  "their branches in mHC), found decoder_block '", decoder_block, "'");
+    MAXTEXT_CHECK(decoder_block == "deepseek" || decoder_block == "deepseek4", UnsupportedError, "[config] "
+                  "mhc_expansion_rate = ", mhc_expansion_rate, " (manifold hyper-connections) exists for decoder_block "
+                  "deepseek and deepseek4 only (MaxText's DeepSeek layers wrap their branches in mHC), found "
+                  "decoder_block '", decoder_block, "'");
     const std::int64_t max_k = enable_mhc_lite ? kMhcMaxLiteStreams : kMhcMaxStreams;
     MAXTEXT_CHECK(mhc_expansion_rate <= max_k, UnsupportedError, "[config] mhc_expansion_rate = ", mhc_expansion_rate,
                   ": this library's mHC kernels take at most ", max_k, " streams",
@@ -840,8 +876,10 @@ inline void Config::validate() const {
   } else if (attention_type == "chunk") {
     MAXTEXT_CHECK(chunk_attn_window_size > 0, ConfigError, "[config] attention_type chunk needs chunk_attn_window_size > 0");
   } else {
-    MAXTEXT_CHECK(attention_type == "global" || attention_type == "mla" || attention_type == "full", UnsupportedError,
-                  "[config] attention_type '", attention_type, "': expected global, local_sliding, chunk, mla or full");
+    MAXTEXT_CHECK(attention_type == "global" || attention_type == "mla" || attention_type == "full" ||
+                      (attention_type == "compressed" && decoder_block == "deepseek4"),
+                  UnsupportedError, "[config] attention_type '", attention_type,
+                  "': expected global, local_sliding, chunk, mla, full (or compressed with decoder_block deepseek4)");
   }
   MAXTEXT_CHECK(!(share_kv_projections && fused_qkv), ConfigError, "[config] share_kv_projections is incompatible with fused_qkv");
   MAXTEXT_CHECK(!(share_kv_projections && attention_type == "mla"), ConfigError,

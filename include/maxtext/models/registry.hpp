@@ -10,6 +10,7 @@
 #include "maxtext/core/policy.hpp"
 #include "maxtext/layers/decoders.hpp"
 #include "maxtext/layers/deepseek.hpp"
+#include "maxtext/layers/deepseek4.hpp"
 #include "maxtext/layers/envy.hpp"
 #include "maxtext/layers/gemma.hpp"
 #include "maxtext/layers/gemma2.hpp"
@@ -40,6 +41,7 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
   if (cfg.is("deepseek")) {
     return f.template operator()<Transformer<P, layers::DeepSeekDenseLayer, layers::DeepSeekMoELayer>>();
   }
+  if (cfg.is("deepseek4")) return f.template operator()<Transformer<P, layers::DeepSeek4DecoderLayer>>();
   if (cfg.is("default")) return f.template operator()<Transformer<P, layers::DecoderLayer>>();
   if (cfg.is("llama2")) return f.template operator()<Transformer<P, layers::LlamaDecoderLayer>>();
   if (cfg.is("mistral")) return f.template operator()<Transformer<P, layers::MistralDecoderLayer>>();

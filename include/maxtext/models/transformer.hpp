@@ -105,6 +105,21 @@ template <class L>
 struct prelude_of<L> {
   using type = typename L::Prelude;
 };
+/// A decoder-level module that collapses the mHC streams [M, k*D] to [M, D] after the last layer instead of
+/// mhc_reduce's plain sum: the layer type names it as `StreamHead` (DeepSeek-V4's hc_head). It has Params,
+/// visit(v, p), a parameter scope `name` and forward(ctx, p, x, y).
+struct NoStreamHead {
+  struct Params {};
+};
+template <class L>
+struct stream_head_of {
+  using type = NoStreamHead;
+};
+template <class L>
+  requires requires { typename L::StreamHead; }
+struct stream_head_of<L> {
+  using type = typename L::StreamHead;
+};
 template <class L>
 concept HasAttentionName = requires { L::attention_name; };
 /// The attention module's parameter (and capture) name: `self_attention` unless the layer names it (Olmo3:
@@ -135,12 +150,15 @@ class Transformer {
                                                 std::variant<typename DenseL::Params>>;
   using PreludeT = typename detail::prelude_of<DenseL>::type;
   static constexpr bool kPrelude = !std::is_same_v<PreludeT, detail::NoPrelude>;
+  using StreamHeadT = typename detail::stream_head_of<DenseL>::type;
+  static constexpr bool kStreamHead = !std::is_same_v<StreamHeadT, detail::NoStreamHead>;
 
   struct Params {
     typename layers::Embed<P>::Params token_embedder;
     typename layers::Embed<P>::Params position_embedder;  ///< GPT-3 trainable positions
     typename PreludeT::Params prelude;                    ///< the layer type's decoder-level Prelude, if any
     std::vector<LayerParamsVariant> layers;
+    typename StreamHeadT::Params stream_head;             ///< the layer type's stream collapse (mHC), if any
     typename layers::RMSNorm<P>::Params decoder_norm_rms;
     typename layers::Gpt3LayerNorm<P>::Params decoder_norm_gpt3;
     typename layers::DenseGeneral<P>::Params logits_dense;  ///< [D, V]; absent with logits_via_embedding
@@ -171,6 +189,9 @@ class Transformer {
                   "[config] mhc_expansion_rate = ", streams_, ": the layer types of this model (decoder_block '",
                   cfg_.decoder_block, "') take no hyper-connection streams");
     if constexpr (kPrelude) prelude_ = PreludeT(cfg_);
+    if constexpr (kStreamHead) {
+      if (streams_ > 1) stream_head_ = StreamHeadT(cfg_);
+    }
     const std::int64_t L = cfg_.num_decoder_layers;
     const std::int64_t n_dense = kTwoKinds ? cfg_.first_num_dense_layers : L;
     MAXTEXT_CHECK(n_dense >= 0 && n_dense <= L, ConfigError, "[config] first_num_dense_layers (", n_dense,
@@ -230,6 +251,12 @@ class Transformer {
             layer.visit(v, lp);
           },
           layers_[i]);
+    }
+    if constexpr (kStreamHead) {
+      if (streams_ > 1) {
+        layers::Scope<V> s(v, StreamHeadT::name);
+        stream_head_.visit(v, params_.stream_head);
+      }
     }
     {
       layers::Scope<V> s(v, "decoder_norm");
@@ -425,7 +452,12 @@ class Transformer {
       throw;
     }
     if (streams_ > 1) {
-      be_.stream_sum(View<const A, 2>(x), View<const A, 2>(), embedded);  // mhc_reduce
+      if constexpr (kStreamHead) {
+        stream_head_.forward(ctx, params_.stream_head, View<const A, 2>(x), embedded);
+        ctx.sow("decoder." + std::string(StreamHeadT::name), View<const A, 2>(embedded));
+      } else {
+        be_.stream_sum(View<const A, 2>(x), View<const A, 2>(), embedded);  // mhc_reduce
+      }
       x = embedded;
     }
     if (gpt3_norm_) {
@@ -592,6 +624,7 @@ class Transformer {
   std::shared_ptr<const layers::EngramHashing> engram_;  ///< the Engram layers' token table (set_engram_vocab)
   layers::Embed<P> embed_, pos_embed_;
   PreludeT prelude_;
+  StreamHeadT stream_head_;
   bool gpt3_norm_ = false;
   layers::RMSNorm<P> final_rms_;
   layers::Gpt3LayerNorm<P> final_gpt3_;
