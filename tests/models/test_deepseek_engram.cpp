@@ -1,13 +1,16 @@
 // DeepSeek models with Engram layers (layers/deepseek.hpp + layers/engram.hpp) against the PyTorch float64
 // re-statement tests/reference/deepseek_engram_reference.py: mHC k = 2 with Engram in layers 0 and 2, and a model
 // without mHC with Engram in layer 1. Logits, the Engram modules' outputs and every layer's residual stream; cached
-// decoding (prefill, token by token, ragged rows) against the full forward; the config and table refusals.
+// decoding (prefill, token by token, ragged rows) against the full forward; MaxText's scanned layout with Engram
+// (tests the canonicaliser on three fixtures); the config and table refusals.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "maxtext/io/checkpoint.hpp"
+#include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/layers/deepseek.hpp"
@@ -104,6 +107,34 @@ TEST_CASE("DeepSeek with Engram (mHC k 2, and without mHC): logits, Engram outpu
     test::expect_close(AnyTensor::from(m.forward(test::cols(f.tokens, 5, 1), cache)), want, test::tol::f32_logits,
                        "original after fork");
   }
+}
+
+TEST_CASE("DeepSeek with Engram from MaxText's scanned layout (unscanned Engram layers between scanned runs) loads to "
+          "the unscanned model", "[models][deepseek][engram]") {
+  for (const char* name : {"deepseek_engram_mhc_model", "deepseek_engram_model", "deepseek_engram_scan_model"}) {
+    INFO(name);
+    const EngramFixture f = fixture(name);
+    // deepseek_engram_scan_model: dense_layers_0_1 (two layers on param_scan_axis), moe_layers_2_2,
+    // moe_layers_engram_3, moe_layers_4_4.
+    const auto scanned = io::load_weights(f.dir + "model_scanned.safetensors", f.cfg).tensors;
+    const auto plain = io::load_weights(f.dir + "model.safetensors", f.cfg).tensors;
+    CHECK(scanned.tensors.size() == plain.tensors.size());
+    DeepSeek m(f.cfg);
+    m.load(scanned);
+    give_table(m, f);
+    test::expect_close(AnyTensor::from(m.forward(f.tokens)), test::npy(f.dir + "logits.npy"), test::tol::f32_logits,
+                       std::string(name) + " scanned");
+  }
+  // A run whose tensor does not hold its layer count, and a run reaching into the MoE layers, are refused by name.
+  const EngramFixture f = fixture("deepseek_engram_scan_model");
+  io::TensorMap bad = io::read_safetensors(f.dir + "model_scanned.safetensors");
+  bad.tensors["decoder.dense_layers_0_2.mlp.wi_0.kernel"] = bad.tensors.at("decoder.dense_layers_0_1.mlp.wi_0.kernel");
+  CHECK_THROWS_WITH(io::canonicalize_maxtext(bad, f.cfg), Catch::Contains("decoder.dense_layers_0_2.mlp.wi_0.kernel") &&
+                                                           Catch::Contains("expected 3 layers (0 to 2)"));
+  bad.tensors.erase("decoder.dense_layers_0_2.mlp.wi_0.kernel");
+  bad.tensors["decoder.dense_layers_engram_3.pre_self_attention_layer_norm.scale"] =
+      bad.tensors.at("decoder.moe_layers_engram_3.pre_self_attention_layer_norm.scale");
+  CHECK_THROWS_WITH(io::canonicalize_maxtext(bad, f.cfg), Catch::Contains("layer 3 is not a dense layer"));
 }
 
 TEST_CASE("DeepSeek Engram: configs and tables it cannot use are refused by name", "[models][deepseek][engram][errors]") {

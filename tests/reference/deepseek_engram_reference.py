@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """DeepSeek-V3-style models with Engram layers, re-stated in PyTorch float64 (MaxText commit e591f30 read:
-models/deepseek.py engram_op and the layers' __call__, layers/engram.py, layers/decoders.py's unscanned DeepSeek loop).
+models/deepseek.py engram_op and the layers' __call__, layers/engram.py, layers/decoders.py's DeepSeek loops:
+unscanned, and scanned with Engram, _apply_interleaved_scanned_layers).
 
 A layer listed in engram_layers first adds its Engram module to the residual stream, then runs as before:
   x = x + Engram(RMSNorm_engram(x), NgramHashMapping(tokens)[layer])       deepseek.py engram_op
@@ -12,9 +13,10 @@ engram_module_reference.py's, the layers deepseek_reference.py's and mhc_referen
 
 Cases: deepseek_engram_mhc_model (mHC k = 2, Engram in layers 0 and 2, as MaxText runs Engram: with mHC streams), and
 deepseek_engram_model (no mHC, Engram in layer 1: MaxText's Engram would reject the 3-D input; this library runs it
-on the one stream, docs/numerics.md).
-Writes tests/fixtures/<case>/: model.safetensors, config.yml, tokens.npy, logits.npy, act_*.npy, engram_lookup.npy,
-meta.json. Run: /usr/bin/python3 tests/reference/deepseek_engram_reference.py
+on the one stream, docs/numerics.md), and deepseek_engram_scan_model (5 layers, 2 dense, Engram in layer 3: a scanned
+run of two dense layers, then single-layer runs around the Engram layer).
+Writes tests/fixtures/<case>/: model.safetensors, model_scanned.safetensors (decoders.py's scanned layout with Engram:
+scanned_with_engram), config.yml, tokens.npy, logits.npy, act_*.npy, engram_lookup.npy, meta.json. Run: /usr/bin/python3 tests/reference/deepseek_engram_reference.py
 """
 import math
 
@@ -45,6 +47,30 @@ def engram_weights(g, c, G, sizes):
   w.update(prefixed(engram_module_weights(g, G, c["D"], ENGRAM["Dh"], sizes, ENGRAM["K"], norm_spread=0.1,
                                           conv_scale=0.3), "engram."))
   return w
+
+
+def scanned_with_engram(w, L, dense, engram_layers):
+  """decoders.py's scanned DeepSeek stack with Engram (_apply_interleaved_scanned_layers): each Engram layer stays
+  unscanned as decoder.{dense,moe}_layers_engram_{i}; each run of other layers [a, b] (global indices, split at the
+  Engram layers and at the dense / MoE boundary) is one scan, decoder.{group}_{a}_{b}, its leaves stacked on
+  param_scan_axis (1). Everything outside the layers unchanged."""
+  def src(i):
+    return f"decoder.dense_layers_{i}." if i < dense else f"decoder.moe_layers_{i - dense}."
+
+  out = {kk: v for kk, v in w.items() if not kk.startswith(("decoder.dense_layers_", "decoder.moe_layers_"))}
+  for group, lo, hi in (("dense_layers", 0, dense), ("moe_layers", dense, L)):
+    i = lo
+    while i < hi:
+      leaves = [kk[len(src(i)):] for kk in w if kk.startswith(src(i))]
+      if i in engram_layers:
+        out.update({f"decoder.{group}_engram_{i}.{leaf}": w[src(i) + leaf] for leaf in leaves})
+        i += 1
+        continue
+      j = min([e for e in engram_layers if e > i] + [hi])
+      for leaf in leaves:
+        out[f"decoder.{group}_{i}_{j - 1}.{leaf}"] = np.stack([w[src(t) + leaf] for t in range(i, j)], axis=1)
+      i = j
+  return out
 
 
 def model_case(name, seed, k, L, dense, engram_layers):
@@ -92,6 +118,7 @@ def model_case(name, seed, k, L, dense, engram_layers):
       break
   d = case_dir(name)
   save_safetensors(f"{d}/model.safetensors", w)
+  save_safetensors(f"{d}/model_scanned.safetensors", scanned_with_engram(w, L, dense, engram_layers))
   save_npy(d, "tokens", tokens)
   save_npy(d, "logits", logits.numpy())
   save_npy(d, "engram_lookup", lookup)
@@ -115,3 +142,4 @@ if __name__ == "__main__":
   torch.set_default_dtype(torch.float64)
   model_case("deepseek_engram_mhc_model", 71, k=2, L=3, dense=1, engram_layers=[0, 2])
   model_case("deepseek_engram_model", 81, k=1, L=3, dense=1, engram_layers=[1])
+  model_case("deepseek_engram_scan_model", 91, k=1, L=5, dense=2, engram_layers=[3])

@@ -162,6 +162,53 @@ inline bool canonicalize_cycle_scanned(const std::string& name, const AnyTensor&
   return true;
 }
 
+/// DeepSeek's scanned layout with Engram layers (decoders.py _apply_interleaved_scanned_layers): an Engram layer i
+/// stays unscanned as `decoder.{dense,moe}_layers_engram_i.X`; each run of the other layers a..b of a group (global
+/// indices, split at the Engram layers) is its own scan, `decoder.{dense,moe}_layers_a_b.X` with b - a + 1 layers on
+/// param_scan_axis. Both become the unscanned `decoder.dense_layers_i` / `decoder.moe_layers_(i - first_num_dense_layers)`.
+inline bool canonicalize_deepseek_engram_scanned(const std::string& name, const AnyTensor& t, const Config& cfg,
+                                                 TensorMap& out) {
+  const std::int64_t dense = cfg.first_num_dense_layers, L = cfg.num_decoder_layers;
+  for (const bool moe : {false, true}) {
+    const std::string group = moe ? "moe_layers" : "dense_layers", head = "decoder." + group + "_";
+    if (name.compare(0, head.size(), head) != 0) continue;
+    const std::string where = "[checkpoint] " + t.source + ": scanned DeepSeek tensor " + name;
+    const std::size_t dot = name.find('.', head.size());
+    if (dot == std::string::npos) return false;
+    const std::string key = name.substr(head.size(), dot - head.size()), rest = name.substr(dot + 1);
+    const auto number = [&](const std::string& d) {
+      MAXTEXT_CHECK(!d.empty() && d.size() < 10 && d.find_first_not_of("0123456789") == std::string::npos, ShapeError,
+                    where, ": expected ", head, "<i>, ", head, "engram_<i> or ", head, "<a>_<b>");
+      return std::stoll(d);
+    };
+    const auto target = [&](std::int64_t i) {
+      MAXTEXT_CHECK(moe ? (i >= dense && i < L) : (i >= 0 && i < dense), ShapeError, where, ": layer ", i,
+                    " is not a ", moe ? "MoE" : "dense", " layer (first_num_dense_layers ", dense, ", num_decoder_layers ",
+                    L, ")");
+      return "decoder." + group + "_" + std::to_string(moe ? i - dense : i) + "." + rest;
+    };
+    const std::string engram = "engram_";
+    if (key.compare(0, engram.size(), engram) == 0) {
+      out.add(target(number(key.substr(engram.size()))), t);
+      return true;
+    }
+    const std::size_t us = key.find('_');
+    if (us == std::string::npos) return false;  // decoder.<group>_<i>: already unscanned
+    const std::int64_t a = number(key.substr(0, us)), b = number(key.substr(us + 1));
+    const int axis = static_cast<int>(cfg.param_scan_axis);
+    MAXTEXT_CHECK(b >= a && axis >= 0 && axis < t.rank() && t.shape[static_cast<std::size_t>(axis)] == b - a + 1,
+                  ShapeError, where, " ", t.describe(), ": expected ", b - a + 1, " layers (", a, " to ", b, ") on axis ",
+                  axis, " (param_scan_axis)");
+    for (std::int64_t i = a; i <= b; ++i) {
+      AnyTensor v = t.select(axis, i - a);
+      v.source = t.source + "[layer " + std::to_string(i) + "]";
+      out.add(target(i), std::move(v));
+    }
+    return true;
+  }
+  return false;
+}
+
 /// DeepSeek-V4's scanned layout (decoders.py _apply_deepseek4_scanned_blocks, deepseek4.py DeepSeek4ScannableBlock):
 /// layers i < first_num_hash_layers stay `decoder.layers_i.X`; the rest are nn.scan'ed pairs named `scanned_blocks`
 /// whose `layers_0` is an HCA layer (compress ratio 128) and `layers_1` a CSA layer (4), whatever compress_ratios
@@ -216,6 +263,9 @@ inline TensorMap canonicalize_maxtext(const TensorMap& in, const Config& cfg) {
     if (cfg.is("gemma3") && canonicalize_gemma3_scanned(name, t, cfg, out)) continue;
     if (cfg.is("gemma4") && canonicalize_gemma4_scanned(name, t, cfg, out)) continue;
     if (cfg.is("deepseek4") && canonicalize_deepseek4_scanned(name, t, cfg, out)) continue;
+    if (cfg.is("deepseek") && !cfg.engram_layers().empty() && canonicalize_deepseek_engram_scanned(name, t, cfg, out)) {
+      continue;
+    }
     if (cfg.is("olmo3") && canonicalize_cycle_scanned(name, t, cfg, out, "OLMo 3", 4)) continue;
     if (cfg.is("gpt_oss") && canonicalize_cycle_scanned(name, t, cfg, out, "GPT-OSS")) continue;
     if (cfg.is("llama4") && canonicalize_cycle_scanned(name, t, cfg, out, "Llama 4")) continue;
