@@ -3,7 +3,7 @@
 // the backend ops of compressed attention (HCA / CSA pooling, the indexer's scores and top-k, attention over the
 // window, the blocks and the sinks); a 4-layer model (sliding window, CSA, HCA r 8, CSA; a hash-routed layer; mHC k 2):
 // logits, every layer's streams and branches, hc_head, prompt split at block boundaries and inside blocks, token by
-// token and ragged decoding, bf16; a 5-layer model in MaxText's scanned layout (hash-routed prefix + HCA / CSA pairs);
+// token and ragged decoding, bf16; a 7-layer model in MaxText's scanned layout (hash-routed prefix + two HCA / CSA pairs);
 // the CLI; and the errors for what the block cannot take.
 #include <cmath>
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/layers/deepseek4.hpp"
+#include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
 #include "support/cli.hpp"
@@ -175,6 +176,25 @@ TEST_CASE("DeepSeek-V4 model (sliding window, CSA + indexer, HCA, hash routing, 
   }
 }
 
+TEST_CASE("DeepSeek-V4 layers on their own (run_layer on MaxText's streams): the CSA and HCA layers, and the indexer "
+          "scoring a long prompt in chunks", "[models][deepseek4]") {
+  const Config c = fixture_config(kModel);
+  const std::string dir = test::fixture(kModel);
+  const auto tensors = io::load_weights(dir + "/model.safetensors", c).tensors;
+  test::Backend be;
+  for (const std::int64_t i : {1, 2, 3}) {  // CSA, HCA (r 8), CSA; layer 0 routes by token id (a model's forward)
+    const std::string name = "decoder.layers_" + std::to_string(i);
+    layers::DeepSeek4DecoderLayer<P32> layer(c, {i, name, name + ".self_attention", name + ".mlp"});
+    const auto params = models::load_layer_params<P32>(layer, tensors, be, name);
+    const AnyTensor x = test::npy(dir + "/act_decoder.layers_" + std::to_string(i - 1) + ".npy");
+    const AnyTensor want = test::npy(dir + "/act_" + name + ".npy");
+    test::expect_close(models::run_layer<P32>(layer, params, be, x), want, test::tol::f32_logits, name);
+    // 74 tokens x 9 blocks scored in calls of at most 20 scores: runs of 2 tokens of one row.
+    layer.set_indexer_score_chunk(20);
+    test::expect_close(models::run_layer<P32>(layer, params, be, x), want, test::tol::f32_logits, name + " chunked");
+  }
+}
+
 TEST_CASE("DeepSeek-V4: a prompt split inside and at block boundaries, then decoding, gives the full forward's logits",
           "[models][deepseek4]") {
   DeepSeek4 m = load_model(kModel);
@@ -256,6 +276,17 @@ TEST_CASE("DeepSeek-V4 refuses configs, checkpoints and inputs it cannot take, b
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("first_num_hash_layers = 1") && Catch::Contains("deepseek4 only"));
   }
   {
+    Config c = base;  // MaxText would rotate int(88 * (30 / 88)) = 29 lanes
+    c.head_dim = 88;
+    c.qk_rope_head_dim = 30;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("= 29 lanes"));
+  }
+  {
+    Config c = base;
+    c.sparse_matmul = false;
+    CHECK_THROWS_WITH(DeepSeek4(c), Catch::Contains("hash routing (first_num_hash_layers) with sparse_matmul=false"));
+  }
+  {
     Config c = base;
     c.o_groups = 3;  // 4 heads * 16 = 64 not a multiple of 3
     CHECK_THROWS_WITH(DeepSeek4(c), Catch::Contains("o_groups (3)"));
@@ -279,9 +310,9 @@ TEST_CASE("DeepSeek-V4 refuses configs, checkpoints and inputs it cannot take, b
                                                              Catch::Contains("not an expert id"));
     // The scanned layout hard-codes HCA 128 / CSA 4 pairs: a config whose ratios differ cannot take it.
     Config sc = fixture_config(kScanned);
-    sc.set("compress_ratios", "[0, 0, 4, 8, 4]", "test");
+    sc.set("compress_ratios", "[0, 0, 4, 128, 4, 8, 4]", "test");
     CHECK_THROWS_WITH(io::load_weights(test::fixture(kScanned) + "/model_scanned.safetensors", sc),
-                      Catch::Contains("HCA (128) / CSA (4) pairs") && Catch::Contains("layer 3"));
+                      Catch::Contains("HCA (128) / CSA (4) pairs") && Catch::Contains("layer 5"));
   }
   SECTION("inputs") {
     DeepSeek4 m = load_model(kModel);

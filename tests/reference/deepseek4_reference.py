@@ -31,7 +31,7 @@ The prefill / training path is stated (positions 0..T-1, one segment). Compresse
 Writes
   tests/fixtures/deepseek4_model/          4 layers, compress_ratios [0, 4, 8, 4], 1 hash layer, mHC k 2, B 2, T 37
                                            (config.yml, model.safetensors, tokens, logits, act_*, meta.json)
-  tests/fixtures/deepseek4_scanned_model/  the deepseek4-tiny pattern: 5 layers, [0, 0, 4, 128, 4], 3 hash layers,
+  tests/fixtures/deepseek4_scanned_model/  the deepseek4-tiny pattern: 7 layers, [0, 0, 4, 128, 4, 128, 4], 3 hash layers,
                                            mHC k 4, B 2, T 21 (also model_scanned.safetensors)
   tests/fixtures/deepseek4_ops/            ops.safetensors + meta.json: pooling (HCA, CSA), index scores and top-k,
                                            compressed attention with sinks (HCA rule, explicit CSA selection)
@@ -541,8 +541,8 @@ if __name__ == "__main__":
                "layer 0 hash-routed; mHC k 2), float64 from float32 weights. Unscanned only: the scanned block "
                "hard-codes ratios 128 and 4")
     # emb_dim 16 here keeps the directory (two weight layouts, k 4 streams) well under 1 MB
-    model_case("deepseek4_scanned_model", 81, settings(D=16, mhc_k=4, ratios=[0, 0, 4, 128, 4], hash=3), 2, 21, True,
-               "", "5-layer DeepSeek-V4 model in the deepseek4-tiny pattern (compress_ratios [0, 0, 4, 128, 4], layers "
-               "0-2 hash-routed prefix, layers 3-4 one DeepSeek4ScannableBlock; no HCA block completes at T 21), "
-               "mHC k 4, emb_dim 16, float64 from float32 weights")
+    model_case("deepseek4_scanned_model", 81, settings(D=16, mhc_k=4, ratios=[0, 0, 4, 128, 4, 128, 4], hash=3), 2,
+               21, True, "", "7-layer DeepSeek-V4 model in the deepseek4-tiny pattern (compress_ratios [0, 0, 4, 128, "
+               "4, 128, 4], layers 0-2 hash-routed prefix, layers 3-6 two DeepSeek4ScannableBlocks; no HCA block "
+               "completes at T 21), mHC k 4, emb_dim 16, float64 from float32 weights")
     print("wrote tests/fixtures/deepseek4_model, deepseek4_scanned_model, deepseek4_ops")

@@ -728,6 +728,19 @@ inline void Config::validate() const {
                   "(num_kv_heads 1), found ", num_kv_heads);
     MAXTEXT_CHECK(attention_type == "compressed", ConfigError, "[config] decoder_block deepseek4 uses attention_type "
                   "'compressed', found '", attention_type, "'");
+    for (const std::int64_t r : ratios) at_most("compress_ratios (each)", r, Limits::positions);
+    at_most("indexer_topk", indexer_topk, Limits::positions);
+    at_most("indexer_n_heads", indexer_n_heads, Limits::heads);
+    at_most("indexer_head_dim", indexer_head_dim, Limits::head_dim);
+    at_most("o_groups", o_groups, Limits::heads);
+    at_most("o_lora_rank", o_lora_rank, Limits::width);
+    // DeepSeekV4RotaryEmbedding rotates int(head_dim * (qk_rope_head_dim / head_dim)) lanes (a float product that
+    // can truncate); the layers rotate qk_rope_head_dim, so the two must agree.
+    const double factor = static_cast<double>(qk_rope_head_dim) / static_cast<double>(head_dim);
+    const auto rotated = static_cast<std::int64_t>(static_cast<double>(head_dim) * factor);
+    MAXTEXT_CHECK(rotated == qk_rope_head_dim, UnsupportedError, "[config] decoder_block deepseek4: MaxText rotates "
+                  "int(head_dim * (qk_rope_head_dim / head_dim)) = ", rotated, " lanes for head_dim ", head_dim,
+                  " and qk_rope_head_dim ", qk_rope_head_dim, ", not qk_rope_head_dim itself");
   } else {
     MAXTEXT_CHECK(first_num_hash_layers == 0, UnsupportedError, "[config] first_num_hash_layers = ",
                   first_num_hash_layers, " (hash routing) exists for decoder_block deepseek4 only, found decoder_block '",

@@ -27,9 +27,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -75,25 +77,42 @@ inline RotaryTable deepseek4_rotary_table(double theta, std::int64_t rope_dim, s
 }
 
 namespace detail {
-/// A layer's two rotary tables (forward and reverse) on the host and, for device backends, uploaded once.
+/// The forward and reverse tables of one (theta, rope_dim, positions), shared by every layer that uses them (a model
+/// has two: the compressed layers' theta and the sliding-window layers'), as shared_rotary_table shares Attention's.
+struct Deepseek4RopeTables {
+  RotaryTable fwd, rev;
+};
+inline std::shared_ptr<const Deepseek4RopeTables> deepseek4_shared_tables(double theta, std::int64_t rope_dim,
+                                                                           std::int64_t positions) {
+  using Key = std::tuple<double, std::int64_t, std::int64_t>;
+  static std::mutex mu;
+  static std::map<Key, std::weak_ptr<const Deepseek4RopeTables>> cache;
+  const Key key{theta, rope_dim, positions};
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) {
+    if (auto t = it->second.lock()) return t;
+  }
+  auto t = std::make_shared<Deepseek4RopeTables>();
+  t->fwd = deepseek4_rotary_table(theta, rope_dim, positions, false);
+  t->rev = deepseek4_rotary_table(theta, rope_dim, positions, true);
+  cache[key] = t;
+  return t;
+}
+
+/// A layer's rotary tables (forward and reverse): the shared host tables and, for device backends, uploaded once.
 template <class B>
 class Deepseek4Rope {
  public:
   Deepseek4Rope() = default;
   Deepseek4Rope(double theta, std::int64_t rope_dim, std::int64_t positions)
-      : host_(std::make_shared<Tables>()), dev_(std::make_shared<Device>()) {
-    host_->fwd = deepseek4_rotary_table(theta, rope_dim, positions, false);
-    host_->rev = deepseek4_rotary_table(theta, rope_dim, positions, true);
-  }
+      : host_(deepseek4_shared_tables(theta, rope_dim, positions)), dev_(std::make_shared<Device>()) {}
   std::int64_t rope_dim() const { return host_ ? host_->fwd.rot_dims : 0; }
   std::int64_t positions() const { return host_ ? host_->fwd.max_positions() : 0; }
   const RotaryTable& forward(const B& be) const { return pick(be).fwd; }
   const RotaryTable& reverse(const B& be) const { return pick(be).rev; }
 
  private:
-  struct Tables {
-    RotaryTable fwd, rev;
-  };
+  using Tables = Deepseek4RopeTables;
   struct Device {
     std::once_flag once;
     Tables t;
@@ -109,7 +128,7 @@ class Deepseek4Rope {
     });
     return dev_->t;
   }
-  std::shared_ptr<Tables> host_;
+  std::shared_ptr<const Tables> host_;
   std::shared_ptr<Device> dev_;
 };
 
@@ -179,7 +198,7 @@ class Deepseek4Compressor {
     View<A, 3> kv_buf = cache.buffers[first].view(), gate_buf = cache.buffers[first + 1].view();
     View<A, 3> blocks = cache.buffers[first + 2].view();
     std::vector<std::int32_t> j0(static_cast<std::size_t>(Bn)), cnt(j0.size());
-    std::int64_t nmax = 0;
+    std::int64_t nmax = 0, npad = 0;
     for (std::int64_t b = 0; b < Bn; ++b) {
       const auto ub = static_cast<std::size_t>(b);
       const std::int64_t s0 = st.start[ub];
@@ -188,7 +207,9 @@ class Deepseek4Compressor {
       j0[ub] = static_cast<std::int32_t>(s0 / r_);
       cnt[ub] = static_cast<std::int32_t>((s0 + valid[ub]) / r_ - s0 / r_);
       nmax = std::max<std::int64_t>(nmax, cnt[ub]);
+      npad = std::max<std::int64_t>(npad, (s0 + T) / r_ - (s0 + valid[ub]) / r_);
     }
+    if (npad > 0) zero_pad_blocks(ctx, blocks, valid, npad);
     if (nmax == 0) return;
     View<std::int32_t, 1> j0_d = ctx.scratch.template alloc<std::int32_t, 1>({Bn});
     View<std::int32_t, 1> cnt_d = ctx.scratch.template alloc<std::int32_t, 1>({Bn});
@@ -218,6 +239,27 @@ class Deepseek4Compressor {
   }
 
  private:
+  /// The block rows that a right-padding query of this step would see ((j+1) r <= its index + 1) but that no valid
+  /// token completed: zeros, so that padding rows attend over finite values (their outputs are discarded; a later
+  /// step that completes those blocks overwrites them).
+  void zero_pad_blocks(const Context<P>& ctx, View<A, 3> blocks, const std::vector<std::int64_t>& valid,
+                       std::int64_t npad) const {
+    const auto& st = ctx.step;
+    ScratchScope scope(ctx.scratch);
+    View<A, 2> zeros = ctx.scratch.template alloc<A, 2>({npad, d_});
+    const std::vector<A> host(static_cast<std::size_t>(npad * d_), from_float<A>(0.0f));
+    ctx.be.copy(zeros.data(), host.data(), host.size() * sizeof(A), CopyKind::host_to_device);
+    for (std::int64_t b = 0; b < st.batch; ++b) {
+      const std::int64_t s0 = st.start[static_cast<std::size_t>(b)];
+      const std::int64_t first = (s0 + valid[static_cast<std::size_t>(b)]) / r_, end = (s0 + st.length) / r_;
+      if (end <= first) continue;
+      View<A, 2> dst(blocks.data() + b * blocks.stride(0) + first * blocks.stride(1), {end - first, d_},
+                     {blocks.stride(1), 1});
+      ctx.be.copy(View<const A, 2>(zeros.narrow(0, 0, end - first)), dst);
+    }
+    ctx.be.synchronize();  // `host` goes out of scope
+  }
+
   std::int64_t d_ = 0, r_ = 1, F_ = 0;
   bool overlap_ = false;
   DenseGeneral<P> kv_, gate_;
@@ -371,20 +413,14 @@ class Deepseek4Attention {
       detail::rotate_trailing(be, qi, Hi_, di_, st.positions, fwd);
       View<A, 2> wts = ctx.scratch.template alloc<A, 2>({M, Hi_});
       iw_.forward(ctx, p.indexer.weights_proj, x, wts);
-      const std::int64_t nb = (S + r_ - 1) / r_;
-      View<float, 2> scores = ctx.scratch.template alloc<float, 2>({M, std::max<std::int64_t>(nb, 1)});
       sel = ctx.scratch.template alloc<std::int32_t, 2>({M, topk_});
-      View<const A, 3> iblocks = cache.buffers[6].cview();
-      be.indexer_topk(View<const A, 3>(qi.data(), {M, Hi_, di_}, {Hi_ * di_, di_, 1}), View<const A, 2>(wts),
-                      View<const A, 3>(iblocks.data(), {Bn, nb, di_}, {iblocks.stride(0), iblocks.stride(1), 1}), st.q_start,
-                      r_, static_cast<float>(std::pow(static_cast<double>(di_), -0.5)),
-                      static_cast<float>(std::pow(static_cast<double>(Hi_), -0.5)), scores.narrow(1, 0, nb), sel);
+      select_blocks(ctx, View<const A, 2>(qi), View<const A, 2>(wts), cache.buffers[6].cview(), sel);
     }
     // 4. attention over the window and the blocks, with sinks
     View<A, 2> o = ctx.scratch.template alloc<A, 2>({M, N_ * hd_});
     const View<const A, 3> keys = cache.buffers[0].cview();
     View<const A, 3> blocks = r_ > 0 ? cache.buffers[3].cview() : keys;
-    const std::int64_t nb = r_ > 0 ? (S + r_ - 1) / r_ : 0;
+    const std::int64_t nb = r_ > 0 ? S / r_ : 0;  // complete blocks fit in the cache
     blocks = View<const A, 3>(blocks.data(), {Bn, nb, hd_}, {blocks.stride(0), blocks.stride(1), 1});
     AttentionOptions opt;
     opt.float32_qk_product = float32_qk_;
@@ -400,6 +436,47 @@ class Deepseek4Attention {
                    View<A, 3>(oa.data(), {M, G_, ol_}));
     o_b_.forward(ctx, p.o_b_proj, View<const A, 2>(oa), y);
   }
+
+  /// The indexer's top-k blocks of every token into sel [M, indexer_topk] (backend indexer_topk). Its f32 scores
+  /// [tokens, blocks] are scratch: a long prompt is scored at most score_chunk_ scores at a time, a run of one row's
+  /// tokens per call, so that scratch stays bounded whatever the context.
+  void select_blocks(const Context<P>& ctx, View<const A, 2> qi, View<const A, 2> wts, View<const A, 3> iblocks,
+                     View<std::int32_t, 2> sel) const {
+    const auto& st = ctx.step;
+    const auto& be = ctx.be;
+    const std::int64_t M = qi.dim(0), Bn = st.batch, T = st.length, nb = iblocks.dim(1) / r_;
+    const float score_scale = static_cast<float>(std::pow(static_cast<double>(di_), -0.5));
+    const float weight_scale = static_cast<float>(std::pow(static_cast<double>(Hi_), -0.5));
+    const auto queries = [&](std::int64_t m0, std::int64_t n) {
+      return View<const A, 3>(qi.data() + m0 * qi.stride(0), {n, Hi_, di_}, {qi.stride(0), di_, 1});
+    };
+    const auto blocks = [&](std::int64_t b0, std::int64_t nrows) {
+      return View<const A, 3>(iblocks.data() + b0 * iblocks.stride(0), {nrows, nb, di_},
+                              {iblocks.stride(0), iblocks.stride(1), 1});
+    };
+    ScratchScope scope(ctx.scratch);
+    if (M * std::max<std::int64_t>(nb, 1) <= score_chunk_) {
+      View<float, 2> scores = ctx.scratch.template alloc<float, 2>({M, nb});
+      be.indexer_topk(queries(0, M), wts, blocks(0, Bn), st.q_start, r_, score_scale, weight_scale, scores, sel);
+      return;
+    }
+    const std::int64_t rows = std::max<std::int64_t>(1, score_chunk_ / nb);
+    View<float, 2> scores = ctx.scratch.template alloc<float, 2>({std::min(rows, T), nb});
+    View<std::int32_t, 1> start_d = ctx.scratch.template alloc<std::int32_t, 1>({1});
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      for (std::int64_t t0 = 0; t0 < T; t0 += rows) {
+        const std::int64_t n = std::min(rows, T - t0), m0 = b * T + t0;
+        const std::int32_t start = static_cast<std::int32_t>(st.start[static_cast<std::size_t>(b)] + t0);
+        be.copy(start_d.data(), &start, sizeof(start), CopyKind::host_to_device);
+        be.indexer_topk(queries(m0, n), View<const A, 2>(wts.data() + m0 * wts.stride(0), {n, Hi_}, {wts.stride(0), 1}),
+                        blocks(b, 1), View<const std::int32_t, 1>(start_d), r_, score_scale, weight_scale,
+                        scores.narrow(0, 0, n), sel.narrow(0, m0, n));
+        be.synchronize();  // `start` is reused by the next chunk
+      }
+    }
+  }
+  /// At most this many f32 scores per indexer_topk call (default 2^22, 16 MiB); tests lower it.
+  void set_score_chunk(std::int64_t n) { score_chunk_ = std::max<std::int64_t>(n, 1); }
 
   void set_f32_flags(bool qk, bool logits) {
     float32_qk_ = qk;
@@ -435,6 +512,7 @@ class Deepseek4Attention {
 
   std::int64_t D_ = 0, N_ = 0, hd_ = 0, ql_ = 0, G_ = 1, ol_ = 0, r_ = 0, W_ = 0, Hi_ = 0, di_ = 0, topk_ = 0;
   bool float32_qk_ = false, float32_logits_ = false;
+  std::int64_t score_chunk_ = std::int64_t{1} << 22;
   DenseGeneral<P> wq_a_, wq_b_, wkv_, o_b_, iq_, iw_;
   RMSNorm<P> q_norm_, q_up_norm_, kv_norm_;
   detail::Deepseek4Rope<B> rope_;
@@ -536,6 +614,8 @@ class DeepSeek4DecoderLayer {
   CacheSpec cache_spec() const { return attn_.cache_spec(); }
   const LayerInfo& info() const { return info_; }
   const Deepseek4Attention<P>& attention() const { return attn_; }
+  /// The attention's indexer scores at most n tokens x blocks per call (Deepseek4Attention::set_score_chunk).
+  void set_indexer_score_chunk(std::int64_t n) { attn_.set_score_chunk(n); }
   const RoutedAndSharedMoE<P>& moe() const { return moe_; }
 
   template <class V>

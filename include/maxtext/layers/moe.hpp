@@ -195,6 +195,10 @@ class RoutedMoE {
 
   RoutedMoE() = default;
   explicit RoutedMoE(Settings s) : s_(std::move(s)) {
+    // A hash table may name an expert twice for a token: the sparse path adds both (merged here into one
+    // computation), MaxText's dense path would count it once or (with capacity) twice; only the former is done.
+    MAXTEXT_CHECK(!s_.hash_routing || s_.sparse_matmul, UnsupportedError, "[RoutedMoE] hash routing "
+                  "(first_num_hash_layers) with sparse_matmul=false (MaxText's dense MoE path) is not supported");
     const std::int64_t E = s_.num_experts, k = s_.routing.num_experts_per_tok;
     MAXTEXT_CHECK(E >= 1 && k >= 1 && k <= E, ConfigError, "[RoutedMoE] num_experts_per_tok must be in [1, num_experts=", E,
                   "], found ", k);
