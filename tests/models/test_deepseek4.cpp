@@ -151,8 +151,8 @@ TEST_CASE("DeepSeek-V4 ops: HCA and CSA pooling, the indexer's scores and top-k,
 
 // ---- the model ---------------------------------------------------------------------------------------------------
 
-TEST_CASE("DeepSeek-V4 model (sliding window, CSA + indexer, HCA, hash routing, mHC, hc_head) matches the torch model: "
-          "logits, every layer's streams and branches, incremental and ragged decoding", "[models][deepseek4]") {
+TEST_CASE("DeepSeek-V4 model matches the torch model: logits, every layer's streams and branches (sliding window, "
+          "CSA + indexer, HCA, hash routing, mHC, hc_head), incremental and ragged decoding", "[models][deepseek4]") {
   DeepSeek4 m = load_model(kModel);
   const layers::Capture cap =
       test::check_model_fixture(m, test::fixture(kModel), kModel, [](std::int64_t) { return test::tol::f32_logits; });
@@ -176,8 +176,8 @@ TEST_CASE("DeepSeek-V4 model (sliding window, CSA + indexer, HCA, hash routing, 
   }
 }
 
-TEST_CASE("DeepSeek-V4 layers on their own (run_layer on MaxText's streams): the CSA and HCA layers, and the indexer "
-          "scoring a long prompt in chunks", "[models][deepseek4]") {
+TEST_CASE("DeepSeek-V4 layers on their own: the CSA and HCA layers through run_layer on MaxText's streams, and the "
+          "indexer scoring a long prompt in chunks", "[models][deepseek4]") {
   const Config c = fixture_config(kModel);
   const std::string dir = test::fixture(kModel);
   const auto tensors = io::load_weights(dir + "/model.safetensors", c).tensors;
