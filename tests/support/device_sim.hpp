@@ -194,6 +194,9 @@ class SimDeviceBackend {
   MAXTEXT_SIM_OP(causal_conv1d)
   MAXTEXT_SIM_OP(engram_gate)
   MAXTEXT_SIM_OP(gated_delta_rule)
+  MAXTEXT_SIM_OP(compress_pool)
+  MAXTEXT_SIM_OP(indexer_topk)
+  MAXTEXT_SIM_OP(compressed_attention)
 #undef MAXTEXT_SIM_OP
   /// moe_route is called with explicit template arguments (gate dtype G, activation type A).
   template <class G, class A = G>
@@ -268,3 +271,5 @@ static_assert(::maxtext::BackendHeadMatmul<::maxtext::test::SimDeviceBackend>, "
 static_assert(::maxtext::BackendHyperConnections<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the mHC stream ops");
 static_assert(::maxtext::BackendGatedDeltaNet<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the Gated DeltaNet ops");
 static_assert(::maxtext::BackendEngram<::maxtext::test::SimDeviceBackend>, "SimDeviceBackend must provide the Engram gate");
+static_assert(::maxtext::BackendCompressedAttention<::maxtext::test::SimDeviceBackend>,
+              "SimDeviceBackend must provide the compressed-attention ops");
