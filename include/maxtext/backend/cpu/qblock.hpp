@@ -1,0 +1,816 @@
+// backend/cpu/qblock.hpp: kernels that read ggml block-quantised weight rows (core/ggml_quants.hpp) directly, without
+// a dequantised copy: dequantisation, f32 dot products against 1..4 activation rows, and dot products against
+// activations quantised to int8 per 32-value group.
+//
+// Layouts (one block; elements e, all multi-byte fields little-endian):
+//   Q4_0  [d f16][16 B: e and e+16 in the low / high nibble of byte e]            w = d*(q-8)
+//   Q8_0  [d f16][32 x int8]                                                        w = q*d
+//   Q4_K  [d][dmin][12 B: 8 six-bit scales, 8 six-bit mins][128 B nibbles]          w = d*sc_j*q - dmin*m_j
+//         sub-block j (32 wide) is the low (j even) or high (j odd) nibble of bytes 32*(j/2) .. +31
+//   Q5_K  as Q4_K with [32 B qh] before the nibbles: bit j of qh[l] is bit 4 of element l of sub-block j
+//   Q6_K  [128 B ql][64 B qh][16 x int8 scale][d]                                   w = d*sc_{e/16}*(q-32)
+//         element 128h + 32s + l: low 4 bits from ql[64h + (32s+l) % 64] (low nibble for s<2, high for s>=2),
+//         high 2 bits from bits 2s..2s+1 of qh[32h + l]
+//   IQ4_XS [d][u16: 2 high bits per sub-block scale][4 B: low scale nibbles][128 B] w = d*(ls_j-32)*kv[nibble]
+//         sub-block j is 16 bytes: low nibbles are its elements 0..15, high nibbles 16..31
+//
+// dequantize and dot_exact decode each block into 16-float registers with the same rounding as the scalar decoder:
+// the products of fp16 scale and small integer sub-scale are exact in f32 (at most 11 + 8 significant bits), and so
+// is the product with the quant wherever an offset is subtracted afterwards (Q4_K / Q5_K: <= 11 + 6 + 5 bits), so a
+// fused multiply-subtract rounds once, exactly like the scalar multiply then subtract; every other value is one
+// rounded product, taken with the same operands.
+//
+// dot_q8 uses activations x ~= d_x[g] * q_x (g = 32-value group, q_x int8). Inside a group the weight block is an
+// integer quant times a float scale per 16 or 32 values (plus a float offset for the "min" types), so
+//   sum_{e in g} w_e * x_e = d_x[g] * sum_{halves h} ( a_h * sum_{e in h} q_e q_x,e  +  b_h * sum_{e in h} q_x,e ).
+// The integer sums are exact (int32). AVX-512 VNNI's vpdpbusd multiplies unsigned by signed bytes, so signed weight
+// quants are first made unsigned by an offset (q + 8, q + 32, q + 128) and the offset times the activation sum is
+// subtracted again, in integers. Each 32-bit lane then holds the exact sum of four products; every 128-bit lane
+// covers 16 values that share one scale, so the float step multiplies a lane by its (scale * d_x) and accumulates.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "maxtext/core/ggml_quants.hpp"
+#include "maxtext/core/macros.hpp"
+
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define MAXTEXT_QBLOCK_AVX512 1
+#else
+#define MAXTEXT_QBLOCK_AVX512 0
+#endif
+
+// g++ 12.2 reports its own AVX-512 intrinsics' deliberately undefined pass-through operands as (maybe-)uninitialized
+// once they are inlined here (GCC bug 105593, fixed in 12.3); the top-level CMake flags silence it too.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace maxtext::cpu::qblock {
+
+using quant::BlockType;
+
+/// One activation row quantised per 32-value group (llama.cpp's Q8_0 activations, with an f32 scale).
+struct QuantizedX {                  // views into a caller-owned buffer, sized by quantized_x_bytes
+  const std::int8_t* q = nullptr;    // K int8 values
+  const float* d = nullptr;          // K/32 scales: x ~= d * q
+  const std::int16_t* s = nullptr;   // K/32 sums of q within each group
+  std::int64_t K = 0;
+};
+
+namespace detail {
+
+inline constexpr std::size_t kAlign = 64;
+inline constexpr std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+#if defined(__GNUC__)
+#define MAXTEXT_QBLOCK_INLINE inline __attribute__((always_inline))
+#else
+#define MAXTEXT_QBLOCK_INLINE inline
+#endif
+
+/// f(integral_constant<int, i>) for i = 0 .. N-1, unrolled (forced inline: clang would otherwise keep a call).
+template <class F, int... I>
+MAXTEXT_QBLOCK_INLINE void unroll_seq(F& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+MAXTEXT_QBLOCK_INLINE void unroll(F&& f) {
+  unroll_seq(f, std::make_integer_sequence<int, N>{});
+}
+
+inline float half(const std::byte* p) {
+#if defined(__F16C__)
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);  // exact, as the scalar conversion (both widen an fp16 without rounding)
+#else
+  return quant::detail::half_at(p);
+#endif
+}
+inline std::uint8_t u8(const std::byte* p, std::int64_t i) { return static_cast<std::uint8_t>(p[i]); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Portable paths (every type).
+
+/// Sum of `n` products in 64 independent lanes (short addition chains), then a pairwise reduction.
+struct LaneSum {
+  static constexpr int W = 64;
+  float lane[W] = {};
+  float total() const {
+    float t[W];
+    for (int i = 0; i < W; ++i) t[i] = lane[i];
+    for (int w = W / 2; w >= 1; w /= 2) {
+      for (int i = 0; i < w; ++i) t[i] += t[i + w];
+    }
+    return t[0];
+  }
+};
+
+/// A block as integers: w_e = a[e/16] * q[e] + b[e/16]. Evaluated in f32 this is the scalar decoder's value bit for
+/// bit: a is its (exact) scale product, and where b is a real offset the product a*q is exact, so only the add
+/// rounds (with or without contraction to a fused multiply-add).
+struct IntBlock {
+  int q[256];
+  float a[16];
+  float b[16];
+};
+
+inline void decode_int(BlockType t, const std::byte* blk, IntBlock& ib) {
+  for (int h = 0; h < 16; ++h) ib.b[h] = -0.0f;  // x + (-0) == x for every x, signed zeros included
+  switch (t) {
+    case BlockType::q4_0:
+    case BlockType::q4_1:
+    case BlockType::iq4_nl: {
+      const bool min = t == BlockType::q4_1;
+      const float d = half(blk);
+      const std::byte* qs = blk + (min ? 4 : 2);
+      for (int j = 0; j < 16; ++j) {
+        const int lo = u8(qs, j) & 15, hi = u8(qs, j) >> 4;
+        if (t == BlockType::iq4_nl) {
+          ib.q[j] = quant::detail::kIq4Values[lo];
+          ib.q[j + 16] = quant::detail::kIq4Values[hi];
+        } else {
+          ib.q[j] = min ? lo : lo - 8;
+          ib.q[j + 16] = min ? hi : hi - 8;
+        }
+      }
+      ib.a[0] = ib.a[1] = d;
+      if (min) ib.b[0] = ib.b[1] = half(blk + 2);
+      return;
+    }
+    case BlockType::q5_0:
+    case BlockType::q5_1: {
+      const bool min = t == BlockType::q5_1;
+      const std::byte* p = blk + (min ? 4 : 2);
+      std::uint32_t qh;
+      std::memcpy(&qh, p, 4);
+      for (int j = 0; j < 16; ++j) {
+        const int lo = (u8(p + 4, j) & 15) | static_cast<int>(((qh >> j) & 1u) << 4);
+        const int hi = (u8(p + 4, j) >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+        ib.q[j] = min ? lo : lo - 16;
+        ib.q[j + 16] = min ? hi : hi - 16;
+      }
+      ib.a[0] = ib.a[1] = half(blk);
+      if (min) ib.b[0] = ib.b[1] = half(blk + 2);
+      return;
+    }
+    case BlockType::q8_0:
+      for (int j = 0; j < 32; ++j) ib.q[j] = static_cast<std::int8_t>(u8(blk + 2, j));
+      ib.a[0] = ib.a[1] = half(blk);
+      return;
+    case BlockType::q2_k: {
+      const float d = half(blk + 80), dmin = half(blk + 82);
+      for (int g = 0; g < 16; ++g) {
+        ib.a[g] = d * static_cast<float>(u8(blk, g) & 15);
+        ib.b[g] = -(dmin * static_cast<float>(u8(blk, g) >> 4));
+      }
+      for (int h = 0; h < 2; ++h) {  // element 128h + 32s + l: bits 2s of byte 32h + l
+        for (int s = 0; s < 4; ++s) {
+          for (int l = 0; l < 32; ++l) ib.q[128 * h + 32 * s + l] = (u8(blk + 16, 32 * h + l) >> (2 * s)) & 3;
+        }
+      }
+      return;
+    }
+    case BlockType::q3_k: {
+      const std::byte* sc = blk + 96;
+      const float d = half(blk + 108);
+      for (int g = 0; g < 16; ++g) {
+        const int lo = (u8(sc, g % 8) >> (4 * (g / 8))) & 15;
+        const int hi = (u8(sc, 8 + g % 4) >> (2 * (g / 4))) & 3;
+        ib.a[g] = d * static_cast<float>((lo | (hi << 4)) - 32);
+      }
+      for (int h = 0; h < 2; ++h) {  // as Q2_K, minus 4 where bit 4h + s of hmask[l] is clear
+        for (int s = 0; s < 4; ++s) {
+          for (int l = 0; l < 32; ++l) {
+            const int low = (u8(blk + 32, 32 * h + l) >> (2 * s)) & 3;
+            const int high = (u8(blk, l) >> (4 * h + s)) & 1;
+            ib.q[128 * h + 32 * s + l] = low - 4 + 4 * high;
+          }
+        }
+      }
+      return;
+    }
+    case BlockType::q4_k:
+    case BlockType::q5_k: {
+      const bool five = t == BlockType::q5_k;
+      const float d = half(blk), dmin = half(blk + 2);
+      const std::byte* qs = blk + (five ? 48 : 16);
+      for (int j = 0; j < 8; ++j) {
+        int s = 0, mn = 0;
+        quant::detail::k_scale_min(blk + 4, j, s, mn);
+        ib.a[2 * j] = ib.a[2 * j + 1] = d * static_cast<float>(s);
+        ib.b[2 * j] = ib.b[2 * j + 1] = -(dmin * static_cast<float>(mn));
+        for (int l = 0; l < 32; ++l) {
+          int q = (u8(qs, (j / 2) * 32 + l) >> (4 * (j % 2))) & 15;
+          if (five) q |= ((u8(blk + 16, l) >> j) & 1) << 4;
+          ib.q[j * 32 + l] = q;
+        }
+      }
+      return;
+    }
+    case BlockType::q6_k: {
+      const float d = half(blk + 208);
+      for (int g = 0; g < 16; ++g) ib.a[g] = d * static_cast<float>(static_cast<std::int8_t>(u8(blk + 192, g)));
+      for (int h = 0; h < 2; ++h) {
+        for (int s = 0; s < 4; ++s) {
+          for (int l = 0; l < 32; ++l) {
+            const int low = (u8(blk, h * 64 + (s % 2) * 32 + l) >> (4 * (s / 2))) & 15;
+            const int high = (u8(blk + 128, h * 32 + l) >> (2 * s)) & 3;
+            ib.q[128 * h + 32 * s + l] = (low | (high << 4)) - 32;
+          }
+        }
+      }
+      return;
+    }
+    case BlockType::iq4_xs: {
+      const float d = half(blk);
+      std::uint16_t sh;
+      std::memcpy(&sh, blk + 2, 2);
+      for (int j = 0; j < 8; ++j) {
+        const int ls = ((u8(blk + 4, j / 2) >> (4 * (j % 2))) & 15) | (((sh >> (2 * j)) & 3) << 4);
+        ib.a[2 * j] = ib.a[2 * j + 1] = d * static_cast<float>(ls - 32);
+        for (int l = 0; l < 16; ++l) {
+          const int v = u8(blk + 8, j * 16 + l);
+          ib.q[j * 32 + l] = quant::detail::kIq4Values[v & 15];
+          ib.q[j * 32 + 16 + l] = quant::detail::kIq4Values[v >> 4];
+        }
+      }
+      return;
+    }
+  }
+}
+
+/// Decodes one block into w[0 .. block): the scalar decoder's values (its own code for the 32-value types, where it
+/// is the quicker; the loops over decode_int for the 256-value types, where they are several times quicker).
+inline void decode_block(BlockType t, const std::byte* blk, float* w) {
+  const std::int64_t n = quant::block_format(t).block;
+  if (n == 32) return quant::dequantize_block(t, blk, w);
+  IntBlock ib;
+  decode_int(t, blk, ib);
+  for (std::int64_t e = 0; e < n; ++e) w[e] = ib.a[e / 16] * static_cast<float>(ib.q[e]) + ib.b[e / 16];
+}
+
+inline void dequantize_scalar(BlockType t, const std::byte* src, float* dst, std::int64_t n) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  for (std::int64_t b = 0; b < n / f.block; ++b) decode_block(t, src + b * f.bytes, dst + b * f.block);
+}
+
+inline void dot_exact_scalar(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
+                             int M, float* out) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  LaneSum acc[4];
+  float w[256];
+  for (std::int64_t b = 0; b < K / f.block; ++b) {
+    decode_block(t, row + b * f.bytes, w);
+    const std::int64_t k0 = b * f.block;
+    for (int m = 0; m < M; ++m) {
+      const float* xm = x + m * ldx + k0;
+      for (std::int64_t e = 0; e < f.block; ++e) {
+        float& a = acc[m].lane[(k0 + e) % LaneSum::W];
+        a = std::fma(w[e], xm[e], a);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m) out[m] = acc[m].total();
+}
+
+inline float dot_q8_scalar(BlockType t, const std::byte* row, const QuantizedX& x) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  IntBlock ib;
+  float acc[8] = {};
+  for (std::int64_t b = 0; b < x.K / f.block; ++b) {
+    decode_int(t, row + b * f.bytes, ib);
+    for (int g = 0; g < f.block / 32; ++g) {
+      const std::int64_t k0 = b * f.block + g * 32;
+      float part = 0.0f;
+      for (int h = 0; h < 2; ++h) {  // 16-value halves: own scale a, offset b
+        std::int32_t isum = 0, xsum = 0;
+        for (int l = 0; l < 16; ++l) {
+          isum += ib.q[g * 32 + h * 16 + l] * x.q[k0 + h * 16 + l];
+          xsum += x.q[k0 + h * 16 + l];
+        }
+        part += ib.a[2 * g + h] * static_cast<float>(isum) + ib.b[2 * g + h] * static_cast<float>(xsum);
+      }
+      acc[(k0 / 32) % 8] += x.d[k0 / 32] * part;
+    }
+  }
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+#if MAXTEXT_QBLOCK_AVX512
+// ---------------------------------------------------------------------------------------------------------------
+// AVX-512 paths. A decoder D has kBlock, kBytes and run(blk, sink): it calls sink(chunk, w) for the 16-float
+// chunks w of the block (values 16*chunk .. +15), chunk a compile-time constant.
+
+template <int I>
+using ic = std::integral_constant<int, I>;
+
+inline __m512i zx16(const std::byte* p) {  // 16 bytes -> 16 x u32
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m512 fl(__m512i v) { return _mm512_cvtepi32_ps(v); }
+inline __m512i c32(int v) { return _mm512_set1_epi32(v); }
+
+struct DecQ4_0 {
+  static constexpr int kBlock = 32, kBytes = 18;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m512 d = _mm512_set1_ps(half(b));
+    const __m512i z = zx16(b + 2);
+    sink(ic<0>{}, _mm512_mul_ps(d, fl(_mm512_sub_epi32(_mm512_and_si512(z, c32(15)), c32(8)))));
+    sink(ic<1>{}, _mm512_mul_ps(d, fl(_mm512_sub_epi32(_mm512_srli_epi32(z, 4), c32(8)))));
+  }
+};
+
+/// The IQ4 codebook as 16 floats, and as unsigned bytes (value + 128) in each 128-bit lane.
+inline __m512 iq4_table_ps() {
+  const auto& v = quant::detail::kIq4Values;
+  return _mm512_setr_ps(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14],
+                        v[15]);
+}
+inline __m128i iq4_table_u8() {
+  const auto& v = quant::detail::kIq4Values;
+  auto u = [&](int i) { return static_cast<char>(v[i] + 128); };
+  return _mm_setr_epi8(u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), u(10), u(11), u(12), u(13), u(14),
+                       u(15));
+}
+
+struct DecIq4Nl {
+  static constexpr int kBlock = 32, kBytes = 18;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m512 tbl = iq4_table_ps();
+    const __m512 d = _mm512_set1_ps(half(b));
+    const __m512i z = zx16(b + 2);  // vpermps reads only the low 4 bits of each index
+    sink(ic<0>{}, _mm512_mul_ps(d, _mm512_permutexvar_ps(z, tbl)));
+    sink(ic<1>{}, _mm512_mul_ps(d, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), tbl)));
+  }
+};
+
+struct DecQ8_0 {
+  static constexpr int kBlock = 32, kBytes = 34;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m512 d = _mm512_set1_ps(half(b));
+    const auto* q = reinterpret_cast<const __m128i*>(b + 2);
+    sink(ic<0>{}, _mm512_mul_ps(fl(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), d));
+    sink(ic<1>{}, _mm512_mul_ps(fl(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), d));
+  }
+};
+
+/// Q4_K / Q5_K: the 8 six-bit scales and mins as bytes (byte j = sub-block j).
+inline void k_scales(const std::byte* s, std::uint64_t& sc, std::uint64_t& mn) {
+  std::uint32_t w0, w1, w2;
+  std::memcpy(&w0, s, 4);
+  std::memcpy(&w1, s + 4, 4);
+  std::memcpy(&w2, s + 8, 4);
+  const std::uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
+  const std::uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+  const std::uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+  sc = sc_lo | (static_cast<std::uint64_t>(sc_hi) << 32);
+  mn = mn_lo | (static_cast<std::uint64_t>(mn_hi) << 32);
+}
+inline __m256 bytes8_to_ps(std::uint64_t v) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(v))));
+}
+
+/// Moves bit J of each 32-bit lane to bit 4 (other bits are masked off by the caller).
+template <int J>
+inline __m512i bit_to_4(__m512i v) {
+  if constexpr (J <= 4) return _mm512_slli_epi32(v, 4 - J);
+  else return _mm512_srli_epi32(v, J - 4);
+}
+
+template <bool kFive>
+struct DecQ45K {
+  static constexpr int kBlock = 256, kBytes = kFive ? 176 : 144;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    std::uint64_t sc, mn;
+    k_scales(b + 4, sc, mn);
+    alignas(32) float ds[8], ms[8];  // exact products d*sc_j, dmin*m_j
+    _mm256_store_ps(ds, _mm256_mul_ps(_mm256_set1_ps(half(b)), bytes8_to_ps(sc)));
+    _mm256_store_ps(ms, _mm256_mul_ps(_mm256_set1_ps(half(b + 2)), bytes8_to_ps(mn)));
+    const std::byte* qs = b + (kFive ? 48 : 16);
+    unroll<4>([&](auto i_) {
+      constexpr int i = decltype(i_)::value;
+      unroll<2>([&](auto c_) {
+        constexpr int c = decltype(c_)::value;
+        const __m512i z = zx16(qs + 32 * i + 16 * c);
+        __m512i lo = _mm512_and_si512(z, c32(15)), hi = _mm512_srli_epi32(z, 4);
+        if constexpr (kFive) {
+          const __m512i qh = zx16(b + 16 + 16 * c);
+          lo = _mm512_or_si512(lo, _mm512_and_si512(bit_to_4<2 * i>(qh), c32(16)));
+          hi = _mm512_or_si512(hi, _mm512_and_si512(bit_to_4<2 * i + 1>(qh), c32(16)));
+        }
+        sink(ic<4 * i + c>{}, _mm512_fmsub_ps(_mm512_set1_ps(ds[2 * i]), fl(lo), _mm512_set1_ps(ms[2 * i])));
+        sink(ic<4 * i + 2 + c>{},
+             _mm512_fmsub_ps(_mm512_set1_ps(ds[2 * i + 1]), fl(hi), _mm512_set1_ps(ms[2 * i + 1])));
+      });
+    });
+  }
+};
+
+struct DecQ6K {
+  static constexpr int kBlock = 256, kBytes = 210;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    alignas(64) float dg[16];  // exact products d*sc_g
+    _mm512_store_ps(dg, _mm512_mul_ps(_mm512_set1_ps(half(b + 208)),
+                                      fl(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))))));
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      unroll<2>([&](auto c_) {
+        constexpr int c = decltype(c_)::value;
+        const __m512i a = zx16(b + 64 * h + 16 * c), bb = zx16(b + 64 * h + 32 + 16 * c);
+        const __m512i qh = zx16(b + 128 + 32 * h + 16 * c);
+        const __m512i m15 = c32(15), m48 = c32(48);
+        const __m512i q0 = _mm512_or_si512(_mm512_and_si512(a, m15), _mm512_and_si512(_mm512_slli_epi32(qh, 4), m48));
+        const __m512i q1 = _mm512_or_si512(_mm512_and_si512(bb, m15), _mm512_and_si512(_mm512_slli_epi32(qh, 2), m48));
+        const __m512i q2 = _mm512_or_si512(_mm512_srli_epi32(a, 4), _mm512_and_si512(qh, m48));
+        const __m512i q3 = _mm512_or_si512(_mm512_srli_epi32(bb, 4), _mm512_and_si512(_mm512_srli_epi32(qh, 2), m48));
+        auto out = [&](auto chunk, __m512i q) {
+          sink(chunk, _mm512_mul_ps(_mm512_set1_ps(dg[chunk]), fl(_mm512_sub_epi32(q, c32(32)))));
+        };
+        out(ic<8 * h + c>{}, q0);
+        out(ic<8 * h + 2 + c>{}, q1);
+        out(ic<8 * h + 4 + c>{}, q2);
+        out(ic<8 * h + 6 + c>{}, q3);
+      });
+    });
+  }
+};
+
+/// IQ4_XS: the 8 six-bit sub-block scales (unbiased later) as bytes.
+inline std::uint64_t iq4xs_scales(const std::byte* b) {
+  std::uint16_t sh;
+  std::uint32_t sl;
+  std::memcpy(&sh, b + 2, 2);
+  std::memcpy(&sl, b + 4, 4);
+  std::uint64_t v = 0;
+  for (int j = 0; j < 8; ++j) {
+    const std::uint64_t ls = ((sl >> (4 * j)) & 15u) | (((static_cast<std::uint32_t>(sh) >> (2 * j)) & 3u) << 4);
+    v |= ls << (8 * j);
+  }
+  return v;
+}
+
+struct DecIq4Xs {
+  static constexpr int kBlock = 256, kBytes = 136;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m512 tbl = iq4_table_ps();
+    alignas(32) float dl[8];  // exact products d*(ls_j - 32)
+    _mm256_store_ps(dl, _mm256_mul_ps(_mm256_set1_ps(half(b)),
+                                      _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(b)), _mm256_set1_ps(32.0f))));
+    unroll<8>([&](auto j_) {
+      constexpr int j = decltype(j_)::value;
+      const __m512i z = zx16(b + 8 + 16 * j);
+      const __m512 dj = _mm512_set1_ps(dl[j]);
+      sink(ic<2 * j>{}, _mm512_mul_ps(dj, _mm512_permutexvar_ps(z, tbl)));
+      sink(ic<2 * j + 1>{}, _mm512_mul_ps(dj, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), tbl)));
+    });
+  }
+};
+
+template <class D>
+inline void dequantize_avx512(const std::byte* src, float* dst, std::int64_t n) {
+  for (std::int64_t b = 0; b < n / D::kBlock; ++b) {
+    float* y = dst + b * D::kBlock;
+    D::run(src + b * D::kBytes, [&](auto c, __m512 w) { _mm512_storeu_ps(y + 16 * decltype(c)::value, w); });
+  }
+}
+
+/// Four accumulators per row; chunk c of a block goes to accumulator (c + base) % 4, so every lane adds K/64 terms.
+template <class D, int M>
+inline void dot_exact_avx512(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, float* out) {
+  __m512 acc[M][4];
+  for (int m = 0; m < M; ++m) {
+    for (int a = 0; a < 4; ++a) acc[m][a] = _mm512_setzero_ps();
+  }
+  const std::int64_t nb = K / D::kBlock;
+  auto block = [&](std::int64_t b, auto base) {
+    const float* xb = x + b * D::kBlock;
+    D::run(row + b * D::kBytes, [&](auto c_, __m512 w) {
+      constexpr int c = decltype(c_)::value;
+      constexpr int slot = (c + decltype(base)::value) % 4;
+      unroll<M>([&](auto m) {
+        acc[m][slot] = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb + m * ldx + 16 * c), acc[m][slot]);
+      });
+    });
+  };
+  std::int64_t b = 0;
+  if constexpr (D::kBlock == 32) {
+    for (; b + 1 < nb; b += 2) {
+      block(b, ic<0>{});
+      block(b + 1, ic<2>{});
+    }
+  }
+  for (; b < nb; ++b) block(b, ic<0>{});
+  for (int m = 0; m < M; ++m) {
+    out[m] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3])));
+  }
+}
+
+template <class D>
+inline void dot_exact_avx512_m(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, int M,
+                               float* out) {
+  switch (M) {
+    case 1: return dot_exact_avx512<D, 1>(row, K, x, ldx, out);
+    case 2: return dot_exact_avx512<D, 2>(row, K, x, ldx, out);
+    case 3: return dot_exact_avx512<D, 3>(row, K, x, ldx, out);
+    default: return dot_exact_avx512<D, 4>(row, K, x, ldx, out);
+  }
+}
+
+// ---- dot_q8 ----
+
+/// acc + per 32-bit lane sums of u8 x s8 products. Without VNNI: widened 16-bit products; the split of each 16-byte
+/// segment among its four lanes differs from vpdpbusd's, the segment's total does not (all callers need only that).
+inline __m512i dpbusd(__m512i acc, __m512i u, __m512i s) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(acc, u, s);
+#else
+  const __m512i z = _mm512_setzero_si512();
+  const __m512i ulo = _mm512_unpacklo_epi8(u, z), uhi = _mm512_unpackhi_epi8(u, z);
+  const __m512i slo = _mm512_srai_epi16(_mm512_unpacklo_epi8(s, s), 8);
+  const __m512i shi = _mm512_srai_epi16(_mm512_unpackhi_epi8(s, s), 8);
+  return _mm512_add_epi32(acc, _mm512_add_epi32(_mm512_madd_epi16(ulo, slo), _mm512_madd_epi16(uhi, shi)));
+#endif
+}
+/// Lane sums of (u - off) * s for unsigned u, exact: sum u*s - off * sum s.
+inline __m512i dot_off(__m512i u, __m512i s, int off) {
+  const __m512i z = _mm512_setzero_si512();
+  return _mm512_sub_epi32(dpbusd(z, u, s), dpbusd(z, _mm512_set1_epi8(static_cast<char>(off)), s));
+}
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+/// Index vector: lanes 0-7 pick a, 8-15 pick b.
+inline __m512i idx2(int a, int b) { return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(b)); }
+/// Index vector: lanes 4i..4i+3 pick a+i.
+inline __m512i idx4(int a) {
+  return _mm512_add_epi32(_mm512_set1_epi32(a), _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0));
+}
+/// [u16 of the low nibbles | high nibbles] of each 32-byte half: nibbles of z, high nibble where mask bit (16-bit
+/// elements) is set.
+inline __m512i nibbles(__m512i z, __mmask32 high) {
+  return _mm512_and_si512(_mm512_mask_srli_epi16(z, high, z, 4), _mm512_set1_epi8(15));
+}
+inline float hsum(__m512 a, __m512 b) { return _mm512_reduce_add_ps(_mm512_add_ps(a, b)); }
+
+/// 32-value blocks (Q4_0, IQ4_NL, Q8_0), two per 512-bit vector. U(blk) gives the block's 32 unsigned bytes as a
+/// 256-bit vector and the offset to subtract.
+template <int kBytes, int kOff, class U>
+inline float dot_q8_b32(const std::byte* row, const QuantizedX& x, U&& ubytes) {
+  const std::int64_t nb = x.K / 32;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  std::int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    const std::byte* b0 = row + b * kBytes;
+    const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(ubytes(b0)), ubytes(b0 + kBytes), 1);
+    const __m512i L = dot_off(u, load512(x.q + 32 * b), kOff);
+    const __m512 f = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(half(b0) * x.d[b]),
+                                          _mm512_set1_ps(half(b0 + kBytes) * x.d[b + 1]));
+    acc[(b / 2) & 1] = _mm512_fmadd_ps(fl(L), f, acc[(b / 2) & 1]);
+  }
+  if (b < nb) {  // odd last block: lower half only
+    const std::byte* b0 = row + b * kBytes;
+    const __m512i u = _mm512_castsi256_si512(ubytes(b0));
+    const __m512i xq = _mm512_castsi256_si512(load256(x.q + 32 * b));
+    const __m512i L = _mm512_maskz_mov_epi32(0x00FF, dot_off(u, xq, kOff));
+    acc[0] = _mm512_fmadd_ps(fl(L), _mm512_set1_ps(half(b0) * x.d[b]), acc[0]);
+  }
+  return hsum(acc[0], acc[1]);
+}
+
+/// Q4_0 / IQ4_NL bytes: [low nibbles | high nibbles] of the 16 quant bytes.
+inline __m256i nib32(const std::byte* qs) {
+  const __m256i z = _mm256_broadcastsi128_si256(load128(qs));
+  return _mm256_and_si256(_mm256_mask_srli_epi16(z, 0xFF00, z, 4), _mm256_set1_epi8(15));
+}
+
+inline float dot_q8_q4_0(const std::byte* row, const QuantizedX& x) {
+  return dot_q8_b32<18, 8>(row, x, [](const std::byte* b) { return nib32(b + 2); });
+}
+inline float dot_q8_iq4_nl(const std::byte* row, const QuantizedX& x) {
+  const __m256i tbl = _mm256_broadcastsi128_si256(iq4_table_u8());  // codebook + 128: unsigned
+  return dot_q8_b32<18, 128>(row, x, [&](const std::byte* b) { return _mm256_shuffle_epi8(tbl, nib32(b + 2)); });
+}
+inline float dot_q8_q8_0(const std::byte* row, const QuantizedX& x) {
+  return dot_q8_b32<34, 128>(row, x, [](const std::byte* b) {
+    return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(static_cast<char>(0x80)));  // q + 128
+  });
+}
+
+/// Q4_K / Q5_K: vector i holds sub-blocks 2i (bytes 0-31) and 2i+1 (bytes 32-63); the offset is the min term.
+template <bool kFive>
+inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
+  constexpr int kBytes = kFive ? 176 : 144;
+  const std::int64_t nb = x.K / 256;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m256 accm = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * kBytes;
+    std::uint64_t sc, mn;
+    k_scales(blk + 4, sc, mn);
+    const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
+    const __m256 sx = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(load128(x.s + 8 * b)));
+    const __m256 f8 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), bytes8_to_ps(sc)), dx);
+    const __m256 m8 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk + 2)), bytes8_to_ps(mn)), dx);
+    accm = _mm256_fmadd_ps(m8, sx, accm);
+    const __m512 fz = _mm512_castps256_ps512(f8);
+    const std::byte* qs = blk + (kFive ? 48 : 16);
+    [[maybe_unused]] __m512i qh;
+    if constexpr (kFive) qh = _mm512_broadcast_i64x4(load256(blk + 16));
+    const std::int8_t* xq = x.q + 256 * b;
+    unroll<4>([&](auto i_) {
+      constexpr int i = decltype(i_)::value;
+      const __m512i z = _mm512_broadcast_i64x4(load256(qs + 32 * i));
+      __m512i q = nibbles(z, 0xFFFF0000u);
+      if constexpr (kFive) {  // bit 2i of qh for bytes 0-31, bit 2i+1 for bytes 32-63 -> +16
+        const __m512i bit = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8(static_cast<char>(1 << (2 * i))),
+                                                   _mm512_set1_epi8(static_cast<char>(1 << (2 * i + 1))));
+        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
+      }
+      const __m512i L = dpbusd(_mm512_setzero_si512(), q, load512(xq + 64 * i));
+      acc[i & 1] = _mm512_fmadd_ps(fl(L), _mm512_permutexvar_ps(idx2(2 * i, 2 * i + 1), fz), acc[i & 1]);
+    });
+  }
+  const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
+  const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+  return hsum(acc[0], acc[1]) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+}
+
+/// Q6_K: vector i = 2h + p holds elements 128h + 64p .. +63 (s = 2p, 2p+1); scales per 16 values.
+inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
+  const std::int64_t nb = x.K / 256;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  const __m512i m15 = _mm512_set1_epi8(15), m48 = _mm512_set1_epi8(48);
+  const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * 210;
+    const __m512 dx16 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(x.d + 8 * b)));
+    const __m512 f16 = _mm512_mul_ps(
+        _mm512_mul_ps(_mm512_set1_ps(half(blk + 208)), fl(_mm512_cvtepi8_epi32(load128(blk + 192)))), dx16);
+    const std::int8_t* xq = x.q + 256 * b;
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      const __m512i ql = load512(blk + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(load256(blk + 128 + 32 * h));
+      // p = 0: low nibbles, qh bits 0-1 (bytes 0-31) / 2-3 (bytes 32-63); p = 1: high nibbles, bits 4-5 / 6-7
+      const __m512i q0 = _mm512_or_si512(
+          _mm512_and_si512(ql, m15),
+          _mm512_and_si512(_mm512_mask_slli_epi16(_mm512_slli_epi16(qh, 4), 0xFFFF0000u, qh, 2), m48));
+      const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m15),
+                                         _mm512_and_si512(_mm512_mask_srli_epi16(qh, 0xFFFF0000u, qh, 2), m48));
+      const __m512i L0 = dot_off(q0, load512(xq + 128 * h), 32);
+      const __m512i L1 = dot_off(q1, load512(xq + 128 * h + 64), 32);
+      acc[0] = _mm512_fmadd_ps(fl(L0), _mm512_permutexvar_ps(idx4(8 * h), f16), acc[0]);
+      acc[1] = _mm512_fmadd_ps(fl(L1), _mm512_permutexvar_ps(idx4(8 * h + 4), f16), acc[1]);
+    });
+  }
+  return hsum(acc[0], acc[1]);
+}
+
+/// IQ4_XS: vector i holds sub-blocks 2i, 2i+1 as 128-bit lanes [lo(A) hi(A) lo(B) hi(B)], A/B their 16 bytes.
+inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
+  const std::int64_t nb = x.K / 256;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  const __m512i tbl = _mm512_broadcast_i32x4(iq4_table_u8());
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * 136;
+    const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
+    const __m256 ls = _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(blk)), _mm256_set1_ps(32.0f));
+    const __m512 fz = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), ls), dx));
+    const std::int8_t* xq = x.q + 256 * b;
+    unroll<4>([&](auto i_) {
+      constexpr int i = decltype(i_)::value;
+      const __m512i y = _mm512_castsi256_si512(load256(blk + 8 + 32 * i));
+      const __m512i z = _mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(1, 1, 0, 0));
+      const __m512i u = _mm512_shuffle_epi8(tbl, nibbles(z, 0xFF00FF00u));
+      const __m512i L = dot_off(u, load512(xq + 64 * i), 128);
+      acc[i & 1] = _mm512_fmadd_ps(fl(L), _mm512_permutexvar_ps(idx2(2 * i, 2 * i + 1), fz), acc[i & 1]);
+    });
+  }
+  return hsum(acc[0], acc[1]);
+}
+#endif  // MAXTEXT_QBLOCK_AVX512
+
+}  // namespace detail
+
+/// Exact dequantisation of `n` values (a multiple of the block) from the block row at `src`: the same bits as
+/// quant::dequantize_row.
+inline void dequantize(BlockType t, const std::byte* src, float* dst, std::int64_t n) {
+  MAXTEXT_DASSERT(n % quant::block_format(t).block == 0);
+#if MAXTEXT_QBLOCK_AVX512
+  using namespace detail;
+  switch (t) {
+    case BlockType::q4_0: return dequantize_avx512<DecQ4_0>(src, dst, n);
+    case BlockType::q8_0: return dequantize_avx512<DecQ8_0>(src, dst, n);
+    case BlockType::iq4_nl: return dequantize_avx512<DecIq4Nl>(src, dst, n);
+    case BlockType::q4_k: return dequantize_avx512<DecQ45K<false>>(src, dst, n);
+    case BlockType::q5_k: return dequantize_avx512<DecQ45K<true>>(src, dst, n);
+    case BlockType::q6_k: return dequantize_avx512<DecQ6K>(src, dst, n);
+    case BlockType::iq4_xs: return dequantize_avx512<DecIq4Xs>(src, dst, n);
+    default: break;
+  }
+#endif
+  detail::dequantize_scalar(t, src, dst, n);
+}
+
+/// out[m] = sum_k deq(row)[k] * x[m*ldx + k] for m < M (1..4), in f32; each block is decoded once for all M rows.
+inline void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, int M,
+                      float* out) {
+  MAXTEXT_DASSERT(M >= 1 && M <= 4);
+  MAXTEXT_DASSERT(K % quant::block_format(t).block == 0);
+#if MAXTEXT_QBLOCK_AVX512
+  using namespace detail;
+  switch (t) {
+    case BlockType::q4_0: return dot_exact_avx512_m<DecQ4_0>(row, K, x, ldx, M, out);
+    case BlockType::q8_0: return dot_exact_avx512_m<DecQ8_0>(row, K, x, ldx, M, out);
+    case BlockType::iq4_nl: return dot_exact_avx512_m<DecIq4Nl>(row, K, x, ldx, M, out);
+    case BlockType::q4_k: return dot_exact_avx512_m<DecQ45K<false>>(row, K, x, ldx, M, out);
+    case BlockType::q5_k: return dot_exact_avx512_m<DecQ45K<true>>(row, K, x, ldx, M, out);
+    case BlockType::q6_k: return dot_exact_avx512_m<DecQ6K>(row, K, x, ldx, M, out);
+    case BlockType::iq4_xs: return dot_exact_avx512_m<DecIq4Xs>(row, K, x, ldx, M, out);
+    default: break;
+  }
+#endif
+  detail::dot_exact_scalar(t, row, K, x, ldx, M, out);
+}
+
+/// Bytes of one quantised activation row of K values (K a multiple of 32): q, d and s sections, each 64-byte
+/// aligned, plus slack to align the start of an arbitrary buffer.
+inline std::size_t quantized_x_bytes(std::int64_t K) {
+  const auto k = static_cast<std::size_t>(K);
+  return detail::kAlign + detail::round_up(k) + detail::round_up(k / 32 * sizeof(float)) +
+         detail::round_up(k / 32 * sizeof(std::int16_t));
+}
+
+/// Quantise x (K values, a multiple of 32) into `buf` (quantized_x_bytes(K) bytes): per group of 32,
+/// d = max|x| / 127 and q = roundf(x * (1/d)) (llama.cpp's reference Q8_0 rounding: ties away from zero), q = 0
+/// where d = 0; s = sum of the group's q.
+inline QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf) {
+  MAXTEXT_DASSERT(K % 32 == 0);
+  const auto k = static_cast<std::size_t>(K);
+  const auto addr = reinterpret_cast<std::uintptr_t>(buf);
+  std::byte* p = buf + (detail::kAlign - addr % detail::kAlign) % detail::kAlign;
+  auto* q = reinterpret_cast<std::int8_t*>(p);
+  auto* d = reinterpret_cast<float*>(p + detail::round_up(k));
+  auto* s = reinterpret_cast<std::int16_t*>(p + detail::round_up(k) + detail::round_up(k / 32 * sizeof(float)));
+  for (std::int64_t g = 0; g < K / 32; ++g) {
+    const float* xg = x + 32 * g;
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(xg[i]));
+    const float dg = amax / 127.0f;
+    const float id = dg != 0.0f ? 1.0f / dg : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int v = static_cast<int>(std::roundf(xg[i] * id));
+      q[32 * g + i] = static_cast<std::int8_t>(v);
+      sum += v;
+    }
+    d[g] = dg;
+    s[g] = static_cast<std::int16_t>(sum);
+  }
+  return QuantizedX{q, d, s, K};
+}
+
+/// sum_k deq(row)[k] * d_x[k/32] * q_x[k]: integer sums of weight and activation quants per 16 or 32 values, then
+/// one float step per group.
+inline float dot_q8(BlockType t, const std::byte* row, const QuantizedX& x) {
+  MAXTEXT_DASSERT(x.K % quant::block_format(t).block == 0);
+#if MAXTEXT_QBLOCK_AVX512
+  using namespace detail;
+  switch (t) {
+    case BlockType::q4_0: return dot_q8_q4_0(row, x);
+    case BlockType::q8_0: return dot_q8_q8_0(row, x);
+    case BlockType::iq4_nl: return dot_q8_iq4_nl(row, x);
+    case BlockType::q4_k: return dot_q8_q45k<false>(row, x);
+    case BlockType::q5_k: return dot_q8_q45k<true>(row, x);
+    case BlockType::q6_k: return dot_q8_q6k(row, x);
+    case BlockType::iq4_xs: return dot_q8_iq4_xs(row, x);
+    default: break;
+  }
+#endif
+  return detail::dot_q8_scalar(t, row, x);
+}
+
+}  // namespace maxtext::cpu::qblock
+
+#undef MAXTEXT_QBLOCK_INLINE
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

@@ -1,0 +1,189 @@
+// The block-row kernels of backend/cpu/qblock.hpp against references built only from quant::dequantize_row (the
+// scalar decoder) and long-double sums, on random blocks of every ggml type: random bytes with finite random fp16
+// scales in [-2, 2] (a few subnormal), K = 512 and 4096 (and 96 for 32-value blocks: an odd number of blocks).
+//
+// Tolerances. dot_exact sums the exact products w*x (w the same f32 values as the scalar decoder) in f32, in lanes
+// of at most K/64 terms (the portable path too) followed by a pairwise reduction of 64 lanes: any such order has
+// |err| <= (K/64 + 6) * u * sum|w x| (u = 2^-24), i.e. <= 4.3e-6 * sum|w x| at K = 4096; 1e-5 leaves room, and a
+// wrongly decoded value or a dropped block is far outside it. dot_q8's integer sums are exact; its float steps
+// (scale products, one product per lane, the sum of the lanes, the min term) add a few roundings of terms bounded
+// by a small multiple of sum|w x_q|, so 1e-5 of that is again a bound with room.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "maxtext/backend/cpu/qblock.hpp"
+
+using namespace maxtext;
+namespace qb = maxtext::cpu::qblock;
+
+namespace {
+
+const quant::BlockType kTypes[] = {quant::BlockType::q4_0, quant::BlockType::q4_1, quant::BlockType::q5_0,
+                                   quant::BlockType::q5_1, quant::BlockType::q8_0, quant::BlockType::q2_k,
+                                   quant::BlockType::q3_k, quant::BlockType::q4_k, quant::BlockType::q5_k,
+                                   quant::BlockType::q6_k, quant::BlockType::iq4_nl, quant::BlockType::iq4_xs};
+
+/// `n` blocks of type t: random bytes, fp16 scale fields uniform in [-2, 2], every 7th block's first scale subnormal.
+std::vector<std::byte> random_blocks(quant::BlockType t, std::int64_t n, std::uint32_t seed) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(-2.0f, 2.0f);
+  std::vector<std::byte> b(static_cast<std::size_t>(n * f.bytes));
+  for (auto& x : b) x = static_cast<std::byte>(rng() & 0xff);
+  for (std::int64_t k = 0; k < n; ++k) {
+    for (int i = 0; i < 2; ++i) {
+      const int off = f.fp16_scales[i];
+      if (off < 0) continue;
+      std::uint16_t h = fp16(scale(rng)).bits;
+      if (i == 0 && k % 7 == 3) h = (k % 2) ? 0x8003 : 0x0001;
+      std::memcpy(b.data() + k * f.bytes + off, &h, 2);
+    }
+  }
+  return b;
+}
+
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+std::vector<std::int64_t> sizes(quant::BlockType t) {
+  std::vector<std::int64_t> k = {512, 4096};
+  if (quant::block_format(t).block == 32) k.push_back(96);
+  return k;
+}
+
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+}  // namespace
+
+TEST_CASE("qblock dequantize equals the scalar decoder bit for bit", "[qblock]") {
+  for (auto t : kTypes) {
+    const quant::BlockFormat& f = quant::block_format(t);
+    for (std::int64_t K : sizes(t)) {
+      INFO(f.name << " K=" << K);
+      const auto blocks = random_blocks(t, K / f.block, 17u + static_cast<std::uint32_t>(K));
+      std::vector<float> want(static_cast<std::size_t>(K)), got(static_cast<std::size_t>(K) + 1, -1.0f);
+      quant::dequantize_row(t, blocks.data(), want.data(), K);
+      qb::dequantize(t, blocks.data(), got.data() + 1, K);  // unaligned destination
+      std::int64_t bad = 0, first = -1;
+      for (std::int64_t k = 0; k < K; ++k) {
+        if (bits(want[k]) != bits(got[k + 1])) {
+          if (first < 0) first = k;
+          ++bad;
+        }
+      }
+      INFO("first mismatch at " << first);
+      CHECK(bad == 0);
+      CHECK(got[0] == -1.0f);
+    }
+  }
+}
+
+TEST_CASE("qblock dot_exact against a long-double dot of the dequantised row", "[qblock]") {
+  for (auto t : kTypes) {
+    const quant::BlockFormat& f = quant::block_format(t);
+    for (std::int64_t K : sizes(t)) {
+      const auto blocks = random_blocks(t, K / f.block, 5u + static_cast<std::uint32_t>(K));
+      std::vector<float> w(static_cast<std::size_t>(K));
+      quant::dequantize_row(t, blocks.data(), w.data(), K);
+      const std::int64_t ldx = K + 16;
+      const auto x = random_floats(static_cast<std::size_t>(4 * ldx), 99u);
+      for (int M = 1; M <= 4; ++M) {
+        INFO(f.name << " K=" << K << " M=" << M);
+        float out[4] = {0, 0, 0, 0};
+        qb::dot_exact(t, blocks.data(), K, x.data(), ldx, M, out);
+        for (int m = 0; m < M; ++m) {
+          long double ref = 0, mag = 0;
+          for (std::int64_t k = 0; k < K; ++k) {
+            const long double p = static_cast<long double>(w[k]) * x[m * ldx + k];
+            ref += p;
+            mag += std::fabs(p);
+          }
+          INFO("m=" << m << " got " << out[m] << " want " << static_cast<double>(ref));
+          CHECK(std::fabs(static_cast<long double>(out[m]) - ref) <= 1e-5L * mag + 1e-30L);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("qblock dot_q8 against a long-double restatement with the same quantised activations", "[qblock]") {
+  for (auto t : kTypes) {
+    const quant::BlockFormat& f = quant::block_format(t);
+    for (std::int64_t K : sizes(t)) {
+      INFO(f.name << " K=" << K);
+      const auto blocks = random_blocks(t, K / f.block, 41u + static_cast<std::uint32_t>(K));
+      std::vector<float> w(static_cast<std::size_t>(K));
+      quant::dequantize_row(t, blocks.data(), w.data(), K);
+      auto x = random_floats(static_cast<std::size_t>(K), 7u);
+      for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;  // an all-zero group
+      std::vector<std::byte> buf(qb::quantized_x_bytes(K));
+      const qb::QuantizedX qx = qb::quantize_x(x.data(), K, buf.data());
+      long double ref = 0, mag = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const long double xv = static_cast<long double>(qx.d[k / 32]) * qx.q[k];
+        ref += static_cast<long double>(w[k]) * xv;
+        mag += std::fabs(static_cast<long double>(w[k]) * xv);
+      }
+      const float got = qb::dot_q8(t, blocks.data(), qx);
+      INFO("got " << got << " want " << static_cast<double>(ref) << " mag " << static_cast<double>(mag));
+      CHECK(std::fabs(static_cast<long double>(got) - ref) <= 1e-5L * mag + 1e-30L);
+    }
+  }
+}
+
+TEST_CASE("qblock quantize_x follows the rule: d = max|x|/127, q = roundf(x / d), sums per group", "[qblock]") {
+  const std::int64_t K = 128;
+  std::vector<float> x = random_floats(K, 3u);
+  for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;                     // group 1: all zero
+  for (int i = 0; i < 32; ++i) x[64 + i] = static_cast<float>(i % 5);  // group 2: exact values
+  x[64] = 127.0f;                                                    // d = 1
+  x[65] = 2.5f;                                                      // ties away from zero
+  x[66] = -2.5f;
+  x[67] = -127.0f;
+  std::vector<std::byte> buf(qb::quantized_x_bytes(K));
+  const qb::QuantizedX q = qb::quantize_x(x.data(), K, buf.data() + 1);  // an unaligned buffer start
+  REQUIRE(q.K == K);
+  for (const void* p : {static_cast<const void*>(q.q), static_cast<const void*>(q.d), static_cast<const void*>(q.s)}) {
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % 64 == 0);
+    CHECK(static_cast<const std::byte*>(p) >= buf.data());
+  }
+  CHECK(reinterpret_cast<const std::byte*>(q.s + K / 32) <= buf.data() + buf.size());
+  for (std::int64_t g = 0; g < K / 32; ++g) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * g + i]));
+    CHECK(q.d[g] == amax / 127.0f);
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const float v = x[32 * g + i];
+      const int want = q.d[g] == 0.0f ? 0 : static_cast<int>(std::roundf(v * (1.0f / q.d[g])));
+      CHECK(q.q[32 * g + i] == want);
+      CHECK(std::fabs(q.d[g] * q.q[32 * g + i] - v) <= 0.5001f * q.d[g]);
+      sum += q.q[32 * g + i];
+    }
+    CHECK(q.s[g] == sum);
+  }
+  CHECK(q.d[1] == 0.0f);
+  CHECK(q.s[1] == 0);
+  CHECK(q.q[32] == 0);
+  CHECK(q.d[2] == 1.0f);
+  CHECK(q.q[64] == 127);
+  CHECK(q.q[65] == 3);
+  CHECK(q.q[66] == -3);
+  CHECK(q.q[67] == -127);
+  CHECK(q.q[64 + 8] == 3);
+}
