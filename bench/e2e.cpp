@@ -82,7 +82,7 @@ Args parse(int argc, char** argv) {
   if (a.weights.empty()) {
     std::fprintf(stderr,
                  "usage: e2e --weights F.gguf | (F.safetensors --dim D --layers L --heads N [--kv-heads K] --hidden F "
-                 "[--vocab V] [--head-dim H]) [--weight-type f32|bf16|q8_0] [--threads T] [--prompts 128,512] "
+                 "[--vocab V] [--head-dim H]) [--weight-type f32|bf16|q8_0|ggml] [--threads T] [--prompts 128,512] "
                  "[--context 512] [--decode 16] [--reps 2] [--name NAME] [--int8-activations]\n");
     std::exit(2);
   }
@@ -106,7 +106,8 @@ template <class Model>
 void run(const Args& a, const Config& cfg) {
   Model model(cfg, cpu::Backend(cpu::Options{a.threads, a.int8_activations}));
   {
-    io::LoadedWeights w = io::load_weights(a.weights, cfg);
+    // ggml weights: a GGUF file's blocks (Q4_K, Q6_K, ...) computed from as they lie (io::load_weights keep_blocks)
+    io::LoadedWeights w = io::load_weights(a.weights, cfg, std::is_same_v<typename Model::policy::weight_t, ggml_byte>);
     model.load(w.tensors);
   }
   trim_heap();  // as the CLI does after loading (core/mapped_pages.hpp)
@@ -195,8 +196,12 @@ int main(int argc, char** argv) {
     } else if (a.wtype == "q8_0") {
       cfg.dtype = "float32";
       run_block<Policy<B, q8_0>>(a, cfg);
+    } else if (a.wtype == "ggml") {  // every matrix in its GGUF type (Q4_K_M, Q4_0, Q6_K files); llama only
+      cfg.dtype = "float32";
+      MAXTEXT_CHECK(cfg.is("llama2"), UnsupportedError, "[e2e] --weight-type ggml is benchmarked on llama files only");
+      run<models::Transformer<Policy<B, ggml_byte, float>, layers::LlamaDecoderLayer>>(a, cfg);
     } else {
-      std::fprintf(stderr, "e2e: --weight-type must be f32, bf16 or q8_0\n");
+      std::fprintf(stderr, "e2e: --weight-type must be f32, bf16, q8_0 or ggml\n");
       return 2;
     }
   } catch (const std::exception& e) {

@@ -9,22 +9,95 @@ Ratios (targets from issue 6):
           library / llama.cpp (>= 1.05), library / PyTorch eager f32 (>= 1.4)
 Weights compared at equal bytes: f32 vs F32, bf16 vs F16, q8_0 vs Q8_0; "q8_0 int8-act" is the library's Q8_0 with
 8-bit activations (cpu::Options::int8_activations, llama.cpp's own arithmetic) against the same llama.cpp Q8_0 run.
+Any other weights label (q4_k_m, q4_0, q6_k, ...) is a block-quantised file MODELS_DIR/<model>/model-<label>.gguf that
+llama-quantize made and both programs read; its rows come in the same two variants ("maxtext" exact, "maxtext-int8act"),
+and its weight bytes per token are the sizes of the file's tensors, read from its GGUF header (gguf_tensor_bytes).
 The hand-written analysis is bench/performance_notes.md, appended to the generated page.
 """
+import functools
 import json
 import os
+import struct
 import sys
 from collections import defaultdict
 
 TARGETS = dict(roofline=0.90, llama=1.05, openblas=0.90, torch=1.4)
 BYTES = {"f32": 4.0, "bf16": 2.0, "q8_0": 34.0 / 32.0}
 GGUF_NAME = {"f32": "F32", "bf16": "F16", "q8_0": "Q8_0"}
-# Rows of the table: (label, the library's impl name in the results, weights).
+# Rows of the table: (label, the library's impl name in the results, weights); the block-quantised types found in the
+# results are appended in main(), each as an exact and an int8-act row.
 VARIANTS = [("f32", "maxtext", "f32"), ("bf16", "maxtext", "bf16"), ("q8_0", "maxtext", "q8_0"),
             ("q8_0 int8-act", "maxtext-int8act", "q8_0")]
 
 
+@functools.lru_cache(maxsize=None)
+def gguf_tensor_bytes(path):
+    """{tensor name: bytes of its data} from a GGUF (v2/v3) file's header: each tensor runs from its offset to the next
+    tensor's (alignment padding included, under 32 bytes), the last one to the end of the file. No type tables
+    needed, so every llama-quantize type (K-quants, IQ types, the fallbacks it picks per tensor) is covered."""
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+    with open(path, "rb") as fh:
+        def take(fmt):
+            n = struct.calcsize("<" + fmt)
+            return struct.unpack("<" + fmt, fh.read(n))[0]
+
+        def string():
+            return fh.read(take("Q"))
+
+        def value(t):
+            if t in scalar:
+                return take(scalar[t])
+            if t == 8:
+                return string()
+            if t == 9:
+                et, n = take("I"), take("Q")
+                if et in scalar:  # skip the numbers without unpacking them
+                    fh.seek(n * struct.calcsize("<" + scalar[et]), 1)
+                    return None
+                return [value(et) for _ in range(n)]
+            raise ValueError(f"GGUF value type {t}")
+
+        if fh.read(4) != b"GGUF":
+            raise ValueError(f"{path}: not a GGUF file")
+        version = take("I")
+        if version < 2:
+            raise ValueError(f"{path}: GGUF version {version}")
+        n_tensors, n_kv = take("Q"), take("Q")
+        alignment = 32
+        for _ in range(n_kv):
+            key, t = string(), take("I")
+            v = value(t)
+            if key == b"general.alignment":
+                alignment = v
+        offsets = {}
+        for _ in range(n_tensors):
+            name = string().decode()
+            n_dims = take("I")
+            fh.seek(8 * n_dims + 4, 1)  # dims, type
+            offsets[name] = take("Q")
+        start = -(-fh.tell() // alignment) * alignment
+        size = os.fstat(fh.fileno()).st_size
+    order = sorted(offsets, key=offsets.get)
+    ends = [offsets[n] for n in order[1:]] + [size - start]
+    return {n: e - offsets[n] for n, e in zip(order, ends)}
+
+
+def file_bytes_per_token(path):
+    """Weight bytes one decode step reads from a llama GGUF: every tensor but the token-embedding table (one row of it
+    per token) unless the file has no separate output matrix (tied embeddings: the table is the logits' matrix).
+    Norm vectors are counted (negligible). If the header cannot be read: the whole file, metadata included."""
+    try:
+        t = gguf_tensor_bytes(path)
+    except (OSError, ValueError, OverflowError, MemoryError, struct.error) as e:
+        print(f"report: {path}: {e}; using the file size as weight bytes per token", file=sys.stderr)
+        return float(os.path.getsize(path))
+    return float(sum(b for n, b in t.items() if n != "token_embd.weight" or "output.weight" not in t))
+
+
 def weight_bytes_per_token(meta, w):
+    if w not in BYTES:  # a block-quantised file (llama-quantize): its own tensors' sizes
+        path = os.path.join(meta["dir"], f"model-{w}.gguf")
+        return file_bytes_per_token(path) if os.path.exists(path) else None
     if "active_params" in meta:  # models d, e (make_models.py): Gemma 3's head_dim, the MoE's top-k experts
         return meta["active_params"] * BYTES[w]
     D, F, N, K, L, V = meta["dim"], meta["hidden"], meta["heads"], meta["kv_heads"], meta["layers"], meta["vocab"]
@@ -56,18 +129,22 @@ def main():
         p = os.path.join(models_dir, k, "meta.json")
         if os.path.exists(p):
             m = json.load(open(p))
-            metas[m["name"]] = dict(m, key=k)
+            metas[m["name"]] = dict(m, key=k, dir=os.path.join(models_dir, k))
     speed = {}
+    quant = []  # block-quantised weights labels (q4_k_m, q4_0, q6_k, ...), in the order the run measured them
     for r in rows:
         if "impl" in r:
             speed[(r["impl"], r["model"], r["weights"], r["threads"], r["test"])] = r["tokens_per_s"]
+            if r["weights"] not in BYTES and r["weights"] not in quant:
+                quant.append(r["weights"])
+    variants = VARIANTS + [v for w in quant for v in ((w, "maxtext", w), (f"{w} int8-act", "maxtext-int8act", w))]
 
     def ratio(a, b):
         return a / b if a and b else None
 
     table = []
     for name, meta in sorted(metas.items(), key=lambda kv: kv[1]["key"]):
-        for label, impl, w in VARIANTS:
+        for label, impl, w in variants:
             for t in sorted(bw):
                 ours = {x: speed.get((impl, name, w, t, x)) for x in ["pp128", "pp512", "tg@512"]}
                 if not any(ours.values()):
@@ -77,8 +154,8 @@ def main():
                 row = dict(model=name, key=meta["key"], weights=w, label=label, impl=impl, threads=t, ours=ours,
                            llama=llama, torch=torch)
                 wb = weight_bytes_per_token(meta, w)
-                row["roofline"] = ours["tg@512"] * wb / bw[t] if ours["tg@512"] and t in bw else None
-                row["llama_roofline"] = llama["tg@512"] * wb / bw[t] if llama["tg@512"] and t in bw else None
+                row["roofline"] = ours["tg@512"] * wb / bw[t] if ours["tg@512"] and wb and t in bw else None
+                row["llama_roofline"] = llama["tg@512"] * wb / bw[t] if llama["tg@512"] and wb and t in bw else None
                 row["tg_vs_llama"] = ratio(ours["tg@512"], llama["tg@512"])
                 for T in (128, 512):
                     x = f"pp{T}"
@@ -106,7 +183,7 @@ def main():
     for r in table:
         targeted = r["key"] in ("b", "c")  # decode targets are set on models b and c
         lines.append("| " + " | ".join([
-            r["model"], f"{r['label']} ({GGUF_NAME[r['weights']]})", str(r["threads"]),
+            r["model"], f"{r['label']} ({GGUF_NAME.get(r['weights'], r['weights'].upper())})", str(r["threads"]),
             f(r["roofline"], TARGETS["roofline"] if targeted else None),
             f(r["tg_vs_llama"], TARGETS["llama"] if targeted else None),
             f(r["pp128_vs_openblas"], TARGETS["openblas"] if targeted else None), f(r["pp128_vs_llama"], TARGETS["llama"]),
@@ -143,36 +220,75 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        labels = [f"{r['key']} {r['label']} t{r['threads']}" for r in table]
-        xs = range(len(table))
-        fig, axes = plt.subplots(2, 1, figsize=(max(8, len(table) * 0.6), 8), sharex=True)
+        # One pair of panels (ratio to llama.cpp, decode roofline) per group of rows: the f32 / bf16 / q8_0 rows, then,
+        # when the run had them, the block-quantised files, so neither figure gets too many bars to read.
+        groups = [(g, [r for r in table if (r["weights"] in BYTES) == (g == "base")]) for g in ("base", "quant")]
+        groups = [(g, rs) for g, rs in groups if rs]
+        n = max(len(rs) for _, rs in groups)
+        fig, axes = plt.subplots(2 * len(groups), 1, figsize=(max(8, n * 0.6), 8 * len(groups)), squeeze=False)
         width = 0.2
-        for i, (k, lab) in enumerate([("pp128_vs_llama", "prefill 128"), ("pp512_vs_llama", "prefill 512"),
-                                      ("tg_vs_llama", "decode @512")]):
-            axes[0].bar([x + (i - 1) * width for x in xs], [r[k] or 0 for r in table], width, label=lab)
-        axes[0].axhline(1.05, color="k", ls="--", lw=0.8)
-        axes[0].axhline(1.0, color="grey", lw=0.5)
-        axes[0].set_yscale("log")
-        axes[0].set_ylabel("library / llama.cpp (tok/s, log scale)")
-        axes[0].legend(fontsize=8)
-        axes[0].set_title("Speed relative to llama.cpp (native build), same model, weights bytes and threads")
-        axes[1].bar([x - width / 2 for x in xs], [r["roofline"] or 0 for r in table], width, label="library")
-        axes[1].bar([x + width / 2 for x in xs], [r["llama_roofline"] or 0 for r in table], width, label="llama.cpp")
-        axes[1].axhline(0.9, color="k", ls="--", lw=0.8)
-        axes[1].set_ylabel("decode / bandwidth roofline")
-        axes[1].legend(fontsize=8)
-        axes[1].set_xticks(list(xs))
-        axes[1].set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
+        for j, (g, rs) in enumerate(groups):
+            ax0, ax1 = axes[2 * j][0], axes[2 * j + 1][0]
+            ax0.sharex(ax1)
+            labels = [f"{r['key']} {r['label']} t{r['threads']}" for r in rs]
+            xs = range(len(rs))
+            for i, (k, lab) in enumerate([("pp128_vs_llama", "prefill 128"), ("pp512_vs_llama", "prefill 512"),
+                                          ("tg_vs_llama", "decode @512")]):
+                ax0.bar([x + (i - 1) * width for x in xs], [r[k] or 0 for r in rs], width, label=lab)
+            ax0.axhline(1.05, color="k", ls="--", lw=0.8)
+            ax0.axhline(1.0, color="grey", lw=0.5)
+            ax0.set_yscale("log")
+            ax0.set_ylabel("library / llama.cpp (tok/s, log scale)")
+            ax0.legend(fontsize=8)
+            ax0.set_title("Speed relative to llama.cpp (native build), same model, weights bytes and threads"
+                          if g == "base" else
+                          "Block-quantised GGUF files (llama-quantize), read by both programs: relative to llama.cpp")
+            ax1.bar([x - width / 2 for x in xs], [r["roofline"] or 0 for r in rs], width, label="library")
+            ax1.bar([x + width / 2 for x in xs], [r["llama_roofline"] or 0 for r in rs], width, label="llama.cpp")
+            ax1.axhline(0.9, color="k", ls="--", lw=0.8)
+            ax1.set_ylabel("decode / bandwidth roofline" + (" (file's bytes)" if g == "quant" else ""))
+            ax1.legend(fontsize=8)
+            ax1.set_xticks(list(xs))
+            ax1.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
+            ax0.tick_params(labelbottom=False)
+            if g == "quant":  # many bars: a thin line between models
+                for x in xs:
+                    if x and rs[x]["key"] != rs[x - 1]["key"]:
+                        for ax in (ax0, ax1):
+                            ax.axvline(x - 0.5, color="grey", lw=0.5)
         fig.tight_layout()
         fig.savefig(plot, dpi=110)
 
     if doc:
         notes_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "performance_notes.md")
         notes = open(notes_path).read() if os.path.exists(notes_path) else ""
+        def quant_sizes(m):  # the block-quantised files' weight bytes per token; bits per weight against f32's count
+            f32 = weight_bytes_per_token(m, "f32")
+            out = []
+            for w in quant:
+                wb = weight_bytes_per_token(m, w)
+                if wb:
+                    out.append(f"{w} {wb / 1e6:.1f} MB ({wb * 8 / (f32 / 4):.2f} bits per weight)")
+            return f"; block-quantised files, per token: {', '.join(out)}" if out else ""
+
         models = "\n".join(
             f"- ({m['key']}) {n}: dim {m['dim']}, {m['layers']} layers, {m['heads']}/{m['kv_heads']} heads, hidden "
             f"{m['hidden']}, vocab {m['vocab']}; weight bytes per token (f32) {weight_bytes_per_token(m, 'f32') / 1e6:.0f} MB"
+            + quant_sizes(m)
             for n, m in sorted(metas.items(), key=lambda kv: kv[1]["key"]))
+        quant_names = ", ".join(GGUF_NAME.get(w, w.upper()) for w in quant)
+        quant_note = "" if not quant else f"""
+- Block-quantised files ({quant_names}): made once from the F32 file by llama.cpp's own
+  `llama-quantize` (with its per-tensor choice of types: Q4_K_M, for one, keeps some matrices in Q6_K) and read by
+  both programs. The library computes from the blocks as they lie (`--weight-type ggml`), twice: exact (each block
+  decoded to f32 and multiplied with f32 activations) and "int8-act" (activations quantised to 8 bits per 32 values,
+  integer dot products with the blocks' quants, the arithmetic llama.cpp uses for these types). Their decode
+  roofline counts the file's own tensor bytes (below)."""
+        quant_roofline = "" if not quant else """ For the
+block-quantised files the weight bytes per token are the sizes of the file's tensors read from its GGUF header (the
+gap from each tensor's offset to the next, so alignment padding, under 32 bytes a tensor, is counted): every tensor
+but the token-embedding table, of which a step reads one row (the whole table when the file has no separate output
+matrix), norm vectors included; close enough to the bytes a step reads, not exact."""
         try:
             busy = float(str(env.get('load_before', '0')).split()[0]) > 1.5
         except ValueError:
@@ -193,7 +309,7 @@ and are listed further down for reference.
   same GGUF files as llama.cpp (F32; Q8_0 blocks as they are; bf16 = the F32 file rounded at load). KV cache in the
   activation type (f32, or bf16 for the bf16 model). Q8_0 twice: exact (the dequantised weights times f32
   activations, the default) and "int8-act" (`cpu::Options::int8_activations`: activations quantised to 8 bits per
-  32-block and integer dot products, the arithmetic llama.cpp uses for its Q8_0 rows).
+  32-block and integer dot products, the arithmetic llama.cpp uses for its Q8_0 rows).{quant_note}
 - llama.cpp: `{os.path.relpath(env.get('llama_bench', '?'), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}`
   built natively (GGML_NATIVE=ON, OpenMP) from the llama.cpp source bundled in node-llama-cpp {env.get('node_llama_cpp', '?')}
   (bundle tag {env.get('llama_cpp_tag', '?')}, commit {env.get('llama_cpp_commit', '?')}); default llama-bench settings
@@ -207,7 +323,7 @@ Models (bench/make_models.py):
 {models}
 
 Tests: `ppT` = prefill of T tokens into an empty cache (logits of the last token), `decode` = single-token steps
-after a 512-token prompt. Decode roofline = weight bytes per token ÷ triad bandwidth (KV cache reads not counted).
+after a 512-token prompt. Decode roofline = weight bytes per token ÷ triad bandwidth (KV cache reads not counted).{quant_roofline}
 Prefill vs OpenBLAS = the library's prefill rate ÷ the rate at which OpenBLAS `cblas_sgemm` alone runs the same
 matrix products (every projection at M = T, the logits at M = 1). ✓ / ✗ mark the issue's targets; the decode and
 OpenBLAS targets are marked for models b and c only (stories260K lives in the L2 cache, and its prefill is mostly

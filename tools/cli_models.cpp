@@ -62,11 +62,14 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   o.int8_activations = i8 == "on";
   std::optional<io::LoadedWeights> w;
   if (load && a.has("weights")) {
-    w = io::load_weights(a.get("weights"), cfg);
+    // A GGUF file's blocks (Q4_K, Q6_K, Q4_0, ...) are computed from as they lie unless --weight-type says otherwise.
+    const bool keep_blocks = (!a.has("weight-type") || a.get("weight-type") == "ggml") &&
+                             cfg.dtype_canonical() == "float32" && models::any_model_is_built(cfg, "ggml");
+    w = io::load_weights(a.get("weights"), cfg, keep_blocks);
     if (!a.has("weight-type")) o.weight_type = weight_type_of_file(cfg, *w);
   }
-  MAXTEXT_CHECK(i8 == "off" || o.weight_type == "q8_0", ArgumentError,
-                "--int8-activations on applies to Q8_0 weights: add --weight-type q8_0");
+  MAXTEXT_CHECK(i8 == "off" || o.weight_type == "q8_0" || o.weight_type == "ggml", ArgumentError,
+                "--int8-activations on applies to Q8_0 weights and a GGUF file's blocks (ggml): add --weight-type q8_0");
   auto model = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
   if (!load) return model;
   if (w) {

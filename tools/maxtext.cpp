@@ -32,12 +32,13 @@ common options:
   --tokenizer FILE   tokenizer for --prompt / tokenize: Hugging Face tokenizer.json (or a directory holding one),
                      .gguf, llama2.c tokenizer.bin, SentencePiece .model (default: the GGUF's own, or tokenizer.json /
                      tokenizer.model / tokenizer.bin / tok<vocab>.bin beside the weights)
-  --weight-type T    store weights as float32, bfloat16, float16 or q8_0 (float32 activations). Default: the
-                     file's own type when every matrix of --weights is F16, BF16 or Q8_0 (same values, less
-                     memory), else the config's dtype; float32 widens
+  --weight-type T    store weights as float32, bfloat16, float16, q8_0 or ggml (each matrix in its GGUF type,
+                     Q4_K, Q6_K, Q4_0, ... computed from the blocks; float32 activations). Default: the file's
+                     own type when every matrix of --weights is F16, BF16 or Q8_0, ggml for a GGUF file with
+                     other block types (llama, mistral, qwen2, qwen3), else the config's dtype; float32 widens
   --threads N        CPU threads (default: all cores)
   --int8-activations on|off
-                     with Q8_0 weights: quantise activations to 8 bits per 32-block and use integer dot
+                     with Q8_0 or ggml weights: quantise activations to 8 bits per 32-block and use integer dot
                      products (llama.cpp's Q8_0 arithmetic; faster, ~1% rms logit error). Default off: exact
   --seed S           seed for initialisation and sampling (default: init_weights_seed)
 

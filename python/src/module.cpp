@@ -150,10 +150,10 @@ py::dtype bf16_dtype() {
   }
 }
 
-/// A host tensor as a NumPy array sharing its memory (Q8_0 is dequantised to float32).
+/// A host tensor as a NumPy array sharing its memory (Q8_0 and the other ggml blocks are dequantised to float32).
 py::array to_numpy(const AnyTensor& t_in, bool writeable = true) {
   AnyTensor t = t_in;
-  if (t.dtype == DType::q8_0) {
+  if (t.dtype == DType::q8_0 || t.dtype == DType::ggml) {
     std::int64_t rows = t.numel() / std::max<std::int64_t>(1, t.shape.back());
     Tensor<float, 2> f = t.to<float, 2>({rows, t.shape.back()});
     t = AnyTensor::from(f).reshaped(t_in.shape);
@@ -174,7 +174,7 @@ py::array to_numpy(const AnyTensor& t_in, bool writeable = true) {
       Tensor<float, 1> f = t.to<float, 1>({t.numel()});
       return to_numpy(AnyTensor::from(f).reshaped(t.shape), writeable);
     }
-    case DType::q8_0: break;
+    case DType::q8_0: case DType::ggml: break;
   }
   const auto item = static_cast<std::int64_t>(dtype_size(t.dtype));
   std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end()), strides;
@@ -325,11 +325,11 @@ Weights weights_from_dict(py::handle d, const Config& cfg) {
   return w;
 }
 
-Weights weights_arg(py::handle obj, const Config& cfg) {
+Weights weights_arg(py::handle obj, const Config& cfg, bool keep_blocks = false) {
   if (is_path(obj)) {
     const std::string path = path_str(obj);
     py::gil_scoped_release nogil;
-    io::LoadedWeights lw = io::load_weights(path, cfg);
+    io::LoadedWeights lw = io::load_weights(path, cfg, keep_blocks);
     return {std::move(lw.tensors), lw.naming == io::WeightNaming::hf, lw.file_weight_type};
   }
   MAXTEXT_CHECK(is_mapping(obj), ArgumentError, "[weights] expected a path or a dict of arrays, found ", type_name(obj));
@@ -579,8 +579,9 @@ and `weight_type` name.
 Model(config=None, weights=None, *, weight_type="", threads=0, int8_activations=False, names=None, seed=None,
 allow_unused=False). config: a Config or a path (None: taken from the weights file). weights: a path (MaxText or
 Hugging Face safetensors, GGUF, llama2.c) or a dict of NumPy arrays (MaxText's parameter tree, scanned or not, or
-Hugging Face names). weight_type "" keeps a path's matrices in the file's type when they are all F16, BF16 or Q8_0
-(the same values in less memory; 'float32' widens them), else uses the config's dtype. Without weights, seed=
+Hugging Face names). weight_type "" keeps a path's matrices in the file's type when they are all F16, BF16 or Q8_0,
+and a GGUF file's block-quantised matrices (Q4_K_M, Q6_K, Q4_0, ...) as blocks ('ggml'), computed from as they lie (the
+same values in less memory; 'float32' widens them), else uses the config's dtype. Without weights, seed=
 initialises with MaxText's initialisers; otherwise call load()/init().
 names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
       .def(py::init([](py::object config, py::object weights, const std::string& weight_type, int threads,
@@ -591,13 +592,15 @@ names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
              // A path's F16 / BF16 / Q8_0 matrices are kept as they are unless weight_type says otherwise.
              std::optional<Weights> file;
              if (weight_type.empty() && is_path(weights)) {
-               file = weights_arg(weights, c);
+               // GGUF blocks (Q4_K, Q6_K, ...) stay blocks where this module compiled the runtime-typed model.
+               file = weights_arg(weights, c, c.dtype_canonical() == "float32" && models::any_model_is_built(c, "ggml"));
                o.weight_type = models::keep_file_weight_type(c, file->file_weight_type);
              }
              o.threads = threads;
              o.int8_activations = int8_activations;
-             MAXTEXT_CHECK(!int8_activations || o.weight_type == "q8_0", ArgumentError,
-                           "[Model] int8_activations applies to Q8_0 weights (weight_type='q8_0')");
+             MAXTEXT_CHECK(!int8_activations || o.weight_type == "q8_0" || o.weight_type == "ggml", ArgumentError,
+                           "[Model] int8_activations applies to Q8_0 weights (weight_type='q8_0') and a GGUF file's "
+                           "blocks ('ggml')");
              auto pm = std::make_unique<PyModel>();
              pm->names_fixed = !names.is_none();
              if (pm->names_fixed) o.names = scheme_arg(py::str(names));

@@ -185,4 +185,12 @@ concept BackendCompressedAttention = requires(const B& b, View<const float, 3> x
   b.compressed_attention(q4, x3, x3, ids, std::int64_t{128}, std::int64_t{4}, sel, sinks, opt, o4);
 };
 
+/// Backends whose products read runtime-typed matrices (Matrix<ggml_byte>: GGUF blocks as the file has them) say
+/// so with `static constexpr bool runtime_typed_weights = true`. The CUDA backend does not yet: a GGUF file's
+/// blocks are decoded to f32 at load for it.
+template <class B>
+inline constexpr bool backend_has_runtime_typed_weights = requires {
+  requires B::runtime_typed_weights;
+};
+
 }  // namespace maxtext

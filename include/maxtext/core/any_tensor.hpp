@@ -13,6 +13,7 @@
 
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/ggml_quants.hpp"
 #include "maxtext/core/tensor.hpp"
 
 namespace maxtext {
@@ -21,6 +22,9 @@ namespace maxtext {
 /// must be contiguous and a multiple of 32). `source` names where it came from, for error messages.
 /// The blocked axis of a Q8_0 tensor is the last one as stored; a permuted view may move it (`block_axis` tracks
 /// where it went: a file's [out, in] Q8_0 matrix can be viewed as a MaxText [in, out] kernel without a copy).
+/// DType::ggml (a runtime-typed ggml tensor, `ggml_type`: Q4_K, Q6_K, ...) counts strides in elements of the stored
+/// tensor's row-major order; `data` points at the block holding element 0. Views (permutes, reshapes, layer and
+/// expert slices) are free; a view starting inside a block, or element access, decodes blocks.
 struct AnyTensor {
   DType dtype = DType::f32;
   std::vector<std::int64_t> shape;
@@ -30,6 +34,11 @@ struct AnyTensor {
   std::string source;
   /// For block dtypes: the axis that runs along the blocks, -1 = the last axis. Ignored for scalar dtypes.
   int block_axis = -1;
+  /// For DType::ggml: the ggml type id of the stored blocks (quant::type_info).
+  std::uint32_t ggml_type = 0;
+  /// For DType::ggml: the values are the blocks' times this factor (a scale an importer folded in, e.g. a query's
+  /// 1/sqrt(head_dim), which fp16 block scales cannot always take exactly: the model applies it after decoding).
+  double value_scale = 1.0;
 
   int rank() const { return static_cast<int>(shape.size()); }
   /// The blocked axis (block dtypes), or -1 for scalar dtypes.
@@ -53,7 +62,19 @@ struct AnyTensor {
     }
     return true;
   }
-  std::string describe() const { return str(dtype_name(dtype), " ", shape); }
+  std::string describe() const {
+    if (dtype == DType::ggml) return str(quant::checked_type_info(ggml_type).name, " ", shape);
+    return str(dtype_name(dtype), " ", shape);
+  }
+  /// Byte offset of storage offset `units` (elements; Q8_0: blocks). DType::ggml: element offset `units` must
+  /// start a block.
+  std::size_t byte_offset(std::int64_t units) const {
+    if (dtype != DType::ggml) return static_cast<std::size_t>(units) * dtype_size(dtype);
+    const quant::TypeInfo& f = quant::checked_type_info(ggml_type);
+    MAXTEXT_CHECK(units % f.block == 0, UnsupportedError, "[AnyTensor] ", source, ": a ", f.name, " view must start at a "
+                  "block boundary (", f.block, " values), not at element ", units);
+    return static_cast<std::size_t>(units / f.block * f.bytes);
+  }
 
   /// Contiguous row-major strides for `shape` (in storage units).
   static std::vector<std::int64_t> dense_strides(const std::vector<std::int64_t>& shape, DType dt) {
@@ -141,7 +162,7 @@ struct AnyTensor {
       const int moved = blocked > axis ? blocked - 1 : blocked;  // the blocked axis after dropping `axis`
       r.block_axis = moved == rank() - 2 ? -1 : moved;
     }
-    r.data = data + static_cast<std::size_t>(index * strides[static_cast<std::size_t>(axis)]) * dtype_size(dtype);
+    r.data = data + byte_offset(index * strides[static_cast<std::size_t>(axis)]);
     r.shape.erase(r.shape.begin() + axis);
     r.strides.erase(r.strides.begin() + axis);
     return r;
@@ -157,7 +178,7 @@ struct AnyTensor {
                   "[AnyTensor::narrow] ", source, ": the blocked axis ", axis, " narrows only at block boundaries (",
                   blk, ") when it is the last one, not [", begin, ",", begin + len, ")");
     AnyTensor r = *this;
-    r.data = data + static_cast<std::size_t>(begin / blk * strides[u]) * dtype_size(dtype);
+    r.data = data + byte_offset(begin / blk * strides[u]);
     r.shape[u] = len;
     return r;
   }
@@ -176,6 +197,13 @@ struct AnyTensor {
       } else {
         off += idx * strides[u];
       }
+    }
+    if (dtype == DType::ggml) {  // decode the block holding the element
+      off += last * (rank() > 0 ? strides.back() : 0);
+      const quant::TypeInfo& f = quant::checked_type_info(ggml_type);
+      float v[256];
+      quant::dequantize_any(ggml_type, data + (off / f.block) * f.bytes, v, f.block);
+      return static_cast<float>(static_cast<double>(v[off % f.block]) * value_scale);
     }
     if (dtype == DType::q8_0) {
       const auto b = static_cast<std::size_t>(special);
@@ -199,7 +227,7 @@ struct AnyTensor {
       case DType::i16: { std::int16_t v; std::memcpy(&v, p, 2); return v; }
       case DType::i8: { std::int8_t v; std::memcpy(&v, p, 1); return v; }
       case DType::u8: case DType::boolean: { std::uint8_t v; std::memcpy(&v, p, 1); return v; }
-      case DType::q8_0: break;
+      case DType::q8_0: case DType::ggml: break;
     }
     MAXTEXT_THROW(UnsupportedError, "[AnyTensor] element access for dtype ", dtype_name(dt));
   }
@@ -222,6 +250,17 @@ struct AnyTensor {
       for (std::int64_t i = 0; i < n; ++i) dst[i] = cast_from_double<T>(src[i]);
       return out;
     }
+    if (dtype == DType::ggml && is_contiguous()) {  // decode every block once
+      const quant::TypeInfo& f = quant::checked_type_info(ggml_type);
+      MAXTEXT_CHECK(n % f.block == 0, ShapeError, "[AnyTensor::to] ", source, ": ", n, " values are not whole ", f.name,
+                    " blocks");
+      std::vector<float> v(static_cast<std::size_t>(n));
+      quant::dequantize_any(ggml_type, data, v.data(), n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        dst[i] = cast_from_double<T>(static_cast<float>(static_cast<double>(v[static_cast<std::size_t>(i)]) * value_scale));
+      }
+      return out;
+    }
     for (std::int64_t i = 0; i < n; ++i) dst[i] = cast_from_double<T>(element(i));
     return out;
   }
@@ -235,6 +274,8 @@ struct AnyTensor {
     MAXTEXT_CHECK(axis >= 0 && axis < r, ShapeError, "[AnyTensor::concat] ", source, ": axis ", axis, " of rank ", r);
     // Block dtypes (Q8_0) concatenate whole blocks: each part's blocks along its last axis, contiguous.
     const std::int64_t blk = dtype_block(p0.dtype);
+    MAXTEXT_CHECK(p0.dtype != DType::ggml, UnsupportedError, "[AnyTensor::concat] ", source, ": ", p0.describe(),
+                  " tensors do not concatenate (decode them first)");
     for (const auto& p : parts) {
       MAXTEXT_CHECK(blk == 1 || (p.blocked_axis() == r - 1 && p.strides.back() == 1), UnsupportedError,
                     "[AnyTensor::concat] ", source, ": block dtype ", dtype_name(p0.dtype), " concatenates whole "

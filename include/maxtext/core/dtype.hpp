@@ -129,8 +129,18 @@ struct q8_0 {
 };
 static_assert(sizeof(q8_0) == 34, "Q8_0 block must be 34 bytes as in GGUF");
 
+/// One byte of a runtime-typed ggml tensor: a matrix stored as llama.cpp stores it, each row a run of blocks of the
+/// matrix's own ggml type (F32, F16, BF16, Q8_0, Q4_K, Q6_K, ...; core/ggml_quants.hpp). The type is a runtime
+/// property of the matrix (Matrix::ggml_type, AnyTensor::ggml_type), so that one model holds the mix of types a
+/// Q4_K_M file has. As a policy's weight type it means "every matrix in the type the file gave it".
+struct ggml_byte {
+  std::uint8_t bits;
+};
+static_assert(sizeof(ggml_byte) == 1, "ggml_byte is one byte");
+
 /// Element type tags for type-erased tensors (file formats, the Any tensor of io/).
-enum class DType : std::uint8_t { f64, f32, f16, bf16, f8_e4m3, i64, i32, i16, i8, u8, boolean, q8_0 };
+/// DType::ggml is a runtime-typed ggml tensor (see ggml_byte): its AnyTensor strides count elements, not bytes.
+enum class DType : std::uint8_t { f64, f32, f16, bf16, f8_e4m3, i64, i32, i16, i8, u8, boolean, q8_0, ggml };
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
@@ -146,6 +156,7 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::u8: return "u8";
     case DType::boolean: return "bool";
     case DType::q8_0: return "q8_0";
+    case DType::ggml: return "ggml";
   }
   return "?";
 }
@@ -158,6 +169,7 @@ constexpr std::size_t dtype_size(DType t) {
     case DType::f16: case DType::bf16: case DType::i16: return 2;
     case DType::f8_e4m3: case DType::i8: case DType::u8: case DType::boolean: return 1;
     case DType::q8_0: return sizeof(q8_0);
+    case DType::ggml: return 1;  // bytes of a block row; offsets go through the matrix's ggml type
   }
   return 0;
 }
@@ -184,6 +196,7 @@ template <> struct dtype_of_t<std::int8_t> { static constexpr DType value = DTyp
 template <> struct dtype_of_t<std::uint8_t> { static constexpr DType value = DType::u8; };
 template <> struct dtype_of_t<bool> { static constexpr DType value = DType::boolean; };
 template <> struct dtype_of_t<q8_0> { static constexpr DType value = DType::q8_0; };
+template <> struct dtype_of_t<ggml_byte> { static constexpr DType value = DType::ggml; };
 template <class T> inline constexpr DType dtype_of = dtype_of_t<std::remove_cv_t<T>>::value;
 
 /// The scalar element types a layer can store activations or weights in (block types excluded).

@@ -9,8 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "maxtext/core/dtype.hpp"
+#include "maxtext/core/error.hpp"
 
 namespace maxtext::quant {
 
@@ -244,6 +246,64 @@ inline void dequantize_block(BlockType t, const std::byte* blk, float* y) {
 inline void dequantize_row(BlockType t, const std::byte* src, float* dst, std::int64_t n) {
   const BlockFormat& f = block_format(t);
   for (std::int64_t b = 0; b < n / f.block; ++b) dequantize_block(t, src + b * f.bytes, dst + b * f.block);
+}
+
+/// ggml type ids of the unquantised types a runtime-typed matrix may also hold.
+inline constexpr std::uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeBF16 = 30;
+
+/// Any ggml type a runtime-typed matrix (ggml_byte storage) holds: F32, F16, BF16 or a block type above.
+struct TypeInfo {
+  std::uint32_t id;
+  const char* name;
+  std::int64_t block;  ///< elements per block (1 for the scalar types)
+  std::int64_t bytes;  ///< bytes per block
+};
+/// The TypeInfo of ggml type `ggml_type`, or nullptr when a runtime-typed matrix cannot hold it.
+inline const TypeInfo* type_info(std::uint32_t ggml_type) {
+  static const TypeInfo scalars[] = {{kTypeF32, "F32", 1, 4}, {kTypeF16, "F16", 1, 2}, {kTypeBF16, "BF16", 1, 2}};
+  for (const auto& s : scalars) {
+    if (s.id == ggml_type) return &s;
+  }
+  static const TypeInfo blocks[] = {
+      {2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},  {7, "Q5_1", 32, 24},
+      {8, "Q8_0", 32, 34},    {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144},
+      {13, "Q5_K", 256, 176}, {14, "Q6_K", 256, 210}, {20, "IQ4_NL", 32, 18}, {23, "IQ4_XS", 256, 136},
+  };
+  for (const auto& b : blocks) {
+    if (b.id == ggml_type) return &b;
+  }
+  return nullptr;
+}
+/// type_info, or an UnsupportedError naming the type.
+inline const TypeInfo& checked_type_info(std::uint32_t ggml_type) {
+  const TypeInfo* t = type_info(ggml_type);
+  MAXTEXT_CHECK(t != nullptr, UnsupportedError, "[ggml] tensor type ", ggml_type, " is not one of F32, F16, BF16, Q4_0, "
+                "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS");
+  return *t;
+}
+/// Bytes of one row of `cols` values of ggml type `ggml_type` (cols a multiple of its block).
+inline std::int64_t row_bytes(std::uint32_t ggml_type, std::int64_t cols) {
+  const TypeInfo& t = checked_type_info(ggml_type);
+  return cols / t.block * t.bytes;
+}
+
+/// Dequantise (or widen) `n` values of ggml type `ggml_type` stored from `src` into `dst` (exact).
+inline void dequantize_any(std::uint32_t ggml_type, const std::byte* src, float* dst, std::int64_t n) {
+  switch (ggml_type) {
+    case kTypeF32: std::memcpy(dst, src, static_cast<std::size_t>(n) * 4); return;
+    case kTypeF16:
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = detail::half_at(src + 2 * i);
+      return;
+    case kTypeBF16:
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+        std::memcpy(dst + i, &u, 4);
+      }
+      return;
+    default: dequantize_row(static_cast<BlockType>(checked_type_info(ggml_type).id), src, dst, n);
+  }
 }
 
 }  // namespace maxtext::quant

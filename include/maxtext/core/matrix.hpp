@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "maxtext/core/dtype.hpp"
+#include "maxtext/core/ggml_quants.hpp"
 #include "maxtext/core/tensor.hpp"
 
 namespace maxtext {
@@ -15,7 +17,8 @@ namespace maxtext {
 /// A 2-D weight in "out-major" layout: rows = output features, cols = input (contracted) features, so a
 /// projection computes y[m, n] = sum_k x[m, k] * W[n, k]. MaxText kernels [in..., out...] are transposed into this
 /// layout at load; Hugging Face / GGUF / llama2.c matrices already have it (and load without a copy when the dtype
-/// matches). For block types (Q8_0) `data` holds [rows, cols / 32] blocks.
+/// matches). For block types (Q8_0) `data` holds [rows, cols / 32] blocks. Runtime-typed matrices (W = ggml_byte)
+/// hold [rows, row bytes]: each row the blocks of ggml type `ggml_type` (F32, F16, BF16, Q8_0, Q4_K, Q6_K, ...).
 /// An embedding table [vocab, embed] is a Matrix too: a row gather for lookup, a plain product for tied logits.
 template <class W>
 struct Matrix {
@@ -24,9 +27,20 @@ struct Matrix {
   std::int64_t cols = 0;  ///< input features
   /// Backend-private re-layout (e.g. panels packed for a GEMM micro-kernel); built once by the backend.
   std::shared_ptr<const void> packed;
+  /// W = ggml_byte only: the ggml type of every row's blocks (quant::type_info), and a factor the values carry
+  /// beyond the blocks' (io::GgmlMatrix::value_scale; backends apply it after decoding, 1 almost always).
+  std::uint32_t ggml_type = 0;
+  double value_scale = 1.0;
 
   bool empty() const { return data.empty(); }
-  std::int64_t storage_cols() const { return cols / dtype_block(dtype_of<W>); }
+  /// Storage units per row: elements; Q8_0 blocks; bytes for runtime-typed matrices.
+  std::int64_t storage_cols() const {
+    if constexpr (std::is_same_v<W, ggml_byte>) {
+      return quant::row_bytes(ggml_type, cols);
+    } else {
+      return cols / dtype_block(dtype_of<W>);
+    }
+  }
 };
 
 /// Bump allocator for activations: buffers are carved from large chunks and returned wholesale by `release`.

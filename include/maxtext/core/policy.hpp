@@ -10,10 +10,12 @@
 
 namespace maxtext {
 
-/// Backend B, weight storage W (float, bf16, fp16 or q8_0), activation type A (MaxText `dtype`: float, bf16 or
-/// fp16; defaults to W for float types and to float for Q8_0), accumulation type Acc (float).
+/// Backend B, weight storage W (float, bf16, fp16, q8_0, or ggml_byte: each matrix in its GGUF type), activation type
+/// A (MaxText `dtype`: float, bf16 or fp16; defaults to W for float types and to float for Q8_0 and ggml_byte),
+/// accumulation type Acc (float).
 /// Small parameters (norm scales, biases, sinks) are stored in A, as MaxText casts them to `dtype` before use.
-template <class B, class W, class A = std::conditional_t<std::is_same_v<W, q8_0>, float, W>, class Acc = float>
+template <class B, class W, class A = std::conditional_t<std::is_same_v<W, q8_0> || std::is_same_v<W, ggml_byte>, float, W>,
+          class Acc = float>
 struct Policy {
   using backend = B;
   using weight_t = W;   ///< matrices and embedding tables

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "maxtext/core/any_tensor.hpp"
@@ -71,6 +72,28 @@ inline AnyTensor attention_kernel(const AnyTensor& w, std::int64_t heads, std::i
     out.data = reinterpret_cast<const std::byte*>(q.data());
     out.holder = q.holder();
     out.source = w.source;
+  } else if (w.dtype == DType::ggml && w.strides.back() == 1 &&
+             w.strides[0] % quant::checked_type_info(w.ggml_type).block == 0) {
+    // Runtime-typed blocks (Q4_K, Q6_K, ...): whole rows of blocks re-ordered; the scale rides along as the tensor's
+    // value_scale (the model applies it after decoding). Folding it into the fp16 block scales, as for Q8_0, is not
+    // exact: K-quant scales are often fp16 subnormals, which even a power of two shifts bits out of.
+    out = w;
+    out.value_scale = w.value_scale * scale;
+    if (from != to) {
+      const std::int64_t rb = quant::row_bytes(w.ggml_type, D);
+      auto buf = std::shared_ptr<std::byte[]>(new std::byte[static_cast<std::size_t>(heads * H * rb)]);
+      for (std::int64_t n = 0; n < heads; ++n) {
+        for (std::int64_t j = 0; j < H; ++j) {
+          std::memcpy(buf.get() + (n * H + j) * rb,
+                      w.data + w.byte_offset((n * H + detail::src_lane(j, H, from, to)) * w.strides[0]),
+                      static_cast<std::size_t>(rb));
+        }
+      }
+      out.shape = {heads * H, D};
+      out.strides = AnyTensor::dense_strides(out.shape, DType::ggml);
+      out.data = buf.get();
+      out.holder = std::shared_ptr<const void>(buf, buf.get());
+    }
   } else {
     const Tensor<float, 2> f = to_matrix<float>(w, {0, 1}, 1);
     Tensor<float, 2> r({heads * H, D});

@@ -156,8 +156,22 @@ Tensor<D, 2> to_matrix(const AnyTensor& src, const std::vector<int>& perm, int n
       }
       return out;
     }
-    MAXTEXT_CHECK(dtype_is_float(t.dtype) || t.dtype == DType::q8_0, IoError, "[weights] ", src.source,
-                  ": expected a floating-point tensor, found ", dtype_name(t.dtype));
+    if (t.dtype == DType::ggml && sn >= 0 && sk == 1) {  // whole rows of blocks, each decoded once
+      const quant::TypeInfo& f = quant::checked_type_info(t.ggml_type);
+      if (K % f.block == 0 && sn % f.block == 0) {
+        std::vector<float> row(static_cast<std::size_t>(K));
+        for (std::int64_t n = 0; n < N; ++n) {
+          quant::dequantize_any(t.ggml_type, t.data + t.byte_offset(n * sn), row.data(), K);
+          for (std::int64_t k = 0; k < K; ++k) {
+            const float v = static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(k)]) * t.value_scale);
+            out.data()[n * K + k] = detail::store_from_float<D>(v);
+          }
+        }
+        return out;
+      }
+    }
+    MAXTEXT_CHECK(dtype_is_float(t.dtype) || t.dtype == DType::q8_0 || t.dtype == DType::ggml, IoError, "[weights] ",
+                  src.source, ": expected a floating-point tensor, found ", dtype_name(t.dtype));
     for (std::int64_t i = 0; i < N * K; ++i) out.data()[i] = detail::store_from_float<D>(static_cast<float>(t.element(i)));
     return out;
   }
@@ -173,6 +187,7 @@ Tensor<D, 1> to_vector(const AnyTensor& t) {
 /// aligned); empty otherwise.
 template <class D>
 Tensor<D, 2> view_matrix(const AnyTensor& t, const std::vector<int>& perm, int n_row_axes) {
+  static_assert(!std::is_same_v<D, ggml_byte>, "runtime-typed matrices: ggml_matrix");
   if (t.dtype != dtype_of<D>) return {};
   const AnyTensor p = t.permuted(perm);
   if (!p.is_contiguous()) return {};
@@ -181,6 +196,63 @@ Tensor<D, 2> view_matrix(const AnyTensor& t, const std::vector<int>& perm, int n
   for (int i = 0; i < p.rank(); ++i) (i < n_row_axes ? N : K) *= p.shape[static_cast<std::size_t>(i)];
   const std::int64_t kcols = K / dtype_block(dtype_of<D>);
   return Tensor<D, 2>(View<D, 2>(const_cast<D*>(reinterpret_cast<const D*>(p.data)), {N, kcols}), p.holder);
+}
+
+/// A matrix in a runtime-typed layout (ggml_byte storage): rows of blocks of one ggml type.
+struct GgmlMatrix {
+  Tensor<ggml_byte, 2> data;  ///< [N, row bytes]
+  std::uint32_t type = quant::kTypeF32;
+  double value_scale = 1.0;   ///< AnyTensor::value_scale of block sources (1 for the rest)
+};
+
+/// The rank-2 view of `t` (as to_matrix: rows = the first `n_row_axes` axes after `perm`) in the file's own type:
+/// GGUF blocks (Q4_K, Q6_K, ...; Q8_0) and F32 / F16 / BF16 stay as they are, zero-copy when the rows are the file's
+/// rows, else with whole rows of blocks copied (a row permutation). Other dtypes become F32. Blocks whose rows
+/// would split a block (an input axis permuted inside a row) are decoded to F32, the one layout every kernel reads.
+inline GgmlMatrix ggml_matrix(const AnyTensor& src, const std::vector<int>& perm, int n_row_axes) {
+  const AnyTensor t = src.permuted(perm);
+  std::int64_t N = 1, K = 1;
+  for (int i = 0; i < t.rank(); ++i) (i < n_row_axes ? N : K) *= t.shape[static_cast<std::size_t>(i)];
+  GgmlMatrix m;
+  auto as_bytes = [&](const auto& typed, std::uint32_t type) {
+    using T = typename std::decay_t<decltype(typed)>::value_type;
+    const std::int64_t rb = quant::row_bytes(type, K);
+    m.data = Tensor<ggml_byte, 2>(View<ggml_byte, 2>(reinterpret_cast<ggml_byte*>(const_cast<std::remove_const_t<T>*>(typed.data())), {N, rb}),
+                                  typed.holder());
+    m.type = type;
+    return m;
+  };
+  auto typed = [&]<class T>(std::uint32_t type) {
+    Tensor<T, 2> v = view_matrix<T>(src, perm, n_row_axes);
+    if (v.empty()) v = to_matrix<T>(src, perm, n_row_axes);
+    return as_bytes(v, type);
+  };
+  switch (t.dtype) {
+    case DType::f16: return typed.template operator()<fp16>(quant::kTypeF16);
+    case DType::bf16: return typed.template operator()<bf16>(quant::kTypeBF16);
+    case DType::q8_0: return typed.template operator()<q8_0>(8);
+    case DType::ggml: {
+      const quant::TypeInfo& f = quant::checked_type_info(t.ggml_type);
+      const std::int64_t sn = detail::merged_stride(t, 0, n_row_axes), sk = detail::merged_stride(t, n_row_axes, t.rank());
+      if (sk == 1 && sn >= 0 && K % f.block == 0 && sn % f.block == 0) {
+        const std::int64_t rb = quant::row_bytes(t.ggml_type, K);
+        m.type = t.ggml_type;
+        m.value_scale = t.value_scale;
+        if (sn == K || N == 1) {  // the file's rows: a view
+          m.data = Tensor<ggml_byte, 2>(View<ggml_byte, 2>(reinterpret_cast<ggml_byte*>(const_cast<std::byte*>(t.data)), {N, rb}),
+                                        t.holder);
+        } else {  // rows picked or re-ordered: copy whole rows of blocks
+          m.data = Tensor<ggml_byte, 2>({N, rb});
+          for (std::int64_t n = 0; n < N; ++n) {
+            std::memcpy(m.data.data() + n * rb, t.data + t.byte_offset(n * sn), static_cast<std::size_t>(rb));
+          }
+        }
+        return m;
+      }
+      return typed.template operator()<float>(quant::kTypeF32);
+    }
+    default: return typed.template operator()<float>(quant::kTypeF32);
+  }
 }
 
 }  // namespace maxtext::io

@@ -566,6 +566,49 @@ inline AnyTensor dequantize_block_tensor(const GgufBlockTensor& b, const std::st
   return t;
 }
 
+/// `b` as it lies in the mapping: a runtime-typed (DType::ggml) view, for models that compute from the blocks
+/// (ggml_byte weights). Every block's fp16 scales are checked: a NaN or infinite one raises IoError naming the file,
+/// the tensor and the block.
+inline AnyTensor block_tensor_view(const GgufBlockTensor& b, const std::string& path) {
+  const quant::BlockFormat& f = quant::block_format(b.type);
+  std::int64_t n = 1;
+  for (auto d : b.shape) n *= d;
+  MAXTEXT_CHECK(n % f.block == 0 && static_cast<std::uint64_t>(n / f.block * f.bytes) == b.bytes, IoError, "[gguf] ",
+                path, ": tensor ", b.name, ": ", f.name, " data of ", b.bytes, " bytes does not hold ", n, " values");
+  for (std::int64_t k = 0; k < n / f.block; ++k) {
+    if (!quant::block_scales_finite(f, b.data + k * f.bytes)) {
+      const std::int64_t row_len = b.shape.back();
+      MAXTEXT_THROW(IoError, "[gguf] ", path, ": tensor ", b.name, ": ", f.name, " block ", k, " (row ",
+                    k * f.block / row_len, ", column ", k * f.block % row_len, ") has a NaN or infinite scale");
+    }
+  }
+  AnyTensor t;
+  t.dtype = DType::ggml;
+  t.ggml_type = static_cast<std::uint32_t>(b.type);
+  t.shape = b.shape;
+  t.strides = AnyTensor::dense_strides(t.shape, DType::ggml);
+  t.data = b.data;
+  t.holder = b.holder;
+  t.source = path + ": " + b.name + " (" + f.name + ")";
+  return t;
+}
+
+/// Move every tensor of `g.block_tensors` into `g.tensors` as it lies (block_tensor_view): the model computes from
+/// the blocks. The Q8_0 tensors' scales are checked as dequantize_block_tensors does.
+inline void keep_block_tensors(GgufFile& g) {
+  for (const auto& b : g.block_tensors) g.tensors.add(b.name, block_tensor_view(b, g.path));
+  g.block_tensors.clear();
+  const quant::BlockFormat& q8 = quant::block_format(quant::BlockType::q8_0);
+  for (const auto& [name, t] : g.tensors.tensors) {
+    if (t.dtype != DType::q8_0 || !t.is_contiguous()) continue;
+    for (std::int64_t k = 0; k < t.numel() / q8.block; ++k) {
+      MAXTEXT_CHECK(quant::block_scales_finite(q8, t.data + k * q8.bytes), IoError, "[gguf] ", g.path, ": tensor ", name,
+                    ": Q8_0 block ", k, " (row ", k * q8.block / t.shape.back(), ", column ",
+                    k * q8.block % t.shape.back(), ") has a NaN or infinite scale");
+    }
+  }
+}
+
 /// Decode every tensor of `g.block_tensors` to f32 into `g.tensors` (the block tensors are then dropped), and check
 /// the scales of the Q8_0 tensors, which stay blocks: a NaN or infinite scale raises IoError naming the tensor.
 inline void dequantize_block_tensors(GgufFile& g) {

@@ -88,7 +88,7 @@ inline const char* safetensors_dtype_name(DType t) {
     case DType::i8: return "I8";
     case DType::u8: return "U8";
     case DType::boolean: return "BOOL";
-    case DType::q8_0: break;
+    case DType::q8_0: case DType::ggml: break;
   }
   MAXTEXT_THROW(UnsupportedError, "[safetensors] dtype ", dtype_name(t), " cannot be written to safetensors");
 }

@@ -92,9 +92,18 @@ inline std::optional<Config> read_weights_config(const std::string& path_in) {
   return std::nullopt;
 }
 
+/// Whether the GGUF importer for `cfg` passes runtime-typed blocks (Q4_K, Q6_K, ...) through to the model: the
+/// Llama-family one (llama, mistral, qwen2, qwen3 dense files). Others decode them to f32 at load.
+inline bool gguf_keeps_blocks(const Config& cfg) {
+  return cfg.is("llama2") || cfg.is("mistral") || cfg.is("qwen2") || cfg.is("qwen3");
+}
+
 /// Read `path` for the model `cfg` and return its tensors in canonical MaxText naming (unscanned). GGUF, llama2.c
 /// and Hugging Face tensors are mapped (io/model_import.hpp); MaxText safetensors are canonicalised.
-inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg) {
+/// `keep_blocks`: a GGUF file's block-quantised tensors (Q4_K, Q6_K, Q4_0, ...) stay as they lie in the file
+/// (DType::ggml views) for a model with runtime-typed weights (ggml_byte; file_weight_type "ggml"), where the
+/// importer supports it (gguf_keeps_blocks); otherwise, and by default, they are decoded to f32.
+inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg, bool keep_blocks = false) {
   const std::string path = detail::resolve_weights_path(path_in);
   MAXTEXT_CHECK(std::filesystem::exists(path), IoError, "[weights] ", path, ": no such file");
   LoadedWeights w;
@@ -116,8 +125,13 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg)
                         ": ggml type MXFP4 is only supported for gpt-oss expert tensors");
         }
       }
-      dequantize_block_tensors(g);  // Q4_K, Q6_K, ... tensors become f32 (exact mode); the model stores its weight type
-      w.file_weight_type = native_weight_type(g.tensors);
+      if (keep_blocks && gguf_keeps_blocks(cfg) && !g.block_tensors.empty()) {
+        keep_block_tensors(g);  // computed from as they lie (ggml_byte weights)
+        w.file_weight_type = "ggml";
+      } else {
+        dequantize_block_tensors(g);  // Q4_K, Q6_K, ... become f32 (exact mode); the model stores its weight type
+        w.file_weight_type = native_weight_type(g.tensors);
+      }
       if (is_gemma_block(cfg)) {  // io/hf_gemma.hpp: embedding scaled, norms already 1 + w
         w.tensors = import_gguf_gemma(g.tensors, cfg, "gguf " + path);
         return w;

@@ -64,7 +64,7 @@ Matrix<W> bf16_rounded_copy(const Matrix<W>& m) {
     r.packed = nullptr;
     return r;
   } else {
-    return m;  // bf16 already; Q8_0 keeps its own rounding
+    return m;  // bf16 already; Q8_0 keeps its own rounding; runtime-typed (GGUF) tables are used as the file has them
   }
 }
 

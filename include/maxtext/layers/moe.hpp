@@ -276,6 +276,8 @@ class RoutedMoE {
     Matrix<W> m;
     m.rows = rows_per_expert;
     m.cols = all.cols;
+    m.ggml_type = all.ggml_type;
+    m.value_scale = all.value_scale;
     const std::int64_t sc = all.storage_cols();
     m.data = Tensor<W, 2>(View<W, 2>(all.data.data() + e * rows_per_expert * sc, {rows_per_expert, sc}),
                           all.data.holder(), all.data.host_accessible());

@@ -196,7 +196,7 @@ class ParamLoader : public PathStack {
                           (t.source.empty() ? "" : " (" + t.source + ")"));
       return nullptr;
     }
-    if (!dtype_is_float(t.dtype) && t.dtype != DType::q8_0) {
+    if (!dtype_is_float(t.dtype) && t.dtype != DType::q8_0 && t.dtype != DType::ggml) {
       problems_.push_back(name + ": expected a floating-point tensor, found " + std::string(dtype_name(t.dtype)));
       return nullptr;
     }
@@ -208,15 +208,23 @@ class ParamLoader : public PathStack {
     Matrix<W> m;
     m.rows = rows;
     m.cols = cols;
-    if (dtype_block(dtype_of<W>) > 1 && cols % dtype_block(dtype_of<W>) != 0) {
-      problems_.push_back(name + ": " + std::string(dtype_name(dtype_of<W>)) + " storage needs the input dimension (" +
-                          std::to_string(cols) + ") to be a multiple of " + std::to_string(dtype_block(dtype_of<W>)));
-      return m;
+    if constexpr (std::is_same_v<W, ggml_byte>) {  // runtime-typed: each matrix in the file's own type
+      io::GgmlMatrix g = io::ggml_matrix(t, perm, n_row_axes);
+      m.ggml_type = g.type;
+      m.value_scale = g.value_scale;
+      m.data = upload(be_, std::move(g.data));
+      return prepare ? be_.prepare(std::move(m)) : m;
+    } else {
+      if (dtype_block(dtype_of<W>) > 1 && cols % dtype_block(dtype_of<W>) != 0) {
+        problems_.push_back(name + ": " + std::string(dtype_name(dtype_of<W>)) + " storage needs the input dimension (" +
+                            std::to_string(cols) + ") to be a multiple of " + std::to_string(dtype_block(dtype_of<W>)));
+        return m;
+      }
+      Tensor<W, 2> host = io::view_matrix<W>(t, perm, n_row_axes);
+      if (host.empty()) host = io::to_matrix<W>(t, perm, n_row_axes);
+      m.data = upload(be_, std::move(host));
+      return prepare ? be_.prepare(std::move(m)) : m;
     }
-    Tensor<W, 2> host = io::view_matrix<W>(t, perm, n_row_axes);
-    if (host.empty()) host = io::to_matrix<W>(t, perm, n_row_axes);
-    m.data = upload(be_, std::move(host));
-    return prepare ? be_.prepare(std::move(m)) : m;
   }
 
   const io::TensorMap& tensors_;
@@ -282,10 +290,17 @@ class ParamInitializer : public PathStack {
     Matrix<W> m;
     m.rows = N;
     m.cols = K;
-    MAXTEXT_CHECK(K % dtype_block(dtype_of<W>) == 0, ShapeError, "[init] ", dtype_name(dtype_of<W>),
-                  " storage needs the input dimension (", K, ") to be a multiple of ", dtype_block(dtype_of<W>));
-    m.data = upload(be_, io::to_matrix<W>(AnyTensor::from(f), {0, 1}, 1));
-    return prepare ? be_.prepare(std::move(m)) : m;
+    if constexpr (std::is_same_v<W, ggml_byte>) {  // runtime-typed weights initialise as F32 rows
+      io::GgmlMatrix g = io::ggml_matrix(AnyTensor::from(f), {0, 1}, 1);
+      m.ggml_type = g.type;
+      m.data = upload(be_, std::move(g.data));
+      return prepare ? be_.prepare(std::move(m)) : m;
+    } else {
+      MAXTEXT_CHECK(K % dtype_block(dtype_of<W>) == 0, ShapeError, "[init] ", dtype_name(dtype_of<W>),
+                    " storage needs the input dimension (", K, ") to be a multiple of ", dtype_block(dtype_of<W>));
+      m.data = upload(be_, io::to_matrix<W>(AnyTensor::from(f), {0, 1}, 1));
+      return prepare ? be_.prepare(std::move(m)) : m;
+    }
   }
 
   const B& be_;
@@ -336,7 +351,18 @@ class ParamExporter : public PathStack {
     MAXTEXT_CHECK(dev.data.host_accessible() || be_, UnsupportedError, "[export] matrix is not in host memory");
     Matrix<W> m = dev;
     if (!m.data.host_accessible()) m.data = download(*be_, dev.data);
-    if constexpr (std::is_same_v<W, q8_0>) {
+    if constexpr (std::is_same_v<W, ggml_byte>) {
+      Tensor<float, 2> f({m.rows, m.cols});
+      for (std::int64_t r = 0; r < m.rows; ++r) {
+        float* fr = f.data() + r * m.cols;
+        quant::dequantize_any(m.ggml_type, reinterpret_cast<const std::byte*>(m.data.data()) + r * m.storage_cols(), fr,
+                              m.cols);
+        if (m.value_scale != 1.0) {
+          for (std::int64_t k = 0; k < m.cols; ++k) fr[k] = static_cast<float>(static_cast<double>(fr[k]) * m.value_scale);
+        }
+      }
+      return AnyTensor::from(f);
+    } else if constexpr (std::is_same_v<W, q8_0>) {
       Tensor<float, 2> f({m.rows, m.cols});
       AnyTensor q = AnyTensor::from(m.data);
       q.shape = {m.rows, m.cols};

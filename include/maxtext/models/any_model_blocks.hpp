@@ -22,6 +22,9 @@ using F32 = Policy<cpu::Backend, float>;
 using Bf16W = Policy<cpu::Backend, bf16, float>;
 using F16W = Policy<cpu::Backend, fp16, float>;
 using Q8W = Policy<cpu::Backend, q8_0, float>;
+/// Every matrix in its GGUF type (Q4_K, Q6_K, ... computed from the blocks): compiled for the blocks whose GGUF
+/// importer keeps blocks (io::gguf_keeps_blocks).
+using GgmlW = Policy<cpu::Backend, ggml_byte, float>;
 using Bf16 = Policy<cpu::Backend, bf16>;
 }  // namespace maxtext::models::any_model_policies
 
@@ -70,7 +73,7 @@ bool any_model_is_built(const Config& cfg, const std::string& weight_type) {
 }
 
 /// The weight type that stores a file's matrices as the file does (`file_weight_type`: io::LoadedWeights's, "float16",
-/// "bfloat16", "q8_0" or ""), when the config's activations are float32 and this program compiled that type for the
+/// "bfloat16", "q8_0", "ggml" or ""), when the config's activations are float32 and this program compiled that type for the
 /// block; "" otherwise (the config's dtype, i.e. widening). The default of the `maxtext` CLI and of the Python
 /// module's Model(weights=path).
 template <class Tag = void>

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "maxtext/backend/concepts.hpp"
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
@@ -74,7 +75,8 @@ decltype(auto) dispatch_block(const Config& cfg, F&& f) {
 
 /// Call f.template operator()<ModelType>() for the model the config describes on backend B, with activations in
 /// the config's `dtype` and weights stored as `weight_storage` ("" = same as dtype; "bfloat16", "float16",
-/// "q8_0" with float32 activations).
+/// "q8_0" with float32 activations; "ggml": every matrix in its GGUF type, Q4_K, Q6_K, ... included, on backends that
+/// compute from runtime-typed blocks, see backend_has_runtime_typed_weights).
 template <class B, class F>
 decltype(auto) with_model_type(const Config& cfg, F&& f, const std::string& weight_storage = "") {
   const std::string dt = cfg.dtype_canonical();
@@ -84,11 +86,15 @@ decltype(auto) with_model_type(const Config& cfg, F&& f, const std::string& weig
     if (ws == "bfloat16" || ws == "bf16") return dispatch_block<Policy<B, bf16, float>>(cfg, f);
     if (ws == "float16" || ws == "f16") return dispatch_block<Policy<B, fp16, float>>(cfg, f);
     if (ws == "q8_0") return dispatch_block<Policy<B, q8_0, float>>(cfg, f);
+    if constexpr (backend_has_runtime_typed_weights<B>) {
+      if (ws == "ggml") return dispatch_block<Policy<B, ggml_byte, float>>(cfg, f);
+    }
   } else if (dt == "bfloat16") {
     if (ws == "bfloat16") return dispatch_block<Policy<B, bf16>>(cfg, f);
   }
   MAXTEXT_THROW(UnsupportedError, "[registry] dtype ", dt, " with weight storage ", ws,
-                " is not instantiated (supported: float32 with float32/bfloat16/float16/q8_0 weights, bfloat16)");
+                " is not instantiated (supported: float32 with float32/bfloat16/float16/q8_0/ggml weights, bfloat16; ggml on the "
+                "CPU and reference backends)");
 }
 
 }  // namespace maxtext::models

@@ -52,6 +52,9 @@ class Backend {
     set_threads(opt.threads);
   }
 
+  /// Products read runtime-typed matrices (ggml_byte), see backend_has_runtime_typed_weights.
+  static constexpr bool runtime_typed_weights = true;
+
   // ---- memory ---------------------------------------------------------------------------------------------
   const std::shared_ptr<MemoryResource>& memory() const { return host_memory(); }
   void copy(void* dst, const void* src, std::size_t bytes, CopyKind) const {
@@ -76,8 +79,36 @@ class Backend {
   /// Where `data` is a view of a mapped weights file, the pages packing read are dropped from the resident set
   /// (core/mapped_pages.hpp): the packed panels are then the one copy in memory, and the rare reader of `data`
   /// faults what it reads back in from the page cache.
+  /// Runtime-typed matrices (W = ggml_byte) of F32, F16, BF16 or Q8_0 rows are packed as those types are; block
+  /// types (Q4_K, Q6_K, ...) are not copied: their kernels read the rows where they lie (gemm::wrap_ggml).
   template <class W>
   Matrix<W> prepare(Matrix<W> m) const {
+    if constexpr (std::is_same_v<W, ggml_byte>) {
+      if (m.empty() || m.packed) return m;
+      MAXTEXT_CHECK(m.data.view().is_contiguous(), UnsupportedError, "[cpu] runtime-typed matrices must be contiguous");
+      const std::byte* rows = reinterpret_cast<const std::byte*>(m.data.data());
+      const auto bytes = static_cast<std::size_t>(m.data.size());
+      switch (m.ggml_type) {
+        case quant::kTypeF32:
+          m.packed = gemm::pack(reinterpret_cast<const float*>(rows), m.rows, m.cols, false, threads_);
+          break;
+        case quant::kTypeF16:
+          m.packed = gemm::pack(reinterpret_cast<const fp16*>(rows), m.rows, m.cols, false, threads_);
+          break;
+        case quant::kTypeBF16:
+          m.packed = gemm::pack(reinterpret_cast<const bf16*>(rows), m.rows, m.cols, false, threads_);
+          break;
+        case 8:
+          m.packed = gemm::pack(reinterpret_cast<const q8_0*>(rows), m.rows, m.cols, int8_activations_, threads_);
+          break;
+        default:
+          m.packed = gemm::wrap_ggml(rows, static_cast<std::size_t>(m.storage_cols()), m.ggml_type, m.rows, m.cols,
+                                     m.data.holder(), int8_activations_, m.value_scale);
+          return m;
+      }
+      drop_mapped_pages(rows, bytes);
+      return m;
+    }
     if constexpr (gemm::packable<W>) {
       if (!m.empty() && !m.packed && m.data.view().is_contiguous()) {
         m.packed = gemm::pack(m.data.data(), m.rows, m.cols, int8_activations_, threads_);
@@ -97,7 +128,8 @@ class Backend {
     MAXTEXT_DASSERT(x.rows_contiguous() && y.rows_contiguous());
     MAXTEXT_DASSERT(bias.empty() || bias.dim(0) == N);
     if (M == 0 || N == 0) return;
-    if constexpr (gemm::packable<W> && (std::is_same_v<X, float> || std::is_same_v<X, bf16>)) {
+    if constexpr ((gemm::packable<W> || std::is_same_v<W, ggml_byte>) &&
+                  (std::is_same_v<X, float> || std::is_same_v<X, bf16>)) {
       if (w.packed && (bias.empty() || bias.stride(0) == 1)) {
         gemm::matmul(*static_cast<const gemm::Packed*>(w.packed.get()), x.data(), x.stride(0), M, y.data(),
                      y.stride(0), bias.empty() ? static_cast<const Bias*>(nullptr) : bias.data(), threads_);
@@ -1099,7 +1131,17 @@ class Backend {
   template <class W>
   static void row_to_f32(const Matrix<W>& w, std::int64_t r, float* dst) {
     const std::int64_t K = w.cols;
-    if constexpr (std::is_same_v<W, q8_0>) {
+    if constexpr (std::is_same_v<W, ggml_byte>) {
+      const std::byte* row = reinterpret_cast<const std::byte*>(w.data.data()) + r * w.storage_cols();
+      if (quant::block_format(w.ggml_type) != nullptr) {
+        qblock::dequantize(static_cast<quant::BlockType>(w.ggml_type), row, dst, K);
+      } else {  // F32, F16, BF16 rows
+        quant::dequantize_any(w.ggml_type, row, dst, K);
+      }
+      if (w.value_scale != 1.0) {
+        for (std::int64_t k = 0; k < K; ++k) dst[k] = static_cast<float>(static_cast<double>(dst[k]) * w.value_scale);
+      }
+    } else if constexpr (std::is_same_v<W, q8_0>) {
       const q8_0* blk = w.data.data() + r * w.storage_cols();
       for (std::int64_t b = 0; b < K / q8_0::block; ++b) {
         const float d = static_cast<float>(blk[b].d);

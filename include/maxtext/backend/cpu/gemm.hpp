@@ -20,6 +20,10 @@
 //          operand layout of AVX512-VNNI vpdpbusd. The activations are quantised per 32-element block by llama.cpp's
 //          Q8_0 rule (scale max|x| / 127, kept in f32); the integer block sums are exact, and
 //          dot(q_w + 128, q_x) - 128 * sum(q_x) recovers dot(q_w, q_x). Same 34 bytes per 32 weights.
+//  - ggml (runtime-typed blocks: Q4_K, Q6_K, Q4_0, IQ4_XS, ...): not packed at all. The kernels read the file's own
+//          out-major rows of blocks (backend/cpu/qblock.hpp), so the weights exist once, where the file mapping
+//          put them. Decode (M <= kGgmlRowsDirect) takes one fused decode-and-dot per weight row and x row; more
+//          rows dequantise a panel slice (kNR rows) into a per-thread f32 buffer, exactly, and run the f32 tiles.
 // Threads split the panels (contiguous chunks), so each weight byte is read by one thread once per call.
 #pragma once
 
@@ -36,6 +40,7 @@
 #endif
 
 #include "maxtext/backend/cpu/parallel.hpp"
+#include "maxtext/backend/cpu/qblock.hpp"
 #include "maxtext/backend/cpu/vec.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/macros.hpp"
@@ -59,7 +64,7 @@ inline constexpr bool kHasBf16Dot = true;
 inline constexpr bool kHasBf16Dot = false;
 #endif
 
-enum class PackKind : std::uint8_t { f32, bf16, q8_0, q8_0_i8, f16 };
+enum class PackKind : std::uint8_t { f32, bf16, q8_0, q8_0_i8, f16, ggml };
 
 /// A weight laid out in panels for the micro-kernel (see the file comment). Immutable once built.
 struct Packed {
@@ -69,6 +74,18 @@ struct Packed {
   std::int64_t panels = 0;
   std::size_t panel_bytes = 0;
   AlignedBuffer buf;
+  /// PackKind::ggml: the out-major rows as they lie (row r at rows_data + r * row_bytes), their ggml type, and what
+  /// keeps them alive.
+  const std::byte* rows_data = nullptr;
+  std::size_t row_bytes = 0;
+  std::uint32_t ggml_type = 0;
+  std::shared_ptr<const void> keep;
+  /// PackKind::ggml: decode quantises the activations to 8 bits per 32 values and takes integer block sums
+  /// (qblock::dot_q8, llama.cpp's arithmetic); prefill stays exact.
+  bool int8 = false;
+  /// PackKind::ggml: the values' factor beyond the blocks' (Matrix::value_scale): applied to each dequantised value
+  /// (f32 rounding of the double product, as a decoded-and-scaled f32 weight has it), or to the direct kernels' sums.
+  double value_scale = 1.0;
 
   const std::byte* panel(std::int64_t p) const { return buf.data() + static_cast<std::size_t>(p) * panel_bytes; }
   std::byte* panel(std::int64_t p) { return buf.data() + static_cast<std::size_t>(p) * panel_bytes; }
@@ -386,6 +403,25 @@ inline void dequant_q8_panel(std::int64_t K, const std::byte* panel, float* out)
   }
 }
 
+/// Dequantise rows [n0, n0 + kNR) x columns [k0, k0 + kc) of a runtime-typed weight into the f32 panel layout
+/// [kc][kNR] (exact; rows past the weight's end are zero). k0 and kc are multiples of the block.
+inline void dequant_ggml_panel(const Packed& p, std::int64_t pi, std::int64_t k0, std::int64_t kc, float* out,
+                               float* row) {
+  const quant::TypeInfo& f = quant::checked_type_info(p.ggml_type);
+  const std::int64_t n0 = pi * kNR, nb = std::min(kNR, p.rows - n0);
+  const std::size_t off = static_cast<std::size_t>(k0 / f.block * f.bytes);
+  for (std::int64_t j = 0; j < nb; ++j) {
+    qblock::dequantize(static_cast<quant::BlockType>(p.ggml_type), p.rows_data + static_cast<std::size_t>(n0 + j) * p.row_bytes + off, row, kc);
+    if (p.value_scale != 1.0) {
+      for (std::int64_t k = 0; k < kc; ++k) row[k] = static_cast<float>(static_cast<double>(row[k]) * p.value_scale);
+    }
+    for (std::int64_t k = 0; k < kc; ++k) out[k * kNR + j] = row[k];
+  }
+  for (std::int64_t j = nb; j < kNR; ++j) {
+    for (std::int64_t k = 0; k < kc; ++k) out[k * kNR + j] = 0.0f;
+  }
+}
+
 /// Widen one fp16 panel slice [K][kNR] to f32 (exact).
 inline void dequant_f16_panel(std::int64_t K, const fp16* panel, float* out) {
   for (std::int64_t i = 0; i < K * kNR; i += kW) load_f16(panel + i).store_aligned(out + i);
@@ -595,6 +631,29 @@ std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, b
   return p;
 }
 
+/// A runtime-typed weight [N, K] (rows of `row_bytes` bytes of ggml type `type` at `rows`) for the kernels, without
+/// a copy: `keep` holds the rows alive.
+inline std::shared_ptr<const Packed> wrap_ggml(const std::byte* rows, std::size_t row_bytes, std::uint32_t type,
+                                               std::int64_t N, std::int64_t K, std::shared_ptr<const void> keep,
+                                               bool int8_activations = false, double value_scale = 1.0) {
+  auto p = std::make_shared<Packed>();
+  p->int8 = int8_activations;
+  p->value_scale = value_scale;
+  p->kind = PackKind::ggml;
+  p->rows = N;
+  p->cols = K;
+  p->panels = (N + kNR - 1) / kNR;
+  p->rows_data = rows;
+  p->row_bytes = row_bytes;
+  p->ggml_type = type;
+  p->keep = std::move(keep);
+  return p;
+}
+
+/// Rows of x up to which a runtime-typed weight is multiplied row by row (fused decode and dot, each weight block
+/// decoded once for all of them); above, panels are dequantised and the f32 tiles run.
+inline constexpr std::int64_t kGgmlRowsDirect = 4;
+
 /// Whether this file packs weights of type W.
 template <class W>
 inline constexpr bool packable =
@@ -613,9 +672,48 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
             const Bias* bias, int threads) {
   if (M <= 0 || p.rows <= 0) return;
   const std::int64_t K = p.cols, N = p.rows;
+  if (p.kind == PackKind::ggml && M <= kGgmlRowsDirect) {
+    // Decode: x rows in f32 (the calling thread's scratch), then threads split the weight rows.
+    const float* xf = nullptr;
+    std::int64_t ldf = ldx;
+    if constexpr (std::is_same_v<X, float>) {
+      xf = x;
+    } else {
+      auto* buf = reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(M * K) * sizeof(float), 4));
+      for (std::int64_t m = 0; m < M; ++m) vec::to_f32(x + m * ldx, buf + m * K, K);
+      xf = buf;
+      ldf = K;
+    }
+    const int nt = 2 * M * N * K < (1 << 18) ? 1 : threads;
+    const auto bt = static_cast<quant::BlockType>(p.ggml_type);
+    qblock::QuantizedX xq[kGgmlRowsDirect];
+    if (p.int8) {  // every x row quantised once, in the calling thread's scratch
+      const std::size_t qb = qblock::quantized_x_bytes(K);
+      std::byte* qbuf = thread_scratch(qb * static_cast<std::size_t>(M), 2);
+      for (std::int64_t m = 0; m < M; ++m) xq[m] = qblock::quantize_x(xf + m * ldf, K, qbuf + static_cast<std::size_t>(m) * qb);
+    }
+    parallel_for(N, nt, [&](std::int64_t n0, std::int64_t n1) {
+      float acc[kGgmlRowsDirect];
+      for (std::int64_t n = n0; n < n1; ++n) {
+        const std::byte* row = p.rows_data + static_cast<std::size_t>(n) * p.row_bytes;
+        if (p.int8) {
+          for (std::int64_t m = 0; m < M; ++m) acc[m] = qblock::dot_q8(bt, row, xq[m]);
+        } else {
+          qblock::dot_exact(bt, row, K, xf, ldf, static_cast<int>(M), acc);
+        }
+        for (std::int64_t m = 0; m < M; ++m) {
+          float v = round_to<Y>(p.value_scale == 1.0 ? acc[m] : static_cast<float>(acc[m] * p.value_scale));
+          if (bias != nullptr) v = v + to_float(bias[n]);
+          y[m * ldy + n] = from_float<Y>(v);
+        }
+      }
+    });
+    return;
+  }
   // Q8_0 with more rows than the direct kernel keeps in registers, and fp16 with more than two row tiles: widen
   // each panel slice to f32 once per row block (exact) instead of once per row tile.
-  const bool deq = (p.kind == PackKind::q8_0 && M > 2) || (p.kind == PackKind::f16 && M > 2 * kMR);
+  const bool deq = (p.kind == PackKind::q8_0 && M > 2) || (p.kind == PackKind::f16 && M > 2 * kMR) ||
+                   p.kind == PackKind::ggml;
   // Few rows read each panel once: no K blocking. Many rows: K blocks with f32 partial sums (in y itself when Y
   // is f32, else in a buffer owned by the calling thread).
   const std::int64_t kc = (M <= 2 * kMR || K <= kKC) ? K : kKC;
@@ -648,7 +746,7 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
     xq = {q, d, c, K, nb};
   }
   parallel_for(p.panels, nt, [&](std::int64_t p0, std::int64_t p1) {
-    float* dq = deq ? reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(kc * kNR) * sizeof(float), 1))
+    float* dq = deq ? reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(kc * kNR + kc) * sizeof(float), 1))
                     : nullptr;
     for (std::int64_t m0 = 0; m0 < M; m0 += kMC) {
       const std::int64_t mb = std::min(kMC, M - m0);
@@ -661,7 +759,10 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
         j.ldp = ldp;
         for (std::int64_t pi = p0; pi < p1; ++pi) {
           j.pi = pi;
-          if (deq && p.kind == PackKind::f16) {
+          if (p.kind == PackKind::ggml) {
+            detail::dequant_ggml_panel(p, pi, j.k0, j.kc, dq, dq + kc * kNR);
+            j.deq = dq - j.k0 * kNR;
+          } else if (deq && p.kind == PackKind::f16) {
             detail::dequant_f16_panel(j.kc, reinterpret_cast<const fp16*>(p.panel(pi)) + j.k0 * kNR, dq);
             j.deq = dq - j.k0 * kNR;
           } else if (deq) {

@@ -37,8 +37,16 @@ class Backend {
   }
   void synchronize() const {}
 
+  /// Runtime-typed matrices (ggml_byte) are decoded once into an f32 copy that the loops read (quant's scalar
+  /// decoder, independent of the CPU backend's kernels); other types are read as stored.
+  /// Products read runtime-typed matrices (ggml_byte), see backend_has_runtime_typed_weights.
+  static constexpr bool runtime_typed_weights = true;
+
   template <class W>
   Matrix<W> prepare(Matrix<W> m) const {
+    if constexpr (std::is_same_v<W, ggml_byte>) {
+      if (!m.empty() && !m.packed) m.packed = decoded(m);
+    }
     return m;
   }
 
@@ -813,8 +821,28 @@ class Backend {
 
  private:
   template <class W>
+  static std::shared_ptr<const void> decoded(const Matrix<W>& m) {
+    auto f = std::make_shared<std::vector<float>>(static_cast<std::size_t>(m.rows * m.cols));
+    for (std::int64_t r = 0; r < m.rows; ++r) {
+      quant::dequantize_any(m.ggml_type, reinterpret_cast<const std::byte*>(m.data.data()) + r * m.storage_cols(),
+                            f->data() + r * m.cols, m.cols);
+    }
+    if (m.value_scale != 1.0) {
+      for (float& v : *f) v = static_cast<float>(static_cast<double>(v) * m.value_scale);
+    }
+    return f;
+  }
+  template <class W>
   static double weight(const Matrix<W>& w, std::int64_t n, std::int64_t k) {
-    if constexpr (std::is_same_v<W, q8_0>) {
+    if constexpr (std::is_same_v<W, ggml_byte>) {
+      // Matrices that were never prepared (gathered tables) are decoded here, one block at a time.
+      if (w.packed) return (*static_cast<const std::vector<float>*>(w.packed.get()))[static_cast<std::size_t>(n * w.cols + k)];
+      const quant::TypeInfo& f = quant::checked_type_info(w.ggml_type);
+      float v[256];
+      quant::dequantize_any(w.ggml_type, reinterpret_cast<const std::byte*>(w.data.data()) + n * w.storage_cols() +
+                                             k / f.block * f.bytes, v, f.block);
+      return static_cast<float>(static_cast<double>(v[k % f.block]) * w.value_scale);
+    } else if constexpr (std::is_same_v<W, q8_0>) {
       const q8_0& blk = w.data(n, k / q8_0::block);
       return static_cast<double>(static_cast<float>(blk.d) * static_cast<float>(blk.qs[k % q8_0::block]));
     } else {
