@@ -114,7 +114,7 @@ TEST_CASE("ggml quants: every block type dequantises bit-exactly as gguf-py's Nu
   CHECK(seen == all);
 }
 
-TEST_CASE("ggml quants: a file mixing block types per tensor loads, and dequantises to f32", "[quant][gguf]") {
+TEST_CASE("ggml quants: a file mixing block types per tensor loads, decoded or kept as blocks", "[quant][gguf]") {
   io::GgufWriter w;
   w.set("general.architecture", io::GgufValue::of_string("llama"));
   w.add_raw_tensor("blk.0.ffn_down.weight", {3, 512}, 14, some_blocks(quant::BlockType::q6_k, 6));
@@ -141,6 +141,32 @@ TEST_CASE("ggml quants: a file mixing block types per tensor loads, and dequanti
   for (int i = 0; i < 256; ++i) CHECK(down.element(512 + i) == want[static_cast<std::size_t>(i)]);
   CHECK(g.tensors.at("blk.0.attn_q.weight").shape == std::vector<std::int64_t>{4, 64});
   CHECK(g.tensors.at("blk.0.attn_norm.weight").dtype == DType::f32);
+
+  // Kept as blocks instead (runtime-typed weights): views of the mapping with their ggml type; element access, a row
+  // slice and the row-major f32 conversion decode exactly what dequantize_block_tensors gave.
+  io::GgufFile k = io::read_gguf(p);
+  io::keep_block_tensors(k);
+  CHECK(k.block_tensors.empty());
+  const AnyTensor& kd = k.tensors.at("blk.0.ffn_down.weight");
+  CHECK(kd.dtype == DType::ggml);
+  CHECK(kd.ggml_type == 14);
+  CHECK(kd.shape == std::vector<std::int64_t>{3, 512});
+  CHECK(kd.describe() == "Q6_K [3,512]");
+  for (int i = 0; i < 256; ++i) CHECK(kd.element(512 + i) == want[static_cast<std::size_t>(i)]);
+  const AnyTensor row1 = kd.select(0, 1);
+  for (int i = 0; i < 256; ++i) CHECK(row1.element(i) == want[static_cast<std::size_t>(i)]);
+  const Tensor<float, 2> f = io::to_matrix<float>(kd, {0, 1}, 1);
+  for (int i = 0; i < 3 * 512; ++i) CHECK(f.data()[i] == static_cast<float>(down.element(i)));
+  const io::GgmlMatrix gm = io::ggml_matrix(kd, {0, 1}, 1);  // the file's rows: a view, no copy
+  CHECK(gm.type == 14);
+  CHECK(reinterpret_cast<const std::byte*>(gm.data.data()) == kd.data);
+  CHECK(gm.data.shape() == Shape<2>{3, 2 * 210});
+  const io::GgmlMatrix tr = io::ggml_matrix(kd, {1, 0}, 1);  // columns as rows: blocks cannot be; decoded to F32
+  CHECK(tr.type == quant::kTypeF32);
+  CHECK(reinterpret_cast<const float*>(tr.data.data())[1 * 3 + 2] == static_cast<float>(down.element(2 * 512 + 1)));
+  // A view starting inside a block is refused by name.
+  CHECK_THAT(error_of<UnsupportedError>([&] { (void)kd.narrow(1, 100, 256); }),
+             Catch::Contains("Q6_K") && Catch::Contains("block boundary"));
   std::filesystem::remove(p);
 }
 
@@ -187,6 +213,10 @@ TEST_CASE("ggml quants: malformed block tensors raise errors naming the tensor",
       const std::string e = error_of<IoError>([&] { io::dequantize_block_tensors(g); });
       CHECK_THAT(e, Catch::Contains("nan.weight") && Catch::Contains(f.name) && Catch::Contains("block 5") &&
                         Catch::Contains("row 1") && Catch::Contains("NaN or infinite scale"));
+      io::GgufFile k = io::read_gguf(p);  // kept as blocks: checked as well
+      const std::string ek = error_of<IoError>([&] { io::keep_block_tensors(k); });
+      CHECK_THAT(ek, Catch::Contains("nan.weight") && Catch::Contains(f.name) && Catch::Contains("block 5") &&
+                         Catch::Contains("row 1") && Catch::Contains("NaN or infinite scale"));
       std::filesystem::remove(p);
     }
   }
