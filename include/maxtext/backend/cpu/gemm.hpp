@@ -404,21 +404,32 @@ inline void dequant_q8_panel(std::int64_t K, const std::byte* panel, float* out)
 }
 
 /// Dequantise rows [n0, n0 + kNR) x columns [k0, k0 + kc) of a runtime-typed weight into the f32 panel layout
-/// [kc][kNR] (exact; rows past the weight's end are zero). k0 and kc are multiples of the block.
+/// [kc][kNR] (exact; rows past the weight's end are zero). k0 and kc are multiples of the block. `rows` holds kW
+/// rows of kc values: each group of kW weight rows is decoded there, then written k-major, so that the panel is
+/// written line by line (a row-at-a-time scatter touched kc cache lines per row, far more than L1 holds).
 inline void dequant_ggml_panel(const Packed& p, std::int64_t pi, std::int64_t k0, std::int64_t kc, float* out,
-                               float* row) {
+                               float* rows) {
   const quant::TypeInfo& f = quant::checked_type_info(p.ggml_type);
   const std::int64_t n0 = pi * kNR, nb = std::min(kNR, p.rows - n0);
   const std::size_t off = static_cast<std::size_t>(k0 / f.block * f.bytes);
-  for (std::int64_t j = 0; j < nb; ++j) {
-    qblock::dequantize(static_cast<quant::BlockType>(p.ggml_type), p.rows_data + static_cast<std::size_t>(n0 + j) * p.row_bytes + off, row, kc);
-    if (p.value_scale != 1.0) {
-      for (std::int64_t k = 0; k < kc; ++k) row[k] = static_cast<float>(static_cast<double>(row[k]) * p.value_scale);
+  for (std::int64_t g = 0; g < kNR; g += kW) {
+    for (std::int64_t j = 0; j < kW; ++j) {
+      float* r = rows + j * kc;
+      if (g + j >= nb) {
+        std::fill(r, r + kc, 0.0f);
+        continue;
+      }
+      qblock::dequantize(static_cast<quant::BlockType>(p.ggml_type),
+                         p.rows_data + static_cast<std::size_t>(n0 + g + j) * p.row_bytes + off, r, kc);
+      if (p.value_scale != 1.0) {
+        for (std::int64_t k = 0; k < kc; ++k) r[k] = static_cast<float>(static_cast<double>(r[k]) * p.value_scale);
+      }
     }
-    for (std::int64_t k = 0; k < kc; ++k) out[k * kNR + j] = row[k];
-  }
-  for (std::int64_t j = nb; j < kNR; ++j) {
-    for (std::int64_t k = 0; k < kc; ++k) out[k * kNR + j] = 0.0f;
+    for (std::int64_t k = 0; k < kc; ++k) {
+      float* o = out + k * kNR + g;
+      MAXTEXT_UNROLL
+      for (std::int64_t j = 0; j < kW; ++j) o[j] = rows[j * kc + k];
+    }
   }
 }
 
@@ -746,7 +757,7 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
     xq = {q, d, c, K, nb};
   }
   parallel_for(p.panels, nt, [&](std::int64_t p0, std::int64_t p1) {
-    float* dq = deq ? reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(kc * kNR + kc) * sizeof(float), 1))
+    float* dq = deq ? reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(kc * kNR + kc * kW) * sizeof(float), 1))
                     : nullptr;
     for (std::int64_t m0 = 0; m0 < M; m0 += kMC) {
       const std::int64_t mb = std::min(kMC, M - m0);
