@@ -566,6 +566,21 @@ inline AnyTensor dequantize_block_tensor(const GgufBlockTensor& b, const std::st
   return t;
 }
 
+/// Check every Q8_0 tensor's block scales (a NaN or infinite one raises IoError naming the tensor, block, row and
+/// column); `drop_pages`: hand the pages read back (core/mapped_pages.hpp).
+inline void check_q8_0_scales(const GgufFile& g, bool drop_pages) {
+  const quant::BlockFormat& q8 = quant::block_format(quant::BlockType::q8_0);
+  for (const auto& [name, t] : g.tensors.tensors) {
+    if (t.dtype != DType::q8_0 || !t.is_contiguous()) continue;
+    for (std::int64_t k = 0; k < t.numel() / q8.block; ++k) {
+      MAXTEXT_CHECK(quant::block_scales_finite(q8, t.data + k * q8.bytes), IoError, "[gguf] ", g.path, ": tensor ", name,
+                    ": Q8_0 block ", k, " (row ", k * q8.block / t.shape.back(), ", column ",
+                    k * q8.block % t.shape.back(), ") has a NaN or infinite scale");
+    }
+    if (drop_pages) drop_mapped_pages(t.data, static_cast<std::size_t>(t.numel() / q8.block) * q8.bytes);
+  }
+}
+
 /// `b` as it lies in the mapping: a runtime-typed (DType::ggml) view, for models that compute from the blocks
 /// (ggml_byte weights). Every block's fp16 scales are checked: a NaN or infinite one raises IoError naming the file,
 /// the tensor and the block.
@@ -598,30 +613,13 @@ inline AnyTensor block_tensor_view(const GgufBlockTensor& b, const std::string& 
 inline void keep_block_tensors(GgufFile& g) {
   for (const auto& b : g.block_tensors) g.tensors.add(b.name, block_tensor_view(b, g.path));
   g.block_tensors.clear();
-  const quant::BlockFormat& q8 = quant::block_format(quant::BlockType::q8_0);
-  for (const auto& [name, t] : g.tensors.tensors) {
-    if (t.dtype != DType::q8_0 || !t.is_contiguous()) continue;
-    for (std::int64_t k = 0; k < t.numel() / q8.block; ++k) {
-      MAXTEXT_CHECK(quant::block_scales_finite(q8, t.data + k * q8.bytes), IoError, "[gguf] ", g.path, ": tensor ", name,
-                    ": Q8_0 block ", k, " (row ", k * q8.block / t.shape.back(), ", column ",
-                    k * q8.block % t.shape.back(), ") has a NaN or infinite scale");
-    }
-  }
+  check_q8_0_scales(g, false);
 }
 
 /// Decode every tensor of `g.block_tensors` to f32 into `g.tensors` (the block tensors are then dropped), and check
 /// the scales of the Q8_0 tensors, which stay blocks: a NaN or infinite scale raises IoError naming the tensor.
 inline void dequantize_block_tensors(GgufFile& g) {
-  const quant::BlockFormat& q8 = quant::block_format(quant::BlockType::q8_0);
-  for (const auto& [name, t] : g.tensors.tensors) {
-    if (t.dtype != DType::q8_0 || !t.is_contiguous()) continue;
-    for (std::int64_t k = 0; k < t.numel() / q8.block; ++k) {
-      MAXTEXT_CHECK(quant::block_scales_finite(q8, t.data + k * q8.bytes), IoError, "[gguf] ", g.path, ": tensor ", name,
-                    ": Q8_0 block ", k, " (row ", k * q8.block / t.shape.back(), ", column ",
-                    k * q8.block % t.shape.back(), ") has a NaN or infinite scale");
-    }
-    drop_mapped_pages(t.data, static_cast<std::size_t>(t.numel() / q8.block) * q8.bytes);  // read again when packed
-  }
+  check_q8_0_scales(g, true);  // their pages are read again when packed
   for (const auto& b : g.block_tensors) {
     g.tensors.add(b.name, dequantize_block_tensor(b, g.path));
     drop_mapped_pages(b.data, b.bytes);  // decoded: the file's blocks are not read again
