@@ -18,15 +18,17 @@
 // the products of fp16 scale and small integer sub-scale are exact in f32 (at most 11 + 8 significant bits), and so
 // is the product with the quant wherever an offset is subtracted afterwards (Q4_K / Q5_K: <= 11 + 6 + 5 bits), so a
 // fused multiply-subtract rounds once, exactly like the scalar multiply then subtract; every other value is one
-// rounded product, taken with the same operands.
+// rounded product, taken with the same operands. The 4-bit types with a single scale per 16 values (Q4_0, IQ4_NL,
+// IQ4_XS) compute those products once per (sub-)block as a 16-entry table and pick from it (see "Table decoding").
 //
 // dot_q8 uses activations x ~= d_x[g] * q_x (g = 32-value group, q_x int8). Inside a group the weight block is an
 // integer quant times a float scale per 16 or 32 values (plus a float offset for the "min" types), so
 //   sum_{e in g} w_e * x_e = d_x[g] * sum_{halves h} ( a_h * sum_{e in h} q_e q_x,e  +  b_h * sum_{e in h} q_x,e ).
 // The integer sums are exact (int32). AVX-512 VNNI's vpdpbusd multiplies unsigned by signed bytes, so signed weight
 // quants are first made unsigned by an offset (q + 8, q + 32, q + 128) and the offset times the activation sum is
-// subtracted again, in integers. Each 32-bit lane then holds the exact sum of four products; every 128-bit lane
-// covers 16 values that share one scale, so the float step multiplies a lane by its (scale * d_x) and accumulates.
+// subtracted again, in integers (for Q4_0 / IQ4_NL via the activation sums s that quantize_x stores). Each 32-bit
+// lane then holds the exact sum of products; every 128-bit lane covers 16 (Q4_0 / IQ4_NL: 32) values that share one
+// scale, so the float step multiplies a lane by its (scale * d_x) and accumulates.
 #pragma once
 
 #include <cmath>
@@ -316,20 +318,51 @@ inline float dot_q8_scalar(BlockType t, const std::byte* row, const QuantizedX& 
 template <int I>
 using ic = std::integral_constant<int, I>;
 
+/// Software prefetch for the dot loops: one hint per 64 bytes of a kBytes step, kPrefetch bytes ahead. Once the
+/// integer kernels run faster than one core's DRAM stream, the hardware prefetcher alone does not keep enough cache
+/// misses in flight (a Q4_0 GEMV from DRAM measured ~8 GB/s without the hints, ~11.5 with them 4 KiB ahead; 1 KiB
+/// gave ~10). A hint past the end of the row (into the next row, or past the matrix) is harmless: it never faults.
+inline constexpr int kPrefetch = 4096;
+template <int kBytes>
+MAXTEXT_QBLOCK_INLINE void prefetch_ahead(const std::byte* p) {
+  // A plain loop: g++ 12 drops a prefetch issued from inside a generic lambda (such as unroll's).
+  for (int o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + o), _MM_HINT_T0);
+}
+
 inline __m512i zx16(const std::byte* p) {  // 16 bytes -> 16 x u32
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 inline __m512 fl(__m512i v) { return _mm512_cvtepi32_ps(v); }
 inline __m512i c32(int v) { return _mm512_set1_epi32(v); }
 
+/// The 16 floats 0, 1, .., 15 shifted by `base`.
+inline __m512 iota_ps(float base) {
+  return _mm512_add_ps(_mm512_set1_ps(base),
+                       _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+
+/// Lane J of v in all 16 lanes. The per-sub-block factors of a block stay in a register and are spread with this
+/// (one shuffle) rather than stored to a small stack array and re-read as broadcasts: the re-reads must wait for
+/// the store to forward, and that measured ~25% slower for Q4_K.
+template <int J>
+MAXTEXT_QBLOCK_INLINE __m512 lane(__m512 v) {
+  return _mm512_permutexvar_ps(_mm512_set1_epi32(J), v);
+}
+
+// Table decoding. A 4-bit quant has only 16 possible values, so rather than converting each of the 16 lanes of a
+// chunk to float and scaling it (convert + multiply per chunk), a decoder computes the 16 possible decoded values
+// of a (sub-)block once, with exactly the scalar decoder's operations, and then picks each lane's value with one
+// vpermps whose index is the quant (vpermps reads only the low 4 bits of each index, so the high nibble of a byte
+// needs no mask). Same operands, same single rounding: bit-identical values, about half the work per chunk.
+
 struct DecQ4_0 {
   static constexpr int kBlock = 32, kBytes = 18;
   template <class S>
   static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
-    const __m512 d = _mm512_set1_ps(half(b));
+    const __m512 t = _mm512_mul_ps(_mm512_set1_ps(half(b)), iota_ps(-8.0f));  // d * (q - 8) for q = 0..15
     const __m512i z = zx16(b + 2);
-    sink(ic<0>{}, _mm512_mul_ps(d, fl(_mm512_sub_epi32(_mm512_and_si512(z, c32(15)), c32(8)))));
-    sink(ic<1>{}, _mm512_mul_ps(d, fl(_mm512_sub_epi32(_mm512_srli_epi32(z, 4), c32(8)))));
+    sink(ic<0>{}, _mm512_permutexvar_ps(z, t));
+    sink(ic<1>{}, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), t));
   }
 };
 
@@ -350,11 +383,10 @@ struct DecIq4Nl {
   static constexpr int kBlock = 32, kBytes = 18;
   template <class S>
   static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
-    const __m512 tbl = iq4_table_ps();
-    const __m512 d = _mm512_set1_ps(half(b));
-    const __m512i z = zx16(b + 2);  // vpermps reads only the low 4 bits of each index
-    sink(ic<0>{}, _mm512_mul_ps(d, _mm512_permutexvar_ps(z, tbl)));
-    sink(ic<1>{}, _mm512_mul_ps(d, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), tbl)));
+    const __m512 t = _mm512_mul_ps(_mm512_set1_ps(half(b)), iq4_table_ps());  // d * kv[q]
+    const __m512i z = zx16(b + 2);
+    sink(ic<0>{}, _mm512_permutexvar_ps(z, t));
+    sink(ic<1>{}, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), t));
   }
 };
 
@@ -399,10 +431,25 @@ struct DecQ45K {
   static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
     std::uint64_t sc, mn;
     k_scales(b + 4, sc, mn);
-    alignas(32) float ds[8], ms[8];  // exact products d*sc_j, dmin*m_j
-    _mm256_store_ps(ds, _mm256_mul_ps(_mm256_set1_ps(half(b)), bytes8_to_ps(sc)));
-    _mm256_store_ps(ms, _mm256_mul_ps(_mm256_set1_ps(half(b + 2)), bytes8_to_ps(mn)));
+    // exact products d*sc_j, dmin*m_j in lanes 0-7
+    const __m512 ds = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(half(b)), bytes8_to_ps(sc)));
+    const __m512 ms = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(half(b + 2)), bytes8_to_ps(mn)));
     const std::byte* qs = b + (kFive ? 48 : 16);
+    if constexpr (!kFive) {  // table decoding: sub-block j's 16 values d*sc_j*q - dmin*m_j, one fused op for all
+      const __m512 iota = iota_ps(0.0f);
+      unroll<4>([&](auto i_) {
+        constexpr int i = decltype(i_)::value;
+        const __m512 tlo = _mm512_fmsub_ps(lane<2 * i>(ds), iota, lane<2 * i>(ms));
+        const __m512 thi = _mm512_fmsub_ps(lane<2 * i + 1>(ds), iota, lane<2 * i + 1>(ms));
+        unroll<2>([&](auto c_) {
+          constexpr int c = decltype(c_)::value;
+          const __m512i z = zx16(qs + 32 * i + 16 * c);
+          sink(ic<4 * i + c>{}, _mm512_permutexvar_ps(z, tlo));
+          sink(ic<4 * i + 2 + c>{}, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), thi));
+        });
+      });
+      return;
+    }
     unroll<4>([&](auto i_) {
       constexpr int i = decltype(i_)::value;
       unroll<2>([&](auto c_) {
@@ -414,9 +461,8 @@ struct DecQ45K {
           lo = _mm512_or_si512(lo, _mm512_and_si512(bit_to_4<2 * i>(qh), c32(16)));
           hi = _mm512_or_si512(hi, _mm512_and_si512(bit_to_4<2 * i + 1>(qh), c32(16)));
         }
-        sink(ic<4 * i + c>{}, _mm512_fmsub_ps(_mm512_set1_ps(ds[2 * i]), fl(lo), _mm512_set1_ps(ms[2 * i])));
-        sink(ic<4 * i + 2 + c>{},
-             _mm512_fmsub_ps(_mm512_set1_ps(ds[2 * i + 1]), fl(hi), _mm512_set1_ps(ms[2 * i + 1])));
+        sink(ic<4 * i + c>{}, _mm512_fmsub_ps(lane<2 * i>(ds), fl(lo), lane<2 * i>(ms)));
+        sink(ic<4 * i + 2 + c>{}, _mm512_fmsub_ps(lane<2 * i + 1>(ds), fl(hi), lane<2 * i + 1>(ms)));
       });
     });
   }
@@ -426,9 +472,8 @@ struct DecQ6K {
   static constexpr int kBlock = 256, kBytes = 210;
   template <class S>
   static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
-    alignas(64) float dg[16];  // exact products d*sc_g
-    _mm512_store_ps(dg, _mm512_mul_ps(_mm512_set1_ps(half(b + 208)),
-                                      fl(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))))));
+    const __m512 dg = _mm512_mul_ps(_mm512_set1_ps(half(b + 208)),  // exact products d*sc_g
+                                    fl(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)))));
     unroll<2>([&](auto h_) {
       constexpr int h = decltype(h_)::value;
       unroll<2>([&](auto c_) {
@@ -441,7 +486,7 @@ struct DecQ6K {
         const __m512i q2 = _mm512_or_si512(_mm512_srli_epi32(a, 4), _mm512_and_si512(qh, m48));
         const __m512i q3 = _mm512_or_si512(_mm512_srli_epi32(bb, 4), _mm512_and_si512(_mm512_srli_epi32(qh, 2), m48));
         auto out = [&](auto chunk, __m512i q) {
-          sink(chunk, _mm512_mul_ps(_mm512_set1_ps(dg[chunk]), fl(_mm512_sub_epi32(q, c32(32)))));
+          sink(chunk, _mm512_mul_ps(lane<decltype(chunk)::value>(dg), fl(_mm512_sub_epi32(q, c32(32)))));
         };
         out(ic<8 * h + c>{}, q0);
         out(ic<8 * h + 2 + c>{}, q1);
@@ -471,15 +516,14 @@ struct DecIq4Xs {
   template <class S>
   static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
     const __m512 tbl = iq4_table_ps();
-    alignas(32) float dl[8];  // exact products d*(ls_j - 32)
-    _mm256_store_ps(dl, _mm256_mul_ps(_mm256_set1_ps(half(b)),
-                                      _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(b)), _mm256_set1_ps(32.0f))));
+    const __m512 dl = _mm512_castps256_ps512(_mm256_mul_ps(  // exact products d*(ls_j - 32)
+        _mm256_set1_ps(half(b)), _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(b)), _mm256_set1_ps(32.0f))));
     unroll<8>([&](auto j_) {
       constexpr int j = decltype(j_)::value;
       const __m512i z = zx16(b + 8 + 16 * j);
-      const __m512 dj = _mm512_set1_ps(dl[j]);
-      sink(ic<2 * j>{}, _mm512_mul_ps(dj, _mm512_permutexvar_ps(z, tbl)));
-      sink(ic<2 * j + 1>{}, _mm512_mul_ps(dj, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), tbl)));
+      const __m512 t = _mm512_mul_ps(lane<j>(dl), tbl);  // table: d*(ls_j - 32) * kv[q]
+      sink(ic<2 * j>{}, _mm512_permutexvar_ps(z, t));
+      sink(ic<2 * j + 1>{}, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), t));
     });
   }
 };
@@ -502,6 +546,9 @@ inline void dot_exact_avx512(const std::byte* row, std::int64_t K, const float* 
   const std::int64_t nb = K / D::kBlock;
   auto block = [&](std::int64_t b, auto base) {
     const float* xb = x + b * D::kBlock;
+    // Prefetch for one activation row only: with 2-4 rows the loop is bound by reading x (M * 16 KiB at K = 4096,
+    // beyond L1), and the hints measured slower there from L2.
+    if constexpr (M == 1) prefetch_ahead<D::kBytes>(row + b * D::kBytes);
     D::run(row + b * D::kBytes, [&](auto c_, __m512 w) {
       constexpr int c = decltype(c_)::value;
       constexpr int slot = (c + decltype(base)::value) % 4;
@@ -570,15 +617,16 @@ inline __m512i nibbles(__m512i z, __mmask32 high) {
 }
 inline float hsum(__m512 a, __m512 b) { return _mm512_reduce_add_ps(_mm512_add_ps(a, b)); }
 
-/// 32-value blocks (Q4_0, IQ4_NL, Q8_0), two per 512-bit vector. U(blk) gives the block's 32 unsigned bytes as a
-/// 256-bit vector and the offset to subtract.
+/// 32-value blocks (Q4_0, IQ4_NL, Q8_0), two per 512-bit vector, from block `first` on. U(blk) gives the block's 32
+/// unsigned bytes as a 256-bit vector and the offset to subtract.
 template <int kBytes, int kOff, class U>
-inline float dot_q8_b32(const std::byte* row, const QuantizedX& x, U&& ubytes) {
+inline float dot_q8_b32(const std::byte* row, const QuantizedX& x, U&& ubytes, std::int64_t first = 0) {
   const std::int64_t nb = x.K / 32;
   __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  std::int64_t b = 0;
+  std::int64_t b = first;
   for (; b + 1 < nb; b += 2) {
     const std::byte* b0 = row + b * kBytes;
+    prefetch_ahead<2 * kBytes>(b0);
     const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(ubytes(b0)), ubytes(b0 + kBytes), 1);
     const __m512i L = dot_off(u, load512(x.q + 32 * b), kOff);
     const __m512 f = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(half(b0) * x.d[b]),
@@ -601,12 +649,78 @@ inline __m256i nib32(const std::byte* qs) {
   return _mm256_and_si256(_mm256_mask_srli_epi16(z, 0xFF00, z, 4), _mm256_set1_epi8(15));
 }
 
+/// Q4_0 / IQ4_NL, four 18-byte blocks (72 bytes, 128 values) per step, with every per-block piece done for four
+/// blocks at once by one shuffle instead of per-block scalar code:
+///  * the blocks are read as two overlapping 64-byte vectors (bytes 0-63 and 8-71, so nothing past the 72 bytes is
+///    touched); all fields sit at even offsets, so one 16-bit permute gathers the four 16-byte quant fields into the
+///    four 128-bit lanes [qs0 qs1 qs2 qs3], and another the four fp16 scales into one 64-bit word;
+///  * the low nibbles of lane b are elements 0-15 of block b and the high nibbles elements 16-31, so the activations
+///    are regrouped to match (two 128-bit-lane shuffles), and both vpdpbusd products land in lane b: each 128-bit
+///    lane then holds the integer dot of one whole block;
+///  * the weight offset (8, or 128 for the codebook bytes) times the block's activation sum s_b, which quantize_x has
+///    already computed, is subtracted in integers: kOff*s_b/4 from each of the lane's four 32-bit parts;
+///  * the float step is one multiply-add of the four blocks' (d_w * d_x), spread over their lanes, per step.
+/// Two steps per iteration feed two accumulators, so the multiply-add chain does not serialise the loop.
+/// M(v) maps 16 nibble values per lane to the unsigned weight bytes (identity for Q4_0, the codebook for IQ4_NL).
+template <int kOff, class Map>
+inline float dot_q8_4x18(const std::byte* row, const QuantizedX& x, Map&& map) {
+  static_assert(kOff == 8 || kOff == 128);
+  constexpr int kShift = kOff == 8 ? 1 : 5;  // log2(kOff / 4)
+  // Word o of [qs0 qs1 qs2 qs3] is word 1 + 9*(o/8) + o%8 of the 72 bytes: from the first vector (words 0-31)
+  // while below 32, else from the second (bytes 8-71: word w is its word w - 4; permutex2var's index + 32).
+  alignas(64) static constexpr std::int16_t kQIdx[32] = {
+      1,  2,  3,  4,  5,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16, 17,
+      19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 60, 61, 62, 63};
+  const __m512i qidx = load512(kQIdx);
+  const __m512i didx = _mm512_setr_epi32(0 | (9 << 16), 18 | (27 << 16), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i lane_b = idx4(0);  // 32-bit element i <- element i/4: lane b gets element b
+  const __m512i m15 = _mm512_set1_epi8(15);
+  const std::int64_t nb = x.K / 32;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  auto step = [&](std::int64_t b, __m512& a) {
+    const std::byte* p = row + b * 18;
+    prefetch_ahead<72>(p);
+    const __m512i v0 = load512(p), v1 = load512(p + 8);
+    const __m512i z = _mm512_permutex2var_epi16(v0, qidx, v1);  // [qs0 qs1 qs2 qs3]
+    const __m512i lo = map(_mm512_and_si512(z, m15));
+    const __m512i hi = map(_mm512_and_si512(_mm512_srli_epi16(z, 4), m15));
+    const __m512i x0 = load512(x.q + 32 * b), x1 = load512(x.q + 32 * b + 64);  // [b0 lo, b0 hi, b1 lo, b1 hi]
+    const __m512i xlo = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));  // elements 0-15 of blocks 0..3
+    const __m512i xhi = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));  // elements 16-31
+    const __m128i s4 = _mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.s + b)));
+    const __m512i off = _mm512_slli_epi32(_mm512_permutexvar_epi32(lane_b, _mm512_castsi128_si512(s4)), kShift);
+    const __m512i L = _mm512_sub_epi32(dpbusd(dpbusd(_mm512_setzero_si512(), lo, xlo), hi, xhi), off);
+    const __m128 dw = _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(didx, v0)));
+    const __m128 f4 = _mm_mul_ps(dw, _mm_loadu_ps(x.d + b));  // d_w * d_x of blocks b .. b+3
+    a = _mm512_fmadd_ps(fl(L), _mm512_permutexvar_ps(lane_b, _mm512_castps128_ps512(f4)), a);
+  };
+  std::int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    step(b, acc[0]);
+    step(b + 4, acc[1]);
+  }
+  if (b + 4 <= nb) {
+    step(b, acc[0]);
+    b += 4;
+  }
+  float tail = 0.0f;
+  if (b < nb) {
+    if constexpr (kOff == 8) {
+      tail = dot_q8_b32<18, 8>(row, x, [](const std::byte* q) { return nib32(q + 2); }, b);
+    } else {
+      const __m256i tbl = _mm256_broadcastsi128_si256(iq4_table_u8());
+      tail = dot_q8_b32<18, 128>(row, x, [&](const std::byte* q) { return _mm256_shuffle_epi8(tbl, nib32(q + 2)); }, b);
+    }
+  }
+  return hsum(acc[0], acc[1]) + tail;
+}
+
 inline float dot_q8_q4_0(const std::byte* row, const QuantizedX& x) {
-  return dot_q8_b32<18, 8>(row, x, [](const std::byte* b) { return nib32(b + 2); });
+  return dot_q8_4x18<8>(row, x, [](__m512i v) { return v; });
 }
 inline float dot_q8_iq4_nl(const std::byte* row, const QuantizedX& x) {
-  const __m256i tbl = _mm256_broadcastsi128_si256(iq4_table_u8());  // codebook + 128: unsigned
-  return dot_q8_b32<18, 128>(row, x, [&](const std::byte* b) { return _mm256_shuffle_epi8(tbl, nib32(b + 2)); });
+  const __m512i tbl = _mm512_broadcast_i32x4(iq4_table_u8());  // codebook + 128: unsigned
+  return dot_q8_4x18<128>(row, x, [&](__m512i v) { return _mm512_shuffle_epi8(tbl, v); });
 }
 inline float dot_q8_q8_0(const std::byte* row, const QuantizedX& x) {
   return dot_q8_b32<34, 128>(row, x, [](const std::byte* b) {
@@ -623,14 +737,20 @@ inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
   __m256 accm = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * kBytes;
+    prefetch_ahead<kBytes>(blk);
     std::uint64_t sc, mn;
     k_scales(blk + 4, sc, mn);
-    const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
+    // The scale and min factors of the 8 sub-blocks in one vector, [dmin*m_j*dx_j (lanes 0-7) | d*sc_j*dx_j
+    // (lanes 8-15)], with one conversion and two multiplies for both halves instead of two of each.
+    std::uint32_t dd;  // d (low half), dmin (high half)
+    std::memcpy(&dd, blk, 4);
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));  // [d, dmin, 0, 0]
+    const __m512 dm16 = _mm512_permutexvar_ps(idx2(1, 0), _mm512_castps128_ps512(dm));
+    const __m512 scm16 = fl(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(sc), static_cast<long long>(mn))));
+    const __m512 dx16 = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.d + 8 * b));
+    const __m512 fz = _mm512_mul_ps(_mm512_mul_ps(dm16, scm16), dx16);
     const __m256 sx = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(load128(x.s + 8 * b)));
-    const __m256 f8 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), bytes8_to_ps(sc)), dx);
-    const __m256 m8 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk + 2)), bytes8_to_ps(mn)), dx);
-    accm = _mm256_fmadd_ps(m8, sx, accm);
-    const __m512 fz = _mm512_castps256_ps512(f8);
+    accm = _mm256_fmadd_ps(_mm512_castps512_ps256(fz), sx, accm);
     const std::byte* qs = blk + (kFive ? 48 : 16);
     [[maybe_unused]] __m512i qh;
     if constexpr (kFive) qh = _mm512_broadcast_i64x4(load256(blk + 16));
@@ -645,7 +765,7 @@ inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
         q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
       }
       const __m512i L = dpbusd(_mm512_setzero_si512(), q, load512(xq + 64 * i));
-      acc[i & 1] = _mm512_fmadd_ps(fl(L), _mm512_permutexvar_ps(idx2(2 * i, 2 * i + 1), fz), acc[i & 1]);
+      acc[i & 1] = _mm512_fmadd_ps(fl(L), _mm512_permutexvar_ps(idx2(8 + 2 * i, 9 + 2 * i), fz), acc[i & 1]);
     });
   }
   const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
@@ -661,6 +781,7 @@ inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
   const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * 210;
+    prefetch_ahead<210>(blk);
     const __m512 dx16 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(x.d + 8 * b)));
     const __m512 f16 = _mm512_mul_ps(
         _mm512_mul_ps(_mm512_set1_ps(half(blk + 208)), fl(_mm512_cvtepi8_epi32(load128(blk + 192)))), dx16);
@@ -691,6 +812,7 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
   const __m512i tbl = _mm512_broadcast_i32x4(iq4_table_u8());
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * 136;
+    prefetch_ahead<136>(blk);
     const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
     const __m256 ls = _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(blk)), _mm256_set1_ps(32.0f));
     const __m512 fz = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), ls), dx));
