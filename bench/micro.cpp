@@ -3,7 +3,9 @@
 // cblas_sgemm on the same f32 operands. Counters: FLOP/s (items) and weight bytes/s.
 //   bench_micro --benchmark_filter=gemm          # only the matrix products
 // The MoE block's microbenchmark lives with the DeepSeek layers.
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -67,6 +69,43 @@ void BM_gemm(benchmark::State& st) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// Runtime-typed ggml blocks (the file's rows as they lie, gemm::wrap_ggml): random quants with small fp16 scales.
+/// Args: M, N, K, threads; Type: the ggml block type; Int8Act: 8-bit activations (integer panels for prefill).
+template <quant::BlockType Type, bool Int8Act>
+void BM_gemm_ggml(benchmark::State& st) {
+  const std::int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+  cpu::Backend be(cpu::Options{static_cast<int>(st.range(3)), Int8Act});
+  const quant::BlockFormat& f = quant::block_format(Type);
+  Matrix<ggml_byte> raw;
+  raw.rows = N;
+  raw.cols = K;
+  raw.ggml_type = static_cast<std::uint32_t>(Type);
+  raw.data = Tensor<ggml_byte, 2>({N, K / f.block * f.bytes});
+  std::mt19937 g(7);
+  std::uniform_real_distribution<float> scale(-0.01f, 0.01f);
+  auto* bytes = reinterpret_cast<std::byte*>(raw.data.data());
+  for (std::int64_t i = 0; i < raw.data.size(); ++i) bytes[i] = static_cast<std::byte>(g() & 0xff);
+  for (std::int64_t b = 0; b < N * K / f.block; ++b) {
+    for (int off : f.fp16_scales) {
+      if (off < 0) continue;
+      const std::uint16_t h = fp16(scale(g)).bits;
+      std::memcpy(bytes + b * f.bytes + off, &h, 2);
+    }
+  }
+  const Matrix<ggml_byte> w = be.prepare(raw);
+  const auto xf = randn(M * K, 3);
+  Tensor<float, 2> x({M, K});
+  for (std::int64_t i = 0; i < M * K; ++i) x.data()[i] = xf[static_cast<std::size_t>(i)];
+  Tensor<float, 2> y({M, N});
+  for (auto _ : st) {
+    be.matmul(View<const float, 2>(x.view()), w, y.view());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(2 * M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["weightB/s"] = benchmark::Counter(static_cast<double>(raw.data.size()),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 #if defined(MAXTEXT_BENCH_OPENBLAS)
 void BM_gemm_openblas(benchmark::State& st) {
   const std::int64_t M = st.range(0), N = st.range(1), K = st.range(2);
@@ -100,6 +139,20 @@ BENCHMARK_TEMPLATE(BM_gemm, float, float)->Apply(gemm_shapes);
 BENCHMARK_TEMPLATE(BM_gemm, bf16, bf16)->Apply(gemm_shapes);
 BENCHMARK_TEMPLATE(BM_gemm, q8_0, float)->Apply(gemm_shapes);
 BENCHMARK_TEMPLATE(BM_gemm, q8_0, float, true)->Apply(gemm_shapes);
+void ggml_shapes(benchmark::internal::Benchmark* b) {  // the 1B-class projections, decode and prefill
+  for (std::int64_t M : {1, 512}) {
+    for (const auto& s : {std::array<std::int64_t, 2>{2048, 2048}, {5632, 2048}, {2048, 5632}}) {
+      for (std::int64_t t : {1, 2}) b->Args({M, s[0], s[1], t});
+    }
+  }
+  b->ArgNames({"M", "N", "K", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK_TEMPLATE(BM_gemm_ggml, quant::BlockType::q4_k, false)->Apply(ggml_shapes);
+BENCHMARK_TEMPLATE(BM_gemm_ggml, quant::BlockType::q4_k, true)->Apply(ggml_shapes);
+BENCHMARK_TEMPLATE(BM_gemm_ggml, quant::BlockType::q4_0, false)->Apply(ggml_shapes);
+BENCHMARK_TEMPLATE(BM_gemm_ggml, quant::BlockType::q4_0, true)->Apply(ggml_shapes);
+BENCHMARK_TEMPLATE(BM_gemm_ggml, quant::BlockType::q6_k, true)->Apply(ggml_shapes);
+BENCHMARK_TEMPLATE(BM_gemm_ggml, quant::BlockType::q8_0, true)->Apply(ggml_shapes);
 #if defined(MAXTEXT_BENCH_OPENBLAS)
 BENCHMARK(BM_gemm_openblas)->Apply(gemm_shapes);
 #endif

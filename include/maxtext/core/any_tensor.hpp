@@ -203,7 +203,7 @@ struct AnyTensor {
       const quant::TypeInfo& f = quant::checked_type_info(ggml_type);
       float v[256];
       quant::dequantize_any(ggml_type, data + (off / f.block) * f.bytes, v, f.block);
-      return static_cast<float>(static_cast<double>(v[off % f.block]) * value_scale);
+      return quant::scaled_value(v[off % f.block], value_scale);
     }
     if (dtype == DType::q8_0) {
       const auto b = static_cast<std::size_t>(special);
@@ -257,7 +257,7 @@ struct AnyTensor {
       std::vector<float> v(static_cast<std::size_t>(n));
       quant::dequantize_any(ggml_type, data, v.data(), n);
       for (std::int64_t i = 0; i < n; ++i) {
-        dst[i] = cast_from_double<T>(static_cast<float>(static_cast<double>(v[static_cast<std::size_t>(i)]) * value_scale));
+        dst[i] = cast_from_double<T>(quant::scaled_value(v[static_cast<std::size_t>(i)], value_scale));
       }
       return out;
     }

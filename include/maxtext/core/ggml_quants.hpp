@@ -287,6 +287,18 @@ inline std::int64_t row_bytes(std::uint32_t ggml_type, std::int64_t cols) {
   return cols / t.block * t.bytes;
 }
 
+/// A decoded value times its matrix's factor beyond the blocks (Matrix::value_scale, AnyTensor::value_scale): the
+/// product in double, rounded once to f32, as the f32 weight decoded and then scaled has it.
+inline float scaled_value(float v, double value_scale) {
+  return static_cast<float>(static_cast<double>(v) * value_scale);
+}
+
+/// scaled_value for `n` decoded values in place (nothing to do for a factor of 1).
+inline void scale_values(float* v, std::int64_t n, double value_scale) {
+  if (value_scale == 1.0) return;
+  for (std::int64_t i = 0; i < n; ++i) v[i] = scaled_value(v[i], value_scale);
+}
+
 /// Dequantise (or widen) `n` values of ggml type `ggml_type` stored from `src` into `dst` (exact).
 inline void dequantize_any(std::uint32_t ggml_type, const std::byte* src, float* dst, std::int64_t n) {
   switch (ggml_type) {

@@ -357,9 +357,7 @@ class ParamExporter : public PathStack {
         float* fr = f.data() + r * m.cols;
         quant::dequantize_any(m.ggml_type, reinterpret_cast<const std::byte*>(m.data.data()) + r * m.storage_cols(), fr,
                               m.cols);
-        if (m.value_scale != 1.0) {
-          for (std::int64_t k = 0; k < m.cols; ++k) fr[k] = static_cast<float>(static_cast<double>(fr[k]) * m.value_scale);
-        }
+        quant::scale_values(fr, m.cols, m.value_scale);
       }
       return AnyTensor::from(f);
     } else if constexpr (std::is_same_v<W, q8_0>) {

@@ -1138,9 +1138,7 @@ class Backend {
       } else {  // F32, F16, BF16 rows
         quant::dequantize_any(w.ggml_type, row, dst, K);
       }
-      if (w.value_scale != 1.0) {
-        for (std::int64_t k = 0; k < K; ++k) dst[k] = static_cast<float>(static_cast<double>(dst[k]) * w.value_scale);
-      }
+      quant::scale_values(dst, K, w.value_scale);
     } else if constexpr (std::is_same_v<W, q8_0>) {
       const q8_0* blk = w.data.data() + r * w.storage_cols();
       for (std::int64_t b = 0; b < K / q8_0::block; ++b) {

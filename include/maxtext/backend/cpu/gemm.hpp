@@ -24,6 +24,10 @@
 //          out-major rows of blocks (backend/cpu/qblock.hpp), so the weights exist once, where the file mapping
 //          put them. Decode (M <= kGgmlRowsDirect) takes one fused decode-and-dot per weight row and x row; more
 //          rows dequantise a panel slice (kNR rows) into a per-thread f32 buffer, exactly, and run the f32 tiles.
+//          With 8-bit activations, the types with one scale per 32 values (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
+//          IQ4_NL, IQ4_XS) instead decode each panel slice into the Q8_0 int8 layout's integer operands (unsigned
+//          quants [8][kNR][4] per 32-wide block, with an f32 scale and offset per row and block: decode_i8_panel)
+//          and run vpdpbusd tiles on it, once per slice for up to kMCI8 rows of x.
 // Threads split the panels (contiguous chunks), so each weight byte is read by one thread once per call.
 #pragma once
 
@@ -80,8 +84,9 @@ struct Packed {
   std::size_t row_bytes = 0;
   std::uint32_t ggml_type = 0;
   std::shared_ptr<const void> keep;
-  /// PackKind::ggml: decode quantises the activations to 8 bits per 32 values and takes integer block sums
-  /// (qblock::dot_q8, llama.cpp's arithmetic); prefill stays exact.
+  /// PackKind::ggml: the activations are quantised to 8 bits per 32 values and the products are integer block sums
+  /// (llama.cpp's arithmetic): qblock::dot_q8 for decode, integer panels (decode_i8_panel) for prefill where the
+  /// type has one scale per 32 values (Q2_K, Q3_K and Q6_K prefill stays exact).
   bool int8 = false;
   /// PackKind::ggml: the values' factor beyond the blocks' (Matrix::value_scale): applied to each dequantised value
   /// (f32 rounding of the double product, as a decoded-and-scaled f32 weight has it), or to the direct kernels' sums.
@@ -286,21 +291,26 @@ using ibatch = xsimd::batch<std::int32_t>;
 static_assert(ibatch::size == fbatch::size, "int32 and float batches have the same lanes");
 
 /// Rows of activations quantised to 8 bits per 32-element block (see quantize_row): values q [rows][ldq], and per
-/// block its scale d and 128 * sum(q) [rows][ldb].
+/// block its scale d and off * sum(q) [rows][ldb] (off = 128 for the Q8_0 panels).
 struct QuantRows {
   const std::int8_t* q = nullptr;
   const float* d = nullptr;
   const std::int32_t* c = nullptr;
   std::int64_t ldq = 0, ldb = 0;
+  const float* e = nullptr;  ///< d * sum(q) per block (runtime-typed blocks with offsets), or null
 
-  QuantRows at_row(std::int64_t r) const { return {q + r * ldq, d + r * ldb, c + r * ldb, ldq, ldb}; }
+  QuantRows at_row(std::int64_t r) const {
+    return {q + r * ldq, d + r * ldb, c + r * ldb, ldq, ldb, e == nullptr ? nullptr : e + r * ldb};
+  }
 };
 
 /// Quantise one row of K (a multiple of 32) activations: per block d = max|x| / 127, q = round-to-nearest-even(x / d)
 /// computed as x * (1 / d) (llama.cpp's Q8_0 rule, with the scale kept in f32 instead of fp16); an all-zero block
 /// has d = 0 and q = 0.
+/// c = off * sum(q) per block; where `e` is given, also e = d * sum(q).
 template <class X>
-inline void quantize_row(const X* x, std::int64_t K, std::int8_t* q, float* d, std::int32_t* c) {
+inline void quantize_row(const X* x, std::int64_t K, std::int8_t* q, float* d, std::int32_t* c,
+                         std::int32_t off = 128, float* e = nullptr) {
   constexpr int B = q8_0::block;
   alignas(64) float t[B];
   alignas(64) std::int32_t qi[B];
@@ -320,7 +330,9 @@ inline void quantize_row(const X* x, std::int64_t K, std::int8_t* q, float* d, s
     }
     for (int i = 0; i < B; ++i) q[kb * B + i] = static_cast<std::int8_t>(qi[i]);
     d[kb] = dk;
-    c[kb] = 128 * xsimd::hadd(sum);
+    const std::int32_t total = xsimd::hadd(sum);
+    c[kb] = off * total;
+    if (e != nullptr) e[kb] = dk * static_cast<float>(total);
   }
 }
 
@@ -421,15 +433,263 @@ inline void dequant_ggml_panel(const Packed& p, std::int64_t pi, std::int64_t k0
       }
       qblock::dequantize(static_cast<quant::BlockType>(p.ggml_type),
                          p.rows_data + static_cast<std::size_t>(n0 + g + j) * p.row_bytes + off, r, kc);
-      if (p.value_scale != 1.0) {
-        for (std::int64_t k = 0; k < kc; ++k) r[k] = static_cast<float>(static_cast<double>(r[k]) * p.value_scale);
-      }
+      quant::scale_values(r, kc, p.value_scale);
     }
     for (std::int64_t k = 0; k < kc; ++k) {
       float* o = out + k * kNR + g;
       MAXTEXT_UNROLL
       for (std::int64_t j = 0; j < kW; ++j) o[j] = rows[j * kc + k];
     }
+  }
+}
+
+// ---- 8-bit-activation GEMM on runtime-typed blocks ----------------------------------------------------------------
+// Block types whose values are one scale (and, for some, one offset) per 32 weights times an integer quant:
+//   w = a * (u - off) + b,   u in 0..255 (unsigned), off a per-type constant, b = 0 unless the type has mins.
+// With activations x ~= d_x * q_x per 32-value group (quantize_row), each group contributes
+//   d_x * ( a * (sum u q_x - off * sum q_x) + b * sum q_x )
+// where the two integer sums are exact: the first is vpdpbusd's (unsigned by signed bytes), the second is known
+// from the quantisation (QuantRows::c = off * sum q_x, QuantRows::e = d_x * sum q_x). Prefill decodes each panel
+// slice (kNR weight rows, one K block) once into the Q8_0-like operand layout below and runs vpdpbusd tiles on it,
+// for every row tile of the row block; Q2_K, Q3_K and Q6_K (a scale per 16 values) keep the f32 panels.
+
+/// How a runtime-typed block type enters the integer GEMM: `ok` when it has one scale per 32 values, `off` the
+/// offset that makes its quants unsigned, `min` when it also has an offset b per 32 values.
+struct GgmlI8Kind {
+  bool ok = false;
+  bool min = false;
+  std::int32_t off = 0;
+};
+
+inline GgmlI8Kind ggml_i8_kind(std::uint32_t type) {
+  switch (static_cast<quant::BlockType>(type)) {
+    case quant::BlockType::q4_0: return {true, false, 8};
+    case quant::BlockType::q5_0: return {true, false, 16};
+    case quant::BlockType::q8_0:
+    case quant::BlockType::iq4_nl:
+    case quant::BlockType::iq4_xs: return {true, false, 128};
+    case quant::BlockType::q4_1:
+    case quant::BlockType::q5_1:
+    case quant::BlockType::q4_k:
+    case quant::BlockType::q5_k: return {true, true, 0};
+    default: return {};
+  }
+}
+
+/// Bytes of one 32-wide k block of the integer panel: kNR f32 scales a, kNR f32 offsets b, then [8][kNR][4] bytes
+/// u (four consecutive k per 32-bit lane, vpdpbusd's operand order).
+inline constexpr std::size_t kI8BlockBytes = static_cast<std::size_t>(kNR) * (4 + 4 + 32);
+
+/// One block of type t as unsigned quants u[0 .. block) and per 32 values a and b (w = a * (u - off) + b, off from
+/// ggml_i8_kind). The scales are the scalar decoder's (exact products of fp16 and small integers).
+inline void decode_u8(quant::BlockType t, const std::byte* blk, std::uint8_t* u, float* a, float* b) {
+  using quant::BlockType;
+  switch (t) {
+#if defined(__AVX2__)
+    case BlockType::q4_0:
+    case BlockType::q4_1: {  // [d][m?][16 B]: element l in the low nibble of byte l, element l + 16 in the high
+      const int hdr = t == BlockType::q4_1 ? 4 : 2;
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + hdr));
+      const __m128i m4 = _mm_set1_epi8(15);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(u), _mm_and_si128(q, m4));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(u + 16), _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+      a[0] = qblock::detail::half(blk);
+      b[0] = t == BlockType::q4_1 ? qblock::detail::half(blk + 2) : 0.0f;
+      return;
+    }
+    case BlockType::q8_0: {  // q + 128 == q ^ 0x80 as bytes
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u), _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80))));
+      a[0] = qblock::detail::half(blk);
+      b[0] = 0.0f;
+      return;
+    }
+    case BlockType::iq4_nl:
+    case BlockType::iq4_xs: {  // codebook value + 128 by a byte shuffle; 16 bytes per 32 values
+      alignas(16) std::uint8_t tab[16];
+      for (int i = 0; i < 16; ++i) tab[i] = static_cast<std::uint8_t>(quant::detail::kIq4Values[i] + 128);
+      const __m128i lut = _mm_load_si128(reinterpret_cast<const __m128i*>(tab));
+      const __m128i m4 = _mm_set1_epi8(15);
+      const bool xs = t == BlockType::iq4_xs;
+      const int groups = xs ? 8 : 1;
+      const float d = qblock::detail::half(blk);
+      std::uint16_t sh = 0;
+      if (xs) std::memcpy(&sh, blk + 2, 2);
+      for (int j = 0; j < groups; ++j) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (xs ? 8 + 16 * j : 2)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(u + 32 * j), _mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(u + 32 * j + 16),
+                         _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)));
+        const int ls = xs ? (((qblock::detail::u8(blk + 4, j / 2) >> (4 * (j % 2))) & 15) | (((sh >> (2 * j)) & 3) << 4))
+                          : 32;
+        a[j] = xs ? d * static_cast<float>(ls - 32) : d;
+        b[j] = 0.0f;
+      }
+      return;
+    }
+    case BlockType::q4_k:
+    case BlockType::q5_k: {  // sub-block j: the low (j even) or high (j odd) nibbles of bytes 32 * (j / 2) .. + 31
+      const bool five = t == BlockType::q5_k;
+      const float d = qblock::detail::half(blk), dmin = qblock::detail::half(blk + 2);
+      const std::byte* qs = blk + (five ? 48 : 16);
+      const __m256i m4 = _mm256_set1_epi8(15);
+      const __m256i qh = five ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16)) : _mm256_setzero_si256();
+      for (int i = 0; i < 4; ++i) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * i));
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (five) {  // bit j of qh[l] is bit 4 of element l of sub-block j
+          const auto bit4 = [&](int j) {
+            const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << j));
+            return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m), m), _mm256_set1_epi8(16));
+          };
+          lo = _mm256_or_si256(lo, bit4(2 * i));
+          hi = _mm256_or_si256(hi, bit4(2 * i + 1));
+        }
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + 64 * i), lo);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + 64 * i + 32), hi);
+      }
+      for (int j = 0; j < 8; ++j) {
+        int sc = 0, mn = 0;
+        quant::detail::k_scale_min(blk + 4, j, sc, mn);
+        a[j] = d * static_cast<float>(sc);
+        b[j] = -(dmin * static_cast<float>(mn));
+      }
+      return;
+    }
+#endif
+    default: {  // the portable decoder's integers (and every type on machines without AVX2)
+      qblock::detail::IntBlock ib;
+      qblock::detail::decode_int(t, blk, ib);
+      const std::int32_t off = ggml_i8_kind(static_cast<std::uint32_t>(t)).off;
+      const int n = static_cast<int>(quant::block_format(t).block);
+      for (int e = 0; e < n; ++e) u[e] = static_cast<std::uint8_t>(ib.q[e] + off);
+      for (int g = 0; g < n / 32; ++g) {
+        a[g] = ib.a[2 * g];
+        b[g] = ib.b[2 * g] == 0.0f ? 0.0f : ib.b[2 * g];
+      }
+      return;
+    }
+  }
+}
+
+/// Decode rows [n0, n0 + kNR) x columns [k0, k0 + kc) of a runtime-typed weight (a type ggml_i8_kind accepts) into
+/// the integer panel layout (kc / 32 blocks of kI8BlockBytes; rows past the weight's end have u = 0, a = b = 0).
+/// `rows` holds kW rows of kc bytes and `ab` 2 * kW * kc / 32 floats: kW weight rows are decoded there, then
+/// written into the panel block by block. The weight's value_scale multiplies a and b.
+inline void decode_i8_panel(const Packed& p, std::int64_t pi, std::int64_t k0, std::int64_t kc, std::byte* out,
+                            std::uint8_t* rows, float* ab) {
+  const auto t = static_cast<quant::BlockType>(p.ggml_type);
+  const quant::TypeInfo& f = quant::checked_type_info(p.ggml_type);
+  const std::int64_t n0 = pi * kNR, nb = std::min(kNR, p.rows - n0), groups = kc / 32;
+  const std::size_t off = static_cast<std::size_t>(k0 / f.block * f.bytes);
+  const auto vs = static_cast<float>(p.value_scale);
+  float* av = ab;
+  float* bv = ab + kW * groups;
+  for (std::int64_t g = 0; g < kNR; g += kW) {
+    for (std::int64_t j = 0; j < kW; ++j) {
+      std::uint8_t* r = rows + j * kc;
+      float* aj = av + j * groups;
+      float* bj = bv + j * groups;
+      if (g + j >= nb) {
+        std::fill(r, r + kc, std::uint8_t{0});
+        std::fill(aj, aj + groups, 0.0f);
+        std::fill(bj, bj + groups, 0.0f);
+        continue;
+      }
+      const std::byte* src = p.rows_data + static_cast<std::size_t>(n0 + g + j) * p.row_bytes + off;
+      for (std::int64_t e = 0; e < kc; e += f.block) {
+        decode_u8(t, src + e / f.block * f.bytes, r + e, aj + e / 32, bj + e / 32);
+      }
+      if (p.value_scale != 1.0) {
+        for (std::int64_t q = 0; q < groups; ++q) {
+          aj[q] *= vs;
+          bj[q] *= vs;
+        }
+      }
+    }
+    for (std::int64_t q = 0; q < groups; ++q) {
+      std::byte* blk = out + static_cast<std::size_t>(q) * kI8BlockBytes;
+      auto* a = reinterpret_cast<float*>(blk);
+      auto* b = a + kNR;
+      auto* w = reinterpret_cast<std::int32_t*>(blk + kNR * 8);
+      for (std::int64_t j = 0; j < kW; ++j) {
+        a[g + j] = av[j * groups + q];
+        b[g + j] = bv[j * groups + q];
+      }
+      for (int l = 0; l < 8; ++l) {
+        MAXTEXT_UNROLL
+        for (std::int64_t j = 0; j < kW; ++j) std::memcpy(w + l * kNR + g + j, rows + j * kc + 32 * q + 4 * l, 4);
+      }
+    }
+  }
+}
+
+/// The integer panel (decode_i8_panel) times 8-bit activations over `nb` 32-wide blocks from block kb0, vectors
+/// [v0, v0 + NV) of the panel: exact int32 sums per block, then acc += (float)(sum - off * sum q_x) * (a * d_x)
+/// (+ b * d_x * sum q_x for the types with offsets).
+template <int R, int NV, bool kMin>
+MAXTEXT_INLINE void tile_ggml_i8(std::int64_t nb, std::int64_t kb0, const QuantRows& x, const std::byte* panel, int v0,
+                                 fbatch (&acc)[R][kNV]) {
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = panel + static_cast<std::size_t>(b) * kI8BlockBytes;
+    const auto* a = reinterpret_cast<const float*>(blk);
+    const auto* w = reinterpret_cast<const std::int32_t*>(blk + kNR * 8);
+    const std::int64_t kb = kb0 + b;
+    ibatch s[R][NV];
+    MAXTEXT_UNROLL
+    for (int r = 0; r < R; ++r) {
+      MAXTEXT_UNROLL
+      for (int v = 0; v < NV; ++v) s[r][v] = ibatch(0);
+    }
+    for (int g = 0; g < 8; ++g) {
+      ibatch wv[NV];
+      MAXTEXT_UNROLL
+      for (int v = 0; v < NV; ++v) wv[v] = ibatch::load_aligned(w + g * kNR + (v0 + v) * kW);
+      MAXTEXT_UNROLL
+      for (int r = 0; r < R; ++r) {
+        std::int32_t a4;
+        std::memcpy(&a4, x.q + r * x.ldq + kb * 32 + 4 * g, 4);
+        MAXTEXT_UNROLL
+        for (int v = 0; v < NV; ++v) s[r][v] = dot4(s[r][v], wv[v], a4);
+      }
+    }
+    fbatch av[NV], bv[NV];
+    MAXTEXT_UNROLL
+    for (int v = 0; v < NV; ++v) {
+      av[v] = fbatch::load_aligned(a + (v0 + v) * kW);
+      if constexpr (kMin) bv[v] = fbatch::load_aligned(a + kNR + (v0 + v) * kW);
+    }
+    MAXTEXT_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const fbatch dx(x.d[r * x.ldb + kb]);
+      if constexpr (kMin) {
+        const fbatch ex(x.e[r * x.ldb + kb]);
+        MAXTEXT_UNROLL
+        for (int v = 0; v < NV; ++v) {
+          acc[r][v0 + v] = xsimd::fma(xsimd::batch_cast<float>(s[r][v]), av[v] * dx, acc[r][v0 + v]);
+          acc[r][v0 + v] = xsimd::fma(bv[v], ex, acc[r][v0 + v]);
+        }
+      } else {
+        const ibatch c(x.c[r * x.ldb + kb]);
+        MAXTEXT_UNROLL
+        for (int v = 0; v < NV; ++v) {
+          acc[r][v0 + v] = xsimd::fma(xsimd::batch_cast<float>(s[r][v] - c), av[v] * dx, acc[r][v0 + v]);
+        }
+      }
+    }
+  }
+}
+
+/// tile_ggml_i8 over the whole panel width: at once for few rows, else half the vectors at a time (the int32 block
+/// sums of every row take registers too).
+template <int R, bool kMin>
+MAXTEXT_INLINE void tile_ggml_i8_all(std::int64_t nb, std::int64_t kb0, const QuantRows& x, const std::byte* panel,
+                                     fbatch (&acc)[R][kNV]) {
+  if constexpr (R <= 2 || kNV == 1) {
+    tile_ggml_i8<R, kNV, kMin>(nb, kb0, x, panel, 0, acc);
+  } else {
+    tile_ggml_i8<R, kNV / 2, kMin>(nb, kb0, x, panel, 0, acc);
+    tile_ggml_i8<R, kNV / 2, kMin>(nb, kb0, x, panel, kNV / 2, acc);
   }
 }
 
@@ -501,7 +761,9 @@ struct TileJob {
   bool first = true, last = true;
   float* part = nullptr;
   std::int64_t ldp = 0;
-  QuantRows xq{};  ///< the tile's rows of 8-bit activations (PackKind::q8_0_i8)
+  QuantRows xq{};  ///< the tile's rows of 8-bit activations (PackKind::q8_0_i8, and ggml with int8)
+  const std::byte* i8 = nullptr;  ///< runtime-typed blocks decoded to the integer panel (decode_i8_panel), or null
+  bool i8_min = false;            ///< that type has offsets b (GgmlI8Kind::min)
 };
 
 template <int R, class X, class Y, class Bias>
@@ -518,7 +780,13 @@ MAXTEXT_INLINE void run_tile(const Packed& p, const TileJob& j, const X* x, std:
   }
   if (!j.first) load_partial<R>(acc, j.part + n0, j.ldp, ncols);
   const X* xk = x + j.k0;
-  if (j.deq != nullptr) {
+  if (j.i8 != nullptr) {
+    if (j.i8_min) {
+      tile_ggml_i8_all<R, true>(j.kc / 32, j.k0 / 32, j.xq, j.i8, acc);
+    } else {
+      tile_ggml_i8_all<R, false>(j.kc / 32, j.k0 / 32, j.xq, j.i8, acc);
+    }
+  } else if (j.deq != nullptr) {
     tile_dense<R>(j.kc, xk, ldx, j.deq + j.k0 * kNR, acc);
   } else if (p.kind == PackKind::f32) {
     tile_dense<R>(j.kc, xk, ldx, reinterpret_cast<const float*>(p.panel(j.pi)) + j.k0 * kNR, acc);
@@ -673,6 +941,10 @@ inline constexpr bool packable =
 /// Rows of x per cache block (kept in L2 while the thread's panels stream past) and K per block (so that one
 /// panel slice, kKC x kNR, also stays in L2 while every row tile of the block uses it).
 inline constexpr std::int64_t kMC = 16 * kMR;
+/// Rows per block for runtime-typed blocks with 8-bit activations: each panel slice is decoded once per row block,
+/// and the rows are bytes, so a larger block (kMCI8 x kKC bytes) still stays in L2 and the decoding is shared by
+/// four times as many rows.
+inline constexpr std::int64_t kMCI8 = 64 * kMR;
 inline constexpr std::int64_t kKC = 1024;
 
 /// y[M, N] (row stride ldy) = x[M, K] (row stride ldx) . W^T from a packed weight, rounded once to Y; with bias
@@ -713,7 +985,7 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
           qblock::dot_exact(bt, row, K, xf, ldf, static_cast<int>(M), acc);
         }
         for (std::int64_t m = 0; m < M; ++m) {
-          float v = round_to<Y>(p.value_scale == 1.0 ? acc[m] : static_cast<float>(acc[m] * p.value_scale));
+          float v = round_to<Y>(quant::scaled_value(acc[m], p.value_scale));
           if (bias != nullptr) v = v + to_float(bias[n]);
           y[m * ldy + n] = from_float<Y>(v);
         }
@@ -723,8 +995,12 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
   }
   // Q8_0 with more rows than the direct kernel keeps in registers, and fp16 with more than two row tiles: widen
   // each panel slice to f32 once per row block (exact) instead of once per row tile.
+  // Runtime-typed blocks with 8-bit activations and one scale per 32 values: integer panels (decode_i8_panel).
+  const detail::GgmlI8Kind gi8 =
+      p.kind == PackKind::ggml && p.int8 ? detail::ggml_i8_kind(p.ggml_type) : detail::GgmlI8Kind{};
   const bool deq = (p.kind == PackKind::q8_0 && M > 2) || (p.kind == PackKind::f16 && M > 2 * kMR) ||
-                   p.kind == PackKind::ggml;
+                   (p.kind == PackKind::ggml && !gi8.ok);
+  const std::int64_t mc = gi8.ok ? kMCI8 : kMC;
   // Few rows read each panel once: no K blocking. Many rows: K blocks with f32 partial sums (in y itself when Y
   // is f32, else in a buffer owned by the calling thread).
   const std::int64_t kc = (M <= 2 * kMR || K <= kKC) ? K : kKC;
@@ -744,23 +1020,31 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
   const int nt = 2 * M * N * K < (1 << 18) ? 1 : threads;
   // 8-bit activations: every row quantised once, into the calling thread's scratch, before the products.
   detail::QuantRows xq;
-  if (p.kind == PackKind::q8_0_i8) {
+  if (p.kind == PackKind::q8_0_i8 || gi8.ok) {
     const std::int64_t nb = K / q8_0::block;
     const std::size_t qbytes = static_cast<std::size_t>(M * K + 63) / 64 * 64;
-    std::byte* buf = thread_scratch(qbytes + static_cast<std::size_t>(M * nb) * 8, 4);
+    std::byte* buf = thread_scratch(qbytes + static_cast<std::size_t>(M * nb) * 12, 4);
     auto* q = reinterpret_cast<std::int8_t*>(buf);
     auto* d = reinterpret_cast<float*>(buf + qbytes);
     auto* c = reinterpret_cast<std::int32_t*>(buf + qbytes + static_cast<std::size_t>(M * nb) * 4);
+    auto* e = gi8.min ? reinterpret_cast<float*>(buf + qbytes + static_cast<std::size_t>(M * nb) * 8) : nullptr;
+    const std::int32_t off = gi8.ok ? gi8.off : 128;
     parallel_for(M, M >= 4 * kMR ? nt : 1, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r) detail::quantize_row(x + r * ldx, K, q + r * K, d + r * nb, c + r * nb);
+      for (std::int64_t r = r0; r < r1; ++r) {
+        detail::quantize_row(x + r * ldx, K, q + r * K, d + r * nb, c + r * nb, off, e == nullptr ? e : e + r * nb);
+      }
     });
-    xq = {q, d, c, K, nb};
+    xq = {q, d, c, K, nb, e};
   }
   parallel_for(p.panels, nt, [&](std::int64_t p0, std::int64_t p1) {
     float* dq = deq ? reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(kc * kNR + kc * kW) * sizeof(float), 1))
                     : nullptr;
-    for (std::int64_t m0 = 0; m0 < M; m0 += kMC) {
-      const std::int64_t mb = std::min(kMC, M - m0);
+    // Integer panel, then kW decoded rows of kc bytes and their 2 * kW * kc / 32 scales.
+    const std::size_t i8_panel = static_cast<std::size_t>(kc / 32) * detail::kI8BlockBytes;
+    std::byte* i8 = gi8.ok ? thread_scratch(i8_panel + static_cast<std::size_t>(kc * kW + kc / 32 * kW * 8), 1)
+                           : nullptr;
+    for (std::int64_t m0 = 0; m0 < M; m0 += mc) {
+      const std::int64_t mb = std::min(mc, M - m0);
       for (std::int64_t kb = 0; kb < nk; ++kb) {
         detail::TileJob j;
         j.k0 = kb * kc;
@@ -770,7 +1054,12 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
         j.ldp = ldp;
         for (std::int64_t pi = p0; pi < p1; ++pi) {
           j.pi = pi;
-          if (p.kind == PackKind::ggml) {
+          if (gi8.ok) {
+            detail::decode_i8_panel(p, pi, j.k0, j.kc, i8, reinterpret_cast<std::uint8_t*>(i8 + i8_panel),
+                                    reinterpret_cast<float*>(i8 + i8_panel + static_cast<std::size_t>(kc * kW)));
+            j.i8 = i8;
+            j.i8_min = gi8.min;
+          } else if (p.kind == PackKind::ggml) {
             detail::dequant_ggml_panel(p, pi, j.k0, j.kc, dq, dq + kc * kNR);
             j.deq = dq - j.k0 * kNR;
           } else if (deq && p.kind == PackKind::f16) {
@@ -785,7 +1074,7 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
           for (std::int64_t r0 = m0; r0 < m0 + mb; r0 += kMR) {
             const int rows = static_cast<int>(std::min<std::int64_t>(kMR, m0 + mb - r0));
             j.part = part == nullptr ? nullptr : part + r0 * ldp;
-            if (p.kind == PackKind::q8_0_i8) j.xq = xq.at_row(r0);
+            if (p.kind == PackKind::q8_0_i8 || gi8.ok) j.xq = xq.at_row(r0);
             if (!deq && p.kind == PackKind::q8_0) {
               detail::run_tile_dispatch<2>(rows, p, j, x + r0 * ldx, ldx, y + r0 * ldy, ldy, bias);
             } else {

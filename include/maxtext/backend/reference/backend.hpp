@@ -827,9 +827,7 @@ class Backend {
       quant::dequantize_any(m.ggml_type, reinterpret_cast<const std::byte*>(m.data.data()) + r * m.storage_cols(),
                             f->data() + r * m.cols, m.cols);
     }
-    if (m.value_scale != 1.0) {
-      for (float& v : *f) v = static_cast<float>(static_cast<double>(v) * m.value_scale);
-    }
+    quant::scale_values(f->data(), m.rows * m.cols, m.value_scale);
     return f;
   }
   template <class W>
@@ -841,7 +839,7 @@ class Backend {
       float v[256];
       quant::dequantize_any(w.ggml_type, reinterpret_cast<const std::byte*>(w.data.data()) + n * w.storage_cols() +
                                              k / f.block * f.bytes, v, f.block);
-      return static_cast<float>(static_cast<double>(v[k % f.block]) * w.value_scale);
+      return quant::scaled_value(v[k % f.block], w.value_scale);
     } else if constexpr (std::is_same_v<W, q8_0>) {
       const q8_0& blk = w.data(n, k / q8_0::block);
       return static_cast<double>(static_cast<float>(blk.d) * static_cast<float>(blk.qs[k % q8_0::block]));

@@ -1,0 +1,162 @@
+// Prefill (many activation rows) on runtime-typed ggml blocks (cpu::gemm::wrap_ggml, PackKind::ggml), against
+// references built from the scalar decoder only (quant::dequantize_row, qblock's portable decode_int) and long-double
+// sums, on random blocks of every ggml type.
+//
+// With 8-bit activations, the types with one scale per 32 values (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, IQ4_NL,
+// IQ4_XS) take the integer panels: y = sum over 32-value groups g of d_x,g * sum_{e in g} w_e q_x,e, with the
+// activations quantised by the documented rule (d = max|x| / 127, q = x * (1 / d) rounded to nearest, ties to
+// even). The integer sums are exact; the float steps per group (a * d_x, one fused multiply-add, and for the types
+// with offsets b, d_x * sum(q_x) and a second one) and the K/32-term accumulation add at most (K/32 + 8) roundings of
+// terms bounded by mag = sum_g d_x,g * sum_e (|a_e q_e| + |b_e|) |q_x,e| (a, b, q the block's integer form
+// w = a q + b), so |err| <= 2 (K/32 + 8) 2^-24 mag: a wrong quant, scale or offset, or a dropped group is far outside.
+// The other types (a scale per 16 values) and every type without 8-bit activations take exact f32 panels: the sum
+// of the exact products w x in f32, |err| <= (K + 8) 2^-24 sum |w x|.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "maxtext/backend/cpu/gemm.hpp"
+
+using namespace maxtext;
+namespace gm = maxtext::cpu::gemm;
+namespace qb = maxtext::cpu::qblock;
+
+namespace {
+
+const quant::BlockType kTypes[] = {quant::BlockType::q4_0, quant::BlockType::q4_1, quant::BlockType::q5_0,
+                                   quant::BlockType::q5_1, quant::BlockType::q8_0, quant::BlockType::q2_k,
+                                   quant::BlockType::q3_k, quant::BlockType::q4_k, quant::BlockType::q5_k,
+                                   quant::BlockType::q6_k, quant::BlockType::iq4_nl, quant::BlockType::iq4_xs};
+
+/// N rows of K values of type t: random bytes, fp16 scale fields uniform in [-1, 1].
+std::vector<std::byte> random_rows(quant::BlockType t, std::int64_t N, std::int64_t K, std::uint32_t seed) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  const std::int64_t n = N * K / f.block;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(-1.0f, 1.0f);
+  std::vector<std::byte> b(static_cast<std::size_t>(n * f.bytes));
+  for (auto& x : b) x = static_cast<std::byte>(rng() & 0xff);
+  for (std::int64_t k = 0; k < n; ++k) {
+    for (int i = 0; i < 2; ++i) {
+      const int off = f.fp16_scales[i];
+      if (off < 0) continue;
+      const std::uint16_t h = fp16(scale(rng)).bits;
+      std::memcpy(b.data() + k * f.bytes + off, &h, 2);
+    }
+  }
+  return b;
+}
+
+/// The documented activation rule for one 32-value group.
+void quantize_group(const float* x, std::int8_t* q, float& d, int& sum) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  sum = 0;
+  for (int i = 0; i < 32; ++i) {
+    q[i] = static_cast<std::int8_t>(std::nearbyint(x[i] * id));
+    sum += q[i];
+  }
+}
+
+void check(quant::BlockType t, std::int64_t M, std::int64_t N, std::int64_t K, bool int8, int threads, double vs,
+           std::uint32_t seed) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  INFO(f.name << " M=" << M << " N=" << N << " K=" << K << " int8=" << int8 << " threads=" << threads
+              << " value_scale=" << vs);
+  const std::size_t row_bytes = static_cast<std::size_t>(K / f.block * f.bytes);
+  const auto rows = random_rows(t, N, K, seed);
+  const auto p = gm::wrap_ggml(rows.data(), row_bytes, static_cast<std::uint32_t>(t), N, K, nullptr, int8, vs);
+  std::mt19937 rng(seed + 1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const std::int64_t ldx = K + 3, ldy = N + 5;
+  std::vector<float> x(static_cast<std::size_t>(M * ldx)), y(static_cast<std::size_t>(M * ldy), 12345.0f);
+  for (auto& v : x) v = u(rng);
+  for (std::int64_t k = 0; k < 32 && K >= 64; ++k) x[static_cast<std::size_t>(k)] = 0.0f;  // an all-zero group
+  gm::matmul<float, float>(*p, x.data(), ldx, M, y.data(), ldy, static_cast<const float*>(nullptr), threads);
+
+  const bool integer = int8 && M > gm::kGgmlRowsDirect && gm::detail::ggml_i8_kind(static_cast<std::uint32_t>(t)).ok;
+  std::vector<float> w(static_cast<std::size_t>(K));
+  std::vector<std::int8_t> xq(static_cast<std::size_t>(K));
+  std::vector<float> xd(static_cast<std::size_t>(K / 32));
+  std::vector<int> xs(static_cast<std::size_t>(K / 32));
+  qb::detail::IntBlock ib;
+  int bad = 0;
+  for (std::int64_t m = 0; m < M; ++m) {
+    const float* xm = x.data() + m * ldx;
+    for (std::int64_t g = 0; g < K / 32; ++g) {
+      quantize_group(xm + 32 * g, &xq[static_cast<std::size_t>(32 * g)], xd[static_cast<std::size_t>(g)],
+                     xs[static_cast<std::size_t>(g)]);
+    }
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::byte* row = rows.data() + static_cast<std::size_t>(n) * row_bytes;
+      quant::dequantize_row(t, row, w.data(), K);
+      long double ref = 0, mag = 0;
+      if (integer) {
+        for (std::int64_t b = 0; b < K / f.block; ++b) {
+          qb::detail::decode_int(t, row + b * f.bytes, ib);
+          for (std::int64_t e = 0; e < f.block; ++e) {
+            const std::int64_t k = b * f.block + e;
+            const long double dx = xd[static_cast<std::size_t>(k / 32)];
+            const long double a = ib.a[e / 16], bo = ib.b[e / 16];
+            const long double qx = xq[static_cast<std::size_t>(k)];
+            ref += dx * (a * ib.q[e] + bo) * qx;
+            mag += dx * (std::fabs(a * ib.q[e]) + std::fabs(bo)) * std::fabs(qx);
+          }
+        }
+      } else {
+        for (std::int64_t k = 0; k < K; ++k) {
+          ref += static_cast<long double>(w[static_cast<std::size_t>(k)]) * xm[k];
+          mag += std::fabs(static_cast<long double>(w[static_cast<std::size_t>(k)]) * xm[k]);
+        }
+      }
+      ref *= vs;
+      mag *= std::fabs(vs);
+      const long double steps = integer ? 2.0L * (static_cast<long double>(K) / 32 + 8) : static_cast<long double>(K + 8);
+      const long double tol = steps * std::ldexp(1.0L, -24) * mag + 1e-30L;
+      const float got = y[static_cast<std::size_t>(m * ldy + n)];
+      if (std::fabs(static_cast<long double>(got) - ref) > tol && ++bad <= 3) {
+        FAIL_CHECK("y[" << m << "," << n << "] = " << got << ", reference " << static_cast<double>(ref)
+                        << ", tolerance " << static_cast<double>(tol));
+      }
+    }
+    for (std::int64_t n = N; n < ldy; ++n) REQUIRE(y[static_cast<std::size_t>(m * ldy + n)] == 12345.0f);
+  }
+  REQUIRE(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("Runtime-typed blocks, many rows: 8-bit activations follow the integer definition", "[backend][cpu][gemm]") {
+  std::uint32_t seed = 7;
+  for (auto t : kTypes) {
+    for (const auto& [M, N, K] : std::vector<std::array<std::int64_t, 3>>{{5, 64, 256}, {13, 70, 512}, {40, 130, 256}}) {
+      check(t, M, N, K, true, (seed % 2) + 1, 1.0, seed);
+      ++seed;
+    }
+  }
+}
+
+TEST_CASE("Runtime-typed blocks, many rows: K blocks, row blocks, threads and a value scale", "[backend][cpu][gemm]") {
+  // K past the cache block (partial sums kept in y between K blocks) and M past the integer row block.
+  for (auto t : {quant::BlockType::q4_k, quant::BlockType::q4_0, quant::BlockType::iq4_xs, quant::BlockType::q6_k}) {
+    check(t, gm::kMCI8 + 7, 67, gm::kKC + 256, true, 2, 1.0, 31);
+    check(t, 3 * gm::kMR + 1, 64, gm::kKC + 512, true, 1, 0.125, 32);
+  }
+  check(quant::BlockType::q5_k, 2 * gm::kMR + 3, 65, 2 * gm::kKC, true, 2, 0.3, 33);
+}
+
+TEST_CASE("Runtime-typed blocks, many rows: exact products without 8-bit activations", "[backend][cpu][gemm]") {
+  std::uint32_t seed = 50;
+  for (auto t : kTypes) {
+    check(t, 9, 70, 512, false, (seed % 2) + 1, 1.0, seed);
+    ++seed;
+  }
+  check(quant::BlockType::q4_k, gm::kMC + 3, 66, gm::kKC + 256, false, 2, 0.125, 60);
+}
