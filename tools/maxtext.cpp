@@ -35,7 +35,8 @@ common options:
   --weight-type T    store weights as float32, bfloat16, float16, q8_0 or ggml (each matrix in its GGUF type,
                      Q4_K, Q6_K, Q4_0, ... computed from the blocks; float32 activations). Default: the file's
                      own type when every matrix of --weights is F16, BF16 or Q8_0, ggml for a GGUF file with
-                     other block types (llama, mistral, qwen2, qwen3), else the config's dtype; float32 widens
+                     other block types (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, olmo2), else the
+                     config's dtype; float32 widens
   --threads N        CPU threads (default: all cores)
   --int8-activations on|off
                      with Q8_0 or ggml weights: quantise activations to 8 bits per 32-block and use integer dot

@@ -389,9 +389,10 @@ TEST_CASE("Q8_0 GGUF: kept quantised or dequantised, the same model as its dequa
   test::expect_close(test::npy(out), AnyTensor::from(e), testing::Tolerance{1e-6, 1e-6}, "cli --int8-activations on");
   CHECK(std::system((cli + " --weight-type float32 --int8-activations on --out " + out + " 2>/dev/null").c_str()) != 0);
   CHECK(std::system((cli + " --weight-type q8_0 --int8-activations yes --out " + out + " 2>/dev/null").c_str()) != 0);
-  // Without --weight-type the file's Q8_0 matrices are kept as blocks (the Q8_0 policy's logits, c; the CLI says so on
-  // stderr), and 8-bit activations need no --weight-type; --weight-type float32 widens them (a).
-  CHECK(run_command(cli + " --out " + out + " 2>&1").find("weights kept as q8_0") != std::string::npos);
+  // Without --weight-type the file's Q8_0 matrices are computed from as they lie (runtime-typed "ggml" weights, the
+  // Q8_0 policy's arithmetic: its logits c; the CLI says so on stderr), and 8-bit activations need no --weight-type;
+  // --weight-type float32 widens them (a).
+  CHECK(run_command(cli + " --out " + out + " 2>&1").find("weights kept as ggml") != std::string::npos);
   test::expect_close(test::npy(out), AnyTensor::from(c), testing::Tolerance{1e-6, 1e-6}, "cli, the file's Q8_0 kept");
   run_command(cli + " --int8-activations on --out " + out);
   test::expect_close(test::npy(out), AnyTensor::from(e), testing::Tolerance{1e-6, 1e-6}, "cli, Q8_0 kept, 8-bit activations");

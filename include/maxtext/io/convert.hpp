@@ -163,7 +163,7 @@ Tensor<D, 2> to_matrix(const AnyTensor& src, const std::vector<int>& perm, int n
         for (std::int64_t n = 0; n < N; ++n) {
           quant::dequantize_any(t.ggml_type, t.data + t.byte_offset(n * sn), row.data(), K);
           for (std::int64_t k = 0; k < K; ++k) {
-            const float v = static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(k)]) * t.value_scale);
+            const float v = quant::scaled_value(row[static_cast<std::size_t>(k)], t.value_scale);
             out.data()[n * K + k] = detail::store_from_float<D>(v);
           }
         }

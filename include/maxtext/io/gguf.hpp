@@ -608,12 +608,29 @@ inline AnyTensor block_tensor_view(const GgufBlockTensor& b, const std::string& 
   return t;
 }
 
-/// Move every tensor of `g.block_tensors` into `g.tensors` as it lies (block_tensor_view): the model computes from
-/// the blocks. The Q8_0 tensors' scales are checked as dequantize_block_tensors does.
+/// Whether `g` holds block-quantised tensors: any of `block_tensors` (Q4_0 ... IQ4_XS) or a Q8_0 tensor.
+inline bool has_block_tensors(const GgufFile& g) {
+  if (!g.block_tensors.empty()) return true;
+  for (const auto& [name, t] : g.tensors.tensors) {
+    if (t.dtype == DType::q8_0) return true;
+  }
+  return false;
+}
+
+/// Move every tensor of `g.block_tensors` into `g.tensors` as it lies (block_tensor_view), and relabel the contiguous
+/// Q8_0 tensors as the runtime-typed (DType::ggml) views of the same bytes: the model computes from the blocks. The
+/// Q8_0 tensors' scales are checked as dequantize_block_tensors does.
 inline void keep_block_tensors(GgufFile& g) {
   for (const auto& b : g.block_tensors) g.tensors.add(b.name, block_tensor_view(b, g.path));
   g.block_tensors.clear();
   check_q8_0_scales(g, false);
+  for (auto& [name, t] : g.tensors.tensors) {
+    if (t.dtype != DType::q8_0 || !t.is_contiguous()) continue;
+    t.dtype = DType::ggml;  // a GGUF Q8_0 block is the q8_0 struct: [d f16][32 x int8], 34 bytes
+    t.ggml_type = static_cast<std::uint32_t>(quant::BlockType::q8_0);
+    t.strides = AnyTensor::dense_strides(t.shape, DType::ggml);
+    t.block_axis = -1;
+  }
 }
 
 /// Decode every tensor of `g.block_tensors` to f32 into `g.tensors` (the block tensors are then dropped), and check

@@ -14,6 +14,9 @@
 //     query_pre_attn_scalar^-0.5 (HF's scaling; head_dim^-0.5 for Gemma). Gemma 3 scales queries in the forward
 //     pass (query_pre_attn_scalar chosen by model_name), so its query kernel loads unscaled.
 // Gemma 2's HF layers 2i and 2i+1 become MaxText layers_i's *_local and *_global halves.
+// GGUF block tensors kept as they lie (io::keep_block_tensors: Q4_K, Q6_K, ... for Policy<B, ggml_byte, float>) are
+// not materialised: the embedding normalizer and the Gemma / Gemma 2 query scale ride as their value_scale, applied
+// after decoding (the norms are F32 in such files and load as they are).
 #pragma once
 
 #include <cmath>
@@ -316,13 +319,21 @@ class GemmaImporter {
     if (const AnyTensor* t = get(file)) out_.add(mt, add_one_ ? folded(*t, 1.0f, true, mt) : *t);
   }
   /// [heads*H, D] rows -> [D, heads, H] (float: materialised in f32 when scaled; Q8_0: blocks kept, the scale folded
-  /// into their fp16 scales, io/attention_kernels.hpp).
+  /// into their fp16 scales; GGUF blocks kept (Q4_K, Q6_K, ...), the scale riding as their value_scale:
+  /// io/attention_kernels.hpp).
   void qkv(const std::string& file, const std::string& mt, std::int64_t heads, double scale) {
     const AnyTensor* t = get(file);
     if (!t) return;
     const std::int64_t H = cfg_.head_dim;
     MAXTEXT_CHECK(t->rank() == 2 && t->shape[0] == heads * H, ShapeError, "[", what_, "] ", file, " ", t->describe(),
                   ": expected [", heads * H, ", D] (", heads, " heads of ", H, ")");
+    if (t->dtype == DType::ggml) {
+      // The factor as `folded` multiplies it (rounded to f32 first), so the value each weight decodes to,
+      // float(double(w) * s), is the f32 product the decoded file's fold computes.
+      const double s = static_cast<double>(static_cast<float>(scale));
+      out_.add(mt, attention_kernel(*t, heads, H, RopeLayout::half_split, RopeLayout::half_split, s, mt));
+      return;
+    }
     if (q8_0_rows_contiguous(*t)) {
       out_.add(mt, attention_kernel(*t, heads, H, RopeLayout::half_split, RopeLayout::half_split, scale, mt));
       return;
@@ -355,8 +366,22 @@ class GemmaImporter {
     w.source = t->source + " as " + mt;
     out_.add(mt, w);
   }
+  /// The table times `normalizer`: materialised (folded) for float and Q8_0 sources; GGUF blocks (Q4_K, Q6_K, ...)
+  /// stay blocks with the normalizer as their value_scale, which the lookup (row_to_f32) and the tied head's products
+  /// apply after decoding: float(double(E) * normalizer), the f32 product `folded` computes. The tied head divides by
+  /// sqrt(emb_dim) after its product either way (normalize_embedding_logits).
   void embedding(const std::string& file, float normalizer) {
-    if (const AnyTensor* t = get(file)) out_.add("token_embedder.embedding", folded(*t, normalizer, false, "token_embedder.embedding"));
+    const AnyTensor* t = get(file);
+    if (!t) return;
+    const std::string mt = "token_embedder.embedding";
+    if (t->dtype == DType::ggml) {
+      AnyTensor w = *t;
+      w.value_scale = t->value_scale * static_cast<double>(normalizer);
+      w.source = t->source + " as " + mt;
+      out_.add(mt, w);
+      return;
+    }
+    out_.add(mt, folded(*t, normalizer, false, mt));
   }
 
   /// One HF / llama.cpp layer into MaxText layer `dst` with parameter suffix `sfx`. `n(role)` gives the file name.

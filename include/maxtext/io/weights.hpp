@@ -15,6 +15,7 @@
 #include "maxtext/io/checkpoint.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
+#include "maxtext/io/hf_gemma.hpp"
 #include "maxtext/io/llama2c.hpp"
 #include "maxtext/io/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -93,9 +94,12 @@ inline std::optional<Config> read_weights_config(const std::string& path_in) {
 }
 
 /// Whether the GGUF importer for `cfg` passes runtime-typed blocks (Q4_K, Q6_K, ...) through to the model: the
-/// Llama-family one (llama, mistral, qwen2, qwen3 dense files). Others decode them to f32 at load.
+/// Llama-family one (llama, mistral, qwen2, qwen3 dense files), the Gemma one (gemma, gemma2, gemma3: the embedding
+/// normalizer and query scale ride as value_scale, io/hf_gemma.hpp) and OLMo 3's (olmo2 files: views only). Others
+/// decode them to f32 at load. Keep in step with tools/blocks/CMakeLists.txt's _maxtext_policy_blocks_ggmlw.
 inline bool gguf_keeps_blocks(const Config& cfg) {
-  return cfg.is("llama2") || cfg.is("mistral") || cfg.is("qwen2") || cfg.is("qwen3");
+  return cfg.is("llama2") || cfg.is("mistral") || cfg.is("qwen2") || cfg.is("qwen3") || is_gemma_block(cfg) ||
+         cfg.is("olmo3");
 }
 
 /// Read `path` for the model `cfg` and return its tensors in canonical MaxText naming (unscanned). GGUF, llama2.c
@@ -125,14 +129,14 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg,
                         ": ggml type MXFP4 is only supported for gpt-oss expert tensors");
         }
       }
-      if (keep_blocks && gguf_keeps_blocks(cfg) && !g.block_tensors.empty()) {
+      if (keep_blocks && gguf_keeps_blocks(cfg) && has_block_tensors(g)) {
         keep_block_tensors(g);  // computed from as they lie (ggml_byte weights)
         w.file_weight_type = "ggml";
       } else {
         dequantize_block_tensors(g);  // Q4_K, Q6_K, ... become f32 (exact mode); the model stores its weight type
         w.file_weight_type = native_weight_type(g.tensors);
       }
-      if (is_gemma_block(cfg)) {  // io/hf_gemma.hpp: embedding scaled, norms already 1 + w
+      if (is_gemma_block(cfg)) {  // io/hf_gemma.hpp: embedding scaled (blocks: as value_scale), norms already 1 + w
         w.tensors = import_gguf_gemma(g.tensors, cfg, "gguf " + path);
         return w;
       }

@@ -79,8 +79,8 @@ class Backend {
   /// Where `data` is a view of a mapped weights file, the pages packing read are dropped from the resident set
   /// (core/mapped_pages.hpp): the packed panels are then the one copy in memory, and the rare reader of `data`
   /// faults what it reads back in from the page cache.
-  /// Runtime-typed matrices (W = ggml_byte) of F32, F16, BF16 or Q8_0 rows are packed as those types are; block
-  /// types (Q4_K, Q6_K, ...) are not copied: their kernels read the rows where they lie (gemm::wrap_ggml).
+  /// Runtime-typed matrices (W = ggml_byte) of F32, F16 or BF16 rows are packed as those types are; block types
+  /// (Q8_0, Q4_K, Q6_K, ...) are not copied: their kernels read the rows where they lie (gemm::wrap_ggml).
   template <class W>
   Matrix<W> prepare(Matrix<W> m) const {
     if constexpr (std::is_same_v<W, ggml_byte>) {
@@ -98,10 +98,7 @@ class Backend {
         case quant::kTypeBF16:
           m.packed = gemm::pack(reinterpret_cast<const bf16*>(rows), m.rows, m.cols, false, threads_);
           break;
-        case 8:
-          m.packed = gemm::pack(reinterpret_cast<const q8_0*>(rows), m.rows, m.cols, int8_activations_, threads_);
-          break;
-        default:
+        default:  // block types, Q8_0 included
           m.packed = gemm::wrap_ggml(rows, static_cast<std::size_t>(m.storage_cols()), m.ggml_type, m.rows, m.cols,
                                      m.data.holder(), int8_activations_, m.value_scale);
           return m;
