@@ -149,11 +149,13 @@ def main():
                 ours = {x: speed.get((impl, name, w, t, x)) for x in ["pp128", "pp512", "tg@512"]}
                 if not any(ours.values()):
                     continue
-                llama = {x: speed.get(("llama.cpp", name, w, t, x)) for x in ours}
+                # "q8_0-ggml": the Q8_0 file's blocks computed in place, against llama.cpp on the same file.
+                peer = w.split("-")[0]
+                llama = {x: speed.get(("llama.cpp", name, peer, t, x)) for x in ours}
                 torch = {x: speed.get(("pytorch", name, "f32", t, x)) for x in ours}
                 row = dict(model=name, key=meta["key"], weights=w, label=label, impl=impl, threads=t, ours=ours,
                            llama=llama, torch=torch)
-                wb = weight_bytes_per_token(meta, w)
+                wb = weight_bytes_per_token(meta, peer if peer in BYTES else w)
                 row["roofline"] = ours["tg@512"] * wb / bw[t] if ours["tg@512"] and wb and t in bw else None
                 row["llama_roofline"] = llama["tg@512"] * wb / bw[t] if llama["tg@512"] and wb and t in bw else None
                 row["tg_vs_llama"] = ratio(ours["tg@512"], llama["tg@512"])
