@@ -10,7 +10,9 @@
 // terms bounded by mag = sum_g d_x,g * sum_e (|a_e q_e| + |b_e|) |q_x,e| (a, b, q the block's integer form
 // w = a q + b), so |err| <= 2 (K/32 + 8) 2^-24 mag: a wrong quant, scale or offset, or a dropped group is far outside.
 // The other types (a scale per 16 values) and every type without 8-bit activations take exact f32 panels: the sum
-// of the exact products w x in f32, |err| <= (K + 8) 2^-24 sum |w x|.
+// of the exact products w x in f32, |err| <= (K + 8) 2^-24 sum |w x|. F32 / F16 / BF16 rows (a file's unquantised
+// matrices read in place) are always exact, decode and prefill alike, under the same bound.
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -159,4 +161,87 @@ TEST_CASE("Runtime-typed blocks, many rows: exact products without 8-bit activat
     ++seed;
   }
   check(quant::BlockType::q4_k, gm::kMC + 3, 66, gm::kKC + 256, false, 2, 0.125, 60);
+}
+
+namespace {
+
+/// N rows of K random values in [-1, 1] stored as ggml float type `type` (F32, F16 or BF16).
+std::vector<std::byte> random_float_rows(std::uint32_t type, std::int64_t N, std::int64_t K, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const std::size_t es = type == quant::kTypeF32 ? 4 : 2;
+  std::vector<std::byte> b(static_cast<std::size_t>(N * K) * es);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(N * K); ++i) {
+    const float v = u(rng);
+    if (type == quant::kTypeF32) {
+      std::memcpy(b.data() + 4 * i, &v, 4);
+    } else {
+      const std::uint16_t h = type == quant::kTypeF16 ? fp16(v).bits : bf16(v).bits;
+      std::memcpy(b.data() + 2 * i, &h, 2);
+    }
+  }
+  return b;
+}
+
+/// F32 / F16 / BF16 rows read where they lie: decode (M <= kFloatRowsDirect, qblock::dot_float) and panels (more rows)
+/// are the exact products in f32 whatever the 8-bit-activation flag, |err| <= (K + 8) 2^-24 sum |w x| against a
+/// long-double sum of the widened values (quant::dequantize_any, the scalar widening).
+void check_float(std::uint32_t type, std::int64_t M, std::int64_t N, std::int64_t K, bool int8, int threads,
+                 std::uint32_t seed) {
+  INFO("type " << type << " M=" << M << " N=" << N << " K=" << K << " int8=" << int8 << " threads=" << threads);
+  const auto row_bytes = static_cast<std::size_t>(quant::row_bytes(type, K));
+  const auto rows = random_float_rows(type, N, K, seed);
+  const auto p = gm::wrap_ggml(rows.data(), row_bytes, type, N, K, nullptr, int8);
+  std::mt19937 rng(seed + 1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const std::int64_t ldx = K + 3, ldy = N + 5;
+  std::vector<float> x(static_cast<std::size_t>(M * ldx)), y(static_cast<std::size_t>(M * ldy), 12345.0f);
+  for (auto& v : x) v = u(rng);
+  gm::matmul<float, float>(*p, x.data(), ldx, M, y.data(), ldy, static_cast<const float*>(nullptr), threads);
+  std::vector<float> w(static_cast<std::size_t>(K));
+  int bad = 0;
+  for (std::int64_t n = 0; n < N; ++n) {
+    quant::dequantize_any(type, rows.data() + static_cast<std::size_t>(n) * row_bytes, w.data(), K);
+    for (std::int64_t m = 0; m < M; ++m) {
+      long double ref = 0, mag = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const long double t = static_cast<long double>(w[static_cast<std::size_t>(k)]) * x[static_cast<std::size_t>(m * ldx + k)];
+        ref += t;
+        mag += std::fabs(t);
+      }
+      const long double tol = static_cast<long double>(K + 8) * std::ldexp(1.0L, -24) * mag + 1e-30L;
+      const float got = y[static_cast<std::size_t>(m * ldy + n)];
+      if (std::fabs(static_cast<long double>(got) - ref) > tol && ++bad <= 3) {
+        FAIL_CHECK("y[" << m << "," << n << "] = " << got << ", reference " << static_cast<double>(ref)
+                        << ", tolerance " << static_cast<double>(tol));
+      }
+    }
+  }
+  for (std::int64_t m = 0; m < M; ++m) {
+    for (std::int64_t n = N; n < ldy; ++n) REQUIRE(y[static_cast<std::size_t>(m * ldy + n)] == 12345.0f);
+  }
+  REQUIRE(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("Runtime-typed F32 / F16 / BF16 rows: widening is exact, products are exact f32 sums", "[backend][cpu][gemm]") {
+  for (const std::uint32_t type : {quant::kTypeF32, quant::kTypeF16, quant::kTypeBF16}) {
+    // qblock::widen equals the scalar widening bit for bit, at any count (vector body and tail).
+    for (const std::int64_t n : {1, 31, 32, 96, 257}) {
+      const auto src = random_float_rows(type, 1, n, 3);
+      std::vector<float> a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(n));
+      qb::widen(type, src.data(), a.data(), n);
+      quant::dequantize_any(type, src.data(), b.data(), n);
+      REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    }
+    std::uint32_t seed = 70;
+    // K a multiple of 32, and K with a tail; decode rows (1..4), panels (more), K blocks, threads, the int8 flag.
+    for (const auto& [M, N, K] : std::vector<std::array<std::int64_t, 3>>{
+             {1, 70, 256}, {2, 33, 100}, {3, 64, 257}, {4, 65, 512}, {7, 40, 96}, {8, 20, 64}, {9, 70, 160}, {40, 67, 99},
+             {gm::kMC + 3, 66, gm::kKC + 64}}) {
+      check_float(type, M, N, K, seed % 3 == 0, static_cast<int>(seed % 2) + 1, seed);
+      ++seed;
+    }
+  }
 }

@@ -29,8 +29,12 @@
 // subtracted again, in integers (for Q4_0 / IQ4_NL via the activation sums s that quantize_x stores). Each 32-bit
 // lane then holds the exact sum of products; every 128-bit lane covers 16 (Q4_0 / IQ4_NL: 32) values that share one
 // scale, so the float step multiplies a lane by its (scale * d_x) and accumulates.
+//
+// x86 machines with AVX2, FMA and F16C but not AVX-512 (F+BW+VL) get AVX2 versions of the same kernels for the same
+// types (8-float chunks; vpmaddubsw for the integer sums): see "AVX2 paths". Elsewhere the scalar code runs.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +52,11 @@
 #define MAXTEXT_QBLOCK_AVX512 1
 #else
 #define MAXTEXT_QBLOCK_AVX512 0
+#endif
+#if !MAXTEXT_QBLOCK_AVX512 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MAXTEXT_QBLOCK_AVX2 1  // x86 without AVX-512 (F+BW+VL): the AVX2 paths
+#else
+#define MAXTEXT_QBLOCK_AVX2 0
 #endif
 
 // g++ 12.2 reports its own AVX-512 intrinsics' deliberately undefined pass-through operands as (maybe-)uninitialized
@@ -310,10 +319,9 @@ inline float dot_q8_scalar(BlockType t, const std::byte* row, const QuantizedX& 
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-#if MAXTEXT_QBLOCK_AVX512
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
 // ---------------------------------------------------------------------------------------------------------------
-// AVX-512 paths. A decoder D has kBlock, kBytes and run(blk, sink): it calls sink(chunk, w) for the 16-float
-// chunks w of the block (values 16*chunk .. +15), chunk a compile-time constant.
+// Pieces shared by the AVX-512 and AVX2 paths.
 
 template <int I>
 using ic = std::integral_constant<int, I>;
@@ -328,6 +336,45 @@ MAXTEXT_QBLOCK_INLINE void prefetch_ahead(const std::byte* p) {
   // A plain loop: g++ 12 drops a prefetch issued from inside a generic lambda (such as unroll's).
   for (int o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + o), _MM_HINT_T0);
 }
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+/// Q4_K / Q5_K: the 8 six-bit scales and mins as bytes (byte j = sub-block j).
+inline void k_scales(const std::byte* s, std::uint64_t& sc, std::uint64_t& mn) {
+  std::uint32_t w0, w1, w2;
+  std::memcpy(&w0, s, 4);
+  std::memcpy(&w1, s + 4, 4);
+  std::memcpy(&w2, s + 8, 4);
+  const std::uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
+  const std::uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+  const std::uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+  sc = sc_lo | (static_cast<std::uint64_t>(sc_hi) << 32);
+  mn = mn_lo | (static_cast<std::uint64_t>(mn_hi) << 32);
+}
+inline __m256 bytes8_to_ps(std::uint64_t v) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(v))));
+}
+
+/// IQ4_XS: the 8 six-bit sub-block scales (unbiased later) as bytes.
+inline std::uint64_t iq4xs_scales(const std::byte* b) {
+  std::uint16_t sh;
+  std::uint32_t sl;
+  std::memcpy(&sh, b + 2, 2);
+  std::memcpy(&sl, b + 4, 4);
+  std::uint64_t v = 0;
+  for (int j = 0; j < 8; ++j) {
+    const std::uint64_t ls = ((sl >> (4 * j)) & 15u) | (((static_cast<std::uint32_t>(sh) >> (2 * j)) & 3u) << 4);
+    v |= ls << (8 * j);
+  }
+  return v;
+}
+#endif  // MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
+
+#if MAXTEXT_QBLOCK_AVX512
+// ---------------------------------------------------------------------------------------------------------------
+// AVX-512 paths. A decoder D has kBlock, kBytes and run(blk, sink): it calls sink(chunk, w) for the 16-float
+// chunks w of the block (values 16*chunk .. +15), chunk a compile-time constant.
 
 inline __m512i zx16(const std::byte* p) {  // 16 bytes -> 16 x u32
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -400,22 +447,6 @@ struct DecQ8_0 {
     sink(ic<1>{}, _mm512_mul_ps(fl(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), d));
   }
 };
-
-/// Q4_K / Q5_K: the 8 six-bit scales and mins as bytes (byte j = sub-block j).
-inline void k_scales(const std::byte* s, std::uint64_t& sc, std::uint64_t& mn) {
-  std::uint32_t w0, w1, w2;
-  std::memcpy(&w0, s, 4);
-  std::memcpy(&w1, s + 4, 4);
-  std::memcpy(&w2, s + 8, 4);
-  const std::uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
-  const std::uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
-  const std::uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
-  sc = sc_lo | (static_cast<std::uint64_t>(sc_hi) << 32);
-  mn = mn_lo | (static_cast<std::uint64_t>(mn_hi) << 32);
-}
-inline __m256 bytes8_to_ps(std::uint64_t v) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(v))));
-}
 
 /// Moves bit J of each 32-bit lane to bit 4 (other bits are masked off by the caller).
 template <int J>
@@ -496,20 +527,6 @@ struct DecQ6K {
     });
   }
 };
-
-/// IQ4_XS: the 8 six-bit sub-block scales (unbiased later) as bytes.
-inline std::uint64_t iq4xs_scales(const std::byte* b) {
-  std::uint16_t sh;
-  std::uint32_t sl;
-  std::memcpy(&sh, b + 2, 2);
-  std::memcpy(&sl, b + 4, 4);
-  std::uint64_t v = 0;
-  for (int j = 0; j < 8; ++j) {
-    const std::uint64_t ls = ((sl >> (4 * j)) & 15u) | (((static_cast<std::uint32_t>(sh) >> (2 * j)) & 3u) << 4);
-    v |= ls << (8 * j);
-  }
-  return v;
-}
 
 struct DecIq4Xs {
   static constexpr int kBlock = 256, kBytes = 136;
@@ -602,8 +619,6 @@ inline __m512i dot_off(__m512i u, __m512i s, int off) {
   return _mm512_sub_epi32(dpbusd(z, u, s), dpbusd(z, _mm512_set1_epi8(static_cast<char>(off)), s));
 }
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 /// Index vector: lanes 0-7 pick a, 8-15 pick b.
 inline __m512i idx2(int a, int b) { return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(b)); }
 /// Index vector: lanes 4i..4i+3 pick a+i.
@@ -830,6 +845,444 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
 }
 #endif  // MAXTEXT_QBLOCK_AVX512
 
+#if MAXTEXT_QBLOCK_AVX2
+// ---------------------------------------------------------------------------------------------------------------
+// AVX2 (+FMA, +F16C) paths, for x86 machines without AVX-512. A decoder D calls sink(chunk, w) for the 8-float
+// chunks w of the block (values 8*chunk .. +7). Shaped for Zen 3, where every lane-crossing shuffle (vpermps,
+// vbroadcastss or vpmovzx from a register, vinserti128) costs about a cycle while in-lane integer ops, vpmovzx /
+// vpmovsx from memory and broadcasts from memory are cheap: the decoders widen quants straight from memory
+// (8 bytes -> 8 x i32), split nibbles in 32-bit lanes, and re-read per-sub-block factors as broadcasts (Lanes8).
+// A 16-entry table pick (the AVX-512 trick) would take two vpermps and a blend per chunk, so they convert and
+// scale instead.
+//
+// dot_q8 follows llama.cpp: vpmaddubsw multiplies unsigned by signed bytes into 16-bit pair sums, vpmaddwd with
+// ones (or with 16-bit scales) widens them to exact 32-bit lane sums. The pair sums must not saturate: unsigned
+// quants <= 63 times |q_x| <= 127 stay below 2*63*127; signed weights (Q8_0, the IQ4 codebook) go in as |w| <= 128
+// times q_x with w's sign, <= 2*128*127 < 32767. vphaddd then folds the lanes of 8 groups into one exact integer
+// per group, so the float step is one convert and one multiply-add per 8 groups (per-group multiply-adds with
+// broadcast factors measured no faster, Q8_0 slower).
+
+inline __m256 fl(__m256i v) { return _mm256_cvtepi32_ps(v); }
+
+/// 8 bytes at p as 8 x i32, unsigned / signed (vpmovzxbd / vpmovsxbd with a memory operand).
+inline __m128i load64(const std::byte* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
+inline __m256i zx8(const std::byte* p) { return _mm256_cvtepu8_epi32(load64(p)); }
+inline __m256i sx8(const std::byte* p) { return _mm256_cvtepi8_epi32(load64(p)); }
+inline __m256i c32(int v) { return _mm256_set1_epi32(v); }
+
+/// The 8 floats of a vector, each re-read as a broadcast from memory (a plain load on Zen 3, where broadcasting
+/// from a register is a lane-crossing shuffle).
+struct Lanes8 {
+  alignas(32) float v[8];
+  explicit Lanes8(__m256 x) { _mm256_store_ps(v, x); }
+  __m256 operator[](int j) const { return _mm256_broadcast_ss(v + j); }
+};
+
+/// Bit J of each 32-bit lane moved to bit 4 (other bits are masked off by the caller).
+template <int J>
+MAXTEXT_QBLOCK_INLINE __m256i bit_to_4(__m256i v) {
+  if constexpr (J <= 4) return _mm256_slli_epi32(v, 4 - J);
+  else return _mm256_srli_epi32(v, J - 4);
+}
+
+/// The same within each byte, by 16-bit shifts (the caller's byte mask drops what crosses into the next byte).
+template <int J>
+MAXTEXT_QBLOCK_INLINE __m256i bit_to_4_bytes(__m256i v) {
+  if constexpr (J <= 4) return _mm256_slli_epi16(v, 4 - J);
+  else return _mm256_srli_epi16(v, J - 4);
+}
+
+/// The IQ4 codebook + 128 (unsigned) in both 128-bit lanes.
+inline __m256i iq4_table_u8x2() {
+  const auto& v = quant::detail::kIq4Values;
+  auto u = [&](int i) { return static_cast<char>(v[i] + 128); };
+  const __m128i t = _mm_setr_epi8(u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), u(10), u(11), u(12),
+                                  u(13), u(14), u(15));
+  return _mm256_broadcastsi128_si256(t);
+}
+/// kv[n] for nibbles n (0..15, one per 32-bit lane): vpshufb picks codebook byte n + 128 into byte 0 (index bytes
+/// 1-3 have bit 7 set, so they read zero), and the 128 is taken off.
+inline __m256i iq4_lookup(__m256i tbl, __m256i n) {
+  return _mm256_sub_epi32(_mm256_shuffle_epi8(tbl, _mm256_or_si256(n, c32(static_cast<int>(0x80808000u)))), c32(128));
+}
+
+struct DecQ4_0 {
+  static constexpr int kBlock = 32, kBytes = 18;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256 d = _mm256_set1_ps(half(b));
+    const __m256i z0 = zx8(b + 2), z1 = zx8(b + 10), m15 = c32(15), c8 = c32(8);
+    // d * (q - 8), subtracting in integers: a fused d*q - 8d would give +0 where the scalar's d * 0 is -0 (d < 0)
+    sink(ic<0>{}, _mm256_mul_ps(d, fl(_mm256_sub_epi32(_mm256_and_si256(z0, m15), c8))));
+    sink(ic<1>{}, _mm256_mul_ps(d, fl(_mm256_sub_epi32(_mm256_and_si256(z1, m15), c8))));
+    sink(ic<2>{}, _mm256_mul_ps(d, fl(_mm256_sub_epi32(_mm256_srli_epi32(z0, 4), c8))));
+    sink(ic<3>{}, _mm256_mul_ps(d, fl(_mm256_sub_epi32(_mm256_srli_epi32(z1, 4), c8))));
+  }
+};
+
+struct DecIq4Nl {
+  static constexpr int kBlock = 32, kBytes = 18;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256 d = _mm256_set1_ps(half(b));
+    const __m256i z0 = zx8(b + 2), z1 = zx8(b + 10), m15 = c32(15), tbl = iq4_table_u8x2();
+    sink(ic<0>{}, _mm256_mul_ps(d, fl(iq4_lookup(tbl, _mm256_and_si256(z0, m15)))));
+    sink(ic<1>{}, _mm256_mul_ps(d, fl(iq4_lookup(tbl, _mm256_and_si256(z1, m15)))));
+    sink(ic<2>{}, _mm256_mul_ps(d, fl(iq4_lookup(tbl, _mm256_srli_epi32(z0, 4)))));
+    sink(ic<3>{}, _mm256_mul_ps(d, fl(iq4_lookup(tbl, _mm256_srli_epi32(z1, 4)))));
+  }
+};
+
+struct DecQ8_0 {
+  static constexpr int kBlock = 32, kBytes = 34;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256 d = _mm256_set1_ps(half(b));
+    sink(ic<0>{}, _mm256_mul_ps(d, fl(sx8(b + 2))));
+    sink(ic<1>{}, _mm256_mul_ps(d, fl(sx8(b + 10))));
+    sink(ic<2>{}, _mm256_mul_ps(d, fl(sx8(b + 18))));
+    sink(ic<3>{}, _mm256_mul_ps(d, fl(sx8(b + 26))));
+  }
+};
+
+template <bool kFive>
+struct DecQ45K {
+  static constexpr int kBlock = 256, kBytes = kFive ? 176 : 144;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    std::uint64_t sc, mn;
+    k_scales(b + 4, sc, mn);
+    const Lanes8 ds(_mm256_mul_ps(_mm256_set1_ps(half(b)), bytes8_to_ps(sc)));  // exact d*sc_j, dmin*m_j
+    const Lanes8 ms(_mm256_mul_ps(_mm256_set1_ps(half(b + 2)), bytes8_to_ps(mn)));
+    const std::byte* qs = b + (kFive ? 48 : 16);
+    const __m256i m15 = c32(15), m16 = c32(16);
+    unroll<4>([&](auto i_) {  // bytes 32i .. +31: sub-blocks 2i (low nibbles) and 2i+1 (high)
+      constexpr int i = decltype(i_)::value;
+      const __m256 alo = ds[2 * i], mlo = ms[2 * i], ahi = ds[2 * i + 1], mhi = ms[2 * i + 1];
+      unroll<4>([&](auto k_) {  // elements 8k .. +7 of both
+        constexpr int k = decltype(k_)::value;
+        const __m256i z = zx8(qs + 32 * i + 8 * k);
+        __m256i lo = _mm256_and_si256(z, m15), hi = _mm256_srli_epi32(z, 4);
+        if constexpr (kFive) {
+          const __m256i qh = zx8(b + 16 + 8 * k);
+          lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4<2 * i>(qh), m16));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(bit_to_4<2 * i + 1>(qh), m16));
+        }
+        sink(ic<8 * i + k>{}, _mm256_fmsub_ps(alo, fl(lo), mlo));
+        sink(ic<8 * i + 4 + k>{}, _mm256_fmsub_ps(ahi, fl(hi), mhi));
+      });
+    });
+  }
+};
+
+struct DecQ6K {
+  static constexpr int kBlock = 256, kBytes = 210;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256 d = _mm256_set1_ps(half(b + 208));
+    const Lanes8 dg[2] = {Lanes8(_mm256_mul_ps(d, fl(sx8(b + 192)))),  // exact d*sc_g, g = 0-7, 8-15
+                          Lanes8(_mm256_mul_ps(d, fl(sx8(b + 200))))};
+    const __m256i m15 = c32(15), m48 = c32(48), o32 = c32(32);
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      unroll<4>([&](auto k_) {  // elements 128h + 32s + 8k .. +7 for s = 0..3
+        constexpr int k = decltype(k_)::value;
+        const __m256i a = zx8(b + 64 * h + 8 * k), bb = zx8(b + 64 * h + 32 + 8 * k);
+        const __m256i qh = zx8(b + 128 + 32 * h + 8 * k);
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(a, m15), _mm256_and_si256(_mm256_slli_epi32(qh, 4), m48)),
+            _mm256_or_si256(_mm256_and_si256(bb, m15), _mm256_and_si256(_mm256_slli_epi32(qh, 2), m48)),
+            _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_and_si256(qh, m48)),
+            _mm256_or_si256(_mm256_srli_epi32(bb, 4), _mm256_and_si256(_mm256_srli_epi32(qh, 2), m48))};
+        unroll<4>([&](auto s_) {
+          constexpr int s = decltype(s_)::value;
+          // (q - 32) in integers, for the signed zeros (see DecQ4_0)
+          sink(ic<16 * h + 4 * s + k>{}, _mm256_mul_ps(dg[h][2 * s + k / 2], fl(_mm256_sub_epi32(q[s], o32))));
+        });
+      });
+    });
+  }
+};
+
+struct DecIq4Xs {
+  static constexpr int kBlock = 256, kBytes = 136;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256i tbl = iq4_table_u8x2(), m15 = c32(15);
+    const Lanes8 dl(_mm256_mul_ps(  // exact products d*(ls_j - 32)
+        _mm256_set1_ps(half(b)), _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(b)), _mm256_set1_ps(32.0f))));
+    unroll<8>([&](auto j_) {  // sub-block j: 16 bytes, low nibbles elements 0-15, high nibbles 16-31
+      constexpr int j = decltype(j_)::value;
+      const __m256 a = dl[j];
+      const __m256i z0 = zx8(b + 8 + 16 * j), z1 = zx8(b + 16 + 16 * j);
+      sink(ic<4 * j>{}, _mm256_mul_ps(a, fl(iq4_lookup(tbl, _mm256_and_si256(z0, m15)))));
+      sink(ic<4 * j + 1>{}, _mm256_mul_ps(a, fl(iq4_lookup(tbl, _mm256_and_si256(z1, m15)))));
+      sink(ic<4 * j + 2>{}, _mm256_mul_ps(a, fl(iq4_lookup(tbl, _mm256_srli_epi32(z0, 4)))));
+      sink(ic<4 * j + 3>{}, _mm256_mul_ps(a, fl(iq4_lookup(tbl, _mm256_srli_epi32(z1, 4)))));
+    });
+  }
+};
+
+template <class D>
+inline void dequantize_avx2(const std::byte* src, float* dst, std::int64_t n) {
+  for (std::int64_t b = 0; b < n / D::kBlock; ++b) {
+    float* y = dst + b * D::kBlock;
+    D::run(src + b * D::kBytes, [&](auto c, __m256 w) { _mm256_storeu_ps(y + 8 * decltype(c)::value, w); });
+  }
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+/// dot_exact with 16 registers: S accumulators per row (S = 4 for one row, 2 for more: 8 for M = 4, plus the
+/// totals) restart every 256 values and are then added to the row's total, so an addition chain is at most
+/// 256/(8S) + log2(S) + K/256 + 3 (the final reduction) <= 20 + K/256 long: within the AVX-512 path's K/64 + 6
+/// from K = 1200 on, and short at any K.
+template <class D, int M>
+inline void dot_exact_avx2(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, float* out) {
+  constexpr int S = M == 1 ? 4 : 2;
+  constexpr int kPer = 256 / D::kBlock;  // blocks per 256 values
+  static_assert((D::kBlock / 8) % S == 0);
+  __m256 tot[M];
+  for (int m = 0; m < M; ++m) tot[m] = _mm256_setzero_ps();
+  const std::int64_t nb = K / D::kBlock;
+  for (std::int64_t b0 = 0; b0 < nb; b0 += kPer) {
+    __m256 acc[M][S];
+    for (int m = 0; m < M; ++m) {
+      for (int s = 0; s < S; ++s) acc[m][s] = _mm256_setzero_ps();
+    }
+    const std::int64_t b1 = std::min<std::int64_t>(nb, b0 + kPer);
+    for (std::int64_t b = b0; b < b1; ++b) {
+      const float* xr[M];
+      for (int m = 0; m < M; ++m) {
+        xr[m] = x + m * ldx + b * D::kBlock;
+#if defined(__GNUC__)
+        // Opaque to the optimiser: g++ otherwise keeps each of the M * chunks addresses (or offsets) in its own
+        // register, spilled: hundreds of stack accesses per block at M = 4.
+        __asm__("" : "+r"(xr[m]));
+#endif
+      }
+      if constexpr (M == 1) prefetch_ahead<D::kBytes>(row + b * D::kBytes);  // as the AVX-512 path: one row only
+      D::run(row + b * D::kBytes, [&](auto c_, __m256 w) {
+        constexpr int c = decltype(c_)::value;
+        unroll<M>([&](auto m) {
+          acc[m][c % S] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xr[m] + 8 * c), acc[m][c % S]);
+        });
+      });
+    }
+    for (int m = 0; m < M; ++m) {
+      __m256 a = acc[m][0];
+      if constexpr (S == 4) a = _mm256_add_ps(_mm256_add_ps(a, acc[m][1]), _mm256_add_ps(acc[m][2], acc[m][3]));
+      else a = _mm256_add_ps(a, acc[m][1]);
+      tot[m] = _mm256_add_ps(tot[m], a);
+    }
+  }
+  for (int m = 0; m < M; ++m) out[m] = hsum(tot[m]);
+}
+
+template <class D>
+inline void dot_exact_avx2_m(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, int M,
+                             float* out) {
+  switch (M) {
+    case 1: return dot_exact_avx2<D, 1>(row, K, x, ldx, out);
+    case 2: return dot_exact_avx2<D, 2>(row, K, x, ldx, out);
+    case 3: return dot_exact_avx2<D, 3>(row, K, x, ldx, out);
+    default: return dot_exact_avx2<D, 4>(row, K, x, ldx, out);
+  }
+}
+
+// ---- dot_q8 ----
+
+/// Per 32-bit lane sums of u8 x s8 products (each pair sum must fit in int16, see above).
+inline __m256i dot_us(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+/// The same for signed weights w (-128..127) and activations x (-127..127): |w| times x with the sign of w.
+inline __m256i dot_ss(__m256i w, __m256i x) { return dot_us(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)); }
+/// 32 nibbles of a 16-byte field: [low nibbles | high nibbles].
+inline __m256i nib32(const std::byte* p) {
+  const __m256i z = _mm256_broadcastsi128_si256(load128(p));
+  return _mm256_and_si256(_mm256_srlv_epi32(z, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(15));
+}
+/// The IQ4 codebook as signed bytes in both 128-bit lanes.
+inline __m256i iq4_table_s8x2() { return _mm256_broadcastsi128_si256(load128(quant::detail::kIq4Values)); }
+inline std::uint16_t u16(const std::byte* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline int hsum(__m256i v) {
+  const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
+}
+/// Lane j = the sum of the 8 lanes of v[j], j = 0..7.
+inline __m256i sum8x8(const __m256i* v) {
+  // [v0 v1 v2 v3 | v0 v1 v2 v3]: each half holds the sums of its own four lanes of v0..v3
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/// 32-value blocks (Q4_0, IQ4_NL, Q8_0), four per step. P(blk, xq) gives a block's 8 lane sums of weight quant
+/// times activation quant; two rounds of vphaddd fold four blocks into [b0 b1 b2 b3 | b0 b1 b2 b3] (each block's
+/// total split over the two halves), kOff * s_b is subtracted as kOff/2 * s_b from each half, and the float step
+/// is one multiply-add with the four (d_w * d_x), the four fp16 scales widened by one conversion.
+template <int kBytes, int kOff, class P>
+inline float dot_q8_b32(const std::byte* row, const QuantizedX& x, P&& part) {
+  static_assert(kOff == 0 || kOff == 8);
+  const std::int64_t nb = x.K / 32;
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  auto step = [&](std::int64_t b, __m256& a) {
+    const std::byte* p = row + b * kBytes;
+    prefetch_ahead<4 * kBytes>(p);
+    const std::int8_t* xq = x.q + 32 * b;
+    __m256i L = _mm256_hadd_epi32(_mm256_hadd_epi32(part(p, xq), part(p + kBytes, xq + 32)),
+                                  _mm256_hadd_epi32(part(p + 2 * kBytes, xq + 64), part(p + 3 * kBytes, xq + 96)));
+    if constexpr (kOff != 0) {
+      const __m128i s4 = _mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.s + b)));
+      L = _mm256_sub_epi32(L, _mm256_slli_epi32(_mm256_broadcastsi128_si256(s4), 2));
+    }
+    const __m128i h4 = _mm_setr_epi16(static_cast<short>(u16(p)), static_cast<short>(u16(p + kBytes)),
+                                      static_cast<short>(u16(p + 2 * kBytes)), static_cast<short>(u16(p + 3 * kBytes)),
+                                      0, 0, 0, 0);
+    const __m128 f4 = _mm_mul_ps(_mm_cvtph_ps(h4), _mm_loadu_ps(x.d + b));
+    a = _mm256_fmadd_ps(fl(L), _mm256_set_m128(f4, f4), a);
+  };
+  std::int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    step(b, acc[0]);
+    step(b + 4, acc[1]);
+  }
+  if (b + 4 <= nb) {
+    step(b, acc[0]);
+    b += 4;
+  }
+  float tail = 0.0f;
+  for (; b < nb; ++b) {
+    const std::byte* p = row + b * kBytes;
+    const int isum = hsum(part(p, x.q + 32 * b)) - kOff * x.s[b];
+    tail += half(p) * x.d[b] * static_cast<float>(isum);
+  }
+  return hsum(_mm256_add_ps(acc[0], acc[1])) + tail;
+}
+
+inline float dot_q8_q4_0(const std::byte* row, const QuantizedX& x) {  // q in 0..15, offset 8 via s
+  return dot_q8_b32<18, 8>(row, x, [](const std::byte* b, const std::int8_t* xq) {
+    return dot_us(nib32(b + 2), load256(xq));
+  });
+}
+inline float dot_q8_iq4_nl(const std::byte* row, const QuantizedX& x) {
+  const __m256i tbl = iq4_table_s8x2();
+  return dot_q8_b32<18, 0>(row, x, [&](const std::byte* b, const std::int8_t* xq) {
+    return dot_ss(_mm256_shuffle_epi8(tbl, nib32(b + 2)), load256(xq));
+  });
+}
+inline float dot_q8_q8_0(const std::byte* row, const QuantizedX& x) {
+  return dot_q8_b32<34, 0>(row, x, [](const std::byte* b, const std::int8_t* xq) {
+    return dot_ss(load256(b + 2), load256(xq));
+  });
+}
+
+/// Q4_K / Q5_K: sub-block j (quants 0..31) against activation group j; the min term from the group sums s.
+template <bool kFive>
+inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
+  constexpr int kBytes = kFive ? 176 : 144;
+  const std::int64_t nb = x.K / 256;
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  const __m256i m15 = _mm256_set1_epi8(15);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * kBytes;
+    prefetch_ahead<kBytes>(blk);
+    std::uint64_t sc, mn;
+    k_scales(blk + 4, sc, mn);
+    const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
+    const __m256 fs = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), bytes8_to_ps(sc)), dx);
+    const __m256 fm = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk + 2)), bytes8_to_ps(mn)), dx);
+    accm = _mm256_fmadd_ps(fm, fl(_mm256_cvtepi16_epi32(load128(x.s + 8 * b))), accm);
+    const std::byte* qs = blk + (kFive ? 48 : 16);
+    [[maybe_unused]] __m256i qh;
+    if constexpr (kFive) qh = load256(blk + 16);
+    const std::int8_t* xq = x.q + 256 * b;
+    __m256i L[8];
+    unroll<4>([&](auto i_) {  // bytes 32i .. +31: sub-blocks 2i (low nibbles), 2i+1 (high)
+      constexpr int i = decltype(i_)::value;
+      const __m256i z = load256(qs + 32 * i);
+      __m256i lo = _mm256_and_si256(z, m15), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m15);
+      if constexpr (kFive) {
+        lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4_bytes<2 * i>(qh), _mm256_set1_epi8(16)));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(bit_to_4_bytes<2 * i + 1>(qh), _mm256_set1_epi8(16)));
+      }
+      L[2 * i] = dot_us(lo, load256(xq + 64 * i));
+      L[2 * i + 1] = dot_us(hi, load256(xq + 64 * i + 32));
+    });
+    acc = _mm256_fmadd_ps(fl(sum8x8(L)), fs, acc);
+  }
+  return hsum(acc) - hsum(accm);
+}
+
+/// Q6_K: group j = 4h + s (elements 128h + 32s ..) holds sub-blocks 2j, 2j+1 in its 128-bit halves; the offset 32
+/// is taken off the 16-bit pair sums (vpmaddubsw of 32 and x), and vpmaddwd with the two int8 scales (widened to
+/// 16 bits, one per half) gives exact lane sums of sc * (q - 32) * q_x, at most 32*128*32*127 < 2^24 per group.
+inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
+  const std::int64_t nb = x.K / 256;
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48), o32 = _mm256_set1_epi8(32);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * 210;
+    prefetch_ahead<210>(blk);
+    const __m128i sc = load128(blk + 192);
+    const std::int8_t* xq = x.q + 256 * b;
+    __m256i L[8];
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      const __m256i a = load256(blk + 64 * h), bb = load256(blk + 64 * h + 32), qh = load256(blk + 128 + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(a, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48)),
+          _mm256_or_si256(_mm256_and_si256(bb, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m15), _mm256_and_si256(qh, m48)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m15),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48))};
+      unroll<4>([&](auto s_) {
+        constexpr int s = decltype(s_)::value, j = 4 * h + s;
+        const __m256i xv = load256(xq + 32 * j);
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[s], xv), _mm256_maddubs_epi16(o32, xv));
+        constexpr long long kLo = 0x0101010101010101ll * (2 * j), kHi = 0x0101010101010101ll * (2 * j + 1);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_set_epi64x(kHi, kLo)));  // sc_2j, sc_2j+1
+        L[j] = _mm256_madd_epi16(p, s16);
+      });
+    });
+    const __m256 f = _mm256_mul_ps(_mm256_set1_ps(half(blk + 208)), _mm256_loadu_ps(x.d + 8 * b));
+    acc = _mm256_fmadd_ps(fl(sum8x8(L)), f, acc);
+  }
+  return hsum(acc);
+}
+
+/// IQ4_XS: sub-block j (16 bytes: [low | high] nibbles through the codebook) against activation group j.
+inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
+  const std::int64_t nb = x.K / 256;
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i tbl = iq4_table_s8x2();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * 136;
+    prefetch_ahead<136>(blk);
+    const __m256 ls = _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(blk)), _mm256_set1_ps(32.0f));
+    const __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), ls), _mm256_loadu_ps(x.d + 8 * b));
+    const std::int8_t* xq = x.q + 256 * b;
+    __m256i L[8];
+    unroll<8>([&](auto j_) {
+      constexpr int j = decltype(j_)::value;
+      L[j] = dot_ss(_mm256_shuffle_epi8(tbl, nib32(blk + 8 + 16 * j)), load256(xq + 32 * j));
+    });
+    acc = _mm256_fmadd_ps(fl(sum8x8(L)), f, acc);
+  }
+  return hsum(acc);
+}
+#endif  // MAXTEXT_QBLOCK_AVX2
+
 }  // namespace detail
 
 /// Exact dequantisation of `n` values (a multiple of the block) from the block row at `src`: the same bits as
@@ -846,6 +1299,18 @@ inline void dequantize(BlockType t, const std::byte* src, float* dst, std::int64
     case BlockType::q5_k: return dequantize_avx512<DecQ45K<true>>(src, dst, n);
     case BlockType::q6_k: return dequantize_avx512<DecQ6K>(src, dst, n);
     case BlockType::iq4_xs: return dequantize_avx512<DecIq4Xs>(src, dst, n);
+    default: break;
+  }
+#elif MAXTEXT_QBLOCK_AVX2
+  using namespace detail;
+  switch (t) {
+    case BlockType::q4_0: return dequantize_avx2<DecQ4_0>(src, dst, n);
+    case BlockType::q8_0: return dequantize_avx2<DecQ8_0>(src, dst, n);
+    case BlockType::iq4_nl: return dequantize_avx2<DecIq4Nl>(src, dst, n);
+    case BlockType::q4_k: return dequantize_avx2<DecQ45K<false>>(src, dst, n);
+    case BlockType::q5_k: return dequantize_avx2<DecQ45K<true>>(src, dst, n);
+    case BlockType::q6_k: return dequantize_avx2<DecQ6K>(src, dst, n);
+    case BlockType::iq4_xs: return dequantize_avx2<DecIq4Xs>(src, dst, n);
     default: break;
   }
 #endif
@@ -869,8 +1334,186 @@ inline void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const f
     case BlockType::iq4_xs: return dot_exact_avx512_m<DecIq4Xs>(row, K, x, ldx, M, out);
     default: break;
   }
+#elif MAXTEXT_QBLOCK_AVX2
+  using namespace detail;
+  switch (t) {
+    case BlockType::q4_0: return dot_exact_avx2_m<DecQ4_0>(row, K, x, ldx, M, out);
+    case BlockType::q8_0: return dot_exact_avx2_m<DecQ8_0>(row, K, x, ldx, M, out);
+    case BlockType::iq4_nl: return dot_exact_avx2_m<DecIq4Nl>(row, K, x, ldx, M, out);
+    case BlockType::q4_k: return dot_exact_avx2_m<DecQ45K<false>>(row, K, x, ldx, M, out);
+    case BlockType::q5_k: return dot_exact_avx2_m<DecQ45K<true>>(row, K, x, ldx, M, out);
+    case BlockType::q6_k: return dot_exact_avx2_m<DecQ6K>(row, K, x, ldx, M, out);
+    case BlockType::iq4_xs: return dot_exact_avx2_m<DecIq4Xs>(row, K, x, ldx, M, out);
+    default: break;
+  }
 #endif
   detail::dot_exact_scalar(t, row, K, x, ldx, M, out);
+}
+
+// ---- float rows (F32, F16, BF16) of runtime-typed matrices ----
+// A GGUF file's unquantised matrices, read where they lie in the mapping. Widening to f32 is exact; the dot products
+// keep U independent f32 sums per activation row (lanes of one vector register each), added at the end. Vector
+// paths: AVX-512, and AVX2 with FMA and F16C; elsewhere (and for the tail of a row) scalar loops.
+
+/// Whether ggml type `type` is one of the float row types (F32, F16, BF16) rather than a block type.
+inline bool is_float_type(std::uint32_t type) {
+  return type == quant::kTypeF32 || type == quant::kTypeF16 || type == quant::kTypeBF16;
+}
+
+namespace detail {
+
+#if defined(__AVX512F__)
+#define MAXTEXT_QBLOCK_FLOAT_ROWS 1
+using FrVec = __m512;
+inline constexpr int kFrW = 16;
+inline FrVec fr_zero() { return _mm512_setzero_ps(); }
+inline FrVec fr_load(const float* p) { return _mm512_loadu_ps(p); }
+inline FrVec fr_fma(FrVec a, FrVec b, FrVec c) { return _mm512_fmadd_ps(a, b, c); }
+inline FrVec fr_add(FrVec a, FrVec b) { return _mm512_add_ps(a, b); }
+inline float fr_sum(FrVec a) { return _mm512_reduce_add_ps(a); }
+inline void fr_store(float* p, FrVec a) { _mm512_storeu_ps(p, a); }
+template <class T>
+inline FrVec fr_widen(const std::byte* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (std::is_same_v<T, fp16>) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {  // bf16: the high half of an f32
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MAXTEXT_QBLOCK_FLOAT_ROWS 1
+using FrVec = __m256;
+inline constexpr int kFrW = 8;
+inline FrVec fr_zero() { return _mm256_setzero_ps(); }
+inline FrVec fr_load(const float* p) { return _mm256_loadu_ps(p); }
+inline FrVec fr_fma(FrVec a, FrVec b, FrVec c) { return _mm256_fmadd_ps(a, b, c); }
+inline FrVec fr_add(FrVec a, FrVec b) { return _mm256_add_ps(a, b); }
+inline float fr_sum(FrVec a) {
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_movehdup_ps(v));
+  return _mm_cvtss_f32(v);
+}
+inline void fr_store(float* p, FrVec a) { _mm256_storeu_ps(p, a); }
+template <class T>
+inline FrVec fr_widen(const std::byte* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (std::is_same_v<T, fp16>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+}
+#else
+#define MAXTEXT_QBLOCK_FLOAT_ROWS 0
+#endif
+
+#if MAXTEXT_QBLOCK_FLOAT_ROWS
+/// Widen the first n / kFrW * kFrW values; returns how many.
+template <class T>
+inline std::int64_t widen_vec(const std::byte* src, float* dst, std::int64_t n) {
+  const std::int64_t done = n / kFrW * kFrW;
+  for (std::int64_t k = 0; k < done; k += kFrW) fr_store(dst + k, fr_widen<T>(src + k * static_cast<std::int64_t>(sizeof(T))));
+  return done;
+}
+
+/// out[m] = sum over the first n / (U kFrW) * (U kFrW) values of w x[m]; returns how many. U sums per row: four
+/// for one or two rows (enough independent adds to stream the row), two for three or four (registers).
+template <class T, int M>
+inline std::int64_t dot_vec(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, float* out) {
+  constexpr int U = M <= 2 ? 4 : 2;
+  constexpr auto es = static_cast<std::int64_t>(sizeof(T));
+  FrVec acc[M][U];
+  for (int m = 0; m < M; ++m) {
+    for (int u = 0; u < U; ++u) acc[m][u] = fr_zero();
+  }
+  const std::int64_t done = K / (U * kFrW) * (U * kFrW);
+  for (std::int64_t k = 0; k < done; k += U * kFrW) {
+    FrVec w[U];
+    for (int u = 0; u < U; ++u) w[u] = fr_widen<T>(row + (k + u * kFrW) * es);
+    for (int m = 0; m < M; ++m) {
+      for (int u = 0; u < U; ++u) acc[m][u] = fr_fma(w[u], fr_load(x + m * ldx + k + u * kFrW), acc[m][u]);
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    FrVec t = acc[m][0];
+    for (int u = 1; u < U; ++u) t = fr_add(t, acc[m][u]);
+    out[m] = fr_sum(t);
+  }
+  return done;
+}
+#endif
+
+/// Calls f with the float row type's element type (float, fp16 or bf16) as a null pointer of it.
+template <class F>
+inline void with_float_type(std::uint32_t type, F&& f) {
+  switch (type) {
+    case quant::kTypeF32: f(static_cast<const float*>(nullptr)); return;
+    case quant::kTypeF16: f(static_cast<const fp16*>(nullptr)); return;
+    default: f(static_cast<const bf16*>(nullptr)); return;
+  }
+}
+
+}  // namespace detail
+
+/// Exact widening of `n` values (any count) of a float row type at `src` to f32.
+inline void widen(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n) {
+  MAXTEXT_DASSERT(is_float_type(type));
+  std::int64_t done = 0;
+#if MAXTEXT_QBLOCK_FLOAT_ROWS
+  detail::with_float_type(type, [&](auto tag) {
+    done = detail::widen_vec<std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>>(src, dst, n);
+  });
+#endif
+  const auto es = static_cast<std::size_t>(quant::checked_type_info(type).bytes);
+  quant::dequantize_any(type, src + static_cast<std::size_t>(done) * es, dst + done, n - done);
+}
+
+/// out[m] = sum_k w[k] * x[m*ldx + k] for m < M (1..4), in f32, for a row of a float row type (any K).
+inline void dot_float(std::uint32_t type, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
+                      int M, float* out) {
+  MAXTEXT_DASSERT(is_float_type(type) && M >= 1 && M <= 4);
+  const auto es = static_cast<std::size_t>(quant::checked_type_info(type).bytes);
+  std::int64_t done = 0;
+  for (int m = 0; m < M; ++m) out[m] = 0.0f;
+#if MAXTEXT_QBLOCK_FLOAT_ROWS
+  detail::with_float_type(type, [&](auto tag) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>;
+    switch (M) {
+      case 1: done = detail::dot_vec<T, 1>(row, K, x, ldx, out); break;
+      case 2: done = detail::dot_vec<T, 2>(row, K, x, ldx, out); break;
+      case 3: done = detail::dot_vec<T, 3>(row, K, x, ldx, out); break;
+      default: done = detail::dot_vec<T, 4>(row, K, x, ldx, out); break;
+    }
+  });
+#endif
+  // The rest (all of it without a vector path) in chunks widened to f32, over 64 lane sums as the scalar block path.
+  if (done == K) return;
+  detail::LaneSum acc[4];
+  float w[256];
+  for (std::int64_t k0 = done; k0 < K; k0 += 256) {
+    const std::int64_t n = std::min<std::int64_t>(256, K - k0);
+    quant::dequantize_any(type, row + static_cast<std::size_t>(k0) * es, w, n);
+    for (int m = 0; m < M; ++m) {
+      const float* xm = x + m * ldx + k0;
+      for (std::int64_t e = 0; e < n; ++e) {
+        float& a = acc[m].lane[(k0 + e) % detail::LaneSum::W];
+        a = std::fma(w[e], xm[e], a);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m) out[m] += acc[m].total();
+}
+
+/// Exact f32 values of `n` values of any runtime-typed row (block types: a multiple of the block) at `src`.
+inline void dequantize_any(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n) {
+  if (is_float_type(type)) return widen(type, src, dst, n);
+  dequantize(static_cast<BlockType>(quant::checked_type_info(type).id), src, dst, n);
 }
 
 /// Bytes of one quantised activation row of K values (K a multiple of 32): q, d and s sections, each 64-byte
@@ -914,7 +1557,7 @@ inline QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf) {
 /// one float step per group.
 inline float dot_q8(BlockType t, const std::byte* row, const QuantizedX& x) {
   MAXTEXT_DASSERT(x.K % quant::block_format(t).block == 0);
-#if MAXTEXT_QBLOCK_AVX512
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2  // (the two paths' kernels have the same names)
   using namespace detail;
   switch (t) {
     case BlockType::q4_0: return dot_q8_q4_0(row, x);
@@ -933,6 +1576,7 @@ inline float dot_q8(BlockType t, const std::byte* row, const QuantizedX& x) {
 }  // namespace maxtext::cpu::qblock
 
 #undef MAXTEXT_QBLOCK_INLINE
+#undef MAXTEXT_QBLOCK_FLOAT_ROWS
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
