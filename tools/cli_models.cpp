@@ -36,9 +36,9 @@ Config make_config(const Args& a) {
 
 namespace {
 
-/// Without --weight-type, a file's F16, BF16 or Q8_0 matrices are stored as they are (io::LoadedWeights::
-/// file_weight_type): the same values as widened float32 in a half or a quarter of the memory (a matrix the importer
-/// rescales rounds once to that type). Widening is the explicit `--weight-type float32`, and the fallback when this
+/// Without --weight-type, a file's matrices are stored as they are (io::LoadedWeights::file_weight_type): a GGUF
+/// file's read where they lie ("ggml"), another file's F16, BF16 or Q8_0 ones in that type; the same values as
+/// widened float32 in a half or a quarter of the memory (a matrix the importer rescales rounds once to that type). Widening is the explicit `--weight-type float32`, and the fallback when this
 /// program did not compile the file's type for the block.
 std::string weight_type_of_file(const Config& cfg, const io::LoadedWeights& w) {
   const std::string kept = models::keep_file_weight_type(cfg, w.file_weight_type);
@@ -62,7 +62,8 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   o.int8_activations = i8 == "on";
   std::optional<io::LoadedWeights> w;
   if (load && a.has("weights")) {
-    // A GGUF file's blocks (Q4_K, Q6_K, Q4_0, ...) are computed from as they lie unless --weight-type says otherwise.
+    // A GGUF file's matrices (blocks such as Q4_K or Q8_0, F32, F16, BF16) are computed from as they lie in the
+    // mapped file unless --weight-type says otherwise.
     const bool keep_blocks = (!a.has("weight-type") || a.get("weight-type") == "ggml") &&
                              cfg.dtype_canonical() == "float32" && models::any_model_is_built(cfg, "ggml");
     w = io::load_weights(a.get("weights"), cfg, keep_blocks);

@@ -33,9 +33,9 @@ common options:
                      .gguf, llama2.c tokenizer.bin, SentencePiece .model (default: the GGUF's own, or tokenizer.json /
                      tokenizer.model / tokenizer.bin / tok<vocab>.bin beside the weights)
   --weight-type T    store weights as float32, bfloat16, float16, q8_0 or ggml (each matrix in its GGUF type,
-                     Q4_K, Q6_K, Q4_0, ... computed from the blocks; float32 activations). Default: the file's
-                     own type when every matrix of --weights is F16, BF16 or Q8_0, ggml for a GGUF file with
-                     other block types (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, olmo2), else the
+                     Q4_K, Q6_K, Q4_0, F16, ... read where they lie in the file; float32 activations).
+                     Default: ggml for a GGUF file (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, olmo2),
+                     else the file's own type when every matrix of --weights is F16, BF16 or Q8_0, else the
                      config's dtype; float32 widens
   --threads N        CPU threads (default: all cores)
   --int8-activations on|off

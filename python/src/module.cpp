@@ -579,9 +579,9 @@ and `weight_type` name.
 Model(config=None, weights=None, *, weight_type="", threads=0, int8_activations=False, names=None, seed=None,
 allow_unused=False). config: a Config or a path (None: taken from the weights file). weights: a path (MaxText or
 Hugging Face safetensors, GGUF, llama2.c) or a dict of NumPy arrays (MaxText's parameter tree, scanned or not, or
-Hugging Face names). weight_type "" keeps a path's matrices in the file's type when they are all F16, BF16 or Q8_0,
-and a GGUF file's block-quantised matrices (Q4_K_M, Q6_K, Q4_0, ...) as blocks ('ggml'), computed from as they lie (the
-same values in less memory; 'float32' widens them), else uses the config's dtype. Without weights, seed=
+Hugging Face names). weight_type "" reads a GGUF file's matrices where they lie, whatever their types (F32, F16, BF16,
+Q8_0, block-quantised Q4_K_M, Q6_K, Q4_0, ...: 'ggml'), keeps another path's matrices in the file's type when they are
+all F16, BF16 or Q8_0 (the same values in less memory; 'float32' widens them), else uses the config's dtype. Without weights, seed=
 initialises with MaxText's initialisers; otherwise call load()/init().
 names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
       .def(py::init([](py::object config, py::object weights, const std::string& weight_type, int threads,
@@ -589,10 +589,11 @@ names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
              const Config c = config_arg(config, weights);
              ModelOptions o;
              o.weight_type = weight_type;
-             // A path's F16 / BF16 / Q8_0 matrices are kept as they are unless weight_type says otherwise.
+             // A path's matrices are kept as they are (a GGUF file's in place) unless weight_type says otherwise.
              std::optional<Weights> file;
              if (weight_type.empty() && is_path(weights)) {
-               // GGUF blocks (Q4_K, Q6_K, ...) stay blocks where this module compiled the runtime-typed model.
+               // A GGUF file's matrices (blocks, F32, F16, ...) stay where they lie where this module compiled the
+               // runtime-typed model.
                file = weights_arg(weights, c, c.dtype_canonical() == "float32" && models::any_model_is_built(c, "ggml"));
                o.weight_type = models::keep_file_weight_type(c, file->file_weight_type);
              }

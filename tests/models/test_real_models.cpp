@@ -179,7 +179,7 @@ TEST_CASE("llama-2-tiny-random.gguf: logits within 2e-5 of an independent float6
   CHECK(cfg.vocab_size == 32000);
   auto check = [&]<class P>(const char* what) {
     Llama<P> model(cfg, cpu::Backend(cpu::Options{1}));
-    model.load(io::load_weights(path, cfg).tensors);
+    model.load(io::load_weights(path, cfg, std::is_same_v<typename P::weight_t, ggml_byte>).tensors);
     const Tensor<float, 3> l = model.forward(row(ids));
     const std::int64_t T = l.dim(1), V = l.dim(2), C = cols.numel();
     double err = 0, err_lse = 0;
@@ -207,18 +207,23 @@ TEST_CASE("llama-2-tiny-random.gguf: logits within 2e-5 of an independent float6
   check.template operator()<F32>("f32");
   // The file's weights are f16 and the query scale 1/sqrt(4) is exact: f16 storage gives the same numbers.
   check.template operator()<Policy<cpu::Backend, fp16, float>>("f16");
+  // Runtime-typed weights read the file's F16 rows where they lie (io::load_weights keep_blocks).
+  check.template operator()<Policy<cpu::Backend, ggml_byte, float>>("F16 rows in place");
 
-  // The CLI keeps the file's F16 matrices as fp16 by default (it says so on stderr). The fp16 panels are widened
-  // exactly and multiplied in the f32 kernel's order, so the logits equal those of --weight-type float32 bit for bit.
+  // The CLI reads the file's F16 matrices where they lie by default (runtime-typed "ggml" weights; it says so on
+  // stderr). With more than kFloatRowsDirect tokens the rows are widened exactly into the f32 kernel's panels and
+  // multiplied in its order, so the logits equal those of --weight-type float32 bit for bit.
   const auto tmp = std::filesystem::current_path();
   const std::string o16 = (tmp / ("maxtext_test_f16_" + std::to_string(::getpid()) + ".npy")).string(),
                     o32 = (tmp / ("maxtext_test_f32_" + std::to_string(::getpid()) + ".npy")).string();
   std::string toks;
   for (auto id : ids) toks += (toks.empty() ? "" : ",") + std::to_string(id);
   const std::string cli = ::maxtext::test::cli_path() + " logits --threads 2 --weights " + path + " --tokens " + toks;
-  // (A program built without the float16 policy, as CI's sanitizer build, says it widens instead: same logits.)
+  // (A program built without the ggml policy keeps them as float16, with the same logits: the fp16 panels are
+  // widened exactly too; one without either, as CI's sanitizer build, says it widens instead.)
+  REQUIRE(ids.size() > static_cast<std::size_t>(cpu::gemm::kFloatRowsDirect));
   const std::string note = run_command(cli + " --out " + o16 + " 2>&1");
-  CHECK((note.find("weights kept as float16") != std::string::npos ||
+  CHECK((note.find("weights kept as ggml") != std::string::npos || note.find("weights kept as float16") != std::string::npos ||
          note.find("with float16 weights is not compiled into this program: widening") != std::string::npos));
   run_command(cli + " --weight-type float32 --out " + o32);
   const AnyTensor l16 = test::npy(o16), l32 = test::npy(o32);

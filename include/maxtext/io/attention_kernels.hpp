@@ -11,6 +11,7 @@
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/io/convert.hpp"
 
@@ -33,15 +34,16 @@ inline std::int64_t src_lane(std::int64_t j, std::int64_t H, RopeLayout from, Ro
 
 }  // namespace detail
 
-/// The MaxText attention kernel [D, heads, H] for a file's projection matrix w [heads*H, D] (out-major): a view when
-/// nothing changes, else a materialised copy with the rotary lanes re-paired and/or every value scaled by `scale`
-/// (float sources: f32 result, value = float(double(w) * scale); Q8_0 sources stay Q8_0 with the block scales
-/// multiplied, rounded to fp16).
 /// Whether `w` (Q8_0) stores each row as contiguous blocks, the layout attention_kernel keeps as blocks.
 inline bool q8_0_rows_contiguous(const AnyTensor& w) {
   return w.dtype == DType::q8_0 && w.block_axis < 0 && w.strides.back() == 1;
 }
 
+/// The MaxText attention kernel [D, heads, H] for a file's projection matrix w [heads*H, D] (out-major): a view when
+/// nothing changes, else a materialised copy with the rotary lanes re-paired and/or every value scaled by `scale`
+/// (float sources with a scale: f32 result, value = float(double(w) * scale); F32 / F16 / BF16 rows only re-paired
+/// keep their type; Q8_0 sources stay Q8_0 with the block scales multiplied, rounded to fp16; runtime-typed blocks
+/// stay blocks, the scale kept as value_scale).
 inline AnyTensor attention_kernel(const AnyTensor& w, std::int64_t heads, std::int64_t H, RopeLayout from, RopeLayout to,
                                   double scale, const std::string& name) {
   MAXTEXT_CHECK(w.rank() == 2 && w.shape[0] == heads * H, ShapeError, "[import] ", w.source, " (", name,
@@ -72,15 +74,20 @@ inline AnyTensor attention_kernel(const AnyTensor& w, std::int64_t heads, std::i
     out.data = reinterpret_cast<const std::byte*>(q.data());
     out.holder = q.holder();
     out.source = w.source;
-  } else if (w.dtype == DType::ggml && w.strides.back() == 1 &&
-             w.strides[0] % quant::checked_type_info(w.ggml_type).block == 0) {
-    // Runtime-typed blocks (Q4_K, Q6_K, ...): whole rows of blocks re-ordered; the scale rides along as the tensor's
-    // value_scale (the model applies it after decoding). Folding it into the fp16 block scales, as for Q8_0, is not
-    // exact: K-quant scales are often fp16 subnormals, which even a power of two shifts bits out of.
+  } else if ((w.dtype == DType::ggml && w.strides.back() == 1 &&
+              w.strides[0] % quant::checked_type_info(w.ggml_type).block == 0) ||
+             (scale == 1.0 && w.strides.back() == 1 &&
+              (w.dtype == DType::f32 || w.dtype == DType::f16 || w.dtype == DType::bf16))) {
+    // Whole rows re-ordered in the file's own type: runtime-typed blocks (Q4_K, Q6_K, ...; the scale rides along as
+    // the tensor's value_scale, applied after decoding: folding it into the fp16 block scales, as for Q8_0, is not
+    // exact, K-quant scales being often fp16 subnormals that even a power of two shifts bits out of), or F32 / F16 /
+    // BF16 values. The rows read are then handed back to the page cache where they were a mapped file's
+    // (core/mapped_pages.hpp): the copy is their one resident copy.
     out = w;
-    out.value_scale = w.value_scale * scale;
+    if (w.dtype == DType::ggml) out.value_scale = w.value_scale * scale;
     if (from != to) {
-      const std::int64_t rb = quant::row_bytes(w.ggml_type, D);
+      const std::int64_t rb = w.dtype == DType::ggml ? quant::row_bytes(w.ggml_type, D)
+                                                     : D * static_cast<std::int64_t>(dtype_size(w.dtype));
       auto buf = std::shared_ptr<std::byte[]>(new std::byte[static_cast<std::size_t>(heads * H * rb)]);
       for (std::int64_t n = 0; n < heads; ++n) {
         for (std::int64_t j = 0; j < H; ++j) {
@@ -89,8 +96,9 @@ inline AnyTensor attention_kernel(const AnyTensor& w, std::int64_t heads, std::i
                       static_cast<std::size_t>(rb));
         }
       }
+      if (w.strides[0] > 0) drop_mapped_pages(w.data, w.byte_offset((heads * H - 1) * w.strides[0]) + static_cast<std::size_t>(rb));
       out.shape = {heads * H, D};
-      out.strides = AnyTensor::dense_strides(out.shape, DType::ggml);
+      out.strides = AnyTensor::dense_strides(out.shape, w.dtype);
       out.data = buf.get();
       out.holder = std::shared_ptr<const void>(buf, buf.get());
     }

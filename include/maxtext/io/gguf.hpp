@@ -228,6 +228,9 @@ struct GgufFile {
   std::vector<GgufTensorInfo> infos;
   TensorMap tensors;
   std::vector<GgufBlockTensor> block_tensors;
+  /// The data section in the file's mapping (kept alive by the tensors' holders).
+  const std::byte* data = nullptr;
+  std::size_t data_bytes = 0;
 
   /// The row-major shape of tensor `name` as listed in the file (whatever its type), or nullopt.
   std::optional<std::vector<std::int64_t>> tensor_shape(const std::string& name) const {
@@ -472,6 +475,8 @@ inline GgufFile read_gguf(const std::string& path) {
                 g.data_offset, " starts past the end of the file (", file->size(), " bytes)");
   const std::uint64_t data_size = g.data_offset <= file->size() ? file->size() - g.data_offset : 0;
   const std::byte* data = file->data() + std::min<std::uint64_t>(g.data_offset, file->size());
+  g.data = data;
+  g.data_bytes = static_cast<std::size_t>(data_size);
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const auto& info : g.infos) {
     const std::string what = "tensor " + info.name;
@@ -572,10 +577,23 @@ inline void check_q8_0_scales(const GgufFile& g, bool drop_pages) {
   const quant::BlockFormat& q8 = quant::block_format(quant::BlockType::q8_0);
   for (const auto& [name, t] : g.tensors.tensors) {
     if (t.dtype != DType::q8_0 || !t.is_contiguous()) continue;
-    for (std::int64_t k = 0; k < t.numel() / q8.block; ++k) {
-      MAXTEXT_CHECK(quant::block_scales_finite(q8, t.data + k * q8.bytes), IoError, "[gguf] ", g.path, ": tensor ", name,
-                    ": Q8_0 block ", k, " (row ", k * q8.block / t.shape.back(), ", column ",
-                    k * q8.block % t.shape.back(), ") has a NaN or infinite scale");
+    const std::int64_t nb = t.numel() / q8.block;
+    // A branch-free pass over a run of blocks' scale exponents (the scale is each block's first two bytes); only a
+    // run holding a NaN or infinite scale is walked again, to name the block.
+    for (std::int64_t k0 = 0; k0 < nb; k0 += 4096) {
+      const std::int64_t k1 = std::min<std::int64_t>(nb, k0 + 4096);
+      unsigned finite = 1;
+      for (std::int64_t k = k0; k < k1; ++k) {
+        std::uint16_t h;
+        std::memcpy(&h, t.data + k * q8.bytes, 2);
+        finite &= static_cast<unsigned>((h & 0x7c00u) != 0x7c00u);
+      }
+      if (finite != 0) continue;
+      for (std::int64_t k = k0; k < k1; ++k) {
+        MAXTEXT_CHECK(quant::block_scales_finite(q8, t.data + k * q8.bytes), IoError, "[gguf] ", g.path, ": tensor ",
+                      name, ": Q8_0 block ", k, " (row ", k * q8.block / t.shape.back(), ", column ",
+                      k * q8.block % t.shape.back(), ") has a NaN or infinite scale");
+      }
     }
     if (drop_pages) drop_mapped_pages(t.data, static_cast<std::size_t>(t.numel() / q8.block) * q8.bytes);
   }
@@ -608,26 +626,31 @@ inline AnyTensor block_tensor_view(const GgufBlockTensor& b, const std::string& 
   return t;
 }
 
-/// Whether `g` holds block-quantised tensors: any of `block_tensors` (Q4_0 ... IQ4_XS) or a Q8_0 tensor.
-inline bool has_block_tensors(const GgufFile& g) {
-  if (!g.block_tensors.empty()) return true;
-  for (const auto& [name, t] : g.tensors.tensors) {
-    if (t.dtype == DType::q8_0) return true;
-  }
-  return false;
-}
-
 /// Move every tensor of `g.block_tensors` into `g.tensors` as it lies (block_tensor_view), and relabel the contiguous
-/// Q8_0 tensors as the runtime-typed (DType::ggml) views of the same bytes: the model computes from the blocks. The
-/// Q8_0 tensors' scales are checked as dequantize_block_tensors does.
+/// Q8_0 tensors, and the F32 / F16 / BF16 ones of two or more dimensions (the matrices), as the runtime-typed
+/// (DType::ggml) views of the same bytes: the model computes from the file's own rows, and an importer treats every
+/// matrix alike (a query scale rides as value_scale, rotary lanes are re-paired by whole rows: io/attention_kernels.hpp).
+/// The Q8_0 tensors' scales are checked as dequantize_block_tensors does.
 inline void keep_block_tensors(GgufFile& g) {
+  // The model reads these pages where they lie: map them all now, in one call, rather than a page fault at a time
+  // while the scales are checked and the first tokens run (llama.cpp maps its files with MAP_POPULATE alike).
+  populate_mapped_pages(g.data, g.data_bytes);
   for (const auto& b : g.block_tensors) g.tensors.add(b.name, block_tensor_view(b, g.path));
   g.block_tensors.clear();
   check_q8_0_scales(g, false);
   for (auto& [name, t] : g.tensors.tensors) {
-    if (t.dtype != DType::q8_0 || !t.is_contiguous()) continue;
-    t.dtype = DType::ggml;  // a GGUF Q8_0 block is the q8_0 struct: [d f16][32 x int8], 34 bytes
-    t.ggml_type = static_cast<std::uint32_t>(quant::BlockType::q8_0);
+    if (!t.is_contiguous()) continue;
+    std::uint32_t type = 0;
+    switch (t.dtype) {
+      case DType::q8_0: type = static_cast<std::uint32_t>(quant::BlockType::q8_0); break;  // [d f16][32 x int8]
+      case DType::f32: type = quant::kTypeF32; break;
+      case DType::f16: type = quant::kTypeF16; break;
+      case DType::bf16: type = quant::kTypeBF16; break;
+      default: continue;
+    }
+    if (t.dtype != DType::q8_0 && t.rank() < 2) continue;  // norm scales and biases stay as they are
+    t.dtype = DType::ggml;
+    t.ggml_type = type;
     t.strides = AnyTensor::dense_strides(t.shape, DType::ggml);
     t.block_axis = -1;
   }

@@ -105,8 +105,9 @@ inline bool gguf_keeps_blocks(const Config& cfg) {
 /// Read `path` for the model `cfg` and return its tensors in canonical MaxText naming (unscanned). GGUF, llama2.c
 /// and Hugging Face tensors are mapped (io/model_import.hpp); MaxText safetensors are canonicalised.
 /// `keep_blocks`: a GGUF file's block-quantised tensors (Q4_K, Q6_K, Q4_0, ...) stay as they lie in the file
-/// (DType::ggml views) for a model with runtime-typed weights (ggml_byte; file_weight_type "ggml"), where the
-/// importer supports it (gguf_keeps_blocks); otherwise, and by default, they are decoded to f32.
+/// (DType::ggml views), and so do its F32 / F16 / BF16 matrices, for a model with runtime-typed weights (ggml_byte;
+/// file_weight_type "ggml"), where the importer supports it (gguf_keeps_blocks): the model then reads the file's
+/// mapping as it is, with no second copy. Otherwise, and by default, blocks are decoded to f32.
 inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg, bool keep_blocks = false) {
   const std::string path = detail::resolve_weights_path(path_in);
   MAXTEXT_CHECK(std::filesystem::exists(path), IoError, "[weights] ", path, ": no such file");
@@ -129,8 +130,8 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg,
                         ": ggml type MXFP4 is only supported for gpt-oss expert tensors");
         }
       }
-      if (keep_blocks && gguf_keeps_blocks(cfg) && has_block_tensors(g)) {
-        keep_block_tensors(g);  // computed from as they lie (ggml_byte weights)
+      if (keep_blocks && gguf_keeps_blocks(cfg)) {
+        keep_block_tensors(g);  // blocks and F32 / F16 / BF16 rows computed from as they lie (ggml_byte weights)
         w.file_weight_type = "ggml";
       } else {
         dequantize_block_tensors(g);  // Q4_K, Q6_K, ... become f32 (exact mode); the model stores its weight type

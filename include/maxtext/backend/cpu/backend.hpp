@@ -79,31 +79,17 @@ class Backend {
   /// Where `data` is a view of a mapped weights file, the pages packing read are dropped from the resident set
   /// (core/mapped_pages.hpp): the packed panels are then the one copy in memory, and the rare reader of `data`
   /// faults what it reads back in from the page cache.
-  /// Runtime-typed matrices (W = ggml_byte) of F32, F16 or BF16 rows are packed as those types are; block types
-  /// (Q8_0, Q4_K, Q6_K, ...) are not copied: their kernels read the rows where they lie (gemm::wrap_ggml).
+  /// Runtime-typed matrices (W = ggml_byte: a GGUF file's own types, blocks such as Q4_K or Q8_0 and plain F32,
+  /// F16 or BF16 rows alike) are not copied: their kernels read the rows where they lie (gemm::wrap_ggml), so a
+  /// mapped file's weights are the one copy in memory.
   template <class W>
   Matrix<W> prepare(Matrix<W> m) const {
     if constexpr (std::is_same_v<W, ggml_byte>) {
       if (m.empty() || m.packed) return m;
       MAXTEXT_CHECK(m.data.view().is_contiguous(), UnsupportedError, "[cpu] runtime-typed matrices must be contiguous");
-      const std::byte* rows = reinterpret_cast<const std::byte*>(m.data.data());
-      const auto bytes = static_cast<std::size_t>(m.data.size());
-      switch (m.ggml_type) {
-        case quant::kTypeF32:
-          m.packed = gemm::pack(reinterpret_cast<const float*>(rows), m.rows, m.cols, false, threads_);
-          break;
-        case quant::kTypeF16:
-          m.packed = gemm::pack(reinterpret_cast<const fp16*>(rows), m.rows, m.cols, false, threads_);
-          break;
-        case quant::kTypeBF16:
-          m.packed = gemm::pack(reinterpret_cast<const bf16*>(rows), m.rows, m.cols, false, threads_);
-          break;
-        default:  // block types, Q8_0 included
-          m.packed = gemm::wrap_ggml(rows, static_cast<std::size_t>(m.storage_cols()), m.ggml_type, m.rows, m.cols,
-                                     m.data.holder(), int8_activations_, m.value_scale);
-          return m;
-      }
-      drop_mapped_pages(rows, bytes);
+      m.packed = gemm::wrap_ggml(reinterpret_cast<const std::byte*>(m.data.data()),
+                                 static_cast<std::size_t>(m.storage_cols()), m.ggml_type, m.rows, m.cols,
+                                 m.data.holder(), int8_activations_, m.value_scale);
       return m;
     }
     if constexpr (gemm::packable<W>) {
@@ -1130,11 +1116,7 @@ class Backend {
     const std::int64_t K = w.cols;
     if constexpr (std::is_same_v<W, ggml_byte>) {
       const std::byte* row = reinterpret_cast<const std::byte*>(w.data.data()) + r * w.storage_cols();
-      if (quant::block_format(w.ggml_type) != nullptr) {
-        qblock::dequantize(static_cast<quant::BlockType>(w.ggml_type), row, dst, K);
-      } else {  // F32, F16, BF16 rows
-        quant::dequantize_any(w.ggml_type, row, dst, K);
-      }
+      qblock::dequantize_any(w.ggml_type, row, dst, K);
       quant::scale_values(dst, K, w.value_scale);
     } else if constexpr (std::is_same_v<W, q8_0>) {
       const q8_0* blk = w.data.data() + r * w.storage_cols();

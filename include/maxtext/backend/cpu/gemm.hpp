@@ -20,10 +20,12 @@
 //          operand layout of AVX512-VNNI vpdpbusd. The activations are quantised per 32-element block by llama.cpp's
 //          Q8_0 rule (scale max|x| / 127, kept in f32); the integer block sums are exact, and
 //          dot(q_w + 128, q_x) - 128 * sum(q_x) recovers dot(q_w, q_x). Same 34 bytes per 32 weights.
-//  - ggml (runtime-typed blocks: Q4_K, Q6_K, Q4_0, IQ4_XS, ...): not packed at all. The kernels read the file's own
-//          out-major rows of blocks (backend/cpu/qblock.hpp), so the weights exist once, where the file mapping
-//          put them. Decode (M <= kGgmlRowsDirect) takes one fused decode-and-dot per weight row and x row; more
-//          rows dequantise a panel slice (kNR rows) into a per-thread f32 buffer, exactly, and run the f32 tiles.
+//  - ggml (runtime-typed rows: blocks such as Q4_K, Q6_K, Q4_0, IQ4_XS, Q8_0, or plain F32 / F16 / BF16 values):
+//          not packed at all. The kernels read the file's own out-major rows (backend/cpu/qblock.hpp), so the
+//          weights exist once, where the file mapping put them. Decode (M <= kGgmlRowsDirect; F32 / F16 / BF16
+//          rows: M <= kFloatRowsDirect) takes one fused decode-and-dot per weight row and x row; more rows
+//          dequantise a panel slice (kNR rows) into a per-thread f32 buffer, exactly, and run the f32 tiles.
+//          F32 / F16 / BF16 rows are always exact (widened), whatever the 8-bit-activation flag.
 //          With 8-bit activations, the types with one scale per 32 values (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
 //          IQ4_NL, IQ4_XS) instead decode each panel slice into the Q8_0 int8 layout's integer operands (unsigned
 //          quants [8][kNR][4] per 32-wide block, with an f32 scale and offset per row and block: decode_i8_panel)
@@ -39,7 +41,7 @@
 
 #include <xsimd/xsimd.hpp>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -415,6 +417,29 @@ inline void dequant_q8_panel(std::int64_t K, const std::byte* panel, float* out)
   }
 }
 
+#if defined(__AVX__)
+/// dst[c * ldd + r] = src[r * lds + c] for r, c < 8: eight rows of eight floats written as eight columns, in registers.
+MAXTEXT_INLINE void transpose_8x8(const float* src, std::int64_t lds, float* dst, std::int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // a0 b0 a1 b1 | a4 b4 a5 b5
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // a2 b2 a3 b3 | a6 b6 a7 b7
+  }
+  for (int i = 0; i < 8; i += 4) {
+    for (int h = 0; h < 2; ++h) {
+      r[i + 2 * h] = _mm256_shuffle_ps(t[i + h], t[i + h + 2], _MM_SHUFFLE(1, 0, 1, 0));      // a b c d, column 0 / 2
+      r[i + 2 * h + 1] = _mm256_shuffle_ps(t[i + h], t[i + h + 2], _MM_SHUFFLE(3, 2, 3, 2));  // column 1 / 3
+    }
+  }
+  // r[0..3]: columns 0, 1, 2, 3 (| 4, 5, 6, 7) of rows 0-3; r[4..7] the same of rows 4-7.
+  for (int c = 0; c < 4; ++c) {
+    _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(r[c], r[c + 4], 0x20));
+    _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(r[c], r[c + 4], 0x31));
+  }
+}
+#endif
+
 /// Dequantise rows [n0, n0 + kNR) x columns [k0, k0 + kc) of a runtime-typed weight into the f32 panel layout
 /// [kc][kNR] (exact; rows past the weight's end are zero). k0 and kc are multiples of the block. `rows` holds kW
 /// rows of kc values: each group of kW weight rows is decoded there, then written k-major, so that the panel is
@@ -431,11 +456,17 @@ inline void dequant_ggml_panel(const Packed& p, std::int64_t pi, std::int64_t k0
         std::fill(r, r + kc, 0.0f);
         continue;
       }
-      qblock::dequantize(static_cast<quant::BlockType>(p.ggml_type),
-                         p.rows_data + static_cast<std::size_t>(n0 + g + j) * p.row_bytes + off, r, kc);
+      qblock::dequantize_any(p.ggml_type, p.rows_data + static_cast<std::size_t>(n0 + g + j) * p.row_bytes + off, r, kc);
       quant::scale_values(r, kc, p.value_scale);
     }
-    for (std::int64_t k = 0; k < kc; ++k) {
+    std::int64_t k = 0;
+#if defined(__AVX__)
+    static_assert(kW % 8 == 0, "the panel's vector width is a multiple of 8 floats");
+    for (; k + 8 <= kc; k += 8) {
+      for (std::int64_t j = 0; j < kW; j += 8) transpose_8x8(rows + j * kc + k, kc, out + k * kNR + g + j, kNR);
+    }
+#endif
+    for (; k < kc; ++k) {
       float* o = out + k * kNR + g;
       MAXTEXT_UNROLL
       for (std::int64_t j = 0; j < kW; ++j) o[j] = rows[j * kc + k];
@@ -932,6 +963,10 @@ inline std::shared_ptr<const Packed> wrap_ggml(const std::byte* rows, std::size_
 /// Rows of x up to which a runtime-typed weight is multiplied row by row (fused decode and dot, each weight block
 /// decoded once for all of them); above, panels are dequantised and the f32 tiles run.
 inline constexpr std::int64_t kGgmlRowsDirect = 4;
+/// The same for F32 / F16 / BF16 rows, taken four x rows at a time: a weight row (a few KiB) is read from memory
+/// once and from L1 again for the next four. Widening a panel costs about as much as reading the row again, so for
+/// a few rows (a short prompt) the direct products are the quicker.
+inline constexpr std::int64_t kFloatRowsDirect = 8;
 
 /// Whether this file packs weights of type W.
 template <class W>
@@ -955,7 +990,8 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
             const Bias* bias, int threads) {
   if (M <= 0 || p.rows <= 0) return;
   const std::int64_t K = p.cols, N = p.rows;
-  if (p.kind == PackKind::ggml && M <= kGgmlRowsDirect) {
+  const bool floats = p.kind == PackKind::ggml && qblock::is_float_type(p.ggml_type);  // always exact
+  if (p.kind == PackKind::ggml && M <= (floats ? kFloatRowsDirect : kGgmlRowsDirect)) {
     // Decode: x rows in f32 (the calling thread's scratch), then threads split the weight rows.
     const float* xf = nullptr;
     std::int64_t ldf = ldx;
@@ -969,17 +1005,23 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
     }
     const int nt = 2 * M * N * K < (1 << 18) ? 1 : threads;
     const auto bt = static_cast<quant::BlockType>(p.ggml_type);
+    const bool int8 = p.int8 && !floats;
     qblock::QuantizedX xq[kGgmlRowsDirect];
-    if (p.int8) {  // every x row quantised once, in the calling thread's scratch
+    if (int8) {  // every x row quantised once, in the calling thread's scratch
       const std::size_t qb = qblock::quantized_x_bytes(K);
       std::byte* qbuf = thread_scratch(qb * static_cast<std::size_t>(M), 2);
       for (std::int64_t m = 0; m < M; ++m) xq[m] = qblock::quantize_x(xf + m * ldf, K, qbuf + static_cast<std::size_t>(m) * qb);
     }
     parallel_for(N, nt, [&](std::int64_t n0, std::int64_t n1) {
-      float acc[kGgmlRowsDirect];
+      float acc[kFloatRowsDirect];
       for (std::int64_t n = n0; n < n1; ++n) {
         const std::byte* row = p.rows_data + static_cast<std::size_t>(n) * p.row_bytes;
-        if (p.int8) {
+        if (floats) {
+          for (std::int64_t m = 0; m < M; m += 4) {
+            qblock::dot_float(p.ggml_type, row, K, xf + m * ldf, ldf, static_cast<int>(std::min<std::int64_t>(4, M - m)),
+                              acc + m);
+          }
+        } else if (int8) {
           for (std::int64_t m = 0; m < M; ++m) acc[m] = qblock::dot_q8(bt, row, xq[m]);
         } else {
           qblock::dot_exact(bt, row, K, xf, ldf, static_cast<int>(M), acc);
