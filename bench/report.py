@@ -149,8 +149,10 @@ def main():
                 ours = {x: speed.get((impl, name, w, t, x)) for x in ["pp128", "pp512", "tg@512"]}
                 if not any(ours.values()):
                     continue
-                # "q8_0-ggml": the Q8_0 file's blocks computed in place, against llama.cpp on the same file.
+                # "q8_0-ggml" ("f32-ggml", "f16-ggml"): the file's rows computed in place, against llama.cpp on the
+                # same file (the F16 file is llama.cpp's "bf16" run).
                 peer = w.split("-")[0]
+                peer = "bf16" if peer == "f16" else peer
                 llama = {x: speed.get(("llama.cpp", name, peer, t, x)) for x in ours}
                 torch = {x: speed.get(("pytorch", name, "f32", t, x)) for x in ours}
                 row = dict(model=name, key=meta["key"], weights=w, label=label, impl=impl, threads=t, ours=ours,
