@@ -71,6 +71,9 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   }
   MAXTEXT_CHECK(i8 == "off" || o.weight_type == "q8_0" || o.weight_type == "ggml", ArgumentError,
                 "--int8-activations on applies to Q8_0 weights and a GGUF file's blocks (ggml): add --weight-type q8_0");
+  MAXTEXT_CHECK(i8 == "off" || o.weight_type != "ggml" || !w || io::has_block_matrices(w->tensors), ArgumentError,
+                "--int8-activations on: ", a.get("weights"), " holds no block-quantised matrix (its F32 / F16 / BF16 "
+                "rows are always multiplied exactly); drop the option or add --weight-type q8_0");
   auto model = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
   if (!load) return model;
   if (w) {

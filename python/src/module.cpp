@@ -602,6 +602,9 @@ names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
              MAXTEXT_CHECK(!int8_activations || o.weight_type == "q8_0" || o.weight_type == "ggml", ArgumentError,
                            "[Model] int8_activations applies to Q8_0 weights (weight_type='q8_0') and a GGUF file's "
                            "blocks ('ggml')");
+             MAXTEXT_CHECK(!int8_activations || !file || o.weight_type != "ggml" || io::has_block_matrices(file->tensors),
+                           ArgumentError, "[Model] int8_activations: the file holds no block-quantised matrix (its F32 / "
+                           "F16 / BF16 rows are always multiplied exactly)");
              auto pm = std::make_unique<PyModel>();
              pm->names_fixed = !names.is_none();
              if (pm->names_fixed) o.names = scheme_arg(py::str(names));

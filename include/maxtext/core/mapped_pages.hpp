@@ -76,12 +76,15 @@ inline std::size_t drop_mapped_pages(const void* p, std::size_t bytes) {
 /// Map the pages of [p, p + bytes) into this process's page tables now (madvise MADV_POPULATE_READ, Linux 5.14+),
 /// reading them into the page cache where they are not: one call instead of a page fault per page (or per
 /// fault-around group) when a model then reads a mapped file where it lies. Returns whether the kernel did it;
-/// elsewhere, or on an older kernel, nothing happens and the pages fault in as they are read.
+/// elsewhere, on an older kernel, or for a range over half the machine's memory (which would only push other pages
+/// out), nothing happens and the pages fault in as they are read.
 inline bool populate_mapped_pages(const void* p, std::size_t bytes) {
 #if defined(MADV_POPULATE_READ)
   if (!p || bytes == 0) return false;
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const long phys = ::sysconf(_SC_PHYS_PAGES);
+  if (phys > 0 && bytes / page > static_cast<std::uintptr_t>(phys) / 2) return false;
   const std::uintptr_t lo = a / page * page, hi = (a + bytes + page - 1) / page * page;
   return ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_READ) == 0;
 #else

@@ -249,6 +249,10 @@ inline GgmlMatrix ggml_matrix(const AnyTensor& src, const std::vector<int>& perm
         }
         return m;
       }
+      // Rows that are not the file's rows of values (an inner axis permuted): F16 / BF16 values stay in their type
+      // (exact) unless a factor rides along; everything else is decoded to F32.
+      if (t.value_scale == 1.0 && t.ggml_type == quant::kTypeF16) return typed.template operator()<fp16>(quant::kTypeF16);
+      if (t.value_scale == 1.0 && t.ggml_type == quant::kTypeBF16) return typed.template operator()<bf16>(quant::kTypeBF16);
       return typed.template operator()<float>(quant::kTypeF32);
     }
     default: return typed.template operator()<float>(quant::kTypeF32);

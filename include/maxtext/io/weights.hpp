@@ -102,6 +102,15 @@ inline bool gguf_keeps_blocks(const Config& cfg) {
          cfg.is("olmo3");
 }
 
+/// Whether `t` holds a block-quantised runtime-typed matrix (Q8_0, Q4_K, Q6_K, ...): what 8-bit activations apply to
+/// (a GGUF file's F32 / F16 / BF16 rows are always multiplied exactly).
+inline bool has_block_matrices(const TensorMap& t) {
+  for (const auto& [name, a] : t.tensors) {
+    if (a.dtype == DType::ggml && quant::block_format(a.ggml_type) != nullptr) return true;
+  }
+  return false;
+}
+
 /// Read `path` for the model `cfg` and return its tensors in canonical MaxText naming (unscanned). GGUF, llama2.c
 /// and Hugging Face tensors are mapped (io/model_import.hpp); MaxText safetensors are canonicalised.
 /// `keep_blocks`: a GGUF file's block-quantised tensors (Q4_K, Q6_K, Q4_0, ...) stay as they lie in the file
