@@ -626,6 +626,15 @@ inline AnyTensor block_tensor_view(const GgufBlockTensor& b, const std::string& 
   return t;
 }
 
+/// Whether `g` holds block-quantised tensors: any of `block_tensors` (Q4_0 ... IQ4_XS) or a Q8_0 tensor.
+inline bool has_block_tensors(const GgufFile& g) {
+  if (!g.block_tensors.empty()) return true;
+  for (const auto& [name, t] : g.tensors.tensors) {
+    if (t.dtype == DType::q8_0) return true;
+  }
+  return false;
+}
+
 /// Move every tensor of `g.block_tensors` into `g.tensors` as it lies (block_tensor_view), and relabel the contiguous
 /// Q8_0 tensors, and the F32 / F16 / BF16 ones of two or more dimensions (the matrices), as the runtime-typed
 /// (DType::ggml) views of the same bytes: the model computes from the file's own rows, and an importer treats every

@@ -116,7 +116,8 @@ inline bool has_block_matrices(const TensorMap& t) {
 /// `keep_blocks`: a GGUF file's block-quantised tensors (Q4_K, Q6_K, Q4_0, ...) stay as they lie in the file
 /// (DType::ggml views), and so do its F32 / F16 / BF16 matrices, for a model with runtime-typed weights (ggml_byte;
 /// file_weight_type "ggml"), where the importer supports it (gguf_keeps_blocks): the model then reads the file's
-/// mapping as it is, with no second copy. Otherwise, and by default, blocks are decoded to f32.
+/// mapping as it is, with no second copy. A file without blocks whose model ties its head (logits_via_embedding) is
+/// not kept (see below). Otherwise, and by default, blocks are decoded to f32.
 inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg, bool keep_blocks = false) {
   const std::string path = detail::resolve_weights_path(path_in);
   MAXTEXT_CHECK(std::filesystem::exists(path), IoError, "[weights] ", path, ": no such file");
@@ -139,7 +140,10 @@ inline LoadedWeights load_weights(const std::string& path_in, const Config& cfg,
                         ": ggml type MXFP4 is only supported for gpt-oss expert tensors");
         }
       }
-      if (keep_blocks && gguf_keeps_blocks(cfg)) {
+      // A file of F32 / F16 / BF16 matrices only is read in place too, unless the model ties its head to the
+      // embedding: MaxText's tied head multiplies by a bf16-rounded copy of the table, which the file's rows are not
+      // (docs/numerics.md); such a file keeps the packed policies and MaxText's numbers.
+      if (keep_blocks && gguf_keeps_blocks(cfg) && (has_block_tensors(g) || !cfg.logits_via_embedding)) {
         keep_block_tensors(g);  // blocks and F32 / F16 / BF16 rows computed from as they lie (ggml_byte weights)
         w.file_weight_type = "ggml";
       } else {
