@@ -1283,36 +1283,48 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
 }
 #endif  // MAXTEXT_QBLOCK_AVX2
 
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
+/// Calls f with the vector decoder of block type t (std::type_identity<D>); false for the types that have none.
+/// The decoders and the loops over them have the same names on both instruction sets; these pick the compiled one.
+template <class F>
+inline bool with_decoder(BlockType t, F&& f) {
+  switch (t) {
+    case BlockType::q4_0: f(std::type_identity<DecQ4_0>{}); return true;
+    case BlockType::q8_0: f(std::type_identity<DecQ8_0>{}); return true;
+    case BlockType::iq4_nl: f(std::type_identity<DecIq4Nl>{}); return true;
+    case BlockType::q4_k: f(std::type_identity<DecQ45K<false>>{}); return true;
+    case BlockType::q5_k: f(std::type_identity<DecQ45K<true>>{}); return true;
+    case BlockType::q6_k: f(std::type_identity<DecQ6K>{}); return true;
+    case BlockType::iq4_xs: f(std::type_identity<DecIq4Xs>{}); return true;
+    default: return false;
+  }
+}
+template <class D>
+inline void dequantize_vec(const std::byte* src, float* dst, std::int64_t n) {
+#if MAXTEXT_QBLOCK_AVX512
+  dequantize_avx512<D>(src, dst, n);
+#else
+  dequantize_avx2<D>(src, dst, n);
+#endif
+}
+template <class D>
+inline void dot_exact_vec(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, int M, float* out) {
+#if MAXTEXT_QBLOCK_AVX512
+  dot_exact_avx512_m<D>(row, K, x, ldx, M, out);
+#else
+  dot_exact_avx2_m<D>(row, K, x, ldx, M, out);
+#endif
+}
+#endif
+
 }  // namespace detail
 
 /// Exact dequantisation of `n` values (a multiple of the block) from the block row at `src`: the same bits as
 /// quant::dequantize_row.
 inline void dequantize(BlockType t, const std::byte* src, float* dst, std::int64_t n) {
   MAXTEXT_DASSERT(n % quant::block_format(t).block == 0);
-#if MAXTEXT_QBLOCK_AVX512
-  using namespace detail;
-  switch (t) {
-    case BlockType::q4_0: return dequantize_avx512<DecQ4_0>(src, dst, n);
-    case BlockType::q8_0: return dequantize_avx512<DecQ8_0>(src, dst, n);
-    case BlockType::iq4_nl: return dequantize_avx512<DecIq4Nl>(src, dst, n);
-    case BlockType::q4_k: return dequantize_avx512<DecQ45K<false>>(src, dst, n);
-    case BlockType::q5_k: return dequantize_avx512<DecQ45K<true>>(src, dst, n);
-    case BlockType::q6_k: return dequantize_avx512<DecQ6K>(src, dst, n);
-    case BlockType::iq4_xs: return dequantize_avx512<DecIq4Xs>(src, dst, n);
-    default: break;
-  }
-#elif MAXTEXT_QBLOCK_AVX2
-  using namespace detail;
-  switch (t) {
-    case BlockType::q4_0: return dequantize_avx2<DecQ4_0>(src, dst, n);
-    case BlockType::q8_0: return dequantize_avx2<DecQ8_0>(src, dst, n);
-    case BlockType::iq4_nl: return dequantize_avx2<DecIq4Nl>(src, dst, n);
-    case BlockType::q4_k: return dequantize_avx2<DecQ45K<false>>(src, dst, n);
-    case BlockType::q5_k: return dequantize_avx2<DecQ45K<true>>(src, dst, n);
-    case BlockType::q6_k: return dequantize_avx2<DecQ6K>(src, dst, n);
-    case BlockType::iq4_xs: return dequantize_avx2<DecIq4Xs>(src, dst, n);
-    default: break;
-  }
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
+  if (detail::with_decoder(t, [&](auto d) { detail::dequantize_vec<typename decltype(d)::type>(src, dst, n); })) return;
 #endif
   detail::dequantize_scalar(t, src, dst, n);
 }
@@ -1322,29 +1334,9 @@ inline void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const f
                       float* out) {
   MAXTEXT_DASSERT(M >= 1 && M <= 4);
   MAXTEXT_DASSERT(K % quant::block_format(t).block == 0);
-#if MAXTEXT_QBLOCK_AVX512
-  using namespace detail;
-  switch (t) {
-    case BlockType::q4_0: return dot_exact_avx512_m<DecQ4_0>(row, K, x, ldx, M, out);
-    case BlockType::q8_0: return dot_exact_avx512_m<DecQ8_0>(row, K, x, ldx, M, out);
-    case BlockType::iq4_nl: return dot_exact_avx512_m<DecIq4Nl>(row, K, x, ldx, M, out);
-    case BlockType::q4_k: return dot_exact_avx512_m<DecQ45K<false>>(row, K, x, ldx, M, out);
-    case BlockType::q5_k: return dot_exact_avx512_m<DecQ45K<true>>(row, K, x, ldx, M, out);
-    case BlockType::q6_k: return dot_exact_avx512_m<DecQ6K>(row, K, x, ldx, M, out);
-    case BlockType::iq4_xs: return dot_exact_avx512_m<DecIq4Xs>(row, K, x, ldx, M, out);
-    default: break;
-  }
-#elif MAXTEXT_QBLOCK_AVX2
-  using namespace detail;
-  switch (t) {
-    case BlockType::q4_0: return dot_exact_avx2_m<DecQ4_0>(row, K, x, ldx, M, out);
-    case BlockType::q8_0: return dot_exact_avx2_m<DecQ8_0>(row, K, x, ldx, M, out);
-    case BlockType::iq4_nl: return dot_exact_avx2_m<DecIq4Nl>(row, K, x, ldx, M, out);
-    case BlockType::q4_k: return dot_exact_avx2_m<DecQ45K<false>>(row, K, x, ldx, M, out);
-    case BlockType::q5_k: return dot_exact_avx2_m<DecQ45K<true>>(row, K, x, ldx, M, out);
-    case BlockType::q6_k: return dot_exact_avx2_m<DecQ6K>(row, K, x, ldx, M, out);
-    case BlockType::iq4_xs: return dot_exact_avx2_m<DecIq4Xs>(row, K, x, ldx, M, out);
-    default: break;
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
+  if (detail::with_decoder(t, [&](auto d) { detail::dot_exact_vec<typename decltype(d)::type>(row, K, x, ldx, M, out); })) {
+    return;
   }
 #endif
   detail::dot_exact_scalar(t, row, K, x, ldx, M, out);
