@@ -1,0 +1,1307 @@
+// backend/cpu/qblock_impl.hpp: the definitions of the kernels that backend/cpu/qblock.hpp declares (see there for
+// the layouts, the numerics, and how a program compiles them once). qblock.hpp includes this header itself; in a
+// program built with MAXTEXT_SEPARATE_KERNELS only the translation unit that defines MAXTEXT_KERNELS_IMPLEMENTATION
+// gets the definitions, and including this header elsewhere gives the declarations alone.
+#pragma once
+
+#include "maxtext/backend/cpu/qblock.hpp"
+
+#if !defined(MAXTEXT_SEPARATE_KERNELS) || defined(MAXTEXT_KERNELS_IMPLEMENTATION)
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define MAXTEXT_QBLOCK_AVX512 1
+#else
+#define MAXTEXT_QBLOCK_AVX512 0
+#endif
+#if !MAXTEXT_QBLOCK_AVX512 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MAXTEXT_QBLOCK_AVX2 1  // x86 without AVX-512 (F+BW+VL): the AVX2 paths
+#else
+#define MAXTEXT_QBLOCK_AVX2 0
+#endif
+
+// g++ 12.2 reports its own AVX-512 intrinsics' deliberately undefined pass-through operands as (maybe-)uninitialized
+// once they are inlined here (GCC bug 105593, fixed in 12.3); the top-level CMake flags silence it too.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace maxtext::cpu::qblock {
+
+namespace detail {
+
+#if defined(__GNUC__)
+#define MAXTEXT_QBLOCK_INLINE inline __attribute__((always_inline))
+#else
+#define MAXTEXT_QBLOCK_INLINE inline
+#endif
+
+/// f(integral_constant<int, i>) for i = 0 .. N-1, unrolled (forced inline: clang would otherwise keep a call).
+template <class F, int... I>
+MAXTEXT_QBLOCK_INLINE void unroll_seq(F& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+MAXTEXT_QBLOCK_INLINE void unroll(F&& f) {
+  unroll_seq(f, std::make_integer_sequence<int, N>{});
+}
+
+inline void dequantize_scalar(BlockType t, const std::byte* src, float* dst, std::int64_t n) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  for (std::int64_t b = 0; b < n / f.block; ++b) decode_block(t, src + b * f.bytes, dst + b * f.block);
+}
+
+inline void dot_exact_scalar(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
+                             int M, float* out) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  LaneSum acc[4];
+  float w[256];
+  for (std::int64_t b = 0; b < K / f.block; ++b) {
+    decode_block(t, row + b * f.bytes, w);
+    const std::int64_t k0 = b * f.block;
+    for (int m = 0; m < M; ++m) {
+      const float* xm = x + m * ldx + k0;
+      for (std::int64_t e = 0; e < f.block; ++e) {
+        float& a = acc[m].lane[(k0 + e) % LaneSum::W];
+        a = std::fma(w[e], xm[e], a);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m) out[m] = acc[m].total();
+}
+
+inline float dot_q8_scalar(BlockType t, const std::byte* row, const QuantizedX& x) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  IntBlock ib;
+  float acc[8] = {};
+  for (std::int64_t b = 0; b < x.K / f.block; ++b) {
+    decode_int(t, row + b * f.bytes, ib);
+    for (int g = 0; g < f.block / 32; ++g) {
+      const std::int64_t k0 = b * f.block + g * 32;
+      float part = 0.0f;
+      for (int h = 0; h < 2; ++h) {  // 16-value halves: own scale a, offset b
+        std::int32_t isum = 0, xsum = 0;
+        for (int l = 0; l < 16; ++l) {
+          isum += ib.q[g * 32 + h * 16 + l] * x.q[k0 + h * 16 + l];
+          xsum += x.q[k0 + h * 16 + l];
+        }
+        part += ib.a[2 * g + h] * static_cast<float>(isum) + ib.b[2 * g + h] * static_cast<float>(xsum);
+      }
+      acc[(k0 / 32) % 8] += x.d[k0 / 32] * part;
+    }
+  }
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
+// ---------------------------------------------------------------------------------------------------------------
+// Pieces shared by the AVX-512 and AVX2 paths.
+
+template <int I>
+using ic = std::integral_constant<int, I>;
+
+/// Software prefetch for the dot loops: one hint per 64 bytes of a kBytes step, kPrefetch bytes ahead. Once the
+/// integer kernels run faster than one core's DRAM stream, the hardware prefetcher alone does not keep enough cache
+/// misses in flight (a Q4_0 GEMV from DRAM measured ~8 GB/s without the hints, ~11.5 with them 4 KiB ahead; 1 KiB
+/// gave ~10). A hint past the end of the row (into the next row, or past the matrix) is harmless: it never faults.
+inline constexpr int kPrefetch = 4096;
+template <int kBytes>
+MAXTEXT_QBLOCK_INLINE void prefetch_ahead(const std::byte* p) {
+  // A plain loop: g++ 12 drops a prefetch issued from inside a generic lambda (such as unroll's).
+  for (int o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + o), _MM_HINT_T0);
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+/// Q4_K / Q5_K: the 8 six-bit scales and mins as bytes (byte j = sub-block j).
+inline void k_scales(const std::byte* s, std::uint64_t& sc, std::uint64_t& mn) {
+  std::uint32_t w0, w1, w2;
+  std::memcpy(&w0, s, 4);
+  std::memcpy(&w1, s + 4, 4);
+  std::memcpy(&w2, s + 8, 4);
+  const std::uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
+  const std::uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+  const std::uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+  sc = sc_lo | (static_cast<std::uint64_t>(sc_hi) << 32);
+  mn = mn_lo | (static_cast<std::uint64_t>(mn_hi) << 32);
+}
+inline __m256 bytes8_to_ps(std::uint64_t v) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(v))));
+}
+
+/// IQ4_XS: the 8 six-bit sub-block scales (unbiased later) as bytes.
+inline std::uint64_t iq4xs_scales(const std::byte* b) {
+  std::uint16_t sh;
+  std::uint32_t sl;
+  std::memcpy(&sh, b + 2, 2);
+  std::memcpy(&sl, b + 4, 4);
+  std::uint64_t v = 0;
+  for (int j = 0; j < 8; ++j) {
+    const std::uint64_t ls = ((sl >> (4 * j)) & 15u) | (((static_cast<std::uint32_t>(sh) >> (2 * j)) & 3u) << 4);
+    v |= ls << (8 * j);
+  }
+  return v;
+}
+#endif  // MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
+
+#if MAXTEXT_QBLOCK_AVX512
+// ---------------------------------------------------------------------------------------------------------------
+// AVX-512 paths. A decoder D has kBlock, kBytes and run(blk, sink): it calls sink(chunk, w) for the 16-float
+// chunks w of the block (values 16*chunk .. +15), chunk a compile-time constant.
+
+inline __m512i zx16(const std::byte* p) {  // 16 bytes -> 16 x u32
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m512 fl(__m512i v) { return _mm512_cvtepi32_ps(v); }
+inline __m512i c32(int v) { return _mm512_set1_epi32(v); }
+
+/// The 16 floats 0, 1, .., 15 shifted by `base`.
+inline __m512 iota_ps(float base) {
+  return _mm512_add_ps(_mm512_set1_ps(base),
+                       _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+
+/// Lane J of v in all 16 lanes. The per-sub-block factors of a block stay in a register and are spread with this
+/// (one shuffle) rather than stored to a small stack array and re-read as broadcasts: the re-reads must wait for
+/// the store to forward, and that measured ~25% slower for Q4_K.
+template <int J>
+MAXTEXT_QBLOCK_INLINE __m512 lane(__m512 v) {
+  return _mm512_permutexvar_ps(_mm512_set1_epi32(J), v);
+}
+
+// Table decoding. A 4-bit quant has only 16 possible values, so rather than converting each of the 16 lanes of a
+// chunk to float and scaling it (convert + multiply per chunk), a decoder computes the 16 possible decoded values
+// of a (sub-)block once, with exactly the scalar decoder's operations, and then picks each lane's value with one
+// vpermps whose index is the quant (vpermps reads only the low 4 bits of each index, so the high nibble of a byte
+// needs no mask). Same operands, same single rounding: bit-identical values, about half the work per chunk.
+
+struct DecQ4_0 {
+  static constexpr int kBlock = 32, kBytes = 18;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m512 t = _mm512_mul_ps(_mm512_set1_ps(half(b)), iota_ps(-8.0f));  // d * (q - 8) for q = 0..15
+    const __m512i z = zx16(b + 2);
+    sink(ic<0>{}, _mm512_permutexvar_ps(z, t));
+    sink(ic<1>{}, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), t));
+  }
+};
+
+/// The IQ4 codebook as 16 floats, and as unsigned bytes (value + 128) in each 128-bit lane.
+inline __m512 iq4_table_ps() {
+  const auto& v = quant::detail::kIq4Values;
+  return _mm512_setr_ps(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14],
+                        v[15]);
+}
+inline __m128i iq4_table_u8() {
+  const auto& v = quant::detail::kIq4Values;
+  auto u = [&](int i) { return static_cast<char>(v[i] + 128); };
+  return _mm_setr_epi8(u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), u(10), u(11), u(12), u(13), u(14),
+                       u(15));
+}
+
+struct DecIq4Nl {
+  static constexpr int kBlock = 32, kBytes = 18;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m512 t = _mm512_mul_ps(_mm512_set1_ps(half(b)), iq4_table_ps());  // d * kv[q]
+    const __m512i z = zx16(b + 2);
+    sink(ic<0>{}, _mm512_permutexvar_ps(z, t));
+    sink(ic<1>{}, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), t));
+  }
+};
+
+struct DecQ8_0 {
+  static constexpr int kBlock = 32, kBytes = 34;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m512 d = _mm512_set1_ps(half(b));
+    const auto* q = reinterpret_cast<const __m128i*>(b + 2);
+    sink(ic<0>{}, _mm512_mul_ps(fl(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), d));
+    sink(ic<1>{}, _mm512_mul_ps(fl(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), d));
+  }
+};
+
+/// Moves bit J of each 32-bit lane to bit 4 (other bits are masked off by the caller).
+template <int J>
+inline __m512i bit_to_4(__m512i v) {
+  if constexpr (J <= 4) return _mm512_slli_epi32(v, 4 - J);
+  else return _mm512_srli_epi32(v, J - 4);
+}
+
+template <bool kFive>
+struct DecQ45K {
+  static constexpr int kBlock = 256, kBytes = kFive ? 176 : 144;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    std::uint64_t sc, mn;
+    k_scales(b + 4, sc, mn);
+    // exact products d*sc_j, dmin*m_j in lanes 0-7
+    const __m512 ds = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(half(b)), bytes8_to_ps(sc)));
+    const __m512 ms = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(half(b + 2)), bytes8_to_ps(mn)));
+    const std::byte* qs = b + (kFive ? 48 : 16);
+    if constexpr (!kFive) {  // table decoding: sub-block j's 16 values d*sc_j*q - dmin*m_j, one fused op for all
+      const __m512 iota = iota_ps(0.0f);
+      unroll<4>([&](auto i_) {
+        constexpr int i = decltype(i_)::value;
+        const __m512 tlo = _mm512_fmsub_ps(lane<2 * i>(ds), iota, lane<2 * i>(ms));
+        const __m512 thi = _mm512_fmsub_ps(lane<2 * i + 1>(ds), iota, lane<2 * i + 1>(ms));
+        unroll<2>([&](auto c_) {
+          constexpr int c = decltype(c_)::value;
+          const __m512i z = zx16(qs + 32 * i + 16 * c);
+          sink(ic<4 * i + c>{}, _mm512_permutexvar_ps(z, tlo));
+          sink(ic<4 * i + 2 + c>{}, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), thi));
+        });
+      });
+      return;
+    }
+    unroll<4>([&](auto i_) {
+      constexpr int i = decltype(i_)::value;
+      unroll<2>([&](auto c_) {
+        constexpr int c = decltype(c_)::value;
+        const __m512i z = zx16(qs + 32 * i + 16 * c);
+        __m512i lo = _mm512_and_si512(z, c32(15)), hi = _mm512_srli_epi32(z, 4);
+        if constexpr (kFive) {
+          const __m512i qh = zx16(b + 16 + 16 * c);
+          lo = _mm512_or_si512(lo, _mm512_and_si512(bit_to_4<2 * i>(qh), c32(16)));
+          hi = _mm512_or_si512(hi, _mm512_and_si512(bit_to_4<2 * i + 1>(qh), c32(16)));
+        }
+        sink(ic<4 * i + c>{}, _mm512_fmsub_ps(lane<2 * i>(ds), fl(lo), lane<2 * i>(ms)));
+        sink(ic<4 * i + 2 + c>{}, _mm512_fmsub_ps(lane<2 * i + 1>(ds), fl(hi), lane<2 * i + 1>(ms)));
+      });
+    });
+  }
+};
+
+struct DecQ6K {
+  static constexpr int kBlock = 256, kBytes = 210;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m512 dg = _mm512_mul_ps(_mm512_set1_ps(half(b + 208)),  // exact products d*sc_g
+                                    fl(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)))));
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      unroll<2>([&](auto c_) {
+        constexpr int c = decltype(c_)::value;
+        const __m512i a = zx16(b + 64 * h + 16 * c), bb = zx16(b + 64 * h + 32 + 16 * c);
+        const __m512i qh = zx16(b + 128 + 32 * h + 16 * c);
+        const __m512i m15 = c32(15), m48 = c32(48);
+        const __m512i q0 = _mm512_or_si512(_mm512_and_si512(a, m15), _mm512_and_si512(_mm512_slli_epi32(qh, 4), m48));
+        const __m512i q1 = _mm512_or_si512(_mm512_and_si512(bb, m15), _mm512_and_si512(_mm512_slli_epi32(qh, 2), m48));
+        const __m512i q2 = _mm512_or_si512(_mm512_srli_epi32(a, 4), _mm512_and_si512(qh, m48));
+        const __m512i q3 = _mm512_or_si512(_mm512_srli_epi32(bb, 4), _mm512_and_si512(_mm512_srli_epi32(qh, 2), m48));
+        auto out = [&](auto chunk, __m512i q) {
+          sink(chunk, _mm512_mul_ps(lane<decltype(chunk)::value>(dg), fl(_mm512_sub_epi32(q, c32(32)))));
+        };
+        out(ic<8 * h + c>{}, q0);
+        out(ic<8 * h + 2 + c>{}, q1);
+        out(ic<8 * h + 4 + c>{}, q2);
+        out(ic<8 * h + 6 + c>{}, q3);
+      });
+    });
+  }
+};
+
+struct DecIq4Xs {
+  static constexpr int kBlock = 256, kBytes = 136;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m512 tbl = iq4_table_ps();
+    const __m512 dl = _mm512_castps256_ps512(_mm256_mul_ps(  // exact products d*(ls_j - 32)
+        _mm256_set1_ps(half(b)), _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(b)), _mm256_set1_ps(32.0f))));
+    unroll<8>([&](auto j_) {
+      constexpr int j = decltype(j_)::value;
+      const __m512i z = zx16(b + 8 + 16 * j);
+      const __m512 t = _mm512_mul_ps(lane<j>(dl), tbl);  // table: d*(ls_j - 32) * kv[q]
+      sink(ic<2 * j>{}, _mm512_permutexvar_ps(z, t));
+      sink(ic<2 * j + 1>{}, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), t));
+    });
+  }
+};
+
+template <class D>
+inline void dequantize_avx512(const std::byte* src, float* dst, std::int64_t n) {
+  for (std::int64_t b = 0; b < n / D::kBlock; ++b) {
+    float* y = dst + b * D::kBlock;
+    D::run(src + b * D::kBytes, [&](auto c, __m512 w) { _mm512_storeu_ps(y + 16 * decltype(c)::value, w); });
+  }
+}
+
+/// Four accumulators per row; chunk c of a block goes to accumulator (c + base) % 4, so every lane adds K/64 terms.
+template <class D, int M>
+inline void dot_exact_avx512(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, float* out) {
+  __m512 acc[M][4];
+  for (int m = 0; m < M; ++m) {
+    for (int a = 0; a < 4; ++a) acc[m][a] = _mm512_setzero_ps();
+  }
+  const std::int64_t nb = K / D::kBlock;
+  auto block = [&](std::int64_t b, auto base) {
+    const float* xb = x + b * D::kBlock;
+    // Prefetch for one activation row only: with 2-4 rows the loop is bound by reading x (M * 16 KiB at K = 4096,
+    // beyond L1), and the hints measured slower there from L2.
+    if constexpr (M == 1) prefetch_ahead<D::kBytes>(row + b * D::kBytes);
+    D::run(row + b * D::kBytes, [&](auto c_, __m512 w) {
+      constexpr int c = decltype(c_)::value;
+      constexpr int slot = (c + decltype(base)::value) % 4;
+      unroll<M>([&](auto m) {
+        acc[m][slot] = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb + m * ldx + 16 * c), acc[m][slot]);
+      });
+    });
+  };
+  std::int64_t b = 0;
+  if constexpr (D::kBlock == 32) {
+    for (; b + 1 < nb; b += 2) {
+      block(b, ic<0>{});
+      block(b + 1, ic<2>{});
+    }
+  }
+  for (; b < nb; ++b) block(b, ic<0>{});
+  for (int m = 0; m < M; ++m) {
+    out[m] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3])));
+  }
+}
+
+template <class D>
+inline void dot_exact_avx512_m(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, int M,
+                               float* out) {
+  switch (M) {
+    case 1: return dot_exact_avx512<D, 1>(row, K, x, ldx, out);
+    case 2: return dot_exact_avx512<D, 2>(row, K, x, ldx, out);
+    case 3: return dot_exact_avx512<D, 3>(row, K, x, ldx, out);
+    default: return dot_exact_avx512<D, 4>(row, K, x, ldx, out);
+  }
+}
+
+// ---- dot_q8 ----
+
+/// acc + per 32-bit lane sums of u8 x s8 products. Without VNNI: widened 16-bit products; the split of each 16-byte
+/// segment among its four lanes differs from vpdpbusd's, the segment's total does not (all callers need only that).
+inline __m512i dpbusd(__m512i acc, __m512i u, __m512i s) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(acc, u, s);
+#else
+  const __m512i z = _mm512_setzero_si512();
+  const __m512i ulo = _mm512_unpacklo_epi8(u, z), uhi = _mm512_unpackhi_epi8(u, z);
+  const __m512i slo = _mm512_srai_epi16(_mm512_unpacklo_epi8(s, s), 8);
+  const __m512i shi = _mm512_srai_epi16(_mm512_unpackhi_epi8(s, s), 8);
+  return _mm512_add_epi32(acc, _mm512_add_epi32(_mm512_madd_epi16(ulo, slo), _mm512_madd_epi16(uhi, shi)));
+#endif
+}
+/// Lane sums of (u - off) * s for unsigned u, exact: sum u*s - off * sum s.
+inline __m512i dot_off(__m512i u, __m512i s, int off) {
+  const __m512i z = _mm512_setzero_si512();
+  return _mm512_sub_epi32(dpbusd(z, u, s), dpbusd(z, _mm512_set1_epi8(static_cast<char>(off)), s));
+}
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+/// Index vector: lanes 0-7 pick a, 8-15 pick b.
+inline __m512i idx2(int a, int b) { return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(b)); }
+/// Index vector: lanes 4i..4i+3 pick a+i.
+inline __m512i idx4(int a) {
+  return _mm512_add_epi32(_mm512_set1_epi32(a), _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0));
+}
+/// [u16 of the low nibbles | high nibbles] of each 32-byte half: nibbles of z, high nibble where mask bit (16-bit
+/// elements) is set.
+inline __m512i nibbles(__m512i z, __mmask32 high) {
+  return _mm512_and_si512(_mm512_mask_srli_epi16(z, high, z, 4), _mm512_set1_epi8(15));
+}
+inline float hsum(__m512 a, __m512 b) { return _mm512_reduce_add_ps(_mm512_add_ps(a, b)); }
+
+/// 32-value blocks (Q4_0, IQ4_NL, Q8_0), two per 512-bit vector, from block `first` on. U(blk) gives the block's 32
+/// unsigned bytes as a 256-bit vector and the offset to subtract.
+template <int kBytes, int kOff, class U>
+inline float dot_q8_b32(const std::byte* row, const QuantizedX& x, U&& ubytes, std::int64_t first = 0) {
+  const std::int64_t nb = x.K / 32;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  std::int64_t b = first;
+  for (; b + 1 < nb; b += 2) {
+    const std::byte* b0 = row + b * kBytes;
+    prefetch_ahead<2 * kBytes>(b0);
+    const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(ubytes(b0)), ubytes(b0 + kBytes), 1);
+    const __m512i L = dot_off(u, load512(x.q + 32 * b), kOff);
+    const __m512 f = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(half(b0) * x.d[b]),
+                                          _mm512_set1_ps(half(b0 + kBytes) * x.d[b + 1]));
+    acc[(b / 2) & 1] = _mm512_fmadd_ps(fl(L), f, acc[(b / 2) & 1]);
+  }
+  if (b < nb) {  // odd last block: lower half only
+    const std::byte* b0 = row + b * kBytes;
+    const __m512i u = _mm512_castsi256_si512(ubytes(b0));
+    const __m512i xq = _mm512_castsi256_si512(load256(x.q + 32 * b));
+    const __m512i L = _mm512_maskz_mov_epi32(0x00FF, dot_off(u, xq, kOff));
+    acc[0] = _mm512_fmadd_ps(fl(L), _mm512_set1_ps(half(b0) * x.d[b]), acc[0]);
+  }
+  return hsum(acc[0], acc[1]);
+}
+
+/// Q4_0 / IQ4_NL bytes: [low nibbles | high nibbles] of the 16 quant bytes.
+inline __m256i nib32(const std::byte* qs) {
+  const __m256i z = _mm256_broadcastsi128_si256(load128(qs));
+  return _mm256_and_si256(_mm256_mask_srli_epi16(z, 0xFF00, z, 4), _mm256_set1_epi8(15));
+}
+
+/// Q4_0 / IQ4_NL, four 18-byte blocks (72 bytes, 128 values) per step, with every per-block piece done for four
+/// blocks at once by one shuffle instead of per-block scalar code:
+///  * the blocks are read as two overlapping 64-byte vectors (bytes 0-63 and 8-71, so nothing past the 72 bytes is
+///    touched); all fields sit at even offsets, so one 16-bit permute gathers the four 16-byte quant fields into the
+///    four 128-bit lanes [qs0 qs1 qs2 qs3], and another the four fp16 scales into one 64-bit word;
+///  * the low nibbles of lane b are elements 0-15 of block b and the high nibbles elements 16-31, so the activations
+///    are regrouped to match (two 128-bit-lane shuffles), and both vpdpbusd products land in lane b: each 128-bit
+///    lane then holds the integer dot of one whole block;
+///  * the weight offset (8, or 128 for the codebook bytes) times the block's activation sum s_b, which quantize_x has
+///    already computed, is subtracted in integers: kOff*s_b/4 from each of the lane's four 32-bit parts;
+///  * the float step is one multiply-add of the four blocks' (d_w * d_x), spread over their lanes, per step.
+/// Two steps per iteration feed two accumulators, so the multiply-add chain does not serialise the loop.
+/// M(v) maps 16 nibble values per lane to the unsigned weight bytes (identity for Q4_0, the codebook for IQ4_NL).
+template <int kOff, class Map>
+inline float dot_q8_4x18(const std::byte* row, const QuantizedX& x, Map&& map) {
+  static_assert(kOff == 8 || kOff == 128);
+  constexpr int kShift = kOff == 8 ? 1 : 5;  // log2(kOff / 4)
+  // Word o of [qs0 qs1 qs2 qs3] is word 1 + 9*(o/8) + o%8 of the 72 bytes: from the first vector (words 0-31)
+  // while below 32, else from the second (bytes 8-71: word w is its word w - 4; permutex2var's index + 32).
+  alignas(64) static constexpr std::int16_t kQIdx[32] = {
+      1,  2,  3,  4,  5,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16, 17,
+      19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 60, 61, 62, 63};
+  const __m512i qidx = load512(kQIdx);
+  const __m512i didx = _mm512_setr_epi32(0 | (9 << 16), 18 | (27 << 16), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i lane_b = idx4(0);  // 32-bit element i <- element i/4: lane b gets element b
+  const __m512i m15 = _mm512_set1_epi8(15);
+  const std::int64_t nb = x.K / 32;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  auto step = [&](std::int64_t b, __m512& a) {
+    const std::byte* p = row + b * 18;
+    prefetch_ahead<72>(p);
+    const __m512i v0 = load512(p), v1 = load512(p + 8);
+    const __m512i z = _mm512_permutex2var_epi16(v0, qidx, v1);  // [qs0 qs1 qs2 qs3]
+    const __m512i lo = map(_mm512_and_si512(z, m15));
+    const __m512i hi = map(_mm512_and_si512(_mm512_srli_epi16(z, 4), m15));
+    const __m512i x0 = load512(x.q + 32 * b), x1 = load512(x.q + 32 * b + 64);  // [b0 lo, b0 hi, b1 lo, b1 hi]
+    const __m512i xlo = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));  // elements 0-15 of blocks 0..3
+    const __m512i xhi = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));  // elements 16-31
+    const __m128i s4 = _mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.s + b)));
+    const __m512i off = _mm512_slli_epi32(_mm512_permutexvar_epi32(lane_b, _mm512_castsi128_si512(s4)), kShift);
+    const __m512i L = _mm512_sub_epi32(dpbusd(dpbusd(_mm512_setzero_si512(), lo, xlo), hi, xhi), off);
+    const __m128 dw = _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(didx, v0)));
+    const __m128 f4 = _mm_mul_ps(dw, _mm_loadu_ps(x.d + b));  // d_w * d_x of blocks b .. b+3
+    a = _mm512_fmadd_ps(fl(L), _mm512_permutexvar_ps(lane_b, _mm512_castps128_ps512(f4)), a);
+  };
+  std::int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    step(b, acc[0]);
+    step(b + 4, acc[1]);
+  }
+  if (b + 4 <= nb) {
+    step(b, acc[0]);
+    b += 4;
+  }
+  float tail = 0.0f;
+  if (b < nb) {
+    if constexpr (kOff == 8) {
+      tail = dot_q8_b32<18, 8>(row, x, [](const std::byte* q) { return nib32(q + 2); }, b);
+    } else {
+      const __m256i tbl = _mm256_broadcastsi128_si256(iq4_table_u8());
+      tail = dot_q8_b32<18, 128>(row, x, [&](const std::byte* q) { return _mm256_shuffle_epi8(tbl, nib32(q + 2)); }, b);
+    }
+  }
+  return hsum(acc[0], acc[1]) + tail;
+}
+
+inline float dot_q8_q4_0(const std::byte* row, const QuantizedX& x) {
+  return dot_q8_4x18<8>(row, x, [](__m512i v) { return v; });
+}
+inline float dot_q8_iq4_nl(const std::byte* row, const QuantizedX& x) {
+  const __m512i tbl = _mm512_broadcast_i32x4(iq4_table_u8());  // codebook + 128: unsigned
+  return dot_q8_4x18<128>(row, x, [&](__m512i v) { return _mm512_shuffle_epi8(tbl, v); });
+}
+inline float dot_q8_q8_0(const std::byte* row, const QuantizedX& x) {
+  return dot_q8_b32<34, 128>(row, x, [](const std::byte* b) {
+    return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(static_cast<char>(0x80)));  // q + 128
+  });
+}
+
+/// Q4_K / Q5_K: vector i holds sub-blocks 2i (bytes 0-31) and 2i+1 (bytes 32-63); the offset is the min term.
+template <bool kFive>
+inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
+  constexpr int kBytes = kFive ? 176 : 144;
+  const std::int64_t nb = x.K / 256;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m256 accm = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * kBytes;
+    prefetch_ahead<kBytes>(blk);
+    std::uint64_t sc, mn;
+    k_scales(blk + 4, sc, mn);
+    // The scale and min factors of the 8 sub-blocks in one vector, [dmin*m_j*dx_j (lanes 0-7) | d*sc_j*dx_j
+    // (lanes 8-15)], with one conversion and two multiplies for both halves instead of two of each.
+    std::uint32_t dd;  // d (low half), dmin (high half)
+    std::memcpy(&dd, blk, 4);
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));  // [d, dmin, 0, 0]
+    const __m512 dm16 = _mm512_permutexvar_ps(idx2(1, 0), _mm512_castps128_ps512(dm));
+    const __m512 scm16 = fl(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(sc), static_cast<long long>(mn))));
+    const __m512 dx16 = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.d + 8 * b));
+    const __m512 fz = _mm512_mul_ps(_mm512_mul_ps(dm16, scm16), dx16);
+    const __m256 sx = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(load128(x.s + 8 * b)));
+    accm = _mm256_fmadd_ps(_mm512_castps512_ps256(fz), sx, accm);
+    const std::byte* qs = blk + (kFive ? 48 : 16);
+    [[maybe_unused]] __m512i qh;
+    if constexpr (kFive) qh = _mm512_broadcast_i64x4(load256(blk + 16));
+    const std::int8_t* xq = x.q + 256 * b;
+    unroll<4>([&](auto i_) {
+      constexpr int i = decltype(i_)::value;
+      const __m512i z = _mm512_broadcast_i64x4(load256(qs + 32 * i));
+      __m512i q = nibbles(z, 0xFFFF0000u);
+      if constexpr (kFive) {  // bit 2i of qh for bytes 0-31, bit 2i+1 for bytes 32-63 -> +16
+        const __m512i bit = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8(static_cast<char>(1 << (2 * i))),
+                                                   _mm512_set1_epi8(static_cast<char>(1 << (2 * i + 1))));
+        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
+      }
+      const __m512i L = dpbusd(_mm512_setzero_si512(), q, load512(xq + 64 * i));
+      acc[i & 1] = _mm512_fmadd_ps(fl(L), _mm512_permutexvar_ps(idx2(8 + 2 * i, 9 + 2 * i), fz), acc[i & 1]);
+    });
+  }
+  const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
+  const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+  return hsum(acc[0], acc[1]) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+}
+
+/// Q6_K: vector i = 2h + p holds elements 128h + 64p .. +63 (s = 2p, 2p+1); scales per 16 values.
+inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
+  const std::int64_t nb = x.K / 256;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  const __m512i m15 = _mm512_set1_epi8(15), m48 = _mm512_set1_epi8(48);
+  const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * 210;
+    prefetch_ahead<210>(blk);
+    const __m512 dx16 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(x.d + 8 * b)));
+    const __m512 f16 = _mm512_mul_ps(
+        _mm512_mul_ps(_mm512_set1_ps(half(blk + 208)), fl(_mm512_cvtepi8_epi32(load128(blk + 192)))), dx16);
+    const std::int8_t* xq = x.q + 256 * b;
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      const __m512i ql = load512(blk + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(load256(blk + 128 + 32 * h));
+      // p = 0: low nibbles, qh bits 0-1 (bytes 0-31) / 2-3 (bytes 32-63); p = 1: high nibbles, bits 4-5 / 6-7
+      const __m512i q0 = _mm512_or_si512(
+          _mm512_and_si512(ql, m15),
+          _mm512_and_si512(_mm512_mask_slli_epi16(_mm512_slli_epi16(qh, 4), 0xFFFF0000u, qh, 2), m48));
+      const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m15),
+                                         _mm512_and_si512(_mm512_mask_srli_epi16(qh, 0xFFFF0000u, qh, 2), m48));
+      const __m512i L0 = dot_off(q0, load512(xq + 128 * h), 32);
+      const __m512i L1 = dot_off(q1, load512(xq + 128 * h + 64), 32);
+      acc[0] = _mm512_fmadd_ps(fl(L0), _mm512_permutexvar_ps(idx4(8 * h), f16), acc[0]);
+      acc[1] = _mm512_fmadd_ps(fl(L1), _mm512_permutexvar_ps(idx4(8 * h + 4), f16), acc[1]);
+    });
+  }
+  return hsum(acc[0], acc[1]);
+}
+
+/// IQ4_XS: vector i holds sub-blocks 2i, 2i+1 as 128-bit lanes [lo(A) hi(A) lo(B) hi(B)], A/B their 16 bytes.
+inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
+  const std::int64_t nb = x.K / 256;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  const __m512i tbl = _mm512_broadcast_i32x4(iq4_table_u8());
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * 136;
+    prefetch_ahead<136>(blk);
+    const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
+    const __m256 ls = _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(blk)), _mm256_set1_ps(32.0f));
+    const __m512 fz = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), ls), dx));
+    const std::int8_t* xq = x.q + 256 * b;
+    unroll<4>([&](auto i_) {
+      constexpr int i = decltype(i_)::value;
+      const __m512i y = _mm512_castsi256_si512(load256(blk + 8 + 32 * i));
+      const __m512i z = _mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(1, 1, 0, 0));
+      const __m512i u = _mm512_shuffle_epi8(tbl, nibbles(z, 0xFF00FF00u));
+      const __m512i L = dot_off(u, load512(xq + 64 * i), 128);
+      acc[i & 1] = _mm512_fmadd_ps(fl(L), _mm512_permutexvar_ps(idx2(2 * i, 2 * i + 1), fz), acc[i & 1]);
+    });
+  }
+  return hsum(acc[0], acc[1]);
+}
+#endif  // MAXTEXT_QBLOCK_AVX512
+
+#if MAXTEXT_QBLOCK_AVX2
+// ---------------------------------------------------------------------------------------------------------------
+// AVX2 (+FMA, +F16C) paths, for x86 machines without AVX-512. A decoder D calls sink(chunk, w) for the 8-float
+// chunks w of the block (values 8*chunk .. +7). Shaped for Zen 3, where every lane-crossing shuffle (vpermps,
+// vbroadcastss or vpmovzx from a register, vinserti128) costs about a cycle while in-lane integer ops, vpmovzx /
+// vpmovsx from memory and broadcasts from memory are cheap: the decoders widen quants straight from memory
+// (8 bytes -> 8 x i32), split nibbles in 32-bit lanes, and re-read per-sub-block factors as broadcasts (Lanes8).
+// A 16-entry table pick (the AVX-512 trick) would take two vpermps and a blend per chunk, so they convert and
+// scale instead.
+//
+// dot_q8 follows llama.cpp: vpmaddubsw multiplies unsigned by signed bytes into 16-bit pair sums, vpmaddwd with
+// ones (or with 16-bit scales) widens them to exact 32-bit lane sums. The pair sums must not saturate: unsigned
+// quants <= 63 times |q_x| <= 127 stay below 2*63*127; signed weights (Q8_0, the IQ4 codebook) go in as |w| <= 128
+// times q_x with w's sign, <= 2*128*127 < 32767. vphaddd then folds the lanes of 8 groups into one exact integer
+// per group, so the float step is one convert and one multiply-add per 8 groups (per-group multiply-adds with
+// broadcast factors measured no faster, Q8_0 slower).
+
+inline __m256 fl(__m256i v) { return _mm256_cvtepi32_ps(v); }
+
+/// 8 bytes at p as 8 x i32, unsigned / signed (vpmovzxbd / vpmovsxbd with a memory operand).
+inline __m128i load64(const std::byte* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
+inline __m256i zx8(const std::byte* p) { return _mm256_cvtepu8_epi32(load64(p)); }
+inline __m256i sx8(const std::byte* p) { return _mm256_cvtepi8_epi32(load64(p)); }
+inline __m256i c32(int v) { return _mm256_set1_epi32(v); }
+
+/// The 8 floats of a vector, each re-read as a broadcast from memory (a plain load on Zen 3, where broadcasting
+/// from a register is a lane-crossing shuffle).
+struct Lanes8 {
+  alignas(32) float v[8];
+  explicit Lanes8(__m256 x) { _mm256_store_ps(v, x); }
+  __m256 operator[](int j) const { return _mm256_broadcast_ss(v + j); }
+};
+
+/// Bit J of each 32-bit lane moved to bit 4 (other bits are masked off by the caller).
+template <int J>
+MAXTEXT_QBLOCK_INLINE __m256i bit_to_4(__m256i v) {
+  if constexpr (J <= 4) return _mm256_slli_epi32(v, 4 - J);
+  else return _mm256_srli_epi32(v, J - 4);
+}
+
+/// The same within each byte, by 16-bit shifts (the caller's byte mask drops what crosses into the next byte).
+template <int J>
+MAXTEXT_QBLOCK_INLINE __m256i bit_to_4_bytes(__m256i v) {
+  if constexpr (J <= 4) return _mm256_slli_epi16(v, 4 - J);
+  else return _mm256_srli_epi16(v, J - 4);
+}
+
+/// The IQ4 codebook + 128 (unsigned) in both 128-bit lanes.
+inline __m256i iq4_table_u8x2() {
+  const auto& v = quant::detail::kIq4Values;
+  auto u = [&](int i) { return static_cast<char>(v[i] + 128); };
+  const __m128i t = _mm_setr_epi8(u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), u(10), u(11), u(12),
+                                  u(13), u(14), u(15));
+  return _mm256_broadcastsi128_si256(t);
+}
+/// kv[n] for nibbles n (0..15, one per 32-bit lane): vpshufb picks codebook byte n + 128 into byte 0 (index bytes
+/// 1-3 have bit 7 set, so they read zero), and the 128 is taken off.
+inline __m256i iq4_lookup(__m256i tbl, __m256i n) {
+  return _mm256_sub_epi32(_mm256_shuffle_epi8(tbl, _mm256_or_si256(n, c32(static_cast<int>(0x80808000u)))), c32(128));
+}
+
+struct DecQ4_0 {
+  static constexpr int kBlock = 32, kBytes = 18;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256 d = _mm256_set1_ps(half(b));
+    const __m256i z0 = zx8(b + 2), z1 = zx8(b + 10), m15 = c32(15), c8 = c32(8);
+    // d * (q - 8), subtracting in integers: a fused d*q - 8d would give +0 where the scalar's d * 0 is -0 (d < 0)
+    sink(ic<0>{}, _mm256_mul_ps(d, fl(_mm256_sub_epi32(_mm256_and_si256(z0, m15), c8))));
+    sink(ic<1>{}, _mm256_mul_ps(d, fl(_mm256_sub_epi32(_mm256_and_si256(z1, m15), c8))));
+    sink(ic<2>{}, _mm256_mul_ps(d, fl(_mm256_sub_epi32(_mm256_srli_epi32(z0, 4), c8))));
+    sink(ic<3>{}, _mm256_mul_ps(d, fl(_mm256_sub_epi32(_mm256_srli_epi32(z1, 4), c8))));
+  }
+};
+
+struct DecIq4Nl {
+  static constexpr int kBlock = 32, kBytes = 18;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256 d = _mm256_set1_ps(half(b));
+    const __m256i z0 = zx8(b + 2), z1 = zx8(b + 10), m15 = c32(15), tbl = iq4_table_u8x2();
+    sink(ic<0>{}, _mm256_mul_ps(d, fl(iq4_lookup(tbl, _mm256_and_si256(z0, m15)))));
+    sink(ic<1>{}, _mm256_mul_ps(d, fl(iq4_lookup(tbl, _mm256_and_si256(z1, m15)))));
+    sink(ic<2>{}, _mm256_mul_ps(d, fl(iq4_lookup(tbl, _mm256_srli_epi32(z0, 4)))));
+    sink(ic<3>{}, _mm256_mul_ps(d, fl(iq4_lookup(tbl, _mm256_srli_epi32(z1, 4)))));
+  }
+};
+
+struct DecQ8_0 {
+  static constexpr int kBlock = 32, kBytes = 34;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256 d = _mm256_set1_ps(half(b));
+    sink(ic<0>{}, _mm256_mul_ps(d, fl(sx8(b + 2))));
+    sink(ic<1>{}, _mm256_mul_ps(d, fl(sx8(b + 10))));
+    sink(ic<2>{}, _mm256_mul_ps(d, fl(sx8(b + 18))));
+    sink(ic<3>{}, _mm256_mul_ps(d, fl(sx8(b + 26))));
+  }
+};
+
+template <bool kFive>
+struct DecQ45K {
+  static constexpr int kBlock = 256, kBytes = kFive ? 176 : 144;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    std::uint64_t sc, mn;
+    k_scales(b + 4, sc, mn);
+    const Lanes8 ds(_mm256_mul_ps(_mm256_set1_ps(half(b)), bytes8_to_ps(sc)));  // exact d*sc_j, dmin*m_j
+    const Lanes8 ms(_mm256_mul_ps(_mm256_set1_ps(half(b + 2)), bytes8_to_ps(mn)));
+    const std::byte* qs = b + (kFive ? 48 : 16);
+    const __m256i m15 = c32(15), m16 = c32(16);
+    unroll<4>([&](auto i_) {  // bytes 32i .. +31: sub-blocks 2i (low nibbles) and 2i+1 (high)
+      constexpr int i = decltype(i_)::value;
+      const __m256 alo = ds[2 * i], mlo = ms[2 * i], ahi = ds[2 * i + 1], mhi = ms[2 * i + 1];
+      unroll<4>([&](auto k_) {  // elements 8k .. +7 of both
+        constexpr int k = decltype(k_)::value;
+        const __m256i z = zx8(qs + 32 * i + 8 * k);
+        __m256i lo = _mm256_and_si256(z, m15), hi = _mm256_srli_epi32(z, 4);
+        if constexpr (kFive) {
+          const __m256i qh = zx8(b + 16 + 8 * k);
+          lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4<2 * i>(qh), m16));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(bit_to_4<2 * i + 1>(qh), m16));
+        }
+        sink(ic<8 * i + k>{}, _mm256_fmsub_ps(alo, fl(lo), mlo));
+        sink(ic<8 * i + 4 + k>{}, _mm256_fmsub_ps(ahi, fl(hi), mhi));
+      });
+    });
+  }
+};
+
+struct DecQ6K {
+  static constexpr int kBlock = 256, kBytes = 210;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256 d = _mm256_set1_ps(half(b + 208));
+    const Lanes8 dg[2] = {Lanes8(_mm256_mul_ps(d, fl(sx8(b + 192)))),  // exact d*sc_g, g = 0-7, 8-15
+                          Lanes8(_mm256_mul_ps(d, fl(sx8(b + 200))))};
+    const __m256i m15 = c32(15), m48 = c32(48), o32 = c32(32);
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      unroll<4>([&](auto k_) {  // elements 128h + 32s + 8k .. +7 for s = 0..3
+        constexpr int k = decltype(k_)::value;
+        const __m256i a = zx8(b + 64 * h + 8 * k), bb = zx8(b + 64 * h + 32 + 8 * k);
+        const __m256i qh = zx8(b + 128 + 32 * h + 8 * k);
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(a, m15), _mm256_and_si256(_mm256_slli_epi32(qh, 4), m48)),
+            _mm256_or_si256(_mm256_and_si256(bb, m15), _mm256_and_si256(_mm256_slli_epi32(qh, 2), m48)),
+            _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_and_si256(qh, m48)),
+            _mm256_or_si256(_mm256_srli_epi32(bb, 4), _mm256_and_si256(_mm256_srli_epi32(qh, 2), m48))};
+        unroll<4>([&](auto s_) {
+          constexpr int s = decltype(s_)::value;
+          // (q - 32) in integers, for the signed zeros (see DecQ4_0)
+          sink(ic<16 * h + 4 * s + k>{}, _mm256_mul_ps(dg[h][2 * s + k / 2], fl(_mm256_sub_epi32(q[s], o32))));
+        });
+      });
+    });
+  }
+};
+
+struct DecIq4Xs {
+  static constexpr int kBlock = 256, kBytes = 136;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256i tbl = iq4_table_u8x2(), m15 = c32(15);
+    const Lanes8 dl(_mm256_mul_ps(  // exact products d*(ls_j - 32)
+        _mm256_set1_ps(half(b)), _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(b)), _mm256_set1_ps(32.0f))));
+    unroll<8>([&](auto j_) {  // sub-block j: 16 bytes, low nibbles elements 0-15, high nibbles 16-31
+      constexpr int j = decltype(j_)::value;
+      const __m256 a = dl[j];
+      const __m256i z0 = zx8(b + 8 + 16 * j), z1 = zx8(b + 16 + 16 * j);
+      sink(ic<4 * j>{}, _mm256_mul_ps(a, fl(iq4_lookup(tbl, _mm256_and_si256(z0, m15)))));
+      sink(ic<4 * j + 1>{}, _mm256_mul_ps(a, fl(iq4_lookup(tbl, _mm256_and_si256(z1, m15)))));
+      sink(ic<4 * j + 2>{}, _mm256_mul_ps(a, fl(iq4_lookup(tbl, _mm256_srli_epi32(z0, 4)))));
+      sink(ic<4 * j + 3>{}, _mm256_mul_ps(a, fl(iq4_lookup(tbl, _mm256_srli_epi32(z1, 4)))));
+    });
+  }
+};
+
+template <class D>
+inline void dequantize_avx2(const std::byte* src, float* dst, std::int64_t n) {
+  for (std::int64_t b = 0; b < n / D::kBlock; ++b) {
+    float* y = dst + b * D::kBlock;
+    D::run(src + b * D::kBytes, [&](auto c, __m256 w) { _mm256_storeu_ps(y + 8 * decltype(c)::value, w); });
+  }
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+/// dot_exact with 16 registers: S accumulators per row (S = 4 for one row, 2 for more: 8 for M = 4, plus the
+/// totals) restart every 256 values and are then added to the row's total, so an addition chain is at most
+/// 256/(8S) + log2(S) + K/256 + 3 (the final reduction) <= 20 + K/256 long: within the AVX-512 path's K/64 + 6
+/// from K = 1200 on, and short at any K.
+template <class D, int M>
+inline void dot_exact_avx2(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, float* out) {
+  constexpr int S = M == 1 ? 4 : 2;
+  constexpr int kPer = 256 / D::kBlock;  // blocks per 256 values
+  static_assert((D::kBlock / 8) % S == 0);
+  __m256 tot[M];
+  for (int m = 0; m < M; ++m) tot[m] = _mm256_setzero_ps();
+  const std::int64_t nb = K / D::kBlock;
+  for (std::int64_t b0 = 0; b0 < nb; b0 += kPer) {
+    __m256 acc[M][S];
+    for (int m = 0; m < M; ++m) {
+      for (int s = 0; s < S; ++s) acc[m][s] = _mm256_setzero_ps();
+    }
+    const std::int64_t b1 = std::min<std::int64_t>(nb, b0 + kPer);
+    for (std::int64_t b = b0; b < b1; ++b) {
+      const float* xr[M];
+      for (int m = 0; m < M; ++m) {
+        xr[m] = x + m * ldx + b * D::kBlock;
+#if defined(__GNUC__)
+        // Opaque to the optimiser: g++ otherwise keeps each of the M * chunks addresses (or offsets) in its own
+        // register, spilled: hundreds of stack accesses per block at M = 4.
+        __asm__("" : "+r"(xr[m]));
+#endif
+      }
+      if constexpr (M == 1) prefetch_ahead<D::kBytes>(row + b * D::kBytes);  // as the AVX-512 path: one row only
+      D::run(row + b * D::kBytes, [&](auto c_, __m256 w) {
+        constexpr int c = decltype(c_)::value;
+        unroll<M>([&](auto m) {
+          acc[m][c % S] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xr[m] + 8 * c), acc[m][c % S]);
+        });
+      });
+    }
+    for (int m = 0; m < M; ++m) {
+      __m256 a = acc[m][0];
+      if constexpr (S == 4) a = _mm256_add_ps(_mm256_add_ps(a, acc[m][1]), _mm256_add_ps(acc[m][2], acc[m][3]));
+      else a = _mm256_add_ps(a, acc[m][1]);
+      tot[m] = _mm256_add_ps(tot[m], a);
+    }
+  }
+  for (int m = 0; m < M; ++m) out[m] = hsum(tot[m]);
+}
+
+template <class D>
+inline void dot_exact_avx2_m(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, int M,
+                             float* out) {
+  switch (M) {
+    case 1: return dot_exact_avx2<D, 1>(row, K, x, ldx, out);
+    case 2: return dot_exact_avx2<D, 2>(row, K, x, ldx, out);
+    case 3: return dot_exact_avx2<D, 3>(row, K, x, ldx, out);
+    default: return dot_exact_avx2<D, 4>(row, K, x, ldx, out);
+  }
+}
+
+// ---- dot_q8 ----
+
+/// Per 32-bit lane sums of u8 x s8 products (each pair sum must fit in int16, see above).
+inline __m256i dot_us(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+/// The same for signed weights w (-128..127) and activations x (-127..127): |w| times x with the sign of w.
+inline __m256i dot_ss(__m256i w, __m256i x) { return dot_us(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)); }
+/// 32 nibbles of a 16-byte field: [low nibbles | high nibbles].
+inline __m256i nib32(const std::byte* p) {
+  const __m256i z = _mm256_broadcastsi128_si256(load128(p));
+  return _mm256_and_si256(_mm256_srlv_epi32(z, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(15));
+}
+/// The IQ4 codebook as signed bytes in both 128-bit lanes.
+inline __m256i iq4_table_s8x2() { return _mm256_broadcastsi128_si256(load128(quant::detail::kIq4Values)); }
+inline std::uint16_t u16(const std::byte* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline int hsum(__m256i v) {
+  const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
+}
+/// Lane j = the sum of the 8 lanes of v[j], j = 0..7.
+inline __m256i sum8x8(const __m256i* v) {
+  // [v0 v1 v2 v3 | v0 v1 v2 v3]: each half holds the sums of its own four lanes of v0..v3
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/// 32-value blocks (Q4_0, IQ4_NL, Q8_0), four per step. P(blk, xq) gives a block's 8 lane sums of weight quant
+/// times activation quant; two rounds of vphaddd fold four blocks into [b0 b1 b2 b3 | b0 b1 b2 b3] (each block's
+/// total split over the two halves), kOff * s_b is subtracted as kOff/2 * s_b from each half, and the float step
+/// is one multiply-add with the four (d_w * d_x), the four fp16 scales widened by one conversion.
+template <int kBytes, int kOff, class P>
+inline float dot_q8_b32(const std::byte* row, const QuantizedX& x, P&& part) {
+  static_assert(kOff == 0 || kOff == 8);
+  const std::int64_t nb = x.K / 32;
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  auto step = [&](std::int64_t b, __m256& a) {
+    const std::byte* p = row + b * kBytes;
+    prefetch_ahead<4 * kBytes>(p);
+    const std::int8_t* xq = x.q + 32 * b;
+    __m256i L = _mm256_hadd_epi32(_mm256_hadd_epi32(part(p, xq), part(p + kBytes, xq + 32)),
+                                  _mm256_hadd_epi32(part(p + 2 * kBytes, xq + 64), part(p + 3 * kBytes, xq + 96)));
+    if constexpr (kOff != 0) {
+      const __m128i s4 = _mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.s + b)));
+      L = _mm256_sub_epi32(L, _mm256_slli_epi32(_mm256_broadcastsi128_si256(s4), 2));
+    }
+    const __m128i h4 = _mm_setr_epi16(static_cast<short>(u16(p)), static_cast<short>(u16(p + kBytes)),
+                                      static_cast<short>(u16(p + 2 * kBytes)), static_cast<short>(u16(p + 3 * kBytes)),
+                                      0, 0, 0, 0);
+    const __m128 f4 = _mm_mul_ps(_mm_cvtph_ps(h4), _mm_loadu_ps(x.d + b));
+    a = _mm256_fmadd_ps(fl(L), _mm256_set_m128(f4, f4), a);
+  };
+  std::int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    step(b, acc[0]);
+    step(b + 4, acc[1]);
+  }
+  if (b + 4 <= nb) {
+    step(b, acc[0]);
+    b += 4;
+  }
+  float tail = 0.0f;
+  for (; b < nb; ++b) {
+    const std::byte* p = row + b * kBytes;
+    const int isum = hsum(part(p, x.q + 32 * b)) - kOff * x.s[b];
+    tail += half(p) * x.d[b] * static_cast<float>(isum);
+  }
+  return hsum(_mm256_add_ps(acc[0], acc[1])) + tail;
+}
+
+inline float dot_q8_q4_0(const std::byte* row, const QuantizedX& x) {  // q in 0..15, offset 8 via s
+  return dot_q8_b32<18, 8>(row, x, [](const std::byte* b, const std::int8_t* xq) {
+    return dot_us(nib32(b + 2), load256(xq));
+  });
+}
+inline float dot_q8_iq4_nl(const std::byte* row, const QuantizedX& x) {
+  const __m256i tbl = iq4_table_s8x2();
+  return dot_q8_b32<18, 0>(row, x, [&](const std::byte* b, const std::int8_t* xq) {
+    return dot_ss(_mm256_shuffle_epi8(tbl, nib32(b + 2)), load256(xq));
+  });
+}
+inline float dot_q8_q8_0(const std::byte* row, const QuantizedX& x) {
+  return dot_q8_b32<34, 0>(row, x, [](const std::byte* b, const std::int8_t* xq) {
+    return dot_ss(load256(b + 2), load256(xq));
+  });
+}
+
+/// Q4_K / Q5_K: sub-block j (quants 0..31) against activation group j; the min term from the group sums s.
+template <bool kFive>
+inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
+  constexpr int kBytes = kFive ? 176 : 144;
+  const std::int64_t nb = x.K / 256;
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  const __m256i m15 = _mm256_set1_epi8(15);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * kBytes;
+    prefetch_ahead<kBytes>(blk);
+    std::uint64_t sc, mn;
+    k_scales(blk + 4, sc, mn);
+    const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
+    const __m256 fs = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), bytes8_to_ps(sc)), dx);
+    const __m256 fm = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk + 2)), bytes8_to_ps(mn)), dx);
+    accm = _mm256_fmadd_ps(fm, fl(_mm256_cvtepi16_epi32(load128(x.s + 8 * b))), accm);
+    const std::byte* qs = blk + (kFive ? 48 : 16);
+    [[maybe_unused]] __m256i qh;
+    if constexpr (kFive) qh = load256(blk + 16);
+    const std::int8_t* xq = x.q + 256 * b;
+    __m256i L[8];
+    unroll<4>([&](auto i_) {  // bytes 32i .. +31: sub-blocks 2i (low nibbles), 2i+1 (high)
+      constexpr int i = decltype(i_)::value;
+      const __m256i z = load256(qs + 32 * i);
+      __m256i lo = _mm256_and_si256(z, m15), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m15);
+      if constexpr (kFive) {
+        lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4_bytes<2 * i>(qh), _mm256_set1_epi8(16)));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(bit_to_4_bytes<2 * i + 1>(qh), _mm256_set1_epi8(16)));
+      }
+      L[2 * i] = dot_us(lo, load256(xq + 64 * i));
+      L[2 * i + 1] = dot_us(hi, load256(xq + 64 * i + 32));
+    });
+    acc = _mm256_fmadd_ps(fl(sum8x8(L)), fs, acc);
+  }
+  return hsum(acc) - hsum(accm);
+}
+
+/// Q6_K: group j = 4h + s (elements 128h + 32s ..) holds sub-blocks 2j, 2j+1 in its 128-bit halves; the offset 32
+/// is taken off the 16-bit pair sums (vpmaddubsw of 32 and x), and vpmaddwd with the two int8 scales (widened to
+/// 16 bits, one per half) gives exact lane sums of sc * (q - 32) * q_x, at most 32*128*32*127 < 2^24 per group.
+inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
+  const std::int64_t nb = x.K / 256;
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48), o32 = _mm256_set1_epi8(32);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * 210;
+    prefetch_ahead<210>(blk);
+    const __m128i sc = load128(blk + 192);
+    const std::int8_t* xq = x.q + 256 * b;
+    __m256i L[8];
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      const __m256i a = load256(blk + 64 * h), bb = load256(blk + 64 * h + 32), qh = load256(blk + 128 + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(a, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48)),
+          _mm256_or_si256(_mm256_and_si256(bb, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m15), _mm256_and_si256(qh, m48)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m15),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48))};
+      unroll<4>([&](auto s_) {
+        constexpr int s = decltype(s_)::value, j = 4 * h + s;
+        const __m256i xv = load256(xq + 32 * j);
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[s], xv), _mm256_maddubs_epi16(o32, xv));
+        constexpr long long kLo = 0x0101010101010101ll * (2 * j), kHi = 0x0101010101010101ll * (2 * j + 1);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_set_epi64x(kHi, kLo)));  // sc_2j, sc_2j+1
+        L[j] = _mm256_madd_epi16(p, s16);
+      });
+    });
+    const __m256 f = _mm256_mul_ps(_mm256_set1_ps(half(blk + 208)), _mm256_loadu_ps(x.d + 8 * b));
+    acc = _mm256_fmadd_ps(fl(sum8x8(L)), f, acc);
+  }
+  return hsum(acc);
+}
+
+/// IQ4_XS: sub-block j (16 bytes: [low | high] nibbles through the codebook) against activation group j.
+inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
+  const std::int64_t nb = x.K / 256;
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i tbl = iq4_table_s8x2();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * 136;
+    prefetch_ahead<136>(blk);
+    const __m256 ls = _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(blk)), _mm256_set1_ps(32.0f));
+    const __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), ls), _mm256_loadu_ps(x.d + 8 * b));
+    const std::int8_t* xq = x.q + 256 * b;
+    __m256i L[8];
+    unroll<8>([&](auto j_) {
+      constexpr int j = decltype(j_)::value;
+      L[j] = dot_ss(_mm256_shuffle_epi8(tbl, nib32(blk + 8 + 16 * j)), load256(xq + 32 * j));
+    });
+    acc = _mm256_fmadd_ps(fl(sum8x8(L)), f, acc);
+  }
+  return hsum(acc);
+}
+#endif  // MAXTEXT_QBLOCK_AVX2
+
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
+/// Calls f with the vector decoder of block type t (std::type_identity<D>); false for the types that have none.
+/// The decoders and the loops over them have the same names on both instruction sets; these pick the compiled one.
+template <class F>
+inline bool with_decoder(BlockType t, F&& f) {
+  switch (t) {
+    case BlockType::q4_0: f(std::type_identity<DecQ4_0>{}); return true;
+    case BlockType::q8_0: f(std::type_identity<DecQ8_0>{}); return true;
+    case BlockType::iq4_nl: f(std::type_identity<DecIq4Nl>{}); return true;
+    case BlockType::q4_k: f(std::type_identity<DecQ45K<false>>{}); return true;
+    case BlockType::q5_k: f(std::type_identity<DecQ45K<true>>{}); return true;
+    case BlockType::q6_k: f(std::type_identity<DecQ6K>{}); return true;
+    case BlockType::iq4_xs: f(std::type_identity<DecIq4Xs>{}); return true;
+    default: return false;
+  }
+}
+template <class D>
+inline void dequantize_vec(const std::byte* src, float* dst, std::int64_t n) {
+#if MAXTEXT_QBLOCK_AVX512
+  dequantize_avx512<D>(src, dst, n);
+#else
+  dequantize_avx2<D>(src, dst, n);
+#endif
+}
+template <class D>
+inline void dot_exact_vec(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, int M, float* out) {
+#if MAXTEXT_QBLOCK_AVX512
+  dot_exact_avx512_m<D>(row, K, x, ldx, M, out);
+#else
+  dot_exact_avx2_m<D>(row, K, x, ldx, M, out);
+#endif
+}
+#endif
+
+}  // namespace detail
+
+MAXTEXT_QBLOCK_API void dequantize(BlockType t, const std::byte* src, float* dst, std::int64_t n) {
+  MAXTEXT_DASSERT(n % quant::block_format(t).block == 0);
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
+  if (detail::with_decoder(t, [&](auto d) { detail::dequantize_vec<typename decltype(d)::type>(src, dst, n); })) return;
+#endif
+  detail::dequantize_scalar(t, src, dst, n);
+}
+
+MAXTEXT_QBLOCK_API void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
+                                  int M, float* out) {
+  MAXTEXT_DASSERT(M >= 1 && M <= 4);
+  MAXTEXT_DASSERT(K % quant::block_format(t).block == 0);
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
+  if (detail::with_decoder(t, [&](auto d) { detail::dot_exact_vec<typename decltype(d)::type>(row, K, x, ldx, M, out); })) {
+    return;
+  }
+#endif
+  detail::dot_exact_scalar(t, row, K, x, ldx, M, out);
+}
+
+namespace detail {
+
+#if defined(__AVX512F__)
+#define MAXTEXT_QBLOCK_FLOAT_ROWS 1
+using FrVec = __m512;
+inline constexpr int kFrW = 16;
+inline FrVec fr_zero() { return _mm512_setzero_ps(); }
+inline FrVec fr_load(const float* p) { return _mm512_loadu_ps(p); }
+inline FrVec fr_fma(FrVec a, FrVec b, FrVec c) { return _mm512_fmadd_ps(a, b, c); }
+inline FrVec fr_add(FrVec a, FrVec b) { return _mm512_add_ps(a, b); }
+inline float fr_sum(FrVec a) { return _mm512_reduce_add_ps(a); }
+inline void fr_store(float* p, FrVec a) { _mm512_storeu_ps(p, a); }
+template <class T>
+inline FrVec fr_widen(const std::byte* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (std::is_same_v<T, fp16>) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {  // bf16: the high half of an f32
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MAXTEXT_QBLOCK_FLOAT_ROWS 1
+using FrVec = __m256;
+inline constexpr int kFrW = 8;
+inline FrVec fr_zero() { return _mm256_setzero_ps(); }
+inline FrVec fr_load(const float* p) { return _mm256_loadu_ps(p); }
+inline FrVec fr_fma(FrVec a, FrVec b, FrVec c) { return _mm256_fmadd_ps(a, b, c); }
+inline FrVec fr_add(FrVec a, FrVec b) { return _mm256_add_ps(a, b); }
+inline float fr_sum(FrVec a) {
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_movehdup_ps(v));
+  return _mm_cvtss_f32(v);
+}
+inline void fr_store(float* p, FrVec a) { _mm256_storeu_ps(p, a); }
+template <class T>
+inline FrVec fr_widen(const std::byte* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (std::is_same_v<T, fp16>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+}
+#else
+#define MAXTEXT_QBLOCK_FLOAT_ROWS 0
+#endif
+
+#if MAXTEXT_QBLOCK_FLOAT_ROWS
+/// Widen the first n / kFrW * kFrW values; returns how many.
+template <class T>
+inline std::int64_t widen_vec(const std::byte* src, float* dst, std::int64_t n) {
+  const std::int64_t done = n / kFrW * kFrW;
+  for (std::int64_t k = 0; k < done; k += kFrW) fr_store(dst + k, fr_widen<T>(src + k * static_cast<std::int64_t>(sizeof(T))));
+  return done;
+}
+
+/// out[m] = sum over the first n / (U kFrW) * (U kFrW) values of w x[m]; returns how many. U sums per row: four
+/// for one or two rows (enough independent adds to stream the row), two for three or four (registers).
+template <class T, int M>
+inline std::int64_t dot_vec(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, float* out) {
+  constexpr int U = M <= 2 ? 4 : 2;
+  constexpr auto es = static_cast<std::int64_t>(sizeof(T));
+  FrVec acc[M][U];
+  for (int m = 0; m < M; ++m) {
+    for (int u = 0; u < U; ++u) acc[m][u] = fr_zero();
+  }
+  const std::int64_t done = K / (U * kFrW) * (U * kFrW);
+  for (std::int64_t k = 0; k < done; k += U * kFrW) {
+    FrVec w[U];
+    for (int u = 0; u < U; ++u) w[u] = fr_widen<T>(row + (k + u * kFrW) * es);
+    for (int m = 0; m < M; ++m) {
+      for (int u = 0; u < U; ++u) acc[m][u] = fr_fma(w[u], fr_load(x + m * ldx + k + u * kFrW), acc[m][u]);
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    FrVec t = acc[m][0];
+    for (int u = 1; u < U; ++u) t = fr_add(t, acc[m][u]);
+    out[m] = fr_sum(t);
+  }
+  return done;
+}
+#endif
+
+/// Calls f with the float row type's element type (float, fp16 or bf16) as a null pointer of it.
+template <class F>
+inline void with_float_type(std::uint32_t type, F&& f) {
+  switch (type) {
+    case quant::kTypeF32: f(static_cast<const float*>(nullptr)); return;
+    case quant::kTypeF16: f(static_cast<const fp16*>(nullptr)); return;
+    default: f(static_cast<const bf16*>(nullptr)); return;
+  }
+}
+
+}  // namespace detail
+
+MAXTEXT_QBLOCK_API void widen(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n) {
+  MAXTEXT_DASSERT(is_float_type(type));
+  std::int64_t done = 0;
+#if MAXTEXT_QBLOCK_FLOAT_ROWS
+  detail::with_float_type(type, [&](auto tag) {
+    done = detail::widen_vec<std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>>(src, dst, n);
+  });
+#endif
+  const auto es = static_cast<std::size_t>(quant::checked_type_info(type).bytes);
+  quant::dequantize_any(type, src + static_cast<std::size_t>(done) * es, dst + done, n - done);
+}
+
+MAXTEXT_QBLOCK_API void dot_float(std::uint32_t type, const std::byte* row, std::int64_t K, const float* x,
+                                  std::int64_t ldx, int M, float* out) {
+  MAXTEXT_DASSERT(is_float_type(type) && M >= 1 && M <= 4);
+  const auto es = static_cast<std::size_t>(quant::checked_type_info(type).bytes);
+  std::int64_t done = 0;
+  for (int m = 0; m < M; ++m) out[m] = 0.0f;
+#if MAXTEXT_QBLOCK_FLOAT_ROWS
+  detail::with_float_type(type, [&](auto tag) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>;
+    switch (M) {
+      case 1: done = detail::dot_vec<T, 1>(row, K, x, ldx, out); break;
+      case 2: done = detail::dot_vec<T, 2>(row, K, x, ldx, out); break;
+      case 3: done = detail::dot_vec<T, 3>(row, K, x, ldx, out); break;
+      default: done = detail::dot_vec<T, 4>(row, K, x, ldx, out); break;
+    }
+  });
+#endif
+  // The rest (all of it without a vector path) in chunks widened to f32, over 64 lane sums as the scalar block path.
+  if (done == K) return;
+  detail::LaneSum acc[4];
+  float w[256];
+  for (std::int64_t k0 = done; k0 < K; k0 += 256) {
+    const std::int64_t n = std::min<std::int64_t>(256, K - k0);
+    quant::dequantize_any(type, row + static_cast<std::size_t>(k0) * es, w, n);
+    for (int m = 0; m < M; ++m) {
+      const float* xm = x + m * ldx + k0;
+      for (std::int64_t e = 0; e < n; ++e) {
+        float& a = acc[m].lane[(k0 + e) % detail::LaneSum::W];
+        a = std::fma(w[e], xm[e], a);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m) out[m] += acc[m].total();
+}
+
+MAXTEXT_QBLOCK_API void dequantize_any(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n) {
+  if (is_float_type(type)) return widen(type, src, dst, n);
+  dequantize(static_cast<BlockType>(quant::checked_type_info(type).id), src, dst, n);
+}
+
+MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const QuantizedX& x) {
+  MAXTEXT_DASSERT(x.K % quant::block_format(t).block == 0);
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2  // (the two paths' kernels have the same names)
+  using namespace detail;
+  switch (t) {
+    case BlockType::q4_0: return dot_q8_q4_0(row, x);
+    case BlockType::q8_0: return dot_q8_q8_0(row, x);
+    case BlockType::iq4_nl: return dot_q8_iq4_nl(row, x);
+    case BlockType::q4_k: return dot_q8_q45k<false>(row, x);
+    case BlockType::q5_k: return dot_q8_q45k<true>(row, x);
+    case BlockType::q6_k: return dot_q8_q6k(row, x);
+    case BlockType::iq4_xs: return dot_q8_iq4_xs(row, x);
+    default: break;
+  }
+#endif
+  return detail::dot_q8_scalar(t, row, x);
+}
+
+}  // namespace maxtext::cpu::qblock
+
+#undef MAXTEXT_QBLOCK_INLINE
+#undef MAXTEXT_QBLOCK_FLOAT_ROWS
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif  // definitions
