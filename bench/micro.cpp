@@ -139,8 +139,8 @@ BENCHMARK_TEMPLATE(BM_gemm, float, float)->Apply(gemm_shapes);
 BENCHMARK_TEMPLATE(BM_gemm, bf16, bf16)->Apply(gemm_shapes);
 BENCHMARK_TEMPLATE(BM_gemm, q8_0, float)->Apply(gemm_shapes);
 BENCHMARK_TEMPLATE(BM_gemm, q8_0, float, true)->Apply(gemm_shapes);
-void ggml_shapes(benchmark::internal::Benchmark* b) {  // the 1B-class projections, decode and prefill
-  for (std::int64_t M : {1, 512}) {
+void ggml_shapes(benchmark::internal::Benchmark* b) {  // the 1B-class projections: decode, a short prompt, prefill
+  for (std::int64_t M : {1, 8, 512}) {
     for (const auto& s : {std::array<std::int64_t, 2>{2048, 2048}, {5632, 2048}, {2048, 5632}}) {
       for (std::int64_t t : {1, 2}) b->Args({M, s[0], s[1], t});
     }

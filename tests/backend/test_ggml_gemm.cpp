@@ -83,7 +83,10 @@ void check(quant::BlockType t, std::int64_t M, std::int64_t N, std::int64_t K, b
   for (std::int64_t k = 0; k < 32 && K >= 64; ++k) x[static_cast<std::size_t>(k)] = 0.0f;  // an all-zero group
   gm::matmul<float, float>(*p, x.data(), ldx, M, y.data(), ldy, static_cast<const float*>(nullptr), threads);
 
-  const bool integer = int8 && M > gm::kGgmlRowsDirect && gm::detail::ggml_i8_kind(static_cast<std::uint32_t>(t)).ok;
+  // 8-bit activations: integer block sums, row by row (qblock::dot_q8) for few rows and on every type, in integer
+  // panels for more rows on the types with one scale per 32 values; the others' panels are exact.
+  const bool integer =
+      int8 && (M <= gm::kGgmlI8RowsDirect || gm::detail::ggml_i8_kind(static_cast<std::uint32_t>(t)).ok);
   std::vector<float> w(static_cast<std::size_t>(K));
   std::vector<std::int8_t> xq(static_cast<std::size_t>(K));
   std::vector<float> xd(static_cast<std::size_t>(K / 32));
@@ -138,7 +141,9 @@ void check(quant::BlockType t, std::int64_t M, std::int64_t N, std::int64_t K, b
 TEST_CASE("Runtime-typed blocks, many rows: 8-bit activations follow the integer definition", "[backend][cpu][gemm]") {
   std::uint32_t seed = 7;
   for (auto t : kTypes) {
-    for (const auto& [M, N, K] : std::vector<std::array<std::int64_t, 3>>{{5, 64, 256}, {13, 70, 512}, {40, 130, 256}}) {
+    // M = 2: decode; 5 and 8: row by row without VNNI, integer panels with it; 13 and 40: panels.
+    for (const auto& [M, N, K] :
+         std::vector<std::array<std::int64_t, 3>>{{2, 33, 256}, {5, 64, 256}, {8, 64, 512}, {13, 70, 512}, {40, 130, 256}}) {
       check(t, M, N, K, true, (seed % 2) + 1, 1.0, seed);
       ++seed;
     }

@@ -147,14 +147,15 @@ TEST_CASE("qblock dot_q8 against a long-double restatement with the same quantis
   }
 }
 
-TEST_CASE("qblock quantize_x follows the rule: d = max|x|/127, q = roundf(x / d), sums per group", "[qblock]") {
+TEST_CASE("qblock quantize_x follows the rule: d = max|x|/127, q = x / d to nearest (ties to even), sums per group",
+          "[qblock]") {
   const std::int64_t K = 128;
   std::vector<float> x = random_floats(K, 3u);
   for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;                     // group 1: all zero
   for (int i = 0; i < 32; ++i) x[64 + i] = static_cast<float>(i % 5);  // group 2: exact values
   x[64] = 127.0f;                                                    // d = 1
-  x[65] = 2.5f;                                                      // ties away from zero
-  x[66] = -2.5f;
+  x[65] = 2.5f;                                                      // ties to even
+  x[66] = -3.5f;
   x[67] = -127.0f;
   std::vector<std::byte> buf(qb::quantized_x_bytes(K));
   const qb::QuantizedX q = qb::quantize_x(x.data(), K, buf.data() + 1);  // an unaligned buffer start
@@ -171,7 +172,9 @@ TEST_CASE("qblock quantize_x follows the rule: d = max|x|/127, q = roundf(x / d)
     int sum = 0;
     for (int i = 0; i < 32; ++i) {
       const float v = x[32 * g + i];
-      const int want = q.d[g] == 0.0f ? 0 : static_cast<int>(std::roundf(v * (1.0f / q.d[g])));
+      float r = v * (1.0f / q.d[g]);
+      if (q.d[g] != 0.0f && r - std::floor(r) == 0.5f) r = 2.0f * std::round(r / 2.0f);  // a tie: to the even one
+      const int want = q.d[g] == 0.0f ? 0 : static_cast<int>(std::round(r));
       CHECK(q.q[32 * g + i] == want);
       CHECK(std::fabs(q.d[g] * q.q[32 * g + i] - v) <= 0.5001f * q.d[g]);
       sum += q.q[32 * g + i];
@@ -183,8 +186,8 @@ TEST_CASE("qblock quantize_x follows the rule: d = max|x|/127, q = roundf(x / d)
   CHECK(q.q[32] == 0);
   CHECK(q.d[2] == 1.0f);
   CHECK(q.q[64] == 127);
-  CHECK(q.q[65] == 3);
-  CHECK(q.q[66] == -3);
+  CHECK(q.q[65] == 2);  // ties to even, as gemm::detail::quantize_row (prefill): decode and prefill round alike
+  CHECK(q.q[66] == -4);
   CHECK(q.q[67] == -127);
   CHECK(q.q[64 + 8] == 3);
 }

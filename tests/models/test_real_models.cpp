@@ -407,8 +407,23 @@ TEST_CASE("Q8_0 GGUF: kept quantised or dequantised, the same model as its dequa
   CHECK(run_command(cli + " --out " + out + " 2>&1").find(ggml_built ? "weights kept as ggml" : "weights kept as q8_0") !=
         std::string::npos);
   test::expect_close(test::npy(out), AnyTensor::from(c), testing::Tolerance{1e-6, 1e-6}, "cli, the file's Q8_0 kept");
+  // With 8-bit activations the kept rows take the integer kernels too, but an 8-row prompt goes row by row where
+  // there is no VNNI (gemm::kGgmlI8RowsDirect): the same integer sums, the float steps in another order than the
+  // packed panels', so an activation of a later layer may round to the other 8-bit step. The CLI is held to the
+  // library's own model on the kept rows, and that model to the bounds of the packed path above.
+  Llama<Policy<cpu::Backend, ggml_byte, float>> kept8(cfg, cpu::Backend(cpu::Options{1, true}));
+  kept8.load(io::load_weights(pq, cfg, true).tensors);
+  const Tensor<float, 3> g = kept8.forward(row(ids));
+  double ge = 0, sg = 0;
+  for (std::int64_t i = 0; i < a.size(); ++i) {
+    ge = std::max(ge, static_cast<double>(std::fabs(g.data()[i] - b.data()[i])));
+    sg += std::pow(static_cast<double>(g.data()[i] - b.data()[i]), 2);
+  }
+  CHECK(std::sqrt(sg / sb) <= 0.03);
+  CHECK(ge <= 0.04 * amax);
   run_command(cli + " --int8-activations on --out " + out);
-  test::expect_close(test::npy(out), AnyTensor::from(e), testing::Tolerance{1e-6, 1e-6}, "cli, Q8_0 kept, 8-bit activations");
+  test::expect_close(test::npy(out), AnyTensor::from(ggml_built ? g : e), testing::Tolerance{1e-6, 1e-6},
+                     "cli, Q8_0 kept, 8-bit activations");
   CHECK(run_command(cli + " --weight-type float32 --out " + out + " 2>&1").find("weights kept") == std::string::npos);
   test::expect_close(test::npy(out), AnyTensor::from(a), testing::Tolerance{1e-6, 1e-6}, "cli --weight-type float32");
   for (const std::string& f : {pq, pf, out}) std::remove(f.c_str());

@@ -296,8 +296,8 @@ inline std::size_t quantized_x_bytes(std::int64_t K) {
 }
 
 /// Quantise x (K values, a multiple of 32) into `buf` (quantized_x_bytes(K) bytes): per group of 32,
-/// d = max|x| / 127 and q = roundf(x * (1/d)) (llama.cpp's reference Q8_0 rounding: ties away from zero), q = 0
-/// where d = 0; s = sum of the group's q.
+/// d = max|x| / 127 and q = x * (1/d) rounded to nearest, ties to even (as llama.cpp's vectorised Q8_0 quantiser
+/// and the integer prefill panels' gemm::detail::quantize_row round), q = 0 where d = 0; s = sum of the group's q.
 inline QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf) {
   MAXTEXT_DASSERT(K % 32 == 0);
   const auto k = static_cast<std::size_t>(K);
@@ -314,7 +314,7 @@ inline QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf) {
     const float id = dg != 0.0f ? 1.0f / dg : 0.0f;
     int sum = 0;
     for (int i = 0; i < 32; ++i) {
-      const int v = static_cast<int>(std::roundf(xg[i] * id));
+      const int v = static_cast<int>(std::nearbyint(xg[i] * id));  // the default rounding mode: ties to even
       q[32 * g + i] = static_cast<std::int8_t>(v);
       sum += v;
     }
