@@ -23,6 +23,7 @@
 #include <catch2/catch.hpp>
 
 #include "maxtext/backend/cpu/gemm.hpp"
+#include "support/ggml_blocks.hpp"
 
 using namespace maxtext;
 namespace gm = maxtext::cpu::gemm;
@@ -30,28 +31,11 @@ namespace qb = maxtext::cpu::qblock;
 
 namespace {
 
-const quant::BlockType kTypes[] = {quant::BlockType::q4_0, quant::BlockType::q4_1, quant::BlockType::q5_0,
-                                   quant::BlockType::q5_1, quant::BlockType::q8_0, quant::BlockType::q2_k,
-                                   quant::BlockType::q3_k, quant::BlockType::q4_k, quant::BlockType::q5_k,
-                                   quant::BlockType::q6_k, quant::BlockType::iq4_nl, quant::BlockType::iq4_xs};
+using test::kGgmlBlockTypes;
 
 /// N rows of K values of type t: random bytes, fp16 scale fields uniform in [-1, 1].
 std::vector<std::byte> random_rows(quant::BlockType t, std::int64_t N, std::int64_t K, std::uint32_t seed) {
-  const quant::BlockFormat& f = quant::block_format(t);
-  const std::int64_t n = N * K / f.block;
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> scale(-1.0f, 1.0f);
-  std::vector<std::byte> b(static_cast<std::size_t>(n * f.bytes));
-  for (auto& x : b) x = static_cast<std::byte>(rng() & 0xff);
-  for (std::int64_t k = 0; k < n; ++k) {
-    for (int i = 0; i < 2; ++i) {
-      const int off = f.fp16_scales[i];
-      if (off < 0) continue;
-      const std::uint16_t h = fp16(scale(rng)).bits;
-      std::memcpy(b.data() + k * f.bytes + off, &h, 2);
-    }
-  }
-  return b;
+  return test::random_blocks(t, N * K / quant::block_format(t).block, seed, 1.0f, false);
 }
 
 /// The documented activation rule for one 32-value group.
@@ -140,7 +124,7 @@ void check(quant::BlockType t, std::int64_t M, std::int64_t N, std::int64_t K, b
 
 TEST_CASE("Runtime-typed blocks, many rows: 8-bit activations follow the integer definition", "[backend][cpu][gemm]") {
   std::uint32_t seed = 7;
-  for (auto t : kTypes) {
+  for (auto t : kGgmlBlockTypes) {
     // M = 2: decode; 5 and 8: row by row without VNNI, integer panels with it; 13 and 40: panels.
     for (const auto& [M, N, K] :
          std::vector<std::array<std::int64_t, 3>>{{2, 33, 256}, {5, 64, 256}, {8, 64, 512}, {13, 70, 512}, {40, 130, 256}}) {
@@ -161,7 +145,7 @@ TEST_CASE("Runtime-typed blocks, many rows: K blocks, row blocks, threads and a 
 
 TEST_CASE("Runtime-typed blocks, many rows: exact products without 8-bit activations", "[backend][cpu][gemm]") {
   std::uint32_t seed = 50;
-  for (auto t : kTypes) {
+  for (auto t : kGgmlBlockTypes) {
     check(t, 9, 70, 512, false, (seed % 2) + 1, 1.0, seed);
     ++seed;
   }

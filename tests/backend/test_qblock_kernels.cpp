@@ -19,34 +19,18 @@
 #include <catch2/catch.hpp>
 
 #include "maxtext/backend/cpu/qblock.hpp"
+#include "support/ggml_blocks.hpp"
 
 using namespace maxtext;
 namespace qb = maxtext::cpu::qblock;
 
 namespace {
 
-const quant::BlockType kTypes[] = {quant::BlockType::q4_0, quant::BlockType::q4_1, quant::BlockType::q5_0,
-                                   quant::BlockType::q5_1, quant::BlockType::q8_0, quant::BlockType::q2_k,
-                                   quant::BlockType::q3_k, quant::BlockType::q4_k, quant::BlockType::q5_k,
-                                   quant::BlockType::q6_k, quant::BlockType::iq4_nl, quant::BlockType::iq4_xs};
+using test::kGgmlBlockTypes;
 
-/// `n` blocks of type t: random bytes, fp16 scale fields uniform in [-2, 2], every 7th block's first scale subnormal.
+/// `n` blocks of type t: fp16 scale fields uniform in [-2, 2], every 7th block's first scale subnormal.
 std::vector<std::byte> random_blocks(quant::BlockType t, std::int64_t n, std::uint32_t seed) {
-  const quant::BlockFormat& f = quant::block_format(t);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> scale(-2.0f, 2.0f);
-  std::vector<std::byte> b(static_cast<std::size_t>(n * f.bytes));
-  for (auto& x : b) x = static_cast<std::byte>(rng() & 0xff);
-  for (std::int64_t k = 0; k < n; ++k) {
-    for (int i = 0; i < 2; ++i) {
-      const int off = f.fp16_scales[i];
-      if (off < 0) continue;
-      std::uint16_t h = fp16(scale(rng)).bits;
-      if (i == 0 && k % 7 == 3) h = (k % 2) ? 0x8003 : 0x0001;
-      std::memcpy(b.data() + k * f.bytes + off, &h, 2);
-    }
-  }
-  return b;
+  return test::random_blocks(t, n, seed, 2.0f, true);
 }
 
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed) {
@@ -72,7 +56,7 @@ std::uint32_t bits(float f) {
 }  // namespace
 
 TEST_CASE("qblock dequantize equals the scalar decoder bit for bit", "[qblock]") {
-  for (auto t : kTypes) {
+  for (auto t : kGgmlBlockTypes) {
     const quant::BlockFormat& f = quant::block_format(t);
     for (std::int64_t K : sizes(t)) {
       INFO(f.name << " K=" << K);
@@ -95,7 +79,7 @@ TEST_CASE("qblock dequantize equals the scalar decoder bit for bit", "[qblock]")
 }
 
 TEST_CASE("qblock dot_exact against a long-double dot of the dequantised row", "[qblock]") {
-  for (auto t : kTypes) {
+  for (auto t : kGgmlBlockTypes) {
     const quant::BlockFormat& f = quant::block_format(t);
     for (std::int64_t K : sizes(t)) {
       const auto blocks = random_blocks(t, K / f.block, 5u + static_cast<std::uint32_t>(K));
@@ -123,7 +107,7 @@ TEST_CASE("qblock dot_exact against a long-double dot of the dequantised row", "
 }
 
 TEST_CASE("qblock dot_q8 against a long-double restatement with the same quantised activations", "[qblock]") {
-  for (auto t : kTypes) {
+  for (auto t : kGgmlBlockTypes) {
     const quant::BlockFormat& f = quant::block_format(t);
     for (std::int64_t K : sizes(t)) {
       INFO(f.name << " K=" << K);
