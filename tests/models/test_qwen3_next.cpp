@@ -52,6 +52,10 @@ constexpr testing::Tolerance kBf16Layer{4.0 / 128.0, 0.06};
 // rounding error of its input 10-20x: f32 1e-5 relative + 5e-6 absolute (the other f32 layers: 2e-6), bf16
 // 2^-5 relative + 0.12 absolute (twice the other bf16 layers' 0.06; measured 0.087 at the worst element).
 constexpr testing::Tolerance kF32Gdn{1e-5, 5e-6};
+// The whole models' layer outputs: tol::f32_logits with 2e-5 absolute instead of 1e-5, since the Gated DeltaNet
+// layers' error (above: magnified 10-20x by the gated norm) stays in the residual stream. Measured: 1.24e-5 on one of
+// 704 outputs (0.0134) of qwen3_5's layer 3 on the 2-core AVX2 machine with g++ 12 -O3. The logits keep f32_logits.
+constexpr testing::Tolerance kF32ModelLayer{1e-4, 2e-5};
 constexpr testing::Tolerance kBf16Gdn{4.0 / 128.0, 0.12};
 
 template <class P>
@@ -102,7 +106,7 @@ void check_model(const std::string& file, const std::vector<std::string>& overri
   test::expect_close(full, test::npy(dir + "/logits.npy"), test::tol::f32_logits, name + ".logits");
   for (std::int64_t i = 0; i < c.num_decoder_layers; ++i) {
     const std::string a = "decoder.layers_" + std::to_string(i);
-    test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), test::tol::f32_logits, name + "." + a);
+    test::expect_close(cap.at(a), test::npy(dir + "/act_" + a + ".npy"), kF32ModelLayer, name + "." + a);
   }
   test::expect_close(cap.at("decoder.decoder_norm"), test::npy(dir + "/act_decoder.decoder_norm.npy"),
                      test::tol::f32_logits, name + ".decoder_norm");
