@@ -28,9 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -45,6 +43,7 @@
 #include "maxtext/layers/olmo3.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/cli.hpp"
+#include "support/ggml_model_bytes.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -204,20 +203,6 @@ std::string write_gemma_gguf(const Spec& s, std::uint32_t seed) {
   return path;
 }
 
-/// Bytes of the model's matrices per ggml type, each storage counted once (a tied head viewing the embedding's
-/// bytes adds nothing).
-struct GgmlTypeBytes : layers::PathStack {
-  std::map<std::uint32_t, std::int64_t> bytes;
-  std::set<const void*> seen;
-  void add(const Matrix<ggml_byte>& m) {
-    if (seen.insert(m.data.data()).second) bytes[m.ggml_type] += m.rows * m.storage_cols();
-  }
-  void matrix(std::string_view, Matrix<ggml_byte>& m, const layers::KernelSpec&) { add(m); }
-  void table(std::string_view, Matrix<ggml_byte>& m, std::int64_t, std::int64_t, const layers::VectorSpec&) { add(m); }
-  template <class T>
-  void vector(std::string_view, T&, const layers::VectorSpec&) {}
-};
-
 Tensor<std::int32_t, 2> prompt() {
   Tensor<std::int32_t, 2> ids({1, static_cast<std::int64_t>(kTokens.size())});
   for (std::size_t i = 0; i < kTokens.size(); ++i) ids.data()[i] = kTokens[i];
@@ -290,19 +275,12 @@ void check_blocks(const Spec& s, std::uint32_t seed) {
   {
     typename Ms::CpuG model(cfg, cpu::Backend(cpu::Options{1}));
     model.load(w.tensors);
-    GgmlTypeBytes tb;
+    test::GgmlTypeBytes tb;
     model.visit(tb);
     CHECK(tb.bytes.count(quant::kTypeF32) == 0);
     CHECK(tb.bytes.count(quant::kTypeF16) == 0);
     for (const std::uint32_t t : {2u, 8u, 12u, 13u, 14u}) CHECK(tb.bytes.count(t) == 1);
-    std::int64_t total = 0, file_bytes = 0;
-    for (const auto& [t, b] : tb.bytes) total += b;
-    const io::GgufFile g = io::read_gguf(path);
-    for (const auto& b : g.block_tensors) file_bytes += static_cast<std::int64_t>(b.bytes);
-    for (const auto& [name, t] : g.tensors.tensors) {
-      if (t.rank() >= 2) file_bytes += t.numel() / dtype_block(t.dtype) * static_cast<std::int64_t>(dtype_size(t.dtype));
-    }
-    CHECK(total == file_bytes);  // the model's matrices are the file's bytes
+    CHECK(tb.total() == test::gguf_matrix_bytes(path));  // the model's matrices are the file's bytes
   }
 
   // (b) Blocks kept equal the file decoded to F32, to summation order.

@@ -21,13 +21,12 @@
 
 #include <catch2/catch.hpp>
 
-#include <map>
-
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/backend/reference/backend.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/layers/llama2.hpp"
 #include "maxtext/models/transformer.hpp"
+#include "support/ggml_model_bytes.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -41,19 +40,6 @@ using F32 = Policy<cpu::Backend, float>;
 using Llama = models::Transformer<F32, layers::LlamaDecoderLayer>;
 using GgmlLlama = models::Transformer<Policy<cpu::Backend, ggml_byte, float>, layers::LlamaDecoderLayer>;
 using RefGgmlLlama = models::Transformer<Policy<reference::Backend, ggml_byte, float>, layers::LlamaDecoderLayer>;
-
-/// Bytes of the model's matrices per ggml type.
-struct GgmlTypeBytes : layers::PathStack {
-  std::map<std::uint32_t, std::int64_t> bytes;
-  void matrix(std::string_view, Matrix<ggml_byte>& m, const layers::KernelSpec&) {
-    bytes[m.ggml_type] += m.rows * m.storage_cols();
-  }
-  void table(std::string_view, Matrix<ggml_byte>& m, std::int64_t, std::int64_t, const layers::VectorSpec&) {
-    bytes[m.ggml_type] += m.rows * m.storage_cols();
-  }
-  template <class T>
-  void vector(std::string_view, T&, const layers::VectorSpec&) {}
-};
 
 template <class Model>
 std::vector<float> logits_of(Model& model) {
@@ -135,19 +121,12 @@ TEST_CASE("llama.cpp-quantised GGUF: blocks computed in place", "[io][gguf][quan
     CHECK(w.file_weight_type == "ggml");
     GgmlLlama model(cfg, cpu::Backend(cpu::Options{1}));
     model.load(w.tensors);
-    GgmlTypeBytes tb;
+    test::GgmlTypeBytes tb;
     model.visit(tb);
     // Every matrix keeps a block type of the file: none was decoded to F32 (type 0) or widened.
     CHECK(tb.bytes.count(quant::kTypeF32) == 0);
     CHECK(tb.bytes.count(quant::kTypeF16) == 0);
-    std::int64_t total = 0, file_bytes = 0;
-    for (const auto& [t, b] : tb.bytes) total += b;
-    const io::GgufFile g = io::read_gguf(path);
-    for (const auto& b : g.block_tensors) file_bytes += static_cast<std::int64_t>(b.bytes);
-    for (const auto& [name, t] : g.tensors.tensors) {
-      if (t.rank() >= 2) file_bytes += t.numel() / dtype_block(t.dtype) * static_cast<std::int64_t>(dtype_size(t.dtype));
-    }
-    CHECK(total == file_bytes);
+    CHECK(tb.total() == test::gguf_matrix_bytes(path));
     if (std::string(type) == "Q4_K_M") CHECK((tb.bytes.count(12) == 1 && tb.bytes.count(14) == 1));
     // Exact products of the dequantised values: llama.cpp's logits on the dequantised copy, to summation order.
     const std::vector<float> ours = logits_of(model);
