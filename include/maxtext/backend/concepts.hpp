@@ -186,8 +186,8 @@ concept BackendCompressedAttention = requires(const B& b, View<const float, 3> x
 };
 
 /// Backends whose products read runtime-typed matrices (Matrix<ggml_byte>: GGUF blocks as the file has them) say
-/// so with `static constexpr bool runtime_typed_weights = true`. The CUDA backend does not yet: a GGUF file's
-/// blocks are decoded to f32 at load for it.
+/// so with `static constexpr bool runtime_typed_weights = true` (the CPU, reference and CUDA backends); for any
+/// other backend a GGUF file's blocks are decoded to f32 at load.
 template <class B>
 inline constexpr bool backend_has_runtime_typed_weights = requires {
   requires B::runtime_typed_weights;

@@ -29,9 +29,11 @@
 #include "maxtext/backend/cuda/memory.cuh"
 #include "maxtext/backend/cuda/moe.cuh"
 #include "maxtext/backend/cuda/sampling.cuh"
+#include "maxtext/backend/cuda/weight_rows.cuh"
 #include "maxtext/backend/ops.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/ggml_quants.hpp"
 #include "maxtext/core/matrix.hpp"
 #include "maxtext/core/tensor.hpp"
 
@@ -83,9 +85,19 @@ class Backend {
   }
   void synchronize() const { MAXTEXT_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
-  /// Weights stay in their out-major layout (cuBLASLt reads it transposed); nothing to prepare.
+  /// Products read runtime-typed matrices (ggml_byte: a GGUF file's blocks as they lie), see
+  /// backend_has_runtime_typed_weights: each kernel decodes the elements it reads (weight_rows.cuh).
+  static constexpr bool runtime_typed_weights = true;
+
+  /// Weights stay in their out-major layout (cuBLASLt reads it transposed); nothing to prepare. A runtime-typed
+  /// matrix's type must be one the kernels decode.
   template <class W>
   Matrix<W> prepare(Matrix<W> m) const {
+    if constexpr (std::is_same_v<W, ggml_byte>) {
+      const quant::TypeInfo& t = quant::checked_type_info(m.ggml_type);
+      MAXTEXT_CHECK(m.cols % t.block == 0, ShapeError, "[cuda] a ", t.name, " matrix needs rows of a multiple of ",
+                    t.block, " values, found ", m.cols);
+    }
     return m;
   }
 
@@ -95,19 +107,16 @@ class Backend {
     const std::int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
     MAXTEXT_DASSERT(K == w.cols && y.dim(0) == M && y.dim(1) == N && x.rows_contiguous() && y.rows_contiguous());
     if (M == 0 || N == 0) return;
-    const W* wp = w.data.data();
-    const std::int64_t w_units = w.data.view().stride(0);
-    if constexpr (lt_supported<X, W, Y>) {
-      state_->gemm->run<X, Y>(x.data(), ld(x), wp, w_units, y.data(), ld(y), M, N, K);
-    } else if (M <= 8) {
-      constexpr int threads = 256;
-      kernels::gemv_rows<X, W, Y, 8><<<detail::grid_for(N * 32, threads), threads, 0, stream()>>>(
-          x.data(), ld(x), wp, w_units, y.data(), ld(y), M, N, K);
-      MAXTEXT_CUDA_LAUNCH_CHECK("gemv_rows");
+    if constexpr (std::is_same_v<W, ggml_byte>) {
+      if (lt_supported<X, float, Y> && M > 8) {
+        ggml_lt_products(x, w, y);
+      } else {
+        kernel_products(x, weight_rows(w), y, N);
+      }
+    } else if constexpr (lt_supported<X, W, Y>) {
+      state_->gemm->run<X, Y>(x.data(), ld(x), w.data.data(), w.data.view().stride(0), y.data(), ld(y), M, N, K);
     } else {
-      const dim3 grid(static_cast<unsigned>((N + 15) / 16), static_cast<unsigned>((M + 15) / 16));
-      kernels::gemm_tiled<X, W, Y><<<grid, dim3(16, 16), 0, stream()>>>(x.data(), ld(x), wp, w_units, y.data(), ld(y), M, N, K);
-      MAXTEXT_CUDA_LAUNCH_CHECK("gemm_tiled");
+      kernel_products(x, weight_rows(w), y, N);
     }
     if (!bias.empty()) {
       kernels::add_bias<Y, Bias><<<detail::grid_for(M * N), detail::kThreads, 0, stream()>>>(rows(y), bias.data(), M, N);
@@ -243,8 +252,7 @@ class Backend {
   void embed(const Matrix<W>& table, View<const std::int32_t, 1> ids, View<A, 2> y) const {
     const std::int64_t M = ids.dim(0), D = table.cols;
     if (M == 0) return;
-    kernels::embed<W, A><<<detail::grid_for(M * D), detail::kThreads, 0, stream()>>>(
-        table.data.data(), table.data.view().stride(0), ids.data(), rows(y), M, D);
+    kernels::embed<<<detail::grid_for(M * D), detail::kThreads, 0, stream()>>>(weight_rows(table), ids.data(), rows(y), M, D);
     MAXTEXT_CUDA_LAUNCH_CHECK("embed");
   }
 
@@ -415,9 +423,9 @@ class Backend {
     if (M * H * Ny == 0) return;
     MAXTEXT_DASSERT(x.stride(2) == 1 && y.stride(2) == 1);
     const dim3 grid(static_cast<unsigned>((Ny + 15) / 16), static_cast<unsigned>((M + 15) / 16), static_cast<unsigned>(H));
-    kernels::head_matmul<X, W, Y><<<grid, dim3(16, 16), 0, stream()>>>(
-        x.data(), x.stride(0), x.stride(1), w.data.data(), w.data.view().stride(0), head_stride, row_offset, transpose_w,
-        y.data(), y.stride(0), y.stride(1), M, Kx, Ny);
+    kernels::head_matmul<<<grid, dim3(16, 16), 0, stream()>>>(x.data(), x.stride(0), x.stride(1), weight_rows(w),
+                                                               head_stride, row_offset, transpose_w, y.data(),
+                                                               y.stride(0), y.stride(1), M, Kx, Ny);
     MAXTEXT_CUDA_LAUNCH_CHECK("head_matmul");
   }
 
@@ -571,6 +579,60 @@ class Backend {
   template <class T>
   static kernels::Rows3<T> rows3(const View<T, 3>& v) {
     return {v.data(), v.stride(0), v.stride(1)};
+  }
+  /// The kernels' reader of a matrix's elements (weight_rows.cuh).
+  template <class W>
+  static auto weight_rows(const Matrix<W>& w) {
+    if constexpr (std::is_same_v<W, ggml_byte>) {
+      return kernels::GgmlRows{reinterpret_cast<const std::uint8_t*>(w.data.data()), w.data.view().stride(0), w.ggml_type,
+                               w.value_scale};
+    } else {
+      return kernels::WeightRows<W>{w.data.data(), w.data.view().stride(0)};
+    }
+  }
+  /// y = x . W^T through this library's kernels, which read W with `wr`: one warp per output for up to 8 rows of
+  /// x, 16 x 16 tiles beyond.
+  template <class X, class WR, class Y>
+  void kernel_products(View<const X, 2> x, WR wr, View<Y, 2> y, std::int64_t N) const {
+    const std::int64_t M = x.dim(0), K = x.dim(1);
+    if (M <= 8) {
+      constexpr int threads = 256;
+      kernels::gemv_rows<X, WR, Y, 8><<<detail::grid_for(N * 32, threads), threads, 0, stream()>>>(
+          x.data(), ld(x), wr, y.data(), ld(y), M, N, K);
+      MAXTEXT_CUDA_LAUNCH_CHECK("gemv_rows");
+    } else {
+      const dim3 grid(static_cast<unsigned>((N + 15) / 16), static_cast<unsigned>((M + 15) / 16));
+      kernels::gemm_tiled<X, WR, Y><<<grid, dim3(16, 16), 0, stream()>>>(x.data(), ld(x), wr, y.data(), ld(y), M, N, K);
+      MAXTEXT_CUDA_LAUNCH_CHECK("gemm_tiled");
+    }
+  }
+  /// Rows of a runtime-typed matrix decoded per slice, at most kGgmlSliceBytes of f32 at a time.
+  static constexpr std::int64_t kGgmlSliceBytes = std::int64_t{64} << 20;
+  /// y = x . W^T for f32 activations and a runtime-typed W (prefill): each slice of W's rows is decoded to f32 in
+  /// pool scratch (dequantize_rows) and multiplied by cuBLASLt into y's columns of those rows (f32 compute, as for
+  /// f32 weights). The scratch is released in stream order.
+  template <class X, class Y>
+  void ggml_lt_products(View<const X, 2> x, const Matrix<ggml_byte>& w, View<Y, 2> y) const {
+    if constexpr (lt_supported<X, float, Y>) {
+      const std::int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
+      const std::int64_t slice = std::max<std::int64_t>(1, std::min<std::int64_t>(N, kGgmlSliceBytes / (4 * K)));
+      const std::size_t bytes = static_cast<std::size_t>(slice * K) * 4;
+      float* scratch = static_cast<float*>(memory()->allocate(bytes));
+      try {
+        const kernels::GgmlRows wr = weight_rows(w);
+        for (std::int64_t n0 = 0; n0 < N; n0 += slice) {
+          const std::int64_t rows_n = std::min(slice, N - n0);
+          kernels::dequantize_rows<<<detail::grid_for(rows_n * K), detail::kThreads, 0, stream()>>>(wr, scratch, n0,
+                                                                                                   rows_n, K);
+          MAXTEXT_CUDA_LAUNCH_CHECK("dequantize_rows");
+          state_->gemm->run<float, Y>(x.data(), ld(x), scratch, K, y.data() + n0, ld(y), M, rows_n, K);
+        }
+      } catch (...) {
+        memory()->deallocate(scratch, bytes);
+        throw;
+      }
+      memory()->deallocate(scratch, bytes);
+    }
   }
   /// Threads for a one-block-per-row kernel: a multiple of 32, up to 1024, about one per 4 elements.
   static unsigned row_threads(std::int64_t D) {

@@ -129,14 +129,13 @@ __global__ void strided_copy(const T* src, detail::Strides<R> s, T* dst, detail:
   }
 }
 
-/// y[m, :] = round_A(table[ids[m], :]); `row_units` storage elements per table row (Q8_0: blocks).
-template <class W, class A>
-__global__ void embed(const W* table, std::int64_t row_units, const std::int32_t* ids, Rows<A> y, std::int64_t M,
-                      std::int64_t D) {
+/// y[m, :] = round_A(table[ids[m], :]); `table` a weight_rows.cuh reader.
+template <class WR, class A>
+__global__ void embed(WR table, const std::int32_t* ids, Rows<A> y, std::int64_t M, std::int64_t D) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M * D;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t r = i / D, c = i % D;
-    y.at(r, c) = from_float<A>(kmath::weight_at(table + ids[r] * row_units, c));
+    y.at(r, c) = from_float<A>(table(ids[r], c));
   }
 }
 

@@ -1,7 +1,8 @@
 // backend/cuda/gemm.cuh: y[M,N] = x[M,K] . W[N,K]^T with f32 accumulation, rounded once to Y. Through cuBLASLt
 // when x and W share a type (f32, bf16, f16) and Y is that type or f32 (CUBLAS_COMPUTE_32F: no TF32, no reduced
-// precision); otherwise (Q8_0 weights, mixed types) through the simple kernels below, which convert each element
-// with the shared weight_at and accumulate in f32.
+// precision); otherwise (Q8_0 weights, mixed types, a GGUF file's blocks) through the simple kernels below, which
+// read each weight element through a weight_rows.cuh reader and accumulate in f32. Runtime-typed matrices with more
+// than 8 rows of f32 activations are dequantised a slice of rows at a time (dequantize_rows) for cuBLASLt.
 #pragma once
 
 #include <cublasLt.h>
@@ -16,6 +17,7 @@
 
 #include "maxtext/backend/common/kernel_math.hpp"
 #include "maxtext/backend/cuda/common.cuh"
+#include "maxtext/backend/cuda/weight_rows.cuh"
 #include "maxtext/core/dtype.hpp"
 
 namespace maxtext::cuda {
@@ -139,18 +141,18 @@ class Gemm {
 
 namespace kernels {
 
-/// Few rows (decode): one warp per output feature n, lanes over k, every x row (M <= 8) at once.
-template <class X, class W, class Y, int MaxM>
-__global__ void gemv_rows(const X* x, std::int64_t ldx, const W* w, std::int64_t w_row_units, Y* y, std::int64_t ldy,
-                          std::int64_t M, std::int64_t N, std::int64_t K) {
+/// Few rows (decode): one warp per output feature n, lanes over k, every x row (M <= 8) at once. `w` is a
+/// weight_rows.cuh reader.
+template <class X, class WR, class Y, int MaxM>
+__global__ void gemv_rows(const X* x, std::int64_t ldx, WR w, Y* y, std::int64_t ldy, std::int64_t M, std::int64_t N,
+                          std::int64_t K) {
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
   const int lane = static_cast<int>(threadIdx.x) & 31;
   for (std::int64_t n = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; n < N; n += warps) {
-    const W* wr = w + n * w_row_units;
     float acc[MaxM];
     for (int m = 0; m < MaxM; ++m) acc[m] = 0.0f;
     for (std::int64_t k = lane; k < K; k += 32) {
-      const float wk = kmath::weight_at(wr, k);
+      const float wk = w(n, k);
       for (int m = 0; m < MaxM; ++m) {
         if (m < M) acc[m] += to_float(x[m * ldx + k]) * wk;
       }
@@ -164,9 +166,9 @@ __global__ void gemv_rows(const X* x, std::int64_t ldx, const W* w, std::int64_t
 }
 
 /// Many rows: 16 x 16 output tiles, K in steps of 16 through shared memory (converted to f32 on load).
-template <class X, class W, class Y>
-__global__ void gemm_tiled(const X* x, std::int64_t ldx, const W* w, std::int64_t w_row_units, Y* y, std::int64_t ldy,
-                           std::int64_t M, std::int64_t N, std::int64_t K) {
+template <class X, class WR, class Y>
+__global__ void gemm_tiled(const X* x, std::int64_t ldx, WR w, Y* y, std::int64_t ldy, std::int64_t M, std::int64_t N,
+                           std::int64_t K) {
   constexpr int T = 16;
   __shared__ float xs[T][T + 1];
   __shared__ float ws[T][T + 1];
@@ -177,7 +179,7 @@ __global__ void gemm_tiled(const X* x, std::int64_t ldx, const W* w, std::int64_
   for (std::int64_t k0 = 0; k0 < K; k0 += T) {
     const std::int64_t k = k0 + tx;
     xs[ty][tx] = (m < M && k < K) ? to_float(x[m * ldx + k]) : 0.0f;
-    ws[ty][tx] = (wn < N && k < K) ? kmath::weight_at(w + wn * w_row_units, k) : 0.0f;
+    ws[ty][tx] = (wn < N && k < K) ? w(wn, k) : 0.0f;
     __syncthreads();
     for (int kk = 0; kk < T; ++kk) acc += xs[ty][kk] * ws[tx][kk];
     __syncthreads();
@@ -187,10 +189,10 @@ __global__ void gemm_tiled(const X* x, std::int64_t ldx, const W* w, std::int64_
 
 /// Per-head products (MLA absorbed form): grid (ceil(Ny/16), ceil(M/16), H), block 16 x 16. W_h = rows
 /// [h * head_stride + row_offset, ...) of w; y[m,h,j] = sum_i x[m,h,i] * (transpose_w ? W_h[i, j] : W_h[j, i]).
-template <class X, class W, class Y>
-__global__ void head_matmul(const X* x, std::int64_t xm, std::int64_t xh, const W* w, std::int64_t w_row_units,
-                            std::int64_t head_stride, std::int64_t row_offset, bool transpose_w, Y* y, std::int64_t ym,
-                            std::int64_t yh, std::int64_t M, std::int64_t Kx, std::int64_t Ny) {
+template <class X, class WR, class Y>
+__global__ void head_matmul(const X* x, std::int64_t xm, std::int64_t xh, WR w, std::int64_t head_stride,
+                            std::int64_t row_offset, bool transpose_w, Y* y, std::int64_t ym, std::int64_t yh,
+                            std::int64_t M, std::int64_t Kx, std::int64_t Ny) {
   constexpr int T = 16;
   __shared__ float xs[T][T + 1];
   __shared__ float ws[T][T + 1];  // ws[j][i]: the weight of input i for output j
@@ -204,7 +206,7 @@ __global__ void head_matmul(const X* x, std::int64_t xm, std::int64_t xh, const 
     xs[ty][tx] = (m < M && i < Kx) ? to_float(x[m * xm + h * xh + i]) : 0.0f;
     float wv = 0.0f;
     if (jl < Ny && i < Kx) {
-      wv = transpose_w ? kmath::weight_at(w + (r0 + i) * w_row_units, jl) : kmath::weight_at(w + (r0 + jl) * w_row_units, i);
+      wv = transpose_w ? w(r0 + i, jl) : w(r0 + jl, i);
     }
     ws[ty][tx] = wv;
     __syncthreads();
@@ -212,6 +214,16 @@ __global__ void head_matmul(const X* x, std::int64_t xm, std::int64_t xh, const 
     __syncthreads();
   }
   if (m < M && j < Ny) y[m * ym + h * yh + j] = from_float<Y>(acc);
+}
+
+/// out[r, k] = w(n0 + r, k) for r < rows, k < K (row-major f32, row stride K): a slice of a runtime-typed matrix
+/// decoded for cuBLASLt. (A template, as every kernel in these headers: one definition per program.)
+template <class WR>
+__global__ void dequantize_rows(WR w, float* out, std::int64_t n0, std::int64_t rows, std::int64_t K) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < rows * K;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = w(n0 + i / K, i % K);
+  }
 }
 
 }  // namespace kernels
