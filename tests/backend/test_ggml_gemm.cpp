@@ -154,23 +154,7 @@ TEST_CASE("Runtime-typed blocks, many rows: exact products without 8-bit activat
 
 namespace {
 
-/// N rows of K random values in [-1, 1] stored as ggml float type `type` (F32, F16 or BF16).
-std::vector<std::byte> random_float_rows(std::uint32_t type, std::int64_t N, std::int64_t K, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const std::size_t es = type == quant::kTypeF32 ? 4 : 2;
-  std::vector<std::byte> b(static_cast<std::size_t>(N * K) * es);
-  for (std::size_t i = 0; i < static_cast<std::size_t>(N * K); ++i) {
-    const float v = u(rng);
-    if (type == quant::kTypeF32) {
-      std::memcpy(b.data() + 4 * i, &v, 4);
-    } else {
-      const std::uint16_t h = type == quant::kTypeF16 ? fp16(v).bits : bf16(v).bits;
-      std::memcpy(b.data() + 2 * i, &h, 2);
-    }
-  }
-  return b;
-}
+using test::random_float_rows;
 
 /// F32 / F16 / BF16 rows read where they lie: decode (M <= kFloatRowsDirect, qblock::dot_float) and panels (more rows)
 /// are the exact products in f32 whatever the 8-bit-activation flag, |err| <= (K + 8) 2^-24 sum |w x| against a

@@ -51,18 +51,7 @@ Matrix<ggml_byte> random_matrix(std::uint32_t type, std::int64_t N, std::int64_t
   if (quant::block_format(type) != nullptr) {
     bytes = test::random_blocks(static_cast<quant::BlockType>(type), N * K / t.block, seed, 1.0f, true);
   } else {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    bytes.resize(static_cast<std::size_t>(N * K * t.bytes));
-    for (std::int64_t i = 0; i < N * K; ++i) {
-      const float v = u(rng);
-      if (type == quant::kTypeF32) {
-        std::memcpy(bytes.data() + 4 * i, &v, 4);
-      } else {
-        const std::uint16_t h = type == quant::kTypeF16 ? fp16(v).bits : bf16(v).bits;
-        std::memcpy(bytes.data() + 2 * i, &h, 2);
-      }
-    }
+    bytes = test::random_float_rows(type, N, K, seed);
   }
   Matrix<ggml_byte> m;
   m.rows = N;

@@ -40,4 +40,22 @@ inline std::vector<std::byte> random_blocks(quant::BlockType t, std::int64_t n, 
   return b;
 }
 
+/// N rows of K random values in [-1, 1] stored as ggml float type `type` (F32, F16 or BF16).
+inline std::vector<std::byte> random_float_rows(std::uint32_t type, std::int64_t N, std::int64_t K, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const std::size_t es = type == quant::kTypeF32 ? 4 : 2;
+  std::vector<std::byte> b(static_cast<std::size_t>(N * K) * es);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(N * K); ++i) {
+    const float v = u(rng);
+    if (type == quant::kTypeF32) {
+      std::memcpy(b.data() + 4 * i, &v, 4);
+    } else {
+      const std::uint16_t h = type == quant::kTypeF16 ? fp16(v).bits : bf16(v).bits;
+      std::memcpy(b.data() + 2 * i, &h, 2);
+    }
+  }
+  return b;
+}
+
 }  // namespace maxtext::test
