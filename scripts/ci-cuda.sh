@@ -5,11 +5,14 @@
 # Without a CUDA toolkit the job says so and succeeds (nothing to compile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NVCC=${CUDACXX:-/usr/local/cuda/bin/nvcc}
+# nvcc by its real path: CMake derives the toolkit's include directories from the path it is given, and ccache
+# hashes them, so /usr/local/cuda/bin/nvcc and /usr/local/cuda-13.0/bin/nvcc (the same file) would not share cached
+# objects. CI's environment names the versioned path; resolving both keeps one set of objects for every caller.
+NVCC=$(readlink -f "${CUDACXX:-/usr/local/cuda/bin/nvcc}" 2>/dev/null || true)
 ARCHS=${MAXTEXT_CUDA_ARCHS:-80;90}
 BUILD_DIR=${CUDA_BUILD_DIR:-build-cuda}
-if [ ! -x "$NVCC" ]; then
-  echo "ci-cuda: no nvcc at $NVCC (set CUDACXX): nothing to compile"
+if [ -z "$NVCC" ] || [ ! -x "$NVCC" ]; then
+  echo "ci-cuda: no nvcc at ${CUDACXX:-/usr/local/cuda/bin/nvcc} (set CUDACXX): nothing to compile"
   exit 0
 fi
 "$NVCC" --version | tail -n 2
