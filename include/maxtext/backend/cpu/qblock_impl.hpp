@@ -809,6 +809,108 @@ struct DecIq4Xs {
   }
 };
 
+/// Q4_1, Q5_0, Q5_1: 32 values, nibbles as Q4_0 (bytes 0-7 hold elements 0-7 and 16-23, bytes 8-15 elements 8-15
+/// and 24-31); kFive adds bit e of the 32-bit word before them as bit 4 of element e. kMin: d * q + m (d * q is
+/// exact, so one fused step rounds as the scalar decoder's sum does), else d * (q - 16), subtracting in integers.
+template <bool kFive, bool kMin>
+struct DecQ451 {
+  static_assert(kFive || kMin, "Q4_0 has its own decoder");
+  static constexpr int kBlock = 32, kBytes = 2 + (kMin ? 2 : 0) + (kFive ? 4 : 0) + 16;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256 d = _mm256_set1_ps(half(b));
+    const std::byte* qs = b + kBytes - 16;
+    const __m256i z0 = zx8(qs), z1 = zx8(qs + 8), m15 = c32(15);
+    __m256i q[4] = {_mm256_and_si256(z0, m15), _mm256_and_si256(z1, m15), _mm256_srli_epi32(z0, 4),
+                    _mm256_srli_epi32(z1, 4)};
+    if constexpr (kFive) {
+      std::uint32_t h;
+      std::memcpy(&h, qs - 4, 4);
+      const __m256i hv = _mm256_set1_epi32(static_cast<int>(h)), iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+      unroll<4>([&](auto c_) {  // elements 8c .. 8c + 7: bits 8c .. 8c + 7 of h
+        constexpr int c = decltype(c_)::value;
+        const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(hv, _mm256_add_epi32(iota, c32(8 * c))), c32(1));
+        q[c] = _mm256_or_si256(q[c], _mm256_slli_epi32(bit, 4));
+      });
+    }
+    unroll<4>([&](auto c_) {
+      constexpr int c = decltype(c_)::value;
+      if constexpr (kMin) sink(ic<c>{}, _mm256_fmadd_ps(d, fl(q[c]), _mm256_set1_ps(half(b + 2))));
+      else sink(ic<c>{}, _mm256_mul_ps(d, fl(_mm256_sub_epi32(q[c], c32(16)))));
+    });
+  }
+};
+
+/// Q2_K: element e = 128h + 32s + l is bits 2s of qs[32h + l]; sub-block g = e / 16 has the scale d * (sc_g & 15)
+/// and the min dmin * (sc_g >> 4), both exact, so each value is one fused scale * q - min as the scalar decoder's.
+struct DecQ2K {
+  static constexpr int kBlock = 256, kBytes = 84;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    const __m256 d = _mm256_set1_ps(half(b + 80)), dm = _mm256_set1_ps(half(b + 82));
+    const __m256i s0 = zx8(b), s1 = zx8(b + 8), m15 = c32(15), m3 = c32(3);
+    const Lanes8 dl[2] = {Lanes8(_mm256_mul_ps(d, fl(_mm256_and_si256(s0, m15)))),
+                          Lanes8(_mm256_mul_ps(d, fl(_mm256_and_si256(s1, m15))))};
+    const Lanes8 ml[2] = {Lanes8(_mm256_mul_ps(dm, fl(_mm256_srli_epi32(s0, 4)))),
+                          Lanes8(_mm256_mul_ps(dm, fl(_mm256_srli_epi32(s1, 4))))};
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      unroll<4>([&](auto k_) {  // bytes 32h + 8k .. +7 of qs: elements 128h + 32s + 8k .. +7, s = 0..3
+        constexpr int k = decltype(k_)::value;
+        const __m256i z = zx8(b + 16 + 32 * h + 8 * k);
+        unroll<4>([&](auto s_) {
+          constexpr int s = decltype(s_)::value, g = 2 * s + k / 2;  // sub-block 8h + g
+          const __m256i q = _mm256_and_si256(_mm256_srli_epi32(z, 2 * s), m3);
+          sink(ic<16 * h + 4 * s + k>{}, _mm256_fmsub_ps(dl[h][g], fl(q), ml[h][g]));
+        });
+      });
+    });
+  }
+};
+
+/// Q3_K: the 16 six-bit sub-block scales (biased by 32) as bytes: sub-blocks 0-7 in lo, 8-15 in hi. Scale g has
+/// its low 4 bits in the low (g < 8) or high nibble of byte g % 8 and its high 2 bits at bit 2 * (g / 4) of byte
+/// 8 + g % 4, so each 32-bit word of four scales is two masks and a shift of the packed words.
+inline void q3k_scales(const std::byte* p, std::uint64_t& lo, std::uint64_t& hi) {
+  std::uint32_t a0, a1, a2;
+  std::memcpy(&a0, p, 4);
+  std::memcpy(&a1, p + 4, 4);
+  std::memcpy(&a2, p + 8, 4);
+  const std::uint32_t m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+  const std::uint32_t g0 = (a0 & m4) | ((a2 & m2) << 4), g1 = (a1 & m4) | (((a2 >> 2) & m2) << 4);
+  const std::uint32_t g2 = ((a0 >> 4) & m4) | (((a2 >> 4) & m2) << 4), g3 = ((a1 >> 4) & m4) | (((a2 >> 6) & m2) << 4);
+  lo = g0 | (static_cast<std::uint64_t>(g1) << 32);
+  hi = g2 | (static_cast<std::uint64_t>(g3) << 32);
+}
+
+/// Q3_K: low bits as Q2_K, bit 4h + s of hmask[l] on top (clear: the value is 4 lower); sub-block scale
+/// d * (sc_g - 32), an exact product, times the integer quant.
+struct DecQ3K {
+  static constexpr int kBlock = 256, kBytes = 110;
+  template <class S>
+  static MAXTEXT_QBLOCK_INLINE void run(const std::byte* b, S&& sink) {
+    std::uint64_t lo, hi;
+    q3k_scales(b + 96, lo, hi);
+    const __m256 d = _mm256_set1_ps(half(b + 108)), c32f = _mm256_set1_ps(32.0f);
+    const Lanes8 dl[2] = {Lanes8(_mm256_mul_ps(d, _mm256_sub_ps(bytes8_to_ps(lo), c32f))),
+                          Lanes8(_mm256_mul_ps(d, _mm256_sub_ps(bytes8_to_ps(hi), c32f)))};
+    const __m256i m3 = c32(3), one = c32(1), four = c32(4);
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      unroll<4>([&](auto k_) {
+        constexpr int k = decltype(k_)::value;
+        const __m256i z = zx8(b + 32 + 32 * h + 8 * k), hb = zx8(b + 8 * k);
+        unroll<4>([&](auto s_) {
+          constexpr int s = decltype(s_)::value, g = 2 * s + k / 2;
+          const __m256i top = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 4 * h + s), one), 2);
+          const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(z, 2 * s), m3), top);
+          sink(ic<16 * h + 4 * s + k>{}, _mm256_mul_ps(dl[h][g], fl(_mm256_sub_epi32(q, four))));
+        });
+      });
+    });
+  }
+};
+
 template <class D>
 inline void dequantize_avx2(const std::byte* src, float* dst, std::int64_t n) {
   for (std::int64_t b = 0; b < n / D::kBlock; ++b) {
@@ -913,29 +1015,36 @@ inline __m256i sum8x8(const __m256i* v) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-/// 32-value blocks (Q4_0, IQ4_NL, Q8_0), four per step. P(blk, xq) gives a block's 8 lane sums of weight quant
-/// times activation quant; two rounds of vphaddd fold four blocks into [b0 b1 b2 b3 | b0 b1 b2 b3] (each block's
-/// total split over the two halves), kOff * s_b is subtracted as kOff/2 * s_b from each half, and the float step
-/// is one multiply-add with the four (d_w * d_x), the four fp16 scales widened by one conversion.
-template <int kBytes, int kOff, class P>
+/// 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0), four per step. P(blk, xq) gives a block's 8 lane sums
+/// of weight quant times activation quant; two rounds of vphaddd fold four blocks into [b0 b1 b2 b3 | b0 b1 b2 b3]
+/// (each block's total split over the two halves), kOff * s_b is subtracted as kOff/2 * s_b from each half, and the
+/// float step is one multiply-add with the four (d_w * d_x), the four fp16 scales widened by one conversion. kMin
+/// (Q4_1, Q5_1: an fp16 min m after d) adds m * d_x * s_b per block, four blocks in one multiply-add.
+template <int kBytes, int kOff, bool kMin = false, class P>
 inline float dot_q8_b32(const std::byte* row, const QuantizedX& x, P&& part) {
-  static_assert(kOff == 0 || kOff == 8);
+  static_assert(kOff == 0 || kOff == 8 || kOff == 16);
+  constexpr int kShift = kOff == 16 ? 3 : 2;  // log2(kOff / 2)
   const std::int64_t nb = x.K / 32;
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m128 accm = _mm_setzero_ps();
+  auto fp16x4 = [](const std::byte* p) {
+    return _mm_cvtph_ps(_mm_setr_epi16(static_cast<short>(u16(p)), static_cast<short>(u16(p + kBytes)),
+                                       static_cast<short>(u16(p + 2 * kBytes)),
+                                       static_cast<short>(u16(p + 3 * kBytes)), 0, 0, 0, 0));
+  };
   auto step = [&](std::int64_t b, __m256& a) {
     const std::byte* p = row + b * kBytes;
     prefetch_ahead<4 * kBytes>(p);
     const std::int8_t* xq = x.q + 32 * b;
     __m256i L = _mm256_hadd_epi32(_mm256_hadd_epi32(part(p, xq), part(p + kBytes, xq + 32)),
                                   _mm256_hadd_epi32(part(p + 2 * kBytes, xq + 64), part(p + 3 * kBytes, xq + 96)));
-    if constexpr (kOff != 0) {
+    const __m128 dx = _mm_loadu_ps(x.d + b);
+    if constexpr (kOff != 0 || kMin) {
       const __m128i s4 = _mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.s + b)));
-      L = _mm256_sub_epi32(L, _mm256_slli_epi32(_mm256_broadcastsi128_si256(s4), 2));
+      if constexpr (kOff != 0) L = _mm256_sub_epi32(L, _mm256_slli_epi32(_mm256_broadcastsi128_si256(s4), kShift));
+      if constexpr (kMin) accm = _mm_fmadd_ps(_mm_mul_ps(fp16x4(p + 2), dx), _mm_cvtepi32_ps(s4), accm);
     }
-    const __m128i h4 = _mm_setr_epi16(static_cast<short>(u16(p)), static_cast<short>(u16(p + kBytes)),
-                                      static_cast<short>(u16(p + 2 * kBytes)), static_cast<short>(u16(p + 3 * kBytes)),
-                                      0, 0, 0, 0);
-    const __m128 f4 = _mm_mul_ps(_mm_cvtph_ps(h4), _mm_loadu_ps(x.d + b));
+    const __m128 f4 = _mm_mul_ps(fp16x4(p), dx);
     a = _mm256_fmadd_ps(fl(L), _mm256_set_m128(f4, f4), a);
   };
   std::int64_t b = 0;
@@ -952,8 +1061,10 @@ inline float dot_q8_b32(const std::byte* row, const QuantizedX& x, P&& part) {
     const std::byte* p = row + b * kBytes;
     const int isum = hsum(part(p, x.q + 32 * b)) - kOff * x.s[b];
     tail += half(p) * x.d[b] * static_cast<float>(isum);
+    if constexpr (kMin) tail += half(p + 2) * x.d[b] * static_cast<float>(x.s[b]);
   }
-  return hsum(_mm256_add_ps(acc[0], acc[1])) + tail;
+  const __m128 m2 = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+  return hsum(_mm256_add_ps(acc[0], acc[1])) + tail + _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
 }
 
 inline float dot_q8_q4_0(const std::byte* row, const QuantizedX& x) {  // q in 0..15, offset 8 via s
@@ -971,6 +1082,115 @@ inline float dot_q8_q8_0(const std::byte* row, const QuantizedX& x) {
   return dot_q8_b32<34, 0>(row, x, [](const std::byte* b, const std::int8_t* xq) {
     return dot_ss(load256(b + 2), load256(xq));
   });
+}
+inline float dot_q8_q4_1(const std::byte* row, const QuantizedX& x) {  // q in 0..15, min via s
+  return dot_q8_b32<20, 0, true>(row, x, [](const std::byte* b, const std::int8_t* xq) {
+    return dot_us(nib32(b + 4), load256(xq));
+  });
+}
+/// 0xff in byte i where bit i of the 32-bit word at p is set, else 0: byte i takes source byte i / 8 (vpshufb within
+/// each 128-bit half of the broadcast word) and keeps bit i % 8.
+inline __m256i bits32(const std::byte* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(v)),
+                                             _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll,
+                                                                0x0303030303030303ll));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+/// Q5_0 / Q5_1 quants 0..31 as bytes in element order: nibbles (as Q4_0) plus bit 4 from the 32-bit word qh.
+inline __m256i q5_bytes(const std::byte* qs, const std::byte* qh) {
+  return _mm256_or_si256(nib32(qs), _mm256_and_si256(bits32(qh), _mm256_set1_epi8(16)));
+}
+inline float dot_q8_q5_0(const std::byte* row, const QuantizedX& x) {  // q in 0..31, offset 16 via s
+  return dot_q8_b32<22, 16>(row, x, [](const std::byte* b, const std::int8_t* xq) {
+    return dot_us(q5_bytes(b + 6, b + 2), load256(xq));
+  });
+}
+inline float dot_q8_q5_1(const std::byte* row, const QuantizedX& x) {  // q in 0..31, min via s
+  return dot_q8_b32<24, 0, true>(row, x, [](const std::byte* b, const std::int8_t* xq) {
+    return dot_us(q5_bytes(b + 8, b + 4), load256(xq));
+  });
+}
+
+/// 16-bit lanes [v_2j x 8 | v_2j+1 x 8] from 16 bytes v (unsigned or signed): the scales of the two 16-value
+/// sub-blocks of activation group j.
+template <int J, bool kSigned>
+MAXTEXT_QBLOCK_INLINE __m256i pair16(__m128i v) {
+  constexpr long long kLo = 0x0101010101010101ll * (2 * J), kHi = 0x0101010101010101ll * (2 * J + 1);
+  const __m128i b = _mm_shuffle_epi8(v, _mm_set_epi64x(kHi, kLo));
+  if constexpr (kSigned) return _mm256_cvtepi8_epi16(b);
+  else return _mm256_cvtepu8_epi16(b);
+}
+
+/// Q2_K: sub-blocks of 16 with 4-bit integer scales sc and mins m. Activation group j = 4h + s (32 values) is bits 2s
+/// of qs[32h + l] and holds sub-blocks 2j, 2j+1 in its 128-bit halves: vpmaddubsw with x, then vpmaddwd with the
+/// two scales gives exact lane sums of sc * q * q_x, and vpmaddubsw of ones with x, then vpmaddwd with the two mins,
+/// those of m * q_x; each is folded per group and scaled once, by d * d_x and dmin * d_x.
+inline float dot_q8_q2k(const std::byte* row, const QuantizedX& x) {
+  const std::int64_t nb = x.K / 256;
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi8(1);
+  const __m128i m15 = _mm_set1_epi8(15);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * 84;
+    prefetch_ahead<84>(blk);
+    const __m128i sc = load128(blk);
+    const __m128i scl = _mm_and_si128(sc, m15), scm = _mm_and_si128(_mm_srli_epi16(sc, 4), m15);
+    const std::int8_t* xq = x.q + 256 * b;
+    __m256i T[8], Mn[8];
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      const __m256i Q = load256(blk + 16 + 32 * h);
+      unroll<4>([&](auto s_) {
+        constexpr int s = decltype(s_)::value, j = 4 * h + s;
+        const __m256i xv = load256(xq + 32 * j);
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(Q, 2 * s), m3);
+        T[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), pair16<j, false>(scl));
+        Mn[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, xv), pair16<j, false>(scm));
+      });
+    });
+    const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
+    acc = _mm256_fmadd_ps(fl(sum8x8(T)), _mm256_mul_ps(_mm256_set1_ps(half(blk + 80)), dx), acc);
+    accm = _mm256_fmadd_ps(fl(sum8x8(Mn)), _mm256_mul_ps(_mm256_set1_ps(half(blk + 82)), dx), accm);
+  }
+  return hsum(acc) - hsum(accm);
+}
+
+/// Q3_K: as Q2_K with bit j of hmask[l] as bit 2 of the quant (group j = 4h + s), unsigned 0..7; the offset 4 is
+/// taken off the 16-bit pair sums (vpmaddubsw of 4 and x), and vpmaddwd with the two signed scales sc - 32 gives
+/// exact lane sums of (sc - 32) * (q - 4) * q_x, folded per group and scaled by d * d_x.
+inline float dot_q8_q3k(const std::byte* row, const QuantizedX& x) {
+  const std::int64_t nb = x.K / 256;
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = row + b * 110;
+    prefetch_ahead<110>(blk);
+    std::uint64_t lo, hi;
+    q3k_scales(blk + 96, lo, hi);
+    const __m128i sc = _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)),
+                                    _mm_set1_epi8(32));
+    const __m256i H = load256(blk);
+    const std::int8_t* xq = x.q + 256 * b;
+    __m256i L[8];
+    unroll<2>([&](auto h_) {
+      constexpr int h = decltype(h_)::value;
+      const __m256i Q = load256(blk + 32 + 32 * h);
+      unroll<4>([&](auto s_) {
+        constexpr int s = decltype(s_)::value, j = 4 * h + s;
+        const __m256i xv = load256(xq + 32 * j);
+        const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, j), one), 2);
+        const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(Q, 2 * s), m3), top);
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(four, xv));
+        L[j] = _mm256_madd_epi16(p, pair16<j, true>(sc));
+      });
+    });
+    const __m256 f = _mm256_mul_ps(_mm256_set1_ps(half(blk + 108)), _mm256_loadu_ps(x.d + 8 * b));
+    acc = _mm256_fmadd_ps(fl(sum8x8(L)), f, acc);
+  }
+  return hsum(acc);
 }
 
 /// Q4_K / Q5_K: sub-block j (quants 0..31) against activation group j; the min term from the group sums s.
@@ -1082,6 +1302,13 @@ inline bool with_decoder(BlockType t, F&& f) {
     case BlockType::q5_k: f(std::type_identity<DecQ45K<true>>{}); return true;
     case BlockType::q6_k: f(std::type_identity<DecQ6K>{}); return true;
     case BlockType::iq4_xs: f(std::type_identity<DecIq4Xs>{}); return true;
+#if MAXTEXT_QBLOCK_AVX2  // (no AVX-512 decoders yet for these: that path keeps the scalar code for them)
+    case BlockType::q4_1: f(std::type_identity<DecQ451<false, true>>{}); return true;
+    case BlockType::q5_0: f(std::type_identity<DecQ451<true, false>>{}); return true;
+    case BlockType::q5_1: f(std::type_identity<DecQ451<true, true>>{}); return true;
+    case BlockType::q2_k: f(std::type_identity<DecQ2K>{}); return true;
+    case BlockType::q3_k: f(std::type_identity<DecQ3K>{}); return true;
+#endif
     default: return false;
   }
 }
@@ -1290,6 +1517,13 @@ MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const Quantiz
     case BlockType::q5_k: return dot_q8_q45k<true>(row, x);
     case BlockType::q6_k: return dot_q8_q6k(row, x);
     case BlockType::iq4_xs: return dot_q8_iq4_xs(row, x);
+#if MAXTEXT_QBLOCK_AVX2
+    case BlockType::q4_1: return dot_q8_q4_1(row, x);
+    case BlockType::q5_0: return dot_q8_q5_0(row, x);
+    case BlockType::q5_1: return dot_q8_q5_1(row, x);
+    case BlockType::q2_k: return dot_q8_q2k(row, x);
+    case BlockType::q3_k: return dot_q8_q3k(row, x);
+#endif
     default: break;
   }
 #endif
