@@ -1114,20 +1114,21 @@ inline float dot_q8_q5_1(const std::byte* row, const QuantizedX& x) {  // q in 0
   });
 }
 
-/// 16-bit lanes [v_2j x 8 | v_2j+1 x 8] from 16 bytes v (unsigned or signed): the scales of the two 16-value
-/// sub-blocks of activation group j.
-template <int J, bool kSigned>
-MAXTEXT_QBLOCK_INLINE __m256i pair16(__m128i v) {
-  constexpr long long kLo = 0x0101010101010101ll * (2 * J), kHi = 0x0101010101010101ll * (2 * J + 1);
-  const __m128i b = _mm_shuffle_epi8(v, _mm_set_epi64x(kHi, kLo));
-  if constexpr (kSigned) return _mm256_cvtepi8_epi16(b);
-  else return _mm256_cvtepu8_epi16(b);
+/// Q2_K / Q3_K: w[j] (j = 0..7) are 16-bit pair sums of activation group j, whose 128-bit halves are the 16-value
+/// sub-blocks 2j and 2j+1; each sub-block's total must fit in 16 bits. Three rounds of vphaddw fold them into
+/// [t_0 t_2 .. t_14 | t_1 t_3 .. t_15] (sub-block totals), interleaving the halves pairs t_2j, t_2j+1, and one
+/// vpmaddwd with the 16 sub-block scales (16-bit, in order) gives lane j = sc_2j t_2j + sc_2j+1 t_2j+1.
+MAXTEXT_QBLOCK_INLINE __m256i subblock_dot(const __m256i* w, __m256i sc16) {
+  const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(w[0], w[1]), _mm256_hadd_epi16(w[2], w[3])),
+                                      _mm256_hadd_epi16(_mm256_hadd_epi16(w[4], w[5]), _mm256_hadd_epi16(w[6], w[7])));
+  const __m128i lo = _mm256_castsi256_si128(h), hi = _mm256_extracti128_si256(h, 1);
+  return _mm256_madd_epi16(_mm256_set_m128i(_mm_unpackhi_epi16(lo, hi), _mm_unpacklo_epi16(lo, hi)), sc16);
 }
 
 /// Q2_K: sub-blocks of 16 with 4-bit integer scales sc and mins m. Activation group j = 4h + s (32 values) is bits 2s
-/// of qs[32h + l] and holds sub-blocks 2j, 2j+1 in its 128-bit halves: vpmaddubsw with x, then vpmaddwd with the
-/// two scales gives exact lane sums of sc * q * q_x, and vpmaddubsw of ones with x, then vpmaddwd with the two mins,
-/// those of m * q_x; each is folded per group and scaled once, by d * d_x and dmin * d_x.
+/// of qs[32h + l] and holds sub-blocks 2j, 2j+1 in its 128-bit halves. vpmaddubsw with x gives pair sums of q * q_x
+/// (sub-block totals <= 16 * 3 * 127), vpmaddubsw of ones those of q_x (<= 16 * 127); subblock_dot weights them by
+/// sc and m into exact per-group sums, scaled once per block by d * d_x and dmin * d_x.
 inline float dot_q8_q2k(const std::byte* row, const QuantizedX& x) {
   const std::int64_t nb = x.K / 256;
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
@@ -1137,30 +1138,30 @@ inline float dot_q8_q2k(const std::byte* row, const QuantizedX& x) {
     const std::byte* blk = row + b * 84;
     prefetch_ahead<84>(blk);
     const __m128i sc = load128(blk);
-    const __m128i scl = _mm_and_si128(sc, m15), scm = _mm_and_si128(_mm_srli_epi16(sc, 4), m15);
+    const __m256i scl = _mm256_cvtepu8_epi16(_mm_and_si128(sc, m15));
+    const __m256i scm = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m15));
     const std::int8_t* xq = x.q + 256 * b;
-    __m256i T[8], Mn[8];
+    __m256i P[8], X[8];
     unroll<2>([&](auto h_) {
       constexpr int h = decltype(h_)::value;
       const __m256i Q = load256(blk + 16 + 32 * h);
       unroll<4>([&](auto s_) {
         constexpr int s = decltype(s_)::value, j = 4 * h + s;
         const __m256i xv = load256(xq + 32 * j);
-        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(Q, 2 * s), m3);
-        T[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), pair16<j, false>(scl));
-        Mn[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, xv), pair16<j, false>(scm));
+        P[j] = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(Q, 2 * s), m3), xv);
+        X[j] = _mm256_maddubs_epi16(ones, xv);
       });
     });
     const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
-    acc = _mm256_fmadd_ps(fl(sum8x8(T)), _mm256_mul_ps(_mm256_set1_ps(half(blk + 80)), dx), acc);
-    accm = _mm256_fmadd_ps(fl(sum8x8(Mn)), _mm256_mul_ps(_mm256_set1_ps(half(blk + 82)), dx), accm);
+    acc = _mm256_fmadd_ps(fl(subblock_dot(P, scl)), _mm256_mul_ps(_mm256_set1_ps(half(blk + 80)), dx), acc);
+    accm = _mm256_fmadd_ps(fl(subblock_dot(X, scm)), _mm256_mul_ps(_mm256_set1_ps(half(blk + 82)), dx), accm);
   }
   return hsum(acc) - hsum(accm);
 }
 
 /// Q3_K: as Q2_K with bit j of hmask[l] as bit 2 of the quant (group j = 4h + s), unsigned 0..7; the offset 4 is
-/// taken off the 16-bit pair sums (vpmaddubsw of 4 and x), and vpmaddwd with the two signed scales sc - 32 gives
-/// exact lane sums of (sc - 32) * (q - 4) * q_x, folded per group and scaled by d * d_x.
+/// taken off the 16-bit pair sums (vpmaddubsw of 4 and x: |q - 4| <= 4, so a sub-block total is <= 16 * 4 * 127), and
+/// subblock_dot with the signed scales sc - 32 gives exact per-group sums, scaled by d * d_x.
 inline float dot_q8_q3k(const std::byte* row, const QuantizedX& x) {
   const std::int64_t nb = x.K / 256;
   __m256 acc = _mm256_setzero_ps();
@@ -1170,11 +1171,11 @@ inline float dot_q8_q3k(const std::byte* row, const QuantizedX& x) {
     prefetch_ahead<110>(blk);
     std::uint64_t lo, hi;
     q3k_scales(blk + 96, lo, hi);
-    const __m128i sc = _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)),
-                                    _mm_set1_epi8(32));
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_sub_epi8(
+        _mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)), _mm_set1_epi8(32)));
     const __m256i H = load256(blk);
     const std::int8_t* xq = x.q + 256 * b;
-    __m256i L[8];
+    __m256i P[8];
     unroll<2>([&](auto h_) {
       constexpr int h = decltype(h_)::value;
       const __m256i Q = load256(blk + 32 + 32 * h);
@@ -1183,12 +1184,11 @@ inline float dot_q8_q3k(const std::byte* row, const QuantizedX& x) {
         const __m256i xv = load256(xq + 32 * j);
         const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, j), one), 2);
         const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(Q, 2 * s), m3), top);
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(four, xv));
-        L[j] = _mm256_madd_epi16(p, pair16<j, true>(sc));
+        P[j] = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(four, xv));
       });
     });
     const __m256 f = _mm256_mul_ps(_mm256_set1_ps(half(blk + 108)), _mm256_loadu_ps(x.d + 8 * b));
-    acc = _mm256_fmadd_ps(fl(sum8x8(L)), f, acc);
+    acc = _mm256_fmadd_ps(fl(subblock_dot(P, sc)), f, acc);
   }
   return hsum(acc);
 }
