@@ -1231,8 +1231,9 @@ inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
 }
 
 /// Q6_K: group j = 4h + s (elements 128h + 32s ..) holds sub-blocks 2j, 2j+1 in its 128-bit halves; the offset 32
-/// is taken off the 16-bit pair sums (vpmaddubsw of 32 and x), and vpmaddwd with the two int8 scales (widened to
-/// 16 bits, one per half) gives exact lane sums of sc * (q - 32) * q_x, at most 32*128*32*127 < 2^24 per group.
+/// is taken off the 16-bit pair sums (vpmaddubsw of 32 and x), two rounds of vphaddw fold them to 8-value sums, and
+/// vpmaddwd with the int8 scales (widened to 16 bits) gives exact sums of sc * (q - 32) * q_x, at most
+/// 32*128*32*127 < 2^24 per group.
 inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
   const std::int64_t nb = x.K / 256;
   __m256 acc = _mm256_setzero_ps();
@@ -1242,7 +1243,7 @@ inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
     prefetch_ahead<210>(blk);
     const __m128i sc = load128(blk + 192);
     const std::int8_t* xq = x.q + 256 * b;
-    __m256i L[8];
+    __m256i P[8];
     unroll<2>([&](auto h_) {
       constexpr int h = decltype(h_)::value;
       const __m256i a = load256(blk + 64 * h), bb = load256(blk + 64 * h + 32), qh = load256(blk + 128 + 32 * h);
@@ -1255,14 +1256,21 @@ inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
       unroll<4>([&](auto s_) {
         constexpr int s = decltype(s_)::value, j = 4 * h + s;
         const __m256i xv = load256(xq + 32 * j);
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[s], xv), _mm256_maddubs_epi16(o32, xv));
-        constexpr long long kLo = 0x0101010101010101ll * (2 * j), kHi = 0x0101010101010101ll * (2 * j + 1);
-        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_set_epi64x(kHi, kLo)));  // sc_2j, sc_2j+1
-        L[j] = _mm256_madd_epi16(p, s16);
+        P[j] = _mm256_sub_epi16(_mm256_maddubs_epi16(q[s], xv), _mm256_maddubs_epi16(o32, xv));
       });
     });
+    // Two rounds of vphaddw per four groups: [g0 g0 g1 g1 g2 g2 g3 g3] in each half (sums of 8 values of sub-block
+    // 2g in the low half, 2g + 1 in the high; |sum| <= 4 * 2 * 32 * 127 < 2^15), then vpmaddwd with the scales.
+    const __m256i A = _mm256_hadd_epi16(_mm256_hadd_epi16(P[0], P[1]), _mm256_hadd_epi16(P[2], P[3]));
+    const __m256i B = _mm256_hadd_epi16(_mm256_hadd_epi16(P[4], P[5]), _mm256_hadd_epi16(P[6], P[7]));
+    const __m256i sa = _mm256_cvtepi8_epi16(
+        _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 1, 1, 3, 3, 5, 5, 7, 7)));
+    const __m256i sb = _mm256_cvtepi8_epi16(
+        _mm_shuffle_epi8(sc, _mm_setr_epi8(8, 8, 10, 10, 12, 12, 14, 14, 9, 9, 11, 11, 13, 13, 15, 15)));
+    const __m256i wa = _mm256_madd_epi16(A, sa), wb = _mm256_madd_epi16(B, sb);  // [g0..g3 | g0..g3] per sub-block
+    const __m256i L = _mm256_add_epi32(_mm256_permute2x128_si256(wa, wb, 0x20), _mm256_permute2x128_si256(wa, wb, 0x31));
     const __m256 f = _mm256_mul_ps(_mm256_set1_ps(half(blk + 208)), _mm256_loadu_ps(x.d + 8 * b));
-    acc = _mm256_fmadd_ps(fl(sum8x8(L)), f, acc);
+    acc = _mm256_fmadd_ps(fl(L), f, acc);
   }
   return hsum(acc);
 }
