@@ -646,7 +646,12 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
 // quants <= 63 times |q_x| <= 127 stay below 2*63*127; signed weights (Q8_0, the IQ4 codebook) go in as |w| <= 128
 // times q_x with w's sign, <= 2*128*127 < 32767. vphaddd then folds the lanes of 8 groups into one exact integer
 // per group, so the float step is one convert and one multiply-add per 8 groups (per-group multiply-adds with
-// broadcast factors measured no faster, Q8_0 slower).
+// broadcast factors measured no faster, Q8_0 slower). The types with a scale per 16 values (Q2_K, Q3_K, Q6_K) first
+// fold pair sums per sub-block in 16 bits (vphaddw, within the bounds each kernel states), then weight them by the
+// scales with one vpmaddwd.
+//
+// Types covered here: those of the AVX-512 paths, and Q4_1, Q5_0, Q5_1, Q2_K and Q3_K, which the AVX-512 paths do
+// not have yet (machines with AVX-512 run the scalar code for those five).
 
 inline __m256 fl(__m256i v) { return _mm256_cvtepi32_ps(v); }
 
@@ -1268,7 +1273,8 @@ inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
     const __m256i sb = _mm256_cvtepi8_epi16(
         _mm_shuffle_epi8(sc, _mm_setr_epi8(8, 8, 10, 10, 12, 12, 14, 14, 9, 9, 11, 11, 13, 13, 15, 15)));
     const __m256i wa = _mm256_madd_epi16(A, sa), wb = _mm256_madd_epi16(B, sb);  // [g0..g3 | g0..g3] per sub-block
-    const __m256i L = _mm256_add_epi32(_mm256_permute2x128_si256(wa, wb, 0x20), _mm256_permute2x128_si256(wa, wb, 0x31));
+    const __m256i L =
+        _mm256_add_epi32(_mm256_permute2x128_si256(wa, wb, 0x20), _mm256_permute2x128_si256(wa, wb, 0x31));
     const __m256 f = _mm256_mul_ps(_mm256_set1_ps(half(blk + 208)), _mm256_loadu_ps(x.d + 8 * b));
     acc = _mm256_fmadd_ps(fl(L), f, acc);
   }
