@@ -1,7 +1,7 @@
 // Real quantised GGUF files made by llama.cpp's own quantiser (tests/reference/quant_model_fixtures.py: a seeded
-// 2-layer Llama, dim 256, quantised to Q4_K_M, Q5_K_M, Q6_K, Q4_0, IQ4_XS, Q3_K_M and Q2_K; the K_M files mix
-// Q4_K/Q5_K with Q6_K tensors, Q3_K_M mixes Q3_K, Q4_K, Q5_K and Q6_K, Q2_K mixes Q2_K, Q3_K and Q6_K, Q4_0 and IQ4_XS
-// keep output.weight in Q6_K). Our exact-mode logits (weights dequantised, f32 activations)
+// 2-layer Llama, dim 256, quantised to Q4_K_M, Q5_K_M, Q6_K, Q4_0, IQ4_XS, Q3_K_M, Q2_K, Q4_1, Q5_0 and Q5_1; the K_M
+// files mix Q4_K/Q5_K with Q6_K tensors, Q3_K_M mixes Q3_K, Q4_K, Q5_K and Q6_K, Q2_K mixes Q2_K, Q3_K and Q6_K, the
+// 32-value types keep output.weight in Q6_K). Our exact-mode logits (weights dequantised, f32 activations)
 // are checked against three llama.cpp oracles (tests/reference/llama_cpp_logits.cpp, one thread, F32 KV cache):
 //   - llama.cpp on gguf-py's dequantised F32 copy of the same file: the same function computed in f32, so they
 //     agree to f32 summation-order noise (max |diff| <= 1e-4 for logits of rms ~4; measured ~1e-5);
@@ -34,7 +34,7 @@ using namespace maxtext;
 namespace {
 
 const std::vector<std::int32_t> kTokens = {1, 42, 300, 7, 511, 128, 64, 3};  // as in quant_model_fixtures.py
-const char* const kTypes[] = {"Q4_K_M", "Q5_K_M", "Q6_K", "Q4_0", "IQ4_XS", "Q3_K_M", "Q2_K"};
+const char* const kTypes[] = {"Q4_K_M", "Q5_K_M", "Q6_K", "Q4_0", "IQ4_XS", "Q3_K_M", "Q2_K", "Q4_1", "Q5_0", "Q5_1"};
 
 using F32 = Policy<cpu::Backend, float>;
 using Llama = models::Transformer<F32, layers::LlamaDecoderLayer>;
@@ -88,7 +88,8 @@ TEST_CASE("llama.cpp-quantised GGUF files: exact-mode logits against llama.cpp's
   };
   for (const Case c : {Case{"Q4_K_M", 0.156 * 1.5}, Case{"Q5_K_M", 0.0793 * 1.5}, Case{"Q6_K", 0.0395 * 1.5},
                        Case{"Q4_0", 0.182 * 1.5}, Case{"IQ4_XS", 0.165 * 1.5}, Case{"Q3_K_M", 0.2615 * 1.5},
-                       Case{"Q2_K", 0.507 * 1.5}}) {
+                       Case{"Q2_K", 0.507 * 1.5}, Case{"Q4_1", 0.1657 * 1.5}, Case{"Q5_0", 0.1027 * 1.5},
+                       Case{"Q5_1", 0.0815 * 1.5}}) {
     INFO(c.type);
     const std::string path = dir + "/tiny-" + c.type + ".gguf";
     const Config cfg = io::read_weights_config(path).value();

@@ -7,7 +7,8 @@ Steps (each writes into tests/fixtures/ggml_quants/; SCRATCH holds the files not
      and `maxtext generate` can load it). Every matrix's inner dim is 256, so
      llama-quantize applies the K-quants and IQ4_XS without fallbacks.
   2. quantise with llama.cpp's llama-quantize (or tests/reference/llama_cpp_quantize.cpp, which calls the same
-     llama_model_quantize with llama-quantize's defaults: byte-identical files, checked) to Q4_K_M, Q5_K_M, Q6_K, Q4_0, IQ4_XS, Q3_K_M, Q2_K -> tiny-<TYPE>.gguf (committed,
+     llama_model_quantize with llama-quantize's defaults: byte-identical files, checked) to Q4_K_M, Q5_K_M, Q6_K, Q4_0, IQ4_XS, Q3_K_M, Q2_K,
+     Q4_1, Q5_0, Q5_1 -> tiny-<TYPE>.gguf (committed,
      under 1 MB each; see the shell lines below).
   3. `dequant TYPE`: the dequantised copy of tiny-<TYPE>.gguf written as F32 by gguf-py's NumPy dequantisation
      (SCRATCH/tiny-<TYPE>-deq.gguf): the model the quantised file means, independent of our decoder.
@@ -17,8 +18,11 @@ Steps (each writes into tests/fixtures/ggml_quants/; SCRATCH holds the files not
   SCRATCH=/tmp/quantmodels; Q=/work/peers/llama.cpp/build/bin/llama-quantize
   export PYTHONPATH=/work/peers/llama.cpp/gguf-py
   /usr/bin/python3 tests/reference/quant_model_fixtures.py model $SCRATCH
-  for t in Q4_K_M Q5_K_M Q6_K Q4_0 IQ4_XS Q3_K_M Q2_K; do $Q $SCRATCH/tiny-f32.gguf tests/fixtures/ggml_quants/tiny-$t.gguf $t 1; done
-  for t in Q4_K_M Q5_K_M Q6_K Q4_0 IQ4_XS Q3_K_M Q2_K; do /usr/bin/python3 tests/reference/quant_model_fixtures.py dequant $t $SCRATCH; done
+  for t in Q4_K_M Q5_K_M Q6_K Q4_0 IQ4_XS Q3_K_M Q2_K Q4_1 Q5_0 Q5_1; do $Q $SCRATCH/tiny-f32.gguf tests/fixtures/ggml_quants/tiny-$t.gguf $t 1; done
+  for t in Q4_K_M Q5_K_M Q6_K Q4_0 IQ4_XS Q3_K_M Q2_K Q4_1 Q5_0 Q5_1; do /usr/bin/python3 tests/reference/quant_model_fixtures.py dequant $t $SCRATCH; done
+  (The Q4_1 / Q5_0 / Q5_1 files were added on 2026-11-29 with the llama.cpp of bench/.peers, which reproduces the
+  earlier files byte for byte; its F32 logits differ from the committed llama-F32.npy by 4.8e-6 at most, summation
+  order on a machine without AVX-512, so that oracle was kept.)
   (then tests/reference/llama_cpp_logits.cpp, see its header)
 """
 import pathlib
