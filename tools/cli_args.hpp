@@ -109,6 +109,11 @@ Config make_config(const Args& a);
 /// weights of --weights or initialised from --seed; without `load`, neither (cli_models.cpp).
 std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load = true);
 
+/// The source tree's configs directory, searched after $MAXTEXT_CONFIG_DIR for models/<model_name>.yml. Defined in
+/// maxtext.cpp alone, the one unit compiled with that absolute path: the other units stay free of it, so a fresh
+/// clone elsewhere finds their objects in the compiler cache (docs/build.md).
+const char* default_config_dir();
+
 int cmd_logits(const Args& a);    // cli_models.cpp
 int cmd_info(const Args& a);      // cli_models.cpp
 int cmd_generate(const Args& a);  // cli_text.cpp

@@ -31,7 +31,7 @@ Config make_config(const Args& a) {
     c.validate();
     return c;
   }
-  return io::load_config(path, a.overrides);
+  return io::load_config(path, a.overrides, io::config_search_dirs({default_config_dir()}));
 }
 
 namespace {

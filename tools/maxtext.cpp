@@ -57,6 +57,8 @@ sampling (generate, chat; applied in this order, see docs/generation.md):
 
 }  // namespace
 
+const char* maxtext::cli::default_config_dir() { return MAXTEXT_CLI_CONFIG_DIR; }
+
 int main(int argc, char** argv) {
   using namespace maxtext;
   try {

@@ -31,6 +31,9 @@ namespace py = pybind11;
 
 namespace maxtext::python {
 
+/// The source tree's configs directory (config_dir.cpp, the one unit compiled with that absolute path).
+const char* maxtext_python_config_dir();
+
 namespace {
 
 // ---- exceptions ------------------------------------------------------------------------------------------------
@@ -275,7 +278,9 @@ Config finish_config(Config c, const std::vector<std::string>& ov) {
 Config config_from_path(const std::string& path, const std::vector<std::string>& ov) {
   if (io::ends_with(path, ".json")) return finish_config(io::config_from_hf_file(path), ov);
   if (io::ends_with(path, ".yml") || io::ends_with(path, ".yaml") || path.empty()) {
-    return io::load_config(path, ov, io::config_search_dirs(g_config_dirs));
+    std::vector<std::string> dirs = g_config_dirs;  // then the source tree's configs (config_dir.cpp)
+    dirs.emplace_back(maxtext_python_config_dir());
+    return io::load_config(path, ov, io::config_search_dirs(dirs));
   }
   std::optional<Config> c = io::read_weights_config(path);
   MAXTEXT_CHECK(c.has_value(), ArgumentError, "[config] ", path,
