@@ -1130,6 +1130,21 @@ MAXTEXT_QBLOCK_INLINE __m256i subblock_dot(const __m256i* w, __m256i sc16) {
   return _mm256_madd_epi16(_mm256_set_m128i(_mm_unpackhi_epi16(lo, hi), _mm_unpacklo_epi16(lo, hi)), sc16);
 }
 
+/// Q2_K / Q3_K low bits: element e = 128h + 32s + l is bits 2s of qs[32h + l]. Calls f(ic<j>, q) for activation
+/// group j = 4h + s, q its 32 two-bit quants as bytes in element order.
+template <class F>
+MAXTEXT_QBLOCK_INLINE void two_bit_groups(const std::byte* qs, F&& f) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  unroll<2>([&](auto h_) {
+    constexpr int h = decltype(h_)::value;
+    const __m256i Q = load256(qs + 32 * h);
+    unroll<4>([&](auto s_) {
+      constexpr int s = decltype(s_)::value;
+      f(ic<4 * h + s>{}, _mm256_and_si256(_mm256_srli_epi16(Q, 2 * s), m3));  // (bits from the next byte masked)
+    });
+  });
+}
+
 /// Q2_K: sub-blocks of 16 with 4-bit integer scales sc and mins m. Activation group j = 4h + s (32 values) is bits 2s
 /// of qs[32h + l] and holds sub-blocks 2j, 2j+1 in its 128-bit halves. vpmaddubsw with x gives pair sums of q * q_x
 /// (sub-block totals <= 16 * 3 * 127), vpmaddubsw of ones those of q_x (<= 16 * 127); subblock_dot weights them by
@@ -1137,7 +1152,7 @@ MAXTEXT_QBLOCK_INLINE __m256i subblock_dot(const __m256i* w, __m256i sc16) {
 inline float dot_q8_q2k(const std::byte* row, const QuantizedX& x) {
   const std::int64_t nb = x.K / 256;
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-  const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi8(1);
+  const __m256i ones = _mm256_set1_epi8(1);
   const __m128i m15 = _mm_set1_epi8(15);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * 84;
@@ -1147,15 +1162,11 @@ inline float dot_q8_q2k(const std::byte* row, const QuantizedX& x) {
     const __m256i scm = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m15));
     const std::int8_t* xq = x.q + 256 * b;
     __m256i P[8], X[8];
-    unroll<2>([&](auto h_) {
-      constexpr int h = decltype(h_)::value;
-      const __m256i Q = load256(blk + 16 + 32 * h);
-      unroll<4>([&](auto s_) {
-        constexpr int s = decltype(s_)::value, j = 4 * h + s;
-        const __m256i xv = load256(xq + 32 * j);
-        P[j] = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(Q, 2 * s), m3), xv);
-        X[j] = _mm256_maddubs_epi16(ones, xv);
-      });
+    two_bit_groups(blk + 16, [&](auto j_, __m256i q) {
+      constexpr int j = decltype(j_)::value;
+      const __m256i xv = load256(xq + 32 * j);
+      P[j] = _mm256_maddubs_epi16(q, xv);
+      X[j] = _mm256_maddubs_epi16(ones, xv);
     });
     const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
     acc = _mm256_fmadd_ps(fl(subblock_dot(P, scl)), _mm256_mul_ps(_mm256_set1_ps(half(blk + 80)), dx), acc);
@@ -1170,7 +1181,7 @@ inline float dot_q8_q2k(const std::byte* row, const QuantizedX& x) {
 inline float dot_q8_q3k(const std::byte* row, const QuantizedX& x) {
   const std::int64_t nb = x.K / 256;
   __m256 acc = _mm256_setzero_ps();
-  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+  const __m256i one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * 110;
     prefetch_ahead<110>(blk);
@@ -1181,16 +1192,12 @@ inline float dot_q8_q3k(const std::byte* row, const QuantizedX& x) {
     const __m256i H = load256(blk);
     const std::int8_t* xq = x.q + 256 * b;
     __m256i P[8];
-    unroll<2>([&](auto h_) {
-      constexpr int h = decltype(h_)::value;
-      const __m256i Q = load256(blk + 32 + 32 * h);
-      unroll<4>([&](auto s_) {
-        constexpr int s = decltype(s_)::value, j = 4 * h + s;
-        const __m256i xv = load256(xq + 32 * j);
-        const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, j), one), 2);
-        const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(Q, 2 * s), m3), top);
-        P[j] = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(four, xv));
-      });
+    two_bit_groups(blk + 32, [&](auto j_, __m256i low) {
+      constexpr int j = decltype(j_)::value;
+      const __m256i xv = load256(xq + 32 * j);
+      const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, j), one), 2);
+      const __m256i q = _mm256_or_si256(low, top);
+      P[j] = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(four, xv));
     });
     const __m256 f = _mm256_mul_ps(_mm256_set1_ps(half(blk + 108)), _mm256_loadu_ps(x.d + 8 * b));
     acc = _mm256_fmadd_ps(fl(subblock_dot(P, sc)), f, acc);
