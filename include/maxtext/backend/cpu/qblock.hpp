@@ -30,8 +30,8 @@
 // lane then holds the exact sum of products; every 128-bit lane covers 16 (Q4_0 / IQ4_NL: 32) values that share one
 // scale, so the float step multiplies a lane by its (scale * d_x) and accumulates.
 //
-// x86 machines with AVX2, FMA and F16C but not AVX-512 (F+BW+VL) get AVX2 versions for these types and Q4_1, Q5_0,
-// Q5_1, Q2_K, Q3_K (8-float chunks; vpmaddubsw for integer sums): "AVX2 paths". Elsewhere the scalar code runs.
+// x86 machines with AVX2, FMA and F16C but not AVX-512 (F+BW+VL+DQ) get AVX2 versions for these types and Q4_1, Q5_0,
+// Q5_1, Q2_K, Q3_K (8-float chunks; vpmaddubsw): "AVX2 paths", which AVX-512 machines run for those five. Else scalar.
 //
 // Compiling the kernels once. The vector kernels are large, and a header-only library compiles them again in every
 // translation unit that calls them (about 10 s with g++ -O3, about 60 s under clang's AddressSanitizer, per unit).

@@ -19,15 +19,22 @@
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
 #define MAXTEXT_QBLOCK_AVX512 1
 #else
 #define MAXTEXT_QBLOCK_AVX512 0
 #endif
 #if !MAXTEXT_QBLOCK_AVX512 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define MAXTEXT_QBLOCK_AVX2 1  // x86 without AVX-512 (F+BW+VL): the AVX2 paths
+#define MAXTEXT_QBLOCK_AVX2 1  // x86 without AVX-512 (F+BW+VL+DQ): the AVX2 paths
 #else
 #define MAXTEXT_QBLOCK_AVX2 0
+#endif
+// The AVX2 kernels are compiled on AVX-512 machines too, for the five block types that have no AVX-512 kernels yet
+// (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K): namespace detail::avx2, inline (the only vector path) where MAXTEXT_QBLOCK_AVX2.
+#if MAXTEXT_QBLOCK_AVX2 || (MAXTEXT_QBLOCK_AVX512 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#define MAXTEXT_QBLOCK_AVX2_KERNELS 1
+#else
+#define MAXTEXT_QBLOCK_AVX2_KERNELS 0
 #endif
 
 // g++ 12.2 reports its own AVX-512 intrinsics' deliberately undefined pass-through operands as (maybe-)uninitialized
@@ -631,7 +638,12 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
 }
 #endif  // MAXTEXT_QBLOCK_AVX512
 
+#if MAXTEXT_QBLOCK_AVX2_KERNELS
 #if MAXTEXT_QBLOCK_AVX2
+inline namespace avx2 {
+#else
+namespace avx2 {
+#endif
 // ---------------------------------------------------------------------------------------------------------------
 // AVX2 (+FMA, +F16C) paths, for x86 machines without AVX-512. A decoder D calls sink(chunk, w) for the 8-float
 // chunks w of the block (values 8*chunk .. +7). Shaped for Zen 3, where every lane-crossing shuffle (vpermps,
@@ -651,7 +663,7 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
 // scales with one vpmaddwd.
 //
 // Types covered here: those of the AVX-512 paths, and Q4_1, Q5_0, Q5_1, Q2_K and Q3_K, which the AVX-512 paths do
-// not have yet (machines with AVX-512 run the scalar code for those five).
+// not have yet: machines with AVX-512 run these AVX2 kernels for those five (with_decoder, dot_q8).
 
 inline __m256 fl(__m256i v) { return _mm256_cvtepi32_ps(v); }
 
@@ -1308,7 +1320,8 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
   }
   return hsum(acc);
 }
-#endif  // MAXTEXT_QBLOCK_AVX2
+}  // namespace avx2
+#endif  // MAXTEXT_QBLOCK_AVX2_KERNELS
 
 #if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
 /// Calls f with the vector decoder of block type t (std::type_identity<D>); false for the types that have none.
@@ -1323,30 +1336,43 @@ inline bool with_decoder(BlockType t, F&& f) {
     case BlockType::q5_k: f(std::type_identity<DecQ45K<true>>{}); return true;
     case BlockType::q6_k: f(std::type_identity<DecQ6K>{}); return true;
     case BlockType::iq4_xs: f(std::type_identity<DecIq4Xs>{}); return true;
-#if MAXTEXT_QBLOCK_AVX2  // (no AVX-512 decoders yet for these: that path keeps the scalar code for them)
-    case BlockType::q4_1: f(std::type_identity<DecQ451<false, true>>{}); return true;
-    case BlockType::q5_0: f(std::type_identity<DecQ451<true, false>>{}); return true;
-    case BlockType::q5_1: f(std::type_identity<DecQ451<true, true>>{}); return true;
-    case BlockType::q2_k: f(std::type_identity<DecQ2K>{}); return true;
-    case BlockType::q3_k: f(std::type_identity<DecQ3K>{}); return true;
+#if MAXTEXT_QBLOCK_AVX2_KERNELS  // (AVX2 decoders on both paths: the AVX-512 path has none for these yet)
+    case BlockType::q4_1: f(std::type_identity<avx2::DecQ451<false, true>>{}); return true;
+    case BlockType::q5_0: f(std::type_identity<avx2::DecQ451<true, false>>{}); return true;
+    case BlockType::q5_1: f(std::type_identity<avx2::DecQ451<true, true>>{}); return true;
+    case BlockType::q2_k: f(std::type_identity<avx2::DecQ2K>{}); return true;
+    case BlockType::q3_k: f(std::type_identity<avx2::DecQ3K>{}); return true;
 #endif
     default: return false;
   }
 }
+/// Whether D is one of the AVX2 decoders (8-float chunks), which the AVX2 loops run on either path.
+template <class D>
+inline constexpr bool kAvx2Decoder = false;
+#if MAXTEXT_QBLOCK_AVX2_KERNELS
+template <bool kFive, bool kMin>
+inline constexpr bool kAvx2Decoder<avx2::DecQ451<kFive, kMin>> = true;
+template <>
+inline constexpr bool kAvx2Decoder<avx2::DecQ2K> = true;
+template <>
+inline constexpr bool kAvx2Decoder<avx2::DecQ3K> = true;
+#endif
 template <class D>
 inline void dequantize_vec(const std::byte* src, float* dst, std::int64_t n) {
 #if MAXTEXT_QBLOCK_AVX512
-  dequantize_avx512<D>(src, dst, n);
-#else
-  dequantize_avx2<D>(src, dst, n);
+  if constexpr (!kAvx2Decoder<D>) return dequantize_avx512<D>(src, dst, n);
+#endif
+#if MAXTEXT_QBLOCK_AVX2_KERNELS
+  if constexpr (MAXTEXT_QBLOCK_AVX2 || kAvx2Decoder<D>) avx2::dequantize_avx2<D>(src, dst, n);
 #endif
 }
 template <class D>
 inline void dot_exact_vec(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, int M, float* out) {
 #if MAXTEXT_QBLOCK_AVX512
-  dot_exact_avx512_m<D>(row, K, x, ldx, M, out);
-#else
-  dot_exact_avx2_m<D>(row, K, x, ldx, M, out);
+  if constexpr (!kAvx2Decoder<D>) return dot_exact_avx512_m<D>(row, K, x, ldx, M, out);
+#endif
+#if MAXTEXT_QBLOCK_AVX2_KERNELS
+  if constexpr (MAXTEXT_QBLOCK_AVX2 || kAvx2Decoder<D>) avx2::dot_exact_avx2_m<D>(row, K, x, ldx, M, out);
 #endif
 }
 #endif
@@ -1538,12 +1564,12 @@ MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const Quantiz
     case BlockType::q5_k: return dot_q8_q45k<true>(row, x);
     case BlockType::q6_k: return dot_q8_q6k(row, x);
     case BlockType::iq4_xs: return dot_q8_iq4_xs(row, x);
-#if MAXTEXT_QBLOCK_AVX2
-    case BlockType::q4_1: return dot_q8_q4_1(row, x);
-    case BlockType::q5_0: return dot_q8_q5_0(row, x);
-    case BlockType::q5_1: return dot_q8_q5_1(row, x);
-    case BlockType::q2_k: return dot_q8_q2k(row, x);
-    case BlockType::q3_k: return dot_q8_q3k(row, x);
+#if MAXTEXT_QBLOCK_AVX2_KERNELS
+    case BlockType::q4_1: return avx2::dot_q8_q4_1(row, x);
+    case BlockType::q5_0: return avx2::dot_q8_q5_0(row, x);
+    case BlockType::q5_1: return avx2::dot_q8_q5_1(row, x);
+    case BlockType::q2_k: return avx2::dot_q8_q2k(row, x);
+    case BlockType::q3_k: return avx2::dot_q8_q3k(row, x);
 #endif
     default: break;
   }
@@ -1555,6 +1581,7 @@ MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const Quantiz
 
 #undef MAXTEXT_QBLOCK_INLINE
 #undef MAXTEXT_QBLOCK_FLOAT_ROWS
+#undef MAXTEXT_QBLOCK_AVX2_KERNELS
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
