@@ -70,7 +70,8 @@ void check(quant::BlockType t, std::int64_t M, std::int64_t N, std::int64_t K, b
   // 8-bit activations: integer block sums, row by row (qblock::dot_q8) for few rows and on every type, in integer
   // panels for more rows on the types with one scale per 32 values; the others' panels are exact.
   const bool integer =
-      int8 && (M <= gm::kGgmlI8RowsDirect || gm::detail::ggml_i8_kind(static_cast<std::uint32_t>(t)).ok);
+      int8 && (M <= gm::kGgmlI8RowsDirect || qb::dot_q8_rows_preferred(t, M) ||
+                 gm::detail::ggml_i8_kind(static_cast<std::uint32_t>(t)).ok);
   std::vector<float> w(static_cast<std::size_t>(K));
   std::vector<std::int8_t> xq(static_cast<std::size_t>(K));
   std::vector<float> xd(static_cast<std::size_t>(K / 32));

@@ -87,8 +87,8 @@ struct Packed {
   std::uint32_t ggml_type = 0;
   std::shared_ptr<const void> keep;
   /// PackKind::ggml: the activations are quantised to 8 bits per 32 values and the products are integer block sums
-  /// (llama.cpp's arithmetic): qblock::dot_q8 for decode, integer panels (decode_i8_panel) for prefill where the
-  /// type has one scale per 32 values (Q2_K, Q3_K and Q6_K prefill stays exact).
+  /// (llama.cpp's arithmetic): qblock::dot_q8 for decode; for prefill qblock::dot_q8_rows where the kernels prefer
+  /// it, else integer panels (decode_i8_panel) where the type has one scale per 32 values, else exact f32 panels.
   bool int8 = false;
   /// PackKind::ggml: the values' factor beyond the blocks' (Matrix::value_scale): applied to each dequantised value
   /// (f32 rounding of the double product, as a decoded-and-scaled f32 weight has it), or to the direct kernels' sums.
@@ -991,6 +991,59 @@ inline constexpr std::int64_t kMC = 16 * kMR;
 inline constexpr std::int64_t kMCI8 = 64 * kMR;
 inline constexpr std::int64_t kKC = 1024;
 
+/// Weight rows per qblock::dot_q8_rows call in matmul_q8_rows: their blocks stay in L1 / L2 while every x row passes.
+inline constexpr std::int64_t kQ8RowsBlock = 32;
+
+namespace detail {
+
+/// Prefill on runtime-typed blocks with 8-bit activations through qblock::dot_q8_rows: every x row quantised once
+/// (qblock::quantize_x, as for decode, so prompt and decoded tokens get the same products), then the threads split
+/// the weight rows into blocks of kQ8RowsBlock, each multiplied with all x rows; rounding and bias as matmul's.
+template <class X, class Y, class Bias>
+void matmul_q8_rows(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y, std::int64_t ldy,
+                    const Bias* bias, int threads) {
+  const std::int64_t K = p.cols, N = p.rows;
+  const auto bt = static_cast<quant::BlockType>(p.ggml_type);
+  const int nt = 2 * M * N * K < (1 << 18) ? 1 : threads;
+  const std::size_t qb = qblock::quantized_x_bytes(K), rows = static_cast<std::size_t>(M);
+  std::byte* buf = thread_scratch(qb * rows + rows * sizeof(qblock::QuantizedX), 2);  // rows, then their views
+  auto* xq = reinterpret_cast<qblock::QuantizedX*>(buf + qb * rows);
+  parallel_for(M, M >= 4 * kMR ? nt : 1, [&](std::int64_t r0, std::int64_t r1) {
+    float* xf = nullptr;  // an x row widened to f32 (bf16 x), in each thread's own scratch
+    if constexpr (!std::is_same_v<X, float>) {
+      xf = reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(K) * sizeof(float), 4));
+    }
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* row = nullptr;
+      if constexpr (std::is_same_v<X, float>) {
+        row = x + r * ldx;
+      } else {
+        vec::to_f32(x + r * ldx, xf, K);
+        row = xf;
+      }
+      xq[r] = qblock::quantize_x(row, K, buf + qb * static_cast<std::size_t>(r));
+    }
+  });
+  parallel_for(N, nt, [&](std::int64_t n0, std::int64_t n1) {
+    auto* acc =
+        reinterpret_cast<float*>(thread_scratch(static_cast<std::size_t>(M * kQ8RowsBlock) * sizeof(float), 1));
+    for (std::int64_t b0 = n0; b0 < n1; b0 += kQ8RowsBlock) {
+      const std::int64_t nb = std::min(kQ8RowsBlock, n1 - b0);
+      qblock::dot_q8_rows(bt, p.rows_data + static_cast<std::size_t>(b0) * p.row_bytes, p.row_bytes, nb, xq, M, acc,
+                          kQ8RowsBlock);
+      for (std::int64_t m = 0; m < M; ++m) {
+        for (std::int64_t j = 0; j < nb; ++j) {
+          float v = round_to<Y>(quant::scaled_value(acc[m * kQ8RowsBlock + j], p.value_scale));
+          if (bias != nullptr) v = v + to_float(bias[b0 + j]);
+          y[m * ldy + b0 + j] = from_float<Y>(v);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace detail
+
 /// y[M, N] (row stride ldy) = x[M, K] (row stride ldx) . W^T from a packed weight, rounded once to Y; with bias
 /// (N values, or nullptr) y = round(round(x.W) + bias). X: float or bf16; Y: float, bf16 or fp16.
 /// No allocation once the calling threads' scratch buffers have grown to the largest shape.
@@ -1043,6 +1096,11 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
         }
       }
     });
+    return;
+  }
+  if (p.kind == PackKind::ggml && p.int8 && !floats &&
+      qblock::dot_q8_rows_preferred(static_cast<quant::BlockType>(p.ggml_type), M)) {
+    detail::matmul_q8_rows(p, x, ldx, M, y, ldy, bias, threads);
     return;
   }
   // Q8_0 with more rows than the direct kernel keeps in registers, and fp16 with more than two row tiles: widen

@@ -287,6 +287,16 @@ MAXTEXT_QBLOCK_API void dequantize_any(std::uint32_t type, const std::byte* src,
 /// one float step per group.
 MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const QuantizedX& x);
 
+/// out[m * ldo + n] = dot_q8(t, rows + n * row_bytes, x[m]) for m < M, n < N, bit for bit: the same sums, taken
+/// for several rows of x and of the weight at once where a kernel shares the decoded blocks and the loaded
+/// activations between them (prefill), and otherwise one dot_q8 after the other.
+MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::size_t row_bytes, std::int64_t N,
+                                    const QuantizedX* x, std::int64_t M, float* out, std::int64_t ldo);
+
+/// Whether dot_q8_rows is this machine's quicker way to multiply M activation rows (more than a decode step's) with
+/// blocks of type t; where it is not, gemm::matmul keeps its own prefill panels.
+MAXTEXT_QBLOCK_API bool dot_q8_rows_preferred(BlockType t, std::int64_t M);
+
 /// Bytes of one quantised activation row of K values (K a multiple of 32): q, d and s sections, each 64-byte
 /// aligned, plus slack to align the start of an arbitrary buffer.
 inline std::size_t quantized_x_bytes(std::int64_t K) {
