@@ -219,3 +219,55 @@ TEST_CASE("Runtime-typed F32 / F16 / BF16 rows: widening is exact, products are 
     }
   }
 }
+
+namespace {
+
+/// A prompt's rows through qblock::dot_q8_rows (where this machine prefers it) against the same rows one at a time
+/// through the decode path: the same activation rounding and the same integer and float steps, so the outputs must
+/// be equal bit for bit, with bf16 or f32 x and y, a bias and a value scale.
+template <class X, class Y>
+void check_prompt_equals_decode(quant::BlockType t, std::int64_t M, std::int64_t N, std::int64_t K, bool with_bias,
+                                int threads, std::uint32_t seed) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  INFO(f.name << " M=" << M << " N=" << N << " K=" << K << " bias=" << with_bias << " threads=" << threads);
+  const std::size_t row_bytes = static_cast<std::size_t>(K / f.block * f.bytes);
+  const auto rows = random_rows(t, N, K, seed);
+  const auto p = gm::wrap_ggml(rows.data(), row_bytes, static_cast<std::uint32_t>(t), N, K, nullptr, true, 0.3);
+  std::mt19937 rng(seed + 1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<X> x(static_cast<std::size_t>(M * K));
+  for (auto& v : x) v = from_float<X>(u(rng));
+  std::vector<Y> bias(static_cast<std::size_t>(N));
+  for (auto& v : bias) v = from_float<Y>(u(rng));
+  const Y* b = with_bias ? bias.data() : nullptr;
+  std::vector<Y> prompt(static_cast<std::size_t>(M * N)), step(static_cast<std::size_t>(N));
+  gm::matmul<X, Y, Y>(*p, x.data(), K, M, prompt.data(), N, b, threads);
+  int bad = 0;
+  for (std::int64_t m = 0; m < M; ++m) {
+    gm::matmul<X, Y, Y>(*p, x.data() + m * K, K, 1, step.data(), N, b, threads);
+    for (std::int64_t n = 0; n < N; ++n) {
+      const float got = to_float(prompt[static_cast<std::size_t>(m * N + n)]), want = to_float(step[static_cast<std::size_t>(n)]);
+      if (std::memcmp(&got, &want, sizeof(float)) != 0 && ++bad <= 3) {
+        FAIL_CHECK("y[" << m << "," << n << "] = " << got << " in the prompt, " << want << " as a decode step");
+      }
+    }
+  }
+  REQUIRE(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("Runtime-typed blocks, 8-bit activations: prompt rows equal decode steps where dot_q8_rows runs",
+          "[backend][cpu][gemm]") {
+  std::uint32_t seed = 90;
+  int checked = 0;
+  for (auto t : kGgmlBlockTypes) {
+    const std::int64_t M = gm::kGgmlI8RowsDirect + 5;  // past the decode rows: the prefill path
+    if (!qb::dot_q8_rows_preferred(t, M)) continue;    // (elsewhere the panels: not the decode arithmetic)
+    check_prompt_equals_decode<float, float>(t, M, 2 * gm::kQ8RowsBlock + 7, 512, false, 2, seed++);
+    check_prompt_equals_decode<bf16, bf16>(t, M + 4, 37, 256, true, 1, seed++);
+    check_prompt_equals_decode<bf16, float>(t, 3, 33, 256, true, 2, seed++);  // decode rows compare with themselves
+    ++checked;
+  }
+  if (checked == 0) WARN("no block type takes qblock::dot_q8_rows on this machine (the VNNI panels): nothing compared");
+}

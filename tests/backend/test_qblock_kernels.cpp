@@ -131,6 +131,45 @@ TEST_CASE("qblock dot_q8 against a long-double restatement with the same quantis
   }
 }
 
+TEST_CASE("qblock dot_q8_rows equals dot_q8 row by row, bit for bit", "[qblock]") {
+  // The multi-row kernels (prefill) share decoded blocks and loaded activations between rows; every product must
+  // still be dot_q8's to the bit, so prompt and decoded tokens get the same sums. Row counts past the kernels' tiles
+  // (odd remainders of x rows and of weight rows), and K with an odd number of 32-value blocks.
+  for (auto t : kGgmlBlockTypes) {
+    const quant::BlockFormat& f = quant::block_format(t);
+    for (std::int64_t K : sizes(t)) {
+      const std::int64_t N = 13, M = 11, ldo = N + 3;
+      const std::size_t rb = static_cast<std::size_t>(K / f.block * f.bytes);
+      const auto rows = random_blocks(t, N * K / f.block, 77u + static_cast<std::uint32_t>(K));
+      const auto x = random_floats(static_cast<std::size_t>(M * K), 9u);
+      const std::size_t qbytes = qb::quantized_x_bytes(K);
+      std::vector<std::byte> buf(qbytes * static_cast<std::size_t>(M));
+      std::vector<qb::QuantizedX> xq;
+      for (std::int64_t m = 0; m < M; ++m) {
+        xq.push_back(qb::quantize_x(x.data() + m * K, K, buf.data() + qbytes * static_cast<std::size_t>(m)));
+      }
+      for (const std::int64_t m_rows : {M, std::int64_t{1}, std::int64_t{6}}) {
+        for (const std::int64_t n_rows : {N, std::int64_t{1}, std::int64_t{4}}) {
+          std::vector<float> out(static_cast<std::size_t>(M * ldo), -7.0f);
+          qb::dot_q8_rows(t, rows.data(), rb, n_rows, xq.data(), m_rows, out.data(), ldo);
+          int bad = 0;
+          for (std::int64_t m = 0; m < M; ++m) {
+            for (std::int64_t n = 0; n < ldo; ++n) {
+              const float got = out[static_cast<std::size_t>(m * ldo + n)];
+              const float want = m < m_rows && n < n_rows ? qb::dot_q8(t, rows.data() + n * rb, xq[m]) : -7.0f;
+              if (bits(got) != bits(want) && ++bad <= 3) {
+                FAIL_CHECK(f.name << " K=" << K << " M=" << m_rows << " N=" << n_rows << ": out[" << m << "," << n
+                                  << "] = " << got << ", dot_q8 " << want);
+              }
+            }
+          }
+          REQUIRE(bad == 0);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("qblock quantize_x follows the rule: d = max|x|/127, q = x / d to nearest (ties to even), sums per group",
           "[qblock]") {
   const std::int64_t K = 128;

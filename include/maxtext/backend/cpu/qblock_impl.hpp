@@ -660,7 +660,11 @@ namespace avx2 {
 // per group, so the float step is one convert and one multiply-add per 8 groups (per-group multiply-adds with
 // broadcast factors measured no faster, Q8_0 slower). The types with a scale per 16 values (Q2_K, Q3_K, Q6_K) first
 // fold pair sums per sub-block in 16 bits (vphaddw, within the bounds each kernel states), then weight them by the
-// scales with one vpmaddwd.
+// scales with one vpmaddwd; so do Q4_0, Q4_1 and Q4_K, whose 4-bit quants leave room for 16-value sums.
+//
+// dot_q8_rows (prefill) takes most of these kernels for up to four x rows at once (MR): the weight block is decoded
+// once into a small buffer that stays in L1, and each x row then does exactly the one-row kernel's integer and float
+// steps, so a prompt's products equal decode's bit for bit (the one-row dot_q8 is the MR = 1 case of the same code).
 //
 // Types covered here: those of the AVX-512 paths, and Q4_1, Q5_0, Q5_1, Q2_K and Q3_K, which the AVX-512 paths do
 // not have yet: machines with AVX-512 run these AVX2 kernels for those five (with_decoder, dot_q8).
@@ -1032,78 +1036,192 @@ inline __m256i sum8x8(const __m256i* v) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-/// 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0), four per step. P(blk, xq) gives a block's 8 lane sums
-/// of weight quant times activation quant; two rounds of vphaddd fold four blocks into [b0 b1 b2 b3 | b0 b1 b2 b3]
-/// (each block's total split over the two halves), kOff * s_b is subtracted as kOff/2 * s_b from each half, and the
-/// float step is one multiply-add with the four (d_w * d_x), the four fp16 scales widened by one conversion. kMin
-/// (Q4_1, Q5_1: an fp16 min m after d) adds m * d_x * s_b per block, four blocks in one multiply-add.
-template <int kBytes, int kOff, bool kMin = false, class P>
-inline float dot_q8_b32(const std::byte* row, const QuantizedX& x, P&& part) {
-  static_assert(kOff == 0 || kOff == 8 || kOff == 16);
-  constexpr int kShift = kOff == 16 ? 3 : 2;  // log2(kOff / 2)
-  const std::int64_t nb = x.K / 32;
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  __m128 accm = _mm_setzero_ps();
+/// 32-value blocks (Q5_0, Q5_1, IQ4_NL, Q8_0), four per step, MR x rows at a time (dot_q8_rows; MR = 1 is dot_q8,
+/// so both give the same sums to the bit). wvec(blk) gives a block's weight quants as bytes (kSigned: signed, taken
+/// as |w| times x with w's sign; else unsigned), decoded once per step for the MR rows into a buffer read back from
+/// L1. Per x row, vpmaddubsw and vpmaddwd give each block's 8 lane sums of weight quant times activation quant; two
+/// rounds of vphaddd fold four blocks into [b0 b1 b2 b3 | b0 b1 b2 b3] (each block's total split over the two
+/// halves), kOff * s_b is subtracted as kOff/2 * s_b from each half, and the float step is one multiply-add with the
+/// four (d_w * d_x), the four fp16 scales widened by one conversion. kMin (Q5_1: an fp16 min m after d) adds
+/// m * d_x * s_b per block, four blocks in one multiply-add. Blocks past the last four take the scalar tail.
+template <int kBytes, int kOff, bool kMin, bool kSigned, int MR, class W>
+inline void dot_q8_rows_b32(const std::byte* row, std::int64_t nb, const QuantizedX* x, float* out, std::int64_t ldo,
+                            W&& wvec) {
+  constexpr int kShift = kOff == 16 ? 3 : 2;
+  alignas(32) std::int8_t q[4][32];
+  alignas(32) std::int8_t qa[kSigned ? 4 : 1][32];  // |w| for the signed types
+  __m256 acc[MR];
+  __m128 accm[MR];
+  float tail[MR];
+  for (int m = 0; m < MR; ++m) {
+    acc[m] = _mm256_setzero_ps();
+    accm[m] = _mm_setzero_ps();
+    tail[m] = 0.0f;
+  }
   auto fp16x4 = [](const std::byte* p) {
     return _mm_cvtph_ps(_mm_setr_epi16(static_cast<short>(u16(p)), static_cast<short>(u16(p + kBytes)),
                                        static_cast<short>(u16(p + 2 * kBytes)),
                                        static_cast<short>(u16(p + 3 * kBytes)), 0, 0, 0, 0));
   };
-  auto step = [&](std::int64_t b, __m256& a) {
+  auto ld = [](const std::int8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); };
+  auto part = [&](int i, const std::int8_t* xq) {
+    if constexpr (kSigned) return dot_us(ld(qa[i]), _mm256_sign_epi8(load256(xq), ld(q[i])));
+    else return dot_us(ld(q[i]), load256(xq));
+  };
+  auto step = [&](std::int64_t b) {
     const std::byte* p = row + b * kBytes;
-    prefetch_ahead<4 * kBytes>(p);
-    const std::int8_t* xq = x.q + 32 * b;
-    __m256i L = _mm256_hadd_epi32(_mm256_hadd_epi32(part(p, xq), part(p + kBytes, xq + 32)),
-                                  _mm256_hadd_epi32(part(p + 2 * kBytes, xq + 64), part(p + 3 * kBytes, xq + 96)));
-    const __m128 dx = _mm_loadu_ps(x.d + b);
-    if constexpr (kOff != 0 || kMin) {
-      const __m128i s4 = _mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.s + b)));
-      if constexpr (kOff != 0) L = _mm256_sub_epi32(L, _mm256_slli_epi32(_mm256_broadcastsi128_si256(s4), kShift));
-      if constexpr (kMin) accm = _mm_fmadd_ps(_mm_mul_ps(fp16x4(p + 2), dx), _mm_cvtepi32_ps(s4), accm);
-    }
-    const __m128 f4 = _mm_mul_ps(fp16x4(p), dx);
-    a = _mm256_fmadd_ps(fl(L), _mm256_set_m128(f4, f4), a);
+    if constexpr (MR == 1) prefetch_ahead<4 * kBytes>(p);
+    unroll<4>([&](auto i_) {
+      constexpr int i = decltype(i_)::value;
+      const __m256i w = wvec(p + i * kBytes);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q[i]), w);
+      if constexpr (kSigned) _mm256_store_si256(reinterpret_cast<__m256i*>(qa[i]), _mm256_abs_epi8(w));
+    });
+    const __m128 dw = fp16x4(p);
+    [[maybe_unused]] __m128 mw;
+    if constexpr (kMin) mw = fp16x4(p + 2);
+    unroll<MR>([&](auto m_) {
+      constexpr int m = decltype(m_)::value;
+      const QuantizedX& xm = x[m];
+      const std::int8_t* xq = xm.q + 32 * b;
+      __m256i L = _mm256_hadd_epi32(_mm256_hadd_epi32(part(0, xq), part(1, xq + 32)),
+                                    _mm256_hadd_epi32(part(2, xq + 64), part(3, xq + 96)));
+      const __m128 dx = _mm_loadu_ps(xm.d + b);
+      if constexpr (kOff != 0 || kMin) {
+        const __m128i s4 = _mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(xm.s + b)));
+        if constexpr (kOff != 0) L = _mm256_sub_epi32(L, _mm256_slli_epi32(_mm256_broadcastsi128_si256(s4), kShift));
+        if constexpr (kMin) accm[m] = _mm_fmadd_ps(_mm_mul_ps(mw, dx), _mm_cvtepi32_ps(s4), accm[m]);
+      }
+      const __m128 f4 = _mm_mul_ps(dw, dx);
+      acc[m] = _mm256_fmadd_ps(fl(L), _mm256_set_m128(f4, f4), acc[m]);
+    });
   };
   std::int64_t b = 0;
-  for (; b + 8 <= nb; b += 8) {
-    step(b, acc[0]);
-    step(b + 4, acc[1]);
-  }
-  if (b + 4 <= nb) {
-    step(b, acc[0]);
-    b += 4;
-  }
-  float tail = 0.0f;
+  for (; b + 4 <= nb; b += 4) step(b);
   for (; b < nb; ++b) {
     const std::byte* p = row + b * kBytes;
-    const int isum = hsum(part(p, x.q + 32 * b)) - kOff * x.s[b];
-    tail += half(p) * x.d[b] * static_cast<float>(isum);
-    if constexpr (kMin) tail += half(p + 2) * x.d[b] * static_cast<float>(x.s[b]);
+    const __m256i w = wvec(p);
+    for (int m = 0; m < MR; ++m) {
+      const QuantizedX& xm = x[m];
+      const __m256i xv = load256(xm.q + 32 * b);
+      const int isum = hsum(kSigned ? dot_us(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w)) : dot_us(w, xv)) -
+                       kOff * xm.s[b];
+      tail[m] += half(p) * xm.d[b] * static_cast<float>(isum);
+      if constexpr (kMin) tail[m] += half(p + 2) * xm.d[b] * static_cast<float>(xm.s[b]);
+    }
   }
-  const __m128 m2 = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
-  return hsum(_mm256_add_ps(acc[0], acc[1])) + tail + _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+  for (int m = 0; m < MR; ++m) {
+    const __m128 m2 = _mm_add_ps(accm[m], _mm_movehl_ps(accm[m], accm[m]));
+    out[m * ldo] = hsum(acc[m]) + tail[m] + _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+  }
+}
+
+/// Q4_0 / Q4_1 (quants 0..15, nib32 of the 16 bytes after the block's fp16 fields), eight blocks per step, for MR
+/// x rows at a time (dot_q8_rows; MR = 1 is dot_q8, so both give the same sums to the bit). The weight quants are
+/// decoded once per step into a buffer read back from L1. Per x row, each block's vpmaddubsw pair sums fold in 16
+/// bits by three rounds of vphaddw (a 16-value sum is at most 16 * 15 * 127 < 2^15) and one vpmaddwd into the block
+/// totals [b0 b1 b2 b3 | b4 b5 b6 b7]; Q4_0's offset 8 s_b comes off in integers, and the float step is one
+/// multiply-add with the eight d_w d_x (Q4_1: a second one adds the min terms m d_x s_b). Blocks past the last
+/// eight take the scalar tail.
+template <int kBytes, int kOff, bool kMin, int MR>
+inline void nib_rows(const std::byte* row, std::int64_t nb, const QuantizedX* x, float* out, std::int64_t ldo) {
+  static_assert(kOff == 0 || kOff == 8);
+  constexpr int kQs = kMin ? 4 : 2;
+  alignas(32) std::uint8_t q[8][32];
+  __m256 acc[MR], accm[MR];
+  float tail[MR];
+  for (int m = 0; m < MR; ++m) {
+    acc[m] = accm[m] = _mm256_setzero_ps();
+    tail[m] = 0.0f;
+  }
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  auto fp16x8 = [](const std::byte* p) {
+    auto h = [&](int i) { return static_cast<short>(u16(p + i * kBytes)); };
+    return _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)));
+  };
+  auto ld = [](const std::uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); };
+  std::int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    const std::byte* p = row + b * kBytes;
+    if constexpr (MR == 1) prefetch_ahead<8 * kBytes>(p);
+    unroll<8>([&](auto i_) {
+      constexpr int i = decltype(i_)::value;
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q[i]), nib32(p + i * kBytes + kQs));
+    });
+    const __m256 dw = fp16x8(p);
+    [[maybe_unused]] __m256 mw;
+    if constexpr (kMin) mw = fp16x8(p + 2);
+    unroll<MR>([&](auto m_) {
+      constexpr int m = decltype(m_)::value;
+      const QuantizedX& xm = x[m];
+      const std::int8_t* xq = xm.q + 32 * b;
+      __m256i P[8];
+      unroll<8>([&](auto i_) {
+        constexpr int i = decltype(i_)::value;
+        P[i] = _mm256_maddubs_epi16(ld(q[i]), load256(xq + 32 * i));
+      });
+      const __m256i H = _mm256_hadd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(P[0], P[1]), _mm256_hadd_epi16(P[2], P[3])),
+                                          _mm256_hadd_epi16(_mm256_hadd_epi16(P[4], P[5]), _mm256_hadd_epi16(P[6], P[7])));
+      // word b of each 128-bit half: block b's sum over its bytes 0-15 (low half) or 16-31 (high half)
+      const __m128i lo = _mm256_castsi256_si128(H), hi = _mm256_extracti128_si256(H, 1);
+      __m256i L = _mm256_madd_epi16(_mm256_set_m128i(_mm_unpackhi_epi16(lo, hi), _mm_unpacklo_epi16(lo, hi)), ones16);
+      const __m256 dx = _mm256_loadu_ps(xm.d + b);
+      if constexpr (kOff != 0 || kMin) {
+        const __m256i s8 = _mm256_cvtepi16_epi32(load128(xm.s + b));
+        if constexpr (kOff != 0) L = _mm256_sub_epi32(L, _mm256_slli_epi32(s8, 3));
+        if constexpr (kMin) accm[m] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), fl(s8), accm[m]);
+      }
+      acc[m] = _mm256_fmadd_ps(fl(L), _mm256_mul_ps(dw, dx), acc[m]);
+    });
+  }
+  for (; b < nb; ++b) {
+    const std::byte* p = row + b * kBytes;
+    const __m256i w = nib32(p + kQs);
+    for (int m = 0; m < MR; ++m) {
+      const QuantizedX& xm = x[m];
+      const int isum = hsum(dot_us(w, load256(xm.q + 32 * b))) - kOff * xm.s[b];
+      tail[m] += half(p) * xm.d[b] * static_cast<float>(isum);
+      if constexpr (kMin) tail[m] += half(p + 2) * xm.d[b] * static_cast<float>(xm.s[b]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    float v = hsum(acc[m]) + tail[m];
+    if constexpr (kMin) v += hsum(accm[m]);
+    out[m * ldo] = v;
+  }
 }
 
 inline float dot_q8_q4_0(const std::byte* row, const QuantizedX& x) {  // q in 0..15, offset 8 via s
-  return dot_q8_b32<18, 8>(row, x, [](const std::byte* b, const std::int8_t* xq) {
-    return dot_us(nib32(b + 2), load256(xq));
-  });
+  float out;
+  nib_rows<18, 8, false, 1>(row, x.K / 32, &x, &out, 1);
+  return out;
+}
+/// The weight quants of one block as bytes, for dot_q8_rows_b32: IQ4_NL (codebook values, signed), Q8_0 (signed),
+/// Q5_0 / Q5_1 (0..31, below).
+struct WIq4Nl {
+  __m256i tbl = iq4_table_s8x2();
+  __m256i operator()(const std::byte* b) const { return _mm256_shuffle_epi8(tbl, nib32(b + 2)); }
+};
+struct WQ8_0 {
+  __m256i operator()(const std::byte* b) const { return load256(b + 2); }
+};
+/// dot_q8 through dot_q8_rows_b32 with one x row.
+template <int kBytes, int kOff, bool kMin, bool kSigned, class W>
+inline float dot_q8_b32(const std::byte* row, const QuantizedX& x, W&& wvec) {
+  float out;
+  dot_q8_rows_b32<kBytes, kOff, kMin, kSigned, 1>(row, x.K / 32, &x, &out, 1, wvec);
+  return out;
 }
 inline float dot_q8_iq4_nl(const std::byte* row, const QuantizedX& x) {
-  const __m256i tbl = iq4_table_s8x2();
-  return dot_q8_b32<18, 0>(row, x, [&](const std::byte* b, const std::int8_t* xq) {
-    return dot_ss(_mm256_shuffle_epi8(tbl, nib32(b + 2)), load256(xq));
-  });
+  return dot_q8_b32<18, 0, false, true>(row, x, WIq4Nl{});
 }
 inline float dot_q8_q8_0(const std::byte* row, const QuantizedX& x) {
-  return dot_q8_b32<34, 0>(row, x, [](const std::byte* b, const std::int8_t* xq) {
-    return dot_ss(load256(b + 2), load256(xq));
-  });
+  return dot_q8_b32<34, 0, false, true>(row, x, WQ8_0{});
 }
 inline float dot_q8_q4_1(const std::byte* row, const QuantizedX& x) {  // q in 0..15, min via s
-  return dot_q8_b32<20, 0, true>(row, x, [](const std::byte* b, const std::int8_t* xq) {
-    return dot_us(nib32(b + 4), load256(xq));
-  });
+  float out;
+  nib_rows<20, 0, true, 1>(row, x.K / 32, &x, &out, 1);
+  return out;
 }
 /// 0xff in byte i where bit i of the 32-bit word at p is set, else 0: byte i takes source byte i / 8 (vpshufb within
 /// each 128-bit half of the broadcast word) and keeps bit i % 8.
@@ -1120,15 +1238,17 @@ inline __m256i bits32(const std::byte* p) {
 inline __m256i q5_bytes(const std::byte* qs, const std::byte* qh) {
   return _mm256_or_si256(nib32(qs), _mm256_and_si256(bits32(qh), _mm256_set1_epi8(16)));
 }
+struct WQ5_0 {
+  __m256i operator()(const std::byte* b) const { return q5_bytes(b + 6, b + 2); }
+};
+struct WQ5_1 {
+  __m256i operator()(const std::byte* b) const { return q5_bytes(b + 8, b + 4); }
+};
 inline float dot_q8_q5_0(const std::byte* row, const QuantizedX& x) {  // q in 0..31, offset 16 via s
-  return dot_q8_b32<22, 16>(row, x, [](const std::byte* b, const std::int8_t* xq) {
-    return dot_us(q5_bytes(b + 6, b + 2), load256(xq));
-  });
+  return dot_q8_b32<22, 16, false, false>(row, x, WQ5_0{});
 }
 inline float dot_q8_q5_1(const std::byte* row, const QuantizedX& x) {  // q in 0..31, min via s
-  return dot_q8_b32<24, 0, true>(row, x, [](const std::byte* b, const std::int8_t* xq) {
-    return dot_us(q5_bytes(b + 8, b + 4), load256(xq));
-  });
+  return dot_q8_b32<24, 0, true, false>(row, x, WQ5_1{});
 }
 
 /// Q2_K / Q3_K: w[j] (j = 0..7) are 16-bit pair sums of activation group j, whose 128-bit halves are the 16-value
@@ -1217,27 +1337,29 @@ inline float dot_q8_q3k(const std::byte* row, const QuantizedX& x) {
   return hsum(acc);
 }
 
-/// Q4_K / Q5_K: sub-block j (quants 0..31) against activation group j; the min term from the group sums s.
-template <bool kFive>
-inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
+/// Q4_K / Q5_K: sub-block j (quants 0..31) against activation group j; the min term from the group sums s. MR x
+/// rows at a time (dot_q8_rows; MR = 1 is dot_q8, so both give the same sums to the bit): each weight block is
+/// decoded once for them, its quants as bytes into a buffer read back from L1, and its scale products. Per x row the
+/// group totals come from vpmaddubsw pair sums folded by three rounds of vphaddw (Q4_K: a 16-value sum is at most
+/// 16 * 15 * 127 < 2^15) and one vpmaddwd, or for Q5_K (quants to 31) by vpmaddwd and vphaddd (sum8x8).
+template <bool kFive, int MR>
+inline void dot_q8_rows_q45k(const std::byte* row, std::int64_t nb, const QuantizedX* x, float* out,
+                             std::int64_t ldo) {
   constexpr int kBytes = kFive ? 176 : 144;
-  const std::int64_t nb = x.K / 256;
-  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  alignas(32) std::uint8_t q[256];
+  __m256 acc[MR], accm[MR];
+  for (int m = 0; m < MR; ++m) acc[m] = accm[m] = _mm256_setzero_ps();
   const __m256i m15 = _mm256_set1_epi8(15);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * kBytes;
-    prefetch_ahead<kBytes>(blk);
+    if constexpr (MR == 1) prefetch_ahead<kBytes>(blk);
     std::uint64_t sc, mn;
     k_scales(blk + 4, sc, mn);
-    const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
-    const __m256 fs = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), bytes8_to_ps(sc)), dx);
-    const __m256 fm = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk + 2)), bytes8_to_ps(mn)), dx);
-    accm = _mm256_fmadd_ps(fm, fl(_mm256_cvtepi16_epi32(load128(x.s + 8 * b))), accm);
+    const __m256 ds = _mm256_mul_ps(_mm256_set1_ps(half(blk)), bytes8_to_ps(sc));
+    const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(half(blk + 2)), bytes8_to_ps(mn));
     const std::byte* qs = blk + (kFive ? 48 : 16);
     [[maybe_unused]] __m256i qh;
     if constexpr (kFive) qh = load256(blk + 16);
-    const std::int8_t* xq = x.q + 256 * b;
-    __m256i L[8];
     unroll<4>([&](auto i_) {  // bytes 32i .. +31: sub-blocks 2i (low nibbles), 2i+1 (high)
       constexpr int i = decltype(i_)::value;
       const __m256i z = load256(qs + 32 * i);
@@ -1246,29 +1368,63 @@ inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
         lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4_bytes<2 * i>(qh), _mm256_set1_epi8(16)));
         hi = _mm256_or_si256(hi, _mm256_and_si256(bit_to_4_bytes<2 * i + 1>(qh), _mm256_set1_epi8(16)));
       }
-      L[2 * i] = dot_us(lo, load256(xq + 64 * i));
-      L[2 * i + 1] = dot_us(hi, load256(xq + 64 * i + 32));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q + 64 * i), lo);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q + 64 * i + 32), hi);
     });
-    acc = _mm256_fmadd_ps(fl(sum8x8(L)), fs, acc);
+    unroll<MR>([&](auto m_) {
+      constexpr int m = decltype(m_)::value;
+      const QuantizedX& xm = x[m];
+      const __m256 dx = _mm256_loadu_ps(xm.d + 8 * b);
+      accm[m] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), fl(_mm256_cvtepi16_epi32(load128(xm.s + 8 * b))), accm[m]);
+      const std::int8_t* xq = xm.q + 256 * b;
+      __m256i L[8];
+      unroll<8>([&](auto j_) {
+        constexpr int j = decltype(j_)::value;
+        const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32 * j));
+        if constexpr (kFive) L[j] = dot_us(w, load256(xq + 32 * j));
+        else L[j] = _mm256_maddubs_epi16(w, load256(xq + 32 * j));
+      });
+      __m256i T;
+      if constexpr (kFive) {
+        T = sum8x8(L);
+      } else {  // word j of each 128-bit half: group j's sum over its values 0-15 (low half) or 16-31 (high half)
+        const __m256i H =
+            _mm256_hadd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(L[0], L[1]), _mm256_hadd_epi16(L[2], L[3])),
+                              _mm256_hadd_epi16(_mm256_hadd_epi16(L[4], L[5]), _mm256_hadd_epi16(L[6], L[7])));
+        const __m128i lo = _mm256_castsi256_si128(H), hi = _mm256_extracti128_si256(H, 1);
+        T = _mm256_madd_epi16(_mm256_set_m128i(_mm_unpackhi_epi16(lo, hi), _mm_unpacklo_epi16(lo, hi)),
+                              _mm256_set1_epi16(1));
+      }
+      acc[m] = _mm256_fmadd_ps(fl(T), _mm256_mul_ps(ds, dx), acc[m]);
+    });
   }
-  return hsum(acc) - hsum(accm);
+  for (int m = 0; m < MR; ++m) out[m * ldo] = hsum(acc[m]) - hsum(accm[m]);
+}
+
+template <bool kFive>
+inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
+  float out;
+  dot_q8_rows_q45k<kFive, 1>(row, x.K / 256, &x, &out, 1);
+  return out;
 }
 
 /// Q6_K: group j = 4h + s (elements 128h + 32s ..) holds sub-blocks 2j, 2j+1 in its 128-bit halves; the offset 32
 /// is taken off the 16-bit pair sums (vpmaddubsw of 32 and x), two rounds of vphaddw fold them to 8-value sums, and
 /// vpmaddwd with the int8 scales (widened to 16 bits) gives exact sums of sc * (q - 32) * q_x, at most
 /// 32*128*32*127 < 2^24 per group.
-inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
-  const std::int64_t nb = x.K / 256;
-  __m256 acc = _mm256_setzero_ps();
+/// MR x rows at a time (dot_q8_rows; MR = 1 is dot_q8): each block's quants, as bytes in a buffer read back from
+/// L1, and its scale vectors are made once for them.
+template <int MR>
+inline void dot_q8_rows_q6k(const std::byte* row, std::int64_t nb, const QuantizedX* x, float* out, std::int64_t ldo) {
+  alignas(32) std::uint8_t qb[8][32];
+  __m256 acc[MR];
+  for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
   const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48), o32 = _mm256_set1_epi8(32);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * 210;
-    prefetch_ahead<210>(blk);
+    if constexpr (MR == 1) prefetch_ahead<210>(blk);
     const __m128i sc = load128(blk + 192);
-    const std::int8_t* xq = x.q + 256 * b;
-    __m256i P[8];
-    unroll<2>([&](auto h_) {
+    unroll<2>([&](auto h_) {  // group j = 4h + s
       constexpr int h = decltype(h_)::value;
       const __m256i a = load256(blk + 64 * h), bb = load256(blk + 64 * h + 32), qh = load256(blk + 128 + 32 * h);
       const __m256i q[4] = {
@@ -1278,26 +1434,60 @@ inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m15),
                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48))};
       unroll<4>([&](auto s_) {
-        constexpr int s = decltype(s_)::value, j = 4 * h + s;
-        const __m256i xv = load256(xq + 32 * j);
-        P[j] = _mm256_sub_epi16(_mm256_maddubs_epi16(q[s], xv), _mm256_maddubs_epi16(o32, xv));
+        constexpr int s = decltype(s_)::value;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(qb[4 * h + s]), q[s]);
       });
     });
-    // Two rounds of vphaddw per four groups: [g0 g0 g1 g1 g2 g2 g3 g3] in each half (sums of 8 values of sub-block
-    // 2g in the low half, 2g + 1 in the high; |sum| <= 4 * 2 * 32 * 127 < 2^15), then vpmaddwd with the scales.
-    const __m256i A = _mm256_hadd_epi16(_mm256_hadd_epi16(P[0], P[1]), _mm256_hadd_epi16(P[2], P[3]));
-    const __m256i B = _mm256_hadd_epi16(_mm256_hadd_epi16(P[4], P[5]), _mm256_hadd_epi16(P[6], P[7]));
     const __m256i sa = _mm256_cvtepi8_epi16(
         _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 1, 1, 3, 3, 5, 5, 7, 7)));
     const __m256i sb = _mm256_cvtepi8_epi16(
         _mm_shuffle_epi8(sc, _mm_setr_epi8(8, 8, 10, 10, 12, 12, 14, 14, 9, 9, 11, 11, 13, 13, 15, 15)));
-    const __m256i wa = _mm256_madd_epi16(A, sa), wb = _mm256_madd_epi16(B, sb);  // [g0..g3 | g0..g3] per sub-block
-    const __m256i L =
-        _mm256_add_epi32(_mm256_permute2x128_si256(wa, wb, 0x20), _mm256_permute2x128_si256(wa, wb, 0x31));
-    const __m256 f = _mm256_mul_ps(_mm256_set1_ps(half(blk + 208)), _mm256_loadu_ps(x.d + 8 * b));
-    acc = _mm256_fmadd_ps(fl(L), f, acc);
+    const __m256 d = _mm256_set1_ps(half(blk + 208));
+    unroll<MR>([&](auto m_) {
+      constexpr int m = decltype(m_)::value;
+      const std::int8_t* xq = x[m].q + 256 * b;
+      __m256i P[8];
+      unroll<8>([&](auto j_) {
+        constexpr int j = decltype(j_)::value;
+        const __m256i xv = load256(xq + 32 * j);
+        P[j] = _mm256_sub_epi16(
+            _mm256_maddubs_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(qb[j])), xv),
+            _mm256_maddubs_epi16(o32, xv));
+      });
+      // Two rounds of vphaddw per four groups: [g0 g0 g1 g1 g2 g2 g3 g3] in each half (sums of 8 values of
+      // sub-block 2g in the low half, 2g + 1 in the high; |sum| <= 4 * 2 * 32 * 127 < 2^15), then vpmaddwd with the
+      // scales: [g0..g3 | g0..g3] per sub-block.
+      const __m256i A = _mm256_hadd_epi16(_mm256_hadd_epi16(P[0], P[1]), _mm256_hadd_epi16(P[2], P[3]));
+      const __m256i B = _mm256_hadd_epi16(_mm256_hadd_epi16(P[4], P[5]), _mm256_hadd_epi16(P[6], P[7]));
+      const __m256i wa = _mm256_madd_epi16(A, sa), wb = _mm256_madd_epi16(B, sb);
+      const __m256i L =
+          _mm256_add_epi32(_mm256_permute2x128_si256(wa, wb, 0x20), _mm256_permute2x128_si256(wa, wb, 0x31));
+      acc[m] = _mm256_fmadd_ps(fl(L), _mm256_mul_ps(d, _mm256_loadu_ps(x[m].d + 8 * b)), acc[m]);
+    });
   }
-  return hsum(acc);
+  for (int m = 0; m < MR; ++m) out[m * ldo] = hsum(acc[m]);
+}
+
+/// Calls kernel(ic<MR>, m0, n) for the chunks of kMR x rows from m0 (MR = kMR, or 1..3 for the last) and every
+/// weight row n inside each chunk: the chunk's x rows stay in L1 while the weight rows pass.
+template <int kMR, class F>
+inline void rows_in_chunks(std::int64_t N, std::int64_t M, F&& kernel) {
+  static_assert(kMR == 4);
+  for (std::int64_t m0 = 0; m0 < M; m0 += kMR) {
+    const std::int64_t mr = std::min<std::int64_t>(kMR, M - m0);
+    for (std::int64_t n = 0; n < N; ++n) {
+      if (mr == kMR) kernel(ic<kMR>{}, m0, n);
+      else if (mr == 3) kernel(ic<3>{}, m0, n);
+      else if (mr == 2) kernel(ic<2>{}, m0, n);
+      else kernel(ic<1>{}, m0, n);
+    }
+  }
+}
+
+inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
+  float out;
+  dot_q8_rows_q6k<1>(row, x.K / 256, &x, &out, 1);
+  return out;
 }
 
 /// IQ4_XS: sub-block j (16 bytes: [low | high] nibbles through the codebook) against activation group j.
@@ -1579,8 +1769,55 @@ MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const Quantiz
 
 MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::size_t row_bytes, std::int64_t N,
                                     const QuantizedX* x, std::int64_t M, float* out, std::int64_t ldo) {
-  // Four x rows at a time against every weight row: the weight rows (a few KiB each) stay in L1 / L2 and the x
-  // rows in L1.
+  if (M <= 0 || N <= 0) return;
+#if MAXTEXT_QBLOCK_AVX2
+  {
+    using namespace detail;
+    using std::false_type, std::true_type;
+    const std::int64_t nb = x[0].K / 256, nb32 = x[0].K / 32;
+    // kernel(ic<MR>, weight row, its MR x rows, their outputs): every weight row for every chunk of x rows
+    auto run = [&](auto kernel) {
+      rows_in_chunks<4>(N, M, [&](auto mr, std::int64_t m0, std::int64_t n) {
+        kernel(mr, rows + static_cast<std::size_t>(n) * row_bytes, x + m0, out + m0 * ldo + n);
+      });
+    };
+    auto b32 = [&](auto bytes, auto off, auto min, auto sgn, auto wvec) {
+      run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+        dot_q8_rows_b32<decltype(bytes)::value, decltype(off)::value, decltype(min)::value, decltype(sgn)::value,
+                        decltype(mr)::value>(r, nb32, xs, o, ldo, wvec);
+      });
+    };
+    switch (t) {
+      case BlockType::q4_k:
+        return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+          dot_q8_rows_q45k<false, decltype(mr)::value>(r, nb, xs, o, ldo);
+        });
+      case BlockType::q5_k:
+        return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+          dot_q8_rows_q45k<true, decltype(mr)::value>(r, nb, xs, o, ldo);
+        });
+      case BlockType::q6_k:
+        return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+          dot_q8_rows_q6k<decltype(mr)::value>(r, nb, xs, o, ldo);
+        });
+      case BlockType::q4_0:
+        return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+          nib_rows<18, 8, false, decltype(mr)::value>(r, nb32, xs, o, ldo);
+        });
+      case BlockType::q4_1:
+        return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+          nib_rows<20, 0, true, decltype(mr)::value>(r, nb32, xs, o, ldo);
+        });
+      case BlockType::q5_0: return b32(ic<22>{}, ic<16>{}, false_type{}, false_type{}, WQ5_0{});
+      case BlockType::q5_1: return b32(ic<24>{}, ic<0>{}, true_type{}, false_type{}, WQ5_1{});
+      case BlockType::q8_0: return b32(ic<34>{}, ic<0>{}, false_type{}, true_type{}, WQ8_0{});
+      case BlockType::iq4_nl: return b32(ic<18>{}, ic<0>{}, false_type{}, true_type{}, WIq4Nl{});
+      default: break;
+    }
+  }
+#endif
+  // Otherwise four x rows at a time against every weight row: the weight rows (a few KiB each) stay in L1 / L2 and
+  // the x rows in L1.
   for (std::int64_t m0 = 0; m0 < M; m0 += 4) {
     const std::int64_t m1 = std::min<std::int64_t>(M, m0 + 4);
     for (std::int64_t n = 0; n < N; ++n) {
@@ -1593,10 +1830,11 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
 MAXTEXT_QBLOCK_API bool dot_q8_rows_preferred(BlockType t, std::int64_t M) {
   (void)M;  // matmul asks only above its decode rows (gemm::kGgmlI8RowsDirect)
 #if MAXTEXT_QBLOCK_AVX2
-  // Without VNNI gemm's integer panels run a 16-bit emulation of vpdpbusd: the rows are 1.6-2.1x quicker for the
-  // types with one scale per 32 values (model c, 64-128 prompt tokens, one thread). The exact f32 panels stay
-  // quicker for Q6_K (and are kept for Q2_K and Q3_K, not measured).
-  return t != BlockType::q6_k && t != BlockType::q2_k && t != BlockType::q3_k;
+  // Without VNNI gemm's integer panels run a 16-bit emulation of vpdpbusd, slower than these kernels (model c, one
+  // thread, 128 prompt tokens: Q4_K_M 14.5 -> 35, Q4_0 14.2 -> 38.7 tokens/s); Q6_K's exact f32 panels are slower
+  // than its multi-row kernel too (23.0 -> 28.9). Q2_K and Q3_K have no multi-row kernel (one dot_q8 after the
+  // other) and keep the exact panels.
+  return t != BlockType::q2_k && t != BlockType::q3_k;
 #else
   (void)t;
   return false;  // the VNNI panels (AVX-512), or the portable code
