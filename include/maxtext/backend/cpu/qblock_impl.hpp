@@ -1116,6 +1116,16 @@ inline void dot_q8_rows_b32(const std::byte* row, std::int64_t nb, const Quantiz
   }
 }
 
+/// Lane j = the sum of the 16 words of p[j] (j = 0..7), where every 8 words of one 128-bit half sum below 2^15:
+/// three rounds of vphaddw leave word j of each half the sum of p[j]'s 8 words there, one vpmaddwd adds the halves.
+inline __m256i fold16x8(const __m256i* p) {
+  const __m256i H = _mm256_hadd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3])),
+                                      _mm256_hadd_epi16(_mm256_hadd_epi16(p[4], p[5]), _mm256_hadd_epi16(p[6], p[7])));
+  const __m128i lo = _mm256_castsi256_si128(H), hi = _mm256_extracti128_si256(H, 1);
+  return _mm256_madd_epi16(_mm256_set_m128i(_mm_unpackhi_epi16(lo, hi), _mm_unpacklo_epi16(lo, hi)),
+                           _mm256_set1_epi16(1));
+}
+
 /// Q4_0 / Q4_1 (quants 0..15, nib32 of the 16 bytes after the block's fp16 fields), eight blocks per step, for MR
 /// x rows at a time (dot_q8_rows; MR = 1 is dot_q8, so both give the same sums to the bit). The weight quants are
 /// decoded once per step into a buffer read back from L1. Per x row, each block's vpmaddubsw pair sums fold in 16
@@ -1134,7 +1144,6 @@ inline void nib_rows(const std::byte* row, std::int64_t nb, const QuantizedX* x,
     acc[m] = accm[m] = _mm256_setzero_ps();
     tail[m] = 0.0f;
   }
-  const __m256i ones16 = _mm256_set1_epi16(1);
   auto fp16x8 = [](const std::byte* p) {
     auto h = [&](int i) { return static_cast<short>(u16(p + i * kBytes)); };
     return _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)));
@@ -1160,11 +1169,7 @@ inline void nib_rows(const std::byte* row, std::int64_t nb, const QuantizedX* x,
         constexpr int i = decltype(i_)::value;
         P[i] = _mm256_maddubs_epi16(ld(q[i]), load256(xq + 32 * i));
       });
-      const __m256i H = _mm256_hadd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(P[0], P[1]), _mm256_hadd_epi16(P[2], P[3])),
-                                          _mm256_hadd_epi16(_mm256_hadd_epi16(P[4], P[5]), _mm256_hadd_epi16(P[6], P[7])));
-      // word b of each 128-bit half: block b's sum over its bytes 0-15 (low half) or 16-31 (high half)
-      const __m128i lo = _mm256_castsi256_si128(H), hi = _mm256_extracti128_si256(H, 1);
-      __m256i L = _mm256_madd_epi16(_mm256_set_m128i(_mm_unpackhi_epi16(lo, hi), _mm_unpacklo_epi16(lo, hi)), ones16);
+      __m256i L = fold16x8(P);
       const __m256 dx = _mm256_loadu_ps(xm.d + b);
       if constexpr (kOff != 0 || kMin) {
         const __m256i s8 = _mm256_cvtepi16_epi32(load128(xm.s + b));
@@ -1388,12 +1393,7 @@ inline void dot_q8_rows_q45k(const std::byte* row, std::int64_t nb, const Quanti
       if constexpr (kFive) {
         T = sum8x8(L);
       } else {  // word j of each 128-bit half: group j's sum over its values 0-15 (low half) or 16-31 (high half)
-        const __m256i H =
-            _mm256_hadd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(L[0], L[1]), _mm256_hadd_epi16(L[2], L[3])),
-                              _mm256_hadd_epi16(_mm256_hadd_epi16(L[4], L[5]), _mm256_hadd_epi16(L[6], L[7])));
-        const __m128i lo = _mm256_castsi256_si128(H), hi = _mm256_extracti128_si256(H, 1);
-        T = _mm256_madd_epi16(_mm256_set_m128i(_mm_unpackhi_epi16(lo, hi), _mm_unpacklo_epi16(lo, hi)),
-                              _mm256_set1_epi16(1));
+        T = fold16x8(L);
       }
       acc[m] = _mm256_fmadd_ps(fl(T), _mm256_mul_ps(ds, dx), acc[m]);
     });
