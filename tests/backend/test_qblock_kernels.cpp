@@ -134,11 +134,12 @@ TEST_CASE("qblock dot_q8 against a long-double restatement with the same quantis
 TEST_CASE("qblock dot_q8_rows equals dot_q8 row by row, bit for bit", "[qblock]") {
   // The multi-row kernels (prefill) share decoded blocks and loaded activations between rows; every product must
   // still be dot_q8's to the bit, so prompt and decoded tokens get the same sums. Row counts past the kernels' tiles
-  // (odd remainders of x rows and of weight rows), and K with an odd number of 32-value blocks.
+  // (two tiles of eight x rows and three more, odd remainders of weight rows), and K with an odd number of 32-value
+  // blocks.
   for (auto t : kGgmlBlockTypes) {
     const quant::BlockFormat& f = quant::block_format(t);
     for (std::int64_t K : sizes(t)) {
-      const std::int64_t N = 13, M = 11, ldo = N + 3;
+      const std::int64_t N = 13, M = 19, ldo = N + 3;
       const std::size_t rb = static_cast<std::size_t>(K / f.block * f.bytes);
       const auto rows = random_blocks(t, N * K / f.block, 77u + static_cast<std::uint32_t>(K));
       const auto x = random_floats(static_cast<std::size_t>(M * K), 9u);
@@ -148,7 +149,7 @@ TEST_CASE("qblock dot_q8_rows equals dot_q8 row by row, bit for bit", "[qblock]"
       for (std::int64_t m = 0; m < M; ++m) {
         xq.push_back(qb::quantize_x(x.data() + m * K, K, buf.data() + qbytes * static_cast<std::size_t>(m)));
       }
-      for (const std::int64_t m_rows : {M, std::int64_t{1}, std::int64_t{6}}) {
+      for (const std::int64_t m_rows : {M, std::int64_t{1}, std::int64_t{6}, std::int64_t{8}}) {
         for (const std::int64_t n_rows : {N, std::int64_t{1}, std::int64_t{4}}) {
           std::vector<float> out(static_cast<std::size_t>(M * ldo), -7.0f);
           qb::dot_q8_rows(t, rows.data(), rb, n_rows, xq.data(), m_rows, out.data(), ldo);
@@ -165,6 +166,52 @@ TEST_CASE("qblock dot_q8_rows equals dot_q8 row by row, bit for bit", "[qblock]"
           }
           REQUIRE(bad == 0);
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("qblock dot_q8 and dot_q8_rows with every quant at its largest and activations at +-127", "[qblock]") {
+  // The integer kernels sum vpmaddubsw pair sums in 16 bits (up to 16 products of a 4-bit quant and an activation,
+  // or 4 of a 6-bit one) before widening. Every quant bit set (4-bit quants 15, Q6_K 63, ..., the signed types' -1 and
+  // the codebook's 113) against activations that all quantise to +-127 puts those sums at their bounds: an overflow
+  // would be far outside dot_q8's tolerance, and dot_q8_rows must still equal dot_q8 to the bit.
+  for (auto t : kGgmlBlockTypes) {
+    const quant::BlockFormat& f = quant::block_format(t);
+    const std::int64_t K = 512, N = 3, M = 9;
+    auto rows = random_blocks(t, N * K / f.block, 5u);
+    for (std::int64_t b = 0; b < N * K / f.block; ++b) {  // every byte but the fp16 scale fields
+      std::byte* blk = rows.data() + b * f.bytes;
+      for (int i = 0; i < f.bytes; ++i) {
+        const bool scale = (f.fp16_scales[0] >= 0 && (i == f.fp16_scales[0] || i == f.fp16_scales[0] + 1)) ||
+                           (f.fp16_scales[1] >= 0 && (i == f.fp16_scales[1] || i == f.fp16_scales[1] + 1));
+        if (!scale) blk[i] = std::byte{0xff};
+      }
+    }
+    const std::size_t qbytes = qb::quantized_x_bytes(K), rb = static_cast<std::size_t>(K / f.block * f.bytes);
+    std::vector<std::byte> buf(qbytes * M);
+    std::vector<qb::QuantizedX> xq;
+    for (std::int64_t m = 0; m < M; ++m) {  // all +1, all -1, then sign patterns
+      std::vector<float> x(static_cast<std::size_t>(K));
+      for (std::int64_t k = 0; k < K; ++k) x[k] = m == 0 ? 1.0f : m == 1 ? -1.0f : ((k / m) % 2 ? -1.0f : 1.0f);
+      xq.push_back(qb::quantize_x(x.data(), K, buf.data() + qbytes * static_cast<std::size_t>(m)));
+    }
+    std::vector<float> out(static_cast<std::size_t>(M * N));
+    qb::dot_q8_rows(t, rows.data(), rb, N, xq.data(), M, out.data(), N);
+    for (std::int64_t n = 0; n < N; ++n) {
+      std::vector<float> w(static_cast<std::size_t>(K));
+      quant::dequantize_row(t, rows.data() + n * rb, w.data(), K);
+      for (std::int64_t m = 0; m < M; ++m) {
+        long double ref = 0, mag = 0;
+        for (std::int64_t k = 0; k < K; ++k) {
+          const long double xv = static_cast<long double>(xq[m].d[k / 32]) * xq[m].q[k];
+          ref += static_cast<long double>(w[k]) * xv;
+          mag += std::fabs(static_cast<long double>(w[k]) * xv);
+        }
+        const float got = qb::dot_q8(t, rows.data() + n * rb, xq[m]);
+        INFO(f.name << " row " << n << " x " << m << ": got " << got << " want " << static_cast<double>(ref));
+        CHECK(std::fabs(static_cast<long double>(got) - ref) <= 1e-5L * mag + 1e-30L);
+        CHECK(bits(out[static_cast<std::size_t>(m * N + n)]) == bits(got));
       }
     }
   }

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
@@ -1185,7 +1186,7 @@ inline void nib_rows(const std::byte* row, std::int64_t nb, const QuantizedX* x,
     for (int m = 0; m < MR; ++m) {
       const QuantizedX& xm = x[m];
       const int isum = hsum(dot_us(w, load256(xm.q + 32 * b))) - kOff * xm.s[b];
-      tail[m] += half(p) * xm.d[b] * static_cast<float>(isum);
+      tail[m] = std::fma(half(p) * xm.d[b], static_cast<float>(isum), tail[m]);  // as nib_tile8's
       if constexpr (kMin) tail[m] += half(p + 2) * xm.d[b] * static_cast<float>(xm.s[b]);
     }
   }
@@ -1510,6 +1511,273 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
   }
   return hsum(acc);
 }
+
+// ---- eight x rows per weight row (dot_q8_rows on Q4_0, Q4_K, Q6_K) ----
+
+inline __m256i bcast32(const void* p) {  // the 32-bit word at p in every lane
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+/// Eight x rows interleaved so that 32-bit lane r holds row r: a weight quad (four quants, broadcast) times the
+/// eight rows' matching activation quads is one vpmaddubsw, and a block's eight row sums stay in the eight lanes of
+/// one register, with no horizontal sums. Built once per eight x rows (tile8_x), then read for every weight row.
+/// p, hidden from the optimiser, so that loads through it read the buffer: g++ otherwise forwards the vectors just
+/// stored there and takes each broadcast quad out of them with shuffles.
+template <class T>
+MAXTEXT_QBLOCK_INLINE T* opaque(T* p) {
+#if defined(__GNUC__)
+  __asm__("" : "+r"(p));
+#endif
+  return p;
+}
+
+struct XTile8 {
+  const std::int8_t* q = nullptr;   // [group g][quad k][row r][4] = x_r.q[32g + 4k .. +3]: 256 bytes per group
+  const float* d = nullptr;         // [g][r] = x_r.d[g]
+  const std::int32_t* s = nullptr;  // [g][r] = x_r.s[g]
+  const std::int32_t* h = nullptr;  // [g][r] = the sums of x_r's values 32g .. +15 (low 16 bits) and +16 .. +31
+};
+inline constexpr std::size_t kTile8Bytes = 256 + 3 * 32;  // per 32-value group
+
+/// The calling thread's buffer for an XTile8 of K values: grown to the largest K seen, then reused.
+inline std::byte* tile8_buffer(std::int64_t K) {
+  thread_local std::vector<std::byte> buf;
+  const std::size_t need = static_cast<std::size_t>(K / 32) * kTile8Bytes + 32;
+  if (buf.size() < need) buf.resize(need);
+  const auto a = reinterpret_cast<std::uintptr_t>(buf.data());
+  return buf.data() + ((32 - a % 32) % 32);
+}
+
+/// x[0..7] interleaved into buf (32-byte aligned, K/32 * kTile8Bytes): an 8 x 8 transpose of 32-bit quads per group.
+inline XTile8 tile8_x(const QuantizedX* x, std::byte* buf) {
+  const std::int64_t ng = x[0].K / 32;
+  auto* q = reinterpret_cast<std::int8_t*>(buf);
+  auto* d = reinterpret_cast<float*>(buf + 256 * ng);
+  auto* s = reinterpret_cast<std::int32_t*>(buf + 288 * ng);
+  auto* h = reinterpret_cast<std::int32_t*>(buf + 320 * ng);
+  const __m256i u8ones = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
+  for (std::int64_t g = 0; g < ng; ++g) {
+    __m256i r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) r[i] = load256(x[i].q + 32 * g);
+    for (int i = 0; i < 8; i += 2) {  // rows i, i+1: quads [0 0 1 1 | 4 4 5 5], [2 2 3 3 | 6 6 7 7]
+      t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  // rows i .. i+3: quad k | quad k+4, k = 0 .. 3
+      u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+      u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+      u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+      u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    __m256i o[8];
+    for (int k = 0; k < 4; ++k) {
+      o[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+      o[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+    }
+    __m256i lo = _mm256_setzero_si256(), hi = lo;
+    for (int k = 0; k < 8; ++k) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q + 256 * g + 32 * k), o[k]);
+      const __m256i p = _mm256_maddubs_epi16(u8ones, o[k]);
+      if (k < 4) lo = _mm256_add_epi16(lo, p);
+      else hi = _mm256_add_epi16(hi, p);
+    }
+    // lane r: [sum of the low half's 16 values | the high half's] as two 16-bit words (each at most 16 * 127)
+    _mm256_store_si256(reinterpret_cast<__m256i*>(h + 8 * g),
+                       _mm256_or_si256(_mm256_and_si256(_mm256_madd_epi16(lo, ones), _mm256_set1_epi32(0xffff)),
+                                       _mm256_slli_epi32(_mm256_madd_epi16(hi, ones), 16)));
+    for (int i = 0; i < 8; ++i) {
+      d[8 * g + i] = x[i].d[g];
+      s[8 * g + i] = x[i].s[g];
+    }
+  }
+  return {q, d, s, h};
+}
+
+/// 32-bit lane r: sum_k q[4k .. 4k+3] . x_r[32g + 4k .. +3], k = kFrom .. kTo-1 (the word pair sums of up to eight
+/// quads summed in 16 bits: each word adds 2 (kTo - kFrom) products of an unsigned quant and an int8 activation).
+template <int kFrom, int kTo>
+MAXTEXT_QBLOCK_INLINE __m256i quads16(const std::uint8_t* q, const std::int8_t* xg) {
+  __m256i S = _mm256_maddubs_epi16(bcast32(q + 4 * kFrom), _mm256_load_si256(reinterpret_cast<const __m256i*>(
+                                                                xg + 32 * kFrom)));
+  unroll<kTo - kFrom - 1>([&](auto k_) {
+    constexpr int k = kFrom + 1 + decltype(k_)::value;
+    S = _mm256_add_epi16(S, _mm256_maddubs_epi16(bcast32(q + 4 * k),
+                                                 _mm256_load_si256(reinterpret_cast<const __m256i*>(xg + 32 * k))));
+  });
+  return S;
+}
+
+/// hsum(v) of lane r for eight vectors a[j] = row r's lane j, in hsum's order.
+inline __m256 hsum_tile8(const __m256* a) {
+  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                       _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+}
+inline void store_tile8(__m256 v, float* out, std::int64_t ldo) {
+  alignas(32) float o[8];
+  _mm256_store_ps(o, v);
+  for (int r = 0; r < 8; ++r) out[r * ldo] = o[r];
+}
+
+/// Row-tile kernels T: T::dot(row, nb, xt) gives one weight row's products with eight x rows (XTile8; lane r: x row
+/// r). Its accumulator j holds, lane r, what lane j of the type's dot_q8_rows kernel holds for x row r, and the end
+/// reduces them in hsum's order, so every row's result equals dot_q8's to the bit.
+
+/// Q4_0 (nib_rows): 16 products per 16-bit word, at most 16 * 15 * 127 < 2^15. Blocks past the last eight take
+/// nib_rows' tail steps.
+struct Q4_0Tile8 {
+  static constexpr int kValues = 32;
+  static __m256i block_sum(const std::uint8_t* qb, const XTile8& xt, std::int64_t g) {
+    const __m256i L = _mm256_madd_epi16(quads16<0, 8>(qb, xt.q + 256 * g), _mm256_set1_epi16(1));
+    return _mm256_sub_epi32(L, _mm256_slli_epi32(load256(xt.s + 8 * g), 3));
+  }
+  static __m256 dot(const std::byte* row, std::int64_t nb, const XTile8& xt) {
+    alignas(32) std::uint8_t q[8][32];
+    alignas(32) float dw[8];
+    __m256 acc[8];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    std::int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+      const std::byte* p = row + b * 18;
+      unroll<8>([&](auto i_) {
+        constexpr int i = decltype(i_)::value;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(q[i]), nib32(p + i * 18 + 2));
+        dw[i] = half(p + i * 18);
+      });
+      const std::uint8_t* qo = opaque(&q[0][0]);
+      const float* wo = opaque(dw);
+      unroll<8>([&](auto i_) {
+        constexpr int i = decltype(i_)::value;
+        const std::int64_t g = b + i;
+        acc[i] = _mm256_fmadd_ps(fl(block_sum(qo + 32 * i, xt, g)),
+                                 _mm256_mul_ps(_mm256_set1_ps(wo[i]), _mm256_loadu_ps(xt.d + 8 * g)), acc[i]);
+      });
+    }
+    __m256 tail = _mm256_setzero_ps();
+    for (; b < nb; ++b) {
+      const std::byte* p = row + b * 18;
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q[0]), nib32(p + 2));
+      tail = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half(p)), _mm256_loadu_ps(xt.d + 8 * b)),
+                             fl(block_sum(opaque(&q[0][0]), xt, b)), tail);
+    }
+    return _mm256_add_ps(hsum_tile8(acc), tail);
+  }
+};
+
+/// Q4_K (dot_q8_rows_q45k): accumulator j is sub-block j. The min terms take a second pass over the row's scales.
+struct Q4_KTile8 {
+  static constexpr int kValues = 256;
+  static __m256 dot(const std::byte* row, std::int64_t nb, const XTile8& xt) {
+    alignas(32) std::uint8_t q[256];
+    alignas(32) float f[8];
+    __m256 acc[8];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    const __m256i m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::byte* blk = row + b * 144;
+      std::uint64_t sc, mn;
+      k_scales(blk + 4, sc, mn);
+      _mm256_store_ps(f, _mm256_mul_ps(_mm256_set1_ps(half(blk)), bytes8_to_ps(sc)));
+      unroll<4>([&](auto i_) {  // bytes 32i .. +31: sub-blocks 2i (low nibbles), 2i+1 (high)
+        constexpr int i = decltype(i_)::value;
+        const __m256i z = load256(blk + 16 + 32 * i);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(q + 64 * i), _mm256_and_si256(z, m15));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(q + 64 * i + 32),
+                           _mm256_and_si256(_mm256_srli_epi16(z, 4), m15));
+      });
+      const std::uint8_t* qo = opaque(q);
+      const float* fo = opaque(f);
+      unroll<8>([&](auto j_) {
+        constexpr int j = decltype(j_)::value;
+        const std::int64_t g = 8 * b + j;
+        const __m256i L = _mm256_madd_epi16(quads16<0, 8>(qo + 32 * j, xt.q + 256 * g), ones);
+        acc[j] =
+            _mm256_fmadd_ps(fl(L), _mm256_mul_ps(_mm256_set1_ps(fo[j]), _mm256_loadu_ps(xt.d + 8 * g)), acc[j]);
+      });
+    }
+    // the min terms: a second pass over the row's scales
+    __m256 accm[8];
+    for (auto& a : accm) a = _mm256_setzero_ps();
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::byte* blk = row + b * 144;
+      std::uint64_t sc, mn;
+      k_scales(blk + 4, sc, mn);
+      _mm256_store_ps(f, _mm256_mul_ps(_mm256_set1_ps(half(blk + 2)), bytes8_to_ps(mn)));
+      const float* fo = opaque(f);
+      unroll<8>([&](auto j_) {
+        constexpr int j = decltype(j_)::value;
+        const std::int64_t g = 8 * b + j;
+        accm[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(fo[j]), _mm256_loadu_ps(xt.d + 8 * g)),
+                                  _mm256_cvtepi32_ps(load256(xt.s + 8 * g)), accm[j]);
+      });
+    }
+    return _mm256_sub_ps(hsum_tile8(acc), hsum_tile8(accm));
+  }
+};
+
+/// Q6_K (dot_q8_rows_q6k): the same integer group sums (sc_2j . sum of (q - 32) x over sub-block 2j, plus
+/// sc_2j+1 . the same over 2j+1, exact in int32). Quants reach 63: two quads per 16-bit word (4 * 63 * 127 < 2^15)
+/// before vpmaddwd with the sub-block's scale; the offset comes off as 32 (sc_2j h_lo + sc_2j+1 h_hi), XTile8::h.
+struct Q6_KTile8 {
+  static constexpr int kValues = 256;
+  static __m256 dot(const std::byte* row, std::int64_t nb, const XTile8& xt) {
+    alignas(32) std::uint8_t qb[8][32];
+    alignas(32) std::int16_t sc[16];
+    __m256 acc[8];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48);
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::byte* blk = row + b * 210;
+      unroll<2>([&](auto h_) {  // group j = 4h + s: values 128h + 32s ..
+        constexpr int h = decltype(h_)::value;
+        const __m256i a = load256(blk + 64 * h), bb = load256(blk + 64 * h + 32),
+                      qh = load256(blk + 128 + 32 * h);
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(a, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48)),
+            _mm256_or_si256(_mm256_and_si256(bb, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m15), _mm256_and_si256(qh, m48)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m15),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48))};
+        unroll<4>([&](auto s_) {
+          constexpr int s = decltype(s_)::value;
+          _mm256_store_si256(reinterpret_cast<__m256i*>(qb[4 * h + s]), q[s]);
+        });
+      });
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), _mm256_cvtepi8_epi16(load128(blk + 192)));
+      const __m256 d = _mm256_set1_ps(half(blk + 208));
+      const std::uint8_t* qo = opaque(&qb[0][0]);
+      const std::int16_t* so = opaque(sc);
+      unroll<8>([&](auto j_) {
+        constexpr int j = decltype(j_)::value;
+        const std::int64_t g = 8 * b + j;
+        const std::int8_t* xg = xt.q + 256 * g;
+        const std::uint8_t* qj = qo + 32 * j;
+        const __m256i sa = _mm256_set1_epi16(so[2 * j]), sb = _mm256_set1_epi16(so[2 * j + 1]);
+        const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(quads16<0, 2>(qj, xg), sa),
+                                            _mm256_madd_epi16(quads16<2, 4>(qj, xg), sa));
+        const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(quads16<4, 6>(qj, xg), sb),
+                                            _mm256_madd_epi16(quads16<6, 8>(qj, xg), sb));
+        const __m256i off = _mm256_madd_epi16(load256(xt.h + 8 * g), bcast32(so + 2 * j));
+        const __m256i L = _mm256_sub_epi32(_mm256_add_epi32(lo, hi), _mm256_slli_epi32(off, 5));
+        acc[j] = _mm256_fmadd_ps(fl(L), _mm256_mul_ps(d, _mm256_loadu_ps(xt.d + 8 * g)), acc[j]);
+      });
+    }
+    return hsum_tile8(acc);
+  }
+};
+
+/// Eight x rows (xt) against N weight rows with a row-tile kernel T; row n's results go to out[r * ldo + n]. (Slices
+/// of K, to keep a slice of the tile in L1 while the weight rows pass, measured slower at K = 2048 and 5632: the
+/// weight rows are then read in pieces, and the tile stays in L1 / L2 anyway.)
+template <class T>
+inline void tile8_rows(const std::byte* rows, std::size_t row_bytes, std::int64_t N, std::int64_t nb,
+                       const XTile8& xt, float* out, std::int64_t ldo) {
+  for (std::int64_t n = 0; n < N; ++n) {
+    const std::byte* row = rows + static_cast<std::size_t>(n) * row_bytes;
+    store_tile8(T::dot(row, nb, xt), out + n, ldo);
+  }
+}
 }  // namespace avx2
 #endif  // MAXTEXT_QBLOCK_AVX2_KERNELS
 
@@ -1775,11 +2043,24 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
     using namespace detail;
     using std::false_type, std::true_type;
     const std::int64_t nb = x[0].K / 256, nb32 = x[0].K / 32;
-    // kernel(ic<MR>, weight row, its MR x rows, their outputs): every weight row for every chunk of x rows
-    auto run = [&](auto kernel) {
-      rows_in_chunks<4>(N, M, [&](auto mr, std::int64_t m0, std::int64_t n) {
-        kernel(mr, rows + static_cast<std::size_t>(n) * row_bytes, x + m0, out + m0 * ldo + n);
+    // kernel(ic<MR>, weight row, its MR x rows, their outputs): every weight row for every chunk of x rows from m
+    auto run_from = [&](std::int64_t m, auto kernel) {
+      rows_in_chunks<4>(N, M - m, [&](auto mr, std::int64_t m0, std::int64_t n) {
+        kernel(mr, rows + static_cast<std::size_t>(n) * row_bytes, x + m + m0, out + (m + m0) * ldo + n);
       });
+    };
+    auto run = [&](auto kernel) { run_from(0, kernel); };
+    // tile8_rows<T> for every eight x rows, then kernel for the rest
+    auto run8 = [&](auto tile, auto kernel) {
+      const std::int64_t m8 = M / 8 * 8;
+      if (m8 > 0) {
+        std::byte* buf = tile8_buffer(x[0].K);
+        for (std::int64_t m0 = 0; m0 < m8; m0 += 8) {
+          tile8_rows<typename decltype(tile)::type>(rows, row_bytes, N, x[0].K / decltype(tile)::type::kValues,
+                                                    tile8_x(x + m0, buf), out + m0 * ldo, ldo);
+        }
+      }
+      run_from(m8, kernel);
     };
     auto b32 = [&](auto bytes, auto off, auto min, auto sgn, auto wvec) {
       run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
@@ -1789,21 +2070,24 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
     };
     switch (t) {
       case BlockType::q4_k:
-        return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
-          dot_q8_rows_q45k<false, decltype(mr)::value>(r, nb, xs, o, ldo);
-        });
+        return run8(std::type_identity<Q4_KTile8>{},
+                    [&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+                      dot_q8_rows_q45k<false, decltype(mr)::value>(r, nb, xs, o, ldo);
+                    });
       case BlockType::q5_k:
         return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
           dot_q8_rows_q45k<true, decltype(mr)::value>(r, nb, xs, o, ldo);
         });
       case BlockType::q6_k:
-        return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
-          dot_q8_rows_q6k<decltype(mr)::value>(r, nb, xs, o, ldo);
-        });
+        return run8(std::type_identity<Q6_KTile8>{},
+                    [&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+                      dot_q8_rows_q6k<decltype(mr)::value>(r, nb, xs, o, ldo);
+                    });
       case BlockType::q4_0:
-        return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
-          nib_rows<18, 8, false, decltype(mr)::value>(r, nb32, xs, o, ldo);
-        });
+        return run8(std::type_identity<Q4_0Tile8>{},
+                    [&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+                      nib_rows<18, 8, false, decltype(mr)::value>(r, nb32, xs, o, ldo);
+                    });
       case BlockType::q4_1:
         return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
           nib_rows<20, 0, true, decltype(mr)::value>(r, nb32, xs, o, ldo);
