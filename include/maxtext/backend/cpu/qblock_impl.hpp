@@ -1550,43 +1550,63 @@ inline std::byte* tile8_buffer(std::int64_t K) {
   return buf.data() + ((32 - a % 32) % 32);
 }
 
-/// x[0..7] interleaved into buf (32-byte aligned, K/32 * kTile8Bytes): an 8 x 8 transpose of 32-bit quads per group.
+/// The 8 x 8 transpose of 32-bit lanes: lane i of o[k] = lane k of r[i].
+inline void transpose8x32(const __m256i* r, __m256i* o) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {  // rows i, i+1: lanes [0 0 1 1 | 4 4 5 5], [2 2 3 3 | 6 6 7 7]
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {  // rows i .. i+3: lane k | lane k+4, k = 0 .. 3
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {
+    o[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+    o[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+  }
+}
+
+/// x[0..7] interleaved into buf (32-byte aligned, K/32 * kTile8Bytes): per group an 8 x 8 transpose of the rows'
+/// 32-bit quads, and per eight groups one of their scales and one of their sums. kHalves: also XTile8::h (Q6_K).
+template <bool kHalves>
 inline XTile8 tile8_x(const QuantizedX* x, std::byte* buf) {
   const std::int64_t ng = x[0].K / 32;
   auto* q = reinterpret_cast<std::int8_t*>(buf);
   auto* d = reinterpret_cast<float*>(buf + 256 * ng);
   auto* s = reinterpret_cast<std::int32_t*>(buf + 288 * ng);
   auto* h = reinterpret_cast<std::int32_t*>(buf + 320 * ng);
-  const __m256i u8ones = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
+  auto store = [](void* p, __m256i v) { _mm256_store_si256(static_cast<__m256i*>(p), v); };
   for (std::int64_t g = 0; g < ng; ++g) {
-    __m256i r[8], t[8], u[8];
+    __m256i r[8], o[8];
     for (int i = 0; i < 8; ++i) r[i] = load256(x[i].q + 32 * g);
-    for (int i = 0; i < 8; i += 2) {  // rows i, i+1: quads [0 0 1 1 | 4 4 5 5], [2 2 3 3 | 6 6 7 7]
-      t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
-      t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {  // rows i .. i+3: quad k | quad k+4, k = 0 .. 3
-      u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-      u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-      u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-      u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    __m256i o[8];
-    for (int k = 0; k < 4; ++k) {
-      o[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
-      o[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
-    }
-    __m256i lo = _mm256_setzero_si256(), hi = lo;
-    for (int k = 0; k < 8; ++k) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q + 256 * g + 32 * k), o[k]);
-      const __m256i p = _mm256_maddubs_epi16(u8ones, o[k]);
-      if (k < 4) lo = _mm256_add_epi16(lo, p);
-      else hi = _mm256_add_epi16(hi, p);
-    }
-    // lane r: [sum of the low half's 16 values | the high half's] as two 16-bit words (each at most 16 * 127)
-    _mm256_store_si256(reinterpret_cast<__m256i*>(h + 8 * g),
-                       _mm256_or_si256(_mm256_and_si256(_mm256_madd_epi16(lo, ones), _mm256_set1_epi32(0xffff)),
+    transpose8x32(r, o);
+    for (int k = 0; k < 8; ++k) store(q + 256 * g + 32 * k, o[k]);
+    if constexpr (kHalves) {
+      const __m256i u8ones = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
+      __m256i lo = _mm256_maddubs_epi16(u8ones, o[0]), hi = _mm256_maddubs_epi16(u8ones, o[4]);
+      for (int k = 1; k < 4; ++k) {
+        lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(u8ones, o[k]));
+        hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(u8ones, o[k + 4]));
+      }
+      // lane r: [sum of the low half's 16 values | the high half's] as two 16-bit words (each at most 16 * 127)
+      store(h + 8 * g, _mm256_or_si256(_mm256_and_si256(_mm256_madd_epi16(lo, ones), _mm256_set1_epi32(0xffff)),
                                        _mm256_slli_epi32(_mm256_madd_epi16(hi, ones), 16)));
+    }
+  }
+  std::int64_t g = 0;
+  for (; g + 8 <= ng; g += 8) {
+    __m256i r[8], o[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_castps_si256(_mm256_loadu_ps(x[i].d + g));
+    transpose8x32(r, o);
+    for (int k = 0; k < 8; ++k) store(d + 8 * (g + k), o[k]);
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_cvtepi16_epi32(load128(x[i].s + g));
+    transpose8x32(r, o);
+    for (int k = 0; k < 8; ++k) store(s + 8 * (g + k), o[k]);
+  }
+  for (; g < ng; ++g) {
     for (int i = 0; i < 8; ++i) {
       d[8 * g + i] = x[i].d[g];
       s[8 * g + i] = x[i].s[g];
@@ -1609,6 +1629,20 @@ MAXTEXT_QBLOCK_INLINE __m256i quads16(const std::uint8_t* q, const std::int8_t* 
   return S;
 }
 
+/// As quads16, with the weight quads in registers: quads 0-3 in lo and 4-7 in hi, the same 16 bytes in both 128-bit
+/// halves, so that one vpshufd broadcasts a quad (a load port spared per quad: the tile kernels are bound by loads).
+template <int kFrom, int kTo>
+MAXTEXT_QBLOCK_INLINE __m256i quads16(__m256i lo, __m256i hi, const std::int8_t* xg) {
+  auto quad = [&](auto k_) {
+    constexpr int k = decltype(k_)::value;
+    const __m256i w = k < 4 ? _mm256_shuffle_epi32(lo, (k & 3) * 0x55) : _mm256_shuffle_epi32(hi, (k & 3) * 0x55);
+    return _mm256_maddubs_epi16(w, _mm256_load_si256(reinterpret_cast<const __m256i*>(xg + 32 * k)));
+  };
+  __m256i S = quad(ic<kFrom>{});
+  unroll<kTo - kFrom - 1>([&](auto k_) { S = _mm256_add_epi16(S, quad(ic<kFrom + 1 + decltype(k_)::value>{})); });
+  return S;
+}
+
 /// hsum(v) of lane r for eight vectors a[j] = row r's lane j, in hsum's order.
 inline __m256 hsum_tile8(const __m256* a) {
   return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
@@ -1628,38 +1662,35 @@ inline void store_tile8(__m256 v, float* out, std::int64_t ldo) {
 /// nib_rows' tail steps.
 struct Q4_0Tile8 {
   static constexpr int kValues = 32;
-  static __m256i block_sum(const std::uint8_t* qb, const XTile8& xt, std::int64_t g) {
-    const __m256i L = _mm256_madd_epi16(quads16<0, 8>(qb, xt.q + 256 * g), _mm256_set1_epi16(1));
+  static constexpr bool kHalves = false;
+  static __m256i block_sum(const std::byte* qs, const XTile8& xt, std::int64_t g) {
+    const __m256i z = _mm256_broadcastsi128_si256(load128(qs)), m15 = _mm256_set1_epi8(15);
+    const __m256i S = quads16<0, 8>(_mm256_and_si256(z, m15), _mm256_and_si256(_mm256_srli_epi16(z, 4), m15),
+                                    xt.q + 256 * g);
+    const __m256i L = _mm256_madd_epi16(S, _mm256_set1_epi16(1));
     return _mm256_sub_epi32(L, _mm256_slli_epi32(load256(xt.s + 8 * g), 3));
   }
   static __m256 dot(const std::byte* row, std::int64_t nb, const XTile8& xt) {
-    alignas(32) std::uint8_t q[8][32];
     alignas(32) float dw[8];
     __m256 acc[8];
     for (auto& a : acc) a = _mm256_setzero_ps();
     std::int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
       const std::byte* p = row + b * 18;
-      unroll<8>([&](auto i_) {
-        constexpr int i = decltype(i_)::value;
-        _mm256_store_si256(reinterpret_cast<__m256i*>(q[i]), nib32(p + i * 18 + 2));
-        dw[i] = half(p + i * 18);
-      });
-      const std::uint8_t* qo = opaque(&q[0][0]);
+      unroll<8>([&](auto i_) { dw[decltype(i_)::value] = half(p + decltype(i_)::value * 18); });
       const float* wo = opaque(dw);
       unroll<8>([&](auto i_) {
         constexpr int i = decltype(i_)::value;
         const std::int64_t g = b + i;
-        acc[i] = _mm256_fmadd_ps(fl(block_sum(qo + 32 * i, xt, g)),
+        acc[i] = _mm256_fmadd_ps(fl(block_sum(p + i * 18 + 2, xt, g)),
                                  _mm256_mul_ps(_mm256_set1_ps(wo[i]), _mm256_loadu_ps(xt.d + 8 * g)), acc[i]);
       });
     }
     __m256 tail = _mm256_setzero_ps();
     for (; b < nb; ++b) {
       const std::byte* p = row + b * 18;
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q[0]), nib32(p + 2));
       tail = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half(p)), _mm256_loadu_ps(xt.d + 8 * b)),
-                             fl(block_sum(opaque(&q[0][0]), xt, b)), tail);
+                             fl(block_sum(p + 2, xt, b)), tail);
     }
     return _mm256_add_ps(hsum_tile8(acc), tail);
   }
@@ -1668,8 +1699,8 @@ struct Q4_0Tile8 {
 /// Q4_K (dot_q8_rows_q45k): accumulator j is sub-block j. The min terms take a second pass over the row's scales.
 struct Q4_KTile8 {
   static constexpr int kValues = 256;
+  static constexpr bool kHalves = false;
   static __m256 dot(const std::byte* row, std::int64_t nb, const XTile8& xt) {
-    alignas(32) std::uint8_t q[256];
     alignas(32) float f[8];
     __m256 acc[8];
     for (auto& a : acc) a = _mm256_setzero_ps();
@@ -1679,21 +1710,20 @@ struct Q4_KTile8 {
       std::uint64_t sc, mn;
       k_scales(blk + 4, sc, mn);
       _mm256_store_ps(f, _mm256_mul_ps(_mm256_set1_ps(half(blk)), bytes8_to_ps(sc)));
-      unroll<4>([&](auto i_) {  // bytes 32i .. +31: sub-blocks 2i (low nibbles), 2i+1 (high)
-        constexpr int i = decltype(i_)::value;
-        const __m256i z = load256(blk + 16 + 32 * i);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(q + 64 * i), _mm256_and_si256(z, m15));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(q + 64 * i + 32),
-                           _mm256_and_si256(_mm256_srli_epi16(z, 4), m15));
-      });
-      const std::uint8_t* qo = opaque(q);
       const float* fo = opaque(f);
-      unroll<8>([&](auto j_) {
-        constexpr int j = decltype(j_)::value;
-        const std::int64_t g = 8 * b + j;
-        const __m256i L = _mm256_madd_epi16(quads16<0, 8>(qo + 32 * j, xt.q + 256 * g), ones);
-        acc[j] =
-            _mm256_fmadd_ps(fl(L), _mm256_mul_ps(_mm256_set1_ps(fo[j]), _mm256_loadu_ps(xt.d + 8 * g)), acc[j]);
+      unroll<4>([&](auto i_) {  // bytes 32i .. +31: sub-blocks 2i (low nibbles), 2i+1 (high), values 0-15 from the
+        constexpr int i = decltype(i_)::value;  // first 16 bytes, 16-31 from the next
+        const __m256i z0 = _mm256_broadcastsi128_si256(load128(blk + 16 + 32 * i));
+        const __m256i z1 = _mm256_broadcastsi128_si256(load128(blk + 32 + 32 * i));
+        unroll<2>([&](auto h_) {
+          constexpr int h = decltype(h_)::value, j = 2 * i + h;
+          const std::int64_t g = 8 * b + j;
+          const __m256i lo = _mm256_and_si256(h ? _mm256_srli_epi16(z0, 4) : z0, m15);
+          const __m256i hi = _mm256_and_si256(h ? _mm256_srli_epi16(z1, 4) : z1, m15);
+          const __m256i L = _mm256_madd_epi16(quads16<0, 8>(lo, hi, xt.q + 256 * g), ones);
+          acc[j] = _mm256_fmadd_ps(fl(L), _mm256_mul_ps(_mm256_set1_ps(fo[j]), _mm256_loadu_ps(xt.d + 8 * g)),
+                                   acc[j]);
+        });
       });
     }
     // the min terms: a second pass over the row's scales
@@ -1721,6 +1751,7 @@ struct Q4_KTile8 {
 /// before vpmaddwd with the sub-block's scale; the offset comes off as 32 (sc_2j h_lo + sc_2j+1 h_hi), XTile8::h.
 struct Q6_KTile8 {
   static constexpr int kValues = 256;
+  static constexpr bool kHalves = true;
   static __m256 dot(const std::byte* row, std::int64_t nb, const XTile8& xt) {
     alignas(32) std::uint8_t qb[8][32];
     alignas(32) std::int16_t sc[16];
@@ -2056,8 +2087,9 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
       if (m8 > 0) {
         std::byte* buf = tile8_buffer(x[0].K);
         for (std::int64_t m0 = 0; m0 < m8; m0 += 8) {
-          tile8_rows<typename decltype(tile)::type>(rows, row_bytes, N, x[0].K / decltype(tile)::type::kValues,
-                                                    tile8_x(x + m0, buf), out + m0 * ldo, ldo);
+          using T = typename decltype(tile)::type;
+          tile8_rows<T>(rows, row_bytes, N, x[0].K / T::kValues, tile8_x<T::kHalves>(x + m0, buf), out + m0 * ldo,
+                        ldo);
         }
       }
       run_from(m8, kernel);
