@@ -178,7 +178,7 @@ TEST_CASE("qblock dot_q8 and dot_q8_rows with every quant at its largest and act
   // would be far outside dot_q8's tolerance, and dot_q8_rows must still equal dot_q8 to the bit.
   for (auto t : kGgmlBlockTypes) {
     const quant::BlockFormat& f = quant::block_format(t);
-    const std::int64_t K = 512, N = 3, M = 9;
+    const std::int64_t K = 512, N = 3, M = 17;
     auto rows = random_blocks(t, N * K / f.block, 5u);
     for (std::int64_t b = 0; b < N * K / f.block; ++b) {  // every byte but the fp16 scale fields
       std::byte* blk = rows.data() + b * f.bytes;

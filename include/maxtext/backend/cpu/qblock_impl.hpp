@@ -52,8 +52,10 @@ namespace detail {
 
 #if defined(__GNUC__)
 #define MAXTEXT_QBLOCK_INLINE inline __attribute__((always_inline))
+#define MAXTEXT_QBLOCK_FLATTEN __attribute__((flatten))  // every call inside inlined (the tile kernels' lambdas)
 #else
 #define MAXTEXT_QBLOCK_INLINE inline
+#define MAXTEXT_QBLOCK_FLATTEN
 #endif
 
 /// f(integral_constant<int, i>) for i = 0 .. N-1, unrolled (forced inline: clang would otherwise keep a call).
@@ -1541,10 +1543,12 @@ struct XTile8 {
 };
 inline constexpr std::size_t kTile8Bytes = 256 + 3 * 32;  // per 32-value group
 
-/// The calling thread's buffer for an XTile8 of K values: grown to the largest K seen, then reused.
+/// Bytes of an XTile8 of K values (a multiple of 32).
+inline std::size_t tile8_bytes(std::int64_t K) { return static_cast<std::size_t>(K / 32) * kTile8Bytes; }
+/// The calling thread's buffer for two XTile8 of K values: grown to the largest K seen, then reused.
 inline std::byte* tile8_buffer(std::int64_t K) {
   thread_local std::vector<std::byte> buf;
-  const std::size_t need = static_cast<std::size_t>(K / 32) * kTile8Bytes + 32;
+  const std::size_t need = 2 * tile8_bytes(K) + 32;
   if (buf.size() < need) buf.resize(need);
   const auto a = reinterpret_cast<std::uintptr_t>(buf.data());
   return buf.data() + ((32 - a % 32) % 32);
@@ -1615,32 +1619,33 @@ inline XTile8 tile8_x(const QuantizedX* x, std::byte* buf) {
   return {q, d, s, h};
 }
 
-/// 32-bit lane r: sum_k q[4k .. 4k+3] . x_r[32g + 4k .. +3], k = kFrom .. kTo-1 (the word pair sums of up to eight
-/// quads summed in 16 bits: each word adds 2 (kTo - kFrom) products of an unsigned quant and an int8 activation).
-template <int kFrom, int kTo>
-MAXTEXT_QBLOCK_INLINE __m256i quads16(const std::uint8_t* q, const std::int8_t* xg) {
-  __m256i S = _mm256_maddubs_epi16(bcast32(q + 4 * kFrom), _mm256_load_si256(reinterpret_cast<const __m256i*>(
-                                                                xg + 32 * kFrom)));
-  unroll<kTo - kFrom - 1>([&](auto k_) {
-    constexpr int k = kFrom + 1 + decltype(k_)::value;
-    S = _mm256_add_epi16(S, _mm256_maddubs_epi16(bcast32(q + 4 * k),
-                                                 _mm256_load_si256(reinterpret_cast<const __m256i*>(xg + 32 * k))));
+/// S[t], t < NT: lane r = sum_k w(k) . x_r[32g + 4k .. +3] over k = kFrom .. kTo-1 for x tile xt[t], with w(ic<k>)
+/// the weight quad k broadcast to every lane, made once for the NT tiles. The word pair sums of up to eight quads add
+/// in 16 bits: each word sums 2 (kTo - kFrom) products of an unsigned quant and an int8 activation.
+template <int kFrom, int kTo, int NT, class W>
+MAXTEXT_QBLOCK_INLINE void quads16(W&& w, const XTile8* xt, std::int64_t g, __m256i* S) {
+  unroll<kTo - kFrom>([&](auto k_) {
+    constexpr int k = kFrom + decltype(k_)::value;
+    const __m256i wk = w(ic<k>{});
+    unroll<NT>([&](auto t_) {
+      constexpr int t = decltype(t_)::value;
+      const __m256i p = _mm256_maddubs_epi16(
+          wk, _mm256_load_si256(reinterpret_cast<const __m256i*>(xt[t].q + 256 * g + 32 * k)));
+      S[t] = k == kFrom ? p : _mm256_add_epi16(S[t], p);
+    });
   });
-  return S;
 }
-
-/// As quads16, with the weight quads in registers: quads 0-3 in lo and 4-7 in hi, the same 16 bytes in both 128-bit
-/// halves, so that one vpshufd broadcasts a quad (a load port spared per quad: the tile kernels are bound by loads).
-template <int kFrom, int kTo>
-MAXTEXT_QBLOCK_INLINE __m256i quads16(__m256i lo, __m256i hi, const std::int8_t* xg) {
-  auto quad = [&](auto k_) {
+/// The weight quads of a 32-value group from two registers: quads 0-3 in lo and 4-7 in hi, the same 16 bytes in
+/// both 128-bit halves, so one vpshufd broadcasts a quad.
+inline auto quads_of(__m256i lo, __m256i hi) {
+  return [lo, hi](auto k_) {
     constexpr int k = decltype(k_)::value;
-    const __m256i w = k < 4 ? _mm256_shuffle_epi32(lo, (k & 3) * 0x55) : _mm256_shuffle_epi32(hi, (k & 3) * 0x55);
-    return _mm256_maddubs_epi16(w, _mm256_load_si256(reinterpret_cast<const __m256i*>(xg + 32 * k)));
+    return _mm256_shuffle_epi32(k < 4 ? lo : hi, (k & 3) * 0x55);
   };
-  __m256i S = quad(ic<kFrom>{});
-  unroll<kTo - kFrom - 1>([&](auto k_) { S = _mm256_add_epi16(S, quad(ic<kFrom + 1 + decltype(k_)::value>{})); });
-  return S;
+}
+/// The same from 32 quant bytes in memory: one broadcast load per quad.
+inline auto quads_at(const std::uint8_t* q) {
+  return [q](auto k_) { return bcast32(q + 4 * decltype(k_)::value); };
 }
 
 /// hsum(v) of lane r for eight vectors a[j] = row r's lane j, in hsum's order.
@@ -1654,26 +1659,35 @@ inline void store_tile8(__m256 v, float* out, std::int64_t ldo) {
   for (int r = 0; r < 8; ++r) out[r * ldo] = o[r];
 }
 
-/// Row-tile kernels T: T::dot(row, nb, xt) gives one weight row's products with eight x rows (XTile8; lane r: x row
-/// r). Its accumulator j holds, lane r, what lane j of the type's dot_q8_rows kernel holds for x row r, and the end
-/// reduces them in hsum's order, so every row's result equals dot_q8's to the bit.
+/// Row-tile kernels T: T::dot<NT>(row, nb, xt, out) gives one weight row's products with NT tiles of eight x rows
+/// (XTile8; lane r: x row r), out[t] for tile t. Its accumulator j holds, lane r, what lane j of the type's
+/// dot_q8_rows kernel holds for x row r, and the end reduces them in hsum's order, so every row's result equals
+/// dot_q8's to the bit. Two tiles share each broadcast weight quad (the kernels are bound by the vector pipes, and
+/// a broadcast is a vector op); their sixteen accumulators then partly live in L1, which costs only loads and stores.
 
 /// Q4_0 (nib_rows): 16 products per 16-bit word, at most 16 * 15 * 127 < 2^15. Blocks past the last eight take
 /// nib_rows' tail steps.
 struct Q4_0Tile8 {
   static constexpr int kValues = 32;
   static constexpr bool kHalves = false;
-  static __m256i block_sum(const std::byte* qs, const XTile8& xt, std::int64_t g) {
+  template <int NT>
+  MAXTEXT_QBLOCK_INLINE static void sums(const std::byte* qs, const XTile8* xt, std::int64_t g, __m256i* L) {
     const __m256i z = _mm256_broadcastsi128_si256(load128(qs)), m15 = _mm256_set1_epi8(15);
-    const __m256i S = quads16<0, 8>(_mm256_and_si256(z, m15), _mm256_and_si256(_mm256_srli_epi16(z, 4), m15),
-                                    xt.q + 256 * g);
-    const __m256i L = _mm256_madd_epi16(S, _mm256_set1_epi16(1));
-    return _mm256_sub_epi32(L, _mm256_slli_epi32(load256(xt.s + 8 * g), 3));
+    quads16<0, 8, NT>(quads_of(_mm256_and_si256(z, m15), _mm256_and_si256(_mm256_srli_epi16(z, 4), m15)), xt, g, L);
+    unroll<NT>([&](auto t_) {
+      constexpr int t = decltype(t_)::value;
+      L[t] = _mm256_sub_epi32(_mm256_madd_epi16(L[t], _mm256_set1_epi16(1)),
+                              _mm256_slli_epi32(load256(xt[t].s + 8 * g), 3));
+    });
   }
-  static __m256 dot(const std::byte* row, std::int64_t nb, const XTile8& xt) {
+  template <int NT>
+  MAXTEXT_QBLOCK_FLATTEN static void dot(const std::byte* row, std::int64_t nb, const XTile8* xt, __m256* out) {
     alignas(32) float dw[8];
-    __m256 acc[8];
-    for (auto& a : acc) a = _mm256_setzero_ps();
+    __m256 acc[NT][8], tail[NT];
+    for (int t = 0; t < NT; ++t) {
+      for (auto& a : acc[t]) a = _mm256_setzero_ps();
+      tail[t] = _mm256_setzero_ps();
+    }
     std::int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
       const std::byte* p = row + b * 18;
@@ -1682,17 +1696,25 @@ struct Q4_0Tile8 {
       unroll<8>([&](auto i_) {
         constexpr int i = decltype(i_)::value;
         const std::int64_t g = b + i;
-        acc[i] = _mm256_fmadd_ps(fl(block_sum(p + i * 18 + 2, xt, g)),
-                                 _mm256_mul_ps(_mm256_set1_ps(wo[i]), _mm256_loadu_ps(xt.d + 8 * g)), acc[i]);
+        __m256i L[NT];
+        sums<NT>(p + i * 18 + 2, xt, g, L);
+        const __m256 w = _mm256_set1_ps(wo[i]);
+        unroll<NT>([&](auto t_) {
+          constexpr int t = decltype(t_)::value;
+          acc[t][i] = _mm256_fmadd_ps(fl(L[t]), _mm256_mul_ps(w, _mm256_loadu_ps(xt[t].d + 8 * g)), acc[t][i]);
+        });
       });
     }
-    __m256 tail = _mm256_setzero_ps();
     for (; b < nb; ++b) {
       const std::byte* p = row + b * 18;
-      tail = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half(p)), _mm256_loadu_ps(xt.d + 8 * b)),
-                             fl(block_sum(p + 2, xt, b)), tail);
+      __m256i L[NT];
+      sums<NT>(p + 2, xt, b, L);
+      for (int t = 0; t < NT; ++t) {
+        tail[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half(p)), _mm256_loadu_ps(xt[t].d + 8 * b)),
+                                  fl(L[t]), tail[t]);
+      }
     }
-    return _mm256_add_ps(hsum_tile8(acc), tail);
+    for (int t = 0; t < NT; ++t) out[t] = _mm256_add_ps(hsum_tile8(acc[t]), tail[t]);
   }
 };
 
@@ -1700,10 +1722,13 @@ struct Q4_0Tile8 {
 struct Q4_KTile8 {
   static constexpr int kValues = 256;
   static constexpr bool kHalves = false;
-  static __m256 dot(const std::byte* row, std::int64_t nb, const XTile8& xt) {
+  template <int NT>
+  MAXTEXT_QBLOCK_FLATTEN static void dot(const std::byte* row, std::int64_t nb, const XTile8* xt, __m256* out) {
     alignas(32) float f[8];
-    __m256 acc[8];
-    for (auto& a : acc) a = _mm256_setzero_ps();
+    __m256 acc[NT][8];
+    for (auto& a : acc) {
+      for (auto& v : a) v = _mm256_setzero_ps();
+    }
     const __m256i m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::byte* blk = row + b * 144;
@@ -1718,31 +1743,38 @@ struct Q4_KTile8 {
         unroll<2>([&](auto h_) {
           constexpr int h = decltype(h_)::value, j = 2 * i + h;
           const std::int64_t g = 8 * b + j;
-          const __m256i lo = _mm256_and_si256(h ? _mm256_srli_epi16(z0, 4) : z0, m15);
-          const __m256i hi = _mm256_and_si256(h ? _mm256_srli_epi16(z1, 4) : z1, m15);
-          const __m256i L = _mm256_madd_epi16(quads16<0, 8>(lo, hi, xt.q + 256 * g), ones);
-          acc[j] = _mm256_fmadd_ps(fl(L), _mm256_mul_ps(_mm256_set1_ps(fo[j]), _mm256_loadu_ps(xt.d + 8 * g)),
-                                   acc[j]);
+          __m256i L[NT];
+          quads16<0, 8, NT>(quads_of(_mm256_and_si256(h ? _mm256_srli_epi16(z0, 4) : z0, m15),
+                                     _mm256_and_si256(h ? _mm256_srli_epi16(z1, 4) : z1, m15)),
+                            xt, g, L);
+          const __m256 w = _mm256_set1_ps(fo[j]);
+          unroll<NT>([&](auto t_) {
+            constexpr int t = decltype(t_)::value;
+            acc[t][j] = _mm256_fmadd_ps(fl(_mm256_madd_epi16(L[t], ones)),
+                                        _mm256_mul_ps(w, _mm256_loadu_ps(xt[t].d + 8 * g)), acc[t][j]);
+          });
         });
       });
     }
-    // the min terms: a second pass over the row's scales
-    __m256 accm[8];
-    for (auto& a : accm) a = _mm256_setzero_ps();
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const std::byte* blk = row + b * 144;
-      std::uint64_t sc, mn;
-      k_scales(blk + 4, sc, mn);
-      _mm256_store_ps(f, _mm256_mul_ps(_mm256_set1_ps(half(blk + 2)), bytes8_to_ps(mn)));
-      const float* fo = opaque(f);
-      unroll<8>([&](auto j_) {
-        constexpr int j = decltype(j_)::value;
-        const std::int64_t g = 8 * b + j;
-        accm[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(fo[j]), _mm256_loadu_ps(xt.d + 8 * g)),
-                                  _mm256_cvtepi32_ps(load256(xt.s + 8 * g)), accm[j]);
-      });
+    // the min terms: a second pass over the row's scales, per tile
+    for (int t = 0; t < NT; ++t) {
+      __m256 accm[8];
+      for (auto& a : accm) a = _mm256_setzero_ps();
+      for (std::int64_t b = 0; b < nb; ++b) {
+        const std::byte* blk = row + b * 144;
+        std::uint64_t sc, mn;
+        k_scales(blk + 4, sc, mn);
+        _mm256_store_ps(f, _mm256_mul_ps(_mm256_set1_ps(half(blk + 2)), bytes8_to_ps(mn)));
+        const float* fo = opaque(f);
+        unroll<8>([&](auto j_) {
+          constexpr int j = decltype(j_)::value;
+          const std::int64_t g = 8 * b + j;
+          accm[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(fo[j]), _mm256_loadu_ps(xt[t].d + 8 * g)),
+                                    _mm256_cvtepi32_ps(load256(xt[t].s + 8 * g)), accm[j]);
+        });
+      }
+      out[t] = _mm256_sub_ps(hsum_tile8(acc[t]), hsum_tile8(accm));
     }
-    return _mm256_sub_ps(hsum_tile8(acc), hsum_tile8(accm));
   }
 };
 
@@ -1752,11 +1784,14 @@ struct Q4_KTile8 {
 struct Q6_KTile8 {
   static constexpr int kValues = 256;
   static constexpr bool kHalves = true;
-  static __m256 dot(const std::byte* row, std::int64_t nb, const XTile8& xt) {
+  template <int NT>
+  MAXTEXT_QBLOCK_FLATTEN static void dot(const std::byte* row, std::int64_t nb, const XTile8* xt, __m256* out) {
     alignas(32) std::uint8_t qb[8][32];
     alignas(32) std::int16_t sc[16];
-    __m256 acc[8];
-    for (auto& a : acc) a = _mm256_setzero_ps();
+    __m256 acc[NT][8];
+    for (auto& a : acc) {
+      for (auto& v : a) v = _mm256_setzero_ps();
+    }
     const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48);
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::byte* blk = row + b * 210;
@@ -1782,31 +1817,36 @@ struct Q6_KTile8 {
       unroll<8>([&](auto j_) {
         constexpr int j = decltype(j_)::value;
         const std::int64_t g = 8 * b + j;
-        const std::int8_t* xg = xt.q + 256 * g;
-        const std::uint8_t* qj = qo + 32 * j;
+        const auto wq = quads_at(qo + 32 * j);
         const __m256i sa = _mm256_set1_epi16(so[2 * j]), sb = _mm256_set1_epi16(so[2 * j + 1]);
-        const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(quads16<0, 2>(qj, xg), sa),
-                                            _mm256_madd_epi16(quads16<2, 4>(qj, xg), sa));
-        const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(quads16<4, 6>(qj, xg), sb),
-                                            _mm256_madd_epi16(quads16<6, 8>(qj, xg), sb));
-        const __m256i off = _mm256_madd_epi16(load256(xt.h + 8 * g), bcast32(so + 2 * j));
-        const __m256i L = _mm256_sub_epi32(_mm256_add_epi32(lo, hi), _mm256_slli_epi32(off, 5));
-        acc[j] = _mm256_fmadd_ps(fl(L), _mm256_mul_ps(d, _mm256_loadu_ps(xt.d + 8 * g)), acc[j]);
+        __m256i P[4][NT];
+        quads16<0, 2, NT>(wq, xt, g, P[0]);
+        quads16<2, 4, NT>(wq, xt, g, P[1]);
+        quads16<4, 6, NT>(wq, xt, g, P[2]);
+        quads16<6, 8, NT>(wq, xt, g, P[3]);
+        unroll<NT>([&](auto t_) {
+          constexpr int t = decltype(t_)::value;
+          const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(P[0][t], sa), _mm256_madd_epi16(P[1][t], sa));
+          const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(P[2][t], sb), _mm256_madd_epi16(P[3][t], sb));
+          const __m256i off = _mm256_madd_epi16(load256(xt[t].h + 8 * g), bcast32(so + 2 * j));
+          const __m256i L = _mm256_sub_epi32(_mm256_add_epi32(lo, hi), _mm256_slli_epi32(off, 5));
+          acc[t][j] = _mm256_fmadd_ps(fl(L), _mm256_mul_ps(d, _mm256_loadu_ps(xt[t].d + 8 * g)), acc[t][j]);
+        });
       });
     }
-    return hsum_tile8(acc);
+    for (int t = 0; t < NT; ++t) out[t] = hsum_tile8(acc[t]);
   }
 };
 
-/// Eight x rows (xt) against N weight rows with a row-tile kernel T; row n's results go to out[r * ldo + n]. (Slices
-/// of K, to keep a slice of the tile in L1 while the weight rows pass, measured slower at K = 2048 and 5632: the
-/// weight rows are then read in pieces, and the tile stays in L1 / L2 anyway.)
-template <class T>
+/// NT tiles of eight x rows (xt[0 .. NT-1]) against N weight rows with a row-tile kernel T; weight row n's result
+/// for x row r of tile t goes to out[(8t + r) * ldo + n].
+template <class T, int NT>
 inline void tile8_rows(const std::byte* rows, std::size_t row_bytes, std::int64_t N, std::int64_t nb,
-                       const XTile8& xt, float* out, std::int64_t ldo) {
+                       const XTile8* xt, float* out, std::int64_t ldo) {
   for (std::int64_t n = 0; n < N; ++n) {
-    const std::byte* row = rows + static_cast<std::size_t>(n) * row_bytes;
-    store_tile8(T::dot(row, nb, xt), out + n, ldo);
+    __m256 o[NT];
+    T::template dot<NT>(rows + static_cast<std::size_t>(n) * row_bytes, nb, xt, o);
+    for (int t = 0; t < NT; ++t) store_tile8(o[t], out + 8 * t * ldo + n, ldo);
   }
 }
 }  // namespace avx2
@@ -2081,15 +2121,17 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
       });
     };
     auto run = [&](auto kernel) { run_from(0, kernel); };
-    // tile8_rows<T> for every eight x rows, then kernel for the rest
+    // tile8_rows<T> for every sixteen x rows (two tiles), then eight, then kernel for the rest
     auto run8 = [&](auto tile, auto kernel) {
-      const std::int64_t m8 = M / 8 * 8;
+      using T = typename decltype(tile)::type;
+      const std::int64_t m8 = M / 8 * 8, K = x[0].K;
       if (m8 > 0) {
-        std::byte* buf = tile8_buffer(x[0].K);
-        for (std::int64_t m0 = 0; m0 < m8; m0 += 8) {
-          using T = typename decltype(tile)::type;
-          tile8_rows<T>(rows, row_bytes, N, x[0].K / T::kValues, tile8_x<T::kHalves>(x + m0, buf), out + m0 * ldo,
-                        ldo);
+        std::byte* buf = tile8_buffer(K);
+        for (std::int64_t m0 = 0; m0 < m8; m0 += 16) {
+          const XTile8 xt[2] = {tile8_x<T::kHalves>(x + m0, buf),
+                                m0 + 16 <= m8 ? tile8_x<T::kHalves>(x + m0 + 8, buf + tile8_bytes(K)) : XTile8{}};
+          if (m0 + 16 <= m8) tile8_rows<T, 2>(rows, row_bytes, N, K / T::kValues, xt, out + m0 * ldo, ldo);
+          else tile8_rows<T, 1>(rows, row_bytes, N, K / T::kValues, xt, out + m0 * ldo, ldo);
         }
       }
       run_from(m8, kernel);
