@@ -53,9 +53,11 @@ namespace detail {
 #if defined(__GNUC__)
 #define MAXTEXT_QBLOCK_INLINE inline __attribute__((always_inline))
 #define MAXTEXT_QBLOCK_FLATTEN __attribute__((flatten))  // every call inside inlined (the tile kernels' lambdas)
+#define MAXTEXT_QBLOCK_LAMBDA_INLINE __attribute__((always_inline))
 #else
 #define MAXTEXT_QBLOCK_INLINE inline
 #define MAXTEXT_QBLOCK_FLATTEN
+#define MAXTEXT_QBLOCK_LAMBDA_INLINE
 #endif
 
 /// f(integral_constant<int, i>) for i = 0 .. N-1, unrolled (forced inline: clang would otherwise keep a call).
@@ -1514,7 +1516,7 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
   return hsum(acc);
 }
 
-// ---- eight x rows per weight row (dot_q8_rows on Q4_0, Q4_K, Q6_K) ----
+// ---- eight x rows per weight row (dot_q8_rows on Q4_0, Q4_K, Q5_K, Q6_K) ----
 
 inline __m256i bcast32(const void* p) {  // the 32-bit word at p in every lane
   std::int32_t v;
@@ -1624,10 +1626,10 @@ inline XTile8 tile8_x(const QuantizedX* x, std::byte* buf) {
 /// in 16 bits: each word sums 2 (kTo - kFrom) products of an unsigned quant and an int8 activation.
 template <int kFrom, int kTo, int NT, class W>
 MAXTEXT_QBLOCK_INLINE void quads16(W&& w, const XTile8* xt, std::int64_t g, __m256i* S) {
-  unroll<kTo - kFrom>([&](auto k_) {
+  unroll<kTo - kFrom>([&](auto k_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
     constexpr int k = kFrom + decltype(k_)::value;
     const __m256i wk = w(ic<k>{});
-    unroll<NT>([&](auto t_) {
+    unroll<NT>([&](auto t_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
       constexpr int t = decltype(t_)::value;
       const __m256i p = _mm256_maddubs_epi16(
           wk, _mm256_load_si256(reinterpret_cast<const __m256i*>(xt[t].q + 256 * g + 32 * k)));
@@ -1638,14 +1640,14 @@ MAXTEXT_QBLOCK_INLINE void quads16(W&& w, const XTile8* xt, std::int64_t g, __m2
 /// The weight quads of a 32-value group from two registers: quads 0-3 in lo and 4-7 in hi, the same 16 bytes in
 /// both 128-bit halves, so one vpshufd broadcasts a quad.
 inline auto quads_of(__m256i lo, __m256i hi) {
-  return [lo, hi](auto k_) {
+  return [lo, hi](auto k_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
     constexpr int k = decltype(k_)::value;
     return _mm256_shuffle_epi32(k < 4 ? lo : hi, (k & 3) * 0x55);
   };
 }
 /// The same from 32 quant bytes in memory: one broadcast load per quad.
 inline auto quads_at(const std::uint8_t* q) {
-  return [q](auto k_) { return bcast32(q + 4 * decltype(k_)::value); };
+  return [q](auto k_) MAXTEXT_QBLOCK_LAMBDA_INLINE { return bcast32(q + 4 * decltype(k_)::value); };
 }
 
 /// hsum(v) of lane r for eight vectors a[j] = row r's lane j, in hsum's order.
@@ -1718,9 +1720,11 @@ struct Q4_0Tile8 {
   }
 };
 
-/// Q4_K (dot_q8_rows_q45k): accumulator j is sub-block j. The min terms take a second pass over the row's scales.
-struct Q4_KTile8 {
-  static constexpr int kValues = 256;
+/// Q4_K / Q5_K (dot_q8_rows_q45k): accumulator j is sub-block j. Q5_K's quants reach 31, so its eight quads add in
+/// two 16-bit sums of four (8 * 31 * 127 < 2^15). The min terms take a second pass over the row's scales.
+template <bool kFive>
+struct Q45_KTile8 {
+  static constexpr int kValues = 256, kBytes = kFive ? 176 : 144;
   static constexpr bool kHalves = false;
   template <int NT>
   MAXTEXT_QBLOCK_FLATTEN static void dot(const std::byte* row, std::int64_t nb, const XTile8* xt, __m256* out) {
@@ -1731,27 +1735,45 @@ struct Q4_KTile8 {
     }
     const __m256i m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     for (std::int64_t b = 0; b < nb; ++b) {
-      const std::byte* blk = row + b * 144;
+      const std::byte* blk = row + b * kBytes;
+      const std::byte* qs = blk + (kFive ? 48 : 16);
       std::uint64_t sc, mn;
       k_scales(blk + 4, sc, mn);
       _mm256_store_ps(f, _mm256_mul_ps(_mm256_set1_ps(half(blk)), bytes8_to_ps(sc)));
       const float* fo = opaque(f);
+      [[maybe_unused]] __m256i qh0, qh1;  // Q5_K: bit j of byte l is the fifth bit of sub-block j's value l
+      if constexpr (kFive) {
+        qh0 = _mm256_broadcastsi128_si256(load128(blk + 16));
+        qh1 = _mm256_broadcastsi128_si256(load128(blk + 32));
+      }
       unroll<4>([&](auto i_) {  // bytes 32i .. +31: sub-blocks 2i (low nibbles), 2i+1 (high), values 0-15 from the
         constexpr int i = decltype(i_)::value;  // first 16 bytes, 16-31 from the next
-        const __m256i z0 = _mm256_broadcastsi128_si256(load128(blk + 16 + 32 * i));
-        const __m256i z1 = _mm256_broadcastsi128_si256(load128(blk + 32 + 32 * i));
+        const __m256i z0 = _mm256_broadcastsi128_si256(load128(qs + 32 * i));
+        const __m256i z1 = _mm256_broadcastsi128_si256(load128(qs + 32 * i + 16));
         unroll<2>([&](auto h_) {
           constexpr int h = decltype(h_)::value, j = 2 * i + h;
           const std::int64_t g = 8 * b + j;
+          __m256i lo = _mm256_and_si256(h ? _mm256_srli_epi16(z0, 4) : z0, m15);
+          __m256i hi = _mm256_and_si256(h ? _mm256_srli_epi16(z1, 4) : z1, m15);
           __m256i L[NT];
-          quads16<0, 8, NT>(quads_of(_mm256_and_si256(h ? _mm256_srli_epi16(z0, 4) : z0, m15),
-                                     _mm256_and_si256(h ? _mm256_srli_epi16(z1, 4) : z1, m15)),
-                            xt, g, L);
+          if constexpr (kFive) {
+            const __m256i m16 = _mm256_set1_epi8(16);
+            lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4_bytes<j>(qh0), m16));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(bit_to_4_bytes<j>(qh1), m16));
+            __m256i S[NT];
+            quads16<0, 4, NT>(quads_of(lo, hi), xt, g, L);
+            quads16<4, 8, NT>(quads_of(lo, hi), xt, g, S);
+            for (int t = 0; t < NT; ++t) {
+              L[t] = _mm256_add_epi32(_mm256_madd_epi16(L[t], ones), _mm256_madd_epi16(S[t], ones));
+            }
+          } else {
+            quads16<0, 8, NT>(quads_of(lo, hi), xt, g, L);
+            for (int t = 0; t < NT; ++t) L[t] = _mm256_madd_epi16(L[t], ones);
+          }
           const __m256 w = _mm256_set1_ps(fo[j]);
           unroll<NT>([&](auto t_) {
             constexpr int t = decltype(t_)::value;
-            acc[t][j] = _mm256_fmadd_ps(fl(_mm256_madd_epi16(L[t], ones)),
-                                        _mm256_mul_ps(w, _mm256_loadu_ps(xt[t].d + 8 * g)), acc[t][j]);
+            acc[t][j] = _mm256_fmadd_ps(fl(L[t]), _mm256_mul_ps(w, _mm256_loadu_ps(xt[t].d + 8 * g)), acc[t][j]);
           });
         });
       });
@@ -1761,7 +1783,7 @@ struct Q4_KTile8 {
       __m256 accm[8];
       for (auto& a : accm) a = _mm256_setzero_ps();
       for (std::int64_t b = 0; b < nb; ++b) {
-        const std::byte* blk = row + b * 144;
+        const std::byte* blk = row + b * kBytes;
         std::uint64_t sc, mn;
         k_scales(blk + 4, sc, mn);
         _mm256_store_ps(f, _mm256_mul_ps(_mm256_set1_ps(half(blk + 2)), bytes8_to_ps(mn)));
@@ -2144,14 +2166,15 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
     };
     switch (t) {
       case BlockType::q4_k:
-        return run8(std::type_identity<Q4_KTile8>{},
+        return run8(std::type_identity<Q45_KTile8<false>>{},
                     [&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
                       dot_q8_rows_q45k<false, decltype(mr)::value>(r, nb, xs, o, ldo);
                     });
       case BlockType::q5_k:
-        return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
-          dot_q8_rows_q45k<true, decltype(mr)::value>(r, nb, xs, o, ldo);
-        });
+        return run8(std::type_identity<Q45_KTile8<true>>{},
+                    [&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+                      dot_q8_rows_q45k<true, decltype(mr)::value>(r, nb, xs, o, ldo);
+                    });
       case BlockType::q6_k:
         return run8(std::type_identity<Q6_KTile8>{},
                     [&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
@@ -2202,6 +2225,8 @@ MAXTEXT_QBLOCK_API bool dot_q8_rows_preferred(BlockType t, std::int64_t M) {
 }  // namespace maxtext::cpu::qblock
 
 #undef MAXTEXT_QBLOCK_INLINE
+#undef MAXTEXT_QBLOCK_FLATTEN
+#undef MAXTEXT_QBLOCK_LAMBDA_INLINE
 #undef MAXTEXT_QBLOCK_FLOAT_ROWS
 #undef MAXTEXT_QBLOCK_AVX2_KERNELS
 #if defined(__GNUC__) && !defined(__clang__)
