@@ -670,6 +670,8 @@ namespace avx2 {
 // dot_q8_rows (prefill) takes most of these kernels for up to four x rows at once (MR): the weight block is decoded
 // once into a small buffer that stays in L1, and each x row then does exactly the one-row kernel's integer and float
 // steps, so a prompt's products equal decode's bit for bit (the one-row dot_q8 is the MR = 1 case of the same code).
+// Q4_0, Q4_K, Q5_K and Q6_K take tiles of eight x rows instead wherever eight remain (XTile8, below): lanes are x
+// rows, so no horizontal sums, and each tile accumulator is one lane of the one-row kernel's, so still bit for bit.
 //
 // Types covered here: those of the AVX-512 paths, and Q4_1, Q5_0, Q5_1, Q2_K and Q3_K, which the AVX-512 paths do
 // not have yet: machines with AVX-512 run these AVX2 kernels for those five (with_decoder, dot_q8).
@@ -1413,6 +1415,26 @@ inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
   return out;
 }
 
+/// A Q6_K block's 256 quants (0..63) as bytes in value order: qb[j] = values 32j .. 32j+31 (j = 4h + s: low bits
+/// from ql bytes 64h + 32(s & 1) .., low nibble for s < 2, high for s >= 2; high bits from qh bytes 128 + 32h ..).
+inline void q6k_quants(const std::byte* blk, std::uint8_t (*qb)[32]) {
+  const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48);
+  unroll<2>([&](auto h_) {
+    constexpr int h = decltype(h_)::value;
+    const __m256i a = load256(blk + 64 * h), bb = load256(blk + 64 * h + 32), qh = load256(blk + 128 + 32 * h);
+    const __m256i q[4] = {
+        _mm256_or_si256(_mm256_and_si256(a, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48)),
+        _mm256_or_si256(_mm256_and_si256(bb, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m15), _mm256_and_si256(qh, m48)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m15),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48))};
+    unroll<4>([&](auto s_) {
+      constexpr int s = decltype(s_)::value;
+      _mm256_store_si256(reinterpret_cast<__m256i*>(qb[4 * h + s]), q[s]);
+    });
+  });
+}
+
 /// Q6_K: group j = 4h + s (elements 128h + 32s ..) holds sub-blocks 2j, 2j+1 in its 128-bit halves; the offset 32
 /// is taken off the 16-bit pair sums (vpmaddubsw of 32 and x), two rounds of vphaddw fold them to 8-value sums, and
 /// vpmaddwd with the int8 scales (widened to 16 bits) gives exact sums of sc * (q - 32) * q_x, at most
@@ -1424,25 +1446,12 @@ inline void dot_q8_rows_q6k(const std::byte* row, std::int64_t nb, const Quantiz
   alignas(32) std::uint8_t qb[8][32];
   __m256 acc[MR];
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
-  const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48), o32 = _mm256_set1_epi8(32);
+  const __m256i o32 = _mm256_set1_epi8(32);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * 210;
     if constexpr (MR == 1) prefetch_ahead<210>(blk);
     const __m128i sc = load128(blk + 192);
-    unroll<2>([&](auto h_) {  // group j = 4h + s
-      constexpr int h = decltype(h_)::value;
-      const __m256i a = load256(blk + 64 * h), bb = load256(blk + 64 * h + 32), qh = load256(blk + 128 + 32 * h);
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(a, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48)),
-          _mm256_or_si256(_mm256_and_si256(bb, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m15), _mm256_and_si256(qh, m48)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m15),
-                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48))};
-      unroll<4>([&](auto s_) {
-        constexpr int s = decltype(s_)::value;
-        _mm256_store_si256(reinterpret_cast<__m256i*>(qb[4 * h + s]), q[s]);
-      });
-    });
+    q6k_quants(blk, qb);
     const __m256i sa = _mm256_cvtepi8_epi16(
         _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 1, 1, 3, 3, 5, 5, 7, 7)));
     const __m256i sb = _mm256_cvtepi8_epi16(
@@ -1814,24 +1823,9 @@ struct Q6_KTile8 {
     for (auto& a : acc) {
       for (auto& v : a) v = _mm256_setzero_ps();
     }
-    const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48);
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::byte* blk = row + b * 210;
-      unroll<2>([&](auto h_) {  // group j = 4h + s: values 128h + 32s ..
-        constexpr int h = decltype(h_)::value;
-        const __m256i a = load256(blk + 64 * h), bb = load256(blk + 64 * h + 32),
-                      qh = load256(blk + 128 + 32 * h);
-        const __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(a, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48)),
-            _mm256_or_si256(_mm256_and_si256(bb, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m15), _mm256_and_si256(qh, m48)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m15),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48))};
-        unroll<4>([&](auto s_) {
-          constexpr int s = decltype(s_)::value;
-          _mm256_store_si256(reinterpret_cast<__m256i*>(qb[4 * h + s]), q[s]);
-        });
-      });
+      q6k_quants(blk, qb);
       _mm256_store_si256(reinterpret_cast<__m256i*>(sc), _mm256_cvtepi8_epi16(load128(blk + 192)));
       const __m256 d = _mm256_set1_ps(half(blk + 208));
       const std::uint8_t* qo = opaque(&qb[0][0]);
@@ -2212,9 +2206,9 @@ MAXTEXT_QBLOCK_API bool dot_q8_rows_preferred(BlockType t, std::int64_t M) {
   (void)M;  // matmul asks only above its decode rows (gemm::kGgmlI8RowsDirect)
 #if MAXTEXT_QBLOCK_AVX2
   // Without VNNI gemm's integer panels run a 16-bit emulation of vpdpbusd, slower than these kernels (model c, one
-  // thread, 128 prompt tokens: Q4_K_M 14.5 -> 35, Q4_0 14.2 -> 38.7 tokens/s); Q6_K's exact f32 panels are slower
-  // than its multi-row kernel too (23.0 -> 28.9). Q2_K and Q3_K have no multi-row kernel (one dot_q8 after the
-  // other) and keep the exact panels.
+  // thread, 128 prompt tokens: Q4_K_M 14.5 -> 35 tokens/s with the four-row kernels, 49-66 with the tiles of eight
+  // rows; Q4_0 14.2 -> 38.7, 56-73); Q6_K's and Q5_K's exact f32 panels are slower than their kernels too. Q2_K and
+  // Q3_K have no multi-row kernel (one dot_q8 after the other) and keep the exact panels.
   return t != BlockType::q2_k && t != BlockType::q3_k;
 #else
   (void)t;
