@@ -1533,9 +1533,6 @@ inline __m256i bcast32(const void* p) {  // the 32-bit word at p in every lane
   return _mm256_set1_epi32(v);
 }
 
-/// Eight x rows interleaved so that 32-bit lane r holds row r: a weight quad (four quants, broadcast) times the
-/// eight rows' matching activation quads is one vpmaddubsw, and a block's eight row sums stay in the eight lanes of
-/// one register, with no horizontal sums. Built once per eight x rows (tile8_x), then read for every weight row.
 /// p, hidden from the optimiser, so that loads through it read the buffer: g++ otherwise forwards the vectors just
 /// stored there and takes each broadcast quad out of them with shuffles.
 template <class T>
@@ -1546,6 +1543,9 @@ MAXTEXT_QBLOCK_INLINE T* opaque(T* p) {
   return p;
 }
 
+/// Eight x rows interleaved so that 32-bit lane r holds row r: a weight quad (four quants, broadcast) times the
+/// eight rows' matching activation quads is one vpmaddubsw, and a block's eight row sums stay in the eight lanes of
+/// one register, with no horizontal sums. Built once per eight x rows (tile8_x), then read for every weight row.
 struct XTile8 {
   const std::int8_t* q = nullptr;   // [group g][quad k][row r][4] = x_r.q[32g + 4k .. +3]: 256 bytes per group
   const float* d = nullptr;         // [g][r] = x_r.d[g]
