@@ -47,6 +47,22 @@ std::vector<std::int64_t> sizes(quant::BlockType t) {
   return k;
 }
 
+/// The long-double dot of decoded weights w with the quantised activations d * q, and the sum of the products'
+/// magnitudes (the tolerance's scale).
+struct Reference {
+  long double ref = 0, mag = 0;
+};
+Reference q8_reference(const std::vector<float>& w, const qb::QuantizedX& x) {
+  Reference r;
+  for (std::int64_t k = 0; k < x.K; ++k) {
+    const long double p = static_cast<long double>(w[static_cast<std::size_t>(k)]) *
+                          (static_cast<long double>(x.d[k / 32]) * x.q[k]);
+    r.ref += p;
+    r.mag += std::fabs(p);
+  }
+  return r;
+}
+
 std::uint32_t bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -118,12 +134,7 @@ TEST_CASE("qblock dot_q8 against a long-double restatement with the same quantis
       for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;  // an all-zero group
       std::vector<std::byte> buf(qb::quantized_x_bytes(K));
       const qb::QuantizedX qx = qb::quantize_x(x.data(), K, buf.data());
-      long double ref = 0, mag = 0;
-      for (std::int64_t k = 0; k < K; ++k) {
-        const long double xv = static_cast<long double>(qx.d[k / 32]) * qx.q[k];
-        ref += static_cast<long double>(w[k]) * xv;
-        mag += std::fabs(static_cast<long double>(w[k]) * xv);
-      }
+      const auto [ref, mag] = q8_reference(w, qx);
       const float got = qb::dot_q8(t, blocks.data(), qx);
       INFO("got " << got << " want " << static_cast<double>(ref) << " mag " << static_cast<double>(mag));
       CHECK(std::fabs(static_cast<long double>(got) - ref) <= 1e-5L * mag + 1e-30L);
@@ -202,12 +213,7 @@ TEST_CASE("qblock dot_q8 and dot_q8_rows with every quant at its largest and act
       std::vector<float> w(static_cast<std::size_t>(K));
       quant::dequantize_row(t, rows.data() + n * rb, w.data(), K);
       for (std::int64_t m = 0; m < M; ++m) {
-        long double ref = 0, mag = 0;
-        for (std::int64_t k = 0; k < K; ++k) {
-          const long double xv = static_cast<long double>(xq[m].d[k / 32]) * xq[m].q[k];
-          ref += static_cast<long double>(w[k]) * xv;
-          mag += std::fabs(static_cast<long double>(w[k]) * xv);
-        }
+        const auto [ref, mag] = q8_reference(w, xq[m]);
         const float got = qb::dot_q8(t, rows.data() + n * rb, xq[m]);
         INFO(f.name << " row " << n << " x " << m << ": got " << got << " want " << static_cast<double>(ref));
         CHECK(std::fabs(static_cast<long double>(got) - ref) <= 1e-5L * mag + 1e-30L);

@@ -8,6 +8,8 @@
 
 #if !defined(MAXTEXT_SEPARATE_KERNELS) || defined(MAXTEXT_KERNELS_IMPLEMENTATION)
 
+#include "maxtext/backend/cpu/parallel.hpp"  // AlignedBuffer
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -15,7 +17,6 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
@@ -678,6 +679,16 @@ namespace avx2 {
 
 inline __m256 fl(__m256i v) { return _mm256_cvtepi32_ps(v); }
 
+/// p, opaque to the optimiser: it can no longer see where p points, so it keeps one register per pointer (instead of
+/// spilled offsets) and reads through it from memory (instead of taking values out of vectors just stored there).
+template <class T>
+MAXTEXT_QBLOCK_INLINE T* opaque(T* p) {
+#if defined(__GNUC__)
+  __asm__("" : "+r"(p));
+#endif
+  return p;
+}
+
 /// 8 bytes at p as 8 x i32, unsigned / signed (vpmovzxbd / vpmovsxbd with a memory operand).
 inline __m128i load64(const std::byte* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
 inline __m256i zx8(const std::byte* p) { return _mm256_cvtepu8_epi32(load64(p)); }
@@ -974,12 +985,9 @@ inline void dot_exact_avx2(const std::byte* row, std::int64_t K, const float* x,
     for (std::int64_t b = b0; b < b1; ++b) {
       const float* xr[M];
       for (int m = 0; m < M; ++m) {
-        xr[m] = x + m * ldx + b * D::kBlock;
-#if defined(__GNUC__)
-        // Opaque to the optimiser: g++ otherwise keeps each of the M * chunks addresses (or offsets) in its own
-        // register, spilled: hundreds of stack accesses per block at M = 4.
-        __asm__("" : "+r"(xr[m]));
-#endif
+        // g++ otherwise keeps each of the M * chunks addresses (or offsets) in its own register, spilled: hundreds of
+        // stack accesses per block at M = 4.
+        xr[m] = opaque(x + m * ldx + b * D::kBlock);
       }
       if constexpr (M == 1) prefetch_ahead<D::kBytes>(row + b * D::kBytes);  // as the AVX-512 path: one row only
       D::run(row + b * D::kBytes, [&](auto c_, __m256 w) {
@@ -1192,7 +1200,7 @@ inline void nib_rows(const std::byte* row, std::int64_t nb, const QuantizedX* x,
     for (int m = 0; m < MR; ++m) {
       const QuantizedX& xm = x[m];
       const int isum = hsum(dot_us(w, load256(xm.q + 32 * b))) - kOff * xm.s[b];
-      tail[m] = std::fma(half(p) * xm.d[b], static_cast<float>(isum), tail[m]);  // as nib_tile8's
+      tail[m] = std::fma(half(p) * xm.d[b], static_cast<float>(isum), tail[m]);  // as Q4_0Tile8's
       if constexpr (kMin) tail[m] += half(p + 2) * xm.d[b] * static_cast<float>(xm.s[b]);
     }
   }
@@ -1533,16 +1541,6 @@ inline __m256i bcast32(const void* p) {  // the 32-bit word at p in every lane
   return _mm256_set1_epi32(v);
 }
 
-/// p, hidden from the optimiser, so that loads through it read the buffer: g++ otherwise forwards the vectors just
-/// stored there and takes each broadcast quad out of them with shuffles.
-template <class T>
-MAXTEXT_QBLOCK_INLINE T* opaque(T* p) {
-#if defined(__GNUC__)
-  __asm__("" : "+r"(p));
-#endif
-  return p;
-}
-
 /// Eight x rows interleaved so that 32-bit lane r holds row r: a weight quad (four quants, broadcast) times the
 /// eight rows' matching activation quads is one vpmaddubsw, and a block's eight row sums stay in the eight lanes of
 /// one register, with no horizontal sums. Built once per eight x rows (tile8_x), then read for every weight row.
@@ -1556,13 +1554,12 @@ inline constexpr std::size_t kTile8Bytes = 256 + 3 * 32;  // per 32-value group
 
 /// Bytes of an XTile8 of K values (a multiple of 32).
 inline std::size_t tile8_bytes(std::int64_t K) { return static_cast<std::size_t>(K / 32) * kTile8Bytes; }
-/// The calling thread's buffer for two XTile8 of K values: grown to the largest K seen, then reused.
+/// The calling thread's buffer for two XTile8 of K values: grown to the largest K seen, then reused. Its own buffer,
+/// not one of thread_scratch's slots: matmul_q8_rows holds slots 1 and 2 across the call.
 inline std::byte* tile8_buffer(std::int64_t K) {
-  thread_local std::vector<std::byte> buf;
-  const std::size_t need = 2 * tile8_bytes(K) + 32;
-  if (buf.size() < need) buf.resize(need);
-  const auto a = reinterpret_cast<std::uintptr_t>(buf.data());
-  return buf.data() + ((32 - a % 32) % 32);
+  thread_local AlignedBuffer buf;
+  buf.reserve(2 * tile8_bytes(K));
+  return buf.data();
 }
 
 /// The 8 x 8 transpose of 32-bit lanes: lane i of o[k] = lane k of r[i].
@@ -2144,10 +2141,13 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
       if (m8 > 0) {
         std::byte* buf = tile8_buffer(K);
         for (std::int64_t m0 = 0; m0 < m8; m0 += 16) {
-          const XTile8 xt[2] = {tile8_x<T::kHalves>(x + m0, buf),
-                                m0 + 16 <= m8 ? tile8_x<T::kHalves>(x + m0 + 8, buf + tile8_bytes(K)) : XTile8{}};
-          if (m0 + 16 <= m8) tile8_rows<T, 2>(rows, row_bytes, N, K / T::kValues, xt, out + m0 * ldo, ldo);
-          else tile8_rows<T, 1>(rows, row_bytes, N, K / T::kValues, xt, out + m0 * ldo, ldo);
+          XTile8 xt[2] = {tile8_x<T::kHalves>(x + m0, buf)};
+          if (m0 + 16 <= m8) {
+            xt[1] = tile8_x<T::kHalves>(x + m0 + 8, buf + tile8_bytes(K));
+            tile8_rows<T, 2>(rows, row_bytes, N, K / T::kValues, xt, out + m0 * ldo, ldo);
+          } else {
+            tile8_rows<T, 1>(rows, row_bytes, N, K / T::kValues, xt, out + m0 * ldo, ldo);
+          }
         }
       }
       run_from(m8, kernel);
