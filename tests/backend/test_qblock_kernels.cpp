@@ -186,7 +186,9 @@ TEST_CASE("qblock dot_q8 and dot_q8_rows with every quant at its largest and act
   // The integer kernels sum vpmaddubsw pair sums in 16 bits (up to 16 products of a 4-bit quant and an activation,
   // or 4 of a 6-bit one) before widening. Every quant bit set (4-bit quants 15, Q6_K 63, ..., the signed types' -1 and
   // the codebook's 113) against activations that all quantise to +-127 puts those sums at their bounds: an overflow
-  // would be far outside dot_q8's tolerance, and dot_q8_rows must still equal dot_q8 to the bit.
+  // would be far outside dot_q8's tolerance, and dot_q8_rows must still equal dot_q8 to the bit. Every bit clear
+  // gives the other extremes (the codebook's -127, whose products with +-127 make the largest signed pair sums).
+  for (const std::byte fill : {std::byte{0xff}, std::byte{0x00}})
   for (auto t : kGgmlBlockTypes) {
     const quant::BlockFormat& f = quant::block_format(t);
     const std::int64_t K = 512, N = 3, M = 17;
@@ -196,7 +198,7 @@ TEST_CASE("qblock dot_q8 and dot_q8_rows with every quant at its largest and act
       for (int i = 0; i < f.bytes; ++i) {
         const bool scale = (f.fp16_scales[0] >= 0 && (i == f.fp16_scales[0] || i == f.fp16_scales[0] + 1)) ||
                            (f.fp16_scales[1] >= 0 && (i == f.fp16_scales[1] || i == f.fp16_scales[1] + 1));
-        if (!scale) blk[i] = std::byte{0xff};
+        if (!scale) blk[i] = fill;
       }
     }
     const std::size_t qbytes = qb::quantized_x_bytes(K), rb = static_cast<std::size_t>(K / f.block * f.bytes);
@@ -215,7 +217,7 @@ TEST_CASE("qblock dot_q8 and dot_q8_rows with every quant at its largest and act
       for (std::int64_t m = 0; m < M; ++m) {
         const auto [ref, mag] = q8_reference(w, xq[m]);
         const float got = qb::dot_q8(t, rows.data() + n * rb, xq[m]);
-        INFO(f.name << " row " << n << " x " << m << ": got " << got << " want " << static_cast<double>(ref));
+        INFO(f.name << " fill " << static_cast<int>(fill) << " row " << n << " x " << m << ": got " << got << " want " << static_cast<double>(ref));
         CHECK(std::fabs(static_cast<long double>(got) - ref) <= 1e-5L * mag + 1e-30L);
         CHECK(bits(out[static_cast<std::size_t>(m * N + n)]) == bits(got));
       }

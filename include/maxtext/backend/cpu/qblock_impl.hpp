@@ -1533,7 +1533,7 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
   return hsum(acc);
 }
 
-// ---- eight x rows per weight row (dot_q8_rows on Q4_0, Q4_K, Q5_K, Q6_K) ----
+// ---- eight x rows per weight row (dot_q8_rows on Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS) ----
 
 inline __m256i bcast32(const void* p) {  // the 32-bit word at p in every lane
   std::int32_t v;
@@ -1844,6 +1844,54 @@ struct Q6_KTile8 {
           const __m256i off = _mm256_madd_epi16(load256(xt[t].h + 8 * g), bcast32(so + 2 * j));
           const __m256i L = _mm256_sub_epi32(_mm256_add_epi32(lo, hi), _mm256_slli_epi32(off, 5));
           acc[t][j] = _mm256_fmadd_ps(fl(L), _mm256_mul_ps(d, _mm256_loadu_ps(xt[t].d + 8 * g)), acc[t][j]);
+        });
+      });
+    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum_tile8(acc[t]);
+  }
+};
+
+/// IQ4_XS (dot_q8_iq4_xs): accumulator j is sub-block j. The codebook values are signed (-127 .. 113), so each
+/// product is |w| times x with w's sign (vpsignb per tile and quad; the broadcast quad and its magnitude are shared by
+/// the NT tiles), and a pair sum may reach 2 * 127 * 127: every quad widens to 32 bits at once.
+struct Iq4XsTile8 {
+  static constexpr int kValues = 256;
+  static constexpr bool kHalves = false;
+  template <int NT>
+  MAXTEXT_QBLOCK_FLATTEN static void dot(const std::byte* row, std::int64_t nb, const XTile8* xt, __m256* out) {
+    alignas(32) float f[8];
+    __m256 acc[NT][8];
+    for (auto& a : acc) {
+      for (auto& v : a) v = _mm256_setzero_ps();
+    }
+    const __m256i tbl = iq4_table_s8x2(), m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::byte* blk = row + b * 136;
+      const __m256 ls = _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(blk)), _mm256_set1_ps(32.0f));
+      _mm256_store_ps(f, _mm256_mul_ps(_mm256_set1_ps(half(blk)), ls));
+      const float* fo = opaque(f);
+      unroll<8>([&](auto j_) {
+        constexpr int j = decltype(j_)::value;
+        const std::int64_t g = 8 * b + j;
+        const __m256i z = _mm256_broadcastsi128_si256(load128(blk + 8 + 16 * j));
+        const __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(z, m15));  // values 0-15, both halves
+        const __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(z, 4), m15));  // 16-31
+        const auto w = quads_of(lo, hi), a = quads_of(_mm256_abs_epi8(lo), _mm256_abs_epi8(hi));
+        __m256i L[NT];
+        unroll<8>([&](auto k_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+          constexpr int k = decltype(k_)::value;
+          const __m256i wk = w(ic<k>{}), ak = a(ic<k>{});
+          unroll<NT>([&](auto t_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+            constexpr int t = decltype(t_)::value;
+            const __m256i xk = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt[t].q + 256 * g + 32 * k));
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ak, _mm256_sign_epi8(xk, wk)), ones);
+            L[t] = k == 0 ? p : _mm256_add_epi32(L[t], p);
+          });
+        });
+        const __m256 s = _mm256_set1_ps(fo[j]);
+        unroll<NT>([&](auto t_) {
+          constexpr int t = decltype(t_)::value;
+          acc[t][j] = _mm256_fmadd_ps(fl(L[t]), _mm256_mul_ps(s, _mm256_loadu_ps(xt[t].d + 8 * g)), acc[t][j]);
         });
       });
     }
@@ -2178,6 +2226,11 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
         return run8(std::type_identity<Q4_0Tile8>{},
                     [&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
                       nib_rows<18, 8, false, decltype(mr)::value>(r, nb32, xs, o, ldo);
+                    });
+      case BlockType::iq4_xs:  // rows past the tiles: one dot_q8 after the other
+        return run8(std::type_identity<Iq4XsTile8>{},
+                    [&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+                      for (int m = 0; m < decltype(mr)::value; ++m) o[m * ldo] = dot_q8_iq4_xs(r, xs[m]);
                     });
       case BlockType::q4_1:
         return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
