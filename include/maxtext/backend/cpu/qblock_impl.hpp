@@ -1121,8 +1121,8 @@ inline void dot_q8_rows_b32(const std::byte* row, std::int64_t nb, const Quantiz
       const __m256i xv = load256(xm.q + 32 * b);
       const int isum = hsum(kSigned ? dot_us(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w)) : dot_us(w, xv)) -
                        kOff * xm.s[b];
-      tail[m] += half(p) * xm.d[b] * static_cast<float>(isum);
-      if constexpr (kMin) tail[m] += half(p + 2) * xm.d[b] * static_cast<float>(xm.s[b]);
+      tail[m] = std::fma(half(p) * xm.d[b], static_cast<float>(isum), tail[m]);  // explicit: B32Tile8 does the same
+      if constexpr (kMin) tail[m] = std::fma(half(p + 2) * xm.d[b], static_cast<float>(xm.s[b]), tail[m]);
     }
   }
   for (int m = 0; m < MR; ++m) {
@@ -1201,7 +1201,7 @@ inline void nib_rows(const std::byte* row, std::int64_t nb, const QuantizedX* x,
       const QuantizedX& xm = x[m];
       const int isum = hsum(dot_us(w, load256(xm.q + 32 * b))) - kOff * xm.s[b];
       tail[m] = std::fma(half(p) * xm.d[b], static_cast<float>(isum), tail[m]);  // as Q4_0Tile8's
-      if constexpr (kMin) tail[m] += half(p + 2) * xm.d[b] * static_cast<float>(xm.s[b]);
+      if constexpr (kMin) tail[m] = std::fma(half(p + 2) * xm.d[b], static_cast<float>(xm.s[b]), tail[m]);
     }
   }
   for (int m = 0; m < MR; ++m) {
@@ -1533,7 +1533,7 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
   return hsum(acc);
 }
 
-// ---- eight x rows per weight row (dot_q8_rows on Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS) ----
+// ---- eight x rows per weight row (dot_q8_rows on every type with a multi-row kernel but Q4_1) ----
 
 inline __m256i bcast32(const void* p) {  // the 32-bit word at p in every lane
   std::int32_t v;
@@ -1673,10 +1673,12 @@ inline void store_tile8(__m256 v, float* out, std::int64_t ldo) {
 /// dot_q8's to the bit. Two tiles share each broadcast weight quad (the kernels are bound by the vector pipes, and
 /// a broadcast is a vector op); their sixteen accumulators then partly live in L1, which costs only loads and stores.
 
-/// Q4_0 (nib_rows): 16 products per 16-bit word, at most 16 * 15 * 127 < 2^15. Blocks past the last eight take
-/// nib_rows' tail steps.
-struct Q4_0Tile8 {
-  static constexpr int kValues = 32;
+/// Q4_0 and Q4_1 (nib_rows<kBytes, kOff, kMin>): 16 products per 16-bit word, at most 16 * 15 * 127 < 2^15; Q4_0's
+/// offset 8 comes off through the sums s, Q4_1's min terms go to their own eight accumulators. Blocks past the last
+/// eight take nib_rows' tail steps.
+template <int kBytes, int kOff, bool kMin>
+struct Nib4Tile8 {
+  static constexpr int kValues = 32, kQs = kMin ? 4 : 2;
   static constexpr bool kHalves = false;
   template <int NT>
   MAXTEXT_QBLOCK_INLINE static void sums(const std::byte* qs, const XTile8* xt, std::int64_t g, __m256i* L) {
@@ -1684,47 +1686,68 @@ struct Q4_0Tile8 {
     quads16<0, 8, NT>(quads_of(_mm256_and_si256(z, m15), _mm256_and_si256(_mm256_srli_epi16(z, 4), m15)), xt, g, L);
     unroll<NT>([&](auto t_) {
       constexpr int t = decltype(t_)::value;
-      L[t] = _mm256_sub_epi32(_mm256_madd_epi16(L[t], _mm256_set1_epi16(1)),
-                              _mm256_slli_epi32(load256(xt[t].s + 8 * g), 3));
+      L[t] = _mm256_madd_epi16(L[t], _mm256_set1_epi16(1));
+      if constexpr (kOff != 0) L[t] = _mm256_sub_epi32(L[t], _mm256_slli_epi32(load256(xt[t].s + 8 * g), 3));
     });
   }
   template <int NT>
   MAXTEXT_QBLOCK_FLATTEN static void dot(const std::byte* row, std::int64_t nb, const XTile8* xt, __m256* out) {
     alignas(32) float dw[8];
-    __m256 acc[NT][8], tail[NT];
+    [[maybe_unused]] alignas(32) float mw[8];
+    __m256 acc[NT][8], accm[NT][8], tail[NT];
     for (int t = 0; t < NT; ++t) {
       for (auto& a : acc[t]) a = _mm256_setzero_ps();
+      for (auto& a : accm[t]) a = _mm256_setzero_ps();
       tail[t] = _mm256_setzero_ps();
     }
     std::int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
-      const std::byte* p = row + b * 18;
-      unroll<8>([&](auto i_) { dw[decltype(i_)::value] = half(p + decltype(i_)::value * 18); });
+      const std::byte* p = row + b * kBytes;
+      unroll<8>([&](auto i_) { dw[decltype(i_)::value] = half(p + decltype(i_)::value * kBytes); });
       const float* wo = opaque(dw);
+      [[maybe_unused]] const float* mo = nullptr;
+      if constexpr (kMin) {
+        unroll<8>([&](auto i_) { mw[decltype(i_)::value] = half(p + decltype(i_)::value * kBytes + 2); });
+        mo = opaque(mw);
+      }
       unroll<8>([&](auto i_) {
         constexpr int i = decltype(i_)::value;
         const std::int64_t g = b + i;
         __m256i L[NT];
-        sums<NT>(p + i * 18 + 2, xt, g, L);
+        sums<NT>(p + i * kBytes + kQs, xt, g, L);
         const __m256 w = _mm256_set1_ps(wo[i]);
         unroll<NT>([&](auto t_) {
           constexpr int t = decltype(t_)::value;
-          acc[t][i] = _mm256_fmadd_ps(fl(L[t]), _mm256_mul_ps(w, _mm256_loadu_ps(xt[t].d + 8 * g)), acc[t][i]);
+          const __m256 dx = _mm256_loadu_ps(xt[t].d + 8 * g);
+          acc[t][i] = _mm256_fmadd_ps(fl(L[t]), _mm256_mul_ps(w, dx), acc[t][i]);
+          if constexpr (kMin) {
+            accm[t][i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(mo[i]), dx), fl(load256(xt[t].s + 8 * g)),
+                                         accm[t][i]);
+          }
         });
       });
     }
     for (; b < nb; ++b) {
-      const std::byte* p = row + b * 18;
+      const std::byte* p = row + b * kBytes;
       __m256i L[NT];
-      sums<NT>(p + 2, xt, b, L);
+      sums<NT>(p + kQs, xt, b, L);
       for (int t = 0; t < NT; ++t) {
-        tail[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half(p)), _mm256_loadu_ps(xt[t].d + 8 * b)),
-                                  fl(L[t]), tail[t]);
+        const __m256 dx = _mm256_loadu_ps(xt[t].d + 8 * b);
+        tail[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half(p)), dx), fl(L[t]), tail[t]);
+        if constexpr (kMin) {
+          tail[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half(p + 2)), dx), fl(load256(xt[t].s + 8 * b)),
+                                    tail[t]);
+        }
       }
     }
-    for (int t = 0; t < NT; ++t) out[t] = _mm256_add_ps(hsum_tile8(acc[t]), tail[t]);
+    for (int t = 0; t < NT; ++t) {
+      out[t] = _mm256_add_ps(hsum_tile8(acc[t]), tail[t]);
+      if constexpr (kMin) out[t] = _mm256_add_ps(out[t], hsum_tile8(accm[t]));
+    }
   }
 };
+using Q4_0Tile8 = Nib4Tile8<18, 8, false>;
+using Q4_1Tile8 = Nib4Tile8<20, 0, true>;
 
 /// Q4_K / Q5_K (dot_q8_rows_q45k): accumulator j is sub-block j. Q5_K's quants reach 31, so its eight quads add in
 /// two 16-bit sums of four (8 * 31 * 127 < 2^15). The min terms take a second pass over the row's scales.
@@ -1896,6 +1919,102 @@ struct Iq4XsTile8 {
       });
     }
     for (int t = 0; t < NT; ++t) out[t] = hsum_tile8(acc[t]);
+  }
+};
+
+/// The 32-value blocks of dot_q8_rows_b32 (Q5_0, Q5_1, Q8_0, IQ4_NL; wvec as there), in the order of its steps of
+/// four blocks: for block i of a step, accumulator i sums values 0-15 and accumulator 4 + i values 16-31 (the two
+/// halves of its vphaddd fold, each less kOff/2 * s), times dw_i dx_i; the min terms go to four accumulators, and
+/// blocks past the last four to the tail, as there. Unsigned quants (0..31) add four quads per 16-bit word
+/// (8 * 31 * 127 < 2^15); the signed ones (Q8_0 to -128, the codebook) take |w| times x with w's sign and widen every
+/// quad to 32 bits at once.
+template <int kBytes, int kOff, bool kMin, bool kSigned, class W>
+struct B32Tile8 {
+  static constexpr int kValues = 32;
+  static constexpr bool kHalves = false;
+  template <int NT>
+  MAXTEXT_QBLOCK_FLATTEN static void dot(const std::byte* row, std::int64_t nb, const XTile8* xt, __m256* out) {
+    constexpr int kShift = kOff == 16 ? 3 : 2;
+    const W wvec{};
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[NT][8], accm[NT][4], tail[NT];
+    for (int t = 0; t < NT; ++t) {
+      for (auto& a : acc[t]) a = _mm256_setzero_ps();
+      for (auto& a : accm[t]) a = _mm256_setzero_ps();
+      tail[t] = _mm256_setzero_ps();
+    }
+    // L[t][h], lane r: the integer sum of block p's values 16h .. 16h+15 times x row r of tile t (group g)
+    auto sums = [&](const std::byte* p, std::int64_t g, __m256i (*L)[2]) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+      const __m256i w = wvec(p);
+      const __m256i lo = _mm256_permute4x64_epi64(w, 0x44), hi = _mm256_permute4x64_epi64(w, 0xee);
+      if constexpr (kSigned) {
+        const auto ws = quads_of(lo, hi), wa = quads_of(_mm256_abs_epi8(lo), _mm256_abs_epi8(hi));
+        unroll<8>([&](auto k_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+          constexpr int k = decltype(k_)::value;
+          const __m256i wk = ws(ic<k>{}), ak = wa(ic<k>{});
+          unroll<NT>([&](auto t_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+            constexpr int t = decltype(t_)::value;
+            const __m256i xk = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt[t].q + 256 * g + 32 * k));
+            const __m256i q = _mm256_madd_epi16(_mm256_maddubs_epi16(ak, _mm256_sign_epi8(xk, wk)), ones);
+            L[t][k / 4] = k % 4 == 0 ? q : _mm256_add_epi32(L[t][k / 4], q);
+          });
+        });
+      } else {
+        __m256i S[2][NT];
+        quads16<0, 4, NT>(quads_of(lo, hi), xt, g, S[0]);
+        quads16<4, 8, NT>(quads_of(lo, hi), xt, g, S[1]);
+        for (int t = 0; t < NT; ++t) {
+          L[t][0] = _mm256_madd_epi16(S[0][t], ones);
+          L[t][1] = _mm256_madd_epi16(S[1][t], ones);
+        }
+      }
+      if constexpr (kOff != 0) {
+        for (int t = 0; t < NT; ++t) {
+          const __m256i o = _mm256_slli_epi32(load256(xt[t].s + 8 * g), kShift);
+          L[t][0] = _mm256_sub_epi32(L[t][0], o);
+          L[t][1] = _mm256_sub_epi32(L[t][1], o);
+        }
+      }
+    };
+    std::int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+      unroll<4>([&](auto i_) {
+        constexpr int i = decltype(i_)::value;
+        const std::int64_t g = b + i;
+        const std::byte* p = row + g * kBytes;
+        __m256i L[NT][2];
+        sums(p, g, L);
+        const __m256 dw = _mm256_set1_ps(half(p));
+        [[maybe_unused]] __m256 mw;
+        if constexpr (kMin) mw = _mm256_set1_ps(half(p + 2));
+        for (int t = 0; t < NT; ++t) {
+          const __m256 dx = _mm256_loadu_ps(xt[t].d + 8 * g), f = _mm256_mul_ps(dw, dx);
+          acc[t][i] = _mm256_fmadd_ps(fl(L[t][0]), f, acc[t][i]);
+          acc[t][4 + i] = _mm256_fmadd_ps(fl(L[t][1]), f, acc[t][4 + i]);
+          if constexpr (kMin) {
+            accm[t][i] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), fl(load256(xt[t].s + 8 * g)), accm[t][i]);
+          }
+        }
+      });
+    }
+    for (; b < nb; ++b) {
+      const std::byte* p = row + b * kBytes;
+      __m256i L[NT][2];
+      sums(p, b, L);
+      for (int t = 0; t < NT; ++t) {
+        const __m256 dx = _mm256_loadu_ps(xt[t].d + 8 * b);
+        tail[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half(p)), dx),
+                                  fl(_mm256_add_epi32(L[t][0], L[t][1])), tail[t]);
+        if constexpr (kMin) {
+          tail[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half(p + 2)), dx), fl(load256(xt[t].s + 8 * b)),
+                                    tail[t]);
+        }
+      }
+    }
+    for (int t = 0; t < NT; ++t) {  // (hsum(acc) + tail) + ((m0 + m2) + (m1 + m3)), as dot_q8_rows_b32 ends
+      const __m256 m = _mm256_add_ps(_mm256_add_ps(accm[t][0], accm[t][2]), _mm256_add_ps(accm[t][1], accm[t][3]));
+      out[t] = _mm256_add_ps(_mm256_add_ps(hsum_tile8(acc[t]), tail[t]), m);
+    }
   }
 };
 
@@ -2181,7 +2300,6 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
         kernel(mr, rows + static_cast<std::size_t>(n) * row_bytes, x + m + m0, out + (m + m0) * ldo + n);
       });
     };
-    auto run = [&](auto kernel) { run_from(0, kernel); };
     // tile8_rows<T> for every sixteen x rows (two tiles), then eight, then kernel for the rest
     auto run8 = [&](auto tile, auto kernel) {
       using T = typename decltype(tile)::type;
@@ -2201,10 +2319,12 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
       run_from(m8, kernel);
     };
     auto b32 = [&](auto bytes, auto off, auto min, auto sgn, auto wvec) {
-      run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
-        dot_q8_rows_b32<decltype(bytes)::value, decltype(off)::value, decltype(min)::value, decltype(sgn)::value,
-                        decltype(mr)::value>(r, nb32, xs, o, ldo, wvec);
-      });
+      constexpr int kB = decltype(bytes)::value, kO = decltype(off)::value;
+      constexpr bool kM = decltype(min)::value, kS = decltype(sgn)::value;
+      run8(std::type_identity<B32Tile8<kB, kO, kM, kS, decltype(wvec)>>{},
+           [&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+             dot_q8_rows_b32<kB, kO, kM, kS, decltype(mr)::value>(r, nb32, xs, o, ldo, wvec);
+           });
     };
     switch (t) {
       case BlockType::q4_k:
@@ -2233,9 +2353,10 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
                       for (int m = 0; m < decltype(mr)::value; ++m) o[m * ldo] = dot_q8_iq4_xs(r, xs[m]);
                     });
       case BlockType::q4_1:
-        return run([&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
-          nib_rows<20, 0, true, decltype(mr)::value>(r, nb32, xs, o, ldo);
-        });
+        return run8(std::type_identity<Q4_1Tile8>{},
+                    [&](auto mr, const std::byte* r, const QuantizedX* xs, float* o) {
+                      nib_rows<20, 0, true, decltype(mr)::value>(r, nb32, xs, o, ldo);
+                    });
       case BlockType::q5_0: return b32(ic<22>{}, ic<16>{}, false_type{}, false_type{}, WQ5_0{});
       case BlockType::q5_1: return b32(ic<24>{}, ic<0>{}, true_type{}, false_type{}, WQ5_1{});
       case BlockType::q8_0: return b32(ic<34>{}, ic<0>{}, false_type{}, true_type{}, WQ8_0{});
