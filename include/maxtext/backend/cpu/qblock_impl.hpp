@@ -1656,6 +1656,33 @@ inline auto quads_at(const std::uint8_t* q) {
   return [q](auto k_) MAXTEXT_QBLOCK_LAMBDA_INLINE { return bcast32(q + 4 * decltype(k_)::value); };
 }
 
+/// S[t] as quads16's, for signed weight quads (Q8_0 down to -128, the IQ4 codebook) of a 32-value group with quads
+/// 0-3 in lo and 4-7 in hi (quads_of): each product is |w| times x with w's sign (vpsignb per tile; the broadcast quad
+/// and its magnitude are shared by the NT tiles). A pair sum may reach 2 * 128 * 127, so every quad widens to 32 bits
+/// at once: the sums are int32.
+template <int kFrom, int kTo, int NT>
+MAXTEXT_QBLOCK_INLINE void signed_quads32(__m256i lo, __m256i hi, const XTile8* xt, std::int64_t g, __m256i* S) {
+  const auto w = quads_of(lo, hi), a = quads_of(_mm256_abs_epi8(lo), _mm256_abs_epi8(hi));
+  unroll<kTo - kFrom>([&](auto k_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+    constexpr int k = kFrom + decltype(k_)::value;
+    const __m256i wk = w(ic<k>{}), ak = a(ic<k>{});
+    unroll<NT>([&](auto t_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+      constexpr int t = decltype(t_)::value;
+      const __m256i xk = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt[t].q + 256 * g + 32 * k));
+      const __m256i p =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(ak, _mm256_sign_epi8(xk, wk)), _mm256_set1_epi16(1));
+      S[t] = k == kFrom ? p : _mm256_add_epi32(S[t], p);
+    });
+  });
+}
+
+/// Every accumulator of a row-tile kernel to zero.
+template <std::size_t N, std::size_t M>
+inline void zero_tiles(__m256 (&a)[N][M]) {
+  for (auto& r : a) {
+    for (auto& v : r) v = _mm256_setzero_ps();
+  }
+}
 /// hsum(v) of lane r for eight vectors a[j] = row r's lane j, in hsum's order.
 inline __m256 hsum_tile8(const __m256* a) {
   return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
@@ -1695,11 +1722,9 @@ struct Nib4Tile8 {
     alignas(32) float dw[8];
     [[maybe_unused]] alignas(32) float mw[8];
     __m256 acc[NT][8], accm[NT][8], tail[NT];
-    for (int t = 0; t < NT; ++t) {
-      for (auto& a : acc[t]) a = _mm256_setzero_ps();
-      for (auto& a : accm[t]) a = _mm256_setzero_ps();
-      tail[t] = _mm256_setzero_ps();
-    }
+    zero_tiles(acc);
+    zero_tiles(accm);
+    for (auto& v : tail) v = _mm256_setzero_ps();
     std::int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
       const std::byte* p = row + b * kBytes;
@@ -1759,9 +1784,7 @@ struct Q45_KTile8 {
   MAXTEXT_QBLOCK_FLATTEN static void dot(const std::byte* row, std::int64_t nb, const XTile8* xt, __m256* out) {
     alignas(32) float f[8];
     __m256 acc[NT][8];
-    for (auto& a : acc) {
-      for (auto& v : a) v = _mm256_setzero_ps();
-    }
+    zero_tiles(acc);
     const __m256i m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::byte* blk = row + b * kBytes;
@@ -1840,9 +1863,7 @@ struct Q6_KTile8 {
     alignas(32) std::uint8_t qb[8][32];
     alignas(32) std::int16_t sc[16];
     __m256 acc[NT][8];
-    for (auto& a : acc) {
-      for (auto& v : a) v = _mm256_setzero_ps();
-    }
+    zero_tiles(acc);
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::byte* blk = row + b * 210;
       q6k_quants(blk, qb);
@@ -1874,9 +1895,8 @@ struct Q6_KTile8 {
   }
 };
 
-/// IQ4_XS (dot_q8_iq4_xs): accumulator j is sub-block j. The codebook values are signed (-127 .. 113), so each
-/// product is |w| times x with w's sign (vpsignb per tile and quad; the broadcast quad and its magnitude are shared by
-/// the NT tiles), and a pair sum may reach 2 * 127 * 127: every quad widens to 32 bits at once.
+/// IQ4_XS (dot_q8_iq4_xs): accumulator j is sub-block j. The codebook values are signed (-127 .. 113):
+/// signed_quads32.
 struct Iq4XsTile8 {
   static constexpr int kValues = 256;
   static constexpr bool kHalves = false;
@@ -1884,10 +1904,8 @@ struct Iq4XsTile8 {
   MAXTEXT_QBLOCK_FLATTEN static void dot(const std::byte* row, std::int64_t nb, const XTile8* xt, __m256* out) {
     alignas(32) float f[8];
     __m256 acc[NT][8];
-    for (auto& a : acc) {
-      for (auto& v : a) v = _mm256_setzero_ps();
-    }
-    const __m256i tbl = iq4_table_s8x2(), m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    zero_tiles(acc);
+    const __m256i tbl = iq4_table_s8x2(), m15 = _mm256_set1_epi8(15);
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::byte* blk = row + b * 136;
       const __m256 ls = _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(blk)), _mm256_set1_ps(32.0f));
@@ -1899,18 +1917,8 @@ struct Iq4XsTile8 {
         const __m256i z = _mm256_broadcastsi128_si256(load128(blk + 8 + 16 * j));
         const __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(z, m15));  // values 0-15, both halves
         const __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(z, 4), m15));  // 16-31
-        const auto w = quads_of(lo, hi), a = quads_of(_mm256_abs_epi8(lo), _mm256_abs_epi8(hi));
         __m256i L[NT];
-        unroll<8>([&](auto k_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
-          constexpr int k = decltype(k_)::value;
-          const __m256i wk = w(ic<k>{}), ak = a(ic<k>{});
-          unroll<NT>([&](auto t_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
-            constexpr int t = decltype(t_)::value;
-            const __m256i xk = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt[t].q + 256 * g + 32 * k));
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ak, _mm256_sign_epi8(xk, wk)), ones);
-            L[t] = k == 0 ? p : _mm256_add_epi32(L[t], p);
-          });
-        });
+        signed_quads32<0, 8, NT>(lo, hi, xt, g, L);
         const __m256 s = _mm256_set1_ps(fo[j]);
         unroll<NT>([&](auto t_) {
           constexpr int t = decltype(t_)::value;
@@ -1926,8 +1934,7 @@ struct Iq4XsTile8 {
 /// four blocks: for block i of a step, accumulator i sums values 0-15 and accumulator 4 + i values 16-31 (the two
 /// halves of its vphaddd fold, each less kOff/2 * s), times dw_i dx_i; the min terms go to four accumulators, and
 /// blocks past the last four to the tail, as there. Unsigned quants (0..31) add four quads per 16-bit word
-/// (8 * 31 * 127 < 2^15); the signed ones (Q8_0 to -128, the codebook) take |w| times x with w's sign and widen every
-/// quad to 32 bits at once.
+/// (8 * 31 * 127 < 2^15); the signed ones (Q8_0, the codebook) go through signed_quads32.
 template <int kBytes, int kOff, bool kMin, bool kSigned, class W>
 struct B32Tile8 {
   static constexpr int kValues = 32;
@@ -1938,35 +1945,24 @@ struct B32Tile8 {
     const W wvec{};
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[NT][8], accm[NT][4], tail[NT];
-    for (int t = 0; t < NT; ++t) {
-      for (auto& a : acc[t]) a = _mm256_setzero_ps();
-      for (auto& a : accm[t]) a = _mm256_setzero_ps();
-      tail[t] = _mm256_setzero_ps();
-    }
+    zero_tiles(acc);
+    zero_tiles(accm);
+    for (auto& v : tail) v = _mm256_setzero_ps();
     // L[t][h], lane r: the integer sum of block p's values 16h .. 16h+15 times x row r of tile t (group g)
     auto sums = [&](const std::byte* p, std::int64_t g, __m256i (*L)[2]) MAXTEXT_QBLOCK_LAMBDA_INLINE {
       const __m256i w = wvec(p);
       const __m256i lo = _mm256_permute4x64_epi64(w, 0x44), hi = _mm256_permute4x64_epi64(w, 0xee);
+      __m256i S[2][NT];
       if constexpr (kSigned) {
-        const auto ws = quads_of(lo, hi), wa = quads_of(_mm256_abs_epi8(lo), _mm256_abs_epi8(hi));
-        unroll<8>([&](auto k_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
-          constexpr int k = decltype(k_)::value;
-          const __m256i wk = ws(ic<k>{}), ak = wa(ic<k>{});
-          unroll<NT>([&](auto t_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
-            constexpr int t = decltype(t_)::value;
-            const __m256i xk = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt[t].q + 256 * g + 32 * k));
-            const __m256i q = _mm256_madd_epi16(_mm256_maddubs_epi16(ak, _mm256_sign_epi8(xk, wk)), ones);
-            L[t][k / 4] = k % 4 == 0 ? q : _mm256_add_epi32(L[t][k / 4], q);
-          });
-        });
+        signed_quads32<0, 4, NT>(lo, hi, xt, g, S[0]);
+        signed_quads32<4, 8, NT>(lo, hi, xt, g, S[1]);
       } else {
-        __m256i S[2][NT];
         quads16<0, 4, NT>(quads_of(lo, hi), xt, g, S[0]);
         quads16<4, 8, NT>(quads_of(lo, hi), xt, g, S[1]);
-        for (int t = 0; t < NT; ++t) {
-          L[t][0] = _mm256_madd_epi16(S[0][t], ones);
-          L[t][1] = _mm256_madd_epi16(S[1][t], ones);
-        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        L[t][0] = kSigned ? S[0][t] : _mm256_madd_epi16(S[0][t], ones);
+        L[t][1] = kSigned ? S[1][t] : _mm256_madd_epi16(S[1][t], ones);
       }
       if constexpr (kOff != 0) {
         for (int t = 0; t < NT; ++t) {
