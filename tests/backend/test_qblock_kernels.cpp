@@ -188,38 +188,40 @@ TEST_CASE("qblock dot_q8 and dot_q8_rows with every quant at its largest and act
   // the codebook's 113) against activations that all quantise to +-127 puts those sums at their bounds: an overflow
   // would be far outside dot_q8's tolerance, and dot_q8_rows must still equal dot_q8 to the bit. Every bit clear
   // gives the other extremes (the codebook's -127, whose products with +-127 make the largest signed pair sums).
-  for (const std::byte fill : {std::byte{0xff}, std::byte{0x00}})
-  for (auto t : kGgmlBlockTypes) {
-    const quant::BlockFormat& f = quant::block_format(t);
-    const std::int64_t K = 512, N = 3, M = 17;
-    auto rows = random_blocks(t, N * K / f.block, 5u);
-    for (std::int64_t b = 0; b < N * K / f.block; ++b) {  // every byte but the fp16 scale fields
-      std::byte* blk = rows.data() + b * f.bytes;
-      for (int i = 0; i < f.bytes; ++i) {
-        const bool scale = (f.fp16_scales[0] >= 0 && (i == f.fp16_scales[0] || i == f.fp16_scales[0] + 1)) ||
-                           (f.fp16_scales[1] >= 0 && (i == f.fp16_scales[1] || i == f.fp16_scales[1] + 1));
-        if (!scale) blk[i] = fill;
+  for (const std::byte fill : {std::byte{0xff}, std::byte{0x00}}) {
+    for (auto t : kGgmlBlockTypes) {
+      const quant::BlockFormat& f = quant::block_format(t);
+      const std::int64_t K = 512, N = 3, M = 17;
+      auto rows = random_blocks(t, N * K / f.block, 5u);
+      for (std::int64_t b = 0; b < N * K / f.block; ++b) {  // every byte but the fp16 scale fields
+        std::byte* blk = rows.data() + b * f.bytes;
+        for (int i = 0; i < f.bytes; ++i) {
+          const bool scale = (f.fp16_scales[0] >= 0 && (i == f.fp16_scales[0] || i == f.fp16_scales[0] + 1)) ||
+                             (f.fp16_scales[1] >= 0 && (i == f.fp16_scales[1] || i == f.fp16_scales[1] + 1));
+          if (!scale) blk[i] = fill;
+        }
       }
-    }
-    const std::size_t qbytes = qb::quantized_x_bytes(K), rb = static_cast<std::size_t>(K / f.block * f.bytes);
-    std::vector<std::byte> buf(qbytes * M);
-    std::vector<qb::QuantizedX> xq;
-    for (std::int64_t m = 0; m < M; ++m) {  // all +1, all -1, then sign patterns
-      std::vector<float> x(static_cast<std::size_t>(K));
-      for (std::int64_t k = 0; k < K; ++k) x[k] = m == 0 ? 1.0f : m == 1 ? -1.0f : ((k / m) % 2 ? -1.0f : 1.0f);
-      xq.push_back(qb::quantize_x(x.data(), K, buf.data() + qbytes * static_cast<std::size_t>(m)));
-    }
-    std::vector<float> out(static_cast<std::size_t>(M * N));
-    qb::dot_q8_rows(t, rows.data(), rb, N, xq.data(), M, out.data(), N);
-    for (std::int64_t n = 0; n < N; ++n) {
-      std::vector<float> w(static_cast<std::size_t>(K));
-      quant::dequantize_row(t, rows.data() + n * rb, w.data(), K);
-      for (std::int64_t m = 0; m < M; ++m) {
-        const auto [ref, mag] = q8_reference(w, xq[m]);
-        const float got = qb::dot_q8(t, rows.data() + n * rb, xq[m]);
-        INFO(f.name << " fill " << static_cast<int>(fill) << " row " << n << " x " << m << ": got " << got << " want " << static_cast<double>(ref));
-        CHECK(std::fabs(static_cast<long double>(got) - ref) <= 1e-5L * mag + 1e-30L);
-        CHECK(bits(out[static_cast<std::size_t>(m * N + n)]) == bits(got));
+      const std::size_t qbytes = qb::quantized_x_bytes(K), rb = static_cast<std::size_t>(K / f.block * f.bytes);
+      std::vector<std::byte> buf(qbytes * M);
+      std::vector<qb::QuantizedX> xq;
+      for (std::int64_t m = 0; m < M; ++m) {  // all +1, all -1, then sign patterns
+        std::vector<float> x(static_cast<std::size_t>(K));
+        for (std::int64_t k = 0; k < K; ++k) x[k] = m == 0 ? 1.0f : m == 1 ? -1.0f : ((k / m) % 2 ? -1.0f : 1.0f);
+        xq.push_back(qb::quantize_x(x.data(), K, buf.data() + qbytes * static_cast<std::size_t>(m)));
+      }
+      std::vector<float> out(static_cast<std::size_t>(M * N));
+      qb::dot_q8_rows(t, rows.data(), rb, N, xq.data(), M, out.data(), N);
+      for (std::int64_t n = 0; n < N; ++n) {
+        std::vector<float> w(static_cast<std::size_t>(K));
+        quant::dequantize_row(t, rows.data() + n * rb, w.data(), K);
+        for (std::int64_t m = 0; m < M; ++m) {
+          const auto [ref, mag] = q8_reference(w, xq[m]);
+          const float got = qb::dot_q8(t, rows.data() + n * rb, xq[m]);
+          INFO(f.name << " fill " << static_cast<int>(fill) << " row " << n << " x " << m << ": got " << got
+                      << " want " << static_cast<double>(ref));
+          CHECK(std::fabs(static_cast<long double>(got) - ref) <= 1e-5L * mag + 1e-30L);
+          CHECK(bits(out[static_cast<std::size_t>(m * N + n)]) == bits(got));
+        }
       }
     }
   }

@@ -671,8 +671,8 @@ namespace avx2 {
 // dot_q8_rows (prefill) takes most of these kernels for up to four x rows at once (MR): the weight block is decoded
 // once into a small buffer that stays in L1, and each x row then does exactly the one-row kernel's integer and float
 // steps, so a prompt's products equal decode's bit for bit (the one-row dot_q8 is the MR = 1 case of the same code).
-// Q4_0, Q4_K, Q5_K and Q6_K take tiles of eight x rows instead wherever eight remain (XTile8, below): lanes are x
-// rows, so no horizontal sums, and each tile accumulator is one lane of the one-row kernel's, so still bit for bit.
+// Every type but Q2_K and Q3_K takes tiles of eight x rows instead wherever eight remain (XTile8, below): lanes are
+// x rows, so no horizontal sums, and each tile accumulator is one lane of the one-row kernel's, so still bit for bit.
 //
 // Types covered here: those of the AVX-512 paths, and Q4_1, Q5_0, Q5_1, Q2_K and Q3_K, which the AVX-512 paths do
 // not have yet: machines with AVX-512 run these AVX2 kernels for those five (with_decoder, dot_q8).
@@ -1533,7 +1533,7 @@ inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
   return hsum(acc);
 }
 
-// ---- eight x rows per weight row (dot_q8_rows on every type with a multi-row kernel but Q4_1) ----
+// ---- eight x rows per weight row (dot_q8_rows on every type but Q2_K and Q3_K) ----
 
 inline __m256i bcast32(const void* p) {  // the 32-bit word at p in every lane
   std::int32_t v;
