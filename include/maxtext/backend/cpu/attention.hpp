@@ -1,9 +1,10 @@
 // backend/cpu/attention.hpp: MaxText AttentionOp on the CPU (spec attention.md §1-2), with no [T, S] score matrix.
 // Two kernels:
-//  - decode (one query per row, and whenever the prefill kernel does not apply): one work item is (batch row, kv
-//    head, query); the G = N/K query heads sharing a kv head are handled together, so each key and value row is
-//    loaded (and converted to f32) once for all of them. Three passes over the visible keys: all logits (kW keys at a
-//    time, kW dot products reduced into one vector), one max and one vectorised exp per head, then the value rows.
+//  - decode (one query per row, and whenever the prefill kernel does not apply): one work item is (batch row,
+//    query, chunk of kv heads); the G = N/K query heads sharing a kv head are handled together, so each key and
+//    value row is loaded (and converted to f32) once for all of them. Three passes over the visible keys: all logits
+//    (kW keys at a time, kW dot products reduced into one vector), one max and one vectorised exp per head, then the
+//    value rows; the cache is read in address order (see attention() below).
 //  - prefill (T >= 2, head dims multiples of kW, no soft cap): one work item is a tile of query positions times the
 //    G heads (about 64 rows); each key block is transposed once and serves every row of the tile (see below). An
 //    online softmax over blocks of kW keys: per block one running-max update, one vectorised exp, then the
@@ -68,42 +69,6 @@ MAXTEXT_INLINE void block_logits(const float* q, const float* k, std::int64_t ks
 #else
   for (std::int64_t j = 0; j < kBlk; ++j) logit[j] = xsimd::hadd(acc[j]);
 #endif
-}
-
-/// acc[0, Dv) += sum_j prob[j] * v_j over the block's keys, the accumulator kept in registers per 4-vector chunk.
-MAXTEXT_INLINE void accumulate_values(const float* prob, const float* const* vrow, std::int64_t nb, std::int64_t Dv,
-                                      float* acc) {
-  if (Dv % kBlk != 0) {
-    for (std::int64_t j = 0; j < nb; ++j) {
-      if (prob[j] != 0.0f) vec::axpy(prob[j], vrow[j], acc, Dv);
-    }
-    return;
-  }
-  std::int64_t c = 0;
-  for (; c + 4 * kBlk <= Dv; c += 4 * kBlk) {
-    fbatch a0 = fbatch::load_unaligned(acc + c), a1 = fbatch::load_unaligned(acc + c + kBlk),
-           a2 = fbatch::load_unaligned(acc + c + 2 * kBlk), a3 = fbatch::load_unaligned(acc + c + 3 * kBlk);
-    for (std::int64_t j = 0; j < nb; ++j) {
-      if (prob[j] == 0.0f) continue;  // masked key (its value row may not exist)
-      const fbatch p(prob[j]);
-      const float* v = vrow[j] + c;
-      a0 = xsimd::fma(p, fbatch::load_unaligned(v), a0);
-      a1 = xsimd::fma(p, fbatch::load_unaligned(v + kBlk), a1);
-      a2 = xsimd::fma(p, fbatch::load_unaligned(v + 2 * kBlk), a2);
-      a3 = xsimd::fma(p, fbatch::load_unaligned(v + 3 * kBlk), a3);
-    }
-    a0.store_unaligned(acc + c);
-    a1.store_unaligned(acc + c + kBlk);
-    a2.store_unaligned(acc + c + 2 * kBlk);
-    a3.store_unaligned(acc + c + 3 * kBlk);
-  }
-  for (; c < Dv; c += kBlk) {
-    fbatch a = fbatch::load_unaligned(acc + c);
-    for (std::int64_t j = 0; j < nb; ++j) {
-      if (prob[j] != 0.0f) a = xsimd::fma(fbatch(prob[j]), fbatch::load_unaligned(vrow[j] + c), a);
-    }
-    a.store_unaligned(acc + c);
-  }
 }
 
 /// Keys [lo, hi) that query position qi may see in a row of `len` cached keys (causal, window, chunk terms);
@@ -239,26 +204,26 @@ MAXTEXT_INLINE void tile_values(const float* prob, const float* const* vrow, std
   }
 }
 
-/// acc[r][c, c + NV kBlk) = sum_s prob[r * pstride + s] * v[s * vstride + (0 .. NV kBlk)] over s < n, for RR rows
-/// (one pass over n value rows, each loaded once for all the rows).
+/// acc[r][0, NV kBlk) += sum_j prob[r * pstride + j] * v_j[0, NV kBlk) over nb value rows v_j = v + j vs, for RR
+/// rows (acc rows Dv apart): each value vector loaded once for all the rows, the sums kept in registers.
 template <int RR, int NV>
-MAXTEXT_INLINE void sum_values(const float* prob, std::int64_t pstride, const float* v, std::int64_t vstride,
-                               std::int64_t n, float* acc, std::int64_t Dv) {
+MAXTEXT_INLINE void block_values(const float* prob, std::int64_t pstride, const float* v, std::int64_t vs,
+                                 std::int64_t nb, float* acc, std::int64_t Dv) {
   fbatch o[RR][NV];
   MAXTEXT_UNROLL
   for (int r = 0; r < RR; ++r) {
     MAXTEXT_UNROLL
-    for (int u = 0; u < NV; ++u) o[r][u] = fbatch(0.0f);
+    for (int u = 0; u < NV; ++u) o[r][u] = fbatch::load_unaligned(acc + r * Dv + u * kBlk);
   }
-  for (std::int64_t s = 0; s < n; ++s, v += vstride) {
+  for (std::int64_t j = 0; j < nb; ++j, v += vs) {
     fbatch vv[NV];
     MAXTEXT_UNROLL
     for (int u = 0; u < NV; ++u) vv[u] = fbatch::load_unaligned(v + u * kBlk);
     MAXTEXT_UNROLL
     for (int r = 0; r < RR; ++r) {
-      const fbatch p(prob[r * pstride + s]);
+      const fbatch pr(prob[r * pstride + j]);
       MAXTEXT_UNROLL
-      for (int u = 0; u < NV; ++u) o[r][u] = xsimd::fma(p, vv[u], o[r][u]);
+      for (int u = 0; u < NV; ++u) o[r][u] = xsimd::fma(pr, vv[u], o[r][u]);
     }
   }
   MAXTEXT_UNROLL
@@ -405,42 +370,52 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
     return;
   }
 
-  // One work item = (batch row, kv head, query): the G heads sharing the kv head. Three passes over the visible keys
-  // [lo, hi) instead of an online softmax: every logit first (each key row loaded once for the G heads), then one
-  // max and one vectorised exp per head, then the value rows. Each pass walks one head's rows of the cache in
-  // address order with little work per row, which the hardware prefetchers follow (about 1.5x the memory rate of
-  // the online softmax's interleaved blocks, measured on Zen 4; software prefetching made it slower).
+  // One work item = (batch row, query, chunk of kv heads): every query head of the chunk. Three passes over the
+  // visible keys [lo, hi) instead of an online softmax: every logit first, then one max and one vectorised exp per
+  // head, then the value rows. Passes 1 and 3 go block by block of kBlk positions and, inside a block, kv head by kv
+  // head, so the cache is read in address order; each key and value row is loaded (and converted) once for the G
+  // heads sharing it. From DRAM, one Zen 4 core streams an f32 cache (12 heads x 64) at about 28 GB/s this way,
+  // against 18 GB/s for an online softmax over one head's rows at a time (they lie a whole cache position apart)
+  // and 26 for these three passes over one head's rows; software prefetching made every variant slower.
   std::int64_t max_len = 0;
   for (std::int64_t b = 0; b < B; ++b) max_len = std::max<std::int64_t>(max_len, mask.kv_len(b));
   const std::int64_t span = (max_len + kBlk - 1) / kBlk * kBlk + kBlk;  // logits per row, whole blocks
-  parallel_for(items, nt, [&](std::int64_t w0, std::int64_t w1) {
-    // Per-thread buffers: logits [G][span] (first: 64-byte aligned), q rows, accumulators, running max vectors, one
-    // block of keys/values in f32.
+  const std::int64_t BT = B * T;
+  // Chunks: enough for every thread, and few enough heads per chunk that its logits stay within 8 MiB.
+  const std::int64_t chunks = std::min<std::int64_t>(
+      K, std::max<std::int64_t>(BT >= nt ? 1 : (nt + BT - 1) / BT, (K * G * span * 4 + (1 << 23) - 1) >> 23));
+  const std::int64_t HC = (K + chunks - 1) / chunks, C = (K + HC - 1) / HC;  // kv heads per chunk, chunks
+  const bool segments = !mask.kv_segment.empty();
+  // Value rows by register tiles; per key with a skip of zero probabilities when Dv is not a multiple of kBlk, or
+  // with segment ids (a masked key's row may hold anything).
+  const bool tiled_values = Dv % kBlk == 0 && !segments;
+  parallel_for(BT * C, nt, [&](std::int64_t w0, std::int64_t w1) {
+    // Per-thread buffers: logits [R][span] (first: 64-byte aligned), running max per lane [R][kBlk] (later: lane 0
+    // the max, lane 1 the sum), q rows, accumulators, one block's key / value rows of one head in f32.
+    const std::int64_t R = HC * G;
     const std::size_t need =
-        static_cast<std::size_t>(G * (span + Dq + Dv + kBlk) + kBlk * (Dq + Dv) + 4 * kBlk) * 4 + 64;
-    float* lg = reinterpret_cast<float*>(thread_scratch(need, 0));  // [G][span]
-    float* mvec = lg + G * span;         // [G][kBlk] running max per lane
-    float* qf = mvec + G * kBlk;         // [G][Dq]
-    float* acc = qf + G * Dq;            // [G][Dv]
-    float* kf = acc + G * Dv;            // [kBlk][Dq]
-    float* vf = kf + kBlk * Dq;          // [kBlk][Dv]
+        static_cast<std::size_t>(R * (span + kBlk + Dq + Dv) + kBlk * (Dq + Dv)) * sizeof(float) + 64;
+    float* lg = reinterpret_cast<float*>(thread_scratch(need, 0));  // [R][span]
+    float* mvec = lg + R * span;                                      // [R][kBlk]
+    float* qf = mvec + R * kBlk;                                      // [R][Dq]
+    float* acc = qf + R * Dq;                                         // [R][Dv]
+    float* kf = acc + R * Dv;                                         // [kBlk][Dq]
+    float* vf = kf + kBlk * Dq;                                       // [kBlk][Dv]
     alignas(64) float dead[kBlk];
-    const float* vrow[kBlk];
-    const bool segments = !mask.kv_segment.empty();
 
     for (std::int64_t w = w0; w < w1; ++w) {
       // Queries in zigzag order (0, T-1, 1, T-2, ...) so that contiguous chunks get equal causal work.
-      const std::int64_t b = w / (K * T), kh = (w / T) % K, i = w % T;
+      const std::int64_t b = w / (T * C), i = (w / C) % T, h0 = (w % C) * HC, h1 = std::min(K, h0 + HC);
       const std::int64_t t = (i % 2 == 0) ? i / 2 : T - 1 - i / 2;
+      const std::int64_t rows = (h1 - h0) * G;  // row r is query head h0 G + r
       const std::int64_t start = mask.q_start(b), len = mask.kv_len(b);
-      const std::int64_t qi = start + t;
       std::int64_t lo = 0, hi = 0;
-      key_range(mask, len, qi, lo, hi);
+      key_range(mask, len, start + t, lo, hi);
       const std::int32_t qseg = mask.q_segment.empty() ? 0 : mask.q_segment(b, t);
-      for (std::int64_t g = 0; g < G; ++g) {
-        vec::to_f32(&q(b, t, kh * G + g, 0), qf + g * Dq, Dq);
-        std::fill(acc + g * Dv, acc + (g + 1) * Dv, 0.0f);
-        fbatch(kNegInf).store_aligned(mvec + g * kBlk);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        vec::to_f32(&q(b, t, h0 * G + r, 0), qf + r * Dq, Dq);
+        std::fill(acc + r * Dv, acc + (r + 1) * Dv, 0.0f);
+        fbatch(kNegInf).store_aligned(mvec + r * kBlk);
       }
       // Pass 1: logits, rounded and capped per MaxText's dtype flow, then masked (after the cap, which would map
       // -inf to -cap); lanes past hi are -inf.
@@ -448,50 +423,52 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
         const std::int64_t nb = std::min(kBlk, hi - s0);
         const bool masked = segments || nb < kBlk;  // else every key of the block is visible
         if (masked) block_mask(mask, b, s0, nb, lo, hi, qseg, dead);
-        // The block's key rows: straight from the cache when A is float, else converted into kf.
-        const float* kb = kf;
-        std::int64_t ks = Dq;
-        if constexpr (std::is_same_v<A, float>) {
-          kb = &k(b, s0, kh, 0);
-          ks = k.stride(1);
-        } else {
-          for (std::int64_t j = 0; j < nb; ++j) vec::to_f32(&k(b, s0 + j, kh, 0), kf + j * Dq, Dq);
-        }
-        for (std::int64_t g = 0; g < G; ++g) {
-          const float* qg = qf + g * Dq;
-          float* logit = lg + g * span + (s0 - lo);
-          if (vec_dot && nb == kBlk) {
-            block_logits(qg, kb, ks, Dq, logit);
+        for (std::int64_t h = h0; h < h1; ++h) {
+          // The block's key rows of head h: straight from the cache when A is float, else converted into kf.
+          const float* kb = kf;
+          std::int64_t ks = Dq;
+          if constexpr (std::is_same_v<A, float>) {
+            kb = &k(b, s0, h, 0);
+            ks = k.stride(1);
           } else {
-            for (std::int64_t j = 0; j < kBlk; ++j) logit[j] = j < nb ? vec::dot(qg, kb + j * ks, Dq) : 0.0f;
+            for (std::int64_t j = 0; j < nb; ++j) vec::to_f32(&k(b, s0 + j, h, 0), kf + j * Dq, Dq);
           }
-          fbatch l(0.0f);
-          if (opt.soft_cap > 0.0f) {
-            for (std::int64_t j = 0; j < kBlk; ++j) {
-              float x = logit[j];
-              if (!opt.float32_qk_product) x = round_to<A>(x);
-              x = math::soft_cap(x, opt.soft_cap);
-              if (round_logits) x = round_to<A>(x);
-              logit[j] = x;
+          for (std::int64_t r = (h - h0) * G; r < (h - h0 + 1) * G; ++r) {
+            const float* qr = qf + r * Dq;
+            float* logit = lg + r * span + (s0 - lo);
+            if (vec_dot && nb == kBlk) {
+              block_logits(qr, kb, ks, Dq, logit);
+            } else {
+              for (std::int64_t j = 0; j < kBlk; ++j) logit[j] = j < nb ? vec::dot(qr, kb + j * ks, Dq) : 0.0f;
             }
-            l = fbatch::load_aligned(logit);
-          } else {  // without a cap the two roundings are one
-            l = fbatch::load_aligned(logit);
-            if (!opt.float32_qk_product) l = vec::round<A>(l);
+            fbatch l(0.0f);
+            if (opt.soft_cap > 0.0f) {
+              for (std::int64_t j = 0; j < kBlk; ++j) {
+                float x = logit[j];
+                if (!opt.float32_qk_product) x = round_to<A>(x);
+                x = math::soft_cap(x, opt.soft_cap);
+                if (round_logits) x = round_to<A>(x);
+                logit[j] = x;
+              }
+              l = fbatch::load_aligned(logit);
+            } else {  // without a cap the two roundings are one
+              l = fbatch::load_aligned(logit);
+              if (!opt.float32_qk_product) l = vec::round<A>(l);
+            }
+            if (masked) l += fbatch::load_aligned(dead);
+            l.store_aligned(logit);
+            xsimd::max(l, fbatch::load_aligned(mvec + r * kBlk)).store_aligned(mvec + r * kBlk);
           }
-          if (masked) l += fbatch::load_aligned(dead);
-          l.store_aligned(logit);
-          xsimd::max(l, fbatch::load_aligned(mvec + g * kBlk)).store_aligned(mvec + g * kBlk);
         }
       }
       // Pass 2: probabilities in place, e^(l - m) (0 for masked keys), and their sums.
       const std::int64_t nblk = (hi - lo + kBlk - 1) / kBlk;
-      for (std::int64_t g = 0; g < G; ++g) {
-        float* row = lg + g * span;
-        mvec[g * kBlk] = vec::hmax(fbatch::load_aligned(mvec + g * kBlk));
-        const float m = mvec[g * kBlk];
+      for (std::int64_t r = 0; r < rows; ++r) {
+        float* row = lg + r * span;
+        const float m = vec::hmax(fbatch::load_aligned(mvec + r * kBlk));
+        mvec[r * kBlk] = m;
         if (m == kNegInf) {  // every key masked: finish_row's fallback
-          mvec[g * kBlk + 1] = 0.0f;
+          mvec[r * kBlk + 1] = 0.0f;
           std::fill(row, row + nblk * kBlk, 0.0f);
           continue;
         }
@@ -501,37 +478,45 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
           e.store_aligned(row + c * kBlk);
           sum += e;
         }
-        mvec[g * kBlk + 1] = xsimd::hadd(sum);
+        mvec[r * kBlk + 1] = xsimd::hadd(sum);
       }
-      // Pass 3: the probability-weighted sum of the value rows.
-      if (std::is_same_v<A, float> && Dv % kBlk == 0 && !segments) {
-        // Straight from the cache, kRowsPV rows x 4 vectors of accumulators in registers over all the keys.
-        const float* v0 = reinterpret_cast<const float*>(&v(b, lo, kh, 0));
-        const std::int64_t vs = v.stride(1);
-        for (std::int64_t g0 = 0; g0 < G; g0 += kRowsPV) {
-          with_rows<kRowsPV>(std::min<std::int64_t>(kRowsPV, G - g0), [&]<int RR>() {
-            std::int64_t c = 0;
-            for (; c + 4 * kBlk <= Dv; c += 4 * kBlk) sum_values<RR, 4>(lg + g0 * span, span, v0 + c, vs, hi - lo, acc + g0 * Dv + c, Dv);
-            for (; c < Dv; c += kBlk) sum_values<RR, 1>(lg + g0 * span, span, v0 + c, vs, hi - lo, acc + g0 * Dv + c, Dv);
-          });
-        }
-      } else {
-        for (std::int64_t s0 = lo; s0 < hi; s0 += kBlk) {
-          const std::int64_t nb = std::min(kBlk, hi - s0);
-          for (std::int64_t j = 0; j < nb; ++j) {
-            if constexpr (std::is_same_v<A, float>) {
-              vrow[j] = &v(b, s0 + j, kh, 0);
-            } else {
-              vec::to_f32(&v(b, s0 + j, kh, 0), vf + j * Dv, Dv);
-              vrow[j] = vf + j * Dv;
+      // Pass 3: the probability-weighted sums of the value rows.
+      for (std::int64_t s0 = lo; s0 < hi; s0 += kBlk) {
+        const std::int64_t nb = std::min(kBlk, hi - s0);
+        for (std::int64_t h = h0; h < h1; ++h) {
+          const float* vb = vf;
+          std::int64_t vs = Dv;
+          if constexpr (std::is_same_v<A, float>) {
+            vb = &v(b, s0, h, 0);
+            vs = v.stride(1);
+          } else {
+            for (std::int64_t j = 0; j < nb; ++j) vec::to_f32(&v(b, s0 + j, h, 0), vf + j * Dv, Dv);
+          }
+          const std::int64_t r0 = (h - h0) * G;
+          const float* prob = lg + r0 * span + (s0 - lo);
+          if (tiled_values) {
+            for (std::int64_t g0 = 0; g0 < G; g0 += kRowsPV) {
+              with_rows<kRowsPV>(std::min<std::int64_t>(kRowsPV, G - g0), [&]<int RR>() {
+                float* ag = acc + (r0 + g0) * Dv;
+                const float* pg = prob + g0 * span;
+                std::int64_t c = 0;
+                for (; c + 4 * kBlk <= Dv; c += 4 * kBlk) block_values<RR, 4>(pg, span, vb + c, vs, nb, ag + c, Dv);
+                for (; c < Dv; c += kBlk) block_values<RR, 1>(pg, span, vb + c, vs, nb, ag + c, Dv);
+              });
+            }
+          } else {
+            for (std::int64_t g = 0; g < G; ++g) {
+              for (std::int64_t j = 0; j < nb; ++j) {
+                const float pj = prob[g * span + j];
+                if (pj != 0.0f) vec::axpy(pj, vb + j * vs, acc + (r0 + g) * Dv, Dv);
+              }
             }
           }
-          for (std::int64_t g = 0; g < G; ++g) accumulate_values(lg + g * span + (s0 - lo), vrow, nb, Dv, acc + g * Dv);
         }
       }
-      for (std::int64_t g = 0; g < G; ++g) {
-        const std::int64_t n = kh * G + g;
-        finish_row<A>(acc + g * Dv, mvec[g * kBlk], mvec[g * kBlk + 1], Dv, sinks, n, v, b, kh, len, vf,
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t n = h0 * G + r;
+        finish_row<A>(acc + r * Dv, mvec[r * kBlk], mvec[r * kBlk + 1], Dv, sinks, n, v, b, n / G, len, vf,
                       &out(b, t, n, 0));
       }
     }
