@@ -2364,6 +2364,34 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
     }
   }
 #endif
+#if MAXTEXT_QBLOCK_AVX512
+  {
+    // Decode's call for a chunk of weight rows: the type's one-row kernel inlined into one loop, so a row's final
+    // reduction overlaps the next row's loads (one call and one switch per chunk instead of per row). The same
+    // kernels as dot_q8, so the same sums to the bit.
+    using namespace detail;
+    auto each = [&](auto kernel) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+      for (std::int64_t n = 0; n < N; ++n) {
+        const std::byte* row = rows + static_cast<std::size_t>(n) * row_bytes;
+        for (std::int64_t m = 0; m < M; ++m) out[m * ldo + n] = kernel(row, x[m]);
+      }
+    };
+    switch (t) {
+      case BlockType::q4_0: return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_q4_0(r, xm); });
+      case BlockType::q8_0: return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_q8_0(r, xm); });
+      case BlockType::iq4_nl:
+        return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_iq4_nl(r, xm); });
+      case BlockType::q4_k:
+        return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_q45k<false>(r, xm); });
+      case BlockType::q5_k:
+        return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_q45k<true>(r, xm); });
+      case BlockType::q6_k: return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_q6k(r, xm); });
+      case BlockType::iq4_xs:
+        return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_iq4_xs(r, xm); });
+      default: break;
+    }
+  }
+#endif
   // Otherwise four x rows at a time against every weight row: the weight rows (a few KiB each) stay in L1 / L2 and
   // the x rows in L1.
   for (std::int64_t m0 = 0; m0 < M; m0 += 4) {
