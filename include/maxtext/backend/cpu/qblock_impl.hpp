@@ -2206,6 +2206,25 @@ inline void with_float_type(std::uint32_t type, F&& f) {
   }
 }
 
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2  // (the two paths' kernels have the same names)
+/// f(kernel) with this path's one-row dot_q8 kernel of type t, a callable (row, x) -> float; false where the type
+/// has none here (then f is not called).
+template <class F>
+MAXTEXT_QBLOCK_INLINE bool with_dot_q8_kernel(BlockType t, F&& f) {
+  using X = const QuantizedX&;
+  switch (t) {
+    case BlockType::q4_0: f([](const std::byte* r, X x) { return dot_q8_q4_0(r, x); }); return true;
+    case BlockType::q8_0: f([](const std::byte* r, X x) { return dot_q8_q8_0(r, x); }); return true;
+    case BlockType::iq4_nl: f([](const std::byte* r, X x) { return dot_q8_iq4_nl(r, x); }); return true;
+    case BlockType::q4_k: f([](const std::byte* r, X x) { return dot_q8_q45k<false>(r, x); }); return true;
+    case BlockType::q5_k: f([](const std::byte* r, X x) { return dot_q8_q45k<true>(r, x); }); return true;
+    case BlockType::q6_k: f([](const std::byte* r, X x) { return dot_q8_q6k(r, x); }); return true;
+    case BlockType::iq4_xs: f([](const std::byte* r, X x) { return dot_q8_iq4_xs(r, x); }); return true;
+    default: return false;
+  }
+}
+#endif
+
 }  // namespace detail
 
 MAXTEXT_QBLOCK_API void widen(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n) {
@@ -2262,16 +2281,11 @@ MAXTEXT_QBLOCK_API void dequantize_any(std::uint32_t type, const std::byte* src,
 
 MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const QuantizedX& x) {
   MAXTEXT_DASSERT(x.K % quant::block_format(t).block == 0);
-#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2  // (the two paths' kernels have the same names)
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
   using namespace detail;
+  float dot = 0.0f;
+  if (with_dot_q8_kernel(t, [&](auto kernel) MAXTEXT_QBLOCK_LAMBDA_INLINE { dot = kernel(row, x); })) return dot;
   switch (t) {
-    case BlockType::q4_0: return dot_q8_q4_0(row, x);
-    case BlockType::q8_0: return dot_q8_q8_0(row, x);
-    case BlockType::iq4_nl: return dot_q8_iq4_nl(row, x);
-    case BlockType::q4_k: return dot_q8_q45k<false>(row, x);
-    case BlockType::q5_k: return dot_q8_q45k<true>(row, x);
-    case BlockType::q6_k: return dot_q8_q6k(row, x);
-    case BlockType::iq4_xs: return dot_q8_iq4_xs(row, x);
 #if MAXTEXT_QBLOCK_AVX2_KERNELS
     case BlockType::q4_1: return avx2::dot_q8_q4_1(row, x);
     case BlockType::q5_0: return avx2::dot_q8_q5_0(row, x);
@@ -2370,26 +2384,13 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
     // reduction overlaps the next row's loads (one call and one switch per chunk instead of per row). The same
     // kernels as dot_q8, so the same sums to the bit.
     using namespace detail;
-    auto each = [&](auto kernel) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+    const bool done = with_dot_q8_kernel(t, [&](auto kernel) MAXTEXT_QBLOCK_LAMBDA_INLINE {
       for (std::int64_t n = 0; n < N; ++n) {
         const std::byte* row = rows + static_cast<std::size_t>(n) * row_bytes;
         for (std::int64_t m = 0; m < M; ++m) out[m * ldo + n] = kernel(row, x[m]);
       }
-    };
-    switch (t) {
-      case BlockType::q4_0: return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_q4_0(r, xm); });
-      case BlockType::q8_0: return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_q8_0(r, xm); });
-      case BlockType::iq4_nl:
-        return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_iq4_nl(r, xm); });
-      case BlockType::q4_k:
-        return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_q45k<false>(r, xm); });
-      case BlockType::q5_k:
-        return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_q45k<true>(r, xm); });
-      case BlockType::q6_k: return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_q6k(r, xm); });
-      case BlockType::iq4_xs:
-        return each([](const std::byte* r, const QuantizedX& xm) { return dot_q8_iq4_xs(r, xm); });
-      default: break;
-    }
+    });
+    if (done) return;
   }
 #endif
   // Otherwise four x rows at a time against every weight row: the weight rows (a few KiB each) stay in L1 / L2 and
