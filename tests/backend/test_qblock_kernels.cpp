@@ -122,6 +122,43 @@ TEST_CASE("qblock dot_exact against a long-double dot of the dequantised row", "
   }
 }
 
+TEST_CASE("qblock quantize_x equals its scalar definition bit for bit", "[qblock]") {
+  // The definition restated (qblock.hpp): d = max|x| / 127, q = nearbyint(x * (1/d)) (ties to even), 0 where d = 0
+  // or 1/d overflows, s = sum q. Groups at many scales (subnormal, where 1/d overflows, to 1e29), an all-zero group, a
+  // group of exact ties (max|x| = 127, so 1/d = 1 and x +- k.5 must round to even), a NaN (left out of max|x|), at an
+  // odd address.
+  const std::int64_t K = 32 * 40;
+  auto x = random_floats(static_cast<std::size_t>(K), 91u);
+  for (std::int64_t g = 0; g < K / 32; ++g)
+    for (int i = 0; i < 32; ++i)
+      x[static_cast<std::size_t>(32 * g + i)] *= std::ldexp(1.0f, static_cast<int>(g * 7 % 230) - 140);
+  for (int i = 0; i < 32; ++i) x[static_cast<std::size_t>(32 + i)] = 0.0f;
+  for (int i = 0; i < 32; ++i) x[static_cast<std::size_t>(64 + i)] = static_cast<float>(i % 2 ? i : -i) + 0.5f;
+  x[64] = 127.0f;
+  x[100] = std::nanf("");
+  std::vector<std::byte> buf(qb::quantized_x_bytes(K) + 1);
+  const qb::QuantizedX got = qb::quantize_x(x.data(), K, buf.data() + 1);
+  for (std::int64_t g = 0; g < K / 32; ++g) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[static_cast<std::size_t>(32 * g + i)]));
+    const float d = amax / 127.0f, id = d != 0.0f && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
+    INFO("group " << g << " max|x| " << amax);
+    CHECK(bits(got.d[g]) == bits(d));
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const float v = x[static_cast<std::size_t>(32 * g + i)] * id;
+      if (std::isnan(v)) continue;  // (a NaN's byte is unspecified)
+      const int want = static_cast<int>(std::nearbyint(v));
+      sum += want;
+      CHECK(got.q[32 * g + i] == want);
+    }
+    if (g != 100 / 32) CHECK(got.s[g] == sum);
+  }
+  CHECK(got.q[64 + 1] == 2);   // 1.5 -> 2
+  CHECK(got.q[64 + 2] == -2);  // -2 + 0.5 = -1.5 -> -2
+  CHECK(got.q[64 + 5] == 6);   // 5.5 -> 6
+}
+
 TEST_CASE("qblock dot_q8 against a long-double restatement with the same quantised activations", "[qblock]") {
   for (auto t : kGgmlBlockTypes) {
     const quant::BlockFormat& f = quant::block_format(t);

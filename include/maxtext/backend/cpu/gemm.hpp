@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <type_traits>
 
@@ -309,7 +310,7 @@ struct QuantRows {
 
 /// Quantise one row of K (a multiple of 32) activations: per block d = max|x| / 127, q = round-to-nearest-even(x / d)
 /// computed as x * (1 / d) (llama.cpp's Q8_0 rule, with the scale kept in f32 instead of fp16); an all-zero block
-/// has d = 0 and q = 0.
+/// has d = 0 and q = 0, and so does a block whose 1 / d overflows (max|x| below ~3.7e-37) in q.
 /// c = off * sum(q) per block; where `e` is given, also e = d * sum(q).
 template <class X>
 inline void quantize_row(const X* x, std::int64_t K, std::int8_t* q, float* d, std::int32_t* c,
@@ -322,8 +323,8 @@ inline void quantize_row(const X* x, std::int64_t K, std::int8_t* q, float* d, s
     for (int i = 0; i < B; ++i) t[i] = scalar(xb[i]);
     fbatch amax(0.0f);
     for (int i = 0; i < B; i += static_cast<int>(kW)) amax = xsimd::max(amax, xsimd::abs(fbatch::load_aligned(t + i)));
-    const float dk = vec::hmax(amax) / 127.0f;
-    const float id = dk != 0.0f ? 1.0f / dk : 0.0f;
+    const float dk = vec::hmax(amax) / 127.0f, inv = 1.0f / dk;
+    const float id = dk != 0.0f && inv <= std::numeric_limits<float>::max() ? inv : 0.0f;  // as qblock::quantize_x
     ibatch sum(0);
     for (int i = 0; i < B; i += static_cast<int>(kW)) {
       ibatch v = xsimd::nearbyint_as_int(fbatch::load_aligned(t + i) * fbatch(id));

@@ -307,32 +307,10 @@ inline std::size_t quantized_x_bytes(std::int64_t K) {
 
 /// Quantise x (K values, a multiple of 32) into `buf` (quantized_x_bytes(K) bytes): per group of 32,
 /// d = max|x| / 127 and q = x * (1/d) rounded to nearest, ties to even (as llama.cpp's vectorised Q8_0 quantiser
-/// and the integer prefill panels' gemm::detail::quantize_row round), q = 0 where d = 0; s = sum of the group's q.
-inline QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf) {
-  MAXTEXT_DASSERT(K % 32 == 0);
-  const auto k = static_cast<std::size_t>(K);
-  const auto addr = reinterpret_cast<std::uintptr_t>(buf);
-  std::byte* p = buf + (detail::kAlign - addr % detail::kAlign) % detail::kAlign;
-  auto* q = reinterpret_cast<std::int8_t*>(p);
-  auto* d = reinterpret_cast<float*>(p + detail::round_up(k));
-  auto* s = reinterpret_cast<std::int16_t*>(p + detail::round_up(k) + detail::round_up(k / 32 * sizeof(float)));
-  for (std::int64_t g = 0; g < K / 32; ++g) {
-    const float* xg = x + 32 * g;
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(xg[i]));
-    const float dg = amax / 127.0f;
-    const float id = dg != 0.0f ? 1.0f / dg : 0.0f;
-    int sum = 0;
-    for (int i = 0; i < 32; ++i) {
-      const int v = static_cast<int>(std::nearbyint(xg[i] * id));  // the default rounding mode: ties to even
-      q[32 * g + i] = static_cast<std::int8_t>(v);
-      sum += v;
-    }
-    d[g] = dg;
-    s[g] = static_cast<std::int16_t>(sum);
-  }
-  return QuantizedX{q, d, s, K};
-}
+/// and the integer prefill panels' gemm::detail::quantize_row round); q = 0 where d = 0 or where 1/d overflows (max|x|
+/// below ~3.7e-37, which would otherwise send every q to infinity); s = sum of the group's q. NaN values are left
+/// out of max|x|. The vector paths give this scalar definition's bytes, bit for bit, for finite x.
+MAXTEXT_QBLOCK_API QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf);
 
 }  // namespace maxtext::cpu::qblock
 

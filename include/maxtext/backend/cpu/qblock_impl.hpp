@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -2335,6 +2336,73 @@ MAXTEXT_QBLOCK_INLINE bool with_dot_q8_kernel(BlockType t, F&& f) {
 #endif
 
 }  // namespace detail
+
+MAXTEXT_QBLOCK_API QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf) {
+  MAXTEXT_DASSERT(K % 32 == 0);
+  using namespace detail;
+  const auto k = static_cast<std::size_t>(K);
+  const auto addr = reinterpret_cast<std::uintptr_t>(buf);
+  std::byte* p = buf + (kAlign - addr % kAlign) % kAlign;
+  auto* q = reinterpret_cast<std::int8_t*>(p);
+  auto* d = reinterpret_cast<float*>(p + round_up(k));
+  auto* s = reinterpret_cast<std::int16_t*>(p + round_up(k) + round_up(k / 32 * sizeof(float)));
+  // Per group the same operations as the scalar definition: max|x| is exact in any order (vmaxps returns its second
+  // operand when either is NaN, so with |x| first a NaN is left out, as std::fmax does), d and 1/d are the same
+  // scalar divisions, and vcvtps2dq rounds x * (1/d) in the default mode, ties to even, as std::nearbyint. For
+  // finite x the rounded values lie in [-127, 127] (|x| <= max|x|, and the roundings of d and 1/d stay far inside a
+  // half unit at 127), so packing them to bytes is exact.
+  for (std::int64_t g = 0; g < K / 32; ++g) {
+    const float* xg = x + 32 * g;
+#if MAXTEXT_QBLOCK_AVX512
+    const __m512 a = _mm512_loadu_ps(xg), b = _mm512_loadu_ps(xg + 16);
+    const float amax =
+        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_max_ps(_mm512_abs_ps(b), _mm512_setzero_ps())));
+#elif MAXTEXT_QBLOCK_AVX2
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xg + 8 * i);
+      m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+#else
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(xg[i]));
+#endif
+    const float dg = amax / 127.0f, inv = 1.0f / dg;
+    const float id = dg != 0.0f && inv <= std::numeric_limits<float>::max() ? inv : 0.0f;
+#if MAXTEXT_QBLOCK_AVX512
+    const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));
+    const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * g), _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * g + 16), _mm512_cvtepi32_epi8(qb));
+    const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+#elif MAXTEXT_QBLOCK_AVX2
+    __m256i r[4];
+    for (int i = 0; i < 4; ++i) r[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+    // packs per 128-bit lane: dwords [r0 0-3, r1 0-3, r2 0-3, r3 0-3 | the same of 4-7], then back in order
+    const __m256i b8 = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * g),
+                        _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256i t = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+    __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4E));
+    const int sum = _mm_cvtsi128_si32(_mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xB1)));
+#else
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int v = static_cast<int>(std::nearbyint(xg[i] * id));  // the default rounding mode: ties to even
+      q[32 * g + i] = static_cast<std::int8_t>(v);
+      sum += v;
+    }
+#endif
+    d[g] = dg;
+    s[g] = static_cast<std::int16_t>(sum);
+  }
+  return QuantizedX{q, d, s, K};
+}
 
 MAXTEXT_QBLOCK_API void widen(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n) {
   MAXTEXT_DASSERT(is_float_type(type));
