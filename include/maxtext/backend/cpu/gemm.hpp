@@ -605,6 +605,40 @@ inline void decode_u8(quant::BlockType t, const std::byte* blk, std::uint8_t* u,
   }
 }
 
+#if defined(__AVX512F__)
+/// w[l * kNR + j] = 32-bit word l of the 32 bytes at rows + j * ld, for the 16 rows j and the 8 words l: two 8 x 8
+/// transposes of 32-bit words side by side (rows 0-7 in the low 256 bits, 8-15 in the high), with unpacks and a
+/// two-source permute in place of 128 four-byte copies: model c's one-thread Q4_0 prefill of 128 tokens went from
+/// 291 to 327 tokens/s (decode_i8_panel from 41% to 33% of the time). (Hinting the next panel's weight rows into L2
+/// first measured no faster.)
+inline void transpose_i8_block(const std::uint8_t* rows, std::int64_t ld, std::int32_t* w) {
+  static_assert(kW == 16);
+  __m512i z[8], a[8], b[8];
+  for (int i = 0; i < 8; ++i) {
+    const auto* lo = reinterpret_cast<const __m256i*>(rows + i * ld);
+    const auto* hi = reinterpret_cast<const __m256i*>(rows + (i + 8) * ld);
+    z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo)), _mm256_loadu_si256(hi), 1);
+  }
+  for (int i = 0; i < 8; i += 2) {  // per 128-bit lane: [r_i w0, r_i+1 w0, r_i w1, r_i+1 w1], then words 2, 3
+    a[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+    a[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {  // per 128-bit lane: word 0 (1, 2, 3) of rows i .. i+3
+    b[i] = _mm512_unpacklo_epi64(a[i], a[i + 2]);
+    b[i + 1] = _mm512_unpackhi_epi64(a[i], a[i + 2]);
+    b[i + 2] = _mm512_unpacklo_epi64(a[i + 1], a[i + 3]);
+    b[i + 3] = _mm512_unpackhi_epi64(a[i + 1], a[i + 3]);
+  }
+  // Lanes of b[m] (rows 0-3) and b[m + 4] (rows 4-7): [word m | word m+4] of rows 0-3 and 8-11, of 4-7 and 12-15.
+  const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i second = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int m = 0; m < 4; ++m) {
+    _mm512_storeu_si512(w + m * kNR, _mm512_permutex2var_epi64(b[m], first, b[m + 4]));
+    _mm512_storeu_si512(w + (m + 4) * kNR, _mm512_permutex2var_epi64(b[m], second, b[m + 4]));
+  }
+}
+#endif
+
 /// Decode rows [n0, n0 + kNR) x columns [k0, k0 + kc) of a runtime-typed weight (a type ggml_i8_kind accepts) into
 /// the integer panel layout (kc / 32 blocks of kI8BlockBytes; rows past the weight's end have u = 0, a = b = 0).
 /// `rows` holds kW rows of kc bytes and `ab` 2 * kW * kc / 32 floats: kW weight rows are decoded there, then
@@ -630,9 +664,7 @@ inline void decode_i8_panel(const Packed& p, std::int64_t pi, std::int64_t k0, s
         continue;
       }
       const std::byte* src = p.rows_data + static_cast<std::size_t>(n0 + g + j) * p.row_bytes + off;
-      for (std::int64_t e = 0; e < kc; e += f.block) {
-        decode_u8(t, src + e / f.block * f.bytes, r + e, aj + e / 32, bj + e / 32);
-      }
+      for (std::int64_t e = 0; e < kc; e += f.block, src += f.bytes) decode_u8(t, src, r + e, aj + e / 32, bj + e / 32);
       if (p.value_scale != 1.0) {
         for (std::int64_t q = 0; q < groups; ++q) {
           aj[q] *= vs;
@@ -649,10 +681,14 @@ inline void decode_i8_panel(const Packed& p, std::int64_t pi, std::int64_t k0, s
         a[g + j] = av[j * groups + q];
         b[g + j] = bv[j * groups + q];
       }
+#if defined(__AVX512F__)
+      transpose_i8_block(rows + 32 * q, kc, w + g);
+#else
       for (int l = 0; l < 8; ++l) {
         MAXTEXT_UNROLL
         for (std::int64_t j = 0; j < kW; ++j) std::memcpy(w + l * kNR + g + j, rows + j * kc + 32 * q + 4 * l, 4);
       }
+#endif
     }
   }
 }
