@@ -611,7 +611,7 @@ inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
 // sub-block 2c+1 (its values 0-15 in y0, 16-31 in y1), so two vpdpbusd put all of sub-block 2c's partial sums in
 // lane c of one vector (E) and 2c+1's in lane c of another (O).
 //
-// Activations, kQ4kXBytes per 256 values: four 64-byte vectors whose lane c holds the x quants that meet lane c of
+// Activations, kLaidXBytes per 256 values: four 64-byte vectors whose lane c holds the x quants that meet lane c of
 // lo(y0), lo(y1), hi(y0), hi(y1) (values 64c + 0-15, 16-31, 32-47, 48-63 of the block); then 16 floats, lanes 4c ..
 // 4c+3 = [dx_2c, dx_2c+1, dx_2c, dx_2c+1]; then 16 int32, lanes 4c .. 4c+3 = [0, 0, -s_2c, -s_2c+1].
 //
@@ -622,7 +622,7 @@ inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
 // -> 39-42) with prefetch_lines_ahead, where prefetch_ahead's three hints per 144-byte block gave 31-35. (The other
 // AVX-512 kernels measured no better with prefetch_lines_ahead, and keep prefetch_ahead.) Model c's Q4_K_M decode
 // went from 55 to 62 tokens/s on one thread, 97 to 112 on two.
-inline constexpr std::size_t kQ4kXBytes = 384;
+inline constexpr std::size_t kLaidXBytes = 384;
 
 /// Q4_K / Q5_K: the scale bytes of k_scales, [sc_0 .. sc_7 | m_0 .. m_7], from a block's first 16 bytes.
 inline __m128i k_scales_v(__m128i v) {
@@ -635,12 +635,12 @@ inline __m128i k_scales_v(__m128i v) {
 }
 
 
-/// x in dot_q8_q4k's order (kQ4kXBytes per 256 values) at out.
+/// x in dot_q8_q4k's order (kLaidXBytes per 256 values) at out.
 inline void q4k_x_layout(const QuantizedX& x, std::byte* out) {
   const __m512i pairs = _mm512_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7);
   for (std::int64_t b = 0; b < x.K / 256; ++b) {
     const std::int8_t* q = x.q + 256 * b;
-    std::byte* o = out + static_cast<std::size_t>(b) * kQ4kXBytes;
+    std::byte* o = out + static_cast<std::size_t>(b) * kLaidXBytes;
     // A 4 x 4 transpose of 16-byte pieces: piece p of 64-value chunk c -> lane c of vector p.
     const __m512i n0 = load512(q), n1 = load512(q + 64), n2 = load512(q + 128), n3 = load512(q + 192);
     const __m512i t0 = _mm512_shuffle_i64x2(n0, n1, 0x44), t1 = _mm512_shuffle_i64x2(n2, n3, 0x44);
@@ -655,8 +655,9 @@ inline void q4k_x_layout(const QuantizedX& x, std::byte* out) {
   }
 }
 
-/// The calling thread's buffer for the q4k_x_layout of `bytes`: grown to the largest size seen, then reused.
-inline std::byte* q4k_x_buffer(std::size_t bytes) {
+/// The calling thread's buffer for laid-out x rows (q4k_x_layout, iq4xs_x_layout) of `bytes`: grown to the largest
+/// size seen, then reused.
+inline std::byte* laid_x_buffer(std::size_t bytes) {
   thread_local AlignedBuffer buf;
   buf.reserve(bytes);
   return buf.data();
@@ -668,7 +669,7 @@ inline float dot_q8_q4k(const std::byte* row, std::int64_t nb, const std::byte* 
   const __m512i dmin_idx = _mm512_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1);
   const __m128i sm_idx = _mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
   __m512 acc = _mm512_setzero_ps();
-  for (std::int64_t b = 0; b < nb; ++b, xl += kQ4kXBytes) {
+  for (std::int64_t b = 0; b < nb; ++b, xl += kLaidXBytes) {
     const std::byte* blk = row + b * 144;
     prefetch_lines_ahead<144>(blk);
     // Factors, lanes 4c .. 4c+3: [d sc_2c, d sc_2c+1, dmin m_2c, dmin m_2c+1] * dx.
@@ -696,6 +697,92 @@ inline float dot_q8_q4k(const std::byte* row, std::int64_t nb, const std::byte* 
     acc = _mm512_fmadd_ps(fl(_mm512_mask_blend_epi32(0xCCCC, I, load512(xl + 320))), f, acc);
   }
   return _mm512_reduce_add_ps(acc);
+}
+
+// IQ4_XS for decode, on the same plan as dot_q8_q4k. A block's 16 quant bytes per sub-block lie in order, so the
+// 128-bit lanes of quant bytes 0-63 (64-127) are sub-blocks 0-3 (4-7): low nibbles their values 0-15, high nibbles
+// 16-31, both mapped to the codebook + 128 by one byte shuffle each. Activations (kLaidXBytes per 256 values): four
+// vectors whose lane c holds x values 32c + 0-15, 32c + 16-31, 128 + 32c + 0-15, 128 + 32c + 16-31; 16 floats, lanes
+// 4c .. 4c+3 = [dx_c, dx_4+c, dx_c, dx_4+c]; 16 int32 [0, 0, -128 s_c, -128 s_4+c] (the codebook offset). The six-bit
+// scales are unpacked in vectors, straight into the same lane order. The kernel it replaces (one sub-block pair per
+// vector, dot_off's second vpdpbusd for the offset, a scalar loop for the scales) ran at ~22 GB/s on one Zen 4 core.
+
+/// x in dot_q8_iq4xs's order (kLaidXBytes per 256 values) at out.
+inline void iq4xs_x_layout(const QuantizedX& x, std::byte* out) {
+  const __m512i pairs = _mm512_setr_epi32(0, 4, 0, 4, 1, 5, 1, 5, 2, 6, 2, 6, 3, 7, 3, 7);
+  for (std::int64_t b = 0; b < x.K / 256; ++b) {
+    const std::int8_t* q = x.q + 256 * b;
+    std::byte* o = out + static_cast<std::size_t>(b) * kLaidXBytes;
+    const __m512i n0 = load512(q), n1 = load512(q + 64), n2 = load512(q + 128), n3 = load512(q + 192);
+    _mm512_storeu_si512(o, _mm512_shuffle_i64x2(n0, n1, 0x88));
+    _mm512_storeu_si512(o + 64, _mm512_shuffle_i64x2(n0, n1, 0xDD));
+    _mm512_storeu_si512(o + 128, _mm512_shuffle_i64x2(n2, n3, 0x88));
+    _mm512_storeu_si512(o + 192, _mm512_shuffle_i64x2(n2, n3, 0xDD));
+    _mm512_storeu_ps(o + 256, _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_loadu_ps(x.d + 8 * b))));
+    const __m256i s = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_slli_epi32(_mm256_cvtepi16_epi32(load128(x.s + 8 * b)), 7));
+    _mm512_storeu_si512(o + 320, _mm512_maskz_permutexvar_epi32(0xCCCC, pairs, _mm512_castsi256_si512(s)));
+  }
+}
+
+/// sum_k deq(row)[k] * d_x[k/32] * q_x[k] for an IQ4_XS row of nb blocks against x in iq4xs_x_layout's order.
+inline float dot_q8_iq4xs(const std::byte* row, std::int64_t nb, const std::byte* xl) {
+  const __m512i m15 = _mm512_set1_epi8(15);
+  const __m512i tbl = _mm512_broadcast_i32x4(iq4_table_u8());  // codebook + 128: unsigned
+  const __m512i sub = _mm512_setr_epi32(0, 4, 0, 4, 1, 5, 1, 5, 2, 6, 2, 6, 3, 7, 3, 7);  // each lane's sub-block
+  const __m512i lo_shift = _mm512_slli_epi32(sub, 2), hi_shift = _mm512_slli_epi32(sub, 1);
+  __m512 acc = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b, xl += kLaidXBytes) {
+    const std::byte* blk = row + b * 136;
+    prefetch_lines_ahead<136>(blk);
+    std::uint32_t sl, sh;
+    std::memcpy(&sl, blk + 4, 4);
+    std::memcpy(&sh, blk + 2, 4);  // scales_h in the low 16 bits (the high 16, scales_l's first bytes, masked off)
+    const __m512i ls = _mm512_or_si512(
+        _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(sl)), lo_shift), _mm512_set1_epi32(15)),
+        _mm512_slli_epi32(
+            _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(sh)), hi_shift), _mm512_set1_epi32(3)),
+            4));
+    const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(half(blk)), fl(_mm512_sub_epi32(ls, c32(32)))),
+                                   _mm512_loadu_ps(reinterpret_cast<const float*>(xl + 256)));
+    const __m512i z0 = load512(blk + 8), z1 = load512(blk + 72);
+#if defined(__GFNI__)
+    const __m512i shr4 = _mm512_set1_epi64(0x1020408000000000LL);
+    const __m512i h0 = _mm512_gf2p8affine_epi64_epi8(z0, shr4, 0), h1 = _mm512_gf2p8affine_epi64_epi8(z1, shr4, 0);
+#else
+    const __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(z0, 4), m15);
+    const __m512i h1 = _mm512_and_si512(_mm512_srli_epi16(z1, 4), m15);
+#endif
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i E = dpbusd(dpbusd(zero, _mm512_shuffle_epi8(tbl, _mm512_and_si512(z0, m15)), load512(xl)),
+                             _mm512_shuffle_epi8(tbl, h0), load512(xl + 64));
+    const __m512i F = dpbusd(dpbusd(zero, _mm512_shuffle_epi8(tbl, _mm512_and_si512(z1, m15)), load512(xl + 128)),
+                             _mm512_shuffle_epi8(tbl, h1), load512(xl + 192));
+    // Lane c: [I_c, I_4+c, *, *] as in dot_q8_q4k, then the offset terms -128 s in lanes 2 and 3.
+    const __m512i B = _mm512_add_epi32(_mm512_unpacklo_epi32(E, F), _mm512_unpackhi_epi32(E, F));
+    const __m512i I = _mm512_add_epi32(B, _mm512_shuffle_epi32(B, _MM_PERM_BADC));
+    acc = _mm512_fmadd_ps(fl(_mm512_mask_blend_epi32(0xCCCC, I, load512(xl + 320))), f, acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+/// f(layout, kernel) for the decode kernels that read x in their own order (kLaidXBytes per 256 values): layout(x,
+/// out) writes it, kernel(row, nb, laid x) is the row's dot product. False for the other types.
+template <class F>
+MAXTEXT_QBLOCK_INLINE bool with_laid_kernel(BlockType t, F&& f) {
+  using X = const QuantizedX&;
+  using L = const std::byte*;
+  switch (t) {
+    case BlockType::q4_k:
+      f([](X x, std::byte* o) { q4k_x_layout(x, o); },
+        [](L r, std::int64_t nb, L xl) MAXTEXT_QBLOCK_LAMBDA_INLINE { return dot_q8_q4k(r, nb, xl); });
+      return true;
+    case BlockType::iq4_xs:
+      f([](X x, std::byte* o) { iq4xs_x_layout(x, o); },
+        [](L r, std::int64_t nb, L xl) MAXTEXT_QBLOCK_LAMBDA_INLINE { return dot_q8_iq4xs(r, nb, xl); });
+      return true;
+    default: return false;
+  }
 }
 
 /// Q6_K: vector i = 2h + p holds elements 128h + 64p .. +63 (s = 2p, 2p+1); scales per 16 values.
@@ -730,29 +817,6 @@ inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
   return hsum(acc[0], acc[1]);
 }
 
-/// IQ4_XS: vector i holds sub-blocks 2i, 2i+1 as 128-bit lanes [lo(A) hi(A) lo(B) hi(B)], A/B their 16 bytes.
-inline float dot_q8_iq4_xs(const std::byte* row, const QuantizedX& x) {
-  const std::int64_t nb = x.K / 256;
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  const __m512i tbl = _mm512_broadcast_i32x4(iq4_table_u8());
-  for (std::int64_t b = 0; b < nb; ++b) {
-    const std::byte* blk = row + b * 136;
-    prefetch_ahead<136>(blk);
-    const __m256 dx = _mm256_loadu_ps(x.d + 8 * b);
-    const __m256 ls = _mm256_sub_ps(bytes8_to_ps(iq4xs_scales(blk)), _mm256_set1_ps(32.0f));
-    const __m512 fz = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half(blk)), ls), dx));
-    const std::int8_t* xq = x.q + 256 * b;
-    unroll<4>([&](auto i_) {
-      constexpr int i = decltype(i_)::value;
-      const __m512i y = _mm512_castsi256_si512(load256(blk + 8 + 32 * i));
-      const __m512i z = _mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(1, 1, 0, 0));
-      const __m512i u = _mm512_shuffle_epi8(tbl, nibbles(z, 0xFF00FF00u));
-      const __m512i L = dot_off(u, load512(xq + 64 * i), 128);
-      acc[i & 1] = _mm512_fmadd_ps(fl(L), _mm512_permutexvar_ps(idx2(2 * i, 2 * i + 1), fz), acc[i & 1]);
-    });
-  }
-  return hsum(acc[0], acc[1]);
-}
 #endif  // MAXTEXT_QBLOCK_AVX512
 
 #if MAXTEXT_QBLOCK_AVX2_KERNELS
@@ -2324,12 +2388,14 @@ MAXTEXT_QBLOCK_INLINE bool with_dot_q8_kernel(BlockType t, F&& f) {
     case BlockType::q4_0: f([](const std::byte* r, X x) { return dot_q8_q4_0(r, x); }); return true;
     case BlockType::q8_0: f([](const std::byte* r, X x) { return dot_q8_q8_0(r, x); }); return true;
     case BlockType::iq4_nl: f([](const std::byte* r, X x) { return dot_q8_iq4_nl(r, x); }); return true;
-#if !MAXTEXT_QBLOCK_AVX512  // (AVX-512: dot_q8_q4k on its own activation layout, called by dot_q8 and dot_q8_rows)
+#if !MAXTEXT_QBLOCK_AVX512  // (AVX-512: Q4_K and IQ4_XS read x in their own order: with_laid_kernel)
     case BlockType::q4_k: f([](const std::byte* r, X x) { return dot_q8_q45k<false>(r, x); }); return true;
 #endif
     case BlockType::q5_k: f([](const std::byte* r, X x) { return dot_q8_q45k<true>(r, x); }); return true;
     case BlockType::q6_k: f([](const std::byte* r, X x) { return dot_q8_q6k(r, x); }); return true;
+#if !MAXTEXT_QBLOCK_AVX512
     case BlockType::iq4_xs: f([](const std::byte* r, X x) { return dot_q8_iq4_xs(r, x); }); return true;
+#endif
     default: return false;
   }
 }
@@ -2461,10 +2527,14 @@ MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const Quantiz
 #if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
   using namespace detail;
 #if MAXTEXT_QBLOCK_AVX512
-  if (t == BlockType::q4_k) {
-    std::byte* xl = q4k_x_buffer(static_cast<std::size_t>(x.K / 256) * kQ4kXBytes);
-    q4k_x_layout(x, xl);
-    return dot_q8_q4k(row, x.K / 256, xl);
+  {
+    float dot = 0.0f;
+    if (with_laid_kernel(t, [&](auto layout, auto kernel) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+          std::byte* xl = laid_x_buffer(static_cast<std::size_t>(x.K / 256) * kLaidXBytes);
+          layout(x, xl);
+          dot = kernel(row, x.K / 256, xl);
+        }))
+      return dot;
   }
 #endif
   float dot = 0.0f;
@@ -2568,18 +2638,18 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
     // reduction overlaps the next row's loads (one call and one switch per chunk instead of per row). The same
     // kernels as dot_q8, so the same sums to the bit.
     using namespace detail;
-    if (t == BlockType::q4_k) {  // each x row in dot_q8_q4k's layout once, for all N weight rows
+    // Q4_K, IQ4_XS: each x row in the kernel's order once, for all N weight rows.
+    const bool laid = with_laid_kernel(t, [&](auto layout, auto kernel) MAXTEXT_QBLOCK_LAMBDA_INLINE {
       const std::int64_t nb = x[0].K / 256;
-      const std::size_t xb = static_cast<std::size_t>(nb) * kQ4kXBytes;
-      std::byte* xl = q4k_x_buffer(xb * static_cast<std::size_t>(M));
-      for (std::int64_t m = 0; m < M; ++m) q4k_x_layout(x[m], xl + xb * static_cast<std::size_t>(m));
+      const std::size_t xb = static_cast<std::size_t>(nb) * kLaidXBytes;
+      std::byte* xl = laid_x_buffer(xb * static_cast<std::size_t>(M));
+      for (std::int64_t m = 0; m < M; ++m) layout(x[m], xl + xb * static_cast<std::size_t>(m));
       for (std::int64_t n = 0; n < N; ++n) {
         const std::byte* row = rows + static_cast<std::size_t>(n) * row_bytes;
-        for (std::int64_t m = 0; m < M; ++m)
-          out[m * ldo + n] = dot_q8_q4k(row, nb, xl + xb * static_cast<std::size_t>(m));
+        for (std::int64_t m = 0; m < M; ++m) out[m * ldo + n] = kernel(row, nb, xl + xb * static_cast<std::size_t>(m));
       }
-      return;
-    }
+    });
+    if (laid) return;
     const bool done = with_dot_q8_kernel(t, [&](auto kernel) MAXTEXT_QBLOCK_LAMBDA_INLINE {
       for (std::int64_t n = 0; n < N; ++n) {
         const std::byte* row = rows + static_cast<std::size_t>(n) * row_bytes;
