@@ -554,57 +554,11 @@ inline float dot_q8_q8_0(const std::byte* row, const QuantizedX& x) {
   });
 }
 
-/// Q5_K (and Q4_K before dot_q8_q4k below): vector i holds sub-blocks 2i (bytes 0-31) and 2i+1 (bytes 32-63); the
-/// offset is the min term.
-template <bool kFive>
-inline float dot_q8_q45k(const std::byte* row, const QuantizedX& x) {
-  constexpr int kBytes = kFive ? 176 : 144;
-  const std::int64_t nb = x.K / 256;
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  __m256 accm = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < nb; ++b) {
-    const std::byte* blk = row + b * kBytes;
-    prefetch_ahead<kBytes>(blk);
-    std::uint64_t sc, mn;
-    k_scales(blk + 4, sc, mn);
-    // The scale and min factors of the 8 sub-blocks in one vector, [dmin*m_j*dx_j (lanes 0-7) | d*sc_j*dx_j
-    // (lanes 8-15)], with one conversion and two multiplies for both halves instead of two of each.
-    std::uint32_t dd;  // d (low half), dmin (high half)
-    std::memcpy(&dd, blk, 4);
-    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));  // [d, dmin, 0, 0]
-    const __m512 dm16 = _mm512_permutexvar_ps(idx2(1, 0), _mm512_castps128_ps512(dm));
-    const __m512 scm16 = fl(_mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(sc), static_cast<long long>(mn))));
-    const __m512 dx16 = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.d + 8 * b));
-    const __m512 fz = _mm512_mul_ps(_mm512_mul_ps(dm16, scm16), dx16);
-    const __m256 sx = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(load128(x.s + 8 * b)));
-    accm = _mm256_fmadd_ps(_mm512_castps512_ps256(fz), sx, accm);
-    const std::byte* qs = blk + (kFive ? 48 : 16);
-    [[maybe_unused]] __m512i qh;
-    if constexpr (kFive) qh = _mm512_broadcast_i64x4(load256(blk + 16));
-    const std::int8_t* xq = x.q + 256 * b;
-    unroll<4>([&](auto i_) {
-      constexpr int i = decltype(i_)::value;
-      const __m512i z = _mm512_broadcast_i64x4(load256(qs + 32 * i));
-      __m512i q = nibbles(z, 0xFFFF0000u);
-      if constexpr (kFive) {  // bit 2i of qh for bytes 0-31, bit 2i+1 for bytes 32-63 -> +16
-        const __m512i bit = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8(static_cast<char>(1 << (2 * i))),
-                                                   _mm512_set1_epi8(static_cast<char>(1 << (2 * i + 1))));
-        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
-      }
-      const __m512i L = dpbusd(_mm512_setzero_si512(), q, load512(xq + 64 * i));
-      acc[i & 1] = _mm512_fmadd_ps(fl(L), _mm512_permutexvar_ps(idx2(8 + 2 * i, 9 + 2 * i), fz), acc[i & 1]);
-    });
-  }
-  const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
-  const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
-  return hsum(acc[0], acc[1]) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
-}
-
-// Q4_K for decode (dot_q8 and dot_q8_rows). The kernel above turns every 16 lanes of vpdpbusd sums into floats and
-// scales them (convert, factor permute, multiply-add per vector: four of each per block), which made it bound by
-// vector operations at ~33 GB/s from L2 on a Zen 4 core, below the DRAM stream. This one reads the activations in
-// its own order, made once per x row (q4k_x_layout), so that the integer sums of each sub-block meet in one 128-bit
-// lane and a block takes one convert and one multiply-add for its scale and min terms together.
+// Q4_K and Q5_K for decode (dot_q8 and dot_q8_rows). The kernel these replaced turned every 16 lanes of vpdpbusd sums
+// into floats and scaled them (convert, factor permute, multiply-add per vector: four of each per block), which made
+// it bound by vector operations at ~33 GB/s from L2 on a Zen 4 core, below the DRAM stream. This one reads x in
+// its own order, made once per x row and call (q4k_x_layout), so that the integer sums of each sub-block meet in one
+// 128-bit lane and a block takes one convert and one multiply-add for its scale and min terms together.
 //
 // Weights: z0 = quant bytes 0-63 and z1 = 64-127; y0 takes 128-bit lanes 0 and 2 of each (bytes 32c .. 32c+15 in
 // lane c), y1 lanes 1 and 3 (bytes 32c+16 .. 32c+31). The low nibbles of lane c are sub-block 2c, the high nibbles
@@ -635,7 +589,7 @@ inline __m128i k_scales_v(__m128i v) {
 }
 
 
-/// x in dot_q8_q4k's order (kLaidXBytes per 256 values) at out.
+/// x in dot_q8_q45k_laid's order (kLaidXBytes per 256 values) at out.
 inline void q4k_x_layout(const QuantizedX& x, std::byte* out) {
   const __m512i pairs = _mm512_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7);
   for (std::int64_t b = 0; b < x.K / 256; ++b) {
@@ -663,33 +617,51 @@ inline std::byte* laid_x_buffer(std::size_t bytes) {
   return buf.data();
 }
 
-/// sum_k deq(row)[k] * d_x[k/32] * q_x[k] for a Q4_K row of nb blocks against x in q4k_x_layout's order.
-inline float dot_q8_q4k(const std::byte* row, std::int64_t nb, const std::byte* xl) {
+/// sum_k deq(row)[k] * d_x[k/32] * q_x[k] for a Q4_K row of nb blocks against x in q4k_x_layout's order, and:
+/// Q5_K (kFive): the same with the fifth bits added before the products (bit j of qh byte l is that of sub-block j's
+/// value l: the lanes of y0 and y1 test bit 2c or 2c+1 of qh bytes 0-15 or 16-31).
+template <bool kFive>
+inline float dot_q8_q45k_laid(const std::byte* row, std::int64_t nb, const std::byte* xl) {
+  constexpr int kBytes = kFive ? 176 : 144, kQs = kFive ? 48 : 16;
   const __m512i m15 = _mm512_set1_epi8(15);
+  // Per 128-bit lane c: the bit of sub-block 2c (2c + 1) in every byte.
+  [[maybe_unused]] const __m512i bit_even = _mm512_setr_epi32(0x01010101, 0x01010101, 0x01010101, 0x01010101,
+                                                              0x04040404, 0x04040404, 0x04040404, 0x04040404,
+                                                              0x10101010, 0x10101010, 0x10101010, 0x10101010,
+                                                              0x40404040, 0x40404040, 0x40404040, 0x40404040);
+  [[maybe_unused]] const __m512i bit_odd = _mm512_add_epi8(bit_even, bit_even);
   const __m512i dmin_idx = _mm512_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1);
   const __m128i sm_idx = _mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
   __m512 acc = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < nb; ++b, xl += kLaidXBytes) {
-    const std::byte* blk = row + b * 144;
-    prefetch_lines_ahead<144>(blk);
+    const std::byte* blk = row + b * kBytes;
+    prefetch_lines_ahead<kBytes>(blk);
     // Factors, lanes 4c .. 4c+3: [d sc_2c, d sc_2c+1, dmin m_2c, dmin m_2c+1] * dx.
     const __m128i v = load128(blk);  // d, dmin, the 12 scale bytes
     const __m512 dd = _mm512_permutexvar_ps(dmin_idx, _mm512_castps128_ps512(_mm_cvtph_ps(v)));
     const __m512 sm = fl(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(k_scales_v(v), sm_idx)));
     const __m512 f = _mm512_mul_ps(_mm512_mul_ps(dd, sm), _mm512_loadu_ps(reinterpret_cast<const float*>(xl + 256)));
-    const __m512i z0 = load512(blk + 16), z1 = load512(blk + 80);
+    const __m512i z0 = load512(blk + kQs), z1 = load512(blk + kQs + 64);
     const __m512i y0 = _mm512_shuffle_i64x2(z0, z1, 0x88), y1 = _mm512_shuffle_i64x2(z0, z1, 0xDD);
 #if defined(__GFNI__)
     // The high nibbles with one affine byte transform (x >> 4) instead of a shift and a mask.
     const __m512i shr4 = _mm512_set1_epi64(0x1020408000000000LL);
-    const __m512i h0 = _mm512_gf2p8affine_epi64_epi8(y0, shr4, 0), h1 = _mm512_gf2p8affine_epi64_epi8(y1, shr4, 0);
+    __m512i h0 = _mm512_gf2p8affine_epi64_epi8(y0, shr4, 0), h1 = _mm512_gf2p8affine_epi64_epi8(y1, shr4, 0);
 #else
-    const __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(y0, 4), m15);
-    const __m512i h1 = _mm512_and_si512(_mm512_srli_epi16(y1, 4), m15);
+    __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(y0, 4), m15);
+    __m512i h1 = _mm512_and_si512(_mm512_srli_epi16(y1, 4), m15);
 #endif
+    __m512i l0 = _mm512_and_si512(y0, m15), l1 = _mm512_and_si512(y1, m15);
+    if constexpr (kFive) {
+      const __m512i q0 = _mm512_broadcast_i32x4(load128(blk + 16)), q1 = _mm512_broadcast_i32x4(load128(blk + 32));
+      const __m512i s16 = _mm512_set1_epi8(16);
+      l0 = _mm512_mask_add_epi8(l0, _mm512_test_epi8_mask(q0, bit_even), l0, s16);
+      l1 = _mm512_mask_add_epi8(l1, _mm512_test_epi8_mask(q1, bit_even), l1, s16);
+      h0 = _mm512_mask_add_epi8(h0, _mm512_test_epi8_mask(q0, bit_odd), h0, s16);
+      h1 = _mm512_mask_add_epi8(h1, _mm512_test_epi8_mask(q1, bit_odd), h1, s16);
+    }
     const __m512i zero = _mm512_setzero_si512();
-    const __m512i E = dpbusd(dpbusd(zero, _mm512_and_si512(y0, m15), load512(xl)), _mm512_and_si512(y1, m15),
-                             load512(xl + 64));
+    const __m512i E = dpbusd(dpbusd(zero, l0, load512(xl)), l1, load512(xl + 64));
     const __m512i O = dpbusd(dpbusd(zero, h0, load512(xl + 128)), h1, load512(xl + 192));
     // Lane c: [e0+e2, o0+o2, e1+e3, o1+o3], then + its halves swapped: [I_2c, I_2c+1, I_2c, I_2c+1].
     const __m512i B = _mm512_add_epi32(_mm512_unpacklo_epi32(E, O), _mm512_unpackhi_epi32(E, O));
@@ -699,7 +671,7 @@ inline float dot_q8_q4k(const std::byte* row, std::int64_t nb, const std::byte* 
   return _mm512_reduce_add_ps(acc);
 }
 
-// IQ4_XS for decode, on the same plan as dot_q8_q4k. A block's 16 quant bytes per sub-block lie in order, so the
+// IQ4_XS for decode, on the same plan as dot_q8_q45k_laid. A block's 16 quant bytes per sub-block lie in order, so the
 // 128-bit lanes of quant bytes 0-63 (64-127) are sub-blocks 0-3 (4-7): low nibbles their values 0-15, high nibbles
 // 16-31, both mapped to the codebook + 128 by one byte shuffle each. Activations (kLaidXBytes per 256 values): four
 // vectors whose lane c holds x values 32c + 0-15, 32c + 16-31, 128 + 32c + 0-15, 128 + 32c + 16-31; 16 floats, lanes
@@ -738,11 +710,9 @@ inline float dot_q8_iq4xs(const std::byte* row, std::int64_t nb, const std::byte
     std::uint32_t sl, sh;
     std::memcpy(&sl, blk + 4, 4);
     std::memcpy(&sh, blk + 2, 4);  // scales_h in the low 16 bits (the high 16, scales_l's first bytes, masked off)
-    const __m512i ls = _mm512_or_si512(
-        _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(sl)), lo_shift), _mm512_set1_epi32(15)),
-        _mm512_slli_epi32(
-            _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(sh)), hi_shift), _mm512_set1_epi32(3)),
-            4));
+    const __m512i lo = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(sl)), lo_shift);
+    const __m512i hi = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(sh)), hi_shift);
+    const __m512i ls = _mm512_or_si512(_mm512_and_si512(lo, c32(15)), _mm512_slli_epi32(_mm512_and_si512(hi, c32(3)), 4));
     const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(half(blk)), fl(_mm512_sub_epi32(ls, c32(32)))),
                                    _mm512_loadu_ps(reinterpret_cast<const float*>(xl + 256)));
     const __m512i z0 = load512(blk + 8), z1 = load512(blk + 72);
@@ -758,7 +728,7 @@ inline float dot_q8_iq4xs(const std::byte* row, std::int64_t nb, const std::byte
                              _mm512_shuffle_epi8(tbl, h0), load512(xl + 64));
     const __m512i F = dpbusd(dpbusd(zero, _mm512_shuffle_epi8(tbl, _mm512_and_si512(z1, m15)), load512(xl + 128)),
                              _mm512_shuffle_epi8(tbl, h1), load512(xl + 192));
-    // Lane c: [I_c, I_4+c, *, *] as in dot_q8_q4k, then the offset terms -128 s in lanes 2 and 3.
+    // Lane c: [I_c, I_4+c, *, *] as in dot_q8_q45k_laid, then the offset terms -128 s in lanes 2 and 3.
     const __m512i B = _mm512_add_epi32(_mm512_unpacklo_epi32(E, F), _mm512_unpackhi_epi32(E, F));
     const __m512i I = _mm512_add_epi32(B, _mm512_shuffle_epi32(B, _MM_PERM_BADC));
     acc = _mm512_fmadd_ps(fl(_mm512_mask_blend_epi32(0xCCCC, I, load512(xl + 320))), f, acc);
@@ -775,7 +745,11 @@ MAXTEXT_QBLOCK_INLINE bool with_laid_kernel(BlockType t, F&& f) {
   switch (t) {
     case BlockType::q4_k:
       f([](X x, std::byte* o) { q4k_x_layout(x, o); },
-        [](L r, std::int64_t nb, L xl) MAXTEXT_QBLOCK_LAMBDA_INLINE { return dot_q8_q4k(r, nb, xl); });
+        [](L r, std::int64_t nb, L xl) MAXTEXT_QBLOCK_LAMBDA_INLINE { return dot_q8_q45k_laid<false>(r, nb, xl); });
+      return true;
+    case BlockType::q5_k:
+      f([](X x, std::byte* o) { q4k_x_layout(x, o); },
+        [](L r, std::int64_t nb, L xl) MAXTEXT_QBLOCK_LAMBDA_INLINE { return dot_q8_q45k_laid<true>(r, nb, xl); });
       return true;
     case BlockType::iq4_xs:
       f([](X x, std::byte* o) { iq4xs_x_layout(x, o); },
@@ -2388,12 +2362,10 @@ MAXTEXT_QBLOCK_INLINE bool with_dot_q8_kernel(BlockType t, F&& f) {
     case BlockType::q4_0: f([](const std::byte* r, X x) { return dot_q8_q4_0(r, x); }); return true;
     case BlockType::q8_0: f([](const std::byte* r, X x) { return dot_q8_q8_0(r, x); }); return true;
     case BlockType::iq4_nl: f([](const std::byte* r, X x) { return dot_q8_iq4_nl(r, x); }); return true;
-#if !MAXTEXT_QBLOCK_AVX512  // (AVX-512: Q4_K and IQ4_XS read x in their own order: with_laid_kernel)
-    case BlockType::q4_k: f([](const std::byte* r, X x) { return dot_q8_q45k<false>(r, x); }); return true;
-#endif
-    case BlockType::q5_k: f([](const std::byte* r, X x) { return dot_q8_q45k<true>(r, x); }); return true;
     case BlockType::q6_k: f([](const std::byte* r, X x) { return dot_q8_q6k(r, x); }); return true;
-#if !MAXTEXT_QBLOCK_AVX512
+#if !MAXTEXT_QBLOCK_AVX512  // (AVX-512: Q4_K, Q5_K and IQ4_XS read x in their own order: with_laid_kernel)
+    case BlockType::q4_k: f([](const std::byte* r, X x) { return dot_q8_q45k<false>(r, x); }); return true;
+    case BlockType::q5_k: f([](const std::byte* r, X x) { return dot_q8_q45k<true>(r, x); }); return true;
     case BlockType::iq4_xs: f([](const std::byte* r, X x) { return dot_q8_iq4_xs(r, x); }); return true;
 #endif
     default: return false;
