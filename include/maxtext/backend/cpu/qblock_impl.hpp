@@ -588,25 +588,35 @@ inline __m128i k_scales_v(__m128i v) {
                       _mm_and_si128(_mm_srli_epi32(hi, 2), _mm_set1_epi8(0x30)));
 }
 
-
-/// x in dot_q8_q45k_laid's order (kLaidXBytes per 256 values) at out.
-inline void q4k_x_layout(const QuantizedX& x, std::byte* out) {
-  const __m512i pairs = _mm512_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7);
+/// x laid out for one of the kernels below, kLaidXBytes per 256 values at out: the four 64-byte quant vectors that
+/// quants(n0, n1, n2, n3, o) makes from the block's four natural ones, then 16 floats x.d[8b + pairs[i]] and 16 int32
+/// -(x.s[8b + pairs[i]] << s_shift) in lanes 2 and 3 of each group of four (0 in lanes 0 and 1).
+template <class Q>
+inline void laid_x_layout(const QuantizedX& x, std::byte* out, __m512i pairs, int s_shift, Q&& quants) {
   for (std::int64_t b = 0; b < x.K / 256; ++b) {
     const std::int8_t* q = x.q + 256 * b;
     std::byte* o = out + static_cast<std::size_t>(b) * kLaidXBytes;
-    // A 4 x 4 transpose of 16-byte pieces: piece p of 64-value chunk c -> lane c of vector p.
-    const __m512i n0 = load512(q), n1 = load512(q + 64), n2 = load512(q + 128), n3 = load512(q + 192);
-    const __m512i t0 = _mm512_shuffle_i64x2(n0, n1, 0x44), t1 = _mm512_shuffle_i64x2(n2, n3, 0x44);
-    const __m512i t2 = _mm512_shuffle_i64x2(n0, n1, 0xEE), t3 = _mm512_shuffle_i64x2(n2, n3, 0xEE);
-    _mm512_storeu_si512(o, _mm512_shuffle_i64x2(t0, t1, 0x88));
-    _mm512_storeu_si512(o + 64, _mm512_shuffle_i64x2(t0, t1, 0xDD));
-    _mm512_storeu_si512(o + 128, _mm512_shuffle_i64x2(t2, t3, 0x88));
-    _mm512_storeu_si512(o + 192, _mm512_shuffle_i64x2(t2, t3, 0xDD));
+    quants(load512(q), load512(q + 64), load512(q + 128), load512(q + 192), o);
     _mm512_storeu_ps(o + 256, _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_loadu_ps(x.d + 8 * b))));
-    const __m256i s = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_cvtepi16_epi32(load128(x.s + 8 * b)));
+    const __m256i s = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_sll_epi32(_mm256_cvtepi16_epi32(load128(x.s + 8 * b)),
+                                                        _mm_cvtsi32_si128(s_shift)));
     _mm512_storeu_si512(o + 320, _mm512_maskz_permutexvar_epi32(0xCCCC, pairs, _mm512_castsi256_si512(s)));
   }
+}
+
+/// x in dot_q8_q45k_laid's order (kLaidXBytes per 256 values) at out.
+inline void q4k_x_layout(const QuantizedX& x, std::byte* out) {
+  // A 4 x 4 transpose of 16-byte pieces: piece p of 64-value chunk c -> lane c of vector p.
+  laid_x_layout(x, out, _mm512_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7), 0,
+                [](__m512i n0, __m512i n1, __m512i n2, __m512i n3, std::byte* o) {
+                  const __m512i t0 = _mm512_shuffle_i64x2(n0, n1, 0x44), t1 = _mm512_shuffle_i64x2(n2, n3, 0x44);
+                  const __m512i t2 = _mm512_shuffle_i64x2(n0, n1, 0xEE), t3 = _mm512_shuffle_i64x2(n2, n3, 0xEE);
+                  _mm512_storeu_si512(o, _mm512_shuffle_i64x2(t0, t1, 0x88));
+                  _mm512_storeu_si512(o + 64, _mm512_shuffle_i64x2(t0, t1, 0xDD));
+                  _mm512_storeu_si512(o + 128, _mm512_shuffle_i64x2(t2, t3, 0x88));
+                  _mm512_storeu_si512(o + 192, _mm512_shuffle_i64x2(t2, t3, 0xDD));
+                });
 }
 
 /// The calling thread's buffer for laid-out x rows (q4k_x_layout, iq4xs_x_layout) of `bytes`: grown to the largest
@@ -681,20 +691,13 @@ inline float dot_q8_q45k_laid(const std::byte* row, std::int64_t nb, const std::
 
 /// x in dot_q8_iq4xs's order (kLaidXBytes per 256 values) at out.
 inline void iq4xs_x_layout(const QuantizedX& x, std::byte* out) {
-  const __m512i pairs = _mm512_setr_epi32(0, 4, 0, 4, 1, 5, 1, 5, 2, 6, 2, 6, 3, 7, 3, 7);
-  for (std::int64_t b = 0; b < x.K / 256; ++b) {
-    const std::int8_t* q = x.q + 256 * b;
-    std::byte* o = out + static_cast<std::size_t>(b) * kLaidXBytes;
-    const __m512i n0 = load512(q), n1 = load512(q + 64), n2 = load512(q + 128), n3 = load512(q + 192);
-    _mm512_storeu_si512(o, _mm512_shuffle_i64x2(n0, n1, 0x88));
-    _mm512_storeu_si512(o + 64, _mm512_shuffle_i64x2(n0, n1, 0xDD));
-    _mm512_storeu_si512(o + 128, _mm512_shuffle_i64x2(n2, n3, 0x88));
-    _mm512_storeu_si512(o + 192, _mm512_shuffle_i64x2(n2, n3, 0xDD));
-    _mm512_storeu_ps(o + 256, _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_loadu_ps(x.d + 8 * b))));
-    const __m256i s = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                       _mm256_slli_epi32(_mm256_cvtepi16_epi32(load128(x.s + 8 * b)), 7));
-    _mm512_storeu_si512(o + 320, _mm512_maskz_permutexvar_epi32(0xCCCC, pairs, _mm512_castsi256_si512(s)));
-  }
+  laid_x_layout(x, out, _mm512_setr_epi32(0, 4, 0, 4, 1, 5, 1, 5, 2, 6, 2, 6, 3, 7, 3, 7), 7,
+                [](__m512i n0, __m512i n1, __m512i n2, __m512i n3, std::byte* o) {
+                  _mm512_storeu_si512(o, _mm512_shuffle_i64x2(n0, n1, 0x88));
+                  _mm512_storeu_si512(o + 64, _mm512_shuffle_i64x2(n0, n1, 0xDD));
+                  _mm512_storeu_si512(o + 128, _mm512_shuffle_i64x2(n2, n3, 0x88));
+                  _mm512_storeu_si512(o + 192, _mm512_shuffle_i64x2(n2, n3, 0xDD));
+                });
 }
 
 /// sum_k deq(row)[k] * d_x[k/32] * q_x[k] for an IQ4_XS row of nb blocks against x in iq4xs_x_layout's order.
