@@ -430,16 +430,9 @@ inline __m512i dot_off(__m512i u, __m512i s, int off) {
   return _mm512_sub_epi32(dpbusd(z, u, s), dpbusd(z, _mm512_set1_epi8(static_cast<char>(off)), s));
 }
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-/// Index vector: lanes 0-7 pick a, 8-15 pick b.
-inline __m512i idx2(int a, int b) { return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(b)); }
 /// Index vector: lanes 4i..4i+3 pick a+i.
 inline __m512i idx4(int a) {
   return _mm512_add_epi32(_mm512_set1_epi32(a), _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0));
-}
-/// [u16 of the low nibbles | high nibbles] of each 32-byte half: nibbles of z, high nibble where mask bit (16-bit
-/// elements) is set.
-inline __m512i nibbles(__m512i z, __mmask32 high) {
-  return _mm512_and_si512(_mm512_mask_srli_epi16(z, high, z, 4), _mm512_set1_epi8(15));
 }
 inline float hsum(__m512 a, __m512 b) { return _mm512_reduce_add_ps(_mm512_add_ps(a, b)); }
 
@@ -588,6 +581,25 @@ inline __m128i k_scales_v(__m128i v) {
                       _mm_and_si128(_mm_srli_epi32(hi, 2), _mm_set1_epi8(0x30)));
 }
 
+/// The high nibble of every byte of z (z >> 4 per byte): one affine byte transform where the CPU has GFNI, else a
+/// shift and a mask.
+inline __m512i high_nibbles(__m512i z) {
+#if defined(__GFNI__)
+  return _mm512_gf2p8affine_epi64_epi8(z, _mm512_set1_epi64(0x1020408000000000LL), 0);
+#else
+  return _mm512_and_si512(_mm512_srli_epi16(z, 4), _mm512_set1_epi8(15));
+#endif
+}
+
+/// The laid-out kernels' step per block: E and O hold, in lane c, the partial sums of two sub-blocks; folded to
+/// [I_a, I_b, I_a, I_b] per lane ([e0+e2, o0+o2, e1+e3, o1+o3] plus its halves swapped), lanes 2 and 3 replaced by
+/// the layout's offset sums (xl + 320), then one multiply-add with the factors f.
+inline __m512 laid_fold_fma(__m512i E, __m512i O, const std::byte* xl, __m512 f, __m512 acc) {
+  const __m512i B = _mm512_add_epi32(_mm512_unpacklo_epi32(E, O), _mm512_unpackhi_epi32(E, O));
+  const __m512i I = _mm512_add_epi32(B, _mm512_shuffle_epi32(B, _MM_PERM_BADC));
+  return _mm512_fmadd_ps(fl(_mm512_mask_blend_epi32(0xCCCC, I, load512(xl + 320))), f, acc);
+}
+
 /// x laid out for one of the kernels below, kLaidXBytes per 256 values at out: the four 64-byte quant vectors that
 /// quants(n0, n1, n2, n3, o) makes from the block's four natural ones, then 16 floats x.d[8b + pairs[i]] and 16 int32
 /// -(x.s[8b + pairs[i]] << s_shift) in lanes 2 and 3 of each group of four (0 in lanes 0 and 1).
@@ -653,14 +665,7 @@ inline float dot_q8_q45k_laid(const std::byte* row, std::int64_t nb, const std::
     const __m512 f = _mm512_mul_ps(_mm512_mul_ps(dd, sm), _mm512_loadu_ps(reinterpret_cast<const float*>(xl + 256)));
     const __m512i z0 = load512(blk + kQs), z1 = load512(blk + kQs + 64);
     const __m512i y0 = _mm512_shuffle_i64x2(z0, z1, 0x88), y1 = _mm512_shuffle_i64x2(z0, z1, 0xDD);
-#if defined(__GFNI__)
-    // The high nibbles with one affine byte transform (x >> 4) instead of a shift and a mask.
-    const __m512i shr4 = _mm512_set1_epi64(0x1020408000000000LL);
-    __m512i h0 = _mm512_gf2p8affine_epi64_epi8(y0, shr4, 0), h1 = _mm512_gf2p8affine_epi64_epi8(y1, shr4, 0);
-#else
-    __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(y0, 4), m15);
-    __m512i h1 = _mm512_and_si512(_mm512_srli_epi16(y1, 4), m15);
-#endif
+    __m512i h0 = high_nibbles(y0), h1 = high_nibbles(y1);
     __m512i l0 = _mm512_and_si512(y0, m15), l1 = _mm512_and_si512(y1, m15);
     if constexpr (kFive) {
       const __m512i q0 = _mm512_broadcast_i32x4(load128(blk + 16)), q1 = _mm512_broadcast_i32x4(load128(blk + 32));
@@ -673,10 +678,7 @@ inline float dot_q8_q45k_laid(const std::byte* row, std::int64_t nb, const std::
     const __m512i zero = _mm512_setzero_si512();
     const __m512i E = dpbusd(dpbusd(zero, l0, load512(xl)), l1, load512(xl + 64));
     const __m512i O = dpbusd(dpbusd(zero, h0, load512(xl + 128)), h1, load512(xl + 192));
-    // Lane c: [e0+e2, o0+o2, e1+e3, o1+o3], then + its halves swapped: [I_2c, I_2c+1, I_2c, I_2c+1].
-    const __m512i B = _mm512_add_epi32(_mm512_unpacklo_epi32(E, O), _mm512_unpackhi_epi32(E, O));
-    const __m512i I = _mm512_add_epi32(B, _mm512_shuffle_epi32(B, _MM_PERM_BADC));
-    acc = _mm512_fmadd_ps(fl(_mm512_mask_blend_epi32(0xCCCC, I, load512(xl + 320))), f, acc);
+    acc = laid_fold_fma(E, O, xl, f, acc);  // lane c: sub-blocks 2c, 2c+1
   }
   return _mm512_reduce_add_ps(acc);
 }
@@ -719,22 +721,12 @@ inline float dot_q8_iq4xs(const std::byte* row, std::int64_t nb, const std::byte
     const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(half(blk)), fl(_mm512_sub_epi32(ls, c32(32)))),
                                    _mm512_loadu_ps(reinterpret_cast<const float*>(xl + 256)));
     const __m512i z0 = load512(blk + 8), z1 = load512(blk + 72);
-#if defined(__GFNI__)
-    const __m512i shr4 = _mm512_set1_epi64(0x1020408000000000LL);
-    const __m512i h0 = _mm512_gf2p8affine_epi64_epi8(z0, shr4, 0), h1 = _mm512_gf2p8affine_epi64_epi8(z1, shr4, 0);
-#else
-    const __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(z0, 4), m15);
-    const __m512i h1 = _mm512_and_si512(_mm512_srli_epi16(z1, 4), m15);
-#endif
     const __m512i zero = _mm512_setzero_si512();
     const __m512i E = dpbusd(dpbusd(zero, _mm512_shuffle_epi8(tbl, _mm512_and_si512(z0, m15)), load512(xl)),
-                             _mm512_shuffle_epi8(tbl, h0), load512(xl + 64));
+                             _mm512_shuffle_epi8(tbl, high_nibbles(z0)), load512(xl + 64));
     const __m512i F = dpbusd(dpbusd(zero, _mm512_shuffle_epi8(tbl, _mm512_and_si512(z1, m15)), load512(xl + 128)),
-                             _mm512_shuffle_epi8(tbl, h1), load512(xl + 192));
-    // Lane c: [I_c, I_4+c, *, *] as in dot_q8_q45k_laid, then the offset terms -128 s in lanes 2 and 3.
-    const __m512i B = _mm512_add_epi32(_mm512_unpacklo_epi32(E, F), _mm512_unpackhi_epi32(E, F));
-    const __m512i I = _mm512_add_epi32(B, _mm512_shuffle_epi32(B, _MM_PERM_BADC));
-    acc = _mm512_fmadd_ps(fl(_mm512_mask_blend_epi32(0xCCCC, I, load512(xl + 320))), f, acc);
+                             _mm512_shuffle_epi8(tbl, high_nibbles(z1)), load512(xl + 192));
+    acc = laid_fold_fma(E, F, xl, f, acc);  // lane c: sub-blocks c, 4+c (offset terms -128 s)
   }
   return _mm512_reduce_add_ps(acc);
 }
