@@ -2,10 +2,12 @@
 // back unchanged; memory that is not a registered mapping is never touched.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,8 +22,9 @@ using namespace maxtext;
 
 namespace {
 
-/// Resident kB of the mapping that starts at `p`, from /proc/self/smaps (-1 when not found).
-long resident_kb(const void* p) {
+/// The rest of the line `field` (e.g. "Rss:", "VmFlags:") of the mapping that holds `p`, from /proc/self/smaps
+/// (empty when not found).
+std::string smaps_field(const void* p, const std::string& field) {
   std::ifstream f("/proc/self/smaps");
   std::string line;
   bool in = false;
@@ -33,9 +36,15 @@ long resident_kb(const void* p) {
       in = a >= lo && a < hi;
       continue;
     }
-    if (in && line.rfind("Rss:", 0) == 0) return std::stol(line.substr(4));
+    if (in && line.rfind(field, 0) == 0) return line.substr(field.size());
   }
-  return -1;
+  return {};
+}
+
+/// Resident kB of the mapping that holds `p` (-1 when not found).
+long resident_kb(const void* p) {
+  const std::string rss = smaps_field(p, "Rss:");
+  return rss.empty() ? -1 : std::stol(rss);
 }
 
 std::string write_floats(const std::vector<float>& v) {
@@ -73,6 +82,29 @@ TEST_CASE("Dropped pages of a read-only mapping leave the resident set and read 
     CHECK(std::memcmp(p, v.data(), file->size()) == 0);  // faulted back in from the page cache
     // A range running past the mapping's end is not the mapping's: nothing is dropped.
     CHECK(drop_mapped_pages(file->data() + page, file->size()) == 0);
+  }
+  std::remove(path.c_str());
+}
+
+TEST_CASE("A mapped file asks for huge pages where the kernel has them, and reads the same", "[io][mmap]") {
+  // The kernel marks a mapping advised MADV_HUGEPAGE with "hg" in its VmFlags. Without transparent huge pages built
+  // in (no sysfs directory) the advice is refused and the mapping stays as it was.
+  const bool thp = std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good();
+  const std::vector<float> v = pattern(std::size_t{3} << 18);  // 3 MiB: room for one aligned 2 MiB page
+  const std::string path = write_floats(v);
+  {
+    auto file = io::MappedFile::open(path);
+    std::istringstream flags(smaps_field(file->data(), "VmFlags:"));
+    std::vector<std::string> fl{std::istream_iterator<std::string>(flags), std::istream_iterator<std::string>()};
+    REQUIRE(!fl.empty());  // the mapping is found
+    const bool hg = std::find(fl.begin(), fl.end(), "hg") != fl.end();
+    if (thp) {
+      CHECK(hg);
+    } else {
+      WARN("no transparent huge pages in this kernel: the hint is not checked");
+      CHECK(!hg);
+    }
+    CHECK(std::memcmp(file->data(), v.data(), file->size()) == 0);
   }
   std::remove(path.c_str());
 }
