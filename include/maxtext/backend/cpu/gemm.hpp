@@ -1120,16 +1120,15 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
     };
     parallel_for(N, nt, [&](std::int64_t n0, std::int64_t n1) {
       if (int8) {
-        // kChunk weight rows per qblock::dot_q8_rows call (the same sums as dot_q8 row by row), not one dot_q8 call
-        // per row: model b's rows of K = 768 are three Q4_K blocks each, and its one-thread decode gained 5-7%.
-        constexpr std::int64_t kChunk = 32;
-        float accs[kGgmlI8RowsDirect * kChunk];
-        for (std::int64_t c0 = n0; c0 < n1; c0 += kChunk) {
-          const std::int64_t nc = std::min(kChunk, n1 - c0);
+        // kQ8RowsBlock weight rows per qblock::dot_q8_rows call (the same sums as dot_q8 row by row), not one dot_q8
+        // call per row: model b's rows of K = 768 are three Q4_K blocks each, and its one-thread decode gained 5-7%.
+        float accs[kGgmlI8RowsDirect * kQ8RowsBlock];
+        for (std::int64_t c0 = n0; c0 < n1; c0 += kQ8RowsBlock) {
+          const std::int64_t nc = std::min(kQ8RowsBlock, n1 - c0);
           qblock::dot_q8_rows(bt, p.rows_data + static_cast<std::size_t>(c0) * p.row_bytes, p.row_bytes, nc, xq, M,
-                              accs, kChunk);
+                              accs, kQ8RowsBlock);
           for (std::int64_t m = 0; m < M; ++m) {
-            for (std::int64_t j = 0; j < nc; ++j) finish(m, c0 + j, accs[m * kChunk + j]);
+            for (std::int64_t j = 0; j < nc; ++j) finish(m, c0 + j, accs[m * kQ8RowsBlock + j]);
           }
         }
         return;
