@@ -271,3 +271,29 @@ TEST_CASE("Runtime-typed blocks, 8-bit activations: prompt rows equal decode ste
   }
   if (checked == 0) WARN("no block type takes qblock::dot_q8_rows on this machine (the VNNI panels): nothing compared");
 }
+
+TEST_CASE("Integer prefill's activation rows: groups too small to scale get q = 0, as qblock::quantize_x gives",
+          "[backend][cpu][gemm]") {
+  // gemm::detail::quantize_row and qblock::quantize_x share the rule (qblock::inverse_scale): a group whose 1/d
+  // overflows (max|x| below ~3.7e-37) is quantised to zeros; without it the products clamp infinities to +-127.
+  const std::int64_t K = 32 * 4;
+  std::vector<float> x(static_cast<std::size_t>(K));
+  std::mt19937 g(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& v : x) v = u(g);
+  for (int i = 0; i < 32; ++i) x[static_cast<std::size_t>(32 + i)] *= std::ldexp(1.0f, -140);  // subnormal group
+  for (int i = 0; i < 32; ++i) x[static_cast<std::size_t>(64 + i)] = 0.0f;                     // all-zero group
+  std::vector<std::int8_t> q(static_cast<std::size_t>(K));
+  std::vector<float> d(static_cast<std::size_t>(K / 32));
+  std::vector<std::int32_t> c(static_cast<std::size_t>(K / 32));
+  gm::detail::quantize_row(x.data(), K, q.data(), d.data(), c.data());
+  std::vector<std::byte> buf(qb::quantized_x_bytes(K));
+  const qb::QuantizedX ref = qb::quantize_x(x.data(), K, buf.data());
+  for (std::int64_t i = 0; i < K; ++i) {
+    INFO("value " << i);
+    CHECK(static_cast<int>(q[static_cast<std::size_t>(i)]) == static_cast<int>(ref.q[i]));
+  }
+  for (int i = 32; i < 96; ++i) CHECK(q[static_cast<std::size_t>(i)] == 0);
+  CHECK(c[1] == 0);
+  CHECK(d[0] > 0.0f);
+}

@@ -323,8 +323,7 @@ inline void quantize_row(const X* x, std::int64_t K, std::int8_t* q, float* d, s
     for (int i = 0; i < B; ++i) t[i] = scalar(xb[i]);
     fbatch amax(0.0f);
     for (int i = 0; i < B; i += static_cast<int>(kW)) amax = xsimd::max(amax, xsimd::abs(fbatch::load_aligned(t + i)));
-    const float dk = vec::hmax(amax) / 127.0f, inv = 1.0f / dk;
-    const float id = dk != 0.0f && inv <= std::numeric_limits<float>::max() ? inv : 0.0f;  // as qblock::quantize_x
+    const float dk = vec::hmax(amax) / 127.0f, id = qblock::inverse_scale(dk);
     ibatch sum(0);
     for (int i = 0; i < B; i += static_cast<int>(kW)) {
       ibatch v = xsimd::nearbyint_as_int(fbatch::load_aligned(t + i) * fbatch(id));

@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -303,6 +304,14 @@ inline std::size_t quantized_x_bytes(std::int64_t K) {
   const auto k = static_cast<std::size_t>(K);
   return detail::kAlign + detail::round_up(k) + detail::round_up(k / 32 * sizeof(float)) +
          detail::round_up(k / 32 * sizeof(std::int16_t));
+}
+
+/// The factor q = x * inverse_scale(d) of a group with scale d = max|x| / 127: 1/d, or 0 where d = 0 or 1/d overflows
+/// (max|x| below ~3.7e-37, which would otherwise send every q to infinity). Shared by quantize_x and the integer
+/// prefill panels' gemm::detail::quantize_row.
+inline float inverse_scale(float d) {
+  const float inv = 1.0f / d;
+  return d != 0.0f && inv <= std::numeric_limits<float>::max() ? inv : 0.0f;
 }
 
 /// Quantise x (K values, a multiple of 32) into `buf` (quantized_x_bytes(K) bytes): per group of 32,

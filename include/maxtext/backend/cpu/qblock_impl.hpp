@@ -2404,8 +2404,7 @@ MAXTEXT_QBLOCK_API QuantizedX quantize_x(const float* x, std::int64_t K, std::by
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(xg[i]));
 #endif
-    const float dg = amax / 127.0f, inv = 1.0f / dg;
-    const float id = dg != 0.0f && inv <= std::numeric_limits<float>::max() ? inv : 0.0f;
+    const float dg = amax / 127.0f, id = inverse_scale(dg);
 #if MAXTEXT_QBLOCK_AVX512
     const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));
     const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
