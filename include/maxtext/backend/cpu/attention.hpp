@@ -36,13 +36,75 @@ namespace maxtext::cpu::attn {
 using vec::fbatch;
 inline constexpr std::int64_t kBlk = static_cast<std::int64_t>(vec::W);  ///< keys per block: one vector of logits
 
+/// Decode passes hint the cache rows of the key block kAheadBlocks ahead into L1, one prefetch per 64-byte line,
+/// spread over the loads of the current block (RowHints: a few lines per step of block_logits; block_values: each
+/// value row's lines as the same row of the current block is read). A block's rows of one kv head lie a whole cache
+/// position apart, a pattern the hardware prefetchers follow poorly, and the passes otherwise wait for each line
+/// before their arithmetic. One Zen 4 core, model c's f32 cache shape (513 keys, 4 kv heads x 128), GB/s:
+///
+///   | cache                               | no hints  | per-head bursts | spread    |
+///   |-------------------------------------|-----------|-----------------|-----------|
+///   | 64 layers, from DRAM, 4 KiB pages   | 18.1-18.5 | 19.1-19.5       | 20.8-22.2 |
+///   | 64 layers, from DRAM, 2 MiB pages   | 19.6-19.8 | 20.3-20.7       | 24.9-25.4 |
+///   | 16 layers, partly in L3             | 21.4-23.1 | 25.1-27.3       | 29.6-35.4 |
+///   | 4 layers, in L2/L3                  | 48.4-59   | 45.1-47.2       | 45.0-47   |
+///
+/// (Alternating runs in one session; 1 or 2 blocks ahead alike, 3 slightly worse; hints into L2 no better.) With
+/// the cache in L2/L3 the hints cost up to a fifth, where attention is cheap anyway. Bursts remain where the spread
+/// has no loop to ride on (head sizes not a multiple of kBlk, per-key value sums).
+inline constexpr std::int64_t kAheadBlocks = 2;
+
+/// Prefetch `rows` rows of `bytes` bytes each, starting at `row0`, `stride` elements apart, all at once.
+template <class T>
+MAXTEXT_INLINE void prefetch_rows(const T* row0, std::int64_t stride, std::int64_t rows, std::int64_t bytes) {
+  const char* p = reinterpret_cast<const char*>(row0);
+  const std::int64_t step = stride * static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t j = 0; j < rows; ++j, p += step) {
+    for (std::int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+  }
+}
+
+/// The lines of `rows` rows (`bytes` each, `stride_bytes` apart from `row0`), walked row by row by step(), a fixed
+/// run of lines per step (cut at the row's end): the fewest per step that cover every row within `steps` steps.
+class RowHints {
+ public:
+  RowHints(const void* row0, std::int64_t stride_bytes, std::int64_t rows, std::int64_t bytes, std::int64_t steps)
+      : p_(static_cast<const char*>(row0)), stride_(stride_bytes), rows_(rows), bytes_(bytes) {
+    const std::int64_t lines = (bytes + 63) / 64;
+    run_ = lines;
+    for (std::int64_t r = 1; r < lines; ++r) {
+      if (rows * ((lines + r - 1) / r) <= steps) {
+        run_ = r;
+        break;
+      }
+    }
+  }
+  MAXTEXT_INLINE void step() {
+    if (row_ >= rows_) return;
+    for (std::int64_t i = 0; i < run_ && off_ + 64 * i < bytes_; ++i) __builtin_prefetch(p_ + off_ + 64 * i, 0, 3);
+    off_ += 64 * run_;
+    if (off_ >= bytes_) {
+      off_ = 0;
+      ++row_;
+      p_ += stride_;
+    }
+  }
+
+ private:
+  const char* p_;
+  std::int64_t stride_, rows_, bytes_, run_ = 1, row_ = 0, off_ = 0;
+};
+
 /// logit[j] = q . k_j for a full block of kBlk key rows k_j = k + j ks: kBlk vector accumulators over d, then one
-/// transposing reduction into a single vector (lane j = key j) instead of kBlk horizontal sums.
-MAXTEXT_INLINE void block_logits(const float* q, const float* k, std::int64_t ks, std::int64_t Dq, float* logit) {
+/// transposing reduction into a single vector (lane j = key j) instead of kBlk horizontal sums. `hints` (when given)
+/// steps once per kBlk values of d.
+MAXTEXT_INLINE void block_logits(const float* q, const float* k, std::int64_t ks, std::int64_t Dq, float* logit,
+                                 RowHints* hints = nullptr) {
   fbatch acc[kBlk];
   MAXTEXT_UNROLL
   for (std::int64_t j = 0; j < kBlk; ++j) acc[j] = fbatch(0.0f);
   for (std::int64_t d = 0; d < Dq; d += kBlk) {
+    if (hints) hints->step();
     const fbatch qv = fbatch::load_unaligned(q + d);
     const float* kr = k + d;
     MAXTEXT_UNROLL
@@ -69,25 +131,6 @@ MAXTEXT_INLINE void block_logits(const float* q, const float* k, std::int64_t ks
 #else
   for (std::int64_t j = 0; j < kBlk; ++j) logit[j] = xsimd::hadd(acc[j]);
 #endif
-}
-
-/// Decode passes hint the cache rows kAheadBlocks blocks ahead into L1, one prefetch per 64-byte line. A block's rows
-/// of one kv head lie a whole cache position apart (16 rows of Dq values, each K Dq values after the last), a pattern
-/// the hardware prefetchers follow poorly. One Zen 4 core, model c's f32 cache shape (513 keys, 4 kv heads x 128):
-/// over 16 layers (34 MB, partly in L3) 22 -> 26-28 GB/s (1 to 3 blocks ahead alike; one hint per row, or per two
-/// lines, gained nothing); over 64 layers (all from DRAM) 17.2 -> 17.9 GB/s on 4 KiB pages and 20.5 -> 21.7 on 2 MiB
-/// ones, where a plain read runs at 35-41: these passes do not yet overlap their arithmetic with the stream. With the
-/// cache in L2/L3 the hints cost about 15%.
-inline constexpr std::int64_t kAheadBlocks = 2;
-
-/// Prefetch `rows` rows of `bytes` bytes each, starting at `row0`, `stride` elements apart.
-template <class T>
-MAXTEXT_INLINE void prefetch_rows(const T* row0, std::int64_t stride, std::int64_t rows, std::int64_t bytes) {
-  const char* p = reinterpret_cast<const char*>(row0);
-  const std::int64_t step = stride * static_cast<std::int64_t>(sizeof(T));
-  for (std::int64_t j = 0; j < rows; ++j, p += step) {
-    for (std::int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
-  }
 }
 
 /// Keys [lo, hi) that query position qi may see in a row of `len` cached keys (causal, window, chunk terms);
@@ -224,10 +267,12 @@ MAXTEXT_INLINE void tile_values(const float* prob, const float* const* vrow, std
 }
 
 /// acc[r][0, NV kBlk) += sum_j prob[r * pstride + j] * v_j[0, NV kBlk) over nb value rows v_j = v + j vs, for RR
-/// rows (acc rows Dv apart): each value vector loaded once for all the rows, the sums kept in registers.
+/// rows (acc rows Dv apart): each value vector loaded once for all the rows, the sums kept in registers. With
+/// `ahead`, row j also hints the `ahead_bytes` at ahead + j ahead_stride (the same columns of a later block).
 template <int RR, int NV>
 MAXTEXT_INLINE void block_values(const float* prob, std::int64_t pstride, const float* v, std::int64_t vs,
-                                 std::int64_t nb, float* acc, std::int64_t Dv) {
+                                 std::int64_t nb, float* acc, std::int64_t Dv, const char* ahead = nullptr,
+                                 std::int64_t ahead_stride = 0, std::int64_t ahead_bytes = 0) {
   fbatch o[RR][NV];
   MAXTEXT_UNROLL
   for (int r = 0; r < RR; ++r) {
@@ -235,6 +280,9 @@ MAXTEXT_INLINE void block_values(const float* prob, std::int64_t pstride, const 
     for (int u = 0; u < NV; ++u) o[r][u] = fbatch::load_unaligned(acc + r * Dv + u * kBlk);
   }
   for (std::int64_t j = 0; j < nb; ++j, v += vs) {
+    if (ahead) {
+      for (std::int64_t o = 0; o < ahead_bytes; o += 64) __builtin_prefetch(ahead + j * ahead_stride + o, 0, 3);
+    }
     fbatch vv[NV];
     MAXTEXT_UNROLL
     for (int u = 0; u < NV; ++u) vv[u] = fbatch::load_unaligned(v + u * kBlk);
@@ -395,7 +443,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
   // head, so the cache is read in address order; each key and value row is loaded (and converted) once for the G
   // heads sharing it. From DRAM, one Zen 4 core streams an f32 cache (12 heads x 64) at about 28 GB/s this way,
   // against 18 GB/s for an online softmax over one head's rows at a time (they lie a whole cache position apart)
-  // and 26 for these three passes over one head's rows (see kAheadBlocks for a cache that is not in L3).
+  // and 26 for these three passes over one head's rows (see kAheadBlocks for the prefetch hints).
   std::int64_t max_len = 0;
   for (std::int64_t b = 0; b < B; ++b) max_len = std::max<std::int64_t>(max_len, mask.kv_len(b));
   const std::int64_t span = (max_len + kBlk - 1) / kBlk * kBlk + kBlk;  // logits per row, whole blocks
@@ -444,11 +492,13 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
         if (masked) block_mask(mask, b, s0, nb, lo, hi, qseg, dead);
         // Whole blocks ahead only: the rows up to hi lie inside the cache.
         const bool ahead = s0 + (kAheadBlocks + 1) * kBlk <= hi;
+        const std::int64_t krow = Dq * static_cast<std::int64_t>(sizeof(A));
         for (std::int64_t h = h0; h < h1; ++h) {
-          if (ahead) {
-            prefetch_rows(&k(b, s0 + kAheadBlocks * kBlk, h, 0), k.stride(1), kBlk,
-                          Dq * static_cast<std::int64_t>(sizeof(A)));
-          }
+          // The rows of the block kAheadBlocks on: over the G heads' block_logits steps, or (no such loop) at once.
+          const A* next = ahead ? &k(b, s0 + kAheadBlocks * kBlk, h, 0) : nullptr;
+          RowHints hints(next, k.stride(1) * static_cast<std::int64_t>(sizeof(A)), next ? kBlk : 0, krow,
+                         G * (Dq / kBlk));
+          if (next && !(vec_dot && nb == kBlk)) prefetch_rows(next, k.stride(1), kBlk, krow);
           // The block's key rows of head h: straight from the cache when A is float, else converted into kf.
           const float* kb = kf;
           std::int64_t ks = Dq;
@@ -462,7 +512,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
             const float* qr = qf + r * Dq;
             float* logit = lg + r * span + (s0 - lo);
             if (vec_dot && nb == kBlk) {
-              block_logits(qr, kb, ks, Dq, logit);
+              block_logits(qr, kb, ks, Dq, logit, &hints);
             } else {
               for (std::int64_t j = 0; j < kBlk; ++j) logit[j] = j < nb ? vec::dot(qr, kb + j * ks, Dq) : 0.0f;
             }
@@ -510,10 +560,11 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
         const std::int64_t nb = std::min(kBlk, hi - s0);
         const bool ahead = s0 + (kAheadBlocks + 1) * kBlk <= hi;
         for (std::int64_t h = h0; h < h1; ++h) {
-          if (ahead) {
-            prefetch_rows(&v(b, s0 + kAheadBlocks * kBlk, h, 0), v.stride(1), kBlk,
-                          Dv * static_cast<std::int64_t>(sizeof(A)));
-          }
+          // The rows of the block kAheadBlocks on: column by column as block_values reads the same columns here,
+          // or (no such loop) at once.
+          const A* next = ahead ? &v(b, s0 + kAheadBlocks * kBlk, h, 0) : nullptr;
+          const std::int64_t vstride = v.stride(1) * static_cast<std::int64_t>(sizeof(A));
+          if (next && !tiled_values) prefetch_rows(next, v.stride(1), kBlk, Dv * static_cast<std::int64_t>(sizeof(A)));
           const float* vb = vf;
           std::int64_t vs = Dv;
           if constexpr (std::is_same_v<A, float>) {
@@ -529,9 +580,15 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
               with_rows<kRowsPV>(std::min<std::int64_t>(kRowsPV, G - g0), [&]<int RR>() {
                 float* ag = acc + (r0 + g0) * Dv;
                 const float* pg = prob + g0 * span;
+                // The first row group hints the next rows' columns [c, c + NV kBlk) (in A's bytes).
+                const bool hint = next && g0 == 0;
+                const auto at = [&](std::int64_t c) { return hint ? reinterpret_cast<const char*>(next + c) : nullptr; };
+                constexpr auto kA = static_cast<std::int64_t>(sizeof(A));
                 std::int64_t c = 0;
-                for (; c + 4 * kBlk <= Dv; c += 4 * kBlk) block_values<RR, 4>(pg, span, vb + c, vs, nb, ag + c, Dv);
-                for (; c < Dv; c += kBlk) block_values<RR, 1>(pg, span, vb + c, vs, nb, ag + c, Dv);
+                for (; c + 4 * kBlk <= Dv; c += 4 * kBlk)
+                  block_values<RR, 4>(pg, span, vb + c, vs, nb, ag + c, Dv, at(c), vstride, 4 * kBlk * kA);
+                for (; c < Dv; c += kBlk)
+                  block_values<RR, 1>(pg, span, vb + c, vs, nb, ag + c, Dv, at(c), vstride, kBlk * kA);
               });
             }
           } else {
