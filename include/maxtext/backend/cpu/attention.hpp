@@ -25,6 +25,7 @@
 
 #include "maxtext/backend/common/math.hpp"
 #include "maxtext/backend/cpu/parallel.hpp"
+#include "maxtext/backend/cpu/prefetch.hpp"
 #include "maxtext/backend/cpu/vec.hpp"
 #include "maxtext/backend/ops.hpp"
 #include "maxtext/core/dtype.hpp"
@@ -54,16 +55,6 @@ inline constexpr std::int64_t kBlk = static_cast<std::int64_t>(vec::W);  ///< ke
 /// has no loop to ride on (head sizes not a multiple of kBlk, per-key value sums).
 inline constexpr std::int64_t kAheadBlocks = 2;
 
-/// Prefetch `rows` rows of `bytes` bytes each, starting at `row0`, `stride` elements apart, all at once.
-template <class T>
-MAXTEXT_INLINE void prefetch_rows(const T* row0, std::int64_t stride, std::int64_t rows, std::int64_t bytes) {
-  const char* p = reinterpret_cast<const char*>(row0);
-  const std::int64_t step = stride * static_cast<std::int64_t>(sizeof(T));
-  for (std::int64_t j = 0; j < rows; ++j, p += step) {
-    for (std::int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
-  }
-}
-
 /// The lines of `rows` rows (`bytes` each, `stride_bytes` apart from `row0`), walked row by row by step(), a fixed
 /// run of lines per step (cut at the row's end): the fewest per step that cover every row within `steps` steps.
 class RowHints {
@@ -81,7 +72,7 @@ class RowHints {
   }
   MAXTEXT_INLINE void step() {
     if (row_ >= rows_) return;
-    for (std::int64_t i = 0; i < run_ && off_ + 64 * i < bytes_; ++i) __builtin_prefetch(p_ + off_ + 64 * i, 0, 3);
+    prefetch::bytes(p_ + off_, std::min(64 * run_, bytes_ - off_));
     off_ += 64 * run_;
     if (off_ >= bytes_) {
       off_ = 0;
@@ -280,9 +271,7 @@ MAXTEXT_INLINE void block_values(const float* prob, std::int64_t pstride, const 
     for (int u = 0; u < NV; ++u) o[r][u] = fbatch::load_unaligned(acc + r * Dv + u * kBlk);
   }
   for (std::int64_t j = 0; j < nb; ++j, v += vs) {
-    if (ahead) {
-      for (std::int64_t o = 0; o < ahead_bytes; o += 64) __builtin_prefetch(ahead + j * ahead_stride + o, 0, 3);
-    }
+    if (ahead) prefetch::bytes(ahead + j * ahead_stride, ahead_bytes);
     fbatch vv[NV];
     MAXTEXT_UNROLL
     for (int u = 0; u < NV; ++u) vv[u] = fbatch::load_unaligned(v + u * kBlk);
@@ -453,6 +442,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
       K, std::max<std::int64_t>(BT >= nt ? 1 : (nt + BT - 1) / BT, (K * G * span * 4 + (1 << 23) - 1) >> 23));
   const std::int64_t HC = (K + chunks - 1) / chunks, C = (K + HC - 1) / HC;  // kv heads per chunk, chunks
   const bool segments = !mask.kv_segment.empty();
+  constexpr auto kA = static_cast<std::int64_t>(sizeof(A));  // bytes per cache element
   // Value rows by register tiles; per key with a skip of zero probabilities when Dv is not a multiple of kBlk, or
   // with segment ids (a masked key's row may hold anything).
   const bool tiled_values = Dv % kBlk == 0 && !segments;
@@ -492,13 +482,13 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
         if (masked) block_mask(mask, b, s0, nb, lo, hi, qseg, dead);
         // Whole blocks ahead only: the rows up to hi lie inside the cache.
         const bool ahead = s0 + (kAheadBlocks + 1) * kBlk <= hi;
-        const std::int64_t krow = Dq * static_cast<std::int64_t>(sizeof(A));
+        const std::int64_t krow = Dq * kA;
         for (std::int64_t h = h0; h < h1; ++h) {
           // The rows of the block kAheadBlocks on: over the G heads' block_logits steps, or (no such loop) at once.
           const A* next = ahead ? &k(b, s0 + kAheadBlocks * kBlk, h, 0) : nullptr;
-          RowHints hints(next, k.stride(1) * static_cast<std::int64_t>(sizeof(A)), next ? kBlk : 0, krow,
+          RowHints hints(next, k.stride(1) * kA, next ? kBlk : 0, krow,
                          G * (Dq / kBlk));
-          if (next && !(vec_dot && nb == kBlk)) prefetch_rows(next, k.stride(1), kBlk, krow);
+          if (next && !(vec_dot && nb == kBlk)) prefetch::rows(next, k.stride(1) * kA, kBlk, krow);
           // The block's key rows of head h: straight from the cache when A is float, else converted into kf.
           const float* kb = kf;
           std::int64_t ks = Dq;
@@ -563,8 +553,8 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
           // The rows of the block kAheadBlocks on: column by column as block_values reads the same columns here,
           // or (no such loop) at once.
           const A* next = ahead ? &v(b, s0 + kAheadBlocks * kBlk, h, 0) : nullptr;
-          const std::int64_t vstride = v.stride(1) * static_cast<std::int64_t>(sizeof(A));
-          if (next && !tiled_values) prefetch_rows(next, v.stride(1), kBlk, Dv * static_cast<std::int64_t>(sizeof(A)));
+          const std::int64_t vstride = v.stride(1) * kA;
+          if (next && !tiled_values) prefetch::rows(next, vstride, kBlk, Dv * kA);
           const float* vb = vf;
           std::int64_t vs = Dv;
           if constexpr (std::is_same_v<A, float>) {
@@ -583,7 +573,6 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
                 // The first row group hints the next rows' columns [c, c + NV kBlk) (in A's bytes).
                 const bool hint = next && g0 == 0;
                 const auto at = [&](std::int64_t c) { return hint ? reinterpret_cast<const char*>(next + c) : nullptr; };
-                constexpr auto kA = static_cast<std::int64_t>(sizeof(A));
                 std::int64_t c = 0;
                 for (; c + 4 * kBlk <= Dv; c += 4 * kBlk)
                   block_values<RR, 4>(pg, span, vb + c, vs, nb, ag + c, Dv, at(c), vstride, 4 * kBlk * kA);

@@ -47,6 +47,7 @@
 #endif
 
 #include "maxtext/backend/cpu/parallel.hpp"
+#include "maxtext/backend/cpu/prefetch.hpp"
 #include "maxtext/backend/cpu/qblock.hpp"
 #include "maxtext/backend/cpu/vec.hpp"
 #include "maxtext/core/dtype.hpp"
@@ -117,15 +118,7 @@ inline float scalar(const T& v) {
 inline constexpr std::ptrdiff_t kPrefetch = 8192;
 template <int R>
 MAXTEXT_INLINE void prefetch_lines(const void* p, std::size_t bytes) {
-#if defined(__SSE__)
-  if constexpr (R <= 2) {
-    const char* c = static_cast<const char*>(p) + kPrefetch;
-    for (std::size_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
-  }
-#else
-  (void)p;
-  (void)bytes;
-#endif
+  if constexpr (R <= 2) prefetch::bytes(static_cast<const char*>(p) + kPrefetch, static_cast<std::int64_t>(bytes));
 }
 
 /// bf16 pairs [K/2][kNR] (32-bit lanes) split into the even-k and odd-k f32 vectors and FMA'd: exact products.

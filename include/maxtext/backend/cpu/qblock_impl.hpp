@@ -9,6 +9,7 @@
 #if !defined(MAXTEXT_SEPARATE_KERNELS) || defined(MAXTEXT_KERNELS_IMPLEMENTATION)
 
 #include "maxtext/backend/cpu/parallel.hpp"  // AlignedBuffer
+#include "maxtext/backend/cpu/prefetch.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -134,18 +135,16 @@ using ic = std::integral_constant<int, I>;
 /// 37.6-37.8 on Q4_0 with 8 KiB instead of 4 (12 and 16 KiB: no better, Q4_0 worse at 16). A hint past the end of
 /// the row (into the next row, or past the matrix) is harmless: it never faults.
 inline constexpr int kPrefetch = 8192;
+/// One hint per 64 bytes of the kBytes kPrefetch ahead of p.
 template <int kBytes>
 MAXTEXT_QBLOCK_INLINE void prefetch_ahead(const std::byte* p) {
-  // A plain loop: g++ 12 drops a prefetch issued from inside a generic lambda (such as unroll's).
-  for (int o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + o), _MM_HINT_T0);
+  prefetch::bytes(p + kPrefetch, kBytes);
 }
 
 /// One hint per cache line that the kBytes at p + kPrefetch start and the previous step's (kBytes before) did not.
 template <int kBytes>
 MAXTEXT_QBLOCK_INLINE void prefetch_lines_ahead(const std::byte* p) {
-  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p) + kPrefetch;
-  for (std::uintptr_t l = (a + 63) & ~std::uintptr_t{63}; l < a + kBytes; l += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
+  prefetch::line_starts(p + kPrefetch, kBytes);
 }
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
