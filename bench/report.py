@@ -106,6 +106,15 @@ def weight_bytes_per_token(meta, w):
     return (per_layer * L + V * D) * BYTES[w]
 
 
+def kv_bytes_per_token(meta, elem_bytes, depth):
+    """KV-cache bytes one decode step at cache depth `depth` reads (every cached key and value row of every layer), for
+    the dense Llama-shaped models (a, b, c); None for the others (sliding windows, MLA and MoE layouts differ)."""
+    if "active_params" in meta or not all(k in meta for k in ("dim", "heads", "kv_heads", "layers")):
+        return None
+    H = meta["dim"] // meta["heads"]
+    return 2.0 * meta["layers"] * meta["kv_heads"] * H * elem_bytes * depth
+
+
 def main():
     args = sys.argv[1:]
     res_path, models_dir = args[0], args[1]
@@ -130,11 +139,12 @@ def main():
         if os.path.exists(p):
             m = json.load(open(p))
             metas[m["name"]] = dict(m, key=k, dir=os.path.join(models_dir, k))
-    speed = {}
+    speed, steps = {}, {}
     quant = []  # block-quantised weights labels (q4_k_m, q4_0, q6_k, ...), in the order the run measured them
     for r in rows:
         if "impl" in r:
             speed[(r["impl"], r["model"], r["weights"], r["threads"], r["test"])] = r["tokens_per_s"]
+            steps[(r["impl"], r["model"], r["weights"], r["threads"], r["test"])] = r.get("tokens")
             if r["weights"] not in BYTES and r["weights"] not in quant:
                 quant.append(r["weights"])
     variants = VARIANTS + [v for w in quant for v in ((w, "maxtext", w), (f"{w} int8-act", "maxtext-int8act", w))]
@@ -160,6 +170,16 @@ def main():
                 wb = weight_bytes_per_token(meta, peer if peer in BYTES else w)
                 row["roofline"] = ours["tg@512"] * wb / bw[t] if ours["tg@512"] and wb and t in bw else None
                 row["llama_roofline"] = llama["tg@512"] * wb / bw[t] if llama["tg@512"] and wb and t in bw else None
+
+                # The same with the KV cache's bytes added: the decode steps run at depths 512 .. 512 + n - 1, and read
+                # the cache in its own type (the library: the activation type, bf16 for the bf16 model, else f32;
+                # llama.cpp: f16).
+                def with_kv(tok_s, impl_key, peer_w, elem):
+                    n = steps.get((impl_key, name, peer_w, t, "tg@512"))
+                    kv = kv_bytes_per_token(meta, elem, 512 + ((n or 1) - 1) / 2)
+                    return tok_s * (wb + kv) / bw[t] if tok_s and wb and kv and t in bw else None
+                row["roofline_kv"] = with_kv(ours["tg@512"], impl, w, 2.0 if w == "bf16" else 4.0)
+                row["llama_roofline_kv"] = with_kv(llama["tg@512"], "llama.cpp", peer, 2.0)
                 row["tg_vs_llama"] = ratio(ours["tg@512"], llama["tg@512"])
                 for T in (128, 512):
                     x = f"pp{T}"
@@ -196,19 +216,20 @@ def main():
             f(r["pp512_vs_torch"], TARGETS["torch"])]) + " |")
     ratio_table = "\n".join(lines)
 
-    abs_lines = ["| model | weights | threads | impl | pp128 tok/s | pp512 tok/s | decode tok/s @512 | decode / roofline |",
-                 "|---|---|---|---|---|---|---|---|"]
+    abs_lines = ["| model | weights | threads | impl | pp128 tok/s | pp512 tok/s | decode tok/s @512 | decode / roofline | "
+                 "decode / roofline with KV reads |",
+                 "|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         # llama.cpp's and PyTorch's rates appear once, with the first library row that compares with them.
         peers = r["impl"] == "maxtext"
-        for impl, d, rf in ((r["impl"], r["ours"], r["roofline"]),
-                            ("llama.cpp", r["llama"] if peers else {}, r["llama_roofline"]),
-                            ("pytorch f32", r["torch"] if peers and r["weights"] == "f32" else {}, None)):
+        for impl, d, rf, rk in ((r["impl"], r["ours"], r["roofline"], r["roofline_kv"]),
+                                ("llama.cpp", r["llama"] if peers else {}, r["llama_roofline"], r["llama_roofline_kv"]),
+                                ("pytorch f32", r["torch"] if peers and r["weights"] == "f32" else {}, None, None)):
             if not d or not any(d.values()):
                 continue
             abs_lines.append("| " + " | ".join([r["model"], r["label"], str(r["threads"]), impl] +
                                                [f"{d.get(x):.1f}" if d.get(x) else "–" for x in ("pp128", "pp512", "tg@512")] +
-                                               [f(rf)]) + " |")
+                                               [f(rf), f(rk)]) + " |")
     abs_table = "\n".join(abs_lines)
 
     limits = []
@@ -341,6 +362,9 @@ Models (bench/make_models.py):
 Tests: `ppT` = prefill of T tokens into an empty cache (logits of the last token), `decode` = single-token steps
 after a 512-token prompt. Decode roofline = weight bytes per token ÷ triad bandwidth (KV cache reads not counted;
 the triad is the better of default and 2 MiB pages, as the weights are read through 2 MiB pages).{quant_roofline}
+The absolute rates' last column counts the KV cache's bytes too (Llama-shaped models): every cached key and value
+row a step reads at its depth (512 and on), in the cache's own type (the library: f32, bf16 for the bf16 model;
+llama.cpp: f16). At depth 512 model c's f32 cache adds 33 MiB to each step, 7% of the Q4_K_M weight bytes.
 Prefill vs OpenBLAS = the library's prefill rate ÷ the rate at which OpenBLAS `cblas_sgemm` alone runs the same
 matrix products (every projection at M = T, the logits at M = 1). ✓ / ✗ mark the issue's targets; the decode and
 OpenBLAS targets are marked for models b and c only (stories260K lives in the L2 cache, and its prefill is mostly
