@@ -33,6 +33,7 @@ struct Args {
   std::int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, vocab = 32000, head_dim = 0;
   int threads = 1, reps = 2, decode = 16;
   bool int8_activations = false;  ///< cpu::Options::int8_activations (Q8_0 weights only)
+  std::string kv_type = "act";    ///< KV-cache type: "act" (the activation type) or "f16" (--weight-type ggml only)
   std::int64_t context = 512;
   std::vector<std::int64_t> prompts = {128, 512};
 };
@@ -74,6 +75,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--context") a.context = std::stoll(val());
     else if (k == "--prompts") a.prompts = parse_list(val());
     else if (k == "--int8-activations") a.int8_activations = true;
+    else if (k == "--kv-type") a.kv_type = val();
     else {
       std::fprintf(stderr, "e2e: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -83,7 +85,7 @@ Args parse(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: e2e --weights F.gguf | (F.safetensors --dim D --layers L --heads N [--kv-heads K] --hidden F "
                  "[--vocab V] [--head-dim H]) [--weight-type f32|bf16|q8_0|ggml] [--threads T] [--prompts 128,512] "
-                 "[--context 512] [--decode 16] [--reps 2] [--name NAME] [--int8-activations]\n");
+                 "[--context 512] [--decode 16] [--reps 2] [--name NAME] [--int8-activations] [--kv-type act|f16]\n");
     std::exit(2);
   }
   if (a.kv_heads <= 0) a.kv_heads = a.heads;
@@ -97,7 +99,8 @@ void report(const Args& a, const std::string& test, std::int64_t tokens, double 
   std::printf(
       "{\"impl\": \"%s\", \"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"test\": \"%s\", "
       "\"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.3f}\n",
-      a.int8_activations ? "maxtext-int8act" : "maxtext", a.name.c_str(), a.wtype.c_str(), a.threads, test.c_str(), static_cast<long long>(tokens), seconds,
+      (std::string(a.int8_activations ? "maxtext-int8act" : "maxtext") + (a.kv_type == "f16" ? "-kvf16" : "")).c_str(),
+      a.name.c_str(), a.wtype.c_str(), a.threads, test.c_str(), static_cast<long long>(tokens), seconds,
       static_cast<double>(tokens) / seconds);
   std::fflush(stdout);
 }
@@ -187,6 +190,14 @@ int main(int argc, char** argv) {
     cfg.scan_layers = false;
     a.vocab = cfg.vocab_size;
     using B = cpu::Backend;
+    if (a.kv_type != "act" && a.kv_type != "f16") {
+      std::fprintf(stderr, "e2e: --kv-type must be act (the activation type) or f16\n");
+      return 2;
+    }
+    if (a.kv_type == "f16" && a.wtype != "ggml") {
+      std::fprintf(stderr, "e2e: --kv-type f16 is benchmarked with --weight-type ggml only\n");
+      return 2;
+    }
     if (a.wtype == "f32") {
       cfg.dtype = "float32";
       run_block<Policy<B, float>>(a, cfg);
@@ -199,7 +210,11 @@ int main(int argc, char** argv) {
     } else if (a.wtype == "ggml") {  // every matrix in its GGUF type (Q4_K_M, Q4_0, Q6_K files); llama only
       cfg.dtype = "float32";
       MAXTEXT_CHECK(cfg.is("llama2"), UnsupportedError, "[e2e] --weight-type ggml is benchmarked on llama files only");
-      run<models::Transformer<Policy<B, ggml_byte, float>, layers::LlamaDecoderLayer>>(a, cfg);
+      if (a.kv_type == "f16") {  // f32 activations over an f16 KV cache (llama.cpp's default cache type)
+        run<models::Transformer<Policy<B, ggml_byte, float, float, fp16>, layers::LlamaDecoderLayer>>(a, cfg);
+      } else {
+        run<models::Transformer<Policy<B, ggml_byte, float>, layers::LlamaDecoderLayer>>(a, cfg);
+      }
     } else {
       std::fprintf(stderr, "e2e: --weight-type must be f32, bf16, q8_0 or ggml\n");
       return 2;

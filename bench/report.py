@@ -147,7 +147,8 @@ def main():
             steps[(r["impl"], r["model"], r["weights"], r["threads"], r["test"])] = r.get("tokens")
             if r["weights"] not in BYTES and r["weights"] not in quant:
                 quant.append(r["weights"])
-    variants = VARIANTS + [v for w in quant for v in ((w, "maxtext", w), (f"{w} int8-act", "maxtext-int8act", w))]
+    variants = VARIANTS + [v for w in quant for v in ((w, "maxtext", w), (f"{w} int8-act", "maxtext-int8act", w),
+                                                      (f"{w} int8-act f16 KV", "maxtext-int8act-kvf16", w))]
 
     def ratio(a, b):
         return a / b if a and b else None
@@ -178,7 +179,8 @@ def main():
                     n = steps.get((impl_key, name, peer_w, t, "tg@512"))
                     kv = kv_bytes_per_token(meta, elem, 512 + ((n or 1) - 1) / 2)
                     return tok_s * (wb + kv) / bw[t] if tok_s and wb and kv and t in bw else None
-                row["roofline_kv"] = with_kv(ours["tg@512"], impl, w, 2.0 if w == "bf16" else 4.0)
+                row["roofline_kv"] = with_kv(ours["tg@512"], impl, w,
+                                             2.0 if w == "bf16" or impl.endswith("-kvf16") else 4.0)
                 row["llama_roofline_kv"] = with_kv(llama["tg@512"], "llama.cpp", peer, 2.0)
                 row["tg_vs_llama"] = ratio(ours["tg@512"], llama["tg@512"])
                 for T in (128, 512):
@@ -363,8 +365,8 @@ Tests: `ppT` = prefill of T tokens into an empty cache (logits of the last token
 after a 512-token prompt. Decode roofline = weight bytes per token ÷ triad bandwidth (KV cache reads not counted;
 the triad is the better of default and 2 MiB pages, as the weights are read through 2 MiB pages).{quant_roofline}
 The absolute rates' last column counts the KV cache's bytes too (Llama-shaped models): every cached key and value
-row a step reads at its depth (512 and on), in the cache's own type (the library: f32, bf16 for the bf16 model;
-llama.cpp: f16). At depth 512 model c's f32 cache adds 33 MiB to each step, 7% of the Q4_K_M weight bytes.
+row a step reads at its depth (512 and on), in the cache's own type (the library: f32, bf16 for the bf16 model, f16
+in the "f16 KV" rows; llama.cpp: f16). At depth 512 model c's f32 cache adds 33 MiB to each step, 7% of the Q4_K_M weight bytes.
 Prefill vs OpenBLAS = the library's prefill rate ÷ the rate at which OpenBLAS `cblas_sgemm` alone runs the same
 matrix products (every projection at M = T, the logits at M = 1). ✓ / ✗ mark the issue's targets; the decode and
 OpenBLAS targets are marked for models b and c only (stories260K lives in the L2 cache, and its prefill is mostly

@@ -354,6 +354,84 @@ TEMPLATE_TEST_CASE("attention: CPU equals the reference (masks, GQA, caps, sinks
   check_attention<A>(nc, "bidirectional");
 }
 
+namespace {
+/// Attention with a cache of type KV under f32 activations. The oracle: the same backend with an f32 cache holding
+/// the KV-rounded keys and values (every kernel reads cache rows as f32, so the results must be identical to the
+/// bit), and the reference backend within the f32 tolerance.
+template <class KV>
+void check_narrow_cache(const AttnCase& c, const std::string& what) {
+  const auto q = random_tensor<float, 4>({c.B, c.T, c.N, c.Dq}, 1.5f);
+  const auto kw = random_tensor<KV, 4>({c.B, c.S, c.K, c.Dq}, 1.5f);
+  const auto vw = random_tensor<KV, 4>({c.B, c.S, c.K, c.Dv});
+  Tensor<float, 4> kf(kw.shape()), vf(vw.shape());
+  for (std::int64_t i = 0; i < kf.size(); ++i) kf.data()[i] = to_float(kw.data()[i]);
+  for (std::int64_t i = 0; i < vf.size(); ++i) vf.data()[i] = to_float(vw.data()[i]);
+  const auto sinks = random_tensor<float, 1>({c.N});
+  Tensor<std::int32_t, 1> q_start({c.B}), kv_len({c.B});
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    q_start(b) = c.q_start[static_cast<std::size_t>(b)];
+    kv_len(b) = c.kv_len[static_cast<std::size_t>(b)];
+  }
+  Tensor<std::int32_t, 2> qseg({c.B, c.T}), kseg({c.B, c.S});
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    for (std::int64_t s = 0; s < c.S; ++s) kseg(b, s) = static_cast<std::int32_t>(s < 5 ? 1 : 2);
+    for (std::int64_t t = 0; t < c.T; ++t) qseg(b, t) = kseg(b, std::min(c.S - 1, q_start(b) + t));
+  }
+  const AttentionMask mask = test::attention_mask(q_start.cview(), kv_len.cview(), qseg.cview(), kseg.cview(),
+                                                  {c.segments, c.causal, c.window, c.chunk});
+  AttentionOptions opt;
+  opt.soft_cap = c.soft_cap;
+  const View<const float, 1> sk = c.sinks ? sinks.cview() : View<const float, 1>();
+  Tensor<float, 4> narrow_cpu({c.B, c.T, c.N, c.Dv}), f32_cpu(narrow_cpu.shape()), narrow_ref(narrow_cpu.shape()),
+      f32_ref(narrow_cpu.shape());
+  cpu_be.attention(q.cview(), kw.cview(), vw.cview(), mask, opt, sk, narrow_cpu.view());
+  cpu_be.attention(q.cview(), kf.cview(), vf.cview(), mask, opt, sk, f32_cpu.view());
+  ref_be.attention(q.cview(), kw.cview(), vw.cview(), mask, opt, sk, narrow_ref.view());
+  ref_be.attention(q.cview(), kf.cview(), vf.cview(), mask, opt, sk, f32_ref.view());
+  std::int64_t cpu_diff = 0, ref_diff = 0;
+  for (std::int64_t i = 0; i < narrow_cpu.size(); ++i) {
+    cpu_diff += narrow_cpu.data()[i] != f32_cpu.data()[i];
+    ref_diff += narrow_ref.data()[i] != f32_ref.data()[i];
+  }
+  INFO(what);
+  CHECK(cpu_diff == 0);
+  CHECK(ref_diff == 0);
+  expect_near(narrow_cpu, narrow_ref, c.f32_rel, 0.3, what + ": CPU vs reference");
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("attention over an f16 / bf16 cache with f32 activations: rows read as the cache holds them",
+                   "[backend][ops][attention]", fp16, bf16) {
+  rng().seed(1008);  // each case draws the same data whatever runs before it
+  using KV = TestType;
+  AttnCase base{2, 6, 4, 2, 8, 8, 16};  // head size 8: the per-key kernel
+  base.q_start = {0, 3};
+  base.kv_len = {6, 9};
+  check_narrow_cache<KV>(base, "causal prefill, GQA 2, head size 8");
+  base.segments = true;
+  base.sinks = true;
+  check_narrow_cache<KV>(base, "segments and sinks");
+  AttnCase dec{3, 1, 4, 4, 16, 16, 16};
+  dec.q_start = {0, 7, 15};
+  dec.kv_len = {1, 8, 16};
+  check_narrow_cache<KV>(dec, "decode step");
+  // Whole key blocks ahead of the current one: the decode kernel's prefetch hints over a 2-byte cache.
+  AttnCase lng{1, 1, 8, 2, 64, 64, 600};
+  lng.q_start = {577};
+  lng.kv_len = {578};
+  lng.f32_rel = 4e-5;
+  check_narrow_cache<KV>(lng, "decode step, 578 keys");
+  // The query-tiled prefill kernel (T >= 2, head sizes multiples of 16, no soft cap) ...
+  AttnCase tiled{1, 40, 4, 2, 32, 32, 300};
+  tiled.q_start = {250};
+  tiled.kv_len = {290};
+  tiled.f32_rel = 4e-5;
+  check_narrow_cache<KV>(tiled, "tiled prefill, 40 queries over 290 keys");
+  // ... and, with a soft cap, the one-query kernel for the same queries.
+  tiled.soft_cap = 2.0f;
+  check_narrow_cache<KV>(tiled, "soft cap, 40 queries over 290 keys");
+}
+
 TEST_CASE("attention: fully masked rows average the values, with sinks they are zero", "[backend][ops][attention]") {
   rng().seed(1007);  // each case draws the same data whatever runs before it
   for (int which = 0; which < 2; ++which) {

@@ -261,11 +261,12 @@ struct Case {
   float cap = 0.0f;
 };
 
-template <class A>
+/// KV: the cache type (A, or f16 / bf16 under f32 activations; the reference reads the same rounded rows).
+template <class A, class KV = A>
 void check_attention(const Case& c, const std::string& what) {
   const auto q = random_tensor<A, 4>({c.B, c.T, c.N, c.Dq}, 1.5f);
-  const auto k = random_tensor<A, 4>({c.B, c.S, c.K, c.Dq}, 1.5f);
-  const auto v = random_tensor<A, 4>({c.B, c.S, c.K, c.Dv});
+  const auto k = random_tensor<KV, 4>({c.B, c.S, c.K, c.Dq}, 1.5f);
+  const auto v = random_tensor<KV, 4>({c.B, c.S, c.K, c.Dv});
   const auto sinks = random_tensor<A, 1>({c.N});
   Tensor<std::int32_t, 1> qs({c.B}), kl({c.B});
   Tensor<std::int32_t, 2> qseg({c.B, c.T}), kseg({c.B, c.S});
@@ -329,6 +330,19 @@ TEMPLATE_TEST_CASE("cuda attention (tiled prefill, split-KV decode) equals the r
   check_attention<A>(dec, "decode, segments, sinks");
   Case big{1, 20, 2, 2, 576, 512, 64, {0}, {20}};  // MLA-sized heads: prefill tiles exceed shared memory -> split path
   check_attention<A>(big, "large heads");
+}
+
+TEMPLATE_TEST_CASE("cuda attention over an f16 / bf16 cache with f32 activations equals the reference",
+                   "[cuda][ops][attention][kv_cache]", fp16, bf16) {
+  rng().seed(1007);  // each case draws the same data whatever runs before it
+  using KV = TestType;
+  Case pre{2, 40, 4, 2, 64, 64, 80, {0, 30}, {40, 70}};
+  check_attention<float, KV>(pre, "prefill, GQA");
+  pre.segments = true;
+  pre.sinks = true;
+  check_attention<float, KV>(pre, "prefill, segments, sinks");
+  Case dec{3, 1, 8, 1, 128, 128, 3000, {0, 999, 2999}, {1, 1000, 3000}};
+  check_attention<float, KV>(dec, "decode, MQA, long cache (split-KV)");
 }
 
 TEST_CASE("cuda sampling draws exactly the reference's tokens", "[cuda][ops][sampling]") {

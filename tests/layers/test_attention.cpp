@@ -19,6 +19,9 @@
 using namespace maxtext;
 using P32 = Policy<test::Backend, float>;
 using PBf = Policy<test::Backend, bf16>;
+/// f32 activations over a narrower KV cache (Policy's fifth parameter).
+using P32CacheF16 = Policy<test::Backend, float, float, float, fp16>;
+using P32CacheBf16 = Policy<test::Backend, float, float, float, bf16>;
 
 namespace {
 
@@ -222,6 +225,48 @@ TEST_CASE("Attention in bf16 stays within bf16 rounding of the f64 reference", "
     });
     Driver<PBf> df(cf, cf.T);
     test::expect_close(df.run({0, 0}, cf.T), cf.expected, {4.0 / 128.0, 0.04}, name + " bf16 f32 logits");
+  }
+}
+
+namespace {
+/// One fixture with f32 activations over a cache of type KV, against the f64 torch fixture (unrounded keys and
+/// values) and against itself decoded token by token.
+template <class PN>
+void check_narrow_cache(const std::string& name, testing::Tolerance vs_fixture) {
+  Case<PN> c(name);
+  Driver<PN> d(c, c.T);
+  const Tensor<float, 3> full = d.run({0, 0}, c.T);
+  test::expect_close(full, c.expected, vs_fixture, name + " full");
+  // Every attention reads keys and values as the cache holds them, prefill included: prefill then single steps
+  // equal the full forward up to f32 summation order.
+  Driver<PN> inc(c, c.T);
+  const std::int64_t P0 = 4;
+  test::expect_close(inc.run({0, 0}, P0), rows(AnyTensor::from(full), 0, P0), kF32, name + " prefill");
+  for (std::int64_t t = P0; t < c.T; ++t) {
+    test::expect_close(inc.run({t, t}, 1), rows(AnyTensor::from(full), t, 1), kF32, name + " step " + std::to_string(t));
+  }
+  // The cache really is narrower: half the bytes of an f32 one, and outputs that differ from the f32 cache's.
+  Case<P32> c32(name);
+  Driver<P32> d32(c32, c32.T);
+  const Tensor<float, 3> wide = d32.run({0, 0}, c32.T);
+  CHECK(2 * d.cache().bytes() == d32.cache().bytes());
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < full.size(); ++i) differ += full.data()[i] != wide.data()[i];
+  INFO(name << ": " << differ << " of " << full.size() << " outputs differ from the f32 cache's");
+  CHECK(differ > 0);
+}
+}  // namespace
+
+TEST_CASE("Attention over an f16 / bf16 KV cache with f32 activations: within the cache's rounding of the fixture",
+          "[layers][attention][kv_cache]") {
+  // Only the cached keys and values are rounded (unit roundoff u = 2^-11 in f16, 2^-8 in bf16). An output row is
+  // a softmax-weighted mean of value rows (error <= u |v|) through the output projection, plus the effect of the
+  // logits' error: |dl| <= u sum_i |q_i k_i|, a few u for these fixtures' logits (sum |q_i k_i| <= ~8), which moves
+  // each softmax weight by at most ~2 |dl| relative. Both terms stay under 8 u relative to the outputs (~1), and
+  // under 8 u absolute where outputs cancel to near zero. (Measured: at most 2.1 u absolute, in both types.)
+  for (const auto& name : kFixtures) {
+    check_narrow_cache<P32CacheF16>(name, {8.0 / 2048.0, 8.0 / 2048.0});
+    check_narrow_cache<P32CacheBf16>(name, {8.0 / 256.0, 8.0 / 256.0});
   }
 }
 

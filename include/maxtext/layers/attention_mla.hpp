@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "maxtext/backend/concepts.hpp"
@@ -61,6 +62,8 @@ class MLA {
  public:
   using A = typename P::act_t;
   using B = typename P::backend;
+  static_assert(std::is_same_v<typename P::cache_t, A>,
+                "MLA keeps its latents in the activation type: a Policy KV-cache type other than act_t is not supported");
   struct Params {
     typename DenseGeneral<P>::Params query, wq_a, wq_b, wkv_a, wkv_b, out;
     typename RMSNorm<P>::Params q_norm, kv_norm;
@@ -136,7 +139,7 @@ class MLA {
 
   /// x [B*T, D] (the normalised layer input, used for both q and kv) -> y [B*T, D] (y must not alias x).
   /// Writes this step's keys into `cache`, then attends over everything cached (causal, segment ids).
-  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, LayerCache<A>& cache, View<A, 2> y) const {
+  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, CacheFor<P>& cache, View<A, 2> y) const {
     static_assert(BackendHeadMatmul<B>, "MLA's latent cache form needs Backend::head_matmul");
     ScratchScope scope(ctx.scratch);
     const auto& be = ctx.be;
@@ -225,7 +228,7 @@ class MLA {
     }
   }
   /// Append rows [B*T, r_kv + Hr] to the latent cache at each row's start index.
-  void write_latent(const Context<P>& ctx, View<const A, 2> a, LayerCache<A>& cache) const {
+  void write_latent(const Context<P>& ctx, View<const A, 2> a, CacheFor<P>& cache) const {
     const auto& st = ctx.step;
     View<A, 3> buf = cache.buffers[0].view();
     for (std::int64_t b = 0; b < st.batch; ++b) {
@@ -236,7 +239,7 @@ class MLA {
   }
   /// Attention of q' [B*T, N, r_kv+Hr] over the latent cache: one kv head whose key is [c_kv | k_pe] and whose
   /// value is c_kv (the first r_kv lanes of the same buffer). Out: [B*T, N, r_kv].
-  void attend_latent(const Context<P>& ctx, View<const A, 3> qa, const LayerCache<A>& cache, View<A, 3> out) const {
+  void attend_latent(const Context<P>& ctx, View<const A, 3> qa, const CacheFor<P>& cache, View<A, 3> out) const {
     const auto& st = ctx.step;
     AttentionMask mask;
     mask.q_start = st.q_start;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "maxtext/backend/ops.hpp"
 #include "maxtext/core/error.hpp"
@@ -32,6 +33,7 @@ template <TensorPolicy P>
 class AttentionOp {
  public:
   using A = typename P::act_t;
+  using KV = typename P::cache_t;
   struct Config {
     std::int64_t num_query_heads = 0;
     std::int64_t num_kv_heads = 0;
@@ -53,31 +55,41 @@ class AttentionOp {
   /// Widths of the two cache buffers: keys [K * qk_dim], values [K * v_dim].
   CacheSpec cache_spec() const { return {cfg_.num_kv_heads * cfg_.qk_dim, cfg_.num_kv_heads * cfg_.v_dim}; }
 
-  /// Append k, v ([B*T, K, d] rows) to the cache at each row's start index.
-  void write_cache(const Context<P>& ctx, View<const A, 3> k, View<const A, 3> v, LayerCache<A>& cache) const {
+  /// Append k, v ([B*T, K, d] rows) to the cache at each row's start index, rounded to the cache type.
+  void write_cache(const Context<P>& ctx, View<const A, 3> k, View<const A, 3> v, CacheFor<P>& cache) const {
     const auto& st = ctx.step;
     for (std::int64_t b = 0; b < st.batch; ++b) {
       const std::int64_t s0 = st.start[static_cast<std::size_t>(b)];
       for (int which = 0; which < 2; ++which) {
         View<const A, 3> src = (which == 0 ? k : v).narrow(0, b * st.length, st.length);
-        View<A, 3> buf = cache.buffers[static_cast<std::size_t>(which)].view();
+        View<KV, 3> buf = cache.buffers[static_cast<std::size_t>(which)].view();
         // Pointer arithmetic only: the cache lives in backend memory, which the host may not dereference.
-        View<A, 3> dst(buf[b].narrow(0, s0, st.length).data(), {st.length, src.dim(1), src.dim(2)},
-                       {buf.stride(1), src.dim(2), 1});
-        ctx.be.copy(src, dst);
+        View<KV, 3> dst(buf[b].narrow(0, s0, st.length).data(), {st.length, src.dim(1), src.dim(2)},
+                        {buf.stride(1), src.dim(2), 1});
+        if constexpr (std::is_same_v<KV, A>) {
+          ctx.be.copy(src, dst);
+        } else if (src.stride(1) == src.dim(2)) {  // heads contiguous: one [T, K*d] conversion
+          ctx.be.convert(View<const A, 2>(src.data(), {st.length, src.dim(1) * src.dim(2)}, {src.stride(0), 1}),
+                         View<KV, 2>(dst.data(), {st.length, src.dim(1) * src.dim(2)}, {dst.stride(0), 1}));
+        } else {
+          for (std::int64_t h = 0; h < src.dim(1); ++h) {
+            ctx.be.convert(View<const A, 2>(src.data() + h * src.stride(1), {st.length, src.dim(2)}, {src.stride(0), 1}),
+                           View<KV, 2>(dst.data() + h * dst.stride(1), {st.length, src.dim(2)}, {dst.stride(0), 1}));
+          }
+        }
       }
     }
   }
 
   /// q [B*T, N, Dq], k/v [B*T, K, D] for this step; out [B*T, N, Dv]. Writes k, v into `cache`, then attends.
-  void forward(const Context<P>& ctx, View<const A, 3> q, View<const A, 3> k, View<const A, 3> v, LayerCache<A>& cache,
+  void forward(const Context<P>& ctx, View<const A, 3> q, View<const A, 3> k, View<const A, 3> v, CacheFor<P>& cache,
                View<const A, 1> sinks, View<A, 3> out) const {
     write_cache(ctx, k, v, cache);
     attend(ctx, q, cache, sinks, out);
   }
 
   /// Attend q over the keys/values already in `cache`.
-  void attend(const Context<P>& ctx, View<const A, 3> q, const LayerCache<A>& cache, View<const A, 1> sinks,
+  void attend(const Context<P>& ctx, View<const A, 3> q, const CacheFor<P>& cache, View<const A, 1> sinks,
               View<A, 3> out) const {
     const auto& st = ctx.step;
     AttentionMask mask;
@@ -88,8 +100,8 @@ class AttentionOp {
     mask.causal = cfg_.causal;
     mask.sliding_window = cfg_.sliding_window;
     mask.chunk = cfg_.chunk;
-    View<const A, 4> kc = as_heads(cache.buffers[0].cview(), cfg_.num_kv_heads);
-    View<const A, 4> vc = as_heads(cache.buffers[1].cview(), cfg_.num_kv_heads);
+    View<const KV, 4> kc = as_heads(cache.buffers[0].cview(), cfg_.num_kv_heads);
+    View<const KV, 4> vc = as_heads(cache.buffers[1].cview(), cfg_.num_kv_heads);
     ctx.be.attention(as_batched(q, st.batch, st.length), kc, vc, mask, cfg_.options, sinks,
                      as_batched(out, st.batch, st.length));
   }

@@ -242,7 +242,7 @@ class Attention {
 
   /// x [B*T, D] -> y [B*T, output_dim()] (y must not alias x). Writes this step's keys/values into `cache`; a
   /// share_kv_layer is given its donor layer's cache, which already holds this step's keys/values, and only reads it.
-  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, LayerCache<A>& cache, View<A, 2> y) const {
+  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, CacheFor<P>& cache, View<A, 2> y) const {
     const auto& st = ctx.step;
     const std::int64_t M = x.dim(0);
     MAXTEXT_CHECK(x.dim(1) == D_ && y.dim(1) == O_, ShapeError, "[Attention] inputs have ", x.dim(1),
@@ -351,7 +351,7 @@ class Attention {
 
   /// share_kv_layer (attentions.py with shared_key / shared_value): the query path of forward() (projection, norm,
   /// RoPE, scalar), then AttentionOp over the donor's cache.
-  void forward_shared(const Context<P>& ctx, const Params& p, View<const A, 2> x, const LayerCache<A>& donor,
+  void forward_shared(const Context<P>& ctx, const Params& p, View<const A, 2> x, const CacheFor<P>& donor,
                       View<A, 2> y) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0);

@@ -51,6 +51,10 @@ struct LayerCache {
   std::vector<std::int32_t> history;  ///< host ids a layer keeps per sequence (Engram: its last N-1 compressed tokens)
 };
 
+/// The cache slot type of a layer under policy P: buffers of P::cache_t.
+template <class P>
+using CacheFor = LayerCache<typename P::cache_t>;
+
 /// What the decoder hands every layer of one forward pass besides the residual stream, as MaxText's decoder loop
 /// threads it through (decoders.py _apply_gemma4_small_layers): per-layer inputs made once from the tokens (Gemma 4
 /// small's PLE: layer i reads columns [i*width, (i+1)*width)), and the cache of every layer, so that a layer can
@@ -58,11 +62,11 @@ struct LayerCache {
 /// token ids with the model's Engram hashing (deepseek.py's decoder_input_tokens and NgramHashMapping).
 class EngramHashing;  // layers/engram.hpp
 
-template <class A>
+template <class A, class KV = A>
 struct DecoderState {
   View<const A, 2> per_layer_inputs;  ///< [B*T, num_layers * width], or empty
   std::int64_t per_layer_width = 0;
-  LayerCache<A>* caches = nullptr;    ///< the model's per-layer caches, in layer order
+  LayerCache<KV>* caches = nullptr;   ///< the model's per-layer caches, in layer order
   std::size_t num_caches = 0;
   std::span<const std::int32_t> tokens;          ///< host [B*T]: this step's token ids (Engram hashes them)
   const EngramHashing* engram = nullptr;         ///< the model's Engram token table and hashing, or none
@@ -76,7 +80,7 @@ struct DecoderState {
                             {per_layer_inputs.stride(0), 1});
   }
   /// The cache of layer l (an earlier layer's, for KV sharing).
-  LayerCache<A>& cache(std::int64_t l) const {
+  LayerCache<KV>& cache(std::int64_t l) const {
     MAXTEXT_CHECK(caches != nullptr && l >= 0 && static_cast<std::size_t>(l) < num_caches, ArgumentError,
                   "[decoder] no cache of layer ", l, " in this forward pass (", num_caches, " layers)");
     return caches[l];
@@ -162,7 +166,7 @@ struct Context {
   const StepInfo& step;
   Capture* capture = nullptr;
   /// Set by models::Transformer for its layers (a layer run on its own has none).
-  const DecoderState<A>* decoder = nullptr;
+  const DecoderState<A, typename P::cache_t>* decoder = nullptr;
 
   bool capturing(std::string_view name) const { return capture != nullptr && capture->wants(name); }
 

@@ -57,7 +57,7 @@ class DecoderLayer {
   }
 
   /// x [B*T, D] in place: the residual stream after this layer.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);
     View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});

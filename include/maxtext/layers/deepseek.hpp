@@ -98,10 +98,10 @@ class DeepSeekAttentionBlock {
 
   /// deepseek.py engram_op, before the attention: x [M, k*D] += Engram(RMSNorm_engram(x), hashes of the step's
   /// tokens) (the norm per stream, one scale). Captures `<layer>.engram`.
-  void apply_engram(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+  void apply_engram(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
                     const LayerInfo& info) const {
     if (!engram_on_) return;
-    const DecoderState<A>* ds = ctx.decoder;
+    const auto* ds = ctx.decoder;
     MAXTEXT_CHECK(ds != nullptr && ds->engram != nullptr && !ds->tokens.empty(), ArgumentError, "[DeepSeek] layer ",
                   layer_, " is an Engram layer (engram_layers): it needs the step's tokens and the model's compressed-"
                   "token table (models::Transformer::set_engram_vocab, from the tokenizer)");
@@ -118,7 +118,7 @@ class DeepSeekAttentionBlock {
   }
 
   /// mHC form: x [M, k*D] -> h [M, k*D] = mhc_attention(x) with MLA(RMSNorm_pre(.)) as the branch.
-  void forward_mhc(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<const A, 2> x, View<A, 2> h,
+  void forward_mhc(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<const A, 2> x, View<A, 2> h,
                    const LayerInfo& info) const {
     mhc_.forward(ctx, p.mhc_attention, x, [&](View<const A, 2> in, View<A, 2> a) {
       ScratchScope scope(ctx.scratch);
@@ -136,7 +136,7 @@ class DeepSeekAttentionBlock {
   }
 
   /// x [M, D] in place becomes h = x + MLA(norm(x)); hn = RMSNorm_post(h).
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x, View<A, 2> hn,
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x, View<A, 2> hn,
                const LayerInfo& info) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);
@@ -199,7 +199,7 @@ class DeepSeekDenseLayer {
 
   /// x [B*T, D] (mHC: [B*T, k*D]) in place: the residual stream after this layer. Captures: the layer output, its
   /// pre_self_attention_layer_norm, self_attention, post_self_attention_layer_norm and mlp outputs.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
     block_.apply_engram(ctx, p.attn, cache, x, info_);
     if (block_.streams() > 1) {
@@ -262,7 +262,7 @@ class DeepSeekMoELayer {
 
   /// x [B*T, D] in place. With `metrics`, also reports the routing of this call. Captures: as the dense layer, with
   /// DeepSeekMoeBlock_0 (and its routing metrics, sow_moe_metrics) for mlp.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
     MoeMetrics local;

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -159,6 +160,9 @@ template <TensorPolicy P>
 class Deepseek4Compressor {
  public:
   using A = typename P::act_t;
+  static_assert(std::is_same_v<typename P::cache_t, A>,
+                "Deepseek4Compressor keeps its cache in the activation type: a Policy KV-cache type other than act_t is not "
+                "supported");
   using B = typename P::backend;
   struct Params {
     typename DenseGeneral<P>::Params kv_proj, gate_proj;
@@ -185,7 +189,7 @@ class Deepseek4Compressor {
 
   /// Project x [B*T, D] into buffers[first], buffers[first + 1] at each row's cache index, then pool every block
   /// that this step completes into buffers[first + 2]. `valid[b]` tokens of row b count.
-  void update(const Context<P>& ctx, const Params& p, View<const A, 2> x, LayerCache<A>& cache, std::size_t first,
+  void update(const Context<P>& ctx, const Params& p, View<const A, 2> x, CacheFor<P>& cache, std::size_t first,
               const std::vector<std::int64_t>& valid, const RotaryTable& rope) const {
     const auto& st = ctx.step;
     const auto& be = ctx.be;
@@ -271,6 +275,9 @@ template <TensorPolicy P>
 class Deepseek4Attention {
  public:
   using A = typename P::act_t;
+  static_assert(std::is_same_v<typename P::cache_t, A>,
+                "Deepseek4Attention keeps its cache in the activation type: a Policy KV-cache type other than act_t is not "
+                "supported");
   using W = typename P::weight_t;
   using B = typename P::backend;
   static_assert(BackendCompressedAttention<B>, "DeepSeek-V4 attention needs Backend::compress_pool, indexer_topk "
@@ -361,7 +368,7 @@ class Deepseek4Attention {
   }
 
   /// x [B*T, D] -> y [B*T, D] (y must not alias x), continuing each row's cache.
-  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, LayerCache<A>& cache, View<A, 2> y) const {
+  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, CacheFor<P>& cache, View<A, 2> y) const {
     const auto& st = ctx.step;
     const auto& be = ctx.be;
     const std::int64_t M = x.dim(0), Bn = st.batch, T = st.length, S = cache.buffers.empty() ? 0 : cache.buffers[0].dim(1);
@@ -632,7 +639,7 @@ class DeepSeek4DecoderLayer {
 
   /// x [B*T, k D] in place. Captures the attention branch (`<layer>.self_attention`), the MoE branch
   /// (`<layer>.mlp`, with its routing metrics) and the layer output.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
     MoeMetrics local;

@@ -412,7 +412,7 @@ class Engram {
   /// [M, heads()] on the host (NgramHashMapping::hash_row of the layer) -> out [M, G*D] (out must not alias h).
   /// Continues and updates the conv state `cache.states[state]` of each sequence, as the Gated DeltaNet layers do.
   void forward(const Context<P>& ctx, const Params& p, View<const A, 2> h, std::span<const std::int32_t> hash_ids,
-               LayerCache<A>& cache, View<A, 2> out, std::size_t state = 0) const {
+               CacheFor<P>& cache, View<A, 2> out, std::size_t state = 0) const {
     const auto& st = ctx.step;
     const std::int64_t M = h.dim(0), G = cfg_.streams, D = cfg_.emb_dim, C = G * D, Ht = heads(), Bn = st.batch;
     MAXTEXT_CHECK(h.dim(1) == C && out.dim(0) == M && out.dim(1) == C && M == st.tokens(), ShapeError, "[Engram] ", M,

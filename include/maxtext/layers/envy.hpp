@@ -91,7 +91,7 @@ class EnvyDecoderLayer {
 
   /// x [B*T, D] in place. Captures the attention and FFN outputs (the FFN before post_ffw_norm, as MaxText's modules
   /// return it; MoE layers also sow their routing under `<layer>.MoeBlock_0`) and the layer output.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);

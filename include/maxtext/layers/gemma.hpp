@@ -68,7 +68,7 @@ class GemmaBlock {
 
   /// x [B*T, D] in place; `attn_name` / `mlp_name` are the capture names of the sub-module outputs (before the post
   /// norms, as MaxText's modules return them).
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x, const std::string& attn_name,
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x, const std::string& attn_name,
                const std::string& mlp_name) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);
@@ -119,7 +119,7 @@ class GemmaDecoderLayer {
     block_.visit(v, p);
   }
 
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x) const {
     block_.forward(ctx, p, cache, x, info_.attention, info_.mlp);
     ctx.sow(info_.name, View<const A, 2>(x));
   }

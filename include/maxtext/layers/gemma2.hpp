@@ -69,12 +69,12 @@ class Gemma2DecoderLayer {
   }
 
   /// x [B*T, D] in place. Captures: `<attention>_local` / `<mlp>_local` and `_global` for the sub-modules.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x) const {
     const std::size_t nl = local_.cache_spec().size();
     MAXTEXT_CHECK(cache.buffers.size() == nl + global_.cache_spec().size(), ShapeError,
                   "[Gemma2DecoderLayer] the KV cache slot has ", cache.buffers.size(), " buffers, expected ",
                   nl + global_.cache_spec().size());
-    LayerCache<A> lc, gc;
+    CacheFor<P> lc, gc;
     for (std::size_t i = 0; i < cache.buffers.size(); ++i) (i < nl ? lc : gc).buffers.push_back(cache.buffers[i]);
     local_.forward(ctx, p.local, lc, x, info_.attention + "_local", info_.mlp + "_local");
     ctx.sow(info_.name, "local", View<const A, 2>(x));

@@ -80,7 +80,7 @@ class Gemma3DecoderLayer {
     block_.visit(v, p);
   }
 
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x) const {
     block_.forward(ctx, p, cache, x, info_.attention, info_.mlp);
     ctx.sow(info_.name, View<const A, 2>(x));
   }

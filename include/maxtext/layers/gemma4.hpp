@@ -200,7 +200,7 @@ class Gemma4DecoderLayer {
 
   /// x [B*T, D] in place. Captures the attention and FFN outputs (before their post norms, as MaxText's modules
   /// return them; MoE layers also sow their routing under the FFN's name) and the layer output.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
     const auto& be = ctx.be;

@@ -209,7 +209,7 @@ class Gemma4SmallDecoderLayer {
   /// x [B*T, D] in place. Needs the decoder's state (models::Transformer) for its per-layer input and, on a
   /// KV-shared layer, its donor's cache. Captures the attention and MLP outputs (before their post norms) and the
   /// layer output.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x) const {
     MAXTEXT_CHECK(ctx.decoder != nullptr || (donor_ < 0 && !ple_), ArgumentError, "[Gemma4SmallDecoderLayer] layer ",
                   info_.index, " reads ", donor_ >= 0 ? "the keys and values of layer " + std::to_string(donor_) : "",
                   donor_ >= 0 && ple_ ? " and " : "", ple_ ? "its per-layer input" : "",

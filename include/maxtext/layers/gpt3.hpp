@@ -66,7 +66,7 @@ class Gpt3MultiHeadAttention {
   }
 
   /// x [B*T, D] -> y [B*T, D] (y must not alias x).
-  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, LayerCache<A>& cache, View<A, 2> y) const {
+  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, CacheFor<P>& cache, View<A, 2> y) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), NH = N_ * H_;
     View<A, 3> q, k, v;
@@ -143,7 +143,7 @@ class Gpt3DecoderLayer {
   /// x [B*T, D] in place: the residual stream after this layer. Captures (names under info().name): the layer
   /// output, pre_self_attention_norm, self_attention (and its qkv_proj | query/key/value, attention_op, out), mlp
   /// (and mlp.mlp_layer_norm).
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);
     View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});

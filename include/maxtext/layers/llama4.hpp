@@ -106,7 +106,7 @@ class Llama4DecoderLayer {
 
   /// x [B*T, D] in place. Captures the attention and FFN outputs (MoE layers: routing metrics under the FFN's name,
   /// `<layer>.Llama4MoEBlock_0` or, with Hugging Face names, `<layer>.feed_forward`) and the layer output.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);

@@ -74,7 +74,7 @@ class PrePostNormMoeDecoderLayer {
   /// x [B*T, D] in place: the residual stream after this layer. With `metrics`, also reports the routing.
   /// Captures: the layer output, the attention and MoE outputs (+ routing metrics under the MoE's name), and with
   /// Names::sow_norms the two norm outputs.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);

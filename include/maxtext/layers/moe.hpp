@@ -550,7 +550,7 @@ class RoutedMoE {
   void hash_route(const Context<P>& ctx, const Params& p, const std::vector<float>& sc, std::vector<std::int32_t>& idx,
                   std::vector<float>& w) const {
     const std::int64_t k = s_.routing.num_experts_per_tok, E = s_.num_experts, M = static_cast<std::int64_t>(idx.size()) / k;
-    const DecoderState<A>* ds = ctx.decoder;
+    const auto* ds = ctx.decoder;
     MAXTEXT_CHECK(ds != nullptr && static_cast<std::int64_t>(ds->tokens.size()) == M, ArgumentError,
                   "[RoutedMoE] hash routing (first_num_hash_layers) routes each token by its id: it runs inside a "
                   "model's forward, which hands the layer the step's ", M, " token ids");

@@ -90,7 +90,7 @@ class Olmo3DecoderLayer {
 
   /// x [B*T, D] in place: the residual stream after this layer. Captures the layer output and the attention / MLP
   /// outputs after their post-norms (what is added to the residual).
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x) const {
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);
     View<A, 2> a = ctx.scratch.template alloc<A, 2>({M, D});

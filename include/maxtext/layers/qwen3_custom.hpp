@@ -86,7 +86,7 @@ class Qwen3CustomMoeDecoderLayer {
 
   /// x [B*T, D] in place. Captures the attention output [B*T, Da] under the attention's name, the branch added to
   /// the residual (after the up projection, [B*T, D]) under the MoE's name, and the layer output.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);

@@ -108,7 +108,7 @@ class Qwen3NextGatedDeltaNet {
 
   /// x [B*T, D] -> y [B*T, D] (y must not alias x). `name` captures the delta rule's output as `<name>.core`
   /// [B, T, Hv, Dv] when requested.
-  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, LayerCache<A>& cache, View<A, 2> y,
+  void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, CacheFor<P>& cache, View<A, 2> y,
                const std::string& name = {}) const {
     const auto& st = ctx.step;
     const std::int64_t M = x.dim(0), Bn = st.batch, Hv = sh_.value_heads, Dk = sh_.key_dim, Dv = sh_.value_dim;
@@ -289,7 +289,7 @@ class Qwen3NextDecoderLayer {
   /// x [B*T, D] in place. Captures the token mixer's output (`<layer>.attention`; Gated DeltaNet layers also
   /// `<layer>.attention.core`, the delta rule's output [B, T, Hv, Dv]), the MoE's (`<layer>.mlp`, with its routing
   /// metrics) and the layer output.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& cache, View<A, 2> x,
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
                MoeMetrics* metrics = nullptr) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0), D = x.dim(1);

@@ -44,7 +44,7 @@ class SimpleDecoderLayer {
   }
 
   /// x [B*T, D] in place: x . weights. Captures: the layer output.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& /*cache*/, View<A, 2> x) const {
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& /*cache*/, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
     View<A, 2> y = ctx.scratch.template alloc<A, 2>({x.dim(0), D_});
     ctx.be.matmul(View<const A, 2>(x), p.weights, y);
@@ -82,7 +82,7 @@ class SimpleMlpDecoderLayer {
 
   /// x [B*T, D] in place: (x . ff_1) . ff_2 (the intermediate rounded to the activation type). Captures: the
   /// intermediate under the layer's mlp name, the layer output.
-  void forward(const Context<P>& ctx, const Params& p, LayerCache<A>& /*cache*/, View<A, 2> x) const {
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& /*cache*/, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
     const std::int64_t M = x.dim(0);
     View<A, 2> h = ctx.scratch.template alloc<A, 2>({M, F_});

@@ -38,7 +38,7 @@ class Gpt3AttentionLayer {
   void visit(V& v, Params& p) const {
     attn_.visit(v, p);
   }
-  void forward(const layers::Context<P>& ctx, const Params& p, layers::LayerCache<A>& cache, View<A, 2> x) const {
+  void forward(const layers::Context<P>& ctx, const Params& p, layers::CacheFor<P>& cache, View<A, 2> x) const {
     ScratchScope scope(ctx.scratch);
     View<A, 2> y = ctx.scratch.template alloc<A, 2>({x.dim(0), x.dim(1)});
     attn_.forward(ctx, p, View<const A, 2>(x), cache, y);
@@ -62,7 +62,7 @@ class Gpt3LayerNormLayer {
   void visit(V& v, Params& p) const {
     ln_.visit(v, p);
   }
-  void forward(const layers::Context<P>& ctx, const Params& p, layers::LayerCache<A>&, View<A, 2> x) const {
+  void forward(const layers::Context<P>& ctx, const Params& p, layers::CacheFor<P>&, View<A, 2> x) const {
     ln_.forward(ctx, p, View<const A, 2>(x), x);
   }
 

@@ -98,9 +98,9 @@ class KVCache {
     for (auto& l : lengths_) l = 0;
     has_segments_ = false;
   }
-  layers::LayerCache<A>& layer(std::size_t l) { return layers_.at(l); }
+  layers::CacheFor<P>& layer(std::size_t l) { return layers_.at(l); }
   /// The per-layer caches in layer order (num_layers() of them).
-  layers::LayerCache<A>* layer_data() { return layers_.data(); }
+  layers::CacheFor<P>* layer_data() { return layers_.data(); }
   std::size_t num_layers() const { return layers_.size(); }
   /// Segment ids [B, S] of the cached tokens (meaningful once has_segments()).
   const Tensor<std::int32_t, 2>& segments() const { return segment_; }
@@ -113,7 +113,7 @@ class KVCache {
   std::int64_t bytes() const {
     std::int64_t n = 0;
     for (const auto& l : layers_) {
-      for (const auto& b : l.buffers) n += b.size() * static_cast<std::int64_t>(sizeof(A));
+      for (const auto& b : l.buffers) n += b.size() * static_cast<std::int64_t>(sizeof(typename P::cache_t));
       for (const auto& s : l.states) n += s.size() * static_cast<std::int64_t>(sizeof(float));
     }
     return n;
@@ -122,7 +122,7 @@ class KVCache {
  private:
   std::int64_t batch_ = 0, capacity_ = 0;
   std::vector<std::int32_t> lengths_;
-  std::vector<layers::LayerCache<A>> layers_;
+  std::vector<layers::CacheFor<P>> layers_;
   Tensor<std::int32_t, 2> segment_;
   bool has_segments_ = false;
   bool recurrent_ = false;

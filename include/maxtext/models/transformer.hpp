@@ -406,7 +406,7 @@ class Transformer {
       step.kv_segment_ids = cache.segments().cview();
     }
 
-    layers::DecoderState<A> dstate;
+    layers::DecoderState<A, typename P::cache_t> dstate;
     dstate.caches = cache.layer_data();
     dstate.num_caches = cache.num_layers();
     dstate.tokens = std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(Bn * T));

@@ -2,9 +2,13 @@
 // Two kernels:
 //  - decode (one query per row, and whenever the prefill kernel does not apply): one work item is (batch row,
 //    query, chunk of kv heads); the G = N/K query heads sharing a kv head are handled together, so each key and
-//    value row is loaded (and converted to f32) once for all of them. Three passes over the visible keys: all logits
-//    (kW keys at a time, kW dot products reduced into one vector), one max and one vectorised exp per head, then the
-//    value rows; the cache is read in address order (see attention() below).
+//    value row is read from memory once for all of them. Three passes over the visible keys: all logits (kW keys at
+//    a time, kW dot products reduced into one vector), one max and one vectorised exp per head, then the value rows;
+//    the cache is read in address order (see attention() below). A cache narrower than f32 (f16, bf16) is converted
+//    in registers as the passes load it (vec::load_f32): staging a block's rows in an f32 buffer first measured
+//    1.5x (f16) to 4x (bf16) slower than the f32 cache on one Zen 4 core, even with the cache in L2, where the
+//    in-register conversion reads the f16 cache of model c's shape (16 layers, 513 keys) in 0.70 ms against the
+//    f32 cache's 1.16 ms.
 //  - prefill (T >= 2, head dims multiples of kW, no soft cap): one work item is a tile of query positions times the
 //    G heads (about 64 rows); each key block is transposed once and serves every row of the tile (see below). An
 //    online softmax over blocks of kW keys: per block one running-max update, one vectorised exp, then the
@@ -89,7 +93,8 @@ class RowHints {
 /// logit[j] = q . k_j for a full block of kBlk key rows k_j = k + j ks: kBlk vector accumulators over d, then one
 /// transposing reduction into a single vector (lane j = key j) instead of kBlk horizontal sums. `hints` (when given)
 /// steps once per kBlk values of d.
-MAXTEXT_INLINE void block_logits(const float* q, const float* k, std::int64_t ks, std::int64_t Dq, float* logit,
+template <class KV>
+MAXTEXT_INLINE void block_logits(const float* q, const KV* k, std::int64_t ks, std::int64_t Dq, float* logit,
                                  RowHints* hints = nullptr) {
   fbatch acc[kBlk];
   MAXTEXT_UNROLL
@@ -97,9 +102,9 @@ MAXTEXT_INLINE void block_logits(const float* q, const float* k, std::int64_t ks
   for (std::int64_t d = 0; d < Dq; d += kBlk) {
     if (hints) hints->step();
     const fbatch qv = fbatch::load_unaligned(q + d);
-    const float* kr = k + d;
+    const KV* kr = k + d;
     MAXTEXT_UNROLL
-    for (std::int64_t j = 0; j < kBlk; ++j, kr += ks) acc[j] = xsimd::fma(qv, fbatch::load_unaligned(kr), acc[j]);
+    for (std::int64_t j = 0; j < kBlk; ++j, kr += ks) acc[j] = xsimd::fma(qv, vec::load_f32(kr), acc[j]);
   }
 #if defined(__AVX512F__)
   static_assert(kBlk == 16, "AVX-512 batches hold 16 floats");
@@ -160,9 +165,9 @@ MAXTEXT_INLINE bool block_mask(const AttentionMask& mask, std::int64_t b, std::i
 /// Normalise one accumulated output row (running max m, running sum l) and store it to op: a sink joins the
 /// denominator; a row whose keys were all masked averages all `len` value rows (MaxText's finite mask value makes
 /// its logits equal), or is 0 with sinks. `vtmp` holds Dv floats.
-template <class A>
+template <class A, class KV>
 void finish_row(float* ag, float m, float l, std::int64_t Dv, const View<const A, 1>& sinks, std::int64_t n,
-                const View<const A, 4>& v, std::int64_t b, std::int64_t kh, std::int64_t len, float* vtmp, A* op) {
+                const View<const KV, 4>& v, std::int64_t b, std::int64_t kh, std::int64_t len, float* vtmp, A* op) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   if (!sinks.empty()) {
     const float sink = to_float(sinks(n));
@@ -260,8 +265,8 @@ MAXTEXT_INLINE void tile_values(const float* prob, const float* const* vrow, std
 /// acc[r][0, NV kBlk) += sum_j prob[r * pstride + j] * v_j[0, NV kBlk) over nb value rows v_j = v + j vs, for RR
 /// rows (acc rows Dv apart): each value vector loaded once for all the rows, the sums kept in registers. With
 /// `ahead`, row j also hints the `ahead_bytes` at ahead + j ahead_stride (the same columns of a later block).
-template <int RR, int NV>
-MAXTEXT_INLINE void block_values(const float* prob, std::int64_t pstride, const float* v, std::int64_t vs,
+template <int RR, int NV, class KV>
+MAXTEXT_INLINE void block_values(const float* prob, std::int64_t pstride, const KV* v, std::int64_t vs,
                                  std::int64_t nb, float* acc, std::int64_t Dv, const char* ahead = nullptr,
                                  std::int64_t ahead_stride = 0, std::int64_t ahead_bytes = 0) {
   fbatch o[RR][NV];
@@ -274,7 +279,7 @@ MAXTEXT_INLINE void block_values(const float* prob, std::int64_t pstride, const 
     if (ahead) prefetch::bytes(ahead + j * ahead_stride, ahead_bytes);
     fbatch vv[NV];
     MAXTEXT_UNROLL
-    for (int u = 0; u < NV; ++u) vv[u] = fbatch::load_unaligned(v + u * kBlk);
+    for (int u = 0; u < NV; ++u) vv[u] = vec::load_f32(v + u * kBlk);
     MAXTEXT_UNROLL
     for (int r = 0; r < RR; ++r) {
       const fbatch pr(prob[r * pstride + j]);
@@ -290,8 +295,8 @@ MAXTEXT_INLINE void block_values(const float* prob, std::int64_t pstride, const 
 }
 
 /// The attention of attention() below for T >= 2, Dq and Dv multiples of kBlk and no soft cap, by query tiles.
-template <class A>
-void attention_tiled(int nt, View<const A, 4> q, View<const A, 4> k, View<const A, 4> v, const AttentionMask& mask,
+template <class A, class KV>
+void attention_tiled(int nt, View<const A, 4> q, View<const KV, 4> k, View<const KV, 4> v, const AttentionMask& mask,
                      const AttentionOptions& opt, View<const A, 1> sinks, View<A, 4> out) {
   const std::int64_t B = q.dim(0), T = q.dim(1), N = q.dim(2), Dq = q.dim(3);
   const std::int64_t K = k.dim(2), Dv = v.dim(3), G = N / K;
@@ -304,7 +309,7 @@ void attention_tiled(int nt, View<const A, 4> q, View<const A, 4> k, View<const 
 
   parallel_for(B * K * nqb, nt, [&](std::int64_t w0, std::int64_t w1) {
     // Per-thread: q rows, accumulators [R][Dv], logits/probabilities [R][kBlk], the transposed key block, value rows
-    // (converted when A is not f32), running max / sum and key ranges per row.
+    // (converted when the cache is not f32), running max / sum and key ranges per row.
     const std::size_t nf = static_cast<std::size_t>(R * (Dq + Dv + kBlk + 2) + Dq * kBlk + kBlk * Dv + Dv);
     const std::size_t need = nf * 4 + static_cast<std::size_t>(2 * R) * 8 + static_cast<std::size_t>(R) * 4 + 64;
     auto* base = reinterpret_cast<float*>(thread_scratch(need, 0));
@@ -346,9 +351,9 @@ void attention_tiled(int nt, View<const A, 4> q, View<const A, 4> k, View<const 
         const std::int64_t nb = std::min(kBlk, bhi - s0);
         for (std::int64_t j = 0; j < kBlk; ++j) {
           if (j < nb) {
-            const A* kr = &k(b, s0 + j, kh, 0);
+            const KV* kr = &k(b, s0 + j, kh, 0);
             for (std::int64_t d = 0; d < Dq; ++d) kT[d * kBlk + j] = to_float(kr[d]);
-            if constexpr (std::is_same_v<A, float>) {
+            if constexpr (std::is_same_v<KV, float>) {
               vrow[j] = &v(b, s0 + j, kh, 0);
             } else {
               vec::to_f32(&v(b, s0 + j, kh, 0), vf + j * Dv, Dv);
@@ -398,7 +403,7 @@ void attention_tiled(int nt, View<const A, 4> q, View<const A, 4> k, View<const 
       }
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t g = r / tq, ti = r % tq, n = kh * G + g;
-        finish_row<A>(acc + r * Dv, mrun[r], lrun[r], Dv, sinks, n, v, b, kh, len, vtmp, &out(b, t0 + ti, n, 0));
+        finish_row<A, KV>(acc + r * Dv, mrun[r], lrun[r], Dv, sinks, n, v, b, kh, len, vtmp, &out(b, t0 + ti, n, 0));
       }
     }
   });
@@ -406,9 +411,11 @@ void attention_tiled(int nt, View<const A, 4> q, View<const A, 4> k, View<const 
 
 /// out[b,t,n,:] = sum_s e^(l_s - m) v[b,s,n/G,:] / (sum_s e^(l_s - m) + sink term), l = q.k (q already scaled),
 /// masked keys removed; a row with every key masked averages all kv_len keys (MaxText's finite mask value), or is 0
-/// with sinks. q [B,T,N,Dq], k [B,S,K,Dq], v [B,S,K,Dv], out [B,T,N,Dv]; last axes contiguous.
-template <class A>
-void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A, 4> v, const AttentionMask& mask,
+/// with sinks. q [B,T,N,Dq], k [B,S,K,Dq], v [B,S,K,Dv], out [B,T,N,Dv]; last axes contiguous. The cache type KV
+/// may differ from A (an f16 or bf16 cache under f32 activations): its rows are converted to f32 as they are read;
+/// the logits' roundings follow A.
+template <class A, class KV>
+void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const KV, 4> v, const AttentionMask& mask,
                const AttentionOptions& opt, View<const A, 1> sinks, View<A, 4> out) {
   const std::int64_t B = q.dim(0), T = q.dim(1), N = q.dim(2), Dq = q.dim(3);
   const std::int64_t K = k.dim(2), Dv = v.dim(3), G = N / K;
@@ -422,7 +429,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
   const std::int64_t items = B * K * T;
   const int nt = items * G * avg_keys * (Dq + Dv) < (1 << 16) ? 1 : threads;
   if (T >= 2 && vec_dot && Dv % kBlk == 0 && !(opt.soft_cap > 0.0f)) {
-    attention_tiled<A>(nt, q, k, v, mask, opt, sinks, out);
+    attention_tiled<A, KV>(nt, q, k, v, mask, opt, sinks, out);
     return;
   }
 
@@ -442,7 +449,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
       K, std::max<std::int64_t>(BT >= nt ? 1 : (nt + BT - 1) / BT, (K * G * span * 4 + (1 << 23) - 1) >> 23));
   const std::int64_t HC = (K + chunks - 1) / chunks, C = (K + HC - 1) / HC;  // kv heads per chunk, chunks
   const bool segments = !mask.kv_segment.empty();
-  constexpr auto kA = static_cast<std::int64_t>(sizeof(A));  // bytes per cache element
+  constexpr auto kA = static_cast<std::int64_t>(sizeof(KV));  // bytes per cache element
   // Value rows by register tiles; per key with a skip of zero probabilities when Dv is not a multiple of kBlk, or
   // with segment ids (a masked key's row may hold anything).
   const bool tiled_values = Dv % kBlk == 0 && !segments;
@@ -485,24 +492,27 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
         const std::int64_t krow = Dq * kA;
         for (std::int64_t h = h0; h < h1; ++h) {
           // The rows of the block kAheadBlocks on: over the G heads' block_logits steps, or (no such loop) at once.
-          const A* next = ahead ? &k(b, s0 + kAheadBlocks * kBlk, h, 0) : nullptr;
+          const KV* next = ahead ? &k(b, s0 + kAheadBlocks * kBlk, h, 0) : nullptr;
           RowHints hints(next, k.stride(1) * kA, next ? kBlk : 0, krow,
                          G * (Dq / kBlk));
           if (next && !(vec_dot && nb == kBlk)) prefetch::rows(next, k.stride(1) * kA, kBlk, krow);
-          // The block's key rows of head h: straight from the cache when A is float, else converted into kf.
+          // The block's key rows of head h: block_logits reads whole blocks from the cache in its own type
+          // (converting in registers); the per-key dots read f32 rows, from the cache or converted into kf.
+          const bool whole = vec_dot && nb == kBlk;
+          const KV* kc = &k(b, s0, h, 0);
           const float* kb = kf;
           std::int64_t ks = Dq;
-          if constexpr (std::is_same_v<A, float>) {
-            kb = &k(b, s0, h, 0);
+          if constexpr (std::is_same_v<KV, float>) {
+            kb = kc;
             ks = k.stride(1);
-          } else {
+          } else if (!whole) {
             for (std::int64_t j = 0; j < nb; ++j) vec::to_f32(&k(b, s0 + j, h, 0), kf + j * Dq, Dq);
           }
           for (std::int64_t r = (h - h0) * G; r < (h - h0 + 1) * G; ++r) {
             const float* qr = qf + r * Dq;
             float* logit = lg + r * span + (s0 - lo);
-            if (vec_dot && nb == kBlk) {
-              block_logits(qr, kb, ks, Dq, logit, &hints);
+            if (whole) {
+              block_logits(qr, kc, k.stride(1), Dq, logit, &hints);
             } else {
               for (std::int64_t j = 0; j < kBlk; ++j) logit[j] = j < nb ? vec::dot(qr, kb + j * ks, Dq) : 0.0f;
             }
@@ -552,15 +562,18 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
         for (std::int64_t h = h0; h < h1; ++h) {
           // The rows of the block kAheadBlocks on: column by column as block_values reads the same columns here,
           // or (no such loop) at once.
-          const A* next = ahead ? &v(b, s0 + kAheadBlocks * kBlk, h, 0) : nullptr;
+          const KV* next = ahead ? &v(b, s0 + kAheadBlocks * kBlk, h, 0) : nullptr;
           const std::int64_t vstride = v.stride(1) * kA;
           if (next && !tiled_values) prefetch::rows(next, vstride, kBlk, Dv * kA);
+          // The block's value rows: block_values reads them from the cache in its own type; the per-key sums read
+          // f32 rows, from the cache or converted into vf.
+          const KV* vc = &v(b, s0, h, 0);
           const float* vb = vf;
           std::int64_t vs = Dv;
-          if constexpr (std::is_same_v<A, float>) {
-            vb = &v(b, s0, h, 0);
+          if constexpr (std::is_same_v<KV, float>) {
+            vb = vc;
             vs = v.stride(1);
-          } else {
+          } else if (!tiled_values) {
             for (std::int64_t j = 0; j < nb; ++j) vec::to_f32(&v(b, s0 + j, h, 0), vf + j * Dv, Dv);
           }
           const std::int64_t r0 = (h - h0) * G;
@@ -570,14 +583,14 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
               with_rows<kRowsPV>(std::min<std::int64_t>(kRowsPV, G - g0), [&]<int RR>() {
                 float* ag = acc + (r0 + g0) * Dv;
                 const float* pg = prob + g0 * span;
-                // The first row group hints the next rows' columns [c, c + NV kBlk) (in A's bytes).
+                // The first row group hints the next rows' columns [c, c + NV kBlk) (in the cache's bytes).
                 const bool hint = next && g0 == 0;
                 const auto at = [&](std::int64_t c) { return hint ? reinterpret_cast<const char*>(next + c) : nullptr; };
                 std::int64_t c = 0;
                 for (; c + 4 * kBlk <= Dv; c += 4 * kBlk)
-                  block_values<RR, 4>(pg, span, vb + c, vs, nb, ag + c, Dv, at(c), vstride, 4 * kBlk * kA);
+                  block_values<RR, 4>(pg, span, vc + c, v.stride(1), nb, ag + c, Dv, at(c), vstride, 4 * kBlk * kA);
                 for (; c < Dv; c += kBlk)
-                  block_values<RR, 1>(pg, span, vb + c, vs, nb, ag + c, Dv, at(c), vstride, kBlk * kA);
+                  block_values<RR, 1>(pg, span, vc + c, v.stride(1), nb, ag + c, Dv, at(c), vstride, kBlk * kA);
               });
             }
           } else {
@@ -592,7 +605,7 @@ void attention(int threads, View<const A, 4> q, View<const A, 4> k, View<const A
       }
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t n = h0 * G + r;
-        finish_row<A>(acc + r * Dv, mvec[r * kBlk], mvec[r * kBlk + 1], Dv, sinks, n, v, b, n / G, len, vf,
+        finish_row<A, KV>(acc + r * Dv, mvec[r * kBlk], mvec[r * kBlk + 1], Dv, sinks, n, v, b, n / G, len, vf,
                       &out(b, t, n, 0));
       }
     }

@@ -401,9 +401,10 @@ class Backend {
   /// MaxText AttentionOp (spec attention.md §1-2) with an online softmax over key blocks (no [T, S] matrix):
   /// out[b,t,n,:] = sum_s e^(l_s - m) v[b,s,n/G,:] / (sum_s e^(l_s - m) + sink term), l = q.k (no scaling),
   /// masked keys removed. A row with every key masked averages all kv_len keys (MaxText's finite mask value);
-  /// with sinks it is 0. q [B,T,N,Dq], k [B,S,K,Dq], v [B,S,K,Dv], out [B,T,N,Dv]; rows contiguous.
-  template <class A>
-  void attention(View<const A, 4> q, View<const A, 4> k, View<const A, 4> v, const AttentionMask& mask,
+  /// with sinks it is 0. q [B,T,N,Dq], k [B,S,K,Dq], v [B,S,K,Dv], out [B,T,N,Dv]; rows contiguous. The cache
+  /// type KV is A, or a narrower float type (Policy's KV: keys and values as the cache holds them, read as f32).
+  template <class A, class KV>
+  void attention(View<const A, 4> q, View<const KV, 4> k, View<const KV, 4> v, const AttentionMask& mask,
                  const AttentionOptions& opt, View<const A, 1> sinks, View<A, 4> out) const {
     attn::attention(threads_, q, k, v, mask, opt, sinks, out);  // backend/cpu/attention.hpp
   }

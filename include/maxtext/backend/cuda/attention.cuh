@@ -27,14 +27,15 @@ namespace maxtext::cuda::kernels {
 template <class A>
 using DotAcc = std::conditional_t<std::is_same_v<A, float>, double, float>;
 
-/// Operands of one attention call (element strides; the head dimension is contiguous).
-template <class A>
+/// Operands of one attention call (element strides; the head dimension is contiguous). Keys and values are in the
+/// cache type KV (A, or a narrower float type: Policy's KV), read as the cache holds them.
+template <class A, class KV = A>
 struct AttnArgs {
   const A* q;
   std::int64_t q_b, q_t, q_n;
-  const A* k;
+  const KV* k;
   std::int64_t k_b, k_s, k_h;
-  const A* v;
+  const KV* v;
   std::int64_t v_b, v_s, v_h;
   A* o;
   std::int64_t o_b, o_t, o_n;
@@ -52,8 +53,8 @@ struct AttnArgs {
   const A* sinks;  ///< [N] or nullptr
 
   __device__ const A* qrow(std::int64_t b, std::int64_t t, std::int64_t n) const { return q + b * q_b + t * q_t + n * q_n; }
-  __device__ const A* krow(std::int64_t b, std::int64_t s, std::int64_t h) const { return k + b * k_b + s * k_s + h * k_h; }
-  __device__ const A* vrow(std::int64_t b, std::int64_t s, std::int64_t h) const { return v + b * v_b + s * v_s + h * v_h; }
+  __device__ const KV* krow(std::int64_t b, std::int64_t s, std::int64_t h) const { return k + b * k_b + s * k_s + h * k_h; }
+  __device__ const KV* vrow(std::int64_t b, std::int64_t s, std::int64_t h) const { return v + b * v_b + s * v_s + h * v_h; }
   __device__ A* orow(std::int64_t b, std::int64_t t, std::int64_t n) const { return o + b * o_b + t * o_t + n * o_n; }
   __device__ float logit(float dot) const { return kmath::attention_logit<A>(dot, soft_cap, f32_qk, f32_logits); }
 };
@@ -63,23 +64,23 @@ struct QueryMask {
   kmath::KeyRange range;
   std::int32_t segment;
 };
-template <class A>
-__device__ inline QueryMask query_mask(const AttnArgs<A>& a, std::int64_t b, std::int64_t t) {
+template <class A, class KV>
+__device__ inline QueryMask query_mask(const AttnArgs<A, KV>& a, std::int64_t b, std::int64_t t) {
   const std::int64_t qi = a.q_start[b] + t;
   QueryMask m;
   m.range = kmath::key_range(qi, a.kv_len[b], a.causal, a.window, a.chunk);
   m.segment = (a.kv_seg != nullptr && a.q_seg != nullptr) ? a.q_seg[b * a.q_seg_ld + t] : 0;
   return m;
 }
-template <class A>
-__device__ inline bool key_visible(const AttnArgs<A>& a, const QueryMask& m, std::int64_t b, std::int64_t s) {
+template <class A, class KV>
+__device__ inline bool key_visible(const AttnArgs<A, KV>& a, const QueryMask& m, std::int64_t b, std::int64_t s) {
   if (s < m.range.lo || s >= m.range.hi) return false;
   return a.kv_seg == nullptr || kmath::segment_allows(m.segment, a.kv_seg[b * a.kv_seg_ld + s]);
 }
 
 /// Output of a query that sees no key: the mean of v over [0, kv_len) (threads `first`, `first + step`, ... over d).
-template <class A>
-__device__ inline void write_uniform_average(const AttnArgs<A>& a, std::int64_t b, std::int64_t t, std::int64_t n,
+template <class A, class KV>
+__device__ inline void write_uniform_average(const AttnArgs<A, KV>& a, std::int64_t b, std::int64_t t, std::int64_t n,
                                              int first, int step) {
   const std::int64_t len = a.kv_len[b], kh = n / a.G;
   A* out = a.orow(b, t, n);
@@ -101,8 +102,8 @@ inline std::size_t prefill_smem_bytes(std::int64_t Dq, std::int64_t Dv) {
 }
 
 /// grid (ceil(T / 16), N, B), block 128, dynamic shared memory prefill_smem_bytes(Dq, Dv).
-template <class A>
-__global__ void __launch_bounds__(128) attention_prefill(AttnArgs<A> a) {
+template <class A, class KV>
+__global__ void __launch_bounds__(128) attention_prefill(AttnArgs<A, KV> a) {
   constexpr int QT = kPrefillQueries, KT = kPrefillKeys, QW = QT / 4;
   extern __shared__ float smem[];
   const std::int64_t b = blockIdx.z, n = blockIdx.y, t0 = static_cast<std::int64_t>(blockIdx.x) * QT;
@@ -202,8 +203,8 @@ __host__ __device__ inline std::int64_t split_record(std::int64_t Dv) { return D
 
 /// grid (B * T, N, splits), block 128 (4 warps), dynamic shared memory split_smem_bytes(Dq, Dv). Block (bt, n, c)
 /// takes chunk c of the key range of query bt, head n; warps take keys in turn, lanes the head dimension.
-template <class A>
-__global__ void __launch_bounds__(128) attention_split(AttnArgs<A> a, float* part) {
+template <class A, class KV>
+__global__ void __launch_bounds__(128) attention_split(AttnArgs<A, KV> a, float* part) {
   extern __shared__ float smem[];
   const std::int64_t bt = blockIdx.x, n = blockIdx.y, c = blockIdx.z, splits = gridDim.z;
   const std::int64_t b = bt / a.T, t = bt % a.T, kh = n / a.G, Dq = a.Dq, Dv = a.Dv;
@@ -222,13 +223,13 @@ __global__ void __launch_bounds__(128) attention_split(AttnArgs<A> a, float* par
   float* acc = Acc + warp * Dv;
   for (std::int64_t s = c_lo + warp; s < c_hi; s += 4) {
     if (!key_visible(a, qm, b, s)) continue;  // warp-uniform
-    const A* kp = a.krow(b, s, kh);
+    const KV* kp = a.krow(b, s, kh);
     DotAcc<A> dot = 0;
     for (std::int64_t d = lane; d < Dq; d += 32) dot += static_cast<DotAcc<A>>(Qs[d]) * to_float(kp[d]);
     const float logit = a.logit(static_cast<float>(detail::warp_sum(dot)));
     const float corr = kmath::softmax_rescale(st, logit);
     const float e = kmath::softmax_weight(st, logit);
-    const A* vp = a.vrow(b, s, kh);
+    const KV* vp = a.vrow(b, s, kh);
     for (std::int64_t d = lane; d < Dv; d += 32) acc[d] = acc[d] * corr + e * to_float(vp[d]);
   }
   if (lane == 0) {
@@ -256,8 +257,8 @@ __global__ void __launch_bounds__(128) attention_split(AttnArgs<A> a, float* par
 }
 
 /// grid (B * T, N), block 128: merge the splits of attention_split, add the sink, normalise, write.
-template <class A>
-__global__ void __launch_bounds__(128) attention_combine(AttnArgs<A> a, const float* part, int splits) {
+template <class A, class KV>
+__global__ void __launch_bounds__(128) attention_combine(AttnArgs<A, KV> a, const float* part, int splits) {
   const std::int64_t bt = blockIdx.x, n = blockIdx.y, b = bt / a.T, t = bt % a.T, Dv = a.Dv;
   const float* rec = part + (bt * a.N + n) * splits * split_record(Dv);
   float M = kmath::neg_inf();

@@ -269,10 +269,11 @@ class Backend {
   }
 
   // ---- attention ------------------------------------------------------------------------------------------
-  template <class A>
-  void attention(View<const A, 4> q, View<const A, 4> k, View<const A, 4> v, const AttentionMask& mask,
+  /// The cache type KV is A or a narrower float type (Policy's KV): rows are read as the cache holds them.
+  template <class A, class KV>
+  void attention(View<const A, 4> q, View<const KV, 4> k, View<const KV, 4> v, const AttentionMask& mask,
                  const AttentionOptions& opt, View<const A, 1> sinks, View<A, 4> out) const {
-    kernels::AttnArgs<A> a{};
+    kernels::AttnArgs<A, KV> a{};
     a.q = q.data();
     a.q_b = q.stride(0), a.q_t = q.stride(1), a.q_n = q.stride(2);
     a.k = k.data();
@@ -299,11 +300,11 @@ class Backend {
     const std::int64_t S = k.dim(1);
     const std::size_t prefill_smem = kernels::prefill_smem_bytes(a.Dq, a.Dv);
     if (a.T > 4 && prefill_smem <= state_->smem_optin) {
-      MAXTEXT_CUDA_CHECK(cudaFuncSetAttribute(kernels::attention_prefill<A>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      MAXTEXT_CUDA_CHECK(cudaFuncSetAttribute(kernels::attention_prefill<A, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(prefill_smem)));
       const dim3 grid(static_cast<unsigned>((a.T + kernels::kPrefillQueries - 1) / kernels::kPrefillQueries),
                       static_cast<unsigned>(a.N), static_cast<unsigned>(a.B));
-      kernels::attention_prefill<A><<<grid, 128, prefill_smem, stream()>>>(a);
+      kernels::attention_prefill<A, KV><<<grid, 128, prefill_smem, stream()>>>(a);
       MAXTEXT_CUDA_LAUNCH_CHECK("attention_prefill");
       return;
     }
@@ -314,15 +315,15 @@ class Backend {
     const std::size_t split_smem = kernels::split_smem_bytes(a.Dq, a.Dv);
     MAXTEXT_CHECK(split_smem <= state_->smem_optin, UnsupportedError, "[cuda attention] head dims ", a.Dq, "/", a.Dv,
                   " need ", split_smem, " bytes of shared memory, the device allows ", state_->smem_optin);
-    MAXTEXT_CUDA_CHECK(cudaFuncSetAttribute(kernels::attention_split<A>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    MAXTEXT_CUDA_CHECK(cudaFuncSetAttribute(kernels::attention_split<A, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(split_smem)));
     const std::size_t part_bytes = static_cast<std::size_t>(rows_heads * splits * kernels::split_record(a.Dv)) * sizeof(float);
     float* part = static_cast<float*>(memory()->allocate(part_bytes));
-    kernels::attention_split<A><<<dim3(static_cast<unsigned>(a.B * a.T), static_cast<unsigned>(a.N), static_cast<unsigned>(splits)),
+    kernels::attention_split<A, KV><<<dim3(static_cast<unsigned>(a.B * a.T), static_cast<unsigned>(a.N), static_cast<unsigned>(splits)),
                                   128, split_smem, stream()>>>(a, part);
     const cudaError_t e1 = cudaGetLastError();
     if (e1 == cudaSuccess) {
-      kernels::attention_combine<A><<<dim3(static_cast<unsigned>(a.B * a.T), static_cast<unsigned>(a.N)), 128, 0, stream()>>>(
+      kernels::attention_combine<A, KV><<<dim3(static_cast<unsigned>(a.B * a.T), static_cast<unsigned>(a.N)), 128, 0, stream()>>>(
           a, part, static_cast<int>(splits));
     }
     memory()->deallocate(part, part_bytes);  // stream-ordered: after the combine kernel

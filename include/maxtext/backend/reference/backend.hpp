@@ -258,8 +258,9 @@ class Backend {
   }
 
   // ---- attention (attention.md §1-2) ----------------------------------------------------------------------
-  template <class A>
-  void attention(View<const A, 4> q, View<const A, 4> k, View<const A, 4> v, const AttentionMask& mask,
+  /// The cache type KV is A or a narrower float type (Policy's KV): keys and values are used as the cache holds them.
+  template <class A, class KV>
+  void attention(View<const A, 4> q, View<const KV, 4> k, View<const KV, 4> v, const AttentionMask& mask,
                  const AttentionOptions& opt, View<const A, 1> sinks, View<A, 4> out) const {
     const std::int64_t B = q.dim(0), T = q.dim(1), N = q.dim(2), Dq = q.dim(3);
     const std::int64_t K = k.dim(2), Dv = v.dim(3), G = N / K;
