@@ -266,24 +266,34 @@ struct AttnCase {
   double f32_rel = 1e-5;
 };
 
+/// A case's cache lengths and segment ids (keys 0-4 in segment 1, 5-8 in 2, 12 in none (-1), the rest in 3; each
+/// query in its position's segment), and the AttentionMask over them.
+struct CaseMask {
+  Tensor<std::int32_t, 1> q_start, kv_len;
+  Tensor<std::int32_t, 2> qseg, kseg;
+  AttentionMask mask;
+  explicit CaseMask(const AttnCase& c) : q_start({c.B}), kv_len({c.B}), qseg({c.B, c.T}), kseg({c.B, c.S}) {
+    for (std::int64_t b = 0; b < c.B; ++b) {
+      q_start(b) = c.q_start[static_cast<std::size_t>(b)];
+      kv_len(b) = c.kv_len[static_cast<std::size_t>(b)];
+      for (std::int64_t s = 0; s < c.S; ++s) kseg(b, s) = static_cast<std::int32_t>(s < 5 ? 1 : (s < 9 ? 2 : (s == 12 ? -1 : 3)));
+      for (std::int64_t t = 0; t < c.T; ++t) qseg(b, t) = kseg(b, std::min(c.S - 1, q_start(b) + t));
+    }
+    mask = test::attention_mask(q_start.cview(), kv_len.cview(), qseg.cview(), kseg.cview(),
+                                {c.segments, c.causal, c.window, c.chunk});
+  }
+  CaseMask(const CaseMask&) = delete;  // mask views the tensors above
+  CaseMask& operator=(const CaseMask&) = delete;
+};
+
 template <class A>
 void check_attention(const AttnCase& c, const std::string& what) {
   const auto q = random_tensor<A, 4>({c.B, c.T, c.N, c.Dq}, 1.5f);
   const auto k = random_tensor<A, 4>({c.B, c.S, c.K, c.Dq}, 1.5f);
   const auto v = random_tensor<A, 4>({c.B, c.S, c.K, c.Dv});
   const auto sinks = random_tensor<A, 1>({c.N});
-  Tensor<std::int32_t, 1> q_start({c.B}), kv_len({c.B});
-  for (std::int64_t b = 0; b < c.B; ++b) {
-    q_start(b) = c.q_start[static_cast<std::size_t>(b)];
-    kv_len(b) = c.kv_len[static_cast<std::size_t>(b)];
-  }
-  Tensor<std::int32_t, 2> qseg({c.B, c.T}), kseg({c.B, c.S});
-  for (std::int64_t b = 0; b < c.B; ++b) {
-    for (std::int64_t s = 0; s < c.S; ++s) kseg(b, s) = static_cast<std::int32_t>(s < 5 ? 1 : (s < 9 ? 2 : (s == 12 ? -1 : 3)));
-    for (std::int64_t t = 0; t < c.T; ++t) qseg(b, t) = kseg(b, std::min(c.S - 1, q_start(b) + t));
-  }
-  const AttentionMask mask = test::attention_mask(q_start.cview(), kv_len.cview(), qseg.cview(), kseg.cview(),
-                                                  {c.segments, c.causal, c.window, c.chunk});
+  const CaseMask cm(c);
+  const AttentionMask& mask = cm.mask;
   AttentionOptions opt;
   opt.soft_cap = c.soft_cap;
   opt.float32_qk_product = c.f32_qk;
@@ -367,18 +377,8 @@ void check_narrow_cache(const AttnCase& c, const std::string& what) {
   for (std::int64_t i = 0; i < kf.size(); ++i) kf.data()[i] = to_float(kw.data()[i]);
   for (std::int64_t i = 0; i < vf.size(); ++i) vf.data()[i] = to_float(vw.data()[i]);
   const auto sinks = random_tensor<float, 1>({c.N});
-  Tensor<std::int32_t, 1> q_start({c.B}), kv_len({c.B});
-  for (std::int64_t b = 0; b < c.B; ++b) {
-    q_start(b) = c.q_start[static_cast<std::size_t>(b)];
-    kv_len(b) = c.kv_len[static_cast<std::size_t>(b)];
-  }
-  Tensor<std::int32_t, 2> qseg({c.B, c.T}), kseg({c.B, c.S});
-  for (std::int64_t b = 0; b < c.B; ++b) {
-    for (std::int64_t s = 0; s < c.S; ++s) kseg(b, s) = static_cast<std::int32_t>(s < 5 ? 1 : 2);
-    for (std::int64_t t = 0; t < c.T; ++t) qseg(b, t) = kseg(b, std::min(c.S - 1, q_start(b) + t));
-  }
-  const AttentionMask mask = test::attention_mask(q_start.cview(), kv_len.cview(), qseg.cview(), kseg.cview(),
-                                                  {c.segments, c.causal, c.window, c.chunk});
+  const CaseMask cm(c);
+  const AttentionMask& mask = cm.mask;
   AttentionOptions opt;
   opt.soft_cap = c.soft_cap;
   const View<const float, 1> sk = c.sinks ? sinks.cview() : View<const float, 1>();
