@@ -34,6 +34,9 @@ class AttentionOp {
  public:
   using A = typename P::act_t;
   using KV = typename P::cache_t;
+  static_assert(std::is_same_v<KV, A> || (std::is_same_v<A, float> && (std::is_same_v<KV, fp16> || std::is_same_v<KV, bf16>)),
+                "AttentionOp: a KV-cache type other than the activation type is f16 or bf16 under f32 activations "
+                "(Policy<B, W, float, float, fp16 or bf16>)");
   struct Config {
     std::int64_t num_query_heads = 0;
     std::int64_t num_kv_heads = 0;

@@ -5,10 +5,10 @@
 //    value row is read from memory once for all of them. Three passes over the visible keys: all logits (kW keys at
 //    a time, kW dot products reduced into one vector), one max and one vectorised exp per head, then the value rows;
 //    the cache is read in address order (see attention() below). A cache narrower than f32 (f16, bf16) is converted
-//    in registers as the passes load it (vec::load_f32): staging a block's rows in an f32 buffer first measured
-//    1.5x (f16) to 4x (bf16) slower than the f32 cache on one Zen 4 core, even with the cache in L2, where the
-//    in-register conversion reads the f16 cache of model c's shape (16 layers, 513 keys) in 0.70 ms against the
-//    f32 cache's 1.16 ms.
+//    in registers as the passes load it (vec::load_f32). Staging a block's rows in an f32 buffer first was slower
+//    than reading the f32 cache, even with the cache in L2: on one Zen 4 core, model c's cache shape (16 layers,
+//    513 keys) took 1.14-1.18 ms in f32, 1.57-1.66 staged from f16 and 3.6 from bf16, 0.69-0.71 converted in
+//    registers from f16 and 0.85 from bf16.
 //  - prefill (T >= 2, head dims multiples of kW, no soft cap): one work item is a tile of query positions times the
 //    G heads (about 64 rows); each key block is transposed once and serves every row of the tile (see below). An
 //    online softmax over blocks of kW keys: per block one running-max update, one vectorised exp, then the

@@ -9,7 +9,7 @@
 
 #include <xsimd/xsimd.hpp>
 
-#if defined(__AVX512F__) || defined(__F16C__)
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -63,16 +63,17 @@ template <class T>
 MAXTEXT_INLINE fbatch load_f32(const T* p) {
   if constexpr (std::is_same_v<T, float>) {
     return fbatch::load_unaligned(p);
-#if defined(__AVX512F__)
+#if defined(__AVX512F__)  // 16-float batches
   } else if constexpr (std::is_same_v<T, fp16> && W == 16) {
     return fbatch(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
   } else if constexpr (std::is_same_v<T, bf16> && W == 16) {
     return fbatch(_mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16)));
-#endif
-#if defined(__AVX2__) && defined(__F16C__)
+#elif defined(__AVX2__)  // 8-float batches
+#if defined(__F16C__)
   } else if constexpr (std::is_same_v<T, fp16> && W == 8) {
     return fbatch(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#endif
   } else if constexpr (std::is_same_v<T, bf16> && W == 8) {
     return fbatch(_mm256_castsi256_ps(
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16)));
