@@ -266,6 +266,14 @@ struct AttnCase {
   double f32_rel = 1e-5;
 };
 
+/// One decode step in three rows at cache lengths 1, 8 and 16 (GQA 1, head size 16).
+AttnCase decode_rows() {
+  AttnCase c{3, 1, 4, 4, 16, 16, 16};
+  c.q_start = {0, 7, 15};
+  c.kv_len = {1, 8, 16};
+  return c;
+}
+
 /// A case's cache lengths and segment ids (keys 0-4 in segment 1, 5-8 in 2, 12 in none (-1), the rest in 3; each
 /// query in its position's segment), and the AttentionMask over them.
 struct CaseMask {
@@ -339,9 +347,7 @@ TEMPLATE_TEST_CASE("attention: CPU equals the reference (masks, GQA, caps, sinks
   c.N = 6;
   c.K = 1;
   check_attention<A>(c, "MQA, Dv != Dq");
-  AttnCase dec{3, 1, 4, 4, 16, 16, 16};
-  dec.q_start = {0, 7, 15};
-  dec.kv_len = {1, 8, 16};
+  AttnCase dec = decode_rows();
   check_attention<A>(dec, "decode step");
   dec.segments = true;  // row 2's query is in segment 3; keys 12 (segment -1) is never visible
   check_attention<A>(dec, "decode step with segments");
@@ -411,10 +417,7 @@ TEMPLATE_TEST_CASE("attention over an f16 / bf16 cache with f32 activations: row
   base.segments = true;
   base.sinks = true;
   check_narrow_cache<KV>(base, "segments and sinks");
-  AttnCase dec{3, 1, 4, 4, 16, 16, 16};
-  dec.q_start = {0, 7, 15};
-  dec.kv_len = {1, 8, 16};
-  check_narrow_cache<KV>(dec, "decode step");
+  check_narrow_cache<KV>(decode_rows(), "decode step");
   // Whole key blocks ahead of the current one: the decode kernel's prefetch hints over a 2-byte cache.
   AttnCase lng{1, 1, 8, 2, 64, 64, 600};
   lng.q_start = {577};
