@@ -198,7 +198,9 @@ TEST_CASE("MLA cache widths: expanded N*(Hn+Hr) + N*Hv, latent r_kv + Hr", "[lay
 
 // ---- routing ---------------------------------------------------------------------------------------------------
 
-TEST_CASE("MoE routing matches the reference: groups, bias, ties, score functions, weight rules", "[layers][moe][routing]") {
+// This case and the head_matmul / moe_route cases at the end move their tensors with to_backend / to_host, so they
+// run on every backend (their tags are not among those the device builds leave out, tests/CMakeLists.txt).
+TEST_CASE("MoE routing matches the reference: groups, bias, ties, score functions, weight rules", "[layers][moe][route]") {
   const std::string d = fx("moe_routing");
   const auto meta = read_json(d + "meta.json");
   test::Backend be;
@@ -212,12 +214,14 @@ TEST_CASE("MoE routing matches the reference: groups, bias, ties, score function
     const Tensor<float, 2> zt = z.to<float, 2>({M, E});
     Tensor<float, 1> bias;
     if (std::filesystem::exists(d + name + "_bias.npy")) bias = test::npy(d + name + "_bias.npy").to<float, 1>({E});
-    Tensor<std::int32_t, 2> idx({M, k});
-    Tensor<float, 2> w({M, k});
-    be.moe_route<float, float>(zt.cview(), bias.cview(), s.routing, idx.view(), w.view(), View<float, 2>());
+    const Tensor<float, 2> zd = test::to_backend(be, zt);
+    const Tensor<float, 1> bd = bias.size() > 0 ? test::to_backend(be, bias) : Tensor<float, 1>();
+    Tensor<std::int32_t, 2> idx = test::to_backend(be, Tensor<std::int32_t, 2>({M, k}));
+    Tensor<float, 2> w = test::to_backend(be, Tensor<float, 2>({M, k}));
+    be.moe_route<float, float>(zd.cview(), bd.cview(), s.routing, idx.view(), w.view(), View<float, 2>());
     const auto eidx = test::npy(d + name + "_idx.npy");
-    close(AnyTensor::from(idx), eidx, {0.0, 0.0}, name + " experts");
-    close(AnyTensor::from(w), test::npy(d + name + "_w.npy"), test::tol::f32_layer, name + " weights");
+    close(AnyTensor::from(test::to_host(be, idx)), eidx, {0.0, 0.0}, name + " experts");
+    close(AnyTensor::from(test::to_host(be, w)), test::npy(d + name + "_w.npy"), test::tol::f32_layer, name + " weights");
   }
 }
 
@@ -407,22 +411,26 @@ TEST_CASE("DeepSeek layers in bf16 stay within bf16 rounding of the f64 referenc
 
 // ---- backend kernels -------------------------------------------------------------------------------------------
 
-TEST_CASE("head_matmul equals per-head loops (f32 and bf16 weights, both orientations)", "[backend][mla]") {
+TEST_CASE("head_matmul equals per-head loops (f32 and bf16 weights, both orientations)", "[ops][mla]") {
   test::Backend be;
   const std::int64_t M = 3, H = 2, R = 5, C = 4, stride = 7, off = 2;  // W has H*stride rows of C columns
   Tensor<float, 2> wf({H * stride, C});
   for (std::int64_t i = 0; i < wf.size(); ++i) wf.data()[i] = std::sin(0.37f * static_cast<float>(i));
-  Matrix<float> w{wf, H * stride, C, nullptr};
+  Matrix<float> w{test::to_backend(be, wf), H * stride, C, nullptr};
   Tensor<bf16, 2> wb({H * stride, C});
   for (std::int64_t i = 0; i < wb.size(); ++i) wb.data()[i] = bf16(wf.data()[i]);
-  Matrix<bf16> w16{wb, H * stride, C, nullptr};
+  Matrix<bf16> w16{test::to_backend(be, wb), H * stride, C, nullptr};
   Tensor<float, 3> xa({M, H, C}), xb({M, H, R});
   for (std::int64_t i = 0; i < xa.size(); ++i) xa.data()[i] = std::cos(0.11f * static_cast<float>(i));
   for (std::int64_t i = 0; i < xb.size(); ++i) xb.data()[i] = std::cos(0.23f * static_cast<float>(i));
-  Tensor<float, 3> ya({M, H, R}), yb({M, H, C}), ya16({M, H, R});
-  be.head_matmul(xa.cview(), w, stride, off, false, ya.view());   // y = x . W_h^T, W_h = R rows
-  be.head_matmul(xb.cview(), w, stride, off, true, yb.view());    // y = x . W_h,   W_h = R rows
-  be.head_matmul(xa.cview(), w16, stride, off, false, ya16.view());
+  const Tensor<float, 3> xad = test::to_backend(be, xa), xbd = test::to_backend(be, xb);
+  Tensor<float, 3> yad = test::to_backend(be, Tensor<float, 3>({M, H, R}));
+  Tensor<float, 3> ybd = test::to_backend(be, Tensor<float, 3>({M, H, C}));
+  Tensor<float, 3> ya16d = test::to_backend(be, Tensor<float, 3>({M, H, R}));
+  be.head_matmul(xad.cview(), w, stride, off, false, yad.view());   // y = x . W_h^T, W_h = R rows
+  be.head_matmul(xbd.cview(), w, stride, off, true, ybd.view());    // y = x . W_h,   W_h = R rows
+  be.head_matmul(xad.cview(), w16, stride, off, false, ya16d.view());
+  const Tensor<float, 3> ya = test::to_host(be, yad), yb = test::to_host(be, ybd), ya16 = test::to_host(be, ya16d);
   for (std::int64_t m = 0; m < M; ++m) {
     for (std::int64_t h = 0; h < H; ++h) {
       for (std::int64_t r = 0; r < R; ++r) {
@@ -443,7 +451,7 @@ TEST_CASE("head_matmul equals per-head loops (f32 and bf16 weights, both orienta
   }
 }
 
-TEST_CASE("moe_route closed forms: group limit, -inf fill, renormalisation", "[backend][moe]") {
+TEST_CASE("moe_route closed forms: group limit, -inf fill, renormalisation", "[ops][moe]") {
   test::Backend be;
   // 8 experts in 4 groups; biased scores (sigmoid of z plus bias) favour groups 1 and 3.
   Tensor<float, 2> z({1, 8});
@@ -458,9 +466,12 @@ TEST_CASE("moe_route closed forms: group limit, -inf fill, renormalisation", "[b
   r.normalize = true;
   r.normalize_eps = 1e-20f;
   r.scale = 2.0f;
-  Tensor<std::int32_t, 2> idx({1, 3});
-  Tensor<float, 2> w({1, 3}), sc({1, 8});
-  be.moe_route<float, float>(z.cview(), View<const float, 1>(), r, idx.view(), w.view(), sc.view());
+  const Tensor<float, 2> zd = test::to_backend(be, z);
+  Tensor<std::int32_t, 2> idxd = test::to_backend(be, Tensor<std::int32_t, 2>({1, 3}));
+  Tensor<float, 2> wd = test::to_backend(be, Tensor<float, 2>({1, 3})), scd = test::to_backend(be, Tensor<float, 2>({1, 8}));
+  be.moe_route<float, float>(zd.cview(), View<const float, 1>(), r, idxd.view(), wd.view(), scd.view());
+  Tensor<std::int32_t, 2> idx = test::to_host(be, idxd);
+  const Tensor<float, 2> w = test::to_host(be, wd), sc = test::to_host(be, scd);
   // group scores: g0 = s(3)+s(-3) = 1, g1 = 2 s(1) = 1.462, g2 = 2 s(-1) = 0.538, g3 = 2 s(0.5) = 1.245
   CHECK(idx(0, 0) == 2);
   CHECK(idx(0, 1) == 3);
@@ -472,7 +483,8 @@ TEST_CASE("moe_route closed forms: group limit, -inf fill, renormalisation", "[b
   CHECK(sc(0, 0) == Approx(sig(3.0)).epsilon(1e-6));
   // Only one group kept but k = 3 > its 2 experts: the third pick is the lowest-index masked (-inf) expert.
   r.topk_groups = 1;
-  be.moe_route<float, float>(z.cview(), View<const float, 1>(), r, idx.view(), w.view(), View<float, 2>());
+  be.moe_route<float, float>(zd.cview(), View<const float, 1>(), r, idxd.view(), wd.view(), View<float, 2>());
+  idx = test::to_host(be, idxd);
   CHECK(idx(0, 0) == 2);
   CHECK(idx(0, 1) == 3);
   CHECK(idx(0, 2) == 0);
