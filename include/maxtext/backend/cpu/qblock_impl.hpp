@@ -469,9 +469,11 @@ inline __m256i nib32(const std::byte* qs) {
 
 /// Q4_0 / IQ4_NL, four 18-byte blocks (72 bytes, 128 values) per step, with every per-block piece done for four
 /// blocks at once by one shuffle instead of per-block scalar code:
-///  * the blocks are read as two overlapping 64-byte vectors (bytes 0-63 and 8-71, so nothing past the 72 bytes is
-///    touched); all fields sit at even offsets, so one 16-bit permute gathers the four 16-byte quant fields into the
-///    four 128-bit lanes [qs0 qs1 qs2 qs3], and another the four fp16 scales into one 64-bit word;
+///  * the blocks are read as one 64-byte vector and one 16-byte one (bytes 0-63 and 56-71, so nothing past the 72
+///    bytes is touched); all fields sit at even offsets, so one 16-bit permute gathers the four 16-byte quant fields
+///    into the four 128-bit lanes [qs0 qs1 qs2 qs3], and another the four fp16 scales into one 64-bit word. (Bytes
+///    8-71 as a second 64-byte vector gave the same words: the narrow load took model c's one-thread Q4_0 decode
+///    from 73-76 to 76-79 tokens/s, 2026-11-30; a 512-bit load takes both of a Zen 4 core's load ports);
 ///  * the low nibbles of lane b are elements 0-15 of block b and the high nibbles elements 16-31, so the activations
 ///    are regrouped to match (two 128-bit-lane shuffles), and both vpdpbusd products land in lane b: each 128-bit
 ///    lane then holds the integer dot of one whole block;
@@ -485,10 +487,10 @@ inline float dot_q8_4x18(const std::byte* row, const QuantizedX& x, Map&& map) {
   static_assert(kOff == 8 || kOff == 128);
   constexpr int kShift = kOff == 8 ? 1 : 5;  // log2(kOff / 4)
   // Word o of [qs0 qs1 qs2 qs3] is word 1 + 9*(o/8) + o%8 of the 72 bytes: from the first vector (words 0-31)
-  // while below 32, else from the second (bytes 8-71: word w is its word w - 4; permutex2var's index + 32).
+  // while below 32, else from the second (bytes 56-71: word w is its word w - 28; permutex2var's index + 32).
   alignas(64) static constexpr std::int16_t kQIdx[32] = {
       1,  2,  3,  4,  5,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16, 17,
-      19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 60, 61, 62, 63};
+      19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 36, 37, 38, 39};
   const __m512i qidx = load512(kQIdx);
   const __m512i didx = _mm512_setr_epi32(0 | (9 << 16), 18 | (27 << 16), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i lane_b = idx4(0);  // 32-bit element i <- element i/4: lane b gets element b
@@ -498,7 +500,7 @@ inline float dot_q8_4x18(const std::byte* row, const QuantizedX& x, Map&& map) {
   auto step = [&](std::int64_t b, __m512& a) {
     const std::byte* p = row + b * 18;
     prefetch_ahead<72>(p);
-    const __m512i v0 = load512(p), v1 = load512(p + 8);
+    const __m512i v0 = load512(p), v1 = _mm512_castsi128_si512(load128(p + 56));
     const __m512i z = _mm512_permutex2var_epi16(v0, qidx, v1);  // [qs0 qs1 qs2 qs3]
     const __m512i lo = map(_mm512_and_si512(z, m15));
     const __m512i hi = map(_mm512_and_si512(_mm512_srli_epi16(z, 4), m15));
