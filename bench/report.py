@@ -115,6 +115,14 @@ def kv_bytes_per_token(meta, elem_bytes, depth):
     return 2.0 * meta["layers"] * meta["kv_heads"] * H * elem_bytes * depth
 
 
+def roofline_with_kv(tok_s, n_steps, meta, elem_bytes, weight_bytes, bandwidth):
+    """Decode / roofline counting the weight bytes and the KV cache's: the n_steps decode steps after the 512-token
+    prompt run at depths 512 .. 512 + n - 1 (the mean depth is used) and read the cache at elem_bytes per value.
+    None where a number is missing."""
+    kv = kv_bytes_per_token(meta, elem_bytes, 512 + ((n_steps or 1) - 1) / 2)
+    return tok_s * (weight_bytes + kv) / bandwidth if tok_s and weight_bytes and kv and bandwidth else None
+
+
 def main():
     args = sys.argv[1:]
     res_path, models_dir = args[0], args[1]
@@ -172,16 +180,13 @@ def main():
                 row["roofline"] = ours["tg@512"] * wb / bw[t] if ours["tg@512"] and wb and t in bw else None
                 row["llama_roofline"] = llama["tg@512"] * wb / bw[t] if llama["tg@512"] and wb and t in bw else None
 
-                # The same with the KV cache's bytes added: the decode steps run at depths 512 .. 512 + n - 1, and read
-                # the cache in its own type (the library: the activation type, bf16 for the bf16 model, else f32;
-                # llama.cpp: f16).
-                def with_kv(tok_s, impl_key, peer_w, elem):
-                    n = steps.get((impl_key, name, peer_w, t, "tg@512"))
-                    kv = kv_bytes_per_token(meta, elem, 512 + ((n or 1) - 1) / 2)
-                    return tok_s * (wb + kv) / bw[t] if tok_s and wb and kv and t in bw else None
-                row["roofline_kv"] = with_kv(ours["tg@512"], impl, w,
-                                             2.0 if w == "bf16" or impl.endswith("-kvf16") else 4.0)
-                row["llama_roofline_kv"] = with_kv(llama["tg@512"], "llama.cpp", peer, 2.0)
+                # The same with the KV cache's bytes added, in the cache's own type (the library: the activation
+                # type, bf16 for the bf16 model, f16 for the "-kvf16" rows, else f32; llama.cpp: f16).
+                row["roofline_kv"] = roofline_with_kv(
+                    ours["tg@512"], steps.get((impl, name, w, t, "tg@512")), meta,
+                    2.0 if w == "bf16" or impl.endswith("-kvf16") else 4.0, wb, bw.get(t))
+                row["llama_roofline_kv"] = roofline_with_kv(
+                    llama["tg@512"], steps.get(("llama.cpp", name, peer, t, "tg@512")), meta, 2.0, wb, bw.get(t))
                 row["tg_vs_llama"] = ratio(ours["tg@512"], llama["tg@512"])
                 for T in (128, 512):
                     x = f"pp{T}"
