@@ -216,8 +216,8 @@ TEST_CASE("MoE routing matches the reference: groups, bias, ties, score function
     if (std::filesystem::exists(d + name + "_bias.npy")) bias = test::npy(d + name + "_bias.npy").to<float, 1>({E});
     const Tensor<float, 2> zd = test::to_backend(be, zt);
     const Tensor<float, 1> bd = bias.size() > 0 ? test::to_backend(be, bias) : Tensor<float, 1>();
-    Tensor<std::int32_t, 2> idx = test::to_backend(be, Tensor<std::int32_t, 2>({M, k}));
-    Tensor<float, 2> w = test::to_backend(be, Tensor<float, 2>({M, k}));
+    Tensor<std::int32_t, 2> idx({M, k}, be.memory());
+    Tensor<float, 2> w({M, k}, be.memory());
     be.moe_route<float, float>(zd.cview(), bd.cview(), s.routing, idx.view(), w.view(), View<float, 2>());
     const auto eidx = test::npy(d + name + "_idx.npy");
     close(AnyTensor::from(test::to_host(be, idx)), eidx, {0.0, 0.0}, name + " experts");
@@ -424,9 +424,7 @@ TEST_CASE("head_matmul equals per-head loops (f32 and bf16 weights, both orienta
   for (std::int64_t i = 0; i < xa.size(); ++i) xa.data()[i] = std::cos(0.11f * static_cast<float>(i));
   for (std::int64_t i = 0; i < xb.size(); ++i) xb.data()[i] = std::cos(0.23f * static_cast<float>(i));
   const Tensor<float, 3> xad = test::to_backend(be, xa), xbd = test::to_backend(be, xb);
-  Tensor<float, 3> yad = test::to_backend(be, Tensor<float, 3>({M, H, R}));
-  Tensor<float, 3> ybd = test::to_backend(be, Tensor<float, 3>({M, H, C}));
-  Tensor<float, 3> ya16d = test::to_backend(be, Tensor<float, 3>({M, H, R}));
+  Tensor<float, 3> yad({M, H, R}, be.memory()), ybd({M, H, C}, be.memory()), ya16d({M, H, R}, be.memory());
   be.head_matmul(xad.cview(), w, stride, off, false, yad.view());   // y = x . W_h^T, W_h = R rows
   be.head_matmul(xbd.cview(), w, stride, off, true, ybd.view());    // y = x . W_h,   W_h = R rows
   be.head_matmul(xad.cview(), w16, stride, off, false, ya16d.view());
@@ -467,8 +465,8 @@ TEST_CASE("moe_route closed forms: group limit, -inf fill, renormalisation", "[o
   r.normalize_eps = 1e-20f;
   r.scale = 2.0f;
   const Tensor<float, 2> zd = test::to_backend(be, z);
-  Tensor<std::int32_t, 2> idxd = test::to_backend(be, Tensor<std::int32_t, 2>({1, 3}));
-  Tensor<float, 2> wd = test::to_backend(be, Tensor<float, 2>({1, 3})), scd = test::to_backend(be, Tensor<float, 2>({1, 8}));
+  Tensor<std::int32_t, 2> idxd({1, 3}, be.memory());
+  Tensor<float, 2> wd({1, 3}, be.memory()), scd({1, 8}, be.memory());
   be.moe_route<float, float>(zd.cview(), View<const float, 1>(), r, idxd.view(), wd.view(), scd.view());
   Tensor<std::int32_t, 2> idx = test::to_host(be, idxd);
   const Tensor<float, 2> w = test::to_host(be, wd), sc = test::to_host(be, scd);

@@ -473,7 +473,8 @@ inline __m256i nib32(const std::byte* qs) {
 ///    bytes is touched); all fields sit at even offsets, so one 16-bit permute gathers the four 16-byte quant fields
 ///    into the four 128-bit lanes [qs0 qs1 qs2 qs3], and another the four fp16 scales into one 64-bit word. (Bytes
 ///    8-71 as a second 64-byte vector gave the same words: the narrow load took model c's one-thread Q4_0 decode
-///    from 73-76 to 76-79 tokens/s, 2026-11-30; a 512-bit load takes both of a Zen 4 core's load ports);
+///    from 69-76 to 72-79 tokens/s in two alternated A/Bs, 2026-11-30; a 512-bit load takes both of a Zen 4 core's
+///    load ports);
 ///  * the low nibbles of lane b are elements 0-15 of block b and the high nibbles elements 16-31, so the activations
 ///    are regrouped to match (two 128-bit-lane shuffles), and both vpdpbusd products land in lane b: each 128-bit
 ///    lane then holds the integer dot of one whole block;
