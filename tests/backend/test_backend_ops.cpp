@@ -368,6 +368,19 @@ TEMPLATE_TEST_CASE("attention: CPU equals the reference (masks, GQA, caps, sinks
   AttnCase nc = base;
   nc.causal = false;
   check_attention<A>(nc, "bidirectional");
+  // Four query heads per key load (AVX-512: block_logits4 when G is a multiple of 4; the last, partial key block
+  // per head): G = 4, and G = 8 (two groups of four) with a soft cap, over two rows of different lengths.
+  AttnCase g4{1, 1, 8, 2, 32, 32, 120};
+  g4.q_start = {100};
+  g4.kv_len = {101};
+  g4.f32_rel = 2e-5;
+  check_attention<A>(g4, "decode step, GQA 4");
+  AttnCase g8{2, 1, 16, 2, 64, 64, 200};
+  g8.q_start = {150, 40};
+  g8.kv_len = {151, 41};
+  g8.soft_cap = 2.0f;
+  g8.f32_rel = 2e-5;
+  check_attention<A>(g8, "decode step, GQA 8, soft cap");
 }
 
 namespace {
