@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "maxtext/backend/cpu/prefetch.hpp"
 #include "maxtext/backend/cpu/qblock.hpp"
 #include "maxtext/io/gguf.hpp"
 
@@ -66,8 +67,7 @@ std::uint64_t plain_read(const std::byte* p, std::size_t n) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0;
   std::size_t o = 0;
   for (; o + 128 <= n; o += 128) {
-    __builtin_prefetch(p + o + 8192, 0, 3);
-    __builtin_prefetch(p + o + 8192 + 64, 0, 3);
+    cpu::prefetch::bytes(p + o + 8192, 128);
     a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + o));
     a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + o + 64));
   }
