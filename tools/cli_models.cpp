@@ -60,6 +60,7 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   o.weight_type = a.get("weight-type");
   o.threads = static_cast<int>(a.integer("threads", 0));
   o.int8_activations = i8 == "on";
+  o.kv_type = a.get("kv-type");  // "" = the activations' type; float16 (GGUF weights); the rest is refused by name
   std::optional<io::LoadedWeights> w;
   if (load && a.has("weights")) {
     // A GGUF file's matrices (blocks such as Q4_K or Q8_0, F32, F16, BF16) are computed from as they lie in the

@@ -41,6 +41,9 @@ common options:
   --int8-activations on|off
                      with Q8_0 or ggml weights: quantise activations to 8 bits per 32-block and use integer dot
                      products (llama.cpp's Q8_0 arithmetic; faster, ~1% rms logit error). Default off: exact
+  --kv-type T        KV-cache element type: the activations' (default, as MaxText) or float16 (keys and values
+                     rounded to fp16 as they are written: llama.cpp's default cache type, half the cache's memory
+                     and reads); float16 applies to a GGUF file's matrices (weight type ggml)
   --seed S           seed for initialisation and sampling (default: init_weights_seed)
 
 sampling (generate, chat; applied in this order, see docs/generation.md):

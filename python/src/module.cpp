@@ -582,15 +582,19 @@ numbered in first-seen order; size is the number of canonical ids.)")
 and `weight_type` name.
 
 Model(config=None, weights=None, *, weight_type="", threads=0, int8_activations=False, names=None, seed=None,
-allow_unused=False). config: a Config or a path (None: taken from the weights file). weights: a path (MaxText or
+allow_unused=False, kv_type=""). config: a Config or a path (None: taken from the weights file). weights: a path (MaxText or
 Hugging Face safetensors, GGUF, llama2.c) or a dict of NumPy arrays (MaxText's parameter tree, scanned or not, or
 Hugging Face names). weight_type "" reads a GGUF file's matrices where they lie, whatever their types (F32, F16, BF16,
 Q8_0, block-quantised Q4_K_M, Q6_K, Q4_0, ...: 'ggml'), keeps another path's matrices in the file's type when they are
 all F16, BF16 or Q8_0 (the same values in less memory; 'float32' widens them), else uses the config's dtype. Without weights, seed=
 initialises with MaxText's initialisers; otherwise call load()/init().
-names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
+names: 'maxtext' or 'hf' capture names (default: as the weights are named). kv_type: the KV cache's element type,
+"" (the activations', as MaxText) or 'float16' (keys and values rounded to fp16 as they are written, llama.cpp's
+default cache type: half the cache's memory and reads), for a GGUF file's matrices ('ggml') only; anything else is
+refused by name.)")
       .def(py::init([](py::object config, py::object weights, const std::string& weight_type, int threads,
-                       bool int8_activations, py::object names, py::object seed, bool allow_unused) {
+                       bool int8_activations, py::object names, py::object seed, bool allow_unused,
+                       const std::string& kv_type) {
              const Config c = config_arg(config, weights);
              ModelOptions o;
              o.weight_type = weight_type;
@@ -604,6 +608,7 @@ names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
              }
              o.threads = threads;
              o.int8_activations = int8_activations;
+             o.kv_type = kv_type;
              MAXTEXT_CHECK(!int8_activations || o.weight_type == "q8_0" || o.weight_type == "ggml", ArgumentError,
                            "[Model] int8_activations applies to Q8_0 weights (weight_type='q8_0') and a GGUF file's "
                            "blocks ('ggml')");
@@ -630,7 +635,7 @@ names: 'maxtext' or 'hf' capture names (default: as the weights are named).)")
            }),
            py::arg("config") = py::none(), py::arg("weights") = py::none(), py::kw_only(), py::arg("weight_type") = "",
            py::arg("threads") = 0, py::arg("int8_activations") = false, py::arg("names") = py::none(),
-           py::arg("seed") = py::none(), py::arg("allow_unused") = false)
+           py::arg("seed") = py::none(), py::arg("allow_unused") = false, py::arg("kv_type") = "")
       .def_property_readonly("config", [](const PyModel& pm) { return pm.b->config(); })
       .def_property_readonly("loaded", [](const PyModel& pm) { return pm.b->loaded(); })
       .def_property_readonly("layer_names", [](const PyModel& pm) { return pm.b->layer_names(); })

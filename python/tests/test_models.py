@@ -320,3 +320,19 @@ def test_compressed_token_table_of_a_real_tokenizer_equals_the_oracle(mc):
     assert size == fx["compressed_size"]
     ids, want = np.array(fx["samples"]).T
     assert (lookup[ids] == want).all()
+
+
+def test_fp16_kv_cache_over_gguf_matrices_matches_the_float64_reference(mc):
+    # kv_type="float16": keys and values rounded to fp16 as they enter the cache, over a GGUF file's matrices (the
+    # llama.cpp peer's llama model, F32). Against a float64 forward that rounds the cache the same way
+    # (tests/reference/llama_gguf_reference.py), at the C++ test's kF16Cache (atol 1e-3: where our f32 key and the exact
+    # one round to neighbouring fp16 numbers; measured 1.7e-4); the rounding itself moves these logits by about 1e-2.
+    d = fixture("llamacpp", "llama")
+    seq = np.concatenate([np.load(os.path.join(d, "tokens.npy")), np.load(os.path.join(d, "greedy.npy"))[:-1]])
+    ref = np.load(os.path.join(d, "logits_f64_kv_f16.npy"))
+    m = mc.Model(weights=os.path.join(d, "model.gguf"), kv_type="float16")
+    logits = m.forward(seq[None, :].astype(np.int32))
+    assert_close(logits.reshape(ref.shape), ref, rtol=1e-4, atol=1e-3, what="fp16 KV cache")
+    assert np.abs(np.load(os.path.join(d, "logits.npy")) - ref).max() > 5e-3  # the f32 cache's logits would fail
+    with pytest.raises(mc.UnsupportedError, match="kv_type 'bfloat16': expected float16"):
+        mc.Model(weights=os.path.join(d, "model.gguf"), kv_type="bfloat16")

@@ -153,6 +153,24 @@ TEST_CASE("make_built_any_model refuses a block or weight type the program did n
                       Catch::Contains("decoder_block 'gemma'") && Catch::Contains("not compiled"));
 }
 
+TEST_CASE("kv_type: the activations' type is the default, float16 only over GGUF matrices, the rest refused by name",
+          "[any_model]") {
+  const Config cfg = fixture();
+  models::AnyModelOptions o;
+  o.kv_type = "float32";  // the config's dtype: the default cache
+  CHECK(models::make_built_any_model(cfg, o, "llama2 f32") != nullptr);
+  o.kv_type = "bfloat16";
+  REQUIRE_THROWS_WITH(models::make_built_any_model(cfg, o, "llama2 f32"),
+                      Catch::Contains("kv_type 'bfloat16': expected float16, or the activations' type (float32"));
+  o.kv_type = "float16";  // over float32 weights
+  REQUIRE_THROWS_WITH(models::make_built_any_model(cfg, o, "llama2 f32"),
+                      Catch::Contains("kv_type float16 is compiled for float32 activations over a GGUF file's "
+                                      "matrices (weight type ggml); found dtype float32 with weight type 'float32'"));
+  o.weight_type = "ggml";  // a policy this unit did not mark compiled
+  REQUIRE_THROWS_WITH(models::make_built_any_model(cfg, o, "llama2 f32"),
+                      Catch::Contains("with weight type 'ggml' and kv_type 'float16' is not compiled into this program"));
+}
+
 TEST_CASE("any_model_is_built and keep_file_weight_type follow what the program compiled", "[any_model]") {
   // This unit marks only llama2 with float32 weights (above); the CLI tests cover a program that has the others
   // (test_real_models: an F16 and a Q8_0 GGUF kept as they are).

@@ -45,6 +45,11 @@ constexpr testing::Tolerance kGelu{1e-3, 1e-2};
 constexpr testing::Tolerance kGeluScale{3e-3, 1e-2};
 /// Against the float64 re-statement of llama.cpp's Gemma graphs with an exact GELU (llamacpp_gemma_check.py).
 constexpr testing::Tolerance kF64Graph{1e-4, 1e-4};
+/// The fp16 cache against a float64 forward that rounds the same keys and values (logits_f64_kv_f16.npy): kF64Graph
+/// but atol 1e-3. Where our f32 key or value and the exact one lie on either side of an fp16 rounding midpoint they
+/// round to neighbouring fp16 numbers, one fp16 ulp (2^-10 of the value's binade) apart; measured: 2 of 6016 logits
+/// beyond 1e-4, at most 1.7e-4. The rounding itself moves these logits by 1.1e-2, eleven times the tolerance.
+constexpr testing::Tolerance kF16Cache{1e-4, 1e-3};
 
 std::string peer_dir(const std::string& arch) { return test::fixtures_dir() + "/llamacpp/" + arch; }
 
@@ -125,6 +130,60 @@ void check_peer(const std::string& arch, testing::Tolerance tol, const std::stri
 }  // namespace
 
 TEST_CASE("llama.cpp peer: llama", "[models][llamacpp]") { check_peer("llama", kSilu); }
+
+// kv_type float16 (`maxtext generate --kv-type float16`): keys and values rounded to fp16 as they are written into the
+// cache, over the file's F32 rows computed in place (weight type ggml). Against a float64 forward of the same model that
+// rounds every key (after RoPE) and value to float32 and then to float16 and computes the rest exactly
+// (tests/reference/llama_gguf_reference.py, logits_f64_kv_f16.npy), at kF16Cache: both sides round the same values,
+// so what is left is the f32 arithmetic (as for the F32 cache: 6e-6 against llama.cpp), plus, where our f32 key sits
+// on the other side of an fp16 rounding midpoint than the exact one, one fp16 ulp in one element. The rounding itself
+// moves these logits by about 1e-2: a cache kept in f32 fails.
+TEST_CASE("llama.cpp peer: llama with an fp16 KV cache (kv_type float16) against a float64 forward that rounds the cache",
+          "[models][llamacpp]") {
+  if (std::string(MAXTEXT_BLOCKS_BUILT).find("ggmlw_f16kv") == std::string::npos) {
+    std::printf("fp16 KV cache: not compiled into this program (%s); nothing to check\n", MAXTEXT_BLOCKS_BUILT);
+    return;
+  }
+  const std::string dir = peer_dir("llama");
+  const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for llama");
+  const Config cfg = io::read_weights_config(path).value();
+  const auto prompt = ids(test::npy(dir + "/tokens.npy"));
+  const auto greedy = ids(test::npy(dir + "/greedy.npy"));
+  const AnyTensor rounded = test::npy(dir + "/logits_f64_kv_f16.npy");
+  const AnyTensor f32_cache = test::npy(dir + "/logits.npy");  // llama.cpp with an F32 cache
+  const auto P = static_cast<std::int64_t>(prompt.size()), S = static_cast<std::int64_t>(greedy.size());
+  REQUIRE(rounded.shape == std::vector<std::int64_t>{P + S - 1, cfg.vocab_size});
+  CHECK_FALSE(testing::compare(rounded, f32_cache, kF16Cache).ok());  // the fixture tells the two caches apart
+  std::vector<std::int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), greedy.begin(), greedy.end() - 1);
+
+  auto make = [&](const std::string& kv) {
+    models::AnyModelOptions o;
+    o.weight_type = "ggml";
+    o.kv_type = kv;
+    auto m = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
+    m->load(io::load_weights(path, cfg, /*keep_blocks=*/true).tensors);
+    return m;
+  };
+  const auto m = make("float16");
+  const auto T = static_cast<std::int64_t>(sequence.size());
+  Tensor<std::int32_t, 2> tok({1, T});
+  for (std::int64_t i = 0; i < T; ++i) tok(0, i) = sequence[static_cast<std::size_t>(i)];
+  models::ForwardRequest fr;
+  fr.tokens = &tok;
+  const AnyTensor logits = AnyTensor::from(m->forward(fr)).reshaped({T, cfg.vocab_size});
+  const auto r = testing::compare(logits, rounded, kF16Cache);
+  std::printf("fp16 KV cache: max |ours - float64 with the cache rounded to fp16| = %.3g\n", r.max_abs);
+  INFO(r.message("llama, fp16 KV cache, vs float64 with the same rounding"));
+  CHECK(r.ok());
+  // Greedy decode through the fp16 cache, one token at a time: the rounding leaves llama.cpp's greedy tokens (the
+  // smallest top-1 / top-2 gap of the rounded float64 rows is 1.4e-2).
+  models::GenerateOptions go;
+  go.max_new_tokens = S;
+  CHECK(m->generate({prompt}, go).tokens.at(0) == greedy);
+  // Half the cache's bytes of the F32 cache's.
+  CHECK(2 * m->new_cache(1, 64)->bytes() == make("")->new_cache(1, 64)->bytes());
+}
 TEST_CASE("llama.cpp peer: qwen2", "[models][llamacpp]") { check_peer("qwen2", kSilu); }
 TEST_CASE("llama.cpp peer: qwen3", "[models][llamacpp]") { check_peer("qwen3", kSilu); }
 TEST_CASE("llama.cpp peer: qwen3moe", "[models][llamacpp]") { check_peer("qwen3moe", kSilu); }

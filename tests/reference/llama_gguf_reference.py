@@ -5,7 +5,13 @@ The C++ side maps the same file to MaxText's half-split layout, so agreement che
 
 Writes tests/fixtures/llama2_tiny_random/: tokens.npy (llama.cpp's ids for the prompt, from tokenizer_examples.json),
 cols.npy (every 61st vocabulary column), logits_cols.npy [T, len(cols)], logsumexp.npy [T] and argmax.npy [T] over
-the full vocabulary (so every column is checked, at KB size), meta.json.
+the full vocabulary (so every column is checked, at KB size), meta.json; and the same three for an fp16 KV cache
+(*_kv_f16.npy: every key after RoPE and every value rounded to float32 and then to float16, as a float32 model
+writes them into an fp16 cache, before any position attends to them; the rest in float64).
+Also writes tests/fixtures/llamacpp/llama/logits_f64_kv_f16.npy: the same float64 forward with the fp16 cache's
+rounding over the llama.cpp peer's llama model (model.gguf there, F32) and its teacher-forced sequence (tokens.npy,
+then greedy.npy but the last), [T + STEPS - 1, V] as that directory's logits.npy (llama.cpp's, with an F32 cache).
+At that model's size the rounding moves the logits by about 1e-2, far above the peer test's tolerance.
 Usage: /usr/bin/python3 tests/reference/llama_gguf_reference.py [path/to/shared/models]
 """
 import hashlib
@@ -37,7 +43,7 @@ def rope_adjacent(x, pos, base):
     return y
 
 
-def forward(meta, t, tokens):
+def forward(meta, t, tokens, kv_f16=False):
     arch = meta["general.architecture"]
     D = meta[arch + ".embedding_length"]
     N = meta[arch + ".attention.head_count"]
@@ -57,6 +63,9 @@ def forward(meta, t, tokens):
         k = (h @ f(p + "attn_k.weight").T).reshape(T, K, H)
         v = (h @ f(p + "attn_v.weight").T).reshape(T, K, H)
         q, k = rope_adjacent(q, pos, base), rope_adjacent(k, pos, base)
+        if kv_f16:  # the cache's rounding: float32 activations written into fp16 buffers
+            k = k.astype(np.float32).astype(np.float16).astype(np.float64)
+            v = v.astype(np.float32).astype(np.float16).astype(np.float64)
         o = np.zeros((T, N, H))
         for n in range(N):
             kk = n // (N // K)
@@ -82,20 +91,36 @@ def main():
         examples = json.load(fh)
     tokens = np.array(examples[0]["ids"], dtype=np.int32)
     logits = forward(meta, t, tokens)
-    m = logits.max(axis=1)
-    lse = m + np.log(np.exp(logits - m[:, None]).sum(axis=1))
     cols = np.arange(0, logits.shape[1], 61, dtype=np.int32)
     d = case_dir("llama2_tiny_random")
     save_npy(d, "tokens", tokens)
     save_npy(d, "cols", cols)
-    save_npy(d, "logits_cols", logits[:, cols])
-    save_npy(d, "logsumexp", lse)
-    save_npy(d, "argmax", logits.argmax(axis=1).astype(np.int32))
+
+    def save_logits(suffix, lg):
+        m = lg.max(axis=1)
+        save_npy(d, "logits_cols" + suffix, lg[:, cols])
+        save_npy(d, "logsumexp" + suffix, m + np.log(np.exp(lg - m[:, None]).sum(axis=1)))
+        save_npy(d, "argmax" + suffix, lg.argmax(axis=1).astype(np.int32))
+
+    save_logits("", logits)
+    logits_kv = forward(meta, t, tokens, kv_f16=True)
+    save_logits("_kv_f16", logits_kv)
+    print("fp16 KV cache: max |logit - exact cache's| %.3g" % np.abs(logits_kv - logits).max())
     with open(path, "rb") as fh:
         digest = hashlib.sha256(fh.read()).hexdigest()
     save_meta(d, {"model": "llama-2-tiny-random.gguf", "sha256": digest, "prompt": examples[0]["prompt"],
                   "max_abs_logit": float(np.abs(logits).max()), "dtype": "float64"})
     print("wrote", d, logits.shape, "max |logit|", np.abs(logits).max())
+
+    # The llama.cpp peer's llama model with an fp16 cache (test_llamacpp_peer).
+    pd = case_dir(os.path.join("llamacpp", "llama"))
+    pmeta, pt = read_gguf(os.path.join(pd, "model.gguf"))
+    greedy = np.load(os.path.join(pd, "greedy.npy"))
+    seq = np.concatenate([np.load(os.path.join(pd, "tokens.npy")), greedy[:-1]])
+    exact, rounded = forward(pmeta, pt, seq), forward(pmeta, pt, seq, kv_f16=True)
+    save_npy(pd, "logits_f64_kv_f16", rounded)
+    print("wrote", pd, rounded.shape, "max |fp16 cache - exact cache| %.3g, max |exact - llama.cpp F32 cache| %.3g"
+          % (np.abs(rounded - exact).max(), np.abs(exact - np.load(os.path.join(pd, "logits.npy"))).max()))
 
 
 if __name__ == "__main__":

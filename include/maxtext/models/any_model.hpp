@@ -33,13 +33,40 @@ namespace maxtext::models {
 
 /// How an AnyModel is built: weight storage ("" = the config's dtype; bfloat16, float16, q8_0 with float32
 /// activations), CPU threads (0 = all cores), llama.cpp-style int8 activations for q8_0, the parameter and capture
-/// naming.
+/// naming, the KV cache's element type.
 struct AnyModelOptions {
   std::string weight_type;
   int threads = 0;
   bool int8_activations = false;
   NameScheme names = NameScheme::maxtext;
+  /// KV-cache element type: "" (or the config's dtype) = the activations' type, as MaxText keeps it; "float16" (or
+  /// "f16") = keys and values rounded to fp16 as they are written, under float32 activations (llama.cpp's default
+  /// cache type: half the cache's memory and reads). float16 is compiled for a GGUF file's matrices (weight type
+  /// ggml) only; anything else is refused by name (with_any_model_type).
+  std::string kv_type;
 };
+
+/// with_model_type for AnyModelOptions: the weight storage and the KV cache's element type. Without a kv_type (or
+/// with the config's dtype) it is with_model_type; "float16" dispatches to the policy with an fp16 cache
+/// (Policy<B, ggml_byte, float, float, fp16>), for float32 activations over weight type ggml on backends that compute
+/// from runtime-typed rows. Any other pair is refused by name, never ignored.
+template <class B, class F>
+decltype(auto) with_any_model_type(const Config& cfg, const AnyModelOptions& opt, F&& f) {
+  const std::string dt = cfg.dtype_canonical();
+  if (opt.kv_type.empty() || opt.kv_type == dt) return with_model_type<B>(cfg, f, opt.weight_type);
+  if (opt.kv_type == "float16" || opt.kv_type == "f16") {
+    if constexpr (backend_has_runtime_typed_weights<B>) {
+      if (dt == "float32" && opt.weight_type == "ggml") {
+        return dispatch_block<Policy<B, ggml_byte, float, float, fp16>>(cfg, f);
+      }
+    }
+    MAXTEXT_THROW(UnsupportedError, "[registry] kv_type float16 is compiled for float32 activations over a GGUF "
+                  "file's matrices (weight type ggml); found dtype ", dt, " with weight type '",
+                  opt.weight_type.empty() ? dt : opt.weight_type, "'");
+  }
+  MAXTEXT_THROW(UnsupportedError, "[registry] kv_type '", opt.kv_type, "': expected float16, or the activations' type (",
+                dt, ", the default)");
+}
 
 /// A KV cache made by one model (AnyModel::new_cache); passed back to forward() to decode incrementally.
 class AnyCache {
@@ -128,16 +155,15 @@ class AnyModel {
 template <class Model>
 std::unique_ptr<AnyModel> make_any_model_of(const Config& cfg, const AnyModelOptions& opt);
 
-/// The AnyModel for whatever `cfg` (decoder_block, dtype) and `opt.weight_type` describe; unknown blocks and
-/// unsupported dtype / storage pairs are refused by name (models::with_model_type).
+/// The AnyModel for whatever `cfg` (decoder_block, dtype), `opt.weight_type` and `opt.kv_type` describe; unknown
+/// blocks and unsupported dtype / storage / cache types are refused by name (with_any_model_type).
 /// A template (Tag is never given) so that it is instantiated only where it is called: as an inline function it would
 /// odr-use make_any_model_of for every model type in each translation unit that includes this header, and where
 /// any_model_impl.hpp's definition is visible too (the per-block units) the compiler would instantiate every model
 /// there, about 25 s of compile time per unit for code that is then thrown away.
 template <class Tag = void>
 std::unique_ptr<AnyModel> make_any_model(const Config& cfg, const AnyModelOptions& opt = {}) {
-  return with_model_type<cpu::Backend>(
-      cfg, [&]<class M>() { return make_any_model_of<M>(cfg, opt); }, opt.weight_type);
+  return with_any_model_type<cpu::Backend>(cfg, opt, [&]<class M>() { return make_any_model_of<M>(cfg, opt); });
 }
 
 }  // namespace maxtext::models

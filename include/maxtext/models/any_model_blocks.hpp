@@ -25,6 +25,8 @@ using Q8W = Policy<cpu::Backend, q8_0, float>;
 /// Every matrix in its GGUF type (Q4_K, Q6_K, ... computed from the blocks): compiled for the blocks whose GGUF
 /// importer keeps blocks (io::gguf_keeps_blocks).
 using GgmlW = Policy<cpu::Backend, ggml_byte, float>;
+/// GgmlW with an fp16 KV cache (AnyModelOptions::kv_type "float16"), compiled for the same blocks.
+using GgmlWF16Kv = Policy<cpu::Backend, ggml_byte, float, float, fp16>;
 using Bf16 = Policy<cpu::Backend, bf16>;
 }  // namespace maxtext::models::any_model_policies
 
@@ -45,19 +47,17 @@ inline constexpr bool any_model_built = false;
 /// after the marks.
 template <class Tag = void>
 std::unique_ptr<AnyModel> make_built_any_model(const Config& cfg, const AnyModelOptions& opt, const char* built) {
-  return with_model_type<cpu::Backend>(
-      cfg,
-      [&]<class M>() -> std::unique_ptr<AnyModel> {
-        if constexpr (any_model_built<M>) {
-          return make_any_model_of<M>(cfg, opt);
-        } else {
-          MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block, "' with weight type '",
-                        opt.weight_type.empty() ? cfg.dtype_canonical() : opt.weight_type,
-                        "' is not compiled into this program (it has: ", built,
-                        "; configure with -DMAXTEXT_BLOCKS=all -DMAXTEXT_BLOCK_POLICIES=all)");
-        }
-      },
-      opt.weight_type);
+  return with_any_model_type<cpu::Backend>(cfg, opt, [&]<class M>() -> std::unique_ptr<AnyModel> {
+    if constexpr (any_model_built<M>) {
+      return make_any_model_of<M>(cfg, opt);
+    } else {
+      MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block, "' with weight type '",
+                    opt.weight_type.empty() ? cfg.dtype_canonical() : opt.weight_type, "'",
+                    opt.kv_type.empty() ? "" : " and kv_type '", opt.kv_type, opt.kv_type.empty() ? "" : "'",
+                    " is not compiled into this program (it has: ", built,
+                    "; configure with -DMAXTEXT_BLOCKS=all -DMAXTEXT_BLOCK_POLICIES=all)");
+    }
+  });
 }
 
 /// Whether make_built_any_model can make the model for `cfg` with weights stored as `weight_type` (it is compiled
