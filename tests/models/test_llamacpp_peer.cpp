@@ -59,6 +59,16 @@ std::vector<std::int32_t> ids(const AnyTensor& a) {
   return v;
 }
 
+/// The model's logits [T, V] for `sequence` in one forward (teacher forcing).
+AnyTensor teacher_forced(models::AnyModel& m, const std::vector<std::int32_t>& sequence, std::int64_t vocab) {
+  const auto T = static_cast<std::int64_t>(sequence.size());
+  Tensor<std::int32_t, 2> tok({1, T});
+  for (std::int64_t i = 0; i < T; ++i) tok(0, i) = sequence[static_cast<std::size_t>(i)];
+  models::ForwardRequest fr;
+  fr.tokens = &tok;
+  return AnyTensor::from(m.forward(fr)).reshaped({T, vocab});
+}
+
 struct PeerRun {
   testing::CompareReport logits;
   AnyTensor values;
@@ -73,12 +83,7 @@ PeerRun run_peer(const Config& cfg, const std::string& path, const std::vector<s
   m->load(w.tensors);
   PeerRun r;
   // Teacher forcing: the prompt followed by llama.cpp's greedy tokens but the last, in one forward.
-  const auto T = static_cast<std::int64_t>(sequence.size());
-  Tensor<std::int32_t, 2> tok({1, T});
-  for (std::int64_t i = 0; i < T; ++i) tok(0, i) = sequence[static_cast<std::size_t>(i)];
-  models::ForwardRequest fr;
-  fr.tokens = &tok;
-  const AnyTensor logits = AnyTensor::from(m->forward(fr)).reshaped({T, cfg.vocab_size});
+  const AnyTensor logits = teacher_forced(*m, sequence, cfg.vocab_size);
   r.logits = testing::compare(logits, expected, tol);
   r.values = logits;
   // Greedy decode through the KV cache.
@@ -166,13 +171,7 @@ TEST_CASE("llama.cpp peer: llama with an fp16 KV cache (kv_type float16) against
     return m;
   };
   const auto m = make("float16");
-  const auto T = static_cast<std::int64_t>(sequence.size());
-  Tensor<std::int32_t, 2> tok({1, T});
-  for (std::int64_t i = 0; i < T; ++i) tok(0, i) = sequence[static_cast<std::size_t>(i)];
-  models::ForwardRequest fr;
-  fr.tokens = &tok;
-  const AnyTensor logits = AnyTensor::from(m->forward(fr)).reshaped({T, cfg.vocab_size});
-  const auto r = testing::compare(logits, rounded, kF16Cache);
+  const auto r = testing::compare(teacher_forced(*m, sequence, cfg.vocab_size), rounded, kF16Cache);
   std::printf("fp16 KV cache: max |ours - float64 with the cache rounded to fp16| = %.3g\n", r.max_abs);
   INFO(r.message("llama, fp16 KV cache, vs float64 with the same rounding"));
   CHECK(r.ok());

@@ -51,9 +51,9 @@ std::unique_ptr<AnyModel> make_built_any_model(const Config& cfg, const AnyModel
     if constexpr (any_model_built<M>) {
       return make_any_model_of<M>(cfg, opt);
     } else {
+      const std::string kv = opt.kv_type.empty() ? "" : " and kv_type '" + opt.kv_type + "'";
       MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block, "' with weight type '",
-                    opt.weight_type.empty() ? cfg.dtype_canonical() : opt.weight_type, "'",
-                    opt.kv_type.empty() ? "" : " and kv_type '", opt.kv_type, opt.kv_type.empty() ? "" : "'",
+                    opt.weight_type.empty() ? cfg.dtype_canonical() : opt.weight_type, "'", kv,
                     " is not compiled into this program (it has: ", built,
                     "; configure with -DMAXTEXT_BLOCKS=all -DMAXTEXT_BLOCK_POLICIES=all)");
     }
