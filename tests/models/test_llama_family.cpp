@@ -14,6 +14,7 @@
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
 #include "support/family_fixture.hpp"
+#include "support/registry_params.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
@@ -268,10 +269,7 @@ TEST_CASE("Registry dispatches default/llama2/mistral/qwen3 and the qwen3 model 
     Config c = test::config_from_meta(test::read_meta(test::fixtures_dir() + "/llama2_model"));
     c.decoder_block = block;
     c.use_qk_norm = block == "qwen3";
-    const auto n = models::with_model_type<test::Backend>(c, [&]<class M>() {
-      M model(c);
-      return model.num_params();
-    });
+    const auto n = test::registry_num_params(c);
     // embed + 2 layers (q, k, v, o, 3 MLP kernels, norms) + final norm + logits; qwen3 adds 2 x head_dim norms.
     const std::int64_t D = 32, N = 4, K = 2, H = 8, F = 48, V = 64;
     const std::int64_t norms = block == "default" ? D : 2 * D;
