@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli_args.hpp"
+#include "cli_options.hpp"
 
 namespace {
 
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
       return argc < 2 ? 2 : 0;
     }
     const cli::Args a = cli::parse_args(argc, argv);
+    cli::check_options(a);  // an unknown or unused option, or override, is refused by name (cli_options.hpp)
     if (a.command == "logits") return cli::cmd_logits(a);
     if (a.command == "generate") return cli::cmd_generate(a);
     if (a.command == "chat") return cli::cmd_chat(a);

@@ -1,0 +1,110 @@
+// tools/cli_options.hpp: the `maxtext` program refuses an option it does not know (with the nearest valid name), an
+// option its command does not read, a repeated option and overrides for commands that build no config, before it
+// runs anything; the refusals are checked on the table and, end to end, on the program (exit status and message).
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "cli_options.hpp"
+#include "support/cli.hpp"
+#include "support/test_support.hpp"
+
+using namespace maxtext;
+
+namespace {
+
+cli::Args args(std::vector<std::string> words) {
+  std::vector<char*> argv;
+  static std::string prog = "maxtext";
+  argv.push_back(prog.data());
+  for (auto& w : words) argv.push_back(w.data());
+  return cli::parse_args(static_cast<int>(argv.size()), argv.data());
+}
+
+void refused(std::vector<std::string> words, const std::string& what) {
+  INFO("maxtext " << words.front() << " ... should be refused with: " << what);
+  REQUIRE_THROWS_AS(cli::check_options(args(words)), ArgumentError);
+  REQUIRE_THROWS_WITH(cli::check_options(args(std::move(words))), Catch::Contains(what));
+}
+
+}  // namespace
+
+TEST_CASE("edit distance and the nearest name", "[cli]") {
+  CHECK(cli::edit_distance("", "") == 0);
+  CHECK(cli::edit_distance("abc", "") == 3);
+  CHECK(cli::edit_distance("kitten", "sitting") == 3);
+  CHECK(cli::edit_distance("temprature", "temperature") == 1);
+  CHECK(cli::edit_distance("top-p", "top-k") == 1);
+  CHECK(cli::edit_distance("tpo-k", "top-k") == 1);  // a transposition is one edit
+  const std::vector<std::string> names = {"max-new-tokens", "temperature", "top-k", "top-p"};
+  CHECK(cli::nearest_name("max-new-token", names) == "max-new-tokens");
+  CHECK(cli::nearest_name("temprature", names) == "temperature");
+  CHECK(cli::nearest_name("xyz-unrelated-name", names).empty());
+}
+
+TEST_CASE("every command's documented options pass the check", "[cli]") {
+  CHECK_NOTHROW(cli::check_options(args({"generate", "--config", "c.yml", "--tokens", "1,2", "--max-new-tokens", "4",
+                                         "--temperature", "0.5", "--top-k", "3", "--top-p", "0.9", "--min-p", "0.1",
+                                         "--seed", "1", "--stop", "a", "--stop", "b", "--logit-bias", "1=2",
+                                         "--repeat-penalty", "1.1", "--frequency-penalty", "0.1",
+                                         "--presence-penalty", "0.1", "--kv-type", "float16", "dtype=float32"})));
+  CHECK_NOTHROW(cli::check_options(args({"logits", "--weights", "w.gguf", "--tokens", "1", "--out", "o.npy",
+                                         "--incremental", "1", "--threads", "1", "--weight-type", "ggml",
+                                         "--int8-activations", "on"})));
+  CHECK_NOTHROW(cli::check_options(args({"chat", "--weights", "w", "--tokenizer", "t", "--system", "s",
+                                         "--ctx-size", "64", "--max-new-tokens", "8"})));
+  CHECK_NOTHROW(cli::check_options(args({"info", "--config", "c.yml", "num_decoder_layers=2"})));
+  CHECK_NOTHROW(cli::check_options(args({"tokenize", "--tokenizer", "t", "--text", "a=b", "--add-special", "off"})));
+  CHECK_NOTHROW(cli::check_options(args({"detokenize", "--tokenizer", "t", "--ids", "1,2", "--skip-special", "on"})));
+  CHECK_NOTHROW(cli::check_options(args({"template", "--tokenizer", "t", "--messages", "m.json", "--tools", "x.json",
+                                         "--add-generation-prompt", "off"})));
+  CHECK_NOTHROW(cli::check_options(args({"compare", "--config", "c", "--reference", "r.npz", "--tokens", "1",
+                                         "--map", "m", "--rtol", "1e-3", "--atol", "1e-4", "--max-kl-div", "0.1",
+                                         "--top-k", "5", "--names", "hf", "--json", "o.json"})));
+  CHECK_NOTHROW(cli::check_options(args({"compare", "--layer", "decoder", "--config", "c", "--weights", "w",
+                                         "--input", "x.npy", "--prefix", "p", "--reference", "r", "--layer-index", "0",
+                                         "--segment-ids", "s.npy", "--positions", "p.npy", "--scaled-tol", "1e-3"})));
+}
+
+TEST_CASE("unknown or unused or repeated options and stray overrides are refused by name", "[cli]") {
+  refused({"generate", "--max-new-token", "4"}, "unknown option --max-new-token (did you mean --max-new-tokens?");
+  refused({"generate", "--temprature", "0.5"}, "did you mean --temperature?");
+  refused({"chat", "--sytem", "x"}, "did you mean --system?");
+  refused({"generate", "--frobnicate", "1"}, "unknown option --frobnicate (it reads --config");
+  refused({"info", "--seed", "3"}, "info: option --seed is not used by this command");
+  refused({"tokenize", "--tokenizer", "t", "--text", "a", "--max-new-tokens", "3"},
+          "option --max-new-tokens is not used by this command");
+  refused({"logits", "--prompt", "hi"}, "logits: option --prompt is not used");
+  refused({"generate", "--seed", "1", "--seed", "2"}, "option --seed given 2 times");
+  refused({"tokenize", "--tokenizer", "t", "--text", "a", "dtype=float32"},
+          "tokenize takes no key=value config overrides (found 'dtype=float32')");
+  refused({"generat", "--tokens", "1"}, "unknown command 'generat' (did you mean 'generate'?)");
+}
+
+TEST_CASE("the program refuses a misspelled option before running anything", "[cli]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  const std::string cfg = test::config_dir() + "/models/gpt3-52k.yml";
+  // Exit status and output of `maxtext ARGS` (run_cli requires exit 0).
+  auto run = [](const std::string& a, int& rc) {
+    const std::string out = (std::filesystem::current_path() / "cli_options_out.txt").string();
+    rc = std::system((test::cli_path() + " " + a + " > " + out + " 2>&1").c_str());
+    std::string text = io::read_text_file(out);
+    std::remove(out.c_str());
+    return text;
+  };
+  int rc = 0;
+  const std::string out = run("generate --config " + cfg + " --tokens 1,2 --max-new-token 4 dtype=float32", rc);
+  CHECK(rc != 0);
+  CHECK_THAT(out, Catch::Contains("maxtext: error:") &&
+                      Catch::Contains("unknown option --max-new-token (did you mean --max-new-tokens?"));
+  const std::string unused = run("info --config " + cfg + " --seed 3", rc);
+  CHECK(rc != 0);
+  CHECK_THAT(unused, Catch::Contains("info: option --seed is not used by this command"));
+  // The same command spelled right runs.
+  const std::string ok = test::run_cli("generate --config " + cfg + " --tokens 1,2 --max-new-tokens 2 dtype=float32");
+  CHECK_THAT(ok, !Catch::Contains("error"));
+}

@@ -1,0 +1,150 @@
+// tools/cli_options.hpp: which options each `maxtext` command reads, and the check that refuses the rest by name
+// before a command runs. An option the program does not know is refused with the nearest one it does ("did you mean
+// --max-new-tokens?"); an option that another command reads, but not this one, is refused as unused by this command;
+// so are key=value config overrides for the commands that build no config, and an option given twice (except
+// --stop). The table here is the one list: a command that starts reading an option adds it here, and the tests
+// (tests/tools/test_cli_options.cpp) run every command's documented options through the check.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli_args.hpp"
+#include "maxtext/core/error.hpp"
+
+namespace maxtext::cli {
+
+/// Levenshtein distance, an adjacent transposition counting as one edit (optimal string alignment).
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t sub = d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, sub});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[n][m];
+}
+
+/// The name of `names` nearest to `s` by edit_distance, or "" when none is within max(2, |s| / 3) edits (ties: the
+/// first in `names`).
+inline std::string nearest_name(std::string_view s, const std::vector<std::string>& names) {
+  const std::size_t limit = std::max<std::size_t>(2, s.size() / 3);
+  std::string best;
+  std::size_t best_d = limit + 1;
+  for (const auto& n : names) {
+    const std::size_t d = edit_distance(s, n);
+    if (d < best_d) {
+      best_d = d;
+      best = n;
+    }
+  }
+  return best;
+}
+
+/// A command, the options it reads (without "--") and whether it takes key=value config overrides.
+struct CommandOptions {
+  std::string name;
+  std::vector<std::string> options;
+  bool overrides = true;
+};
+
+/// Every command of the program with the options its code reads (cli_models.cpp, cli_text.cpp, cli_chat.cpp,
+/// cmd_compare.hpp, cli_generate_options.hpp).
+inline const std::vector<CommandOptions>& command_options() {
+  static const std::vector<CommandOptions> table = [] {
+    // make_config (--config, or --weights' own config) and open_model.
+    const std::vector<std::string> model = {"config",  "weights",          "tokenizer", "weight-type",
+                                            "threads", "int8-activations", "kv-type",   "seed"};
+    // generate_options / add_eos_stops (generate, chat).
+    const std::vector<std::string> sampling = {"max-new-tokens",    "temperature",      "top-k",       "top-p",
+                                               "min-p",             "repeat-penalty",   "logit-bias",  "stop",
+                                               "frequency-penalty", "presence-penalty", "seed"};
+    auto join = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+      for (const auto& s : b) {
+        if (std::find(a.begin(), a.end(), s) == a.end()) a.push_back(s);
+      }
+      return a;
+    };
+    return std::vector<CommandOptions>{
+        {"logits", join(model, {"tokens", "out", "incremental"}), true},
+        // open_model without loading: neither --seed nor the tokenizer is read.
+        {"info", {"config", "weights", "weight-type", "threads", "int8-activations", "kv-type"}, true},
+        {"generate", join(join(model, sampling), {"tokens", "prompt"}), true},
+        {"chat", join(join(model, sampling), {"system", "ctx-size"}), true},
+        {"tokenize", {"weights", "tokenizer", "text", "text-file", "add-special"}, false},
+        {"detokenize", {"weights", "tokenizer", "ids", "skip-special"}, false},
+        {"template", {"tokenizer", "messages", "add-generation-prompt", "tools"}, false},
+        {"compare",
+         {"config", "weights", "reference", "map", "tokens", "names", "threads", "weight-type", "seed", "layer",
+          "layer-index", "input", "prefix", "segment-ids", "positions", "rtol", "atol", "scaled-tol", "max-kl-div",
+          "top-k", "json"},
+         true},
+    };
+  }();
+  return table;
+}
+
+/// The command names, in the table's order.
+inline std::vector<std::string> command_names() {
+  std::vector<std::string> names;
+  for (const auto& c : command_options()) names.push_back(c.name);
+  return names;
+}
+
+/// The options of `command`, or nullptr for a command the program does not have.
+inline const CommandOptions* find_command(const std::string& command) {
+  for (const auto& c : command_options()) {
+    if (c.name == command) return &c;
+  }
+  return nullptr;
+}
+
+/// Throws ArgumentError naming the first option (or override) of `a` that its command does not read; an unknown
+/// command is refused with the nearest command name.
+inline void check_options(const Args& a) {
+  const CommandOptions* cmd = find_command(a.command);
+  if (cmd == nullptr) {
+    const std::string near = nearest_name(a.command, command_names());
+    MAXTEXT_THROW(ArgumentError, "unknown command '", a.command, "'",
+                  near.empty() ? std::string() : " (did you mean '" + near + "'?)", "; see maxtext --help");
+  }
+  auto takes = [&](const std::string& o) {
+    return std::find(cmd->options.begin(), cmd->options.end(), o) != cmd->options.end();
+  };
+  std::string list;
+  for (const auto& o : cmd->options) list += (list.empty() ? "--" : ", --") + o;
+  for (const auto& [key, values] : a.all) {
+    if (!takes(key)) {
+      std::vector<std::string> every;
+      for (const auto& c : command_options()) {
+        for (const auto& o : c.options) {
+          if (std::find(every.begin(), every.end(), o) == every.end()) every.push_back(o);
+        }
+      }
+      const bool elsewhere = std::find(every.begin(), every.end(), key) != every.end();
+      if (elsewhere) {
+        MAXTEXT_THROW(ArgumentError, a.command, ": option --", key, " is not used by this command (it reads ", list,
+                      ")");
+      }
+      // The nearest among this command's options first, then among every command's.
+      std::string near = nearest_name(key, cmd->options);
+      if (near.empty()) near = nearest_name(key, every);
+      MAXTEXT_THROW(ArgumentError, a.command, ": unknown option --", key,
+                    near.empty() ? std::string(" (") : " (did you mean --" + near + "?; ", "it reads ", list, ")");
+    }
+    MAXTEXT_CHECK(values.size() == 1 || key == "stop", ArgumentError, a.command, ": option --", key, " given ",
+                  values.size(), " times (only --stop repeats)");
+  }
+  MAXTEXT_CHECK(cmd->overrides || a.overrides.empty(), ArgumentError, a.command,
+                " takes no key=value config overrides (found '", a.overrides.empty() ? "" : a.overrides.front(), "')");
+}
+
+}  // namespace maxtext::cli
