@@ -14,40 +14,9 @@
 
 #include "cli_args.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/nearest.hpp"
 
 namespace maxtext::cli {
-
-/// Levenshtein distance, an adjacent transposition counting as one edit (optimal string alignment).
-inline std::size_t edit_distance(std::string_view a, std::string_view b) {
-  const std::size_t n = a.size(), m = b.size();
-  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
-  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
-  for (std::size_t i = 1; i <= n; ++i) {
-    for (std::size_t j = 1; j <= m; ++j) {
-      const std::size_t sub = d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, sub});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  }
-  return d[n][m];
-}
-
-/// The name of `names` nearest to `s` by edit_distance, or "" when none is within max(2, |s| / 3) edits (ties: the
-/// first in `names`).
-inline std::string nearest_name(std::string_view s, const std::vector<std::string>& names) {
-  const std::size_t limit = std::max<std::size_t>(2, s.size() / 3);
-  std::string best;
-  std::size_t best_d = limit + 1;
-  for (const auto& n : names) {
-    const std::size_t d = edit_distance(s, n);
-    if (d < best_d) {
-      best_d = d;
-      best = n;
-    }
-  }
-  return best;
-}
 
 /// A command, the options it reads (without "--") and whether it takes key=value config overrides.
 struct CommandOptions {

@@ -34,16 +34,16 @@ void refused(std::vector<std::string> words, const std::string& what) {
 }  // namespace
 
 TEST_CASE("edit distance and the nearest name", "[cli]") {
-  CHECK(cli::edit_distance("", "") == 0);
-  CHECK(cli::edit_distance("abc", "") == 3);
-  CHECK(cli::edit_distance("kitten", "sitting") == 3);
-  CHECK(cli::edit_distance("temprature", "temperature") == 1);
-  CHECK(cli::edit_distance("top-p", "top-k") == 1);
-  CHECK(cli::edit_distance("tpo-k", "top-k") == 1);  // a transposition is one edit
+  CHECK(edit_distance("", "") == 0);
+  CHECK(edit_distance("abc", "") == 3);
+  CHECK(edit_distance("kitten", "sitting") == 3);
+  CHECK(edit_distance("temprature", "temperature") == 1);
+  CHECK(edit_distance("top-p", "top-k") == 1);
+  CHECK(edit_distance("tpo-k", "top-k") == 1);  // a transposition is one edit
   const std::vector<std::string> names = {"max-new-tokens", "temperature", "top-k", "top-p"};
-  CHECK(cli::nearest_name("max-new-token", names) == "max-new-tokens");
-  CHECK(cli::nearest_name("temprature", names) == "temperature");
-  CHECK(cli::nearest_name("xyz-unrelated-name", names).empty());
+  CHECK(nearest_name("max-new-token", names) == "max-new-tokens");
+  CHECK(nearest_name("temprature", names) == "temperature");
+  CHECK(nearest_name("xyz-unrelated-name", names).empty());
 }
 
 TEST_CASE("every command's documented options pass the check", "[cli]") {
