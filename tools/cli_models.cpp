@@ -9,6 +9,7 @@
 #include "cli_args.hpp"
 #include "cli_common.hpp"
 #include "cmd_tokenize.hpp"  // config_from_weights
+#include "maxtext/core/config_keys.hpp"
 #include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/io/npy.hpp"
 #include "maxtext/io/weights.hpp"
@@ -21,7 +22,9 @@
 
 namespace maxtext::cli {
 
-Config make_config(const Args& a) {
+namespace {
+
+Config read_config(const Args& a) {
   if (!a.has("config") && a.has("weights")) return cli::config_from_weights(a.get("weights"), a.overrides);
   const std::string path = a.get("config");
   if (io::ends_with(path, ".json")) {  // a Hugging Face config.json
@@ -32,6 +35,14 @@ Config make_config(const Args& a) {
     return c;
   }
   return io::load_config(path, a.overrides, io::config_search_dirs({default_config_dir()}));
+}
+
+}  // namespace
+
+Config make_config(const Args& a) {
+  Config c = read_config(a);
+  check_config_keys(c);  // every key read, refused by name, or inert (core/config_keys.hpp)
+  return c;
 }
 
 namespace {

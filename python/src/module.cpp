@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "maxtext/core/config_keys.hpp"
 #include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/io/checkpoint.hpp"
 #include "maxtext/io/hf_deepseek.hpp"
@@ -275,7 +276,7 @@ Config finish_config(Config c, const std::vector<std::string>& ov) {
   return c;
 }
 
-Config config_from_path(const std::string& path, const std::vector<std::string>& ov) {
+Config read_config_from_path(const std::string& path, const std::vector<std::string>& ov) {
   if (io::ends_with(path, ".json")) return finish_config(io::config_from_hf_file(path), ov);
   if (io::ends_with(path, ".yml") || io::ends_with(path, ".yaml") || path.empty()) {
     std::vector<std::string> dirs = g_config_dirs;  // then the source tree's configs (config_dir.cpp)
@@ -286,6 +287,13 @@ Config config_from_path(const std::string& path, const std::vector<std::string>&
   MAXTEXT_CHECK(c.has_value(), ArgumentError, "[config] ", path,
                 ": MaxText safetensors carry no model configuration; give a MaxText .yml or a config.json");
   return finish_config(*c, ov);
+}
+
+/// Every key read, refused by name, or inert (core/config_keys.hpp), as the `maxtext` program checks it.
+Config config_from_path(const std::string& path, const std::vector<std::string>& ov) {
+  Config c = read_config_from_path(path, ov);
+  check_config_keys(c);
+  return c;
 }
 
 Config config_arg(py::handle c, py::handle weights) {

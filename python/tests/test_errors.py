@@ -120,3 +120,15 @@ def test_callback_exceptions_propagate(mc):
 
     with pytest.raises(KeyError, match="from the callback"):
         m.generate([[1, 2]], max_new_tokens=3, on_token=boom)
+
+
+def test_config_keys_refused_by_name(mc):
+    with pytest.raises(mc.ConfigError, match="unknown key 'rope_typ' \\(set in override\\); did you mean rope_type\\?"):
+        mc.Config(overrides={"model_name": "llama2-7b", "rope_typ": "yarn"})
+    with pytest.raises(mc.UnsupportedError, match="use_multimodal = TRUE"):
+        mc.Config(overrides={"model_name": "llama2-7b", "use_multimodal": "TRUE"})
+    with pytest.raises(mc.UnsupportedError, match="attention = paged"):
+        mc.Config(overrides={"model_name": "llama2-7b", "attention": "paged"})
+    # Keys that only matter for training or device layout load.
+    cfg = mc.Config(overrides={"model_name": "llama2-7b", "learning_rate": "1e-4", "ici_fsdp_parallelism": "4"})
+    assert cfg.decoder_block == "llama2"

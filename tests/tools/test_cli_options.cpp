@@ -104,6 +104,10 @@ TEST_CASE("the program refuses a misspelled option before running anything", "[c
   const std::string unused = run("info --config " + cfg + " --seed 3", rc);
   CHECK(rc != 0);
   CHECK_THAT(unused, Catch::Contains("info: option --seed is not used by this command"));
+  // Config keys are checked too (core/config_keys.hpp): an unknown override names the nearest key.
+  const std::string key = run("info --config " + cfg + " rope_typ=yarn", rc);
+  CHECK(rc != 0);
+  CHECK_THAT(key, Catch::Contains("unknown key 'rope_typ' (set in override); did you mean rope_type?"));
   // The same command spelled right runs.
   const std::string ok = test::run_cli("generate --config " + cfg + " --tokens 1,2 --max-new-tokens 2 dtype=float32");
   CHECK_THAT(ok, !Catch::Contains("error"));
