@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
 bash scripts/build.sh -DMAXTEXT_BUILD_TESTS=ON -DMAXTEXT_BUILD_TOOLS=ON -DMAXTEXT_BUILD_BENCH=ON -DMAXTEXT_BUILD_EXAMPLES=ON \
-  -DMAXTEXT_BUILD_PYTHON=ON -DMAXTEXT_BLOCKS=all -DMAXTEXT_BLOCK_POLICIES=all
+  -DMAXTEXT_BUILD_PYTHON=ON -DMAXTEXT_BLOCKS=all -DMAXTEXT_BLOCK_POLICIES=all -DMAXTEXT_CLI_COMPARE=ON
 cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j "${JOBS:-$(nproc)}"

@@ -63,6 +63,14 @@ sampling (generate, chat; applied in this order, see docs/generation.md):
 
 const char* maxtext::cli::default_config_dir() { return MAXTEXT_CLI_CONFIG_DIR; }
 
+#if defined(MAXTEXT_CLI_NO_COMPARE)
+// Configured with -DMAXTEXT_CLI_COMPARE=OFF (the main job, scripts/run-example.sh): cli_compare.cpp is not compiled.
+int maxtext::cli::cmd_compare(const Args&) {
+  MAXTEXT_THROW(UnsupportedError, "compare is not compiled into this program (configure with -DMAXTEXT_CLI_COMPARE=ON, "
+                                  "as scripts/test.sh does)");
+}
+#endif
+
 int main(int argc, char** argv) {
   using namespace maxtext;
   try {
