@@ -1,4 +1,5 @@
-// core/config_keys.hpp: a key is read, refused by name, or on the list of keys an inference forward pass ignores.
+// core/config_keys.hpp: a key is read, refused by name, or on the list of keys an inference forward pass ignores;
+// io::load_config checks every file and override.
 // MaxText's model files load without a refusal; misspelled keys name the nearest known key; features that are not
 // implemented are refused when turned on, with the one boolean parser (TRUE too); known keys read only at some
 // values refuse the others.
@@ -28,8 +29,8 @@ void accepted(const std::vector<std::string>& overrides) {
   CHECK_NOTHROW(check_config_keys(with(overrides)));
 }
 
-/// load_config then check_config_keys, as the programs run them: one of the two refuses with E and the message
-/// (validate() refuses `use_multimodal: true` already; `TRUE` reaches the key check).
+/// load_config (which runs validate() and check_config_keys) then check_config_keys again, as the `maxtext` program
+/// does: one of them refuses with E and the message.
 template <class E>
 void refused(const std::vector<std::string>& overrides, const std::string& message) {
   INFO(overrides.back());
@@ -60,8 +61,8 @@ TEST_CASE("an unknown key is refused with the nearest known key and where it was
   // From a YAML file: the message names the file.
   const std::string path = "unknown_key.yml";
   std::ofstream(path) << "base_emb_dim: 64\nbase_num_query_head: 4\n";
-  const Config c = io::load_config(path);
-  CHECK_THROWS_WITH(check_config_keys(c), Catch::Contains("unknown key 'base_num_query_head' (set in " + path + ")") &&
+  CHECK_THROWS_AS(io::load_config(path), ConfigError);  // load_config runs the check
+  CHECK_THROWS_WITH(io::load_config(path), Catch::Contains("unknown key 'base_num_query_head' (set in " + path + ")") &&
                                               Catch::Contains("did you mean base_num_query_heads?"));
 }
 
@@ -117,4 +118,15 @@ TEST_CASE("the key lists are disjoint and hold no Config field", "[config][keys]
   INFO((dup == sorted.end() ? std::string() : *dup));
   CHECK(dup == sorted.end());
   CHECK(all.size() > 600);  // MaxText's base.yml has 684 keys; the library adds its own
+}
+
+TEST_CASE("a bad weight_dtype is reported as weight_dtype and booleans read TRUE as true", "[config][keys]") {
+  CHECK_THROWS_WITH(with({"weight_dtype=float8"}), Catch::Contains("[config] weight_dtype: expected float32") &&
+                                                       Catch::Contains("found 'float8'"));
+  CHECK_THROWS_WITH(with({"dtype=float8"}), Catch::Contains("[config] dtype: expected float32"));
+  CHECK(::maxtext::detail::truthy("TRUE"));
+  CHECK(::maxtext::detail::truthy("True"));
+  CHECK_FALSE(::maxtext::detail::truthy("FALSE"));
+  // validate() itself now refuses use_multimodal: TRUE (before the key check runs).
+  CHECK_THROWS_WITH(with({"use_multimodal=TRUE"}), Catch::Contains("use_multimodal = TRUE enables image"));
 }

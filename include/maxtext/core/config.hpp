@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "maxtext/core/decoder_blocks.hpp"
 #include "maxtext/core/error.hpp"
 
 namespace maxtext {
@@ -186,8 +187,9 @@ struct Config {
   std::int64_t moe_mlp_dim = 0;
   std::int64_t num_decoder_layers = 0;
 
-  /// Keys read from files or overrides that this library does not model (training-only keys such as `adam_b1`).
-  /// Kept verbatim; features that would change the forward pass are refused by validate() instead.
+  /// Keys read from files or overrides that are not fields: list keys the library reads (config_keys::extension),
+  /// MaxText keys an inference forward pass ignores (training-only keys such as `adam_b1`), and refused features.
+  /// Kept verbatim; io::load_config refuses an unknown one (check_config_keys, core/config_keys.hpp).
   std::map<std::string, std::string> extra;
   /// Keys that were set explicitly (by a file or an override), for messages and for "was this given?" checks.
   std::map<std::string, std::string> origin;
@@ -252,11 +254,12 @@ struct Config {
   std::vector<std::int64_t> int_list(const std::string& key, std::vector<std::int64_t> dflt, std::int64_t min) const;
   /// True for the "float32" / "bfloat16" / "float16" spelling of `dtype`.
   std::string dtype_canonical() const { return canonical_dtype(dtype); }
-  static std::string canonical_dtype(const std::string& d) {
+  /// `key`: the key the value came from, for the message (dtype, weight_dtype, ...).
+  static std::string canonical_dtype(const std::string& d, const char* key = "dtype") {
     if (d == "float32" || d == "fp32" || d == "f32") return "float32";
     if (d == "bfloat16" || d == "bf16") return "bfloat16";
     if (d == "float16" || d == "fp16" || d == "f16" || d == "half") return "float16";
-    MAXTEXT_THROW(ConfigError, "[config] dtype: expected float32, bfloat16 or float16, found '", d, "'");
+    MAXTEXT_THROW(ConfigError, "[config] ", key, ": expected float32, bfloat16 or float16, found '", d, "'");
   }
 
   /// Set one key from its textual value (YAML scalar or command-line `key=value`). Unknown keys go to `extra`.
@@ -448,9 +451,11 @@ inline bool nonempty_list(const std::string& v) {
   const std::string t = trim(v);
   return !(t.empty() || t == "[]" || t == "None" || t == "null" || t == "''" || t == "\"\"");
 }
+/// True for the spellings of true that parse_value(bool) accepts (true, True, TRUE, 1): the one boolean reading.
+/// Anything else is false here; check_config_keys (core/config_keys.hpp) refuses a value that is no boolean.
 inline bool truthy(const std::string& v) {
   const std::string t = unquote(v);
-  return t == "true" || t == "True" || t == "1";
+  return t == "true" || t == "True" || t == "TRUE" || t == "1";
 }
 inline bool greater_than_one(const std::string& v) {
   try {
@@ -492,19 +497,18 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
   return list;
 }
 
-/// decoder_block values this library implements (as compile-time layer types and from a config).
+/// decoder_block values this library implements (as compile-time layer types and from a config): the names of the
+/// one block list, core/decoder_blocks.hpp.
 inline const std::vector<std::string>& supported_decoder_blocks() {
-  static const std::vector<std::string> list = {"default", "llama2", "mistral", "qwen3", "gpt3", "deepseek", "mixtral",
-                                                 "qwen2", "qwen3_moe", "simple", "simple_mlp", "gemma", "gemma2", "gemma3",
-                                                 "olmo3", "llama2lti", "gpt_oss", "qwen3_custom_moe", "llama4",
-                                                 "qwen3_next", "qwen3_5", "gemma4", "gemma4_small", "envy",
-                                                 "deepseek4"};
+#define MAXTEXT_BLOCK_NAME(name, ...) #name,
+  static const std::vector<std::string> list = {MAXTEXT_DECODER_BLOCKS(MAXTEXT_BLOCK_NAME, MAXTEXT_BLOCK_NAME)};
+#undef MAXTEXT_BLOCK_NAME
   return list;
 }
 
 inline void Config::validate() const {
   (void)canonical_dtype(dtype);
-  (void)canonical_dtype(weight_dtype);
+  (void)canonical_dtype(weight_dtype, "weight_dtype");
   for (const auto& f : unsupported_features()) {
     auto it = extra.find(f.key);
     MAXTEXT_CHECK(it == extra.end() || !f.enabled(it->second), UnsupportedError, "[config] ", f.key, " = ",

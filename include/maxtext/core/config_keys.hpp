@@ -1,6 +1,7 @@
 // core/config_keys.hpp: every key a config sets is honoured, refused by name, or on the documented list of keys that
-// an inference forward pass ignores. check_config_keys(cfg) runs after io::load_config / io::config_from_hf_file
-// (the `maxtext` program and the Python module call it on every config they build; docs/config.md):
+// an inference forward pass ignores. io::load_config runs check_config_keys(cfg) on every YAML file and override; the
+// `maxtext` program and the Python module also run it on the configs of config.json, GGUF and llama2.c files with
+// their overrides (docs/config.md):
 //   * keys the library reads: the Config fields (core/config.hpp) and the list keys it reads from Config::extra;
 //   * Config fields that are read only at some values (attention, float32_weight_sum, cast_logits_to_fp32,
 //     matmul_precision): any other value is refused by name;

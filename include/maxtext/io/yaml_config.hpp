@@ -1,6 +1,6 @@
 // io/yaml_config.hpp: MaxText-style configuration loading: base.yml defaults (compiled into Config), a YAML file,
 // the model file named by `model_name` (configs/models/<name>.yml), then `key=value` overrides, as MaxText's
-// pyconfig does; derived values computed and the result validated.
+// pyconfig does; derived values computed, the result validated and every key checked (core/config_keys.hpp).
 #pragma once
 
 #include <cstdlib>
@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "maxtext/core/config.hpp"
+#include "maxtext/core/config_keys.hpp"
 #include "maxtext/core/error.hpp"
 
 namespace maxtext::io {
@@ -97,7 +98,9 @@ inline std::string find_model_config(const std::string& model_name, const std::v
 }
 
 /// Build a Config the way MaxText does: defaults <- `path` (if not empty) <- models/<model_name>.yml (if model_name is
-/// not "default" and such a file exists) <- overrides. Then derive() and validate().
+/// not "default" and such a file exists) <- overrides. Then derive(), validate() and check_config_keys(): a key that is
+/// unknown (the nearest known one is named), a refused feature turned on, or a value the library does not honour is
+/// refused (docs/config.md).
 inline Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
                           const std::vector<std::string>& search_dirs = config_search_dirs()) {
   Config cfg;
@@ -118,6 +121,7 @@ inline Config load_config(const std::string& path, const std::vector<std::string
   for (const auto& o : overrides) apply_override(cfg, o);
   cfg.derive();
   cfg.validate();
+  check_config_keys(cfg);
   return cfg;
 }
 
