@@ -98,8 +98,9 @@ inline std::optional<Config> read_weights_config(const std::string& path_in) {
 /// normalizer and query scale ride as value_scale, io/hf_gemma.hpp) and OLMo 3's (olmo2 files: views only). Others
 /// decode them to f32 at load. Keep in step with tools/blocks/CMakeLists.txt's _maxtext_policy_blocks_ggmlw.
 inline bool gguf_keeps_blocks(const Config& cfg) {
-  return cfg.is("llama2") || cfg.is("mistral") || cfg.is("qwen2") || cfg.is("qwen3") || is_gemma_block(cfg) ||
-         cfg.is("olmo3");
+#define MAXTEXT_KEEPS_BLOCKS(name) cfg.is(#name) ||
+  return MAXTEXT_GGUF_KEEPS_BLOCKS(MAXTEXT_KEEPS_BLOCKS) false;  // the list: core/decoder_blocks.hpp
+#undef MAXTEXT_KEEPS_BLOCKS
 }
 
 /// Whether `t` holds a block-quantised runtime-typed matrix (Q8_0, Q4_K, Q6_K, ...): what 8-bit activations apply to

@@ -6,6 +6,7 @@
 
 #include "maxtext/backend/concepts.hpp"
 #include "maxtext/core/config.hpp"
+#include "maxtext/core/decoder_blocks.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/policy.hpp"
@@ -35,40 +36,15 @@
 
 namespace maxtext::models {
 
-/// The model type for a decoder_block on policy P (a template alias table; one entry per block).
+/// The model type for a decoder_block on policy P: one `if` per entry of the block list (core/decoder_blocks.hpp).
 template <TensorPolicy P, class F>
 decltype(auto) dispatch_block(const Config& cfg, F&& f) {
-  if (cfg.is("gpt3")) return f.template operator()<Transformer<P, layers::Gpt3DecoderLayer>>();
-  if (cfg.is("deepseek")) {
-    return f.template operator()<Transformer<P, layers::DeepSeekDenseLayer, layers::DeepSeekMoELayer>>();
-  }
-  if (cfg.is("deepseek4")) return f.template operator()<Transformer<P, layers::DeepSeek4DecoderLayer>>();
-  if (cfg.is("default")) return f.template operator()<Transformer<P, layers::DecoderLayer>>();
-  if (cfg.is("llama2")) return f.template operator()<Transformer<P, layers::LlamaDecoderLayer>>();
-  if (cfg.is("mistral")) return f.template operator()<Transformer<P, layers::MistralDecoderLayer>>();
-  if (cfg.is("mixtral")) return f.template operator()<Transformer<P, layers::MixtralDecoderLayer>>();
-  if (cfg.is("qwen3")) return f.template operator()<Transformer<P, layers::Qwen3DecoderLayer>>();
-  if (cfg.is("qwen2")) return f.template operator()<Transformer<P, layers::Qwen2DecoderLayer>>();
-  if (cfg.is("qwen3_moe")) return f.template operator()<Transformer<P, layers::Qwen3MoeDecoderLayer>>();
-  if (cfg.is("qwen3_custom_moe")) return f.template operator()<Transformer<P, layers::Qwen3CustomMoeDecoderLayer>>();
-  if (cfg.is("simple")) return f.template operator()<Transformer<P, layers::SimpleDecoderLayer>>();
-  if (cfg.is("simple_mlp")) return f.template operator()<Transformer<P, layers::SimpleMlpDecoderLayer>>();
-  if (cfg.is("gemma")) return f.template operator()<Transformer<P, layers::GemmaDecoderLayer>>();
-  if (cfg.is("gemma2")) return f.template operator()<Transformer<P, layers::Gemma2DecoderLayer>>();
-  if (cfg.is("gemma3")) return f.template operator()<Transformer<P, layers::Gemma3DecoderLayer>>();
-  if (cfg.is("gemma4")) return f.template operator()<Transformer<P, layers::Gemma4DecoderLayer>>();
-  if (cfg.is("gemma4_small")) return f.template operator()<Transformer<P, layers::Gemma4SmallDecoderLayer>>();
-  if (cfg.is("envy")) return f.template operator()<Transformer<P, layers::EnvyDecoderLayer>>();
-  if (cfg.is("olmo3")) return f.template operator()<Transformer<P, layers::Olmo3DecoderLayer>>();
-  // llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; io/checkpoint.hpp collapses them
-  // into plain kernels at load, so the layer is the llama2 one.
-  if (cfg.is("llama2lti")) return f.template operator()<Transformer<P, layers::LlamaDecoderLayer>>();
-  if (cfg.is("gpt_oss")) return f.template operator()<Transformer<P, layers::GptOssDecoderLayer>>();
-  if (cfg.is("llama4")) return f.template operator()<Transformer<P, layers::Llama4DecoderLayer>>();
-  if (cfg.is("qwen3_next")) return f.template operator()<Transformer<P, layers::Qwen3NextDecoderLayer>>();
-  // qwen3_5: Qwen3-Next's layer (layers/qwen3_5.hpp), named directly: clang takes an alias template given as a
-  // template template argument for a template of its own, which would make this a second model type.
-  if (cfg.is("qwen3_5")) return f.template operator()<Transformer<P, layers::Qwen3NextDecoderLayer>>();
+#define MAXTEXT_DISPATCH_BLOCK(name, ...) \
+  if (cfg.is(#name)) return f.template operator()<Transformer<P, __VA_ARGS__>>();
+#define MAXTEXT_DISPATCH_ALIAS(name, of, ...) MAXTEXT_DISPATCH_BLOCK(name, __VA_ARGS__)
+  MAXTEXT_DECODER_BLOCKS(MAXTEXT_DISPATCH_BLOCK, MAXTEXT_DISPATCH_ALIAS)
+#undef MAXTEXT_DISPATCH_ALIAS
+#undef MAXTEXT_DISPATCH_BLOCK
   MAXTEXT_THROW(UnsupportedError, "[registry] decoder_block '", cfg.decoder_block,
                 "' has no model type in this build of the registry");
 }

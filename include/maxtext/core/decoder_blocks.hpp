@@ -1,0 +1,50 @@
+// core/decoder_blocks.hpp: the one list of the MaxText decoder blocks this library implements. It generates
+// supported_decoder_blocks() (core/config.hpp), the registry's dispatch from a config to a model type
+// (models/registry.hpp) and the block units the `maxtext` program and the Python module compile
+// (tools/blocks/CMakeLists.txt reads the X(...) and ALIAS(...) lines of this file: keep each entry on one line).
+//
+//   X(name, layer types...)            a decoder_block and the layer classes of its models::Transformer
+//   ALIAS(name, of, layer types...)    a decoder_block that runs on block `of`'s model type (compiled once, as `of`)
+//
+// The layer types are spelled in full: this file names them without including them (core includes no layer); the
+// registry expands the list where the layers are declared. The order is the order of messages that list the blocks.
+#pragma once
+
+// clang-format off
+#define MAXTEXT_DECODER_BLOCKS(X, ALIAS) \
+  X(default, ::maxtext::layers::DecoderLayer) \
+  X(llama2, ::maxtext::layers::LlamaDecoderLayer) \
+  X(mistral, ::maxtext::layers::MistralDecoderLayer) \
+  X(qwen3, ::maxtext::layers::Qwen3DecoderLayer) \
+  X(gpt3, ::maxtext::layers::Gpt3DecoderLayer) \
+  X(deepseek, ::maxtext::layers::DeepSeekDenseLayer, ::maxtext::layers::DeepSeekMoELayer) \
+  X(mixtral, ::maxtext::layers::MixtralDecoderLayer) \
+  X(qwen2, ::maxtext::layers::Qwen2DecoderLayer) \
+  X(qwen3_moe, ::maxtext::layers::Qwen3MoeDecoderLayer) \
+  X(simple, ::maxtext::layers::SimpleDecoderLayer) \
+  X(simple_mlp, ::maxtext::layers::SimpleMlpDecoderLayer) \
+  X(gemma, ::maxtext::layers::GemmaDecoderLayer) \
+  X(gemma2, ::maxtext::layers::Gemma2DecoderLayer) \
+  X(gemma3, ::maxtext::layers::Gemma3DecoderLayer) \
+  X(olmo3, ::maxtext::layers::Olmo3DecoderLayer) \
+  ALIAS(llama2lti, llama2, ::maxtext::layers::LlamaDecoderLayer) \
+  X(gpt_oss, ::maxtext::layers::GptOssDecoderLayer) \
+  X(qwen3_custom_moe, ::maxtext::layers::Qwen3CustomMoeDecoderLayer) \
+  X(llama4, ::maxtext::layers::Llama4DecoderLayer) \
+  X(qwen3_next, ::maxtext::layers::Qwen3NextDecoderLayer) \
+  ALIAS(qwen3_5, qwen3_next, ::maxtext::layers::Qwen3NextDecoderLayer) \
+  X(gemma4, ::maxtext::layers::Gemma4DecoderLayer) \
+  X(gemma4_small, ::maxtext::layers::Gemma4SmallDecoderLayer) \
+  X(envy, ::maxtext::layers::EnvyDecoderLayer) \
+  X(deepseek4, ::maxtext::layers::DeepSeek4DecoderLayer)
+// clang-format on
+
+/// The blocks whose GGUF importer computes from a file's matrices where they lie (Q4_K, Q6_K, F16, ... blocks, kept
+/// in place: io::gguf_keeps_blocks); the block units compile the runtime-typed policies (ggmlw, ggmlw_f16kv) for
+/// these alone (tools/blocks/CMakeLists.txt reads this line too).
+#define MAXTEXT_GGUF_KEEPS_BLOCKS(X) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(gemma2) X(gemma3) X(olmo3)
+
+// llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; io/checkpoint.hpp collapses them into
+// plain kernels at load, so the layer is the llama2 one. qwen3_5: Qwen3-Next's layer (layers/qwen3_5.hpp), named
+// directly: clang takes an alias template given as a template template argument for a template of its own, which
+// would make it a second model type.
