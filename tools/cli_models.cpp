@@ -22,27 +22,24 @@
 
 namespace maxtext::cli {
 
-namespace {
-
-Config read_config(const Args& a) {
-  if (!a.has("config") && a.has("weights")) return cli::config_from_weights(a.get("weights"), a.overrides);
+// Every key read, refused by name, or inert (core/config_keys.hpp): io::load_config checks a YAML config and its
+// overrides; the configs of weights files and config.json are checked here.
+Config make_config(const Args& a) {
+  if (!a.has("config") && a.has("weights")) {
+    Config c = cli::config_from_weights(a.get("weights"), a.overrides);
+    check_config_keys(c);
+    return c;
+  }
   const std::string path = a.get("config");
   if (io::ends_with(path, ".json")) {  // a Hugging Face config.json
     Config c = io::config_from_hf_file(path);
     for (const auto& o : a.overrides) io::apply_override(c, o);
     c.derive();
     c.validate();
+    check_config_keys(c);
     return c;
   }
   return io::load_config(path, a.overrides, io::config_search_dirs({default_config_dir()}));
-}
-
-}  // namespace
-
-Config make_config(const Args& a) {
-  Config c = read_config(a);
-  check_config_keys(c);  // every key read, refused by name, or inert (core/config_keys.hpp)
-  return c;
 }
 
 namespace {

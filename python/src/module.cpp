@@ -269,14 +269,17 @@ std::vector<std::string> overrides_arg(py::handle o) {
   return out;
 }
 
+/// The overrides on a config.json's or a weights file's config, checked as io::load_config checks a YAML config
+/// (core/config_keys.hpp: every key read, refused by name, or inert).
 Config finish_config(Config c, const std::vector<std::string>& ov) {
   for (const auto& o : ov) io::apply_override(c, o);
   c.derive();
   c.validate();
+  check_config_keys(c);
   return c;
 }
 
-Config read_config_from_path(const std::string& path, const std::vector<std::string>& ov) {
+Config config_from_path(const std::string& path, const std::vector<std::string>& ov) {
   if (io::ends_with(path, ".json")) return finish_config(io::config_from_hf_file(path), ov);
   if (io::ends_with(path, ".yml") || io::ends_with(path, ".yaml") || path.empty()) {
     std::vector<std::string> dirs = g_config_dirs;  // then the source tree's configs (config_dir.cpp)
@@ -287,13 +290,6 @@ Config read_config_from_path(const std::string& path, const std::vector<std::str
   MAXTEXT_CHECK(c.has_value(), ArgumentError, "[config] ", path,
                 ": MaxText safetensors carry no model configuration; give a MaxText .yml or a config.json");
   return finish_config(*c, ov);
-}
-
-/// Every key read, refused by name, or inert (core/config_keys.hpp), as the `maxtext` program checks it.
-Config config_from_path(const std::string& path, const std::vector<std::string>& ov) {
-  Config c = read_config_from_path(path, ov);
-  check_config_keys(c);
-  return c;
 }
 
 Config config_arg(py::handle c, py::handle weights) {
