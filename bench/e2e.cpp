@@ -17,11 +17,11 @@
 
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/core/mapped_pages.hpp"
-#include "maxtext/io/weights.hpp"
-#include "maxtext/layers/gemma3.hpp"
-#include "maxtext/layers/llama2.hpp"
-#include "maxtext/layers/qwen3.hpp"
-#include "maxtext/layers/qwen3_next.hpp"
+#include "maxtext/families/gemma/gemma3.hpp"
+#include "maxtext/families/llama2/llama2.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/qwen/qwen3.hpp"
+#include "maxtext/families/qwen3_next/qwen3_next.hpp"
 #include "maxtext/models/transformer.hpp"
 
 using namespace maxtext;

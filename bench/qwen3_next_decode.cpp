@@ -1,4 +1,4 @@
-// bench/qwen3_next_decode.cpp: decode time per token of a Qwen3-Next-shaped model (layers/qwen3_next.hpp) against
+// bench/qwen3_next_decode.cpp: decode time per token of a Qwen3-Next-shaped model (families/qwen3_next/qwen3_next.hpp) against
 // the context length, on the CPU backend with seeded weights. Three stacks of the same layers are timed:
 //   gdn    every layer Gated DeltaNet (inhomogeneous_layer_cycle_interval > layers),
 //   attn   every layer full attention (interval 1),
@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/families/qwen3_next/qwen3_next.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/qwen3_next.hpp"
 #include "maxtext/models/transformer.hpp"
 
 using namespace maxtext;

@@ -23,7 +23,7 @@
 
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/core/error.hpp"
-#include "maxtext/layers/llama2.hpp"
+#include "maxtext/families/llama2/llama2.hpp"
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/any_model_blocks.hpp"
 #include "maxtext/models/generate.hpp"

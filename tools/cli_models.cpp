@@ -11,8 +11,8 @@
 #include "cmd_tokenize.hpp"  // config_from_weights
 #include "maxtext/core/config_keys.hpp"
 #include "maxtext/core/mapped_pages.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/io/npy.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/tokenizer/compressed_tokenizer.hpp"

@@ -20,8 +20,8 @@
 
 #include "cli_common.hpp"
 #include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/io/tensor_files.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/layers/context.hpp"
 #include "maxtext/models/any_model.hpp"

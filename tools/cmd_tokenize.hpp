@@ -17,7 +17,7 @@
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
-#include "maxtext/io/weights.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
 

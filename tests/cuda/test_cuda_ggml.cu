@@ -25,8 +25,8 @@
 
 #include "maxtext/backend/cuda/backend.cuh"
 #include "maxtext/backend/reference/backend.hpp"
-#include "maxtext/io/weights.hpp"
-#include "maxtext/layers/llama2.hpp"
+#include "maxtext/families/llama2/llama2.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/layers/params.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/ggml_blocks.hpp"

@@ -8,7 +8,7 @@
 // and every block type is decoded by the same quant::dequantize_row either way (tests/core/test_ggml_quants.cpp checks
 // it against gguf-py).
 //
-// What the Gemma importer does with the blocks (io/hf_gemma.hpp): the embedding normalizer (Gemma 3: bf16(sqrt(D));
+// What the Gemma importer does with the blocks (families/gemma/import.hpp): the embedding normalizer (Gemma 3: bf16(sqrt(D));
 // Gemma 2: sqrt(D) in f32) and Gemma 2's query scale (head_dim^-0.5) ride as the matrices' value_scale, applied after
 // decoding as float(double(w) * s), the f32 product the decoded file's fold computes; OLMo 3's importer only makes
 // views, as llama's. So with blocks kept the model is the same function as the decoded one up to summation order:
@@ -36,11 +36,11 @@
 
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/backend/reference/backend.hpp"
+#include "maxtext/families/gemma/gemma2.hpp"
+#include "maxtext/families/gemma/gemma3.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/olmo3/olmo3.hpp"
 #include "maxtext/io/gguf.hpp"
-#include "maxtext/io/weights.hpp"
-#include "maxtext/layers/gemma2.hpp"
-#include "maxtext/layers/gemma3.hpp"
-#include "maxtext/layers/olmo3.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/cli.hpp"
 #include "support/ggml_model_bytes.hpp"

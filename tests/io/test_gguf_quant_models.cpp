@@ -23,8 +23,8 @@
 
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/backend/reference/backend.hpp"
-#include "maxtext/io/weights.hpp"
-#include "maxtext/layers/llama2.hpp"
+#include "maxtext/families/llama2/llama2.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/ggml_model_bytes.hpp"
 #include "support/test_support.hpp"

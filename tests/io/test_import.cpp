@@ -8,10 +8,10 @@
 
 #include <catch2/catch.hpp>
 
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/model_import.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/llama2c.hpp"
-#include "maxtext/io/model_import.hpp"
-#include "maxtext/io/weights.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;

@@ -12,11 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "maxtext/io/hf_deepseek.hpp"
+#include "maxtext/families/deepseek/deepseek.hpp"
+#include "maxtext/families/deepseek/import.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/layers/attention_mla.hpp"
-#include "maxtext/layers/deepseek.hpp"
 #include "maxtext/layers/moe.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "support/backends.hpp"

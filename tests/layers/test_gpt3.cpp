@@ -2,8 +2,8 @@
 // gpt3_reference.py) and the independent cases in ../shared/reference/gpt3.
 #include <string>
 
+#include "maxtext/families/gpt3/gpt3.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/layers/gpt3.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "support/backends.hpp"
 #include "support/test_support.hpp"

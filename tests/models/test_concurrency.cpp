@@ -22,7 +22,7 @@
 #include <catch2/catch.hpp>
 
 #include "maxtext/backend/cpu/backend.hpp"
-#include "maxtext/layers/llama2.hpp"
+#include "maxtext/families/llama2/llama2.hpp"
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/any_model_blocks.hpp"
 #include "maxtext/models/generate.hpp"

@@ -1,4 +1,4 @@
-// The deepseek4 decoder block (layers/deepseek4.hpp) against the PyTorch float64 fixtures of
+// The deepseek4 decoder block (families/deepseek4/deepseek4.hpp) against the PyTorch float64 fixtures of
 // tests/reference/deepseek4_reference.py (MaxText e591f30 deepseek4.py, attention_compressed.py, moe.py, mhc.py):
 // the backend ops of compressed attention (HCA / CSA pooling, the indexer's scores and top-k, attention over the
 // window, the blocks and the sinks); a 4-layer model (sliding window, CSA, HCA r 8, CSA; a hash-routed layer; mHC k 2):
@@ -13,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "maxtext/families/deepseek4/deepseek4.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/deepseek4.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"

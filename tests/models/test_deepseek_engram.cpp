@@ -1,4 +1,4 @@
-// DeepSeek models with Engram layers (layers/deepseek.hpp + layers/engram.hpp) against the PyTorch float64
+// DeepSeek models with Engram layers (families/deepseek/deepseek.hpp + layers/engram.hpp) against the PyTorch float64
 // re-statement tests/reference/deepseek_engram_reference.py: mHC k = 2 with Engram in layers 0 and 2, and a model
 // without mHC with Engram in layer 1. Logits, the Engram modules' outputs and every layer's residual stream; cached
 // decoding (prefill, token by token, ragged rows) against the full forward; MaxText's scanned layout with Engram
@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "maxtext/io/checkpoint.hpp"
+#include "maxtext/families/checkpoint.hpp"
+#include "maxtext/families/deepseek/deepseek.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/deepseek.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
 #include "support/decode_checks.hpp"

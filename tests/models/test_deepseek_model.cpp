@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "maxtext/io/hf_deepseek.hpp"
-#include "maxtext/io/weights.hpp"
+#include "maxtext/families/deepseek/deepseek.hpp"
+#include "maxtext/families/deepseek/import.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/deepseek.hpp"
 #include "maxtext/layers/mhc.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/transformer.hpp"

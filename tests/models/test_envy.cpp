@@ -1,4 +1,4 @@
-// The envy decoder block (layers/envy.hpp) against the PyTorch float64 fixture of tests/reference/envy_reference.py:
+// The envy decoder block (families/envy/envy.hpp) against the PyTorch float64 fixture of tests/reference/envy_reference.py:
 // a 4-layer model (dense / top-2 MoE cycle of 2, q/k norms, queries times head_dim^-0.5, post-FFW norms, tied head)
 // from unscanned and EnvyScannableBlock-scanned MaxText trees (logits, every layer's output, prefill + incremental
 // decode, ragged rows); dense and MoE layers in bf16; the Switch configs and their parameter counts; the registry and
@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "maxtext/families/envy/envy.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/envy.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"

@@ -1,4 +1,4 @@
-// The gemma4 decoder block (layers/gemma4.hpp) against the PyTorch float64 fixtures of
+// The gemma4 decoder block (families/gemma4/gemma4.hpp) against the PyTorch float64 fixtures of
 // tests/reference/gemma4_reference.py: a 14-layer dense model (two scanned blocks and two leftover layers) and a 6-layer Gemma4MoE model (five sliding-window
 // layers, then a global layer with its own kv heads and head dim, K = V and Gemma 4's partial RoPE), from unscanned
 // and Gemma4ScannableBlock-scanned MaxText trees (logits, every layer's output, prefill + incremental decode, ragged
@@ -12,12 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "maxtext/io/hf_gemma4.hpp"
-#include "maxtext/io/model_import.hpp"
+#include "maxtext/families/gemma4/gemma4.hpp"
+#include "maxtext/families/gemma4/import.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/gemma4.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"

@@ -1,4 +1,4 @@
-// The gemma4_small decoder block (layers/gemma4_small.hpp: Gemma 4 E2B / E4B) against the PyTorch float64 fixtures
+// The gemma4_small decoder block (families/gemma4/gemma4_small.hpp: Gemma 4 E2B / E4B) against the PyTorch float64 fixtures
 // of tests/reference/gemma4_small_reference.py: an E2B-shaped 10-layer model (period 5, per-layer inputs, layers 6-9
 // reading the keys and values of layers 5 and 4, double-wide MLPs there) and an E4B-shaped 8-layer model (period 6,
 // its own global kv-head count, layers 6-7 sharing with layer 4): logits, every layer's output and the per-layer
@@ -15,12 +15,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "maxtext/io/hf_gemma4.hpp"
-#include "maxtext/io/model_import.hpp"
+#include "maxtext/families/gemma4/gemma4_small.hpp"
+#include "maxtext/families/gemma4/import.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/gemma4_small.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"

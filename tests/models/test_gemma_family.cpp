@@ -11,14 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "maxtext/io/checkpoint.hpp"
-#include "maxtext/io/model_import.hpp"
+#include "maxtext/families/checkpoint.hpp"
+#include "maxtext/families/gemma/gemma.hpp"
+#include "maxtext/families/gemma/gemma2.hpp"
+#include "maxtext/families/gemma/gemma3.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/gemma.hpp"
-#include "maxtext/layers/gemma2.hpp"
-#include "maxtext/layers/gemma3.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"

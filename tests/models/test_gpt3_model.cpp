@@ -3,9 +3,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "maxtext/io/weights.hpp"
+#include "maxtext/families/gpt3/gpt3.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/gpt3.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"

@@ -1,4 +1,4 @@
-// The gpt_oss decoder block (layers/gpt_oss.hpp) and its loaders (io/hf_gpt_oss.hpp) against the PyTorch float64
+// The gpt_oss decoder block (families/gpt_oss/gpt_oss.hpp) and its loaders (families/gpt_oss/import.hpp) against the PyTorch float64
 // fixtures of tests/reference/gpt_oss_reference.py: a local and a global layer in f32 and bf16, a 4-layer model
 // (logits, activations, prefill + incremental decode, ragged rows) from unscanned and scanned MaxText trees, the same
 // model as a Hugging Face checkpoint and as a GGUF file written here with llama.cpp's gpt-oss names, an MXFP4 Hugging
@@ -16,13 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/backend/reference/backend.hpp"
+#include "maxtext/families/gpt_oss/gpt_oss.hpp"
+#include "maxtext/families/gpt_oss/import.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/model_import.hpp"
 #include "maxtext/io/gguf.hpp"
-#include "maxtext/io/hf_gpt_oss.hpp"
-#include "maxtext/io/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/gpt_oss.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"

@@ -1,4 +1,4 @@
-// The llama4 decoder block (layers/llama4.hpp) against the PyTorch float64 fixtures of
+// The llama4 decoder block (families/llama4/llama4.hpp) against the PyTorch float64 fixtures of
 // tests/reference/llama4_reference.py: a dense layer with chunked attention, Llama-3.1 RoPE and the L2 qk norm, and a
 // MoE layer with NoPE attention whose temperature-tuning factor changes inside the rows (positions around 8192), in
 // f32 and bf16; an 8-layer model cycling dense / MoE and RoPE / NoPE (logits, activations, prefill + incremental
@@ -11,12 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "maxtext/io/hf_llama4.hpp"
-#include "maxtext/io/model_import.hpp"
+#include "maxtext/families/llama4/import.hpp"
+#include "maxtext/families/llama4/llama4.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/llama4.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"

@@ -3,14 +3,14 @@
 #include <filesystem>
 #include <string>
 
+#include "maxtext/families/llama2/llama2.hpp"
+#include "maxtext/families/mistral/mistral.hpp"
+#include "maxtext/families/qwen/qwen3.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/models/registry.hpp"
 #include "maxtext/layers/decoders.hpp"
-#include "maxtext/layers/llama2.hpp"
-#include "maxtext/layers/mistral.hpp"
-#include "maxtext/layers/qwen3.hpp"
 #include "maxtext/models/layer_runner.hpp"
+#include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
 #include "support/family_fixture.hpp"

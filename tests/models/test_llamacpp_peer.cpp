@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "maxtext/backend/cpu/backend.hpp"
-#include "maxtext/io/weights.hpp"
-#include "maxtext/models/generate.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/models/any_model.hpp"
+#include "maxtext/models/generate.hpp"
 #include "maxtext_blocks_built.hpp"  // the models of maxtext_blocks (tools/blocks/), as the CLI has them
 #include "support/cli.hpp"
 #include "support/test_support.hpp"
@@ -241,7 +241,7 @@ TEST_CASE("llama.cpp peer: gemma4 MoE (shared GeGLU MLP + 4 routed experts top 2
 TEST_CASE("llama.cpp peer: qwen3next (Gated DeltaNet 3 : 1 gated attention, 2 key / 4 value heads, MoE top 2 + gated "
           "shared expert)", "[models][llamacpp]") {
   // The importer undoes llama.cpp's converter: norms stored as 1 + w, ssm_a = -exp(A_log), the DeltaNet projection
-  // split into q | k | v and z (io/hf_qwen3_next.hpp). llama.cpp runs its chunked delta rule on the 16-token prompt,
+  // split into q | k | v and z (families/qwen3_next/import.hpp). llama.cpp runs its chunked delta rule on the 16-token prompt,
   // then one recurrent step per token, as the library does (its chunked form starts at 16 tokens).
   check_peer("qwen3next", kSilu);
 }
@@ -249,7 +249,7 @@ TEST_CASE("llama.cpp peer: qwen3next (Gated DeltaNet 3 : 1 gated attention, 2 ke
 TEST_CASE("llama.cpp peer: qwen35moe (Qwen3.5 MoE: value heads stored tiled, beta and alpha apart, MRoPE sections "
           "at text positions)", "[models][llamacpp]") {
   // decoder_block qwen3_5. llama.cpp's converter reorders the DeltaNet's value heads for its broadcasts; the importer
-  // puts them back in Hugging Face's order (io/hf_qwen3_next.hpp value_head_position).
+  // puts them back in Hugging Face's order (families/qwen3_next/import.hpp value_head_position).
   check_peer("qwen35moe", kSilu);
 }
 

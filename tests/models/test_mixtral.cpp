@@ -6,11 +6,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "maxtext/io/hf_deepseek.hpp"
+#include "maxtext/families/deepseek/import.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/mistral/mixtral.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/mixtral.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"

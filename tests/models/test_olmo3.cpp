@@ -1,4 +1,4 @@
-// The olmo3 decoder block (layers/olmo3.hpp) and the llama2lti block (io/lti.hpp + the llama2 layer) against the
+// The olmo3 decoder block (families/olmo3/olmo3.hpp) and the llama2lti block (families/llama2/lti.hpp + the llama2 layer) against the
 // PyTorch float64 fixtures of tests/reference/olmo3_reference.py and llama2lti_reference.py: olmo3 layers (local,
 // global, default RoPE) in f32 and bf16; the 4-layer model (logits, activations, prefill + incremental decode, ragged
 // rows) from unscanned and scanned MaxText trees, a Hugging Face Olmo3 checkpoint and a GGUF file written here with
@@ -14,15 +14,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "maxtext/io/checkpoint.hpp"
+#include "maxtext/families/checkpoint.hpp"
+#include "maxtext/families/llama2/llama2.hpp"
+#include "maxtext/families/llama2/lti.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/model_import.hpp"
+#include "maxtext/families/olmo3/olmo3.hpp"
 #include "maxtext/io/gguf.hpp"
-#include "maxtext/io/lti.hpp"
-#include "maxtext/io/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/llama2.hpp"
-#include "maxtext/layers/olmo3.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"

@@ -1,4 +1,4 @@
-// The qwen3_next decoder block (layers/qwen3_next.hpp) against the PyTorch float64 fixtures of
+// The qwen3_next decoder block (families/qwen3_next/qwen3_next.hpp) against the PyTorch float64 fixtures of
 // tests/reference/qwen3_next_reference.py (MaxText e591f30 qwen3.py): a Gated DeltaNet layer (its delta-rule output
 // too) and a gated full-attention layer, in f32 and bf16; a 4-layer model (3 Gated DeltaNet layers, then full
 // attention) from unscanned and scanned (`layer_j`) trees: logits, activations, the recurrent and conv states and the
@@ -14,14 +14,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "maxtext/io/checkpoint.hpp"
-#include "maxtext/io/hf_qwen3_next.hpp"
-#include "maxtext/io/model_import.hpp"
+#include "maxtext/families/checkpoint.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/model_import.hpp"
+#include "maxtext/families/qwen3_next/import.hpp"
+#include "maxtext/families/qwen3_next/qwen3_5.hpp"
+#include "maxtext/families/qwen3_next/qwen3_next.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/qwen3_5.hpp"
-#include "maxtext/layers/qwen3_next.hpp"
 #include "maxtext/layers/rotary.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"

@@ -1,5 +1,5 @@
-// The qwen2, qwen3_moe and qwen3_custom_moe decoder blocks (layers/qwen2.hpp, layers/qwen3.hpp Qwen3MoeDecoderLayer,
-// layers/qwen3_custom.hpp) against the
+// The qwen2, qwen3_moe and qwen3_custom_moe decoder blocks (families/qwen/qwen2.hpp, families/qwen/qwen3.hpp Qwen3MoeDecoderLayer,
+// families/qwen/qwen3_custom.hpp) against the
 // PyTorch float64 fixtures of tests/reference/qwen_family_reference.py: the layers in f32 and bf16, 2-layer models
 // (logits, activations, prefill + incremental decode, ragged rows), MaxText scanned trees, Hugging Face checkpoints
 // (config.json + safetensors), GGUF files written here from the same numbers with llama.cpp's names and metadata
@@ -14,14 +14,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/model_import.hpp"
+#include "maxtext/families/qwen/qwen2.hpp"
+#include "maxtext/families/qwen/qwen3.hpp"
+#include "maxtext/families/qwen/qwen3_custom.hpp"
 #include "maxtext/io/gguf.hpp"
-#include "maxtext/io/model_import.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/qwen2.hpp"
-#include "maxtext/layers/qwen3.hpp"
-#include "maxtext/layers/qwen3_custom.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"

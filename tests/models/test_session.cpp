@@ -17,8 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/families/llama2/llama2.hpp"
 #include "maxtext/io/generation_config.hpp"
-#include "maxtext/layers/llama2.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/session.hpp"
 #include "maxtext/models/text_stream.hpp"

@@ -1,4 +1,4 @@
-// MaxText's test blocks `simple` and `simple_mlp` (layers/simple_layer.hpp) against the PyTorch float64 fixtures of
+// MaxText's test blocks `simple` and `simple_mlp` (families/simple/simple_layer.hpp) against the PyTorch float64 fixtures of
 // tests/reference/qwen_family_reference.py: 2-layer models (each layer's output, logits), unscanned and scanned
 // MaxText trees, incremental decoding (the layers keep no cache), the registry, seeded initialisation.
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <string>
 
-#include "maxtext/io/weights.hpp"
-#include "maxtext/layers/simple_layer.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/families/simple/simple_layer.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"

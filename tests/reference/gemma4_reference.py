@@ -213,7 +213,7 @@ def scanned(w, c):
 # ---------------------------------------------------------------------------------------------------------------
 # Hugging Face's Gemma 4 layout, written from MaxText's converter (checkpoint_conversion/utils/param_mapping.py
 # GEMMA4_MAXTEXT_TO_HF_PARAM_MAPPING and its hooks; hf_model_configs.py gemma4_26b / gemma4_31b): the inverse of the
-# mapping io/hf_gemma4.hpp applies. transformers' own Gemma 4 modelling code was not available to re-state, so this
+# mapping families/gemma4/import.hpp applies. transformers' own Gemma 4 modelling code was not available to re-state, so this
 # checks the importer against MaxText's converter, whose mapping is the contract.
 
 def hf_config(c):

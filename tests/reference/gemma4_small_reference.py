@@ -149,7 +149,7 @@ def model_weights(g, c):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Hugging Face's Gemma 4 layout, from MaxText's converter (param_mapping.py GEMMA4_SMALL_MAXTEXT_TO_HF_PARAM_MAPPING
-# and its hooks): the inverse of the mapping io/hf_gemma4.hpp applies. The per-layer table is stored as is; the
+# and its hooks): the inverse of the mapping families/gemma4/import.hpp applies. The per-layer table is stored as is; the
 # per_layer_model_projection, per_layer_input_gate and per_layer_projection kernels are transposed like every other.
 
 def hf_config(c):

@@ -159,7 +159,7 @@ def hf_config(c, rope_scaling, multimodal):
 
 
 def hf_checkpoint(w, c, multimodal):
-    """MaxText-named f32 weights -> Hugging Face names (the transpose of io/hf_llama4.hpp's mapping)."""
+    """MaxText-named f32 weights -> Hugging Face names (the transpose of families/llama4/import.hpp's mapping)."""
     D, N, K, H = c["D"], c["N"], c["K"], c["H"]
     r = "language_model." if multimodal else ""
     T = lambda a: np.ascontiguousarray(np.asarray(a).T)  # noqa: E731

@@ -16,11 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/families/gpt3/gpt3.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/io/npz.hpp"
 #include "maxtext/io/tensor_files.hpp"
-#include "maxtext/io/weights.hpp"
 #include "maxtext/io/yaml_config.hpp"
-#include "maxtext/layers/gpt3.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "maxtext/testing/reference_check.hpp"

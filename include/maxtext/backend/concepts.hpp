@@ -135,7 +135,7 @@ concept BackendEngram = requires(const B& b, View<const float, 2> x, View<float,
   b.engram_gate(x, x, x, y);
 };
 
-/// Gated DeltaNet (layers/qwen3_next.hpp; MaxText qwen3.py) on B sequences of T = M / B tokens (row m = b*T + t).
+/// Gated DeltaNet (families/qwen3_next/qwen3_next.hpp; MaxText qwen3.py) on B sequences of T = M / B tokens (row m = b*T + t).
 /// Sequence b continues its cached state when start[b] > 0 and starts from zeros when start[b] == 0; its tokens
 /// t >= valid[b] (right padding; `valid` empty: all T) leave the state unchanged (MaxText zeroes k, v and g there).
 /// start / valid are int32 [B] in backend memory, the states f32 [B, width] in backend memory.
@@ -158,7 +158,7 @@ concept BackendGatedDeltaNet = requires(const B& b, View<const float, 2> x, View
   b.gated_delta_rule(x, x, x, x, x, w, w, shape, ids, ids, s, y);
 };
 
-/// DeepSeek-V4's compressed attention (layers/deepseek4.hpp; MaxText layers/attention_compressed.py) on B sequences
+/// DeepSeek-V4's compressed attention (families/deepseek4/deepseek4.hpp; MaxText layers/attention_compressed.py) on B sequences
 /// of T = M / B tokens (row m = b*T + t, at cache index p = q_start[b] + t). kv / gate / blocks are cache buffers
 /// [B, S, width] in backend memory; q_start, first, count int32 [B] in backend memory.
 ///   compress_pool(kv [B,S,F], gate [B,S,F], bias [r,F], r, overlap, first, count, out [B,n,d]): out[b,i] (i <

@@ -119,7 +119,7 @@ struct MhcCoefficients {
   const A* res_beta = nullptr;
 };
 
-/// Gated DeltaNet (MaxText qwen3.py Qwen3NextGatedDeltaNet; layers/qwen3_next.hpp): the head layout of its delta
+/// Gated DeltaNet (MaxText qwen3.py Qwen3NextGatedDeltaNet; families/qwen3_next/qwen3_next.hpp): the head layout of its delta
 /// rule. Value head h reads key head h / (value_heads / key_heads) (jnp.repeat); each value head keeps a state
 /// [key_dim, value_dim] (row-major, f32) per sequence.
 struct GdnShape {

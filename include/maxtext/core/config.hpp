@@ -18,6 +18,7 @@
 
 #include "maxtext/core/decoder_blocks.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 
 namespace maxtext {
 
@@ -373,7 +374,8 @@ inline bool Config::known(const std::string& key) {
   return false;
 }
 
-inline void Config::set(const std::string& key, const std::string& value, const std::string& where) {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void Config::set(const std::string& key, const std::string& value, const std::string& where) {
 #define MAXTEXT_SET_FIELD(type, k, dflt)        \
   if (key == #k) {                              \
     detail::parse_value(key, value, this->k);   \
@@ -388,8 +390,10 @@ inline void Config::set(const std::string& key, const std::string& value, const 
   extra[key] = detail::unquote(value);
   origin[key] = where;
 }
+#endif
 
-inline void Config::set_list(const std::string& key, const StringList& values, const std::string& where) {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void Config::set_list(const std::string& key, const StringList& values, const std::string& where) {
   if (key == "mlp_activations") {
     mlp_activations = values;
     origin[key] = where;
@@ -397,6 +401,7 @@ inline void Config::set_list(const std::string& key, const StringList& values, c
   }
   extra[key] = detail::format_value(values);
 }
+#endif
 
 inline std::vector<std::int64_t> Config::int_list(const std::string& key, std::vector<std::int64_t> dflt,
                                                   std::int64_t min) const {
@@ -428,7 +433,8 @@ inline std::vector<std::int64_t> Config::mrope_section() const {
   return out;
 }
 
-inline std::string Config::get(const std::string& key) const {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API std::string Config::get(const std::string& key) const {
 #define MAXTEXT_GET_FIELD(type, k, dflt) \
   if (key == #k) return detail::format_value(this->k);
   MAXTEXT_CONFIG_FIELDS(MAXTEXT_GET_FIELD)
@@ -437,6 +443,7 @@ inline std::string Config::get(const std::string& key) const {
   MAXTEXT_CHECK(it != extra.end(), ConfigError, "[config] unknown key '", key, "'");
   return it->second;
 }
+#endif
 
 
 /// Features MaxText has that change the forward pass but that this library does not implement: the key, and a
@@ -506,7 +513,8 @@ inline const std::vector<std::string>& supported_decoder_blocks() {
   return list;
 }
 
-inline void Config::validate() const {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void Config::validate() const {
   (void)canonical_dtype(dtype);
   (void)canonical_dtype(weight_dtype, "weight_dtype");
   for (const auto& f : unsupported_features()) {
@@ -916,5 +924,6 @@ inline void Config::validate() const {
     }
   }
 }
+#endif
 
 }  // namespace maxtext

@@ -23,6 +23,7 @@
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/core/nearest.hpp"
 
 namespace maxtext {
@@ -251,7 +252,8 @@ bool contains(const List& list, std::string_view key) {
 
 /// Refuse (ConfigError / UnsupportedError, naming the key and where it was set) a key of `cfg` that is unknown, a
 /// refused feature turned on, or a known key at a value the library does not honour; see the top of this file.
-inline void check_config_keys(const Config& cfg) {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void check_config_keys(const Config& cfg) {
   namespace ck = config_keys;
   auto where = [&](const std::string& key) {
     const auto it = cfg.origin.find(key);
@@ -300,5 +302,8 @@ inline void check_config_keys(const Config& cfg) {
                   " (keys that only matter for training or device layout are accepted: docs/config.md)");
   }
 }
+#else
+void check_config_keys(const Config& cfg);
+#endif
 
 }  // namespace maxtext

@@ -24,6 +24,7 @@
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/ggml_quants.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/io/convert.hpp"
 #include "maxtext/io/mapped_file.hpp"
@@ -417,7 +418,8 @@ inline GgufValue read_gguf_value(GgufCursor& c, GgufType t, const std::string& w
 /// zero-copy AnyTensor views; Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K, IQ4_NL and IQ4_XS tensors are listed in
 /// `block_tensors` (sizes checked; decode them with dequantize_block_tensors); other ggml types (IQ2, IQ3, ...)
 /// raise UnsupportedError naming the tensor.
-inline GgufFile read_gguf(const std::string& path) {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API GgufFile read_gguf(const std::string& path) {
   auto file = MappedFile::open(path);
   GgufFile g;
   g.path = path;
@@ -526,7 +528,7 @@ inline GgufFile read_gguf(const std::string& path) {
     for (auto it = info.dims.rbegin(); it != info.dims.rend(); ++it) t.shape.push_back(static_cast<std::int64_t>(*it));
     if (info.ggml_type == 39) {
       // MXFP4: raw 17-byte blocks (e8m0 scale, 16 bytes of e2m1 pairs) as u8 [..., ne0 / 32, 17]; only the gpt-oss
-      // importer (io/hf_gpt_oss.hpp dequantize_ggml_mxfp4) reads them, load_weights refuses them elsewhere.
+      // importer (families/gpt_oss/import.hpp dequantize_ggml_mxfp4) reads them, load_weights refuses them elsewhere.
       t.shape.back() /= ti->block;
       t.shape.push_back(ti->bytes);
     }
@@ -546,6 +548,9 @@ inline GgufFile read_gguf(const std::string& path) {
   }
   return g;
 }
+#else
+GgufFile read_gguf(const std::string& path);
+#endif
 
 /// Decode `b` into a new f32 tensor (row-major, b.shape). A block whose fp16 scale is NaN or infinite raises IoError
 /// naming the file, the tensor and the block.

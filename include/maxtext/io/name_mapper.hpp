@@ -1,5 +1,5 @@
 // io/name_mapper.hpp: the bookkeeping every checkpoint importer of a decoder family needs when it maps a file's tensor
-// names to MaxText's (io/hf_gpt_oss.hpp, io/hf_llama4.hpp): take a tensor by name (remembering it as used, or as
+// names to MaxText's (families/gpt_oss/import.hpp, families/llama4/import.hpp): take a tensor by name (remembering it as used, or as
 // missing), put the mapped view under its MaxText name with its provenance, check shapes, and at the end report every
 // missing and every unexpected tensor at once.
 #pragma once

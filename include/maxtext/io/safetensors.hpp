@@ -18,6 +18,7 @@
 
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/io/mapped_file.hpp"
 
 namespace maxtext::io {
@@ -96,7 +97,8 @@ inline const char* safetensors_dtype_name(DType t) {
 
 /// Parse a safetensors file. Tensors are zero-copy views into the mapping, kept alive by their holders.
 /// Malformed headers, out-of-range or inconsistent offsets and unknown dtypes raise IoError naming file and tensor.
-inline TensorMap read_safetensors(const std::string& path) {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API TensorMap read_safetensors(const std::string& path) {
   auto file = MappedFile::open(path);
   const std::size_t size = file->size();
   MAXTEXT_CHECK(size >= 8, IoError, "[safetensors] ", path, ": file too short (", size, " bytes) for the header length");
@@ -164,9 +166,13 @@ inline TensorMap read_safetensors(const std::string& path) {
   }
   return out;
 }
+#else
+TensorMap read_safetensors(const std::string& path);
+#endif
 
 /// Write tensors (any layout; written contiguous) and string metadata to a safetensors file.
-inline void write_safetensors(const std::string& path, const std::map<std::string, AnyTensor>& tensors,
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void write_safetensors(const std::string& path, const std::map<std::string, AnyTensor>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -206,10 +212,15 @@ inline void write_safetensors(const std::string& path, const std::map<std::strin
   }
   write_file(path, buf.data(), buf.size());
 }
+#else
+void write_safetensors(const std::string& path, const std::map<std::string, AnyTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+#endif
 
 /// Read a sharded checkpoint through its `model.safetensors.index.json` (weight_map: tensor -> shard file), or a
 /// single file. Shards are resolved relative to the index; a tensor listed but absent from its shard is an error.
-inline TensorMap read_safetensors_any(const std::string& path) {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API TensorMap read_safetensors_any(const std::string& path) {
   const bool is_index = path.size() > 5 && path.substr(path.size() - 5) == ".json";
   if (!is_index) return read_safetensors(path);
   nlohmann::json idx;
@@ -241,5 +252,8 @@ inline TensorMap read_safetensors_any(const std::string& path) {
   }
   return out;
 }
+#else
+TensorMap read_safetensors_any(const std::string& path);
+#endif
 
 }  // namespace maxtext::io

@@ -13,6 +13,7 @@
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/config_keys.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 
 namespace maxtext::io {
 
@@ -48,7 +49,8 @@ inline void apply_yaml_node(Config& cfg, const YAML::Node& root, const std::stri
 }
 
 /// Apply a YAML file.
-inline void apply_yaml_file(Config& cfg, const std::string& path) {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void apply_yaml_file(Config& cfg, const std::string& path) {
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -59,9 +61,13 @@ inline void apply_yaml_file(Config& cfg, const std::string& path) {
   }
   apply_yaml_node(cfg, root, path);
 }
+#else
+void apply_yaml_file(Config& cfg, const std::string& path);
+#endif
 
 /// Apply one command-line override `key=value` (lists as [a,b] or a,b).
-inline void apply_override(Config& cfg, const std::string& kv) {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void apply_override(Config& cfg, const std::string& kv) {
   const auto eq = kv.find('=');
   MAXTEXT_CHECK(eq != std::string::npos && eq > 0, ConfigError, "[config] override '", kv, "' must look like key=value");
   const std::string key = maxtext::detail::trim(kv.substr(0, eq)), value = kv.substr(eq + 1);
@@ -73,6 +79,9 @@ inline void apply_override(Config& cfg, const std::string& kv) {
     cfg.set(key, value, "override");
   }
 }
+#else
+void apply_override(Config& cfg, const std::string& kv);
+#endif
 
 /// Directories searched for configs/models/<model_name>.yml: $MAXTEXT_CONFIG_DIR, then `extra`, then the source
 /// tree / install prefix this header came from (when known at compile time).
@@ -101,7 +110,8 @@ inline std::string find_model_config(const std::string& model_name, const std::v
 /// not "default" and such a file exists) <- overrides. Then derive(), validate() and check_config_keys(): a key that is
 /// unknown (the nearest known one is named), a refused feature turned on, or a value the library does not honour is
 /// refused (docs/config.md).
-inline Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
                           const std::vector<std::string>& search_dirs = config_search_dirs()) {
   Config cfg;
   if (!path.empty()) apply_yaml_file(cfg, path);
@@ -124,5 +134,9 @@ inline Config load_config(const std::string& path, const std::vector<std::string
   check_config_keys(cfg);
   return cfg;
 }
+#else
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                          const std::vector<std::string>& search_dirs = config_search_dirs());
+#endif
 
 }  // namespace maxtext::io

@@ -10,11 +10,11 @@
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/policy.hpp"
+#include "maxtext/families/llama2/llama2.hpp"
 #include "maxtext/layers/attentions.hpp"
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/layer_info.hpp"
 #include "maxtext/layers/linears.hpp"
-#include "maxtext/layers/llama2.hpp"
 #include "maxtext/layers/normalizations.hpp"
 #include "maxtext/layers/params.hpp"
 

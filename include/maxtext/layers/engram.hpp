@@ -26,7 +26,7 @@
 // conv inputs kept in the layer's state. The caller adds
 // out to the residual stream (deepseek.py engram_op, after RMSNorm engram_layer_norm).
 //
-// The DeepSeek layers listed in engram_layers run it (layers/deepseek.hpp) on hashes that EngramHashing computes from
+// The DeepSeek layers listed in engram_layers run it (families/deepseek/deepseek.hpp) on hashes that EngramHashing computes from
 // the step's tokens and the compressed-token table the model is given (models::Transformer::set_engram_vocab).
 #pragma once
 

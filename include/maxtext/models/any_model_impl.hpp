@@ -14,7 +14,7 @@
 
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/core/error.hpp"
-#include "maxtext/layers/gpt3.hpp"
+#include "maxtext/families/gpt3/gpt3.hpp"
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/kv_cache.hpp"

@@ -4,7 +4,7 @@
 //   using Gpt3 = maxtext::models::Transformer<maxtext::Policy<maxtext::cpu::Backend, float>,
 //                                             maxtext::layers::Gpt3DecoderLayer>;
 //   Gpt3 model(config);            // sizes from the runtime Config
-//   model.load(weights);           // TensorMap in MaxText naming (see io/checkpoint.hpp)
+//   model.load(weights);           // TensorMap in MaxText naming (see families/checkpoint.hpp)
 //   auto cache = model.make_cache(/*batch=*/1, /*capacity=*/256);
 //   auto logits = model.forward(tokens, cache);   // [B, T, vocab] f32
 //
@@ -272,7 +272,7 @@ class Transformer {
     }
   }
 
-  /// Load every parameter from tensors in MaxText naming (unscanned layout; see io/checkpoint.hpp for scanned
+  /// Load every parameter from tensors in MaxText naming (unscanned layout; see families/checkpoint.hpp for scanned
   /// layouts and other namings). Missing, extra, mis-shaped or non-float tensors are reported together.
   void load(const io::TensorMap& tensors, bool allow_unused = false) {
     layers::ParamLoader<P> loader(tensors, be_);

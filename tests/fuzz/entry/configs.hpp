@@ -7,8 +7,8 @@
 
 #include "fuzz_common.hpp"
 #include "maxtext/core/config.hpp"
+#include "maxtext/families/model_import.hpp"
 #include "maxtext/io/generation_config.hpp"
-#include "maxtext/io/model_import.hpp"
 #include "maxtext/io/yaml_config.hpp"
 
 namespace maxtext::fuzz {

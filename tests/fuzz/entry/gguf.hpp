@@ -3,8 +3,8 @@
 #pragma once
 
 #include "entry/exercise.hpp"
+#include "maxtext/families/model_import.hpp"
 #include "maxtext/io/gguf.hpp"
-#include "maxtext/io/model_import.hpp"
 #include "maxtext/tokenizer/chat_template.hpp"
 #include "maxtext/tokenizer/gguf_bpe.hpp"
 #include "maxtext/tokenizer/spm.hpp"

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "entry/exercise.hpp"
+#include "maxtext/families/model_import.hpp"
 #include "maxtext/io/llama2c.hpp"
-#include "maxtext/io/model_import.hpp"
 #include "maxtext/tokenizer/spm.hpp"
 
 namespace maxtext::fuzz {

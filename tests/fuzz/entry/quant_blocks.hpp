@@ -1,6 +1,6 @@
 // tests/fuzz/entry/quant_blocks.hpp: fuzz entry point for the decoding of quantised weight blocks: the ggml block
 // types of core/ggml_quants.hpp (Q4_0 ... IQ4_XS, as io::dequantize_block_tensor decodes a GGUF tensor) and MXFP4
-// (Hugging Face GPT-OSS `_blocks` + `_scales` pairs and llama.cpp's 17-byte blocks, io/hf_gpt_oss.hpp).
+// (Hugging Face GPT-OSS `_blocks` + `_scales` pairs and llama.cpp's 17-byte blocks, families/gpt_oss/import.hpp).
 // Byte 0 picks the format (its value modulo the 14 formats); byte 1 the layout: rows 1-4, blocks per row 1-2, and
 // whether the claimed byte count or the scale tensor's shape is off by a little (which must be refused by name);
 // the rest fills the blocks, cycling when short. Every decoded value is read.
@@ -12,8 +12,8 @@
 #include "fuzz_common.hpp"
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/ggml_quants.hpp"
+#include "maxtext/families/gpt_oss/import.hpp"
 #include "maxtext/io/gguf.hpp"
-#include "maxtext/io/hf_gpt_oss.hpp"
 
 namespace maxtext::fuzz {
 

@@ -393,7 +393,7 @@ MAXTEXT_HD inline float engram_gate(float dot, float sqrt_d) {
   return round_to<A>(math::sigmoid(g));
 }
 
-// ---- Gated DeltaNet (layers/qwen3_next.hpp; BackendGatedDeltaNet) ----------------------------------------------
+// ---- Gated DeltaNet (families/qwen3_next/qwen3_next.hpp; BackendGatedDeltaNet) ----------------------------------------------
 /// The gates of one token and value head (qwen3.py): beta = sigmoid(b), and the state decay exp(g) with the
 /// log-decay g = -exp(a_log) * softplus(a + dt_bias).
 /// The log-decay g = -exp(a_log) * softplus(a + dt_bias) (< 0); the chunked form sums these.
@@ -407,7 +407,7 @@ MAXTEXT_HD inline void gdn_gates(float a, float b, float a_log, float dt_bias, f
 /// The factor that L2-normalises a vector with sum of squares `ss` (MaxText's l2norm, eps fixed at 1e-6).
 MAXTEXT_HD inline float gdn_l2_factor(float ss) { return 1.0f / sqrtf(ss + 1e-6f); }
 
-// ---- DeepSeek-V4 compressed attention (layers/deepseek4.hpp; BackendCompressedAttention) ----------------------
+// ---- DeepSeek-V4 compressed attention (families/deepseek4/deepseek4.hpp; BackendCompressedAttention) ----------------------
 /// One feature c of pooled block j (attention_compressed.py: the HCA window, or csa_overlap_pooling's 2r-entry
 /// window). `kv` / `gate` point at token 0 of the sequence (rows `stride` elements apart, F features), `bias` is
 /// position_bias [r, F]. Entries: overlap == false (F = d): tokens j*r + o, feature c, bias row o; overlap == true

@@ -759,7 +759,7 @@ class Backend {
     });
   }
 
-  // ---- DeepSeek-V4 compressed attention (layers/deepseek4.hpp; semantics: BackendCompressedAttention) -------
+  // ---- DeepSeek-V4 compressed attention (families/deepseek4/deepseek4.hpp; semantics: BackendCompressedAttention) -------
   /// Pool blocks first[b] .. first[b] + count[b] - 1 of each sequence (kmath::compress_pool_feature per feature).
   template <class A>
   void compress_pool(View<const A, 3> kv, View<const A, 3> gate, View<const A, 2> bias, std::int64_t r, bool overlap,
@@ -850,7 +850,7 @@ class Backend {
     });
   }
 
-  // ---- Gated DeltaNet (layers/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
+  // ---- Gated DeltaNet (families/qwen3_next/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
   /// Depthwise causal convolution with SiLU per sequence, taps `dilation` inputs apart, continuing from and updating
   /// its conv state (the last (Kc-1)*dilation inputs). f32 sums, rounded to A before and after the SiLU (the conv and
   /// the activation are two ops). Work items are (sequence, block of 256 channels): each keeps a window of its

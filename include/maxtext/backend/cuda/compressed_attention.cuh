@@ -1,4 +1,4 @@
-// backend/cuda/compressed_attention.cuh: DeepSeek-V4's compressed attention (layers/deepseek4.hpp), three kernels
+// backend/cuda/compressed_attention.cuh: DeepSeek-V4's compressed attention (families/deepseek4/deepseek4.hpp), three kernels
 // that evaluate, per output element, the host-tested functions of backend/common/kernel_math.hpp:
 //  - compress_pool: one thread per (sequence, block, feature), kmath::compress_pool_feature;
 //  - the indexer: one thread per (token, block) for the scores (kmath::indexer_score, -inf where the block is not

@@ -1,4 +1,4 @@
-// backend/cuda/gated_delta.cuh: the Gated DeltaNet kernels (layers/qwen3_next.hpp): the depthwise causal convolution
+// backend/cuda/gated_delta.cuh: the Gated DeltaNet kernels (families/qwen3_next/qwen3_next.hpp): the depthwise causal convolution
 // with SiLU and the gated delta rule, token by token. Semantics: BackendGatedDeltaNet (backend/concepts.hpp); the
 // reference backend defines them and the CPU backend runs the same arithmetic (the gates and the L2-norm factor come
 // from backend/common/kernel_math.hpp).

@@ -619,7 +619,7 @@ class Backend {
     }
   }
 
-  // ---- DeepSeek-V4 compressed attention (layers/deepseek4.hpp; semantics: BackendCompressedAttention) -------
+  // ---- DeepSeek-V4 compressed attention (families/deepseek4/deepseek4.hpp; semantics: BackendCompressedAttention) -------
   /// Each pooled feature as a softmax over its window's entries in double, the logits and weights rounded to A.
   template <class A>
   void compress_pool(View<const A, 3> kv, View<const A, 3> gate, View<const A, 2> bias, std::int64_t r, bool overlap,
@@ -733,7 +733,7 @@ class Backend {
     }
   }
 
-  // ---- Gated DeltaNet (layers/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
+  // ---- Gated DeltaNet (families/qwen3_next/qwen3_next.hpp; semantics: BackendGatedDeltaNet in concepts.hpp) --------------
   /// The depthwise causal convolution with SiLU over each sequence, taps `dilation` inputs apart, continuing from
   /// (and updating) its conv state.
   template <class A>
