@@ -72,6 +72,11 @@ struct Case {
   explicit Case(const std::string& n, void (*tweak)(layers::AttentionArgs&) = nullptr)
       : name(n), dir(test::fixtures_dir() + "/" + n), meta(test::read_meta(dir)), config(test::config_from_meta(meta)),
         args(args_from_meta(meta)) {
+    // What attentions.py decides by decoder block, a family's layer sets in AttentionArgs (Llama 4's L2 qk norm,
+    // Qwen2's out projection without bias, Qwen3-Next's gated attention): the fixtures are MaxText's bare Attention.
+    args.qk_norm_l2 = config.is("llama4");
+    args.out_bias = !config.is("qwen2");
+    args.qwen3_next_gated = config.is_qwen3_hybrid();
     if (tweak) tweak(args);
     attn = layers::Attention<P>(config, args);
     const io::TensorMap w = io::read_safetensors(dir + "/weights.safetensors");

@@ -29,6 +29,16 @@ using PBf = Policy<test::Backend, bf16>;
 
 namespace {
 
+/// The MoE variant moe.py selects by decoder block, as the families' layers pass it (layers::MoeFamily): these
+/// cases drive MaxText's bare MoE modules from the fixtures' configs.
+layers::MoeFamily moe_family(const Config& c) {
+  if (c.is("deepseek") || c.is("deepseek4")) return layers::MoeFamily::deepseek;
+  if (c.is("gpt_oss")) return layers::MoeFamily::gpt_oss;
+  if (c.is("llama4")) return layers::MoeFamily::llama4;
+  if (c.is("gemma4")) return layers::MoeFamily::gemma4;
+  return layers::MoeFamily::generic;
+}
+
 /// test::expect_close / expect_close_scaled that also print the measured error when MAXTEXT_TEST_REPORT is set.
 template <class T>
 void close(const T& actual, const AnyTensor& expected, testing::Tolerance tol, const std::string& name) {
@@ -208,7 +218,7 @@ TEST_CASE("MoE routing matches the reference: groups, bias, ties, score function
     const std::string name = it.key();
     INFO("case " << name);
     const Config c = config_from_keys(it.value()["config"]);
-    const auto s = layers::RoutedMoE<P32>::settings(c, 1);
+    const auto s = layers::RoutedMoE<P32>::settings(c, 1, moe_family(c));
     const auto z = test::npy(d + name + "_z.npy");
     const std::int64_t M = z.shape[0], E = z.shape[1], k = it.value()["k"].get<std::int64_t>();
     const Tensor<float, 2> zt = z.to<float, 2>({M, E});
@@ -235,19 +245,19 @@ TEST_CASE("RoutedMoE settings follow MaxText's gating of the DeepSeek-V3 path", 
   c.num_experts = 256;
   c.num_experts_per_tok = 8;
   c.routed_scaling_factor = 2.5;
-  auto s = layers::RoutedMoE<P32>::settings(c, 16).routing;
+  auto s = layers::RoutedMoE<P32>::settings(c, 16, moe_family(c)).routing;
   CHECK(s.deepseek);
   CHECK(s.n_groups == 8);
   CHECK(s.normalize);
   CHECK(s.scale == 2.5f);
   CHECK_FALSE(s.softmax_weights);
   c.model_name = "deepseek2-16b";  // not deepseek3*: groups ignored, bias would enter the weights
-  s = layers::RoutedMoE<P32>::settings(c, 16).routing;
+  s = layers::RoutedMoE<P32>::settings(c, 16, moe_family(c)).routing;
   CHECK_FALSE(s.deepseek);
   CHECK(s.n_groups == 0);
   c.decoder_block = "mixtral";
   c.norm_topk_prob = true;
-  s = layers::RoutedMoE<P32>::settings(c, 16).routing;
+  s = layers::RoutedMoE<P32>::settings(c, 16, moe_family(c)).routing;
   CHECK(s.softmax_weights);
   CHECK(s.normalize);
   CHECK(s.scale == 1.0f);
@@ -299,22 +309,22 @@ void run_moe_case(const std::string& name, Block block) {
 
 TEST_CASE("RoutedAndSharedMoE (DeepSeek-V3 routing, groups, shared expert) matches the fixture", "[layers][moe]") {
   const Config c = config_from_keys(read_json(fx("moe_deepseek") + "meta.json")["config"]);
-  run_moe_case("moe_deepseek", layers::RoutedAndSharedMoE<P32>(c));
+  run_moe_case("moe_deepseek", layers::RoutedAndSharedMoE<P32>(c, moe_family(c)));
 }
 
 TEST_CASE("RoutedMoE (Mixtral softmax-over-top-k) matches the fixture", "[layers][moe]") {
   const Config c = config_from_keys(read_json(fx("moe_mixtral") + "meta.json")["config"]);
-  run_moe_case("moe_mixtral", layers::RoutedMoE<P32>(layers::RoutedMoE<P32>::settings(c, c.mlp_dim)));
+  run_moe_case("moe_mixtral", layers::RoutedMoE<P32>(layers::RoutedMoE<P32>::settings(c, c.mlp_dim, moe_family(c))));
 }
 
 TEST_CASE("Capacity-factor dropping (dense path, expert biases) matches the fixture", "[layers][moe][drop]") {
   const Config c = config_from_keys(read_json(fx("moe_drop") + "meta.json")["config"]);
-  run_moe_case("moe_drop", layers::RoutedMoE<P32>(layers::RoutedMoE<P32>::settings(c, c.mlp_dim)));
+  run_moe_case("moe_drop", layers::RoutedMoE<P32>(layers::RoutedMoE<P32>::settings(c, c.mlp_dim, moe_family(c))));
 }
 
 TEST_CASE("Dropping with model_call_mode=inference uses the full softmax as combine weights", "[layers][moe][drop]") {
   const Config c = config_from_keys(read_json(fx("moe_drop_inference") + "meta.json")["config"]);
-  run_moe_case("moe_drop_inference", layers::RoutedMoE<P32>(layers::RoutedMoE<P32>::settings(c, c.mlp_dim)));
+  run_moe_case("moe_drop_inference", layers::RoutedMoE<P32>(layers::RoutedMoE<P32>::settings(c, c.mlp_dim, moe_family(c))));
 }
 
 TEST_CASE("The sparse (default) path ignores capacity_factor", "[layers][moe][drop]") {
@@ -322,7 +332,7 @@ TEST_CASE("The sparse (default) path ignores capacity_factor", "[layers][moe][dr
   c.sparse_matmul = true;
   test::Backend be;
   layers::MoeMetrics metrics;
-  BlockAsLayer<P32, layers::RoutedMoE<P32>> layer{layers::RoutedMoE<P32>(layers::RoutedMoE<P32>::settings(c, c.mlp_dim)), &metrics};
+  BlockAsLayer<P32, layers::RoutedMoE<P32>> layer{layers::RoutedMoE<P32>(layers::RoutedMoE<P32>::settings(c, c.mlp_dim, moe_family(c))), &metrics};
   const auto params = models::load_layer_params<P32>(layer, io::read_safetensors(fx("moe_drop") + "weights.safetensors"), be);
   (void)models::run_layer<P32>(layer, params, be, test::npy(fx("moe_drop") + "x.npy"));
   CHECK(metrics.dropped == 0);
@@ -348,7 +358,7 @@ TEST_CASE("The gate bias is kept in f32: float32_gate_logits selects with it unr
     c.float32_gate_logits = f32_gate;
     test::Backend be;
     layers::MoeMetrics metrics;
-    BlockAsLayer<PBf, layers::RoutedAndSharedMoE<PBf>> layer{layers::RoutedAndSharedMoE<PBf>(c), &metrics};
+    BlockAsLayer<PBf, layers::RoutedAndSharedMoE<PBf>> layer{layers::RoutedAndSharedMoE<PBf>(c, moe_family(c)), &metrics};
     const auto params = models::load_layer_params<PBf>(layer, w, be);
     (void)models::run_layer<PBf>(layer, params, be, test::npy(fx("moe_deepseek") + "x.npy"));
     REQUIRE(metrics.tokens > 0);
@@ -519,7 +529,7 @@ TEST_CASE("MLA and MoE refuse bad configurations with clear messages", "[layers]
   }
   c = base;
   c.num_experts_per_tok = 9;
-  CHECK_THROWS_WITH(layers::RoutedAndSharedMoE<P32>(c), Catch::Contains("num_experts_per_tok must be in [1, num_experts=8]"));
+  CHECK_THROWS_WITH(layers::RoutedAndSharedMoE<P32>(c, moe_family(c)), Catch::Contains("num_experts_per_tok must be in [1, num_experts=8]"));
 }
 
 TEST_CASE("Missing or mis-shaped DeepSeek weights are reported by name", "[layers][deepseek][errors]") {

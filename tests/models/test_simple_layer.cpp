@@ -104,6 +104,27 @@ TEST_CASE("Registry dispatches simple / simple_mlp, seeded init uses lecun_norma
 }
 #endif
 
+TEST_CASE("Transformer: a config of another decoder block is refused by name, an alias runs, the policy sets the dtype",
+          "[models][config]") {
+  using Simple = models::Transformer<P32, layers::SimpleDecoderLayer>;
+  using SimpleMlp = models::Transformer<P32, layers::SimpleMlpDecoderLayer>;
+  Config c = test::config_from_meta(test::read_meta(test::fixtures_dir() + "/simple_mlp_model"));
+  c.decoder_block = "simple";
+  CHECK_NOTHROW(Simple(c));
+  CHECK_THROWS_WITH(SimpleMlp(c),
+                    Catch::Contains("config decoder_block 'simple' does not run on this model's layer type, which is "
+                                    "decoder_block 'simple_mlp's"));
+  c.decoder_block = "llama2";
+  CHECK_THROWS_WITH(Simple(c), Catch::Contains("config decoder_block 'llama2'") && Catch::Contains("decoder_block 'simple's"));
+  // The aliases of the block list run on the layers of the block they name.
+  CHECK(decoder_block_runs_as("llama2lti") == "llama2");
+  CHECK(decoder_block_runs_as("qwen3_5") == "qwen3_next");
+  CHECK(decoder_block_runs_as("simple") == "simple");
+  // The policy's activation type, whatever the config's dtype (bfloat16 by default) says.
+  STATIC_REQUIRE(Simple::activation_dtype() == DType::f32);
+  STATIC_REQUIRE(models::Transformer<PBf, layers::SimpleDecoderLayer>::activation_dtype() == DType::bf16);
+}
+
 #if defined(MAXTEXT_TEST_DEFAULT_BACKEND)  // the CLI runs on the CPU
 TEST_CASE("maxtext logits / generate: simple and simple_mlp MaxText checkpoints (unscanned, scanned) match the torch "
           "model",

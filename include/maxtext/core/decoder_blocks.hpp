@@ -10,6 +10,8 @@
 // registry expands the list where the layers are declared. The order is the order of messages that list the blocks.
 #pragma once
 
+#include <string_view>
+
 // clang-format off
 #define MAXTEXT_DECODER_BLOCKS(X, ALIAS) \
   X(default, ::maxtext::layers::DecoderLayer) \
@@ -48,3 +50,20 @@
 // plain kernels at load, so the layer is the llama2 one. qwen3_5: Qwen3-Next's layer (families/qwen3_next/qwen3_5.hpp), named
 // directly: clang takes an alias template given as a template template argument for a template of its own, which
 // would make it a second model type.
+
+namespace maxtext {
+
+/// The block whose layer types run `decoder_block`: itself, or for an ALIAS line the block it runs on (llama2lti ->
+/// llama2, qwen3_5 -> qwen3_next). models::Transformer checks a config against its layer type's decoder_block_name
+/// with it.
+constexpr std::string_view decoder_block_runs_as(std::string_view decoder_block) {
+#define MAXTEXT_RUNS_AS_BLOCK(name, ...)
+#define MAXTEXT_RUNS_AS_ALIAS(name, of, ...) \
+  if (decoder_block == #name) return #of;
+  MAXTEXT_DECODER_BLOCKS(MAXTEXT_RUNS_AS_BLOCK, MAXTEXT_RUNS_AS_ALIAS)
+#undef MAXTEXT_RUNS_AS_ALIAS
+#undef MAXTEXT_RUNS_AS_BLOCK
+  return decoder_block;
+}
+
+}  // namespace maxtext

@@ -212,17 +212,8 @@ class MLA {
   void check_positions(const Context<P>& ctx) const {
     const auto& st = ctx.step;
     if (st.positions.empty()) return;
-    // The host copy the model keeps, or the positions read back (backend memory is not host-readable in general).
     std::vector<std::int32_t> buf;
-    const std::vector<std::int32_t>* pos = &st.host_positions;
-    if (static_cast<std::int64_t>(st.host_positions.size()) != st.positions.dim(0)) {
-      buf.resize(static_cast<std::size_t>(st.positions.dim(0)));
-      ctx.be.synchronize();
-      ctx.be.copy(buf.data(), st.positions.data(), buf.size() * sizeof(std::int32_t), CopyKind::device_to_host);
-      ctx.be.synchronize();
-      pos = &buf;
-    }
-    for (const std::int32_t p : *pos) {
+    for (const std::int32_t p : ctx.host_positions(buf)) {
       MAXTEXT_CHECK(p >= 0 && p < positions_, ArgumentError, "[MLA] position ", p,
                     " is outside the rotary table [0, ", positions_, ") (max_target_length / max_position_embeddings)");
     }

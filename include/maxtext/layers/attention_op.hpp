@@ -66,18 +66,13 @@ class AttentionOp {
       for (int which = 0; which < 2; ++which) {
         View<const A, 3> src = (which == 0 ? k : v).narrow(0, b * st.length, st.length);
         View<KV, 3> buf = cache.buffers[static_cast<std::size_t>(which)].view();
-        // Pointer arithmetic only: the cache lives in backend memory, which the host may not dereference.
-        View<KV, 3> dst(buf[b].narrow(0, s0, st.length).data(), {st.length, src.dim(1), src.dim(2)},
-                        {buf.stride(1), src.dim(2), 1});
-        if constexpr (std::is_same_v<KV, A>) {
-          ctx.be.copy(src, dst);
-        } else if (src.stride(1) == src.dim(2)) {  // heads contiguous: one [T, K*d] conversion
-          ctx.be.convert(View<const A, 2>(src.data(), {st.length, src.dim(1) * src.dim(2)}, {src.stride(0), 1}),
-                         View<KV, 2>(dst.data(), {st.length, src.dim(1) * src.dim(2)}, {dst.stride(0), 1}));
-        } else {
-          for (std::int64_t h = 0; h < src.dim(1); ++h) {
-            ctx.be.convert(View<const A, 2>(src.data() + h * src.stride(1), {st.length, src.dim(2)}, {src.stride(0), 1}),
-                           View<KV, 2>(dst.data() + h * dst.stride(1), {st.length, src.dim(2)}, {dst.stride(0), 1}));
+        const std::int64_t K = src.dim(1), d = src.dim(2);
+        if (src.stride(1) == d) {  // heads contiguous: one [T, K*d] block of rows
+          put_cache_rows(ctx.be, View<const A, 2>(src.data(), {st.length, K * d}, {src.stride(0), 1}), b, s0, buf);
+        } else {  // head by head, into columns [h*d, (h+1)*d) of the buffer
+          for (std::int64_t h = 0; h < K; ++h) {
+            put_cache_rows(ctx.be, View<const A, 2>(src.data() + h * src.stride(1), {st.length, d}, {src.stride(0), 1}),
+                           b, s0, View<KV, 3>(buf.data() + h * d, {buf.dim(0), buf.dim(1), d}, {buf.stride(0), buf.stride(1), 1}));
           }
         }
       }

@@ -52,8 +52,9 @@ inline bool is_nope_layer(std::int64_t layer_index, std::int64_t nope_layer_inte
 
 /// The constructor arguments of MaxText's Attention that change numerics (Python None = 0 / empty). Everything
 /// else the layer reads from the Config, as MaxText does: fused_qkv, attention_sink, chunk_attn_window_size, the
-/// rope_* keys, qk_norm_with_scale, v_norm_with_scale, normalization_layer_epsilon, model_name / decoder_block
-/// special cases (llama3.1 RoPE, Olmo3 global qk-norm, Llama-4 L2 norm, Qwen2 output bias).
+/// rope_* keys, qk_norm_with_scale, v_norm_with_scale, normalization_layer_epsilon, and MaxText's model_name special
+/// cases (llama3.1 RoPE, Olmo3 global qk-norm). What attentions.py decides by decoder block comes as typed fields
+/// the family's layer sets (qk_norm_l2, out_bias, qwen3_next_gated).
 struct AttentionArgs {
   std::int64_t num_query_heads = 0;
   std::int64_t num_kv_heads = 0;
@@ -79,6 +80,13 @@ struct AttentionArgs {
   /// share_kv_layer (Gemma 4 small's KV-shared layers): no key/value projections or norms; forward() attends over
   /// the keys and values an earlier (donor) layer wrote into the cache it is given, and writes nothing.
   bool share_kv_layer = false;
+  /// Llama 4: use_qk_norm is an L2 norm of q and k (RoPE layers only), not an RMSNorm.
+  bool qk_norm_l2 = false;
+  /// Whether the out projection has a bias when use_bias_in_projections is set (Qwen2: q/k/v biases only).
+  bool out_bias = true;
+  /// Qwen3-Next / Qwen3.5 gated full attention (attentions.py is_qwen3_hybrid): the query kernel [D, N, 2H] also
+  /// yields a per-head gate, q and k take (1 + w) RMSNorms, the output is o * sigmoid(gate), the out kernel is 2-D.
+  bool qwen3_next_gated = false;
 
   /// The arguments the DEFAULT / LLAMA2 / MISTRAL blocks pass: heads and head_dim from the config, the two f32
   /// flags, global attention, nothing else (the blocks add their extras).
@@ -124,9 +132,7 @@ class Attention {
     MAXTEXT_CHECK(!(fused_ && a.share_kv_projections), ConfigError, where,
                   "share_kv_projections is incompatible with fused_qkv");
     MAXTEXT_CHECK(!(fused_ && a.share_kv_layer), ConfigError, where, "share_kv_layer is incompatible with fused_qkv");
-    // Qwen3-Next's (and Qwen3.5's) full attention (attentions.py is_qwen3_hybrid): the query kernel [D, N, 2H] also yields a
-    // per-head gate, q and k take (1 + w) RMSNorms, the output is o * sigmoid(gate), the out kernel is 2-D [N*H, D].
-    gated_ = c.is_qwen3_hybrid();
+    gated_ = a.qwen3_next_gated;  // Qwen3-Next's (and Qwen3.5's) full attention (AttentionArgs::qwen3_next_gated)
     MAXTEXT_CHECK(!gated_ || (!fused_ && !a.share_kv_projections && !sinks_ && !a.use_qk_norm), UnsupportedError, where,
                   "the Qwen3-Next gated attention takes no fused_qkv, share_kv_projections, attention_sink or use_qk_norm");
     MAXTEXT_CHECK(!a.share_kv_layer || (!gated_ && !(a.temperature_tuning && a.is_nope_layer)), UnsupportedError, where,
@@ -135,9 +141,8 @@ class Attention {
       MAXTEXT_CHECK(c.num_query_heads == N_, ConfigError, where, "attention sinks have config.num_query_heads (",
                     c.num_query_heads, ") entries but the layer has ", N_, " query heads");
     }
-    const bool llama4 = c.is("llama4");
-    qk_rms_ = (a.use_qk_norm && !llama4) || gated_;
-    qk_l2_ = a.use_qk_norm && llama4 && !a.is_nope_layer;
+    qk_rms_ = (a.use_qk_norm && !a.qk_norm_l2) || gated_;
+    qk_l2_ = a.use_qk_norm && a.qk_norm_l2 && !a.is_nope_layer;
     qk_global_ = qk_rms_ && detail::starts_with(c.model_name, "olmo3");
     if (a.query_pre_attn_scalar != 0.0 && a.query_pre_attn_scalar != 1.0) q_scalar_ = a.query_pre_attn_scalar;
 
@@ -159,7 +164,7 @@ class Attention {
     if (gated_) {
       out_ = DenseGeneral<P>({{N_ * H_}, {O_}, bias, init});
     } else {
-      out_ = DenseGeneral<P>({{N_, H_}, {O_}, bias && !c.is("qwen2"), init});
+      out_ = DenseGeneral<P>({{N_, H_}, {O_}, bias && a.out_bias, init});
     }
 
     if (gated_) {  // Qwen3NextRMSNorm: scale_offset 1, scale initialised to 0
@@ -303,7 +308,7 @@ class Attention {
     const std::vector<std::int32_t>* pos = nullptr;
     std::vector<std::int32_t> pos_buf;
     if (rope_.kind != RopeKind::none || (args_.temperature_tuning && args_.is_nope_layer)) {
-      pos = &host_positions(ctx, pos_buf);
+      pos = &ctx.host_positions(pos_buf);
     }
     if (rope_.kind != RopeKind::none) {
       check_positions(*pos, st);
@@ -366,7 +371,7 @@ class Attention {
     }
     if (rope_.kind != RopeKind::none) {
       std::vector<std::int32_t> pos_buf;
-      check_positions(host_positions(ctx, pos_buf), ctx.step);
+      check_positions(ctx.host_positions(pos_buf), ctx.step);
       ctx.be.rotary(q, ctx.step.positions, table(ctx.be));
     }
     if (qk_l2_) {
@@ -396,19 +401,6 @@ class Attention {
       View<A, 2> r(t.data() + i * t.stride(1), {M, d}, {t.stride(0), 1});
       norm.forward(ctx, p, r, r);
     }
-  }
-
-  /// The step's positions on the host (StepInfo keeps a host copy; otherwise read them back).
-  static const std::vector<std::int32_t>& host_positions(const Context<P>& ctx, std::vector<std::int32_t>& buf) {
-    const auto& st = ctx.step;
-    if (static_cast<std::int64_t>(st.host_positions.size()) == st.tokens()) return st.host_positions;
-    buf.resize(static_cast<std::size_t>(st.tokens()));
-    MAXTEXT_CHECK(st.positions.dim(0) == st.tokens(), ArgumentError, "[Attention] the step has ", st.positions.dim(0),
-                  " positions for ", st.tokens(), " tokens");
-    ctx.be.synchronize();
-    ctx.be.copy(buf.data(), st.positions.data(), buf.size() * sizeof(std::int32_t), CopyKind::device_to_host);
-    ctx.be.synchronize();
-    return buf;
   }
 
   void check_positions(const std::vector<std::int32_t>& pos, const StepInfo& st) const {

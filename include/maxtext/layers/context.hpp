@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -155,6 +156,20 @@ class Capture {
   std::vector<std::string> order_;
 };
 
+/// Copy rows src [n, w] into rows [at, at + n) of sequence b of a cache buffer buf [B, S, w], rounded to the cache
+/// type if it differs (AttentionOp's keys and values, DeepSeek-V4's compressor buffers). Pointer arithmetic only:
+/// the cache may live in device memory, which the host may not dereference.
+template <class Be, class A, class KV>
+void put_cache_rows(const Be& be, View<const A, 2> src, std::int64_t b, std::int64_t at, View<KV, 3> buf) {
+  if (src.dim(0) <= 0) return;
+  View<KV, 2> dst(buf.data() + b * buf.stride(0) + at * buf.stride(1), {src.dim(0), src.dim(1)}, {buf.stride(1), 1});
+  if constexpr (std::is_same_v<KV, A>) {
+    be.copy(src, dst);
+  } else {
+    be.convert(src, dst);
+  }
+}
+
 /// Everything a layer's forward needs besides its parameters.
 template <TensorPolicy P>
 struct Context {
@@ -190,6 +205,19 @@ struct Context {
   void sow(std::string_view prefix, std::string_view leaf, View<const T, 2> rows, std::vector<std::int64_t> shape = {}) const {
     if (capture == nullptr) return;
     sow(join_name(prefix, leaf), rows, std::move(shape));
+  }
+
+  /// The step's positions [B*T] on the host: StepInfo's host copy when the model keeps one, otherwise read back
+  /// from backend memory into `buf` (layers that check positions on the host: Attention, MLA, DeepSeek-V4).
+  const std::vector<std::int32_t>& host_positions(std::vector<std::int32_t>& buf) const {
+    if (static_cast<std::int64_t>(step.host_positions.size()) == step.tokens()) return step.host_positions;
+    MAXTEXT_CHECK(step.positions.dim(0) == step.tokens(), ArgumentError, "[step] ", step.positions.dim(0),
+                  " positions for ", step.tokens(), " tokens");
+    buf.resize(static_cast<std::size_t>(step.tokens()));
+    be.synchronize();
+    be.copy(buf.data(), step.positions.data(), buf.size() * sizeof(std::int32_t), CopyKind::device_to_host);
+    be.synchronize();
+    return buf;
   }
 };
 

@@ -24,6 +24,7 @@ namespace maxtext::layers {
 template <TensorPolicy P>
 class DecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "default";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   struct Params {
     typename RMSNorm<P>::Params pre_self_attention_norm;

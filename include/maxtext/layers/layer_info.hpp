@@ -16,4 +16,9 @@ struct LayerInfo {
   std::string mlp;
 };
 
+/// The decoder's final norm (decoders.py), which MaxText chooses by decoder block and the layer type names here as
+/// `static constexpr FinalNorm final_norm` (models::Transformer reads it; default rms): RMSNorm, GPT-3's LayerNorm
+/// with bias (gpt3), or Qwen3NextRMSNorm's x * rsqrt(mean(x^2) + eps) * (1 + w) (qwen3_next, qwen3_5).
+enum class FinalNorm : std::uint8_t { rms, gpt3_layer_norm, rms_offset_one };
+
 }  // namespace maxtext::layers

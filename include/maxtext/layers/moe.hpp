@@ -30,6 +30,16 @@
 
 namespace maxtext::layers {
 
+/// The routed-MoE variants that MaxText's moe.py selects by decoder block. The family's layer names its variant
+/// (RoutedMoE::settings, RoutedAndSharedMoE); the shared layer reads no decoder_block.
+enum class MoeFamily : std::uint8_t {
+  generic,   ///< softmax over the k selected logits, renormalised with norm_topk_prob (mixtral, qwen3_moe, envy, ...)
+  deepseek,  ///< deepseek, deepseek4: deepseek_scale_weights, routing-bias updates, V4's clamped SwiGLU
+  gpt_oss,   ///< gpt_oss: the clamped SwiGLU at mlp_activations_limit
+  llama4,    ///< llama4: top-1, the expert input scaled by sigmoid(its gate logit)
+  gemma4,    ///< gemma4: softmax over all logits at the top k, per-expert scales
+};
+
 /// What one call of a routed MoE block did, for the caller (the decoder layers record it through Capture as
 /// `<block>.topk_indices`, `.topk_weights`, `.expert_counts`, `.expert_kept`, `.moe_lb_loss`, `.moe_bias_updates`).
 struct MoeMetrics {
@@ -121,8 +131,9 @@ class RoutedMoE {
     std::shared_ptr<HashTable> hash = std::make_shared<HashTable>();                  ///< reset by every visit
   };
 
-  /// MaxText's settings for a RoutedMoE with hidden size F in a model described by `c` (spec moe.md).
-  static Settings settings(const Config& c, std::int64_t F) {
+  /// MaxText's settings for a RoutedMoE with hidden size F in a model described by `c` (spec moe.md); `family` is
+  /// the routing and activation variant moe.py selects by decoder block, which the family's layer names.
+  static Settings settings(const Config& c, std::int64_t F, MoeFamily family = MoeFamily::generic) {
     Settings s;
     s.num_experts = c.num_experts;
     s.in_features = c.moe_expert_input_dim > 0 ? c.moe_expert_input_dim : c.emb_dim;
@@ -138,17 +149,17 @@ class RoutedMoE {
     s.inference_call = c.model_call_mode == "inference";
     s.load_balance_loss_weight = c.load_balance_loss_weight;
     s.bias_update_rate = c.routed_bias ? c.routed_bias_update_rate : 0.0;
-    MAXTEXT_CHECK(c.routed_bias_update_rate <= 0.0 || c.is("deepseek") || c.is("deepseek4"), ConfigError,
-                  "[RoutedMoE] routed_bias_update_rate > 0 is only supported by the deepseek decoder block, found ",
-                  c.decoder_block);
+    MAXTEXT_CHECK(c.routed_bias_update_rate <= 0.0 || family == MoeFamily::deepseek, ConfigError,
+                  "[RoutedMoE] routed_bias_update_rate > 0 is only supported by the deepseek and deepseek4 decoder "
+                  "blocks, found ", c.decoder_block);
     s.init_scale = c.dense_init_scale;
-    if (c.is("gpt_oss")) {
+    if (family == MoeFamily::gpt_oss) {
       MAXTEXT_CHECK(c.mlp_activations_limit > 0.0, ConfigError,
                     "[RoutedMoE] decoder_block gpt_oss clamps its SwiGLU at mlp_activations_limit, which must be > 0 "
                     "(7.0 in the gpt-oss ymls), found ", c.mlp_activations_limit);
       s.clamped_glu = true;
       s.glu_limit = static_cast<float>(c.mlp_activations_limit);
-    } else if ((c.is("deepseek") || c.is("deepseek4")) && c.mlp_activations_limit > 0.0) {
+    } else if (family == MoeFamily::deepseek && c.mlp_activations_limit > 0.0) {
       s.clamped_glu = true;
       s.glu_limit = static_cast<float>(c.mlp_activations_limit);
       s.glu_form = ClampedGluForm::swiglu;
@@ -167,19 +178,19 @@ class RoutedMoE {
       r.n_groups = c.n_routing_groups;
       r.topk_groups = c.topk_routing_group;
     }
-    if (c.is("deepseek") || c.is("deepseek4")) {
+    if (family == MoeFamily::deepseek) {
       // deepseek_scale_weights: renormalise sigmoid-like scores, then routed_scaling_factor
       r.normalize = sf == "sigmoid" || sf == "sqrtsoftplus";
       r.normalize_eps = 1e-20f;
       r.scale = static_cast<float>(c.routed_scaling_factor);
-    } else if (c.is("llama4")) {
+    } else if (family == MoeFamily::llama4) {
       // get_topk keeps the raw top-k logits for llama4; the sigmoid scales the expert input, which only broadcasts
       // for one expert per token (inputs [.., D] * scores [.., k]).
       MAXTEXT_CHECK(c.num_experts_per_tok == 1, ConfigError, "[RoutedMoE] decoder_block llama4 scales each token's "
                     "expert input by sigmoid(its gate logit), defined for num_experts_per_tok = 1, found ",
                     c.num_experts_per_tok);
       s.scale_inputs = true;
-    } else if (c.is("gemma4")) {
+    } else if (family == MoeFamily::gemma4) {
       MAXTEXT_CHECK(sf.empty(), UnsupportedError, "[RoutedMoE] decoder_block gemma4 routes by a softmax over the raw "
                     "gate logits; routed_score_func '", sf, "' is not supported with it");
       MAXTEXT_CHECK(!c.float32_gate_logits, UnsupportedError, "[RoutedMoE] decoder_block gemma4 with "
@@ -621,9 +632,10 @@ class RoutedAndSharedMoE {
   };
 
   RoutedAndSharedMoE() = default;
-  /// `hash_routing`: a deepseek4 layer below first_num_hash_layers (RoutedMoE::Settings::hash_routing).
-  explicit RoutedAndSharedMoE(const Config& c, bool hash_routing = false)
-      : routed_(with_hash(RoutedMoE<P>::settings(c, c.moe_mlp_dim), hash_routing)) {
+  /// `family`: the routing variant (deepseek for DeepSeek-V2/V3/V4, llama4); `hash_routing`: a deepseek4 layer
+  /// below first_num_hash_layers (RoutedMoE::Settings::hash_routing).
+  RoutedAndSharedMoE(const Config& c, MoeFamily family, bool hash_routing = false)
+      : routed_(with_hash(RoutedMoE<P>::settings(c, c.moe_mlp_dim, family), hash_routing)) {
     MAXTEXT_CHECK(c.moe_mlp_dim > 0, ConfigError, "[RoutedAndSharedMoE] base_moe_mlp_dim must be > 0, found ",
                   c.base_moe_mlp_dim);
     MAXTEXT_CHECK(c.shared_experts >= 0, ConfigError, "[RoutedAndSharedMoE] shared_experts must be >= 0, found ",

@@ -98,7 +98,7 @@ class PrePostNormDecoderLayer {
 /// The pre/post-RMSNorm layer with a routed MoE that mixtral.py, qwen3.py's Qwen3MoeDecoderLayer and gpt_oss.py share:
 ///   h = x + Attention(RMSNorm_pre(x)),  out = h + RoutedMoE(RMSNorm_post(h)).
 /// `Names` supplies what differs: the layer's name for messages (`layer`), the parameter names of the attention and
-/// the MoE (`attention`, `moe`), the MoE's hidden size and the key it comes from (`hidden`, `hidden_key`), the
+/// the MoE (`attention`, `moe`), the MoE's variant (`moe_family`), the MoE's hidden size and the key it comes from (`hidden`, `hidden_key`), the
 /// attention arguments, and whether the two norm outputs are captured (`sow_norms`, Mixtral's intermediates).
 template <TensorPolicy P, class Names>
 class PrePostNormMoeDecoderLayer {
@@ -118,7 +118,7 @@ class PrePostNormMoeDecoderLayer {
         pre_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
         attn_(c, Names::attention_args(c, info_.index)),
         post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
-        moe_(RoutedMoE<P>::settings(c, Names::hidden(c))) {
+        moe_(RoutedMoE<P>::settings(c, Names::hidden(c), Names::moe_family)) {
     MAXTEXT_CHECK(Names::hidden(c) > 0, ConfigError, "[", Names::layer, "] ", Names::hidden_key,
                   " (the expert hidden size) must be > 0, found ", Names::hidden(c));
     MAXTEXT_CHECK(c.moe_expert_input_dim <= 0 || c.moe_expert_input_dim == c.emb_dim, UnsupportedError, "[",

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "maxtext/backend/concepts.hpp"
 #include "maxtext/core/config.hpp"
@@ -35,6 +36,26 @@
 #include "maxtext/models/transformer.hpp"
 
 namespace maxtext::models {
+
+namespace detail {
+/// Whether every layer type of a block-list entry names that block (decoder_block_name, which Transformer checks
+/// configs against).
+template <TensorPolicy P, template <TensorPolicy> class... L>
+constexpr bool layers_named(std::string_view block) {
+  return ((std::string_view(L<P>::decoder_block_name) == block) && ...);
+}
+}  // namespace detail
+
+/// Whether the block list and the layers' own decoder_block_name agree on policy P (an alias runs on the layers of
+/// the block it names). The project's build checks it once (static_assert in tests/support/registry_params.cpp).
+template <TensorPolicy P>
+constexpr bool block_list_matches_layers() {
+#define MAXTEXT_NAMED_BLOCK(name, ...) detail::layers_named<P, __VA_ARGS__>(#name) &&
+#define MAXTEXT_NAMED_ALIAS(name, of, ...) detail::layers_named<P, __VA_ARGS__>(#of) &&
+  return MAXTEXT_DECODER_BLOCKS(MAXTEXT_NAMED_BLOCK, MAXTEXT_NAMED_ALIAS) true;
+#undef MAXTEXT_NAMED_ALIAS
+#undef MAXTEXT_NAMED_BLOCK
+}
 
 /// The model type for a decoder_block on policy P: one `if` per entry of the block list (core/decoder_blocks.hpp).
 template <TensorPolicy P, class F>

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "maxtext/core/config.hpp"
+#include "maxtext/core/decoder_blocks.hpp"
+#include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/matrix.hpp"
 #include "maxtext/core/policy.hpp"
@@ -120,6 +122,28 @@ template <class L>
 struct stream_head_of<L> {
   using type = typename L::StreamHead;
 };
+/// A config runs on a layer type only if its decoder_block is the layer's (or an alias of it: core/decoder_blocks.hpp).
+/// Layer types outside the block list (a user's own) name no decoder_block_name and take any config.
+template <class L>
+void check_decoder_block(const Config& cfg) {
+  if constexpr (requires { L::decoder_block_name; }) {
+    const std::string_view want = L::decoder_block_name;
+    MAXTEXT_CHECK(decoder_block_runs_as(cfg.decoder_block) == want, ConfigError, "[Transformer] config decoder_block '",
+                  cfg.decoder_block, "' does not run on this model's layer type, which is decoder_block '", want,
+                  "'s: set decoder_block: ", want, ", or build the model of '", cfg.decoder_block,
+                  "' (its layer types: core/decoder_blocks.hpp; models::with_model_type chooses them from a config)");
+  }
+}
+
+/// The layer type's final norm (layers::FinalNorm; RMSNorm unless the layer names another).
+template <class L>
+constexpr layers::FinalNorm final_norm_of() {
+  if constexpr (requires { L::final_norm; }) {
+    return L::final_norm;
+  } else {
+    return layers::FinalNorm::rms;
+  }
+}
 template <class L>
 concept HasAttentionName = requires { L::attention_name; };
 /// The attention module's parameter (and capture) name: `self_attention` unless the layer names it (Olmo3:
@@ -152,6 +176,7 @@ class Transformer {
   static constexpr bool kPrelude = !std::is_same_v<PreludeT, detail::NoPrelude>;
   using StreamHeadT = typename detail::stream_head_of<DenseL>::type;
   static constexpr bool kStreamHead = !std::is_same_v<StreamHeadT, detail::NoStreamHead>;
+  static constexpr layers::FinalNorm kFinalNorm = detail::final_norm_of<DenseL>();
 
   struct Params {
     typename layers::Embed<P>::Params token_embedder;
@@ -170,16 +195,16 @@ class Transformer {
       : cfg_(std::move(cfg)), be_(std::move(be)), scheme_(scheme), scratch_(be_.memory()) {
     cfg_.derive();
     cfg_.validate();
+    detail::check_decoder_block<DenseL>(cfg_);
+    if constexpr (kTwoKinds) detail::check_decoder_block<MoeL>(cfg_);
     const std::int64_t D = cfg_.emb_dim;
     embed_ = layers::Embed<P>({cfg_.vocab_size, D});
     if (cfg_.trainable_position_size > 0) pos_embed_ = layers::Embed<P>({cfg_.trainable_position_size, D});
-    gpt3_norm_ = cfg_.is("gpt3");
     const float eps = static_cast<float>(cfg_.normalization_layer_epsilon);
-    if (gpt3_norm_) {
+    if constexpr (kFinalNorm == layers::FinalNorm::gpt3_layer_norm) {
       final_gpt3_ = layers::Gpt3LayerNorm<P>({D, eps, true});
     } else {
-      // qwen3_next's (and qwen3_5's) decoder_norm is Qwen3NextRMSNorm (decoders.py): scale_offset 1, x * rsqrt(...) * (1 + w).
-      final_rms_ = layers::RMSNorm<P>({D, eps, true, cfg_.is_qwen3_hybrid() ? 1.0f : 0.0f});
+      final_rms_ = layers::RMSNorm<P>({D, eps, true, kFinalNorm == layers::FinalNorm::rms_offset_one ? 1.0f : 0.0f});
     }
     if (!cfg_.logits_via_embedding) {
       logits_ = layers::DenseGeneral<P>({{D}, {cfg_.vocab_size}, false, layers::Init::truncated_normal});
@@ -214,6 +239,10 @@ class Transformer {
   }
 
   const Config& config() const { return cfg_; }
+  /// The type the activations are computed in: the policy's (P::act_t). Transformer does not read the config's
+  /// `dtype` (MaxText's name for the activation type): the policy chose it at compile time, and a float32 model of a
+  /// bfloat16 config computes in float32. models::with_model_type and AnyModel choose the policy from `dtype`.
+  static constexpr DType activation_dtype() { return dtype_of_t<A>::value; }
   const B& backend() const { return be_; }
   B& backend() { return be_; }
   Params& params() { return params_; }
@@ -260,7 +289,7 @@ class Transformer {
     }
     {
       layers::Scope<V> s(v, "decoder_norm");
-      if (gpt3_norm_) {
+      if constexpr (kFinalNorm == layers::FinalNorm::gpt3_layer_norm) {
         final_gpt3_.visit(v, params_.decoder_norm_gpt3);
       } else {
         final_rms_.visit(v, params_.decoder_norm_rms);
@@ -460,7 +489,7 @@ class Transformer {
       }
       x = embedded;
     }
-    if (gpt3_norm_) {
+    if constexpr (kFinalNorm == layers::FinalNorm::gpt3_layer_norm) {
       final_gpt3_.forward(ctx, params_.decoder_norm_gpt3, x, x);
     } else {
       final_rms_.forward(ctx, params_.decoder_norm_rms, x, x);
@@ -625,7 +654,6 @@ class Transformer {
   layers::Embed<P> embed_, pos_embed_;
   PreludeT prelude_;
   StreamHeadT stream_head_;
-  bool gpt3_norm_ = false;
   layers::RMSNorm<P> final_rms_;
   layers::Gpt3LayerNorm<P> final_gpt3_;
   layers::DenseGeneral<P> logits_;

@@ -167,6 +167,7 @@ class DeepSeekAttentionBlock {
 template <TensorPolicy P>
 class DeepSeekDenseLayer {
  public:
+  static constexpr const char* decoder_block_name = "deepseek";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   static constexpr bool supports_mhc = true;
   struct Params {
@@ -233,6 +234,7 @@ class DeepSeekDenseLayer {
 template <TensorPolicy P>
 class DeepSeekMoELayer {
  public:
+  static constexpr const char* decoder_block_name = "deepseek";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   static constexpr const char* mlp_name = "DeepSeekMoeBlock_0";
   static constexpr bool supports_mhc = true;
@@ -243,7 +245,7 @@ class DeepSeekMoELayer {
   };
 
   DeepSeekMoELayer() = default;
-  DeepSeekMoELayer(const Config& c, LayerInfo info) : info_(std::move(info)), block_(c, info_.index), moe_(c) {
+  DeepSeekMoELayer(const Config& c, LayerInfo info) : info_(std::move(info)), block_(c, info_.index), moe_(c, MoeFamily::deepseek) {
     if (block_.streams() > 1) mhc_ = ManifoldConstrainedHyperConnections<P>(c, c.emb_dim);
   }
 

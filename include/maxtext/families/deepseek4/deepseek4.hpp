@@ -141,15 +141,6 @@ void rotate_trailing(const Be& be, View<A, 2> x, std::int64_t heads, std::int64_
   be.rotary(View<A, 3>(x.data() + (d - r), {x.dim(0), heads, r}, {x.stride(0), d, 1}), pos, t);
 }
 
-/// Copy rows [b*T, b*T + n) of `src` [B*T, w] to rows [at, at + n) of sequence b of the cache buffer `buf` [B, S, w].
-template <class Be, class A>
-void put_rows(const Be& be, View<const A, 2> src, std::int64_t b, std::int64_t T, std::int64_t n, std::int64_t at,
-              View<A, 3> buf) {
-  if (n <= 0) return;
-  // Pointer arithmetic only: the cache may live in device memory.
-  View<A, 2> dst(buf.data() + b * buf.stride(0) + at * buf.stride(1), {n, src.dim(1)}, {buf.stride(1), 1});
-  be.copy(View<const A, 2>(src.data() + b * T * src.stride(0), {n, src.dim(1)}, {src.stride(0), 1}), dst);
-}
 }  // namespace detail
 
 /// One compressor (attention_compressed.py BaseDeepseekCompressor and the pooling of DeepseekV4HCACompressor /
@@ -187,8 +178,12 @@ class Deepseek4Compressor {
     visit_child(v, "kv_norm", norm_, p.kv_norm);
   }
 
-  /// Project x [B*T, D] into buffers[first], buffers[first + 1] at each row's cache index, then pool every block
-  /// that this step completes into buffers[first + 2]. `valid[b]` tokens of row b count.
+  /// The compressor's three cache buffers, from the index `first` its layer gives it: the projections and the gates
+  /// of every token, and the pooled blocks.
+  static constexpr std::size_t kProjections = 0, kGates = 1, kBlocks = 2;
+
+  /// Project x [B*T, D] into the kProjections and kGates buffers at each row's cache index, then pool every block
+  /// that this step completes into kBlocks. `valid[b]` tokens of row b count.
   void update(const Context<P>& ctx, const Params& p, View<const A, 2> x, CacheFor<P>& cache, std::size_t first,
               const std::vector<std::int64_t>& valid, const RotaryTable& rope) const {
     const auto& st = ctx.step;
@@ -199,15 +194,15 @@ class Deepseek4Compressor {
     View<A, 2> gate = ctx.scratch.template alloc<A, 2>({M, F_});
     kv_.forward(ctx, p.kv_proj, x, kv);
     gate_.forward(ctx, p.gate_proj, x, gate);
-    View<A, 3> kv_buf = cache.buffers[first].view(), gate_buf = cache.buffers[first + 1].view();
-    View<A, 3> blocks = cache.buffers[first + 2].view();
+    View<A, 3> kv_buf = cache.buffers[first + kProjections].view(), gate_buf = cache.buffers[first + kGates].view();
+    View<A, 3> blocks = cache.buffers[first + kBlocks].view();
     std::vector<std::int32_t> j0(static_cast<std::size_t>(Bn)), cnt(j0.size());
     std::int64_t nmax = 0, npad = 0;
     for (std::int64_t b = 0; b < Bn; ++b) {
       const auto ub = static_cast<std::size_t>(b);
       const std::int64_t s0 = st.start[ub];
-      detail::put_rows(be, View<const A, 2>(kv), b, T, T, s0, kv_buf);
-      detail::put_rows(be, View<const A, 2>(gate), b, T, T, s0, gate_buf);
+      put_cache_rows(be, View<const A, 2>(kv).narrow(0, b * T, T), b, s0, kv_buf);
+      put_cache_rows(be, View<const A, 2>(gate).narrow(0, b * T, T), b, s0, gate_buf);
       j0[ub] = static_cast<std::int32_t>(s0 / r_);
       cnt[ub] = static_cast<std::int32_t>((s0 + valid[ub]) / r_ - s0 / r_);
       nmax = std::max<std::int64_t>(nmax, cnt[ub]);
@@ -237,7 +232,7 @@ class Deepseek4Compressor {
     detail::rotate_trailing(be, rows, 1, d_, View<const std::int32_t, 1>(pos_d), rope);
     for (std::int64_t b = 0; b < Bn; ++b) {
       const auto ub = static_cast<std::size_t>(b);
-      detail::put_rows(be, View<const A, 2>(rows), b, nmax, cnt[ub], j0[ub], blocks);
+      put_cache_rows(be, View<const A, 2>(rows).narrow(0, b * nmax, cnt[ub]), b, j0[ub], blocks);
     }
     be.synchronize();  // the host vectors above go out of scope
   }
@@ -275,6 +270,7 @@ template <TensorPolicy P>
 class Deepseek4Attention {
  public:
   using A = typename P::act_t;
+  using Compressor = Deepseek4Compressor<P>;
   static_assert(std::is_same_v<typename P::cache_t, A>,
                 "Deepseek4Attention keeps its cache in the activation type: a Policy KV-cache type other than act_t is not "
                 "supported");
@@ -331,6 +327,9 @@ class Deepseek4Attention {
   }
 
   std::int64_t ratio() const { return r_; }
+  /// The layer's cache buffers: the keys, then with r > 0 the compressor's three (from kCompressor), with CSA also
+  /// the indexer's (from kIndexer); Deepseek4Compressor names the three.
+  static constexpr std::size_t kKeys = 0, kCompressor = 1, kIndexer = 4;
   /// keys [hd]; with r > 0 the compressor's [F, F, hd]; CSA also the indexer's [2 di, 2 di, di].
   CacheSpec cache_spec() const {
     CacheSpec s{hd_};
@@ -371,7 +370,7 @@ class Deepseek4Attention {
   void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, CacheFor<P>& cache, View<A, 2> y) const {
     const auto& st = ctx.step;
     const auto& be = ctx.be;
-    const std::int64_t M = x.dim(0), Bn = st.batch, T = st.length, S = cache.buffers.empty() ? 0 : cache.buffers[0].dim(1);
+    const std::int64_t M = x.dim(0), Bn = st.batch, T = st.length, S = cache.buffers.empty() ? 0 : cache.buffers[kKeys].dim(1);
     MAXTEXT_CHECK(x.dim(1) == D_ && y.dim(0) == M && y.dim(1) == D_ && M == st.tokens(), ShapeError,
                   "[DeepSeek4Attention] ", M, " rows of ", x.dim(1), " features for a step of ", Bn, " x ", T,
                   " tokens of emb_dim ", D_);
@@ -408,25 +407,26 @@ class Deepseek4Attention {
     kv_norm_.forward(ctx, p.kv_norm, View<const A, 2>(kv), kv);
     detail::rotate_trailing(be, kv, 1, hd_, st.positions, fwd);
     for (std::int64_t b = 0; b < Bn; ++b) {
-      detail::put_rows(be, View<const A, 2>(kv), b, T, T, st.start[static_cast<std::size_t>(b)], cache.buffers[0].view());
+      put_cache_rows(be, View<const A, 2>(kv).narrow(0, b * T, T), b, st.start[static_cast<std::size_t>(b)],
+                     cache.buffers[kKeys].view());
     }
     // 3. the compressed blocks, and the indexer's choice of them (CSA)
     View<std::int32_t, 2> sel;
-    if (r_ > 0) comp_.update(ctx, p.compressor, x, cache, 1, valid, fwd);
+    if (r_ > 0) comp_.update(ctx, p.compressor, x, cache, kCompressor, valid, fwd);
     if (r_ == 4) {
-      icomp_.update(ctx, p.indexer.pool, x, cache, 4, valid, fwd);
+      icomp_.update(ctx, p.indexer.pool, x, cache, kIndexer, valid, fwd);
       View<A, 2> qi = ctx.scratch.template alloc<A, 2>({M, Hi_ * di_});
       iq_.forward(ctx, p.indexer.q_proj, View<const A, 2>(ql), qi);
       detail::rotate_trailing(be, qi, Hi_, di_, st.positions, fwd);
       View<A, 2> wts = ctx.scratch.template alloc<A, 2>({M, Hi_});
       iw_.forward(ctx, p.indexer.weights_proj, x, wts);
       sel = ctx.scratch.template alloc<std::int32_t, 2>({M, topk_});
-      select_blocks(ctx, View<const A, 2>(qi), View<const A, 2>(wts), cache.buffers[6].cview(), sel);
+      select_blocks(ctx, View<const A, 2>(qi), View<const A, 2>(wts), cache.buffers[kIndexer + Compressor::kBlocks].cview(), sel);
     }
     // 4. attention over the window and the blocks, with sinks
     View<A, 2> o = ctx.scratch.template alloc<A, 2>({M, N_ * hd_});
-    const View<const A, 3> keys = cache.buffers[0].cview();
-    View<const A, 3> blocks = r_ > 0 ? cache.buffers[3].cview() : keys;
+    const View<const A, 3> keys = cache.buffers[kKeys].cview();
+    View<const A, 3> blocks = r_ > 0 ? cache.buffers[kCompressor + Compressor::kBlocks].cview() : keys;
     const std::int64_t nb = r_ > 0 ? S / r_ : 0;  // complete blocks fit in the cache
     blocks = View<const A, 3>(blocks.data(), {Bn, nb, hd_}, {blocks.stride(0), blocks.stride(1), 1});
     AttentionOptions opt;
@@ -496,14 +496,7 @@ class Deepseek4Attention {
   void check_positions(const Context<P>& ctx, std::int64_t S) const {
     const auto& st = ctx.step;
     std::vector<std::int32_t> buf;
-    const std::vector<std::int32_t>* pos = &st.host_positions;
-    if (static_cast<std::int64_t>(pos->size()) != st.tokens()) {
-      buf.resize(static_cast<std::size_t>(st.tokens()));
-      ctx.be.synchronize();
-      ctx.be.copy(buf.data(), st.positions.data(), buf.size() * sizeof(std::int32_t), CopyKind::device_to_host);
-      ctx.be.synchronize();
-      pos = &buf;
-    }
+    const std::vector<std::int32_t>* pos = &ctx.host_positions(buf);
     for (std::int64_t b = 0; b < st.batch; ++b) {
       for (std::int64_t t = 0; t < st.length; ++t) {
         const std::int64_t want = st.start[static_cast<std::size_t>(b)] + t;
@@ -585,6 +578,7 @@ class Deepseek4HyperHead {
 template <TensorPolicy P>
 class DeepSeek4DecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "deepseek4";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   static constexpr bool supports_mhc = true;
   /// The decoder collapses the k streams with hc_head (models::Transformer).
@@ -602,7 +596,7 @@ class DeepSeek4DecoderLayer {
         pre_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
         post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
         attn_(c, ratio_of(c, info_.index)),
-        moe_(c, info_.index < c.first_num_hash_layers),
+        moe_(c, MoeFamily::deepseek, info_.index < c.first_num_hash_layers),
         streams_(c.mhc_expansion_rate) {
     attn_.set_f32_flags(c.float32_qk_product, c.float32_logits);
     if (streams_ > 1) {

@@ -39,6 +39,7 @@ inline bool envy_is_moe_layer(std::int64_t i, std::int64_t interleave_moe_layer_
 template <TensorPolicy P>
 class EnvyDecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "envy";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   struct Params {
     typename RMSNorm<P>::Params pre_self_attention_layer_norm, post_self_attention_layer_norm, post_ffw_norm;

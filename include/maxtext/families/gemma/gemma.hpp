@@ -100,6 +100,7 @@ class GemmaBlock {
 template <TensorPolicy P>
 class GemmaDecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "gemma";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   using Params = typename detail::GemmaBlock<P>::Params;
 

@@ -27,6 +27,7 @@ namespace maxtext::layers {
 template <TensorPolicy P>
 class Gemma2DecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "gemma2";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   struct Params {
     typename detail::GemmaBlock<P>::Params local, global;

@@ -52,6 +52,7 @@ inline double gemma3_query_pre_attn_scalar(const Config& c) {
 template <TensorPolicy P>
 class Gemma3DecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "gemma3";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   using Params = typename detail::GemmaBlock<P>::Params;
 

@@ -68,7 +68,7 @@ class Gemma4MoE {
   Gemma4MoE() = default;
   explicit Gemma4MoE(const Config& c)
       : D_(c.emb_dim),
-        routed_(RoutedMoE<P>::settings(c, c.moe_mlp_dim)),
+        routed_(RoutedMoE<P>::settings(c, c.moe_mlp_dim, MoeFamily::gemma4)),
         norm_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
         gate_norm_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon), false}) {
     MAXTEXT_CHECK(c.moe_mlp_dim > 0, ConfigError, "[Gemma4MoE] base_moe_mlp_dim must be > 0, found ", c.base_moe_mlp_dim);
@@ -132,6 +132,7 @@ class Gemma4MoE {
 template <TensorPolicy P>
 class Gemma4DecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "gemma4";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   struct Params {
     typename RMSNorm<P>::Params pre_self_attention_norm, post_self_attention_norm, pre_ffw_norm, post_ffw_norm;

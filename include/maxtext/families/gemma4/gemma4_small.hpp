@@ -133,6 +133,7 @@ class Gemma4SmallPLE {
 template <TensorPolicy P>
 class Gemma4SmallDecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "gemma4_small";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   using Prelude = Gemma4SmallPLE<P>;
   struct Params {

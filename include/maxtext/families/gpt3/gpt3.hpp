@@ -116,7 +116,9 @@ class Gpt3MultiHeadAttention {
 template <TensorPolicy P>
 class Gpt3DecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "gpt3";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
+  static constexpr FinalNorm final_norm = FinalNorm::gpt3_layer_norm;  ///< decoders.py: gpt3's decoder_norm
   struct Params {
     typename Gpt3LayerNorm<P>::Params pre_self_attention_norm;
     typename Gpt3MultiHeadAttention<P>::Params self_attention;

@@ -52,6 +52,7 @@ struct GptOssNames {
   static constexpr const char* moe = "GptOssMlp";
   static constexpr const char* hidden_key = "mlp_dim (base_mlp_dim)";
   static constexpr bool sow_norms = false;
+  static constexpr MoeFamily moe_family = MoeFamily::gpt_oss;
   static std::int64_t hidden(const Config& c) { return c.mlp_dim; }
   /// What gpt_oss.py passes to Attention for layer `layer_index`.
   static AttentionArgs attention_args(const Config& c, std::int64_t layer_index) {
@@ -70,6 +71,7 @@ struct GptOssNames {
 template <TensorPolicy P>
 class GptOssDecoderLayer : public detail::PrePostNormMoeDecoderLayer<P, detail::GptOssNames> {
  public:
+  static constexpr const char* decoder_block_name = "gpt_oss";  ///< its line in core/decoder_blocks.hpp
   using Base = detail::PrePostNormMoeDecoderLayer<P, detail::GptOssNames>;
   using typename Base::Params;
   using Base::Base;

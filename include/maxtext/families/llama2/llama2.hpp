@@ -29,6 +29,7 @@ namespace maxtext::layers {
 template <TensorPolicy P>
 class LlamaDecoderLayer : public detail::PrePostNormDecoderLayer<P> {
  public:
+  static constexpr const char* decoder_block_name = "llama2";  ///< its line in core/decoder_blocks.hpp
   using Base = detail::PrePostNormDecoderLayer<P>;
   using typename Base::Params;
 

@@ -45,6 +45,7 @@ inline bool llama4_is_moe_layer(std::int64_t i, std::int64_t interleave_moe_laye
 template <TensorPolicy P>
 class Llama4DecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "llama4";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   /// Dense layers; MoE layers capture under Llama4MoEBlock_0 (MaxText names).
   static constexpr const char* mlp_name = "mlp";
@@ -65,7 +66,7 @@ class Llama4DecoderLayer {
         attn_(c, attention_args(c, info_.index)),
         post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}) {
     if (moe_layer_) {
-      moe_ = RoutedAndSharedMoE<P>(c);
+      moe_ = RoutedAndSharedMoE<P>(c, MoeFamily::llama4);
       // MaxText's tree names the two FFNs apart (`mlp`, `Llama4MoEBlock_0`); transformers' (`feed_forward`) does not.
       if (info_.mlp == join_name(info_.name, mlp_name)) info_.mlp = join_name(info_.name, "Llama4MoEBlock_0");
     } else {
@@ -78,6 +79,7 @@ class Llama4DecoderLayer {
   static AttentionArgs attention_args(const Config& c, std::int64_t i) {
     AttentionArgs a = AttentionArgs::basic(c);
     a.use_qk_norm = c.use_qk_norm;
+    a.qk_norm_l2 = true;  // Llama 4's qk norm is L2
     a.query_pre_attn_scalar = std::pow(static_cast<double>(c.head_dim), -0.5);
     a.is_nope_layer = llama4_is_nope_layer(i, c.nope_layer_interval);
     a.attention_type = a.is_nope_layer ? AttentionType::global : AttentionType::chunk;

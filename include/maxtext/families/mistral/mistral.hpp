@@ -18,6 +18,7 @@ namespace maxtext::layers {
 template <TensorPolicy P>
 class MistralDecoderLayer : public detail::PrePostNormDecoderLayer<P> {
  public:
+  static constexpr const char* decoder_block_name = "mistral";  ///< its line in core/decoder_blocks.hpp
   using Base = detail::PrePostNormDecoderLayer<P>;
   using typename Base::Params;
 

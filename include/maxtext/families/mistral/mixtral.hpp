@@ -35,6 +35,7 @@ struct MixtralNames {
   static constexpr const char* moe = "MoeBlock_0";
   static constexpr const char* hidden_key = "mlp_dim (base_mlp_dim)";
   static constexpr bool sow_norms = true;
+  static constexpr MoeFamily moe_family = MoeFamily::generic;
   static std::int64_t hidden(const Config& c) { return c.mlp_dim; }
   static AttentionArgs attention_args(const Config& c, std::int64_t /*layer_index*/) { return AttentionArgs::basic(c); }
 };
@@ -45,6 +46,7 @@ struct MixtralNames {
 template <TensorPolicy P>
 class MixtralDecoderLayer : public detail::PrePostNormMoeDecoderLayer<P, detail::MixtralNames> {
  public:
+  static constexpr const char* decoder_block_name = "mixtral";  ///< its line in core/decoder_blocks.hpp
   using Base = detail::PrePostNormMoeDecoderLayer<P, detail::MixtralNames>;
   using typename Base::Params;
   using Base::Base;

@@ -47,6 +47,7 @@ inline AttentionType olmo3_attention_type(std::int64_t layer_index) {
 template <TensorPolicy P>
 class Olmo3DecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "olmo3";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   /// The attention module's parameter name (captures `<layer>.attention`).
   static constexpr const char* attention_name = "attention";

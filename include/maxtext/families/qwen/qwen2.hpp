@@ -23,6 +23,7 @@ namespace maxtext::layers {
 template <TensorPolicy P>
 class Qwen2DecoderLayer : public detail::PrePostNormDecoderLayer<P> {
  public:
+  static constexpr const char* decoder_block_name = "qwen2";  ///< its line in core/decoder_blocks.hpp
   using Base = detail::PrePostNormDecoderLayer<P>;
   using typename Base::Params;
 
@@ -35,6 +36,7 @@ class Qwen2DecoderLayer : public detail::PrePostNormDecoderLayer<P> {
     AttentionArgs a = AttentionArgs::basic(c);
     a.use_qk_norm = c.use_qk_norm;
     a.use_bias_in_projections = c.attention_bias;
+    a.out_bias = false;  // Qwen2's o_proj has no bias
     a.query_pre_attn_scalar = std::pow(static_cast<double>(c.head_dim), -0.5);
     return a;
   }

@@ -31,6 +31,7 @@ namespace maxtext::layers {
 template <TensorPolicy P>
 class Qwen3DecoderLayer : public detail::PrePostNormDecoderLayer<P> {
  public:
+  static constexpr const char* decoder_block_name = "qwen3";  ///< its line in core/decoder_blocks.hpp
   using Base = detail::PrePostNormDecoderLayer<P>;
   using typename Base::Params;
 
@@ -56,6 +57,7 @@ struct Qwen3MoeNames {
   static constexpr const char* moe = "moe_block";
   static constexpr const char* hidden_key = "moe_mlp_dim (base_moe_mlp_dim)";
   static constexpr bool sow_norms = false;
+  static constexpr MoeFamily moe_family = MoeFamily::generic;
   static std::int64_t hidden(const Config& c) { return c.moe_mlp_dim; }
   static AttentionArgs attention_args(const Config& c, std::int64_t /*layer_index*/) {
     return Qwen3DecoderLayer<P>::attention_args(c);
@@ -68,6 +70,7 @@ struct Qwen3MoeNames {
 template <TensorPolicy P>
 class Qwen3MoeDecoderLayer : public detail::PrePostNormMoeDecoderLayer<P, detail::Qwen3MoeNames<P>> {
  public:
+  static constexpr const char* decoder_block_name = "qwen3_moe";  ///< its line in core/decoder_blocks.hpp
   using Base = detail::PrePostNormMoeDecoderLayer<P, detail::Qwen3MoeNames<P>>;
   using typename Base::Params;
   using Base::Base;

@@ -35,6 +35,7 @@ namespace maxtext::layers {
 template <TensorPolicy P>
 class Qwen3CustomMoeDecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "qwen3_custom_moe";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   static constexpr const char* mlp_name = "moe_block";
   struct Params {

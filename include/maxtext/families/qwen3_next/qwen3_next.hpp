@@ -235,7 +235,9 @@ class Qwen3NextSparseMoe {
 template <TensorPolicy P>
 class Qwen3NextDecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "qwen3_next";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
+  static constexpr FinalNorm final_norm = FinalNorm::rms_offset_one;  ///< decoders.py: Qwen3NextRMSNorm
   /// The token mixer's parameter and capture name (both kinds).
   static constexpr const char* attention_name = "attention";
   struct Params {
@@ -265,6 +267,7 @@ class Qwen3NextDecoderLayer {
     AttentionArgs a = AttentionArgs::basic(c);
     a.query_pre_attn_scalar = std::pow(static_cast<double>(c.head_dim), -0.5);
     a.partial_rotary_factor = c.partial_rotary_factor;
+    a.qwen3_next_gated = true;  // attentions.py is_qwen3_hybrid
     return a;
   }
 

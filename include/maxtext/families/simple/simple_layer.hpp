@@ -26,6 +26,7 @@ namespace maxtext::layers {
 template <TensorPolicy P>
 class SimpleDecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "simple";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   using W = typename P::weight_t;
   struct Params {
@@ -61,6 +62,7 @@ class SimpleDecoderLayer {
 template <TensorPolicy P>
 class SimpleMlpDecoderLayer {
  public:
+  static constexpr const char* decoder_block_name = "simple_mlp";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   using W = typename P::weight_t;
   struct Params {
