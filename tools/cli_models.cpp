@@ -15,6 +15,7 @@
 #include "maxtext/io/npy.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/any_model.hpp"
+#include "maxtext/models/weight_choice.hpp"
 #include "maxtext/tokenizer/compressed_tokenizer.hpp"
 #include "maxtext/tokenizer/hf_tokenizer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
@@ -73,16 +74,11 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   if (load && a.has("weights")) {
     // A GGUF file's matrices (blocks such as Q4_K or Q8_0, F32, F16, BF16) are computed from as they lie in the
     // mapped file unless --weight-type says otherwise.
-    const bool keep_blocks = (!a.has("weight-type") || a.get("weight-type") == "ggml") &&
-                             cfg.dtype_canonical() == "float32" && models::any_model_is_built(cfg, "ggml");
-    w = io::load_weights(a.get("weights"), cfg, keep_blocks);
+    w = io::load_weights(a.get("weights"), cfg, models::read_matrices_in_place(cfg, a.get("weight-type")));
     if (!a.has("weight-type")) o.weight_type = weight_type_of_file(cfg, *w);
   }
-  MAXTEXT_CHECK(i8 == "off" || o.weight_type == "q8_0" || o.weight_type == "ggml", ArgumentError,
-                "--int8-activations on applies to Q8_0 weights and a GGUF file's blocks (ggml): add --weight-type q8_0");
-  MAXTEXT_CHECK(i8 == "off" || o.weight_type != "ggml" || !w || io::has_block_matrices(w->tensors), ArgumentError,
-                "--int8-activations on: ", a.get("weights"), " holds no block-quantised matrix (its F32 / F16 / BF16 "
-                "rows are always multiplied exactly); drop the option or add --weight-type q8_0");
+  models::check_int8_activations(o.int8_activations, o.weight_type, w ? &w->tensors : nullptr, a.get("weights"),
+                                 "--int8-activations on", "--weight-type q8_0");
   auto model = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
   if (!load) return model;
   if (w) {

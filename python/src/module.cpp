@@ -24,6 +24,7 @@
 #include "maxtext/io/tensor_files.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/registry.hpp"
+#include "maxtext/models/weight_choice.hpp"
 #include "maxtext/testing/reference_check.hpp"
 #include "maxtext/tokenizer/compressed_tokenizer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
@@ -607,18 +608,15 @@ refused by name.)")
              if (weight_type.empty() && is_path(weights)) {
                // A GGUF file's matrices (blocks, F32, F16, ...) stay where they lie where this module compiled the
                // runtime-typed model.
-               file = weights_arg(weights, c, c.dtype_canonical() == "float32" && models::any_model_is_built(c, "ggml"));
+               file = weights_arg(weights, c, models::read_matrices_in_place(c, weight_type));
                o.weight_type = models::keep_file_weight_type(c, file->file_weight_type);
              }
              o.threads = threads;
              o.int8_activations = int8_activations;
              o.kv_type = kv_type;
-             MAXTEXT_CHECK(!int8_activations || o.weight_type == "q8_0" || o.weight_type == "ggml", ArgumentError,
-                           "[Model] int8_activations applies to Q8_0 weights (weight_type='q8_0') and a GGUF file's "
-                           "blocks ('ggml')");
-             MAXTEXT_CHECK(!int8_activations || !file || o.weight_type != "ggml" || io::has_block_matrices(file->tensors),
-                           ArgumentError, "[Model] int8_activations: the file holds no block-quantised matrix (its F32 / "
-                           "F16 / BF16 rows are always multiplied exactly)");
+             models::check_int8_activations(int8_activations, o.weight_type, file ? &file->tensors : nullptr,
+                                            file ? py::str(weights).cast<std::string>() : std::string(),
+                                            "[Model] int8_activations", "weight_type='q8_0'");
              auto pm = std::make_unique<PyModel>();
              pm->names_fixed = !names.is_none();
              if (pm->names_fixed) o.names = scheme_arg(py::str(names));
