@@ -15,6 +15,7 @@
 #include "maxtext/backend/reference/backend.hpp"
 #include "maxtext/io/convert.hpp"
 #include "support/attention_mask.hpp"
+#include "support/op_checks.hpp"
 
 using namespace maxtext;
 
@@ -39,37 +40,8 @@ Tensor<T, R> copy_of(const Tensor<T, R>& t) {
   return c;
 }
 
-/// One unit in the last place of T at |x| (f32: 2^-23 relative, bf16: 2^-7, f16: 2^-10).
-template <class T>
-double ulp_rel() {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return 1.0 / 128.0;
-  } else if constexpr (std::is_same_v<T, fp16>) {
-    return 1.0 / 1024.0;
-  } else {
-    return 1.0 / 8388608.0;
-  }
-}
-
-/// |a - b| <= rel * max(|b|, scale) elementwise, `scale` being a typical magnitude of the output (so values
-/// that cancel to near zero are judged against the size of the terms that cancelled).
-template <class T, int R>
-void expect_near(const Tensor<T, R>& a, const Tensor<T, R>& b, double rel, double scale, const std::string& what) {
-  REQUIRE(a.shape() == b.shape());
-  double worst = 0.0;
-  std::int64_t at = 0;
-  for (std::int64_t i = 0; i < a.size(); ++i) {
-    const double x = to_float(a.data()[i]), y = to_float(b.data()[i]);
-    const double err = std::fabs(x - y) / std::max(std::fabs(y), scale);
-    if (!(err <= worst)) {
-      worst = err;
-      at = i;
-    }
-  }
-  INFO(what << ": worst relative error " << worst << " at flat index " << at << " (" << to_float(a.data()[at]) << " vs "
-            << to_float(b.data()[at]) << "), allowed " << rel);
-  CHECK(worst <= rel);
-}
+using test::expect_near;
+using test::ulp_rel;
 
 cpu::Backend cpu_be(cpu::Options{2});
 reference::Backend ref_be;

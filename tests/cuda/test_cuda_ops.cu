@@ -25,6 +25,7 @@
 #include "maxtext/models/transformer.hpp"
 #include "support/test_support.hpp"
 #include "support/attention_mask.hpp"
+#include "support/op_checks.hpp"
 
 using namespace maxtext;
 
@@ -71,27 +72,8 @@ Matrix<W> dev(const Matrix<W>& m) {
   r.data = dev(m.data);
   return r;
 }
-template <class T>
-double ulp_rel() {
-  return std::is_same_v<T, bf16> ? 1.0 / 128.0 : (std::is_same_v<T, fp16> ? 1.0 / 1024.0 : 1.0 / 8388608.0);
-}
-template <class T, int R>
-void expect_near(const Tensor<T, R>& a, const Tensor<T, R>& b, double rel, double scale, const std::string& what) {
-  REQUIRE(a.shape() == b.shape());
-  double worst = 0.0;
-  std::int64_t at = 0;
-  for (std::int64_t i = 0; i < a.size(); ++i) {
-    const double x = to_float(a.data()[i]), y = to_float(b.data()[i]);
-    const double err = std::fabs(x - y) / std::max(std::fabs(y), scale);
-    if (!(err <= worst)) {
-      worst = err;
-      at = i;
-    }
-  }
-  INFO(what << ": worst relative error " << worst << " at " << at << " (" << to_float(a.data()[at]) << " vs "
-            << to_float(b.data()[at]) << "), allowed " << rel);
-  CHECK(worst <= rel);
-}
+using test::expect_near;
+using test::ulp_rel;
 template <class T>
 View<const T, 1> none() {
   return {};
