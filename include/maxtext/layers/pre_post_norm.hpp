@@ -172,6 +172,94 @@ class PrePostNormMoeDecoderLayer {
   RoutedMoE<P> moe_;
 };
 
+/// The pre/post-RMSNorm layer whose FFN is a routed MoE on some layers and a dense MlpBlock (block_mlp) on the others,
+/// llama4.py's and envy.py's shape:
+///   h = x + Attention(RMSNorm_pre(x)),  f = FFN(RMSNorm_post(h)),  [f = RMSNorm_post_ffw(f)],  out = h + f.
+/// `Moe` is the MoE module (RoutedMoE, RoutedAndSharedMoE); the layer class `Layer` (which derives from this one)
+/// supplies, as static members: `moe_name` (the MoE's parameter and capture name), `make_moe(c)`,
+/// `moe_layer(index, c)` (which layers have it), `post_ffw_norm(c)` and `attention_args(c, index)`.
+/// Every norm is an RMSNorm of emb_dim with the config's epsilon.
+template <TensorPolicy P, class Moe, class Layer>
+class InterleavedMoeDecoderLayer {
+ public:
+  using A = typename P::act_t;
+  struct Params {
+    typename RMSNorm<P>::Params pre_self_attention_layer_norm, post_self_attention_layer_norm, post_ffw_norm;
+    typename Attention<P>::Params self_attention;
+    typename MlpBlock<P>::Params mlp;  ///< dense layers
+    typename Moe::Params moe;          ///< MoE layers
+  };
+
+  InterleavedMoeDecoderLayer() = default;
+  InterleavedMoeDecoderLayer(const Config& c, LayerInfo info)
+      : info_(std::move(info)),
+        moe_layer_(Layer::moe_layer(info_.index, c)),
+        post_ffw_(Layer::post_ffw_norm(c)),
+        norm_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
+        attn_(c, Layer::attention_args(c, info_.index)) {
+    if (moe_layer_) {
+      moe_ = Layer::make_moe(c);
+      // MaxText's tree names the two FFNs apart (`mlp` and the MoE's name): the MoE layer's captures go to the latter.
+      if (info_.mlp == join_name(info_.name, "mlp")) info_.mlp = join_name(info_.name, Layer::moe_name);
+    } else {
+      mlp_ = block_mlp<P>(c);
+    }
+  }
+
+  CacheSpec cache_spec() const { return attn_.cache_spec(); }
+  const LayerInfo& info() const { return info_; }
+  const Attention<P>& attention() const { return attn_; }
+  bool is_moe_layer() const { return moe_layer_; }
+
+  template <class V>
+  void visit(V& v, Params& p) const {
+    visit_child(v, "pre_self_attention_layer_norm", norm_, p.pre_self_attention_layer_norm);
+    visit_child(v, "self_attention", attn_, p.self_attention);
+    visit_child(v, "post_self_attention_layer_norm", norm_, p.post_self_attention_layer_norm);
+    if (moe_layer_) {
+      visit_child(v, Layer::moe_name, moe_, p.moe);
+    } else {
+      visit_child(v, "mlp", mlp_, p.mlp);
+    }
+    if (post_ffw_) visit_child(v, "post_ffw_norm", norm_, p.post_ffw_norm);
+  }
+
+  /// x [B*T, D] in place. Captures the attention and FFN outputs (the FFN before post_ffw_norm, as MaxText's modules
+  /// return it; MoE layers also sow their routing under the FFN's name) and the layer output.
+  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
+               MoeMetrics* metrics = nullptr) const {
+    ScratchScope scope(ctx.scratch);
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});
+    norm_.forward(ctx, p.pre_self_attention_layer_norm, x, lnx);
+    View<A, 2> a = ctx.scratch.template alloc<A, 2>({M, D});
+    attn_.forward(ctx, p.self_attention, lnx, cache, a);
+    ctx.sow(info_.attention, View<const A, 2>(a));
+    ctx.be.add(View<const A, 2>(x), View<const A, 2>(a), x);  // intermediate_inputs = inputs + attention_lnx
+    norm_.forward(ctx, p.post_self_attention_layer_norm, x, lnx);
+    if (moe_layer_) {
+      MoeMetrics local;
+      MoeMetrics* mt = metrics ? metrics : (ctx.capture ? &local : nullptr);
+      moe_.forward(ctx, p.moe, View<const A, 2>(lnx), a, mt);
+      if (mt) sow_moe_metrics(ctx, info_.mlp, *mt);
+    } else {
+      mlp_.forward(ctx, p.mlp, lnx, a);
+    }
+    ctx.sow(info_.mlp, View<const A, 2>(a));
+    if (post_ffw_) norm_.forward(ctx, p.post_ffw_norm, a, a);
+    ctx.be.add(View<const A, 2>(a), View<const A, 2>(x), x);  // layer_output = mlp_lnx + intermediate_inputs
+    ctx.sow(info_.name, View<const A, 2>(x));
+  }
+
+ private:
+  LayerInfo info_;
+  bool moe_layer_ = false, post_ffw_ = false;
+  RMSNorm<P> norm_;  ///< every norm of the layer (emb_dim, epsilon)
+  Attention<P> attn_;
+  MlpBlock<P> mlp_;
+  Moe moe_;
+};
+
 }  // namespace detail
 
 }  // namespace maxtext::layers

@@ -21,7 +21,6 @@
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/policy.hpp"
-#include "maxtext/families/llama2/llama2.hpp"
 #include "maxtext/layers/attentions.hpp"
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/layer_info.hpp"
@@ -29,6 +28,7 @@
 #include "maxtext/layers/moe.hpp"
 #include "maxtext/layers/normalizations.hpp"
 #include "maxtext/layers/params.hpp"
+#include "maxtext/layers/pre_post_norm.hpp"
 
 namespace maxtext::layers {
 
@@ -41,38 +41,24 @@ inline bool llama4_is_moe_layer(std::int64_t i, std::int64_t interleave_moe_laye
   return interleave_moe_layer_step > 0 && (i + 1) % interleave_moe_layer_step == 0;
 }
 
-/// MaxText Llama4DecoderLayer (decoder_block "llama4").
+/// MaxText Llama4DecoderLayer (decoder_block "llama4"): the interleaved-MoE pre/post-norm layer
+/// (layers/pre_post_norm.hpp) with RoutedAndSharedMoE `Llama4MoEBlock_0` at Llama 4's routing, no post-FFN norm.
 template <TensorPolicy P>
-class Llama4DecoderLayer {
+class Llama4DecoderLayer
+    : public detail::InterleavedMoeDecoderLayer<P, RoutedAndSharedMoE<P>, Llama4DecoderLayer<P>> {
  public:
   static constexpr const char* decoder_block_name = "llama4";  ///< its line in core/decoder_blocks.hpp
-  using A = typename P::act_t;
+  using Base = detail::InterleavedMoeDecoderLayer<P, RoutedAndSharedMoE<P>, Llama4DecoderLayer<P>>;
+  using typename Base::Params;
+  using Base::Base;
+
   /// Dense layers; MoE layers capture under Llama4MoEBlock_0 (MaxText names).
   static constexpr const char* mlp_name = "mlp";
   static constexpr const char* hf_mlp_name = "feed_forward";  ///< transformers' name, dense and MoE layers alike
-  struct Params {
-    typename RMSNorm<P>::Params pre_self_attention_layer_norm;
-    typename Attention<P>::Params attention;
-    typename RMSNorm<P>::Params post_self_attention_layer_norm;
-    typename MlpBlock<P>::Params mlp;                   ///< dense layers
-    typename RoutedAndSharedMoE<P>::Params moe;         ///< MoE layers
-  };
-
-  Llama4DecoderLayer() = default;
-  Llama4DecoderLayer(const Config& c, LayerInfo info)
-      : info_(std::move(info)),
-        moe_layer_(llama4_is_moe_layer(info_.index, c.interleave_moe_layer_step)),
-        pre_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}),
-        attn_(c, attention_args(c, info_.index)),
-        post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon)}) {
-    if (moe_layer_) {
-      moe_ = RoutedAndSharedMoE<P>(c, MoeFamily::llama4);
-      // MaxText's tree names the two FFNs apart (`mlp`, `Llama4MoEBlock_0`); transformers' (`feed_forward`) does not.
-      if (info_.mlp == join_name(info_.name, mlp_name)) info_.mlp = join_name(info_.name, "Llama4MoEBlock_0");
-    } else {
-      mlp_ = detail::block_mlp<P>(c);
-    }
-  }
+  static constexpr const char* moe_name = "Llama4MoEBlock_0";
+  static RoutedAndSharedMoE<P> make_moe(const Config& c) { return RoutedAndSharedMoE<P>(c, MoeFamily::llama4); }
+  static bool moe_layer(std::int64_t i, const Config& c) { return llama4_is_moe_layer(i, c.interleave_moe_layer_step); }
+  static bool post_ffw_norm(const Config& /*c*/) { return false; }
 
   /// What llama4.py passes for layer `i`: config heads, f32 flags, use_qk_norm (the L2 norm on RoPE layers),
   /// query_pre_attn_scalar = head_dim^-0.5, NoPE + global + temperature tuning or chunked attention.
@@ -88,58 +74,6 @@ class Llama4DecoderLayer {
     a.temperature_tuning_floor_scale = 8192.0;
     return a;
   }
-
-  CacheSpec cache_spec() const { return attn_.cache_spec(); }
-  const LayerInfo& info() const { return info_; }
-  const Attention<P>& attention() const { return attn_; }
-  bool is_moe_layer() const { return moe_layer_; }
-
-  template <class V>
-  void visit(V& v, Params& p) const {
-    visit_child(v, "pre_self_attention_layer_norm", pre_, p.pre_self_attention_layer_norm);
-    visit_child(v, "self_attention", attn_, p.attention);
-    visit_child(v, "post_self_attention_layer_norm", post_, p.post_self_attention_layer_norm);
-    if (moe_layer_) {
-      visit_child(v, "Llama4MoEBlock_0", moe_, p.moe);
-    } else {
-      visit_child(v, "mlp", mlp_, p.mlp);
-    }
-  }
-
-  /// x [B*T, D] in place. Captures the attention and FFN outputs (MoE layers: routing metrics under the FFN's name,
-  /// `<layer>.Llama4MoEBlock_0` or, with Hugging Face names, `<layer>.feed_forward`) and the layer output.
-  void forward(const Context<P>& ctx, const Params& p, CacheFor<P>& cache, View<A, 2> x,
-               MoeMetrics* metrics = nullptr) const {
-    ScratchScope scope(ctx.scratch);
-    const std::int64_t M = x.dim(0), D = x.dim(1);
-    View<A, 2> lnx = ctx.scratch.template alloc<A, 2>({M, D});
-    pre_.forward(ctx, p.pre_self_attention_layer_norm, x, lnx);
-    View<A, 2> a = ctx.scratch.template alloc<A, 2>({M, D});
-    attn_.forward(ctx, p.attention, lnx, cache, a);
-    ctx.sow(info_.attention, View<const A, 2>(a));
-    ctx.be.add(View<const A, 2>(x), View<const A, 2>(a), x);  // intermediate_inputs = inputs + attention_lnx
-    post_.forward(ctx, p.post_self_attention_layer_norm, x, lnx);
-    if (moe_layer_) {
-      MoeMetrics local;
-      MoeMetrics* mt = metrics ? metrics : (ctx.capture ? &local : nullptr);
-      moe_.forward(ctx, p.moe, View<const A, 2>(lnx), a, mt);
-      if (mt) sow_moe_metrics(ctx, info_.mlp, *mt);
-    } else {
-      mlp_.forward(ctx, p.mlp, lnx, a);
-    }
-    ctx.sow(info_.mlp, View<const A, 2>(a));
-    ctx.be.add(View<const A, 2>(a), View<const A, 2>(x), x);  // layer_output = mlp_lnx + intermediate_inputs
-    ctx.sow(info_.name, View<const A, 2>(x));
-  }
-
- private:
-  LayerInfo info_;
-  bool moe_layer_ = false;
-  RMSNorm<P> pre_;
-  Attention<P> attn_;
-  RMSNorm<P> post_;
-  MlpBlock<P> mlp_;
-  RoutedAndSharedMoE<P> moe_;
 };
 
 }  // namespace maxtext::layers
