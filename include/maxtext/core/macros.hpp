@@ -56,3 +56,19 @@
 #define MAXTEXT_API inline
 #define MAXTEXT_API_DEFINITIONS 1
 #endif
+
+// The CPU kernels' linkage (backend/cpu/qblock.hpp explains it): the block kernels and the entry points of the matrix
+// products, attention and the Eigen product for the types the layers use. Inline (header-only), or, with
+// MAXTEXT_SEPARATE_KERNELS, external and defined once, in the translation unit that defines
+// MAXTEXT_KERNELS_IMPLEMENTATION (this project's library maxtext_kernels).
+#if defined(MAXTEXT_SEPARATE_KERNELS)
+#define MAXTEXT_KERNEL_API
+#if defined(MAXTEXT_KERNELS_IMPLEMENTATION)
+#define MAXTEXT_KERNEL_DEFINITIONS 1
+#else
+#define MAXTEXT_KERNEL_DEFINITIONS 0
+#endif
+#else
+#define MAXTEXT_KERNEL_API inline
+#define MAXTEXT_KERNEL_DEFINITIONS 1
+#endif

@@ -41,7 +41,6 @@
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/name_mapper.hpp"
 #include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
 
 namespace maxtext::io {
 

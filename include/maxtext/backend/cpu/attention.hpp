@@ -682,4 +682,30 @@ void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const 
   });
 }
 
+// attention() for the activation and cache types the layers use, as plain functions: compiled once with
+// MAXTEXT_SEPARATE_KERNELS (core/macros.hpp), inline and forwarding to the template header-only. Overload resolution
+// prefers them where the types match exactly.
+#define MAXTEXT_ATTENTION_ENTRY(A, KV)                                                                          \
+  MAXTEXT_KERNEL_API void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const KV, 4> v, \
+                                    const AttentionMask& mask, const AttentionOptions& opt,                    \
+                                    View<const A, 1> sinks, View<A, 4> out)
+MAXTEXT_ATTENTION_ENTRY(float, float);
+MAXTEXT_ATTENTION_ENTRY(float, bf16);
+MAXTEXT_ATTENTION_ENTRY(float, fp16);
+MAXTEXT_ATTENTION_ENTRY(bf16, bf16);
+MAXTEXT_ATTENTION_ENTRY(bf16, float);
+MAXTEXT_ATTENTION_ENTRY(bf16, fp16);
+#if MAXTEXT_KERNEL_DEFINITIONS
+#define MAXTEXT_ATTENTION_DEFINE(A, KV) \
+  MAXTEXT_ATTENTION_ENTRY(A, KV) { attention<A, KV>(threads, q, k, v, mask, opt, sinks, out); }
+MAXTEXT_ATTENTION_DEFINE(float, float)
+MAXTEXT_ATTENTION_DEFINE(float, bf16)
+MAXTEXT_ATTENTION_DEFINE(float, fp16)
+MAXTEXT_ATTENTION_DEFINE(bf16, bf16)
+MAXTEXT_ATTENTION_DEFINE(bf16, float)
+MAXTEXT_ATTENTION_DEFINE(bf16, fp16)
+#undef MAXTEXT_ATTENTION_DEFINE
+#endif
+#undef MAXTEXT_ATTENTION_ENTRY
+
 }  // namespace maxtext::cpu::attn

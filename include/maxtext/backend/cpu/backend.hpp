@@ -44,6 +44,35 @@ struct Options {
   bool gdn_chunked = true;
 };
 
+/// y[M, N] (row stride ldy) = x[M, K] . W[N, K]^T in f32 through Eigen, on `threads` OpenMP threads: the product of
+/// unpacked f32 weights. One Eigen product is a large instantiation, so it is a kernel entry point (compiled once with
+/// MAXTEXT_SEPARATE_KERNELS, core/macros.hpp).
+MAXTEXT_KERNEL_API void eigen_gemm_f32(int threads, const float* x, std::int64_t ldx, const float* w, std::int64_t ldw,
+                                       float* y, std::int64_t ldy, std::int64_t M, std::int64_t N, std::int64_t K);
+#if MAXTEXT_KERNEL_DEFINITIONS
+MAXTEXT_KERNEL_API void eigen_gemm_f32(int threads, const float* x, std::int64_t ldx, const float* w, std::int64_t ldw,
+                                       float* y, std::int64_t ldy, std::int64_t M, std::int64_t N, std::int64_t K) {
+  using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using CMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+  using MMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
+  CMap xm(x, M, K, Eigen::OuterStride<>(ldx));
+  CMap wm(w, N, K, Eigen::OuterStride<>(ldw));
+  MMap ym(y, M, N, Eigen::OuterStride<>(ldy));
+  // Eigen takes its thread count from omp_get_max_threads(), an OpenMP setting of the calling thread; set it for
+  // this call only. (Eigen::setNbThreads would write a process-wide global: a data race when models with their own
+  // thread counts run on several threads.)
+#if defined(_OPENMP)
+  const int outer = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  ym.noalias() = xm * wm.transpose();
+  omp_set_num_threads(outer);
+#else
+  (void)threads;
+  ym.noalias() = xm * wm.transpose();
+#endif
+}
+#endif
+
 class Backend {
  public:
   static constexpr const char* name = "cpu";
@@ -1132,23 +1161,7 @@ class Backend {
 
   void gemm_f32(const float* x, std::int64_t ldx, const float* w, std::int64_t ldw, float* y, std::int64_t ldy,
                 std::int64_t M, std::int64_t N, std::int64_t K) const {
-    using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    using CMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
-    using MMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
-    CMap xm(x, M, K, Eigen::OuterStride<>(ldx));
-    CMap wm(w, N, K, Eigen::OuterStride<>(ldw));
-    MMap ym(y, M, N, Eigen::OuterStride<>(ldy));
-    // Eigen takes its thread count from omp_get_max_threads(), an OpenMP setting of the calling thread; set it
-    // for this call only. (Eigen::setNbThreads would write a process-wide global: a data race when models with
-    // their own thread counts run on several threads.)
-#if defined(_OPENMP)
-    const int outer = omp_get_max_threads();
-    omp_set_num_threads(threads_);
-    ym.noalias() = xm * wm.transpose();
-    omp_set_num_threads(outer);
-#else
-    ym.noalias() = xm * wm.transpose();
-#endif
+    eigen_gemm_f32(threads_, x, ldx, w, ldw, y, ldy, M, N, K);
   }
 
   template <class Y, class Bias>

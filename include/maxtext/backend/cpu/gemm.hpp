@@ -1240,4 +1240,48 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
   });
 }
 
+// The entry points for the types the layers use, as plain functions: with MAXTEXT_SEPARATE_KERNELS they are compiled
+// once (core/macros.hpp, MAXTEXT_KERNEL_API) and a translation unit that multiplies no longer instantiates the
+// templates above for them; header-only, they are inline and forward to the templates. Overload resolution prefers
+// them to the templates wherever the types match exactly; other types instantiate the templates as before.
+MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack(const float* w, std::int64_t N, std::int64_t K,
+                                                      bool int8_activations = false, int threads = 1);
+MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack(const bf16* w, std::int64_t N, std::int64_t K,
+                                                      bool int8_activations = false, int threads = 1);
+MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack(const fp16* w, std::int64_t N, std::int64_t K,
+                                                      bool int8_activations = false, int threads = 1);
+MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack(const q8_0* w, std::int64_t N, std::int64_t K,
+                                                      bool int8_activations = false, int threads = 1);
+MAXTEXT_KERNEL_API void matmul(const Packed& p, const float* x, std::int64_t ldx, std::int64_t M, float* y,
+                               std::int64_t ldy, const float* bias, int threads);
+MAXTEXT_KERNEL_API void matmul(const Packed& p, const float* x, std::int64_t ldx, std::int64_t M, bf16* y,
+                               std::int64_t ldy, const bf16* bias, int threads);
+MAXTEXT_KERNEL_API void matmul(const Packed& p, const bf16* x, std::int64_t ldx, std::int64_t M, float* y,
+                               std::int64_t ldy, const float* bias, int threads);
+MAXTEXT_KERNEL_API void matmul(const Packed& p, const bf16* x, std::int64_t ldx, std::int64_t M, bf16* y,
+                               std::int64_t ldy, const bf16* bias, int threads);
+
+#if MAXTEXT_KERNEL_DEFINITIONS
+#define MAXTEXT_GEMM_PACK(W)                                                                                   \
+  MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K,            \
+                                                        bool int8_activations, int threads) {                  \
+    return pack<W>(w, N, K, int8_activations, threads);                                                        \
+  }
+#define MAXTEXT_GEMM_MATMUL(X, Y)                                                                              \
+  MAXTEXT_KERNEL_API void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,          \
+                                 std::int64_t ldy, const Y* bias, int threads) {                               \
+    matmul<X, Y, Y>(p, x, ldx, M, y, ldy, bias, threads);                                                      \
+  }
+MAXTEXT_GEMM_PACK(float)
+MAXTEXT_GEMM_PACK(bf16)
+MAXTEXT_GEMM_PACK(fp16)
+MAXTEXT_GEMM_PACK(q8_0)
+MAXTEXT_GEMM_MATMUL(float, float)
+MAXTEXT_GEMM_MATMUL(float, bf16)
+MAXTEXT_GEMM_MATMUL(bf16, float)
+MAXTEXT_GEMM_MATMUL(bf16, bf16)
+#undef MAXTEXT_GEMM_PACK
+#undef MAXTEXT_GEMM_MATMUL
+#endif
+
 }  // namespace maxtext::cpu::gemm

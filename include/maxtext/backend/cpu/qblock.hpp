@@ -39,7 +39,9 @@
 // MAXTEXT_KERNELS_IMPLEMENTATION in exactly one, which then holds their definitions (qblock_impl.hpp); the others
 // see the declarations below and call them. The instruction set is that unit's (its -march). This project's own
 // programs build that way (CMake option MAXTEXT_SEPARATE_KERNELS, library maxtext_kernels); without the macro the
-// header is self-contained as every other.
+// header is self-contained as every other. The linkage macro, MAXTEXT_KERNEL_API, is core/macros.hpp's; the entry
+// points of the matrix products (gemm.hpp), attention (attention.hpp) and the Eigen product (backend.hpp) for the
+// types the layers use are compiled once the same way.
 #pragma once
 
 #include <algorithm>
@@ -56,13 +58,6 @@
 
 #if defined(__F16C__)
 #include <immintrin.h>
-#endif
-
-// The kernels' linkage: inline (header-only), or external and defined once (MAXTEXT_SEPARATE_KERNELS, above).
-#if defined(MAXTEXT_SEPARATE_KERNELS)
-#define MAXTEXT_QBLOCK_API
-#else
-#define MAXTEXT_QBLOCK_API inline
 #endif
 
 namespace maxtext::cpu::qblock {
@@ -258,10 +253,10 @@ inline void decode_block(BlockType t, const std::byte* blk, float* w) {
 
 /// Exact dequantisation of `n` values (a multiple of the block) from the block row at `src`: the same bits as
 /// quant::dequantize_row.
-MAXTEXT_QBLOCK_API void dequantize(BlockType t, const std::byte* src, float* dst, std::int64_t n);
+MAXTEXT_KERNEL_API void dequantize(BlockType t, const std::byte* src, float* dst, std::int64_t n);
 
 /// out[m] = sum_k deq(row)[k] * x[m*ldx + k] for m < M (1..4), in f32; each block is decoded once for all M rows.
-MAXTEXT_QBLOCK_API void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
+MAXTEXT_KERNEL_API void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
                                   int M, float* out);
 
 // ---- float rows (F32, F16, BF16) of runtime-typed matrices ----
@@ -275,28 +270,28 @@ inline bool is_float_type(std::uint32_t type) {
 }
 
 /// Exact widening of `n` values (any count) of a float row type at `src` to f32.
-MAXTEXT_QBLOCK_API void widen(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n);
+MAXTEXT_KERNEL_API void widen(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n);
 
 /// out[m] = sum_k w[k] * x[m*ldx + k] for m < M (1..4), in f32, for a row of a float row type (any K).
-MAXTEXT_QBLOCK_API void dot_float(std::uint32_t type, const std::byte* row, std::int64_t K, const float* x,
+MAXTEXT_KERNEL_API void dot_float(std::uint32_t type, const std::byte* row, std::int64_t K, const float* x,
                                   std::int64_t ldx, int M, float* out);
 
 /// Exact f32 values of `n` values of any runtime-typed row (block types: a multiple of the block) at `src`.
-MAXTEXT_QBLOCK_API void dequantize_any(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n);
+MAXTEXT_KERNEL_API void dequantize_any(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n);
 
 /// sum_k deq(row)[k] * d_x[k/32] * q_x[k]: integer sums of weight and activation quants per 16 or 32 values, then
 /// one float step per group.
-MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const QuantizedX& x);
+MAXTEXT_KERNEL_API float dot_q8(BlockType t, const std::byte* row, const QuantizedX& x);
 
 /// out[m * ldo + n] = dot_q8(t, rows + n * row_bytes, x[m]) for m < M, n < N, bit for bit: the same sums, taken
 /// for several rows of x and of the weight at once where a kernel shares the decoded blocks and the loaded
 /// activations between them (prefill), and otherwise one dot_q8 after the other.
-MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::size_t row_bytes, std::int64_t N,
+MAXTEXT_KERNEL_API void dot_q8_rows(BlockType t, const std::byte* rows, std::size_t row_bytes, std::int64_t N,
                                     const QuantizedX* x, std::int64_t M, float* out, std::int64_t ldo);
 
 /// Whether dot_q8_rows is this machine's quicker way to multiply M activation rows (more than a decode step's) with
 /// blocks of type t; where it is not, gemm::matmul keeps its own prefill panels.
-MAXTEXT_QBLOCK_API bool dot_q8_rows_preferred(BlockType t, std::int64_t M);
+MAXTEXT_KERNEL_API bool dot_q8_rows_preferred(BlockType t, std::int64_t M);
 
 /// Bytes of one quantised activation row of K values (K a multiple of 32): q, d and s sections, each 64-byte
 /// aligned, plus slack to align the start of an arbitrary buffer.
@@ -319,7 +314,7 @@ inline float inverse_scale(float d) {
 /// and the integer prefill panels' gemm::detail::quantize_row round); q = 0 where d = 0 or where 1/d overflows (max|x|
 /// below ~3.7e-37, which would otherwise send every q to infinity); s = sum of the group's q. NaN values are left
 /// out of max|x|. The vector paths give this scalar definition's bytes, bit for bit, for finite x.
-MAXTEXT_QBLOCK_API QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf);
+MAXTEXT_KERNEL_API QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf);
 
 }  // namespace maxtext::cpu::qblock
 

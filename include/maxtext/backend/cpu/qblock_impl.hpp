@@ -2230,7 +2230,7 @@ inline void dot_exact_vec(const std::byte* row, std::int64_t K, const float* x, 
 
 }  // namespace detail
 
-MAXTEXT_QBLOCK_API void dequantize(BlockType t, const std::byte* src, float* dst, std::int64_t n) {
+MAXTEXT_KERNEL_API void dequantize(BlockType t, const std::byte* src, float* dst, std::int64_t n) {
   MAXTEXT_DASSERT(n % quant::block_format(t).block == 0);
 #if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
   if (detail::with_decoder(t, [&](auto d) { detail::dequantize_vec<typename decltype(d)::type>(src, dst, n); })) return;
@@ -2238,7 +2238,7 @@ MAXTEXT_QBLOCK_API void dequantize(BlockType t, const std::byte* src, float* dst
   detail::dequantize_scalar(t, src, dst, n);
 }
 
-MAXTEXT_QBLOCK_API void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
+MAXTEXT_KERNEL_API void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
                                   int M, float* out) {
   MAXTEXT_DASSERT(M >= 1 && M <= 4);
   MAXTEXT_DASSERT(K % quant::block_format(t).block == 0);
@@ -2372,7 +2372,7 @@ MAXTEXT_QBLOCK_INLINE bool with_dot_q8_kernel(BlockType t, F&& f) {
 
 }  // namespace detail
 
-MAXTEXT_QBLOCK_API QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf) {
+MAXTEXT_KERNEL_API QuantizedX quantize_x(const float* x, std::int64_t K, std::byte* buf) {
   MAXTEXT_DASSERT(K % 32 == 0);
   using namespace detail;
   const auto k = static_cast<std::size_t>(K);
@@ -2438,7 +2438,7 @@ MAXTEXT_QBLOCK_API QuantizedX quantize_x(const float* x, std::int64_t K, std::by
   return QuantizedX{q, d, s, K};
 }
 
-MAXTEXT_QBLOCK_API void widen(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n) {
+MAXTEXT_KERNEL_API void widen(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n) {
   MAXTEXT_DASSERT(is_float_type(type));
   std::int64_t done = 0;
 #if MAXTEXT_QBLOCK_FLOAT_ROWS
@@ -2450,7 +2450,7 @@ MAXTEXT_QBLOCK_API void widen(std::uint32_t type, const std::byte* src, float* d
   quant::dequantize_any(type, src + static_cast<std::size_t>(done) * es, dst + done, n - done);
 }
 
-MAXTEXT_QBLOCK_API void dot_float(std::uint32_t type, const std::byte* row, std::int64_t K, const float* x,
+MAXTEXT_KERNEL_API void dot_float(std::uint32_t type, const std::byte* row, std::int64_t K, const float* x,
                                   std::int64_t ldx, int M, float* out) {
   MAXTEXT_DASSERT(is_float_type(type) && M >= 1 && M <= 4);
   const auto es = static_cast<std::size_t>(quant::checked_type_info(type).bytes);
@@ -2485,12 +2485,12 @@ MAXTEXT_QBLOCK_API void dot_float(std::uint32_t type, const std::byte* row, std:
   for (int m = 0; m < M; ++m) out[m] += acc[m].total();
 }
 
-MAXTEXT_QBLOCK_API void dequantize_any(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n) {
+MAXTEXT_KERNEL_API void dequantize_any(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n) {
   if (is_float_type(type)) return widen(type, src, dst, n);
   dequantize(static_cast<BlockType>(quant::checked_type_info(type).id), src, dst, n);
 }
 
-MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const QuantizedX& x) {
+MAXTEXT_KERNEL_API float dot_q8(BlockType t, const std::byte* row, const QuantizedX& x) {
   MAXTEXT_DASSERT(x.K % quant::block_format(t).block == 0);
 #if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
   using namespace detail;
@@ -2521,7 +2521,7 @@ MAXTEXT_QBLOCK_API float dot_q8(BlockType t, const std::byte* row, const Quantiz
   return detail::dot_q8_scalar(t, row, x);
 }
 
-MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::size_t row_bytes, std::int64_t N,
+MAXTEXT_KERNEL_API void dot_q8_rows(BlockType t, const std::byte* rows, std::size_t row_bytes, std::int64_t N,
                                     const QuantizedX* x, std::int64_t M, float* out, std::int64_t ldo) {
   if (M <= 0 || N <= 0) return;
 #if MAXTEXT_QBLOCK_AVX2
@@ -2638,7 +2638,7 @@ MAXTEXT_QBLOCK_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
   }
 }
 
-MAXTEXT_QBLOCK_API bool dot_q8_rows_preferred(BlockType t, std::int64_t M) {
+MAXTEXT_KERNEL_API bool dot_q8_rows_preferred(BlockType t, std::int64_t M) {
   (void)M;  // matmul asks only above its decode rows (gemm::kGgmlI8RowsDirect)
 #if MAXTEXT_QBLOCK_AVX2
   // Without VNNI gemm's integer panels run a 16-bit emulation of vpdpbusd, slower than these kernels (model c, one
