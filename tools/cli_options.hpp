@@ -46,7 +46,7 @@ inline const std::vector<CommandOptions>& command_options() {
         {"logits", join(model, {"tokens", "out", "incremental"}), true},
         // open_model without loading: neither --seed nor the tokenizer is read.
         {"info", {"config", "weights", "weight-type", "threads", "int8-activations", "kv-type"}, true},
-        {"generate", join(join(model, sampling), {"tokens", "prompt"}), true},
+        {"generate", join(join(model, sampling), {"tokens", "prompt", "spec", "draft", "draft-max"}), true},
         {"chat", join(join(model, sampling), {"system", "ctx-size"}), true},
         {"tokenize", {"weights", "tokenizer", "text", "text-file", "add-special"}, false},
         {"detokenize", {"weights", "tokenizer", "ids", "skip-special"}, false},

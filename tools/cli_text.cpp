@@ -13,6 +13,7 @@
 #include "cli_generate_options.hpp"
 #include "cmd_tokenize.hpp"
 #include "maxtext/models/any_model.hpp"
+#include "maxtext/models/speculative.hpp"
 #include "maxtext/models/text_stream.hpp"
 
 namespace maxtext::cli {
@@ -32,6 +33,20 @@ int cmd_generate(const Args& a) {
     MAXTEXT_CHECK(go.stop_strings.empty(), ArgumentError, "--stop needs --prompt (text, through a tokenizer)");
     prompts = parse_token_rows(a.get("tokens"));
   }
+  // Speculative decoding (--spec lookup|draft): greedy, one prompt, the tokens plain greedy decoding gives.
+  const std::string spec = a.get("spec");
+  MAXTEXT_CHECK(spec.empty() || spec == "lookup" || spec == "draft", ArgumentError,
+                "--spec: expected lookup (prompt lookup) or draft (a draft model, --draft FILE), found '", spec, "'");
+  MAXTEXT_CHECK(spec == "draft" || !a.has("draft"), ArgumentError, "--draft FILE needs --spec draft");
+  MAXTEXT_CHECK(spec != "draft" || a.has("draft"), ArgumentError, "--spec draft needs --draft FILE (the draft model)");
+  MAXTEXT_CHECK(!spec.empty() || !a.has("draft-max"), ArgumentError, "--draft-max needs --spec lookup or --spec draft");
+  MAXTEXT_CHECK(spec.empty() || prompts.size() == 1, ArgumentError, "--spec: one prompt at a time, found ",
+                prompts.size(), " rows in --tokens");
+  models::SpeculativeOptions so;
+  so.draft_max = a.integer("draft-max", 4);
+  MAXTEXT_CHECK(so.draft_max >= 1, ArgumentError, "--draft-max must be >= 1, found ", so.draft_max);
+  MAXTEXT_CHECK(spec.empty() || go.sampling.temperature == 0.0f, UnsupportedError, "--spec is greedy only: --temperature ",
+                go.sampling.temperature, " needs the rejection rule over the sampler's distribution, not implemented");
   const auto t_load = std::chrono::steady_clock::now();
   const auto model = open_model(cfg, a);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
@@ -45,7 +60,32 @@ int cmd_generate(const Args& a) {
       return true;
     };
   }
-  const auto res = model->generate(prompts, go);
+  models::GenerateResult res;
+  models::SpeculativeStats st;
+  if (spec.empty()) {
+    res = model->generate(prompts, go);
+  } else {
+    if (spec == "lookup") {
+      models::PromptLookupDrafter lookup;
+      res = model->generate_speculative(
+          prompts[0], go, [&](const std::vector<std::int32_t>& c, std::int64_t k) { return lookup.propose(c, k); }, so,
+          &st);
+    } else {
+      // The draft model: its own file, config and weight type; the model's thread count.
+      Args da;
+      da.command = a.command;
+      da.opt["weights"] = a.get("draft");
+      if (a.has("threads")) da.opt["threads"] = a.get("threads");
+      const Config dcfg = make_config(da);
+      MAXTEXT_CHECK(dcfg.vocab_size <= cfg.vocab_size, ArgumentError, "--draft ", a.get("draft"), ": vocab_size ",
+                    dcfg.vocab_size, " is larger than the model's ", cfg.vocab_size,
+                    " (a draft model shares the model's tokenizer)");
+      const auto draft = open_model(dcfg, da);
+      const std::int64_t cap = static_cast<std::int64_t>(prompts[0].size()) + go.max_new_tokens + so.draft_max + 1;
+      models::AnyModelDrafter drafter(*draft, cap);
+      res = model->generate_speculative(prompts[0], go, drafter.as_function(), so, &st);
+    }
+  }
   if (tk) std::cout << "\n";
   for (std::size_t b = 0; b < res.tokens.size(); ++b) {
     std::cout << "tokens[" << b << "]: ";
@@ -57,6 +97,17 @@ int cmd_generate(const Args& a) {
               res.prefill_seconds * 1e3, res.prefill_tokens_per_second());
   std::printf("decode: %lld steps in %.3f ms (%.1f tokens/s)\n", static_cast<long long>(res.decode_steps),
               res.decode_seconds * 1e3, res.decode_tokens_per_second());
+  if (!spec.empty()) {
+    std::printf("speculative: %s, draft-max %lld: %lld verify passes, %lld of %lld drafts accepted (%.1f%%); "
+                "accepted/drafted per position:",
+                spec.c_str(), static_cast<long long>(so.draft_max), static_cast<long long>(st.verify_passes),
+                static_cast<long long>(st.total_accepted()), static_cast<long long>(st.total_drafted()),
+                100.0 * st.acceptance_rate());
+    for (std::size_t i = 0; i < st.drafted.size(); ++i) {
+      std::printf(" %lld/%lld", static_cast<long long>(st.accepted[i]), static_cast<long long>(st.drafted[i]));
+    }
+    std::printf("\n");
+  }
   std::printf("load: %.3f s (weights read, imported and laid out for the backend)\n", load_seconds);
   return 0;
 }

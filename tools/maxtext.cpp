@@ -17,6 +17,8 @@ commands:
             [--temperature T] [--top-k K] [--top-p P] [--seed S]
   generate  --weights FILE [--tokenizer FILE] --prompt "text" [--max-new-tokens N] [--stop STRING ...] [...]:
             streams the text
+            [--spec lookup|draft [--draft FILE] [--draft-max K]]: greedy speculative decoding, K drafted tokens
+            (default 4) checked per pass, from prompt lookup or a draft model sharing the tokenizer; the same tokens
   chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]:
             a conversation, one user message per line of stdin until EOF; the KV cache is kept between turns
   tokenize  (--weights FILE | --tokenizer PATH) (--text "text" | --text-file FILE) [--add-special on|off]:

@@ -24,6 +24,7 @@
 #include "maxtext/io/tensor_files.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/registry.hpp"
+#include "maxtext/models/speculative.hpp"
 #include "maxtext/models/weight_choice.hpp"
 #include "maxtext/testing/reference_check.hpp"
 #include "maxtext/tokenizer/compressed_tokenizer.hpp"
@@ -785,7 +786,7 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
           "generate",
           [](PyModel& pm, py::object prompts, std::int64_t max_new_tokens, float temperature, std::int64_t top_k,
              float top_p, py::object seed, py::object stop_tokens, py::object tok_obj, py::object on_token,
-             py::object stream, std::int64_t capacity) {
+             py::object stream, std::int64_t capacity, py::object spec, std::int64_t draft_max) {
             const PyTokenizer* tk = tok_obj.is_none() ? nullptr : &tok_obj.cast<const PyTokenizer&>();
             std::vector<std::vector<std::int32_t>> rows;
             const bool texts = py::isinstance<py::str>(prompts) ||
@@ -851,12 +852,49 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
               };
             }
             models::GenerateResult res;
-            {
+            models::SpeculativeStats st;
+            if (spec.is_none()) {
               py::gil_scoped_release nogil;
               res = pm.b->generate(rows, go, capacity);
+            } else {
+              // spec='lookup' (prompt lookup) or a Model (a draft model that shares the tokenizer): greedy, one prompt.
+              MAXTEXT_CHECK(rows.size() == 1, ArgumentError, "[generate] spec= takes one prompt, found ", rows.size());
+              MAXTEXT_CHECK(capacity == 0, ArgumentError, "[generate] spec= sizes its own cache: leave capacity= unset");
+              models::SpeculativeOptions so;
+              so.draft_max = draft_max;
+              if (py::isinstance<py::str>(spec)) {
+                const auto kind = spec.cast<std::string>();
+                MAXTEXT_CHECK(kind == "lookup", ArgumentError, "[generate] spec='", kind,
+                              "': expected 'lookup' or a draft Model");
+                models::PromptLookupDrafter lookup;
+                py::gil_scoped_release nogil;
+                res = pm.b->generate_speculative(
+                    rows[0], go,
+                    [&](const std::vector<std::int32_t>& c, std::int64_t k) { return lookup.propose(c, k); }, so, &st);
+              } else {
+                PyModel* draft = nullptr;
+                try {
+                  draft = &spec.cast<PyModel&>();
+                } catch (const py::cast_error&) {
+                  MAXTEXT_THROW(ArgumentError, "[generate] spec=: expected 'lookup' or a draft Model, found ",
+                                py::str(py::type::of(spec)).cast<std::string>());
+                }
+                const auto cap = static_cast<std::int64_t>(rows[0].size()) + max_new_tokens + draft_max + 1;
+                models::AnyModelDrafter drafter(*draft->b, cap);
+                py::gil_scoped_release nogil;
+                res = pm.b->generate_speculative(rows[0], go, drafter.as_function(), so, &st);
+              }
             }
             if (!stream.is_none() && !pending.empty()) stream(text(pending));
             py::dict d;
+            if (!spec.is_none()) {
+              py::dict s;
+              s["verify_passes"] = st.verify_passes;
+              s["drafted"] = st.drafted;
+              s["accepted"] = st.accepted;
+              s["acceptance_rate"] = st.acceptance_rate();
+              d["speculative"] = s;
+            }
             d["tokens"] = res.tokens;
             d["prompt_tokens"] = rows;
             if (tk != nullptr) {
@@ -874,11 +912,14 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
           py::arg("prompts"), py::arg("max_new_tokens") = 32, py::kw_only(), py::arg("temperature") = 0.0f,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = py::none(), py::arg("stop_tokens") = py::none(),
           py::arg("tokenizer") = py::none(), py::arg("on_token") = py::none(), py::arg("stream") = py::none(),
-          py::arg("capacity") = 0,
+          py::arg("capacity") = 0, py::arg("spec") = py::none(), py::arg("draft_max") = 4,
           R"(Prefill + decode. prompts: token ids ([T], [B, T] or a list of lists) or text (a str or list of str, with
 tokenizer=). temperature 0 = greedy. on_token(row, token) is called as each token is chosen; stream(text) gets the
 text pieces of a single text prompt as they complete. Returns {'tokens': [[...]], 'text': [...] (with a tokenizer),
-'prompt_tokens', timings}. Text generation stops at the tokenizer's EOS unless stop_tokens= is given.)")
+'prompt_tokens', timings}. Text generation stops at the tokenizer's EOS unless stop_tokens= is given.
+spec='lookup' (prompt lookup) or spec=draft_model (another Model sharing the tokenizer): greedy speculative decoding
+of one prompt, draft_max tokens drafted and checked per pass; the same tokens, and result['speculative'] with
+'verify_passes', 'drafted' and 'accepted' per draft position, 'acceptance_rate'.)")
       .def(
           "compare",
           [](PyModel& pm, py::handle reference, py::handle tokens, py::handle input, py::object layer, py::object weights,

@@ -157,3 +157,25 @@ def test_a_gguf_files_f16_weights_are_read_where_they_lie(mc):
     # More than eight tokens: the F16 rows go through the f32 kernel's panels (at most eight take direct products).
     tokens = np.asarray([1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203, 29889])
     np.testing.assert_array_equal(kept.forward(tokens), wide.forward(tokens))
+
+
+def test_speculative_generation_gives_the_greedy_tokens(mc):
+    """spec='lookup' and spec=<draft Model>: the tokens of plain greedy generation, with the acceptance counts."""
+    cfg = mc.Config(overrides=meta("llama2_model")["config"])
+    m = mc.Model(cfg, weights=fixture("llama2_model", "model.safetensors"))
+    prompt = [38, 1, 57, 38, 1]
+    plain = m.generate([prompt], max_new_tokens=24)["tokens"]
+    out = m.generate([prompt], max_new_tokens=24, spec="lookup", draft_max=3)
+    assert out["tokens"] == plain
+    assert len(out["speculative"]["drafted"]) == 3
+    twin = mc.Model(cfg, weights=fixture("llama2_model", "model.safetensors"))  # the same weights: all accepted
+    out = m.generate([prompt], max_new_tokens=24, spec=twin)
+    assert out["tokens"] == plain
+    s = out["speculative"]
+    assert sum(s["accepted"]) == sum(s["drafted"]) > 0 and s["acceptance_rate"] == 1.0
+    with pytest.raises(Exception, match="the drafter runs the model it drafts for"):
+        m.generate([prompt], max_new_tokens=8, spec=m)
+    with pytest.raises(Exception, match="greedy only"):
+        m.generate([prompt], max_new_tokens=8, spec="lookup", temperature=0.5)
+    with pytest.raises(Exception, match="expected 'lookup' or a draft Model"):
+        m.generate([prompt], max_new_tokens=8, spec="ngram")

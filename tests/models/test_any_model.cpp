@@ -121,6 +121,44 @@ TEST_CASE("AnyModel gives the Transformer's logits, captures, layers and generat
     CHECK(s->sync({1, 2, 3, 9}) == 3);  // rewinds to the common prefix
   }
 
+  SECTION("speculative generation: drafts from another AnyModel and from prompt lookup give plain greedy's tokens") {
+    models::GenerateOptions go;
+    go.max_new_tokens = 24;
+    const std::vector<std::int32_t> prompt{1, 2, 3, 1, 2};
+    const auto d = models::generate(direct, {prompt}, go);
+    const auto draft = models::make_built_any_model(cfg, {}, "llama2 f32");
+    draft->init(12);  // another random model: most drafts rejected
+    models::AnyModelDrafter drafter(*draft, 64);
+    models::SpeculativeStats st;
+    const auto a = any->generate_speculative(prompt, go, drafter.as_function(), {3}, &st);
+    CHECK(a.tokens == d.tokens);
+    CHECK(st.total_drafted() > 0);
+    CHECK(st.total_accepted() < st.total_drafted());
+    const auto same = models::make_built_any_model(cfg, {}, "llama2 f32");
+    same->init(11);  // the same weights in another AnyModel: every draft accepted
+    models::AnyModelDrafter twin(*same, 64);
+    const auto b = any->generate_speculative(prompt, go, twin.as_function(), {3}, &st);
+    CHECK(b.tokens == d.tokens);
+    CHECK(st.total_accepted() == st.total_drafted());
+    models::PromptLookupDrafter lookup;
+    const auto c = any->generate_speculative(
+        prompt, go, [&](const std::vector<std::int32_t>& ctx, std::int64_t k) { return lookup.propose(ctx, k); }, {4});
+    CHECK(c.tokens == d.tokens);
+    // A drafter that runs the model it drafts for is refused, not left waiting for itself.
+    models::AnyModelDrafter self(*any, 64);
+    REQUIRE_THROWS_WITH(any->generate_speculative(prompt, go, self.as_function(), {3}),
+                        Catch::Contains("the drafter runs the model it drafts for"));
+    const auto after = any->generate_speculative(prompt, go, twin.as_function(), {3});  // the model still works
+    CHECK(after.tokens == d.tokens);
+    // The cache's rollback through the interface.
+    const auto cache = any->new_cache(1, 8);
+    CHECK_FALSE(cache->recurrent());
+    cache->set_length(0, 5);
+    CHECK(cache->lengths() == std::vector<std::int32_t>{5});
+    REQUIRE_THROWS_WITH(cache->set_length(1, 2), Catch::Contains("row 1 outside [0, 1)"));
+    REQUIRE_THROWS_WITH(cache->set_length(0, 9), Catch::Contains("length 9 outside [0, 8]"));
+  }
+
   SECTION("one layer on its own") {
     models::LayerRequest lr;
     Tensor<float, 3> x({1, 5, cfg.emb_dim});

@@ -52,6 +52,8 @@ TEST_CASE("every command's documented options pass the check", "[cli]") {
                                          "--seed", "1", "--stop", "a", "--stop", "b", "--logit-bias", "1=2",
                                          "--repeat-penalty", "1.1", "--frequency-penalty", "0.1",
                                          "--presence-penalty", "0.1", "--kv-type", "float16", "dtype=float32"})));
+  CHECK_NOTHROW(cli::check_options(args({"generate", "--weights", "w.gguf", "--prompt", "p", "--spec", "draft",
+                                         "--draft", "d.gguf", "--draft-max", "3"})));
   CHECK_NOTHROW(cli::check_options(args({"logits", "--weights", "w.gguf", "--tokens", "1", "--out", "o.npy",
                                          "--incremental", "1", "--threads", "1", "--weight-type", "ggml",
                                          "--int8-activations", "on"})));
@@ -76,6 +78,8 @@ TEST_CASE("unknown or unused or repeated options and stray overrides are refused
   refused({"chat", "--sytem", "x"}, "did you mean --system?");
   refused({"generate", "--frobnicate", "1"}, "unknown option --frobnicate (it reads --config");
   refused({"info", "--seed", "3"}, "info: option --seed is not used by this command");
+  refused({"chat", "--spec", "lookup"}, "chat: option --spec is not used by this command");
+  refused({"generate", "--draft-mx", "3"}, "did you mean --draft-max?");
   refused({"tokenize", "--tokenizer", "t", "--text", "a", "--max-new-tokens", "3"},
           "option --max-new-tokens is not used by this command");
   refused({"logits", "--prompt", "hi"}, "logits: option --prompt is not used");

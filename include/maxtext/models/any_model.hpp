@@ -27,6 +27,7 @@
 #include "maxtext/layers/context.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/registry.hpp"
+#include "maxtext/models/speculative.hpp"
 #include "maxtext/models/transformer.hpp"
 
 namespace maxtext::models {
@@ -77,6 +78,10 @@ class AnyCache {
   virtual std::vector<std::int32_t> lengths() const = 0;
   /// Forget every row (-1) or row b.
   virtual void reset(std::int64_t b) = 0;
+  /// Keep the first n tokens of row b (KVCache::set_length: later positions are overwritten by the next forward).
+  virtual void set_length(std::int64_t b, std::int32_t n) = 0;
+  /// Whether some layer keeps a recurrent state, which cannot go back to an earlier length (KVCache::recurrent).
+  virtual bool recurrent() const = 0;
   virtual std::int64_t bytes() const = 0;
 };
 
@@ -143,11 +148,71 @@ class AnyModel {
   virtual Tensor<float, 3> forward(const ForwardRequest& r) = 0;
   virtual GenerateResult generate(const std::vector<std::vector<std::int32_t>>& prompts, const GenerateOptions& opt,
                                   std::int64_t capacity = 0) = 0;
+  /// Greedy generation of one prompt, `drafter`'s tokens verified K + 1 at a time (models/speculative.hpp,
+  /// generate_speculative): the tokens generate() gives at temperature 0, in fewer passes. A drafter that runs this
+  /// same AnyModel is refused (it would wait for the pass that waits for it); draft with another AnyModel
+  /// (AnyModelDrafter) or with prompt lookup.
+  virtual GenerateResult generate_speculative(const std::vector<std::int32_t>& prompt, const GenerateOptions& opt,
+                                              const DraftFn& drafter, const SpeculativeOptions& spec = {},
+                                              SpeculativeStats* stats = nullptr) = 0;
   /// A session holding up to `capacity` tokens (0: max_target_length). It refers to this model: keep the model alive.
   virtual std::unique_ptr<AnySession> new_session(std::int64_t capacity = 0) = 0;
   /// Returns the layer's output [B, T, D] as f32; also puts it into the capture under the layer's name (or "out"
   /// for a layer from a file without prefix) when that name is requested.
   virtual Tensor<float, 3> run_layer(const LayerRequest& r) = 0;
+};
+
+namespace detail {
+/// An AnyModel seen as ModelDrafter's draft model: make_cache / forward / config over the virtual interface.
+class AnyDraftModel {
+ public:
+  class Cache {
+   public:
+    explicit Cache(std::shared_ptr<AnyCache> c) : c_(std::move(c)) {}
+    std::int32_t length(std::int64_t b) const { return c_->lengths().at(static_cast<std::size_t>(b)); }
+    void set_length(std::int64_t b, std::int32_t n) { c_->set_length(b, n); }
+    std::int64_t capacity() const { return c_->capacity(); }
+    bool recurrent() const { return c_->recurrent(); }
+    AnyCache* get() { return c_.get(); }
+
+   private:
+    std::shared_ptr<AnyCache> c_;
+  };
+  explicit AnyDraftModel(AnyModel& m) : m_(m) {}
+  const Config& config() const { return m_.config(); }
+  Cache make_cache(std::int64_t batch, std::int64_t capacity) const {
+    return Cache(m_.new_cache(batch, capacity > 0 ? capacity : m_.config().max_target_length));
+  }
+  Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, Cache& cache, const ForwardOptions& fo) {
+    ForwardRequest r;
+    r.tokens = &tokens;
+    r.cache = cache.get();
+    r.last_only = fo.last_only;
+    return m_.forward(r);
+  }
+
+ private:
+  AnyModel& m_;
+};
+}  // namespace detail
+
+/// ModelDrafter (models/speculative.hpp) over a draft model chosen at run time: `maxtext generate --spec draft
+/// --draft FILE`. `draft` must be another AnyModel than the one it drafts for.
+class AnyModelDrafter {
+ public:
+  explicit AnyModelDrafter(AnyModel& draft, std::int64_t capacity = 0) : model_(draft), drafter_(model_, capacity) {}
+  std::vector<std::int32_t> propose(const std::vector<std::int32_t>& context, std::int64_t k,
+                                    std::int64_t target_vocab = -1) {
+    return drafter_.propose(context, k, target_vocab);
+  }
+  /// For AnyModel::generate_speculative; this object must outlive the generation.
+  DraftFn as_function() {
+    return [this](const std::vector<std::int32_t>& c, std::int64_t k) { return propose(c, k); };
+  }
+
+ private:
+  detail::AnyDraftModel model_;
+  ModelDrafter<detail::AnyDraftModel> drafter_;
 };
 
 /// The AnyModel of one model type (defined in any_model_impl.hpp; instantiated per decoder block by the translation

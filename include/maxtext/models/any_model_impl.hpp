@@ -4,10 +4,12 @@
 // explicitly (any_model_blocks.hpp), or next to any_model.hpp to get every model in one translation unit.
 #pragma once
 
+#include <atomic>
 #include <cctype>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -92,6 +94,11 @@ class CacheImpl final : public AnyCache {
     MAXTEXT_CHECK(b < cache.batch(), ArgumentError, "[cache] row ", b, " outside [0, ", cache.batch(), ")");
     cache.reset(b);
   }
+  void set_length(std::int64_t b, std::int32_t n) override {
+    MAXTEXT_CHECK(b >= 0 && b < cache.batch(), ArgumentError, "[cache] row ", b, " outside [0, ", cache.batch(), ")");
+    cache.set_length(b, n);
+  }
+  bool recurrent() const override { return cache.recurrent(); }
   std::int64_t bytes() const override { return cache.bytes(); }
 
   models::KVCache<P> cache;
@@ -176,6 +183,9 @@ class AnyModelImpl final : public AnyModel {
   }
 
   Tensor<float, 3> forward(const ForwardRequest& r) override {
+    MAXTEXT_CHECK(speculating_.load() != std::this_thread::get_id(), ArgumentError,
+                  "[speculative] the drafter runs the model it drafts for (", type_name(),
+                  "): it would wait for the verify pass that waits for it; draft with another model or prompt lookup");
     std::lock_guard<std::mutex> lock(mu_);
     require_loaded("forward");
     models::ForwardOptions fo;
@@ -196,6 +206,22 @@ class AnyModelImpl final : public AnyModel {
     require_loaded("generate");
     opt.sampling.validate();
     return models::generate(model_, prompts, opt, capacity);
+  }
+
+  models::GenerateResult generate_speculative(const std::vector<std::int32_t>& prompt,
+                                              const models::GenerateOptions& opt, const DraftFn& drafter,
+                                              const SpeculativeOptions& spec = {},
+                                              SpeculativeStats* stats = nullptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    require_loaded("generate_speculative");
+    opt.sampling.validate();
+    speculating_.store(std::this_thread::get_id());
+    struct Clear {
+      std::atomic<std::thread::id>& t;
+      ~Clear() { t.store(std::thread::id()); }
+    } clear{speculating_};
+    FunctionDrafter d{drafter};
+    return models::generate_speculative(model_, prompt, opt, d, spec, stats);
   }
 
   std::unique_ptr<AnySession> new_session(std::int64_t capacity = 0) override {
@@ -289,6 +315,8 @@ class AnyModelImpl final : public AnyModel {
   Model model_;
   bool loaded_ = false;
   std::mutex mu_;
+  /// The thread running generate_speculative on this model (none: a default id); its drafter must not call forward.
+  std::atomic<std::thread::id> speculating_{};
 };
 
 }  // namespace any_model_detail

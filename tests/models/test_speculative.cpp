@@ -1,0 +1,312 @@
+// Speculative decoding (models/speculative.hpp): greedy output against plain greedy decoding (models::generate) of the
+// same model, token for token, for a dense cache (llama2), sliding-window layers (gemma3, window 3, shorter than
+// every draft run) and MLA's latent cache with a routed MoE (deepseek); drafts that are rejected at every draft
+// position (an oracle drafter that spoils its j-th token, j cycling over 0..K), that are all accepted (the model as
+// its own draft), from a differently seeded model, and from prompt lookup; the acceptance counts those drafters
+// imply; stop tokens, max_new_tokens and log-probabilities as generate() gives them; refusals by name; and
+// stories260K (a trained model) with prompt lookup, in the library and through `maxtext generate --spec` (lookup, and
+// a draft model: the GGUF copy, and the model's own file), skipped when ../shared is absent.
+//
+// The expectations are plain greedy decoding's own tokens: speculative decoding must not change what is generated.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/families/deepseek/deepseek.hpp"
+#include "maxtext/families/gemma/gemma3.hpp"
+#include "maxtext/families/llama2/llama2.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/io/mapped_file.hpp"
+#include "maxtext/io/yaml_config.hpp"
+#include "maxtext/models/generate.hpp"
+#include "maxtext/models/speculative.hpp"
+#include "maxtext/models/transformer.hpp"
+#include "maxtext/tokenizer/tokenizer.hpp"
+#include "support/fixture_config.hpp"
+#include "support/test_support.hpp"
+
+using namespace maxtext;
+
+namespace {
+
+using P32 = Policy<cpu::Backend, float>;
+using Llama = models::Transformer<P32, layers::LlamaDecoderLayer>;
+using Gemma3 = models::Transformer<P32, layers::Gemma3DecoderLayer>;
+using DeepSeek = models::Transformer<P32, layers::DeepSeekDenseLayer, layers::DeepSeekMoELayer>;
+
+Config fixture_meta_config(const std::string& name) {
+  return test::config_from_meta(test::read_meta(test::fixtures_dir() + "/" + name));
+}
+
+Config deepseek_config() {
+  Config c = io::load_config(test::fixtures_dir() + "/deepseek_model/config.yml");
+  c.derive();
+  return c;
+}
+
+template <class M>
+M seeded(const Config& c, std::uint64_t seed) {
+  M m(c, cpu::Backend(cpu::Options{1}));
+  m.init(seed);
+  return m;
+}
+
+/// Proposes the tokens plain greedy decoding chose (`truth`, after the prompt), except that on its n-th call it
+/// spoils the draft's (n mod (K + 1))-th token (K: no token spoilt), so that every draft position gets both
+/// accepted and rejected drafts.
+struct SpoilingOracle {
+  std::vector<std::int32_t> truth;  // prompt + greedy tokens
+  std::int64_t vocab = 0;
+  std::int64_t calls = 0;
+  std::int64_t K = 0;
+  std::vector<std::int32_t> propose(const std::vector<std::int32_t>& ctx, std::int64_t k) {
+    const std::int64_t spoil = calls++ % (K + 1);
+    std::vector<std::int32_t> d;
+    for (std::int64_t i = 0; i < k && ctx.size() + i < truth.size(); ++i) {
+      std::int32_t t = truth[ctx.size() + static_cast<std::size_t>(i)];
+      if (i == spoil) t = static_cast<std::int32_t>((t + 1) % vocab);
+      d.push_back(t);
+    }
+    return d;
+  }
+};
+
+/// `maxtext ARGS`: what it printed (stdout and stderr) and its exit status.
+std::string run_maxtext(const std::string& args, int& rc) {
+  const std::string out =
+      (std::filesystem::current_path() / ("maxtext_spec_cli_" + std::to_string(::getpid()) + ".txt")).string();
+  rc = std::system((test::cli_path() + " " + args + " > " + out + " 2>&1").c_str());
+  std::string text = io::read_text_file(out);
+  std::remove(out.c_str());
+  return text;
+}
+
+/// The line of `text` that starts with `prefix` (empty when none).
+std::string line_of(const std::string& text, const std::string& prefix) {
+  const auto at = text.find("\n" + prefix);
+  if (at == std::string::npos) return {};
+  return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+}
+
+models::GenerateOptions greedy(std::int64_t n) {
+  models::GenerateOptions o;
+  o.max_new_tokens = n;
+  return o;
+}
+
+template <class M>
+void check_speculative_equals_greedy(M& model, M& other, const std::vector<std::int32_t>& prompt, std::int64_t n) {
+  const auto opt = greedy(n);
+  const auto plain = models::generate(model, {prompt}, opt);
+  REQUIRE(plain.tokens[0].size() == static_cast<std::size_t>(n));
+  std::vector<std::int32_t> truth = prompt;
+  truth.insert(truth.end(), plain.tokens[0].begin(), plain.tokens[0].end());
+  const std::int64_t V = model.config().vocab_size;
+
+  for (std::int64_t K : {1, 3, 4}) {
+    INFO("draft_max " << K);
+    models::SpeculativeOptions so;
+    so.draft_max = K;
+    {
+      SpoilingOracle oracle{truth, V, 0, K};
+      models::SpeculativeStats st;
+      const auto r = models::generate_speculative(model, prompt, opt, oracle, so, &st);
+      CHECK(r.tokens[0] == plain.tokens[0]);
+      CHECK(r.finish[0] == plain.finish[0]);
+      for (std::int64_t i = 0; i < K; ++i) {
+        INFO("draft position " << i);
+        CHECK(st.accepted[static_cast<std::size_t>(i)] > 0);  // accepted at i ...
+        CHECK(st.drafted[static_cast<std::size_t>(i)] > st.accepted[static_cast<std::size_t>(i)]);  // ... and rejected
+      }
+      CHECK(r.decode_steps == st.verify_passes);
+      CHECK(st.verify_passes < n - 1);  // fewer passes than plain decoding's n - 1 steps
+    }
+    {
+      models::ModelDrafter<M> self(model, 64);  // the model as its own draft: every draft is accepted
+      models::SpeculativeStats st;
+      const auto r = models::generate_speculative(model, prompt, opt, self, so, &st);
+      CHECK(r.tokens[0] == plain.tokens[0]);
+      CHECK(st.total_drafted() > 0);
+      CHECK(st.total_accepted() == st.total_drafted());
+      // n tokens: the first from the prefill, then K + 1 per pass (K accepted + the bonus token) except the last.
+      CHECK(st.verify_passes == (n - 1 + K) / (K + 1));
+    }
+    {
+      models::ModelDrafter<M> stranger(other, 64);  // another random model: mostly rejected
+      models::SpeculativeStats st;
+      const auto r = models::generate_speculative(model, prompt, opt, stranger, so, &st);
+      CHECK(r.tokens[0] == plain.tokens[0]);
+      CHECK(st.total_accepted() < st.total_drafted());
+    }
+    {
+      models::PromptLookupDrafter lookup(3, 1);
+      models::SpeculativeStats st;
+      const auto r = models::generate_speculative(model, prompt, opt, lookup, so, &st);
+      CHECK(r.tokens[0] == plain.tokens[0]);
+      CHECK(st.verify_passes + st.total_accepted() == n - 1);  // every pass yields 1 + its accepted drafts
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("prompt lookup drafts what followed the latest occurrence of the longest recurring n-gram", "[speculative]") {
+  models::PromptLookupDrafter d(3, 1);
+  // ... 5 6 7 | 8 9 ... 5 6 7: the 3-gram 5 6 7 recurs, followed by 8 9 4.
+  CHECK(d.propose({1, 5, 6, 7, 8, 9, 4, 2, 5, 6, 7}, 3) == std::vector<std::int32_t>{8, 9, 4});
+  CHECK(d.propose({1, 5, 6, 7, 8, 9, 4, 2, 5, 6, 7}, 1) == std::vector<std::int32_t>{8});
+  // Only a 1-gram recurs; its latest earlier occurrence (index 4) wins over the first (index 1).
+  CHECK(d.propose({1, 3, 10, 11, 3, 12, 13, 3}, 2) == std::vector<std::int32_t>{12, 13});
+  // A match near the end yields only the tokens there are.
+  CHECK(d.propose({4, 4}, 5) == std::vector<std::int32_t>{4});
+  CHECK(d.propose({1, 2, 3}, 4).empty());
+  CHECK(d.propose({7}, 4).empty());
+  models::PromptLookupDrafter two(3, 2);  // 1-grams are not enough
+  CHECK(two.propose({1, 3, 10, 11, 3}, 2).empty());
+  CHECK_THROWS_WITH(models::PromptLookupDrafter(1, 2), Catch::Contains("ngram_min <= ngram_max"));
+  CHECK_THROWS_WITH(models::PromptLookupDrafter(3, 0), Catch::Contains("1 <= ngram_min"));
+}
+
+TEST_CASE("speculative greedy equals plain greedy: llama2 (dense cache)", "[speculative]") {
+  const Config c = fixture_meta_config("llama2_model");
+  Llama m = seeded<Llama>(c, 7), other = seeded<Llama>(c, 8);
+  check_speculative_equals_greedy(m, other, {1, 5, 9, 2, 5, 9, 3}, 40);
+}
+
+TEST_CASE("speculative greedy equals plain greedy: gemma3 (sliding-window layers, window 3)", "[speculative]") {
+  const Config c = fixture_meta_config("gemma3_model");
+  REQUIRE(c.sliding_window_size == 3);
+  Gemma3 m = seeded<Gemma3>(c, 7), other = seeded<Gemma3>(c, 8);
+  check_speculative_equals_greedy(m, other, {2, 11, 4, 7, 11, 4, 9}, 40);
+}
+
+TEST_CASE("speculative greedy equals plain greedy: deepseek (MLA latent cache, routed MoE)", "[speculative]") {
+  const Config c = deepseek_config();
+  DeepSeek m = seeded<DeepSeek>(c, 7), other = seeded<DeepSeek>(c, 8);
+  check_speculative_equals_greedy(m, other, {2, 9, 17, 30, 9, 17}, 40);
+}
+
+TEST_CASE("speculative decoding keeps stop tokens, max_new_tokens and log-probabilities as generate() does",
+          "[speculative]") {
+  const Config c = fixture_meta_config("llama2_model");
+  Llama m = seeded<Llama>(c, 7);
+  const std::vector<std::int32_t> prompt{1, 5, 9, 2, 5, 9, 3};
+  auto opt = greedy(30);
+  const auto plain = models::generate(m, {prompt}, opt);
+  // Stop at the 12th token's value: both stop at its first occurrence, with the same finish reason.
+  opt.stop_tokens = {plain.tokens[0][11]};
+  opt.logprobs = true;
+  opt.top_logprobs = 2;
+  const auto a = models::generate(m, {prompt}, opt);
+  models::ModelDrafter<Llama> self(m, 64);
+  const auto b = models::generate_speculative(m, prompt, opt, self, {4});
+  CHECK(a.finish[0] == models::FinishReason::stop_token);
+  CHECK(b.finish[0] == a.finish[0]);
+  CHECK(b.tokens[0] == a.tokens[0]);
+  REQUIRE(b.logprobs[0].size() == a.logprobs[0].size());
+  for (std::size_t i = 0; i < a.logprobs[0].size(); ++i) {
+    INFO("token " << i);
+    CHECK(b.logprobs[0][i].token == a.logprobs[0][i].token);
+    // Verify rows and one-row decode steps may sum in another order: f32 rounding of a log-softmax over 64 logits.
+    CHECK(b.logprobs[0][i].logprob == Approx(a.logprobs[0][i].logprob).margin(1e-5));
+    REQUIRE(b.logprobs[0][i].top.size() == 2);
+  }
+  // max_new_tokens smaller than one pass's K + 1 tokens.
+  opt = greedy(3);
+  const auto p3 = models::generate(m, {prompt}, opt);
+  const auto s3 = models::generate_speculative(m, prompt, opt, self, {4});
+  CHECK(s3.tokens[0] == p3.tokens[0]);
+  CHECK(s3.finish[0] == models::FinishReason::length);
+  CHECK(models::generate_speculative(m, prompt, greedy(0), self).tokens[0].empty());
+}
+
+TEST_CASE("speculative decoding refuses sampling, draft_max 0 and an empty prompt by name", "[speculative]") {
+  const Config c = fixture_meta_config("llama2_model");
+  Llama m = seeded<Llama>(c, 7);
+  models::PromptLookupDrafter lookup;
+  auto opt = greedy(4);
+  opt.sampling.temperature = 0.7f;
+  CHECK_THROWS_AS(models::generate_speculative(m, {1, 2}, opt, lookup), UnsupportedError);
+  CHECK_THROWS_WITH(models::generate_speculative(m, {1, 2}, opt, lookup), Catch::Contains("temperature 0.7"));
+  CHECK_THROWS_WITH(models::generate_speculative(m, {1, 2}, greedy(4), lookup, {0}),
+                    Catch::Contains("draft_max must be >= 1, found 0"));
+  CHECK_THROWS_WITH(models::generate_speculative(m, {}, greedy(4), lookup), Catch::Contains("empty prompt"));
+  CHECK_THROWS_WITH(models::generate_speculative(m, {1, 2}, greedy(40), lookup, {4}, nullptr, 16),
+                    Catch::Contains("exceed the cache capacity 16"));
+}
+
+TEST_CASE("stories260K: speculative greedy with prompt lookup equals plain greedy", "[speculative][stories260K]") {
+  const std::string dir = test::models_dir() + "/stories260K";
+  test::require(dir + "/stories260K.bin", "stories260K");
+  const Config cfg = io::read_weights_config(dir + "/stories260K.bin").value();
+  Llama m(cfg, cpu::Backend(cpu::Options{1}));
+  m.load(io::load_weights(dir + "/stories260K.bin", cfg).tensors);
+  const auto tk = tokenizer::load_tokenizer(dir + "/stories260K.bin", dir + "/tok512.bin", 512);
+  for (const char* text : {"Once upon a time", "The cat sat on the mat. The cat"}) {
+    const auto prompt = tk->encode(text);
+    const auto plain = models::generate(m, {prompt}, greedy(96));
+    models::PromptLookupDrafter lookup;
+    models::SpeculativeStats st;
+    const auto r = models::generate_speculative(m, prompt, greedy(96), lookup, {4}, &st);
+    INFO(text);
+    CHECK(r.tokens[0] == plain.tokens[0]);
+    std::printf("stories260K '%s': %lld tokens in %lld verify passes, %lld of %lld drafts accepted (%.0f%%)\n", text,
+                static_cast<long long>(r.tokens[0].size()), static_cast<long long>(st.verify_passes),
+                static_cast<long long>(st.total_accepted()), static_cast<long long>(st.total_drafted()),
+                100.0 * st.acceptance_rate());
+  }
+}
+
+TEST_CASE("maxtext generate --spec lookup|draft prints plain greedy's tokens, and refuses what it does not do",
+          "[speculative][stories260K][cli]") {
+  const std::string dir = test::models_dir() + "/stories260K";
+  test::require(dir + "/stories260K.bin", "stories260K");
+  const std::string base = "generate --threads 1 --max-new-tokens 80 --weights " + dir + "/stories260K.bin --tokenizer " +
+                           dir + "/tok512.bin --prompt \"The cat sat on the mat. The cat\"";
+  int rc = 0;
+  const std::string plain = run_maxtext(base, rc);
+  REQUIRE(rc == 0);
+  const std::string tokens = line_of(plain, "tokens[0]: ");
+  REQUIRE(!tokens.empty());
+  for (const std::string& spec : {std::string(" --spec lookup"), std::string(" --spec lookup --draft-max 2"),
+                                  " --spec draft --draft " + dir + "/stories260K.gguf --draft-max 3"}) {
+    const std::string out = run_maxtext(base + spec, rc);
+    INFO(spec << "\n" << out);
+    CHECK(rc == 0);
+    CHECK(line_of(out, "tokens[0]: ") == tokens);
+    CHECK(out.find("\nspeculative: ") != std::string::npos);
+    CHECK(out.find(plain.substr(0, plain.find('\n'))) == 0);  // the same streamed text
+  }
+  // The model's own file as the draft: every draft accepted.
+  const std::string same = run_maxtext(base + " --spec draft --draft " + dir + "/stories260K.bin", rc);
+  const std::string line = line_of(same, "speculative: ");
+  INFO(line);
+  CHECK(line.find("draft-max 4") != std::string::npos);
+  const auto of = line.find(" of ");
+  REQUIRE(of != std::string::npos);
+  const auto acc = line.rfind(' ', of - 1);
+  CHECK(line.substr(acc + 1, of - acc - 1) == line.substr(of + 4, line.find(' ', of + 4) - of - 4));
+
+  auto refused = [&](const std::string& args, const std::string& what) {
+    const std::string out = run_maxtext(args, rc);
+    INFO(args << "\n" << out);
+    CHECK(rc != 0);
+    CHECK(out.find(what) != std::string::npos);
+  };
+  refused(base + " --spec lookup --temperature 0.8", "--spec is greedy only: --temperature 0.8");
+  refused(base + " --spec draft", "--spec draft needs --draft FILE");
+  refused(base + " --draft " + dir + "/stories260K.gguf", "--draft FILE needs --spec draft");
+  refused(base + " --draft-max 3", "--draft-max needs --spec lookup or --spec draft");
+  refused(base + " --spec lookup --draft-max 0", "--draft-max must be >= 1, found 0");
+  refused(base + " --spec ngram", "--spec: expected lookup (prompt lookup) or draft");
+  refused("generate --threads 1 --weights " + dir + "/stories260K.bin --tokens 1,2/3,4 --spec lookup",
+          "--spec: one prompt at a time, found 2 rows");
+}
