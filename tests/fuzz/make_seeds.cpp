@@ -204,6 +204,20 @@ void text_seeds() {
                   "range(3) %}{% set ns.c = ns.c + i %}{{ f('ab', i) }}{{ loop.index }}{% endfor %}{{ ns.c }}"
                   "{{ tools | length }}{{ messages[-1].content.split(' ') | join('|') }}{{ '%d' | format(3) }}"
                   "{{ {'a': 1}.items() | list }}{% raw %}{{x}}{% endraw %}{{ enable_thinking is defined }}"));
+  put("grammar", "json.txt",
+      std::string("root ::= ws value ws\nvalue ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+                  "object ::= \"{\" ws ( member ( ws \",\" ws member )* ws )? \"}\"\nmember ::= string ws \":\" ws value\n"
+                  "array ::= \"[\" ws ( value ( ws \",\" ws value )* ws )? \"]\"\n"
+                  "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
+                  "number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
+                  "ws ::= [ \\t\\n\\r]*  # RFC 8259 whitespace\n") +
+          std::string(1, '\0') + R"({"a": [1, -2.5e3, true, null], "b\u00e9": "x\ny"})");
+  put("grammar", "arith.txt",
+      std::string("root ::= expr\nexpr ::= term ([-+*/] term)*\nterm ::= num | \"(\" ws expr \")\" ws\n"
+                  "num ::= [0-9]{1,3} ws\nws ::= [ ]?\n") +
+          std::string(1, '\0') + "12 * (3-45)+(((6)))");
+  put("grammar", "unicode.txt", std::string("root ::= [\u3041-\u309f]+ (\"|\" .)? \"\\n\"") + std::string(1, '\0') +
+                                    "\xE3\x81\x82\xE3\x81\x84|\xC3\xA9\n");
   put("yaml_config", "base.yml",
       std::string("base_config: base.yml\nmodel_name: tiny\ndecoder_block: llama2\nemb_dim: 32\nnum_query_heads: 2\n"
                   "num_kv_heads: 1\nhead_dim: 16\nmlp_dim: 64\nnum_decoder_layers: 1\nvocab_size: 16\n"

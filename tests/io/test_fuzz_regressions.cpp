@@ -15,6 +15,7 @@
 #include "entry/chat_template.hpp"
 #include "entry/configs.hpp"
 #include "entry/gguf.hpp"
+#include "entry/grammar.hpp"
 #include "entry/llama2c.hpp"
 #include "entry/npy.hpp"
 #include "entry/q8_0.hpp"
@@ -43,6 +44,7 @@ const std::map<std::string, Entry>& entries() {
       {"spm_model", fuzz_spm_model},
 #endif
       {"chat_template", fuzz_chat_template},
+      {"grammar", fuzz_grammar},
       {"yaml_config", fuzz_yaml_config},
       {"hf_config", fuzz_hf_config},
       {"q8_0", fuzz_q8_0},

@@ -1,0 +1,677 @@
+// models/grammar.hpp: grammars for constrained output. A grammar in GBNF, as llama.cpp writes it
+// (grammars/README.md there), is parsed into rules over Unicode code points. A Matcher follows a text through the
+// grammar: it takes the text's bytes as they come (a token may end inside a UTF-8 character) and says whether some
+// bytes may come next, which tokens of a vocabulary may (allowed_tokens, mask_logits), and whether the text so far is
+// a whole sentence of the grammar. Sampling under a grammar: mask_logits on each step's logits, then the sampler, then
+// accept() the chosen token's text.
+//
+//   root   ::= object
+//   object ::= "{" ws ( pair ( "," ws pair )* )? "}"
+//   pair   ::= "\"" [a-z]+ "\"" ws ":" ws [0-9]+ ws
+//   ws     ::= [ \t\n]*
+//
+// The syntax: `name ::= alternatives`; alternatives separated by `|`; a sequence of items, each a literal ("..."), a
+// class of code points ([a-z0-9_], negated [^\n]), `.` (any code point), a rule's name or a parenthesised group,
+// optionally followed by `*`, `+`, `?`, `{m}`, `{m,}` or `{m,n}`. Escapes: \n \r \t \\ \" \[ \] \xHH \uHHHH
+// \UHHHHHHHH. `#` starts a comment. A rule ends at the end of its line, except after `|` and inside parentheses.
+// Names are letters, digits, `-` and `_`. The start rule is `root`.
+//
+// Refused by name, with the line and column: a syntax error, an unknown escape, a rule used but not defined, a rule
+// defined twice, no `root`, an empty class, a repetition {m,n} with m > n or a bound above kMaxRepeat, and left
+// recursion (a rule that can reach itself without consuming a code point: the matcher would never stop expanding it).
+//
+// Matching: the matcher keeps the set of pushdown stacks the text so far leaves open (each stack: where to continue in
+// each rule being matched, innermost on top), expanded until each top is a code-point class; a code point advances
+// every stack whose top class takes it. Repetitions are lowered to generated rules (x* -> R ::= x R | empty), as
+// llama.cpp does. A grammar ambiguous enough to keep more than kMaxStacks stacks is refused when it gets there.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "maxtext/core/error.hpp"
+
+namespace maxtext::models::grammar {
+
+/// The largest m or n of a repetition {m,n}.
+inline constexpr std::int64_t kMaxRepeat = 1000;
+/// The most elements a grammar may have once its repetitions are lowered.
+inline constexpr std::int64_t kMaxElements = 1 << 20;
+/// The most stacks a matcher keeps; more means the grammar is too ambiguous to follow.
+inline constexpr std::size_t kMaxStacks = 10000;
+
+/// One element of an alternative: a class of code points, or a rule.
+struct Element {
+  bool is_rule = false;
+  std::int32_t rule = -1;
+  bool negated = false;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges;  ///< inclusive code-point ranges
+
+  bool matches(std::uint32_t cp) const {
+    bool in = false;
+    for (const auto& [lo, hi] : ranges) in = in || (cp >= lo && cp <= hi);
+    return in != negated;
+  }
+  /// Whether some code point of [lo, hi] matches.
+  bool matches_some(std::uint32_t lo, std::uint32_t hi) const {
+    if (!negated) {
+      for (const auto& [a, b] : ranges) {
+        if (a <= hi && b >= lo) return true;
+      }
+      return false;
+    }
+    // Negated: some code point of [lo, hi] lies outside every range.
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> r = ranges;
+    std::sort(r.begin(), r.end());
+    std::uint32_t next = lo;  // the smallest code point of [lo, hi] not yet known to be covered
+    for (const auto& [a, b] : r) {
+      if (b < next) continue;
+      if (a > next) return true;
+      if (b >= hi) return false;
+      next = b + 1;
+    }
+    return next <= hi;
+  }
+};
+
+using Alternative = std::vector<Element>;
+
+struct Rule {
+  std::string name;
+  std::vector<Alternative> alternatives;
+};
+
+class Grammar {
+ public:
+  /// Parses GBNF text; throws ArgumentError "[grammar] line L, column C: ..." on what it refuses.
+  static Grammar parse(std::string_view text);
+
+  const std::vector<Rule>& rules() const { return rules_; }
+  /// The rule called `name`, or -1.
+  std::int32_t find(std::string_view name) const {
+    const auto it = ids_.find(std::string(name));
+    return it == ids_.end() ? -1 : it->second;
+  }
+  std::int32_t root() const { return find("root"); }
+
+ private:
+  friend class Parser;
+  std::vector<Rule> rules_;
+  std::map<std::string, std::int32_t> ids_;
+};
+
+/// The GBNF parser (Grammar::parse): recursive descent over the text, lowering repetitions into generated rules.
+class Parser {
+ public:
+  explicit Parser(std::string_view text) : s_(text) {}
+
+  Grammar run() {
+    skip(true);
+    while (p_ < s_.size()) {
+      parse_rule();
+      skip(true);
+    }
+    for (const auto& [name, where] : used_) {
+      if (defined_.count(name) == 0) fail_at(where, "rule '", name, "' is used but not defined");
+    }
+    MAXTEXT_CHECK(g_.find("root") >= 0, ArgumentError, "[grammar] no rule named 'root' (the start rule)");
+    check_left_recursion();
+    return std::move(g_);
+  }
+
+ private:
+  template <class... T>
+  [[noreturn]] void fail_at(std::size_t at, const T&... what) const {
+    std::size_t line = 1, col = 1;
+    for (std::size_t i = 0; i < at && i < s_.size(); ++i) {
+      if (s_[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    MAXTEXT_THROW(ArgumentError, "[grammar] line ", line, ", column ", col, ": ", what...);
+  }
+  template <class... T>
+  [[noreturn]] void fail(const T&... what) const {
+    fail_at(p_, what...);
+  }
+
+  bool at_end() const { return p_ >= s_.size(); }
+  char peek(std::size_t k = 0) const { return p_ + k < s_.size() ? s_[p_ + k] : '\0'; }
+  static bool name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  }
+
+  /// Spaces, tabs and comments; newlines too where `newlines`.
+  void skip(bool newlines) {
+    while (!at_end()) {
+      const char c = peek();
+      if (c == ' ' || c == '\t' || (newlines && (c == '\n' || c == '\r'))) {
+        ++p_;
+      } else if (c == '#') {
+        while (!at_end() && peek() != '\n') ++p_;
+      } else {
+        break;
+      }
+    }
+  }
+
+  std::string parse_name() {
+    const std::size_t b = p_;
+    while (!at_end() && name_char(peek())) ++p_;
+    if (p_ == b) fail("expected a rule name");
+    return std::string(s_.substr(b, p_ - b));
+  }
+
+  std::int32_t rule_id(const std::string& name) {
+    const auto it = g_.ids_.find(name);
+    if (it != g_.ids_.end()) return it->second;
+    const auto id = static_cast<std::int32_t>(g_.rules_.size());
+    g_.rules_.push_back(Rule{name, {}});
+    g_.ids_.emplace(name, id);
+    return id;
+  }
+
+  /// A generated rule for a group or a repetition of rule `parent`.
+  std::int32_t new_rule(std::int32_t parent) {
+    // '/' is not a name character: a generated name never meets a rule of the text.
+    const std::string name = g_.rules_[static_cast<std::size_t>(parent)].name + "/" + std::to_string(++generated_);
+    const std::int32_t id = rule_id(name);
+    defined_.insert({name, p_});
+    return id;
+  }
+
+  void count(std::size_t n) {
+    elements_ += static_cast<std::int64_t>(n);
+    if (elements_ > kMaxElements) fail("the grammar has more than ", kMaxElements, " elements once repetitions are expanded");
+  }
+
+  void parse_rule() {
+    const std::size_t at = p_;
+    const std::string name = parse_name();
+    skip(false);
+    if (!(peek() == ':' && peek(1) == ':' && peek(2) == '=')) fail("expected '::=' after rule name '", name, "'");
+    p_ += 3;
+    skip(false);
+    if (!defined_.insert({name, at}).second) fail_at(at, "rule '", name, "' is defined twice");
+    const std::int32_t id = rule_id(name);
+    g_.rules_[static_cast<std::size_t>(id)].alternatives = parse_alternatives(id, false);
+    if (!at_end() && peek() != '\n' && peek() != '\r') fail("expected the end of the line after rule '", name, "'");
+  }
+
+  /// alternatives := sequence ('|' sequence)*; inside a group, newlines are spaces.
+  std::vector<Alternative> parse_alternatives(std::int32_t rule, bool nested) {
+    std::vector<Alternative> alts;
+    alts.push_back(parse_sequence(rule, nested));
+    while (peek() == '|') {
+      ++p_;
+      skip(true);  // a newline after '|' continues the rule
+      alts.push_back(parse_sequence(rule, nested));
+    }
+    return alts;
+  }
+
+  Alternative parse_sequence(std::int32_t rule, bool nested) {
+    Alternative seq;
+    for (;;) {
+      skip(nested);
+      if (at_end()) break;
+      const char c = peek();
+      if (c == '|' || c == ')' || c == '\n' || c == '\r') break;
+      const std::size_t start = seq.size();
+      if (c == '"') {
+        ++p_;
+        while (peek() != '"') {
+          if (at_end() || peek() == '\n') fail("unterminated literal (a missing '\"')");
+          const std::uint32_t cp = parse_char();
+          seq.push_back(chars({{cp, cp}}, false));
+        }
+        ++p_;
+      } else if (c == '[') {
+        seq.push_back(parse_class());
+      } else if (c == '.') {
+        ++p_;
+        seq.push_back(chars({}, true));  // any code point: nothing excluded
+      } else if (c == '(') {
+        if (++depth_ > kMaxDepth) fail("groups nested deeper than ", kMaxDepth);
+        ++p_;
+        const std::int32_t g = new_rule(rule);
+        auto alts = parse_alternatives(g, true);
+        skip(true);
+        if (peek() != ')') fail("expected ')'");
+        ++p_;
+        --depth_;
+        g_.rules_[static_cast<std::size_t>(g)].alternatives = std::move(alts);
+        seq.push_back(ref(g));
+      } else if (name_char(c)) {
+        const std::size_t at = p_;
+        const std::string n = parse_name();
+        used_.emplace(n, at);
+        seq.push_back(ref(rule_id(n)));
+      } else {
+        fail("unexpected character '", std::string(1, c), "'");
+      }
+      count(seq.size() - start);
+      parse_repetition(rule, seq, start);
+    }
+    return seq;
+  }
+
+  /// An escape or a UTF-8 character inside a literal or a class.
+  std::uint32_t parse_char() {
+    if (peek() == '\\') {
+      ++p_;
+      const char e = peek();
+      ++p_;
+      switch (e) {
+        case 'n':
+          return '\n';
+        case 'r':
+          return '\r';
+        case 't':
+          return '\t';
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+          return static_cast<std::uint32_t>(e);
+        case 'x':
+          return parse_hex(2);
+        case 'u':
+          return parse_hex(4);
+        case 'U':
+          return parse_hex(8);
+        default:
+          p_ -= 2;
+          fail("unknown escape '\\", std::string(1, e == '\0' ? ' ' : e), "'");
+      }
+    }
+    const auto b = static_cast<unsigned char>(peek());
+    const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    if (n == 0 || p_ + static_cast<std::size_t>(n) > s_.size()) fail("invalid UTF-8");
+    std::uint32_t cp = n == 1 ? b : b & (0x7Fu >> n);
+    for (int i = 1; i < n; ++i) {
+      const auto c = static_cast<unsigned char>(s_[p_ + static_cast<std::size_t>(i)]);
+      if ((c & 0xC0) != 0x80) fail("invalid UTF-8");
+      cp = (cp << 6) | (c & 0x3Fu);
+    }
+    p_ += static_cast<std::size_t>(n);
+    return cp;
+  }
+
+  std::uint32_t parse_hex(int digits) {
+    std::uint32_t v = 0;
+    for (int i = 0; i < digits; ++i) {
+      const char c = peek();
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (d < 0) fail("expected ", digits, " hexadecimal digits");
+      v = v * 16 + static_cast<std::uint32_t>(d);
+      ++p_;
+    }
+    if (v > 0x10FFFF) fail("code point above U+10FFFF");
+    return v;
+  }
+
+  Element parse_class() {
+    ++p_;  // '['
+    bool neg = false;
+    if (peek() == '^') {
+      neg = true;
+      ++p_;
+    }
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> r;
+    while (peek() != ']') {
+      if (at_end() || peek() == '\n') fail("unterminated character class (a missing ']')");
+      const std::uint32_t lo = parse_char();
+      std::uint32_t hi = lo;
+      if (peek() == '-' && peek(1) != ']') {
+        ++p_;
+        if (at_end()) fail("unterminated character class (a missing ']')");
+        hi = parse_char();
+        if (hi < lo) fail("range end below its start in a character class");
+      }
+      r.emplace_back(lo, hi);
+    }
+    ++p_;
+    if (r.empty()) fail(neg ? "empty negated class [^] (use . for any code point)" : "empty character class []");
+    return chars(std::move(r), neg);
+  }
+
+  static Element chars(std::vector<std::pair<std::uint32_t, std::uint32_t>> r, bool neg) {
+    Element e;
+    e.ranges = std::move(r);
+    e.negated = neg;
+    return e;
+  }
+  static Element ref(std::int32_t rule) {
+    Element e;
+    e.is_rule = true;
+    e.rule = rule;
+    return e;
+  }
+
+  std::int64_t parse_count() {
+    if (!(peek() >= '0' && peek() <= '9')) fail("expected a number in a repetition {m,n}");
+    std::int64_t v = 0;
+    while (peek() >= '0' && peek() <= '9') {
+      v = v * 10 + (peek() - '0');
+      if (v > kMaxRepeat) fail("repetition count above ", kMaxRepeat);
+      ++p_;
+    }
+    return v;
+  }
+
+  /// A postfix operator on seq[start..]: the item is lowered into generated rules.
+  void parse_repetition(std::int32_t rule, Alternative& seq, std::size_t start) {
+    const char c = peek();
+    std::int64_t lo = 0, hi = -1;  // hi -1: unbounded
+    if (c == '*') {
+      ++p_;
+    } else if (c == '+') {
+      lo = 1;
+      ++p_;
+    } else if (c == '?') {
+      hi = 1;
+      ++p_;
+    } else if (c == '{') {
+      ++p_;
+      skip(false);
+      lo = parse_count();
+      skip(false);
+      if (peek() == ',') {
+        ++p_;
+        skip(false);
+        if (peek() != '}') hi = parse_count();
+      } else {
+        hi = lo;
+      }
+      skip(false);
+      if (peek() != '}') fail("expected '}' after a repetition");
+      ++p_;
+      if (hi >= 0 && hi < lo) fail("repetition {", lo, ",", hi, "}: the maximum is below the minimum");
+    } else {
+      return;
+    }
+    // The item as one element: itself, or (several elements: a literal) a rule holding them.
+    Element item;
+    if (seq.size() - start == 1) {
+      item = seq.back();
+    } else {
+      const std::int32_t g = new_rule(rule);
+      g_.rules_[static_cast<std::size_t>(g)].alternatives = {Alternative(seq.begin() + static_cast<std::ptrdiff_t>(start), seq.end())};
+      item = ref(g);
+    }
+    seq.resize(start);
+    count(static_cast<std::size_t>(lo) + 2);
+    for (std::int64_t i = 0; i < lo; ++i) seq.push_back(item);
+    if (hi < 0) {
+      // R ::= item R | (empty)
+      const std::int32_t r = new_rule(rule);
+      g_.rules_[static_cast<std::size_t>(r)].alternatives = {{item, ref(r)}, {}};
+      seq.push_back(ref(r));
+    } else if (hi > lo) {
+      // (hi - lo) optional items, nested: R_k ::= item R_{k-1} | (empty), R_1 ::= item | (empty)
+      std::int32_t inner = -1;
+      count(static_cast<std::size_t>(2 * (hi - lo)));
+      for (std::int64_t k = 0; k < hi - lo; ++k) {
+        const std::int32_t r = new_rule(rule);
+        Alternative a{item};
+        if (inner >= 0) a.push_back(ref(inner));
+        g_.rules_[static_cast<std::size_t>(r)].alternatives = {std::move(a), {}};
+        inner = r;
+      }
+      seq.push_back(ref(inner));
+    }
+  }
+
+  /// Refuses a rule that can reach itself through the first elements of its alternatives (after rules that may
+  /// match nothing): expanding it would never reach a code point.
+  void check_left_recursion() const {
+    const auto& rules = g_.rules_;
+    const std::size_t n = rules.size();
+    std::vector<char> nullable(n, 0);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (std::size_t r = 0; r < n; ++r) {
+        if (nullable[r]) continue;
+        for (const auto& a : rules[r].alternatives) {
+          const bool all = std::all_of(a.begin(), a.end(), [&](const Element& e) {
+            return e.is_rule && nullable[static_cast<std::size_t>(e.rule)];
+          });
+          if (all) {
+            nullable[r] = 1;
+            changed = true;
+            break;
+          }
+        }
+      }
+    }
+    // left[r]: the rules r can start with.
+    std::vector<std::vector<std::int32_t>> left(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      for (const auto& a : rules[r].alternatives) {
+        for (const auto& e : a) {
+          if (!e.is_rule) break;
+          left[r].push_back(e.rule);
+          if (!nullable[static_cast<std::size_t>(e.rule)]) break;
+        }
+      }
+    }
+    // A cycle in `left` is left recursion: iterative depth-first search with colours.
+    std::vector<char> colour(n, 0);  // 0 new, 1 on the path, 2 done
+    for (std::size_t s = 0; s < n; ++s) {
+      if (colour[s]) continue;
+      std::vector<std::pair<std::size_t, std::size_t>> path{{s, 0}};
+      colour[s] = 1;
+      while (!path.empty()) {
+        auto& [r, i] = path.back();
+        if (i < left[r].size()) {
+          const auto next = static_cast<std::size_t>(left[r][i++]);
+          if (colour[next] == 1) {
+            MAXTEXT_THROW(ArgumentError, "[grammar] left recursion: rule '", rules[next].name,
+                          "' can reach itself without consuming a character");
+          }
+          if (colour[next] == 0) {
+            colour[next] = 1;
+            path.emplace_back(next, 0);
+          }
+        } else {
+          colour[r] = 2;
+          path.pop_back();
+        }
+      }
+    }
+  }
+
+  std::string_view s_;
+  std::size_t p_ = 0;
+  Grammar g_;
+  std::map<std::string, std::size_t> defined_;  // name -> where (generated rules too)
+  std::multimap<std::string, std::size_t> used_;
+  int generated_ = 0;
+  std::int64_t elements_ = 0;
+  int depth_ = 0;
+  static constexpr int kMaxDepth = 256;
+};
+
+inline Grammar Grammar::parse(std::string_view text) { return Parser(text).run(); }
+
+/// Follows a text through a grammar (see the top of this file).
+class Matcher {
+ public:
+  explicit Matcher(std::shared_ptr<const Grammar> g, std::string_view start = "root") : g_(std::move(g)) {
+    MAXTEXT_CHECK(g_ != nullptr, ArgumentError, "[grammar] no grammar");
+    const std::int32_t r = g_->find(start);
+    MAXTEXT_CHECK(r >= 0, ArgumentError, "[grammar] no rule named '", start, "'");
+    for (std::size_t a = 0; a < g_->rules()[static_cast<std::size_t>(r)].alternatives.size(); ++a) {
+      expand(Stack{Pos{r, static_cast<std::int32_t>(a), 0}}, stacks_);
+    }
+    normalise(stacks_);
+  }
+
+  /// Takes `bytes` (UTF-8; the last character may be incomplete, the next call completes it) if the grammar allows
+  /// them here; returns false and changes nothing if it does not (or if they are not UTF-8).
+  bool accept(std::string_view bytes) {
+    std::vector<Stack> st;
+    std::string partial;
+    if (!advance(bytes, st, partial)) return false;
+    stacks_ = std::move(st);
+    partial_ = std::move(partial);
+    return true;
+  }
+
+  /// Whether accept(bytes) would succeed (nothing changes). Empty bytes are allowed while the text can go on.
+  bool allows(std::string_view bytes) const {
+    std::vector<Stack> st;
+    std::string partial;
+    return advance(bytes, st, partial);
+  }
+
+  /// The text so far is a whole sentence of the start rule (generation may end here).
+  bool complete() const {
+    return partial_.empty() && std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+  }
+  /// Some code point may still come (the text is not at a dead end of the grammar).
+  bool can_continue() const {
+    return std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return !s.empty(); });
+  }
+  /// Stacks being followed (for tests and diagnostics).
+  std::size_t num_stacks() const { return stacks_.size(); }
+
+ private:
+  struct Pos {
+    std::int32_t rule, alt, idx;
+    auto operator<=>(const Pos&) const = default;
+  };
+  using Stack = std::vector<Pos>;
+
+  const Alternative& alt_of(const Pos& p) const {
+    return g_->rules()[static_cast<std::size_t>(p.rule)].alternatives[static_cast<std::size_t>(p.alt)];
+  }
+
+  /// Expands `s` until the top of each stack it becomes is a code-point class (or the stack is empty: the start rule
+  /// is matched), into `out`. Iterative: a long chain of rules does not deepen the C++ stack.
+  void expand(Stack s0, std::vector<Stack>& out) const {
+    std::vector<Stack> work;
+    work.push_back(std::move(s0));
+    while (!work.empty()) {
+      Stack s = std::move(work.back());
+      work.pop_back();
+      while (!s.empty() && static_cast<std::size_t>(s.back().idx) >= alt_of(s.back()).size()) s.pop_back();
+      if (s.empty() || !alt_of(s.back())[static_cast<std::size_t>(s.back().idx)].is_rule) {
+        out.push_back(std::move(s));
+        continue;
+      }
+      const std::int32_t r = alt_of(s.back())[static_cast<std::size_t>(s.back().idx)].rule;
+      ++s.back().idx;  // continue after the rule once it is matched (popped at once if that ends the alternative)
+      if (static_cast<std::size_t>(s.back().idx) >= alt_of(s.back()).size()) s.pop_back();
+      const auto& alts = g_->rules()[static_cast<std::size_t>(r)].alternatives;
+      for (std::size_t a = 0; a < alts.size(); ++a) {
+        Stack t = s;
+        t.push_back(Pos{r, static_cast<std::int32_t>(a), 0});
+        work.push_back(std::move(t));
+      }
+      if (out.size() + work.size() > 4 * kMaxStacks) {
+        MAXTEXT_THROW(ArgumentError, "[grammar] more than ", kMaxStacks, " parse stacks: the grammar is too ambiguous "
+                      "to follow (rule '", g_->rules()[static_cast<std::size_t>(r)].name, "')");
+      }
+    }
+  }
+
+  static void normalise(std::vector<Stack>& st) {
+    std::sort(st.begin(), st.end());
+    st.erase(std::unique(st.begin(), st.end()), st.end());
+  }
+
+  /// The stacks after code point cp (empty: rejected).
+  std::vector<Stack> step(const std::vector<Stack>& from, std::uint32_t cp) const {
+    std::vector<Stack> out;
+    for (const Stack& s : from) {
+      if (s.empty()) continue;
+      const Element& e = alt_of(s.back())[static_cast<std::size_t>(s.back().idx)];
+      if (!e.matches(cp)) continue;
+      Stack t = s;
+      ++t.back().idx;
+      expand(std::move(t), out);
+    }
+    normalise(out);
+    MAXTEXT_CHECK(out.size() <= kMaxStacks, ArgumentError, "[grammar] more than ", kMaxStacks,
+                  " parse stacks: the grammar is too ambiguous to follow");
+    return out;
+  }
+
+  /// Runs `bytes` after the current state into (st, partial); false where the grammar or UTF-8 rejects them.
+  bool advance(std::string_view bytes, std::vector<Stack>& st, std::string& partial) const {
+    st = stacks_;
+    partial = partial_;
+    partial.append(bytes);
+    std::size_t i = 0;
+    while (i < partial.size()) {
+      const auto b = static_cast<unsigned char>(partial[i]);
+      const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+      if (n == 0) return false;
+      std::uint32_t cp = n == 1 ? b : b & (0x7Fu >> n);
+      const std::size_t have = std::min(partial.size() - i, static_cast<std::size_t>(n));
+      for (std::size_t k = 1; k < have; ++k) {
+        const auto c = static_cast<unsigned char>(partial[i + k]);
+        if ((c & 0xC0) != 0x80) return false;
+        cp = (cp << 6) | (c & 0x3Fu);
+      }
+      if (have < static_cast<std::size_t>(n)) {
+        // An incomplete character: some code point it may become must be taken by some stack.
+        const int missing = n - static_cast<int>(have);
+        const std::uint32_t lo = cp << (6 * missing), hi = lo | ((1u << (6 * missing)) - 1);
+        const bool some = std::any_of(st.begin(), st.end(), [&](const Stack& s) {
+          return !s.empty() && alt_of(s.back())[static_cast<std::size_t>(s.back().idx)].matches_some(lo, hi);
+        });
+        if (!some) return false;
+        partial.erase(0, i);
+        return true;
+      }
+      st = step(st, cp);
+      if (st.empty()) return false;
+      i += static_cast<std::size_t>(n);
+    }
+    partial.clear();
+    return true;
+  }
+
+  std::shared_ptr<const Grammar> g_;
+  std::vector<Stack> stacks_;
+  std::string partial_;  ///< the bytes of an incomplete last character
+};
+
+/// allowed[t]: whether the matcher can take token t's bytes (`pieces[t]`, as the tokenizer decodes the token alone)
+/// now. An empty piece (a special token without text) is not allowed: it would not move the text on.
+inline std::vector<bool> allowed_tokens(const Matcher& m, const std::vector<std::string>& pieces) {
+  std::vector<bool> ok(pieces.size(), false);
+  for (std::size_t t = 0; t < pieces.size(); ++t) ok[t] = !pieces[t].empty() && m.allows(pieces[t]);
+  return ok;
+}
+
+/// Constrains one step's logits [n] to the grammar: a token the matcher cannot take now gets -inf; an end-of-sequence
+/// token (`eos`) keeps its logit only where the text so far is complete. Sampling then picks an allowed token (the
+/// sampler refuses a row whose every logit is -inf by name). `pieces[t]` is token t's text (allowed_tokens).
+inline void mask_logits(const Matcher& m, const std::vector<std::string>& pieces, const std::vector<std::int32_t>& eos,
+                        float* logits, std::int64_t n) {
+  MAXTEXT_CHECK(static_cast<std::int64_t>(pieces.size()) >= n, ArgumentError, "[grammar] ", pieces.size(),
+                " token pieces for ", n, " logits");
+  const bool done = m.complete();
+  for (std::int64_t t = 0; t < n; ++t) {
+    const auto id = static_cast<std::int32_t>(t);
+    const bool is_eos = std::find(eos.begin(), eos.end(), id) != eos.end();
+    const bool ok = is_eos ? done : (!pieces[static_cast<std::size_t>(t)].empty() && m.allows(pieces[static_cast<std::size_t>(t)]));
+    if (!ok) logits[t] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+}  // namespace maxtext::models::grammar

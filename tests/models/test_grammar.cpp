@@ -1,0 +1,292 @@
+// GBNF grammars and the matcher (models/grammar.hpp). The expectations come from the grammar's meaning, worked out by
+// hand for small grammars (which texts are whole sentences, which are prefixes, which are refused), and, for a JSON
+// grammar written from RFC 8259, from an independent parser: nlohmann::json::accept decides, for valid documents and
+// for thousands of corrupted ones, whether the text is JSON, and the matcher must agree; every prefix of a valid
+// document must be allowed. Refusals name the line and column.
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "maxtext/models/grammar.hpp"
+
+using namespace maxtext;
+namespace gr = maxtext::models::grammar;
+
+namespace {
+
+enum class Verdict { refused, prefix, complete };
+
+std::shared_ptr<const gr::Grammar> grammar(std::string_view text) {
+  return std::make_shared<const gr::Grammar>(gr::Grammar::parse(text));
+}
+
+Verdict run(const std::shared_ptr<const gr::Grammar>& g, std::string_view text) {
+  gr::Matcher m(g);
+  if (!m.accept(text)) return Verdict::refused;
+  return m.complete() ? Verdict::complete : Verdict::prefix;
+}
+
+void refused_with(std::string_view text, const std::string& what) {
+  INFO(text);
+  REQUIRE_THROWS_AS(gr::Grammar::parse(text), ArgumentError);
+  REQUIRE_THROWS_WITH(gr::Grammar::parse(text), Catch::Contains(what));
+}
+
+// RFC 8259, section 2-7, as GBNF (strings: any code point but '"', '\' and controls, or an escape).
+const char* kJson = R"G(root   ::= ws value ws
+value  ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
+member ::= string ws ":" ws value
+array  ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
+string ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws     ::= [ \t\n\r]*
+)G";
+
+/// A random JSON document. Two things nlohmann::json refuses that the grammar cannot see stay out of reach of one
+/// corruption: \u escapes of surrogates (none are written) and numbers beyond double's range (exponents of one
+/// digit).
+std::string random_json(std::mt19937& g, int depth) {
+  auto pick = [&](int n) { return static_cast<int>(g() % static_cast<unsigned>(n)); };
+  auto ws = [&]() {
+    static const char* kWs[] = {"", "", " ", "\n", "\t ", "\r\n"};
+    return std::string(kWs[pick(6)]);
+  };
+  const int kind = depth > 2 ? 2 + pick(4) : pick(6);
+  switch (kind) {
+    case 0: {
+      std::string s = "{" + ws();
+      const int n = pick(3);
+      for (int i = 0; i < n; ++i) {
+        s += (i ? ws() + "," + ws() : "") + "\"k" + std::to_string(pick(100)) + "\"" + ws() + ":" + ws() +
+             random_json(g, depth + 1);
+      }
+      return s + ws() + "}";
+    }
+    case 1: {
+      std::string s = "[" + ws();
+      const int n = pick(4);
+      for (int i = 0; i < n; ++i) s += (i ? ws() + "," + ws() : "") + random_json(g, depth + 1);
+      return s + ws() + "]";
+    }
+    case 2: {
+      static const char* kStr[] = {"\"\"", "\"abc\"", "\"a\\\"b\"", "\"\\u00e9t\\u00e9\"", "\"\\\\/\\b\\f\\n\\r\\t\"",
+                                   "\"\xC3\xA9\xE3\x81\x82\"", "\"x y\""};
+      return kStr[pick(7)];
+    }
+    case 3: {
+      static const char* kNum[] = {"0", "-0", "12", "-3.25", "1e5", "2E-3", "6.02e+3", "-0.5"};
+      return kNum[pick(8)];
+    }
+    case 4: {
+      static const char* kLit[] = {"true", "false", "null"};
+      return kLit[pick(3)];
+    }
+    default:
+      return "[" + ws() + "]";
+  }
+}
+
+}  // namespace
+
+TEST_CASE("grammar: an arithmetic grammar takes sentences and their prefixes and refuses the rest", "[grammar]") {
+  const auto g = grammar(R"G(
+# arithmetic
+root ::= expr
+expr ::= term ([-+*/] term)*
+term ::= num | "(" ws expr ")" ws
+num  ::= [0-9]+ ws
+ws   ::= [ \t\n]*
+)G");
+  CHECK(run(g, "1+2") == Verdict::complete);
+  CHECK(run(g, "12 *(3 -4)") == Verdict::complete);
+  CHECK(run(g, "12 * 3") == Verdict::refused);  // no ws after an operator in this grammar
+  CHECK(run(g, "(((7)))") == Verdict::complete);
+  CHECK(run(g, "") == Verdict::prefix);
+  CHECK(run(g, "1+") == Verdict::prefix);
+  CHECK(run(g, "(1") == Verdict::prefix);
+  CHECK(run(g, "1++") == Verdict::refused);
+  CHECK(run(g, "()") == Verdict::refused);
+  CHECK(run(g, "a") == Verdict::refused);
+  CHECK(run(g, "1)") == Verdict::refused);
+}
+
+TEST_CASE("grammar: repetitions *, +, ?, {m}, {m,}, {m,n} on characters, literals and groups", "[grammar]") {
+  const auto a24 = grammar(R"G(root ::= "a"{2,4})G");
+  CHECK(run(a24, "") == Verdict::prefix);
+  CHECK(run(a24, "a") == Verdict::prefix);
+  CHECK(run(a24, "aa") == Verdict::complete);
+  CHECK(run(a24, "aaa") == Verdict::complete);
+  CHECK(run(a24, "aaaa") == Verdict::complete);
+  CHECK(run(a24, "aaaaa") == Verdict::refused);
+  const auto ab3 = grammar(R"G(root ::= "ab"{3})G");
+  CHECK(run(ab3, "ababab") == Verdict::complete);
+  CHECK(run(ab3, "abab") == Verdict::prefix);
+  CHECK(run(ab3, "abababa") == Verdict::refused);
+  CHECK(run(ab3, "abb") == Verdict::refused);
+  const auto d2 = grammar(R"G(root ::= [0-9]{2,} "x")G");
+  CHECK(run(d2, "1x") == Verdict::refused);
+  CHECK(run(d2, "12x") == Verdict::complete);
+  CHECK(run(d2, "123456x") == Verdict::complete);
+  const auto opt = grammar(R"G(root ::= "x"? "y"+ ("," "z")*)G");
+  CHECK(run(opt, "y") == Verdict::complete);
+  CHECK(run(opt, "xyy,z,z") == Verdict::complete);
+  CHECK(run(opt, "x") == Verdict::prefix);
+  CHECK(run(opt, "xx") == Verdict::refused);
+  CHECK(run(opt, "y,") == Verdict::prefix);
+  CHECK(run(opt, "y,,") == Verdict::refused);
+  const auto zero = grammar(R"G(root ::= "a"{0} "b"{0,2} "c")G");
+  CHECK(run(zero, "c") == Verdict::complete);
+  CHECK(run(zero, "bbc") == Verdict::complete);
+  CHECK(run(zero, "bbb") == Verdict::refused);
+  CHECK(run(zero, "ac") == Verdict::refused);
+}
+
+TEST_CASE("grammar: classes, negation, escapes, any code point, UTF-8 split across pieces", "[grammar]") {
+  const auto line = grammar(R"G(root ::= [^\n]+ "\n")G");
+  CHECK(run(line, "abc\n") == Verdict::complete);
+  CHECK(run(line, "\n") == Verdict::refused);
+  CHECK(run(line, "ab") == Verdict::prefix);
+  const auto hex = grammar(R"G(root ::= [a-c\x41-\x43]+)G");
+  CHECK(run(hex, "aBCb") == Verdict::complete);
+  CHECK(run(hex, "aD") == Verdict::refused);
+  CHECK(run(grammar(R"G(root ::= "\u00e9t\u00e9 \U0001F600")G"), "\xC3\xA9t\xC3\xA9 \xF0\x9F\x98\x80") == Verdict::complete);
+  CHECK(run(grammar(R"G(root ::= "<" . ">")G"), "<\xC3\xA9>") == Verdict::complete);
+  CHECK(run(grammar(R"G(root ::= "<" . ">")G"), "<>") == Verdict::prefix);  // '.' took the '>'
+  CHECK(run(grammar(R"G(root ::= "<" . ">")G"), "<>>") == Verdict::complete);
+  CHECK(run(grammar(R"G(root ::= "<" . ">")G"), "<ab") == Verdict::refused);
+  CHECK(run(grammar(R"G(root ::= "\"\\\[\]\t")G"), "\"\\[]\t") == Verdict::complete);
+
+  const auto kana = grammar("root ::= [\xE3\x81\x81-\xE3\x82\x9F]+");  // [ぁ-ゟ]+ written in UTF-8
+  CHECK(run(kana, "\xE3\x81\x82\xE3\x81\x84") == Verdict::complete);   // あい
+  CHECK(run(kana, "a") == Verdict::refused);
+  gr::Matcher m(kana);
+  CHECK(m.accept("\xE3"));   // the first byte of あ (E3 81 82): U+3000..U+3FFF may still be a kana
+  CHECK_FALSE(m.complete());
+  CHECK_FALSE(m.allows("\x80\x80"));  // U+3000 is not a kana
+  CHECK(m.accept("\x81\x82"));
+  CHECK(m.complete());
+  CHECK_FALSE(m.allows("\xE4"));  // U+4000..U+4FFF: none is a kana
+  CHECK_FALSE(m.allows("\xFF"));  // not UTF-8
+  CHECK_FALSE(m.allows("\x82"));  // a continuation byte without a start
+  CHECK(m.complete());            // a refused piece changes nothing
+  const auto not_a = grammar("root ::= [^a]");
+  gr::Matcher n(not_a);
+  CHECK(n.allows("\xC3"));  // U+00C0..U+00FF, none excluded
+  CHECK_FALSE(n.allows("a"));
+}
+
+TEST_CASE("grammar: newlines continue a rule after | and inside groups, comments anywhere", "[grammar]") {
+  const auto g = grammar("root ::= \"a\" |  # first\n   \"b\" | item\nitem ::= ( \"x\"\n  | \"y\" # inside\n )\n\n");
+  CHECK(run(g, "a") == Verdict::complete);
+  CHECK(run(g, "b") == Verdict::complete);
+  CHECK(run(g, "y") == Verdict::complete);
+  CHECK(run(g, "ab") == Verdict::refused);
+  CHECK(run(grammar("root ::= \"\" | \"q\""), "") == Verdict::complete);
+  CHECK(run(grammar("root ::= a b\na ::= \"\" | \"x\"\nb ::= \"y\"?"), "") == Verdict::complete);
+  CHECK(run(grammar("root ::= Some_Name-2\nSome_Name-2 ::= \"k\""), "k") == Verdict::complete);
+}
+
+TEST_CASE("grammar: refusals name what is wrong, with its line and column", "[grammar]") {
+  refused_with("root = \"a\"", "line 1, column 6: expected '::=' after rule name 'root'");
+  refused_with("root ::= \"a", "line 1, column 12: unterminated literal");
+  refused_with("root ::= [a-", "unterminated character class");
+  refused_with("root ::= \"\\q\"", "line 1, column 11: unknown escape '\\q'");
+  refused_with("root ::= \"\\x4\"", "expected 2 hexadecimal digits");
+  refused_with("root ::= \"\\U00110000\"", "code point above U+10FFFF");
+  refused_with("root ::= item", "line 1, column 10: rule 'item' is used but not defined");
+  refused_with("item ::= \"a\"", "no rule named 'root'");
+  refused_with("root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule 'root' is defined twice");
+  refused_with("root ::= root \"a\"", "left recursion: rule 'root' can reach itself");
+  refused_with("root ::= a \"x\"\na ::= b\nb ::= \"\" | a \"y\"", "left recursion");
+  refused_with("root ::= \"x\"? root", "left recursion");
+  refused_with("root ::= \"a\"{3,2}", "repetition {3,2}: the maximum is below the minimum");
+  refused_with("root ::= \"a\"{1001}", "repetition count above 1000");
+  refused_with("root ::= \"a\"{1,", "expected a number in a repetition");
+  refused_with("root ::= []", "empty character class");
+  refused_with("root ::= [z-a]", "range end below its start");
+  refused_with("root ::= (\"a\"", "expected ')'");
+  refused_with("root ::= \"a\" )", "expected the end of the line after rule 'root'");
+  refused_with("root ::= \"a\" ! \"b\"", "line 1, column 14: unexpected character '!'");
+  refused_with("root ::= \"\xFF\"", "invalid UTF-8");
+  refused_with("root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')'), "groups nested deeper than 256");
+  std::string many = "root ::= ";
+  for (int i = 0; i < 1100; ++i) many += "\"a\"{1000} ";
+  refused_with(many, "elements once repetitions are expanded");
+  CHECK_THROWS_WITH(gr::Matcher(grammar("root ::= \"a\""), "start"), Catch::Contains("no rule named 'start'"));
+}
+
+TEST_CASE("grammar: a JSON grammar agrees with nlohmann::json on valid and corrupted documents", "[grammar]") {
+  const auto g = grammar(kJson);
+  std::mt19937 rng(2026);
+  const std::string alphabet = "{}[]\",:0123456789.-+eE \n\ttrufalsn\\/bx\xC3\xA9";
+  int valid = 0, invalid = 0;
+  for (int i = 0; i < 600; ++i) {
+    const std::string doc = random_json(rng, 0);
+    INFO(doc);
+    REQUIRE(nlohmann::json::accept(doc));
+    // every prefix is allowed, the whole is complete
+    gr::Matcher m(g);
+    for (char c : doc) REQUIRE(m.accept(std::string(1, c)));
+    REQUIRE(m.complete());
+    ++valid;
+    for (int k = 0; k < 8; ++k) {
+      std::string bad = doc;
+      const std::size_t at = rng() % (bad.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          bad.insert(at, 1, c);
+          break;
+        case 1:
+          if (at < bad.size()) bad.erase(at, 1);
+          break;
+        default:
+          if (at < bad.size()) bad[at] = c;
+      }
+      INFO(bad);
+      const bool json = nlohmann::json::accept(bad);
+      CHECK((run(g, bad) == Verdict::complete) == json);
+      invalid += json ? 0 : 1;
+    }
+  }
+  CHECK(valid == 600);
+  CHECK(invalid > 1000);  // the corruptions reach both verdicts
+}
+
+TEST_CASE("grammar: allowed_tokens marks the vocabulary's pieces the grammar takes next", "[grammar]") {
+  const auto g = grammar(R"G(root ::= "{\"n\":" [0-9]+ "}")G");
+  const std::vector<std::string> pieces = {"{", "{\"", "\"n", "x", "", "}", "1", "23}", "\xE3", ":", "{\"n\":7}"};
+  gr::Matcher m(g);
+  CHECK(gr::allowed_tokens(m, pieces) ==
+        std::vector<bool>{true, true, false, false, false, false, false, false, false, false, true});
+  REQUIRE(m.accept("{\"n\":1"));
+  CHECK(gr::allowed_tokens(m, pieces) ==
+        std::vector<bool>{false, false, false, false, false, true, true, true, false, false, false});
+  REQUIRE(m.accept("}"));
+  CHECK(m.complete());
+  CHECK_FALSE(m.can_continue());
+  CHECK(gr::allowed_tokens(m, pieces) == std::vector<bool>(pieces.size(), false));
+}
+
+TEST_CASE("grammar: mask_logits leaves the allowed tokens and end-of-sequence only where the text is complete",
+          "[grammar]") {
+  const auto g = grammar(R"G(root ::= "a"+ )G");
+  const std::vector<std::string> pieces = {"", "a", "aa", "b", "ab"};  // token 0: the end-of-sequence token
+  const float inf = std::numeric_limits<float>::infinity();
+  gr::Matcher m(g);
+  std::vector<float> l = {1, 2, 3, 4, 5};
+  gr::mask_logits(m, pieces, {0}, l.data(), 5);
+  CHECK(l == std::vector<float>{-inf, 2, 3, -inf, -inf});  // nothing generated yet: no end
+  REQUIRE(m.accept("a"));
+  l = {1, 2, 3, 4, 5};
+  gr::mask_logits(m, pieces, {0}, l.data(), 5);
+  CHECK(l == std::vector<float>{1, 2, 3, -inf, -inf});
+  CHECK_THROWS_WITH(gr::mask_logits(m, pieces, {0}, l.data(), 6), Catch::Contains("5 token pieces for 6 logits"));
+}
