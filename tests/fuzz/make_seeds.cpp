@@ -218,6 +218,13 @@ void text_seeds() {
           std::string(1, '\0') + "12 * (3-45)+(((6)))");
   put("grammar", "unicode.txt", std::string("root ::= [\u3041-\u309f]+ (\"|\" .)? \"\\n\"") + std::string(1, '\0') +
                                     "\xE3\x81\x82\xE3\x81\x84|\xC3\xA9\n");
+  put("json_schema", "person.json",
+      std::string(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type":
+        "integer"}, "tags": {"type": "array", "items": {"enum": ["a", "b", 3]}, "minItems": 1}}, "required": ["name"],
+        "additionalProperties": false})"));
+  put("json_schema", "refs.json",
+      std::string(R"({"$defs": {"n": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"next": {"$ref":
+        "#/$defs/n"}}}]}}, "oneOf": [{"$ref": "#/$defs/n"}, {"type": ["boolean", "number"]}, {"const": {"k": 1}}]})"));
   put("yaml_config", "base.yml",
       std::string("base_config: base.yml\nmodel_name: tiny\ndecoder_block: llama2\nemb_dim: 32\nnum_query_heads: 2\n"
                   "num_kv_heads: 1\nhead_dim: 16\nmlp_dim: 64\nnum_decoder_layers: 1\nvocab_size: 16\n"

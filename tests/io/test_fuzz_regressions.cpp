@@ -45,6 +45,7 @@ const std::map<std::string, Entry>& entries() {
 #endif
       {"chat_template", fuzz_chat_template},
       {"grammar", fuzz_grammar},
+      {"json_schema", fuzz_json_schema},
       {"yaml_config", fuzz_yaml_config},
       {"hf_config", fuzz_hf_config},
       {"q8_0", fuzz_q8_0},

@@ -2,7 +2,9 @@
 // hand for small grammars (which texts are whole sentences, which are prefixes, which are refused), and, for a JSON
 // grammar written from RFC 8259, from an independent parser: nlohmann::json::accept decides, for valid documents and
 // for thousands of corrupted ones, whether the text is JSON, and the matcher must agree; every prefix of a valid
-// document must be allowed. Refusals name the line and column.
+// document must be allowed. Refusals name the line and column. JSON Schemas compiled to grammars (json_schema.hpp):
+// documents the schema accepts and documents it refuses, worked out by hand from the schema's meaning (each also
+// checked to be JSON by nlohmann::json), and the keywords it refuses by name.
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/models/grammar.hpp"
+#include "maxtext/models/json_schema.hpp"
 
 using namespace maxtext;
 namespace gr = maxtext::models::grammar;
@@ -289,4 +292,103 @@ TEST_CASE("grammar: mask_logits leaves the allowed tokens and end-of-sequence on
   gr::mask_logits(m, pieces, {0}, l.data(), 5);
   CHECK(l == std::vector<float>{1, 2, 3, -inf, -inf});
   CHECK_THROWS_WITH(gr::mask_logits(m, pieces, {0}, l.data(), 6), Catch::Contains("5 token pieces for 6 logits"));
+}
+
+namespace {
+
+void schema_takes(const nlohmann::ordered_json& schema, const std::vector<std::string>& yes,
+                  const std::vector<std::string>& no) {
+  const auto g = gr::grammar_from_json_schema(schema);
+  INFO(gr::json_schema_to_gbnf(schema));
+  for (const auto& d : yes) {
+    INFO("accepted: " << d);
+    REQUIRE(nlohmann::json::accept(d));
+    CHECK(run(g, d) == Verdict::complete);
+  }
+  for (const auto& d : no) {
+    INFO("refused: " << d);
+    CHECK(run(g, d) != Verdict::complete);
+  }
+}
+
+void schema_refused(const std::string& schema, const std::string& what) {
+  INFO(schema);
+  REQUIRE_THROWS_AS(gr::json_schema_to_gbnf(nlohmann::ordered_json::parse(schema)), ArgumentError);
+  REQUIRE_THROWS_WITH(gr::json_schema_to_gbnf(nlohmann::ordered_json::parse(schema)), Catch::Contains(what));
+}
+
+}  // namespace
+
+TEST_CASE("json schema: objects with required, optional and no other properties, lengths, items, enums",
+          "[grammar][json_schema]") {
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "object", "title": "Person",
+      "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 5, "description": "d"},
+                     "age": {"type": "integer"},
+                     "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+      "required": ["name", "age"], "additionalProperties": false})G"),
+               {R"G({"name":"Al","age":30})G", R"G({ "name": "Al", "age": -3, "tags": ["a", "b"] })G",
+                R"G({"name":"x\u00e9","age":0,"tags":[]})G", "{\"name\":\"\xC3\xA9t\xC3\xA9\",\"age\":7}"},
+               {R"G({"age":30,"name":"Al"})G",  // the listed order is the grammar's order
+                R"G({"name":"","age":1})G", R"G({"name":"toolong","age":1})G", R"G({"name":"Al"})G",
+                R"G({"name":"Al","age":1.5})G", R"G({"name":"Al","age":1,"x":1})G",
+                R"G({"name":"Al","age":1,"tags":["c"]})G", R"G({"name":"Al","age":1,"tags":["a","a","b"]})G",
+                R"G({"name":"Al","age":01})G", R"G(["Al",1])G"});
+  // Optional properties anywhere in the list, and other members after them by default.
+  schema_takes(nlohmann::ordered_json::parse(R"G({"properties": {"a": {"type": "boolean"}, "b": {"type": "null"},
+      "c": {"type": "number"}}, "required": ["b"]})G"),
+               {R"G({"b":null})G", R"G({"a":true,"b":null,"c":2.5e3})G", R"G({"b":null,"c":-0.5})G",
+                R"G({"b":null,"zz":[1,{"q":"r"}]})G"},
+               {R"G({})G", R"G({"a":true})G", R"G({"a":true,"c":1,"b":null})G", R"G({"b":null,})G"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "array", "items": {"type": "integer"}, "minItems": 2,
+      "maxItems": 3})G"),
+               {"[1,2]", "[1, 2, 3]"}, {"[1]", "[1,2,3,4]", "[]", "[1,\"2\"]"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"enum": ["red", 3, null, {"k": [true]}]})G"),
+               {R"G("red")G", "3", "null", R"G({"k":[true]})G"}, {R"G("blue")G", "4"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"const": "v1"})G"), {R"G("v1")G"}, {R"G("v2")G"});
+}
+
+TEST_CASE("json schema: anyOf, oneOf, lists of types, allOf of one, local $ref and recursion",
+          "[grammar][json_schema]") {
+  schema_takes(nlohmann::ordered_json::parse(R"G({"anyOf": [{"type": "string", "maxLength": 2}, {"type": "null"}]})G"),
+               {R"G("ab")G", "null"}, {"1", R"G("abc")G"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": ["integer", "boolean"]})G"), {"12", "false"},
+               {"1.5", "null"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"oneOf": [{"type": "integer"}, {"type": "string"}]})G"),
+               {"1", R"G("x")G"}, {"[]"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"allOf": [{"$ref": "#/definitions/pos"}],
+      "definitions": {"pos": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}}})G"),
+               {"[1,2]"}, {"[1]"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"$defs": {"node": {"type": "object",
+      "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+      "required": ["v", "next"], "additionalProperties": false}}, "$ref": "#/$defs/node"})G"),
+               {R"G({"v":1,"next":null})G", R"G({"v":1,"next":{"v":2,"next":{"v":3,"next":null}}})G"},
+               {R"G({"v":1,"next":{"v":2}})G", R"G({"v":1})G"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "object", "properties": {"kids": {"type": "array",
+      "items": {"$ref": "#"}}}, "required": ["kids"], "additionalProperties": false})G"),
+               {R"G({"kids":[]})G", R"G({"kids":[{"kids":[]},{"kids":[{"kids":[]}]}]})G"}, {R"G({"kids":[{}]})G"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "object", "additionalProperties": {"type": "integer"}})G"),
+               {"{}", R"G({"a":1,"b":2})G"}, {R"G({"a":"1"})G"});
+  schema_takes(nlohmann::ordered_json::parse("true"), {"[1,{\"a\":null}]"}, {"[1,"});
+}
+
+TEST_CASE("json schema: keywords the grammar would not enforce are refused by name, with their path",
+          "[grammar][json_schema]") {
+  schema_refused(R"G({"type": "string", "pattern": "^a+$"})G", "#: keyword 'pattern' is not supported");
+  schema_refused(R"G({"properties": {"n": {"type": "integer", "minimum": 0}}})G",
+                 "#/properties/n: keyword 'minimum' is not supported");
+  schema_refused(R"G({"type": "array", "uniqueItems": true})G", "keyword 'uniqueItems'");
+  schema_refused(R"G({"type": "text"})G", "#/type: unknown type 'text'");
+  schema_refused(R"G({"$ref": "https://example.com/s.json"})G", "is not a local definition");
+  schema_refused(R"G({"$ref": "#/$defs/missing"})G", "'#/$defs/missing' is not a local definition");
+  schema_refused(R"G({"properties": {"a": {}}, "required": ["b"]})G", "'b' is required but not in properties");
+  schema_refused(R"G({"items": false})G", "#/items: the schema false accepts no value");
+  schema_refused(R"G({"allOf": [{"type": "string"}, {"maxLength": 3}]})G", "only an allOf of one schema");
+  schema_refused(R"G({"type": "array", "minItems": 3, "maxItems": 2})G", "maxItems below minItems");
+  schema_refused(R"G({"type": "string", "maxLength": 5000})G", "#/maxLength: above 1000");
+  schema_refused(R"G({"enum": []})G", "#/enum: expected a non-empty array");
+  schema_refused(R"G(3)G", "a schema must be an object or a boolean, found number");
+  std::string deep;
+  for (int i = 0; i < 200; ++i) deep += R"G({"items": )G";
+  deep += "{}" + std::string(200, '}');
+  schema_refused(deep, "schemas nested deeper than 128");
 }

@@ -1,4 +1,5 @@
-// tests/fuzz/entry/grammar.hpp: fuzz entry point for GBNF grammars (models/grammar.hpp). The input is a grammar, then
+// tests/fuzz/entry/grammar.hpp: fuzz entry points for GBNF grammars (models/grammar.hpp) and JSON Schemas compiled to
+// them (models/json_schema.hpp). fuzz_grammar: the input is a grammar, then
 // optionally a NUL byte and a text: the grammar is parsed, and the text is fed to a matcher in pieces of one to three
 // bytes (each also asked first through allows(), and the vocabulary of allowed_tokens() asked after each), until the
 // grammar refuses a piece.
@@ -12,6 +13,7 @@
 
 #include "fuzz_common.hpp"
 #include "maxtext/models/grammar.hpp"
+#include "maxtext/models/json_schema.hpp"
 
 namespace maxtext::fuzz {
 
@@ -37,6 +39,31 @@ inline void fuzz_grammar(const std::uint8_t* data, std::size_t size) {
       (void)gr::allowed_tokens(m, vocab);
       i += n;
     }
+  });
+}
+
+/// A JSON Schema (the whole input, as JSON): compiled to GBNF, which must then parse (a compiler output the parser
+/// refuses is a finding), and a matcher started on it.
+inline void fuzz_json_schema(const std::uint8_t* data, std::size_t size) {
+  namespace gr = maxtext::models::grammar;
+  nlohmann::ordered_json schema;
+  try {
+    schema = nlohmann::ordered_json::parse(as_text(data, size));
+  } catch (const nlohmann::json::exception&) {
+    return;
+  }
+  std::string gbnf;
+  if (!attempt([&] { gbnf = gr::json_schema_to_gbnf(schema); })) return;
+  std::shared_ptr<const gr::Grammar> g;
+  try {
+    g = std::make_shared<const gr::Grammar>(gr::Grammar::parse(gbnf));
+  } catch (const maxtext::Error&) {
+    std::abort();  // the compiler wrote a grammar the parser refuses
+  }
+  attempt([&] {
+    gr::Matcher m(g);
+    (void)m.allows("{\"a\": [1, \"x\", null]}");
+    (void)m.allows("\"abc\"");
   });
 }
 
