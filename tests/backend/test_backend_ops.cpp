@@ -409,7 +409,7 @@ TEMPLATE_TEST_CASE("attention over an f16 / bf16 cache with f32 activations: row
   lng.kv_len = {578};
   lng.f32_rel = 4e-5;
   check_narrow_cache<KV>(lng, "decode step, 578 keys");
-  // The query-tiled prefill kernel (T >= 2, head sizes multiples of 16, no soft cap) ...
+  // The query-tiled prefill kernel (T >= kTiledMinRows, head sizes multiples of 16, no soft cap) ...
   AttnCase tiled{1, 40, 4, 2, 32, 32, 300};
   tiled.q_start = {250};
   tiled.kv_len = {290};

@@ -1,19 +1,19 @@
 // backend/cpu/attention.hpp: MaxText AttentionOp on the CPU (spec attention.md §1-2), with no [T, S] score matrix.
 // Two kernels:
-//  - decode (one query per row, and whenever the prefill kernel does not apply): one work item is (batch row,
-//    query, chunk of kv heads); the G = N/K query heads sharing a kv head are handled together, so each key and
-//    value row is read from memory once for all of them. Three passes over the visible keys: all logits (kW keys at
-//    a time, kW dot products reduced into one vector; with AVX-512 four heads at a time when G is a multiple of 4,
-//    block_logits4), one max and one vectorised exp per head, then the value rows;
-//    the cache is read in address order (see attention() below). A cache narrower than f32 (f16, bf16) is converted
-//    in registers as the passes load it (vec::load_f32). Staging a block's rows in an f32 buffer first was slower
-//    than reading the f32 cache, even with the cache in L2: on one Zen 4 core, model c's cache shape (16 layers,
-//    513 keys) took 1.14-1.18 ms in f32, 1.57-1.66 staged from f16 and 3.6 from bf16, 0.69-0.71 converted in
-//    registers from f16 and 0.85 from bf16.
-//  - prefill (T >= 2, head dims multiples of kW, no soft cap): one work item is a tile of query positions times the
-//    G heads (about 64 rows); each key block is transposed once and serves every row of the tile (see below). An
-//    online softmax over blocks of kW keys: per block one running-max update, one vectorised exp, then the
-//    probability-weighted sum of the value rows.
+//  - decode (fewer than kTiledMinRows queries per row, and whenever the prefill kernel does not apply): one work
+//    item is (batch row, query, chunk of kv heads); the G = N/K query heads sharing a kv head are handled together,
+//    so each key and value row is read from memory once for all of them. Three passes over the visible keys: all
+//    logits (kW keys at a time, kW dot products reduced into one vector; with AVX-512 four heads at a time when G is
+//    a multiple of 4, block_logits4), one max and one vectorised exp per head, then the value rows; the cache is
+//    read in address order (see attention() below). A cache narrower than f32 (f16, bf16) is converted in registers
+//    as the passes load it (vec::load_f32). Staging a block's rows in an f32 buffer first was slower than reading
+//    the f32 cache, even with the cache in L2: on one Zen 4 core, model c's cache shape (16 layers, 513 keys) took
+//    1.14-1.18 ms in f32, 1.57-1.66 staged from f16 and 3.6 from bf16, 0.69-0.71 converted in registers from f16
+//    and 0.85 from bf16.
+//  - prefill (T >= kTiledMinRows, head dims multiples of kW, no soft cap): one work item is a tile of query
+//    positions times the G heads (about 64 rows); each key block is transposed once and serves every row of the tile
+//    (see below). An online softmax over blocks of kW keys: per block one running-max update, one vectorised exp,
+//    then the probability-weighted sum of the value rows.
 #pragma once
 
 #include <algorithm>
@@ -273,6 +273,12 @@ MAXTEXT_INLINE void with_rows(std::int64_t n, F&& f) {
 // row's kBlk logits are then Dq broadcast-FMAs into one vector (no reduction), and kRowsQK rows share each key
 // vector load; the values are accumulated kRowsPV rows x 4 vectors at a time, each value vector loaded once for
 // them all.
+/// Query positions from which attention() takes the tiled path; fewer (a decode step, a speculative verify pass of a
+/// few drafted tokens) take the one-query path, which reads the keys in address order without transposing them.
+/// Measured on model b's shape at context 512 (bench_speculative, bench/performance_notes.md): the tiled path cost
+/// 1.15-1.25x the one-query path for 2 to 6 rows, about the same at 7 and 8. Every row of the one-query path is
+/// computed alone, so a verify row gives the logits of the decode step it stands for, bit for bit.
+inline constexpr std::int64_t kTiledMinRows = 8;
 inline constexpr std::int64_t kTileRows = 64;  ///< query rows per work item: kTileRows / G positions x G heads
 inline constexpr int kRowsQK = 8;           ///< rows per logits register tile
 inline constexpr int kRowsPV = 4;           ///< rows per value register tile
@@ -355,7 +361,8 @@ MAXTEXT_INLINE void block_values(const float* prob, std::int64_t pstride, const 
   }
 }
 
-/// The attention of attention() below for T >= 2, Dq and Dv multiples of kBlk and no soft cap, by query tiles.
+/// The attention of attention() below for T >= kTiledMinRows, Dq and Dv multiples of kBlk and no soft cap, by query
+/// tiles.
 template <class A, class KV>
 void attention_tiled(int nt, View<const A, 4> q, View<const KV, 4> k, View<const KV, 4> v, const AttentionMask& mask,
                      const AttentionOptions& opt, View<const A, 1> sinks, View<A, 4> out) {
@@ -489,7 +496,7 @@ void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const 
   avg_keys = avg_keys / std::max<std::int64_t>(B, 1) + 1;
   const std::int64_t items = B * K * T;
   const int nt = items * G * avg_keys * (Dq + Dv) < (1 << 16) ? 1 : threads;
-  if (T >= 2 && vec_dot && Dv % kBlk == 0 && !(opt.soft_cap > 0.0f)) {
+  if (T >= kTiledMinRows && vec_dot && Dv % kBlk == 0 && !(opt.soft_cap > 0.0f)) {
     attention_tiled<A, KV>(nt, q, k, v, mask, opt, sinks, out);
     return;
   }
