@@ -1,0 +1,117 @@
+// models/constrained.hpp: generation constrained by a grammar (models/grammar.hpp; a JSON Schema compiles to one,
+// models/json_schema.hpp). Each step, the tokens whose text the grammar cannot take next get logit -inf, the sampler
+// chooses among the others (temperature, top-k, top-p, penalties as in generate()), and the chosen token's text is fed
+// to the matcher. The end-of-sequence tokens (GenerateOptions::stop_tokens) are allowed only where the text is a
+// whole sentence of the grammar, so a generation that stops on them is always complete.
+//
+//   auto g = models::grammar::grammar_from_json_schema(schema);
+//   auto r = models::generate_constrained(model, tk, tk.encode(prompt), opt, g);   // r.text[0] follows the schema
+//
+// A token's text is the tokenizer's piece(prev, id): the bytes it adds after `prev` (byte-fallback pieces may be part
+// of a UTF-8 character; the matcher takes those). The generation ends with FinishReason::stop_token when the grammar's
+// sentence is complete and nothing may follow it, even without an end-of-sequence token. A step where the grammar
+// needs text that no token of the vocabulary starts with is refused by name. Log-probabilities (opt.logprobs) are
+// those of the constrained distribution (the masked logits), the one tokens are drawn from.
+//
+// Cost: each step asks the matcher about every token of the vocabulary (allowed_tokens), which is fine for grammars
+// and vocabularies of tens of thousands of tokens on a CPU; a token trie is the next step for large vocabularies.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/tensor.hpp"
+#include "maxtext/models/generate.hpp"
+#include "maxtext/models/grammar.hpp"
+
+namespace maxtext::models {
+
+/// Greedy or sampled generation of one prompt whose generated text follows grammar `g` (its start rule `root`).
+/// `tk`: anything with `std::string piece(std::int32_t prev, std::int32_t id) const` (tokenizer::Tokenizer).
+template <class Model, class Tok>
+GenerateResult generate_constrained(Model& model, const Tok& tk, const std::vector<std::int32_t>& prompt,
+                                    const GenerateOptions& opt, std::shared_ptr<const grammar::Grammar> g,
+                                    std::int64_t cache_capacity = 0) {
+  MAXTEXT_CHECK(!prompt.empty(), ArgumentError, "[constrained] empty prompt (a BOS token at least is needed)");
+  MAXTEXT_CHECK(opt.max_new_tokens >= 0, ArgumentError, "[constrained] max_new_tokens must be >= 0");
+  MAXTEXT_CHECK(opt.top_logprobs >= 0, ArgumentError, "[constrained] top_logprobs must be >= 0");
+  grammar::Matcher matcher(std::move(g));
+  const auto P = static_cast<std::int64_t>(prompt.size());
+  if (cache_capacity <= 0) cache_capacity = P + opt.max_new_tokens;
+  MAXTEXT_CHECK(P + opt.max_new_tokens <= cache_capacity, ArgumentError, "[constrained] prompt (", P,
+                ") + max_new_tokens (", opt.max_new_tokens, ") exceed the cache capacity ", cache_capacity);
+  GenerateResult res;
+  detail::init_result(res, 1);
+  res.prompt_tokens = P;
+  detail::RowDecoder row(opt, opt.sampling, prompt);
+  if (opt.max_new_tokens == 0 || opt.stop.stop_requested()) {
+    row.finish(0, res, opt.max_new_tokens == 0 ? FinishReason::length : FinishReason::cancelled);
+    return res;
+  }
+  auto cache = model.make_cache(1, cache_capacity);
+  using clock = std::chrono::steady_clock;
+  Tensor<std::int32_t, 2> tok({1, P});
+  for (std::int64_t t = 0; t < P; ++t) tok(0, t) = prompt[static_cast<std::size_t>(t)];
+  ForwardOptions last;
+  last.last_only = true;
+  auto t0 = clock::now();
+  Tensor<float, 3> logits = model.forward(tok, cache, last);
+  res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  auto t1 = clock::now();
+  std::int32_t prev = prompt.back();
+  std::vector<float> masked;
+  for (;;) {
+    const std::int64_t V = logits.dim(2);
+    const float* l = &logits(0, 0, 0);
+    masked.assign(l, l + V);
+    const bool complete = matcher.complete();
+    bool any = false;
+    for (std::int64_t t = 0; t < V; ++t) {
+      const auto id = static_cast<std::int32_t>(t);
+      const bool end = std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), id) != opt.stop_tokens.end();
+      bool ok = false;
+      if (end) {
+        ok = complete;
+      } else {
+        const std::string text = tk.piece(prev, id);
+        ok = !text.empty() && matcher.allows(text);
+      }
+      if (!ok) masked[static_cast<std::size_t>(t)] = -std::numeric_limits<float>::infinity();
+      any = any || ok;
+    }
+    if (!any) {
+      if (complete) {  // a whole sentence that nothing may follow, and no end-of-sequence token to say so
+        row.finish(0, res, FinishReason::stop_token);
+        break;
+      }
+      MAXTEXT_THROW(ArgumentError, "[constrained] no token of the vocabulary continues the text here (after ",
+                    res.tokens[0].size(), " generated tokens): the grammar needs text that no token starts with");
+    }
+    const std::int32_t t = row.step(masked.data(), V, 0, res);
+    if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), t) == opt.stop_tokens.end()) {
+      const bool took = matcher.accept(tk.piece(prev, t));
+      MAXTEXT_CHECK(took, ArgumentError, "[constrained] internal: token ", t, " was allowed but not taken");
+    }
+    prev = t;
+    if (row.done()) break;
+    if (opt.stop.stop_requested()) {
+      row.finish(0, res, FinishReason::cancelled);
+      break;
+    }
+    Tensor<std::int32_t, 2> next({1, 1});
+    next(0, 0) = t;
+    logits = model.forward(next, cache, last);
+    ++res.decode_steps;
+  }
+  res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  return res;
+}
+
+}  // namespace maxtext::models
