@@ -49,6 +49,23 @@ int cmd_generate(const Args& a) {
                 go.sampling.temperature, " needs the rejection rule over the sampler's distribution, not implemented");
   const auto t_load = std::chrono::steady_clock::now();
   const auto model = open_model(cfg, a);
+  // The draft model (--spec draft): its own file, config and weight type; the model's thread count. Loaded before
+  // any text is printed, so that what loading reports comes before the streamed text.
+  std::unique_ptr<models::AnyModel> draft;
+  std::unique_ptr<models::AnyModelDrafter> drafter;
+  if (spec == "draft") {
+    Args da;
+    da.command = a.command;
+    da.opt["weights"] = a.get("draft");
+    if (a.has("threads")) da.opt["threads"] = a.get("threads");
+    const Config dcfg = make_config(da);
+    MAXTEXT_CHECK(dcfg.vocab_size <= cfg.vocab_size, ArgumentError, "--draft ", a.get("draft"), ": vocab_size ",
+                  dcfg.vocab_size, " is larger than the model's ", cfg.vocab_size,
+                  " (a draft model shares the model's tokenizer)");
+    draft = open_model(dcfg, da);
+    const std::int64_t cap = static_cast<std::int64_t>(prompts[0].size()) + go.max_new_tokens + so.draft_max + 1;
+    drafter = std::make_unique<models::AnyModelDrafter>(*draft, cap);
+  }
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   if (tk) {
     // Text: the prompt as given, then the generated text as it comes (whole UTF-8 characters, stop strings cut).
@@ -71,19 +88,7 @@ int cmd_generate(const Args& a) {
           prompts[0], go, [&](const std::vector<std::int32_t>& c, std::int64_t k) { return lookup.propose(c, k); }, so,
           &st);
     } else {
-      // The draft model: its own file, config and weight type; the model's thread count.
-      Args da;
-      da.command = a.command;
-      da.opt["weights"] = a.get("draft");
-      if (a.has("threads")) da.opt["threads"] = a.get("threads");
-      const Config dcfg = make_config(da);
-      MAXTEXT_CHECK(dcfg.vocab_size <= cfg.vocab_size, ArgumentError, "--draft ", a.get("draft"), ": vocab_size ",
-                    dcfg.vocab_size, " is larger than the model's ", cfg.vocab_size,
-                    " (a draft model shares the model's tokenizer)");
-      const auto draft = open_model(dcfg, da);
-      const std::int64_t cap = static_cast<std::int64_t>(prompts[0].size()) + go.max_new_tokens + so.draft_max + 1;
-      models::AnyModelDrafter drafter(*draft, cap);
-      res = model->generate_speculative(prompts[0], go, drafter.as_function(), so, &st);
+      res = model->generate_speculative(prompts[0], go, drafter->as_function(), so, &st);
     }
   }
   if (tk) std::cout << "\n";

@@ -284,7 +284,7 @@ TEST_CASE("maxtext generate --spec lookup|draft prints plain greedy's tokens, an
     CHECK(rc == 0);
     CHECK(line_of(out, "tokens[0]: ") == tokens);
     CHECK(out.find("\nspeculative: ") != std::string::npos);
-    CHECK(out.find(plain.substr(0, plain.find('\n'))) == 0);  // the same streamed text
+    CHECK(out.find(plain.substr(0, plain.find('\n'))) != std::string::npos);  // the same streamed text
   }
   // The model's own file as the draft: every draft accepted.
   const std::string same = run_maxtext(base + " --spec draft --draft " + dir + "/stories260K.bin", rc);
