@@ -67,27 +67,19 @@ GenerateResult generate_constrained(Model& model, const Tok& tk, const std::vect
   auto t1 = clock::now();
   std::int32_t prev = prompt.back();
   std::vector<float> masked;
+  std::vector<std::string> pieces;
   for (;;) {
     const std::int64_t V = logits.dim(2);
-    const float* l = &logits(0, 0, 0);
-    masked.assign(l, l + V);
-    const bool complete = matcher.complete();
-    bool any = false;
+    pieces.resize(static_cast<std::size_t>(V));
     for (std::int64_t t = 0; t < V; ++t) {
-      const auto id = static_cast<std::int32_t>(t);
-      const bool end = std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), id) != opt.stop_tokens.end();
-      bool ok = false;
-      if (end) {
-        ok = complete;
-      } else {
-        const std::string text = tk.piece(prev, id);
-        ok = !text.empty() && matcher.allows(text);
-      }
-      if (!ok) masked[static_cast<std::size_t>(t)] = -std::numeric_limits<float>::infinity();
-      any = any || ok;
+      pieces[static_cast<std::size_t>(t)] = tk.piece(prev, static_cast<std::int32_t>(t));
     }
+    masked.assign(&logits(0, 0, 0), &logits(0, 0, 0) + V);
+    grammar::mask_logits(matcher, pieces, opt.stop_tokens, masked.data(), V);
+    const bool any = std::any_of(masked.begin(), masked.end(),
+                                 [](float x) { return x != -std::numeric_limits<float>::infinity(); });
     if (!any) {
-      if (complete) {  // a whole sentence that nothing may follow, and no end-of-sequence token to say so
+      if (matcher.complete()) {  // a whole sentence that nothing may follow, and no end-of-sequence token to say so
         row.finish(0, res, FinishReason::stop_token);
         break;
       }
@@ -96,7 +88,7 @@ GenerateResult generate_constrained(Model& model, const Tok& tk, const std::vect
     }
     const std::int32_t t = row.step(masked.data(), V, 0, res);
     if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), t) == opt.stop_tokens.end()) {
-      const bool took = matcher.accept(tk.piece(prev, t));
+      const bool took = matcher.accept(pieces[static_cast<std::size_t>(t)]);
       MAXTEXT_CHECK(took, ArgumentError, "[constrained] internal: token ", t, " was allowed but not taken");
     }
     prev = t;
