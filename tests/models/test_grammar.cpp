@@ -185,6 +185,32 @@ TEST_CASE("grammar: classes, negation, escapes, any code point, UTF-8 split acro
   CHECK_FALSE(n.allows("a"));
 }
 
+// Found by `maxtext serve` on stories260K: a JSON-schema request streamed F0 80 81 BB, an overlong form of '{', one
+// byte-fallback token at a time, and the matcher took it as the object's brace. Only well-formed UTF-8 (RFC 3629)
+// may pass: no overlong forms, no UTF-16 surrogates, nothing past U+10FFFF, whole or split across pieces.
+TEST_CASE("grammar: overlong forms, surrogates and code points past U+10FFFF are refused", "[grammar]") {
+  const auto brace = grammar(R"G(root ::= "{" [^\x00]* )G");
+  CHECK(run(brace, "{") == Verdict::complete);
+  for (const char* bad : {"\xC1\xBB", "\xE0\x81\xBB", "\xF0\x80\x81\xBB"}) {  // '{' as 2, 3 and 4 bytes
+    INFO("overlong form of length " << std::string(bad).size());
+    gr::Matcher m(brace);
+    CHECK_FALSE(m.allows(bad));
+    bool took = true;
+    for (const char* p = bad; *p != '\0' && took; ++p) took = m.accept(std::string(1, *p));  // byte by byte
+    CHECK_FALSE(took);
+  }
+  const auto any = grammar(R"G(root ::= [^\x00]+ )G");
+  CHECK(run(any, "\xED\x9F\xBF") == Verdict::complete);  // U+D7FF
+  CHECK(run(any, "\xED\xA0\x80") == Verdict::refused);   // U+D800, a surrogate
+  CHECK(run(any, "\xF4\x8F\xBF\xBF") == Verdict::complete);  // U+10FFFF
+  CHECK(run(any, "\xF4\x90\x80\x80") == Verdict::refused);   // U+110000
+  CHECK(run(any, "\xF5\x80\x80\x80") == Verdict::refused);
+  gr::Matcher m(grammar(R"G(root ::= [\x00-\u07FF] )G"));
+  CHECK_FALSE(m.allows("\xE0"));  // a 3-byte lead starts only U+0800 and above
+  refused_with("root ::= \"\xC0\xBB\"", "invalid UTF-8");
+  refused_with("root ::= \"\xED\xA0\x80\"", "invalid UTF-8");
+}
+
 TEST_CASE("grammar: newlines continue a rule after | and inside groups, comments anywhere", "[grammar]") {
   const auto g = grammar("root ::= \"a\" |  # first\n   \"b\" | item\nitem ::= ( \"x\"\n  | \"y\" # inside\n )\n\n");
   CHECK(run(g, "a") == Verdict::complete);

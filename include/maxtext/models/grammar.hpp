@@ -40,6 +40,27 @@
 
 namespace maxtext::models::grammar {
 
+namespace utf8 {
+/// The length of the character a byte starts (RFC 3629), or 0 for a byte that starts none: continuation bytes, the
+/// overlong leads C0 / C1 and F5..FF.
+inline int length(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) return 2;
+  if (lead >= 0xE0 && lead <= 0xEF) return 3;
+  if (lead >= 0xF0 && lead <= 0xF4) return 4;
+  return 0;
+}
+/// Whether `c` may follow `lead` as its first continuation byte: the ranges that exclude overlong forms (E0, F0),
+/// the UTF-16 surrogates (ED) and code points past U+10FFFF (F4).
+inline bool second_ok(unsigned char lead, unsigned char c) {
+  if (lead == 0xE0) return c >= 0xA0 && c <= 0xBF;
+  if (lead == 0xED) return c >= 0x80 && c <= 0x9F;
+  if (lead == 0xF0) return c >= 0x90 && c <= 0xBF;
+  if (lead == 0xF4) return c >= 0x80 && c <= 0x8F;
+  return (c & 0xC0) == 0x80;
+}
+}  // namespace utf8
+
 /// The largest m or n of a repetition {m,n}.
 inline constexpr std::int64_t kMaxRepeat = 1000;
 /// The most elements a grammar may have once its repetitions are lowered.
@@ -296,12 +317,12 @@ class Parser {
       }
     }
     const auto b = static_cast<unsigned char>(peek());
-    const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    const int n = utf8::length(b);
     if (n == 0 || p_ + static_cast<std::size_t>(n) > s_.size()) fail("invalid UTF-8");
     std::uint32_t cp = n == 1 ? b : b & (0x7Fu >> n);
     for (int i = 1; i < n; ++i) {
       const auto c = static_cast<unsigned char>(s_[p_ + static_cast<std::size_t>(i)]);
-      if ((c & 0xC0) != 0x80) fail("invalid UTF-8");
+      if (i == 1 ? !utf8::second_ok(b, c) : (c & 0xC0) != 0x80) fail("invalid UTF-8");
       cp = (cp << 6) | (c & 0x3Fu);
     }
     p_ += static_cast<std::size_t>(n);
@@ -617,19 +638,26 @@ class Matcher {
     std::size_t i = 0;
     while (i < partial.size()) {
       const auto b = static_cast<unsigned char>(partial[i]);
-      const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+      const int n = utf8::length(b);  // well-formed UTF-8 only: no overlong forms, surrogates or past U+10FFFF
       if (n == 0) return false;
       std::uint32_t cp = n == 1 ? b : b & (0x7Fu >> n);
       const std::size_t have = std::min(partial.size() - i, static_cast<std::size_t>(n));
       for (std::size_t k = 1; k < have; ++k) {
         const auto c = static_cast<unsigned char>(partial[i + k]);
-        if ((c & 0xC0) != 0x80) return false;
+        if (k == 1 ? !utf8::second_ok(b, c) : (c & 0xC0) != 0x80) return false;
         cp = (cp << 6) | (c & 0x3Fu);
       }
       if (have < static_cast<std::size_t>(n)) {
-        // An incomplete character: some code point it may become must be taken by some stack.
+        // An incomplete character: some code point it may become must be taken by some stack. With the lead byte
+        // alone, the range is cut to the well-formed code points that lead starts (E0: U+0800.., ED: ..U+D7FF,
+        // F0: U+10000.., F4: ..U+10FFFF); a valid second byte already keeps it there.
         const int missing = n - static_cast<int>(have);
-        const std::uint32_t lo = cp << (6 * missing), hi = lo | ((1u << (6 * missing)) - 1);
+        std::uint32_t lo = cp << (6 * missing), hi = lo | ((1u << (6 * missing)) - 1);
+        if (have == 1 && n >= 3) {
+          lo = std::max(lo, n == 3 ? 0x800u : 0x10000u);
+          if (b == 0xED) hi = 0xD7FF;
+          hi = std::min(hi, 0x10FFFFu);
+        }
         const bool some = std::any_of(st.begin(), st.end(), [&](const Stack& s) {
           return !s.empty() && alt_of(s.back())[static_cast<std::size_t>(s.back().idx)].matches_some(lo, hi);
         });
