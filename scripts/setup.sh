@@ -4,7 +4,7 @@
 #   bash scripts/setup.sh --tests  that plus what the tests, benchmarks and reference scripts need
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libeigen3-dev libxsimd-dev xtl-dev nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libomp-dev
-      libsentencepiece-dev libonig-dev libutf8proc-dev pkg-config ccache)
+      libsentencepiece-dev libonig-dev libutf8proc-dev pkg-config ccache libcpp-httplib-dev)
 if [ "${1:-}" = "--tests" ]; then
   pkgs+=(clang libclang-rt-14-dev catch2 libbenchmark-dev python3-torch python3-numpy python3-pytest python3-dev pybind11-dev libopenblas0)
 fi
@@ -18,4 +18,19 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The test clients of `maxtext serve` that no one here wrote: the official `openai` npm package, at the version
+# tests/server/package-lock.json pins (from the npm registry; without Node.js or the registry the test is skipped).
+if [ "${1:-}" = "--tests" ]; then
+  clients="$(cd "$(dirname "$0")/.." && pwd)/tests/server"
+  want=$(sed -n 's/.*"openai": "\([0-9.]*\)".*/\1/p' "$clients/package.json" 2>/dev/null | head -1 || true)
+  have=$(sed -n 's/.*"version": "\([0-9.]*\)".*/\1/p' "$clients/node_modules/openai/package.json" 2>/dev/null | head -1 || true)
+  if [ -n "$want" ] && [ "$want" != "$have" ]; then
+    if command -v npm >/dev/null 2>&1; then
+      (cd "$clients" && npm ci --no-audit --no-fund --silent) ||
+        echo "setup: npm ci in tests/server failed: the openai client test will be skipped"
+    else
+      echo "setup: no npm (Node.js): the openai client test of maxtext serve will be skipped"
+    fi
+  fi
 fi

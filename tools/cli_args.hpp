@@ -5,6 +5,7 @@
 //   cli_text.cpp    generate, tokenize, detokenize               (tokenizers, generation, text streaming)
 //   cli_chat.cpp    chat, template                               (chat templates: the Jinja engine)
 //   cli_compare.cpp compare                                      (reference dumps, captures, reference_check)
+//   cli_serve.cpp   serve                                        (the OpenAI-compatible HTTP server: cpp-httplib)
 #pragma once
 
 #include <cstdint>
@@ -121,5 +122,6 @@ int cmd_tokenize(const Args& a);  // cli_text.cpp: tokenize and detokenize
 int cmd_chat(const Args& a);      // cli_chat.cpp
 int cmd_template(const Args& a);  // cli_chat.cpp
 int cmd_compare(const Args& a);   // cli_compare.cpp
+int cmd_serve(const Args& a);     // cli_serve.cpp
 
 }  // namespace maxtext::cli

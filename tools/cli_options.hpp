@@ -48,6 +48,11 @@ inline const std::vector<CommandOptions>& command_options() {
         {"info", {"config", "weights", "weight-type", "threads", "int8-activations", "kv-type"}, true},
         {"generate", join(join(model, sampling), {"tokens", "prompt", "spec", "draft", "draft-max"}), true},
         {"chat", join(join(model, sampling), {"system", "ctx-size"}), true},
+        // Sampling comes with each request; --max-new-tokens caps requests that give no max_tokens.
+        {"serve",
+         join(model, {"host", "port", "parallel", "queue", "ctx-size", "max-new-tokens", "alias", "api-key",
+                      "api-key-file", "max-body"}),
+         true},
         {"tokenize", {"weights", "tokenizer", "text", "text-file", "add-special"}, false},
         {"detokenize", {"weights", "tokenizer", "ids", "skip-special"}, false},
         {"template", {"tokenizer", "messages", "add-generation-prompt", "tools"}, false},

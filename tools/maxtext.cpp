@@ -21,6 +21,11 @@ commands:
             (default 4) checked per pass, from prompt lookup or a draft model sharing the tokenizer; the same tokens
   chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]:
             a conversation, one user message per line of stdin until EOF; the KV cache is kept between turns
+  serve     --weights FILE [--tokenizer FILE] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q]
+            [--ctx-size N] [--max-new-tokens N] [--alias NAME] [--api-key KEY | --api-key-file FILE]
+            [--max-body BYTES]:
+            an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health);
+            N conversations at once, Q more waiting (then 503); the key also from $MAXTEXT_API_KEY. docs/server.md
   tokenize  (--weights FILE | --tokenizer PATH) (--text "text" | --text-file FILE) [--add-special on|off]:
             prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)
   detokenize (--weights FILE | --tokenizer PATH) --ids 1,2,3 [--skip-special on|off]: writes the text to stdout
@@ -72,6 +77,13 @@ int maxtext::cli::cmd_compare(const Args&) {
                                   "as scripts/test.sh does)");
 }
 #endif
+#if defined(MAXTEXT_CLI_NO_SERVE)
+// Configured without cpp-httplib (or with -DMAXTEXT_CLI_SERVE=OFF): cli_serve.cpp is not compiled.
+int maxtext::cli::cmd_serve(const Args&) {
+  MAXTEXT_THROW(UnsupportedError, "serve is not compiled into this program (install libcpp-httplib-dev, as "
+                                  "scripts/setup.sh does, and configure with -DMAXTEXT_CLI_SERVE=ON)");
+}
+#endif
 
 int main(int argc, char** argv) {
   using namespace maxtext;
@@ -89,6 +101,7 @@ int main(int argc, char** argv) {
     if (a.command == "tokenize" || a.command == "detokenize") return cli::cmd_tokenize(a);
     if (a.command == "template") return cli::cmd_template(a);
     if (a.command == "compare") return cli::cmd_compare(a);
+    if (a.command == "serve") return cli::cmd_serve(a);
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
     return 2;
   } catch (const maxtext::Error& e) {

@@ -225,6 +225,15 @@ void text_seeds() {
   put("json_schema", "refs.json",
       std::string(R"({"$defs": {"n": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"next": {"$ref":
         "#/$defs/n"}}}]}}, "oneOf": [{"$ref": "#/$defs/n"}, {"type": ["boolean", "number"]}, {"const": {"k": 1}}]})"));
+  put("openai_request", "chat.json",
+      std::string(1, '\0') + R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user",
+        "content": [{"type": "text", "text": "Hi \u00e9"}]}], "temperature": 0.5, "top_p": 0.9, "max_tokens": 8,
+        "stop": ["\n", "END"], "seed": 3, "logit_bias": {"2": -100}, "logprobs": true, "top_logprobs": 2, "stream": true,
+        "stream_options": {"include_usage": true}, "response_format": {"type": "json_schema", "json_schema": {"name":
+        "x", "schema": {"type": "object"}}}})");
+  put("openai_request", "completion.json",
+      std::string(1, '\1') + R"({"prompt": [1, 2, 3], "max_tokens": 4, "logprobs": 2, "echo": true, "n": 1,
+        "frequency_penalty": -1.5, "presence_penalty": 2, "top_k": 4, "min_p": 0.1, "repeat_penalty": 1.1})");
   put("yaml_config", "base.yml",
       std::string("base_config: base.yml\nmodel_name: tiny\ndecoder_block: llama2\nemb_dim: 32\nnum_query_heads: 2\n"
                   "num_kv_heads: 1\nhead_dim: 16\nmlp_dim: 64\nnum_decoder_layers: 1\nvocab_size: 16\n"

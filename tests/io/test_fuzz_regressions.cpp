@@ -16,6 +16,7 @@
 #include "entry/configs.hpp"
 #include "entry/gguf.hpp"
 #include "entry/grammar.hpp"
+#include "entry/server.hpp"
 #include "entry/llama2c.hpp"
 #include "entry/npy.hpp"
 #include "entry/q8_0.hpp"
@@ -46,6 +47,7 @@ const std::map<std::string, Entry>& entries() {
       {"chat_template", fuzz_chat_template},
       {"grammar", fuzz_grammar},
       {"json_schema", fuzz_json_schema},
+      {"openai_request", fuzz_openai_request},
       {"yaml_config", fuzz_yaml_config},
       {"hf_config", fuzz_hf_config},
       {"q8_0", fuzz_q8_0},

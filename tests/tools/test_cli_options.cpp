@@ -59,6 +59,11 @@ TEST_CASE("every command's documented options pass the check", "[cli]") {
                                          "--int8-activations", "on"})));
   CHECK_NOTHROW(cli::check_options(args({"chat", "--weights", "w", "--tokenizer", "t", "--system", "s",
                                          "--ctx-size", "64", "--max-new-tokens", "8"})));
+  CHECK_NOTHROW(cli::check_options(args({"serve", "--weights", "w", "--tokenizer", "t", "--host", "0.0.0.0", "--port",
+                                         "0", "--parallel", "4", "--queue", "8", "--ctx-size", "512",
+                                         "--max-new-tokens", "64", "--alias", "m", "--api-key", "k",
+                                         "--max-body", "65536", "--threads", "2", "--kv-type", "float16"})));
+  CHECK_NOTHROW(cli::check_options(args({"serve", "--weights", "w", "--api-key-file", "k"})));
   CHECK_NOTHROW(cli::check_options(args({"info", "--config", "c.yml", "num_decoder_layers=2"})));
   CHECK_NOTHROW(cli::check_options(args({"tokenize", "--tokenizer", "t", "--text", "a=b", "--add-special", "off"})));
   CHECK_NOTHROW(cli::check_options(args({"detokenize", "--tokenizer", "t", "--ids", "1,2", "--skip-special", "on"})));
@@ -87,6 +92,11 @@ TEST_CASE("unknown or unused or repeated options and stray overrides are refused
   refused({"tokenize", "--tokenizer", "t", "--text", "a", "dtype=float32"},
           "tokenize takes no key=value config overrides (found 'dtype=float32')");
   refused({"generat", "--tokens", "1"}, "unknown command 'generat' (did you mean 'generate'?)");
+  // serve: sampling comes with each request, not from the command line.
+  refused({"serve", "--weights", "w", "--temperature", "0.5"}, "serve: option --temperature is not used by this command");
+  refused({"serve", "--weights", "w", "--api-keyfile", "k"}, "did you mean --api-key-file?");
+  refused({"serve", "--weights", "w", "--paralel", "2"}, "did you mean --parallel?");
+  refused({"serv", "--weights", "w"}, "unknown command 'serv' (did you mean 'serve'?)");
 }
 
 TEST_CASE("the program refuses a misspelled option before running anything", "[cli]") {

@@ -1,0 +1,342 @@
+// server/engine.hpp: runs the requests of an OpenAI-compatible server (server/openai.hpp) on one embedded model.
+//
+//   server::EngineOptions eo;  eo.slots = 4;  eo.queue = 16;  eo.render = ...;  eo.stop_tokens = tk.eos_ids();
+//   server::Engine engine(model, tk, eo);
+//   server::Outcome o = engine.run(server::parse_chat_request(body), [](std::string_view piece) { ...; return true; });
+//
+// Slots: `slots` conversations are generated at once, each in a slot that owns a KV cache of `ctx` tokens (allocated
+// when the engine is made, so memory is bounded by slots x ctx whatever the traffic). The model's forward passes are
+// serialised (AnyModel's mutex) and the slots' decode steps interleave, one token each in turn: a long answer does not
+// hold the others back. A request takes the free slot whose cached tokens share the longest prefix with its prompt
+// (a conversation's next turn, or the same system prompt) and prefills only the rest. Batching the slots' steps into
+// one forward pass is the scheduler's work (issue 51), not done here.
+//
+// Admission: up to `queue` requests wait for a slot; one more is refused at once with RequestError 503 (type
+// server_busy), never queued without bound. run() works on the calling thread (an HTTP handler's), so the HTTP
+// server's thread pool must hold slots + queue threads.
+//
+// Requests with response_format json_object / json_schema are generated under the schema's grammar
+// (models/constrained.hpp): their output is a JSON document the schema accepts. They run in a slot too (for the
+// bound), but on a cache of their own, without prefix reuse.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "maxtext/core/error.hpp"
+#include "maxtext/models/any_model.hpp"
+#include "maxtext/models/constrained.hpp"
+#include "maxtext/models/generate.hpp"
+#include "maxtext/models/json_schema.hpp"
+#include "maxtext/models/session.hpp"
+#include "maxtext/models/text_stream.hpp"
+#include "maxtext/server/openai.hpp"
+#include "maxtext/tokenizer/spm.hpp"
+
+namespace maxtext::server {
+
+struct EngineOptions {
+  std::string model_id = "maxtext";  ///< what /v1/models and every response name the model
+  int slots = 1;                     ///< conversations generated at once (each with a cache of ctx tokens)
+  int queue = 16;                    ///< requests that may wait for a slot; one more is refused (503)
+  std::int64_t ctx = 0;              ///< tokens per slot: prompt + answer (0: the config's max_target_length)
+  /// The most tokens a request generates when it gives no max_tokens (0: what the slot's context leaves).
+  std::int64_t default_max_tokens = 0;
+  std::vector<std::int32_t> stop_tokens;  ///< end-of-sequence ids (the tokenizer's and the weights' files')
+  /// Chat messages (a JSON array of {role, content}) -> prompt text ending with the assistant's turn opening.
+  std::function<std::string(const nlohmann::json&, bool)> render;
+  /// Chat prompt text -> ids (default: the tokenizer's encode with its default BOS); a chat template writes its own
+  /// special tokens, so the CLI passes encode(text, false) with one.
+  std::function<std::vector<std::int32_t>(const std::string&)> encode_chat;
+  /// Stop strings added to every chat request (the plain format's "\nuser:").
+  std::vector<std::string> chat_stop_strings;
+};
+
+/// Counters for /health and the tests.
+struct EngineStats {
+  int slots = 0, running = 0, waiting = 0;
+  std::int64_t served = 0, refused_busy = 0, cancelled = 0, prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+};
+
+class Engine {
+ public:
+  Engine(models::AnyModel& model, const tokenizer::Tokenizer& tk, EngineOptions opt)
+      : model_(model), adapter_(model), tk_(tk), opt_(std::move(opt)) {
+    MAXTEXT_CHECK(opt_.slots >= 1 && opt_.slots <= 256, ArgumentError, "[server] slots (--parallel) must be in [1, 256], found ",
+                  opt_.slots);
+    MAXTEXT_CHECK(opt_.queue >= 0 && opt_.queue <= 4096, ArgumentError, "[server] queue must be in [0, 4096], found ",
+                  opt_.queue);
+    MAXTEXT_CHECK(static_cast<bool>(opt_.render), ArgumentError, "[server] EngineOptions::render is required");
+    if (opt_.ctx <= 0) opt_.ctx = model.config().max_target_length;
+    MAXTEXT_CHECK(opt_.ctx > 1, ArgumentError, "[server] ctx must be > 1, found ", opt_.ctx);
+    if (!opt_.encode_chat) opt_.encode_chat = [this](const std::string& s) { return tk_.encode(s); };
+    for (int i = 0; i < opt_.slots; ++i) slots_.push_back(std::make_unique<Slot>(adapter_, opt_.ctx));
+  }
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineOptions& options() const { return opt_; }
+
+  EngineStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    EngineStats s = stats_;
+    s.slots = opt_.slots;
+    s.running = running_;
+    s.waiting = waiting_;
+    return s;
+  }
+
+  /// Ends every running generation at its next step (FinishReason::cancelled) and refuses new requests: for shutdown.
+  void stop() {
+    stopping_.request_stop();
+    cv_.notify_all();
+  }
+
+  /// The prompt's ids (a chat rendered through the template) and, with `text`, the prompt text (for echo).
+  std::vector<std::int32_t> prompt_ids(const Request& r, std::string* text = nullptr) const {
+    if (r.endpoint == Endpoint::chat) {
+      const std::string s = opt_.render(r.messages, true);
+      if (text) *text = s;
+      return opt_.encode_chat(s);
+    }
+    if (r.has_prompt_ids) {
+      for (std::size_t i = 0; i < r.prompt_ids.size(); ++i) {
+        if (r.prompt_ids[i] >= model_.config().vocab_size) {
+          bad_request(str("prompt[", i, "]"), str("token id ", r.prompt_ids[i], " outside the vocabulary of ",
+                                                  model_.config().vocab_size));
+        }
+      }
+      if (text) *text = tk_.decode(r.prompt_ids, false);
+      return r.prompt_ids;
+    }
+    if (text) *text = r.prompt;
+    return tk_.encode(r.prompt);
+  }
+
+  class Job;
+
+  /// Checks request `r` against the model (context, token ids, schema: RequestError 400) and waits for a slot
+  /// (RequestError 503 when `queue` requests already wait). The slot is held until the job is destroyed. An HTTP
+  /// server calls it before it answers, so that a refusal still gets its status code.
+  std::unique_ptr<Job> admit(const Request& r);
+
+  /// admit(r), then Job::run: the request to its end on the calling thread.
+  Outcome run(const Request& r, const std::function<bool(std::string_view)>& on_text = {}, std::stop_token stop = {});
+
+ private:
+  using SlotSession = models::Session<models::detail::AnyDraftModel>;
+  struct Slot {
+    Slot(models::detail::AnyDraftModel& m, std::int64_t ctx) : session(m, ctx) {}
+    SlotSession session;
+    bool busy = false;
+  };
+
+  /// A slot held for one request: waits for a free one (or refuses when `queue` requests already wait), takes the one
+  /// whose cached tokens share the longest prefix with `ids`, gives it back on destruction.
+  class SlotLease {
+   public:
+    SlotLease(Engine& e, const std::vector<std::int32_t>& ids) : e_(e) {
+      std::unique_lock<std::mutex> lock(e_.mu_);
+      auto free_slot = [&] {
+        return std::any_of(e_.slots_.begin(), e_.slots_.end(), [](const auto& s) { return !s->busy; });
+      };
+      if (!free_slot()) {
+        if (e_.waiting_ >= e_.opt_.queue) {
+          ++e_.stats_.refused_busy;
+          throw RequestError(503, "server_busy", "",
+                             str("the server is busy: ", e_.running_, " requests running and ", e_.waiting_,
+                                 " waiting (its --parallel ", e_.opt_.slots, " and --queue ", e_.opt_.queue,
+                                 "); try again later"));
+        }
+        ++e_.waiting_;
+        e_.cv_.wait(lock, [&] { return free_slot() || e_.stopping_.stop_requested(); });
+        --e_.waiting_;
+      }
+      if (e_.stopping_.stop_requested()) throw RequestError(503, "server_busy", "", "the server is shutting down");
+      std::int64_t best = -1;
+      for (auto& s : e_.slots_) {
+        if (s->busy) continue;
+        const auto& t = s->session.tokens();
+        std::int64_t p = 0;
+        while (p < static_cast<std::int64_t>(t.size()) && p < static_cast<std::int64_t>(ids.size()) &&
+               t[static_cast<std::size_t>(p)] == ids[static_cast<std::size_t>(p)]) {
+          ++p;
+        }
+        if (p > best) {
+          best = p;
+          slot_ = s.get();
+        }
+      }
+      slot_->busy = true;
+      ++e_.running_;
+    }
+    ~SlotLease() {
+      {
+        std::lock_guard<std::mutex> lock(e_.mu_);
+        slot_->busy = false;
+        --e_.running_;
+      }
+      e_.cv_.notify_one();
+    }
+    SlotLease(const SlotLease&) = delete;
+    SlotLease& operator=(const SlotLease&) = delete;
+    Slot& slot() { return *slot_; }
+
+   private:
+    Engine& e_;
+    Slot* slot_ = nullptr;
+  };
+
+  models::AnyModel& model_;
+  models::detail::AnyDraftModel adapter_;
+  const tokenizer::Tokenizer& tk_;
+  EngineOptions opt_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int running_ = 0, waiting_ = 0;
+  EngineStats stats_;
+  std::stop_source stopping_;
+};
+
+/// An admitted request: its prompt ids and limits, checked, and the slot it holds until destroyed.
+class Engine::Job {
+ public:
+  Job(Engine& e, const Request& r) : e_(e), r_(r) {
+    ids_ = e.prompt_ids(r, &prompt_text_);
+    const auto P = static_cast<std::int64_t>(ids_.size());
+    if (P == 0) bad_request(r.endpoint == Endpoint::chat ? "messages" : "prompt", "the prompt has no tokens");
+    const std::int64_t V = e.model_.config().vocab_size, ctx = e.opt_.ctx;
+    for (const auto& [id, b] : r.sampling.logit_bias) {
+      if (id >= V) bad_request("logit_bias", str("'logit_bias' token id ", id, " outside the vocabulary of ", V));
+    }
+    if (r.max_tokens) {
+      max_new_ = *r.max_tokens;
+      if (P + max_new_ > ctx) {
+        bad_request("max_tokens", str("the prompt (", P, " tokens) plus max_tokens (", max_new_,
+                                      ") exceed the context of ", ctx,
+                                      " tokens (context_length_exceeded; the server's --ctx-size)"));
+      }
+    } else {
+      if (P >= ctx) {
+        bad_request(r.endpoint == Endpoint::chat ? "messages" : "prompt",
+                    str("the prompt (", P, " tokens) fills the context of ", ctx,
+                        " tokens (context_length_exceeded; the server's --ctx-size)"));
+      }
+      max_new_ = ctx - P;
+      if (e.opt_.default_max_tokens > 0) max_new_ = std::min(max_new_, e.opt_.default_max_tokens);
+    }
+    if (r.format != Format::text) {
+      try {
+        grammar_ = models::grammar::grammar_from_json_schema(r.format == Format::json_schema ? r.schema
+                                                                                             : Json{{"type", "object"}});
+      } catch (const Error& err) {
+        bad_request("response_format.json_schema.schema", str("the schema cannot be used: ", err.what()));
+      }
+    }
+    sampling_ = r.sampling;
+    if (!r.has_seed) sampling_.seed = std::random_device{}();
+    try {
+      sampling_.validate();
+    } catch (const Error& err) {
+      bad_request("", err.what());
+    }
+    lease_ = std::make_unique<SlotLease>(e, ids_);  // last: waits for a slot, or refuses (503)
+  }
+
+  const std::vector<std::int32_t>& prompt_ids() const { return ids_; }
+  /// The prompt as text (the rendered chat, or the completion's prompt): what `echo` puts before the answer.
+  const std::string& prompt_text() const { return prompt_text_; }
+
+  /// Generates to the end on the calling thread; each piece of text goes to `on_text` (return false to stop:
+  /// FinishReason::cancelled), as does a stop request on `stop` or the engine's stop().
+  Outcome run(const std::function<bool(std::string_view)>& on_text = {}, std::stop_token stop = {}) {
+    MAXTEXT_CHECK(!ran_, ArgumentError, "[server] a Job runs once");
+    ran_ = true;
+    models::GenerateOptions go;
+    go.max_new_tokens = max_new_;
+    go.sampling = sampling_;
+    go.stop_tokens = e_.opt_.stop_tokens;
+    go.decode = models::decoder_for(e_.tk_);
+    go.stop_strings = r_.stop;
+    if (r_.endpoint == Endpoint::chat) {
+      for (const auto& s : e_.opt_.chat_stop_strings) go.stop_strings.push_back(s);
+    }
+    if (on_text) go.on_text = [&](std::int64_t, std::string_view d) { return on_text(d); };
+    go.logprobs = r_.logprobs;
+    go.top_logprobs = r_.top_logprobs;
+    std::stop_source cancel;  // the caller's token or the engine's shutdown
+    std::stop_callback from_caller(stop, [&] { cancel.request_stop(); });
+    std::stop_callback from_engine(e_.stopping_.get_token(), [&] { cancel.request_stop(); });
+    go.stop = cancel.get_token();
+
+    const auto P = static_cast<std::int64_t>(ids_.size());
+    Outcome o;
+    o.prompt_tokens = P;
+    models::GenerateResult res;
+    if (grammar_) {
+      res = models::generate_constrained(e_.adapter_, e_.tk_, ids_, go, grammar_, P + max_new_);
+    } else {
+      auto& session = lease_->slot().session;
+      session.sync(ids_);
+      res = session.generate({}, go);
+      o.cached_tokens = std::max<std::int64_t>(0, P - res.prompt_tokens);
+    }
+    o.text = res.text.at(0);
+    o.tokens = res.tokens.at(0);
+    o.finish = res.finish.at(0);
+    o.prefill_seconds = res.prefill_seconds;
+    o.decode_seconds = res.decode_seconds;
+    if (r_.logprobs) {
+      o.logprobs = res.logprobs.at(0);
+      std::int32_t prev = ids_.back();
+      for (const auto& lp : o.logprobs) {
+        o.token_text.push_back(e_.tk_.piece(prev, lp.token));
+        std::vector<std::string> alts;
+        for (const auto& alt : lp.top) alts.push_back(e_.tk_.piece(prev, alt.first));
+        o.top_text.push_back(std::move(alts));
+        prev = lp.token;
+      }
+    }
+    std::lock_guard<std::mutex> lock(e_.mu_);
+    ++e_.stats_.served;
+    if (o.finish == models::FinishReason::cancelled) ++e_.stats_.cancelled;
+    e_.stats_.prompt_tokens += P;
+    e_.stats_.cached_tokens += o.cached_tokens;
+    e_.stats_.generated_tokens += static_cast<std::int64_t>(o.tokens.size());
+    return o;
+  }
+
+ private:
+  Engine& e_;
+  Request r_;
+  std::vector<std::int32_t> ids_;
+  std::string prompt_text_;
+  std::int64_t max_new_ = 0;
+  std::shared_ptr<const models::grammar::Grammar> grammar_;
+  models::SamplingParams sampling_;
+  std::unique_ptr<SlotLease> lease_;
+  bool ran_ = false;
+};
+
+inline std::unique_ptr<Engine::Job> Engine::admit(const Request& r) { return std::make_unique<Job>(*this, r); }
+
+inline Outcome Engine::run(const Request& r, const std::function<bool(std::string_view)>& on_text,
+                           std::stop_token stop) {
+  return admit(r)->run(on_text, stop);
+}
+
+}  // namespace maxtext::server

@@ -1,0 +1,62 @@
+// tests/fuzz/entry/server.hpp: fuzz entry point for the OpenAI-compatible server's request bodies
+// (server/openai.hpp). fuzz_openai_request: the first byte picks the endpoint (even: chat completions, odd:
+// completions), the rest is the body. A body is either refused with a RequestError (400, naming a field) or read;
+// a body that is read gets its response and stream chunks built from a made-up outcome, and they must serialise
+// (invalid UTF-8 replaced) and parse back.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+#include "fuzz_common.hpp"
+#include "maxtext/server/openai.hpp"
+
+namespace maxtext::fuzz {
+
+inline void fuzz_openai_request(const std::uint8_t* data, std::size_t size) {
+  namespace sv = maxtext::server;
+  if (size == 0) return;
+  const bool chat = data[0] % 2 == 0;
+  sv::Json body;
+  try {
+    body = sv::Json::parse(as_text(data + 1, size - 1));
+  } catch (const sv::Json::exception&) {
+    return;
+  }
+  sv::Request r;
+  try {
+    r = chat ? sv::parse_chat_request(body) : sv::parse_completion_request(body);
+  } catch (const sv::RequestError& e) {
+    if (e.status() != 400) std::abort();  // a body is refused as a bad request, nothing else
+    (void)e.to_json().dump();
+    return;
+  }
+  if (r.max_tokens && *r.max_tokens < 0) std::abort();
+  if (r.top_logprobs < 0 || r.top_logprobs > 20) std::abort();
+  try {
+    r.sampling.validate();
+  } catch (const maxtext::Error&) {
+    std::abort();  // the parser let through sampling parameters the sampler refuses
+  }
+  sv::Outcome o;
+  o.text = r.endpoint == sv::Endpoint::chat ? r.messages.back()["content"].get<std::string>() : r.prompt;
+  o.tokens = {1, 2};
+  o.prompt_tokens = 3;
+  o.logprobs = {{1, -0.5f, {{1, -0.5f}}}, {2, -1.0f, {}}};
+  o.token_text = {o.text.substr(0, 1), "\xE3"};
+  o.top_text = {{"a"}, {}};
+  const auto replace = sv::Json::error_handler_t::replace;
+  for (const sv::Json& j : {sv::response_json(r, o, "id", "m", 1, o.text),
+                            sv::chunk_json(r, "id", "m", 1, o.text, true, std::nullopt),
+                            sv::chunk_json(r, "id", "m", 1, "", false, models::FinishReason::stop_token),
+                            sv::usage_chunk_json(r, "id", "m", 1, o)}) {
+    const std::string s = j.dump(-1, ' ', false, replace);
+    try {
+      (void)sv::Json::parse(s);
+    } catch (const sv::Json::exception&) {
+      std::abort();  // what the server would send does not parse
+    }
+  }
+}
+
+}  // namespace maxtext::fuzz

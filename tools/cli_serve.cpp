@@ -1,0 +1,78 @@
+// tools/cli_serve.cpp: `maxtext serve`: an OpenAI-compatible HTTP server over one model (tools/cmd_serve.hpp; the API
+// and the slots are the library's, include/maxtext/server/). Compiled when cpp-httplib is found
+// (-DMAXTEXT_CLI_SERVE=ON, the default then); without it maxtext.cpp refuses the command by name.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli_args.hpp"
+#include "cli_generate_options.hpp"
+#include "cmd_chat.hpp"
+#include "cmd_serve.hpp"
+#include "cmd_tokenize.hpp"
+#include "maxtext/models/any_model.hpp"
+
+namespace maxtext::cli {
+
+int cmd_serve(const Args& a) {
+  MAXTEXT_CHECK(a.has("weights") || a.has("tokenizer"), ArgumentError, "serve needs --weights (and a tokenizer)");
+  ServeOptions so;
+  so.host = a.get("host", so.host);
+  so.port = static_cast<int>(a.integer("port", so.port));
+  MAXTEXT_CHECK(so.port >= 0 && so.port <= 65535, ArgumentError, "--port must be in [0, 65535], found ", so.port);
+  const long long max_body = a.integer("max-body", static_cast<long long>(so.max_body));
+  MAXTEXT_CHECK(max_body >= 1024 && max_body <= (1LL << 30), ArgumentError,
+                "--max-body must be in [1024, 2^30] bytes, found ", max_body);
+  so.max_body = static_cast<std::size_t>(max_body);
+  // The key from --api-key (as llama-server takes it; but a command line shows in `ps`), --api-key-file or
+  // $MAXTEXT_API_KEY.
+  MAXTEXT_CHECK(!(a.has("api-key") && a.has("api-key-file")), ArgumentError, "give --api-key or --api-key-file, not both");
+  if (a.has("api-key")) {
+    so.api_key = trim(a.get("api-key"));
+    MAXTEXT_CHECK(!so.api_key.empty(), ArgumentError, "--api-key: empty key");
+  } else if (a.has("api-key-file")) {
+    std::ifstream f(a.get("api-key-file"));
+    MAXTEXT_CHECK(f.good(), IoError, "--api-key-file ", a.get("api-key-file"), ": cannot open");
+    std::getline(f, so.api_key);
+    so.api_key = trim(so.api_key);
+    MAXTEXT_CHECK(!so.api_key.empty(), ArgumentError, "--api-key-file ", a.get("api-key-file"), ": empty key");
+  } else if (const char* k = std::getenv("MAXTEXT_API_KEY"); k != nullptr && *k != '\0') {
+    so.api_key = trim(k);
+  }
+
+  const Config cfg = make_config(a);
+  const auto tk = open_cli_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
+  server::EngineOptions eo;
+  eo.slots = static_cast<int>(a.integer("parallel", 1));
+  eo.queue = static_cast<int>(a.integer("queue", 16));
+  eo.ctx = a.integer("ctx-size", std::min<std::int64_t>(cfg.max_target_length, 4096));
+  MAXTEXT_CHECK(eo.ctx > 1, ArgumentError, "--ctx-size must be > 1, found ", eo.ctx);
+  eo.default_max_tokens = a.integer("max-new-tokens", 0);
+  MAXTEXT_CHECK(eo.default_max_tokens >= 0, ArgumentError, "--max-new-tokens must be >= 0 (0: what the context leaves)");
+  eo.model_id = a.get("alias");
+  if (eo.model_id.empty()) {
+    const std::string w = a.get("weights");
+    eo.model_id = w.substr(w.find_last_of('/') == std::string::npos ? 0 : w.find_last_of('/') + 1);
+  }
+  models::GenerateOptions eos;
+  add_eos_stops(eos, a, *tk, cfg);
+  eo.stop_tokens = eos.stop_tokens;
+  eo.render = find_chat_renderer(a.get("weights"), a.get("tokenizer"));
+  if (eo.render) {
+    eo.encode_chat = [&tk](const std::string& text) { return tk->encode(text, false); };
+  } else {
+    std::cerr << "note: no chat template for this model; chat requests use the plain format (\"role: content\" "
+                 "lines, then \"assistant:\"; see docs/generation.md)\n";
+    eo.render = plain_chat_format;
+    eo.chat_stop_strings.push_back("\nuser:");
+  }
+  const auto model = open_model(cfg, a);
+  server::Engine engine(*model, *tk, eo);
+  return run_serve(engine, so, std::cerr);
+}
+
+}  // namespace maxtext::cli
