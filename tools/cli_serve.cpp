@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli_args.hpp"
@@ -61,8 +62,20 @@ int cmd_serve(const Args& a) {
   models::GenerateOptions eos;
   add_eos_stops(eos, a, *tk, cfg);
   eo.stop_tokens = eos.stop_tokens;
-  eo.render = find_chat_renderer(a.get("weights"), a.get("tokenizer"));
-  if (eo.render) {
+  // The chat template (as find_chat_renderer finds it), also with tools: calls in the syntax it teaches.
+  std::optional<tokenizer::ChatTemplate> found;
+  if (a.has("tokenizer")) found = tokenizer::find_chat_template(a.get("tokenizer"));
+  if (!found && a.has("weights")) found = tokenizer::find_chat_template(a.get("weights"));
+  if (found) {
+    auto t = std::make_shared<const tokenizer::ChatTemplate>(std::move(*found));
+    eo.render = [t](const nlohmann::json& messages, bool add) { return t->render(messages, add); };
+    eo.render_tools = [t](const nlohmann::json& messages, const nlohmann::json& tools, bool add) {
+      tokenizer::ChatOptions o;
+      o.add_generation_prompt = add;
+      o.tools = tools;
+      return t->render(messages, o);
+    };
+    eo.tool_format = server::tool_format_of(t->source());
     eo.encode_chat = [&tk](const std::string& text) { return tk->encode(text, false); };
   } else {
     std::cerr << "note: no chat template for this model; chat requests use the plain format (\"role: content\" "

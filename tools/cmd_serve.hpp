@@ -176,7 +176,7 @@ inline int run_serve(server::Engine& engine, const ServeOptions& so, std::ostrea
             bool first = true, open = true;
             auto piece = [&](std::string_view d) {
               open = open && send_event(sink, dump(server::chunk_json(r, id, eo.model_id, when, std::string(d),
-                                                                      first, std::nullopt)));
+                                                                      first, nullptr)));
               first = false;
               return open;
             };
@@ -194,7 +194,10 @@ inline int run_serve(server::Engine& engine, const ServeOptions& so, std::ostrea
               return true;
             }
             if (open) {
-              send_event(sink, dump(server::chunk_json(r, id, eo.model_id, when, "", first, o.finish)));
+              if (!o.tool_calls.empty()) {
+                send_event(sink, dump(server::tool_calls_chunk_json(id, eo.model_id, when, o.tool_calls)));
+              }
+              send_event(sink, dump(server::chunk_json(r, id, eo.model_id, when, "", first, server::finish_reason(o))));
               if (r.include_usage) send_event(sink, dump(server::usage_chunk_json(r, id, eo.model_id, when, o)));
               const std::string done = "data: [DONE]\n\n";
               if (sink.is_writable()) sink.write(done.data(), done.size());
@@ -243,6 +246,7 @@ inline int run_serve(server::Engine& engine, const ServeOptions& so, std::ostrea
 
   note(str("maxtext serve: listening on http://", so.host, ":", port, " (model '", eo.model_id, "', ", eo.slots,
            eo.slots == 1 ? " slot" : " slots", " of ", eo.ctx, " tokens, queue ", eo.queue,
+           ", tool calls: ", eo.tool_format == server::ToolFormat::none ? "none" : server::to_string(eo.tool_format),
            so.api_key.empty() ? "" : ", API key required", ")"));
   const bool ok = svr.listen_after_bind();
   if (!signalled.exchange(true)) pthread_kill(waiter.native_handle(), SIGTERM);  // the listener failed by itself

@@ -231,6 +231,12 @@ void text_seeds() {
         "stop": ["\n", "END"], "seed": 3, "logit_bias": {"2": -100}, "logprobs": true, "top_logprobs": 2, "stream": true,
         "stream_options": {"include_usage": true}, "response_format": {"type": "json_schema", "json_schema": {"name":
         "x", "schema": {"type": "object"}}}})");
+  put("openai_request", "tools.json",
+      std::string(1, '\0') + R"({"messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content":
+        null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{\"c\": 1}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": 2}}\n</tool_call>"}],
+        "tools": [{"type": "function", "function": {"name": "w", "parameters": {"type": "object", "properties": {"c":
+        {"type": "integer"}}, "required": ["c"]}}}], "tool_choice": "required", "parallel_tool_calls": false})");
   put("openai_request", "completion.json",
       std::string(1, '\1') + R"({"prompt": [1, 2, 3], "max_tokens": 4, "logprobs": 2, "echo": true, "n": 1,
         "frequency_penalty": -1.5, "presence_penalty": 2, "top_k": 4, "min_p": 0.1, "repeat_penalty": 1.1})");

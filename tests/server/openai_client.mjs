@@ -8,6 +8,8 @@
 // - refusals as the client surfaces them: an unknown field (400 naming the nearest field), a context overflow;
 // - a load test: 64 concurrent streams on 4 slots, every answer equal to the same request run alone, twice, with the
 //   server's resident memory flat between the rounds; a client that aborts a stream is noticed (/health);
+// - tool calls through Qwen3's chat template (a seeded model; tool_choice required and named make it call): whole and
+//   streamed, and the call and its result sent back;
 // - a server with one slot and no queue answers a burst with 503s (the client's APIError), and an API key is enforced.
 import { spawn, execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -47,9 +49,10 @@ function check(ok, what) {
 
 const servers = [];
 /** Starts `maxtext serve` on a free port; resolves when it listens. */
-function serve(args, env = {}) {
+function serve(args, env = {}, stories = true) {
   return new Promise((resolve, reject) => {
-    const p = spawn(maxtext, ['serve', '--weights', weights, '--tokenizer', tokenizer, '--port', '0', '--threads', '1', ...args],
+    const model = stories ? ['--weights', weights, '--tokenizer', tokenizer] : [];
+    const p = spawn(maxtext, ['serve', ...model, '--port', '0', '--threads', '1', ...args],
       { env: { ...process.env, ...env }, stdio: ['ignore', 'inherit', 'pipe'] });
     servers.push(p);
     let log = '';
@@ -197,6 +200,62 @@ try {
     after = (await health(s.url)).cancelled;
   }
   check(after === before + 1, `an aborted stream is cancelled on the server (cancelled ${before} -> ${after})`);
+
+  // Tool calls: Qwen3's tokenizer and chat template (its <tool_call> syntax) over a seeded small model. Its text is
+  // noise, but tool_choice required makes it call a tool through the call grammar.
+  const qwen = join(modelsDir, 'tokenizers', 'qwen3');
+  if (existsSync(join(qwen, 'tokenizer_config.json'))) {
+    const t = await serve(['--config', join(here, '..', '..', 'configs', 'models', 'llama2-7b.yml'), 'base_num_decoder_layers=1',
+      'base_emb_dim=64', 'base_num_query_heads=2', 'base_num_kv_heads=2', 'head_dim=32', 'base_mlp_dim=128', 'dtype=float32',
+      'vocab_size=151936', 'max_target_length=1024', '--seed', '3', '--tokenizer', qwen, '--ctx-size', '1024'], {}, false);
+    check(/tool calls: hermes/.test(t.logText()), 'the server reads the tool-call syntax of Qwen3\'s template');
+    const tc = new OpenAI({ baseURL: `${t.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 300000 });
+    const tools = [
+      { type: 'function', function: { name: 'get_weather', description: 'The weather', parameters: { type: 'object',
+        properties: { city: { type: 'string', maxLength: 12 }, days: { type: 'integer' } }, required: ['city', 'days'],
+        additionalProperties: false } } },
+      { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { enum: ['UTC', 'CET'] } },
+        required: ['zone'], additionalProperties: false } } }];
+    const ask = [{ role: 'user', content: 'What is the weather in Oslo?' }];
+    const fits = (call) => {
+      const a = JSON.parse(call.function.arguments);
+      return call.function.name === 'get_weather' ? typeof a.city === 'string' && Number.isInteger(a.days)
+        : call.function.name === 'get_time' && ['UTC', 'CET'].includes(a.zone);
+    };
+    const called = await tc.chat.completions.create({ model: 'm', messages: ask, tools, tool_choice: 'required',
+      parallel_tool_calls: false, temperature: 0, max_tokens: 80 });
+    const m = called.choices[0].message;
+    check(called.choices[0].finish_reason === 'tool_calls' && m.content === null && m.tool_calls?.length === 1 &&
+      m.tool_calls[0].type === 'function' && fits(m.tool_calls[0]), `required tool call: ${JSON.stringify(m.tool_calls)}`);
+    const named = await tc.chat.completions.create({ model: 'm', messages: ask, tools, parallel_tool_calls: false,
+      tool_choice: { type: 'function', function: { name: 'get_time' } }, temperature: 0, max_tokens: 80 });
+    check(named.choices[0].message.tool_calls?.[0]?.function.name === 'get_time', 'named tool_choice calls that tool');
+    // Streamed: the call arrives as tool_calls deltas, equal to the whole answer's.
+    const calls = [];
+    let sfinish = null, stext = '';
+    for await (const chunk of await tc.chat.completions.create({ model: 'm', messages: ask, tools, tool_choice: 'required',
+      parallel_tool_calls: false, temperature: 0, max_tokens: 80, stream: true })) {
+      const ch = chunk.choices[0];
+      if (!ch) continue;
+      stext += ch.delta.content ?? '';
+      for (const d of ch.delta.tool_calls ?? []) {
+        calls[d.index] ??= { id: '', name: '', arguments: '' };
+        calls[d.index].id += d.id ?? '';
+        calls[d.index].name += d.function?.name ?? '';
+        calls[d.index].arguments += d.function?.arguments ?? '';
+      }
+      sfinish = ch.finish_reason ?? sfinish;
+    }
+    check(sfinish === 'tool_calls' && stext === '' && calls.length === 1 && calls[0].name === m.tool_calls[0].function.name &&
+      calls[0].arguments === m.tool_calls[0].function.arguments, `streamed tool call equals the whole one (${JSON.stringify(calls)})`);
+    // The call and its result go back as the client sends them; the template renders both.
+    const next = await tc.chat.completions.create({ model: 'm', temperature: 0, max_tokens: 4, tools, tool_choice: 'none',
+      messages: [...ask, m, { role: 'tool', tool_call_id: m.tool_calls[0].id, content: '{"temp": 3}' }] });
+    check(next.choices[0].message.tool_calls === undefined && typeof next.choices[0].message.content === 'string',
+      'the call and its result sent back: a text answer with tool_choice none');
+  } else {
+    console.log(`(tool calls not checked: ${qwen} not found)`);
+  }
 
   // One slot, no queue, an API key: a burst gets 503s, the key is enforced.
   const key = 'test-key-0123456789';

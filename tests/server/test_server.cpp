@@ -1,4 +1,5 @@
-// The OpenAI-compatible server's library side: request bodies checked and refused by name (server/openai.hpp), and
+// The OpenAI-compatible server's library side: request bodies checked and refused by name (server/openai.hpp), tool
+// calls (server/tools.hpp: parsing, the call grammar, Qwen3's template end to end), and
 // the engine (server/engine.hpp) on stories260K, a trained model. What the engine produces is compared with
 // AnyModel::generate (the plain generation path, one prompt at a time, a fresh cache) and with
 // models::generate_constrained for JSON-schema requests: greedy requests must give the same tokens, alone, after
@@ -20,7 +21,10 @@
 #include "maxtext/models/constrained.hpp"
 #include "maxtext/models/json_schema.hpp"
 #include "maxtext/server/engine.hpp"
+#include "maxtext/io/yaml_config.hpp"
 #include "maxtext/server/openai.hpp"
+#include "maxtext/server/tools.hpp"
+#include "maxtext/tokenizer/chat_template.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
 #include "maxtext_blocks_built.hpp"  // the models of maxtext_blocks (tools/blocks/), as the CLI has them
 #include "support/test_support.hpp"
@@ -115,8 +119,6 @@ TEST_CASE("server: a field that is unknown, mistyped, out of range or not honour
   chat_refused("{" + u + R"(, "max_tokens": 2.5})", "max_tokens", "must be an integer");
   chat_refused("{" + u + R"(, "max_tokens": 3, "max_completion_tokens": 3})", "max_tokens", "not both");
   chat_refused("{" + u + R"(, "n": 2})", "n", "'n' must be 1");
-  chat_refused("{" + u + R"(, "tools": [{"type": "function", "function": {"name": "f"}}]})", "tools",
-               "tool calls are not supported yet");
   chat_refused("{" + u + R"(, "stop": 7})", "stop", "a string or an array of strings");
   chat_refused("{" + u + R"(, "stop": [""]})", "stop", "empty string");
   chat_refused("{" + u + R"(, "logit_bias": {"x": 1}})", "logit_bias", "'x' is not a token id");
@@ -135,7 +137,7 @@ TEST_CASE("server: a field that is unknown, mistyped, out of range or not honour
                "response_format.json_schema.name", "needs a 'name'");
   chat_refused(R"({"model": "m"})", "messages", "'messages' is required");
   chat_refused(R"({"messages": []})", "messages", "non-empty array");
-  chat_refused(R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].role", "expected system, developer");
+  chat_refused(R"({"messages": [{"role": "function", "content": "x"}]})", "messages[0].role", "expected system, developer");
   chat_refused(R"({"messages": [{"role": "user"}]})", "messages[0].content", "has no 'content'");
   chat_refused(R"({"messages": [{"role": "user", "content": "a", "contnet": "b"}]})", "messages[0].contnet",
                "did you mean 'content'?");
@@ -188,11 +190,11 @@ TEST_CASE("server: responses and stream chunks have OpenAI's shape", "[server]")
   CHECK(lp[1]["bytes"] == Json::array({0xC3, 0xA9}));
   CHECK(lp[1]["top_logprobs"][0]["token"] == "x");
   CHECK(lp[1]["top_logprobs"][0]["logprob"] == -0.25);
-  const Json first = server::chunk_json(r, "id1", "model1", 123, "", true, std::nullopt);
+  const Json first = server::chunk_json(r, "id1", "model1", 123, "", true, nullptr);
   CHECK(first["object"] == "chat.completion.chunk");
   CHECK(first["choices"][0]["delta"] == Json{{"role", "assistant"}, {"content", ""}});
   CHECK(first["choices"][0]["finish_reason"].is_null());
-  const Json last = server::chunk_json(r, "id1", "model1", 123, "", false, models::FinishReason::length);
+  const Json last = server::chunk_json(r, "id1", "model1", 123, "", false, "length");
   CHECK(last["choices"][0]["delta"] == Json::object());
   CHECK(last["choices"][0]["finish_reason"] == "length");
   const Json usage = server::usage_chunk_json(r, "id1", "model1", 123, o);
@@ -421,4 +423,219 @@ TEST_CASE("server engine: JSON-schema requests follow the schema, as generate_co
   // json_object: any JSON object.
   const auto any = engine.run(completion("Once upon a time", 240, R"(, "response_format": {"type": "json_object"})"));
   if (any.finish == models::FinishReason::stop_token) CHECK(nlohmann::json::parse(any.text).is_object());
+}
+
+// ---- tool calls (server/tools.hpp) ----
+
+namespace {
+
+const char* kWeatherTool = R"({"type": "function", "function": {"name": "get_weather", "description": "The weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "days":
+    {"type": "integer"}}, "required": ["city", "days"], "additionalProperties": false}}})";
+const char* kTimeTool = R"({"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+    "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"], "additionalProperties": false}}})";
+
+Json two_tools() { return Json::array({Json::parse(kWeatherTool), Json::parse(kTimeTool)}); }
+
+}  // namespace
+
+TEST_CASE("server tools: tools, tool_choice and tool messages are read, and refused by name", "[server][tools]") {
+  const std::string u = kUser;
+  const auto r = server::parse_chat_request(Json::parse(str(R"({"messages": [
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function":
+          {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+    "tools": [)", kWeatherTool, ",", kTimeTool, R"(], "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+    "parallel_tool_calls": false})")));
+  CHECK(r.tools.size() == 2);
+  CHECK(r.tool_choice == server::ToolChoice::named);
+  CHECK(r.tool_name == "get_time");
+  CHECK_FALSE(r.parallel_tool_calls);
+  // Hugging Face's message form: the arguments as an object, the tool's result with its id.
+  CHECK(r.messages[1]["content"] == "");
+  CHECK(r.messages[1]["tool_calls"][0]["function"]["arguments"] == nlohmann::json{{"city", "Paris"}, {"days", 2}});
+  CHECK(r.messages[1]["tool_calls"][0]["id"] == "call_1");
+  CHECK(r.messages[2] == nlohmann::json{{"role", "tool"}, {"content", "sunny"}, {"tool_call_id", "call_1"}});
+  CHECK(server::parse_chat_request(Json::parse("{" + u + ", \"tools\": [" + kWeatherTool + "]}")).tool_choice ==
+        server::ToolChoice::automatic);
+
+  chat_refused("{" + u + R"(, "tools": [{"type": "code_interpreter"}]})", "tools[0].type", "must be \"function\"");
+  chat_refused("{" + u + R"(, "tools": [{"type": "function", "function": {"name": "a b"}}]})", "tools[0].function.name",
+               "1 to 64 of");
+  chat_refused("{" + u + R"(, "tools": [{"type": "function", "function": {"name": "f", "parameter": {}}}]})",
+               "tools[0].function.parameter", "did you mean 'parameters'?");
+  chat_refused("{" + u + ", \"tools\": [" + kTimeTool + "," + kTimeTool + "]}", "tools[1].function.name",
+               "two tools are named 'get_time'");
+  chat_refused("{" + u + ", \"tools\": [" + kTimeTool + R"(], "tool_choice": "always"})", "tool_choice",
+               "expected none, auto, required");
+  chat_refused("{" + u + ", \"tools\": [" + kTimeTool +
+                   R"(], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})",
+               "tool_choice.function.name", "'get_weather', which is not in 'tools'");
+  chat_refused("{" + u + R"(, "tool_choice": "required"})", "tool_choice", "needs 'tools'");
+  chat_refused("{" + u + ", \"tools\": [" + kTimeTool + R"(], "response_format": {"type": "json_object"}})",
+               "response_format", "cannot be combined with tool calls");
+  chat_refused(R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].tool_call_id", "needs its 'tool_call_id'");
+  chat_refused(R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})", "messages[0].tool_calls",
+               "only assistant messages");
+  chat_refused(R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]})",
+               "messages[0].tool_calls[0].function.name", "has no 'name'");
+  chat_refused("{" + u + R"(, "functions": []})", "functions", "deprecated form of tools");
+}
+
+TEST_CASE("server tools: calls are parsed out of an answer, or the answer stays text", "[server][tools]") {
+  using server::ToolFormat;
+  const Json tools = two_tools();
+  const auto one = server::parse_tool_calls(
+      "Let me look.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 1}}\n"
+      "</tool_call>",
+      ToolFormat::hermes, tools, 7);
+  CHECK(one.content == "Let me look.");
+  REQUIRE(one.calls.size() == 1);
+  CHECK(one.calls[0].id == "call_7");
+  CHECK(one.calls[0].name == "get_weather");
+  CHECK(Json::parse(one.calls[0].arguments) == Json{{"city", "Oslo"}, {"days", 1}});
+  const auto two = server::parse_tool_calls(
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>\n<tool_call>\n"
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 3}}\n</tool_call>\n",
+      ToolFormat::hermes, tools, 0);
+  CHECK(two.content.empty());
+  REQUIRE(two.calls.size() == 2);
+  CHECK(two.calls[1].id == "call_1");
+  CHECK(two.calls[1].name == "get_weather");
+  // max_tokens cut the answer inside a second call: the complete call is kept.
+  const auto cut = server::parse_tool_calls(
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>\n<tool_call>\n"
+      "{\"name\": \"get_time\", \"argu",
+      ToolFormat::hermes, tools, 0);
+  REQUIRE(cut.calls.size() == 1);
+  CHECK(cut.calls[0].arguments == R"({"zone":"UTC"})");
+  // Not calls: the answer stays text as the model wrote it.
+  for (const char* text : {"No tools needed.", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \n",
+                           "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>",
+                           "<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"UTC\"}\n</tool_call>",
+                           "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\nand more text"}) {
+    INFO(text);
+    const auto p = server::parse_tool_calls(text, ToolFormat::hermes, tools, 0);
+    CHECK(p.calls.empty());
+    CHECK(p.content == text);
+  }
+  CHECK(server::tool_marker_prefix("abc <tool_", ToolFormat::hermes) == 6);
+  CHECK(server::tool_marker_prefix("abc <", ToolFormat::hermes) == 1);
+  CHECK(server::tool_marker_prefix("abc", ToolFormat::hermes) == 0);
+}
+
+TEST_CASE("server tools: the call grammar takes exactly the offered tools with their arguments", "[server][tools]") {
+  namespace gr = models::grammar;
+  const Json tools = two_tools();
+  auto run = [](const std::string& gbnf, const std::string& text) {
+    gr::Matcher m(std::make_shared<const gr::Grammar>(gr::Grammar::parse(gbnf)));
+    return m.accept(text) && m.complete();
+  };
+  const std::string any = server::tool_call_grammar(server::ToolFormat::hermes, tools, "", true);
+  const std::string weather = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>";
+  const std::string time = "<tool_call>\n{\"name\":\"get_time\",\"arguments\":{\"zone\":\"CET\"}}\n</tool_call>";
+  CHECK(run(any, weather));
+  CHECK(run(any, time));
+  CHECK(run(any, weather + "\n" + time));  // parallel calls
+  CHECK_FALSE(run(any, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"PST\"}}\n</tool_call>"));
+  CHECK_FALSE(run(any, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"));
+  CHECK_FALSE(run(any, "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>"));
+  CHECK_FALSE(run(any, "Sure! " + time));
+  const std::string named = server::tool_call_grammar(server::ToolFormat::hermes, tools, "get_time", false);
+  CHECK(run(named, time));
+  CHECK_FALSE(run(named, weather));
+  CHECK_FALSE(run(named, time + "\n" + time));  // parallel_tool_calls false: one call
+  Json bad = Json::array({Json::parse(kTimeTool)});
+  bad[0]["function"]["parameters"] = Json{{"type", "string"}, {"pattern", "^a"}};
+  refused([&] { server::tool_call_grammar(server::ToolFormat::hermes, bad, "", false); }, 400,
+          "tools[0].function.parameters", "tool 'get_time': its parameters schema cannot be used");
+}
+
+TEST_CASE("server tools: Qwen3's template renders the tools and the calls, the engine makes a required call",
+          "[server][tools][tokenizers]") {
+  const std::string dir = test::models_dir() + "/tokenizers/qwen3";
+  test::require(dir + "/tokenizer_config.json", "Qwen3 tokenizer");
+  const auto tmpl = tokenizer::find_chat_template(dir).value();
+  CHECK(server::tool_format_of(tmpl.source()) == server::ToolFormat::hermes);
+  for (const char* other : {"gemma3", "llama3"}) {  // their templates render no tools
+    const auto t = tokenizer::find_chat_template(test::models_dir() + "/tokenizers/" + other);
+    if (t) CHECK(server::tool_format_of(t->source()) == server::ToolFormat::none);
+  }
+  const auto tk = tokenizer::load_tokenizer("", dir, 151936);
+  // A seeded small model over Qwen3's vocabulary: its text is noise, but a required call follows the grammar.
+  Config cfg = io::load_config(test::config_dir() + "/models/llama2-7b.yml",
+                               {"base_num_decoder_layers=1", "base_emb_dim=64", "base_num_query_heads=2",
+                                "base_num_kv_heads=2", "head_dim=32", "base_mlp_dim=128", "dtype=float32",
+                                "vocab_size=151936", "max_target_length=1024"});
+  const auto model = models::make_built_any_model(cfg, {}, MAXTEXT_BLOCKS_BUILT);
+  model->init(3);
+  server::EngineOptions eo;
+  eo.ctx = 1024;
+  eo.stop_tokens = tk->eos_ids();
+  eo.render = [&](const nlohmann::json& m, bool add) { return tmpl.render(m, add); };
+  eo.render_tools = [&](const nlohmann::json& m, const nlohmann::json& tools, bool add) {
+    tokenizer::ChatOptions o;
+    o.add_generation_prompt = add;
+    o.tools = tools;
+    return tmpl.render(m, o);
+  };
+  eo.encode_chat = [&](const std::string& s) { return tk->encode(s, false); };
+  eo.tool_format = server::tool_format_of(tmpl.source());
+  server::Engine engine(*model, *tk, eo);
+
+  const auto r = server::parse_chat_request(Json::parse(str(R"({"messages": [
+      {"role": "user", "content": "Weather in Oslo?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function":
+          {"name": "get_weather", "arguments": "{\"city\": \"Oslo\", \"days\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "rain"},
+      {"role": "user", "content": "And the time?"}],
+    "tools": [)", kWeatherTool, ",", kTimeTool, R"(], "tool_choice": "required", "parallel_tool_calls": false,
+    "temperature": 0, "max_tokens": 60})")));
+  std::string prompt;
+  const auto ids = engine.prompt_ids(r, &prompt);
+  // The tools as the template's tojson writes them (this Jinja engine's objects keep their keys sorted).
+  CHECK_THAT(prompt, Catch::Contains("<tools>\n{\"function\": {\"description\": \"The weather\", \"name\": \"get_weather\""));
+  CHECK_THAT(prompt, Catch::Contains("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 1}}\n</tool_call>"));
+  CHECK_THAT(prompt, Catch::Contains("<tool_response>\nrain\n</tool_response>"));
+  std::string streamed;
+  const server::Outcome o = engine.run(r, [&](std::string_view d) {
+    streamed += d;
+    return true;
+  });
+  INFO("answer: " << o.text << " tokens " << o.tokens.size());
+  REQUIRE(o.tool_calls.size() == 1);  // one call (parallel_tool_calls false), then the grammar ends the answer
+  CHECK(o.finish == models::FinishReason::stop_token);
+  CHECK(o.text.empty());
+  CHECK(streamed.empty());  // nothing of the call leaks into the streamed text
+  CHECK(std::string(server::finish_reason(o)) == "tool_calls");
+  for (const auto& c : o.tool_calls) {
+    const Json args = Json::parse(c.arguments);
+    if (c.name == "get_weather") {
+      CHECK(args.at("city").is_string());
+      CHECK(args.at("days").is_number_integer());
+    } else {
+      CHECK(c.name == "get_time");
+      CHECK((args.at("zone") == "UTC" || args.at("zone") == "CET"));
+    }
+  }
+  // The same grammar through generate_constrained gives the same tokens.
+  models::GenerateOptions go;
+  go.max_new_tokens = 60;
+  go.stop_tokens = tk->eos_ids();
+  go.decode = models::decoder_for(*tk);
+  models::detail::AnyDraftModel m(*model);
+  const auto g = std::make_shared<const models::grammar::Grammar>(models::grammar::Grammar::parse(
+      server::tool_call_grammar(server::ToolFormat::hermes, r.tools, "", false)));
+  CHECK(models::generate_constrained(m, *tk, ids, go, g, 1024).tokens[0] == o.tokens);
+
+  // A template without a tool syntax refuses requests that may call tools, and serves tool_choice none.
+  server::EngineOptions plain_eo = eo;
+  plain_eo.tool_format = server::ToolFormat::none;
+  server::Engine no_tools(*model, *tk, plain_eo);
+  refused([&] { no_tools.run(r); }, 400, "tools", "teaches no tool-call syntax");
+  auto none = r;
+  none.tool_choice = server::ToolChoice::none;
+  none.max_tokens = 4;
+  CHECK(no_tools.run(none).tool_calls.empty());
 }

@@ -34,7 +34,8 @@
 namespace maxtext::models {
 
 /// Greedy or sampled generation of one prompt whose generated text follows grammar `g` (its start rule `root`).
-/// `tk`: anything with `std::string piece(std::int32_t prev, std::int32_t id) const` (tokenizer::Tokenizer).
+/// `tk`: anything with `std::string piece(std::int32_t prev, std::int32_t id) const` (tokenizer::Tokenizer); with a
+/// `vocab_size()`, ids at or past it (a model's padded embedding rows) are never chosen.
 template <class Model, class Tok>
 GenerateResult generate_constrained(Model& model, const Tok& tk, const std::vector<std::int32_t>& prompt,
                                     const GenerateOptions& opt, std::shared_ptr<const grammar::Grammar> g,
@@ -66,13 +67,17 @@ GenerateResult generate_constrained(Model& model, const Tok& tk, const std::vect
   res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   auto t1 = clock::now();
   std::int32_t prev = prompt.back();
+  std::int64_t tk_vocab = std::numeric_limits<std::int64_t>::max();
+  if constexpr (requires { tk.vocab_size(); }) tk_vocab = static_cast<std::int64_t>(tk.vocab_size());
   std::vector<float> masked;
   std::vector<std::string> pieces;
   for (;;) {
     const std::int64_t V = logits.dim(2);
     pieces.resize(static_cast<std::size_t>(V));
     for (std::int64_t t = 0; t < V; ++t) {
-      pieces[static_cast<std::size_t>(t)] = tk.piece(prev, static_cast<std::int32_t>(t));
+      // Ids past the tokenizer's vocabulary (a model's padded embedding rows, as Qwen's 151936 over 151669 tokens)
+      // have no text: an empty piece, never allowed.
+      pieces[static_cast<std::size_t>(t)] = t < tk_vocab ? tk.piece(prev, static_cast<std::int32_t>(t)) : std::string();
     }
     masked.assign(&logits(0, 0, 0), &logits(0, 0, 0) + V);
     grammar::mask_logits(matcher, pieces, opt.stop_tokens, masked.data(), V);

@@ -43,6 +43,7 @@
 #include "maxtext/models/session.hpp"
 #include "maxtext/models/text_stream.hpp"
 #include "maxtext/server/openai.hpp"
+#include "maxtext/server/tools.hpp"
 #include "maxtext/tokenizer/spm.hpp"
 
 namespace maxtext::server {
@@ -62,6 +63,11 @@ struct EngineOptions {
   std::function<std::vector<std::int32_t>(const std::string&)> encode_chat;
   /// Stop strings added to every chat request (the plain format's "\nuser:").
   std::vector<std::string> chat_stop_strings;
+  /// Chat messages and tools (OpenAI's list) -> prompt text: the template with its `tools` variable. Empty, or
+  /// tool_format none: requests that may call tools are refused by name.
+  std::function<std::string(const nlohmann::json&, const nlohmann::json&, bool)> render_tools;
+  /// The tool-call syntax the template teaches (tool_format_of(template source)).
+  ToolFormat tool_format = ToolFormat::none;
 };
 
 /// Counters for /health and the tests.
@@ -108,7 +114,9 @@ class Engine {
   /// The prompt's ids (a chat rendered through the template) and, with `text`, the prompt text (for echo).
   std::vector<std::int32_t> prompt_ids(const Request& r, std::string* text = nullptr) const {
     if (r.endpoint == Endpoint::chat) {
-      const std::string s = opt_.render(r.messages, true);
+      const bool tools = !r.tools.empty() && r.tool_choice != ToolChoice::none && opt_.render_tools;
+      const std::string s = tools ? opt_.render_tools(r.messages, nlohmann::json::parse(r.tools.dump()), true)
+                                  : opt_.render(r.messages, true);
       if (text) *text = s;
       return opt_.encode_chat(s);
     }
@@ -207,6 +215,7 @@ class Engine {
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::atomic<std::uint64_t> next_call_id_{0};
   int running_ = 0, waiting_ = 0;
   EngineStats stats_;
   std::stop_source stopping_;
@@ -216,6 +225,14 @@ class Engine {
 class Engine::Job {
  public:
   Job(Engine& e, const Request& r) : e_(e), r_(r) {
+    if (r.endpoint == Endpoint::chat && !r.tools.empty() && r.tool_choice != ToolChoice::none) {
+      if (!e.opt_.render_tools || e.opt_.tool_format == ToolFormat::none) {
+        bad_request("tools", "this model's chat template teaches no tool-call syntax the server reads (it reads "
+                             "<tool_call> JSON lines, as Qwen2.5 and Qwen3 write them; docs/server.md): send the "
+                             "request without tools, or with tool_choice none");
+      }
+      tools_ = e.opt_.tool_format;
+    }
     ids_ = e.prompt_ids(r, &prompt_text_);
     const auto P = static_cast<std::int64_t>(ids_.size());
     if (P == 0) bad_request(r.endpoint == Endpoint::chat ? "messages" : "prompt", "the prompt has no tokens");
@@ -247,6 +264,12 @@ class Engine::Job {
         bad_request("response_format.json_schema.schema", str("the schema cannot be used: ", err.what()));
       }
     }
+    if (tools_ != ToolFormat::none &&
+        (r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::named)) {
+      const std::string gbnf = tool_call_grammar(tools_, r.tools, r.tool_choice == ToolChoice::named ? r.tool_name : "",
+                                                 r.parallel_tool_calls);
+      grammar_ = std::make_shared<const models::grammar::Grammar>(models::grammar::Grammar::parse(gbnf));
+    }
     sampling_ = r.sampling;
     if (!r.has_seed) sampling_.seed = std::random_device{}();
     try {
@@ -275,7 +298,28 @@ class Engine::Job {
     if (r_.endpoint == Endpoint::chat) {
       for (const auto& s : e_.opt_.chat_stop_strings) go.stop_strings.push_back(s);
     }
-    if (on_text) go.on_text = [&](std::int64_t, std::string_view d) { return on_text(d); };
+    // With tools, text that may open a call is held back: the client gets the answer's text, then its calls.
+    std::string seen;
+    std::size_t emitted = 0;
+    bool in_calls = false, open = true;
+    auto emit_to = [&](std::size_t upto) {
+      if (upto > emitted && open) open = on_text(std::string_view(seen).substr(emitted, upto - emitted));
+      emitted = std::max(emitted, upto);
+      return open;
+    };
+    if (on_text && tools_ == ToolFormat::none) {
+      go.on_text = [&](std::int64_t, std::string_view d) { return on_text(d); };
+    } else if (on_text) {
+      go.on_text = [&](std::int64_t, std::string_view d) {
+        seen += d;
+        if (in_calls) return open;
+        const std::size_t start = tool_call_start(seen, tools_);
+        in_calls = start != std::string::npos;
+        std::size_t safe = in_calls ? start : seen.size() - tool_marker_prefix(seen, tools_);
+        while (safe > emitted && (seen[safe - 1] == '\n' || seen[safe - 1] == ' ')) --safe;  // blanks before a call
+        return emit_to(safe);
+      };
+    }
     go.logprobs = r_.logprobs;
     go.top_logprobs = r_.top_logprobs;
     std::stop_source cancel;  // the caller's token or the engine's shutdown
@@ -298,6 +342,15 @@ class Engine::Job {
     o.text = res.text.at(0);
     o.tokens = res.tokens.at(0);
     o.finish = res.finish.at(0);
+    if (tools_ != ToolFormat::none) {
+      ParsedAnswer a = parse_tool_calls(o.text, tools_, r_.tools, e_.next_call_id_.fetch_add(64));
+      o.text = std::move(a.content);
+      o.tool_calls = std::move(a.calls);
+      if (on_text && o.text.size() > emitted) {  // what was held back and is text after all
+        seen = o.text;
+        emit_to(o.text.size());
+      }
+    }
     o.prefill_seconds = res.prefill_seconds;
     o.decode_seconds = res.decode_seconds;
     if (r_.logprobs) {
@@ -329,6 +382,7 @@ class Engine::Job {
   std::shared_ptr<const models::grammar::Grammar> grammar_;
   models::SamplingParams sampling_;
   std::unique_ptr<SlotLease> lease_;
+  ToolFormat tools_ = ToolFormat::none;  ///< the syntax calls are parsed in (none: no tools for this request)
   bool ran_ = false;
 };
 

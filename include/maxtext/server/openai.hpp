@@ -5,8 +5,8 @@
 // these two headers alone.
 //
 // The fields follow OpenAI's API reference (chat completions and the legacy completions), with llama-server's
-// sampling extensions top_k, min_p and repeat_penalty. A field is read, refused by name (n > 1, tools, images, a
-// suffix, ...), or on the short list of fields that do not change the output (user, metadata, store: false,
+// sampling extensions top_k, min_p and repeat_penalty. A field is read, refused by name (n > 1, images, a suffix,
+// ...), or on the short list of fields that do not change the output (user, metadata, store: false,
 // service_tier: auto|default). An unknown field is refused with the nearest known one ("did you mean 'temperature'?"):
 // a misspelt option must not silently run with the defaults. A field set to null counts as absent, as in OpenAI's API.
 #pragma once
@@ -61,6 +61,15 @@ enum class Endpoint : std::uint8_t { chat, completion };
 /// What response_format asks for.
 enum class Format : std::uint8_t { text, json_object, json_schema };
 
+/// tool_choice: none (the model answers in text), automatic ("auto": the model may call tools), required (it must
+/// call one or more), named (it must call that one).
+enum class ToolChoice : std::uint8_t { none, automatic, required, named };
+
+/// A tool call the model made: its id, the function's name and its arguments as JSON text.
+struct ToolCall {
+  std::string id, name, arguments;
+};
+
 /// One request, checked: every field the server reads, in the library's types.
 struct Request {
   Endpoint endpoint = Endpoint::chat;
@@ -80,6 +89,12 @@ struct Request {
   bool echo = false;  ///< completion: the prompt text before the generated text
   Format format = Format::text;
   Json schema;  ///< with Format::json_schema
+  /// chat: the tools as OpenAI sends them ([{"type": "function", "function": {name, description, parameters}}]),
+  /// checked; the template renders them, the output is parsed for calls (server/tools.hpp).
+  Json tools = Json::array();
+  ToolChoice tool_choice = ToolChoice::none;
+  std::string tool_name;  ///< with ToolChoice::named
+  bool parallel_tool_calls = true;
 };
 
 namespace detail {
@@ -293,6 +308,143 @@ inline void read_format(const Json& body, Request& r) {
   }
 }
 
+/// A function name as OpenAI allows it: 1-64 of [a-zA-Z0-9_-].
+inline bool valid_function_name(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (const char c : n) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+inline void read_tools(const Json& body, Request& r) {
+  if (body.contains("tools")) {
+    const Json& ts = body["tools"];
+    if (!ts.is_array()) wrong_type("tools", "an array of tools", ts);
+    if (ts.size() > 128) bad_request("tools", str("'tools' holds ", ts.size(), " tools; at most 128"));
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      const std::string tf = str("tools[", i, "]");
+      const Json& t = ts[i];
+      if (!t.is_object()) wrong_type(tf, "an object", t);
+      check_fields(t, {"type", "function"}, tf);
+      if (!t.contains("type") || !t["type"].is_string() || t["type"].get<std::string>() != "function") {
+        bad_request(tf + ".type", str("'", tf, ".type' must be \"function\" (the one kind of tool)"));
+      }
+      if (!t.contains("function") || !t["function"].is_object()) {
+        bad_request(tf + ".function", str("'", tf, "' needs a 'function' object"));
+      }
+      const Json& f = t["function"];
+      check_fields(f, {"name", "description", "parameters", "strict"}, tf + ".function");
+      const std::string name = f.contains("name") ? string(f["name"], tf + ".function.name") : "";
+      if (!valid_function_name(name)) {
+        bad_request(tf + ".function.name", str("'", tf, ".function.name' '", name, "': 1 to 64 of a-z, A-Z, 0-9, _ and -"));
+      }
+      for (const auto& other : r.tools) {
+        if (other["function"]["name"] == name) bad_request(tf + ".function.name", str("two tools are named '", name, "'"));
+      }
+      Json fn = {{"name", name}};
+      if (f.contains("description") && !f["description"].is_null()) {
+        fn["description"] = string(f["description"], tf + ".function.description");
+      }
+      Json params = f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"]
+                                                                            : Json{{"type", "object"}, {"properties", Json::object()}};
+      if (!params.is_object()) wrong_type(tf + ".function.parameters", "a JSON Schema (an object)", params);
+      fn["parameters"] = params;
+      if (f.contains("strict") && !f["strict"].is_null()) (void)boolean(f["strict"], tf + ".function.strict");
+      r.tools.push_back(Json{{"type", "function"}, {"function", fn}});
+    }
+  }
+  r.tool_choice = r.tools.empty() ? ToolChoice::none : ToolChoice::automatic;
+  if (body.contains("tool_choice")) {
+    const Json& c = body["tool_choice"];
+    if (c.is_string()) {
+      const std::string v = c.get<std::string>();
+      if (v == "none") r.tool_choice = ToolChoice::none;
+      else if (v == "auto") r.tool_choice = ToolChoice::automatic;
+      else if (v == "required") r.tool_choice = ToolChoice::required;
+      else bad_request("tool_choice", str("'tool_choice' '", v, "': expected none, auto, required or {\"type\": \"function\", ...}"));
+    } else if (c.is_object()) {
+      check_fields(c, {"type", "function"}, "tool_choice");
+      if (!c.contains("function") || !c["function"].is_object() || !c["function"].contains("name")) {
+        bad_request("tool_choice.function", "'tool_choice' names a function as {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      }
+      check_fields(c["function"], {"name"}, "tool_choice.function");
+      r.tool_name = string(c["function"]["name"], "tool_choice.function.name");
+      r.tool_choice = ToolChoice::named;
+      bool found = false;
+      for (const auto& t : r.tools) found = found || t["function"]["name"] == r.tool_name;
+      if (!found) bad_request("tool_choice.function.name", str("'tool_choice' names '", r.tool_name, "', which is not in 'tools'"));
+    } else {
+      wrong_type("tool_choice", "a string or an object", c);
+    }
+    if (r.tools.empty() && r.tool_choice != ToolChoice::none) {
+      bad_request("tool_choice", "'tool_choice' other than none needs 'tools'");
+    }
+  }
+  if (body.contains("parallel_tool_calls")) r.parallel_tool_calls = boolean(body["parallel_tool_calls"], "parallel_tool_calls");
+  if (!r.tools.empty() && r.tool_choice != ToolChoice::none && r.format != Format::text) {
+    bad_request("response_format", "'response_format' other than text cannot be combined with tool calls (tool_choice none allows it)");
+  }
+}
+
+/// One message of a chat request, as the chat templates take it: content as text (text parts joined; "" for an
+/// assistant turn that only calls tools), an assistant's tool_calls with their arguments as JSON objects (Hugging
+/// Face's convention), a tool result with its tool_call_id.
+inline nlohmann::json read_message(const Json& m, const std::string& mf) {
+  if (!m.is_object()) wrong_type(mf, "an object", m);
+  check_fields(m, {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}, mf);
+  if (!m.contains("role")) bad_request(mf + ".role", str("'", mf, "' has no 'role'"));
+  std::string role = string(m["role"], mf + ".role");
+  if (role == "developer") role = "system";  // OpenAI's newer name for the system message
+  if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+    bad_request(mf + ".role", str("'", mf, ".role' is '", role, "': expected system, developer, user, assistant or tool"));
+  }
+  const bool calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
+  if (m.contains("tool_calls") && !m["tool_calls"].is_null() && role != "assistant") {
+    bad_request(mf + ".tool_calls", str("'", mf, "': only assistant messages carry tool_calls"));
+  }
+  const bool has_content = m.contains("content") && !m["content"].is_null();
+  if (!has_content && !calls) bad_request(mf + ".content", str("'", mf, "' has no 'content'"));
+  if (m.contains("name") && !m["name"].is_null()) (void)string(m["name"], mf + ".name");
+  if (m.contains("refusal") && !m["refusal"].is_null() && role != "assistant") {
+    bad_request(mf + ".refusal", str("'", mf, "': only assistant messages carry a refusal"));
+  }
+  nlohmann::json out = {{"role", role}, {"content", has_content ? content_text(m["content"], mf + ".content") : ""}};
+  if (calls) {
+    const Json& tc = m["tool_calls"];
+    if (!tc.is_array()) wrong_type(mf + ".tool_calls", "an array", tc);
+    nlohmann::json list = nlohmann::json::array();
+    for (std::size_t k = 0; k < tc.size(); ++k) {
+      const std::string cf = str(mf, ".tool_calls[", k, "]");
+      const Json& c = tc[k];
+      if (!c.is_object()) wrong_type(cf, "an object", c);
+      check_fields(c, {"id", "type", "function"}, cf);
+      if (!c.contains("function") || !c["function"].is_object()) bad_request(cf + ".function", str("'", cf, "' needs a 'function'"));
+      const Json& f = c["function"];
+      check_fields(f, {"name", "arguments"}, cf + ".function");
+      const std::string name = f.contains("name") ? string(f["name"], cf + ".function.name") : "";
+      if (name.empty()) bad_request(cf + ".function.name", str("'", cf, ".function' has no 'name'"));
+      const std::string args = f.contains("arguments") ? string(f["arguments"], cf + ".function.arguments") : "{}";
+      nlohmann::json parsed = nlohmann::json::parse(args, nullptr, false);
+      nlohmann::json call = {{"type", "function"},
+                             {"function", {{"name", name}, {"arguments", parsed.is_discarded() ? nlohmann::json(args) : parsed}}}};
+      if (c.contains("id") && !c["id"].is_null()) call["id"] = string(c["id"], cf + ".id");
+      list.push_back(call);
+    }
+    out["tool_calls"] = list;
+  }
+  if (role == "tool") {
+    if (!m.contains("tool_call_id") || m["tool_call_id"].is_null()) {
+      bad_request(mf + ".tool_call_id", str("'", mf, "': a tool message needs its 'tool_call_id'"));
+    }
+    out["tool_call_id"] = string(m["tool_call_id"], mf + ".tool_call_id");
+  } else if (m.contains("tool_call_id") && !m["tool_call_id"].is_null()) {
+    bad_request(mf + ".tool_call_id", str("'", mf, "': only tool messages carry a tool_call_id"));
+  }
+  return out;
+}
+
 }  // namespace detail
 
 /// The fields of a chat completion request this server reads or accepts (the first list of the refusal message).
@@ -318,10 +470,10 @@ inline const std::vector<std::string>& completion_fields() {
 inline Request parse_chat_request(const Json& raw) {
   const Json body = detail::without_nulls(raw);
   detail::check_fields(body, chat_fields(), "");
-  for (const char* f : {"tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"}) {
+  for (const char* f : {"functions", "function_call"}) {
     if (body.contains(f)) {
       throw RequestError(400, "invalid_request_error", f,
-                         str("'", f, "': tool calls are not supported yet (docs/server.md); send the request without it"));
+                         str("'", f, "' is OpenAI's deprecated form of tools: send 'tools' and 'tool_choice'"));
     }
   }
   for (const char* f : {"audio", "modalities", "prediction", "reasoning_effort"}) {
@@ -334,23 +486,7 @@ inline Request parse_chat_request(const Json& raw) {
   const Json& ms = body["messages"];
   if (!ms.is_array() || ms.empty()) bad_request("messages", "'messages' must be a non-empty array");
   r.messages = nlohmann::json::array();
-  for (std::size_t i = 0; i < ms.size(); ++i) {
-    const std::string mf = str("messages[", i, "]");
-    const Json& m = ms[i];
-    if (!m.is_object()) detail::wrong_type(mf, "an object", m);
-    detail::check_fields(m, {"role", "content", "name"}, mf);
-    if (!m.contains("role")) bad_request(mf + ".role", str("'", mf, "' has no 'role'"));
-    std::string role = detail::string(m["role"], mf + ".role");
-    if (role == "developer") role = "system";  // OpenAI's newer name for the system message
-    if (role != "system" && role != "user" && role != "assistant") {
-      bad_request(mf + ".role", str("'", mf, ".role' is '", role,
-                                            "': expected system, developer, user or assistant (tool messages need tool "
-                                            "calls, not supported yet)"));
-    }
-    if (!m.contains("content") || m["content"].is_null()) bad_request(mf + ".content", str("'", mf, "' has no 'content'"));
-    if (m.contains("name")) (void)detail::string(m["name"], mf + ".name");
-    r.messages.push_back({{"role", role}, {"content", detail::content_text(m["content"], mf + ".content")}});
-  }
+  for (std::size_t i = 0; i < ms.size(); ++i) r.messages.push_back(detail::read_message(ms[i], str("messages[", i, "]")));
   const bool has_max = body.contains("max_tokens"), has_mct = body.contains("max_completion_tokens");
   if (has_max && has_mct) {
     bad_request("max_tokens", "give 'max_tokens' or 'max_completion_tokens', not both");
@@ -365,6 +501,7 @@ inline Request parse_chat_request(const Json& raw) {
     if (!r.logprobs) bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   }
   detail::read_format(body, r);
+  detail::read_tools(body, r);
   return r;
 }
 
@@ -419,12 +556,31 @@ struct Outcome {
   std::vector<models::TokenLogprob> logprobs;
   std::vector<std::string> token_text;  ///< with logprobs: the text of each token of `tokens`
   std::vector<std::vector<std::string>> top_text;  ///< with logprobs: the text of each alternative
+  std::vector<ToolCall> tool_calls;  ///< chat with tools: the calls parsed from the output (`text` is then what precedes them)
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
 /// OpenAI's finish_reason: "stop" (an end-of-sequence token or a stop string), "length".
 inline const char* finish_reason(models::FinishReason f) {
   return f == models::FinishReason::length ? "length" : "stop";
+}
+
+/// "tool_calls" when the answer calls tools, else finish_reason(o.finish).
+inline const char* finish_reason(const Outcome& o) {
+  return o.tool_calls.empty() || o.finish == models::FinishReason::length ? finish_reason(o.finish) : "tool_calls";
+}
+
+inline Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  Json list = Json::array();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    Json c = Json::object();
+    if (with_index) c["index"] = i;  // stream deltas say which call they extend
+    c["id"] = calls[i].id;
+    c["type"] = "function";
+    c["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    list.push_back(c);
+  }
+  return list;
 }
 
 inline Json usage_json(const Outcome& o) {
@@ -483,10 +639,15 @@ inline std::int64_t unix_time() {
 inline Json response_json(const Request& r, const Outcome& o, const std::string& id, const std::string& model,
                           std::int64_t created, const std::string& prompt_text = {}) {
   if (r.endpoint == Endpoint::chat) {
+    Json message = {{"role", "assistant"}, {"content", o.text}, {"refusal", nullptr}};
+    if (!o.tool_calls.empty()) {
+      if (o.text.empty()) message["content"] = nullptr;
+      message["tool_calls"] = tool_calls_json(o.tool_calls, false);
+    }
     Json choice = {{"index", 0},
-                   {"message", {{"role", "assistant"}, {"content", o.text}, {"refusal", nullptr}}},
+                   {"message", message},
                    {"logprobs", r.logprobs ? chat_logprobs_json(o) : Json(nullptr)},
-                   {"finish_reason", finish_reason(o.finish)}};
+                   {"finish_reason", finish_reason(o)}};
     return Json{{"id", id},         {"object", "chat.completion"}, {"created", created},
                 {"model", model},   {"choices", Json::array({choice})}, {"usage", usage_json(o)},
                 {"system_fingerprint", nullptr}};
@@ -501,22 +662,32 @@ inline Json response_json(const Request& r, const Outcome& o, const std::string&
 }
 
 /// One chunk of a streamed response: a piece of text (`delta`), the first chunk of a chat (`first`: the role), or the
-/// last (`finish` set).
+/// last (`finish`: its finish_reason, finish_reason(outcome)).
 inline Json chunk_json(const Request& r, const std::string& id, const std::string& model, std::int64_t created,
-                       const std::string& delta, bool first, std::optional<models::FinishReason> finish) {
+                       const std::string& delta, bool first, const char* finish) {
   if (r.endpoint == Endpoint::chat) {
     Json d = Json::object();
     if (first) d["role"] = "assistant";
     if (first || !delta.empty()) d["content"] = delta;
     Json choice = {{"index", 0}, {"delta", d}, {"logprobs", nullptr},
-                   {"finish_reason", finish ? Json(finish_reason(*finish)) : Json(nullptr)}};
+                   {"finish_reason", finish ? Json(finish) : Json(nullptr)}};
     return Json{{"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
                 {"model", model}, {"system_fingerprint", nullptr},     {"choices", Json::array({choice})}};
   }
   Json choice = {{"text", delta}, {"index", 0}, {"logprobs", nullptr},
-                 {"finish_reason", finish ? Json(finish_reason(*finish)) : Json(nullptr)}};
+                 {"finish_reason", finish ? Json(finish) : Json(nullptr)}};
   return Json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
               {"choices", Json::array({choice})}};
+}
+
+/// The chunk of a streamed chat that carries the answer's tool calls (each whole, with its index), then the last
+/// chunk says finish_reason "tool_calls".
+inline Json tool_calls_chunk_json(const std::string& id, const std::string& model, std::int64_t created,
+                                  const std::vector<ToolCall>& calls) {
+  Json choice = {{"index", 0}, {"delta", {{"tool_calls", tool_calls_json(calls, true)}}}, {"logprobs", nullptr},
+                 {"finish_reason", nullptr}};
+  return Json{{"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
+              {"model", model}, {"system_fingerprint", nullptr},     {"choices", Json::array({choice})}};
 }
 
 /// The usage chunk that ends a stream with stream_options.include_usage: no choices, the token counts.

@@ -1,6 +1,7 @@
 // tests/fuzz/entry/server.hpp: fuzz entry point for the OpenAI-compatible server's request bodies
 // (server/openai.hpp). fuzz_openai_request: the first byte picks the endpoint (even: chat completions, odd:
 // completions), the rest is the body. A body is either refused with a RequestError (400, naming a field) or read;
+// with tools, the last message's text is parsed as an answer with calls and the tools' call grammar is compiled;
 // a body that is read gets its response and stream chunks built from a made-up outcome, and they must serialise
 // (invalid UTF-8 replaced) and parse back.
 #pragma once
@@ -10,6 +11,7 @@
 
 #include "fuzz_common.hpp"
 #include "maxtext/server/openai.hpp"
+#include "maxtext/server/tools.hpp"
 
 namespace maxtext::fuzz {
 
@@ -38,6 +40,20 @@ inline void fuzz_openai_request(const std::uint8_t* data, std::size_t size) {
   } catch (const maxtext::Error&) {
     std::abort();  // the parser let through sampling parameters the sampler refuses
   }
+  if (!r.tools.empty()) {
+    // The model's answer is untrusted text too: the last message's content read as an answer with calls, and the
+    // grammar of the tools' calls compiled and parsed (a schema it cannot use is a 400 naming the tool).
+    const std::string answer = r.messages.back()["content"].get<std::string>();
+    const auto parsed = sv::parse_tool_calls(answer, sv::ToolFormat::hermes, r.tools, 0);
+    for (const auto& c : parsed.calls) {
+      if (!sv::Json::parse(c.arguments).is_object()) std::abort();
+    }
+    try {
+      (void)models::grammar::Grammar::parse(sv::tool_call_grammar(sv::ToolFormat::hermes, r.tools, "", true));
+    } catch (const sv::RequestError& e) {
+      if (e.status() != 400) std::abort();
+    }
+  }
   sv::Outcome o;
   o.text = r.endpoint == sv::Endpoint::chat ? r.messages.back()["content"].get<std::string>() : r.prompt;
   o.tokens = {1, 2};
@@ -47,8 +63,8 @@ inline void fuzz_openai_request(const std::uint8_t* data, std::size_t size) {
   o.top_text = {{"a"}, {}};
   const auto replace = sv::Json::error_handler_t::replace;
   for (const sv::Json& j : {sv::response_json(r, o, "id", "m", 1, o.text),
-                            sv::chunk_json(r, "id", "m", 1, o.text, true, std::nullopt),
-                            sv::chunk_json(r, "id", "m", 1, "", false, models::FinishReason::stop_token),
+                            sv::chunk_json(r, "id", "m", 1, o.text, true, nullptr),
+                            sv::chunk_json(r, "id", "m", 1, "", false, sv::finish_reason(o)),
                             sv::usage_chunk_json(r, "id", "m", 1, o)}) {
     const std::string s = j.dump(-1, ' ', false, replace);
     try {
