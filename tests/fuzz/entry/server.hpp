@@ -49,7 +49,8 @@ inline void fuzz_openai_request(const std::uint8_t* data, std::size_t size) {
       if (!sv::Json::parse(c.arguments).is_object()) std::abort();
     }
     try {
-      (void)models::grammar::Grammar::parse(sv::tool_call_grammar(sv::ToolFormat::hermes, r.tools, "", true));
+      const auto g = models::grammar::Grammar::parse(sv::tool_call_grammar(sv::ToolFormat::hermes, r.tools, "", true));
+      (void)g;
     } catch (const sv::RequestError& e) {
       if (e.status() != 400) std::abort();
     }
@@ -68,7 +69,8 @@ inline void fuzz_openai_request(const std::uint8_t* data, std::size_t size) {
                             sv::usage_chunk_json(r, "id", "m", 1, o)}) {
     const std::string s = j.dump(-1, ' ', false, replace);
     try {
-      (void)sv::Json::parse(s);
+      const sv::Json back = sv::Json::parse(s);
+      if (back.is_discarded()) std::abort();
     } catch (const sv::Json::exception&) {
       std::abort();  // what the server would send does not parse
     }
