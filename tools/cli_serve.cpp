@@ -21,6 +21,7 @@ namespace maxtext::cli {
 
 int cmd_serve(const Args& a) {
   MAXTEXT_CHECK(a.has("weights") || a.has("tokenizer"), ArgumentError, "serve needs --weights (and a tokenizer)");
+  block_stop_signals();  // before any thread exists (OpenMP's, the slots'): run_serve waits for them
   ServeOptions so;
   so.host = a.get("host", so.host);
   so.port = static_cast<int>(a.integer("port", so.port));

@@ -71,7 +71,19 @@ inline bool authorised(const httplib::Request& req, const std::string& key) {
 
 }  // namespace serve_detail
 
-/// Serves until SIGINT or SIGTERM. Notes (the address, one line per request) go to `log`.
+/// SIGINT and SIGTERM blocked in the calling thread and every thread it starts after: call it first, before the
+/// model (OpenMP's threads) and the engine (the slots' threads) exist, so that run_serve's sigwait receives them.
+inline sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+/// Serves until SIGINT or SIGTERM (blocked beforehand: block_stop_signals). Notes (the address, one line per request)
+/// go to `log`.
 inline int run_serve(server::Engine& engine, const ServeOptions& so, std::ostream& log) {
   using namespace serve_detail;
   const server::EngineOptions& eo = engine.options();
@@ -229,11 +241,7 @@ inline int run_serve(server::Engine& engine, const ServeOptions& so, std::ostrea
 
   // SIGINT / SIGTERM end the server from a thread of their own (sigwait), not from a signal handler: running
   // generations stop at their next token, then the listener closes.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts, so all of them inherit it
+  const sigset_t signals = block_stop_signals();  // already blocked by the caller; the set to wait for
   std::atomic<bool> signalled{false};
   std::thread waiter([&] {
     int sig = 0;

@@ -375,6 +375,15 @@ TEST_CASE("server engine: a full queue refuses with 503, cancellation ends a req
   const auto o = engine.run(completion("Once upon a time", 50), [&](std::string_view) { return ++pieces < 3; });
   CHECK(o.finish == models::FinishReason::cancelled);
   CHECK(o.tokens.size() < 50);
+  // on_text runs on the caller's thread (the slot's own thread generates): what it throws ends the generation,
+  // reaches the caller, and frees the slot.
+  int seen = 0;
+  CHECK_THROWS_WITH(engine.run(completion("Once upon a time", 50), [&](std::string_view) -> bool {
+    if (++seen == 2) throw std::runtime_error("client write failed");
+    return true;
+  }), Catch::Contains("client write failed"));
+  CHECK(seen == 2);
+  CHECK(engine.stats().running == 0);
   std::stop_source stop;
   stop.request_stop();
   CHECK(engine.run(completion("Once upon a time", 50), {}, stop.get_token()).finish == models::FinishReason::cancelled);

@@ -12,8 +12,9 @@
 // one forward pass is the scheduler's work (issue 51), not done here.
 //
 // Admission: up to `queue` requests wait for a slot; one more is refused at once with RequestError 503 (type
-// server_busy), never queued without bound. run() works on the calling thread (an HTTP handler's), so the HTTP
-// server's thread pool must hold slots + queue threads.
+// server_busy), never queued without bound. run() blocks the calling thread (an HTTP handler's) while the slot's own
+// thread generates and hands the text back, so the HTTP server's thread pool must hold slots + queue threads; the
+// model's forward passes run on the slots' threads only (per-thread kernel scratch and OpenMP teams: one per slot).
 //
 // Requests with response_format json_object / json_schema are generated under the schema's grammar
 // (models/constrained.hpp): their output is a JSON document the schema accepts. They run in a slot too (for the
@@ -24,13 +25,16 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -146,10 +150,55 @@ class Engine {
 
  private:
   using SlotSession = models::Session<models::detail::AnyDraftModel>;
+  /// A thread that runs one task at a time for its slot: the model's forward passes run on the slots' threads only,
+  /// so the kernels' per-thread scratch and OpenMP's thread teams exist once per slot, not once per HTTP thread.
+  class Worker {
+   public:
+    Worker() : thread_([this] { loop(); }) {}
+    ~Worker() {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        quit_ = true;
+      }
+      cv_.notify_one();
+      thread_.join();
+    }
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
+    /// Starts `f` on the worker (the slot is leased: no task is running).
+    void post(std::function<void()> f) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        task_ = std::move(f);
+      }
+      cv_.notify_one();
+    }
+
+   private:
+    void loop() {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (;;) {
+        cv_.wait(lock, [this] { return quit_ || static_cast<bool>(task_); });
+        if (quit_) return;
+        std::function<void()> f = std::move(task_);
+        task_ = nullptr;
+        lock.unlock();
+        f();  // signals its caller itself, as its last step
+        lock.lock();
+      }
+    }
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::function<void()> task_;
+    bool quit_ = false;
+    std::thread thread_;
+  };
+
   struct Slot {
     Slot(models::detail::AnyDraftModel& m, std::int64_t ctx) : session(m, ctx) {}
     SlotSession session;
     bool busy = false;
+    Worker worker;  // last: its thread starts once the session exists, and stops first
   };
 
   /// A slot held for one request: waits for a free one (or refuses when `queue` requests already wait), takes the one
@@ -286,9 +335,73 @@ class Engine::Job {
 
   /// Generates to the end on the calling thread; each piece of text goes to `on_text` (return false to stop:
   /// FinishReason::cancelled), as does a stop request on `stop` or the engine's stop().
+  /// The generation runs on the slot's worker thread; the text comes back to the calling thread, which calls
+  /// `on_text` (an HTTP handler writes it to its client).
   Outcome run(const std::function<bool(std::string_view)>& on_text = {}, std::stop_token stop = {}) {
     MAXTEXT_CHECK(!ran_, ArgumentError, "[server] a Job runs once");
     ran_ = true;
+    // One piece at a time: the worker waits for on_text's answer, so the generation goes at the client's pace and
+    // stops at the next piece after the client went away, as if on_text ran on the worker.
+    struct Channel {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::optional<std::string> piece;  // handed to the caller
+      std::optional<bool> answer;        // on_text's answer, handed back
+      bool done = false;
+    } ch;
+    std::function<bool(std::string_view)> relay;
+    if (on_text) {
+      relay = [&ch](std::string_view d) {
+        std::unique_lock<std::mutex> lock(ch.mu);
+        ch.piece.emplace(d);
+        ch.cv.notify_all();
+        ch.cv.wait(lock, [&] { return ch.answer.has_value(); });
+        const bool go_on = *ch.answer;
+        ch.answer.reset();
+        return go_on;
+      };
+    }
+    Outcome out;
+    std::exception_ptr err, caller_err;
+    lease_->slot().worker.post([&] {
+      try {
+        out = generate(relay, stop);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(ch.mu);  // notified under the lock: `ch` may be gone once it is released
+      ch.done = true;
+      ch.cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(ch.mu);
+    for (;;) {
+      ch.cv.wait(lock, [&] { return ch.done || ch.piece.has_value(); });
+      if (ch.piece) {
+        const std::string p = std::move(*ch.piece);
+        ch.piece.reset();
+        lock.unlock();
+        bool go_on = false;
+        try {  // the worker waits for the answer: an exception here stops the generation, then is rethrown
+          go_on = on_text(p);
+        } catch (...) {
+          if (!caller_err) caller_err = std::current_exception();
+        }
+        lock.lock();
+        ch.answer = go_on && !caller_err;
+        ch.cv.notify_all();
+        continue;
+      }
+      break;  // done, and no piece waits
+    }
+    lock.unlock();
+    if (caller_err) std::rethrow_exception(caller_err);
+    if (err) std::rethrow_exception(err);
+    return out;
+  }
+
+ private:
+  /// The generation itself, on the worker thread.
+  Outcome generate(const std::function<bool(std::string_view)>& on_text, std::stop_token stop) {
     models::GenerateOptions go;
     go.max_new_tokens = max_new_;
     go.sampling = sampling_;
@@ -373,7 +486,6 @@ class Engine::Job {
     return o;
   }
 
- private:
   Engine& e_;
   Request r_;
   std::vector<std::int32_t> ids_;
