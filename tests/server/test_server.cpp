@@ -335,6 +335,28 @@ TEST_CASE("server engine: eight threads on four slots each get what they get alo
   CHECK(engine.stats().refused_busy == 0);
 }
 
+TEST_CASE("server engine: slots take the model in turns, so a short answer is not held back by a long one",
+          "[server][stories260K]") {
+  auto& s = stories();
+  server::Engine engine(*s.model, *s.tk, engine_options(2, 0));
+  std::atomic<int> long_pieces{0};
+  std::atomic<bool> long_started{false};
+  std::thread long_one([&] {
+    engine.run(completion("Once upon a time", 200, R"(, "logit_bias": {"2": -100})"), [&](std::string_view) {
+      long_started = true;
+      ++long_pieces;
+      return true;
+    });
+  });
+  while (!long_started) std::this_thread::yield();
+  const auto short_one = engine.run(completion("The dog", 8, R"(, "logit_bias": {"2": -100})"));
+  const int when = long_pieces.load();
+  long_one.join();
+  INFO("the long answer had " << when << " of its 200 pieces when the short one (8 tokens) ended");
+  CHECK(short_one.tokens.size() == 8);
+  CHECK(when < 100);  // taken in turns: a few steps of the long answer per step of the short one, not all of them
+}
+
 TEST_CASE("server engine: a full queue refuses with 503, cancellation ends a request, limits are checked",
           "[server][stories260K]") {
   auto& s = stories();
@@ -419,7 +441,7 @@ TEST_CASE("server engine: JSON-schema requests follow the schema, as generate_co
     go.max_new_tokens = 240;
     go.stop_tokens = {s.tk->eos()};
     go.decode = models::decoder_for(*s.tk);
-    models::detail::AnyDraftModel m(*s.model);
+    models::detail::AnyDraftModel m(*s.model);  // the oracle: plain AnyModel forward passes
     const auto want = models::generate_constrained(m, *s.tk, s.tk->encode(prompt), go,
                                                    models::grammar::grammar_from_json_schema(schema), 256);
     CHECK(o.tokens == want.tokens[0]);

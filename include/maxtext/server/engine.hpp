@@ -6,8 +6,8 @@
 //
 // Slots: `slots` conversations are generated at once, each in a slot that owns a KV cache of `ctx` tokens (allocated
 // when the engine is made, so memory is bounded by slots x ctx whatever the traffic). The model's forward passes are
-// serialised (AnyModel's mutex) and the slots' decode steps interleave, one token each in turn: a long answer does not
-// hold the others back. A request takes the free slot whose cached tokens share the longest prefix with its prompt
+// serialised and taken in turns (a ticket lock: detail::TurnTakingModel), so the slots' decode steps interleave
+// round-robin, one token each: a long answer does not hold the others back. A request takes the free slot whose cached tokens share the longest prefix with its prompt
 // (a conversation's next turn, or the same system prompt) and prefills only the rest. Batching the slots' steps into
 // one forward pass is the scheduler's work (issue 51), not done here.
 //
@@ -80,6 +80,45 @@ struct EngineStats {
   std::int64_t served = 0, refused_busy = 0, cancelled = 0, prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
 };
 
+namespace detail {
+
+/// The engine's view of the model (make_cache / forward / config, as models::Session takes it): AnyModel's forward
+/// passes, taken in turns. A ticket lock orders the slots' calls first come, first served, so their steps interleave
+/// round-robin; AnyModel's own mutex alone (std::mutex, not fair) lets a slot that releases it take it again at once,
+/// and one conversation could hold the others back for its whole answer.
+class TurnTakingModel {
+ public:
+  using Cache = models::detail::AnyDraftModel::Cache;
+  explicit TurnTakingModel(models::AnyModel& m) : inner_(m) {}
+  const Config& config() const { return inner_.config(); }
+  Cache make_cache(std::int64_t batch, std::int64_t capacity) const { return inner_.make_cache(batch, capacity); }
+  Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, Cache& cache, const models::ForwardOptions& fo) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const std::uint64_t ticket = next_++;
+    cv_.wait(lock, [&] { return serving_ == ticket; });
+    lock.unlock();
+    struct Next {  // the next ticket's turn, also when forward throws
+      TurnTakingModel& m;
+      ~Next() {
+        {
+          std::lock_guard<std::mutex> l(m.mu_);
+          ++m.serving_;
+        }
+        m.cv_.notify_all();
+      }
+    } next{*this};
+    return inner_.forward(tokens, cache, fo);
+  }
+
+ private:
+  models::detail::AnyDraftModel inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::uint64_t next_ = 0, serving_ = 0;
+};
+
+}  // namespace detail
+
 class Engine {
  public:
   Engine(models::AnyModel& model, const tokenizer::Tokenizer& tk, EngineOptions opt)
@@ -149,7 +188,7 @@ class Engine {
   Outcome run(const Request& r, const std::function<bool(std::string_view)>& on_text = {}, std::stop_token stop = {});
 
  private:
-  using SlotSession = models::Session<models::detail::AnyDraftModel>;
+  using SlotSession = models::Session<detail::TurnTakingModel>;
   /// A thread that runs one task at a time for its slot: the model's forward passes run on the slots' threads only,
   /// so the kernels' per-thread scratch and OpenMP's thread teams exist once per slot, not once per HTTP thread.
   class Worker {
@@ -195,7 +234,7 @@ class Engine {
   };
 
   struct Slot {
-    Slot(models::detail::AnyDraftModel& m, std::int64_t ctx) : session(m, ctx) {}
+    Slot(detail::TurnTakingModel& m, std::int64_t ctx) : session(m, ctx) {}
     SlotSession session;
     bool busy = false;
     Worker worker;  // last: its thread starts once the session exists, and stops first
@@ -258,7 +297,7 @@ class Engine {
   };
 
   models::AnyModel& model_;
-  models::detail::AnyDraftModel adapter_;
+  detail::TurnTakingModel adapter_;
   const tokenizer::Tokenizer& tk_;
   EngineOptions opt_;
   std::vector<std::unique_ptr<Slot>> slots_;
