@@ -63,10 +63,8 @@ int cmd_serve(const Args& a) {
   models::GenerateOptions eos;
   add_eos_stops(eos, a, *tk, cfg);
   eo.stop_tokens = eos.stop_tokens;
-  // The chat template (as find_chat_renderer finds it), also with tools: calls in the syntax it teaches.
-  std::optional<tokenizer::ChatTemplate> found;
-  if (a.has("tokenizer")) found = tokenizer::find_chat_template(a.get("tokenizer"));
-  if (!found && a.has("weights")) found = tokenizer::find_chat_template(a.get("weights"));
+  // The chat template (as `maxtext chat` finds it), also with tools: calls in the syntax it teaches.
+  std::optional<tokenizer::ChatTemplate> found = find_cli_chat_template(a.get("weights"), a.get("tokenizer"));
   if (found) {
     auto t = std::make_shared<const tokenizer::ChatTemplate>(std::move(*found));
     eo.render = [t](const nlohmann::json& messages, bool add) { return t->render(messages, add); };

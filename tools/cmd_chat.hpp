@@ -45,10 +45,17 @@ inline std::string plain_chat_format(const nlohmann::json& messages, bool add_ge
 /// The model's chat template: from the tokenizer path when given (a GGUF, a tokenizer.json / tokenizer_config.json or
 /// a directory), else from the weights (a GGUF's tokenizer.chat_template, or tokenizer_config.json beside Hugging Face
 /// weights). Empty when neither has one; a template that is present but malformed is an error.
-inline ChatRenderer find_chat_renderer(const std::string& weights, const std::string& tokenizer_file) {
+inline std::optional<tokenizer::ChatTemplate> find_cli_chat_template(const std::string& weights,
+                                                                     const std::string& tokenizer_file) {
   std::optional<tokenizer::ChatTemplate> t;
   if (!tokenizer_file.empty()) t = tokenizer::find_chat_template(tokenizer_file);
   if (!t && !weights.empty()) t = tokenizer::find_chat_template(weights);
+  return t;
+}
+
+/// find_cli_chat_template as a ChatRenderer (empty without a template).
+inline ChatRenderer find_chat_renderer(const std::string& weights, const std::string& tokenizer_file) {
+  std::optional<tokenizer::ChatTemplate> t = find_cli_chat_template(weights, tokenizer_file);
   if (!t) return {};
   return [t = std::move(*t)](const nlohmann::json& messages, bool add_generation_prompt) {
     return t.render(messages, add_generation_prompt);

@@ -465,7 +465,9 @@ class Engine::Job {
       go.on_text = [&](std::int64_t, std::string_view d) {
         seen += d;
         if (in_calls) return open;
-        const std::size_t start = tool_call_start(seen, tools_);
+        // A call cannot open inside text already sent (text that might open one is held back): look past it only.
+        std::size_t start = tool_call_start(std::string_view(seen).substr(emitted), tools_);
+        if (start != std::string::npos) start += emitted;
         in_calls = start != std::string::npos;
         std::size_t safe = in_calls ? start : seen.size() - tool_marker_prefix(seen, tools_);
         while (safe > emitted && (seen[safe - 1] == '\n' || seen[safe - 1] == ' ')) --safe;  // blanks before a call
