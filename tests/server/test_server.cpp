@@ -336,29 +336,49 @@ TEST_CASE("server engine: eight threads on four slots each get what they get alo
 }
 
 // The slots' steps interleave: a slot holds the model for one forward pass, not for its whole answer (as
-// AnyModel::new_session's sessions would: they lock the model for a whole generate()). That the turns are also fair
-// (the ticket lock, detail::TurnTakingModel) shows under heavier load, in bench/serve's first-token times
-// (docs/server.md); with two slots the standard mutex interleaves them too, so this test does not tell the two apart.
+// AnyModel::new_session's sessions would: they lock the model for a whole generate()). The test does not depend on
+// timing: the long answer's text callback holds its slot's worker after the first piece (the worker waits for the
+// callback's answer between two steps) until the short answer has ended. With turns per forward pass the short one
+// runs meanwhile; with the model held per answer it could not, and the wait ends by its time limit (a failure, not a
+// hang). That the turns are also fair (the ticket lock, detail::TurnTakingModel) shows under heavier load, in
+// bench/serve's first-token times (docs/server.md); this test does not tell a fair lock from a plain mutex.
 TEST_CASE("server engine: slots interleave their steps, so a short answer is not held back by a long one",
           "[server][stories260K]") {
   auto& s = stories();
   server::Engine engine(*s.model, *s.tk, engine_options(2, 0));
-  std::atomic<int> long_pieces{0};
-  std::atomic<bool> long_started{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool long_started = false, short_done = false, waited_in_vain = false;
+  int long_pieces = 0;
   std::thread long_one([&] {
     engine.run(completion("Once upon a time", 200, R"(, "logit_bias": {"2": -100})"), [&](std::string_view) {
-      long_started = true;
-      ++long_pieces;
+      std::unique_lock<std::mutex> lock(mu);
+      if (++long_pieces == 1) {
+        long_started = true;
+        cv.notify_all();
+        if (!cv.wait_for(lock, std::chrono::seconds(120), [&] { return short_done; })) waited_in_vain = true;
+      }
       return true;
     });
   });
-  while (!long_started) std::this_thread::yield();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return long_started; });
+  }
   const auto short_one = engine.run(completion("The dog", 8, R"(, "logit_bias": {"2": -100})"));
-  const int when = long_pieces.load();
+  int when = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    short_done = true;
+    when = long_pieces;
+  }
+  cv.notify_all();
   long_one.join();
   INFO("the long answer had " << when << " of its 200 pieces when the short one (8 tokens) ended");
   CHECK(short_one.tokens.size() == 8);
-  CHECK(when < 100);  // interleaved: a few steps of the long answer per step of the short one, not all of them
+  CHECK_FALSE(waited_in_vain);  // the short answer ended while the long one's worker waited between two steps
+  CHECK(when == 1);
+  CHECK(long_pieces > when);  // and the long answer went on afterwards
 }
 
 TEST_CASE("server engine: a full queue refuses with 503, cancellation ends a request, limits are checked",
