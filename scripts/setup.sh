@@ -4,9 +4,11 @@
 #   bash scripts/setup.sh --tests  that plus what the tests, benchmarks and reference scripts need
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libeigen3-dev libxsimd-dev xtl-dev nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libomp-dev
-      libsentencepiece-dev libonig-dev libutf8proc-dev pkg-config ccache libcpp-httplib-dev)
+      libsentencepiece-dev libonig-dev libutf8proc-dev pkg-config ccache libcpp-httplib-dev
+      libpng-dev libjpeg62-turbo-dev)
 if [ "${1:-}" = "--tests" ]; then
-  pkgs+=(clang libclang-rt-14-dev catch2 libbenchmark-dev python3-torch python3-numpy python3-pytest python3-dev pybind11-dev libopenblas0)
+  pkgs+=(clang libclang-rt-14-dev catch2 libbenchmark-dev python3-torch python3-numpy python3-pytest python3-dev pybind11-dev libopenblas0
+        python3-pil)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

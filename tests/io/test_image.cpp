@@ -1,0 +1,222 @@
+// tests/io/test_image.cpp: PNG / JPEG decoding (io/image.hpp), Pillow's resize (io/image_resize.hpp) and Gemma 3's
+// preprocessing (families/gemma/image_processor.hpp) against Pillow 9.4: tests/fixtures/images, written by
+// tests/reference/image_fixtures.py (the expected pixels are Pillow's; the decoder and the filters must give them
+// byte for byte: tolerance 0, since a resize or decoder that differs by one level in one pixel is a different one).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+
+#include "maxtext/families/gemma/image_processor.hpp"
+#include "maxtext/io/image.hpp"
+#include "maxtext/io/image_resize.hpp"
+#include "maxtext/io/npy.hpp"
+#include "support/test_support.hpp"
+
+using namespace maxtext;
+
+namespace {
+
+std::string images_dir() { return test::fixtures_dir() + "/images"; }
+
+nlohmann::json manifest() {
+  std::ifstream f(images_dir() + "/manifest.json");
+  REQUIRE(f.good());
+  return nlohmann::json::parse(f);
+}
+
+std::vector<std::uint8_t> file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  REQUIRE(f.good());
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+/// Pillow's pixels [H, W, 3] uint8 from an .npy file; the first differing byte reported.
+void check_pixels(const io::Image& got, const std::string& npy, const std::string& what) {
+  const AnyTensor want = io::read_npy(images_dir() + "/" + npy);
+  REQUIRE(want.dtype == DType::u8);
+  REQUIRE(want.shape == std::vector<std::int64_t>{got.height, got.width, 3});
+  const auto* w = reinterpret_cast<const std::uint8_t*>(want.data);
+  REQUIRE(want.is_contiguous());
+  std::int64_t diffs = 0, first = -1;
+  for (std::size_t i = 0; i < got.rgb.size(); ++i) {
+    if (got.rgb[i] != w[i]) {
+      if (first < 0) first = static_cast<std::int64_t>(i);
+      ++diffs;
+    }
+  }
+  INFO(what << ": " << diffs << " of " << got.rgb.size() << " bytes differ from Pillow's"
+            << (first >= 0 ? " (first at byte " + std::to_string(first) + ": " + std::to_string(got.rgb[first]) +
+                                 " vs " + std::to_string(w[first]) + ")"
+                           : std::string()));
+  CHECK(diffs == 0);
+}
+
+template <class F>
+void refused_with(F&& f, const std::string& needle) {
+  try {
+    f();
+    FAIL("not refused (expected a message containing '" << needle << "')");
+  } catch (const IoError& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find(needle) != std::string::npos);
+  }
+}
+
+/// A PNG chunk with its CRC.
+void put_chunk(std::vector<std::uint8_t>& out, const char* type, const std::vector<std::uint8_t>& data) {
+  const auto be32 = [&](std::uint32_t v) {
+    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<std::uint8_t>(v >> s));
+  };
+  be32(static_cast<std::uint32_t>(data.size()));
+  const std::size_t start = out.size();
+  out.insert(out.end(), type, type + 4);
+  out.insert(out.end(), data.begin(), data.end());
+  be32(static_cast<std::uint32_t>(crc32(0, out.data() + start, static_cast<uInt>(out.size() - start))));
+}
+
+}  // namespace
+
+TEST_CASE("images: PNG and JPEG files decode to Pillow's convert(RGB) pixels byte for byte", "[image]") {
+  const auto m = manifest();
+  int decoded = 0, refused = 0;
+  for (const auto& e : m.at("images")) {
+    const std::string file = e.at("file").get<std::string>();
+    const std::string path = images_dir() + "/" + file;
+    INFO(file << " (" << e.at("notes").get<std::string>() << ")");
+    if (e.at("expect") == "refused") {
+      refused_with([&] { (void)io::read_image(path); }, "CMYK");
+      ++refused;
+      continue;
+    }
+    const io::Image img = io::read_image(path);
+    CHECK(img.width == e.at("width").get<std::int64_t>());
+    CHECK(img.height == e.at("height").get<std::int64_t>());
+    if (e.contains("rgb_npy") && !e.at("rgb_npy").is_null()) {
+      check_pixels(img, e.at("rgb_npy").get<std::string>(), file);
+      ++decoded;
+    }
+  }
+  CHECK(decoded >= 20);  // every kind the manifest lists: RGB, RGBA, grey, LA, palette (+tRNS), 1/2/4/16-bit, Adam7, JPEG
+  CHECK(refused == 1);
+}
+
+TEST_CASE("images: resizing with each Pillow filter gives Pillow's bytes (down, up, one axis, same size)", "[image]") {
+  const auto m = manifest();
+  int checked = 0;
+  for (const auto& e : m.at("resize")) {
+    const std::string src = e.at("src").get<std::string>(), filter = e.at("filter").get<std::string>();
+    const std::int64_t w = e.at("width").get<std::int64_t>(), h = e.at("height").get<std::int64_t>();
+    const io::ResizeFilter f = io::parse_resize_filter(filter);
+    CHECK(static_cast<int>(f) == e.at("pillow_filter").get<int>());
+    const io::Image out = io::resize_image(io::read_image(images_dir() + "/" + src), w, h, f);
+    REQUIRE(out.width == w);
+    REQUIRE(out.height == h);
+    check_pixels(out, e.at("npy").get<std::string>(), src + " -> " + std::to_string(w) + "x" + std::to_string(h) + " " + filter);
+    ++checked;
+  }
+  CHECK(checked == 66);
+}
+
+TEST_CASE("images: Gemma 3 preprocessing at 896x896, MaxText's and Hugging Face's, equals Pillow + NumPy's", "[image][gemma3]") {
+  const auto m = manifest();
+  for (const auto& e : m.at("gemma3")) {
+    const std::string src = e.at("src").get<std::string>();
+    const io::Image img = io::read_image(images_dir() + "/" + src);
+    for (const char* which : {"maxtext", "hf"}) {
+      INFO(src << ", " << which);
+      const auto& want = e.at(which);
+      const auto how = io::parse_gemma3_image_processing(which);
+      const Tensor<float, 3> x = io::gemma3_preprocess(img, 896, how);
+      CHECK(io::gemma3_resize(img, 896, how).rgb.size() == std::size_t{896} * 896 * 3);
+      // The first values' bits, and the f64 sum of all 2.4M values: one pixel one level off moves the sum by ~0.008,
+      // about 1e-7 of it, far outside the 1e-12 allowed for summation order.
+      const auto& first = want.at("first8_hwc");  // f32 values written as doubles: exact
+      for (std::size_t i = 0; i < first.size(); ++i) CHECK(x.data()[i] == static_cast<float>(first[i].get<double>()));
+      double sum = 0.0;
+      for (std::int64_t i = 0; i < x.size(); ++i) sum += x.data()[i];
+      const double ref = want.at("sum").get<double>();
+      CHECK(std::abs(sum - ref) <= 1e-12 * std::max(1.0, std::abs(ref)) + 1e-9);
+    }
+  }
+  // The per-value normalisation of both pipelines, against NumPy's for all 256 byte values.
+  const auto& lut = m.at("gemma3_normalize_lut");
+  for (const char* which : {"maxtext", "hf"}) {
+    // A 1x1 picture "resized" to 1x1 is not resized: the values are the normalisation alone.
+    const io::Gemma3ImageProcessing how = io::parse_gemma3_image_processing(which);
+    for (int v = 0; v < 256; ++v) {
+      io::Image one(1, 1);
+      one.at(0, 0, 0) = one.at(0, 0, 1) = one.at(0, 0, 2) = static_cast<std::uint8_t>(v);
+      const Tensor<float, 3> x = io::gemma3_preprocess(one, 1, how);
+      std::uint32_t u = 0;
+      std::memcpy(&u, &x.data()[0], 4);
+      INFO(which << " value " << v);
+      CHECK(u == std::stoul(lut.at(which).at(static_cast<std::size_t>(v)).get<std::string>(), nullptr, 16));
+    }
+  }
+}
+
+TEST_CASE("images: bad files are refused by name: other formats, truncation, corruption, decompression bombs", "[image]") {
+  const std::string png = images_dir() + "/png_rgb8_64x48.png", jpg = images_dir() + "/jpeg_rgb_q90_420_64x48.jpg";
+  const auto png_bytes = file_bytes(png), jpg_bytes = file_bytes(jpg);
+  const auto decode = [](const std::vector<std::uint8_t>& b) { return io::decode_image(b, "test.img"); };
+
+  refused_with([&] { (void)decode({'G', 'I', 'F', '8', '9', 'a', 1, 0}); }, "not a PNG or JPEG file (a GIF file)");
+  refused_with([&] { (void)decode({'B', 'M', 0, 0}); }, "(a BMP file)");
+  refused_with([&] { (void)decode({}); }, "(it is empty)");
+  refused_with([&] { (void)io::read_image(images_dir() + "/no-such-file.png"); }, "cannot open the file");
+
+  // Truncated: half of each file.
+  refused_with([&] { (void)decode({png_bytes.begin(), png_bytes.begin() + png_bytes.size() / 2}); }, "bad PNG file");
+  refused_with([&] { (void)decode({jpg_bytes.begin(), jpg_bytes.begin() + jpg_bytes.size() / 2}); }, "JPEG");
+  // Corrupt: the PNG's image data flipped (zlib or CRC error), the JPEG's entropy-coded data overwritten.
+  {
+    auto b = png_bytes;
+    for (std::size_t i = 60; i < b.size() - 20; i += 7) b[i] ^= 0x5a;
+    refused_with([&] { (void)decode(b); }, "bad PNG file");
+  }
+  {
+    auto b = jpg_bytes;
+    for (std::size_t i = b.size() / 2; i < b.size() - 2; ++i) b[i] = 0xff;
+    refused_with([&] { (void)decode(b); }, "JPEG");
+  }
+
+  // A decompression bomb: a valid PNG header announcing 20000 x 20000 pixels (400 megapixels), refused from the
+  // header before any pixel memory exists.
+  {
+    std::vector<std::uint8_t> b = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    const std::vector<std::uint8_t> ihdr = {0, 0, 0x4e, 0x20, 0, 0, 0x4e, 0x20, 8, 2, 0, 0, 0};
+    put_chunk(b, "IHDR", ihdr);
+    put_chunk(b, "IDAT", {0x78, 0x9c, 0x03, 0x00});  // libpng reads the header up to the first IDAT
+    put_chunk(b, "IEND", {});
+    refused_with([&] { (void)decode(b); }, "decompression bomb");
+  }
+  // The same for a JPEG: its SOF0 frame header's height and width patched to 30000 x 30000.
+  {
+    auto b = jpg_bytes;
+    bool patched = false;
+    for (std::size_t i = 2; i + 9 < b.size(); ++i) {
+      if (b[i] == 0xff && b[i + 1] == 0xc0) {
+        b[i + 5] = 0x75, b[i + 6] = 0x30, b[i + 7] = 0x75, b[i + 8] = 0x30;
+        patched = true;
+        break;
+      }
+    }
+    REQUIRE(patched);
+    refused_with([&] { (void)decode(b); }, "decompression bomb");
+  }
+  // Smaller limits of the caller's own.
+  io::ImageLimits small;
+  small.max_pixels = 100;
+  refused_with([&] { (void)io::decode_image(png_bytes, "small.png", small); }, "64x48 = 3072 pixels exceeds the limit of 100");
+  small.max_file_bytes = 10;
+  refused_with([&] { (void)io::read_image(png, small); }, "exceeds the limit of 10");
+  CHECK_THROWS_AS(io::parse_resize_filter("cubicspline"), ArgumentError);
+  CHECK_THROWS_AS(io::resize_image(io::Image(4, 4), 0, 3, io::ResizeFilter::bilinear), ArgumentError);
+}
