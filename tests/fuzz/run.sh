@@ -67,6 +67,7 @@ copy safetensors_index "$root"/tests/fixtures/hf_tiny/*/sharded/model.safetensor
 copy hf_config "$root"/tests/fixtures/hf_tiny/*/config.json "$root"/tests/fixtures/hf_tiny/*/sharded/config.json
 copy hf_tokenizer "$root"/tests/fixtures/tokenizers/synth_*.tokenizer.json
 copy yaml_config "$root"/configs/models/*.yml
+copy image "$root"/tests/fixtures/images/*.png "$root"/tests/fixtures/images/*.jpg
 copy llama2c_tokenizer "$shared"/models/stories260K/tok512.bin
 copy gguf "$shared"/models/*/*.gguf  # (the real GGUFs exceed 64 KiB: skipped; the synthetic ones cover the format)
 # Chat templates: every template string in the shared tokenizer configs and the committed template fixtures.

@@ -15,6 +15,7 @@
 #include "entry/chat_template.hpp"
 #include "entry/configs.hpp"
 #include "entry/gguf.hpp"
+#include "entry/image.hpp"
 #include "entry/grammar.hpp"
 #include "entry/server.hpp"
 #include "entry/llama2c.hpp"
@@ -48,6 +49,7 @@ const std::map<std::string, Entry>& entries() {
       {"grammar", fuzz_grammar},
       {"json_schema", fuzz_json_schema},
       {"openai_request", fuzz_openai_request},
+      {"image", fuzz_image},
       {"yaml_config", fuzz_yaml_config},
       {"hf_config", fuzz_hf_config},
       {"q8_0", fuzz_q8_0},

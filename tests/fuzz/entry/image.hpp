@@ -1,0 +1,42 @@
+// tests/fuzz/entry/image.hpp: fuzz entry point for image files (io/image.hpp: PNG through libpng, JPEG through
+// libjpeg-turbo; io/image_resize.hpp; Gemma 3's preprocessing). fuzz_image: the whole input is the file; limits of
+// one megapixel keep each run small (the limits themselves are what a bomb must hit). A file is either refused with
+// an IoError or decoded to width x height x 3 bytes; a decoded picture is resized with a filter and size taken from
+// its own first bytes, and preprocessed for Gemma 3 at 28 x 28.
+#pragma once
+
+#include <cstdlib>
+
+#include "fuzz_common.hpp"
+#include "maxtext/families/gemma/image_processor.hpp"
+#include "maxtext/io/image.hpp"
+#include "maxtext/io/image_resize.hpp"
+
+namespace maxtext::fuzz {
+
+inline void fuzz_image(const std::uint8_t* data, std::size_t size) {
+  io::ImageLimits lim;
+  lim.max_pixels = 1 << 20;
+  lim.max_side = 4096;
+  io::Image img;
+  try {
+    img = io::decode_image({data, size}, "fuzz", lim);
+  } catch (const maxtext::IoError&) {
+    return;
+  }
+  if (img.width <= 0 || img.height <= 0 || img.width * img.height > lim.max_pixels ||
+      img.rgb.size() != static_cast<std::size_t>(img.width * img.height * 3)) {
+    std::abort();
+  }
+  const std::uint8_t a = img.rgb[0], b = img.rgb[img.rgb.size() - 1];
+  const auto filter = static_cast<io::ResizeFilter>(a % 6);
+  const io::Image r = io::resize_image(img, 1 + a % 37, 1 + b % 29, filter);
+  if (r.width != 1 + a % 37 || r.height != 1 + b % 29) std::abort();
+  const Tensor<float, 3> x = io::gemma3_preprocess(img, 28, b % 2 ? io::Gemma3ImageProcessing::hf
+                                                                  : io::Gemma3ImageProcessing::maxtext);
+  for (std::int64_t i = 0; i < x.size(); ++i) {
+    if (!(x.data()[i] >= -1.0f && x.data()[i] <= 1.0f)) std::abort();
+  }
+}
+
+}  // namespace maxtext::fuzz
