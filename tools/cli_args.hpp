@@ -6,6 +6,7 @@
 //   cli_chat.cpp    chat, template                               (chat templates: the Jinja engine)
 //   cli_compare.cpp compare                                      (reference dumps, captures, reference_check)
 //   cli_serve.cpp   serve                                        (the OpenAI-compatible HTTP server: cpp-httplib)
+//   cli_vision.cpp  vision                                       (images: libpng, libjpeg; Gemma 3's vision tower)
 #pragma once
 
 #include <cstdint>
@@ -123,5 +124,6 @@ int cmd_chat(const Args& a);      // cli_chat.cpp
 int cmd_template(const Args& a);  // cli_chat.cpp
 int cmd_compare(const Args& a);   // cli_compare.cpp
 int cmd_serve(const Args& a);     // cli_serve.cpp
+int cmd_vision(const Args& a);    // cli_vision.cpp
 
 }  // namespace maxtext::cli

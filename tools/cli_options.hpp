@@ -2,7 +2,7 @@
 // before a command runs. An option the program does not know is refused with the nearest one it does ("did you mean
 // --max-new-tokens?"); an option that another command reads, but not this one, is refused as unused by this command;
 // so are key=value config overrides for the commands that build no config, and an option given twice (except
-// --stop). The table here is the one list: a command that starts reading an option adds it here, and the tests
+// --stop and --image). The table here is the one list: a command that starts reading an option adds it here, and the tests
 // (tests/tools/test_cli_options.cpp) run every command's documented options through the check.
 #pragma once
 
@@ -53,6 +53,7 @@ inline const std::vector<CommandOptions>& command_options() {
          join(model, {"host", "port", "parallel", "queue", "ctx-size", "max-new-tokens", "alias", "api-key",
                       "api-key-file", "max-body"}),
          true},
+        {"vision", {"weights", "image", "image-preprocess", "out", "threads"}, false},
         {"tokenize", {"weights", "tokenizer", "text", "text-file", "add-special"}, false},
         {"detokenize", {"weights", "tokenizer", "ids", "skip-special"}, false},
         {"template", {"tokenizer", "messages", "add-generation-prompt", "tools"}, false},
@@ -114,8 +115,8 @@ inline void check_options(const Args& a) {
       MAXTEXT_THROW(ArgumentError, a.command, ": unknown option --", key,
                     near.empty() ? std::string(" (") : " (did you mean --" + near + "?; ", "it reads ", list, ")");
     }
-    MAXTEXT_CHECK(values.size() == 1 || key == "stop", ArgumentError, a.command, ": option --", key, " given ",
-                  values.size(), " times (only --stop repeats)");
+    MAXTEXT_CHECK(values.size() == 1 || key == "stop" || key == "image", ArgumentError, a.command, ": option --", key,
+                  " given ", values.size(), " times (only --stop and --image repeat)");
   }
   MAXTEXT_CHECK(cmd->overrides || a.overrides.empty(), ArgumentError, a.command,
                 " takes no key=value config overrides (found '", a.overrides.empty() ? "" : a.overrides.front(), "')");

@@ -30,6 +30,9 @@ commands:
             prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)
   detokenize (--weights FILE | --tokenizer PATH) --ids 1,2,3 [--skip-special on|off]: writes the text to stdout
   info      --config CFG [--weights FILE]
+  vision    --weights DIR --image FILE [--image FILE ...] [--image-preprocess maxtext|hf] [--out tokens.npy]:
+            pictures (PNG, JPEG) through a Gemma 3 checkpoint's vision tower (Hugging Face
+            Gemma3ForConditionalGeneration): the soft tokens [n, 256, emb_dim] the decoder would read. docs/vision.md
 )" MAXTEXT_TEMPLATE_USAGE MAXTEXT_COMPARE_USAGE R"(
 common options:
   --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;
@@ -84,6 +87,14 @@ int maxtext::cli::cmd_serve(const Args&) {
                                   "scripts/setup.sh does, and configure with -DMAXTEXT_CLI_SERVE=ON)");
 }
 #endif
+#if defined(MAXTEXT_CLI_NO_VISION)
+// Configured without libpng / libjpeg (or with -DMAXTEXT_CLI_VISION=OFF): cli_vision.cpp is not compiled.
+int maxtext::cli::cmd_vision(const Args&) {
+  MAXTEXT_THROW(UnsupportedError, "vision is not compiled into this program (install libpng-dev and "
+                                  "libjpeg62-turbo-dev, as scripts/setup.sh does, and configure with "
+                                  "-DMAXTEXT_CLI_VISION=ON)");
+}
+#endif
 
 int main(int argc, char** argv) {
   using namespace maxtext;
@@ -102,6 +113,7 @@ int main(int argc, char** argv) {
     if (a.command == "template") return cli::cmd_template(a);
     if (a.command == "compare") return cli::cmd_compare(a);
     if (a.command == "serve") return cli::cmd_serve(a);
+    if (a.command == "vision") return cli::cmd_vision(a);
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
     return 2;
   } catch (const maxtext::Error& e) {

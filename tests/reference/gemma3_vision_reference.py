@@ -45,6 +45,17 @@ Writes tests/fixtures/gemma3_vision_pool/ (64x64 images, patch 2: 1024 patches p
 2 images) and tests/fixtures/gemma3_vision_nopool/ (32x32, patch 2: 256 patches, VisionExit is the identity,
 1 layer, 1 image): meta.json, pixels.npy, model.safetensors (MaxText tree), hf/{model.safetensors, config.json},
 embedded.npy, block_{i}.npy, encoder_norm.npy, exit.npy, out.npy (float32, computed in float64).
+
+gemma3_vision_nopool also gets image_tokens_maxtext.npy and image_tokens_hf.npy ([2, 256, E] float32, computed in
+float64 from the same MaxText tree): the VisionEmbedder output for two real picture files (IMAGE_TOKEN_FILES, opened
+with Pillow and .convert("RGB")) preprocessed to image_size x image_size two ways (meta.json "image_tokens"):
+  maxtext: preprocess_mm_data_gemma3 (src/maxtext/multimodal/processor_gemma3.py) with target (32, 32) instead of
+    896: PIL resize BILINEAR, or LANCZOS when the picture is larger than the target in either dimension;
+    np.asarray float32; utils.normalize_images (in place: -= float64 (127.5,)*3, /= float64 (127.5,)*3, i.e. each
+    step in float64 rounded back to float32); np.clip to [-1, 1].
+  hf: transformers' Gemma3ImageProcessor (do_pan_and_scan off) at 32x32: PIL resize BILINEAR always;
+    rescale float32(float64(x) * (1/255)); normalize (r - 0.5) / 0.5 in float32; kept HWC (NHWC for the tower).
+These are written after all the other files, draw no random numbers, and leave every other file unchanged.
 Run: /usr/bin/python3 tests/reference/gemma3_vision_reference.py
 """
 import json
@@ -58,6 +69,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import case_dir, f32, rng, save_meta, save_npy, save_safetensors, t64  # noqa: E402
+from PIL import Image  # noqa: E402
 
 F32 = np.float32
 EPS = 1e-6
@@ -65,6 +77,8 @@ MM_TOKENS = 256
 ENC = "vision_encoder.Gemma3VisionEncoderLayer_0."
 EMB = "vision_encoder.VisionEmbedder_0."
 HFV = "vision_tower.vision_model."
+IMAGES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "images")
+IMAGE_TOKEN_FILES = ["png_rgb8_64x48.png", "jpeg_rgb_q90_420_37x23.jpg"]  # under tests/fixtures/images, in order
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -293,6 +307,67 @@ def hf_forward(o, pixels, c):
 
 # ----------------------------------------------------------------------------------------------------------------
 
+# ----------------------------------------------------------------------------------------------------------------
+# Picture preprocessing (for image_tokens_*.npy)
+# ----------------------------------------------------------------------------------------------------------------
+
+def load_rgb(fname):
+    with Image.open(os.path.join(IMAGES, fname)) as im:
+        return np.asarray(im.convert("RGB"))  # [H, W, 3] uint8
+
+
+def maxtext_preprocess(img, size):
+    """preprocess_mm_data_gemma3 for one picture, target (size, size) instead of GEMMA_DEFAULT_IMAGE_SIZE."""
+    target_size = (size, size)
+    pil_img = Image.fromarray(img)
+    resample_method, name = Image.Resampling.BILINEAR, "bilinear"
+    if pil_img.size[0] > target_size[0] or pil_img.size[1] > target_size[1]:
+        resample_method, name = Image.Resampling.LANCZOS, "lanczos"
+    resized = pil_img.resize(target_size, resample=resample_method)
+    x = np.asarray(resized, dtype=np.float32)
+    # utils.normalize_images(x, mean=GEMMA_IMAGE_MEAN, std=GEMMA_IMAGE_STD), exactly (in place on the float32 array)
+    x -= np.asarray((127.5,) * 3)
+    x /= np.asarray((127.5,) * 3)
+    x = np.clip(x, -1, 1)
+    assert x.dtype == np.float32 and x.shape == (size, size, 3)
+    return x, name
+
+
+def hf_preprocess(img, size):
+    """Gemma3ImageProcessor (no pan-and-scan): resize BILINEAR, rescale 1/255, normalize mean 0.5 std 0.5."""
+    resized = np.array(Image.fromarray(img).resize((size, size), resample=Image.Resampling.BILINEAR))
+    x = (resized.astype(np.float64) * (1 / 255)).astype(np.float32)  # image_transforms.rescale
+    mean = np.array([0.5] * 3, dtype=np.float32)  # image_transforms.normalize: mean/std in the image dtype
+    std = np.array([0.5] * 3, dtype=np.float32)
+    x = (x - mean) / std
+    assert x.dtype == np.float32 and x.shape == (size, size, 3)
+    return x
+
+
+def image_token_outputs(w, o, c):
+    """VisionEmbedder outputs for IMAGE_TOKEN_FILES, MaxText and HF preprocessing; float32 [n, 256, E]."""
+    size = c["image_size"]
+    imgs = [load_rgb(f) for f in IMAGE_TOKEN_FILES]
+    mt = [maxtext_preprocess(im, size) for im in imgs]
+    pix = {"maxtext": np.stack([x for x, _ in mt]).astype(F32),
+           "hf": np.stack([hf_preprocess(im, size) for im in imgs]).astype(F32)}
+    res = {}
+    for k, px in pix.items():
+        assert px.min() >= -1.0 and px.max() <= 1.0, k
+        cc = dict(c, N=px.shape[0])
+        out = maxtext_forward(w, px, cc)["out"]
+        err = (out - hf_forward(o, px, cc)["out"]).abs().max().item()
+        assert err < 1e-10, (k, err)
+        assert torch.isfinite(out).all() and tuple(out.shape) == (len(imgs), MM_TOKENS, c["E"]), k
+        res[k] = out.numpy().astype(F32)
+    meta = {"files": ["tests/fixtures/images/" + f for f in IMAGE_TOKEN_FILES], "size": size,
+            "maxtext_filters": [nm for _, nm in mt], "hf_filter": "bilinear",
+            "outputs": {"maxtext": "image_tokens_maxtext.npy", "hf": "image_tokens_hf.npy"},
+            "what": "VisionEmbedder output for the files (opened with Pillow, .convert('RGB')), preprocessed by "
+                    "MaxText's preprocess_mm_data_gemma3 at (size, size) / HF Gemma3ImageProcessor at size x size"}
+    return res, meta
+
+
 def hf_config(c):
     return {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
             "mm_tokens_per_image": MM_TOKENS,
@@ -304,7 +379,7 @@ def hf_config(c):
             "text_config": {"model_type": "gemma3_text", "hidden_size": c["E"], "rms_norm_eps": EPS}}
 
 
-def make_case(name, seed, image_size, p, D, heads, F_, L, E, N):
+def make_case(name, seed, image_size, p, D, heads, F_, L, E, N, image_tokens=False):
     c = dict(image_size=image_size, p=p, D=D, heads=heads, F=F_, L=L, E=E, N=N, T=(image_size // p) ** 2)
     g = rng(seed)
     w, hf_norm = maxtext_weights(g, c)
@@ -340,7 +415,7 @@ def make_case(name, seed, image_size, p, D, heads, F_, L, E, N):
         json.dump(hf_config(c), f, indent=1, sort_keys=True)
     for k, v in outs.items():
         save_npy(d, k, v.numpy().astype(F32))
-    save_meta(d, {
+    meta = {
         "what": "MaxText Gemma 3 vision encoder (Gemma3VisionEncoderLayer + VisionEmbedder), float64 from float32 "
                 "weights; outputs after each stage",
         "kind": "gemma3_vision", "maxtext_commit": "e591f30",
@@ -355,7 +430,16 @@ def make_case(name, seed, image_size, p, D, heads, F_, L, E, N):
                            "posemb_type_for_vit": "learn", "normalization_layer_epsilon": EPS, "emb_dim": E},
         "outputs": ["embedded"] + [f"block_{i}" for i in range(L)] + ["encoder_norm", "exit", "out"],
         "pixels_layout": "NHWC float32 in [-1, 1]",
-    })
+    }
+    if image_tokens:
+        # After the case's own files; no random draws, so nothing above depends on it.
+        toks, meta["image_tokens"] = image_token_outputs(w, o, c)
+        for k, v in toks.items():
+            save_npy(d, "image_tokens_" + k, v)
+        print("%s: image tokens %s, filters %s, max|maxtext| %.3f, max|hf| %.3f, max|maxtext - hf| %.3g" % (
+            name, toks["maxtext"].shape, meta["image_tokens"]["maxtext_filters"], np.abs(toks["maxtext"]).max(),
+            np.abs(toks["hf"]).max(), np.abs(toks["maxtext"] - toks["hf"]).max()))
+    save_meta(d, meta)
     print("%s: T=%d, max|out| %.3f, max|encoder_norm| %.3f, max|block_%d| %.3f, hf check ok" % (
         name, c["T"], outs["out"].abs().max().item(), outs["encoder_norm"].abs().max().item(), L - 1,
         outs[f"block_{L - 1}"].abs().max().item()))
@@ -364,7 +448,8 @@ def make_case(name, seed, image_size, p, D, heads, F_, L, E, N):
 def main():
     torch.set_grad_enabled(False)
     make_case("gemma3_vision_pool", 3001, image_size=64, p=2, D=16, heads=2, F_=24, L=2, E=32, N=2)
-    make_case("gemma3_vision_nopool", 3002, image_size=32, p=2, D=16, heads=4, F_=20, L=1, E=32, N=1)
+    make_case("gemma3_vision_nopool", 3002, image_size=32, p=2, D=16, heads=4, F_=20, L=1, E=32, N=1,
+              image_tokens=True)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,8 @@ TEST_CASE("every command's documented options pass the check", "[cli]") {
                                          "--max-new-tokens", "64", "--alias", "m", "--api-key", "k",
                                          "--max-body", "65536", "--threads", "2", "--kv-type", "float16"})));
   CHECK_NOTHROW(cli::check_options(args({"serve", "--weights", "w", "--api-key-file", "k"})));
+  CHECK_NOTHROW(cli::check_options(args({"vision", "--weights", "w", "--image", "a.png", "--image", "b.jpg",
+                                         "--image-preprocess", "hf", "--out", "t.npy", "--threads", "1"})));
   CHECK_NOTHROW(cli::check_options(args({"info", "--config", "c.yml", "num_decoder_layers=2"})));
   CHECK_NOTHROW(cli::check_options(args({"tokenize", "--tokenizer", "t", "--text", "a=b", "--add-special", "off"})));
   CHECK_NOTHROW(cli::check_options(args({"detokenize", "--tokenizer", "t", "--ids", "1,2", "--skip-special", "on"})));
@@ -97,6 +99,12 @@ TEST_CASE("unknown or unused or repeated options and stray overrides are refused
   refused({"serve", "--weights", "w", "--api-keyfile", "k"}, "did you mean --api-key-file?");
   refused({"serve", "--weights", "w", "--paralel", "2"}, "did you mean --parallel?");
   refused({"serv", "--weights", "w"}, "unknown command 'serv' (did you mean 'serve'?)");
+  // vision: --image repeats; sampling, prompts and config overrides are not its business.
+  refused({"vision", "--weights", "w", "--image", "a.png", "--prompt", "p"}, "vision: option --prompt is not used");
+  refused({"vision", "--weights", "w", "--images", "a.png"}, "did you mean --image?");
+  refused({"vision", "--weights", "w", "--image", "a.png", "--out", "a.npy", "--out", "b.npy"},
+          "option --out given 2 times (only --stop and --image repeat)");
+  refused({"vision", "--weights", "w", "--image", "a.png", "dtype=float32"}, "vision takes no key=value config overrides");
 }
 
 TEST_CASE("the program refuses a misspelled option before running anything", "[cli]") {
