@@ -10,8 +10,11 @@
 // block and the pooling, at test::tol::f32_logits (errors grow with depth).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -98,6 +101,127 @@ TEST_CASE("Gemma 3 vision tower with as many patches as tokens (no pooling) matc
   check_tower<test::Backend>("gemma3_vision_nopool", false);
   check_tower<test::Backend>("gemma3_vision_nopool", true);
   if constexpr (test::kDefaultBackend) check_tower<reference::Backend>("gemma3_vision_nopool", true);
+}
+
+TEST_CASE("vision ops: full attention, affine LayerNorm and grid pooling against float64 loops", "[models][vision][backend]") {
+  // Random inputs; the expectations are computed here in double from their definitions (backend/reference/vision.hpp).
+  // full_attention at T = 40 (the tiled kernel) and T = 100 (the CPU's GEMM path), two sequences of 3 heads of 8.
+  test::Backend be;
+  Scratch scratch(be.memory());
+  std::uint64_t seed = 12345;
+  const auto uniform = [&] {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<double>(seed >> 40) / static_cast<double>(1ull << 24)) * 2.0f - 1.0f;
+  };
+  const auto upload = [&](const std::vector<float>& h, std::vector<std::int64_t> shape) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    View<float, 2> d = scratch.alloc<float, 2>({n / shape.back(), shape.back()});
+    be.copy(d.data(), h.data(), h.size() * sizeof(float), CopyKind::host_to_device);
+    return d;
+  };
+  const auto download = [&](View<float, 2> d) {
+    std::vector<float> h(static_cast<std::size_t>(d.dim(0) * d.dim(1)));
+    be.copy(h.data(), d.data(), h.size() * sizeof(float), CopyKind::device_to_host);
+    be.synchronize();
+    return h;
+  };
+  for (const std::int64_t T : {std::int64_t{40}, std::int64_t{100}}) {
+    const std::int64_t n = 2, H = 3, d = 8, W = H * d;
+    std::vector<float> qh(static_cast<std::size_t>(n * T * W)), kh(qh.size()), vh(qh.size());
+    for (auto* vec : {&qh, &kh, &vh}) {
+      for (float& x : *vec) x = uniform() * 1.5f;
+    }
+    View<float, 2> q = upload(qh, {n * T, W}), k = upload(kh, {n * T, W}), v = upload(vh, {n * T, W});
+    View<float, 2> o = scratch.alloc<float, 2>({n * T, W});
+    const auto four = [&](View<float, 2> r) { return View<float, 4>(r.data(), {n, T, H, d}, {T * W, W, d, 1}); };
+    const std::vector<std::int32_t> zeros(2, 0), lens(2, static_cast<std::int32_t>(T));
+    View<std::int32_t, 1> qs = scratch.alloc<std::int32_t, 1>({2}), kl = scratch.alloc<std::int32_t, 1>({2});
+    be.copy(qs.data(), zeros.data(), 8, CopyKind::host_to_device);
+    be.copy(kl.data(), lens.data(), 8, CopyKind::host_to_device);
+    AttentionMask mask;
+    mask.q_start = qs;
+    mask.kv_len = kl;
+    mask.causal = false;
+    full_attention(be, View<const float, 4>(four(q)), View<const float, 4>(four(k)), View<const float, 4>(four(v)),
+                   mask, four(o));
+    const std::vector<float> got = download(o);
+    double worst = 0.0;
+    for (std::int64_t b = 0; b < n; ++b) {
+      for (std::int64_t h = 0; h < H; ++h) {
+        for (std::int64_t t = 0; t < T; ++t) {
+          std::vector<double> p(static_cast<std::size_t>(T));
+          double mx = -1e300, sum = 0.0;
+          for (std::int64_t s2 = 0; s2 < T; ++s2) {
+            double dot = 0.0;
+            for (std::int64_t j = 0; j < d; ++j) {
+              dot += static_cast<double>(qh[static_cast<std::size_t>((b * T + t) * W + h * d + j)]) *
+                     kh[static_cast<std::size_t>((b * T + s2) * W + h * d + j)];
+            }
+            p[static_cast<std::size_t>(s2)] = dot;
+            mx = std::max(mx, dot);
+          }
+          for (double& x : p) sum += (x = std::exp(x - mx));
+          for (std::int64_t j = 0; j < d; ++j) {
+            double acc = 0.0;
+            for (std::int64_t s2 = 0; s2 < T; ++s2) {
+              acc += p[static_cast<std::size_t>(s2)] / sum * vh[static_cast<std::size_t>((b * T + s2) * W + h * d + j)];
+            }
+            worst = std::max(worst, std::abs(acc - got[static_cast<std::size_t>((b * T + t) * W + h * d + j)]));
+          }
+        }
+      }
+    }
+    INFO("T = " << T << ": max abs error " << worst);
+    CHECK(worst < 2e-6);  // outputs are averages of values in [-1.5, 1.5]: a few f32 ulps
+  }
+
+  // affine_layer_norm (plain scale and bias) and avg_pool_grid (two 4x4 grids, window 2).
+  const std::int64_t M = 32, D = 24;
+  std::vector<float> xh(static_cast<std::size_t>(M * D)), sh(static_cast<std::size_t>(D)), bh(sh.size());
+  for (float& x : xh) x = uniform() * 3.0f + 0.5f;
+  for (float& x : sh) x = 1.0f + 0.3f * uniform();
+  for (float& x : bh) x = 0.2f * uniform();
+  View<float, 2> x = upload(xh, {M, D}), y = scratch.alloc<float, 2>({M, D});
+  View<float, 2> sd = upload(sh, {1, D}), bd = upload(bh, {1, D});
+  affine_layer_norm(be, View<const float, 2>(x), View<const float, 1>(sd.data(), {D}), View<const float, 1>(bd.data(), {D}),
+                    1e-6f, y);
+  std::vector<float> got = download(y);
+  double worst = 0.0;
+  for (std::int64_t m = 0; m < M; ++m) {
+    double mean = 0.0, var = 0.0;
+    for (std::int64_t i = 0; i < D; ++i) mean += xh[static_cast<std::size_t>(m * D + i)];
+    mean /= D;
+    for (std::int64_t i = 0; i < D; ++i) var += std::pow(xh[static_cast<std::size_t>(m * D + i)] - mean, 2.0);
+    var /= D;
+    for (std::int64_t i = 0; i < D; ++i) {
+      const double want = (xh[static_cast<std::size_t>(m * D + i)] - mean) / std::sqrt(var + 1e-6) * sh[static_cast<std::size_t>(i)] +
+                          bh[static_cast<std::size_t>(i)];
+      worst = std::max(worst, std::abs(want - got[static_cast<std::size_t>(m * D + i)]));
+    }
+  }
+  INFO("layer norm: max abs error " << worst);
+  CHECK(worst < 2e-6);
+  View<float, 2> pooled = scratch.alloc<float, 2>({8, D});
+  avg_pool_grid(be, View<const float, 2>(x), 2, 4, 2, pooled);
+  got = download(pooled);
+  worst = 0.0;
+  for (std::int64_t b = 0; b < 2; ++b) {
+    for (std::int64_t oy = 0; oy < 2; ++oy) {
+      for (std::int64_t ox = 0; ox < 2; ++ox) {
+        for (std::int64_t i = 0; i < D; ++i) {
+          double want = 0.0;
+          for (std::int64_t wy = 0; wy < 2; ++wy) {
+            for (std::int64_t wx = 0; wx < 2; ++wx) want += xh[static_cast<std::size_t>(((b * 4 + oy * 2 + wy) * 4 + ox * 2 + wx) * D + i)];
+          }
+          worst = std::max(worst, std::abs(want / 4 - got[static_cast<std::size_t>(((b * 2 + oy) * 2 + ox) * D + i)]));
+        }
+      }
+    }
+  }
+  INFO("pooling: max abs error " << worst);
+  CHECK(worst < 1e-6);
+  CHECK_THROWS_AS(avg_pool_grid(be, View<const float, 2>(x), 2, 4, 3, pooled), ShapeError);
 }
 
 TEST_CASE("Gemma 3 vision tower refuses bad sizes, pictures and checkpoints by name", "[models][gemma3][vision]") {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "maxtext/backend/ops.hpp"
 #include "maxtext/backend/reference/vision.hpp"
 #include "maxtext/core/tensor.hpp"
 #if defined(__CUDACC__)
@@ -20,9 +21,11 @@
 namespace maxtext {
 
 template <class B>
-concept BackendVision = requires(const B& b, View<const float, 2> x, View<const float, 1> s, View<float, 2> y) {
+concept BackendVision = requires(const B& b, View<const float, 2> x, View<const float, 1> s, View<float, 2> y,
+                                  View<const float, 4> q, const AttentionMask& m, View<float, 4> o) {
   affine_layer_norm(b, x, s, s, 1e-6f, y);
   avg_pool_grid(b, x, std::int64_t{1}, std::int64_t{4}, std::int64_t{2}, y);
+  full_attention(b, q, q, q, m, o);
 };
 
 }  // namespace maxtext

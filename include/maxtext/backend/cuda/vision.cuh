@@ -88,4 +88,10 @@ inline void avg_pool_grid(const Backend& be, View<const float, 2> x, std::int64_
   MAXTEXT_CUDA_LAUNCH_CHECK("avg_pool_grid");
 }
 
+/// The tower's attention: the backend's attention kernel with the plain (non-causal) mask.
+inline void full_attention(const Backend& be, View<const float, 4> q, View<const float, 4> k, View<const float, 4> v,
+                           const AttentionMask& mask, View<float, 4> out) {
+  be.attention(q, k, v, mask, AttentionOptions{}, View<const float, 1>{}, out);
+}
+
 }  // namespace maxtext::cuda

@@ -10,11 +10,15 @@
 //   avg_pool_grid(be, x [n*S*S, D], n, S, k, y [n*(S/k)*(S/k), D]): each of n images' S x S grid of rows (row-major)
 //     averaged over k x k windows with stride k (nnx.avg_pool, VALID): the sum of the k*k rows in f32 order
 //     (window row by row), divided by k*k.
+//   full_attention(be, q [n,T,H,d], k [n,T,H,d], v [n,T,H,d], mask, out [n,T,H,d]): every query over every key of
+//     its sequence (mask: no cache offset, not causal; q already scaled), out = softmax(q k^T) v per head, f32; the
+//     backend's attention() is its definition (the CPU version computes it with matrix products).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "maxtext/backend/ops.hpp"
 #include "maxtext/backend/reference/backend.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
@@ -61,6 +65,11 @@ inline void avg_pool_grid(const Backend&, View<const float, 2> x, std::int64_t n
       }
     }
   }
+}
+
+inline void full_attention(const Backend& be, View<const float, 4> q, View<const float, 4> k, View<const float, 4> v,
+                           const AttentionMask& mask, View<float, 4> out) {
+  be.attention(q, k, v, mask, AttentionOptions{}, View<const float, 1>{}, out);
 }
 
 }  // namespace maxtext::reference

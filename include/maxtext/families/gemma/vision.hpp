@@ -11,7 +11,8 @@
 //     nothing when T = 256); VisionEmbedder: RMSNorm (scale as stored) then x . w, w [D, E].
 // LN is flax's LayerNorm (y = (x - mean) / sqrt(var + eps) * scale + bias). Everything runs in float32: MaxText's
 // dtype_mm (float32 by default, and the only value honoured here). The operations the decoder's backends lack
-// (the affine LayerNorm, the grid pooling) are in backend/vision.hpp, with reference, CPU and CUDA versions.
+// (the affine LayerNorm, the grid pooling; an attention over whole sequences through the GEMM on the CPU) are in
+// backend/vision.hpp, with reference, CPU and CUDA versions.
 //
 // Weights: MaxText's tree (vision_encoder.Gemma3VisionEncoderLayer_0..., vision_encoder.VisionEmbedder_0...), or a
 // Hugging Face Gemma3ForConditionalGeneration checkpoint's vision_tower.* and multi_modal_projector.* tensors through
@@ -321,8 +322,8 @@ class Gemma3VisionEncoder {
       qkv_.forward(ctx, bp.key, View<const A, 2>(h), k);
       qkv_.forward(ctx, bp.value, View<const A, 2>(h), v);
       be.scale(q, qscale);
-      be.attention(View<const A, 4>(heads4(q)), View<const A, 4>(heads4(k)), View<const A, 4>(heads4(v)), mask,
-                   AttentionOptions{}, View<const A, 1>{}, heads4(o));
+      full_attention(be, View<const A, 4>(heads4(q)), View<const A, 4>(heads4(k)), View<const A, 4>(heads4(v)), mask,
+                     heads4(o));
       out_.forward(ctx, bp.out, View<const A, 2>(o), h);
       ctx.sow(blk + ".MultiHeadDotProductAttention_0", View<const A, 2>(h));
       be.add(View<const A, 2>(x), View<const A, 2>(h), x);
