@@ -27,6 +27,10 @@ from ._maxtext_cpp import (  # noqa: F401
 )
 from . import _maxtext_cpp
 
+# Images and Gemma 3's vision tower (docs/vision.md), where the module was built with libpng and libjpeg.
+if hasattr(_maxtext_cpp, "Gemma3Vision"):
+    from ._maxtext_cpp import Gemma3Vision, read_image, resize_image  # noqa: F401
+
 _here = _os.path.dirname(_os.path.abspath(__file__))
 # Model configs (configs/models/<model_name>.yml): shipped inside the package by `pip install`, else the checkout's.
 _config_dirs = [d for d in (_os.path.join(_here, "configs"),

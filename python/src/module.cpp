@@ -474,9 +474,18 @@ py::list rows_data(const testing::CheckResult& r) {
 using namespace maxtext;
 using namespace maxtext::python;
 
+#if defined(MAXTEXT_PYTHON_VISION)
+namespace maxtext::python {
+void register_vision(py::module_& m);  // vision.cpp: images and Gemma 3's vision tower
+}
+#endif
+
 PYBIND11_MODULE(_maxtext_cpp, m) {
   m.doc() = "maxtext-cpp: MaxText's transformer layers in C++ (see docs/python.md)";
   register_errors(m);
+#if defined(MAXTEXT_PYTHON_VISION)
+  maxtext::python::register_vision(m);
+#endif
 
   m.def("_set_config_dirs", [](std::vector<std::string> dirs) { g_config_dirs = std::move(dirs); },
         "Directories searched for configs/models/<model_name>.yml (after $MAXTEXT_CONFIG_DIR).");

@@ -1,0 +1,66 @@
+"""maxtext_cpp.read_image / resize_image against Pillow itself (Debian's python3-pil), and Gemma3Vision against the
+float64 re-statement of MaxText's Gemma 3 vision tower (tests/reference/gemma3_vision_reference.py's fixtures)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import F32_LOGITS, fixture
+
+IMAGES = fixture("images")
+
+
+def vision_or_skip(mc):
+    if not hasattr(mc, "Gemma3Vision"):
+        pytest.skip("maxtext_cpp was built without libpng / libjpeg (no vision)")
+
+
+def test_read_and_resize_equal_pillow(mc):
+    vision_or_skip(mc)
+    Image = pytest.importorskip("PIL.Image")
+    manifest = json.load(open(os.path.join(IMAGES, "manifest.json")))
+    files = [e["file"] for e in manifest["images"] if e["expect"] == "rgb"]
+    assert len(files) >= 20
+    for f in files:
+        path = os.path.join(IMAGES, f)
+        want = np.asarray(Image.open(path).convert("RGB"))
+        got = mc.read_image(path)
+        assert got.dtype == np.uint8 and got.shape == want.shape, f
+        assert np.array_equal(got, want), f
+    src = os.path.join(IMAGES, "png_rgb8_64x48.png")
+    pil = Image.open(src).convert("RGB")
+    for name, flt in [("nearest", Image.NEAREST), ("bilinear", Image.BILINEAR), ("bicubic", Image.BICUBIC),
+                      ("lanczos", Image.LANCZOS), ("box", Image.BOX), ("hamming", Image.HAMMING)]:
+        for w, h in [(29, 17), (100, 77), (64, 5)]:
+            want = np.asarray(pil.resize((w, h), resample=flt))
+            assert np.array_equal(mc.resize_image(src, w, h, name), want), (name, w, h)
+            assert np.array_equal(mc.resize_image(np.asarray(pil), w, h, name), want), (name, w, h)
+    with pytest.raises(mc.IoError, match="CMYK"):
+        mc.read_image(os.path.join(IMAGES, "jpeg_cmyk_q90_37x23.jpg"))
+    with pytest.raises(mc.ArgumentError, match="unknown resize filter 'cubicspline'"):
+        mc.resize_image(src, 4, 4, "cubicspline")
+
+
+def test_gemma3_vision_tower_matches_the_float64_reference(mc):
+    vision_or_skip(mc)
+    d = fixture("gemma3_vision_pool")
+    tower = mc.Gemma3Vision(os.path.join(d, "hf"))
+    assert tower.config["num_layers"] == 2 and tower.config["emb_dim"] == 32
+    pixels = np.load(os.path.join(d, "pixels.npy"))
+    block = "vision_encoder.Gemma3VisionEncoderLayer_0.Transformer.encoderblock_1"
+    tokens, caps = tower.encode(pixels, capture=[block])
+    np.testing.assert_allclose(tokens, np.load(os.path.join(d, "out.npy")), **F32_LOGITS)
+    np.testing.assert_allclose(caps[block], np.load(os.path.join(d, "block_1.npy")), rtol=1e-5, atol=8e-6)
+    # Picture files, preprocessed as MaxText's and Hugging Face's processors do (Pillow + NumPy in the reference).
+    n = fixture("gemma3_vision_nopool")
+    small = mc.Gemma3Vision(os.path.join(n, "hf"), threads=1)
+    files = [os.path.join(IMAGES, "png_rgb8_64x48.png"), os.path.join(IMAGES, "jpeg_rgb_q90_420_37x23.jpg")]
+    for how in ("maxtext", "hf"):
+        np.testing.assert_allclose(small.encode(files, how=how), np.load(os.path.join(n, f"image_tokens_{how}.npy")),
+                                   **F32_LOGITS)
+    assert small.preprocess(files[0]).shape == (32, 32, 3)
+    with pytest.raises(mc.ShapeError, match=r"pictures must be \[n, 32, 32, 3\]"):
+        small.encode(np.zeros((1, 30, 32, 3), np.float32))
+    with pytest.raises(mc.IoError, match="no config.json"):
+        mc.Gemma3Vision(os.path.join(IMAGES))
