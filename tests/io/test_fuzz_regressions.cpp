@@ -15,7 +15,9 @@
 #include "entry/chat_template.hpp"
 #include "entry/configs.hpp"
 #include "entry/gguf.hpp"
+#if defined(MAXTEXT_WITH_IMAGE)
 #include "entry/image.hpp"
+#endif
 #include "entry/grammar.hpp"
 #include "entry/server.hpp"
 #include "entry/llama2c.hpp"
@@ -49,7 +51,9 @@ const std::map<std::string, Entry>& entries() {
       {"grammar", fuzz_grammar},
       {"json_schema", fuzz_json_schema},
       {"openai_request", fuzz_openai_request},
+#if defined(MAXTEXT_WITH_IMAGE)
       {"image", fuzz_image},
+#endif
       {"yaml_config", fuzz_yaml_config},
       {"hf_config", fuzz_hf_config},
       {"q8_0", fuzz_q8_0},
