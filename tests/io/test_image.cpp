@@ -17,6 +17,7 @@
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/image_resize.hpp"
 #include "maxtext/io/npy.hpp"
+#include "maxtext/tokenizer/tokenizer.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -219,4 +220,29 @@ TEST_CASE("images: bad files are refused by name: other formats, truncation, cor
   refused_with([&] { (void)io::read_image(png, small); }, "exceeds the limit of 10");
   CHECK_THROWS_AS(io::parse_resize_filter("cubicspline"), ArgumentError);
   CHECK_THROWS_AS(io::resize_image(io::Image(4, 4), 0, 3, io::ResizeFilter::bilinear), ArgumentError);
+}
+
+TEST_CASE("images: Gemma 3 prompts get each picture's placeholder tokens, as MaxText and Hugging Face write them",
+          "[image][gemma3][tokenizers]") {
+  const std::string dir = test::shared_dir() + "/models/tokenizers/gemma3";
+  test::require(dir + "/tokenizer.json", "Gemma 3 tokenizer");
+  const auto tk = tokenizer::open_tokenizer(dir + "/tokenizer.json");
+  const auto ids = tk->encode("Compare <start_of_image> with <start_of_image>, please.", false);
+  const io::Gemma3ImagePrompt p = io::gemma3_expand_image_tokens(ids, 2);
+  // Hugging Face's Gemma3Processor replaces each marker with this text and tokenises the whole prompt.
+  std::string seq = "\n\n<start_of_image>";
+  for (int i = 0; i < 256; ++i) seq += "<image_soft_token>";
+  seq += "<end_of_image>\n\n";
+  const auto want = tk->encode("Compare " + seq + " with " + seq + ", please.", false);
+  CHECK(p.ids == want);
+  REQUIRE(p.soft_starts.size() == 2);
+  for (const std::int64_t s : p.soft_starts) {
+    CHECK(p.ids[static_cast<std::size_t>(s - 1)] == 255999);
+    CHECK(p.ids[static_cast<std::size_t>(s)] == 262144);
+    CHECK(p.ids[static_cast<std::size_t>(s + 255)] == 262144);
+    CHECK(p.ids[static_cast<std::size_t>(s + 256)] == 256000);
+  }
+  CHECK_THROWS_WITH(io::gemma3_expand_image_tokens(ids, 1),
+                    Catch::Contains("2 <start_of_image> marker(s) for 1 picture(s)"));
+  CHECK_THROWS_WITH(io::gemma3_expand_image_tokens(p.ids, 2), Catch::Contains("already holds an <image_soft_token>"));
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
@@ -55,6 +56,48 @@ inline Tensor<float, 3> gemma3_preprocess(const Image& img, std::int64_t size = 
     }
   }
   for (std::size_t i = 0; i < r.rgb.size(); ++i) out.data()[i] = lut[r.rgb[i]];
+  return out;
+}
+
+/// Gemma 3's image token ids (its tokenizer's added tokens; MaxText's processor_gemma3.py constants).
+struct Gemma3ImageTokens {
+  std::int32_t begin = 255999;        ///< <start_of_image>
+  std::int32_t end = 256000;          ///< <end_of_image>
+  std::int32_t soft = 262144;         ///< <image_soft_token>, the placeholder the vision tokens replace
+  std::int32_t double_newline = 108;  ///< "\n\n"
+  std::int64_t per_image = 256;       ///< soft tokens per picture (mm_tokens_per_image)
+};
+
+/// A prompt with each picture's placeholders, and where they are.
+struct Gemma3ImagePrompt {
+  std::vector<std::int32_t> ids;
+  std::vector<std::int64_t> soft_starts;  ///< index in `ids` of each picture's first soft token, in order
+};
+
+/// Each <start_of_image> of a tokenised prompt expanded to "\n\n<start_of_image>" + per_image x <image_soft_token> +
+/// "<end_of_image>\n\n" (MaxText's add_extra_tokens_for_images_gemma3; the same ids as Hugging Face's Gemma3Processor
+/// writes as text and tokenises). `images`: the pictures given, which must match the markers in number.
+inline Gemma3ImagePrompt gemma3_expand_image_tokens(const std::vector<std::int32_t>& ids, std::int64_t images,
+                                                    const Gemma3ImageTokens& t = {}) {
+  Gemma3ImagePrompt out;
+  std::int64_t markers = 0;
+  for (const std::int32_t id : ids) {
+    MAXTEXT_CHECK(id != t.soft, ArgumentError, "[image] the prompt already holds an <image_soft_token> (id ", t.soft,
+                  "): write one <start_of_image> per picture, the placeholders are added here");
+    if (id != t.begin) {
+      out.ids.push_back(id);
+      continue;
+    }
+    ++markers;
+    out.ids.push_back(t.double_newline);
+    out.ids.push_back(t.begin);
+    out.soft_starts.push_back(static_cast<std::int64_t>(out.ids.size()));
+    out.ids.insert(out.ids.end(), static_cast<std::size_t>(t.per_image), t.soft);
+    out.ids.push_back(t.end);
+    out.ids.push_back(t.double_newline);
+  }
+  MAXTEXT_CHECK(markers == images, ArgumentError, "[image] the prompt has ", markers, " <start_of_image> marker(s) for ",
+                images, " picture(s): one marker per picture");
   return out;
 }
 
