@@ -366,6 +366,17 @@ struct AttnCase {
   bool causal = true, segments = false, sinks = false;
   std::int64_t window = 0, chunk = 0;
   float soft_cap = 0.0f;
+  /// Pictures (AttentionMask::bidir_begin / bidir_end): per batch row, step positions [t0, t1) whose queries also see
+  /// each other's keys (cache indices q_start + t0 .. q_start + t1), whatever the causal and window terms say.
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> pictures;
+  /// The cache range [begin, end) of query (b, t)'s picture; begin == end outside pictures.
+  std::pair<std::int64_t, std::int64_t> picture(std::int64_t b, std::int64_t t) const {
+    if (static_cast<std::size_t>(b) >= pictures.size()) return {0, 0};
+    for (const auto& [t0, t1] : pictures[static_cast<std::size_t>(b)]) {
+      if (t >= t0 && t < t1) return {q_start[static_cast<std::size_t>(b)] + t0, q_start[static_cast<std::size_t>(b)] + t1};
+    }
+    return {0, 0};
+  }
 };
 
 /// Double-precision reference of spec attention.md §1-2 on the same (already rounded) inputs.
@@ -382,10 +393,12 @@ std::vector<double> attention_reference(const AttnCase& c, const Tensor<A, 4>& q
         const std::int64_t len = c.kv_len[static_cast<std::size_t>(b)];
         std::vector<double> l;
         std::vector<std::int64_t> idx;
+        const auto [pb, pe] = c.picture(b, t);
         for (std::int64_t s = 0; s < len; ++s) {
-          if (c.causal && s > qi) continue;
-          if (c.window > 0 && s <= qi - c.window) continue;
-          if (c.chunk > 0 && s / c.chunk != qi / c.chunk) continue;
+          const bool in_picture = s >= pb && s < pe;  // OR'ed to the other terms (MaxText's bidirectional_mask)
+          if (!in_picture && c.causal && s > qi) continue;
+          if (!in_picture && c.window > 0 && s <= qi - c.window) continue;
+          if (!in_picture && c.chunk > 0 && s / c.chunk != qi / c.chunk) continue;
           if (c.segments && (kseg(b, s) != qseg(b, t) || kseg(b, s) < 0)) continue;
           double d = 0;
           for (std::int64_t i = 0; i < c.Dq; ++i) d += static_cast<double>(to_float(q(b, t, n, i))) * to_float(k(b, s, kh, i));
@@ -435,8 +448,20 @@ void check_attention(const AttnCase& c, int threads, std::uint32_t seed) {
     q_start(b) = c.q_start[static_cast<std::size_t>(b)];
     kv_len(b) = c.kv_len[static_cast<std::size_t>(b)];
   }
-  const AttentionMask mask = test::attention_mask(q_start.cview(), kv_len.cview(), qseg.cview(), kseg.cview(),
-                                                  {c.segments, c.causal, c.window, c.chunk});
+  AttentionMask mask = test::attention_mask(q_start.cview(), kv_len.cview(), qseg.cview(), kseg.cview(),
+                                            {c.segments, c.causal, c.window, c.chunk});
+  Tensor<std::int32_t, 2> pic_begin({c.B, c.T}), pic_end({c.B, c.T});
+  if (!c.pictures.empty()) {
+    for (std::int64_t b = 0; b < c.B; ++b) {
+      for (std::int64_t t = 0; t < c.T; ++t) {
+        const auto [pb, pe] = c.picture(b, t);
+        pic_begin(b, t) = static_cast<std::int32_t>(pb);
+        pic_end(b, t) = static_cast<std::int32_t>(pe);
+      }
+    }
+    mask.bidir_begin = pic_begin.cview();
+    mask.bidir_end = pic_end.cview();
+  }
   AttentionOptions opt;
   opt.soft_cap = c.soft_cap;
   opt.float32_qk_product = true;  // the f32 flow; bf16 rounding of logits is covered by the bf16 tolerance below
@@ -499,6 +524,16 @@ TEST_CASE("Blocked attention matches a double-precision softmax", "[backend][cpu
         masked.segments = true;
         check_attention<float>(masked, threads, seed++);
         check_attention<bf16>(masked, threads, seed++);
+        AttnCase pics = pre;  // two pictures in the step, one longer than the sliding window (Gemma 3's local layers)
+        pics.pictures = {{{2, 5}, {7, 18}}};
+        check_attention<float>(pics, threads, seed++);
+        pics.window = 3;
+        check_attention<float>(pics, threads, seed++);
+        check_attention<bf16>(pics, threads, seed++);
+        AttnCase few = pics;  // fewer than 8 queries: the one-query path; a second row without pictures
+        few.B = 2, few.T = 6, few.q_start = {5, 9}, few.kv_len = {11, 15};
+        few.pictures = {{{1, 5}}, {}};
+        check_attention<float>(few, threads, seed++);
       }
     }
   }

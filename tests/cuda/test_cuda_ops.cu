@@ -241,6 +241,7 @@ struct Case {
   bool segments = false, sinks = false, causal = true;
   std::int64_t window = 0, chunk = 0;
   float cap = 0.0f;
+  std::vector<std::pair<std::int64_t, std::int64_t>> pictures;  ///< step positions [t0, t1) of every row's pictures
 };
 
 /// KV: the cache type (A, or f16 / bf16 under f32 activations; the reference reads the same rounded rows).
@@ -259,15 +260,36 @@ void check_attention(const Case& c, const std::string& what) {
     for (std::int64_t t = 0; t < c.T; ++t) qseg(b, t) = kseg(b, std::min(c.S - 1, qs(b) + t));
   }
   if (c.segments && c.B > 1) qseg(1, 0) = 9;  // a query that sees no key
+  // Pictures (AttentionMask::bidir_begin / bidir_end): each query of a picture also sees the picture's keys.
+  Tensor<std::int32_t, 2> pb({c.B, c.T}), pe({c.B, c.T});
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    for (std::int64_t t = 0; t < c.T; ++t) {
+      pb(b, t) = pe(b, t) = 0;
+      for (const auto& [t0, t1] : c.pictures) {
+        if (t >= t0 && t < t1) {
+          pb(b, t) = qs(b) + static_cast<std::int32_t>(t0);
+          pe(b, t) = qs(b) + static_cast<std::int32_t>(t1);
+        }
+      }
+    }
+  }
+  const auto pbd = dev(pb);
+  const auto ped = dev(pe);
   auto mask_of = [&](const Tensor<std::int32_t, 1>& a, const Tensor<std::int32_t, 1>& l, const Tensor<std::int32_t, 2>& s1,
-                     const Tensor<std::int32_t, 2>& s2) {
-    return test::attention_mask(a.cview(), l.cview(), s1.cview(), s2.cview(), {c.segments, c.causal, c.window, c.chunk});
+                     const Tensor<std::int32_t, 2>& s2, const Tensor<std::int32_t, 2>& p1, const Tensor<std::int32_t, 2>& p2) {
+    AttentionMask m =
+        test::attention_mask(a.cview(), l.cview(), s1.cview(), s2.cview(), {c.segments, c.causal, c.window, c.chunk});
+    if (!c.pictures.empty()) {
+      m.bidir_begin = p1.cview();
+      m.bidir_end = p2.cview();
+    }
+    return m;
   };
   AttentionOptions opt;
   opt.soft_cap = c.cap;
   Tensor<A, 4> orf({c.B, c.T, c.N, c.Dv});
-  ref_be.attention(q.cview(), k.cview(), v.cview(), mask_of(qs, kl, qseg, kseg), opt, c.sinks ? sinks.cview() : none<A>(),
-                   orf.view());
+  ref_be.attention(q.cview(), k.cview(), v.cview(), mask_of(qs, kl, qseg, kseg, pb, pe), opt,
+                   c.sinks ? sinks.cview() : none<A>(), orf.view());
   const auto qd = dev(q);
   const auto kd = dev(k);
   const auto vd = dev(v);
@@ -277,8 +299,8 @@ void check_attention(const Case& c, const std::string& what) {
   const auto qsegd = dev(qseg);
   const auto ksegd = dev(kseg);
   Tensor<A, 4> od({c.B, c.T, c.N, c.Dv}, gpu().memory());
-  gpu().attention(qd.cview(), kd.cview(), vd.cview(), mask_of(qsd, kld, qsegd, ksegd), opt, c.sinks ? sd.cview() : none<A>(),
-                  od.view());
+  gpu().attention(qd.cview(), kd.cview(), vd.cview(), mask_of(qsd, kld, qsegd, ksegd, pbd, ped), opt,
+                  c.sinks ? sd.cview() : none<A>(), od.view());
   expect_near(host(od), orf, std::is_same_v<A, float> ? 1e-5 : 2 * ulp_rel<A>(), 0.3, what);
 }
 }  // namespace
@@ -305,6 +327,14 @@ TEMPLATE_TEST_CASE("cuda attention (tiled prefill, split-KV decode) equals the r
   c = pre;
   c.causal = false;
   check_attention<A>(c, "bidirectional");
+  c = pre;
+  c.window = 4;
+  c.pictures = {{3, 6}, {12, 31}};
+  check_attention<A>(c, "prefill, sliding window, two pictures (Gemma 3's bidirectional mask)");
+  Case few{2, 5, 4, 2, 64, 64, 80, {10, 40}, {15, 45}};
+  few.window = 2;
+  few.pictures = {{0, 4}};
+  check_attention<A>(few, "five queries, one picture");
   Case dec{3, 1, 8, 1, 128, 128, 3000, {0, 999, 2999}, {1, 1000, 3000}};
   check_attention<A>(dec, "decode, MQA, long cache (split-KV)");
   dec.segments = true;

@@ -44,6 +44,12 @@ struct AttentionMask {
   bool causal = true;                      ///< key index <= query index
   std::int64_t sliding_window = 0;         ///< > 0: also query index - W < key index
   std::int64_t chunk = 0;                  ///< > 0: floor(query/C) == floor(key/C)
+  /// MaxText's bidirectional_mask (Gemma 3 / Gemma 4 pictures): query (b, t) also sees every key of
+  /// [bidir_begin(b, t), bidir_end(b, t)) (its picture's tokens, OR'ed to the terms above), nothing more where
+  /// begin >= end. Both [B, T] or both empty. The range holds the query and lies within one segment (the caller
+  /// checks), so the visible keys stay one contiguous range per query.
+  View<const std::int32_t, 2> bidir_begin;
+  View<const std::int32_t, 2> bidir_end;
 };
 
 /// Numerics knobs of AttentionOp. Spec: attention.md §1.

@@ -192,8 +192,10 @@ inline constexpr bool kLogits4 = false;
 
 /// Keys [lo, hi) that query position qi may see in a row of `len` cached keys (causal, window, chunk terms);
 /// segment ids are checked per key.
-MAXTEXT_INLINE void key_range(const AttentionMask& mask, std::int64_t len, std::int64_t qi, std::int64_t& lo,
-                              std::int64_t& hi) {
+/// A picture's range (bidir_begin / bidir_end of query (b, t)) joins it: both ranges hold the query, so their union
+/// is one range.
+MAXTEXT_INLINE void key_range(const AttentionMask& mask, std::int64_t len, std::int64_t b, std::int64_t t,
+                              std::int64_t qi, std::int64_t& lo, std::int64_t& hi) {
   lo = 0;
   hi = len;
   if (mask.causal) hi = std::min(hi, qi + 1);
@@ -201,6 +203,13 @@ MAXTEXT_INLINE void key_range(const AttentionMask& mask, std::int64_t len, std::
   if (mask.chunk > 0) {  // same chunk as the query (the upper end matters only without the causal term)
     lo = std::max(lo, (qi / mask.chunk) * mask.chunk);
     hi = std::min(hi, (qi / mask.chunk + 1) * mask.chunk);
+  }
+  if (!mask.bidir_end.empty()) {
+    const std::int64_t bb = mask.bidir_begin(b, t), be = std::min<std::int64_t>(mask.bidir_end(b, t), len);
+    if (bb < be) {
+      lo = std::min(lo, bb);
+      hi = std::max(hi, be);
+    }
   }
 }
 
@@ -404,7 +413,7 @@ void attention_tiled(int nt, View<const A, 4> q, View<const KV, 4> k, View<const
       std::int64_t blo = len, bhi = 0;
       for (std::int64_t r = 0; r < rows; ++r) {  // row r = head g, position t0 + ti
         const std::int64_t g = r / tq, ti = r % tq;
-        key_range(mask, len, start + t0 + ti, lo[r], hi[r]);
+        key_range(mask, len, b, t0 + ti, start + t0 + ti, lo[r], hi[r]);
         if (lo[r] < hi[r]) {
           blo = std::min(blo, lo[r]);
           bhi = std::max(bhi, hi[r]);
@@ -542,7 +551,7 @@ void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const 
       const std::int64_t rows = (h1 - h0) * G;  // row r is query head h0 G + r
       const std::int64_t start = mask.q_start(b), len = mask.kv_len(b);
       std::int64_t lo = 0, hi = 0;
-      key_range(mask, len, start + t, lo, hi);
+      key_range(mask, len, b, t, start + t, lo, hi);
       const std::int32_t qseg = mask.q_segment.empty() ? 0 : mask.q_segment(b, t);
       for (std::int64_t r = 0; r < rows; ++r) {
         vec::to_f32(&q(b, t, h0 * G + r, 0), qf + r * Dq, Dq);

@@ -48,6 +48,9 @@ struct AttnArgs {
   std::int64_t kv_seg_ld;
   bool causal;
   std::int64_t window, chunk;
+  const std::int32_t* bidir_begin;  ///< [B, T] rows or nullptr: a picture's keys each query also sees
+  const std::int32_t* bidir_end;
+  std::int64_t bidir_ld;
   float soft_cap;
   bool f32_qk, f32_logits;
   const A* sinks;  ///< [N] or nullptr
@@ -69,6 +72,14 @@ __device__ inline QueryMask query_mask(const AttnArgs<A, KV>& a, std::int64_t b,
   const std::int64_t qi = a.q_start[b] + t;
   QueryMask m;
   m.range = kmath::key_range(qi, a.kv_len[b], a.causal, a.window, a.chunk);
+  if (a.bidir_end != nullptr) {  // the picture's range holds the query: the union stays one range
+    const std::int64_t bb = a.bidir_begin[b * a.bidir_ld + t];
+    const std::int64_t be = a.bidir_end[b * a.bidir_ld + t] < a.kv_len[b] ? a.bidir_end[b * a.bidir_ld + t] : a.kv_len[b];
+    if (bb < be) {
+      m.range.lo = bb < m.range.lo ? bb : m.range.lo;
+      m.range.hi = be > m.range.hi ? be : m.range.hi;
+    }
+  }
   m.segment = (a.kv_seg != nullptr && a.q_seg != nullptr) ? a.q_seg[b * a.q_seg_ld + t] : 0;
   return m;
 }

@@ -292,6 +292,12 @@ class Backend {
     a.causal = mask.causal;
     a.window = mask.sliding_window;
     a.chunk = mask.chunk;
+    MAXTEXT_CHECK(mask.bidir_begin.empty() == mask.bidir_end.empty() &&
+                      (mask.bidir_end.empty() || mask.bidir_begin.stride(0) == mask.bidir_end.stride(0)),
+                  ArgumentError, "[cuda attention] bidir_begin and bidir_end must both be given, with one row stride");
+    a.bidir_begin = mask.bidir_end.empty() ? nullptr : mask.bidir_begin.data();
+    a.bidir_end = mask.bidir_end.empty() ? nullptr : mask.bidir_end.data();
+    a.bidir_ld = mask.bidir_end.empty() ? 0 : mask.bidir_end.stride(0);
     a.soft_cap = opt.soft_cap;
     a.f32_qk = opt.float32_qk_product;
     a.f32_logits = opt.float32_logits;

@@ -868,7 +868,9 @@ class Backend {
 
   /// attention.md §2 on cache indices: the key exists (s < kv_len, checked by the caller), the position terms
   /// (causal; sliding window and chunk, which also require s <= qi) and the segment term.
+  /// A picture's keys (bidir_begin <= s < bidir_end of the query) are visible whatever the other terms say.
   static bool allowed(const AttentionMask& m, std::int64_t b, std::int64_t t, std::int64_t qi, std::int64_t s) {
+    if (!m.bidir_end.empty() && m.bidir_begin(b, t) <= s && s < m.bidir_end(b, t)) return true;
     if (m.causal && s > qi) return false;
     if (m.sliding_window > 0 && !(qi - m.sliding_window < s && s <= qi)) return false;
     if (m.chunk > 0) {
