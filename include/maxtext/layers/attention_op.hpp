@@ -98,6 +98,8 @@ class AttentionOp {
     mask.causal = cfg_.causal;
     mask.sliding_window = cfg_.sliding_window;
     mask.chunk = cfg_.chunk;
+    mask.bidir_begin = st.bidir_begin;
+    mask.bidir_end = st.bidir_end;
     View<const KV, 4> kc = as_heads(cache.buffers[0].cview(), cfg_.num_kv_heads);
     View<const KV, 4> vc = as_heads(cache.buffers[1].cview(), cfg_.num_kv_heads);
     ctx.be.attention(as_batched(q, st.batch, st.length), kc, vc, mask, cfg_.options, sinks,

@@ -37,6 +37,8 @@ struct StepInfo {
                                                       ///< need positions on the host then read them back)
   std::vector<std::int32_t> valid;                    ///< host [B]: valid (not right-padding) tokens per row; empty = T
   View<const std::int32_t, 1> valid_len;              ///< [B]: = valid, in backend memory (empty = all T valid)
+  View<const std::int32_t, 2> bidir_begin;            ///< [B, T] or empty: the cache range [begin, end) of the picture
+  View<const std::int32_t, 2> bidir_end;              ///< a query belongs to, which it sees whole (AttentionMask)
   std::int64_t tokens() const { return batch * length; }
 };
 

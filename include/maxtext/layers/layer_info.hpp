@@ -21,4 +21,11 @@ struct LayerInfo {
 /// with bias (gpt3), or Qwen3NextRMSNorm's x * rsqrt(mean(x^2) + eps) * (1 + w) (qwen3_next, qwen3_5).
 enum class FinalNorm : std::uint8_t { rms, gpt3_layer_norm, rms_offset_one };
 
+/// Whether a decoder takes media embeddings (pictures' soft tokens) merged at marked token positions, as MaxText's
+/// decoders.py _apply_embedding does for its multimodal models (merge_mm_embeddings), and how their tokens attend:
+/// the layer type names it as `static constexpr MediaMerge media_merge` (default none: refused). `bidirectional`:
+/// each run of consecutive marked tokens (one picture) also sees itself whole (MaxText passes bidirectional_mask to
+/// Gemma 3's and Gemma 4's layers); `causal`: the merged tokens attend like text (Llama 4).
+enum class MediaMerge : std::uint8_t { none, causal, bidirectional };
+
 }  // namespace maxtext::layers

@@ -106,6 +106,8 @@ struct ForwardRequest {
   AnyCache* cache = nullptr;  ///< nullptr: a fresh cache of T tokens (full-sequence forward)
   bool last_only = false;
   layers::Capture* capture = nullptr;
+  const Tensor<std::int32_t, 2>* media_mask = nullptr;  ///< ForwardOptions::media_mask / media_embeddings
+  const Tensor<float, 2>* media_embeddings = nullptr;
 };
 
 /// One decoder layer run on its own (`maxtext compare --layer`): either layer `index` of the loaded model with its

@@ -193,6 +193,8 @@ class AnyModelImpl final : public AnyModel {
     fo.segment_ids = r.segment_ids;
     fo.last_only = r.last_only;
     fo.capture = r.capture;
+    fo.media_mask = r.media_mask;
+    fo.media_embeddings = r.media_embeddings;
     if (r.cache == nullptr) return model_.forward(*r.tokens, fo);
     auto* c = dynamic_cast<CacheImpl<P>*>(r.cache);
     MAXTEXT_CHECK(c != nullptr && c->owner == this, ArgumentError,

@@ -70,6 +70,12 @@ struct GenerateOptions {
   bool logprobs = false;
   /// With logprobs: also the this many most likely alternatives per position.
   std::int64_t top_logprobs = 0;
+
+  // ---- media (pictures' soft tokens; ForwardOptions::media_mask) ----
+  /// [B, longest prompt]: nonzero at the prompt positions whose embeddings are replaced by the rows of
+  /// media_embeddings [n, emb_dim], in row-major order (0 beyond a prompt's length). The prefill merges them.
+  const Tensor<std::int32_t, 2>* media_mask = nullptr;
+  const Tensor<float, 2>* media_embeddings = nullptr;
 };
 
 struct GenerateResult {
@@ -219,6 +225,8 @@ GenerateResult generate(Model& model, const std::vector<std::vector<std::int32_t
   ForwardOptions fo;
   fo.last_only = true;
   fo.row_lengths = &lens;
+  fo.media_mask = opt.media_mask;
+  fo.media_embeddings = opt.media_embeddings;
   auto t0 = clock::now();
   Tensor<float, 3> logits = model.forward(tok, cache, fo);
   res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();

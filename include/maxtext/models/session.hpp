@@ -96,6 +96,8 @@ class Session {
   GenerateResult generate(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt) {
     MAXTEXT_CHECK(opt.max_new_tokens >= 0, ArgumentError, "[Session] max_new_tokens must be >= 0");
     MAXTEXT_CHECK(opt.top_logprobs >= 0, ArgumentError, "[Session] top_logprobs must be >= 0");
+    MAXTEXT_CHECK(opt.media_mask == nullptr && opt.media_embeddings == nullptr, UnsupportedError,
+                  "[Session] media input (pictures) in a session's turns is not supported yet; use generate()");
     append(new_tokens);
     MAXTEXT_CHECK(length() + opt.max_new_tokens <= capacity(), ArgumentError, "[Session] ", length(),
                   " tokens + max_new_tokens ", opt.max_new_tokens, " exceed the capacity ", capacity());

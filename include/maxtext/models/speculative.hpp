@@ -201,6 +201,8 @@ GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t
   MAXTEXT_CHECK(opt.max_new_tokens >= 0, ArgumentError, "[speculative] max_new_tokens must be >= 0");
   MAXTEXT_CHECK(opt.top_logprobs >= 0, ArgumentError, "[speculative] top_logprobs must be >= 0");
   MAXTEXT_CHECK(spec.draft_max >= 1, ArgumentError, "[speculative] draft_max must be >= 1, found ", spec.draft_max);
+  MAXTEXT_CHECK(opt.media_mask == nullptr && opt.media_embeddings == nullptr, UnsupportedError,
+                "[speculative] media input (pictures) is not supported with speculative decoding; use generate()");
   MAXTEXT_CHECK(opt.sampling.temperature == 0.0f, UnsupportedError,
                 "[speculative] temperature ", opt.sampling.temperature,
                 ": speculative decoding is greedy only (temperature 0); sampling needs the rejection rule over the "

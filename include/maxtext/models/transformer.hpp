@@ -57,6 +57,14 @@ struct ForwardOptions {
   bool last_only = false;
   /// Named intermediates to record (MaxText's sow); nullptr = none (zero cost).
   layers::Capture* capture = nullptr;
+  /// Media input (MaxText's multimodal_input): the token embeddings at the nonzero positions of `media_mask` [B, T]
+  /// are replaced by the rows of `media_embeddings` [n, emb_dim] (host f32, rounded to the activation type), the
+  /// k-th marked position (row-major over b, t) taking row k (decoders.py _apply_embedding: merge_mm_embeddings).
+  /// Layer types say whether they take media (layers::MediaMerge); for Gemma 3 and Gemma 4 each run of consecutive
+  /// marked tokens is one picture, which its tokens see whole: a run must end within the pass (split a long prompt
+  /// between pictures, never inside one) and lie within one segment.
+  const Tensor<std::int32_t, 2>* media_mask = nullptr;
+  const Tensor<float, 2>* media_embeddings = nullptr;
 };
 
 namespace detail {
@@ -122,6 +130,15 @@ template <class L>
 struct stream_head_of<L> {
   using type = typename L::StreamHead;
 };
+/// How the layer type takes media embeddings (layers::MediaMerge; none unless it names one).
+template <class L>
+constexpr layers::MediaMerge media_merge_of() {
+  if constexpr (requires { L::media_merge; }) {
+    return L::media_merge;
+  } else {
+    return layers::MediaMerge::none;
+  }
+}
 /// A config runs on a layer type only if its decoder_block is the layer's (or an alias of it: core/decoder_blocks.hpp).
 /// Layer types outside the block list (a user's own) name no decoder_block_name and take any config.
 template <class L>
@@ -177,6 +194,8 @@ class Transformer {
   using StreamHeadT = typename detail::stream_head_of<DenseL>::type;
   static constexpr bool kStreamHead = !std::is_same_v<StreamHeadT, detail::NoStreamHead>;
   static constexpr layers::FinalNorm kFinalNorm = detail::final_norm_of<DenseL>();
+  static constexpr layers::MediaMerge kMedia = detail::media_merge_of<DenseL>();
+  static_assert(!kTwoKinds || detail::media_merge_of<MoeL>() == kMedia, "the two layer kinds take media alike");
 
   struct Params {
     typename layers::Embed<P>::Params token_embedder;
@@ -389,6 +408,8 @@ class Transformer {
       seg_ids = nullptr;
     }
 
+    const std::int64_t n_media = check_media(opt, Bn, T, row_len, seg_ids);
+
     scratch_.reset();
     layers::StepInfo step;
     step.batch = Bn;
@@ -445,6 +466,7 @@ class Transformer {
     View<A, 2> x = scratch_.template alloc<A, 2>({M, D});
     embed_.forward(ctx, params_.token_embedder, ids_d, x);
     ctx.sow(embed_name(), View<const A, 2>(x));
+    if (n_media > 0) merge_media(opt, step, x);
     if constexpr (kPrelude) {
       if (prelude_.enabled()) {  // before position embeddings: Gemma 4's models have none
         View<A, 2> pli = prelude_.forward(ctx, params_.prelude, ids_d, View<const A, 2>(x));
@@ -575,6 +597,89 @@ class Transformer {
       } else {
         if constexpr (kTwoKinds) layers_[i].template emplace<1>(cfg_, layer_info<MoeL>(gi, gi - n_dense, false));
       }
+    }
+  }
+  /// Checks ForwardOptions' media input against the step; returns the number of marked tokens (0: none given).
+  std::int64_t check_media(const ForwardOptions& opt, std::int64_t Bn, std::int64_t T,
+                           const std::vector<std::int32_t>& row_len, const Tensor<std::int32_t, 2>* seg) const {
+    if (opt.media_mask == nullptr && opt.media_embeddings == nullptr) return 0;
+    MAXTEXT_CHECK(opt.media_mask != nullptr && opt.media_embeddings != nullptr, ArgumentError,
+                  "[forward] media_mask and media_embeddings go together (one was given without the other)");
+    MAXTEXT_CHECK(kMedia != layers::MediaMerge::none, UnsupportedError, "[forward] decoder_block '", cfg_.decoder_block,
+                  "' takes no media embeddings (MaxText merges them for gemma3, gemma4 and llama4)");
+    if constexpr (kPrelude) {
+      MAXTEXT_CHECK(!prelude_.enabled(), UnsupportedError, "[forward] media embeddings with per-layer inputs (",
+                    PreludeT::name, ") are not supported");
+    }
+    MAXTEXT_CHECK(engram_ == nullptr, UnsupportedError, "[forward] media embeddings with Engram layers are not supported");
+    check_shape_opt("media_mask", opt.media_mask, Bn, T);
+    const Tensor<float, 2>& e = *opt.media_embeddings;
+    MAXTEXT_CHECK(e.dim(1) == cfg_.emb_dim, ArgumentError, "[forward] media_embeddings are [", e.dim(0), ", ", e.dim(1),
+                  "], rows of emb_dim ", cfg_.emb_dim, " expected");
+    const auto& m = *opt.media_mask;
+    std::int64_t n = 0;
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      const std::int64_t len = row_len[static_cast<std::size_t>(b)];
+      for (std::int64_t t = 0; t < T; ++t) {
+        if (m(b, t) == 0) continue;
+        MAXTEXT_CHECK(t < len, ArgumentError, "[forward] media_mask marks [", b, ",", t, "], in row ", b,
+                      "'s right padding (row length ", len, ")");
+        ++n;
+        const bool run_start = t == 0 || m(b, t - 1) == 0;
+        if (kMedia == layers::MediaMerge::bidirectional) {
+          MAXTEXT_CHECK(t + 1 < len, ArgumentError, "[forward] media_mask: the picture marked at [", b, ",", t,
+                        "] reaches the end of row ", b, "'s tokens in this pass; its tokens attend to each other, so a "
+                        "picture must end within one forward pass (split prompts between pictures, not inside one)");
+          MAXTEXT_CHECK(run_start || seg == nullptr || (*seg)(b, t) == (*seg)(b, t - 1), ArgumentError,
+                        "[forward] media_mask: the picture marked at [", b, ",", t, "] spans two segments");
+        }
+      }
+    }
+    MAXTEXT_CHECK(n == e.dim(0), ArgumentError, "[forward] media_mask marks ", n, " tokens, media_embeddings has ", e.dim(0),
+                  " rows");
+    return n;
+  }
+  /// The marked rows of x replaced by media_embeddings (converted to A on the host, one copy per run of rows), and
+  /// for bidirectional media each picture's cache range given to its queries.
+  void merge_media(const ForwardOptions& opt, layers::StepInfo& step, View<A, 2> x) {
+    const auto& m = *opt.media_mask;
+    const Tensor<float, 2>& e = *opt.media_embeddings;
+    const std::int64_t Bn = step.batch, T = step.length, D = cfg_.emb_dim;
+    std::vector<A> rows(static_cast<std::size_t>(e.size()));
+    for (std::int64_t i = 0; i < e.size(); ++i) rows[static_cast<std::size_t>(i)] = from_float<A>(e.data()[i]);
+    std::vector<std::int32_t> begin, end;
+    if (kMedia == layers::MediaMerge::bidirectional) {
+      begin.assign(static_cast<std::size_t>(Bn * T), 0);
+      end.assign(static_cast<std::size_t>(Bn * T), 0);
+    }
+    std::int64_t k = 0;
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      for (std::int64_t t = 0; t < T;) {
+        if (m(b, t) == 0) {
+          ++t;
+          continue;
+        }
+        std::int64_t t1 = t;
+        while (t1 < T && m(b, t1) != 0) ++t1;
+        const std::int64_t n = t1 - t;
+        be_.synchronize();
+        be_.copy(x[b * T + t].data(), rows.data() + k * D, static_cast<std::size_t>(n * D) * sizeof(A),
+                 CopyKind::host_to_device);
+        if (!begin.empty()) {
+          const std::int32_t s0 = step.start[static_cast<std::size_t>(b)];
+          for (std::int64_t i = t; i < t1; ++i) {
+            begin[static_cast<std::size_t>(b * T + i)] = s0 + static_cast<std::int32_t>(t);
+            end[static_cast<std::size_t>(b * T + i)] = s0 + static_cast<std::int32_t>(t1);
+          }
+        }
+        k += n;
+        t = t1;
+      }
+    }
+    be_.synchronize();
+    if (!begin.empty()) {
+      step.bidir_begin = to_device<2>(begin.data(), {Bn, T});
+      step.bidir_end = to_device<2>(end.data(), {Bn, T});
     }
   }
   std::int64_t max_positions() const {

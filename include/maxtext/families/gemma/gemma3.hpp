@@ -53,6 +53,8 @@ template <TensorPolicy P>
 class Gemma3DecoderLayer {
  public:
   static constexpr const char* decoder_block_name = "gemma3";  ///< its line in core/decoder_blocks.hpp
+  /// Pictures' soft tokens merged at marked positions, each picture seen whole by its tokens (bidirectional_mask).
+  static constexpr MediaMerge media_merge = MediaMerge::bidirectional;
   using A = typename P::act_t;
   using Params = typename detail::GemmaBlock<P>::Params;
 

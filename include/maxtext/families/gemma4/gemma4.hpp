@@ -133,6 +133,8 @@ template <TensorPolicy P>
 class Gemma4DecoderLayer {
  public:
   static constexpr const char* decoder_block_name = "gemma4";  ///< its line in core/decoder_blocks.hpp
+  /// Pictures' soft tokens merged at marked positions, each picture seen whole by its tokens (bidirectional_mask).
+  static constexpr MediaMerge media_merge = MediaMerge::bidirectional;
   using A = typename P::act_t;
   struct Params {
     typename RMSNorm<P>::Params pre_self_attention_norm, post_self_attention_norm, pre_ffw_norm, post_ffw_norm;

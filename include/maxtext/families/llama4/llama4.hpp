@@ -48,6 +48,7 @@ class Llama4DecoderLayer
     : public detail::InterleavedMoeDecoderLayer<P, RoutedAndSharedMoE<P>, Llama4DecoderLayer<P>> {
  public:
   static constexpr const char* decoder_block_name = "llama4";  ///< its line in core/decoder_blocks.hpp
+  static constexpr MediaMerge media_merge = MediaMerge::causal;  ///< pictures' soft tokens merged, attending as text
   using Base = detail::InterleavedMoeDecoderLayer<P, RoutedAndSharedMoE<P>, Llama4DecoderLayer<P>>;
   using typename Base::Params;
   using Base::Base;
