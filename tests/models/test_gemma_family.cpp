@@ -363,8 +363,8 @@ TEST_CASE("Gemma configs: inconsistent or unsupported settings are refused by na
   j["query_pre_attn_scalar"] = 10;
   expect_error<UnsupportedError>([&] { (void)io::config_from_hf(j, "x"); }, "query_pre_attn_scalar 10 matches neither");
   j = hf_json("gemma3_model");
-  j["model_type"] = "gemma3";
-  expect_error<UnsupportedError>([&] { (void)io::config_from_hf(j, "x"); }, "multimodal Gemma 3");
+  j["model_type"] = "gemma3";  // the multimodal Gemma 3 nests its text model under text_config
+  expect_error<IoError>([&] { (void)io::config_from_hf(j, "x"); }, "model_type gemma3 (Gemma3ForConditionalGeneration) needs a text_config");
   j = hf_json("gemma2_model");
   j["num_hidden_layers"] = 3;
   expect_error<UnsupportedError>([&] { (void)io::config_from_hf(j, "x"); }, "num_hidden_layers 3 is odd");

@@ -25,6 +25,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -99,12 +100,29 @@ inline void check_gemma3_pattern(const nlohmann::json& j, std::int64_t layers, c
 
 }  // namespace detail
 
-/// A Config from a Hugging Face Gemma config.json.
+/// A Config from a Hugging Face Gemma config.json. The multimodal Gemma 3 (model_type gemma3,
+/// Gemma3ForConditionalGeneration) gives its text_config, whose absent keys take Gemma3TextConfig's defaults (the
+/// released 4B-27B configs leave out vocab_size, head_dim, query_pre_attn_scalar and more); its vision tower is
+/// read apart (families/gemma/vision.hpp).
 inline Config config_from_hf_gemma(const nlohmann::json& j, const std::string& where) {
   const std::string type = j.at("model_type").get<std::string>();
-  MAXTEXT_CHECK(type != "gemma3", UnsupportedError, "[hf] ", where,
-                ": model_type gemma3 is the multimodal Gemma 3 (text_config + vision tower); only text checkpoints "
-                "(model_type gemma3_text, e.g. gemma-3-1b) are imported");
+  if (type == "gemma3") {
+    MAXTEXT_CHECK(j.contains("text_config") && j["text_config"].is_object(), IoError, "[hf] ", where,
+                  ": model_type gemma3 (Gemma3ForConditionalGeneration) needs a text_config object");
+    nlohmann::json t = j["text_config"];
+    const std::pair<const char*, nlohmann::json> defaults[] = {
+        {"vocab_size", 262208},        {"hidden_size", 2304},     {"intermediate_size", 9216},
+        {"num_hidden_layers", 26},     {"num_attention_heads", 8}, {"num_key_value_heads", 4},
+        {"head_dim", 256},             {"query_pre_attn_scalar", 256}, {"sliding_window", 4096},
+        {"rope_theta", 1000000.0},     {"rope_local_base_freq", 10000.0}, {"rms_norm_eps", 1e-6},
+        {"max_position_embeddings", 131072}};
+    for (const auto& [k, v] : defaults) {
+      if (!t.contains(k) || t[k].is_null()) t[k] = v;
+    }
+    if (!t.contains("tie_word_embeddings") && j.contains("tie_word_embeddings")) t["tie_word_embeddings"] = j["tie_word_embeddings"];
+    t["model_type"] = "gemma3_text";
+    return config_from_hf_gemma(t, where + ": text_config");
+  }
   auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
   auto geti = [&](const char* k) -> std::int64_t {
     MAXTEXT_CHECK(has(k) && j[k].is_number_integer(), IoError, "[hf] ", where, ": config.json needs an integer ", k);
@@ -461,10 +479,16 @@ inline float gemma_embedding_normalizer(const Config& c) {
 
 /// Hugging Face Gemma names (GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM) -> MaxText names, folded.
 /// `query_scale`: hf_gemma_query_scale of the checkpoint's config.json.
+/// The text model of a Gemma3ForConditionalGeneration file sits under language_model.model. (transformers before
+/// 4.52) or model.language_model. (since); its vision tower and projector are left to gemma3_vision_from_hf.
 inline TensorMap import_hf_gemma(const TensorMap& in, const Config& cfg, double query_scale, const std::string& what = "hf") {
   detail::GemmaImporter imp(in, cfg, true, query_scale, what);
-  imp.embedding("model.embed_tokens.weight", detail::gemma_embedding_normalizer(cfg));
-  imp.norm("model.norm.weight", "decoder.decoder_norm.scale");
+  const std::string root = in.has("language_model.model.embed_tokens.weight")   ? "language_model.model."
+                           : in.has("model.language_model.embed_tokens.weight") ? "model.language_model."
+                                                                                 : "model.";
+  const bool multimodal = root != "model.";
+  imp.embedding(root + "embed_tokens.weight", detail::gemma_embedding_normalizer(cfg));
+  imp.norm(root + "norm.weight", "decoder.decoder_norm.scale");
   const std::map<std::string, std::string> roles = {
       {"attn_norm", "input_layernorm"},
       {"post_attn_norm", "post_attention_layernorm"},
@@ -481,10 +505,17 @@ inline TensorMap import_hf_gemma(const TensorMap& in, const Config& cfg, double 
       {"up", "mlp.up_proj"},
       {"down", "mlp.down_proj"}};
   imp.layers([&](std::int64_t i, const std::string& role) {
-    return "model.layers." + std::to_string(i) + "." + roles.at(role) + ".weight";
+    return root + "layers." + std::to_string(i) + "." + roles.at(role) + ".weight";
   });
   // A tied head may also be stored; MaxText's Gemma always uses the embedding.
-  return imp.finish({"lm_head.weight", "model.rotary_emb."});
+  std::vector<std::string> ignorable = {"lm_head.weight", root + "rotary_emb."};
+  if (multimodal) {
+    for (const char* p : {"language_model.lm_head.weight", "vision_tower.", "multi_modal_projector.",
+                          "model.vision_tower.", "model.multi_modal_projector."}) {
+      ignorable.emplace_back(p);
+    }
+  }
+  return imp.finish(ignorable);
 }
 
 /// llama.cpp Gemma names (GGUF) -> MaxText names. Norms already hold 1 + w; the embedding is scaled here.
