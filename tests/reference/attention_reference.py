@@ -180,6 +180,9 @@ def attention(x, w, a, pos, seg=None):
     if cap:
         logits = cap * torch.tanh(logits / cap)
     allowed = mask_allowed(B, T, T, a.get("type", "global"), a.get("window"), a.get("chunk"), seg)
+    extra = a.get("allowed_or")  # optional [B, T, T] bool OR'ed after every other term (MaxText's bidirectional
+    if extra is not None:        # block mask for image tokens, attention_op.generate_attention_mask); default: none
+        allowed = allowed | extra
     logits = torch.where(allowed[:, None, None], logits, torch.full_like(logits, MASK))
     logits = logits.reshape(B, N, T, T)
     if "sinks" in w:
