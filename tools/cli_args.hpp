@@ -17,6 +17,7 @@
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/tensor.hpp"
 
 namespace maxtext::models {
 class AnyModel;
@@ -115,6 +116,22 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
 /// maxtext.cpp alone, the one unit compiled with that absolute path: the other units stay free of it, so a fresh
 /// clone elsewhere finds their objects in the compiler cache (docs/build.md).
 const char* default_config_dir();
+
+/// The pictures of --image for one prompt (cli_vision.cpp; refused where the program has no picture support): the
+/// prompt's picture markers expanded to the model's image tokens, the marked positions and the soft tokens that
+/// replace them (ForwardOptions::media_mask / media_embeddings).
+struct PromptImages {
+  std::vector<std::int32_t> ids;          ///< the expanded prompt
+  Tensor<std::int32_t, 2> mask;           ///< [1, ids.size()]: 1 at the soft tokens
+  Tensor<float, 2> embeddings;            ///< [pictures * tokens per picture, emb_dim]
+};
+/// `prompt`: token ids holding one picture marker (Gemma 3: <start_of_image>) per --image, in order. Reads the
+/// tower from --weights (a Hugging Face Gemma3ForConditionalGeneration checkpoint), --image-preprocess, and writes
+/// the soft tokens to --image-embeddings-out when given.
+PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt);
+/// The marker a prompt's text gives for each picture (Gemma 3: "<start_of_image>"), which llama.cpp's `<__media__>`
+/// is rewritten to; empty where the program has no picture support.
+std::string image_marker_text(const Args& a);
 
 int cmd_logits(const Args& a);    // cli_models.cpp
 int cmd_info(const Args& a);      // cli_models.cpp

@@ -107,13 +107,29 @@ int cmd_logits(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens"), ArgumentError, "logits needs --tokens");
   MAXTEXT_CHECK(a.has("out"), ArgumentError, "logits needs --out FILE.npy");
   const Config cfg = make_config(a);
-  const auto rows = cli::parse_token_rows(a.get("tokens"));
+  auto rows = cli::parse_token_rows(a.get("tokens"));
+  // Pictures (--image): the markers of the one row expanded, the soft tokens merged at the first pass.
+  const bool images = a.all.count("image") != 0;
+  MAXTEXT_CHECK(images || (!a.has("image-preprocess") && !a.has("image-embeddings-out")), ArgumentError,
+                "--image-preprocess and --image-embeddings-out need --image");
+  PromptImages media;
+  if (images) {
+    MAXTEXT_CHECK(rows.size() == 1, ArgumentError, "--image: one row of --tokens at a time, found ", rows.size());
+    media = encode_prompt_images(a, cfg, rows[0]);
+    rows[0] = media.ids;
+  }
   const auto T = static_cast<std::int64_t>(rows[0].size()), Bn = static_cast<std::int64_t>(rows.size());
   for (const auto& r : rows) {
     MAXTEXT_CHECK(static_cast<std::int64_t>(r.size()) == T, ArgumentError, "--tokens: every row must have the same length");
   }
   const std::int64_t inc = a.integer("incremental", 0);
   MAXTEXT_CHECK(inc >= 0 && inc < T, ArgumentError, "--incremental must be in [0, ", T, "), found ", inc);
+  if (images) {
+    for (std::int64_t t = T - inc; t < T; ++t) {
+      MAXTEXT_CHECK(media.mask(0, t) == 0, ArgumentError, "--incremental ", inc, ": the last ", inc,
+                    " tokens, decoded one at a time, hold a picture's soft tokens (a picture is prefilled whole)");
+    }
+  }
   const auto model = open_model(cfg, a);
   const auto cache = model->new_cache(Bn, T);
   Tensor<float, 3> out({Bn, T, cfg.vocab_size});
@@ -125,6 +141,15 @@ int cmd_logits(const Args& a) {
     models::ForwardRequest r;
     r.tokens = &tok;
     r.cache = cache.get();
+    Tensor<std::int32_t, 2> mask;
+    if (images && t0 == 0) {  // the first pass holds every picture (checked above)
+      mask = Tensor<std::int32_t, 2>({1, len});
+      std::int64_t n = 0;
+      for (std::int64_t t = 0; t < len; ++t) n += (mask(0, t) = media.mask(0, t)) != 0;
+      r.media_mask = &mask;
+      r.media_embeddings = &media.embeddings;
+      MAXTEXT_CHECK(n == media.embeddings.dim(0), ArgumentError, "--image: soft tokens past the first pass");
+    }
     const Tensor<float, 3> l = model->forward(r);
     for (std::int64_t b = 0; b < Bn; ++b) {
       for (std::int64_t t = 0; t < len; ++t) {

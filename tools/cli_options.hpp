@@ -42,11 +42,13 @@ inline const std::vector<CommandOptions>& command_options() {
       }
       return a;
     };
+    // encode_prompt_images (cli_vision.cpp): pictures merged into the prompt.
+    const std::vector<std::string> images = {"image", "image-preprocess", "image-embeddings-out"};
     return std::vector<CommandOptions>{
-        {"logits", join(model, {"tokens", "out", "incremental"}), true},
+        {"logits", join(join(model, {"tokens", "out", "incremental"}), images), true},
         // open_model without loading: neither --seed nor the tokenizer is read.
         {"info", {"config", "weights", "weight-type", "threads", "int8-activations", "kv-type"}, true},
-        {"generate", join(join(model, sampling), {"tokens", "prompt", "spec", "draft", "draft-max"}), true},
+        {"generate", join(join(join(model, sampling), {"tokens", "prompt", "spec", "draft", "draft-max"}), images), true},
         {"chat", join(join(model, sampling), {"system", "ctx-size"}), true},
         // Sampling comes with each request; --max-new-tokens caps requests that give no max_tokens.
         {"serve",

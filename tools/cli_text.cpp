@@ -18,20 +18,48 @@
 
 namespace maxtext::cli {
 
+/// llama.cpp's media marker `<__media__>` (mtmd) rewritten to the model's own picture marker; the text must hold one
+/// marker per --image.
+std::string with_image_markers(const Args& a, std::string text) {
+  const std::string marker = image_marker_text(a);
+  if (marker.empty()) return text;
+  const std::string mtmd = "<__media__>";
+  for (std::size_t at = text.find(mtmd); at != std::string::npos; at = text.find(mtmd, at + marker.size())) {
+    text.replace(at, mtmd.size(), marker);
+  }
+  return text;
+}
+
 int cmd_generate(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens") || a.has("prompt"), ArgumentError, "generate needs --tokens or --prompt");
   const Config cfg = make_config(a);
   std::unique_ptr<tokenizer::Tokenizer> tk;
   std::vector<std::vector<std::int32_t>> prompts;
   models::GenerateOptions go = generate_options(a, cfg, 32);
+  const bool images = a.all.count("image") != 0;
+  MAXTEXT_CHECK(images || (!a.has("image-preprocess") && !a.has("image-embeddings-out")), ArgumentError,
+                "--image-preprocess and --image-embeddings-out need --image");
+  std::string prompt_text = a.get("prompt");
   if (a.has("prompt")) {
     MAXTEXT_CHECK(!a.has("tokens"), ArgumentError, "give --tokens or --prompt, not both");
     tk = open_cli_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
-    prompts.push_back(tk->encode(a.get("prompt")));
+    if (images) prompt_text = with_image_markers(a, prompt_text);
+    prompts.push_back(tk->encode(prompt_text));
     add_eos_stops(go, a, *tk, cfg);  // text generation ends at an end-of-sequence token
   } else {
     MAXTEXT_CHECK(go.stop_strings.empty(), ArgumentError, "--stop needs --prompt (text, through a tokenizer)");
     prompts = parse_token_rows(a.get("tokens"));
+  }
+  // Pictures (--image): the markers expanded to the model's image tokens, the soft tokens merged at the prefill.
+  PromptImages media;
+  if (images) {
+    MAXTEXT_CHECK(prompts.size() == 1, ArgumentError, "--image: one prompt at a time, found ", prompts.size(),
+                  " rows in --tokens");
+    MAXTEXT_CHECK(!a.has("spec"), UnsupportedError, "--image with --spec: speculative decoding takes no pictures yet");
+    media = encode_prompt_images(a, cfg, prompts[0]);
+    prompts[0] = media.ids;
+    go.media_mask = &media.mask;
+    go.media_embeddings = &media.embeddings;
   }
   // Speculative decoding (--spec lookup|draft): greedy, one prompt, the tokens plain greedy decoding gives.
   const std::string spec = a.get("spec");
@@ -69,7 +97,7 @@ int cmd_generate(const Args& a) {
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   if (tk) {
     // Text: the prompt as given, then the generated text as it comes (whole UTF-8 characters, stop strings cut).
-    std::cout << a.get("prompt") << std::flush;
+    std::cout << prompt_text << std::flush;
     go.decode = models::decoder_for(*tk);
     go.on_text = [](std::int64_t, std::string_view d) {
       std::fwrite(d.data(), 1, d.size(), stdout);

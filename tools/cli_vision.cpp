@@ -1,7 +1,8 @@
 // tools/cli_vision.cpp: `maxtext vision`: pictures through a Gemma 3 checkpoint's vision tower (docs/vision.md):
 // PNG / JPEG files decoded and preprocessed as MaxText's (or Hugging Face's) processor does, encoded by
 // layers::Gemma3VisionEncoder into the text model's embedding space; the soft tokens [n, 256, emb_dim] go to --out.
-// The merge of those tokens into the decoder (generate / chat with --image) is not implemented yet.
+// encode_prompt_images does the same for `generate` / `logits` --image: the prompt's markers expanded, the soft
+// tokens merged into the decoder (ForwardOptions::media_mask).
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,51 +30,67 @@ namespace maxtext::cli {
 namespace {
 
 /// config.json of a Hugging Face checkpoint: in the directory, or beside the file / index.
-std::string hf_config_path(const std::string& weights) {
+std::string hf_config_path(const std::string& weights, const char* what) {
   namespace fs = std::filesystem;
   const fs::path p(weights);
   const fs::path cfg = fs::is_directory(p) ? p / "config.json" : p.parent_path() / "config.json";
-  MAXTEXT_CHECK(fs::exists(cfg), ArgumentError, "vision: no config.json at ", cfg.string(),
+  MAXTEXT_CHECK(fs::exists(cfg), ArgumentError, what, ": no config.json at ", cfg.string(),
                 " (--weights: a Hugging Face Gemma3ForConditionalGeneration directory, safetensors file or index)");
   return cfg.string();
 }
 
-}  // namespace
-
-int cmd_vision(const Args& a) {
-  MAXTEXT_CHECK(a.has("weights"), ArgumentError, "vision needs --weights (a Hugging Face Gemma 3 checkpoint with its "
-                "vision tower: config.json + safetensors)");
-  const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
-  MAXTEXT_CHECK(!images.empty(), ArgumentError, "vision needs --image FILE (PNG or JPEG; repeat it for more)");
-  const io::Gemma3ImageProcessing how = io::parse_gemma3_image_processing(a.get("image-preprocess", "maxtext"));
-  const std::string cfg_path = hf_config_path(a.get("weights"));
+/// A Gemma 3 checkpoint's config.json (model_type gemma3: the multimodal one).
+nlohmann::json read_gemma3_config(const std::string& cfg_path, const char* what) {
   nlohmann::json j;
-  {
-    std::ifstream f(cfg_path);
-    MAXTEXT_CHECK(f.good(), IoError, "vision: cannot read ", cfg_path);
-    try {
-      j = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
-      MAXTEXT_THROW(IoError, "vision: ", cfg_path, ": not JSON (", e.what(), ")");
-    }
+  std::ifstream f(cfg_path);
+  MAXTEXT_CHECK(f.good(), IoError, what, ": cannot read ", cfg_path);
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    MAXTEXT_THROW(IoError, what, ": ", cfg_path, ": not JSON (", e.what(), ")");
   }
   const std::string type = j.is_object() && j.contains("model_type") && j["model_type"].is_string()
                                ? j["model_type"].get<std::string>() : std::string();
-  MAXTEXT_CHECK(type == "gemma3", UnsupportedError, "vision: ", cfg_path, " has model_type '", type,
+  MAXTEXT_CHECK(type == "gemma3", UnsupportedError, what, ": ", cfg_path, " has model_type '", type,
                 "'; the vision towers implemented are Gemma 3's (model_type gemma3, Gemma3ForConditionalGeneration)");
-  const layers::Gemma3VisionConfig vc = layers::Gemma3VisionConfig::from_hf(j, cfg_path);
+  return j;
+}
 
-  using P = Policy<cpu::Backend, float>;
+/// The image token ids of a Gemma 3 config.json (boi_token_index, eoi_token_index, image_token_index,
+/// mm_tokens_per_image; Gemma3Config's defaults where absent). "\n\n" is MaxText's constant 108.
+io::Gemma3ImageTokens gemma3_image_tokens(const nlohmann::json& j, const std::string& where) {
+  io::Gemma3ImageTokens t;
+  const auto get = [&](const char* key, auto& out) {
+    if (!j.contains(key) || j[key].is_null()) return;
+    MAXTEXT_CHECK(j[key].is_number_integer() && j[key].get<std::int64_t>() >= 0, IoError, where, ": ", key,
+                  ": expected a token id, found ", j[key].dump());
+    out = static_cast<std::remove_reference_t<decltype(out)>>(j[key].get<std::int64_t>());
+  };
+  get("boi_token_index", t.begin);
+  get("eoi_token_index", t.end);
+  get("image_token_index", t.soft);
+  get("mm_tokens_per_image", t.per_image);
+  return t;
+}
+
+using VisionPolicy = Policy<cpu::Backend, float>;
+
+/// The pictures of --image, decoded and preprocessed (--image-preprocess), through the checkpoint's tower:
+/// soft tokens [n, tokens per picture, emb_dim].
+Tensor<float, 3> encode_images(const Args& a, const nlohmann::json& j, const std::string& cfg_path,
+                               const std::vector<std::string>& images, double* load_s, double* encode_s) {
+  const io::Gemma3ImageProcessing how = io::parse_gemma3_image_processing(a.get("image-preprocess", "maxtext"));
+  const layers::Gemma3VisionConfig vc = layers::Gemma3VisionConfig::from_hf(j, cfg_path);
   cpu::Options opt;
   opt.threads = static_cast<int>(a.integer("threads", 0));
   MAXTEXT_CHECK(opt.threads >= 0, ArgumentError, "--threads must be >= 0, found ", opt.threads);
   cpu::Backend be(opt);
   const auto t0 = std::chrono::steady_clock::now();
-  const layers::Gemma3VisionEncoder<P> tower(vc);
-  const auto params =
-      models::load_layer_params<P>(tower, io::gemma3_vision_from_hf(io::read_safetensors_any(io::detail::resolve_weights_path(a.get("weights"))), vc), be);
+  const layers::Gemma3VisionEncoder<VisionPolicy> tower(vc);
+  const auto params = models::load_layer_params<VisionPolicy>(
+      tower, io::gemma3_vision_from_hf(io::read_safetensors_any(io::detail::resolve_weights_path(a.get("weights"))), vc),
+      be);
   const auto t1 = std::chrono::steady_clock::now();
-
   const std::int64_t n = static_cast<std::int64_t>(images.size()), S = vc.image_size;
   Tensor<float, 4> pixels({n, S, S, 3});
   for (std::int64_t i = 0; i < n; ++i) {
@@ -80,10 +98,58 @@ int cmd_vision(const Args& a) {
     const Tensor<float, 3> x = io::gemma3_preprocess(img, S, how);
     std::copy(x.data(), x.data() + x.size(), &pixels(i, 0, 0, 0));
   }
+  Tensor<float, 3> tokens = tower.encode(be, params, pixels);
   const auto t2 = std::chrono::steady_clock::now();
-  const Tensor<float, 3> tokens = tower.encode(be, params, pixels);
-  const auto t3 = std::chrono::steady_clock::now();
-  const auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
+  if (load_s) *load_s = std::chrono::duration<double>(t1 - t0).count();
+  if (encode_s) *encode_s = std::chrono::duration<double>(t2 - t1).count();
+  return tokens;
+}
+
+}  // namespace
+
+std::string image_marker_text(const Args&) { return "<start_of_image>"; }
+
+PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt) {
+  const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
+  MAXTEXT_CHECK(!images.empty(), ArgumentError, a.command, ": no --image given");
+  MAXTEXT_CHECK(a.has("weights"), ArgumentError, a.command, " --image needs --weights (a Hugging Face Gemma 3 "
+                "checkpoint with its vision tower: config.json + safetensors)");
+  const std::string cfg_path = hf_config_path(a.get("weights"), "--image");
+  const nlohmann::json j = read_gemma3_config(cfg_path, "--image");
+  const io::Gemma3ImageTokens ids = gemma3_image_tokens(j, cfg_path);
+  MAXTEXT_CHECK(ids.soft < cfg.vocab_size && ids.begin < cfg.vocab_size && ids.end < cfg.vocab_size &&
+                    ids.double_newline < cfg.vocab_size,
+                ArgumentError, "--image: ", cfg_path, ": image token ids (", ids.begin, ", ", ids.end, ", ", ids.soft,
+                ") outside the vocabulary of ", cfg.vocab_size);
+  PromptImages out;
+  const io::Gemma3ImagePrompt p = io::gemma3_expand_image_tokens(prompt, static_cast<std::int64_t>(images.size()), ids);
+  double load_s = 0.0, encode_s = 0.0;
+  const Tensor<float, 3> tokens = encode_images(a, j, cfg_path, images, &load_s, &encode_s);
+  MAXTEXT_CHECK(tokens.dim(1) == ids.per_image && tokens.dim(2) == cfg.emb_dim, ArgumentError, "--image: the tower gives [",
+                tokens.dim(1), ", ", tokens.dim(2), "] per picture; the prompt holds ", ids.per_image,
+                " soft tokens of the text model's emb_dim ", cfg.emb_dim);
+  if (a.has("image-embeddings-out")) io::write_npy(a.get("image-embeddings-out"), AnyTensor::from(tokens));
+  const std::int64_t T = static_cast<std::int64_t>(p.ids.size());
+  out.ids = p.ids;
+  out.mask = Tensor<std::int32_t, 2>({1, T});
+  for (std::int64_t t = 0; t < T; ++t) out.mask(0, t) = p.ids[static_cast<std::size_t>(t)] == ids.soft ? 1 : 0;
+  out.embeddings = Tensor<float, 2>({tokens.dim(0) * tokens.dim(1), tokens.dim(2)});
+  std::copy(tokens.data(), tokens.data() + tokens.size(), out.embeddings.data());
+  std::fprintf(stderr, "images: %zu picture(s) encoded to %lld soft tokens each in %.2f s (tower loaded in %.2f s)\n",
+               images.size(), static_cast<long long>(ids.per_image), encode_s, load_s);
+  return out;
+}
+
+int cmd_vision(const Args& a) {
+  MAXTEXT_CHECK(a.has("weights"), ArgumentError, "vision needs --weights (a Hugging Face Gemma 3 checkpoint with its "
+                "vision tower: config.json + safetensors)");
+  const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
+  MAXTEXT_CHECK(!images.empty(), ArgumentError, "vision needs --image FILE (PNG or JPEG; repeat it for more)");
+  const std::string cfg_path = hf_config_path(a.get("weights"), "vision");
+  const nlohmann::json j = read_gemma3_config(cfg_path, "vision");
+  double load_s = 0.0, encode_s = 0.0;
+  const Tensor<float, 3> tokens = encode_images(a, j, cfg_path, images, &load_s, &encode_s);
+  const std::int64_t n = tokens.dim(0);
   for (std::int64_t i = 0; i < n; ++i) {
     double s = 0.0, ss = 0.0;
     const std::int64_t m = tokens.dim(1) * tokens.dim(2);
@@ -101,9 +167,8 @@ int cmd_vision(const Args& a) {
     std::printf("wrote %s [%lld, %lld, %lld] float32\n", a.get("out").c_str(), static_cast<long long>(n),
                 static_cast<long long>(tokens.dim(1)), static_cast<long long>(tokens.dim(2)));
   }
-  std::fprintf(stderr, "vision: load %.2f s, preprocess %.2f s, encode %.2f s (%lld pictures, %lld patches each)\n",
-               secs(t1 - t0), secs(t2 - t1), secs(t3 - t2), static_cast<long long>(n),
-               static_cast<long long>(vc.num_patches()));
+  std::fprintf(stderr, "vision: load %.2f s, preprocess + encode %.2f s (%lld pictures)\n", load_s, encode_s,
+               static_cast<long long>(n));
   return 0;
 }
 

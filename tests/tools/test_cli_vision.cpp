@@ -58,3 +58,45 @@ TEST_CASE("maxtext vision: picture files to Gemma 3 soft tokens equal Pillow + t
   t = run_failing("vision --weights " + dir + "/hf");
   CHECK(t.find("vision needs --image FILE") != std::string::npos);
 }
+
+TEST_CASE("maxtext logits / generate --image: pictures merged into a Gemma 3 prompt equal the float64 reference",
+          "[cli][vision][multimodal]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  // fixtures/gemma3_mm_model (tests/reference/gemma3_multimodal_reference.py): a 7-layer Gemma 3 with a 2-layer tower,
+  // prompt ids 2,5,9,<boi>,14,7,<boi>,33,17 (boi = 120 in its config.json), two PNG pictures; logits at
+  // test::tol::f32_logits, greedy tokens exact (best-vs-second gaps >= 0.54, meta.json).
+  const std::string dir = test::fixtures_dir() + "/gemma3_mm_model";
+  const std::string pics = " --image " + dir + "/image_a.png --image " + dir + "/image_b.png";
+  const std::string tokens = " --tokens 2,5,9,120,14,7,120,33,17";
+  const std::string cwd = std::filesystem::current_path().string() + "/cli_mm_" + std::to_string(::getpid());
+  for (const char* layout : {"/hf", "/hf_new"}) {
+    INFO(layout);
+    const std::string w = " --weights " + dir + layout;
+    test::run_cli("logits" + w + tokens + pics + " --out " + cwd + "_logits.npy --image-embeddings-out " + cwd +
+                  "_soft.npy");
+    test::expect_close(io::read_npy(cwd + "_logits.npy"), test::npy(dir + "/logits.npy"), test::tol::f32_logits,
+                       std::string("cli logits --image ") + layout);
+    test::expect_close(io::read_npy(cwd + "_soft.npy"), test::npy(dir + "/image_tokens.npy"), test::tol::f32_logits,
+                       std::string("--image-embeddings-out ") + layout);
+    // The last tokens decoded one at a time after a first pass holding both pictures.
+    test::run_cli("logits" + w + tokens + pics + " --incremental 3 --out " + cwd + "_logits.npy");
+    test::expect_close(io::read_npy(cwd + "_logits.npy"), test::npy(dir + "/logits.npy"), test::tol::f32_logits,
+                       std::string("cli logits --image --incremental 3 ") + layout);
+    const std::string text = test::run_cli("generate" + w + tokens + pics + " --max-new-tokens 8");
+    CHECK(text.find("tokens[0]: 93,93,115,115,115,115,115,115") != std::string::npos);
+  }
+  std::remove((cwd + "_logits.npy").c_str());
+  std::remove((cwd + "_soft.npy").c_str());
+  // Refusals, by name.
+  std::string t = run_failing("generate --weights " + dir + "/hf" + tokens + " --image " + dir + "/image_a.png");
+  CHECK(t.find("the prompt has 2 <start_of_image> marker(s) for 1 picture(s)") != std::string::npos);
+  t = run_failing("generate --weights " + test::fixtures_dir() + "/gemma3_model/hf --tokens 2,5 --image " + dir +
+                  "/image_a.png");
+  CHECK(t.find("has model_type 'gemma3_text'") != std::string::npos);
+  t = run_failing("logits --weights " + dir + "/hf" + tokens + pics + " --incremental 400 --out x.npy");
+  CHECK(t.find("hold a picture's soft tokens") != std::string::npos);
+  t = run_failing("generate --weights " + dir + "/hf" + tokens + " --image-preprocess hf");
+  CHECK(t.find("--image-preprocess and --image-embeddings-out need --image") != std::string::npos);
+  t = run_failing("generate --weights " + dir + "/hf" + tokens + pics + " --spec lookup");
+  CHECK(t.find("speculative decoding takes no pictures") != std::string::npos);
+}
