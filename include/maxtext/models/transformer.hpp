@@ -605,8 +605,15 @@ class Transformer {
     if (opt.media_mask == nullptr && opt.media_embeddings == nullptr) return 0;
     MAXTEXT_CHECK(opt.media_mask != nullptr && opt.media_embeddings != nullptr, ArgumentError,
                   "[forward] media_mask and media_embeddings go together (one was given without the other)");
-    MAXTEXT_CHECK(kMedia != layers::MediaMerge::none, UnsupportedError, "[forward] decoder_block '", cfg_.decoder_block,
-                  "' takes no media embeddings (MaxText merges them for gemma3, gemma4 and llama4)");
+    if constexpr (kMedia == layers::MediaMerge::none) {
+      MAXTEXT_THROW(UnsupportedError, "[forward] decoder_block '", cfg_.decoder_block,
+                    "' takes no media embeddings (MaxText merges them for gemma3, gemma4 and llama4)");
+    } else {
+      return check_media_rows(opt, Bn, T, row_len, seg);
+    }
+  }
+  std::int64_t check_media_rows(const ForwardOptions& opt, std::int64_t Bn, std::int64_t T,
+                                const std::vector<std::int32_t>& row_len, const Tensor<std::int32_t, 2>* seg) const {
     if constexpr (kPrelude) {
       MAXTEXT_CHECK(!prelude_.enabled(), UnsupportedError, "[forward] media embeddings with per-layer inputs (",
                     PreludeT::name, ") are not supported");
