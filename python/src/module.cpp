@@ -237,6 +237,19 @@ std::optional<Tensor<std::int32_t, 2>> opt_rows(py::handle obj, const char* what
   return int_rows(obj, what);
 }
 
+/// Media embeddings (a picture tower's soft tokens): float rows [n, emb_dim], or [pictures, tokens, emb_dim]
+/// flattened to rows; None: no media.
+std::optional<Tensor<float, 2>> opt_float_rows(py::handle obj, const char* what) {
+  if (obj.is_none()) return std::nullopt;
+  const AnyTensor t = to_any(obj, what);
+  MAXTEXT_CHECK(dtype_is_float(t.dtype), ArgumentError, "[", what, "] expected a float array, found dtype ",
+                dtype_name(t.dtype));
+  MAXTEXT_CHECK(t.rank() == 2 || t.rank() == 3, ShapeError, "[", what, "] expected [n, emb_dim] or [pictures, tokens, "
+                "emb_dim], found shape ", t.shape);
+  const std::int64_t D = t.shape.back();
+  return t.to<float, 2>({t.numel() / std::max<std::int64_t>(D, 1), D});
+}
+
 // ---- config ------------------------------------------------------------------------------------------------------
 std::vector<std::string> g_config_dirs;
 
@@ -729,12 +742,17 @@ lookup= (canonical id per token id), compressed_size= and pad_token=.)")
       .def(
           "forward",
           [](PyModel& pm, py::handle tokens, py::handle positions, py::handle segment_ids, py::handle capture,
-             std::shared_ptr<CacheHandle> cache, bool last_only) -> py::object {
+             std::shared_ptr<CacheHandle> cache, bool last_only, py::handle media_mask,
+             py::handle media_embeddings) -> py::object {
             const Tensor<std::int32_t, 2> tok = int_rows(tokens, "tokens");
             const auto pos = opt_rows(positions, "positions");
             const auto seg = opt_rows(segment_ids, "segment_ids");
+            const auto mmask = opt_rows(media_mask, "media_mask");
+            const auto memb = opt_float_rows(media_embeddings, "media_embeddings");
             auto cap = capture_arg(capture);
             ForwardRequest r;
+            r.media_mask = mmask ? &*mmask : nullptr;
+            r.media_embeddings = memb ? &*memb : nullptr;
             r.tokens = &tok;
             r.positions = pos ? &*pos : nullptr;
             r.segment_ids = seg ? &*seg : nullptr;
@@ -751,9 +769,13 @@ lookup= (canonical id per token id), compressed_size= and pad_token=.)")
           },
           py::arg("tokens"), py::arg("positions") = py::none(), py::arg("segment_ids") = py::none(), py::kw_only(),
           py::arg("capture") = py::none(), py::arg("cache") = nullptr, py::arg("last_only") = false,
+          py::arg("media_mask") = py::none(), py::arg("media_embeddings") = py::none(),
           R"(Logits [B, T, V] float32 for tokens [B, T] (or [T]). positions / segment_ids: [B, T] integers (segment id 0 =
 padding, as MaxText). capture: None, True (everything), or names (MaxText's or HF's module paths): then returns
-(logits, {name: array}) in forward order. cache: a Cache from new_cache() to continue from (incremental decoding).)")
+(logits, {name: array}) in forward order. cache: a Cache from new_cache() to continue from (incremental decoding).
+media_mask [B, T] (nonzero: a picture's soft token) with media_embeddings [n, emb_dim] (or Gemma3Vision.encode's
+[pictures, 256, emb_dim]): the embeddings replace the marked tokens' (MaxText's multimodal merge; Gemma 3's pictures
+attend to themselves whole). docs/vision.md)")
       .def(
           "run_layer",
           [](PyModel& pm, py::handle x, py::object layer, py::object weights, const std::string& prefix,
@@ -795,7 +817,8 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
           "generate",
           [](PyModel& pm, py::object prompts, std::int64_t max_new_tokens, float temperature, std::int64_t top_k,
              float top_p, py::object seed, py::object stop_tokens, py::object tok_obj, py::object on_token,
-             py::object stream, std::int64_t capacity, py::object spec, std::int64_t draft_max) {
+             py::object stream, std::int64_t capacity, py::object spec, std::int64_t draft_max, py::handle media_mask,
+             py::handle media_embeddings) {
             const PyTokenizer* tk = tok_obj.is_none() ? nullptr : &tok_obj.cast<const PyTokenizer&>();
             std::vector<std::vector<std::int32_t>> rows;
             const bool texts = py::isinstance<py::str>(prompts) ||
@@ -821,6 +844,10 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
               }
             }
             models::GenerateOptions go;
+            const auto mmask = opt_rows(media_mask, "media_mask");
+            const auto memb = opt_float_rows(media_embeddings, "media_embeddings");
+            go.media_mask = mmask ? &*mmask : nullptr;
+            go.media_embeddings = memb ? &*memb : nullptr;
             go.max_new_tokens = max_new_tokens;
             go.sampling.temperature = temperature;
             go.sampling.top_k = top_k;
@@ -922,13 +949,15 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
           py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = py::none(), py::arg("stop_tokens") = py::none(),
           py::arg("tokenizer") = py::none(), py::arg("on_token") = py::none(), py::arg("stream") = py::none(),
           py::arg("capacity") = 0, py::arg("spec") = py::none(), py::arg("draft_max") = 4,
+          py::arg("media_mask") = py::none(), py::arg("media_embeddings") = py::none(),
           R"(Prefill + decode. prompts: token ids ([T], [B, T] or a list of lists) or text (a str or list of str, with
 tokenizer=). temperature 0 = greedy. on_token(row, token) is called as each token is chosen; stream(text) gets the
 text pieces of a single text prompt as they complete. Returns {'tokens': [[...]], 'text': [...] (with a tokenizer),
 'prompt_tokens', timings}. Text generation stops at the tokenizer's EOS unless stop_tokens= is given.
 spec='lookup' (prompt lookup) or spec=draft_model (another Model sharing the tokenizer): greedy speculative decoding
 of one prompt, draft_max tokens drafted and checked per pass; the same tokens, and result['speculative'] with
-'verify_passes', 'drafted' and 'accepted' per draft position, 'acceptance_rate'.)")
+'verify_passes', 'drafted' and 'accepted' per draft position, 'acceptance_rate'. media_mask [B, T] with
+media_embeddings: pictures' soft tokens merged at the prefill (see forward).)")
       .def(
           "compare",
           [](PyModel& pm, py::handle reference, py::handle tokens, py::handle input, py::object layer, py::object weights,

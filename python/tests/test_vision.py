@@ -64,3 +64,24 @@ def test_gemma3_vision_tower_matches_the_float64_reference(mc):
         small.encode(np.zeros((1, 30, 32, 3), np.float32))
     with pytest.raises(mc.IoError, match="no config.json"):
         mc.Gemma3Vision(os.path.join(IMAGES))
+
+
+def test_gemma3_pictures_merged_into_the_decoder_match_the_float64_reference(mc):
+    """Gemma 3 with pictures (tests/reference/gemma3_multimodal_reference.py): the tower's soft tokens merged at the
+    <image_soft_token> positions with the bidirectional picture mask; logits at the f32 logit tolerance, greedy
+    tokens equal (best-vs-second gaps >= 0.54)."""
+    vision_or_skip(mc)
+    d = fixture("gemma3_mm_model")
+    hf = os.path.join(d, "hf")
+    m = mc.Model(weights=hf)
+    tower = mc.Gemma3Vision(hf)
+    soft = tower.encode([os.path.join(d, "image_a.png"), os.path.join(d, "image_b.png")])
+    np.testing.assert_allclose(soft, np.load(os.path.join(d, "image_tokens.npy")), **F32_LOGITS)
+    ids = np.load(os.path.join(d, "ids.npy"))
+    mask = np.load(os.path.join(d, "image_mask.npy"))
+    logits = m.forward(ids, media_mask=mask, media_embeddings=soft)
+    np.testing.assert_allclose(logits, np.load(os.path.join(d, "logits.npy")), **F32_LOGITS)
+    res = m.generate(ids, 8, media_mask=mask, media_embeddings=soft)
+    assert res["tokens"][0] == np.load(os.path.join(d, "greedy.npy")).tolist()
+    with pytest.raises(mc.ArgumentError, match="media_mask marks 512 tokens, media_embeddings has 256 rows"):
+        m.forward(ids, media_mask=mask, media_embeddings=soft[:1])
