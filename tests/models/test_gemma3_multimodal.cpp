@@ -240,13 +240,77 @@ TEST_CASE("Gemma 3 with pictures: a batch with a text-only row, greedy generatio
   padded.media_embeddings = &more;
   auto cache2 = m.make_cache(2, T);
   expect_error<ArgumentError>([&] { (void)m.forward(both, cache2, padded); }, "right padding");
-  // Sessions and speculative decoding refuse pictures rather than ignore them.
-  expect_error<UnsupportedError>(
-      [&] {
-        models::Session<Model> s(m, T + 8);
-        (void)s.generate(prompt, go);
-      },
-      "media input (pictures) in a session's turns is not supported");
+}
+
+TEST_CASE("Gemma 3 with pictures in a Session: the cache is reused while ids and pictures agree, never part of a picture",
+          "[models][gemma][multimodal][session]") {
+  need_fixture();
+  const std::string dir = fixture();
+  const auto ids_t = test::int_tensor(test::npy(dir + "/ids.npy"));
+  const auto mask = test::int_tensor(test::npy(dir + "/image_mask.npy"));
+  const auto want = f32<3>(test::npy(dir + "/logits.npy"));
+  const std::int64_t T = ids_t.dim(1), V = 128;
+  Model m = load_model(dir + "/hf");
+  const Tensor<float, 2> soft = soft_tokens(dir + "/hf");
+  const std::vector<std::int32_t> ids(ids_t.data(), ids_t.data() + T);
+  std::int64_t second = T;  // the second picture's first soft token
+  for (std::int64_t t = T - 1; t > 0; --t) {
+    if (mask(0, t) && !mask(0, t - 1)) {
+      second = t;
+      break;
+    }
+  }
+  REQUIRE(second < T);
+  auto last_ok = [&](const std::vector<float>& l, const std::string& what) {
+    Tensor<float, 3> got({1, 1, V}), ref({1, 1, V});
+    std::copy(l.begin(), l.end(), got.data());
+    std::copy(&want(0, T - 1, 0), &want(0, T - 1, 0) + V, ref.data());
+    test::expect_close(AnyTensor::from(got), AnyTensor::from(ref), test::tol::f32_logits, what);
+  };
+  models::Session<Model> s(m, T + 16);
+  CHECK(s.sync(ids, &mask, &soft) == 0);
+  last_ok(s.logits(), "session, both pictures");
+  const std::int64_t after_first = s.forwarded_tokens();
+  CHECK(after_first == T);
+
+  // The second picture replaced by the first: the cache is kept up to the second picture's start, not into it.
+  Tensor<float, 2> swapped({soft.dim(0), soft.dim(1)});  // (a Tensor copy would share soft's buffer)
+  std::copy(soft.data(), soft.data() + 256 * 32, swapped.data());
+  std::copy(soft.data(), soft.data() + 256 * 32, swapped.data() + 256 * 32);
+  CHECK(s.sync(ids, &mask, &swapped) == second);
+  (void)s.logits();
+  CHECK(s.forwarded_tokens() == after_first + (T - second));
+  // And back: the second picture runs again whole; the logits are the reference's.
+  CHECK(s.sync(ids, &mask, &soft) == second);
+  last_ok(s.logits(), "session, second picture restored");
+  CHECK(s.forwarded_tokens() == after_first + 2 * (T - second));
+  // A rewind into the middle of the second picture keeps none of it.
+  const std::int64_t before = s.forwarded_tokens();
+  s.rewind(second + 100);
+  CHECK(s.cached() == second);
+  CHECK(s.sync(ids, &mask, &soft) == second);
+  last_ok(s.logits(), "session, after a rewind inside a picture");
+  CHECK(s.forwarded_tokens() == before + (T - second));
+  // The same ids without the pictures are another conversation from the first picture on.
+  const std::int64_t first = [&] {
+    std::int64_t t = 0;
+    while (mask(0, t) == 0) ++t;
+    return t;
+  }();
+  CHECK(s.sync(ids) == first);
+
+  // generate() with the pictures among the new tokens: the reference's greedy tokens.
+  const AnyTensor g = test::npy(dir + "/greedy.npy");
+  std::vector<std::int32_t> greedy;
+  for (std::int64_t i = 0; i < g.numel(); ++i) greedy.push_back(static_cast<std::int32_t>(g.element(i)));
+  models::Session<Model> fresh(m, T + 16);
+  models::GenerateOptions go;
+  go.max_new_tokens = static_cast<std::int64_t>(greedy.size());
+  go.media_mask = &mask;
+  go.media_embeddings = &soft;
+  CHECK(fresh.generate(ids, go).tokens[0] == greedy);
+  Tensor<float, 2> fewer({soft.dim(0) - 256, 32});
+  expect_error<ArgumentError>([&] { (void)fresh.sync(ids, &mask, &fewer); }, "media_mask marks more tokens than");
 }
 
 TEST_CASE("media embeddings: a block MaxText does not merge for refuses them by name", "[models][multimodal]") {

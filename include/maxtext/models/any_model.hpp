@@ -93,8 +93,10 @@ class AnySession {
   virtual std::int64_t capacity() const = 0;
   virtual const std::vector<std::int32_t>& tokens() const = 0;
   virtual void rewind(std::int64_t n) = 0;
-  /// Make the conversation exactly `ids` (rewinds to the common prefix); returns that prefix's length.
-  virtual std::int64_t sync(const std::vector<std::int32_t>& ids) = 0;
+  /// Make the conversation exactly `ids` (rewinds to the common prefix); returns that prefix's length. With pictures:
+  /// media_mask [1, ids.size()] marks the soft tokens, media_embeddings [n, emb_dim] their rows (Session::sync).
+  virtual std::int64_t sync(const std::vector<std::int32_t>& ids, const Tensor<std::int32_t, 2>* media_mask = nullptr,
+                            const Tensor<float, 2>* media_embeddings = nullptr) = 0;
   virtual GenerateResult generate(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt) = 0;
 };
 

@@ -113,7 +113,10 @@ class SessionImpl final : public AnySession {
   std::int64_t capacity() const override { return session_.capacity(); }
   const std::vector<std::int32_t>& tokens() const override { return session_.tokens(); }
   void rewind(std::int64_t n) override { session_.rewind(n); }
-  std::int64_t sync(const std::vector<std::int32_t>& ids) override { return session_.sync(ids); }
+  std::int64_t sync(const std::vector<std::int32_t>& ids, const Tensor<std::int32_t, 2>* media_mask = nullptr,
+                    const Tensor<float, 2>* media_embeddings = nullptr) override {
+    return session_.sync(ids, media_mask, media_embeddings);
+  }
   GenerateResult generate(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt) override {
     std::lock_guard<std::mutex> lock(mu_);
     opt.sampling.validate();
