@@ -125,13 +125,24 @@ struct PromptImages {
   Tensor<std::int32_t, 2> mask;           ///< [1, ids.size()]: 1 at the soft tokens
   Tensor<float, 2> embeddings;            ///< [pictures * tokens per picture, emb_dim]
 };
-/// `prompt`: token ids holding one picture marker (Gemma 3: <start_of_image>) per --image, in order. Reads the
-/// tower from --weights (a Hugging Face Gemma3ForConditionalGeneration checkpoint), --image-preprocess, and writes
-/// the soft tokens to --image-embeddings-out when given.
+/// The pictures of --image, read and encoded once by the tower of --weights (a Hugging Face
+/// Gemma3ForConditionalGeneration checkpoint; --image-preprocess; the soft tokens also to --image-embeddings-out).
+class PromptPictures {
+ public:
+  virtual ~PromptPictures() = default;
+  virtual std::int64_t count() const = 0;
+  /// Token ids holding k picture markers (Gemma 3: <start_of_image>), k <= count() (k == count() with `all`):
+  /// marker i takes picture i.
+  virtual PromptImages expand(const std::vector<std::int32_t>& ids, bool all) const = 0;
+};
+std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg);
+/// `prompt` with one marker per --image: open_prompt_pictures(a, cfg)->expand(prompt, true).
 PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt);
 /// The marker a prompt's text gives for each picture (Gemma 3: "<start_of_image>"), which llama.cpp's `<__media__>`
 /// is rewritten to; empty where the program has no picture support.
 std::string image_marker_text(const Args& a);
+/// `text` with llama.cpp's `<__media__>` markers rewritten to image_marker_text (cli_text.cpp).
+std::string with_image_markers(const Args& a, std::string text);
 
 int cmd_logits(const Args& a);    // cli_models.cpp
 int cmd_info(const Args& a);      // cli_models.cpp

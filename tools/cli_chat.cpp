@@ -30,6 +30,24 @@ int cmd_chat(const Args& a) {
   co.capacity = a.integer("ctx-size", std::min<std::int64_t>(cfg.max_target_length, 4096));
   co.interactive = ::isatty(STDIN_FILENO) != 0;
   MAXTEXT_CHECK(co.capacity > 0, ArgumentError, "--ctx-size must be > 0");
+  // Pictures (--image): encoded once; each marker a message writes (<start_of_image>, or llama.cpp's <__media__>)
+  // takes the next one, and the whole conversation's pictures go with it to the session on every turn.
+  std::unique_ptr<PromptPictures> pictures;
+  if (a.all.count("image") != 0) {
+    pictures = open_prompt_pictures(a, cfg);
+    co.user_text = [&a](std::string text) { return with_image_markers(a, std::move(text)); };
+    co.pictures = [&pictures](std::vector<std::int32_t>& ids, Tensor<std::int32_t, 2>& mask, Tensor<float, 2>& rows) {
+      PromptImages p = pictures->expand(ids, false);
+      ids = std::move(p.ids);
+      mask = std::move(p.mask);
+      rows = std::move(p.embeddings);
+    };
+    std::cerr << "note: " << pictures->count() << " picture(s): write " << image_marker_text(a)
+              << " (or <__media__>) in a message where each goes, in order\n";
+  } else {
+    MAXTEXT_CHECK(!a.has("image-preprocess") && !a.has("image-embeddings-out"), ArgumentError,
+                  "--image-preprocess and --image-embeddings-out need --image");
+  }
   const auto model = open_model(cfg, a);
   return run_chat(*model, *tk, co, std::cin, std::cout, std::cerr);
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -109,35 +110,61 @@ Tensor<float, 3> encode_images(const Args& a, const nlohmann::json& j, const std
 
 std::string image_marker_text(const Args&) { return "<start_of_image>"; }
 
+namespace {
+
+class Gemma3Pictures final : public PromptPictures {
+ public:
+  Gemma3Pictures(const Args& a, const Config& cfg) {
+    const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
+    MAXTEXT_CHECK(!images.empty(), ArgumentError, a.command, ": no --image given");
+    MAXTEXT_CHECK(a.has("weights"), ArgumentError, a.command, " --image needs --weights (a Hugging Face Gemma 3 "
+                  "checkpoint with its vision tower: config.json + safetensors)");
+    const std::string cfg_path = hf_config_path(a.get("weights"), "--image");
+    const nlohmann::json j = read_gemma3_config(cfg_path, "--image");
+    ids_ = gemma3_image_tokens(j, cfg_path);
+    MAXTEXT_CHECK(ids_.soft < cfg.vocab_size && ids_.begin < cfg.vocab_size && ids_.end < cfg.vocab_size &&
+                      ids_.double_newline < cfg.vocab_size,
+                  ArgumentError, "--image: ", cfg_path, ": image token ids (", ids_.begin, ", ", ids_.end, ", ",
+                  ids_.soft, ") outside the vocabulary of ", cfg.vocab_size);
+    double load_s = 0.0, encode_s = 0.0;
+    tokens_ = encode_images(a, j, cfg_path, images, &load_s, &encode_s);
+    MAXTEXT_CHECK(tokens_.dim(1) == ids_.per_image && tokens_.dim(2) == cfg.emb_dim, ArgumentError,
+                  "--image: the tower gives [", tokens_.dim(1), ", ", tokens_.dim(2), "] per picture; the prompt holds ",
+                  ids_.per_image, " soft tokens of the text model's emb_dim ", cfg.emb_dim);
+    if (a.has("image-embeddings-out")) io::write_npy(a.get("image-embeddings-out"), AnyTensor::from(tokens_));
+    std::fprintf(stderr, "images: %zu picture(s) encoded to %lld soft tokens each in %.2f s (tower loaded in %.2f s)\n",
+                 images.size(), static_cast<long long>(ids_.per_image), encode_s, load_s);
+  }
+  std::int64_t count() const override { return tokens_.dim(0); }
+  PromptImages expand(const std::vector<std::int32_t>& prompt, bool all) const override {
+    std::int64_t k = 0;
+    for (const std::int32_t id : prompt) k += id == ids_.begin ? 1 : 0;
+    MAXTEXT_CHECK(k <= count() && (!all || k == count()), ArgumentError, "[image] the prompt has ", k,
+                  " <start_of_image> marker(s) for ", count(), " picture(s): one marker per picture");
+    const io::Gemma3ImagePrompt p = io::gemma3_expand_image_tokens(prompt, k, ids_);
+    PromptImages out;
+    const std::int64_t T = static_cast<std::int64_t>(p.ids.size()), per = tokens_.dim(1) * tokens_.dim(2);
+    out.ids = p.ids;
+    out.mask = Tensor<std::int32_t, 2>({1, T});
+    for (std::int64_t t = 0; t < T; ++t) out.mask(0, t) = p.ids[static_cast<std::size_t>(t)] == ids_.soft ? 1 : 0;
+    out.embeddings = Tensor<float, 2>({k * tokens_.dim(1), tokens_.dim(2)});
+    std::copy(tokens_.data(), tokens_.data() + k * per, out.embeddings.data());
+    return out;
+  }
+
+ private:
+  io::Gemma3ImageTokens ids_;
+  Tensor<float, 3> tokens_;
+};
+
+}  // namespace
+
+std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg) {
+  return std::make_unique<Gemma3Pictures>(a, cfg);
+}
+
 PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt) {
-  const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
-  MAXTEXT_CHECK(!images.empty(), ArgumentError, a.command, ": no --image given");
-  MAXTEXT_CHECK(a.has("weights"), ArgumentError, a.command, " --image needs --weights (a Hugging Face Gemma 3 "
-                "checkpoint with its vision tower: config.json + safetensors)");
-  const std::string cfg_path = hf_config_path(a.get("weights"), "--image");
-  const nlohmann::json j = read_gemma3_config(cfg_path, "--image");
-  const io::Gemma3ImageTokens ids = gemma3_image_tokens(j, cfg_path);
-  MAXTEXT_CHECK(ids.soft < cfg.vocab_size && ids.begin < cfg.vocab_size && ids.end < cfg.vocab_size &&
-                    ids.double_newline < cfg.vocab_size,
-                ArgumentError, "--image: ", cfg_path, ": image token ids (", ids.begin, ", ", ids.end, ", ", ids.soft,
-                ") outside the vocabulary of ", cfg.vocab_size);
-  PromptImages out;
-  const io::Gemma3ImagePrompt p = io::gemma3_expand_image_tokens(prompt, static_cast<std::int64_t>(images.size()), ids);
-  double load_s = 0.0, encode_s = 0.0;
-  const Tensor<float, 3> tokens = encode_images(a, j, cfg_path, images, &load_s, &encode_s);
-  MAXTEXT_CHECK(tokens.dim(1) == ids.per_image && tokens.dim(2) == cfg.emb_dim, ArgumentError, "--image: the tower gives [",
-                tokens.dim(1), ", ", tokens.dim(2), "] per picture; the prompt holds ", ids.per_image,
-                " soft tokens of the text model's emb_dim ", cfg.emb_dim);
-  if (a.has("image-embeddings-out")) io::write_npy(a.get("image-embeddings-out"), AnyTensor::from(tokens));
-  const std::int64_t T = static_cast<std::int64_t>(p.ids.size());
-  out.ids = p.ids;
-  out.mask = Tensor<std::int32_t, 2>({1, T});
-  for (std::int64_t t = 0; t < T; ++t) out.mask(0, t) = p.ids[static_cast<std::size_t>(t)] == ids.soft ? 1 : 0;
-  out.embeddings = Tensor<float, 2>({tokens.dim(0) * tokens.dim(1), tokens.dim(2)});
-  std::copy(tokens.data(), tokens.data() + tokens.size(), out.embeddings.data());
-  std::fprintf(stderr, "images: %zu picture(s) encoded to %lld soft tokens each in %.2f s (tower loaded in %.2f s)\n",
-               images.size(), static_cast<long long>(ids.per_image), encode_s, load_s);
-  return out;
+  return open_prompt_pictures(a, cfg)->expand(prompt, true);
 }
 
 int cmd_vision(const Args& a) {

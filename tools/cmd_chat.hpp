@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/tensor.hpp"
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/text_stream.hpp"
@@ -70,6 +71,11 @@ struct ChatOptions {
   std::function<std::vector<std::int32_t>(const std::string&)> encode;
   std::int64_t capacity = 0;  ///< tokens the conversation may hold (0: the model's max_target_length)
   bool interactive = false;   ///< print a "> " prompt to `err` before reading each line (stdin is a terminal)
+  /// Each user line before it joins the conversation (--image: llama.cpp's <__media__> becomes the model's marker).
+  std::function<std::string(std::string)> user_text;
+  /// Pictures (--image): the rendered conversation's ids, whose markers take the pictures in order, expanded in place;
+  /// mask [1, ids] and rows [n, emb_dim] of the soft tokens. Empty: no pictures.
+  std::function<void(std::vector<std::int32_t>& ids, Tensor<std::int32_t, 2>& mask, Tensor<float, 2>& rows)> pictures;
 };
 
 inline std::string trim(std::string_view s) {
@@ -107,12 +113,16 @@ inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, Cha
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (trim(line).empty()) continue;
     ++turn;
-    messages.push_back({{"role", "user"}, {"content", line}});
-    const std::vector<std::int32_t> ids = opt.encode(opt.render(messages, true));
+    messages.push_back({{"role", "user"}, {"content", opt.user_text ? opt.user_text(line) : line}});
+    std::vector<std::int32_t> ids = opt.encode(opt.render(messages, true));
+    Tensor<std::int32_t, 2> mask;
+    Tensor<float, 2> rows;
+    if (opt.pictures) opt.pictures(ids, mask, rows);
+    const bool media = !rows.empty() && rows.dim(0) > 0;
     MAXTEXT_CHECK(static_cast<std::int64_t>(ids.size()) < session.capacity(), ArgumentError, "[chat] the conversation (",
                   ids.size(), " tokens) no longer fits the context of ", session.capacity(),
                   " tokens (--ctx-size)");
-    const std::int64_t reused = session.sync(ids);
+    const std::int64_t reused = session.sync(ids, media ? &mask : nullptr, media ? &rows : nullptr);
     models::GenerateOptions g = opt.gen;
     g.max_new_tokens = std::min(max_new, session.capacity() - session.length());
     const auto res = session.generate({}, g);

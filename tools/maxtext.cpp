@@ -19,9 +19,10 @@ commands:
             streams the text
             [--spec lookup|draft [--draft FILE] [--draft-max K]]: greedy speculative decoding, K drafted tokens
             (default 4) checked per pass, from prompt lookup or a draft model sharing the tokenizer; the same tokens
-  generate|logits ... --image FILE [--image FILE ...] [--image-preprocess maxtext|hf] [--image-embeddings-out F.npy]:
+  generate|logits|chat ... --image FILE [--image FILE ...] [--image-preprocess maxtext|hf] [--image-embeddings-out F]:
             pictures merged into the prompt (a Gemma 3 checkpoint with its vision tower): each <start_of_image> (or
-            llama.cpp's <__media__>) of the prompt or --tokens takes the next picture. docs/vision.md
+            llama.cpp's <__media__>) of the prompt, --tokens or the chat's messages takes the next picture.
+            docs/vision.md
   chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]:
             a conversation, one user message per line of stdin until EOF; the KV cache is kept between turns
   serve     --weights FILE [--tokenizer FILE] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q]
@@ -97,9 +98,14 @@ int maxtext::cli::cmd_vision(const Args&) {
                                   "libjpeg62-turbo-dev, as scripts/setup.sh does, and configure with "
                                   "-DMAXTEXT_CLI_VISION=ON)");
 }
-maxtext::cli::PromptImages maxtext::cli::encode_prompt_images(const Args& a, const Config&, const std::vector<std::int32_t>&) {
+std::unique_ptr<maxtext::cli::PromptPictures> maxtext::cli::open_prompt_pictures(const Args& a, const Config&) {
   MAXTEXT_THROW(UnsupportedError, a.command, " --image: pictures are not compiled into this program (install "
                 "libpng-dev and libjpeg62-turbo-dev, as scripts/setup.sh does, and configure with -DMAXTEXT_CLI_VISION=ON)");
+}
+maxtext::cli::PromptImages maxtext::cli::encode_prompt_images(const Args& a, const Config& c,
+                                                              const std::vector<std::int32_t>&) {
+  (void)open_prompt_pictures(a, c);
+  return {};
 }
 std::string maxtext::cli::image_marker_text(const Args&) { return std::string(); }
 #endif

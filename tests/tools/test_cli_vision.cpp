@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <unistd.h>
@@ -99,4 +100,48 @@ TEST_CASE("maxtext logits / generate --image: pictures merged into a Gemma 3 pro
   CHECK(t.find("--image-preprocess and --image-embeddings-out need --image") != std::string::npos);
   t = run_failing("generate --weights " + dir + "/hf" + tokens + pics + " --spec lookup");
   CHECK(t.find("speculative decoding takes no pictures") != std::string::npos);
+}
+
+TEST_CASE("maxtext chat --image: each marker a message writes takes the next picture; the cache is reused across turns",
+          "[cli][vision][multimodal][chat]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  // The tiny multimodal Gemma 3 with a character-level tokenizer and a Gemma-style chat template made for it
+  // (tests/reference/gemma3_mm_chat_tokenizer.py). The first answer must be what `generate` gives for the same
+  // rendered prompt (the random model's text means nothing, its tokens must agree); the second turn must reuse the
+  // first turn's picture tokens from the cache.
+  const std::string dir = test::fixtures_dir() + "/gemma3_mm_model";
+  const std::string common = " --weights " + dir + "/hf --tokenizer " + dir + "/chat_tokenizer --image " + dir +
+                             "/image_a.png --image " + dir + "/image_b.png --max-new-tokens 6";
+  const std::string in = std::filesystem::current_path().string() + "/chat_mm_" + std::to_string(::getpid()) + ".txt";
+  {
+    std::ofstream f(in);
+    f << "look <start_of_image> and <__media__>\nagain\n";
+  }
+  const std::string chat = test::run_cli("chat" + common + " < " + in);
+  std::remove(in.c_str());
+  const std::string gen = test::run_cli(
+      "generate" + common +
+      " --prompt '<start_of_turn>user\nlook <start_of_image> and <__media__><end_of_turn>\n<start_of_turn>model\n'");
+  // generate prints the prompt, then the answer, then "tokens[0]: ..."; chat prints each answer on its own line.
+  const auto at = gen.find("<start_of_turn>model\n");
+  REQUIRE(at != std::string::npos);
+  const std::string answer = gen.substr(at + 21, gen.find('\n', at + 21) - (at + 21));
+  INFO("generate's answer: '" << answer << "'\nchat:\n" << chat);
+  CHECK(!answer.empty());
+  CHECK(chat.find(answer + "\n") != std::string::npos);
+  CHECK(chat.find("[turn 1: prefilled 546 new tokens of 546 (0 reused from the cache)") != std::string::npos);
+  // Turn 2 re-renders the conversation: both pictures (ids 5 .. 522 of it) come from the cache.
+  const auto t2 = chat.find("[turn 2: prefilled ");
+  REQUIRE(t2 != std::string::npos);
+  const auto open = chat.find('(', t2);
+  const long reused = std::stol(chat.substr(open + 1));
+  CHECK(reused > 530);
+  // More markers than pictures: refused by name.
+  {
+    std::ofstream f(in);
+    f << "<start_of_image> <start_of_image> <start_of_image>\n";
+  }
+  const std::string t = run_failing("chat" + common + " < " + in);
+  std::remove(in.c_str());
+  CHECK(t.find("the prompt has 3 <start_of_image> marker(s) for 2 picture(s)") != std::string::npos);
 }
