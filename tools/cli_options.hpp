@@ -43,7 +43,7 @@ inline const std::vector<CommandOptions>& command_options() {
       return a;
     };
     // encode_prompt_images (cli_vision.cpp): pictures merged into the prompt.
-    const std::vector<std::string> images = {"image", "image-preprocess", "image-embeddings-out"};
+    const std::vector<std::string> images = {"image", "image-preprocess", "image-embeddings-out", "mmproj"};
     return std::vector<CommandOptions>{
         {"logits", join(join(model, {"tokens", "out", "incremental"}), images), true},
         // open_model without loading: neither --seed nor the tokenizer is read.
@@ -55,7 +55,7 @@ inline const std::vector<CommandOptions>& command_options() {
          join(model, {"host", "port", "parallel", "queue", "ctx-size", "max-new-tokens", "alias", "api-key",
                       "api-key-file", "max-body"}),
          true},
-        {"vision", {"weights", "image", "image-preprocess", "out", "threads"}, false},
+        {"vision", {"weights", "mmproj", "image", "image-preprocess", "out", "threads"}, false},
         {"tokenize", {"weights", "tokenizer", "text", "text-file", "add-special"}, false},
         {"detokenize", {"weights", "tokenizer", "ids", "skip-special"}, false},
         {"template", {"tokenizer", "messages", "add-generation-prompt", "tools"}, false},

@@ -20,11 +20,13 @@
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/families/gemma/image_processor.hpp"
 #include "maxtext/families/gemma/vision.hpp"
+#include "maxtext/io/gguf.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/npy.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/models/layer_runner.hpp"
+#include "maxtext/tokenizer/tokenizer.hpp"
 
 namespace maxtext::cli {
 
@@ -38,6 +40,13 @@ std::string hf_config_path(const std::string& weights, const char* what) {
   MAXTEXT_CHECK(fs::exists(cfg), ArgumentError, what, ": no config.json at ", cfg.string(),
                 " (--weights: a Hugging Face Gemma3ForConditionalGeneration directory, safetensors file or index)");
   return cfg.string();
+}
+
+/// Whether --weights is (or sits beside) a Hugging Face config.json.
+bool has_hf_config(const std::string& weights) {
+  namespace fs = std::filesystem;
+  const fs::path p(weights);
+  return fs::exists(fs::is_directory(p) ? p / "config.json" : p.parent_path() / "config.json");
 }
 
 /// A Gemma 3 checkpoint's config.json (model_type gemma3: the multimodal one).
@@ -76,21 +85,29 @@ io::Gemma3ImageTokens gemma3_image_tokens(const nlohmann::json& j, const std::st
 
 using VisionPolicy = Policy<cpu::Backend, float>;
 
-/// The pictures of --image, decoded and preprocessed (--image-preprocess), through the checkpoint's tower:
-/// soft tokens [n, tokens per picture, emb_dim].
+/// The pictures of --image, decoded and preprocessed (--image-preprocess), through the tower of --mmproj (a
+/// llama.cpp mmproj GGUF) or, without it, of the Hugging Face checkpoint (config.json `j`): soft tokens
+/// [n, tokens per picture, emb_dim].
 Tensor<float, 3> encode_images(const Args& a, const nlohmann::json& j, const std::string& cfg_path,
                                const std::vector<std::string>& images, double* load_s, double* encode_s) {
   const io::Gemma3ImageProcessing how = io::parse_gemma3_image_processing(a.get("image-preprocess", "maxtext"));
-  const layers::Gemma3VisionConfig vc = layers::Gemma3VisionConfig::from_hf(j, cfg_path);
   cpu::Options opt;
   opt.threads = static_cast<int>(a.integer("threads", 0));
   MAXTEXT_CHECK(opt.threads >= 0, ArgumentError, "--threads must be >= 0, found ", opt.threads);
   cpu::Backend be(opt);
   const auto t0 = std::chrono::steady_clock::now();
+  layers::Gemma3VisionConfig vc;
+  io::TensorMap weights;
+  if (a.has("mmproj")) {
+    io::Gemma3Mmproj m = io::gemma3_vision_from_mmproj(io::read_gguf(a.get("mmproj")));
+    vc = m.config;
+    weights = std::move(m.tensors);
+  } else {
+    vc = layers::Gemma3VisionConfig::from_hf(j, cfg_path);
+    weights = io::gemma3_vision_from_hf(io::read_safetensors_any(io::detail::resolve_weights_path(a.get("weights"))), vc);
+  }
   const layers::Gemma3VisionEncoder<VisionPolicy> tower(vc);
-  const auto params = models::load_layer_params<VisionPolicy>(
-      tower, io::gemma3_vision_from_hf(io::read_safetensors_any(io::detail::resolve_weights_path(a.get("weights"))), vc),
-      be);
+  const auto params = models::load_layer_params<VisionPolicy>(tower, weights, be);
   const auto t1 = std::chrono::steady_clock::now();
   const std::int64_t n = static_cast<std::int64_t>(images.size()), S = vc.image_size;
   Tensor<float, 4> pixels({n, S, S, 3});
@@ -118,16 +135,35 @@ class Gemma3Pictures final : public PromptPictures {
     const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
     MAXTEXT_CHECK(!images.empty(), ArgumentError, a.command, ": no --image given");
     MAXTEXT_CHECK(a.has("weights"), ArgumentError, a.command, " --image needs --weights (a Hugging Face Gemma 3 "
-                  "checkpoint with its vision tower: config.json + safetensors)");
-    const std::string cfg_path = hf_config_path(a.get("weights"), "--image");
-    const nlohmann::json j = read_gemma3_config(cfg_path, "--image");
-    ids_ = gemma3_image_tokens(j, cfg_path);
+                  "checkpoint with its vision tower, or a text model with --mmproj)");
+    // The image token ids: from a Gemma3ForConditionalGeneration config.json, else (a GGUF text model with
+    // --mmproj) from the tokenizer's vocabulary.
+    std::string cfg_path;
+    nlohmann::json j;
+    if (!a.has("mmproj") || has_hf_config(a.get("weights"))) {
+      cfg_path = hf_config_path(a.get("weights"), "--image");
+      j = read_gemma3_config(cfg_path, "--image");
+      ids_ = gemma3_image_tokens(j, cfg_path);
+    } else {
+      const auto tk = tokenizer::load_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
+      const auto id = [&](const char* text) {
+        const auto v = tk->token_to_id(text);
+        MAXTEXT_CHECK(v.has_value(), ArgumentError, "--image: the tokenizer of ", a.get("weights"), " has no token ",
+                      text, " (a Gemma 3 vocabulary has it)");
+        return *v;
+      };
+      ids_.begin = id("<start_of_image>");
+      ids_.end = id("<end_of_image>");
+      ids_.soft = id("<image_soft_token>");
+      ids_.double_newline = tk->token_to_id("\n\n").value_or(ids_.double_newline);
+    }
     MAXTEXT_CHECK(ids_.soft < cfg.vocab_size && ids_.begin < cfg.vocab_size && ids_.end < cfg.vocab_size &&
                       ids_.double_newline < cfg.vocab_size,
                   ArgumentError, "--image: ", cfg_path, ": image token ids (", ids_.begin, ", ", ids_.end, ", ",
                   ids_.soft, ") outside the vocabulary of ", cfg.vocab_size);
     double load_s = 0.0, encode_s = 0.0;
     tokens_ = encode_images(a, j, cfg_path, images, &load_s, &encode_s);
+    if (a.has("mmproj")) ids_.per_image = tokens_.dim(1);
     MAXTEXT_CHECK(tokens_.dim(1) == ids_.per_image && tokens_.dim(2) == cfg.emb_dim, ArgumentError,
                   "--image: the tower gives [", tokens_.dim(1), ", ", tokens_.dim(2), "] per picture; the prompt holds ",
                   ids_.per_image, " soft tokens of the text model's emb_dim ", cfg.emb_dim);
@@ -168,12 +204,17 @@ PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::v
 }
 
 int cmd_vision(const Args& a) {
-  MAXTEXT_CHECK(a.has("weights"), ArgumentError, "vision needs --weights (a Hugging Face Gemma 3 checkpoint with its "
-                "vision tower: config.json + safetensors)");
+  MAXTEXT_CHECK(a.has("weights") != a.has("mmproj"), ArgumentError, "vision needs --weights (a Hugging Face Gemma 3 "
+                "checkpoint with its vision tower: config.json + safetensors) or --mmproj (a llama.cpp mmproj GGUF), "
+                "one of them");
   const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
   MAXTEXT_CHECK(!images.empty(), ArgumentError, "vision needs --image FILE (PNG or JPEG; repeat it for more)");
-  const std::string cfg_path = hf_config_path(a.get("weights"), "vision");
-  const nlohmann::json j = read_gemma3_config(cfg_path, "vision");
+  std::string cfg_path;
+  nlohmann::json j;
+  if (!a.has("mmproj")) {
+    cfg_path = hf_config_path(a.get("weights"), "vision");
+    j = read_gemma3_config(cfg_path, "vision");
+  }
   double load_s = 0.0, encode_s = 0.0;
   const Tensor<float, 3> tokens = encode_images(a, j, cfg_path, images, &load_s, &encode_s);
   const std::int64_t n = tokens.dim(0);

@@ -328,3 +328,67 @@ TEST_CASE("media embeddings: a block MaxText does not merge for refuses them by 
   fo.media_embeddings = &rows;
   expect_error<UnsupportedError>([&] { (void)m.forward(tok, fo); }, "decoder_block 'simple' takes no media embeddings");
 }
+
+TEST_CASE("Gemma 3's tower from a llama.cpp mmproj GGUF gives the Hugging Face checkpoint's soft tokens bit for bit",
+          "[models][gemma][multimodal][mmproj]") {
+  // fixtures/gemma3_mm_model/mmproj.gguf: the fixture's tower written as llama.cpp's converter writes it
+  // (tests/reference/gemma3_mmproj_fixture.py; mmproj.json lists every tensor and key). The same weights through
+  // either file must give the same values: any misread tensor (a transposed projection, a norm without its + 1, the
+  // pooling factor) would not.
+  need_fixture();
+  const std::string dir = fixture();
+  io::Gemma3Mmproj m = io::gemma3_vision_from_mmproj(io::read_gguf(dir + "/mmproj.gguf"));
+  const auto j = read_json(dir + "/hf/config.json");
+  const layers::Gemma3VisionConfig hc = layers::Gemma3VisionConfig::from_hf(j, dir);
+  CHECK(m.config.image_size == hc.image_size);
+  CHECK(m.config.patch_size == hc.patch_size);
+  CHECK(m.config.hidden_size == hc.hidden_size);
+  CHECK(m.config.intermediate_size == hc.intermediate_size);
+  CHECK(m.config.num_layers == hc.num_layers);
+  CHECK(m.config.num_heads == hc.num_heads);
+  CHECK(m.config.tokens_per_image == hc.tokens_per_image);
+  CHECK(m.config.emb_dim == hc.emb_dim);
+  CHECK(m.config.eps == hc.eps);
+  test::Backend be;
+  const layers::Gemma3VisionEncoder<P> tower(m.config);
+  const auto pixels = f32<4>(test::npy(dir + "/pixels.npy"));
+  const Tensor<float, 3> got = tower.encode(be, models::load_layer_params<P>(tower, m.tensors, be), pixels);
+  const Tensor<float, 3> hf = tower.encode(
+      be, models::load_layer_params<P>(tower, io::gemma3_vision_from_hf(io::read_safetensors(dir + "/hf/model.safetensors"), hc), be),
+      pixels);
+  REQUIRE(got.size() == hf.size());
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < got.size(); ++i) differ += got.data()[i] != hf.data()[i] ? 1 : 0;
+  CHECK(differ == 0);
+  test::expect_close(AnyTensor::from(got), test::npy(dir + "/image_tokens.npy"), test::tol::f32_logits, "mmproj tokens");
+
+  // llama.cpp's converter stores mm.input_projection in F16 (tensor_force_quant), as its default output type does
+  // every matrix: an F16 projection gives the tokens within F16's rounding of the weights (2^-11 relative, summed over
+  // 16 inputs: rtol 5e-3, atol 5e-4).
+  io::GgufFile half = io::read_gguf(dir + "/mmproj.gguf");
+  {
+    const AnyTensor& w = half.tensors.at("mm.input_projection.weight");
+    Tensor<fp16, 2> h({w.shape[0], w.shape[1]});
+    const Tensor<float, 2> f = w.to<float, 2>({w.shape[0], w.shape[1]});
+    for (std::int64_t i = 0; i < f.size(); ++i) h.data()[i] = from_float<fp16>(f.data()[i]);
+    half.tensors.tensors["mm.input_projection.weight"] = AnyTensor::from(h, "f16 projection");
+  }
+  io::Gemma3Mmproj mh = io::gemma3_vision_from_mmproj(half);
+  const Tensor<float, 3> got16 = tower.encode(be, models::load_layer_params<P>(tower, mh.tensors, be), pixels);
+  test::expect_close(AnyTensor::from(got16), AnyTensor::from(hf), testing::Tolerance{5e-3, 5e-4}, "f16 projection");
+
+  // Refusals, by name.
+  io::GgufFile other = io::read_gguf(dir + "/mmproj.gguf");
+  other.metadata["clip.projector_type"].s = "llama4";
+  expect_error<UnsupportedError>([&] { (void)io::gemma3_vision_from_mmproj(other); },
+                                 "clip.projector_type 'llama4' is not supported (supported: gemma3)");
+  io::GgufFile extra = io::read_gguf(dir + "/mmproj.gguf");
+  extra.tensors.add("v.pre_ln.weight", extra.tensors.at("v.post_ln.weight"));
+  expect_error<UnsupportedError>([&] { (void)io::gemma3_vision_from_mmproj(extra); }, "unexpected tensor v.pre_ln.weight");
+  io::GgufFile missing = io::read_gguf(dir + "/mmproj.gguf");
+  missing.tensors.tensors.erase("v.blk.1.attn_k.bias");
+  expect_error<IoError>([&] { (void)io::gemma3_vision_from_mmproj(missing); }, "missing tensor v.blk.1.attn_k.bias");
+  io::GgufFile mean = io::read_gguf(dir + "/mmproj.gguf");
+  mean.metadata["clip.vision.image_mean"].floats = {0.48, 0.45, 0.40};
+  expect_error<UnsupportedError>([&] { (void)io::gemma3_vision_from_mmproj(mean); }, "clip.vision.image_mean must be");
+}

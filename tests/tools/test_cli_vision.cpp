@@ -145,3 +145,21 @@ TEST_CASE("maxtext chat --image: each marker a message writes takes the next pic
   std::remove(in.c_str());
   CHECK(t.find("the prompt has 3 <start_of_image> marker(s) for 2 picture(s)") != std::string::npos);
 }
+
+TEST_CASE("maxtext vision / logits --mmproj: Gemma 3's tower from a llama.cpp mmproj GGUF", "[cli][vision][mmproj]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  const std::string dir = test::fixtures_dir() + "/gemma3_mm_model";
+  const std::string pics = " --image " + dir + "/image_a.png --image " + dir + "/image_b.png";
+  const std::string out = std::filesystem::current_path().string() + "/cli_mmproj_" + std::to_string(::getpid()) + ".npy";
+  test::run_cli("vision --mmproj " + dir + "/mmproj.gguf" + pics + " --out " + out);
+  test::expect_close(io::read_npy(out), test::npy(dir + "/image_tokens.npy"), test::tol::f32_logits, "vision --mmproj");
+  // The text model from the HF checkpoint (its config.json gives the image token ids), the tower from the mmproj.
+  test::run_cli("logits --weights " + dir + "/hf --mmproj " + dir + "/mmproj.gguf --tokens 2,5,9,120,14,7,120,33,17" +
+                pics + " --out " + out);
+  test::expect_close(io::read_npy(out), test::npy(dir + "/logits.npy"), test::tol::f32_logits, "logits --mmproj");
+  std::remove(out.c_str());
+  std::string t = run_failing("vision --mmproj " + dir + "/hf/model.safetensors" + pics);
+  CHECK(t.find("model.safetensors") != std::string::npos);
+  t = run_failing("vision --weights " + dir + "/hf --mmproj " + dir + "/mmproj.gguf" + pics);
+  CHECK(t.find("one of them") != std::string::npos);
+}

@@ -23,6 +23,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -35,6 +37,7 @@
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
+#include "maxtext/io/gguf.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/linears.hpp"
@@ -430,6 +433,103 @@ inline TensorMap gemma3_vision_from_hf(const TensorMap& hf, const layers::Gemma3
     out.add(emb + "mm_soft_embedding_norm.scale", AnyTensor::from(s, mm + "mm_soft_emb_norm.weight + 1"));
   }
   out.add(emb + "mm_input_projection.w", get(mm + "mm_input_projection_weight", {D, c.emb_dim}));
+  return out;
+}
+
+/// A llama.cpp "mmproj" file of Gemma 3's tower, as convert_hf_to_gguf.py --mmproj writes it (Gemma3VisionModel):
+/// general.architecture clip, clip.projector_type gemma3, the sizes under clip.vision.*, and the Hugging Face tensors
+/// renamed (v.patch_embd, v.position_embd, v.blk.N.{ln1,ln2,attn_q,attn_k,attn_v,attn_out,ffn_up,ffn_down},
+/// v.post_ln, mm.input_projection, mm.soft_emb_norm) in their HF layout (GGUF's reversed dims give the same row-major
+/// shapes), F32 or F16 (block types are decoded), the soft-embedding norm stored as 1 + w in float32 (the MaxText
+/// converter's scale, used as stored). Checked against a file written by the re-statement of llama.cpp's converter
+/// (tests/reference/gemma3_mmproj_fixture.py).
+struct Gemma3Mmproj {
+  layers::Gemma3VisionConfig config;
+  TensorMap tensors;  ///< MaxText names (as gemma3_vision_from_hf gives them)
+};
+
+inline Gemma3Mmproj gemma3_vision_from_mmproj(GgufFile g) {
+  const std::string& path = g.path;
+  MAXTEXT_CHECK(g.get_string("general.architecture") == "clip", UnsupportedError, "[mmproj] ", path,
+                ": general.architecture is '", g.get_string("general.architecture"), "', a multimodal projector "
+                "file (mmproj) says clip");
+  const std::string proj = g.get_string("clip.projector_type");
+  MAXTEXT_CHECK(proj == "gemma3", UnsupportedError, "[mmproj] ", path, ": clip.projector_type '", proj,
+                "' is not supported (supported: gemma3)");
+  MAXTEXT_CHECK(g.get_bool("clip.has_vision_encoder", false), UnsupportedError, "[mmproj] ", path,
+                ": clip.has_vision_encoder is not set: no vision tower in the file");
+  MAXTEXT_CHECK(g.get_bool("clip.use_gelu", false), UnsupportedError, "[mmproj] ", path,
+                ": clip.use_gelu is not set; Gemma 3's tower uses GELU (tanh form)");
+  for (const char* key : {"clip.vision.image_mean", "clip.vision.image_std"}) {
+    const GgufValue* v = g.find(key);
+    if (v == nullptr) continue;
+    bool half = v->is_array() && v->floats.size() == 3;
+    for (const double x : v->floats) half = half && x == 0.5;
+    MAXTEXT_CHECK(half, UnsupportedError, "[mmproj] ", path, ": ", key, " must be [0.5, 0.5, 0.5] (Gemma 3's "
+                  "processors normalise to [-1, 1])");
+  }
+  layers::Gemma3VisionConfig c;
+  c.image_size = g.get_int("clip.vision.image_size");
+  c.patch_size = g.get_int("clip.vision.patch_size");
+  c.hidden_size = g.get_int("clip.vision.embedding_length");
+  c.intermediate_size = g.get_int("clip.vision.feed_forward_length");
+  c.num_layers = g.get_int("clip.vision.block_count");
+  c.num_heads = g.get_int("clip.vision.attention.head_count");
+  c.emb_dim = g.get_int("clip.vision.projection_dim");
+  c.eps = static_cast<float>(g.get_float("clip.vision.attention.layer_norm_epsilon", 1e-6));
+  // clip.cpp: the patch grid average-pooled by n_merge (default 4: 896 / 14 / 4 = 16, 256 tokens).
+  const std::int64_t merge = g.get_int("clip.vision.projector.scale_factor", 4);
+  MAXTEXT_CHECK(merge > 0 && c.patch_size > 0 && c.image_size % c.patch_size == 0 &&
+                    (c.image_size / c.patch_size) % merge == 0,
+                IoError, "[mmproj] ", path, ": the ", c.image_size, "/", c.patch_size, " patch grid does not pool by ",
+                "clip.vision.projector.scale_factor ", merge);
+  const std::int64_t side = c.image_size / c.patch_size / merge;
+  c.tokens_per_image = side * side;
+  c.validate();
+  dequantize_block_tensors(g);
+
+  // Hugging Face's names for llama.cpp's, then the HF mapping (whose checks name the shapes).
+  TensorMap hf;
+  std::set<std::string> used;
+  const std::string vt = "vision_tower.vision_model.";
+  const auto take = [&](const std::string& from, const std::string& to) {
+    MAXTEXT_CHECK(g.tensors.has(from), IoError, "[mmproj] ", path, ": missing tensor ", from);
+    hf.add(to, g.tensors.at(from));
+    used.insert(from);
+  };
+  const auto pair = [&](const std::string& from, const std::string& to) {
+    take(from + ".weight", to + ".weight");
+    take(from + ".bias", to + ".bias");
+  };
+  pair("v.patch_embd", vt + "embeddings.patch_embedding");
+  take("v.position_embd.weight", vt + "embeddings.position_embedding.weight");
+  for (std::int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string b = "v.blk." + std::to_string(i) + ".", l = vt + "encoder.layers." + std::to_string(i) + ".";
+    pair(b + "ln1", l + "layer_norm1");
+    pair(b + "ln2", l + "layer_norm2");
+    pair(b + "attn_q", l + "self_attn.q_proj");
+    pair(b + "attn_k", l + "self_attn.k_proj");
+    pair(b + "attn_v", l + "self_attn.v_proj");
+    pair(b + "attn_out", l + "self_attn.out_proj");
+    // clip.cpp swaps up and down in files whose ffn_down has n_embd inputs (the order older converters wrote).
+    const bool swapped = g.tensors.has(b + "ffn_down.weight") && g.tensors.at(b + "ffn_down.weight").rank() == 2 &&
+                         g.tensors.at(b + "ffn_down.weight").shape[1] == c.hidden_size &&
+                         c.intermediate_size != c.hidden_size;
+    pair(b + (swapped ? "ffn_down" : "ffn_up"), l + "mlp.fc1");
+    pair(b + (swapped ? "ffn_up" : "ffn_down"), l + "mlp.fc2");
+  }
+  pair("v.post_ln", vt + "post_layernorm");
+  take("mm.input_projection.weight", "multi_modal_projector.mm_input_projection_weight");
+  take("mm.soft_emb_norm.weight", "multi_modal_projector.mm_soft_emb_norm.weight");  // replaced below
+  for (const auto& [name, t] : g.tensors.tensors) {
+    MAXTEXT_CHECK(used.count(name) != 0, UnsupportedError, "[mmproj] ", path, ": unexpected tensor ", name, " ",
+                  t.describe(), " (Gemma 3's tower has no such tensor)");
+  }
+  Gemma3Mmproj out{c, gemma3_vision_from_hf(hf, c)};
+  // llama.cpp stores 1 + w already: the scale as stored.
+  const AnyTensor& s = g.tensors.at("mm.soft_emb_norm.weight");
+  out.tensors.tensors["vision_encoder.VisionEmbedder_0.mm_soft_embedding_norm.scale"] =
+      AnyTensor::from(s.to<float, 1>({c.hidden_size}), path + ": mm.soft_emb_norm.weight");
   return out;
 }
 
