@@ -19,10 +19,10 @@ commands:
             streams the text
             [--spec lookup|draft [--draft FILE] [--draft-max K]]: greedy speculative decoding, K drafted tokens
             (default 4) checked per pass, from prompt lookup or a draft model sharing the tokenizer; the same tokens
-  generate|logits|chat ... --image FILE [--image FILE ...] [--image-preprocess maxtext|hf] [--image-embeddings-out F]:
-            pictures merged into the prompt (a Gemma 3 checkpoint with its vision tower): each <start_of_image> (or
-            llama.cpp's <__media__>) of the prompt, --tokens or the chat's messages takes the next picture.
-            docs/vision.md
+  generate|logits|chat ... --image FILE [--image FILE ...] [--mmproj MMPROJ.gguf] [--image-preprocess maxtext|hf]
+            [--image-embeddings-out F]: pictures merged into the prompt (a Gemma 3 checkpoint with its vision
+            tower, or any Gemma 3 text model with llama.cpp's mmproj file): each <start_of_image> (or llama.cpp's
+            <__media__>) of the prompt, --tokens or the chat's messages takes the next picture. docs/vision.md
   chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]:
             a conversation, one user message per line of stdin until EOF; the KV cache is kept between turns
   serve     --weights FILE [--tokenizer FILE] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q]
@@ -34,9 +34,10 @@ commands:
             prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)
   detokenize (--weights FILE | --tokenizer PATH) --ids 1,2,3 [--skip-special on|off]: writes the text to stdout
   info      --config CFG [--weights FILE]
-  vision    --weights DIR --image FILE [--image FILE ...] [--image-preprocess maxtext|hf] [--out tokens.npy]:
-            pictures (PNG, JPEG) through a Gemma 3 checkpoint's vision tower (Hugging Face
-            Gemma3ForConditionalGeneration): the soft tokens [n, 256, emb_dim] the decoder would read. docs/vision.md
+  vision    (--weights DIR | --mmproj MMPROJ.gguf) --image FILE [--image FILE ...] [--image-preprocess maxtext|hf]
+            [--out tokens.npy]: pictures (PNG, JPEG) through Gemma 3's vision tower (a Hugging Face
+            Gemma3ForConditionalGeneration, or llama.cpp's mmproj file): the soft tokens [n, 256, emb_dim] the
+            decoder reads. docs/vision.md
 )" MAXTEXT_TEMPLATE_USAGE MAXTEXT_COMPARE_USAGE R"(
 common options:
   --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;
