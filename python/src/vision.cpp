@@ -18,6 +18,7 @@
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/families/gemma/image_processor.hpp"
 #include "maxtext/families/gemma/vision.hpp"
+#include "maxtext/io/gguf.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/image_resize.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -63,6 +64,13 @@ class Gemma3Vision {
   Gemma3Vision(const std::string& weights, int threads) : be_(options(threads)) {
     namespace fs = std::filesystem;
     const fs::path p(weights);
+    if (p.extension() == ".gguf") {  // llama.cpp's mmproj file of the tower
+      io::Gemma3Mmproj m = io::gemma3_vision_from_mmproj(io::read_gguf(weights));
+      cfg_ = m.config;
+      tower_ = layers::Gemma3VisionEncoder<P>(cfg_);
+      params_ = models::load_layer_params<P>(tower_, m.tensors, be_);
+      return;
+    }
     const fs::path cfg = fs::is_directory(p) ? p / "config.json" : p.parent_path() / "config.json";
     std::ifstream f(cfg);
     MAXTEXT_CHECK(f.good(), IoError, "[gemma3 vision] no config.json at ", cfg.string());
@@ -153,8 +161,8 @@ void register_vision(py::module_& m) {
       "image (a path or uint8 [h, w, 3]) resized as Pillow's img.resize((width, height), resample=filter), byte for "
       "byte; filter: nearest, box, bilinear, hamming, bicubic, lanczos.");
   py::class_<Gemma3Vision>(m, "Gemma3Vision", R"(Gemma3Vision(weights, threads=0): the vision tower and projector of a
-Hugging Face Gemma3ForConditionalGeneration checkpoint (a directory, safetensors file or index, config.json beside),
-on the CPU in float32 (docs/vision.md).)")
+Hugging Face Gemma3ForConditionalGeneration checkpoint (a directory, safetensors file or index, config.json beside)
+or of llama.cpp's mmproj file (a .gguf), on the CPU in float32 (docs/vision.md).)")
       .def(py::init<const std::string&, int>(), py::arg("weights"), py::arg("threads") = 0)
       .def_property_readonly("config",
                              [](const Gemma3Vision& v) {

@@ -85,3 +85,8 @@ def test_gemma3_pictures_merged_into_the_decoder_match_the_float64_reference(mc)
     assert res["tokens"][0] == np.load(os.path.join(d, "greedy.npy")).tolist()
     with pytest.raises(mc.ArgumentError, match="media_mask marks 512 tokens, media_embeddings has 256 rows"):
         m.forward(ids, media_mask=mask, media_embeddings=soft[:1])
+    # The same tower from llama.cpp's mmproj file (tests/reference/gemma3_mmproj_fixture.py): the same tokens.
+    from_gguf = mc.Gemma3Vision(os.path.join(d, "mmproj.gguf"))
+    assert from_gguf.config["num_layers"] == 2 and from_gguf.config["emb_dim"] == 32
+    np.testing.assert_array_equal(from_gguf.encode([os.path.join(d, "image_a.png"), os.path.join(d, "image_b.png")]),
+                                  soft)
