@@ -428,7 +428,11 @@ TEST_CASE("attention: fully masked rows average the values, with sinks they are 
                      v = random_tensor<float, 4>({1, S, 1, D});
     Tensor<std::int32_t, 1> qs = Tensor<std::int32_t, 1>::full({1}, 3), kl = Tensor<std::int32_t, 1>::full({1}, 4);
     Tensor<std::int32_t, 2> qseg = Tensor<std::int32_t, 2>::full({1, 1}, 7), kseg = Tensor<std::int32_t, 2>::full({1, S}, 1);
-    AttentionMask m{qs.cview(), kl.cview(), qseg.cview(), kseg.cview(), true, 0, 0};  // segment 7 sees no key
+    AttentionMask m;  // segment 7 sees no key
+    m.q_start = qs.cview();
+    m.kv_len = kl.cview();
+    m.q_segment = qseg.cview();
+    m.kv_segment = kseg.cview();
     Tensor<float, 1> sinks = Tensor<float, 1>::full({1}, 0.25f);
     const View<const float, 1> sk = which ? sinks.cview() : View<const float, 1>();
     Tensor<float, 4> oc({1, 1, 1, D}), orf({1, 1, 1, D});
