@@ -19,8 +19,8 @@ commands:
             streams the text
             [--spec lookup|draft [--draft FILE] [--draft-max K]]: greedy speculative decoding, K drafted tokens
             (default 4) checked per pass, from prompt lookup or a draft model sharing the tokenizer; the same tokens
-  generate|logits|chat ... --image FILE [--image FILE ...] [--mmproj MMPROJ.gguf] [--image-preprocess maxtext|hf]
-            [--image-embeddings-out F]: pictures merged into the prompt (a Gemma 3 checkpoint with its vision
+  generate|logits|chat ... --image FILE [--image FILE ...] [--mmproj MMPROJ.gguf]
+            [--image-preprocess maxtext|hf|llamacpp] [--image-embeddings-out F]: pictures merged into the prompt (a Gemma 3 checkpoint with its vision
             tower, or any Gemma 3 text model with llama.cpp's mmproj file): each <start_of_image> (or llama.cpp's
             <__media__>) of the prompt, --tokens or the chat's messages takes the next picture. docs/vision.md
   chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]:
@@ -34,8 +34,8 @@ commands:
             prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)
   detokenize (--weights FILE | --tokenizer PATH) --ids 1,2,3 [--skip-special on|off]: writes the text to stdout
   info      --config CFG [--weights FILE]
-  vision    (--weights DIR | --mmproj MMPROJ.gguf) --image FILE [--image FILE ...] [--image-preprocess maxtext|hf]
-            [--out tokens.npy]: pictures (PNG, JPEG) through Gemma 3's vision tower (a Hugging Face
+  vision    (--weights DIR | --mmproj MMPROJ.gguf) --image FILE [--image FILE ...]
+            [--image-preprocess maxtext|hf|llamacpp] [--out tokens.npy]: pictures (PNG, JPEG) through Gemma 3's vision tower (a Hugging Face
             Gemma3ForConditionalGeneration, or llama.cpp's mmproj file): the soft tokens [n, 256, emb_dim] the
             decoder reads. docs/vision.md
 )" MAXTEXT_TEMPLATE_USAGE MAXTEXT_COMPARE_USAGE R"(

@@ -246,3 +246,58 @@ TEST_CASE("images: Gemma 3 prompts get each picture's placeholder tokens, as Max
                     Catch::Contains("2 <start_of_image> marker(s) for 1 picture(s)"));
   CHECK_THROWS_WITH(io::gemma3_expand_image_tokens(p.ids, 2), Catch::Contains("already holds an <image_soft_token>"));
 }
+
+TEST_CASE("images: llama.cpp's Gemma 3 preparation (letterbox, its bilinear resize) equals its re-statement byte for byte",
+          "[image][gemma3][llamacpp]") {
+  // tests/reference/llamacpp_image_preprocess.py re-states llama.cpp's mtmd-image.cpp (0309b28f): for every picture of
+  // the fixture set at S = 64 and 32 (and two at 896, by float64 sum and four rows), the resized and padded bytes
+  // and the normalised floats. Every byte and every float must agree: llama.cpp truncates its interpolation, so one
+  // fused multiply-add or one rounding step taken differently shows up as a byte off by one.
+  const std::string dir = images_dir() + "/llamacpp_gemma3";
+  std::ifstream mf(dir + "/manifest.json");
+  REQUIRE(mf.good());
+  const nlohmann::json m = nlohmann::json::parse(mf);
+  std::int64_t checked = 0;
+  for (const auto& e : m.at("entries")) {
+    const std::string src = test::source_dir() + "/" + e.at("source").get<std::string>();
+    const std::int64_t S = e.at("S").get<std::int64_t>();
+    INFO(src << " at " << S);
+    const io::Image img = io::read_image(src);
+    if (e.contains("llamacpp_aborts")) {  // llama.cpp asserts (a 1 x 1 picture); here it is refused by name
+      try {
+        (void)io::llamacpp_resize_pad(img, S);
+        FAIL("not refused: llama.cpp aborts on this picture");
+      } catch (const ArgumentError& err) {
+        CHECK(std::string(err.what()).find("needs at least 2 x 2 pixels") != std::string::npos);
+      }
+      continue;
+    }
+    const io::Image r = io::llamacpp_resize_pad(img, S);
+    const Tensor<float, 3> x = io::gemma3_preprocess(img, S, io::Gemma3ImageProcessing::llamacpp);
+    REQUIRE(r.width == S);
+    REQUIRE(r.height == S);
+    if (!e.at("u8_npy").is_null()) {
+      check_pixels(r, "llamacpp_gemma3/" + e.at("u8_npy").get<std::string>(), src);
+      const AnyTensor want = io::read_npy(dir + "/" + e.at("npy").get<std::string>());
+      REQUIRE(want.dtype == DType::f32);
+      REQUIRE(want.numel() == x.size());
+      CHECK(std::memcmp(want.data, x.data(), static_cast<std::size_t>(x.size()) * sizeof(float)) == 0);
+    } else {  // 896: four rows of bytes and the float64 sum of the floats
+      const AnyTensor rows = io::read_npy(dir + "/" + e.at("rows_u8_npy").get<std::string>());
+      const auto* w = reinterpret_cast<const std::uint8_t*>(rows.data);
+      std::int64_t k = 0, diffs = 0;
+      for (const auto& y : e.at("rows")) {
+        for (std::int64_t i = 0; i < S * 3; ++i) {
+          diffs += r.rgb[static_cast<std::size_t>(y.get<std::int64_t>() * S * 3 + i)] != w[k++] ? 1 : 0;
+        }
+      }
+      CHECK(diffs == 0);
+      double sum = 0.0;
+      for (std::int64_t i = 0; i < x.size(); ++i) sum += static_cast<double>(x.data()[i]);
+      CHECK(sum == Approx(e.at("sum_f64").get<double>()).epsilon(1e-12));
+    }
+    ++checked;
+  }
+  CHECK(checked >= 50);
+  CHECK(io::parse_gemma3_image_processing("llamacpp") == io::Gemma3ImageProcessing::llamacpp);
+}

@@ -206,8 +206,9 @@ def decode_rgb(path):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    for f in os.listdir(OUT):  # regenerate from scratch
-        os.remove(os.path.join(OUT, f))
+    for f in os.listdir(OUT):  # regenerate from scratch (subdirectories: other scripts' fixtures, kept)
+        if os.path.isfile(os.path.join(OUT, f)):
+            os.remove(os.path.join(OUT, f))
     images = []
 
     def record(name, fmt, expect="rgb", store_rgb=True, notes="", check=None):
@@ -470,8 +471,9 @@ def main():
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
 
-    total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT))
-    print(f"wrote {len(os.listdir(OUT))} files, {total} bytes, to {os.path.normpath(OUT)}")
+    files = [f for f in os.listdir(OUT) if os.path.isfile(os.path.join(OUT, f))]
+    total = sum(os.path.getsize(os.path.join(OUT, f)) for f in files)
+    print(f"wrote {len(files)} files, {total} bytes, to {os.path.normpath(OUT)}")
     return 0
 
 

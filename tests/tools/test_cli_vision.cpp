@@ -55,7 +55,7 @@ TEST_CASE("maxtext vision: picture files to Gemma 3 soft tokens equal Pillow + t
   t = run_failing("vision --weights " + dir + "/hf --image " + img + "no-such.png");
   CHECK(t.find("no-such.png: cannot open the file") != std::string::npos);
   t = run_failing("vision --weights " + dir + "/hf --image " + img + "png_rgb8_64x48.png --image-preprocess pil");
-  CHECK(t.find("unknown Gemma 3 image preprocessing 'pil': expected maxtext or hf") != std::string::npos);
+  CHECK(t.find("unknown Gemma 3 image preprocessing 'pil': expected maxtext, hf or llamacpp") != std::string::npos);
   t = run_failing("vision --weights " + dir + "/hf");
   CHECK(t.find("vision needs --image FILE") != std::string::npos);
 }

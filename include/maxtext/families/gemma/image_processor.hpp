@@ -8,9 +8,14 @@
 //   Hugging Face (Gemma3ImageProcessing::hf): Pillow resize with BILINEAR always; rescale f32(f64(x) * (1/255)),
 //     then normalise (r - 0.5f) / 0.5f in f32. The two differ by up to 6e-8 per value (and by the filter for large
 //     pictures).
-// The resize is io::resize_image, byte for byte Pillow's.
+//   llama.cpp (Gemma3ImageProcessing::llamacpp, as llama-mtmd-cli prepares a picture for a Gemma 3 mmproj file):
+//     the aspect ratio kept, llama.cpp's own bilinear resize (truncated to bytes, no antialiasing) to fit S x S,
+//     pasted on black at the centre, then (x / 255 - 0.5) / 0.5 in f32 (llamacpp_resize_pad).
+// The MaxText and Hugging Face resizes are io::resize_image, byte for byte Pillow's.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -23,18 +28,67 @@
 
 namespace maxtext::io {
 
-enum class Gemma3ImageProcessing { maxtext, hf };
+enum class Gemma3ImageProcessing { maxtext, hf, llamacpp };
 
-/// "maxtext" or "hf" (refused by name otherwise).
+/// "maxtext", "hf" or "llamacpp" (refused by name otherwise).
 inline Gemma3ImageProcessing parse_gemma3_image_processing(std::string_view name) {
   if (name == "maxtext") return Gemma3ImageProcessing::maxtext;
   if (name == "hf" || name == "huggingface") return Gemma3ImageProcessing::hf;
-  throw ArgumentError(str("[image] unknown Gemma 3 image preprocessing '", name, "': expected maxtext or hf"));
+  if (name == "llamacpp" || name == "llama.cpp") return Gemma3ImageProcessing::llamacpp;
+  throw ArgumentError(str("[image] unknown Gemma 3 image preprocessing '", name, "': expected maxtext, hf or llamacpp"));
+}
+
+namespace detail {
+/// llama.cpp's lerp, s + (e - s) * t, each operation rounded to f32: the product goes through memory so that no
+/// compiler fuses it into a multiply-add (which changes a truncated byte now and then).
+inline float llamacpp_lerp(float s, float e, float t) {
+  volatile float p = (e - s) * t;
+  return s + p;
+}
+}  // namespace detail
+
+/// llama.cpp's picture preparation for Gemma 3 (tools/mtmd/mtmd-image.cpp at 0309b28f: the fixed-size
+/// preprocessor's img_tool::resize with RESIZE_ALGO_BILINEAR and padding): a size x size picture is kept; any other
+/// is scaled by min(size / w, size / h) (f32) to ceil(w * scale) x ceil(h * scale) (at most size) with llama.cpp's
+/// bilinear resize (source x = (w - 1) / new_w * x, the left neighbour clamped to w - 2, interpolated in f32 and
+/// truncated to a byte, no antialiasing) and pasted on a black size x size canvas at ((size - new_w) / 2,
+/// (size - new_h) / 2). Pictures smaller than 2 x 2 are refused (llama.cpp asserts). Byte for byte the re-statement
+/// tests/reference/llamacpp_image_preprocess.py.
+inline Image llamacpp_resize_pad(const Image& img, std::int64_t size) {
+  MAXTEXT_CHECK(size > 0, ArgumentError, "[image] llama.cpp resize: target size must be > 0, found ", size);
+  if (img.width == size && img.height == size) return img;
+  const std::int64_t w = img.width, h = img.height;
+  MAXTEXT_CHECK(w >= 2 && h >= 2, ArgumentError, "[image] llama.cpp's bilinear resize needs at least 2 x 2 pixels, found ",
+                w, " x ", h);
+  const float sw = static_cast<float>(size) / static_cast<float>(w), sh = static_cast<float>(size) / static_cast<float>(h);
+  const float scale = sh < sw ? sh : sw;
+  const std::int64_t nw = std::min<std::int64_t>(static_cast<std::int64_t>(std::ceil(static_cast<float>(w) * scale)), size);
+  const std::int64_t nh = std::min<std::int64_t>(static_cast<std::int64_t>(std::ceil(static_cast<float>(h) * scale)), size);
+  Image out(size, size);  // black
+  const std::int64_t ox = (size - nw) / 2, oy = (size - nh) / 2;
+  const float xr = static_cast<float>(w - 1) / static_cast<float>(nw), yr = static_cast<float>(h - 1) / static_cast<float>(nh);
+  for (std::int64_t y = 0; y < nh; ++y) {
+    const float py = yr * static_cast<float>(y);
+    const std::int64_t y0 = std::min<std::int64_t>(static_cast<std::int64_t>(py), h - 2);
+    const float ty = py - static_cast<float>(y0);
+    for (std::int64_t x = 0; x < nw; ++x) {
+      const float px = xr * static_cast<float>(x);
+      const std::int64_t x0 = std::min<std::int64_t>(static_cast<std::int64_t>(px), w - 2);
+      const float tx = px - static_cast<float>(x0);
+      for (int c = 0; c < 3; ++c) {
+        const float top = detail::llamacpp_lerp(img.at(y0, x0, c), img.at(y0, x0 + 1, c), tx);
+        const float bottom = detail::llamacpp_lerp(img.at(y0 + 1, x0, c), img.at(y0 + 1, x0 + 1, c), tx);
+        out.at(oy + y, ox + x, c) = static_cast<std::uint8_t>(detail::llamacpp_lerp(top, bottom, ty));
+      }
+    }
+  }
+  return out;
 }
 
 /// The pixels the processor resizes to (896 x 896 for every released Gemma 3).
 inline Image gemma3_resize(const Image& img, std::int64_t size = 896,
                            Gemma3ImageProcessing how = Gemma3ImageProcessing::maxtext) {
+  if (how == Gemma3ImageProcessing::llamacpp) return llamacpp_resize_pad(img, size);
   const bool larger = img.width > size || img.height > size;
   const ResizeFilter f = (how == Gemma3ImageProcessing::maxtext && larger) ? ResizeFilter::lanczos : ResizeFilter::bilinear;
   return resize_image(img, size, size, f);
@@ -50,6 +104,8 @@ inline Tensor<float, 3> gemma3_preprocess(const Image& img, std::int64_t size = 
     if (how == Gemma3ImageProcessing::maxtext) {
       const float x = (static_cast<float>(v) - 127.5f) / 127.5f;
       lut[v] = x < -1.0f ? -1.0f : (x > 1.0f ? 1.0f : x);
+    } else if (how == Gemma3ImageProcessing::llamacpp) {  // mtmd-image.cpp img_u8_to_f32, mean = std = 0.5
+      lut[v] = (static_cast<float>(v) / 255.0f - 0.5f) / 0.5f;
     } else {
       const float rescaled = static_cast<float>(static_cast<double>(v) * (1.0 / 255.0));
       lut[v] = (rescaled - 0.5f) / 0.5f;
