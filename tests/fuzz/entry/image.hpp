@@ -2,7 +2,7 @@
 // libjpeg-turbo; io/image_resize.hpp; Gemma 3's preprocessing). fuzz_image: the whole input is the file; limits of
 // one megapixel keep each run small (the limits themselves are what a bomb must hit). A file is either refused with
 // an IoError or decoded to width x height x 3 bytes; a decoded picture is resized with a filter and size taken from
-// its own first bytes, and preprocessed for Gemma 3 at 28 x 28.
+// its own first bytes, preprocessed for Gemma 3 at 28 x 28, and letterboxed as llama.cpp does.
 #pragma once
 
 #include <cstdlib>
@@ -36,6 +36,14 @@ inline void fuzz_image(const std::uint8_t* data, std::size_t size) {
                                                                   : io::Gemma3ImageProcessing::maxtext);
   for (std::int64_t i = 0; i < x.size(); ++i) {
     if (!(x.data()[i] >= -1.0f && x.data()[i] <= 1.0f)) std::abort();
+  }
+  // llama.cpp's letterbox at a size from the picture's bytes: refused below 2 x 2, else S x S with black outside.
+  const std::int64_t S = 2 + (a ^ b) % 40;
+  try {
+    const io::Image l = io::llamacpp_resize_pad(img, S);
+    if (l.width != S || l.height != S) std::abort();
+  } catch (const maxtext::ArgumentError&) {
+    if (img.width >= 2 && img.height >= 2) std::abort();
   }
 }
 
