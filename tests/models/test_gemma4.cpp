@@ -26,6 +26,7 @@
 #include "support/decode_checks.hpp"
 #include "support/family_fixture.hpp"
 #include "support/fixture_config.hpp"
+#include "support/media_checks.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -61,6 +62,15 @@ TEST_CASE("Gemma 4 dense model (14 layers, 5 local : 1 global, K=V, partial RoPE
           "and scanned, incremental and ragged decoding", "[models][gemma4]") {
   check_model<Gemma4>("gemma4_model", "model.safetensors");
   check_model<Gemma4>("gemma4_model", "model_scanned.safetensors", {"scan_layers=true"});
+}
+
+TEST_CASE("Gemma 4 takes media embeddings as MaxText merges them: each picture's tokens see the picture whole",
+          "[models][gemma4][multimodal]") {
+  const std::string dir = test::fixture("gemma4_model");
+  const Config c = test::config_from_meta(test::read_meta(dir));
+  Gemma4 m(c);
+  m.load(io::load_weights(dir + "/model.safetensors", c).tensors);
+  test::check_media_merge(m, test::int_tensor(test::npy(dir + "/tokens.npy")), true, "gemma4");
 }
 
 TEST_CASE("Gemma 4 MoE model (Gemma4MoE: shared expert, softmax routing, per-expert scale) matches the torch model, "

@@ -25,6 +25,7 @@
 #include "support/decode_checks.hpp"
 #include "support/family_fixture.hpp"
 #include "support/fixture_config.hpp"
+#include "support/media_checks.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -102,6 +103,15 @@ TEST_CASE("Llama 4 model (8 layers: dense/MoE x RoPE/NoPE) matches the torch mod
           "and ragged decoding", "[models][llama4]") {
   check_model<Llama4>("llama4_model", "model.safetensors");
   check_model<Llama4>("llama4_model", "model_scanned.safetensors", {"scan_layers=true"});
+}
+
+TEST_CASE("Llama 4 takes media embeddings as MaxText merges them: the merged tokens attend as text",
+          "[models][llama4][multimodal]") {
+  const std::string dir = test::fixture("llama4_model");
+  const Config c = test::config_from_meta(test::read_meta(dir));
+  Llama4 m(c);
+  m.load(io::load_weights(dir + "/model.safetensors", c).tensors);
+  test::check_media_merge(m, test::int_tensor(test::npy(dir + "/tokens.npy")), false, "llama4");
 }
 
 TEST_CASE("llama4: the Scout and Maverick configs load with the parameter trees MaxText builds, and what llama4 cannot "
