@@ -363,8 +363,9 @@ TEST_CASE("Gemma 3's tower from a llama.cpp mmproj GGUF gives the Hugging Face c
   test::expect_close(AnyTensor::from(got), test::npy(dir + "/image_tokens.npy"), test::tol::f32_logits, "mmproj tokens");
 
   // llama.cpp's converter stores mm.input_projection in F16 (tensor_force_quant), as its default output type does
-  // every matrix: an F16 projection gives the tokens within F16's rounding of the weights (2^-11 relative, summed over
-  // 16 inputs: rtol 5e-3, atol 5e-4).
+  // every matrix: an F16 projection gives the tokens within F16's rounding of the weights. Each token is a sum of 16
+  // products x_i w_i of normed inputs (|x| ~ 1) and weights; the sum cancels (tokens of 0.03 from sum |x_i w_i| ~ 1.6),
+  // so the error is 2^-11 of sum |x_i w_i|, not of the token: atol 2e-3 (measured 7.9e-4 at most), rtol 5e-3.
   io::GgufFile half = io::read_gguf(dir + "/mmproj.gguf");
   {
     const AnyTensor& w = half.tensors.at("mm.input_projection.weight");
@@ -375,7 +376,7 @@ TEST_CASE("Gemma 3's tower from a llama.cpp mmproj GGUF gives the Hugging Face c
   }
   io::Gemma3Mmproj mh = io::gemma3_vision_from_mmproj(half);
   const Tensor<float, 3> got16 = tower.encode(be, models::load_layer_params<P>(tower, mh.tensors, be), pixels);
-  test::expect_close(AnyTensor::from(got16), AnyTensor::from(hf), testing::Tolerance{5e-3, 5e-4}, "f16 projection");
+  test::expect_close(AnyTensor::from(got16), AnyTensor::from(hf), testing::Tolerance{5e-3, 2e-3}, "f16 projection");
 
   // Refusals, by name.
   io::GgufFile other = io::read_gguf(dir + "/mmproj.gguf");

@@ -102,7 +102,7 @@ TEST_CASE("maxtext logits / generate --image: pictures merged into a Gemma 3 pro
   CHECK(t.find("speculative decoding takes no pictures") != std::string::npos);
 }
 
-TEST_CASE("maxtext chat --image: each marker a message writes takes the next picture; the cache is reused across turns",
+TEST_CASE("maxtext chat --image: each marker a message writes takes the next picture, the cache is reused across turns",
           "[cli][vision][multimodal][chat]") {
   if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
   // The tiny multimodal Gemma 3 with a character-level tokenizer and a Gemma-style chat template made for it
