@@ -136,7 +136,7 @@ class PromptPictures {
   virtual PromptImages expand(const std::vector<std::int32_t>& ids, bool all) const = 0;
 };
 std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg);
-/// `prompt` with one marker per --image: open_prompt_pictures(a, cfg)->expand(prompt, true).
+/// `prompt` with one marker per --image: open_prompt_pictures(a, cfg)->expand(prompt, true) (cli_text.cpp).
 PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt);
 /// The marker a prompt's text gives for each picture (Gemma 3: "<start_of_image>"), which llama.cpp's `<__media__>`
 /// is rewritten to; empty where the program has no picture support.

@@ -144,11 +144,9 @@ int cmd_logits(const Args& a) {
     Tensor<std::int32_t, 2> mask;
     if (images && t0 == 0) {  // the first pass holds every picture (checked above)
       mask = Tensor<std::int32_t, 2>({1, len});
-      std::int64_t n = 0;
-      for (std::int64_t t = 0; t < len; ++t) n += (mask(0, t) = media.mask(0, t)) != 0;
+      for (std::int64_t t = 0; t < len; ++t) mask(0, t) = media.mask(0, t);
       r.media_mask = &mask;
       r.media_embeddings = &media.embeddings;
-      MAXTEXT_CHECK(n == media.embeddings.dim(0), ArgumentError, "--image: soft tokens past the first pass");
     }
     const Tensor<float, 3> l = model->forward(r);
     for (std::int64_t b = 0; b < Bn; ++b) {

@@ -30,6 +30,10 @@ std::string with_image_markers(const Args& a, std::string text) {
   return text;
 }
 
+PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt) {
+  return open_prompt_pictures(a, cfg)->expand(prompt, true);
+}
+
 int cmd_generate(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens") || a.has("prompt"), ArgumentError, "generate needs --tokens or --prompt");
   const Config cfg = make_config(a);

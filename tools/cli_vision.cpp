@@ -199,10 +199,6 @@ std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config
   return std::make_unique<Gemma3Pictures>(a, cfg);
 }
 
-PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt) {
-  return open_prompt_pictures(a, cfg)->expand(prompt, true);
-}
-
 int cmd_vision(const Args& a) {
   MAXTEXT_CHECK(a.has("weights") != a.has("mmproj"), ArgumentError, "vision needs --weights (a Hugging Face Gemma 3 "
                 "checkpoint with its vision tower: config.json + safetensors) or --mmproj (a llama.cpp mmproj GGUF), "

@@ -103,11 +103,6 @@ std::unique_ptr<maxtext::cli::PromptPictures> maxtext::cli::open_prompt_pictures
   MAXTEXT_THROW(UnsupportedError, a.command, " --image: pictures are not compiled into this program (install "
                 "libpng-dev and libjpeg62-turbo-dev, as scripts/setup.sh does, and configure with -DMAXTEXT_CLI_VISION=ON)");
 }
-maxtext::cli::PromptImages maxtext::cli::encode_prompt_images(const Args& a, const Config& c,
-                                                              const std::vector<std::int32_t>&) {
-  (void)open_prompt_pictures(a, c);
-  return {};
-}
 std::string maxtext::cli::image_marker_text(const Args&) { return std::string(); }
 #endif
 

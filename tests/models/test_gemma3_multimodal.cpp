@@ -104,6 +104,14 @@ Tensor<float, 2> soft_tokens(const std::string& hf) {
   return rows;
 }
 
+/// The reference's greedy continuation of the picture prompt (greedy.npy).
+std::vector<std::int32_t> greedy_tokens() {
+  const AnyTensor g = test::npy(fixture() + "/greedy.npy");
+  std::vector<std::int32_t> out;
+  for (std::int64_t i = 0; i < g.numel(); ++i) out.push_back(static_cast<std::int32_t>(g.element(i)));
+  return out;
+}
+
 /// Rows [t0, t0 + n) of a [1, T] tensor.
 Tensor<std::int32_t, 2> slice(const Tensor<std::int32_t, 2>& x, std::int64_t t0, std::int64_t n) {
   Tensor<std::int32_t, 2> y({1, n});
@@ -201,9 +209,7 @@ TEST_CASE("Gemma 3 with pictures: a batch with a text-only row, greedy generatio
   }
 
   // Greedy generation from the picture prompt: the reference's tokens (its best-vs-second gaps in meta.json).
-  const AnyTensor g = test::npy(dir + "/greedy.npy");
-  std::vector<std::int32_t> greedy;
-  for (std::int64_t i = 0; i < g.numel(); ++i) greedy.push_back(static_cast<std::int32_t>(g.element(i)));
+  const std::vector<std::int32_t> greedy = greedy_tokens();
   models::GenerateOptions go;
   go.max_new_tokens = static_cast<std::int64_t>(greedy.size());
   go.media_mask = &mask;
@@ -300,9 +306,7 @@ TEST_CASE("Gemma 3 with pictures in a Session: the cache is reused while ids and
   CHECK(s.sync(ids) == first);
 
   // generate() with the pictures among the new tokens: the reference's greedy tokens.
-  const AnyTensor g = test::npy(dir + "/greedy.npy");
-  std::vector<std::int32_t> greedy;
-  for (std::int64_t i = 0; i < g.numel(); ++i) greedy.push_back(static_cast<std::int32_t>(g.element(i)));
+  const std::vector<std::int32_t> greedy = greedy_tokens();
   models::Session<Model> fresh(m, T + 16);
   models::GenerateOptions go;
   go.max_new_tokens = static_cast<std::int64_t>(greedy.size());
