@@ -46,6 +46,11 @@
 /// these alone (tools/blocks/CMakeLists.txt reads this line too).
 #define MAXTEXT_GGUF_KEEPS_BLOCKS(X) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(gemma2) X(gemma3) X(olmo3)
 
+/// The blocks tensor parallelism splits (models/tensor_parallel.hpp): every parameter of their layers is per head,
+/// per MLP column or replicated, and every statistic a layer takes (norms) is over one head or the whole residual
+/// stream, so one rank's share of heads and columns computes its share of the sums exactly.
+#define MAXTEXT_TENSOR_PARALLEL_BLOCKS(X) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(gemma2) X(gemma3)
+
 // llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; families/checkpoint.hpp collapses them into
 // plain kernels at load, so the layer is the llama2 one. qwen3_5: Qwen3-Next's layer (families/qwen3_next/qwen3_5.hpp), named
 // directly: clang takes an alias template given as a template template argument for a template of its own, which

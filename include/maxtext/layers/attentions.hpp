@@ -345,7 +345,7 @@ class Attention {
                         rows(o));
     }
     // 9. out projection
-    out_.forward(ctx, p.out, View<const A, 2>(rows(o)), y);
+    out_.forward_reduced(ctx, p.out, View<const A, 2>(rows(o)), y, "attention");
   }
 
  private:
@@ -382,7 +382,7 @@ class Attention {
     if (q_scalar_ != 0.0) ctx.be.scale(rows(q), static_cast<float>(q_scalar_));
     View<A, 3> o = ctx.scratch.template alloc<A, 3>({M, N_, H_});
     op_.attend(ctx, q, donor, sinks_ ? p.sinks.cview() : View<const A, 1>(), o);
-    out_.forward(ctx, p.out, View<const A, 2>(rows(o)), y);
+    out_.forward_reduced(ctx, p.out, View<const A, 2>(rows(o)), y, "attention");
   }
 
   /// [M, heads, d] with contiguous lanes -> [M, heads*d] rows (row stride kept: works for fused qkv slices).

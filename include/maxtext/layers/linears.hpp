@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "maxtext/backend/common/math.hpp"
@@ -58,6 +60,34 @@ class DenseGeneral {
   void forward(const Context<P>& ctx, const Params& p, View<const A, 2> x, View<Y, 2> y) const {
     MAXTEXT_DASSERT(x.dim(1) == in_features() && y.dim(1) == out_features() && x.dim(0) == y.dim(0));
     ctx.be.matmul(x, p.kernel, y, p.bias.cview());
+  }
+
+  /// A row-parallel product: this rank holds a slice of the input features (attention out over its heads, MLP wo over
+  /// its columns), so its product is a partial sum. The partial products are summed over ctx.comm's ranks in f32 and
+  /// rounded once to Y, as the whole product on one rank would be; the bias is added by rank 0 only (in f32, before
+  /// that rounding: for Y = f32 the same as after it). Without a split: forward().
+  template <class Y = A>
+  void forward_reduced(const Context<P>& ctx, const Params& p, View<const A, 2> x, View<Y, 2> y,
+                       std::string_view what) const {
+    if (!ctx.split()) return forward(ctx, p, x, y);
+    MAXTEXT_DASSERT(x.dim(1) == in_features() && y.dim(1) == out_features() && x.dim(0) == y.dim(0));
+    const View<const A, 1> bias = ctx.comm->rank() == 0 ? p.bias.cview() : View<const A, 1>();
+    if constexpr (std::is_same_v<Y, float>) {
+      if (y.stride(0) == y.dim(1) && y.stride(1) == 1) {
+        ctx.be.matmul(x, p.kernel, y, bias);
+        ctx.all_reduce(y, what);
+        return;
+      }
+    }
+    ScratchScope scope(ctx.scratch);
+    View<float, 2> part = ctx.scratch.template alloc<float, 2>({x.dim(0), out_features()});
+    ctx.be.matmul(x, p.kernel, part, bias);
+    ctx.all_reduce(part, what);
+    if constexpr (std::is_same_v<Y, float>) {
+      ctx.be.copy(View<const float, 2>(part), y);
+    } else {
+      ctx.be.convert(View<const float, 2>(part), y);
+    }
   }
 
  private:
@@ -175,7 +205,7 @@ class MlpBlock {
                           cfg_.activations[static_cast<std::size_t>(i)], z);
       }
     }
-    wo_.forward(ctx, p.wo, View<const A, 2>(z), y);
+    wo_.forward_reduced(ctx, p.wo, View<const A, 2>(z), y, "mlp");
   }
 
  private:

@@ -374,6 +374,26 @@ class ParamExporter : public PathStack {
   const B* be_ = nullptr;
 };
 
+/// The shape every parameter takes as a file tensor (batch + in + out for kernels, [rows, cols] for tables), by its
+/// path, without touching the parameters: what a rank's model needs from a file holding the whole model
+/// (models/tensor_parallel.hpp takes each rank's slice by comparing the two).
+class ParamShapes : public PathStack {
+ public:
+  template <class M>
+  void matrix(std::string_view leaf, M&, const KernelSpec& s) {
+    shapes[path(leaf)] = concat(s.batch, concat(s.in, s.out));
+  }
+  template <class M>
+  void table(std::string_view leaf, M&, std::int64_t rows, std::int64_t cols, const VectorSpec&) {
+    shapes[path(leaf)] = {rows, cols};
+  }
+  template <class T>
+  void vector(std::string_view leaf, T&, const VectorSpec& s) {
+    shapes[path(leaf)] = s.shape;
+  }
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+};
+
 /// Counts parameters (elements) without touching them.
 class ParamCounter : public PathStack {
  public:

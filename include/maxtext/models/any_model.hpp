@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -143,6 +144,10 @@ class AnyModel {
   virtual std::vector<std::string> layer_names() const = 0;
   virtual std::int64_t num_params() = 0;
   virtual io::TensorMap export_params() = 0;
+  /// Each parameter's shape as a file tensor, by name (Transformer::param_shapes).
+  virtual std::map<std::string, std::vector<std::int64_t>> param_shapes() = 0;
+  /// Run split over `c`'s ranks (Transformer::set_communicator; models/tensor_parallel.hpp); nullptr: one process.
+  virtual void set_communicator(comm::Communicator* c) = 0;
   /// Engram layers (engram_layers): the compressed-token table they hash with (Transformer::set_engram_vocab).
   virtual void set_engram_vocab(std::vector<std::int32_t> lookup, std::int64_t compressed_size, std::int32_t pad_token) = 0;
   virtual bool needs_engram_vocab() const = 0;

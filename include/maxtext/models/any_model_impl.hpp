@@ -169,6 +169,14 @@ class AnyModelImpl final : public AnyModel {
     std::lock_guard<std::mutex> lock(mu_);
     return model_.num_params();
   }
+  std::map<std::string, std::vector<std::int64_t>> param_shapes() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return model_.param_shapes();
+  }
+  void set_communicator(comm::Communicator* c) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    model_.set_communicator(c);
+  }
   io::TensorMap export_params() override {
     std::lock_guard<std::mutex> lock(mu_);
     require_loaded("params");

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -23,6 +24,7 @@
 #include <variant>
 #include <vector>
 
+#include "maxtext/comm/communicator.hpp"
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/decoder_blocks.hpp"
 #include "maxtext/core/dtype.hpp"
@@ -328,6 +330,20 @@ class Transformer {
     loader.finish(allow_unused);
     finish_params();
   }
+  /// The shape each parameter takes as a file tensor, by name (layers::ParamShapes): a split model's rank compares
+  /// them with the whole model's file (models/tensor_parallel.hpp).
+  std::map<std::string, std::vector<std::int64_t>> param_shapes() {
+    layers::ParamShapes s;
+    visit(s);
+    return std::move(s.shapes);
+  }
+  /// Run split over `c`'s ranks (tensor parallelism, models/tensor_parallel.hpp): this model holds one rank's share
+  /// (made from models::tensor_parallel_config and loaded from models::tensor_parallel_slice), its row-parallel
+  /// products are summed over the ranks, and every forward pass returns rank 0's logits on every rank. Every rank
+  /// must then make the same calls with the same tokens. nullptr (the default): one process. Not owned.
+  void set_communicator(comm::Communicator* c) { comm_ = c; }
+  comm::Communicator* communicator() const { return comm_; }
+
   /// Seeded initialisation with MaxText's initialisers.
   void init(std::uint64_t seed) {
     layers::ParamInitializer<P> ini(be_, seed);
@@ -462,6 +478,7 @@ class Transformer {
     dstate.tokens = std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(Bn * T));
     dstate.engram = engram_.get();
     layers::Context<P> ctx{be_, scratch_, step, opt.capture, &dstate};
+    ctx.comm = comm_;
     const std::int64_t M = Bn * T;
     View<A, 2> x = scratch_.template alloc<A, 2>({M, D});
     embed_.forward(ctx, params_.token_embedder, ids_d, x);
@@ -487,6 +504,7 @@ class Transformer {
     try {
       for (std::size_t i = 0; i < layers_.size(); ++i) {
         if (opt.capture != nullptr) ctx.sow(layer_info(i).name, "input", View<const A, 2>(x));  // residual entering layer i
+        ctx.where = &layer_info(i).name;
         std::visit(
             [&](const auto& layer) {
               using LT = std::decay_t<decltype(layer)>;
@@ -535,6 +553,10 @@ class Transformer {
     Tensor<float, 3> out({Bn, opt.last_only ? 1 : T, V});
     be_.copy(out.data(), logits.data(), static_cast<std::size_t>(rows * V) * sizeof(float), CopyKind::device_to_host);
     be_.synchronize();
+    // Split: rank 0's logits on every rank, so that all of them sample the same token whatever order a reduction took.
+    if (comm_ != nullptr && comm_->size() > 1) {
+      comm_->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float), 0, "logits");
+    }
     if (opt.capture && opt.capture->wants("logits")) {
       opt.capture->put("logits", AnyTensor::from(Tensor<float, 3>(out.view(), out.holder())));
     }
@@ -762,6 +784,7 @@ class Transformer {
   NameScheme scheme_;
   Scratch scratch_;
   std::int64_t streams_ = 1;  ///< mhc_expansion_rate
+  comm::Communicator* comm_ = nullptr;  ///< the tensor-parallel group (set_communicator), or none
   std::shared_ptr<const layers::EngramHashing> engram_;  ///< the Engram layers' token table (set_engram_vocab)
   layers::Embed<P> embed_, pos_embed_;
   PreludeT prelude_;

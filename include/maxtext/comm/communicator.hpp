@@ -1,0 +1,146 @@
+// comm/communicator.hpp: the collectives a model split across ranks needs (issue 50; docs/distributed.md), beside the
+// Backend concept. A rank is one process (MPI, comm/mpi.hpp) or one thread of a group (ThreadGroup, comm/threads.hpp);
+// the layers see only this interface, so a program that never splits a model pays nothing (no communicator: the
+// forward pass is the single-process one, byte for byte).
+//
+// Every operation works on host memory and takes `what`, the layer and the collective it serves
+// ("decoder.layers_3.mlp: all_reduce"), which a fault message names. Results are identical on every rank: a sum is
+// taken in rank order wherever the implementation controls the order (ThreadGroup), and the model takes rank 0's
+// logits (broadcast) before any sampling, so that all ranks choose the same token whatever the reduction tree.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "maxtext/core/error.hpp"
+
+namespace maxtext {
+
+/// A collective that failed: a rank died or stalled past the timeout, or the ranks disagree (files, configs).
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace comm {
+
+/// The collectives, as a concept (any type with these members can stand in) and as the virtual interface below that
+/// models hold (one virtual call per collective, two per decoder layer and step: nothing beside the data moved).
+template <class C>
+concept Collectives = requires(C& c, float* f, const void* cp, void* p, std::size_t n, int r, std::string_view w) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.size() } -> std::convertible_to<int>;
+  c.all_reduce_sum(f, n, w);
+  c.all_gather(cp, n, p, w);
+  c.broadcast(p, n, r, w);
+  c.send(cp, n, r, w);
+  c.recv(p, n, r, w);
+  c.barrier(w);
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// data[0, n) summed element-wise over all ranks, in place; every rank ends with the same values.
+  virtual void all_reduce_sum(float* data, std::size_t n, std::string_view what) = 0;
+  /// Each rank gives `bytes` bytes at `local`; `all` receives size() * bytes, rank 0's first.
+  virtual void all_gather(const void* local, std::size_t bytes, void* all, std::string_view what) = 0;
+  /// `bytes` bytes of rank `root` copied to every rank's `data`.
+  virtual void broadcast(void* data, std::size_t bytes, int root, std::string_view what) = 0;
+  /// Point to point (pipeline stages): `bytes` bytes to rank `to`, or from rank `from`.
+  virtual void send(const void* data, std::size_t bytes, int to, std::string_view what) = 0;
+  virtual void recv(void* data, std::size_t bytes, int from, std::string_view what) = 0;
+  virtual void barrier(std::string_view what) = 0;
+  /// Short description for messages ("MPI, rank 1 of 4", "threads, rank 0 of 2").
+  virtual std::string describe() const = 0;
+};
+
+static_assert(Collectives<Communicator>);
+
+/// The size-1 communicator: every collective is the identity. A model given none behaves as if given this one.
+class Local final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce_sum(float*, std::size_t, std::string_view) override {}
+  void all_gather(const void* local, std::size_t bytes, void* all, std::string_view) override {
+    if (bytes > 0 && local != all) std::memmove(all, local, bytes);
+  }
+  void broadcast(void*, std::size_t, int root, std::string_view what) override { check_peer(root, what); }
+  void send(const void*, std::size_t, int to, std::string_view what) override { check_peer(to, what, true); }
+  void recv(void*, std::size_t, int from, std::string_view what) override { check_peer(from, what, true); }
+  void barrier(std::string_view) override {}
+  std::string describe() const override { return "one process"; }
+
+ private:
+  static void check_peer(int r, std::string_view what, bool p2p = false) {
+    MAXTEXT_CHECK(r == 0 && !p2p, CommError, "[comm] ", what, ": rank ", r, " does not exist in a group of 1");
+  }
+};
+
+/// Counts the collectives a forward pass issues and the bytes each moves, then passes them on: the proof of "two
+/// all-reduces per layer" (tests/comm), and the byte counts the scaling estimate in docs/distributed.md uses.
+class Counting final : public Communicator {
+ public:
+  struct Tally {
+    std::int64_t calls = 0;
+    std::int64_t bytes = 0;  ///< payload given by this rank (all_reduce: n * 4; all_gather: its share)
+  };
+  explicit Counting(Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void all_reduce_sum(float* data, std::size_t n, std::string_view what) override {
+    add("all_reduce", n * sizeof(float));
+    inner_.all_reduce_sum(data, n, what);
+  }
+  void all_gather(const void* local, std::size_t bytes, void* all, std::string_view what) override {
+    add("all_gather", bytes);
+    inner_.all_gather(local, bytes, all, what);
+  }
+  void broadcast(void* data, std::size_t bytes, int root, std::string_view what) override {
+    add("broadcast", bytes);
+    inner_.broadcast(data, bytes, root, what);
+  }
+  void send(const void* data, std::size_t bytes, int to, std::string_view what) override {
+    add("send", bytes);
+    inner_.send(data, bytes, to, what);
+  }
+  void recv(void* data, std::size_t bytes, int from, std::string_view what) override {
+    add("recv", bytes);
+    inner_.recv(data, bytes, from, what);
+  }
+  void barrier(std::string_view what) override {
+    add("barrier", 0);
+    inner_.barrier(what);
+  }
+  std::string describe() const override { return inner_.describe() + " (counted)"; }
+
+  /// Per operation ("all_reduce", "all_gather", "broadcast", "send", "recv", "barrier").
+  const std::map<std::string, Tally, std::less<>>& tallies() const { return tallies_; }
+  Tally tally(std::string_view op) const {
+    auto it = tallies_.find(op);
+    return it == tallies_.end() ? Tally{} : it->second;
+  }
+  void clear() { tallies_.clear(); }
+
+ private:
+  void add(const char* op, std::size_t bytes) {
+    Tally& t = tallies_[op];
+    ++t.calls;
+    t.bytes += static_cast<std::int64_t>(bytes);
+  }
+  Communicator& inner_;
+  std::map<std::string, Tally, std::less<>> tallies_;
+};
+
+}  // namespace comm
+}  // namespace maxtext

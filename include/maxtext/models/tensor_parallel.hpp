@@ -1,0 +1,167 @@
+// models/tensor_parallel.hpp: one model split over the ranks of a communicator by heads and MLP columns
+// (Megatron-style tensor parallelism, MaxText's `tensor` mesh axis; docs/distributed.md).
+//
+// Each rank builds the same model type from tensor_parallel_config (its share of query heads, kv heads and MLP
+// columns) and loads tensor_parallel_slice of the whole model's tensors: views narrowed on the one axis where the
+// rank's parameter is smaller, so each rank copies only its slice out of the mapped file and no weight byte passes
+// through the communicator. Column-parallel products (q, k, v, wi) need nothing more; the row-parallel ones
+// (attention out, MLP wo) sum their partial products over the ranks in f32 (DenseGeneral::forward_reduced): two
+// all-reduces of [tokens, emb_dim] per layer. Embeddings, norms and the output head are replicated; each forward pass
+// hands every rank rank 0's logits (one broadcast), so all ranks sample alike.
+//
+// GQA groups stay whole: each rank takes num_query_heads / N query heads and num_kv_heads / N kv heads, or, with fewer
+// kv heads than ranks, the one kv head its query heads read (kv heads replicated).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "maxtext/comm/communicator.hpp"
+#include "maxtext/comm/mesh.hpp"
+#include "maxtext/core/any_tensor.hpp"
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/decoder_blocks.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/io/safetensors.hpp"
+
+namespace maxtext::models {
+
+/// The decoder blocks tensor parallelism splits (core/decoder_blocks.hpp, MAXTEXT_TENSOR_PARALLEL_BLOCKS).
+inline const std::vector<std::string>& tensor_parallel_blocks() {
+#define MAXTEXT_TP_NAME(name) #name,
+  static const std::vector<std::string> list = {MAXTEXT_TENSOR_PARALLEL_BLOCKS(MAXTEXT_TP_NAME)};
+#undef MAXTEXT_TP_NAME
+  return list;
+}
+
+/// The config of one rank's share of `cfg` split over `ranks` tensor-parallel ranks (1: `cfg` itself). Refuses by
+/// name a block tensor parallelism does not split yet, and sizes the ranks do not divide.
+inline Config tensor_parallel_config(const Config& cfg, int ranks) {
+  Config c = cfg;
+  c.derive();
+  if (ranks == 1) return c;
+  MAXTEXT_CHECK(ranks > 1, ArgumentError, "[tensor parallel] expected at least one rank, found ", ranks);
+  const std::string block(decoder_block_runs_as(c.decoder_block));
+  bool ok = false;
+  for (const auto& b : tensor_parallel_blocks()) ok = ok || b == block;
+  MAXTEXT_CHECK(ok, UnsupportedError, "[tensor parallel] decoder_block '", c.decoder_block, "' is not split across ranks "
+                "yet (ici_tensor_parallelism = ", ranks, "); the blocks that are: ", tensor_parallel_blocks());
+  MAXTEXT_CHECK(!c.fused_qkv, UnsupportedError, "[tensor parallel] fused_qkv: a fused query/key/value kernel is not "
+                "split across ranks");
+  MAXTEXT_CHECK(c.num_experts <= 1, UnsupportedError, "[tensor parallel] num_experts = ", c.num_experts,
+                ": mixture-of-experts layers are not split across ranks yet");
+  MAXTEXT_CHECK(c.mhc_expansion_rate == 1 && c.engram_layers().empty(), UnsupportedError,
+                "[tensor parallel] hyper-connections and Engram layers are not split across ranks");
+  // Divide the base_* keys (derive() scales them again): the derived sizes then divide too.
+  auto split = [&](const char* key, std::int64_t& base, std::int64_t full) {
+    MAXTEXT_CHECK(full % ranks == 0 && base % ranks == 0, ConfigError, "[tensor parallel] ", key, " = ", full,
+                  " is not divisible by the ", ranks, " tensor-parallel ranks");
+    base /= ranks;
+  };
+  split("num_query_heads", c.base_num_query_heads, c.num_query_heads);
+  split("mlp_dim", c.base_mlp_dim, c.mlp_dim);
+  if (c.num_kv_heads >= ranks) {
+    split("num_kv_heads", c.base_num_kv_heads, c.num_kv_heads);
+  } else {
+    MAXTEXT_CHECK(ranks % c.num_kv_heads == 0, ConfigError, "[tensor parallel] num_kv_heads = ", c.num_kv_heads,
+                  ": fewer kv heads than the ", ranks, " ranks must divide them (each rank then keeps one kv head)");
+    MAXTEXT_CHECK(c.global_parameter_scale == 1.0, ConfigError, "[tensor parallel] global_parameter_scale must be 1 "
+                  "when kv heads are replicated, found ", c.global_parameter_scale);
+    c.base_num_kv_heads = 1;
+  }
+  c.derive();
+  return c;
+}
+
+/// Rank `rank`'s views of the whole model's `full` tensors, for a model made from tensor_parallel_config(cfg, ranks)
+/// whose parameters take `shapes` (AnyModel::param_shapes). A parameter of the whole model's shape is shared; one that
+/// is smaller on exactly one axis takes this rank's slice of it (heads, columns; a kv head for several ranks when
+/// there are fewer kv heads than ranks). Tensors no parameter names pass through (the loader reports them). Views
+/// only: nothing is copied here.
+inline io::TensorMap tensor_parallel_slice(const io::TensorMap& full,
+                                           const std::map<std::string, std::vector<std::int64_t>>& shapes, int rank,
+                                           int ranks) {
+  MAXTEXT_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, ArgumentError, "[tensor parallel] rank ", rank, " of ", ranks);
+  io::TensorMap out;
+  out.metadata = full.metadata;
+  for (const auto& [name, t] : full.tensors) {
+    const auto it = shapes.find(name);
+    if (it == shapes.end() || it->second == t.shape) {
+      out.add(name, t);
+      continue;
+    }
+    const std::vector<std::int64_t>& want = it->second;
+    MAXTEXT_CHECK(want.size() == t.shape.size(), ShapeError, "[tensor parallel] ", name, ": the rank's parameter is ",
+                  want, ", the file's tensor ", t.shape);
+    int axis = -1;
+    for (std::size_t a = 0; a < want.size(); ++a) {
+      if (want[a] == t.shape[a]) continue;
+      MAXTEXT_CHECK(axis < 0, ShapeError, "[tensor parallel] ", name, ": the rank's parameter ", want,
+                    " differs from the file's tensor ", t.shape, " on more than one axis");
+      axis = static_cast<int>(a);
+    }
+    const auto u = static_cast<std::size_t>(axis);
+    const std::int64_t n = t.shape[u], w = want[u];
+    std::int64_t begin = 0;
+    if (w * ranks == n) {
+      begin = rank * w;  // this rank's heads or columns
+    } else if (w == 1 && n < ranks && ranks % n == 0) {
+      begin = rank * n / ranks;  // fewer kv heads than ranks: the one this rank's query heads read
+    } else {
+      MAXTEXT_THROW(ShapeError, "[tensor parallel] ", name, ": axis ", axis, " of the file's tensor ", t.shape,
+                    " does not split into ", ranks, " slices of ", w);
+    }
+    out.add(name, t.narrow(axis, begin, w));  // a block-quantised axis narrows only at block boundaries (refused)
+  }
+  return out;
+}
+
+/// A fingerprint of a model's tensors as this rank sees them before slicing: names, shapes, types and the first and
+/// last eight values of each tensor (mapped files: a page or two read per tensor), and of the config the rank runs.
+inline std::uint64_t model_fingerprint(const io::TensorMap& full, const Config& cfg) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  auto mix_str = [&](const std::string& s) { mix(s.data(), s.size() + 1); };
+  for (const auto& [name, t] : full.tensors) {
+    mix_str(name);
+    mix(t.shape.data(), t.shape.size() * sizeof(std::int64_t));
+    const auto d = static_cast<int>(t.dtype);
+    mix(&d, sizeof d);
+    if (t.data != nullptr && t.numel() > 0) {
+      const std::int64_t k = std::min<std::int64_t>(8, t.numel());
+      for (std::int64_t i = 0; i < k; ++i) {  // the first and last elements, as doubles (any dtype, any strides)
+        const double a = t.element(i), b = t.element(t.numel() - 1 - i);
+        mix(&a, sizeof a);
+        mix(&b, sizeof b);
+      }
+    }
+  }
+  for (const char* key : {"decoder_block", "dtype", "weight_dtype", "vocab_size", "base_emb_dim", "base_num_query_heads",
+                          "base_num_kv_heads", "base_mlp_dim", "base_num_decoder_layers", "head_dim", "max_target_length"}) {
+    mix_str(cfg.get(key));
+  }
+  return h;
+}
+
+/// Refuse to start unless every rank holds the same files and config: each rank's fingerprint (model_fingerprint) is
+/// gathered and compared with rank 0's; a rank that differs is named (on every rank), before the first step.
+inline void check_ranks_agree(comm::Communicator& c, std::uint64_t fingerprint, std::string_view what) {
+  if (c.size() <= 1) return;
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(c.size()));
+  c.all_gather(&fingerprint, sizeof fingerprint, all.data(), what);
+  std::string differ;
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  }
+  MAXTEXT_CHECK(differ.empty(), CommError, "[tensor parallel] ", what, ": rank(s) ", differ, " hold other weights or "
+                "another config than rank 0 (every rank must read the same files with the same settings)");
+}
+
+}  // namespace maxtext::models

@@ -1,0 +1,346 @@
+// Tensor parallelism (models/tensor_parallel.hpp) over ranks that are threads (comm/threads.hpp): for every block it
+// splits, the fixture models' logits on 1, 2 and 4 ranks against the torch reference (logits.npy, written by
+// tests/reference/*.py from Hugging Face / MaxText source, not from this library) and against one process; every
+// rank's logits alike; incremental decoding equal to the full forward; 32 greedy tokens equal to one process's. A
+// counting communicator proves two all-reduces per layer and one broadcast per step; stalled, failed and mismatched
+// ranks end with a CommError naming the layer and the collective. The same split across processes (MPI): the
+// `maxtext logits` test under mpirun (tests/CMakeLists.txt, tests/comm/mpi_logits.sh).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "maxtext/comm/communicator.hpp"
+#include "maxtext/comm/mesh.hpp"
+#include "maxtext/comm/threads.hpp"
+#include "maxtext/io/npy.hpp"
+#include "maxtext/io/safetensors.hpp"
+#include "maxtext/models/any_model.hpp"
+#include "maxtext/models/any_model_blocks.hpp"
+#include "maxtext/models/tensor_parallel.hpp"
+#include "maxtext_blocks_built.hpp"
+#include "support/family_fixture.hpp"
+#include "support/fixture_config.hpp"
+#include "support/test_support.hpp"
+#include "support/tolerance.hpp"
+
+using namespace maxtext;
+
+namespace {
+
+/// One model split over n thread ranks, each rank's model loaded from its slice of the fixture's tensors.
+struct Split {
+  Config cfg;
+  std::unique_ptr<comm::ThreadGroup> group;
+  std::vector<std::unique_ptr<comm::Counting>> counters;
+  std::vector<std::unique_ptr<models::AnyModel>> ranks;
+
+  Split(const Config& full_cfg, const io::TensorMap& full, int n,
+        std::chrono::milliseconds timeout = std::chrono::seconds(60))
+      : cfg(full_cfg), group(std::make_unique<comm::ThreadGroup>(n, timeout)) {
+    const Config local = models::tensor_parallel_config(full_cfg, n);
+    for (int r = 0; r < n; ++r) {
+      models::AnyModelOptions o;
+      o.threads = 1;
+      auto m = models::make_built_any_model(local, o, MAXTEXT_BLOCKS_BUILT);
+      m->load(models::tensor_parallel_slice(full, m->param_shapes(), r, n));
+      counters.push_back(std::make_unique<comm::Counting>(group->rank(r)));
+      m->set_communicator(counters.back().get());
+      ranks.push_back(std::move(m));
+    }
+  }
+  int size() const { return static_cast<int>(ranks.size()); }
+
+  /// Run fn(rank, model) on every rank at once; the first failure aborts the group and is rethrown.
+  template <class Fn>
+  void run(Fn fn) {
+    std::vector<std::exception_ptr> err(ranks.size());
+    std::vector<std::thread> th;
+    for (int r = 0; r < size(); ++r) {
+      th.emplace_back([&, r] {
+        try {
+          fn(r, *ranks[static_cast<std::size_t>(r)]);
+        } catch (const std::exception& e) {
+          err[static_cast<std::size_t>(r)] = std::current_exception();
+          group->abort(std::string("rank ") + std::to_string(r) + " failed: " + e.what());
+        }
+      });
+    }
+    for (auto& t : th) t.join();
+    for (auto& e : err) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+};
+
+Tensor<float, 3> copy3(const Tensor<float, 3>& t) {
+  Tensor<float, 3> c(t.shape());
+  std::memcpy(c.data(), t.data(), static_cast<std::size_t>(t.size()) * sizeof(float));
+  return c;
+}
+
+bool same_bits(const Tensor<float, 3>& a, const Tensor<float, 3>& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(float)) == 0;
+}
+
+Tensor<std::int32_t, 2> first_cols(const Tensor<std::int32_t, 2>& t, std::int64_t c0, std::int64_t n) {
+  Tensor<std::int32_t, 2> s({t.dim(0), n});
+  for (std::int64_t b = 0; b < t.dim(0); ++b) {
+    for (std::int64_t i = 0; i < n; ++i) s(b, i) = t(b, c0 + i);
+  }
+  return s;
+}
+
+/// Logits, incremental decoding and greedy tokens of `fixture` on 1, 2 and 4 ranks.
+void check_fixture(const std::string& fixture) {
+  const std::string dir = test::fixture(fixture);
+  const Config cfg = test::config_from_meta(test::read_meta(dir));
+  const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  const AnyTensor torch_logits = test::npy(dir + "/logits.npy");
+  const std::int64_t T = tok.dim(1);
+
+  // One process: the logits and greedy tokens the split runs must give.
+  models::AnyModelOptions o1;
+  o1.threads = 1;
+  auto single = models::make_built_any_model(cfg, o1, MAXTEXT_BLOCKS_BUILT);
+  single->load(full);
+  models::ForwardRequest fr;
+  fr.tokens = &tok;
+  const Tensor<float, 3> one = copy3(single->forward(fr));
+  test::expect_close(one, torch_logits, test::tol::f32_logits, fixture + ".single");
+  models::GenerateOptions g;
+  g.max_new_tokens = 32;
+  g.sampling.temperature = 0.0;
+  const std::vector<std::int32_t> prompt(tok.data(), tok.data() + 4);
+  const auto greedy = single->generate({prompt}, g).tokens.at(0);
+  REQUIRE(greedy.size() == 32);
+
+  for (const int n : {2, 4}) {
+    INFO(fixture << " on " << n << " ranks");
+    Split s(cfg, full, n);
+    std::vector<Tensor<float, 3>> logits(static_cast<std::size_t>(n)), inc(static_cast<std::size_t>(n));
+    std::vector<std::vector<std::int32_t>> tokens(static_cast<std::size_t>(n));
+    s.run([&](int r, models::AnyModel& m) {
+      models::ForwardRequest q;
+      q.tokens = &tok;
+      logits[static_cast<std::size_t>(r)] = copy3(m.forward(q));
+      // Incremental: prefill 4, then one token per step, against the full forward's rows.
+      auto cache = m.new_cache(tok.dim(0), T);
+      Tensor<float, 3> steps({tok.dim(0), T, cfg.vocab_size});
+      for (std::int64_t t0 = 0; t0 < T;) {
+        const std::int64_t len = t0 == 0 ? 4 : 1;
+        const auto part = first_cols(tok, t0, len);
+        models::ForwardRequest st;
+        st.tokens = &part;
+        st.cache = cache.get();
+        const auto l = m.forward(st);
+        for (std::int64_t b = 0; b < tok.dim(0); ++b) {
+          for (std::int64_t t = 0; t < len; ++t) {
+            std::memcpy(&steps(b, t0 + t, 0), &l(b, t, 0), static_cast<std::size_t>(cfg.vocab_size) * sizeof(float));
+          }
+        }
+        t0 += len;
+      }
+      inc[static_cast<std::size_t>(r)] = std::move(steps);
+      tokens[static_cast<std::size_t>(r)] = m.generate({prompt}, g).tokens.at(0);
+    });
+    // Against the torch reference with the whole-model f32 bound, and against one process: the partial products are
+    // the same f32 terms summed in another order (per rank, then across ranks), ~1e-6 on logits of magnitude ~3.
+    test::expect_close(logits[0], torch_logits, test::tol::f32_logits, fixture + ".split");
+    test::expect_close(logits[0], AnyTensor::from(one), {1e-5, 1e-5}, fixture + ".split vs one process");
+    test::expect_close(inc[0], AnyTensor::from(logits[0]), test::tol::decode_step, fixture + ".incremental");
+    for (int r = 1; r < n; ++r) {
+      CHECK(same_bits(logits[static_cast<std::size_t>(r)], logits[0]));
+      CHECK(same_bits(inc[static_cast<std::size_t>(r)], inc[0]));
+      CHECK(tokens[static_cast<std::size_t>(r)] == tokens[0]);
+    }
+    CHECK(tokens[0] == greedy);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Tensor parallel: Llama-2 on 1, 2 and 4 ranks matches torch and one process", "[comm][tp][llama2]") {
+  check_fixture("llama2_model");
+}
+TEST_CASE("Tensor parallel: Mistral on 2 and 4 ranks", "[comm][tp][mistral]") { check_fixture("mistral_model"); }
+TEST_CASE("Tensor parallel: Qwen2 (q, k, v biases split with their heads) on 2 and 4 ranks", "[comm][tp][qwen2]") {
+  check_fixture("qwen2_model");
+}
+TEST_CASE("Tensor parallel: Qwen3 (per-head qk norm) on 2 and 4 ranks", "[comm][tp][qwen3]") { check_fixture("qwen3_model"); }
+TEST_CASE("Tensor parallel: Gemma on 2 and 4 ranks", "[comm][tp][gemma]") { check_fixture("gemma_model"); }
+TEST_CASE("Tensor parallel: Gemma 2 (soft caps, post norms) on 2 and 4 ranks", "[comm][tp][gemma2]") {
+  check_fixture("gemma2_model");
+}
+TEST_CASE("Tensor parallel: Gemma 3 (sliding and global layers, tied head) on 2 and 4 ranks", "[comm][tp][gemma3]") {
+  check_fixture("gemma3_model");
+}
+
+TEST_CASE("Tensor parallel: two all-reduces of [tokens, emb_dim] per layer and one logits broadcast per step",
+          "[comm][tp]") {
+  const std::string dir = test::fixture("llama2_model");
+  const Config cfg = test::config_from_meta(test::read_meta(dir));
+  const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  Split s(cfg, full, 2);
+  const std::int64_t M = tok.dim(0) * tok.dim(1), L = cfg.num_decoder_layers;
+  s.run([&](int, models::AnyModel& m) {
+    models::ForwardRequest q;
+    q.tokens = &tok;
+    (void)m.forward(q);
+  });
+  for (const auto& c : s.counters) {
+    CHECK(c->tally("all_reduce").calls == 2 * L);
+    CHECK(c->tally("all_reduce").bytes == 2 * L * M * cfg.emb_dim * 4);
+    CHECK(c->tally("broadcast").calls == 1);
+    CHECK(c->tally("broadcast").bytes == M * cfg.vocab_size * 4);
+    CHECK(c->tally("all_gather").calls == 0);
+  }
+}
+
+TEST_CASE("Tensor parallel: a stalled rank ends the step on the others with the layer and the collective named",
+          "[comm][tp][faults]") {
+  const std::string dir = test::fixture("llama2_model");
+  const Config cfg = test::config_from_meta(test::read_meta(dir));
+  const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  Split s(cfg, full, 2, std::chrono::milliseconds(300));
+  std::string msg;
+  try {
+    s.run([&](int r, models::AnyModel& m) {
+      if (r == 1) return;  // stalls: never joins the step
+      models::ForwardRequest q;
+      q.tokens = &tok;
+      (void)m.forward(q);
+    });
+  } catch (const CommError& e) {
+    msg = e.what();
+  }
+  CHECK_THAT(msg, Catch::Contains("decoder.layers_0.attention") && Catch::Contains("all_reduce_sum") &&
+                      Catch::Contains("rank(s) 1 did not arrive"));
+}
+
+TEST_CASE("Tensor parallel: a rank that fails ends the others' step at once, naming it", "[comm][tp][faults]") {
+  const std::string dir = test::fixture("llama2_model");
+  const Config cfg = test::config_from_meta(test::read_meta(dir));
+  const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  Split s(cfg, full, 2);  // a 60 s timeout: the abort, not the timeout, must end rank 0's wait
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> msgs(2);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 2; ++r) {
+    th.emplace_back([&, r] {
+      try {
+        if (r == 1) throw IoError("[weights] simulated failure on rank 1");
+        models::ForwardRequest q;
+        q.tokens = &tok;
+        (void)s.ranks[0]->forward(q);
+      } catch (const std::exception& e) {
+        msgs[static_cast<std::size_t>(r)] = e.what();
+        s.group->abort(std::string("rank ") + std::to_string(r) + " failed: " + e.what());
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+  CHECK_THAT(msgs[0], Catch::Contains("abandoned") && Catch::Contains("rank 1 failed") &&
+                          Catch::Contains("simulated failure"));
+}
+
+TEST_CASE("Tensor parallel: ranks holding other weights or another config are refused before the first step",
+          "[comm][tp][faults]") {
+  const std::string dir = test::fixture("llama2_model");
+  const Config cfg = test::config_from_meta(test::read_meta(dir));
+  const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
+  const io::TensorMap other = io::read_safetensors(test::fixture("mistral_model") + "/model.safetensors");
+  comm::ThreadGroup g(3, std::chrono::seconds(30));
+  std::vector<std::string> msgs(3);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 3; ++r) {
+    th.emplace_back([&, r] {
+      Config c = cfg;
+      if (r == 1) c.set("max_target_length", "32");
+      try {
+        models::check_ranks_agree(g.rank(r), models::model_fingerprint(r == 2 ? other : full, c), "weights and config");
+      } catch (const CommError& e) {
+        msgs[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  for (const auto& m : msgs) CHECK_THAT(m, Catch::Contains("rank(s) 1, 2 hold other weights or another config"));
+  // The same files and config agree.
+  comm::ThreadGroup g2(2);
+  std::vector<std::thread> th2;
+  std::vector<int> ok(2, 0);
+  for (int r = 0; r < 2; ++r) {
+    th2.emplace_back([&, r] {
+      models::check_ranks_agree(g2.rank(r), models::model_fingerprint(full, cfg), "weights and config");
+      ok[static_cast<std::size_t>(r)] = 1;
+    });
+  }
+  for (auto& t : th2) t.join();
+  CHECK(ok == std::vector<int>{1, 1});
+}
+
+TEST_CASE("Tensor parallel: what does not split is refused by name", "[comm][tp]") {
+  const Config llama = test::config_from_meta(test::read_meta(test::fixture("llama2_model")));
+  // 4 query heads, 2 kv heads, mlp_dim: 3 ranks divide none of them.
+  CHECK_THROWS_WITH(models::tensor_parallel_config(llama, 3), Catch::Contains("num_query_heads = 4 is not divisible by the 3"));
+  Config moe = llama;
+  moe.decoder_block = "mixtral";
+  CHECK_THROWS_WITH(models::tensor_parallel_config(moe, 2), Catch::Contains("decoder_block 'mixtral' is not split"));
+  Config fused = llama;
+  fused.set("fused_qkv", "true");
+  CHECK_THROWS_WITH(models::tensor_parallel_config(fused, 2), Catch::Contains("fused_qkv"));
+  // A slice the file's tensor does not hold.
+  io::TensorMap t;
+  t.add("w", AnyTensor::from(Tensor<float, 2>({4, 6})));
+  CHECK_THROWS_WITH(models::tensor_parallel_slice(t, {{"w", {4, 4}}}, 0, 2), Catch::Contains("w: axis 1") &&
+                                                                             Catch::Contains("does not split into 2"));
+  CHECK_THROWS_WITH(models::tensor_parallel_slice(t, {{"w", {2, 3}}}, 0, 2), Catch::Contains("more than one axis"));
+}
+
+TEST_CASE("Mesh: MaxText's ici / dcn keys, -1 filled, tensor ranks fastest, unused axes refused by name", "[comm][mesh]") {
+  Config c;
+  c.set("ici_tensor_parallelism", "2");
+  auto m = comm::Mesh::from_config(c, 2);  // ici_fsdp_parallelism -1 (base.yml) fills to 1
+  CHECK(m.tensor == 2);
+  CHECK(m.size() == 2);
+  CHECK_THROWS_WITH(comm::Mesh::from_config(c, 1), Catch::Contains("ici_*_parallelism keys set multiply to 2") &&
+                                                     Catch::Contains("mpirun -n N"));
+  CHECK_THROWS_WITH(comm::Mesh::from_config(c, 4), Catch::Contains("fsdp parallelism = 2"));
+  Config ar;
+  ar.set("ici_autoregressive_parallelism", "2");
+  ar.set("ici_fsdp_parallelism", "1");
+  ar.set("ici_expert_parallelism", "-1");
+  m = comm::Mesh::from_config(ar, 8);
+  CHECK(m.tensor == 2);
+  CHECK(m.expert == 4);
+  CHECK(m.coords(5).tensor == 1);
+  CHECK(m.coords(5).expert == 2);
+  Config two;
+  two.set("ici_tensor_parallelism", "-1");
+  CHECK_THROWS_WITH(comm::Mesh::from_config(two, 2), Catch::Contains("ici_fsdp_parallelism and ici_tensor_parallelism are both -1"));
+  Config dcn;
+  dcn.set("num_slices", "2");
+  dcn.set("ici_tensor_parallelism", "2");
+  dcn.set("dcn_pipeline_parallelism", "2");
+  m = comm::Mesh::from_config(dcn, 4);
+  CHECK(m.tensor == 2);
+  CHECK(m.pipeline == 2);
+  CHECK(m.coords(3).pipeline == 1);
+  Config bad;
+  bad.set("ici_tensor_parallelism", "zwei");
+  CHECK_THROWS_WITH(comm::Mesh::from_config(bad, 2), Catch::Contains("ici_tensor_parallelism: expected -1 or an integer"));
+  Config one;
+  CHECK(comm::Mesh::from_config(one, 1).size() == 1);
+}
