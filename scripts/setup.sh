@@ -8,7 +8,7 @@ pkgs=(cmake ninja-build g++ libeigen3-dev libxsimd-dev xtl-dev nlohmann-json3-de
       libpng-dev libjpeg62-turbo-dev)
 if [ "${1:-}" = "--tests" ]; then
   pkgs+=(clang libclang-rt-14-dev catch2 libbenchmark-dev python3-torch python3-numpy python3-pytest python3-dev pybind11-dev libopenblas0
-        python3-pil)
+        python3-pil libopenmpi-dev openmpi-bin)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

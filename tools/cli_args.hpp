@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "maxtext/comm/communicator.hpp"
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
@@ -111,6 +112,21 @@ Config make_config(const Args& a);
 /// The model the config describes (any compiled block; --weight-type, --threads, --int8-activations), with the
 /// weights of --weights or initialised from --seed; without `load`, neither (cli_models.cpp).
 std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load = true);
+
+/// The ranks of this run when mpirun started it with more than one (tools/cli_dist.cpp, docs/distributed.md): their
+/// communicator, or nullptr when this process runs alone.
+comm::Communicator* world();
+void set_world(comm::Communicator* c);  ///< join_world's (cli_models.cpp keeps it)
+/// Join the ranks an MPI launcher started (nothing when it started one, or none): `generate` and `logits` split the
+/// model by the config's mesh keys; any other command is refused under mpirun, and so is a program built without MPI.
+/// Ranks other than 0 then write nothing to stdout (their stderr keeps errors only).
+void join_world(const std::string& command);
+/// Rank 0, or the process running alone: the one that writes outputs.
+inline bool output_rank() { return world() == nullptr || world()->rank() == 0; }
+/// After an error: print it (naming the rank) and end every rank of the job, which cannot go on without this one.
+void fail_world(const std::string& message);
+/// At a normal end: leave MPI.
+void leave_world();
 
 /// The source tree's configs directory, searched after $MAXTEXT_CONFIG_DIR for models/<model_name>.yml. Defined in
 /// maxtext.cpp alone, the one unit compiled with that absolute path: the other units stay free of it, so a fresh

@@ -9,12 +9,14 @@
 #include "cli_args.hpp"
 #include "cli_common.hpp"
 #include "cmd_tokenize.hpp"  // config_from_weights
+#include "maxtext/comm/mesh.hpp"
 #include "maxtext/core/config_keys.hpp"
 #include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/families/load.hpp"
 #include "maxtext/io/npy.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/any_model.hpp"
+#include "maxtext/models/tensor_parallel.hpp"
 #include "maxtext/models/weight_choice.hpp"
 #include "maxtext/tokenizer/compressed_tokenizer.hpp"
 #include "maxtext/tokenizer/hf_tokenizer.hpp"
@@ -22,6 +24,12 @@
 #include "maxtext_blocks_built.hpp"  // the models, compiled per decoder block in maxtext_blocks (tools/blocks/)
 
 namespace maxtext::cli {
+
+namespace {
+comm::Communicator* g_world = nullptr;  // set by join_world (cli_dist.cpp) for the process's lifetime
+}  // namespace
+comm::Communicator* world() { return g_world; }
+void set_world(comm::Communicator* c) { g_world = c; }
 
 // Every key read, refused by name, or inert (core/config_keys.hpp): io::load_config checks a YAML config and its
 // overrides; the configs of weights files and config.json are checked here.
@@ -70,15 +78,47 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   o.threads = static_cast<int>(a.integer("threads", 0));
   o.int8_activations = i8 == "on";
   o.kv_type = a.get("kv-type");  // "" = the activations' type; float16 (GGUF weights); the rest is refused by name
+  // The ranks mpirun started (docs/distributed.md): the mesh keys say how they split the model; alone, a mesh of
+  // more than one rank is refused by name.
+  comm::Communicator* const w_comm = world();
+  const comm::Mesh mesh = comm::Mesh::from_config(cfg, w_comm ? w_comm->size() : 1);
+  const bool split = mesh.size() > 1;
+  MAXTEXT_CHECK(mesh.expert == 1 && mesh.pipeline == 1, UnsupportedError, "[mesh] ", mesh.describe(),
+                ": expert and pipeline parallelism are not built yet; ici_tensor_parallelism splits a model by heads "
+                "and MLP columns (docs/distributed.md)");
   std::optional<io::LoadedWeights> w;
   if (load && a.has("weights")) {
     // A GGUF file's matrices (blocks such as Q4_K or Q8_0, F32, F16, BF16) are computed from as they lie in the
-    // mapped file unless --weight-type says otherwise.
-    w = io::load_weights(a.get("weights"), cfg, models::read_matrices_in_place(cfg, a.get("weight-type")));
+    // mapped file unless --weight-type says otherwise. A split model takes its slices of decoded matrices.
+    w = io::load_weights(a.get("weights"), cfg,
+                         !split && models::read_matrices_in_place(cfg, a.get("weight-type")));
     if (!a.has("weight-type")) o.weight_type = weight_type_of_file(cfg, *w);
   }
   models::check_int8_activations(o.int8_activations, o.weight_type, w ? &w->tensors : nullptr, a.get("weights"),
                                  "--int8-activations on", "--weight-type q8_0");
+  if (split) {
+    // Each rank builds its share (heads, kv heads, MLP columns) and reads its slices of the same files.
+    const Config local = models::tensor_parallel_config(cfg, mesh.tensor);
+    auto model = models::make_built_any_model(local, o, MAXTEXT_BLOCKS_BUILT);
+    MAXTEXT_CHECK(load, UnsupportedError, "[mesh] this command runs in one process");
+    io::TensorMap full;
+    if (w) {
+      full = std::move(w->tensors);
+      if (w->naming == io::WeightNaming::hf) model->set_name_scheme(models::NameScheme::hf);
+    } else {  // --seed: every rank initialises the whole model alike and keeps its slices
+      auto whole = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
+      whole->init(static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed)));
+      full = whole->export_params();
+    }
+    models::check_ranks_agree(*w_comm, models::model_fingerprint(full, cfg), "the weights and config of every rank");
+    model->load(models::tensor_parallel_slice(full, model->param_shapes(), w_comm->rank(), w_comm->size()));
+    full = {};
+    w.reset();
+    trim_heap();
+    model->set_communicator(w_comm);
+    MAXTEXT_CHECK(!model->needs_engram_vocab(), UnsupportedError, "[mesh] Engram layers are not split across ranks");
+    return model;
+  }
   auto model = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
   if (!load) return model;
   if (w) {
@@ -157,6 +197,7 @@ int cmd_logits(const Args& a) {
   };
   run(0, T - inc);
   for (std::int64_t t = T - inc; t < T; ++t) run(t, 1);
+  if (!output_rank()) return 0;  // split: rank 0 writes
   io::write_npy(a.get("out"), out);
   std::cout << "wrote " << a.get("out") << " [" << Bn << ", " << T << ", " << cfg.vocab_size << "] f32\n";
   return 0;

@@ -92,6 +92,16 @@ int maxtext::cli::cmd_serve(const Args&) {
                                   "scripts/setup.sh does, and configure with -DMAXTEXT_CLI_SERVE=ON)");
 }
 #endif
+#if defined(MAXTEXT_CLI_NO_MPI)
+// Built without MPI (cli_dist.cpp): alone, nothing to join; under an MPI launcher, refused by name.
+void maxtext::cli::join_world(const std::string&) {
+  const int n = comm::launched_ranks();
+  MAXTEXT_CHECK(n <= 1, UnsupportedError, "an MPI launcher started ", n, " ranks, but this maxtext was built without "
+                "MPI (apt-get install libopenmpi-dev openmpi-bin, then configure again: docs/distributed.md)");
+}
+void maxtext::cli::fail_world(const std::string& message) { std::cerr << "maxtext: error: " << message << "\n"; }
+void maxtext::cli::leave_world() {}
+#endif
 #if defined(MAXTEXT_CLI_NO_VISION)
 // Configured without libpng / libjpeg (or with -DMAXTEXT_CLI_VISION=OFF): cli_vision.cpp is not compiled.
 int maxtext::cli::cmd_vision(const Args&) {
@@ -115,8 +125,12 @@ int main(int argc, char** argv) {
     }
     const cli::Args a = cli::parse_args(argc, argv);
     cli::check_options(a);  // an unknown or unused option, or override, is refused by name (cli_options.hpp)
-    if (a.command == "logits") return cli::cmd_logits(a);
-    if (a.command == "generate") return cli::cmd_generate(a);
+    cli::join_world(a.command);  // mpirun: the ranks that split the model (cli_dist.cpp)
+    if (a.command == "logits" || a.command == "generate") {
+      const int rc = a.command == "logits" ? cli::cmd_logits(a) : cli::cmd_generate(a);
+      cli::leave_world();
+      return rc;
+    }
     if (a.command == "chat") return cli::cmd_chat(a);
     if (a.command == "info") return cli::cmd_info(a);
     if (a.command == "tokenize" || a.command == "detokenize") return cli::cmd_tokenize(a);
@@ -126,11 +140,8 @@ int main(int argc, char** argv) {
     if (a.command == "vision") return cli::cmd_vision(a);
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
     return 2;
-  } catch (const maxtext::Error& e) {
-    std::cerr << "maxtext: error: " << e.what() << "\n";
-    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "maxtext: error: " << e.what() << "\n";
+    cli::fail_world(e.what());  // prints it; split across ranks, it also ends the others
     return 1;
   }
 }

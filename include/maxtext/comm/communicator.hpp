@@ -12,6 +12,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -65,6 +66,18 @@ class Communicator {
 };
 
 static_assert(Collectives<Communicator>);
+
+/// How many ranks an MPI launcher (mpirun / mpiexec / srun) started this process among, from its environment: 1 when
+/// none did. Programs use it to decide whether to join MPI at all, without an MPI library at hand.
+inline int launched_ranks() {
+  for (const char* k : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* v = std::getenv(k)) {
+      const long n = std::strtol(v, nullptr, 10);
+      if (n >= 1 && n <= (1 << 20)) return static_cast<int>(n);
+    }
+  }
+  return 1;
+}
 
 /// The size-1 communicator: every collective is the identity. A model given none behaves as if given this one.
 class Local final : public Communicator {

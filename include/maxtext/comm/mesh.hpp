@@ -48,7 +48,9 @@ struct Mesh {
     for (std::size_t i = 0; i < kAxes.size(); ++i) {
       const std::int64_t n = ici[i] * dcn[i];
       MAXTEXT_CHECK(n == 1 || kAxes[i].used, UnsupportedError, "[mesh] ", kAxes[i].name, " parallelism = ", n,
-                    " (ici_", kAxes[i].name, "_parallelism x dcn_", kAxes[i].name, "_parallelism): ", kAxes[i].why);
+                    " (ici_", kAxes[i].name, "_parallelism x dcn_", kAxes[i].name, "_parallelism): ", kAxes[i].why,
+                    " (to split a model over ", ranks, " ranks by heads, set ici_tensor_parallelism=", ranks,
+                    "; an axis at -1 takes the ranks the others leave)");
     }
     Mesh m;
     m.tensor = static_cast<int>(axis(ici, dcn, "tensor") * axis(ici, dcn, "autoregressive"));
@@ -98,6 +100,15 @@ struct Mesh {
                   ": expected -1 or an integer in [1, 65536], found '", it->second, "'");
     return v;
   }
+  static std::string unit(const char* prefix, std::int64_t n) {
+    const bool ici = std::string(prefix) == "ici";
+    return std::string(ici ? " rank" : " slice") + (n == 1 ? "" : "s") + (ici ? " per slice" : "");
+  }
+  /// For one process that a mesh of more ranks was given to: how to launch them.
+  static std::string launch_hint(const char* prefix, std::int64_t total, std::int64_t known) {
+    if (std::string(prefix) != "ici" || total != 1) return {};
+    return " (launch it with mpirun -n " + std::to_string(known) + ")";
+  }
   /// The `prefix` ("ici" / "dcn") values of every axis, the one -1 filled so that their product is `total`.
   static std::vector<std::int64_t> fill(const char* prefix, const Config& cfg, std::int64_t total) {
     std::vector<std::int64_t> v;
@@ -120,13 +131,13 @@ struct Mesh {
     }
     if (auto_axis >= 0) {
       MAXTEXT_CHECK(total % known == 0, ConfigError, "[mesh] the ", prefix, "_*_parallelism keys set multiply to ",
-                    known, ", which does not divide the ", total, (std::string(prefix) == "ici" ? " rank(s) per slice" : " slice(s)"),
-                    " launched (", prefix, "_", kAxes[static_cast<std::size_t>(auto_axis)].name,
-                    "_parallelism = -1 takes the rest; mpirun -n N launches N ranks)");
+                    known, ", which does not divide the ", total, unit(prefix, total), " launched (", prefix, "_",
+                    kAxes[static_cast<std::size_t>(auto_axis)].name, "_parallelism = -1 takes the rest)",
+                    launch_hint(prefix, total, known));
       v[static_cast<std::size_t>(auto_axis)] = total / known;
     } else {
-      MAXTEXT_CHECK(known == total, ConfigError, "[mesh] the ", prefix, "_*_parallelism keys multiply to ", known, ", but there are ",
-                    total, " ranks ", (std::string(prefix) == "ici" ? "per slice" : "slices"));
+      MAXTEXT_CHECK(known == total, ConfigError, "[mesh] the ", prefix, "_*_parallelism keys multiply to ", known,
+                    ", but ", total, unit(prefix, total), " were launched", launch_hint(prefix, total, known));
     }
     return v;
   }

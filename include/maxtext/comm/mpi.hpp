@@ -56,17 +56,6 @@ class Mpi final : public Communicator {
     if (owns_) MPI_Finalize();
   }
 
-  /// Whether this process was started by an MPI launcher (mpirun / mpiexec / srun) with more than one rank: the
-  /// `maxtext` program joins MPI only then, so that it runs alone without any MPI runtime present.
-  static bool launched() {
-    for (const char* k : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS"}) {
-      if (const char* v = std::getenv(k)) {
-        if (std::strtol(v, nullptr, 10) > 1) return true;
-      }
-    }
-    return false;
-  }
-
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string describe() const override {

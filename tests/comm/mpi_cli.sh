@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# `maxtext` split across processes by mpirun (docs/distributed.md), on stories260K (a trained Llama) over shared memory:
+#   - logits of 2 and 4 ranks (ici_tensor_parallelism) equal one process's within 1e-4 + 1e-5 |x|: the same f32 terms
+#     summed in another order (per rank, then across ranks), an error of a few ulp of the largest terms (logits up
+#     to ~20 here: ulp 2e-6; measured 2.4e-5); the last 6 tokens decoded one at a time (--incremental) against the
+#     one-process full forward; rank 0 alone writes the file;
+#   - 32 greedy tokens identical to one process's, printed once (by rank 0);
+#   - a mesh that does not match the ranks launched, an unused axis, a command that does not split, and ranks that
+#     read another config are refused by name;
+#   - a rank killed mid-step ends the whole job; a stalled rank ends it after MAXTEXT_COMM_TIMEOUT_S with the layer and
+#     the collective named.
+# Usage: mpi_cli.sh MAXTEXT_BINARY MODELS_DIR. Exit 77 (skipped) without mpirun, python3 + numpy, or stories260K.
+set -uo pipefail
+bin=$1
+models=$2
+py=/usr/bin/python3
+command -v mpirun >/dev/null || { echo "skipped: no mpirun (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
+[ -x "$py" ] && "$py" -c "import numpy" 2>/dev/null || { echo "skipped: no /usr/bin/python3 with numpy"; exit 77; }
+S=$models/stories260K
+[ -f "$S/stories260K.bin" ] || { echo "skipped: $S/stories260K.bin not found"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAILED: $*"; fail=1; }
+run() { timeout 120 "$@"; }
+W=(--weights "$S/stories260K.bin" --threads 1)
+toks="1,403,407,261,411,365,275,266,269,11,362,264,302,400,279,267,263,289,300,1,403"
+
+run "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/one.npy" >/dev/null || bad "one-process logits"
+for n in 2 4; do
+  out=$(run mpirun -n $n "$bin" logits "${W[@]}" --tokens "$toks" --incremental 6 --out "$tmp/split$n.npy" \
+        ici_tensor_parallelism=$n 2>&1) || bad "logits on $n ranks: $out"
+  [ "$(grep -c '^wrote ' <<<"$out")" = 1 ] || bad "logits on $n ranks: expected one 'wrote' line (rank 0), found: $out"
+  "$py" - "$tmp/one.npy" "$tmp/split$n.npy" <<'PY' || bad "logits on $n ranks differ from one process"
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+assert a.shape == b.shape, (a.shape, b.shape)
+d = np.abs(a - b)
+print(f"split vs one process: max abs {d.max():.3g} (logits up to {np.abs(a).max():.3g})")
+assert np.all(d <= 1e-4 + 1e-5 * np.abs(a)), d.max()
+PY
+done
+
+G=(generate "${W[@]}" --tokenizer "$S/tok512.bin" --prompt "Once upon a time" --max-new-tokens 32 --temperature 0)
+one=$(run "$bin" "${G[@]}" 2>/dev/null | grep '^tokens\[0\]') || bad "one-process generate"
+for n in 2 4; do
+  out=$(run mpirun -n $n "$bin" "${G[@]}" ici_tensor_parallelism=$n 2>/dev/null)
+  [ "$(grep -c '^tokens\[0\]' <<<"$out")" = 1 ] || bad "generate on $n ranks: expected one tokens line, found: $out"
+  [ "$(grep '^tokens\[0\]' <<<"$out")" = "$one" ] || bad "generate on $n ranks: $(grep '^tokens' <<<"$out") vs $one"
+done
+
+expect_refusal() {  # expect_refusal TEXT command...
+  local text=$1
+  shift
+  local out
+  out=$(run "$@" 2>&1) && bad "expected a refusal ($text), the run passed"
+  grep -qF -- "$text" <<<"$out" || bad "expected '$text' in: $out"
+}
+expect_refusal "the ici_*_parallelism keys multiply to 2, but 4 ranks per slice were launched" \
+  mpirun -n 4 "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/x.npy" ici_tensor_parallelism=2 ici_fsdp_parallelism=1
+expect_refusal "set ici_tensor_parallelism=2" mpirun -n 2 "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/x.npy"
+expect_refusal "launch it with mpirun -n 2" \
+  "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/x.npy" ici_tensor_parallelism=2 ici_fsdp_parallelism=1
+expect_refusal "maxtext info runs in one process" mpirun -n 2 "$bin" info "${W[@]}"
+expect_refusal "rank(s) 1 hold other weights or another config than rank 0" \
+  mpirun -n 1 "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/x.npy" ici_tensor_parallelism=2 : \
+         -n 1 "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/x.npy" ici_tensor_parallelism=2 max_target_length=128
+
+# Faults: the job ends (no hang) with a message; timeout 120 above turns a hang into a failure.
+start=$SECONDS
+out=$(MAXTEXT_COMM_FAULT=kill:1:3 run mpirun -x MAXTEXT_COMM_FAULT -n 2 "$bin" "${G[@]}" ici_tensor_parallelism=2 2>&1)
+rc=$?
+{ [ $rc -ne 0 ] && [ $rc -ne 124 ]; } || bad "a killed rank: exit code $rc (124: the job hung)"
+grep -qiE "signal 9|killed" <<<"$out" || bad "a killed rank: no word of it in: $out"
+echo "killed rank: job ended in $((SECONDS - start)) s with exit code $rc"
+start=$SECONDS
+out=$(MAXTEXT_COMM_FAULT=stall:1:3 MAXTEXT_COMM_TIMEOUT_S=2 run mpirun -x MAXTEXT_COMM_FAULT -x MAXTEXT_COMM_TIMEOUT_S \
+      -n 2 "$bin" "${G[@]}" ici_tensor_parallelism=2 2>&1)
+rc=$?
+{ [ $rc -ne 0 ] && [ $rc -ne 124 ]; } || bad "a stalled rank: exit code $rc (124: the job hung)"
+grep -qE "rank 0 of 2\): error: \[comm\] rank 0 of 2: decoder\.layers_[0-9]+\.(attention|mlp): all_reduce_sum did not complete in 2 s" <<<"$out" ||
+  bad "a stalled rank: expected rank 0 to name the layer and the collective, found: $out"
+echo "stalled rank: job ended in $((SECONDS - start)) s with exit code $rc"
+[ $fail = 0 ] && echo "mpi_cli: all checks passed"
+exit $fail
