@@ -2,12 +2,13 @@
 // where CMake finds MPI (MAXTEXT_MPI); maxtext.cpp holds the refusing versions for a program without it.
 //
 // Every rank runs the same command with the same arguments and reads the same files; each holds its share of the
-// model (tools/cli_models.cpp open_model, models/tensor_parallel.hpp). Rank 0 writes the outputs: the others' stdout
+// model (tools/cli_models.cpp open_model, models/parallel.hpp). Rank 0 writes the outputs: the others' stdout
 // goes to /dev/null and their stderr carries only an error, named by rank. An error on any rank ends the whole job
 // (MPI_Abort), since the others would wait for it in the next collective.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,8 @@ namespace maxtext::cli {
 namespace {
 std::unique_ptr<comm::Mpi> g_mpi;
 std::unique_ptr<comm::Communicator> g_fault;
+std::unique_ptr<comm::Counting> g_stats;  // MAXTEXT_COMM_STATS=1: collectives counted and timed, printed at the end
+std::chrono::steady_clock::time_point g_start;
 int g_err_fd = 2;  // a silenced rank's own stderr, kept for its error message
 
 /// MAXTEXT_COMM_FAULT=kill:R:K or stall:R:K (tests/comm/mpi_cli.sh): rank R dies (SIGKILL) or stops answering at its
@@ -92,7 +95,13 @@ void join_world(const std::string& command) {
                 " runs in one process; under mpirun (", n, " ranks) the commands that split a model are generate "
                 "and logits");
   g_mpi = std::make_unique<comm::Mpi>();
-  set_world(with_fault(*g_mpi));
+  comm::Communicator* c = with_fault(*g_mpi);
+  if (const char* st = std::getenv("MAXTEXT_COMM_STATS"); st != nullptr && std::string(st) == "1") {
+    g_stats = std::make_unique<comm::Counting>(*c);
+    c = g_stats.get();
+  }
+  g_start = std::chrono::steady_clock::now();
+  set_world(c);
   if (g_mpi->rank() != 0) {
     std::fflush(stdout);
     std::fflush(stderr);
@@ -119,7 +128,19 @@ void fail_world(const std::string& message) {
 }
 
 void leave_world() {
+  if (g_stats && g_mpi && g_mpi->rank() == 0) {
+    const double run = std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count();
+    double in = 0.0;
+    for (const auto& [op, t] : g_stats->tallies()) {
+      std::fprintf(stderr, "collectives: %-10s %8lld calls %12.3f MB %9.3f s\n", op.c_str(),
+                   static_cast<long long>(t.calls), static_cast<double>(t.bytes) / 1e6, t.seconds);
+      in += t.seconds;
+    }
+    std::fprintf(stderr, "collectives: %.3f s of the run's %.3f s on rank 0 (%.1f%%; from joining the ranks, loading "
+                 "included)\n", in, run, run > 0 ? 100.0 * in / run : 0.0);
+  }
   set_world(nullptr);
+  g_stats.reset();
   g_fault.reset();
   g_mpi.reset();
 }

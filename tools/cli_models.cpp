@@ -1,6 +1,7 @@
 // tools/cli_models.cpp: configs and models for the `maxtext` commands (make_config, open_model) and `logits` / `info`.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -16,7 +17,7 @@
 #include "maxtext/io/npy.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/any_model.hpp"
-#include "maxtext/models/tensor_parallel.hpp"
+#include "maxtext/models/parallel.hpp"
 #include "maxtext/models/weight_choice.hpp"
 #include "maxtext/tokenizer/compressed_tokenizer.hpp"
 #include "maxtext/tokenizer/hf_tokenizer.hpp"
@@ -83,9 +84,11 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   comm::Communicator* const w_comm = world();
   const comm::Mesh mesh = comm::Mesh::from_config(cfg, w_comm ? w_comm->size() : 1);
   const bool split = mesh.size() > 1;
-  MAXTEXT_CHECK(mesh.expert == 1 && mesh.pipeline == 1, UnsupportedError, "[mesh] ", mesh.describe(),
-                ": expert and pipeline parallelism are not built yet; ici_tensor_parallelism splits a model by heads "
-                "and MLP columns (docs/distributed.md)");
+  MAXTEXT_CHECK(mesh.pipeline == 1, UnsupportedError, "[mesh] ", mesh.describe(), ": pipeline parallelism is not "
+                "built yet; ici_tensor_parallelism splits a model by heads and MLP columns, ici_expert_parallelism by "
+                "experts (docs/distributed.md)");
+  MAXTEXT_CHECK(mesh.tensor == 1 || mesh.expert == 1, UnsupportedError, "[mesh] ", mesh.describe(), ": tensor and "
+                "expert parallelism together are not built yet; use one of them over all the ranks");
   std::optional<io::LoadedWeights> w;
   if (load && a.has("weights")) {
     // A GGUF file's matrices (blocks such as Q4_K or Q8_0, F32, F16, BF16) are computed from as they lie in the
@@ -97,8 +100,10 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   models::check_int8_activations(o.int8_activations, o.weight_type, w ? &w->tensors : nullptr, a.get("weights"),
                                  "--int8-activations on", "--weight-type q8_0");
   if (split) {
-    // Each rank builds its share (heads, kv heads, MLP columns) and reads its slices of the same files.
-    const Config local = models::tensor_parallel_config(cfg, mesh.tensor);
+    // Each rank builds its share (heads, kv heads, MLP columns; or experts) and reads its slices of the same files.
+    const bool by_experts = mesh.expert > 1;
+    const Config local = by_experts ? models::expert_parallel_config(cfg, w_comm->rank(), w_comm->size())
+                                    : models::tensor_parallel_config(cfg, mesh.tensor);
     auto model = models::make_built_any_model(local, o, MAXTEXT_BLOCKS_BUILT);
     MAXTEXT_CHECK(load, UnsupportedError, "[mesh] this command runs in one process");
     io::TensorMap full;
@@ -111,11 +116,14 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
       full = whole->export_params();
     }
     models::check_ranks_agree(*w_comm, models::model_fingerprint(full, cfg), "the weights and config of every rank");
-    model->load(models::tensor_parallel_slice(full, model->param_shapes(), w_comm->rank(), w_comm->size()));
+    model->load(models::rank_slice(full, model->param_shapes(), w_comm->rank(), w_comm->size()));
     full = {};
     w.reset();
     trim_heap();
-    model->set_communicator(w_comm);
+    model->set_comm_groups(by_experts ? comm::Groups{w_comm, nullptr, w_comm} : comm::Groups{w_comm, w_comm, nullptr});
+    if (const char* chk = std::getenv("MAXTEXT_COMM_CHECK"); chk != nullptr && std::string(chk) == "1") {
+      model->set_replica_check(true);  // debug: the replicated residual stream compared across ranks after every layer
+    }
     MAXTEXT_CHECK(!model->needs_engram_vocab(), UnsupportedError, "[mesh] Engram layers are not split across ranks");
     return model;
   }

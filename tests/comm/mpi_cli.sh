@@ -5,20 +5,27 @@
 #     to ~20 here: ulp 2e-6; measured 2.4e-5); the last 6 tokens decoded one at a time (--incremental) against the
 #     one-process full forward; rank 0 alone writes the file;
 #   - 32 greedy tokens identical to one process's, printed once (by rank 0);
+#   - expert parallelism (ici_expert_parallelism) on the Qwen3-MoE fixture's Hugging Face files: logits of 2 and 4
+#     ranks (its 4 experts split) equal one process's within the same bound;
+#   - every split run with MAXTEXT_COMM_CHECK=1: after each layer the residual stream, which the ranks hold
+#     replicated, is hashed and compared across ranks (a difference fails the run, naming the layer);
 #   - a mesh that does not match the ranks launched, an unused axis, a command that does not split, and ranks that
 #     read another config are refused by name;
 #   - a rank killed mid-step ends the whole job; a stalled rank ends it after MAXTEXT_COMM_TIMEOUT_S with the layer and
 #     the collective named.
-# Usage: mpi_cli.sh MAXTEXT_BINARY MODELS_DIR. Exit 77 (skipped) without mpirun, python3 + numpy, or stories260K.
+# Usage: mpi_cli.sh MAXTEXT_BINARY MODELS_DIR FIXTURES_DIR. Exit 77 (skipped) without mpirun, python3 + numpy, or
+# stories260K.
 set -uo pipefail
 bin=$1
 models=$2
+fixtures=$3
 py=/usr/bin/python3
 command -v mpirun >/dev/null || { echo "skipped: no mpirun (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
 [ -x "$py" ] && "$py" -c "import numpy" 2>/dev/null || { echo "skipped: no /usr/bin/python3 with numpy"; exit 77; }
 S=$models/stories260K
 [ -f "$S/stories260K.bin" ] || { echo "skipped: $S/stories260K.bin not found"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
+export MAXTEXT_COMM_CHECK=1  # mpirun passes the environment it starts with to every rank
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -27,20 +34,38 @@ run() { timeout 120 "$@"; }
 W=(--weights "$S/stories260K.bin" --threads 1)
 toks="1,403,407,261,411,365,275,266,269,11,362,264,302,400,279,267,263,289,300,1,403"
 
-run "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/one.npy" >/dev/null || bad "one-process logits"
-for n in 2 4; do
-  out=$(run mpirun -n $n "$bin" logits "${W[@]}" --tokens "$toks" --incremental 6 --out "$tmp/split$n.npy" \
-        ici_tensor_parallelism=$n 2>&1) || bad "logits on $n ranks: $out"
-  [ "$(grep -c '^wrote ' <<<"$out")" = 1 ] || bad "logits on $n ranks: expected one 'wrote' line (rank 0), found: $out"
-  "$py" - "$tmp/one.npy" "$tmp/split$n.npy" <<'PY' || bad "logits on $n ranks differ from one process"
+close() {  # close ONE.npy SPLIT.npy LABEL
+  "$py" - "$1" "$2" "$3" <<'PY'
 import sys, numpy as np
 a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
 assert a.shape == b.shape, (a.shape, b.shape)
 d = np.abs(a - b)
-print(f"split vs one process: max abs {d.max():.3g} (logits up to {np.abs(a).max():.3g})")
+print(f"{sys.argv[3]} vs one process: max abs {d.max():.3g} (logits up to {np.abs(a).max():.3g})")
 assert np.all(d <= 1e-4 + 1e-5 * np.abs(a)), d.max()
 PY
+}
+split_logits() {  # split_logits LABEL ONE.npy N KEY=VALUE weights-args...
+  local label=$1 one=$2 n=$3 mesh=$4
+  shift 4
+  local out
+  out=$(run mpirun -n "$n" "$bin" logits "$@" --tokens "$toks" --incremental 6 --out "$tmp/split.npy" "$mesh" 2>&1) ||
+    { bad "$label: $out"; return; }
+  [ "$(grep -c '^wrote ' <<<"$out")" = 1 ] || bad "$label: expected one 'wrote' line (rank 0), found: $out"
+  close "$one" "$tmp/split.npy" "$label" || bad "$label: logits differ from one process"
+}
+run "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/one.npy" >/dev/null || bad "one-process logits"
+for n in 2 4; do
+  split_logits "stories260K, tensor x $n" "$tmp/one.npy" $n ici_tensor_parallelism=$n "${W[@]}"
 done
+Q=(--weights "$fixtures/qwen3_moe_model/hf" --threads 1)
+toks_q="1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16"
+toks_save=$toks
+toks=$toks_q
+run "$bin" logits "${Q[@]}" --tokens "$toks" --out "$tmp/one_moe.npy" >/dev/null || bad "one-process Qwen3-MoE logits"
+for n in 2 4; do
+  split_logits "Qwen3-MoE, expert x $n" "$tmp/one_moe.npy" $n ici_expert_parallelism=$n "${Q[@]}"
+done
+toks=$toks_save
 
 G=(generate "${W[@]}" --tokenizer "$S/tok512.bin" --prompt "Once upon a time" --max-new-tokens 32 --temperature 0)
 one=$(run "$bin" "${G[@]}" 2>/dev/null | grep '^tokens\[0\]') || bad "one-process generate"

@@ -1,4 +1,4 @@
-// Tensor parallelism (models/tensor_parallel.hpp) over ranks that are threads (comm/threads.hpp): for every block it
+// Tensor parallelism (models/parallel.hpp) over ranks that are threads (comm/threads.hpp): for every block it
 // splits, the fixture models' logits on 1, 2 and 4 ranks against the torch reference (logits.npy, written by
 // tests/reference/*.py from Hugging Face / MaxText source, not from this library) and against one process; every
 // rank's logits alike; incremental decoding equal to the full forward; 32 greedy tokens equal to one process's. A
@@ -7,6 +7,7 @@
 // `maxtext logits` test under mpirun (tests/CMakeLists.txt, tests/comm/mpi_logits.sh).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -20,10 +21,11 @@
 #include "maxtext/comm/mesh.hpp"
 #include "maxtext/comm/threads.hpp"
 #include "maxtext/io/npy.hpp"
+#include "maxtext/io/yaml_config.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/any_model_blocks.hpp"
-#include "maxtext/models/tensor_parallel.hpp"
+#include "maxtext/models/parallel.hpp"
 #include "maxtext_blocks_built.hpp"
 #include "support/family_fixture.hpp"
 #include "support/fixture_config.hpp"
@@ -34,6 +36,8 @@ using namespace maxtext;
 
 namespace {
 
+enum class Layout { tensor, expert };
+
 /// One model split over n thread ranks, each rank's model loaded from its slice of the fixture's tensors.
 struct Split {
   Config cfg;
@@ -42,16 +46,19 @@ struct Split {
   std::vector<std::unique_ptr<models::AnyModel>> ranks;
 
   Split(const Config& full_cfg, const io::TensorMap& full, int n,
-        std::chrono::milliseconds timeout = std::chrono::seconds(60))
+        std::chrono::milliseconds timeout = std::chrono::seconds(60), Layout layout = Layout::tensor)
       : cfg(full_cfg), group(std::make_unique<comm::ThreadGroup>(n, timeout)) {
-    const Config local = models::tensor_parallel_config(full_cfg, n);
     for (int r = 0; r < n; ++r) {
+      const Config local = layout == Layout::tensor ? models::tensor_parallel_config(full_cfg, n)
+                                                    : models::expert_parallel_config(full_cfg, r, n);
       models::AnyModelOptions o;
       o.threads = 1;
       auto m = models::make_built_any_model(local, o, MAXTEXT_BLOCKS_BUILT);
-      m->load(models::tensor_parallel_slice(full, m->param_shapes(), r, n));
+      m->load(models::rank_slice(full, m->param_shapes(), r, n));
       counters.push_back(std::make_unique<comm::Counting>(group->rank(r)));
-      m->set_communicator(counters.back().get());
+      comm::Communicator* c = counters.back().get();
+      m->set_comm_groups(layout == Layout::tensor ? comm::Groups{c, c, nullptr} : comm::Groups{c, nullptr, c});
+      m->set_replica_check(true);  // every layer's residual stream compared across the ranks
       ranks.push_back(std::move(m));
     }
   }
@@ -97,10 +104,19 @@ Tensor<std::int32_t, 2> first_cols(const Tensor<std::int32_t, 2>& t, std::int64_
   return s;
 }
 
+/// A fixture's config: meta.json's "config", or config.yml beside it.
+Config fixture_config(const std::string& dir) {
+  const auto meta = test::read_meta(dir);
+  if (meta.contains("config")) return test::config_from_meta(meta);
+  Config c = io::load_config(dir + "/config.yml");
+  c.derive();
+  return c;
+}
+
 /// Logits, incremental decoding and greedy tokens of `fixture` on 1, 2 and 4 ranks.
-void check_fixture(const std::string& fixture) {
+void check_fixture(const std::string& fixture, Layout layout = Layout::tensor) {
   const std::string dir = test::fixture(fixture);
-  const Config cfg = test::config_from_meta(test::read_meta(dir));
+  const Config cfg = fixture_config(dir);
   const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
   const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   const AnyTensor torch_logits = test::npy(dir + "/logits.npy");
@@ -116,15 +132,15 @@ void check_fixture(const std::string& fixture) {
   const Tensor<float, 3> one = copy3(single->forward(fr));
   test::expect_close(one, torch_logits, test::tol::f32_logits, fixture + ".single");
   models::GenerateOptions g;
-  g.max_new_tokens = 32;
+  g.max_new_tokens = std::min<std::int64_t>(32, cfg.max_target_length - 4);
   g.sampling.temperature = 0.0;
   const std::vector<std::int32_t> prompt(tok.data(), tok.data() + 4);
   const auto greedy = single->generate({prompt}, g).tokens.at(0);
-  REQUIRE(greedy.size() == 32);
+  REQUIRE(static_cast<std::int64_t>(greedy.size()) == g.max_new_tokens);
 
   for (const int n : {2, 4}) {
     INFO(fixture << " on " << n << " ranks");
-    Split s(cfg, full, n);
+    Split s(cfg, full, n, std::chrono::seconds(60), layout);
     std::vector<Tensor<float, 3>> logits(static_cast<std::size_t>(n)), inc(static_cast<std::size_t>(n));
     std::vector<std::vector<std::int32_t>> tokens(static_cast<std::size_t>(n));
     s.run([&](int r, models::AnyModel& m) {
@@ -183,6 +199,59 @@ TEST_CASE("Tensor parallel: Gemma 3 (sliding and global layers, tied head) on 2 
   check_fixture("gemma3_model");
 }
 
+TEST_CASE("Expert parallel: Mixtral's 4 experts on 2 and 4 ranks match torch and one process", "[comm][ep][mixtral]") {
+  check_fixture("mixtral_model", Layout::expert);
+}
+TEST_CASE("Expert parallel: Qwen3-MoE on 2 and 4 ranks", "[comm][ep][qwen3_moe]") {
+  check_fixture("qwen3_moe_model", Layout::expert);
+}
+TEST_CASE("Expert parallel: DeepSeek-V3 (MLA, shared experts, grouped routing) on 2 and 4 ranks", "[comm][ep][deepseek]") {
+  check_fixture("deepseek_model", Layout::expert);
+}
+TEST_CASE("Expert parallel: gpt-oss (expert biases, clamped SwiGLU) on 2 and 4 ranks", "[comm][ep][gpt_oss]") {
+  check_fixture("gpt_oss_model", Layout::expert);
+}
+TEST_CASE("Expert parallel: Llama 4 (top-1 scaled inputs, shared expert) on 2 and 4 ranks", "[comm][ep][llama4]") {
+  check_fixture("llama4_model", Layout::expert);
+}
+TEST_CASE("Expert parallel: Gemma 4 MoE (per-expert scales) on 2 and 4 ranks", "[comm][ep][gemma4]") {
+  check_fixture("gemma4_moe_model", Layout::expert);
+}
+TEST_CASE("Expert parallel: Qwen3-Next (Gated DeltaNet, gated shared expert) on 2 and 4 ranks", "[comm][ep][qwen3_next]") {
+  check_fixture("qwen3_next_model", Layout::expert);
+}
+TEST_CASE("Expert parallel: DeepSeek-V4 (hash routing, compressed attention, hyper-connections) on 2 and 4 ranks",
+          "[comm][ep][deepseek4]") {
+  check_fixture("deepseek4_model", Layout::expert);
+}
+TEST_CASE("Expert parallel: envy and qwen3_custom_moe on 2 and 4 ranks", "[comm][ep][envy][qwen3_custom_moe]") {
+  check_fixture("envy_model", Layout::expert);
+  check_fixture("qwen3_custom_moe_model", Layout::expert);
+}
+
+TEST_CASE("Expert parallel: one all-reduce of [tokens, emb_dim] per MoE layer, none for attention", "[comm][ep]") {
+  const std::string dir = test::fixture("mixtral_model");
+  const Config cfg = fixture_config(dir);
+  const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  Split s(cfg, full, 2, std::chrono::seconds(60), Layout::expert);
+  for (auto& m : s.ranks) m->set_replica_check(false);
+  const std::int64_t M = tok.dim(0) * tok.dim(1), L = cfg.num_decoder_layers;
+  s.run([&](int, models::AnyModel& m) {
+    models::ForwardRequest q;
+    q.tokens = &tok;
+    (void)m.forward(q);
+  });
+  for (const auto& c : s.counters) {
+    CHECK(c->tally("all_reduce").calls == L);
+    CHECK(c->tally("all_reduce").bytes == L * M * cfg.emb_dim * 4);
+    CHECK(c->tally("broadcast").calls == 1);
+  }
+  CHECK_THROWS_WITH(models::expert_parallel_config(fixture_config(test::fixture("llama2_model")), 0, 2),
+                    Catch::Contains("has no experts to split"));
+  CHECK_THROWS_WITH(models::expert_parallel_config(cfg, 0, 3), Catch::Contains("num_experts = 4 is not divisible by the 3"));
+}
+
 TEST_CASE("Tensor parallel: two all-reduces of [tokens, emb_dim] per layer and one logits broadcast per step",
           "[comm][tp]") {
   const std::string dir = test::fixture("llama2_model");
@@ -190,6 +259,7 @@ TEST_CASE("Tensor parallel: two all-reduces of [tokens, emb_dim] per layer and o
   const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
   const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   Split s(cfg, full, 2);
+  for (auto& m : s.ranks) m->set_replica_check(false);  // its all_gathers would count too
   const std::int64_t M = tok.dim(0) * tok.dim(1), L = cfg.num_decoder_layers;
   s.run([&](int, models::AnyModel& m) {
     models::ForwardRequest q;
@@ -304,9 +374,9 @@ TEST_CASE("Tensor parallel: what does not split is refused by name", "[comm][tp]
   // A slice the file's tensor does not hold.
   io::TensorMap t;
   t.add("w", AnyTensor::from(Tensor<float, 2>({4, 6})));
-  CHECK_THROWS_WITH(models::tensor_parallel_slice(t, {{"w", {4, 4}}}, 0, 2), Catch::Contains("w: axis 1") &&
+  CHECK_THROWS_WITH(models::rank_slice(t, {{"w", {4, 4}}}, 0, 2), Catch::Contains("w: axis 1") &&
                                                                              Catch::Contains("does not split into 2"));
-  CHECK_THROWS_WITH(models::tensor_parallel_slice(t, {{"w", {2, 3}}}, 0, 2), Catch::Contains("more than one axis"));
+  CHECK_THROWS_WITH(models::rank_slice(t, {{"w", {2, 3}}}, 0, 2), Catch::Contains("more than one axis"));
 }
 
 TEST_CASE("Mesh: MaxText's ici / dcn keys, -1 filled, tensor ranks fastest, unused axes refused by name", "[comm][mesh]") {

@@ -9,6 +9,7 @@
 // logits (broadcast) before any sampling, so that all ranks choose the same token whatever the reduction tree.
 #pragma once
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -67,6 +68,15 @@ class Communicator {
 
 static_assert(Collectives<Communicator>);
 
+/// The groups a split model's collectives run over (models::Transformer::set_comm_groups): `world`, every rank (rank
+/// 0's logits broadcast to all, the replica check); `tensor`, the ranks that split heads and MLP columns (row-parallel
+/// products); `expert`, the ranks that split the experts (MoE outputs). nullptr: no such split.
+struct Groups {
+  Communicator* world = nullptr;
+  Communicator* tensor = nullptr;
+  Communicator* expert = nullptr;
+};
+
 /// How many ranks an MPI launcher (mpirun / mpiexec / srun) started this process among, from its environment: 1 when
 /// none did. Programs use it to decide whether to join MPI at all, without an MPI library at hand.
 inline int launched_ranks() {
@@ -100,39 +110,41 @@ class Local final : public Communicator {
   }
 };
 
-/// Counts the collectives a forward pass issues and the bytes each moves, then passes them on: the proof of "two
-/// all-reduces per layer" (tests/comm), and the byte counts the scaling estimate in docs/distributed.md uses.
+/// Counts the collectives a forward pass issues, the bytes each moves and the time spent in them, then passes them on:
+/// the proof of "two all-reduces per layer" (tests/comm), and the byte counts and the share of time in collectives
+/// that bench/distributed.sh reports (`maxtext` with MAXTEXT_COMM_STATS=1).
 class Counting final : public Communicator {
  public:
   struct Tally {
     std::int64_t calls = 0;
     std::int64_t bytes = 0;  ///< payload given by this rank (all_reduce: n * 4; all_gather: its share)
+    double seconds = 0.0;    ///< wall time inside the collective (waiting for the others included)
   };
   explicit Counting(Communicator& inner) : inner_(inner) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   void all_reduce_sum(float* data, std::size_t n, std::string_view what) override {
-    add("all_reduce", n * sizeof(float));
+    Timer t(add("all_reduce", n * sizeof(float)));
     inner_.all_reduce_sum(data, n, what);
   }
   void all_gather(const void* local, std::size_t bytes, void* all, std::string_view what) override {
-    add("all_gather", bytes);
+    Timer t(add("all_gather", bytes));
     inner_.all_gather(local, bytes, all, what);
   }
   void broadcast(void* data, std::size_t bytes, int root, std::string_view what) override {
-    add("broadcast", bytes);
+    Timer t(add("broadcast", bytes));
     inner_.broadcast(data, bytes, root, what);
   }
   void send(const void* data, std::size_t bytes, int to, std::string_view what) override {
-    add("send", bytes);
+    Timer t(add("send", bytes));
     inner_.send(data, bytes, to, what);
   }
   void recv(void* data, std::size_t bytes, int from, std::string_view what) override {
-    add("recv", bytes);
+    Timer t(add("recv", bytes));
     inner_.recv(data, bytes, from, what);
   }
   void barrier(std::string_view what) override {
-    add("barrier", 0);
+    Timer t(add("barrier", 0));
     inner_.barrier(what);
   }
   std::string describe() const override { return inner_.describe() + " (counted)"; }
@@ -146,10 +158,19 @@ class Counting final : public Communicator {
   void clear() { tallies_.clear(); }
 
  private:
-  void add(const char* op, std::size_t bytes) {
+  struct Timer {
+    explicit Timer(Tally& t) : t_(t), start_(std::chrono::steady_clock::now()) {}
+    ~Timer() { t_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+    Timer(const Timer&) = delete;
+    Timer& operator=(const Timer&) = delete;
+    Tally& t_;
+    std::chrono::steady_clock::time_point start_;
+  };
+  Tally& add(const char* op, std::size_t bytes) {
     Tally& t = tallies_[op];
     ++t.calls;
     t.bytes += static_cast<std::int64_t>(bytes);
+    return t;
   }
   Communicator& inner_;
   std::map<std::string, Tally, std::less<>> tallies_;

@@ -194,6 +194,13 @@ struct Config {
   std::map<std::string, std::string> extra;
   /// Keys that were set explicitly (by a file or an override), for messages and for "was this given?" checks.
   std::map<std::string, std::string> origin;
+  /// Expert parallelism (models/parallel.hpp expert_parallel_config; not a key): this model holds experts
+  /// [rank * E / ranks, (rank + 1) * E / ranks) of every MoE layer and sums its share of each MoE output over the
+  /// expert ranks. ranks = 1: all experts.
+  struct ExpertShard {
+    std::int64_t rank = 0;
+    std::int64_t ranks = 1;
+  } expert_shard;
 
   /// Compute emb_dim, heads, mlp dims and layer count from the base_* keys and global_parameter_scale.
   void derive() {

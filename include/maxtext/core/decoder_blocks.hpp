@@ -46,7 +46,7 @@
 /// these alone (tools/blocks/CMakeLists.txt reads this line too).
 #define MAXTEXT_GGUF_KEEPS_BLOCKS(X) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(gemma2) X(gemma3) X(olmo3)
 
-/// The blocks tensor parallelism splits (models/tensor_parallel.hpp): every parameter of their layers is per head,
+/// The blocks tensor parallelism splits (models/parallel.hpp): every parameter of their layers is per head,
 /// per MLP column or replicated, and every statistic a layer takes (norms) is over one head or the whole residual
 /// stream, so one rank's share of heads and columns computes its share of the sums exactly.
 #define MAXTEXT_TENSOR_PARALLEL_BLOCKS(X) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(gemma2) X(gemma3)

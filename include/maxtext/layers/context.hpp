@@ -188,28 +188,38 @@ struct Context {
   /// The tensor-parallel group the model is split over (models::Transformer::set_communicator), or none: a layer's
   /// row-parallel products (attention out, MLP wo) then sum their partial results over it (all_reduce).
   comm::Communicator* comm = nullptr;
+  /// The expert-parallel group (Config::expert_shard): a MoE layer holding a share of the experts sums its output
+  /// over it; none when every rank holds every expert.
+  comm::Communicator* expert_comm = nullptr;
   /// The decoder layer running now (its capture name), for the messages of a collective that fails.
   const std::string* where = nullptr;
 
-  /// Whether this forward pass is split over more than one rank.
+  /// Whether this forward pass is split by heads and columns over more than one rank.
   bool split() const { return comm != nullptr && comm->size() > 1; }
-  /// Sum f32 rows [n, w] (contiguous) element-wise over the ranks, in place; backend memory that the host cannot
-  /// address goes through a host copy. `what` names the sub-module for a failure's message.
-  void all_reduce(View<float, 2> rows, std::string_view what) const {
-    if (!split() || rows.dim(0) == 0) return;
+  /// Sum f32 rows [n, w] (contiguous) element-wise over the tensor-parallel ranks, in place; backend memory that the
+  /// host cannot address goes through a host copy. `what` names the sub-module for a failure's message.
+  void all_reduce(View<float, 2> rows, std::string_view what) const { reduce_over(comm, rows, what); }
+  /// The same over the expert-parallel ranks (RoutedMoE).
+  void expert_all_reduce(View<float, 2> rows, std::string_view what) const {
+    MAXTEXT_CHECK(expert_comm != nullptr, ArgumentError, "[comm] ", what, ": this layer holds a share of the experts, "
+                  "but the forward pass has no expert-parallel group (Transformer::set_comm_groups)");
+    reduce_over(expert_comm, rows, what);
+  }
+  void reduce_over(comm::Communicator* c, View<float, 2> rows, std::string_view what) const {
+    if (c == nullptr || c->size() <= 1 || rows.dim(0) == 0) return;
     MAXTEXT_CHECK(rows.stride(0) == rows.dim(1) && rows.stride(1) == 1, ArgumentError, "[comm] ", what,
                   ": all_reduce needs contiguous rows");
     const auto n = static_cast<std::size_t>(rows.dim(0) * rows.dim(1));
     const std::string name = where ? join_name(*where, what) : std::string(what);
     if (be.memory()->host_accessible()) {
-      comm->all_reduce_sum(rows.data(), n, name);
+      c->all_reduce_sum(rows.data(), n, name);
       return;
     }
     std::vector<float> host(n);
     be.synchronize();
     be.copy(host.data(), rows.data(), n * sizeof(float), CopyKind::device_to_host);
     be.synchronize();
-    comm->all_reduce_sum(host.data(), n, name);
+    c->all_reduce_sum(host.data(), n, name);
     be.copy(rows.data(), host.data(), n * sizeof(float), CopyKind::host_to_device);
   }
 

@@ -69,6 +69,10 @@ class RoutedMoE {
 
   struct Settings {
     std::int64_t num_experts = 1;
+    /// Expert parallelism (Config::expert_shard): this layer holds experts [expert_begin, expert_begin +
+    /// local_experts) and sums its share of the output over ctx.expert_comm; local_experts 0: all of them.
+    std::int64_t expert_begin = 0;
+    std::int64_t local_experts = 0;
     std::int64_t in_features = 0;       ///< D (moe_expert_input_dim)
     std::int64_t intermediate_dim = 0;  ///< F
     Activation activation = Activation::silu;  ///< mlp_activations[0]; the second factor is linear
@@ -136,6 +140,13 @@ class RoutedMoE {
   static Settings settings(const Config& c, std::int64_t F, MoeFamily family = MoeFamily::generic) {
     Settings s;
     s.num_experts = c.num_experts;
+    if (c.expert_shard.ranks > 1) {
+      const std::int64_t n = c.expert_shard.ranks;
+      MAXTEXT_CHECK(c.num_experts % n == 0 && c.expert_shard.rank >= 0 && c.expert_shard.rank < n, ConfigError,
+                    "[RoutedMoE] num_experts = ", c.num_experts, " does not split over ", n, " expert ranks");
+      s.local_experts = c.num_experts / n;
+      s.expert_begin = c.expert_shard.rank * s.local_experts;
+    }
     s.in_features = c.moe_expert_input_dim > 0 ? c.moe_expert_input_dim : c.emb_dim;
     s.intermediate_dim = F;
     MAXTEXT_CHECK(!c.mlp_activations.empty(), ConfigError, "[RoutedMoE] mlp_activations must not be empty");
@@ -226,10 +237,12 @@ class RoutedMoE {
     }
   }
   const Settings& settings() const { return s_; }
+  /// The experts this layer holds (all, or its expert rank's share).
+  std::int64_t local_experts() const { return s_.local_experts > 0 ? s_.local_experts : s_.num_experts; }
 
   template <class V>
   void visit(V& v, Params& p) const {
-    const std::int64_t E = s_.num_experts, D = s_.in_features, F = s_.intermediate_dim;
+    const std::int64_t E = s_.num_experts, El = local_experts(), D = s_.in_features, F = s_.intermediate_dim;
     p.prepared = std::make_shared<PreparedExperts>();  // the stacked kernels may change: re-slice on next use
     p.hash = std::make_shared<HashTable>();
     {
@@ -244,14 +257,14 @@ class RoutedMoE {
     // prepared per expert (PreparedExperts), not as one stacked matrix.
     const auto Ed = static_cast<double>(E);
     v.matrix("wi_0", p.wi_0,
-             {{D}, {F}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(F), false});
+             {{D}, {F}, Init::truncated_normal, s_.init_scale, 1.0, {El}, Ed * static_cast<double>(F), false});
     v.matrix("wi_1", p.wi_1,
-             {{D}, {F}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(F), false});
-    v.matrix("wo", p.wo, {{F}, {D}, Init::truncated_normal, s_.init_scale, 1.0, {E}, Ed * static_cast<double>(D), false});
+             {{D}, {F}, Init::truncated_normal, s_.init_scale, 1.0, {El}, Ed * static_cast<double>(F), false});
+    v.matrix("wo", p.wo, {{F}, {D}, Init::truncated_normal, s_.init_scale, 1.0, {El}, Ed * static_cast<double>(D), false});
     if (s_.mlp_bias) {
-      v.vector("wi_0_bias", p.wi_0_bias, {{E, F}, Init::zeros});
-      v.vector("wi_1_bias", p.wi_1_bias, {{E, F}, Init::zeros});
-      v.vector("wo_bias", p.wo_bias, {{E, D}, Init::zeros});
+      v.vector("wi_0_bias", p.wi_0_bias, {{El, F}, Init::zeros});
+      v.vector("wi_1_bias", p.wi_1_bias, {{El, F}, Init::zeros});
+      v.vector("wo_bias", p.wo_bias, {{El, D}, Init::zeros});
     }
   }
 
@@ -449,21 +462,22 @@ class RoutedMoE {
       View<float, 1> wts_d = ctx.scratch.template alloc<float, 1>({total});
       be.copy(rows_d.data(), rows_h.data(), static_cast<std::size_t>(total) * sizeof(std::int32_t), CopyKind::host_to_device);
       be.copy(wts_d.data(), wts_h.data(), static_cast<std::size_t>(total) * sizeof(float), CopyKind::host_to_device);
-      const PreparedExperts& ex = prepared(be, p, E, F, D);
+      const std::int64_t e0 = s_.expert_begin, El = local_experts();
+      const PreparedExperts& ex = prepared(be, p, El, F, D);
       View<A, 2> xe = ctx.scratch.template alloc<A, 2>({nmax, D});
       View<A, 2> h0 = ctx.scratch.template alloc<A, 2>({nmax, F});
       View<A, 2> h1 = ctx.scratch.template alloc<A, 2>({nmax, F});
       View<A, 2> ye = ctx.scratch.template alloc<A, 2>({nmax, D});
       for (std::int64_t e = 0; e < E; ++e) {
         const std::int64_t n = kept[static_cast<std::size_t>(e)], o = off[static_cast<std::size_t>(e)];
-        if (n == 0) continue;  // an expert without tokens costs nothing
+        if (n == 0 || e < e0 || e >= e0 + El) continue;  // an expert without tokens, or another rank's, costs nothing
         View<const std::int32_t, 1> rows(rows_d.data() + o, {n});
         View<const float, 1> wts(wts_d.data() + o, {n});
         View<A, 2> xn = xe.narrow(0, 0, n), a0 = h0.narrow(0, 0, n), a1 = h1.narrow(0, 0, n), yn = ye.narrow(0, 0, n);
         be.gather_rows(xin, rows, xn);
-        const auto ue = static_cast<std::size_t>(e);
-        be.matmul(View<const A, 2>(xn), ex.wi_0[ue], a0, bias_row(p.wi_0_bias, e, F));
-        be.matmul(View<const A, 2>(xn), ex.wi_1[ue], a1, bias_row(p.wi_1_bias, e, F));
+        const auto ue = static_cast<std::size_t>(e - e0);
+        be.matmul(View<const A, 2>(xn), ex.wi_0[ue], a0, bias_row(p.wi_0_bias, e - e0, F));
+        be.matmul(View<const A, 2>(xn), ex.wi_1[ue], a1, bias_row(p.wi_1_bias, e - e0, F));
         if (s_.clamped_glu) {
           be.clamped_glu(View<const A, 2>(a0), View<const A, 2>(a1), s_.activation, s_.glu_alpha, s_.glu_limit, a0,
                          s_.glu_form);
@@ -472,10 +486,13 @@ class RoutedMoE {
           be.activation(View<const A, 2>(a0), s_.activation, View<const A, 2>(a1), Activation::linear, a0,
                         s_.sparse_matmul || !s_.activations_in_float32);
         }
-        be.matmul(View<const A, 2>(a0), ex.wo[ue], yn, bias_row(p.wo_bias, e, D));
+        be.matmul(View<const A, 2>(a0), ex.wo[ue], yn, bias_row(p.wo_bias, e - e0, D));
         be.scatter_add_rows(View<const A, 2>(yn), rows, wts, acc);
       }
     }
+    // Expert parallelism: every rank routed alike and ran its own experts; their weighted sums add up in f32 before
+    // the one rounding, as one process's sum over all experts does (in another order).
+    if (s_.local_experts > 0 && s_.local_experts < E) ctx.expert_all_reduce(acc, "moe");
     be.convert(View<const float, 2>(acc), y);
 
     if (metrics) {

@@ -376,7 +376,7 @@ class ParamExporter : public PathStack {
 
 /// The shape every parameter takes as a file tensor (batch + in + out for kernels, [rows, cols] for tables), by its
 /// path, without touching the parameters: what a rank's model needs from a file holding the whole model
-/// (models/tensor_parallel.hpp takes each rank's slice by comparing the two).
+/// (models/parallel.hpp takes each rank's slice by comparing the two).
 class ParamShapes : public PathStack {
  public:
   template <class M>

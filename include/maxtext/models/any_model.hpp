@@ -146,8 +146,12 @@ class AnyModel {
   virtual io::TensorMap export_params() = 0;
   /// Each parameter's shape as a file tensor, by name (Transformer::param_shapes).
   virtual std::map<std::string, std::vector<std::int64_t>> param_shapes() = 0;
-  /// Run split over `c`'s ranks (Transformer::set_communicator; models/tensor_parallel.hpp); nullptr: one process.
+  /// Run split over `c`'s ranks (Transformer::set_communicator; models/parallel.hpp); nullptr: one process.
   virtual void set_communicator(comm::Communicator* c) = 0;
+  /// The general form (Transformer::set_comm_groups): tensor- and expert-parallel groups.
+  virtual void set_comm_groups(const comm::Groups& g) = 0;
+  /// Debug: compare the replicated residual stream across ranks after every layer (Transformer::set_replica_check).
+  virtual void set_replica_check(bool on) = 0;
   /// Engram layers (engram_layers): the compressed-token table they hash with (Transformer::set_engram_vocab).
   virtual void set_engram_vocab(std::vector<std::int32_t> lookup, std::int64_t compressed_size, std::int32_t pad_token) = 0;
   virtual bool needs_engram_vocab() const = 0;

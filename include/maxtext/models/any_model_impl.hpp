@@ -177,6 +177,14 @@ class AnyModelImpl final : public AnyModel {
     std::lock_guard<std::mutex> lock(mu_);
     model_.set_communicator(c);
   }
+  void set_comm_groups(const comm::Groups& g) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    model_.set_comm_groups(g);
+  }
+  void set_replica_check(bool on) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    model_.set_replica_check(on);
+  }
   io::TensorMap export_params() override {
     std::lock_guard<std::mutex> lock(mu_);
     require_loaded("params");

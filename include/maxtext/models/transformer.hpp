@@ -331,18 +331,25 @@ class Transformer {
     finish_params();
   }
   /// The shape each parameter takes as a file tensor, by name (layers::ParamShapes): a split model's rank compares
-  /// them with the whole model's file (models/tensor_parallel.hpp).
+  /// them with the whole model's file (models/parallel.hpp).
   std::map<std::string, std::vector<std::int64_t>> param_shapes() {
     layers::ParamShapes s;
     visit(s);
     return std::move(s.shapes);
   }
-  /// Run split over `c`'s ranks (tensor parallelism, models/tensor_parallel.hpp): this model holds one rank's share
-  /// (made from models::tensor_parallel_config and loaded from models::tensor_parallel_slice), its row-parallel
+  /// Run split over `c`'s ranks (tensor parallelism, models/parallel.hpp): this model holds one rank's share
+  /// (made from models::tensor_parallel_config and loaded from models::rank_slice), its row-parallel
   /// products are summed over the ranks, and every forward pass returns rank 0's logits on every rank. Every rank
   /// must then make the same calls with the same tokens. nullptr (the default): one process. Not owned.
-  void set_communicator(comm::Communicator* c) { comm_ = c; }
-  comm::Communicator* communicator() const { return comm_; }
+  void set_communicator(comm::Communicator* c) { groups_ = {c, c, nullptr}; }
+  /// The general form: the world and the tensor- and expert-parallel groups (comm::Groups); a model made from
+  /// models::expert_parallel_config takes {c, nullptr, c}.
+  void set_comm_groups(const comm::Groups& g) { groups_ = g; }
+  const comm::Groups& comm_groups() const { return groups_; }
+  /// Debug: after every layer, compare a hash of the residual stream across the world's ranks, which hold it
+  /// replicated, and throw a CommError naming the first layer where a rank differs (MAXTEXT_COMM_CHECK=1 in the
+  /// `maxtext` program).
+  void set_replica_check(bool on) { replica_check_ = on; }
 
   /// Seeded initialisation with MaxText's initialisers.
   void init(std::uint64_t seed) {
@@ -478,7 +485,8 @@ class Transformer {
     dstate.tokens = std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(Bn * T));
     dstate.engram = engram_.get();
     layers::Context<P> ctx{be_, scratch_, step, opt.capture, &dstate};
-    ctx.comm = comm_;
+    ctx.comm = groups_.tensor;
+    ctx.expert_comm = groups_.expert;
     const std::int64_t M = Bn * T;
     View<A, 2> x = scratch_.template alloc<A, 2>({M, D});
     embed_.forward(ctx, params_.token_embedder, ids_d, x);
@@ -511,6 +519,7 @@ class Transformer {
               layer.forward(ctx, std::get<typename LT::Params>(params_.layers[i]), cache.layer(i), x);
             },
             layers_[i]);
+        if (replica_check_) check_replicas(View<const A, 2>(x), layer_info(i).name);
       }
     } catch (...) {
       // Some recurrent layers may already have advanced their states past the cache length: restart those rows
@@ -554,8 +563,8 @@ class Transformer {
     be_.copy(out.data(), logits.data(), static_cast<std::size_t>(rows * V) * sizeof(float), CopyKind::device_to_host);
     be_.synchronize();
     // Split: rank 0's logits on every rank, so that all of them sample the same token whatever order a reduction took.
-    if (comm_ != nullptr && comm_->size() > 1) {
-      comm_->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float), 0, "logits");
+    if (groups_.world != nullptr && groups_.world->size() > 1) {
+      groups_.world->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float), 0, "logits");
     }
     if (opt.capture && opt.capture->wants("logits")) {
       opt.capture->put("logits", AnyTensor::from(Tensor<float, 3>(out.view(), out.holder())));
@@ -735,6 +744,31 @@ class Transformer {
     be_.embed(table, ctx.step.positions, pe);
     be_.add(View<const A, 2>(x), View<const A, 2>(pe), x);
   }
+  /// set_replica_check: the residual stream's bytes hashed on every rank and compared with rank 0's.
+  void check_replicas(View<const A, 2> x, const std::string& layer) {
+    comm::Communicator* w = groups_.world;
+    if (w == nullptr || w->size() <= 1) return;
+    const auto n = static_cast<std::size_t>(x.dim(0) * x.dim(1));
+    std::vector<A> host(n);
+    be_.synchronize();
+    for (std::int64_t r = 0; r < x.dim(0); ++r) {
+      be_.copy(host.data() + r * x.dim(1), x[r].data(), static_cast<std::size_t>(x.dim(1)) * sizeof(A),
+               CopyKind::device_to_host);
+    }
+    be_.synchronize();
+    std::uint64_t h = 1469598103934665603ull;
+    const auto* b = reinterpret_cast<const unsigned char*>(host.data());
+    for (std::size_t i = 0; i < n * sizeof(A); ++i) h = (h ^ b[i]) * 1099511628211ull;
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(w->size()));
+    w->all_gather(&h, sizeof h, all.data(), layer + ": replica check");
+    std::string differ;
+    for (std::size_t r = 1; r < all.size(); ++r) {
+      if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+    }
+    MAXTEXT_CHECK(differ.empty(), CommError, "[comm] the residual stream after ", layer, " differs on rank(s) ", differ,
+                  " from rank 0's (the ranks hold it replicated: a collective gave them different sums)");
+  }
+
   void compute_logits(const layers::Context<P>& ctx, View<const A, 2> h, View<float, 2> out) {
     ScratchScope s(scratch_);
     const std::int64_t rows = h.dim(0), V = cfg_.vocab_size;
@@ -784,7 +818,8 @@ class Transformer {
   NameScheme scheme_;
   Scratch scratch_;
   std::int64_t streams_ = 1;  ///< mhc_expansion_rate
-  comm::Communicator* comm_ = nullptr;  ///< the tensor-parallel group (set_communicator), or none
+  comm::Groups groups_;          ///< the ranks this model is split over (set_comm_groups), or none
+  bool replica_check_ = false;   ///< set_replica_check
   std::shared_ptr<const layers::EngramHashing> engram_;  ///< the Engram layers' token table (set_engram_vocab)
   layers::Embed<P> embed_, pos_embed_;
   PreludeT prelude_;

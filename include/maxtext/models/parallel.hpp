@@ -1,8 +1,8 @@
-// models/tensor_parallel.hpp: one model split over the ranks of a communicator by heads and MLP columns
+// models/parallel.hpp: one model split over the ranks of a communicator by heads and MLP columns
 // (Megatron-style tensor parallelism, MaxText's `tensor` mesh axis; docs/distributed.md).
 //
 // Each rank builds the same model type from tensor_parallel_config (its share of query heads, kv heads and MLP
-// columns) and loads tensor_parallel_slice of the whole model's tensors: views narrowed on the one axis where the
+// columns) and loads rank_slice of the whole model's tensors: views narrowed on the one axis where the
 // rank's parameter is smaller, so each rank copies only its slice out of the mapped file and no weight byte passes
 // through the communicator. Column-parallel products (q, k, v, wi) need nothing more; the row-parallel ones
 // (attention out, MLP wo) sum their partial products over the ranks in f32 (DenseGeneral::forward_reduced): two
@@ -77,12 +77,29 @@ inline Config tensor_parallel_config(const Config& cfg, int ranks) {
   return c;
 }
 
+/// The config of expert rank `rank`'s share of `cfg` split over `ranks` expert-parallel ranks: every MoE layer holds
+/// num_experts / ranks experts (Config::expert_shard). Refuses by name a model without experts and a count the ranks
+/// do not divide.
+inline Config expert_parallel_config(const Config& cfg, int rank, int ranks) {
+  Config c = cfg;
+  c.derive();
+  if (ranks == 1) return c;
+  MAXTEXT_CHECK(ranks > 1 && rank >= 0 && rank < ranks, ArgumentError, "[expert parallel] rank ", rank, " of ", ranks);
+  MAXTEXT_CHECK(c.num_experts > 1, UnsupportedError, "[expert parallel] ici_expert_parallelism = ", ranks,
+                ": decoder_block '", c.decoder_block, "' with num_experts = ", c.num_experts, " has no experts to split "
+                "(ici_tensor_parallelism splits heads and MLP columns)");
+  MAXTEXT_CHECK(c.num_experts % ranks == 0, ConfigError, "[expert parallel] num_experts = ", c.num_experts,
+                " is not divisible by the ", ranks, " expert-parallel ranks");
+  c.expert_shard = {rank, ranks};
+  return c;
+}
+
 /// Rank `rank`'s views of the whole model's `full` tensors, for a model made from tensor_parallel_config(cfg, ranks)
-/// whose parameters take `shapes` (AnyModel::param_shapes). A parameter of the whole model's shape is shared; one that
+/// or expert_parallel_config(cfg, rank, ranks) whose parameters take `shapes` (AnyModel::param_shapes). A parameter of the whole model's shape is shared; one that
 /// is smaller on exactly one axis takes this rank's slice of it (heads, columns; a kv head for several ranks when
 /// there are fewer kv heads than ranks). Tensors no parameter names pass through (the loader reports them). Views
 /// only: nothing is copied here.
-inline io::TensorMap tensor_parallel_slice(const io::TensorMap& full,
+inline io::TensorMap rank_slice(const io::TensorMap& full,
                                            const std::map<std::string, std::vector<std::int64_t>>& shapes, int rank,
                                            int ranks) {
   MAXTEXT_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, ArgumentError, "[tensor parallel] rank ", rank, " of ", ranks);
@@ -115,6 +132,8 @@ inline io::TensorMap tensor_parallel_slice(const io::TensorMap& full,
       MAXTEXT_THROW(ShapeError, "[tensor parallel] ", name, ": axis ", axis, " of the file's tensor ", t.shape,
                     " does not split into ", ranks, " slices of ", w);
     }
+    MAXTEXT_CHECK(t.dtype != DType::ggml, UnsupportedError, "[tensor parallel] ", name, ": a GGUF block-quantised tensor ",
+                  "(", t.describe(), ") is not split across ranks yet (it is decoded to f32 or --weight-type first)");
     out.add(name, t.narrow(axis, begin, w));  // a block-quantised axis narrows only at block boundaries (refused)
   }
   return out;
