@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "maxtext/comm/mesh.hpp"
 #include "maxtext/core/config_keys.hpp"
 #include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/families/checkpoint.hpp"
@@ -624,6 +625,13 @@ refused by name.)")
                        bool int8_activations, py::object names, py::object seed, bool allow_unused,
                        const std::string& kv_type) {
              const Config c = config_arg(config, weights);
+             try {  // a mesh of several ranks (ici_tensor_parallelism, ...) is not honoured here: refused by name
+               (void)comm::Mesh::from_config(c, 1);
+             } catch (const Error& e) {
+               throw UnsupportedError(std::string("[Model] this module runs a model in one process; a model split over "
+                                                  "ranks runs under mpirun with the maxtext program (docs/distributed.md): ") +
+                                      e.what());
+             }
              ModelOptions o;
              o.weight_type = weight_type;
              // A path's matrices are kept as they are (a GGUF file's in place) unless weight_type says otherwise.

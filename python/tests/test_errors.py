@@ -32,6 +32,14 @@ def test_unknown_weight_type(mc):
         mc.Model(llama_cfg(mc), weight_type="int4")
 
 
+def test_mesh_of_several_ranks_refused(mc):
+    # ici_tensor_parallelism splits a model over MPI ranks (the maxtext program under mpirun); one process refuses it.
+    with pytest.raises(mc.UnsupportedError, match="ici_\\*_parallelism keys multiply to 2.*mpirun"):
+        mc.Model(llama_cfg(mc, ici_tensor_parallelism="2", ici_fsdp_parallelism="1"))
+    with pytest.raises(mc.UnsupportedError, match="ici_fsdp_parallelism = 2: it splits training work"):
+        mc.Model(llama_cfg(mc, ici_fsdp_parallelism="2"))
+
+
 def test_unknown_config_value(mc):
     with pytest.raises(mc.ConfigError, match="dtype"):
         mc.Config(overrides={"dtype": "float8"})

@@ -387,7 +387,11 @@ TEST_CASE("Mesh: MaxText's ici / dcn keys, -1 filled, tensor ranks fastest, unus
   CHECK(m.size() == 2);
   CHECK_THROWS_WITH(comm::Mesh::from_config(c, 1), Catch::Contains("ici_*_parallelism keys set multiply to 2") &&
                                                      Catch::Contains("launch it with mpirun -n 2"));
-  CHECK_THROWS_WITH(comm::Mesh::from_config(c, 4), Catch::Contains("fsdp parallelism = 2"));
+  CHECK_THROWS_WITH(comm::Mesh::from_config(c, 4), Catch::Contains("fsdp parallelism = 2") &&
+                                                     Catch::Contains("-1 takes the ranks the others leave"));
+  Config sp;
+  sp.set("ici_sequence_parallelism", "2");
+  CHECK_THROWS_WITH(comm::Mesh::from_config(sp, 2), Catch::Contains("ici_sequence_parallelism = 2: it splits training"));
   Config ar;
   ar.set("ici_autoregressive_parallelism", "2");
   ar.set("ici_fsdp_parallelism", "1");

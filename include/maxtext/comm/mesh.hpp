@@ -43,6 +43,14 @@ struct Mesh {
     const std::int64_t slices = slices_key > 0 ? slices_key : 1;
     MAXTEXT_CHECK(ranks % slices == 0, ConfigError, "[mesh] num_slices = ", slices, " does not divide the ", ranks,
                   " ranks launched");
+    for (const char* prefix : {"ici", "dcn"}) {  // an axis set above 1 that inference does not use, by its key
+      for (const Axis& a : kAxes) {
+        const std::string key = std::string(prefix) + "_" + a.name + "_parallelism";
+        const std::int64_t v = value(cfg, key, 1);
+        MAXTEXT_CHECK(v <= 1 || a.used, UnsupportedError, "[mesh] ", key, " = ", v, ": ", a.why,
+                      " (to split a model over ranks by heads, set ici_tensor_parallelism)");
+      }
+    }
     const std::vector<std::int64_t> ici = fill("ici", cfg, ranks / slices);
     const std::vector<std::int64_t> dcn = fill("dcn", cfg, slices);
     for (std::size_t i = 0; i < kAxes.size(); ++i) {

@@ -8,7 +8,9 @@
 //   * MaxText features this library does not implement (unsupported_features() in config.hpp, and the keys of
 //     unhonoured_keys() below): refused when set to a value that turns them on. Booleans are read with the one parser
 //     of config.hpp (true/True/TRUE/1, false/False/FALSE/0), so `use_multimodal: TRUE` is refused like `true`;
-//   * inert keys: training, optimiser, data pipeline, checkpoint, logging, profiling, device-mesh / sharding, remat,
+//   * the mesh keys (ici_* / dcn_*_parallelism, num_slices) are read by comm::Mesh where a program splits a model
+//     (docs/distributed.md); alone, a mesh of more than one rank is refused there;
+//   * inert keys: training, optimiser, data pipeline, checkpoint, logging, profiling, sharding rules, remat,
 //     compiler and kernel-tiling knobs, sampling and serving settings of MaxText's base.yml
 //     (src/maxtext/configs/base.yml, commit 000b810, 684 keys; the classification is ours), and the settings of a
 //     feature that is refused when on (the vision / audio towers' sizes, the quantisation modes' parameters, ...):
@@ -29,9 +31,18 @@
 namespace maxtext {
 namespace config_keys {
 
-/// Keys the library reads from Config::extra (lists and modes without a typed field).
-inline constexpr std::array<std::string_view, 6> extension = {
-    "compress_ratios", "engram_layers", "engram_vocab_bases", "learn_to_init_mode", "mrope_section", "no_rope_layers"};
+/// Keys the library reads from Config::extra (lists and modes without a typed field; the mesh keys comm::Mesh reads).
+inline constexpr std::array<std::string_view, 33> extension = {
+    "compress_ratios", "engram_layers", "engram_vocab_bases", "learn_to_init_mode", "mrope_section", "no_rope_layers",
+    "num_slices", "ici_diloco_parallelism", "ici_data_parallelism", "ici_fsdp_parallelism",
+    "ici_fsdp_transpose_parallelism", "ici_sequence_parallelism", "ici_context_parallelism",
+    "ici_context_usp_ulysses_parallelism", "ici_context_autoregressive_parallelism", "ici_tensor_parallelism",
+    "ici_tensor_sequence_parallelism", "ici_autoregressive_parallelism", "ici_expert_parallelism",
+    "ici_pipeline_parallelism", "dcn_diloco_parallelism", "dcn_data_parallelism", "dcn_fsdp_parallelism",
+    "dcn_fsdp_transpose_parallelism", "dcn_sequence_parallelism", "dcn_context_parallelism",
+    "dcn_context_usp_ulysses_parallelism", "dcn_context_autoregressive_parallelism", "dcn_tensor_parallelism",
+    "dcn_tensor_sequence_parallelism", "dcn_autoregressive_parallelism", "dcn_expert_parallelism",
+    "dcn_pipeline_parallelism"};
 
 /// MaxText base.yml keys that cannot change the logits of a single-device inference forward pass.
 inline constexpr std::string_view inert[] = {
@@ -71,15 +82,8 @@ inline constexpr std::string_view inert[] = {
     "internal_compile_num_devices", "compile_xla_flags", "shard_mode", "custom_mesh_and_rule", "mesh_axes",
     "logical_axis_rules", "data_sharding", "input_data_sharding_logical_axes", "context_sharding",
     "ulysses_context_sharding", "custom_mesh_and_rule_for_eval", "logical_axis_rules_for_eval", "sharding_tolerance",
-    "dcn_diloco_parallelism", "dcn_data_parallelism", "dcn_fsdp_parallelism", "dcn_fsdp_transpose_parallelism",
-    "dcn_sequence_parallelism", "dcn_context_parallelism", "dcn_context_usp_ulysses_parallelism",
-    "dcn_context_autoregressive_parallelism", "dcn_tensor_parallelism", "dcn_tensor_sequence_parallelism",
-    "dcn_pipeline_parallelism", "dcn_expert_parallelism", "dcn_autoregressive_parallelism", "ici_diloco_parallelism",
-    "ici_data_parallelism", "ici_fsdp_parallelism", "ici_fsdp_transpose_parallelism", "ici_sequence_parallelism",
-    "ici_context_parallelism", "ici_context_usp_ulysses_parallelism", "ici_context_autoregressive_parallelism",
-    "ici_tensor_parallelism", "ici_tensor_sequence_parallelism", "ici_autoregressive_parallelism",
-    "ici_pipeline_parallelism", "ici_expert_parallelism", "check_vma", "shard_optimizer_over_data",
-    "dense_fsdp_use_two_stage_all_gather", "num_slices", "num_vocab_tiling", "tokenizer_path", "tokenizer_type",
+    "check_vma", "shard_optimizer_over_data",
+    "dense_fsdp_use_two_stage_all_gather", "num_vocab_tiling", "tokenizer_path", "tokenizer_type",
     "use_chat_template", "chat_template_path", "chat_template", "tokenize_train_data", "tokenize_eval_data",
     "add_bos", "add_eos", "use_truncation", "per_device_batch_size", "expansion_factor_real_data",
     "eval_per_device_batch_size", "max_corpus_chars", "train_data_columns", "train_image_column",
