@@ -20,6 +20,7 @@
 #include "maxtext/comm/communicator.hpp"
 #include "maxtext/comm/mesh.hpp"
 #include "maxtext/comm/threads.hpp"
+#include "maxtext/families/load.hpp"
 #include "maxtext/io/npy.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/io/safetensors.hpp"
@@ -114,10 +115,10 @@ Config fixture_config(const std::string& dir) {
 }
 
 /// Logits, incremental decoding and greedy tokens of `fixture` on 1, 2 and 4 ranks.
-void check_fixture(const std::string& fixture, Layout layout = Layout::tensor) {
+void check_fixture(const std::string& fixture, Layout layout = Layout::tensor, std::vector<int> rank_counts = {2, 4}) {
   const std::string dir = test::fixture(fixture);
   const Config cfg = fixture_config(dir);
-  const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
+  const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;  // canonical MaxText names
   const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
   const AnyTensor torch_logits = test::npy(dir + "/logits.npy");
   const std::int64_t T = tok.dim(1);
@@ -138,7 +139,7 @@ void check_fixture(const std::string& fixture, Layout layout = Layout::tensor) {
   const auto greedy = single->generate({prompt}, g).tokens.at(0);
   REQUIRE(static_cast<std::int64_t>(greedy.size()) == g.max_new_tokens);
 
-  for (const int n : {2, 4}) {
+  for (const int n : rank_counts) {
     INFO(fixture << " on " << n << " ranks");
     Split s(cfg, full, n, std::chrono::seconds(60), layout);
     std::vector<Tensor<float, 3>> logits(static_cast<std::size_t>(n)), inc(static_cast<std::size_t>(n));
@@ -220,9 +221,9 @@ TEST_CASE("Expert parallel: Gemma 4 MoE (per-expert scales) on 2 and 4 ranks", "
 TEST_CASE("Expert parallel: Qwen3-Next (Gated DeltaNet, gated shared expert) on 2 and 4 ranks", "[comm][ep][qwen3_next]") {
   check_fixture("qwen3_next_model", Layout::expert);
 }
-TEST_CASE("Expert parallel: DeepSeek-V4 (hash routing, compressed attention, hyper-connections) on 2 and 4 ranks",
-          "[comm][ep][deepseek4]") {
-  check_fixture("deepseek4_model", Layout::expert);
+TEST_CASE("Expert parallel: DeepSeek-V4 (hash routing, compressed attention, hyper-connections; 6 experts) on 2 and 3 "
+          "ranks", "[comm][ep][deepseek4]") {
+  check_fixture("deepseek4_model", Layout::expert, {2, 3});
 }
 TEST_CASE("Expert parallel: envy and qwen3_custom_moe on 2 and 4 ranks", "[comm][ep][envy][qwen3_custom_moe]") {
   check_fixture("envy_model", Layout::expert);
