@@ -221,7 +221,7 @@ TEST_CASE("Expert parallel: Gemma 4 MoE (per-expert scales) on 2 and 4 ranks", "
 TEST_CASE("Expert parallel: Qwen3-Next (Gated DeltaNet, gated shared expert) on 2 and 4 ranks", "[comm][ep][qwen3_next]") {
   check_fixture("qwen3_next_model", Layout::expert);
 }
-TEST_CASE("Expert parallel: DeepSeek-V4 (hash routing, compressed attention, hyper-connections; 6 experts) on 2 and 3 "
+TEST_CASE("Expert parallel: DeepSeek-V4 (hash routing, compressed attention, hyper-connections, 6 experts) on 2 and 3 "
           "ranks", "[comm][ep][deepseek4]") {
   check_fixture("deepseek4_model", Layout::expert, {2, 3});
 }
