@@ -37,6 +37,7 @@
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/kv_cache.hpp"
 #include "maxtext/models/layer_runner.hpp"
+#include "maxtext/models/mtp.hpp"
 #include "maxtext/models/sampling.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"

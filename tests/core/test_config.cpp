@@ -51,7 +51,9 @@ TEST_CASE("Inconsistent and unsupported configs are refused naming the keys", "[
   CHECK_THROWS_WITH(load({"attention_type=local_sliding"}), Catch::Contains("sliding_window_size > 0"));
   CHECK_THROWS_WITH(load({"mhc_expansion_rate=4"}), Catch::Contains("manifold hyper-connections"));
   CHECK_THROWS_WITH(load({"engram_layers=[1,2]"}), Catch::Contains("Engram"));
-  CHECK_THROWS_WITH(load({"mtp_num_layers=1"}), Catch::Contains("multi-token prediction"));
+  CHECK_THROWS_WITH(load({"decoder_block=gemma2", "mtp_num_layers=1"}),
+                    Catch::Contains("mtp_num_layers = 1") && Catch::Contains("'gemma2'"));
+  CHECK_NOTHROW(load({"decoder_block=llama2", "mtp_num_layers=1"}));
   CHECK_THROWS_WITH(load({"decoder_block=gemma7"}), Catch::Contains("decoder_block 'gemma7' is not supported"));
   CHECK_THROWS_WITH(load({"vocab_size=abc"}), Catch::Contains("vocab_size: expected an integer"));
   CHECK_THROWS_WITH(load({"dtype=int8"}), Catch::Contains("dtype"));

@@ -103,6 +103,7 @@ using StringList = std::vector<std::string>;
   X(bool, use_untrainable_positional_embedding, false)           \
   X(std::int64_t, trainable_position_size, -1)                   \
   X(bool, use_iota_embed, false)                                 \
+  X(std::int64_t, mtp_num_layers, 0)                             \
   X(std::int64_t, q_lora_rank, 0)                                \
   X(std::int64_t, kv_lora_rank, 512)                             \
   X(std::int64_t, qk_nope_head_dim, 128)                         \
@@ -490,7 +491,6 @@ inline bool positive(const std::string& v) {
 inline const std::vector<UnsupportedFeature>& unsupported_features() {
   static const std::vector<UnsupportedFeature> list = {
       {"use_batch_split_schedule", "the DeepSeek batch-split schedule", detail::truthy},
-      {"mtp_num_layers", "multi-token prediction", detail::positive},
       {"use_indexer", "the DeepSeek-3.2 sparse-attention indexer", detail::truthy},
       {"quantization", "AQT/qwix/fp8 quantized training numerics", detail::nonempty_list},
       {"quantize_kvcache", "a quantized KV cache", detail::truthy},
@@ -540,6 +540,24 @@ MAXTEXT_API void Config::validate() const {
                 ") must be a multiple of num_kv_heads (", num_kv_heads, ")");
   MAXTEXT_CHECK(head_dim > 0, ConfigError, "[config] head_dim must be > 0, found ", head_dim);
   MAXTEXT_CHECK(vocab_size > 0, ConfigError, "[config] vocab_size must be > 0, found ", vocab_size);
+  MAXTEXT_CHECK(mtp_num_layers >= 0, ConfigError, "[config] mtp_num_layers must be >= 0, found ", mtp_num_layers);
+  if (mtp_num_layers > 0) {
+    std::vector<std::string> mtp_blocks;
+#define MAXTEXT_MTP_BLOCK_NAME(name) mtp_blocks.emplace_back(#name);
+    MAXTEXT_MTP_BLOCKS(MAXTEXT_MTP_BLOCK_NAME)
+#undef MAXTEXT_MTP_BLOCK_NAME
+    const std::string_view runs_as = decoder_block_runs_as(decoder_block);
+    MAXTEXT_CHECK(std::find(mtp_blocks.begin(), mtp_blocks.end(), runs_as) != mtp_blocks.end(), UnsupportedError,
+                  "[config] mtp_num_layers = ", mtp_num_layers, ": decoder_block '", decoder_block,
+                  "' chooses its layers' kind by their index, and MaxText builds an MTP layer without one; the blocks "
+                  "with multi-token prediction layers: ", mtp_blocks);
+    MAXTEXT_CHECK(mhc_expansion_rate <= 1, UnsupportedError, "[config] mtp_num_layers = ", mtp_num_layers,
+                  " with mhc_expansion_rate = ", mhc_expansion_rate, " (hyper-connection streams) is not supported");
+    MAXTEXT_CHECK(!use_untrainable_positional_embedding && trainable_position_size <= 0, UnsupportedError,
+                  "[config] mtp_num_layers = ", mtp_num_layers, " with position embeddings (",
+                  use_untrainable_positional_embedding ? "use_untrainable_positional_embedding" : "trainable_position_size",
+                  ") is not supported");
+  }
   MAXTEXT_CHECK(num_decoder_layers > 0, ConfigError, "[config] num_decoder_layers (base_num_decoder_layers) must be > 0, found ",
                 num_decoder_layers);
   MAXTEXT_CHECK(normalization_layer_epsilon >= 0, ConfigError, "[config] normalization_layer_epsilon must be >= 0, found ",

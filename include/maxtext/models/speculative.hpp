@@ -168,6 +168,13 @@ namespace detail {
 template <class D>
 concept TargetVocabAware = requires(D& d, const std::vector<std::int32_t>& c) { d.propose(c, 1, 1); };
 
+/// A drafter that reads the model's hidden states (MtpDrafter): generate_speculative hands it the rows whose inputs
+/// are final after the prefill and after each verify pass.
+template <class D>
+concept HiddenStateDrafter = requires(D& d, const Tensor<float, 2>& h, const std::vector<std::int32_t>& c) {
+  d.observe(h, std::int64_t{0}, std::int64_t{0}, c);
+};
+
 template <class D>
 std::vector<std::int32_t> draft_for(D& d, const std::vector<std::int32_t>& context, std::int64_t k,
                                     std::int64_t vocab) {
@@ -235,12 +242,18 @@ GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t
   for (std::int64_t t = 0; t < P; ++t) tok(0, t) = prompt[static_cast<std::size_t>(t)];
   ForwardOptions last;
   last.last_only = true;
+  Tensor<float, 2> hidden;  // the model's raw hidden states, for drafters that read them
+  constexpr bool kHidden = detail::HiddenStateDrafter<Drafter>;
+  if constexpr (kHidden) last.hidden_out = &hidden;
   auto t0 = clock::now();
   Tensor<float, 3> logits = model.forward(tok, cache, last);
   res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
   std::vector<std::int32_t> context = prompt;  // the prompt and every token chosen; the cache holds all but the last
   context.push_back(row.step(&logits(0, 0, 0), logits.dim(2), 0, res));
+  if constexpr (kHidden) {
+    if (!row.done()) drafter.observe(hidden, 0, P, context);
+  }
   auto t1 = clock::now();
   while (!row.done()) {
     if (opt.stop.stop_requested()) {
@@ -258,7 +271,9 @@ GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t
     Tensor<std::int32_t, 2> feed({1, K + 1});
     feed(0, 0) = context.back();
     for (std::int64_t i = 0; i < K; ++i) feed(0, i + 1) = draft[static_cast<std::size_t>(i)];
-    logits = model.forward(feed, cache, ForwardOptions{});
+    ForwardOptions verify;
+    if constexpr (kHidden) verify.hidden_out = &hidden;
+    logits = model.forward(feed, cache, verify);
     ++res.decode_steps;
     ++st.verify_passes;
     // Row i of the logits chooses the token after feed[i]; drafts are kept while they are that choice.
@@ -276,6 +291,9 @@ GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t
     }
     // The cache keeps the fed token and the accepted drafts; the token chosen last is fed by the next pass.
     cache.set_length(0, static_cast<std::int32_t>(L + 1 + accepted));
+    if constexpr (kHidden) {
+      if (!row.done()) drafter.observe(hidden, L, accepted + 1, context);
+    }
   }
   res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return res;

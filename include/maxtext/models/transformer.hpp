@@ -67,6 +67,10 @@ struct ForwardOptions {
   /// between pictures, never inside one) and lie within one segment.
   const Tensor<std::int32_t, 2>* media_mask = nullptr;
   const Tensor<float, 2>* media_embeddings = nullptr;
+  /// Receives the raw hidden state [B*T, D] of every row: the last layer's output (after mHC's stream collapse),
+  /// before the final norm, which MaxText's MTP block takes (models.py: main_hidden_state). Host f32, which holds
+  /// every activation type exactly. nullptr = not kept.
+  Tensor<float, 2>* hidden_out = nullptr;
 };
 
 namespace detail {
@@ -199,6 +203,15 @@ class Transformer {
   static constexpr layers::MediaMerge kMedia = detail::media_merge_of<DenseL>();
   static_assert(!kTwoKinds || detail::media_merge_of<MoeL>() == kMedia, "the two layer kinds take media alike");
 
+  /// The last layer kind: MaxText's MTP layers are get_decoder_layers()[-1] (the MoE layer for DeepSeek).
+  using MtpL = MoeL;
+  /// One multi-token prediction layer (multi_token_prediction.py MultiTokenPredictionLayer), as mtp_layer_{k}:
+  /// mtp_{k}_embedding_norm, mtp_{k}_hidden_state_norm, mtp_{k}_projection [2D, D] and mtp_{k}_transformer_layer.
+  struct MtpParams {
+    typename layers::RMSNorm<P>::Params embedding_norm, hidden_state_norm;
+    typename layers::DenseGeneral<P>::Params projection;
+    typename MtpL::Params transformer_layer;
+  };
   struct Params {
     typename layers::Embed<P>::Params token_embedder;
     typename layers::Embed<P>::Params position_embedder;  ///< GPT-3 trainable positions
@@ -210,6 +223,7 @@ class Transformer {
     typename layers::DenseGeneral<P>::Params logits_dense;  ///< [D, V]; absent with logits_via_embedding
     Matrix<W> attend_table;                                  ///< bf16-rounded embedding for tied logits
     Matrix<float> sinusoid;                                  ///< untrainable positions [max_len, D]
+    std::vector<MtpParams> mtp;                              ///< mtp_block.mtp_layer_{k}, k = 1..mtp_num_layers
   };
 
   explicit Transformer(Config cfg, B be = B{}, NameScheme scheme = NameScheme::maxtext)
@@ -250,6 +264,12 @@ class Transformer {
       }
     }
     params_.layers.resize(static_cast<std::size_t>(L));
+    if (cfg_.mtp_num_layers > 0) {
+      mtp_norm_ = layers::RMSNorm<P>({D, eps, true, 0.0f});
+      mtp_proj_ = layers::DenseGeneral<P>({{2 * D}, {D}, false, layers::Init::truncated_normal});
+      for (std::int64_t k = 1; k <= cfg_.mtp_num_layers; ++k) mtp_layers_.emplace_back(cfg_, mtp_layer_info(k));
+      params_.mtp.resize(static_cast<std::size_t>(cfg_.mtp_num_layers));
+    }
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       if (layers_[i].index() == 0) {
         params_.layers[i].template emplace<0>();
@@ -281,6 +301,31 @@ class Transformer {
       layers::Scope<V> s(v, "token_embedder");
       embed_.visit(v, params_.token_embedder);
     }
+    visit_decoder(v);
+    for (std::size_t k = 1; k <= mtp_layers_.size(); ++k) {
+      layers::Scope<V> blk(v, "mtp_block");
+      layers::Scope<V> lyr(v, "mtp_layer_" + std::to_string(k));
+      const std::string pre = "mtp_" + std::to_string(k) + "_";
+      MtpParams& mp = params_.mtp[k - 1];
+      {
+        layers::Scope<V> s(v, pre + "embedding_norm");
+        mtp_norm_.visit(v, mp.embedding_norm);
+      }
+      {
+        layers::Scope<V> s(v, pre + "hidden_state_norm");
+        mtp_norm_.visit(v, mp.hidden_state_norm);
+      }
+      {
+        layers::Scope<V> s(v, pre + "projection");
+        mtp_proj_.visit(v, mp.projection);
+      }
+      layers::Scope<V> s(v, pre + "transformer_layer");
+      mtp_layers_[k - 1].visit(v, mp.transformer_layer);
+    }
+  }
+  /// The decoder's parameters (scope `decoder`), as visit() walks them.
+  template <class V>
+  void visit_decoder(V& v) {
     layers::Scope<V> dec(v, "decoder");
     if (cfg_.trainable_position_size > 0) {
       layers::Scope<V> s(v, "position_embedder");
@@ -396,89 +441,12 @@ class Transformer {
   /// Run tokens [B, T] through the model, appending them to `cache` at each row's current length.
   /// Returns f32 logits [B, T, V] (or [B, 1, V] with last_only).
   Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, KVCache<P>& cache, const ForwardOptions& opt = {}) {
-    const std::int64_t Bn = tokens.dim(0), T = tokens.dim(1), V = cfg_.vocab_size, D = cfg_.emb_dim;
-    MAXTEXT_CHECK(Bn == cache.batch(), ArgumentError, "[forward] tokens have ", Bn, " rows, the cache has ", cache.batch(),
-                  " slots");
-    MAXTEXT_CHECK(T > 0, ArgumentError, "[forward] empty token sequence");
-    MAXTEXT_CHECK(cache.num_layers() == layers_.size(), ArgumentError, "[forward] cache was made for another model");
-    for (std::int64_t b = 0; b < Bn; ++b) {
-      for (std::int64_t t = 0; t < T; ++t) {
-        const std::int32_t id = tokens(b, t);
-        MAXTEXT_CHECK(id >= 0 && id < V, ArgumentError, "[forward] token id ", id, " at [", b, ",", t,
-                      "] is outside the vocabulary [0, ", V, ")");
-      }
-    }
-    std::vector<std::int32_t> row_len(static_cast<std::size_t>(Bn), static_cast<std::int32_t>(T));
-    if (opt.row_lengths) {
-      MAXTEXT_CHECK(static_cast<std::int64_t>(opt.row_lengths->size()) == Bn, ArgumentError,
-                    "[forward] row_lengths has ", opt.row_lengths->size(), " entries for ", Bn, " rows");
-      row_len = *opt.row_lengths;
-      for (auto n : row_len) {
-        MAXTEXT_CHECK(n >= 1 && n <= T, ArgumentError, "[forward] row length ", n, " outside [1, ", T, "]");
-      }
-    }
-    check_shape_opt("positions", opt.positions, Bn, T);
-    check_shape_opt("segment_ids", opt.segment_ids, Bn, T);
-    // A recurrent cache (Gated DeltaNet) takes no packed or padded segments; all-ones ids (MaxText dumps) say nothing
-    // and are dropped. Checked before the cache is touched, so a refused call leaves it as it was.
-    const Tensor<std::int32_t, 2>* seg_ids = opt.segment_ids;
-    if (seg_ids && cache.recurrent()) {
-      for (std::int64_t i = 0; i < Bn * T; ++i) {
-        MAXTEXT_CHECK(seg_ids->data()[i] == 1, UnsupportedError, "[forward] segment id ", seg_ids->data()[i], " at [",
-                      i / T, ",", i % T, "]: the recurrent (Gated DeltaNet) layers of this model take no packed or "
-                      "padded segments (right padding: row_lengths)");
-      }
-      seg_ids = nullptr;
-    }
-
-    const std::int64_t n_media = check_media(opt, Bn, T, row_len, seg_ids);
-
-    scratch_.reset();
-    layers::StepInfo step;
-    step.batch = Bn;
-    step.length = T;
-    step.start = cache.lengths();
-    for (std::int64_t b = 0; b < Bn; ++b) {
-      MAXTEXT_CHECK(step.start[static_cast<std::size_t>(b)] + T <= cache.capacity(), ArgumentError, "[forward] row ", b,
-                    " holds ", step.start[static_cast<std::size_t>(b)], " tokens; ", T, " more exceed the cache capacity ",
-                    cache.capacity());
-    }
-    // Host-side step data, then one upload each.
-    std::vector<std::int32_t> pos(static_cast<std::size_t>(Bn * T)), kv_len(static_cast<std::size_t>(Bn));
-    const std::int64_t max_pos = max_positions();
-    for (std::int64_t b = 0; b < Bn; ++b) {
-      kv_len[static_cast<std::size_t>(b)] = step.start[static_cast<std::size_t>(b)] + static_cast<std::int32_t>(T);
-      for (std::int64_t t = 0; t < T; ++t) {
-        const std::int32_t p = opt.positions ? (*opt.positions)(b, t) : step.start[static_cast<std::size_t>(b)] + static_cast<std::int32_t>(t);
-        MAXTEXT_CHECK(p >= 0 && (max_pos <= 0 || p < max_pos), ArgumentError, "[forward] position ", p, " at [", b, ",", t,
-                      "] outside [0, ", max_pos, ")");
-        pos[static_cast<std::size_t>(b * T + t)] = p;
-      }
-    }
-    View<std::int32_t, 1> ids_d = to_device<1>(tokens.data(), {Bn * T});
-    step.positions = to_device<1>(pos.data(), {Bn * T});
-    step.q_start = to_device<1>(step.start.data(), {Bn});
-    step.kv_len = to_device<1>(kv_len.data(), {Bn});
-    step.host_positions = std::move(pos);
-    if (opt.row_lengths) {
-      step.valid = row_len;
-      step.valid_len = to_device<1>(step.valid.data(), {Bn});
-    }
-    if (seg_ids || cache.has_segments()) {
-      std::vector<std::int32_t> seg(static_cast<std::size_t>(Bn * T), 1);  // decoding tokens are "active" (1)
-      if (seg_ids) {
-        for (std::int64_t i = 0; i < Bn * T; ++i) seg[static_cast<std::size_t>(i)] = seg_ids->data()[i];
-      }
-      View<std::int32_t, 2> seg_d = to_device<2>(seg.data(), {Bn, T});
-      for (std::int64_t b = 0; b < Bn; ++b) {
-        View<std::int32_t, 1> dst = cache.segments().view()[b].narrow(0, step.start[static_cast<std::size_t>(b)], T);
-        be_.copy(View<const std::int32_t, 1>(seg_d[b]), dst);
-      }
-      cache.mark_segments();
-      step.segment_ids = seg_d;
-      step.kv_segment_ids = cache.segments().cview();
-    }
-
+    const std::int64_t Bn = tokens.dim(0), T = tokens.dim(1), D = cfg_.emb_dim;
+    StepSetup st = begin_step(tokens, cache, opt, layers_.size());
+    layers::StepInfo& step = st.step;
+    const std::vector<std::int32_t>& row_len = st.row_len;
+    const std::int64_t n_media = st.n_media;
+    View<std::int32_t, 1> ids_d = st.ids;
     layers::DecoderState<A, typename P::cache_t> dstate;
     dstate.caches = cache.layer_data();
     dstate.num_caches = cache.num_layers();
@@ -538,12 +506,264 @@ class Transformer {
       }
       x = embedded;
     }
+    if (opt.hidden_out != nullptr) copy_hidden(View<const A, 2>(x), *opt.hidden_out);
+    Tensor<float, 3> out = output_head(ctx, x, Bn, T, row_len, opt);
+    end_step(cache, st);
+    return out;
+  }
+
+  /// Full-sequence forward without a persistent cache (MaxText "train"/eval mode).
+  Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, const ForwardOptions& opt = {}) {
+    KVCache<P> cache = make_cache(tokens.dim(0), tokens.dim(1));
+    return forward(tokens, cache, opt);
+  }
+
+  // ---- multi-token prediction (MaxText's MultiTokenPredictionBlock, multi_token_prediction.py) -----------------
+  //
+  // MTP layer k (1-based) takes, at each position t, the previous hidden state h_{k-1}(t) (the main model's raw
+  // hidden state for k = 1: ForwardOptions::hidden_out) and the token t + k, and computes
+  //   h_k(t) = TransformerLayer_k(W_k [RMSNorm_e(embed(token t + k)); RMSNorm_h(h_{k-1}(t))])
+  // at position t, attending to its own cache of earlier positions; its logits are the model's output head (the
+  // shared final norm and head) applied to h_k(t), a prediction of token t + k + 1.
+
+  /// mtp_num_layers: the MTP layers this model holds (0: none).
+  std::int64_t mtp_num_layers() const { return static_cast<std::int64_t>(mtp_layers_.size()); }
+
+  /// A cache for one MTP layer (each layer keeps its own: in incremental use layer k runs k positions behind the main
+  /// model, because it reads the token k places ahead).
+  KVCache<P> make_mtp_cache(std::int64_t batch, std::int64_t capacity = 0) const {
+    MAXTEXT_CHECK(!mtp_layers_.empty(), ConfigError, "[mtp] this model has no MTP layers (mtp_num_layers = 0)");
+    if (capacity <= 0) capacity = cfg_.max_target_length;
+    return KVCache<P>(be_, batch, capacity, {mtp_layers_[0].cache_spec()}, {layers::state_spec_of(mtp_layers_[0])});
+  }
+
+  /// MTP layer k over rows [B, T]: `prev_hidden` [B*T, D] is h_{k-1} of each row (host f32), `tokens` [B, T] the
+  /// token k places after each row's position. Appends to `cache` (make_mtp_cache) as forward() appends to the
+  /// model's cache; positions, row_lengths, last_only and capture as there, and ForwardOptions::hidden_out receives
+  /// h_k (the next layer's prev_hidden). Returns the f32 logits of h_k.
+  Tensor<float, 3> forward_mtp(std::int64_t k, const Tensor<float, 2>& prev_hidden, const Tensor<std::int32_t, 2>& tokens,
+                               KVCache<P>& cache, const ForwardOptions& opt = {}) {
+    MAXTEXT_CHECK(k >= 1 && k <= mtp_num_layers(), ArgumentError, "[mtp] layer ", k, " of a model with mtp_num_layers = ",
+                  mtp_num_layers(), " (layers are numbered from 1)");
+    const std::int64_t Bn = tokens.dim(0), T = tokens.dim(1), D = cfg_.emb_dim, M = Bn * T;
+    MAXTEXT_CHECK(prev_hidden.dim(0) == M && prev_hidden.dim(1) == D, ArgumentError, "[mtp] prev_hidden is [",
+                  prev_hidden.dim(0), ", ", prev_hidden.dim(1), "], [", M, ", ", D, "] expected (B*T rows of emb_dim)");
+    MAXTEXT_CHECK(cache.num_layers() == 1, ArgumentError, "[mtp] the cache holds ", cache.num_layers(),
+                  " layers: make it with make_mtp_cache");
+    MAXTEXT_CHECK(opt.media_mask == nullptr && opt.media_embeddings == nullptr, UnsupportedError,
+                  "[mtp] media input is not supported in the MTP layers");
+    StepSetup st = begin_step(tokens, cache, opt, 1);
+    layers::DecoderState<A, typename P::cache_t> dstate;
+    dstate.caches = cache.layer_data();
+    dstate.num_caches = cache.num_layers();
+    dstate.tokens = std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(M));
+    layers::Context<P> ctx{be_, scratch_, st.step, opt.capture, &dstate};
+    ctx.comm = groups_.tensor;
+    ctx.expert_comm = groups_.expert;
+    const MtpParams& mp = params_.mtp[static_cast<std::size_t>(k - 1)];
+    const auto& info = mtp_layers_[static_cast<std::size_t>(k - 1)].info();
+    View<A, 2> e = scratch_.template alloc<A, 2>({M, D});
+    embed_.forward(ctx, params_.token_embedder, st.ids, e);
+    View<A, 2> h = scratch_.template alloc<A, 2>({M, D});
+    {
+      std::vector<A> host(static_cast<std::size_t>(M * D));
+      for (std::size_t i = 0; i < host.size(); ++i) host[i] = from_float<A>(prev_hidden.data()[i]);
+      be_.synchronize();
+      be_.copy(h.data(), host.data(), host.size() * sizeof(A), CopyKind::host_to_device);
+      be_.synchronize();
+    }
+    mtp_norm_.forward(ctx, mp.embedding_norm, e, e);
+    mtp_norm_.forward(ctx, mp.hidden_state_norm, h, h);
+    View<A, 2> cat = scratch_.template alloc<A, 2>({M, 2 * D});
+    be_.copy(View<const A, 2>(e), cat.narrow(1, 0, D));
+    be_.copy(View<const A, 2>(h), cat.narrow(1, D, D));
+    View<A, 2> x = scratch_.template alloc<A, 2>({M, D});
+    mtp_proj_.forward(ctx, mp.projection, View<const A, 2>(cat), x);
+    ctx.sow(info.name, "input", View<const A, 2>(x));
+    ctx.where = &info.name;
+    mtp_layers_[static_cast<std::size_t>(k - 1)].forward(ctx, mp.transformer_layer, cache.layer(0), x);
+    if (opt.hidden_out != nullptr) copy_hidden(View<const A, 2>(x), *opt.hidden_out);
+    Tensor<float, 3> out = output_head(ctx, x, Bn, T, st.row_len, opt, false);
+    end_step(cache, st);
+    return out;
+  }
+
+  /// What MaxText's model computes with its MTP block on a whole sequence: the main logits and, for k = 1..
+  /// mtp_num_layers, MTP layer k's logits at every position t (a prediction of token t + k + 1). As MaxText's
+  /// roll_and_mask, layer k reads token id 0 at the last k positions of each row (their logits predict nothing).
+  struct MtpOutputs {
+    Tensor<float, 3> logits;                  ///< [B, T, V]
+    std::vector<Tensor<float, 3>> mtp_logits;  ///< mtp_num_layers x [B, T, V]
+  };
+  MtpOutputs forward_with_mtp(const Tensor<std::int32_t, 2>& tokens, const ForwardOptions& opt = {}) {
+    MAXTEXT_CHECK(mtp_num_layers() > 0, ConfigError, "[mtp] this model has no MTP layers (mtp_num_layers = 0)");
+    MAXTEXT_CHECK(opt.row_lengths == nullptr && !opt.last_only && opt.positions == nullptr, ArgumentError,
+                  "[mtp] forward_with_mtp takes whole rows from position 0 (no row_lengths, last_only or positions)");
+    const std::int64_t Bn = tokens.dim(0), T = tokens.dim(1);
+    MtpOutputs out;
+    Tensor<float, 2> h;
+    ForwardOptions o = opt;
+    o.hidden_out = &h;
+    out.logits = forward(tokens, o);
+    Tensor<std::int32_t, 2> rolled({Bn, T});
+    for (std::int64_t i = 0; i < Bn * T; ++i) rolled.data()[i] = tokens.data()[i];
+    for (std::int64_t k = 1; k <= mtp_num_layers(); ++k) {
+      for (std::int64_t b = 0; b < Bn; ++b) {  // roll_and_mask: one place left, 0 at the end
+        for (std::int64_t t = 0; t < T; ++t) rolled(b, t) = t + 1 < T ? rolled(b, t + 1) : 0;
+      }
+      KVCache<P> cache = make_mtp_cache(Bn, T);
+      Tensor<float, 2> next;
+      ForwardOptions ok = opt;
+      ok.media_mask = nullptr;
+      ok.media_embeddings = nullptr;
+      ok.hidden_out = &next;
+      out.mtp_logits.push_back(forward_mtp(k, h, rolled, cache, ok));
+      h = std::move(next);
+    }
+    return out;
+  }
+
+  /// Names used for capture under the current scheme. Every name stands for a module's output (Flax's
+  /// capture_intermediates convention): `token_embedder` / `model.embed_tokens` is the token lookup (before position
+  /// embeddings), `<layer>.input` the residual stream entering a layer (token + position embeddings for the first),
+  /// `<layer>` the residual stream after it, `<layer>.self_attention` / `<layer>.mlp` (HF: `.self_attn` / `.mlp`) those
+  /// sub-modules' outputs before their residual add, `decoder.decoder_norm` / `model.norm` the final norm, and
+  /// `logits` the output head in f32. Layers may offer finer names (see their forward()).
+  std::string embed_name() const { return scheme_ == NameScheme::hf ? "model.embed_tokens" : "token_embedder"; }
+  std::string norm_name() const { return scheme_ == NameScheme::hf ? "model.norm" : "decoder.decoder_norm"; }
+  const layers::LayerInfo& layer_info(std::size_t i) const {
+    return std::visit([](const auto& l) -> const layers::LayerInfo& { return l.info(); }, layers_.at(i));
+  }
+  std::size_t num_layers() const { return layers_.size(); }
+
+ private:
+  struct StepSetup {
+    layers::StepInfo step;
+    std::vector<std::int32_t> row_len;  ///< valid tokens per row
+    View<std::int32_t, 1> ids;           ///< the tokens on the device
+    std::int64_t n_media = 0;
+    const Tensor<std::int32_t, 2>* segments = nullptr;  ///< the segment ids in effect
+  };
+  /// One pass's checks and step data (positions, segments, lengths), uploaded; the cache is untouched until the
+  /// checks pass.
+  /// `cache_layers`: the layers the cache must hold (the model's, or one for an MTP layer's cache).
+  StepSetup begin_step(const Tensor<std::int32_t, 2>& tokens, KVCache<P>& cache, const ForwardOptions& opt,
+                       std::size_t cache_layers) {
+    const std::int64_t Bn = tokens.dim(0), T = tokens.dim(1), V = cfg_.vocab_size;
+    StepSetup st;
+    layers::StepInfo& step = st.step;
+    std::vector<std::int32_t>& row_len = st.row_len;
+    MAXTEXT_CHECK(Bn == cache.batch(), ArgumentError, "[forward] tokens have ", Bn, " rows, the cache has ", cache.batch(),
+                  " slots");
+    MAXTEXT_CHECK(T > 0, ArgumentError, "[forward] empty token sequence");
+    MAXTEXT_CHECK(cache.num_layers() == cache_layers, ArgumentError, "[forward] cache was made for another model");
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      for (std::int64_t t = 0; t < T; ++t) {
+        const std::int32_t id = tokens(b, t);
+        MAXTEXT_CHECK(id >= 0 && id < V, ArgumentError, "[forward] token id ", id, " at [", b, ",", t,
+                      "] is outside the vocabulary [0, ", V, ")");
+      }
+    }
+    row_len.assign(static_cast<std::size_t>(Bn), static_cast<std::int32_t>(T));
+    if (opt.row_lengths) {
+      MAXTEXT_CHECK(static_cast<std::int64_t>(opt.row_lengths->size()) == Bn, ArgumentError,
+                    "[forward] row_lengths has ", opt.row_lengths->size(), " entries for ", Bn, " rows");
+      row_len = *opt.row_lengths;
+      for (auto n : row_len) {
+        MAXTEXT_CHECK(n >= 1 && n <= T, ArgumentError, "[forward] row length ", n, " outside [1, ", T, "]");
+      }
+    }
+    check_shape_opt("positions", opt.positions, Bn, T);
+    check_shape_opt("segment_ids", opt.segment_ids, Bn, T);
+    // A recurrent cache (Gated DeltaNet) takes no packed or padded segments; all-ones ids (MaxText dumps) say nothing
+    // and are dropped. Checked before the cache is touched, so a refused call leaves it as it was.
+    const Tensor<std::int32_t, 2>* seg_ids = opt.segment_ids;
+    if (seg_ids && cache.recurrent()) {
+      for (std::int64_t i = 0; i < Bn * T; ++i) {
+        MAXTEXT_CHECK(seg_ids->data()[i] == 1, UnsupportedError, "[forward] segment id ", seg_ids->data()[i], " at [",
+                      i / T, ",", i % T, "]: the recurrent (Gated DeltaNet) layers of this model take no packed or "
+                      "padded segments (right padding: row_lengths)");
+      }
+      seg_ids = nullptr;
+    }
+
+    st.n_media = check_media(opt, Bn, T, row_len, seg_ids);
+
+    scratch_.reset();
+    step.batch = Bn;
+    step.length = T;
+    step.start = cache.lengths();
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      MAXTEXT_CHECK(step.start[static_cast<std::size_t>(b)] + T <= cache.capacity(), ArgumentError, "[forward] row ", b,
+                    " holds ", step.start[static_cast<std::size_t>(b)], " tokens; ", T, " more exceed the cache capacity ",
+                    cache.capacity());
+    }
+    // Host-side step data, then one upload each.
+    std::vector<std::int32_t> pos(static_cast<std::size_t>(Bn * T)), kv_len(static_cast<std::size_t>(Bn));
+    const std::int64_t max_pos = max_positions();
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      kv_len[static_cast<std::size_t>(b)] = step.start[static_cast<std::size_t>(b)] + static_cast<std::int32_t>(T);
+      for (std::int64_t t = 0; t < T; ++t) {
+        const std::int32_t p = opt.positions ? (*opt.positions)(b, t) : step.start[static_cast<std::size_t>(b)] + static_cast<std::int32_t>(t);
+        MAXTEXT_CHECK(p >= 0 && (max_pos <= 0 || p < max_pos), ArgumentError, "[forward] position ", p, " at [", b, ",", t,
+                      "] outside [0, ", max_pos, ")");
+        pos[static_cast<std::size_t>(b * T + t)] = p;
+      }
+    }
+    st.ids = to_device<1>(tokens.data(), {Bn * T});
+    step.positions = to_device<1>(pos.data(), {Bn * T});
+    step.q_start = to_device<1>(step.start.data(), {Bn});
+    step.kv_len = to_device<1>(kv_len.data(), {Bn});
+    step.host_positions = std::move(pos);
+    if (opt.row_lengths) {
+      step.valid = row_len;
+      step.valid_len = to_device<1>(step.valid.data(), {Bn});
+    }
+    if (seg_ids || cache.has_segments()) {
+      std::vector<std::int32_t> seg(static_cast<std::size_t>(Bn * T), 1);  // decoding tokens are "active" (1)
+      if (seg_ids) {
+        for (std::int64_t i = 0; i < Bn * T; ++i) seg[static_cast<std::size_t>(i)] = seg_ids->data()[i];
+      }
+      View<std::int32_t, 2> seg_d = to_device<2>(seg.data(), {Bn, T});
+      for (std::int64_t b = 0; b < Bn; ++b) {
+        View<std::int32_t, 1> dst = cache.segments().view()[b].narrow(0, step.start[static_cast<std::size_t>(b)], T);
+        be_.copy(View<const std::int32_t, 1>(seg_d[b]), dst);
+      }
+      cache.mark_segments();
+      step.segment_ids = seg_d;
+      step.kv_segment_ids = cache.segments().cview();
+    }
+
+    st.segments = seg_ids;
+    return st;
+  }
+  /// Each row's cache advanced by its valid tokens.
+  void end_step(KVCache<P>& cache, const StepSetup& s) {
+    for (std::size_t b = 0; b < s.row_len.size(); ++b) {
+      cache.set_length(static_cast<std::int64_t>(b), s.step.start[b] + s.row_len[b]);
+    }
+  }
+  /// x (device, activation type) into a host f32 [rows, D] tensor: exact for every activation type.
+  void copy_hidden(View<const A, 2> x, Tensor<float, 2>& out) {
+    const std::int64_t M = x.dim(0), D = x.dim(1);
+    std::vector<A> host(static_cast<std::size_t>(M * D));
+    be_.synchronize();
+    be_.copy(host.data(), x.data(), host.size() * sizeof(A), CopyKind::device_to_host);
+    be_.synchronize();
+    out = Tensor<float, 2>({M, D});
+    for (std::size_t i = 0; i < host.size(); ++i) out.data()[i] = to_float(host[i]);
+  }
+  /// decoders.py apply_output_head: the final norm over x (in place) and the head, on every row or on each row's last
+  /// valid token (last_only); f32 logits on the host, rank 0's on every rank of a split model.
+  Tensor<float, 3> output_head(const layers::Context<P>& ctx, View<A, 2> x, std::int64_t Bn, std::int64_t T,
+                               const std::vector<std::int32_t>& row_len, const ForwardOptions& opt, bool main = true) {
+    const std::int64_t M = Bn * T, V = cfg_.vocab_size, D = cfg_.emb_dim;
     if constexpr (kFinalNorm == layers::FinalNorm::gpt3_layer_norm) {
       final_gpt3_.forward(ctx, params_.decoder_norm_gpt3, x, x);
     } else {
       final_rms_.forward(ctx, params_.decoder_norm_rms, x, x);
     }
-    ctx.sow(norm_name(), View<const A, 2>(x));
+    if (main) ctx.sow(norm_name(), View<const A, 2>(x));
 
     // Output head on all rows or on each row's last valid token.
     View<const A, 2> h = x;
@@ -566,33 +786,11 @@ class Transformer {
     if (groups_.world != nullptr && groups_.world->size() > 1) {
       groups_.world->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float), 0, "logits");
     }
-    if (opt.capture && opt.capture->wants("logits")) {
+    if (main && opt.capture && opt.capture->wants("logits")) {
       opt.capture->put("logits", AnyTensor::from(Tensor<float, 3>(out.view(), out.holder())));
     }
-    for (std::int64_t b = 0; b < Bn; ++b) cache.set_length(b, step.start[static_cast<std::size_t>(b)] + row_len[static_cast<std::size_t>(b)]);
     return out;
   }
-
-  /// Full-sequence forward without a persistent cache (MaxText "train"/eval mode).
-  Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, const ForwardOptions& opt = {}) {
-    KVCache<P> cache = make_cache(tokens.dim(0), tokens.dim(1));
-    return forward(tokens, cache, opt);
-  }
-
-  /// Names used for capture under the current scheme. Every name stands for a module's output (Flax's
-  /// capture_intermediates convention): `token_embedder` / `model.embed_tokens` is the token lookup (before position
-  /// embeddings), `<layer>.input` the residual stream entering a layer (token + position embeddings for the first),
-  /// `<layer>` the residual stream after it, `<layer>.self_attention` / `<layer>.mlp` (HF: `.self_attn` / `.mlp`) those
-  /// sub-modules' outputs before their residual add, `decoder.decoder_norm` / `model.norm` the final norm, and
-  /// `logits` the output head in f32. Layers may offer finer names (see their forward()).
-  std::string embed_name() const { return scheme_ == NameScheme::hf ? "model.embed_tokens" : "token_embedder"; }
-  std::string norm_name() const { return scheme_ == NameScheme::hf ? "model.norm" : "decoder.decoder_norm"; }
-  const layers::LayerInfo& layer_info(std::size_t i) const {
-    return std::visit([](const auto& l) -> const layers::LayerInfo& { return l.info(); }, layers_.at(i));
-  }
-  std::size_t num_layers() const { return layers_.size(); }
-
- private:
   template <class L>
   layers::LayerInfo layer_info(std::int64_t global, std::int64_t local, bool dense) const {
     layers::LayerInfo info;
@@ -605,6 +803,23 @@ class Transformer {
       info.name = "decoder." + layer_prefix(local, dense);
       info.attention = info.name + "." + detail::attention_name<L>();
       info.mlp = info.name + "." + detail::mlp_name<L>();
+    }
+    return info;
+  }
+  /// MTP layer k's names: MaxText's mtp_block.mtp_layer_{k}.mtp_{k}_transformer_layer, or under the HF scheme the
+  /// layer DeepSeek-V3's checkpoints store it as (model.layers.{num_decoder_layers + k - 1}). Index -1, as MaxText
+  /// builds it (no layer_idx).
+  layers::LayerInfo mtp_layer_info(std::int64_t k) const {
+    layers::LayerInfo info;
+    info.index = -1;
+    if (scheme_ == NameScheme::hf) {
+      info.name = "model.layers." + std::to_string(cfg_.num_decoder_layers + k - 1);
+      info.attention = info.name + ".self_attn";
+      info.mlp = info.name + "." + detail::hf_mlp_name<MtpL>();
+    } else {
+      info.name = "mtp_block.mtp_layer_" + std::to_string(k) + ".mtp_" + std::to_string(k) + "_transformer_layer";
+      info.attention = info.name + "." + detail::attention_name<MtpL>();
+      info.mlp = info.name + "." + detail::mlp_name<MtpL>();
     }
     return info;
   }
@@ -628,6 +843,9 @@ class Transformer {
       } else {
         if constexpr (kTwoKinds) layers_[i].template emplace<1>(cfg_, layer_info<MoeL>(gi, gi - n_dense, false));
       }
+    }
+    for (std::size_t k = 0; k < mtp_layers_.size(); ++k) {
+      mtp_layers_[k] = MtpL(cfg_, mtp_layer_info(static_cast<std::int64_t>(k) + 1));
     }
   }
   /// Checks ForwardOptions' media input against the step; returns the number of marked tokens (0: none given).
@@ -828,6 +1046,9 @@ class Transformer {
   layers::Gpt3LayerNorm<P> final_gpt3_;
   layers::DenseGeneral<P> logits_;
   std::vector<LayerVariant> layers_;
+  layers::RMSNorm<P> mtp_norm_;       ///< the MTP layers' two norms (their scales are per layer)
+  layers::DenseGeneral<P> mtp_proj_;  ///< the MTP layers' projection [2D, D]
+  std::vector<MtpL> mtp_layers_;
   Params params_;
 };
 

@@ -1,0 +1,226 @@
+// Multi-token prediction (models::Transformer's MTP layers, models/mtp.hpp) against tests/reference/mtp_reference.py,
+// a float64 re-statement of MaxText's MultiTokenPredictionBlock written from multi_token_prediction.py / models.py:
+// the main and every MTP layer's logits of a llama2 and a DeepSeek (MLA + routed MoE) model with two MTP layers, the
+// acceptance rate MaxText reports, DeepSeek-V3's Hugging Face layout (the next-n layer stored as layer
+// num_hidden_layers), incremental MTP (one row at a time over the layer's cache) against the whole-sequence pass, and
+// speculative decoding with the MTP layers as drafter: greedy tokens equal to plain greedy decoding, and each
+// first draft the whole-sequence MTP layer's choice. Refusals by name.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "maxtext/backend/cpu/backend.hpp"
+#include "maxtext/families/deepseek/deepseek.hpp"
+#include "maxtext/families/llama2/llama2.hpp"
+#include "maxtext/families/load.hpp"
+#include "maxtext/io/yaml_config.hpp"
+#include "maxtext/models/generate.hpp"
+#include "maxtext/models/mtp.hpp"
+#include "maxtext/models/speculative.hpp"
+#include "maxtext/models/transformer.hpp"
+#include "support/test_support.hpp"
+#include "support/tolerance.hpp"
+
+using namespace maxtext;
+
+namespace {
+
+using P32 = Policy<cpu::Backend, float>;
+using Llama = models::Transformer<P32, layers::LlamaDecoderLayer>;
+using DeepSeek = models::Transformer<P32, layers::DeepSeekDenseLayer, layers::DeepSeekMoELayer>;
+
+std::string dir(const std::string& name) { return test::fixtures_dir() + "/" + name + "/"; }
+
+template <class M>
+M load_fixture(const std::string& name) {
+  Config c = io::load_config(dir(name) + "config.yml");
+  M m(c, cpu::Backend(cpu::Options{1}));
+  m.load(io::load_weights(dir(name) + "model.safetensors", m.config()).tensors);
+  return m;
+}
+
+Tensor<std::int32_t, 2> tokens_of(const std::string& name) {
+  const AnyTensor t = test::npy(dir(name) + "tokens.npy");
+  return t.to<std::int32_t, 2>({t.shape[0], t.shape[1]});
+}
+
+/// Every row of `a` [B, T, V] at t < T - skip against `ref` (the last `skip` positions of MTP layer k read MaxText's
+/// padding token and are compared too, as MaxText computes them: skip = 0 compares all).
+void close_logits(const Tensor<float, 3>& a, const std::string& file, const std::string& what) {
+  test::expect_close(AnyTensor::from(a), test::npy(file), test::tol::f32_logits, what);
+}
+
+template <class M>
+void check_against_reference(const std::string& name) {
+  M m = load_fixture<M>(name);
+  REQUIRE(m.mtp_num_layers() == 2);
+  const auto tok = tokens_of(name);
+  const auto out = m.forward_with_mtp(tok);
+  close_logits(out.logits, dir(name) + "logits.npy", "main logits");
+  REQUIRE(out.mtp_logits.size() == 2);
+  std::ifstream f(dir(name) + "acceptance.json");
+  const nlohmann::json acc = nlohmann::json::parse(f);
+  for (std::int64_t k = 1; k <= 2; ++k) {
+    INFO("MTP layer " << k);
+    close_logits(out.mtp_logits[static_cast<std::size_t>(k - 1)], dir(name) + "mtp_logits_" + std::to_string(k) + ".npy",
+                 "mtp logits");
+    // Argmax agreement counts: exact unless a reference logit pair ties within the f32 error (none does here).
+    CHECK(models::mtp_acceptance_rate(out.logits, out.mtp_logits[static_cast<std::size_t>(k - 1)], k) ==
+          Approx(acc[std::to_string(k)].get<double>()).margin(1e-9));
+  }
+  // The raw hidden state MaxText hands the MTP block (before the final norm).
+  Tensor<float, 2> h;
+  models::ForwardOptions fo;
+  fo.hidden_out = &h;
+  (void)m.forward(tok, fo);
+  const AnyTensor hr = test::npy(dir(name) + "hidden.npy");
+  test::expect_close_scaled(AnyTensor::from(h), hr.reshaped({h.dim(0), h.dim(1)}), 1e-5, "hidden");
+}
+
+/// MTP layer 1 run one position at a time over its cache equals the whole-sequence pass (f32 summation order only).
+template <class M>
+void check_incremental(const std::string& name) {
+  M m = load_fixture<M>(name);
+  const auto tok = tokens_of(name);
+  const std::int64_t B = tok.dim(0), T = tok.dim(1), D = m.config().emb_dim, V = m.config().vocab_size;
+  const auto full = m.forward_with_mtp(tok);
+  Tensor<float, 2> h;
+  models::ForwardOptions fo;
+  fo.hidden_out = &h;
+  (void)m.forward(tok, fo);
+  auto cache = m.make_mtp_cache(B, T);
+  for (std::int64_t t = 0; t + 1 < T; ++t) {
+    Tensor<float, 2> ht({B, D});
+    Tensor<std::int32_t, 2> next({B, 1});
+    for (std::int64_t b = 0; b < B; ++b) {
+      std::copy(&h(b * T + t, 0), &h(b * T + t, 0) + D, &ht(b, 0));
+      next(b, 0) = tok(b, t + 1);
+    }
+    const auto l = m.forward_mtp(1, ht, next, cache);
+    for (std::int64_t b = 0; b < B; ++b) {
+      double err = 0;
+      for (std::int64_t v = 0; v < V; ++v) err = std::max(err, std::abs(double(l(b, 0, v)) - full.mtp_logits[0](b, t, v)));
+      INFO("row " << b << " position " << t);
+      CHECK(err <= 1e-5);
+    }
+  }
+}
+
+/// Wraps MtpDrafter and records each first draft with the context length it was made for.
+template <class M>
+struct RecordingDrafter {
+  models::MtpDrafter<M> inner;
+  std::vector<std::pair<std::size_t, std::int32_t>> first;
+  std::vector<std::pair<std::int64_t, std::size_t>> sizes;  // (k asked, drafts given)
+  void observe(const Tensor<float, 2>& h, std::int64_t at, std::int64_t rows, const std::vector<std::int32_t>& ctx) {
+    inner.observe(h, at, rows, ctx);
+  }
+  std::vector<std::int32_t> propose(const std::vector<std::int32_t>& ctx, std::int64_t k) {
+    auto d = inner.propose(ctx, k);
+    if (!d.empty()) first.emplace_back(ctx.size(), d[0]);
+    sizes.emplace_back(k, d.size());
+    return d;
+  }
+};
+
+template <class M>
+void check_speculative(const std::string& name) {
+  M m = load_fixture<M>(name);
+  const auto tok = tokens_of(name);
+  std::vector<std::int32_t> prompt;
+  for (std::int64_t t = 0; t < 5; ++t) prompt.push_back(tok(0, t));
+  models::GenerateOptions opt;
+  opt.max_new_tokens = 24;
+  const auto plain = models::generate(m, {prompt}, opt);
+  std::vector<std::int32_t> truth = prompt;
+  truth.insert(truth.end(), plain.tokens[0].begin(), plain.tokens[0].end());
+  // The whole-sequence MTP layer 1 over the generated text: its choice at q predicts token q + 2.
+  Tensor<std::int32_t, 2> seq({1, static_cast<std::int64_t>(truth.size())});
+  for (std::size_t i = 0; i < truth.size(); ++i) seq(0, static_cast<std::int64_t>(i)) = truth[i];
+  const auto full = m.forward_with_mtp(seq);
+  const std::int64_t V = m.config().vocab_size;
+  for (std::int64_t K : {1, 2, 4}) {
+    INFO("draft_max " << K);
+    RecordingDrafter<M> d{models::MtpDrafter<M>(m, 64), {}};
+    models::SpeculativeOptions so;
+    so.draft_max = K;
+    models::SpeculativeStats st;
+    const auto r = models::generate_speculative(m, prompt, opt, d, so, &st);
+    CHECK(r.tokens[0] == plain.tokens[0]);
+    CHECK(st.total_drafted() > 0);
+    // Every pass asked for drafts gets one per MTP layer (two), up to what it asked for.
+    CHECK(st.drafted[0] + st.empty_drafts == st.verify_passes);
+    for (const auto& [asked, given] : d.sizes) CHECK(given == static_cast<std::size_t>(std::min<std::int64_t>(asked, 2)));
+    if (K >= 3) CHECK(st.drafted[2] == 0);
+    REQUIRE(!d.first.empty());
+    std::int64_t compared = 0;
+    for (const auto& [n, t] : d.first) {
+      const std::int64_t q = static_cast<std::int64_t>(n) - 2;
+      const float* row = &full.mtp_logits[0](0, q, 0);
+      std::vector<float> s(row, row + V);
+      std::sort(s.begin(), s.end(), std::greater<>());
+      if (s[0] - s[1] < 1e-3f) continue;  // a near tie: f32 order may choose either
+      ++compared;
+      CHECK(t == models::argmax(row, V));
+    }
+    CHECK(compared > 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("MTP logits (llama2, 2 MTP layers) match the float64 re-statement of MaxText's MTP block", "[mtp]") {
+  check_against_reference<Llama>("mtp_llama2_model");
+}
+
+TEST_CASE("MTP logits (deepseek MLA + MoE, 2 MTP layers) match the float64 re-statement of MaxText's MTP block",
+          "[mtp]") {
+  check_against_reference<DeepSeek>("mtp_deepseek_model");
+}
+
+TEST_CASE("MTP layer run one position at a time equals the whole-sequence pass", "[mtp]") {
+  check_incremental<Llama>("mtp_llama2_model");
+  check_incremental<DeepSeek>("mtp_deepseek_model");
+}
+
+TEST_CASE("speculative decoding with MTP drafts equals plain greedy decoding (llama2)", "[mtp][speculative]") {
+  check_speculative<Llama>("mtp_llama2_model");
+}
+
+TEST_CASE("speculative decoding with MTP drafts equals plain greedy decoding (deepseek)", "[mtp][speculative]") {
+  check_speculative<DeepSeek>("mtp_deepseek_model");
+}
+
+TEST_CASE("MTP: bad uses are refused by name", "[mtp]") {
+  {
+    Config c = io::load_config(dir("mtp_llama2_model") + "config.yml");
+    c.decoder_block = "gemma3";
+    c.mtp_num_layers = 1;
+    CHECK_THROWS_AS(c.validate(), UnsupportedError);
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("mtp_num_layers = 1") && Catch::Contains("'gemma3'") &&
+                                        Catch::Contains("deepseek"));
+    c.decoder_block = "llama2";
+    c.mtp_num_layers = -1;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("mtp_num_layers must be >= 0"));
+  }
+  Llama m = load_fixture<Llama>("mtp_llama2_model");
+  const auto tok = tokens_of("mtp_llama2_model");
+  Tensor<float, 2> h({tok.dim(0) * tok.dim(1), m.config().emb_dim});
+  auto cache = m.make_mtp_cache(tok.dim(0), 16);
+  CHECK_THROWS_WITH(m.forward_mtp(3, h, tok, cache), Catch::Contains("layer 3") && Catch::Contains("mtp_num_layers = 2"));
+  Tensor<float, 2> short_h({2, m.config().emb_dim});
+  CHECK_THROWS_WITH(m.forward_mtp(1, short_h, tok, cache), Catch::Contains("prev_hidden is [2, "));
+  auto main_cache = m.make_cache(tok.dim(0), 16);
+  CHECK_THROWS_WITH(m.forward_mtp(1, h, tok, main_cache), Catch::Contains("make_mtp_cache"));
+  Config plain = m.config();
+  plain.mtp_num_layers = 0;
+  Llama none(plain, cpu::Backend(cpu::Options{1}));
+  CHECK_THROWS_WITH(models::MtpDrafter<Llama>(none), Catch::Contains("no MTP layers"));
+  CHECK_THROWS_WITH(none.forward_with_mtp(tok), Catch::Contains("no MTP layers"));
+}
