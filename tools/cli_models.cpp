@@ -151,6 +151,29 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   return model;
 }
 
+namespace {
+/// `logits --mtp K`: MaxText's whole-sequence pass with its MTP block; MTP layer K's logits, where row t predicts
+/// token t + K + 1 from the hidden state at t and the K tokens after it (the last K rows read MaxText's padding id 0).
+int write_mtp_logits(const Args& a, const Config& cfg, const std::vector<std::vector<std::int32_t>>& rows, bool other) {
+  MAXTEXT_CHECK(!other, ArgumentError, "--mtp runs the whole sequence at once: not with --image or --incremental");
+  const std::int64_t k = a.integer("mtp", 1);
+  MAXTEXT_CHECK(k >= 1 && k <= cfg.mtp_num_layers, ArgumentError, "--mtp ", k, ": the model has ", cfg.mtp_num_layers,
+                " MTP layers (mtp_num_layers), numbered from 1");
+  const auto Bn = static_cast<std::int64_t>(rows.size()), T = static_cast<std::int64_t>(rows[0].size());
+  Tensor<std::int32_t, 2> tok({Bn, T});
+  for (std::int64_t b = 0; b < Bn; ++b) {
+    for (std::int64_t t = 0; t < T; ++t) tok(b, t) = rows[static_cast<std::size_t>(b)][static_cast<std::size_t>(t)];
+  }
+  const auto model = open_model(cfg, a);
+  const auto all = model->forward_with_mtp(tok);
+  if (!output_rank()) return 0;  // split: rank 0 writes
+  io::write_npy(a.get("out"), all.at(static_cast<std::size_t>(k)));
+  std::cout << "wrote " << a.get("out") << " [" << Bn << ", " << T << ", " << cfg.vocab_size << "] f32 (MTP layer " << k
+            << ")\n";
+  return 0;
+}
+}  // namespace
+
 int cmd_logits(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens"), ArgumentError, "logits needs --tokens");
   MAXTEXT_CHECK(a.has("out"), ArgumentError, "logits needs --out FILE.npy");
@@ -172,6 +195,7 @@ int cmd_logits(const Args& a) {
   }
   const std::int64_t inc = a.integer("incremental", 0);
   MAXTEXT_CHECK(inc >= 0 && inc < T, ArgumentError, "--incremental must be in [0, ", T, "), found ", inc);
+  if (a.has("mtp")) return write_mtp_logits(a, cfg, rows, images || inc > 0);
   if (images) {
     for (std::int64_t t = T - inc; t < T; ++t) {
       MAXTEXT_CHECK(media.mask(0, t) == 0, ArgumentError, "--incremental ", inc, ": the last ", inc,

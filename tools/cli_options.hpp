@@ -45,7 +45,7 @@ inline const std::vector<CommandOptions>& command_options() {
     // encode_prompt_images (cli_vision.cpp): pictures merged into the prompt.
     const std::vector<std::string> images = {"image", "image-preprocess", "image-embeddings-out", "mmproj"};
     return std::vector<CommandOptions>{
-        {"logits", join(join(model, {"tokens", "out", "incremental"}), images), true},
+        {"logits", join(join(model, {"tokens", "out", "incremental", "mtp"}), images), true},
         // open_model without loading: neither --seed nor the tokenizer is read.
         {"info", {"config", "weights", "weight-type", "threads", "int8-activations", "kv-type"}, true},
         {"generate", join(join(join(model, sampling), {"tokens", "prompt", "spec", "draft", "draft-max"}), images), true},

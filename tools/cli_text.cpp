@@ -65,13 +65,16 @@ int cmd_generate(const Args& a) {
     go.media_mask = &media.mask;
     go.media_embeddings = &media.embeddings;
   }
-  // Speculative decoding (--spec lookup|draft): greedy, one prompt, the tokens plain greedy decoding gives.
+  // Speculative decoding (--spec lookup|draft|mtp): greedy, one prompt, the tokens plain greedy decoding gives.
   const std::string spec = a.get("spec");
-  MAXTEXT_CHECK(spec.empty() || spec == "lookup" || spec == "draft", ArgumentError,
-                "--spec: expected lookup (prompt lookup) or draft (a draft model, --draft FILE), found '", spec, "'");
+  MAXTEXT_CHECK(spec.empty() || spec == "lookup" || spec == "draft" || spec == "mtp", ArgumentError,
+                "--spec: expected lookup (prompt lookup), draft (a draft model, --draft FILE) or mtp (the model's "
+                "multi-token prediction layers), found '", spec, "'");
+  MAXTEXT_CHECK(spec != "mtp" || cfg.mtp_num_layers > 0, ArgumentError, "--spec mtp: the model has no MTP layers "
+                "(mtp_num_layers = 0; DeepSeek-V3 checkpoints carry one: num_nextn_predict_layers)");
   MAXTEXT_CHECK(spec == "draft" || !a.has("draft"), ArgumentError, "--draft FILE needs --spec draft");
   MAXTEXT_CHECK(spec != "draft" || a.has("draft"), ArgumentError, "--spec draft needs --draft FILE (the draft model)");
-  MAXTEXT_CHECK(!spec.empty() || !a.has("draft-max"), ArgumentError, "--draft-max needs --spec lookup or --spec draft");
+  MAXTEXT_CHECK(!spec.empty() || !a.has("draft-max"), ArgumentError, "--draft-max needs --spec lookup, draft or mtp");
   MAXTEXT_CHECK(spec.empty() || prompts.size() == 1, ArgumentError, "--spec: one prompt at a time, found ",
                 prompts.size(), " rows in --tokens");
   models::SpeculativeOptions so;
@@ -119,6 +122,8 @@ int cmd_generate(const Args& a) {
       res = model->generate_speculative(
           prompts[0], go, [&](const std::vector<std::int32_t>& c, std::int64_t k) { return lookup.propose(c, k); }, so,
           &st);
+    } else if (spec == "mtp") {
+      res = model->generate_mtp_speculative(prompts[0], go, so, &st);
     } else {
       res = model->generate_speculative(prompts[0], go, drafter->as_function(), so, &st);
     }

@@ -6,11 +6,16 @@
 // speculative decoding with the MTP layers as drafter: greedy tokens equal to plain greedy decoding, and each
 // first draft the whole-sequence MTP layer's choice. Refusals by name.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -19,6 +24,8 @@
 #include "maxtext/families/deepseek/deepseek.hpp"
 #include "maxtext/families/llama2/llama2.hpp"
 #include "maxtext/families/load.hpp"
+#include "maxtext/io/mapped_file.hpp"
+#include "maxtext/io/npy.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/mtp.hpp"
@@ -223,4 +230,86 @@ TEST_CASE("MTP: bad uses are refused by name", "[mtp]") {
   Llama none(plain, cpu::Backend(cpu::Options{1}));
   CHECK_THROWS_WITH(models::MtpDrafter<Llama>(none), Catch::Contains("no MTP layers"));
   CHECK_THROWS_WITH(none.forward_with_mtp(tok), Catch::Contains("no MTP layers"));
+}
+
+TEST_CASE("MTP from a Hugging Face DeepSeek-V3 checkpoint (next-n layer stored as layer num_hidden_layers)", "[mtp]") {
+  const std::string d = dir("mtp_deepseek_hf");
+  const Config cfg = io::load_hf_deepseek_config(d + "config.json");
+  CHECK(cfg.mtp_num_layers == 1);  // num_nextn_predict_layers
+  const auto w = io::load_weights(d + "model.safetensors", cfg);
+  DeepSeek m(cfg, cpu::Backend(cpu::Options{1}));
+  m.load(w.tensors);  // every tensor of the file taken (shared_head / embed_tokens checked equal and dropped)
+  const auto tok = tokens_of("mtp_deepseek_hf");
+  const auto out = m.forward_with_mtp(tok);
+  close_logits(out.logits, d + "logits.npy", "main logits");
+  close_logits(out.mtp_logits[0], d + "mtp_logits_1.npy", "mtp logits 1");
+
+  // Without its next-n layer the checkpoint is refused by name, and mtp_num_layers=0 runs the main model.
+  io::TensorMap raw = io::read_safetensors_any(d + "model.safetensors");
+  io::TensorMap stripped;
+  for (const auto& [n, t] : raw.tensors) {
+    if (n.rfind("model.layers.3.", 0) != 0) stripped.add(n, t);
+  }
+  CHECK_THROWS_WITH(io::canonicalize_hf_deepseek(stripped, cfg),
+                    Catch::Contains("model.layers.3.eh_proj.weight") && Catch::Contains("mtp_num_layers=0"));
+  Config off = cfg;
+  off.mtp_num_layers = 0;
+  DeepSeek plain(off, cpu::Backend(cpu::Options{1}));
+  plain.load(io::canonicalize_hf_deepseek(stripped, off));
+  close_logits(plain.forward(tok), d + "logits.npy", "main logits without the MTP layer");
+  // A next-n layer whose shared head differs from the model's cannot be expressed in MaxText's block.
+  io::TensorMap other = raw;
+  other.tensors.erase("model.layers.3.shared_head.norm.weight");
+  Tensor<float, 1> ones({cfg.emb_dim});
+  for (std::int64_t i = 0; i < cfg.emb_dim; ++i) ones(i) = 1.0f + static_cast<float>(i);
+  other.add("model.layers.3.shared_head.norm.weight", AnyTensor::from(ones));
+  CHECK_THROWS_WITH(io::canonicalize_hf_deepseek(other, cfg), Catch::Contains("shared_head.norm.weight differs"));
+}
+
+namespace {
+/// `maxtext ARGS`: what it printed (stdout and stderr) and its exit status.
+std::string run_cli(const std::string& args, int& rc) {
+  const std::string out =
+      (std::filesystem::current_path() / ("maxtext_mtp_cli_" + std::to_string(::getpid()) + ".txt")).string();
+  rc = std::system((test::cli_path() + " " + args + " > " + out + " 2>&1").c_str());
+  std::string text = io::read_text_file(out);
+  std::remove(out.c_str());
+  return text;
+}
+std::string line_starting(const std::string& text, const std::string& prefix) {
+  const auto at = text.find(prefix);
+  if (at == std::string::npos) return {};
+  return text.substr(at, text.find('\n', at) - at);
+}
+}  // namespace
+
+TEST_CASE("maxtext logits --mtp K and generate --spec mtp on the Hugging Face DeepSeek-V3 checkpoint", "[mtp][cli]") {
+  const std::string d = dir("mtp_deepseek_hf");
+  const auto tok = tokens_of("mtp_deepseek_hf");
+  std::string row;
+  for (std::int64_t t = 0; t < tok.dim(1); ++t) row += (t ? "," : "") + std::to_string(tok(0, t));
+  const std::string npy = (std::filesystem::current_path() / ("mtp_cli_" + std::to_string(::getpid()) + ".npy")).string();
+  int rc = 0;
+  std::string out = run_cli("logits --weights " + d + " --tokens " + row + " --mtp 1 --out " + npy, rc);
+  REQUIRE(rc == 0);
+  const AnyTensor got = io::read_npy(npy);
+  std::remove(npy.c_str());
+  test::expect_close(got, test::npy(d + "mtp_logits_1.npy").narrow(0, 0, 1), test::tol::f32_logits, "CLI MTP logits");
+  out = run_cli("logits --weights " + d + " --tokens " + row + " --mtp 2 --out " + npy, rc);
+  CHECK(rc != 0);
+  CHECK(out.find("--mtp 2: the model has 1 MTP layers") != std::string::npos);
+  out = run_cli("logits --weights " + d + " --tokens " + row + " --mtp 1 --incremental 2 --out " + npy, rc);
+  CHECK(rc != 0);
+  CHECK(out.find("not with --image or --incremental") != std::string::npos);
+
+  const std::string prompt = " --tokens " + row.substr(0, row.find(',', row.find(',') + 1)) + " --max-new-tokens 16";
+  const std::string plain = run_cli("generate --weights " + d + prompt, rc);
+  REQUIRE(rc == 0);
+  const std::string spec = run_cli("generate --weights " + d + prompt + " --spec mtp --draft-max 1", rc);
+  REQUIRE(rc == 0);
+  CHECK(line_starting(spec, "tokens[0]:") == line_starting(plain, "tokens[0]:"));
+  CHECK(spec.find("speculative: mtp, draft-max 1:") != std::string::npos);
+  out = run_cli("generate --weights " + d + prompt + " --spec mtp mtp_num_layers=0", rc);
+  CHECK(rc != 0);
+  CHECK(out.find("--spec mtp: the model has no MTP layers") != std::string::npos);
 }

@@ -21,6 +21,7 @@
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/kv_cache.hpp"
 #include "maxtext/models/layer_runner.hpp"
+#include "maxtext/models/mtp.hpp"
 #include "maxtext/models/session.hpp"
 #include "maxtext/models/transformer.hpp"
 
@@ -243,6 +244,26 @@ class AnyModelImpl final : public AnyModel {
     } clear{speculating_};
     FunctionDrafter d{drafter};
     return models::generate_speculative(model_, prompt, opt, d, spec, stats);
+  }
+
+  models::GenerateResult generate_mtp_speculative(const std::vector<std::int32_t>& prompt,
+                                                  const models::GenerateOptions& opt, const SpeculativeOptions& spec = {},
+                                                  SpeculativeStats* stats = nullptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    require_loaded("generate_mtp_speculative");
+    opt.sampling.validate();
+    const auto cap = static_cast<std::int64_t>(prompt.size()) + opt.max_new_tokens + spec.draft_max + 1;
+    models::MtpDrafter<Model> d(model_, cap);
+    return models::generate_speculative(model_, prompt, opt, d, spec, stats);
+  }
+
+  std::vector<Tensor<float, 3>> forward_with_mtp(const Tensor<std::int32_t, 2>& tokens) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    require_loaded("forward_with_mtp");
+    auto r = model_.forward_with_mtp(tokens);
+    std::vector<Tensor<float, 3>> out{std::move(r.logits)};
+    for (auto& l : r.mtp_logits) out.push_back(std::move(l));
+    return out;
   }
 
   std::unique_ptr<AnySession> new_session(std::int64_t capacity = 0) override {

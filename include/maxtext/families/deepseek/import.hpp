@@ -80,6 +80,8 @@ inline Config config_from_hf_deepseek(const nlohmann::json& j, const std::string
   c.base_num_query_heads = hf_get<std::int64_t>(j, "num_attention_heads", where);
   c.base_num_kv_heads = hf_get_or<std::int64_t>(j, "num_key_value_heads", c.base_num_query_heads, where);
   c.base_num_decoder_layers = hf_get<std::int64_t>(j, "num_hidden_layers", where);
+  // DeepSeek-V3's next-n layers (MaxText: mtp_num_layers), stored after the decoder's layers.
+  if (type == "deepseek_v3") c.mtp_num_layers = hf_get_or<std::int64_t>(j, "num_nextn_predict_layers", 0, where);
   c.vocab_size = hf_get<std::int64_t>(j, "vocab_size", where);
   c.normalization_layer_epsilon = hf_get_or<double>(j, "rms_norm_eps", 1e-6, where);
   c.rope_max_timescale = hf_get_or<double>(j, "rope_theta", 10000.0, where);
@@ -313,6 +315,25 @@ inline AnyTensor hf_stack_experts(const TensorMap& in, const std::string& prefix
   return s.permuted({0, 2, 1});
 }
 
+/// Whether two tensors of the same shape and type hold the same bytes: a 1-D tensor whole, a matrix in 16 rows spread
+/// over it (a repeated head or embedding is checked without reading it all).
+inline bool hf_same_rows(const AnyTensor& a, const AnyTensor& b) {
+  if (a.shape != b.shape || a.dtype != b.dtype || dtype_block(a.dtype) != 1 || a.dtype == DType::ggml ||
+      !a.is_contiguous() || !b.is_contiguous()) {
+    return false;
+  }
+  const auto* pa = reinterpret_cast<const unsigned char*>(a.data);
+  const auto* pb = reinterpret_cast<const unsigned char*>(b.data);
+  const std::size_t bytes = static_cast<std::size_t>(a.numel()) * dtype_size(a.dtype);
+  if (a.shape.size() < 2) return std::memcmp(pa, pb, bytes) == 0;
+  const auto rows = static_cast<std::size_t>(a.shape[0]), row = bytes / std::max<std::size_t>(rows, 1);
+  for (std::size_t i = 0; i < 16; ++i) {
+    const std::size_t r = rows * i / 16;
+    if (std::memcmp(pa + r * row, pb + r * row, row) != 0) return false;
+  }
+  return true;
+}
+
 /// query / sqrt(head_dim) in f32, rounded back to the file's dtype (param_mapping.py scale_query_layer).
 inline AnyTensor hf_scaled_query(const AnyTensor& t, std::int64_t head_dim) {
   const float f = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
@@ -358,11 +379,8 @@ inline TensorMap canonicalize_hf_deepseek(const TensorMap& raw, const Config& cf
   take("model.embed_tokens.weight", "token_embedder.embedding", same);
   take("model.norm.weight", "decoder.decoder_norm.scale", same);
   take("lm_head.weight", "decoder.logits_dense.kernel", tr);
-  for (std::int64_t i = 0; i < L; ++i) {
-    const std::string h = "model.layers." + std::to_string(i) + ".";
-    const std::string m = ds ? (i < first ? "decoder.dense_layers_" + std::to_string(i) + "."
-                                          : "decoder.moe_layers_" + std::to_string(i - first) + ".")
-                             : "decoder.layers_" + std::to_string(i) + ".";
+  // HF layer prefix h to MaxText prefix m; `dense`: DeepSeek's dense MLP (the first first_k_dense_replace layers).
+  auto map_layer = [&](const std::string& h, const std::string& m, bool dense) {
     take(h + "input_layernorm.weight", m + "pre_self_attention_layer_norm.scale", same);
     take(h + "post_attention_layernorm.weight", m + "post_self_attention_layer_norm.scale", same);
     const std::string a = m + "self_attention.";
@@ -375,7 +393,7 @@ inline TensorMap canonicalize_hf_deepseek(const TensorMap& raw, const Config& cf
       take(h + "self_attn.kv_a_layernorm.weight", a + "kv_norm.scale", same);
       take(h + "self_attn.kv_b_proj.weight", a + "wkv_b.kernel", [&](const AnyTensor& t) { return detail::hf_heads_out(t, N); });
       take(h + "self_attn.o_proj.weight", a + "out.kernel", [&](const AnyTensor& t) { return detail::hf_heads_in(t, N); });
-      if (i < first) {
+      if (dense) {
         take(h + "mlp.gate_proj.weight", m + "mlp.wi_0.kernel", tr);
         take(h + "mlp.up_proj.weight", m + "mlp.wi_1.kernel", tr);
         take(h + "mlp.down_proj.weight", m + "mlp.wo.kernel", tr);
@@ -409,13 +427,44 @@ inline TensorMap canonicalize_hf_deepseek(const TensorMap& raw, const Config& cf
         out.add(m + "MoeBlock_0.wo", detail::hf_stack_experts(in, ex, ".w2.weight", E, consumed));
       }
     }
+  };
+  for (std::int64_t i = 0; i < L; ++i) {
+    const std::string m = ds ? (i < first ? "decoder.dense_layers_" + std::to_string(i) + "."
+                                          : "decoder.moe_layers_" + std::to_string(i - first) + ".")
+                             : "decoder.layers_" + std::to_string(i) + ".";
+    map_layer("model.layers." + std::to_string(i) + ".", m, i < first);
+  }
+  // DeepSeek-V3's next-n (MTP) layers, stored after the decoder's as model.layers.{L + k - 1}: enorm / hnorm / eh_proj
+  // and an MoE layer, as MaxText's mtp_block.mtp_layer_{k} (whose layer is the model's last kind). Their
+  // shared_head.norm / shared_head.head / embed_tokens repeat the model's final norm, head and embedding, which
+  // MaxText's MTP block shares: checked equal (the norm whole, 16 spread rows of the head and embedding), not loaded.
+  for (std::int64_t k = 1; k <= cfg.mtp_num_layers; ++k) {
+    const std::string h = "model.layers." + std::to_string(L + k - 1) + ".";
+    const std::string m = "mtp_block.mtp_layer_" + std::to_string(k) + ".mtp_" + std::to_string(k) + "_";
+    MAXTEXT_CHECK(ds && in.has(h + "eh_proj.weight"), ConfigError, "[hf] mtp_num_layers = ", cfg.mtp_num_layers,
+                  " (config.json's num_nextn_predict_layers) but the checkpoint holds no ", h,
+                  "eh_proj.weight: it carries no next-n (MTP) layer ", k, "; set mtp_num_layers=0 to run without");
+    take(h + "enorm.weight", m + "embedding_norm.scale", same);
+    take(h + "hnorm.weight", m + "hidden_state_norm.scale", same);
+    take(h + "eh_proj.weight", m + "projection.kernel", tr);
+    map_layer(h, m + "transformer_layer.", false);
+    const std::pair<const char*, const char*> shared[] = {{"shared_head.norm.weight", "model.norm.weight"},
+                                                          {"shared_head.head.weight", "lm_head.weight"},
+                                                          {"embed_tokens.weight", "model.embed_tokens.weight"}};
+    for (const auto& [own, main] : shared) {
+      if (!in.has(h + own)) continue;
+      MAXTEXT_CHECK(in.has(main) && detail::hf_same_rows(in.tensors.at(h + own), in.tensors.at(main)), UnsupportedError,
+                    "[hf] ", h, own, " differs from ", main, ": MaxText's MTP block shares the model's final norm, head "
+                    "and embedding, and cannot take a next-n layer with its own");
+      consumed.push_back(h + own);
+    }
   }
   const std::set<std::string> used(consumed.begin(), consumed.end());
   for (const auto& [name, t] : in.tensors) {
     if (used.count(name)) continue;
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
     if (name.rfind("model.layers.", 0) == 0) {
-      // Layers past num_hidden_layers: DeepSeek-V3's MTP module (training only).
+      // Layers past num_hidden_layers not taken above (mtp_num_layers = 0): DeepSeek-V3's next-n layers, not loaded.
       const std::size_t dot = name.find('.', 13);
       try {
         if (std::stoll(name.substr(13, dot - 13)) >= L) continue;
