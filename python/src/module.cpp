@@ -785,6 +785,23 @@ media_mask [B, T] (nonzero: a picture's soft token) with media_embeddings [n, em
 [pictures, 256, emb_dim]): the embeddings replace the marked tokens' (MaxText's multimodal merge; Gemma 3's pictures
 attend to themselves whole). docs/vision.md)")
       .def(
+          "forward_mtp",
+          [](PyModel& pm, py::handle tokens) {
+            const Tensor<std::int32_t, 2> tok = int_rows(tokens, "tokens");
+            std::vector<Tensor<float, 3>> all;
+            {
+              py::gil_scoped_release nogil;
+              all = pm.b->forward_with_mtp(tok);
+            }
+            py::list mtp;
+            for (std::size_t k = 1; k < all.size(); ++k) mtp.append(to_numpy(all[k]));
+            return py::make_tuple(to_numpy(all[0]), mtp);
+          },
+          py::arg("tokens"),
+          R"((logits, [mtp_logits_1, ...]): MaxText's whole-sequence pass with its multi-token prediction block
+(mtp_num_layers): the main logits [B, T, V] and each MTP layer k's, whose row t predicts token t + k + 1 from the
+hidden state at t and the k tokens after it (MaxText's roll_and_mask: the last k rows read token id 0).)")
+      .def(
           "run_layer",
           [](PyModel& pm, py::handle x, py::object layer, py::object weights, const std::string& prefix,
              const std::string& kind, py::handle positions, py::handle segment_ids, py::handle capture) -> py::object {
@@ -908,19 +925,23 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
               so.draft_max = draft_max;
               if (py::isinstance<py::str>(spec)) {
                 const auto kind = spec.cast<std::string>();
-                MAXTEXT_CHECK(kind == "lookup", ArgumentError, "[generate] spec='", kind,
-                              "': expected 'lookup' or a draft Model");
+                MAXTEXT_CHECK(kind == "lookup" || kind == "mtp", ArgumentError, "[generate] spec='", kind,
+                              "': expected 'lookup', 'mtp' or a draft Model");
                 models::PromptLookupDrafter lookup;
                 py::gil_scoped_release nogil;
-                res = pm.b->generate_speculative(
-                    rows[0], go,
-                    [&](const std::vector<std::int32_t>& c, std::int64_t k) { return lookup.propose(c, k); }, so, &st);
+                if (kind == "mtp") {
+                  res = pm.b->generate_mtp_speculative(rows[0], go, so, &st);
+                } else {
+                  res = pm.b->generate_speculative(
+                      rows[0], go,
+                      [&](const std::vector<std::int32_t>& c, std::int64_t k) { return lookup.propose(c, k); }, so, &st);
+                }
               } else {
                 PyModel* draft = nullptr;
                 try {
                   draft = &spec.cast<PyModel&>();
                 } catch (const py::cast_error&) {
-                  MAXTEXT_THROW(ArgumentError, "[generate] spec=: expected 'lookup' or a draft Model, found ",
+                  MAXTEXT_THROW(ArgumentError, "[generate] spec=: expected 'lookup', 'mtp' or a draft Model, found ",
                                 py::str(py::type::of(spec)).cast<std::string>());
                 }
                 const auto cap = static_cast<std::int64_t>(rows[0].size()) + max_new_tokens + draft_max + 1;
@@ -962,8 +983,9 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
 tokenizer=). temperature 0 = greedy. on_token(row, token) is called as each token is chosen; stream(text) gets the
 text pieces of a single text prompt as they complete. Returns {'tokens': [[...]], 'text': [...] (with a tokenizer),
 'prompt_tokens', timings}. Text generation stops at the tokenizer's EOS unless stop_tokens= is given.
-spec='lookup' (prompt lookup) or spec=draft_model (another Model sharing the tokenizer): greedy speculative decoding
-of one prompt, draft_max tokens drafted and checked per pass; the same tokens, and result['speculative'] with
+spec='lookup' (prompt lookup), spec='mtp' (the model's multi-token prediction layers, one draft per layer) or
+spec=draft_model (another Model sharing the tokenizer): greedy speculative decoding of one prompt, draft_max tokens
+drafted and checked per pass; the same tokens, and result['speculative'] with
 'verify_passes', 'drafted' and 'accepted' per draft position, 'acceptance_rate'. media_mask [B, T] with
 media_embeddings: pictures' soft tokens merged at the prefill (see forward).)")
       .def(

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import F32_LOGITS, fixture, meta, shared_dir
+from conftest import F32_LOGITS, assert_close, fixture, meta, shared_dir
 
 
 def gpt3(mc):
@@ -177,5 +177,28 @@ def test_speculative_generation_gives_the_greedy_tokens(mc):
         m.generate([prompt], max_new_tokens=8, spec=m)
     with pytest.raises(Exception, match="greedy only"):
         m.generate([prompt], max_new_tokens=8, spec="lookup", temperature=0.5)
-    with pytest.raises(Exception, match="expected 'lookup' or a draft Model"):
+    with pytest.raises(Exception, match="expected 'lookup', 'mtp' or a draft Model"):
         m.generate([prompt], max_new_tokens=8, spec="ngram")
+
+
+def test_mtp_logits_and_speculative_generation(mc):
+    """forward_mtp: the main and each MTP layer's logits against the float64 re-statement of MaxText's MTP block
+    (tests/reference/mtp_reference.py); spec='mtp': the tokens of plain greedy generation."""
+    case = "mtp_deepseek_model"
+    m = mc.Model(mc.Config(fixture(case, "config.yml")), weights=fixture(case, "model.safetensors"))
+    logits, mtp = m.forward_mtp(np.load(fixture(case, "tokens.npy")))
+    assert_close(logits, np.load(fixture(case, "logits.npy")), **F32_LOGITS, what="main")
+    assert len(mtp) == 2
+    for k, l in enumerate(mtp, 1):
+        assert_close(l, np.load(fixture(case, f"mtp_logits_{k}.npy")), **F32_LOGITS, what=f"mtp {k}")
+    prompt = [int(t) for t in np.load(fixture(case, "tokens.npy"))[0][:4]]
+    plain = m.generate([prompt], max_new_tokens=16)["tokens"]
+    out = m.generate([prompt], max_new_tokens=16, spec="mtp", draft_max=2)
+    assert out["tokens"] == plain
+    assert sum(out["speculative"]["drafted"]) > 0
+    plain_model = mc.Model(mc.Config(overrides=meta("llama2_model")["config"]),
+                           weights=fixture("llama2_model", "model.safetensors"))
+    with pytest.raises(Exception, match="no MTP layers"):
+        plain_model.generate([prompt], max_new_tokens=4, spec="mtp")
+    with pytest.raises(Exception, match="no MTP layers"):
+        plain_model.forward_mtp(np.array([prompt]))
