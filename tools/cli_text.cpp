@@ -65,7 +65,8 @@ int cmd_generate(const Args& a) {
     go.media_mask = &media.mask;
     go.media_embeddings = &media.embeddings;
   }
-  // Speculative decoding (--spec lookup|draft|mtp): greedy, one prompt, the tokens plain greedy decoding gives.
+  // Speculative decoding (--spec lookup|draft|mtp): one prompt; greedy, the tokens plain greedy decoding gives;
+  // sampled, tokens distributed as plain sampling's (the rejection rule).
   const std::string spec = a.get("spec");
   MAXTEXT_CHECK(spec.empty() || spec == "lookup" || spec == "draft" || spec == "mtp", ArgumentError,
                 "--spec: expected lookup (prompt lookup), draft (a draft model, --draft FILE) or mtp (the model's "
@@ -80,8 +81,6 @@ int cmd_generate(const Args& a) {
   models::SpeculativeOptions so;
   so.draft_max = a.integer("draft-max", 4);
   MAXTEXT_CHECK(so.draft_max >= 1, ArgumentError, "--draft-max must be >= 1, found ", so.draft_max);
-  MAXTEXT_CHECK(spec.empty() || go.sampling.temperature == 0.0f, UnsupportedError, "--spec is greedy only: --temperature ",
-                go.sampling.temperature, " needs the rejection rule over the sampler's distribution, not implemented");
   const auto t_load = std::chrono::steady_clock::now();
   const auto model = open_model(cfg, a);
   // The draft model (--spec draft): its own file, config and weight type; the model's thread count. Loaded before

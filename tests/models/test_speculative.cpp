@@ -229,14 +229,10 @@ TEST_CASE("speculative decoding keeps stop tokens, max_new_tokens and log-probab
   CHECK(models::generate_speculative(m, prompt, greedy(0), self).tokens[0].empty());
 }
 
-TEST_CASE("speculative decoding refuses sampling, draft_max 0 and an empty prompt by name", "[speculative]") {
+TEST_CASE("speculative decoding refuses draft_max 0, an empty prompt and a small cache by name", "[speculative]") {
   const Config c = fixture_meta_config("llama2_model");
   Llama m = seeded<Llama>(c, 7);
   models::PromptLookupDrafter lookup;
-  auto opt = greedy(4);
-  opt.sampling.temperature = 0.7f;
-  CHECK_THROWS_AS(models::generate_speculative(m, {1, 2}, opt, lookup), UnsupportedError);
-  CHECK_THROWS_WITH(models::generate_speculative(m, {1, 2}, opt, lookup), Catch::Contains("temperature 0.7"));
   CHECK_THROWS_WITH(models::generate_speculative(m, {1, 2}, greedy(4), lookup, {0}),
                     Catch::Contains("draft_max must be >= 1, found 0"));
   CHECK_THROWS_WITH(models::generate_speculative(m, {}, greedy(4), lookup), Catch::Contains("empty prompt"));
@@ -302,12 +298,161 @@ TEST_CASE("maxtext generate --spec lookup|draft prints plain greedy's tokens, an
     CHECK(rc != 0);
     CHECK(out.find(what) != std::string::npos);
   };
-  refused(base + " --spec lookup --temperature 0.8", "--spec is greedy only: --temperature 0.8");
   refused(base + " --spec draft", "--spec draft needs --draft FILE");
   refused(base + " --draft " + dir + "/stories260K.gguf", "--draft FILE needs --spec draft");
-  refused(base + " --draft-max 3", "--draft-max needs --spec lookup or --spec draft");
+  refused(base + " --draft-max 3", "--draft-max needs --spec lookup, draft or mtp");
   refused(base + " --spec lookup --draft-max 0", "--draft-max must be >= 1, found 0");
-  refused(base + " --spec ngram", "--spec: expected lookup (prompt lookup) or draft");
+  refused(base + " --spec ngram", "--spec: expected lookup (prompt lookup), draft");
   refused("generate --threads 1 --weights " + dir + "/stories260K.bin --tokens 1,2/3,4 --spec lookup",
           "--spec: one prompt at a time, found 2 rows");
+}
+
+namespace {
+/// The distribution a draw at temperature `temp` with top-k `k` chooses from, written from SamplingParams' definition
+/// (softmax of logits / temp over the k largest, ties by lower id), in double.
+std::vector<double> sampling_distribution(const float* logits, std::int64_t V, double temp, std::int64_t k) {
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(V));
+  for (std::int64_t i = 0; i < V; ++i) idx[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+  std::stable_sort(idx.begin(), idx.end(), [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
+  std::vector<double> p(static_cast<std::size_t>(V), 0.0);
+  double sum = 0;
+  for (std::int64_t i = 0; i < k; ++i) {
+    const auto t = idx[static_cast<std::size_t>(i)];
+    p[static_cast<std::size_t>(t)] = std::exp((logits[t] - logits[idx[0]]) / temp);
+    sum += p[static_cast<std::size_t>(t)];
+  }
+  for (auto& x : p) x /= sum;
+  return p;
+}
+
+/// Pearson's statistic of `counts` (n draws) against `p`, bins with an expected count under 5 pooled; `df` receives
+/// the degrees of freedom.
+double chi_square(const std::vector<std::int64_t>& counts, const std::vector<double>& p, std::int64_t n, std::int64_t& df) {
+  double chi = 0, pooled_e = 0, pooled_o = 0;
+  df = -1;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double e = p[i] * static_cast<double>(n);
+    if (e < 5) {
+      pooled_e += e;
+      pooled_o += static_cast<double>(counts[i]);
+      continue;
+    }
+    chi += (static_cast<double>(counts[i]) - e) * (static_cast<double>(counts[i]) - e) / e;
+    ++df;
+  }
+  if (pooled_e > 0) {
+    chi += (pooled_o - pooled_e) * (pooled_o - pooled_e) / std::max(pooled_e, 1e-9);
+    ++df;
+  }
+  return chi;
+}
+/// The chi-square quantile at 1 - 0.001 (Wilson-Hilferty: z = 3.0902).
+double chi_square_critical(std::int64_t df) {
+  const double d = static_cast<double>(df), a = 2.0 / (9.0 * d);
+  return d * std::pow(1.0 - a + 3.0902 * std::sqrt(a), 3.0);
+}
+
+struct FixedDrafter {  // the same tokens whatever the context: a deliberately poor draft
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int32_t> propose(const std::vector<std::int32_t>&, std::int64_t k) const {
+    return {tokens.begin(), tokens.begin() + std::min<std::int64_t>(k, static_cast<std::int64_t>(tokens.size()))};
+  }
+};
+}  // namespace
+
+TEST_CASE("speculative sampling emits the model's distribution (chi-square at 0.001), poor draft or good", "[speculative]") {
+  Llama m = seeded<Llama>(fixture_meta_config("llama2_model"), 7);
+  const std::int64_t V = m.config().vocab_size, topk = 24;
+  const double temp = 0.15;
+  const std::vector<std::int32_t> prompt = {1, 5, 9};
+  // Exact marginals of the 2nd and 3rd generated tokens: p(t2) = sum_t1 p(t1) p(t2 | t1), and so on.
+  // Exact marginals of the 1st, 2nd and 3rd generated tokens at temperature t: p(t2) = sum_t1 p(t1) p(t2 | t1), ...
+  struct Marginals {
+    std::vector<double> p1, p2, p3;
+  };
+  auto marginals = [&](double t) {
+    auto last_dist = [&](const std::vector<std::int32_t>& ids) {
+      Tensor<std::int32_t, 2> tok({1, static_cast<std::int64_t>(ids.size())});
+      for (std::size_t i = 0; i < ids.size(); ++i) tok(0, static_cast<std::int64_t>(i)) = ids[i];
+      models::ForwardOptions fo;
+      fo.last_only = true;
+      const auto l = m.forward(tok, fo);
+      return sampling_distribution(&l(0, 0, 0), V, t, topk);
+    };
+    Marginals r{last_dist(prompt), std::vector<double>(static_cast<std::size_t>(V), 0.0),
+                std::vector<double>(static_cast<std::size_t>(V), 0.0)};
+    for (std::int32_t a = 0; a < V; ++a) {
+      if (r.p1[static_cast<std::size_t>(a)] == 0) continue;
+      auto ctx = prompt;
+      ctx.push_back(a);
+      const auto pa = last_dist(ctx);
+      for (std::int32_t b = 0; b < V; ++b) {
+        const double pab = r.p1[static_cast<std::size_t>(a)] * pa[static_cast<std::size_t>(b)];
+        if (pab == 0) continue;
+        r.p2[static_cast<std::size_t>(b)] += pab;
+        auto ctx2 = ctx;
+        ctx2.push_back(b);
+        const auto pb = last_dist(ctx2);
+        for (std::int64_t c = 0; c < V; ++c) r.p3[static_cast<std::size_t>(c)] += pab * pb[static_cast<std::size_t>(c)];
+      }
+    }
+    return r;
+  };
+  const Marginals truth = marginals(temp), wrong = marginals(0.2);
+  const auto& p2 = truth.p2;
+  const auto& p3 = truth.p3;
+  // The most likely 2nd token, and the least likely one.
+  const auto best2 = static_cast<std::int32_t>(std::max_element(p2.begin(), p2.end()) - p2.begin());
+  std::int32_t never = 0;  // the token least likely at the 2nd and 3rd steps
+  for (std::int32_t t = 1; t < V; ++t) {
+    const auto i = static_cast<std::size_t>(t), j = static_cast<std::size_t>(never);
+    if (p2[i] + p3[i] < p2[j] + p3[j]) never = t;
+  }
+  REQUIRE(never != best2);
+  const std::int64_t N = 3000;
+  auto run = [&](auto& drafter, const char* what) {
+    INFO(what);
+    std::vector<std::int64_t> c2(static_cast<std::size_t>(V), 0), c3(static_cast<std::size_t>(V), 0);
+    std::int64_t accepted = 0, drafted = 0;
+    for (std::int64_t s = 0; s < N; ++s) {
+      models::GenerateOptions o = greedy(4);
+      o.sampling.temperature = static_cast<float>(temp);
+      o.sampling.top_k = topk;
+      o.sampling.seed = static_cast<std::uint64_t>(s + 1);
+      models::SpeculativeStats st;
+      const auto r = models::generate_speculative(m, prompt, o, drafter, {2}, &st);
+      REQUIRE(r.tokens[0].size() == 4);
+      ++c2[static_cast<std::size_t>(r.tokens[0][1])];
+      ++c3[static_cast<std::size_t>(r.tokens[0][2])];
+      accepted += st.total_accepted();
+      drafted += st.total_drafted();
+    }
+    CHECK(drafted > 0);
+    std::int64_t df2 = 0, df3 = 0;
+    const double x2 = chi_square(c2, p2, N, df2), x3 = chi_square(c3, p3, N, df3);
+    INFO("chi-square 2nd token " << x2 << " (df " << df2 << ", critical " << chi_square_critical(df2) << "); 3rd "
+                                  << x3 << " (df " << df3 << "); accepted " << accepted << " of " << drafted);
+    CHECK(df2 > 5);
+    CHECK(x2 < chi_square_critical(df2));
+    CHECK(x3 < chi_square_critical(df3));
+    // The test has the power to see a small error: the same counts are refused against the distribution at
+    // temperature 0.2 instead of 0.15.
+    std::int64_t dfw = 0;
+    const double xw = chi_square(c2, wrong.p2, N, dfw);
+    INFO("against the wrong temperature: " << xw << " (df " << dfw << ")");
+    CHECK(xw > chi_square_critical(dfw));
+    if (std::getenv("MAXTEXT_TEST_REPORT")) {
+      std::printf("%s: chi-square 2nd token %.1f (df %lld), 3rd %.1f (df %lld), critical %.1f; %lld of %lld drafts kept\n",
+                  what, x2, static_cast<long long>(df2), x3, static_cast<long long>(df3), chi_square_critical(df2),
+                  static_cast<long long>(accepted), static_cast<long long>(drafted));
+    }
+    return static_cast<double>(accepted) / static_cast<double>(drafted);
+  };
+  INFO("poor draft " << never << ", good draft " << best2);
+  FixedDrafter poor{{never, never}};
+  const double poor_rate = run(poor, "the least likely token, drafted at every position");
+  FixedDrafter good{{best2, best2}};
+  CHECK(run(good, "the most likely 2nd token, drafted at every position") > poor_rate);
+  models::PromptLookupDrafter lookup;
+  run(lookup, "prompt lookup");
 }

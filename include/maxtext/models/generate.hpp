@@ -119,8 +119,18 @@ class RowDecoder {
 
   /// Choose the next token from this row's logits; returns it. Sets done() when the row stops.
   std::int32_t step(const float* logits, std::int64_t V, std::int64_t row, GenerateResult& res) {
+    return record(sampler_.sample(logits, V), logits, V, row, res);
+  }
+  /// step() for a row that verifies a drafted token (speculative decoding): the token chosen by the rejection rule
+  /// (Sampler::sample_against_draft), distributed as step()'s; `accepted`: it is the draft.
+  std::int32_t step_against(const float* logits, std::int64_t V, std::int64_t row, GenerateResult& res,
+                            std::int32_t draft, bool& accepted) {
+    return record(sampler_.sample_against_draft(logits, V, draft, accepted), logits, V, row, res);
+  }
+
+ private:
+  std::int32_t record(std::int32_t t, const float* logits, std::int64_t V, std::int64_t row, GenerateResult& res) {
     const auto r = static_cast<std::size_t>(row);
-    const std::int32_t t = sampler_.sample(logits, V);
     res.tokens[r].push_back(t);
     if (opt_.logprobs) res.logprobs[r].push_back(token_logprob(logits, V, t, opt_.top_logprobs));
     if (opt_.on_token) opt_.on_token(row, t);
@@ -143,6 +153,8 @@ class RowDecoder {
     if (static_cast<std::int64_t>(res.tokens[r].size()) >= opt_.max_new_tokens) finish(row, res, FinishReason::length);
     return t;
   }
+
+ public:
 
   /// End the row (also called for rows still running when generation ends).
   void finish(std::int64_t row, GenerateResult& res, FinishReason why) {

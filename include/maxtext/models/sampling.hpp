@@ -105,6 +105,51 @@ class Sampler {
     }
   }
 
+  /// Speculative sampling against a drafted token (a drafter that proposes one token, a point mass q = [draft]):
+  /// the rejection rule keeps `draft` with probability min(1, p(draft) / q(draft)) = p(draft), p being the
+  /// distribution sample() draws from (after steps 1-3, temperature, top-k / top-p / min-p), and otherwise draws from
+  /// the residual max(0, p - q), normalised: p without `draft`. The token returned is distributed exactly as
+  /// sample()'s (p(x) = p(d) [x = d] + (1 - p(d)) p(x) / (1 - p(d)) [x != d]), so speculative decoding keeps the
+  /// model's distribution whatever the draft. Records the token; `accepted` says whether it is the draft. At
+  /// temperature 0: the draft is kept when it is the argmax, and the argmax is returned either way.
+  std::int32_t sample_against_draft(const float* logits, std::int64_t n, std::int32_t draft, bool& accepted) {
+    MAXTEXT_CHECK(n > 0, ArgumentError, "[sampling] empty logits row");
+    if (p_.processes_logits()) {
+      process(logits, n, work_);
+      logits = work_.data();
+    }
+    std::int32_t t = 0;
+    if (p_.temperature == 0.0f) {
+      t = argmax(logits, n);
+    } else {
+      const std::int64_t keep = distribution(logits, n);
+      double total = 0, pd = 0;
+      for (std::int64_t i = 0; i < keep; ++i) {
+        total += prob_[static_cast<std::size_t>(i)];
+        if (idx_[static_cast<std::size_t>(i)] == draft) pd = prob_[static_cast<std::size_t>(i)];
+      }
+      if (pd > 0 && rng_.uniform() * total < pd) {
+        t = draft;
+      } else {  // the residual: every kept token but the draft, by its probability
+        const double r = rng_.uniform() * (total - pd);
+        double c = 0;
+        t = -1;
+        for (std::int64_t i = 0; i < keep && t < 0; ++i) {
+          if (idx_[static_cast<std::size_t>(i)] == draft) continue;
+          c += prob_[static_cast<std::size_t>(i)];
+          if (r < c) t = idx_[static_cast<std::size_t>(i)];
+        }
+        for (std::int64_t i = keep - 1; i >= 0 && t < 0; --i) {  // r at the top edge (rounding): the last non-draft
+          if (idx_[static_cast<std::size_t>(i)] != draft) t = idx_[static_cast<std::size_t>(i)];
+        }
+        if (t < 0) t = draft;  // only the draft is kept: p(draft) = 1
+      }
+    }
+    accepted = t == draft;
+    accept(t);
+    return t;
+  }
+
   /// Draw a token from one row of logits (and record it as generated).
   std::int32_t sample(const float* logits, std::int64_t n) {
     MAXTEXT_CHECK(n > 0, ArgumentError, "[sampling] empty logits row");
@@ -120,6 +165,20 @@ class Sampler {
  private:
   std::int32_t draw(const float* logits, std::int64_t n) {
     if (p_.temperature == 0.0f) return argmax(logits, n);
+    const std::int64_t keep = distribution(logits, n);
+    double total = 0;
+    for (std::int64_t i = 0; i < keep; ++i) total += prob_[static_cast<std::size_t>(i)];
+    const double r = rng_.uniform() * total;
+    double c = 0;
+    for (std::int64_t i = 0; i < keep; ++i) {
+      c += prob_[static_cast<std::size_t>(i)];
+      if (r < c) return idx_[static_cast<std::size_t>(i)];
+    }
+    return idx_[static_cast<std::size_t>(keep - 1)];
+  }
+  /// The tokens a draw at temperature > 0 chooses from: idx_[0, keep) by decreasing logit (ties: lower id first) with
+  /// their unnormalised probabilities prob_[0, keep) after temperature, top-k, top-p and min-p; returns keep.
+  std::int64_t distribution(const float* logits, std::int64_t n) {
     idx_.resize(static_cast<std::size_t>(n));
     std::iota(idx_.begin(), idx_.end(), 0);
     // Sort candidates by logit (descending, ties by id), keeping only the top_k when set.
@@ -157,15 +216,7 @@ class Sampler {
       while (j < keep && prob_[static_cast<std::size_t>(j)] >= static_cast<double>(p_.min_p) * prob_[0]) ++j;
       keep = j;
     }
-    double total = 0;
-    for (std::int64_t i = 0; i < keep; ++i) total += prob_[static_cast<std::size_t>(i)];
-    const double r = rng_.uniform() * total;
-    double c = 0;
-    for (std::int64_t i = 0; i < keep; ++i) {
-      c += prob_[static_cast<std::size_t>(i)];
-      if (r < c) return idx_[static_cast<std::size_t>(i)];
-    }
-    return idx_[static_cast<std::size_t>(keep - 1)];
+    return keep;
   }
 
   SamplingParams p_;

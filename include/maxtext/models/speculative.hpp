@@ -1,7 +1,7 @@
 // models/speculative.hpp: speculative decoding. A drafter proposes the next K tokens cheaply; the model checks all of
 // them in one forward pass over its cache (K + 1 rows: the last accepted token and the drafts), keeps the drafts up to
-// the first one it would not have chosen, adds its own token there (or a bonus token after K accepted drafts), and
-// rolls its cache back over the rejected rows. On a CPU, decode is bound by reading the weights, so a pass over K + 1
+// the first one it rejects, adds its own token there (or a bonus token after K accepted drafts), and rolls its cache
+// back over the rejected rows. On a CPU, decode is bound by reading the weights, so a pass over K + 1
 // rows costs little more than a pass over one: each accepted draft is a decode step saved.
 //
 //   models::PromptLookupDrafter lookup;                          // drafts from n-gram matches in the context
@@ -10,13 +10,16 @@
 //
 //   models::ModelDrafter<Small> small(small_model);             // or: a smaller model that shares the tokenizer
 //   auto r2 = models::generate_speculative(model, prompt, opt, small);
+//   models::MtpDrafter mtp(model);                                // or: the model's own MTP layers (models/mtp.hpp)
 //
-// Greedy only (GenerateOptions::sampling.temperature == 0; logit_bias and the penalties apply as in generate()): the
-// model's token is chosen at each verified row by the same RowDecoder as generate(), so stop tokens, stop strings,
-// streaming, log-probabilities and cancellation behave as there, and the tokens are those of plain greedy decoding
-// whenever the verify pass's logits choose as the one-row decode steps' do (docs/generation.md states when they
-// can differ). Sampling at temperature > 0 (the rejection rule over the sampler's distribution) is refused by name,
-// not approximated.
+// The model's token is chosen at each verified row by the same RowDecoder as generate(), so stop tokens, stop
+// strings, streaming, log-probabilities, penalties and cancellation behave as there. Greedy (temperature 0): a draft
+// is kept when it is the model's argmax, and the tokens are those of plain greedy decoding whenever the verify
+// pass's logits choose as the one-row decode steps' do (docs/generation.md states when they can differ). Sampling
+// (temperature > 0, with top-k / top-p / min-p): each draft is kept by the rejection rule over the sampler's own
+// distribution p (Sampler::sample_against_draft: kept with probability p(draft), else a token drawn from p without
+// it), which emits tokens distributed exactly as generate()'s, whatever the drafter; the random draws differ from
+// generate()'s, so a seed gives another (equally distributed) text.
 //
 // Rollback sets the cache's length back (KVCache::set_length), which every attention cache supports (the cache is
 // contiguous per slot, as Session::rewind relies on). A recurrent cache (Gated DeltaNet: qwen3_next, qwen3_5) cannot
@@ -195,7 +198,7 @@ std::vector<std::int32_t> draft_for(D& d, const std::vector<std::int32_t>& conte
 }
 }  // namespace detail
 
-/// Greedy generation of one prompt with drafts from `drafter` (PromptLookupDrafter, ModelDrafter, or any class with
+/// Generation of one prompt (greedy or sampled) with drafts from `drafter` (PromptLookupDrafter, ModelDrafter, or any class with
 /// `std::vector<std::int32_t> propose(const std::vector<std::int32_t>& context, std::int64_t k)`), verified by
 /// `model` K + 1 rows at a time. The result is generate()'s for one row (tokens, text, finish reason, logprobs,
 /// timings; decode_steps counts the verify passes). `stats` (optional) receives the acceptance per draft position.
@@ -210,10 +213,6 @@ GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t
   MAXTEXT_CHECK(spec.draft_max >= 1, ArgumentError, "[speculative] draft_max must be >= 1, found ", spec.draft_max);
   MAXTEXT_CHECK(opt.media_mask == nullptr && opt.media_embeddings == nullptr, UnsupportedError,
                 "[speculative] media input (pictures) is not supported with speculative decoding; use generate()");
-  MAXTEXT_CHECK(opt.sampling.temperature == 0.0f, UnsupportedError,
-                "[speculative] temperature ", opt.sampling.temperature,
-                ": speculative decoding is greedy only (temperature 0); sampling needs the rejection rule over the "
-                "sampler's distribution, which is not implemented");
   const auto P = static_cast<std::int64_t>(prompt.size());
   if (cache_capacity <= 0) cache_capacity = P + opt.max_new_tokens + spec.draft_max;
   MAXTEXT_CHECK(P + opt.max_new_tokens <= cache_capacity, ArgumentError, "[speculative] prompt (", P,
@@ -279,9 +278,11 @@ GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t
     // Row i of the logits chooses the token after feed[i]; drafts are kept while they are that choice.
     std::int64_t accepted = 0;
     for (std::int64_t i = 0; i <= K; ++i) {
-      const std::int32_t t = row.step(&logits(0, i, 0), logits.dim(2), 0, res);
+      bool match = false;
+      const std::int32_t t = i < K ? row.step_against(&logits(0, i, 0), logits.dim(2), 0, res,
+                                                      draft[static_cast<std::size_t>(i)], match)
+                                   : row.step(&logits(0, i, 0), logits.dim(2), 0, res);
       context.push_back(t);
-      const bool match = i < K && t == draft[static_cast<std::size_t>(i)];
       if (i < K) {
         ++st.drafted[static_cast<std::size_t>(i)];
         if (match) ++st.accepted[static_cast<std::size_t>(i)];
