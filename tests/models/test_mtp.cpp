@@ -154,7 +154,7 @@ void check_speculative(const std::string& name) {
   const std::int64_t V = m.config().vocab_size;
   for (std::int64_t K : {1, 2, 4}) {
     INFO("draft_max " << K);
-    RecordingDrafter<M> d{models::MtpDrafter<M>(m, 64), {}};
+    RecordingDrafter<M> d{models::MtpDrafter<M>(m, 64), {}, {}};
     models::SpeculativeOptions so;
     so.draft_max = K;
     models::SpeculativeStats st;
