@@ -31,6 +31,7 @@
 #include "maxtext/models/mtp.hpp"
 #include "maxtext/models/speculative.hpp"
 #include "maxtext/models/transformer.hpp"
+#include "support/cli.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -267,15 +268,6 @@ TEST_CASE("MTP from a Hugging Face DeepSeek-V3 checkpoint (next-n layer stored a
 }
 
 namespace {
-/// `maxtext ARGS`: what it printed (stdout and stderr) and its exit status.
-std::string run_cli(const std::string& args, int& rc) {
-  const std::string out =
-      (std::filesystem::current_path() / ("maxtext_mtp_cli_" + std::to_string(::getpid()) + ".txt")).string();
-  rc = std::system((test::cli_path() + " " + args + " > " + out + " 2>&1").c_str());
-  std::string text = io::read_text_file(out);
-  std::remove(out.c_str());
-  return text;
-}
 std::string line_starting(const std::string& text, const std::string& prefix) {
   const auto at = text.find(prefix);
   if (at == std::string::npos) return {};
@@ -290,6 +282,7 @@ TEST_CASE("maxtext logits --mtp K and generate --spec mtp on the Hugging Face De
   for (std::int64_t t = 0; t < tok.dim(1); ++t) row += (t ? "," : "") + std::to_string(tok(0, t));
   const std::string npy = (std::filesystem::current_path() / ("mtp_cli_" + std::to_string(::getpid()) + ".npy")).string();
   int rc = 0;
+  using test::run_cli;
   std::string out = run_cli("logits --weights " + d + " --tokens " + row + " --mtp 1 --out " + npy, rc);
   REQUIRE(rc == 0);
   const AnyTensor got = io::read_npy(npy);

@@ -31,6 +31,7 @@
 #include "maxtext/models/transformer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
 #include "support/fixture_config.hpp"
+#include "support/cli.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -79,15 +80,7 @@ struct SpoilingOracle {
   }
 };
 
-/// `maxtext ARGS`: what it printed (stdout and stderr) and its exit status.
-std::string run_maxtext(const std::string& args, int& rc) {
-  const std::string out =
-      (std::filesystem::current_path() / ("maxtext_spec_cli_" + std::to_string(::getpid()) + ".txt")).string();
-  rc = std::system((test::cli_path() + " " + args + " > " + out + " 2>&1").c_str());
-  std::string text = io::read_text_file(out);
-  std::remove(out.c_str());
-  return text;
-}
+std::string run_maxtext(const std::string& args, int& rc) { return test::run_cli(args, rc); }
 
 /// The line of `text` that starts with `prefix` (empty when none).
 std::string line_of(const std::string& text, const std::string& prefix) {

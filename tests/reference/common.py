@@ -41,6 +41,22 @@ def save_npy(d, name, a):
     np.save(os.path.join(d, name + ".npy"), np.ascontiguousarray(a))
 
 
+def read_safetensors(path):
+    """Minimal reader for the F32 / I32 files common.save_safetensors writes: {name: array}."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack_from("<Q", data, 0)[0]
+    header = json.loads(data[8:8 + n])
+    types = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
+    out = {}
+    for name, m in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = m["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + a:8 + n + b], dtype=types[m["dtype"]]).reshape(m["shape"]).copy()
+    return out
+
+
 def save_safetensors(path, tensors, metadata=None):
     """Minimal safetensors writer (the format is a JSON header + packed little-endian data)."""
     header = {}

@@ -46,14 +46,13 @@ Run: /usr/bin/python3 tests/reference/mtp_reference.py
 import json
 import math
 import os
-import struct
 
 import numpy as np
 import torch
 
 import attention_reference as ar
 import deepseek_reference as dr
-from common import FIXTURES, case_dir, f32, rng, save_meta, save_npy, save_safetensors, t64
+from common import FIXTURES, case_dir, f32, read_safetensors, rng, save_meta, save_npy, save_safetensors, t64
 
 EPS = 1e-8              # maxtext.utils.globals.EPS, used by calculate_mtp_acceptance_rate
 ARGMAX_MARGIN = 1e-3    # top-1 minus top-2 logit at every position whose argmax enters an acceptance rate
@@ -164,22 +163,6 @@ def write_yaml_dict(d, cfg, comment):
         lines.append(f"{k}: {v}")
     with open(os.path.join(d, "config.yml"), "w") as f:
         f.write("\n".join(lines) + "\n")
-
-
-def read_safetensors(path):
-    """Minimal reader for the F32 / I32 files common.save_safetensors writes: {name: array}."""
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack_from("<Q", data, 0)[0]
-    header = json.loads(data[8:8 + n])
-    types = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
-    out = {}
-    for name, m in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = m["data_offsets"]
-        out[name] = np.frombuffer(data[8 + n + a:8 + n + b], dtype=types[m["dtype"]]).reshape(m["shape"]).copy()
-    return out
 
 
 def check_close(what, got, want, tol=1e-12):

@@ -36,6 +36,17 @@ inline std::string run_cli(const std::string& args) {
   return rc == 0 ? text : std::string();
 }
 
+/// Runs `maxtext ARGS` as run_cli(args) does, for a run that may fail: its output whatever the exit status, which
+/// `rc` receives.
+inline std::string run_cli(const std::string& args, int& rc) {
+  const std::string out =
+      (std::filesystem::current_path() / ("maxtext_test_cli_" + std::to_string(::getpid()) + ".txt")).string();
+  rc = std::system((::maxtext::test::cli_path() + " " + args + " > " + out + " 2>&1").c_str());
+  std::string text = io::read_text_file(out);
+  std::remove(out.c_str());
+  return text;
+}
+
 /// `maxtext generate --weights WEIGHTS --max-new-tokens 1` on the first 5 tokens of row 0 of the fixture's tokens.npy
 /// must print the greedy token of its reference (the argmax of logits.npy at position 4).
 inline void check_cli_greedy(const std::string& fixture_dir, const std::string& weights) {
