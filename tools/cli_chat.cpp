@@ -10,6 +10,7 @@
 
 #include "cli_args.hpp"
 #include "cli_generate_options.hpp"
+#include "cli_spec.hpp"
 #include "cmd_chat.hpp"
 #include "cmd_template.hpp"
 #include "cmd_tokenize.hpp"
@@ -48,6 +49,12 @@ int cmd_chat(const Args& a) {
     MAXTEXT_CHECK(!a.has("image-preprocess") && !a.has("image-embeddings-out"), ArgumentError,
                   "--image-preprocess and --image-embeddings-out need --image");
   }
+  MAXTEXT_CHECK(a.get("spec") != "mtp", UnsupportedError, "chat --spec mtp: not yet (the MTP layers read the model's "
+                "hidden state at every position of the conversation, which a session does not keep); use "
+                "--spec lookup or --spec draft, or generate --spec mtp");
+  const auto sc = open_spec(a, cfg, co.capacity + a.integer("draft-max", 4) + 1);
+  co.drafter = sc->function();
+  co.spec = sc->options;
   const auto model = open_model(cfg, a);
   return run_chat(*model, *tk, co, std::cin, std::cout, std::cerr);
 }

@@ -49,7 +49,7 @@ inline const std::vector<CommandOptions>& command_options() {
         // open_model without loading: neither --seed nor the tokenizer is read.
         {"info", {"config", "weights", "weight-type", "threads", "int8-activations", "kv-type"}, true},
         {"generate", join(join(join(model, sampling), {"tokens", "prompt", "spec", "draft", "draft-max"}), images), true},
-        {"chat", join(join(join(model, sampling), {"system", "ctx-size"}), images), true},
+        {"chat", join(join(join(model, sampling), {"system", "ctx-size", "spec", "draft", "draft-max"}), images), true},
         // Sampling comes with each request; --max-new-tokens caps requests that give no max_tokens.
         {"serve",
          join(model, {"host", "port", "parallel", "queue", "ctx-size", "max-new-tokens", "alias", "api-key",

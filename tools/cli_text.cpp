@@ -11,6 +11,7 @@
 #include "cli_args.hpp"
 #include "cli_common.hpp"
 #include "cli_generate_options.hpp"
+#include "cli_spec.hpp"
 #include "cmd_tokenize.hpp"
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/speculative.hpp"
@@ -32,6 +33,43 @@ std::string with_image_markers(const Args& a, std::string text) {
 
 PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt) {
   return open_prompt_pictures(a, cfg)->expand(prompt, true);
+}
+
+models::DraftFn SpecChoice::function() {
+  if (kind == "lookup") {
+    return [this](const std::vector<std::int32_t>& c, std::int64_t k) { return lookup.propose(c, k); };
+  }
+  if (kind == "draft") return draft->as_function();
+  return {};
+}
+
+std::unique_ptr<SpecChoice> open_spec(const Args& a, const Config& cfg, std::int64_t draft_capacity) {
+  auto sc = std::make_unique<SpecChoice>();
+  const std::string spec = a.get("spec");
+  sc->kind = spec;
+  MAXTEXT_CHECK(spec.empty() || spec == "lookup" || spec == "draft" || spec == "mtp", ArgumentError,
+                "--spec: expected lookup (prompt lookup), draft (a draft model, --draft FILE) or mtp (the model's "
+                "multi-token prediction layers), found '", spec, "'");
+  MAXTEXT_CHECK(spec != "mtp" || cfg.mtp_num_layers > 0, ArgumentError, "--spec mtp: the model has no MTP layers "
+                "(mtp_num_layers = 0; DeepSeek-V3 checkpoints carry one: num_nextn_predict_layers)");
+  MAXTEXT_CHECK(spec == "draft" || !a.has("draft"), ArgumentError, "--draft FILE needs --spec draft");
+  MAXTEXT_CHECK(spec != "draft" || a.has("draft"), ArgumentError, "--spec draft needs --draft FILE (the draft model)");
+  MAXTEXT_CHECK(!spec.empty() || !a.has("draft-max"), ArgumentError, "--draft-max needs --spec lookup, draft or mtp");
+  sc->options.draft_max = a.integer("draft-max", 4);
+  MAXTEXT_CHECK(sc->options.draft_max >= 1, ArgumentError, "--draft-max must be >= 1, found ", sc->options.draft_max);
+  if (spec == "draft") {  // its own file, config and weight type; the model's thread count
+    Args da;
+    da.command = a.command;
+    da.opt["weights"] = a.get("draft");
+    if (a.has("threads")) da.opt["threads"] = a.get("threads");
+    const Config dcfg = make_config(da);
+    MAXTEXT_CHECK(dcfg.vocab_size <= cfg.vocab_size, ArgumentError, "--draft ", a.get("draft"), ": vocab_size ",
+                  dcfg.vocab_size, " is larger than the model's ", cfg.vocab_size,
+                  " (a draft model shares the model's tokenizer)");
+    sc->draft_model = open_model(dcfg, da);
+    sc->draft = std::make_unique<models::AnyModelDrafter>(*sc->draft_model, draft_capacity);
+  }
+  return sc;
 }
 
 int cmd_generate(const Args& a) {
@@ -67,39 +105,15 @@ int cmd_generate(const Args& a) {
   }
   // Speculative decoding (--spec lookup|draft|mtp): one prompt; greedy, the tokens plain greedy decoding gives;
   // sampled, tokens distributed as plain sampling's (the rejection rule).
-  const std::string spec = a.get("spec");
-  MAXTEXT_CHECK(spec.empty() || spec == "lookup" || spec == "draft" || spec == "mtp", ArgumentError,
-                "--spec: expected lookup (prompt lookup), draft (a draft model, --draft FILE) or mtp (the model's "
-                "multi-token prediction layers), found '", spec, "'");
-  MAXTEXT_CHECK(spec != "mtp" || cfg.mtp_num_layers > 0, ArgumentError, "--spec mtp: the model has no MTP layers "
-                "(mtp_num_layers = 0; DeepSeek-V3 checkpoints carry one: num_nextn_predict_layers)");
-  MAXTEXT_CHECK(spec == "draft" || !a.has("draft"), ArgumentError, "--draft FILE needs --spec draft");
-  MAXTEXT_CHECK(spec != "draft" || a.has("draft"), ArgumentError, "--spec draft needs --draft FILE (the draft model)");
-  MAXTEXT_CHECK(!spec.empty() || !a.has("draft-max"), ArgumentError, "--draft-max needs --spec lookup, draft or mtp");
-  MAXTEXT_CHECK(spec.empty() || prompts.size() == 1, ArgumentError, "--spec: one prompt at a time, found ",
+  MAXTEXT_CHECK(!a.has("spec") || prompts.size() == 1, ArgumentError, "--spec: one prompt at a time, found ",
                 prompts.size(), " rows in --tokens");
-  models::SpeculativeOptions so;
-  so.draft_max = a.integer("draft-max", 4);
-  MAXTEXT_CHECK(so.draft_max >= 1, ArgumentError, "--draft-max must be >= 1, found ", so.draft_max);
   const auto t_load = std::chrono::steady_clock::now();
+  // The draft model (--spec draft) is loaded before any text is printed, so that what loading reports comes first.
+  const auto sc = open_spec(a, cfg, static_cast<std::int64_t>(prompts[0].size()) + go.max_new_tokens +
+                                        a.integer("draft-max", 4) + 1);
   const auto model = open_model(cfg, a);
-  // The draft model (--spec draft): its own file, config and weight type; the model's thread count. Loaded before
-  // any text is printed, so that what loading reports comes before the streamed text.
-  std::unique_ptr<models::AnyModel> draft;
-  std::unique_ptr<models::AnyModelDrafter> drafter;
-  if (spec == "draft") {
-    Args da;
-    da.command = a.command;
-    da.opt["weights"] = a.get("draft");
-    if (a.has("threads")) da.opt["threads"] = a.get("threads");
-    const Config dcfg = make_config(da);
-    MAXTEXT_CHECK(dcfg.vocab_size <= cfg.vocab_size, ArgumentError, "--draft ", a.get("draft"), ": vocab_size ",
-                  dcfg.vocab_size, " is larger than the model's ", cfg.vocab_size,
-                  " (a draft model shares the model's tokenizer)");
-    draft = open_model(dcfg, da);
-    const std::int64_t cap = static_cast<std::int64_t>(prompts[0].size()) + go.max_new_tokens + so.draft_max + 1;
-    drafter = std::make_unique<models::AnyModelDrafter>(*draft, cap);
-  }
+  const std::string& spec = sc->kind;
+  const models::SpeculativeOptions& so = sc->options;
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   if (tk) {
     // Text: the prompt as given, then the generated text as it comes (whole UTF-8 characters, stop strings cut).
@@ -116,15 +130,10 @@ int cmd_generate(const Args& a) {
   if (spec.empty()) {
     res = model->generate(prompts, go);
   } else {
-    if (spec == "lookup") {
-      models::PromptLookupDrafter lookup;
-      res = model->generate_speculative(
-          prompts[0], go, [&](const std::vector<std::int32_t>& c, std::int64_t k) { return lookup.propose(c, k); }, so,
-          &st);
-    } else if (spec == "mtp") {
+    if (spec == "mtp") {
       res = model->generate_mtp_speculative(prompts[0], go, so, &st);
     } else {
-      res = model->generate_speculative(prompts[0], go, drafter->as_function(), so, &st);
+      res = model->generate_speculative(prompts[0], go, sc->function(), so, &st);
     }
   }
   if (tk) std::cout << "\n";

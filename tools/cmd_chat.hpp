@@ -76,6 +76,10 @@ struct ChatOptions {
   /// Pictures (--image): the rendered conversation's ids, whose markers take the pictures in order, expanded in place;
   /// mask [1, ids] and rows [n, emb_dim] of the soft tokens. Empty: no pictures.
   std::function<void(std::vector<std::int32_t>& ids, Tensor<std::int32_t, 2>& mask, Tensor<float, 2>& rows)> pictures;
+  /// Speculative decoding (--spec lookup|draft): the drafter each turn checks K + 1 tokens at a time against; empty:
+  /// plain decoding. Each turn's statistics line then adds the drafts kept.
+  models::DraftFn drafter;
+  models::SpeculativeOptions spec;
 };
 
 inline std::string trim(std::string_view s) {
@@ -125,7 +129,8 @@ inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, Cha
     const std::int64_t reused = session.sync(ids, media ? &mask : nullptr, media ? &rows : nullptr);
     models::GenerateOptions g = opt.gen;
     g.max_new_tokens = std::min(max_new, session.capacity() - session.length());
-    const auto res = session.generate({}, g);
+    models::SpeculativeStats st;
+    const auto res = opt.drafter ? session.generate_speculative({}, g, opt.drafter, opt.spec, &st) : session.generate({}, g);
     out << "\n" << std::flush;
     messages.push_back({{"role", "assistant"}, {"content", trim(res.text[0])}});
     const auto n = static_cast<long long>(res.tokens[0].size());
@@ -133,7 +138,11 @@ inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, Cha
     std::snprintf(buf, sizeof buf, "%.1f", res.decode_tokens_per_second());
     err << "[turn " << turn << ": prefilled " << res.prompt_tokens << " new tokens of " << ids.size() << " (" << reused
         << " reused from the cache), generated " << n << " tokens (" << models::to_string(res.finish[0]) << "), "
-        << buf << " tokens/s]\n"
+        << buf << " tokens/s"
+        << (opt.drafter ? ", " + std::to_string(st.total_accepted()) + " of " + std::to_string(st.total_drafted()) +
+                              " drafts kept in " + std::to_string(st.verify_passes) + " passes"
+                        : std::string())
+        << "]\n"
         << std::flush;
   }
   return 0;

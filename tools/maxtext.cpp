@@ -25,7 +25,8 @@ commands:
             [--image-preprocess maxtext|hf|llamacpp] [--image-embeddings-out F]: pictures merged into the prompt (a Gemma 3 checkpoint with its vision
             tower, or any Gemma 3 text model with llama.cpp's mmproj file): each <start_of_image> (or llama.cpp's
             <__media__>) of the prompt, --tokens or the chat's messages takes the next picture. docs/vision.md
-  chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]:
+  chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]
+            [--spec lookup|draft [--draft FILE] [--draft-max K]]:
             a conversation, one user message per line of stdin until EOF; the KV cache is kept between turns
   serve     --weights FILE [--tokenizer FILE] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q]
             [--ctx-size N] [--max-new-tokens N] [--alias NAME] [--api-key KEY | --api-key-file FILE]

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/generate.hpp"
+#include "maxtext/models/session.hpp"
 #include "maxtext/models/speculative.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
@@ -448,4 +450,73 @@ TEST_CASE("speculative sampling emits the model's distribution (chi-square at 0.
   CHECK(run(good, "the most likely 2nd token, drafted at every position") > poor_rate);
   models::PromptLookupDrafter lookup;
   run(lookup, "prompt lookup");
+}
+
+TEST_CASE("Session::generate_speculative equals Session::generate over several turns (greedy)", "[speculative][session]") {
+  const Config c = fixture_meta_config("llama2_model");
+  Llama m = seeded<Llama>(c, 7), other = seeded<Llama>(c, 8);
+  const std::vector<std::vector<std::int32_t>> turns = {{1, 5, 9, 5, 9}, {3, 4, 5, 9}, {7}};
+  for (int which = 0; which < 3; ++which) {
+    INFO("drafter " << which);
+    models::Session<Llama> plain(m, 64), spec(m, 64);
+    models::PromptLookupDrafter lookup;
+    models::ModelDrafter<Llama> self(m, 64), rival(other, 64);
+    std::int64_t drafted = 0, accepted = 0;
+    for (const auto& t : turns) {
+      const auto a = plain.generate(t, greedy(10));
+      models::SpeculativeStats st;
+      models::SpeculativeOptions so;
+      so.draft_max = 3;
+      const auto b = which == 0   ? spec.generate_speculative(t, greedy(10), lookup, so, &st)
+                     : which == 1 ? spec.generate_speculative(t, greedy(10), self, so, &st)
+                                  : spec.generate_speculative(t, greedy(10), rival, so, &st);
+      CHECK(b.tokens[0] == a.tokens[0]);
+      CHECK(b.finish[0] == a.finish[0]);
+      CHECK(spec.tokens() == plain.tokens());
+      drafted += st.total_drafted();
+      accepted += st.total_accepted();
+    }
+    CHECK(drafted > 0);
+    if (which == 1) CHECK(accepted == drafted);  // the model as its own draft
+    CHECK(spec.cached() == spec.length() - 1);
+  }
+}
+
+TEST_CASE("maxtext chat --spec lookup|draft answers as plain chat does, turn after turn", "[speculative][stories260K][cli]") {
+  const std::string dir = test::models_dir() + "/stories260K";
+  test::require(dir + "/stories260K.gguf", "stories260K");
+  const std::string in =
+      (std::filesystem::current_path() / ("chat_spec_in_" + std::to_string(::getpid()) + ".txt")).string();
+  {
+    std::ofstream f(in);
+    f << "Once upon a time\nTell me more about the dog\nAnd then?\n";
+  }
+  const std::string base = "chat --weights " + dir + "/stories260K.gguf --max-new-tokens 40";
+  int rc = 0;
+  // The answers: the output without the note and the per-turn statistics lines (stderr's).
+  auto answers = [&](const std::string& extra) {
+    const std::string out = test::run_cli(base + extra + " < " + in, rc);
+    std::string kept;
+    std::size_t at = 0;
+    while (at < out.size()) {
+      const std::size_t end = std::min(out.find('\n', at), out.size());
+      const std::string line = out.substr(at, end - at);
+      if (line.rfind("[turn ", 0) != 0 && line.rfind("note: ", 0) != 0) kept += line + "\n";
+      at = end + 1;
+    }
+    return kept;
+  };
+  const std::string plain = answers("");
+  REQUIRE(rc == 0);
+  REQUIRE(plain.size() > 40);
+  CHECK(answers(" --spec lookup --draft-max 3") == plain);
+  CHECK(rc == 0);
+  CHECK(answers(" --spec draft --draft " + dir + "/stories260K.bin") == plain);  // the same model: every draft kept
+  CHECK(rc == 0);
+  const std::string stats = test::run_cli(base + " --spec lookup < " + in, rc);
+  CHECK(stats.find("drafts kept in") != std::string::npos);
+  const std::string mtp = test::run_cli(base + " --spec mtp < " + in, rc);
+  CHECK(rc != 0);
+  CHECK(mtp.find("chat --spec mtp: not yet") != std::string::npos);
+  std::remove(in.c_str());
 }

@@ -99,6 +99,11 @@ class AnySession {
   virtual std::int64_t sync(const std::vector<std::int32_t>& ids, const Tensor<std::int32_t, 2>* media_mask = nullptr,
                             const Tensor<float, 2>* media_embeddings = nullptr) = 0;
   virtual GenerateResult generate(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt) = 0;
+  /// generate() with drafts from `drafter` (Session::generate_speculative); a drafter that runs this session's model
+  /// is refused, as for AnyModel::generate_speculative.
+  virtual GenerateResult generate_speculative(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt,
+                                              const DraftFn& drafter, const SpeculativeOptions& spec = {},
+                                              SpeculativeStats* stats = nullptr) = 0;
 };
 
 /// Inputs of one forward pass (host tensors, [B, T]).

@@ -109,7 +109,8 @@ class CacheImpl final : public AnyCache {
 template <class Model>
 class SessionImpl final : public AnySession {
  public:
-  SessionImpl(Model& m, std::mutex& mu, std::int64_t capacity) : session_(m, capacity), mu_(mu) {}
+  SessionImpl(Model& m, std::mutex& mu, std::atomic<std::thread::id>& speculating, std::int64_t capacity)
+      : session_(m, capacity), mu_(mu), speculating_(speculating) {}
   std::int64_t length() const override { return session_.length(); }
   std::int64_t capacity() const override { return session_.capacity(); }
   const std::vector<std::int32_t>& tokens() const override { return session_.tokens(); }
@@ -123,10 +124,24 @@ class SessionImpl final : public AnySession {
     opt.sampling.validate();
     return session_.generate(new_tokens, opt);
   }
+  GenerateResult generate_speculative(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt,
+                                      const DraftFn& drafter, const SpeculativeOptions& spec = {},
+                                      SpeculativeStats* stats = nullptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    opt.sampling.validate();
+    speculating_.store(std::this_thread::get_id());
+    struct Clear {
+      std::atomic<std::thread::id>& t;
+      ~Clear() { t.store(std::thread::id()); }
+    } clear{speculating_};
+    FunctionDrafter d{drafter};
+    return session_.generate_speculative(new_tokens, opt, d, spec, stats);
+  }
 
  private:
   Session<Model> session_;
   std::mutex& mu_;
+  std::atomic<std::thread::id>& speculating_;  ///< the model's: its forward() refuses a drafter that runs it
 };
 
 template <class Model>
@@ -269,7 +284,7 @@ class AnyModelImpl final : public AnyModel {
   std::unique_ptr<AnySession> new_session(std::int64_t capacity = 0) override {
     std::lock_guard<std::mutex> lock(mu_);
     require_loaded("session");
-    return std::make_unique<SessionImpl<Model>>(model_, mu_, capacity);
+    return std::make_unique<SessionImpl<Model>>(model_, mu_, speculating_, capacity);
   }
 
   Tensor<float, 3> run_layer(const LayerRequest& r) override {

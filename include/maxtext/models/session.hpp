@@ -26,6 +26,7 @@
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/models/generate.hpp"
+#include "maxtext/models/speculative.hpp"
 
 namespace maxtext::models {
 
@@ -175,6 +176,53 @@ class Session {
       }
       l = &logits();
       ++res.decode_steps;
+    }
+    res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+    return res;
+  }
+
+  /// generate() with speculative decoding (models/speculative.hpp): drafts from `drafter` (PromptLookupDrafter,
+  /// ModelDrafter, FunctionDrafter; the context it sees is the whole conversation) checked K + 1 at a time over this
+  /// session's cache, which rejected drafts set back. Greedy: the tokens generate() gives; sampled: tokens distributed
+  /// as its (the rejection rule). The generated tokens join the conversation. MtpDrafter is not taken: it reads the
+  /// model's hidden state at every position of the conversation, which earlier turns did not keep.
+  template <class Drafter>
+  GenerateResult generate_speculative(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt,
+                                      Drafter& drafter, const SpeculativeOptions& spec = {},
+                                      SpeculativeStats* stats = nullptr) {
+    static_assert(!detail::HiddenStateDrafter<Drafter>,
+                  "Session::generate_speculative: a drafter that reads the model's hidden states (MtpDrafter) needs "
+                  "those of the whole conversation; use models::generate_speculative");
+    SpeculativeStats local;
+    SpeculativeStats& st = stats ? *stats : local;
+    detail::begin_speculative(opt, spec, st);
+    MAXTEXT_CHECK(!cache_.recurrent(), UnsupportedError, "[Session] decoder block '", model_.config().decoder_block,
+                  "' keeps a recurrent state (Gated DeltaNet), which cannot be rolled back over rejected drafts");
+    append(new_tokens);
+    MAXTEXT_CHECK(length() + opt.max_new_tokens <= capacity(), ArgumentError, "[Session] ", length(),
+                  " tokens + max_new_tokens ", opt.max_new_tokens, " exceed the capacity ", capacity());
+    GenerateResult res;
+    detail::init_result(res, 1);
+    detail::RowDecoder row(opt, opt.sampling, tokens_);
+    if (opt.max_new_tokens == 0 || opt.stop.stop_requested()) {
+      row.finish(0, res, opt.max_new_tokens == 0 ? FinishReason::length : FinishReason::cancelled);
+      return res;
+    }
+    using clock = std::chrono::steady_clock;
+    auto t0 = clock::now();
+    const std::vector<float>& l = logits(&res.prompt_tokens);
+    res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    const std::int32_t first = row.step(l.data(), static_cast<std::int64_t>(l.size()), 0, res);
+    tokens_.push_back(first);
+    media_.emplace_back();
+    logits_valid_ = false;
+    auto t1 = clock::now();
+    if (!row.done()) {  // the cache holds every token but the one just chosen, as the passes expect
+      Tensor<float, 2> hidden;
+      std::vector<std::int32_t> context = tokens_;
+      forwarded_ += detail::speculative_passes(model_, cache_, context, row, res, opt, drafter, spec, st, hidden);
+      tokens_ = std::move(context);
+      media_.resize(tokens_.size());
     }
     res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
     return res;

@@ -198,62 +198,29 @@ std::vector<std::int32_t> draft_for(D& d, const std::vector<std::int32_t>& conte
 }
 }  // namespace detail
 
-/// Generation of one prompt (greedy or sampled) with drafts from `drafter` (PromptLookupDrafter, ModelDrafter, or any class with
-/// `std::vector<std::int32_t> propose(const std::vector<std::int32_t>& context, std::int64_t k)`), verified by
-/// `model` K + 1 rows at a time. The result is generate()'s for one row (tokens, text, finish reason, logprobs,
-/// timings; decode_steps counts the verify passes). `stats` (optional) receives the acceptance per draft position.
-/// `cache_capacity` defaults to prompt + max_new_tokens + draft_max.
-template <class Model, class Drafter>
-GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t>& prompt, const GenerateOptions& opt,
-                                    Drafter& drafter, const SpeculativeOptions& spec = {},
-                                    SpeculativeStats* stats = nullptr, std::int64_t cache_capacity = 0) {
-  MAXTEXT_CHECK(!prompt.empty(), ArgumentError, "[speculative] empty prompt (a BOS token at least is needed)");
+namespace detail {
+/// Checks shared by generate_speculative and Session::generate_speculative; `st` starts over with K positions.
+inline void begin_speculative(const GenerateOptions& opt, const SpeculativeOptions& spec, SpeculativeStats& st) {
   MAXTEXT_CHECK(opt.max_new_tokens >= 0, ArgumentError, "[speculative] max_new_tokens must be >= 0");
   MAXTEXT_CHECK(opt.top_logprobs >= 0, ArgumentError, "[speculative] top_logprobs must be >= 0");
   MAXTEXT_CHECK(spec.draft_max >= 1, ArgumentError, "[speculative] draft_max must be >= 1, found ", spec.draft_max);
   MAXTEXT_CHECK(opt.media_mask == nullptr && opt.media_embeddings == nullptr, UnsupportedError,
                 "[speculative] media input (pictures) is not supported with speculative decoding; use generate()");
-  const auto P = static_cast<std::int64_t>(prompt.size());
-  if (cache_capacity <= 0) cache_capacity = P + opt.max_new_tokens + spec.draft_max;
-  MAXTEXT_CHECK(P + opt.max_new_tokens <= cache_capacity, ArgumentError, "[speculative] prompt (", P,
-                ") + max_new_tokens (", opt.max_new_tokens, ") exceed the cache capacity ", cache_capacity);
-  SpeculativeStats local;
-  SpeculativeStats& st = stats ? *stats : local;
   st = SpeculativeStats{};
   st.drafted.assign(static_cast<std::size_t>(spec.draft_max), 0);
   st.accepted.assign(static_cast<std::size_t>(spec.draft_max), 0);
+}
 
-  GenerateResult res;
-  detail::init_result(res, 1);
-  res.prompt_tokens = P;
-  detail::RowDecoder row(opt, opt.sampling, prompt);
-  if (opt.max_new_tokens == 0 || opt.stop.stop_requested()) {
-    row.finish(0, res, opt.max_new_tokens == 0 ? FinishReason::length : FinishReason::cancelled);
-    return res;
-  }
-  auto cache = model.make_cache(1, cache_capacity);
-  MAXTEXT_CHECK(!cache.recurrent(), UnsupportedError, "[speculative] decoder block '", model.config().decoder_block,
-                "' keeps a recurrent state (Gated DeltaNet), which cannot be rolled back over rejected drafts");
+/// The verify passes after the first token: `cache` holds context[0, n - 1), context.back() is the token `row` chose
+/// last. Each pass feeds it and up to K drafts, keeps what the rule keeps and sets the cache back; the chosen tokens
+/// join `context`. `hidden` receives the model's raw hidden states when the drafter reads them. Returns the tokens fed.
+template <class Model, class Cache, class Drafter>
+std::int64_t speculative_passes(Model& model, Cache& cache, std::vector<std::int32_t>& context, RowDecoder& row,
+                                GenerateResult& res, const GenerateOptions& opt, Drafter& drafter,
+                                const SpeculativeOptions& spec, SpeculativeStats& st, Tensor<float, 2>& hidden) {
+  constexpr bool kHidden = HiddenStateDrafter<Drafter>;
   const std::int64_t V = model.config().vocab_size;
-
-  using clock = std::chrono::steady_clock;
-  Tensor<std::int32_t, 2> tok({1, P});
-  for (std::int64_t t = 0; t < P; ++t) tok(0, t) = prompt[static_cast<std::size_t>(t)];
-  ForwardOptions last;
-  last.last_only = true;
-  Tensor<float, 2> hidden;  // the model's raw hidden states, for drafters that read them
-  constexpr bool kHidden = detail::HiddenStateDrafter<Drafter>;
-  if constexpr (kHidden) last.hidden_out = &hidden;
-  auto t0 = clock::now();
-  Tensor<float, 3> logits = model.forward(tok, cache, last);
-  res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-
-  std::vector<std::int32_t> context = prompt;  // the prompt and every token chosen; the cache holds all but the last
-  context.push_back(row.step(&logits(0, 0, 0), logits.dim(2), 0, res));
-  if constexpr (kHidden) {
-    if (!row.done()) drafter.observe(hidden, 0, P, context);
-  }
-  auto t1 = clock::now();
+  std::int64_t fed = 0;
   while (!row.done()) {
     if (opt.stop.stop_requested()) {
       row.finish(0, res, FinishReason::cancelled);
@@ -264,7 +231,7 @@ GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t
     // K drafts then one more token of the model's: never past max_new_tokens or the cache.
     const std::int64_t k_max = std::min({spec.draft_max, left - 1, cache.capacity() - L - 1});
     std::vector<std::int32_t> draft;
-    if (k_max > 0) draft = detail::draft_for(drafter, context, k_max, V);
+    if (k_max > 0) draft = draft_for(drafter, context, k_max, V);
     const auto K = static_cast<std::int64_t>(draft.size());
     if (K == 0) ++st.empty_drafts;
     Tensor<std::int32_t, 2> feed({1, K + 1});
@@ -272,7 +239,8 @@ GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t
     for (std::int64_t i = 0; i < K; ++i) feed(0, i + 1) = draft[static_cast<std::size_t>(i)];
     ForwardOptions verify;
     if constexpr (kHidden) verify.hidden_out = &hidden;
-    logits = model.forward(feed, cache, verify);
+    const Tensor<float, 3> logits = model.forward(feed, cache, verify);
+    fed += K + 1;
     ++res.decode_steps;
     ++st.verify_passes;
     // Row i of the logits chooses the token after feed[i]; drafts are kept while they are that choice.
@@ -296,6 +264,57 @@ GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t
       if (!row.done()) drafter.observe(hidden, L, accepted + 1, context);
     }
   }
+  return fed;
+}
+}  // namespace detail
+
+/// Generation of one prompt (greedy or sampled) with drafts from `drafter` (PromptLookupDrafter, ModelDrafter, or any class with
+/// `std::vector<std::int32_t> propose(const std::vector<std::int32_t>& context, std::int64_t k)`), verified by
+/// `model` K + 1 rows at a time. The result is generate()'s for one row (tokens, text, finish reason, logprobs,
+/// timings; decode_steps counts the verify passes). `stats` (optional) receives the acceptance per draft position.
+/// `cache_capacity` defaults to prompt + max_new_tokens + draft_max.
+template <class Model, class Drafter>
+GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t>& prompt, const GenerateOptions& opt,
+                                    Drafter& drafter, const SpeculativeOptions& spec = {},
+                                    SpeculativeStats* stats = nullptr, std::int64_t cache_capacity = 0) {
+  MAXTEXT_CHECK(!prompt.empty(), ArgumentError, "[speculative] empty prompt (a BOS token at least is needed)");
+  SpeculativeStats local;
+  SpeculativeStats& st = stats ? *stats : local;
+  detail::begin_speculative(opt, spec, st);
+  const auto P = static_cast<std::int64_t>(prompt.size());
+  if (cache_capacity <= 0) cache_capacity = P + opt.max_new_tokens + spec.draft_max;
+  MAXTEXT_CHECK(P + opt.max_new_tokens <= cache_capacity, ArgumentError, "[speculative] prompt (", P,
+                ") + max_new_tokens (", opt.max_new_tokens, ") exceed the cache capacity ", cache_capacity);
+  GenerateResult res;
+  detail::init_result(res, 1);
+  res.prompt_tokens = P;
+  detail::RowDecoder row(opt, opt.sampling, prompt);
+  if (opt.max_new_tokens == 0 || opt.stop.stop_requested()) {
+    row.finish(0, res, opt.max_new_tokens == 0 ? FinishReason::length : FinishReason::cancelled);
+    return res;
+  }
+  auto cache = model.make_cache(1, cache_capacity);
+  MAXTEXT_CHECK(!cache.recurrent(), UnsupportedError, "[speculative] decoder block '", model.config().decoder_block,
+                "' keeps a recurrent state (Gated DeltaNet), which cannot be rolled back over rejected drafts");
+  using clock = std::chrono::steady_clock;
+  Tensor<std::int32_t, 2> tok({1, P});
+  for (std::int64_t t = 0; t < P; ++t) tok(0, t) = prompt[static_cast<std::size_t>(t)];
+  ForwardOptions last;
+  last.last_only = true;
+  Tensor<float, 2> hidden;  // the model's raw hidden states, for drafters that read them
+  constexpr bool kHidden = detail::HiddenStateDrafter<Drafter>;
+  if constexpr (kHidden) last.hidden_out = &hidden;
+  auto t0 = clock::now();
+  Tensor<float, 3> logits = model.forward(tok, cache, last);
+  res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+
+  std::vector<std::int32_t> context = prompt;  // the prompt and every token chosen; the cache holds all but the last
+  context.push_back(row.step(&logits(0, 0, 0), logits.dim(2), 0, res));
+  if constexpr (kHidden) {
+    if (!row.done()) drafter.observe(hidden, 0, P, context);
+  }
+  auto t1 = clock::now();
+  detail::speculative_passes(model, cache, context, row, res, opt, drafter, spec, st, hidden);
   res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return res;
 }
