@@ -24,6 +24,7 @@
 #include "maxtext/families/deepseek/deepseek.hpp"
 #include "maxtext/families/gemma/gemma3.hpp"
 #include "maxtext/families/llama2/llama2.hpp"
+#include "maxtext/families/qwen3_next/qwen3_next.hpp"
 #include "maxtext/families/load.hpp"
 #include "maxtext/io/mapped_file.hpp"
 #include "maxtext/io/yaml_config.hpp"
@@ -44,6 +45,7 @@ using P32 = Policy<cpu::Backend, float>;
 using Llama = models::Transformer<P32, layers::LlamaDecoderLayer>;
 using Gemma3 = models::Transformer<P32, layers::Gemma3DecoderLayer>;
 using DeepSeek = models::Transformer<P32, layers::DeepSeekDenseLayer, layers::DeepSeekMoELayer>;
+using Qwen3Next = models::Transformer<P32, layers::Qwen3NextDecoderLayer>;
 
 Config fixture_meta_config(const std::string& name) {
   return test::config_from_meta(test::read_meta(test::fixtures_dir() + "/" + name));
@@ -187,6 +189,47 @@ TEST_CASE("speculative greedy equals plain greedy: deepseek (MLA latent cache, r
   const Config c = deepseek_config();
   DeepSeek m = seeded<DeepSeek>(c, 7), other = seeded<DeepSeek>(c, 8);
   check_speculative_equals_greedy(m, other, {2, 9, 17, 30, 9, 17}, 40);
+}
+
+// Recurrent caches: the states are saved before each pass and put back when drafts are rejected, then the kept rows
+// run again (models/speculative.hpp); a recurrent draft model starts over after a rejection.
+TEST_CASE("speculative greedy equals plain greedy: qwen3_next (Gated DeltaNet recurrent and conv states)", "[speculative]") {
+  Config c = io::load_config(test::fixtures_dir() + "/qwen3_next_model/config.yml");
+  c.derive();
+  Qwen3Next m = seeded<Qwen3Next>(c, 7), other = seeded<Qwen3Next>(c, 8);
+  REQUIRE(m.make_cache(1, 8).recurrent());
+  check_speculative_equals_greedy(m, other, {2, 9, 17, 30, 9, 17}, 40);
+}
+
+TEST_CASE("speculative greedy equals plain greedy: deepseek with Engram (its convolution's state)", "[speculative]") {
+  const std::string d = test::fixtures_dir() + "/deepseek_engram_model/";
+  Config c = io::load_config(d + "config.yml");
+  c.derive();
+  const auto meta = test::read_meta(d);
+  const AnyTensor l = test::npy(d + "engram_lookup.npy");
+  const Tensor<std::int32_t, 1> lt = l.to<std::int32_t, 1>({l.shape[0]});
+  const std::vector<std::int32_t> lookup(lt.data(), lt.data() + lt.size());
+  DeepSeek m = seeded<DeepSeek>(c, 7), other = seeded<DeepSeek>(c, 8);
+  for (DeepSeek* x : {&m, &other}) {
+    x->set_engram_vocab(lookup, meta.at("compressed_vocab").get<std::int64_t>(), meta.at("pad_token").get<std::int32_t>());
+  }
+  REQUIRE(m.make_cache(1, 8).recurrent());
+  check_speculative_equals_greedy(m, other, {2, 9, 17, 30, 9, 17}, 40);
+}
+
+TEST_CASE("Session::generate_speculative over a recurrent cache (qwen3_next) equals Session::generate", "[speculative][session]") {
+  Config c = io::load_config(test::fixtures_dir() + "/qwen3_next_model/config.yml");
+  c.derive();
+  Qwen3Next m = seeded<Qwen3Next>(c, 7);
+  models::Session<Qwen3Next> plain(m, 96), spec(m, 96);
+  models::PromptLookupDrafter lookup;
+  for (const std::vector<std::int32_t>& t : {std::vector<std::int32_t>{1, 5, 9, 5, 9}, {3, 4, 5, 9}, {7}}) {
+    const auto a = plain.generate(t, greedy(12));
+    models::SpeculativeStats st;
+    const auto b = spec.generate_speculative(t, greedy(12), lookup, {3}, &st);
+    CHECK(b.tokens[0] == a.tokens[0]);
+    CHECK(spec.tokens() == plain.tokens());
+  }
 }
 
 TEST_CASE("speculative decoding keeps stop tokens, max_new_tokens and log-probabilities as generate() does",

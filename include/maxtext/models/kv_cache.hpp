@@ -109,6 +109,51 @@ class KVCache {
   /// Whether some layer keeps a recurrent state (Gated DeltaNet): such a cache can continue a sequence or restart
   /// it (length 0), but not go back to an earlier length (models::Session then runs the conversation again).
   bool recurrent() const { return recurrent_; }
+  /// What set_length cannot take back: every layer's per-sequence states (Gated DeltaNet's recurrent and conv states,
+  /// Engram's conv state), the tokens they summarise and the layers' host histories.
+  struct States {
+    std::vector<std::vector<Tensor<float, 2>>> states;
+    std::vector<std::vector<std::int32_t>> state_tokens, history;
+  };
+  /// A copy of the states (on backend `be`, the one that made this cache).
+  States save_states(const B& be) const {
+    States s;
+    for (const auto& l : layers_) {
+      s.states.emplace_back();
+      for (const auto& t : l.states) {
+        Tensor<float, 2> c(t.shape(), be.memory());
+        if (t.size() > 0) {
+          be.copy(c.data(), t.data(), static_cast<std::size_t>(t.size()) * sizeof(float), CopyKind::device_to_device);
+        }
+        s.states.back().push_back(std::move(c));
+      }
+      s.state_tokens.push_back(l.state_tokens);
+      s.history.push_back(l.history);
+    }
+    be.synchronize();
+    return s;
+  }
+  /// Put states saved by save_states back (with set_length, a recurrent cache goes back to where they were saved).
+  void restore_states(const B& be, const States& s) {
+    MAXTEXT_CHECK(s.states.size() == layers_.size(), ArgumentError, "[KVCache] restore_states: states of ",
+                  s.states.size(), " layers for a cache of ", layers_.size());
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      auto& dst = layers_[l].states;
+      MAXTEXT_CHECK(s.states[l].size() == dst.size(), ArgumentError, "[KVCache] restore_states: layer ", l,
+                    " holds ", dst.size(), " states, the copy ", s.states[l].size());
+      for (std::size_t i = 0; i < dst.size(); ++i) {
+        MAXTEXT_CHECK(s.states[l][i].shape() == dst[i].shape(), ArgumentError, "[KVCache] restore_states: layer ", l,
+                      " state ", i, " has another shape");
+        if (dst[i].size() > 0) {
+          be.copy(dst[i].data(), s.states[l][i].data(), static_cast<std::size_t>(dst[i].size()) * sizeof(float),
+                  CopyKind::device_to_device);
+        }
+      }
+      layers_[l].state_tokens = s.state_tokens[l];
+      layers_[l].history = s.history[l];
+    }
+    be.synchronize();
+  }
   /// Bytes held by the key/value buffers and the recurrent states.
   std::int64_t bytes() const {
     std::int64_t n = 0;

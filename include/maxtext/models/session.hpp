@@ -196,8 +196,6 @@ class Session {
     SpeculativeStats local;
     SpeculativeStats& st = stats ? *stats : local;
     detail::begin_speculative(opt, spec, st);
-    MAXTEXT_CHECK(!cache_.recurrent(), UnsupportedError, "[Session] decoder block '", model_.config().decoder_block,
-                  "' keeps a recurrent state (Gated DeltaNet), which cannot be rolled back over rejected drafts");
     append(new_tokens);
     MAXTEXT_CHECK(length() + opt.max_new_tokens <= capacity(), ArgumentError, "[Session] ", length(),
                   " tokens + max_new_tokens ", opt.max_new_tokens, " exceed the capacity ", capacity());

@@ -22,8 +22,9 @@
 // generate()'s, so a seed gives another (equally distributed) text.
 //
 // Rollback sets the cache's length back (KVCache::set_length), which every attention cache supports (the cache is
-// contiguous per slot, as Session::rewind relies on). A recurrent cache (Gated DeltaNet: qwen3_next, qwen3_5) cannot
-// go back and is refused by name.
+// contiguous per slot, as Session::rewind relies on). A recurrent cache (Gated DeltaNet: qwen3_next, qwen3_5; Engram's
+// convolution) cannot go back by its length: its states are saved before each pass and put back when drafts are
+// rejected, and the kept rows run again.
 #pragma once
 
 #include <algorithm>
@@ -102,17 +103,14 @@ class PromptLookupDrafter {
 
 /// Drafts with a second, cheaper model that shares the tokenizer (any block, any policy): its greedy choices, one
 /// decode step per drafted token. It keeps its own cache and follows the context by its longest common prefix, as
-/// Session::sync does, so a rejected draft costs it no recomputation of what came before.
+/// Session::sync does, so a rejected draft costs it no recomputation of what came before. A draft model with a
+/// recurrent cache (Gated DeltaNet) cannot go back to that prefix: it runs the context again from the start.
 template <class DraftModel>
 class ModelDrafter {
  public:
   /// `capacity`: the most tokens the draft's cache holds (default: the draft config's max_target_length).
   explicit ModelDrafter(DraftModel& model, std::int64_t capacity = 0)
-      : model_(model), cache_(model.make_cache(1, capacity)) {
-    MAXTEXT_CHECK(!cache_.recurrent(), UnsupportedError,
-                  "[speculative] the draft model's cache is recurrent (Gated DeltaNet) and cannot be rolled back: "
-                  "choose a draft model with attention layers only");
-  }
+      : model_(model), cache_(model.make_cache(1, capacity)) {}
 
   /// The draft model's vocabulary size (its logits' width).
   std::int64_t vocab_size() const { return model_.config().vocab_size; }
@@ -127,6 +125,7 @@ class ModelDrafter {
     const std::size_t cached = static_cast<std::size_t>(cache_.length(0));
     while (p < cached && p < context.size() && fed_[p] == context[p]) ++p;
     p = std::min(p, context.size() - 1);
+    if (cache_.recurrent() && p < cached) p = 0;  // its states summarise all it ran: start over
     cache_.set_length(0, static_cast<std::int32_t>(p));
     fed_.assign(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(p));
     const auto room = cache_.capacity() - static_cast<std::int64_t>(context.size());
@@ -214,12 +213,16 @@ inline void begin_speculative(const GenerateOptions& opt, const SpeculativeOptio
 /// The verify passes after the first token: `cache` holds context[0, n - 1), context.back() is the token `row` chose
 /// last. Each pass feeds it and up to K drafts, keeps what the rule keeps and sets the cache back; the chosen tokens
 /// join `context`. `hidden` receives the model's raw hidden states when the drafter reads them. Returns the tokens fed.
+/// A recurrent cache (Gated DeltaNet, Engram's convolution) cannot be set back by its length: its states are saved
+/// before each pass, and when drafts are rejected they are put back and the kept rows run again (one more, shorter
+/// pass).
 template <class Model, class Cache, class Drafter>
 std::int64_t speculative_passes(Model& model, Cache& cache, std::vector<std::int32_t>& context, RowDecoder& row,
                                 GenerateResult& res, const GenerateOptions& opt, Drafter& drafter,
                                 const SpeculativeOptions& spec, SpeculativeStats& st, Tensor<float, 2>& hidden) {
   constexpr bool kHidden = HiddenStateDrafter<Drafter>;
   const std::int64_t V = model.config().vocab_size;
+  const bool recurrent = cache.recurrent();
   std::int64_t fed = 0;
   while (!row.done()) {
     if (opt.stop.stop_requested()) {
@@ -239,6 +242,8 @@ std::int64_t speculative_passes(Model& model, Cache& cache, std::vector<std::int
     for (std::int64_t i = 0; i < K; ++i) feed(0, i + 1) = draft[static_cast<std::size_t>(i)];
     ForwardOptions verify;
     if constexpr (kHidden) verify.hidden_out = &hidden;
+    decltype(cache.save_states(model.backend())) saved;
+    if (recurrent && K > 0) saved = cache.save_states(model.backend());
     const Tensor<float, 3> logits = model.forward(feed, cache, verify);
     fed += K + 1;
     ++res.decode_steps;
@@ -259,6 +264,16 @@ std::int64_t speculative_passes(Model& model, Cache& cache, std::vector<std::int
       ++accepted;
     }
     // The cache keeps the fed token and the accepted drafts; the token chosen last is fed by the next pass.
+    if (recurrent && accepted < K) {  // states past the kept rows: back to the pass's start, the kept rows again
+      cache.restore_states(model.backend(), saved);
+      cache.set_length(0, static_cast<std::int32_t>(L));
+      Tensor<std::int32_t, 2> kept({1, accepted + 1});
+      for (std::int64_t i = 0; i <= accepted; ++i) kept(0, i) = feed(0, i);
+      ForwardOptions again;
+      again.last_only = true;
+      (void)model.forward(kept, cache, again);
+      fed += accepted + 1;
+    }
     cache.set_length(0, static_cast<std::int32_t>(L + 1 + accepted));
     if constexpr (kHidden) {
       if (!row.done()) drafter.observe(hidden, L, accepted + 1, context);
@@ -294,8 +309,6 @@ GenerateResult generate_speculative(Model& model, const std::vector<std::int32_t
     return res;
   }
   auto cache = model.make_cache(1, cache_capacity);
-  MAXTEXT_CHECK(!cache.recurrent(), UnsupportedError, "[speculative] decoder block '", model.config().decoder_block,
-                "' keeps a recurrent state (Gated DeltaNet), which cannot be rolled back over rejected drafts");
   using clock = std::chrono::steady_clock;
   Tensor<std::int32_t, 2> tok({1, P});
   for (std::int64_t t = 0; t < P; ++t) tok(0, t) = prompt[static_cast<std::size_t>(t)];
