@@ -54,6 +54,9 @@ TEST_CASE("every command's documented options pass the check", "[cli]") {
                                          "--presence-penalty", "0.1", "--kv-type", "float16", "dtype=float32"})));
   CHECK_NOTHROW(cli::check_options(args({"generate", "--weights", "w.gguf", "--prompt", "p", "--spec", "draft",
                                          "--draft", "d.gguf", "--draft-max", "3"})));
+  CHECK_NOTHROW(cli::check_options(args({"chat", "--weights", "w.gguf", "--spec", "draft", "--draft", "d.gguf",
+                                         "--draft-max", "3"})));
+  CHECK_NOTHROW(cli::check_options(args({"logits", "--weights", "w", "--tokens", "1,2", "--out", "o.npy", "--mtp", "1"})));
   CHECK_NOTHROW(cli::check_options(args({"logits", "--weights", "w.gguf", "--tokens", "1", "--out", "o.npy",
                                          "--incremental", "1", "--threads", "1", "--weight-type", "ggml",
                                          "--int8-activations", "on"})));
@@ -85,7 +88,8 @@ TEST_CASE("unknown or unused or repeated options and stray overrides are refused
   refused({"chat", "--sytem", "x"}, "did you mean --system?");
   refused({"generate", "--frobnicate", "1"}, "unknown option --frobnicate (it reads --config");
   refused({"info", "--seed", "3"}, "info: option --seed is not used by this command");
-  refused({"chat", "--spec", "lookup"}, "chat: option --spec is not used by this command");
+  refused({"chat", "--mtp", "1"}, "chat: option --mtp is not used by this command");
+  refused({"generate", "--mtp", "1"}, "generate: option --mtp is not used by this command");
   refused({"generate", "--draft-mx", "3"}, "did you mean --draft-max?");
   refused({"tokenize", "--tokenizer", "t", "--text", "a", "--max-new-tokens", "3"},
           "option --max-new-tokens is not used by this command");
