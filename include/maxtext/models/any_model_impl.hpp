@@ -106,6 +106,19 @@ class CacheImpl final : public AnyCache {
   const void* owner;
 };
 
+/// Marks the model as running a speculative generation on this thread for the guard's life: its forward() then
+/// refuses a drafter that runs the same model (which would wait for the verify pass that waits for it).
+class SpeculatingGuard {
+ public:
+  explicit SpeculatingGuard(std::atomic<std::thread::id>& t) : t_(t) { t_.store(std::this_thread::get_id()); }
+  ~SpeculatingGuard() { t_.store(std::thread::id()); }
+  SpeculatingGuard(const SpeculatingGuard&) = delete;
+  SpeculatingGuard& operator=(const SpeculatingGuard&) = delete;
+
+ private:
+  std::atomic<std::thread::id>& t_;
+};
+
 template <class Model>
 class SessionImpl final : public AnySession {
  public:
@@ -129,11 +142,7 @@ class SessionImpl final : public AnySession {
                                       SpeculativeStats* stats = nullptr) override {
     std::lock_guard<std::mutex> lock(mu_);
     opt.sampling.validate();
-    speculating_.store(std::this_thread::get_id());
-    struct Clear {
-      std::atomic<std::thread::id>& t;
-      ~Clear() { t.store(std::thread::id()); }
-    } clear{speculating_};
+    const SpeculatingGuard guard(speculating_);
     FunctionDrafter d{drafter};
     return session_.generate_speculative(new_tokens, opt, d, spec, stats);
   }
@@ -252,11 +261,7 @@ class AnyModelImpl final : public AnyModel {
     std::lock_guard<std::mutex> lock(mu_);
     require_loaded("generate_speculative");
     opt.sampling.validate();
-    speculating_.store(std::this_thread::get_id());
-    struct Clear {
-      std::atomic<std::thread::id>& t;
-      ~Clear() { t.store(std::thread::id()); }
-    } clear{speculating_};
+    const SpeculatingGuard guard(speculating_);
     FunctionDrafter d{drafter};
     return models::generate_speculative(model_, prompt, opt, d, spec, stats);
   }
