@@ -304,6 +304,76 @@ TEST_CASE("grammar: allowed_tokens marks the vocabulary's pieces the grammar tak
   CHECK(gr::allowed_tokens(m, pieces) == std::vector<bool>(pieces.size(), false));
 }
 
+TEST_CASE("grammar: deep nesting costs one node per level, and allows() or a refused accept() leaves none behind",
+          "[grammar]") {
+  // "(" may open a pair or stand alone, so after n of them the open pairs are any number up to n: 3 (n + 1) stacks
+  // (the three alternatives of root on top of each), each as deep as its pairs. Stored apart they would be 3 n^2 / 2
+  // positions; shared, the arena grows by a few nodes per "(".
+  const auto g = grammar(R"G(root ::= "(" root ")" | "(" root | "x")G");
+  gr::Matcher m(g);
+  const int n = 300;  // 903 stacks: within kMaxStacks
+  for (int i = 0; i < 3 * n; ++i) REQUIRE(m.accept(i < n ? "(" : i == n ? "x" : ")") == (i <= 2 * n));
+  CHECK(m.complete());  // n "(", "x", then n ")": every pair closed
+  CHECK(m.num_nodes() <= static_cast<std::size_t>(8 * n + 4096));
+  const std::size_t nodes = m.num_nodes();
+  CHECK_FALSE(m.allows(")"));  // all closed: nothing left to close
+  CHECK_FALSE(m.accept("x"));
+  CHECK(m.num_nodes() == nodes);
+
+  gr::Matcher open(g);
+  for (int i = 0; i < n; ++i) REQUIRE(open.accept("("));
+  CHECK(open.num_stacks() == static_cast<std::size_t>(3 * (n + 1)));
+  const std::size_t before = open.num_nodes();
+  CHECK(open.allows("x)))"));
+  CHECK(open.num_nodes() == before);
+  REQUIRE(open.accept("x"));
+  for (int i = 0; i < n; ++i) REQUIRE(open.accept(")"));
+  CHECK(open.complete());
+  CHECK_FALSE(open.accept(")"));
+}
+
+TEST_CASE("grammar: a long text keeps the arena small (nodes no stack reaches are dropped)", "[grammar]") {
+  const auto g = grammar(R"G(root ::= ( [a-z]+ " " )* "."
+)G");
+  gr::Matcher m(g);
+  std::size_t most = 0;
+  for (int i = 0; i < 200000; ++i) {
+    REQUIRE(m.accept(i % 7 == 6 ? " " : "w"));
+    most = std::max(most, m.num_nodes());
+  }
+  REQUIRE(m.accept(" ."));
+  CHECK(m.complete());
+  CHECK(most <= 8192);  // collected once past 4096 + twice the live nodes (a handful here)
+}
+
+TEST_CASE("grammar: an enum of 1000 values is followed, a grammar too ambiguous to follow is refused by name",
+          "[grammar]") {
+  nlohmann::ordered_json schema = {{"enum", nlohmann::ordered_json::array()}};
+  for (int i = 0; i < 1000; ++i) schema["enum"].push_back("v" + std::to_string(i));
+  const auto g = grammar(gr::json_schema_to_gbnf(schema));
+  CHECK(run(g, "\"v999\"") == Verdict::complete);
+  CHECK(run(g, "\"v99") == Verdict::prefix);
+  CHECK(run(g, "\"v1000\"") == Verdict::refused);
+  gr::Matcher m(g);
+  REQUIRE(m.accept("\"v"));
+  CHECK(m.num_stacks() == 1000);
+
+  // 1025 alternatives open at once: more stacks than kMaxStacks.
+  std::string wide = "root ::= [a] (";
+  for (int i = 0; i < 1025; ++i) wide += (i ? " | \"" : "\"") + std::to_string(i) + "\"";
+  wide += ")\n";
+  gr::Matcher w(grammar(wide));
+  REQUIRE_THROWS_WITH(w.accept("a"), Catch::Contains("more than 1024 parse stacks") &&
+                                         Catch::Contains("too ambiguous"));
+  // 256 stacks, each opening 256 alternatives for every letter: more stacks made for one code point than kMaxStepWork.
+  std::string alts;
+  for (int i = 0; i < 256; ++i) alts += i ? " | [a]" : "[a]";
+  gr::Matcher u(grammar("root ::= x x x \"z\"\nx ::= y \"z\"\ny ::= (" + alts + ")*\n"));
+  REQUIRE_THROWS_WITH(u.accept("a"), Catch::Contains("parse stacks made for one character") &&
+                                         Catch::Contains("rule 'y"));
+  CHECK(u.allows(""));  // the refused text left the matcher as it was
+}
+
 TEST_CASE("grammar: mask_logits leaves the allowed tokens and end-of-sequence only where the text is complete",
           "[grammar]") {
   const auto g = grammar(R"G(root ::= "a"+ )G");

@@ -23,7 +23,8 @@
 // Matching: the matcher keeps the set of pushdown stacks the text so far leaves open (each stack: where to continue in
 // each rule being matched, innermost on top), expanded until each top is a code-point class; a code point advances
 // every stack whose top class takes it. Repetitions are lowered to generated rules (x* -> R ::= x R | empty), as
-// llama.cpp does. A grammar ambiguous enough to keep more than kMaxStacks stacks is refused when it gets there.
+// llama.cpp does. A grammar ambiguous enough to pass kMaxStacks, kMaxStepWork or kMaxNodes is refused when it gets there
+// (an ArgumentError from accept(), allows() or mask_logits).
 #pragma once
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -65,8 +67,14 @@ inline bool second_ok(unsigned char lead, unsigned char c) {
 inline constexpr std::int64_t kMaxRepeat = 1000;
 /// The most elements a grammar may have once its repetitions are lowered.
 inline constexpr std::int64_t kMaxElements = 1 << 20;
-/// The most stacks a matcher keeps; more means the grammar is too ambiguous to follow.
-inline constexpr std::size_t kMaxStacks = 10000;
+/// The most stacks a matcher keeps (an `enum` of a JSON Schema keeps one per value while they share a prefix), the most
+/// stacks it may make for one code point before they are deduplicated, and the most nodes its stacks' arena holds
+/// (their distinct positions; a deep nesting costs one node per level). More means that the grammar is too ambiguous,
+/// or the text nested too deeply in it, to follow: refused by name. They bound the work per code point of accept()
+/// and allows() (mask_logits: one allows() per vocabulary entry).
+inline constexpr std::size_t kMaxStacks = 1024;
+inline constexpr std::size_t kMaxStepWork = 4 * kMaxStacks;
+inline constexpr std::size_t kMaxNodes = 1 << 20;
 
 /// One element of an alternative: a class of code points, or a rule.
 struct Element {
@@ -527,14 +535,21 @@ class Parser {
 inline Grammar Grammar::parse(std::string_view text) { return Parser(text).run(); }
 
 /// Follows a text through a grammar (see the top of this file).
+///
+/// The stacks share their storage: each is a node (its top position) of one arena whose nodes point to the node
+/// below, and equal (position, below) pairs are one node, so that equal stacks are equal numbers. A step then costs
+/// per stack a few lookups, not a copy of the stack. allows() and a refused accept() take back the nodes they made;
+/// accept() drops nodes that no stack reaches any more once they outnumber the live ones. A Matcher is a value (copies
+/// are independent); its const members change the arena in passing, so one Matcher is used by one thread at a time.
 class Matcher {
  public:
   explicit Matcher(std::shared_ptr<const Grammar> g, std::string_view start = "root") : g_(std::move(g)) {
     MAXTEXT_CHECK(g_ != nullptr, ArgumentError, "[grammar] no grammar");
     const std::int32_t r = g_->find(start);
     MAXTEXT_CHECK(r >= 0, ArgumentError, "[grammar] no rule named '", start, "'");
+    std::size_t work = 0;
     for (std::size_t a = 0; a < g_->rules()[static_cast<std::size_t>(r)].alternatives.size(); ++a) {
-      expand(Stack{Pos{r, static_cast<std::int32_t>(a), 0}}, stacks_);
+      expand(push(kEmpty, Pos{r, static_cast<std::int32_t>(a), 0}), stacks_, work);
     }
     normalise(stacks_);
   }
@@ -544,9 +559,12 @@ class Matcher {
   bool accept(std::string_view bytes) {
     std::vector<Stack> st;
     std::string partial;
+    const Rollback undo(*this);
     if (!advance(bytes, st, partial)) return false;
+    undo.keep();
     stacks_ = std::move(st);
     partial_ = std::move(partial);
+    if (nodes_.size() > 4096 + 2 * live_) collect();
     return true;
   }
 
@@ -554,85 +572,166 @@ class Matcher {
   bool allows(std::string_view bytes) const {
     std::vector<Stack> st;
     std::string partial;
+    const Rollback undo(*this);
     return advance(bytes, st, partial);
   }
 
   /// The text so far is a whole sentence of the start rule (generation may end here).
   bool complete() const {
-    return partial_.empty() && std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+    return partial_.empty() && std::any_of(stacks_.begin(), stacks_.end(), [](Stack s) { return s == kEmpty; });
   }
   /// Some code point may still come (the text is not at a dead end of the grammar).
   bool can_continue() const {
-    return std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return !s.empty(); });
+    return std::any_of(stacks_.begin(), stacks_.end(), [](Stack s) { return s != kEmpty; });
   }
   /// Stacks being followed (for tests and diagnostics).
   std::size_t num_stacks() const { return stacks_.size(); }
+  /// Nodes the stacks' arena holds now (for tests and diagnostics).
+  std::size_t num_nodes() const { return nodes_.size(); }
 
  private:
   struct Pos {
     std::int32_t rule, alt, idx;
     auto operator<=>(const Pos&) const = default;
   };
-  using Stack = std::vector<Pos>;
+  using Stack = std::int32_t;  ///< the arena node on top of the stack, or kEmpty
+  static constexpr Stack kEmpty = -1;
+  struct Node {
+    Pos pos;
+    Stack below;
+  };
+  struct NodeKey {
+    Pos pos;
+    Stack below;
+    bool operator==(const NodeKey&) const = default;
+  };
+  struct NodeHash {
+    std::size_t operator()(const NodeKey& k) const noexcept {
+      std::uint64_t h = 0x9E3779B97F4A7C15ull;
+      for (const std::int32_t v : {k.pos.rule, k.pos.alt, k.pos.idx, k.below}) {
+        h = (h ^ static_cast<std::uint32_t>(v)) * 0x100000001B3ull;
+        h ^= h >> 29;
+      }
+      return static_cast<std::size_t>(h);
+    }
+  };
+
+  /// Takes back the nodes made since it was built, unless keep() is called (also when an exception passes).
+  class Rollback {
+   public:
+    explicit Rollback(const Matcher& m) : m_(m), size_(m.nodes_.size()) {}
+    Rollback(const Rollback&) = delete;
+    Rollback& operator=(const Rollback&) = delete;
+    void keep() const { kept_ = true; }
+    ~Rollback() {
+      if (kept_) return;
+      for (std::size_t i = size_; i < m_.nodes_.size(); ++i) m_.index_.erase(NodeKey{m_.nodes_[i].pos, m_.nodes_[i].below});
+      m_.nodes_.resize(size_);
+    }
+
+   private:
+    const Matcher& m_;
+    std::size_t size_;
+    mutable bool kept_ = false;
+  };
 
   const Alternative& alt_of(const Pos& p) const {
     return g_->rules()[static_cast<std::size_t>(p.rule)].alternatives[static_cast<std::size_t>(p.alt)];
   }
+  const Pos& top(Stack s) const { return nodes_[static_cast<std::size_t>(s)].pos; }
+  Stack below(Stack s) const { return nodes_[static_cast<std::size_t>(s)].below; }
+  /// The element the stack's top waits for (the stack is not empty and its top not at the end of its alternative).
+  const Element& next_element(Stack s) const { return alt_of(top(s))[static_cast<std::size_t>(top(s).idx)]; }
+
+  /// The stack `below` with `p` on top (one node for each distinct pair).
+  Stack push(Stack below, Pos p) const {
+    const auto [it, fresh] = index_.try_emplace(NodeKey{p, below}, static_cast<Stack>(nodes_.size()));
+    if (fresh) {
+      if (nodes_.size() >= kMaxNodes) {
+        index_.erase(it);
+        MAXTEXT_THROW(ArgumentError, "[grammar] the parse stacks hold more than ", kMaxNodes, " positions: the text "
+                      "is nested too deeply in the grammar, or the grammar is too ambiguous, to follow");
+      }
+      nodes_.push_back(Node{p, below});
+    }
+    return it->second;
+  }
 
   /// Expands `s` until the top of each stack it becomes is a code-point class (or the stack is empty: the start rule
-  /// is matched), into `out`. Iterative: a long chain of rules does not deepen the C++ stack.
-  void expand(Stack s0, std::vector<Stack>& out) const {
-    std::vector<Stack> work;
-    work.push_back(std::move(s0));
-    while (!work.empty()) {
-      Stack s = std::move(work.back());
-      work.pop_back();
-      while (!s.empty() && static_cast<std::size_t>(s.back().idx) >= alt_of(s.back()).size()) s.pop_back();
-      if (s.empty() || !alt_of(s.back())[static_cast<std::size_t>(s.back().idx)].is_rule) {
-        out.push_back(std::move(s));
+  /// is matched), into `out`. `work` counts the stacks made in this step (at most kMaxStepWork). Iterative: a long
+  /// chain of rules does not deepen the C++ stack.
+  void expand(Stack s0, std::vector<Stack>& out, std::size_t& work) const {
+    std::vector<Stack>& todo = todo_;  // empty between calls; kept for its capacity
+    todo.assign(1, s0);
+    while (!todo.empty()) {
+      Stack s = todo.back();
+      todo.pop_back();
+      while (s != kEmpty && static_cast<std::size_t>(top(s).idx) >= alt_of(top(s)).size()) s = below(s);
+      if (s == kEmpty || !next_element(s).is_rule) {
+        out.push_back(s);
         continue;
       }
-      const std::int32_t r = alt_of(s.back())[static_cast<std::size_t>(s.back().idx)].rule;
-      ++s.back().idx;  // continue after the rule once it is matched (popped at once if that ends the alternative)
-      if (static_cast<std::size_t>(s.back().idx) >= alt_of(s.back()).size()) s.pop_back();
+      const std::int32_t r = next_element(s).rule;
+      Pos after = top(s);
+      ++after.idx;  // continue after the rule once it is matched (not kept if that ends the alternative)
+      const Stack base = static_cast<std::size_t>(after.idx) < alt_of(after).size() ? push(below(s), after) : below(s);
       const auto& alts = g_->rules()[static_cast<std::size_t>(r)].alternatives;
-      for (std::size_t a = 0; a < alts.size(); ++a) {
-        Stack t = s;
-        t.push_back(Pos{r, static_cast<std::int32_t>(a), 0});
-        work.push_back(std::move(t));
+      work += alts.size();
+      if (work > kMaxStepWork) {
+        MAXTEXT_THROW(ArgumentError, "[grammar] more than ", kMaxStepWork, " parse stacks made for one character: "
+                      "the grammar is too ambiguous to follow (rule '", g_->rules()[static_cast<std::size_t>(r)].name,
+                      "')");
       }
-      if (out.size() + work.size() > 4 * kMaxStacks) {
-        MAXTEXT_THROW(ArgumentError, "[grammar] more than ", kMaxStacks, " parse stacks: the grammar is too ambiguous "
-                      "to follow (rule '", g_->rules()[static_cast<std::size_t>(r)].name, "')");
-      }
+      for (std::size_t a = 0; a < alts.size(); ++a) todo.push_back(push(base, Pos{r, static_cast<std::int32_t>(a), 0}));
     }
   }
 
+  /// Sorts and deduplicates; refuses more than kMaxStacks stacks.
   static void normalise(std::vector<Stack>& st) {
     std::sort(st.begin(), st.end());
     st.erase(std::unique(st.begin(), st.end()), st.end());
+    MAXTEXT_CHECK(st.size() <= kMaxStacks, ArgumentError, "[grammar] more than ", kMaxStacks,
+                  " parse stacks: the grammar is too ambiguous to follow");
   }
 
   /// The stacks after code point cp (empty: rejected).
   std::vector<Stack> step(const std::vector<Stack>& from, std::uint32_t cp) const {
     std::vector<Stack> out;
-    for (const Stack& s : from) {
-      if (s.empty()) continue;
-      const Element& e = alt_of(s.back())[static_cast<std::size_t>(s.back().idx)];
-      if (!e.matches(cp)) continue;
-      Stack t = s;
-      ++t.back().idx;
-      expand(std::move(t), out);
+    std::size_t work = 0;
+    for (const Stack s : from) {
+      if (s == kEmpty || !next_element(s).matches(cp)) continue;
+      Pos p = top(s);
+      ++p.idx;
+      expand(static_cast<std::size_t>(p.idx) < alt_of(p).size() ? push(below(s), p) : below(s), out, work);
     }
     normalise(out);
-    MAXTEXT_CHECK(out.size() <= kMaxStacks, ArgumentError, "[grammar] more than ", kMaxStacks,
-                  " parse stacks: the grammar is too ambiguous to follow");
     return out;
+  }
+
+  /// Keeps only the nodes the current stacks reach (numbered in the same order: a node's below comes before it).
+  void collect() {
+    std::vector<char> live(nodes_.size(), 0);
+    for (const Stack s0 : stacks_) {
+      for (Stack s = s0; s != kEmpty && !live[static_cast<std::size_t>(s)]; s = below(s)) live[static_cast<std::size_t>(s)] = 1;
+    }
+    std::vector<Stack> renumber(nodes_.size(), kEmpty);
+    std::vector<Node> kept;
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (!live[i]) continue;
+      const Node& n = nodes_[i];
+      renumber[i] = static_cast<Stack>(kept.size());
+      kept.push_back(Node{n.pos, n.below == kEmpty ? kEmpty : renumber[static_cast<std::size_t>(n.below)]});
+    }
+    nodes_ = std::move(kept);
+    index_.clear();
+    for (std::size_t i = 0; i < nodes_.size(); ++i) index_.emplace(NodeKey{nodes_[i].pos, nodes_[i].below}, static_cast<Stack>(i));
+    for (Stack& s : stacks_) s = s == kEmpty ? kEmpty : renumber[static_cast<std::size_t>(s)];
+    live_ = nodes_.size();
   }
 
   /// Runs `bytes` after the current state into (st, partial); false where the grammar or UTF-8 rejects them.
   bool advance(std::string_view bytes, std::vector<Stack>& st, std::string& partial) const {
-    st = stacks_;
+    const std::vector<Stack>* cur = &stacks_;  // stepped from without a copy; `st` holds the stacks once stepped
     partial = partial_;
     partial.append(bytes);
     std::size_t i = 0;
@@ -658,22 +757,29 @@ class Matcher {
           if (b == 0xED) hi = 0xD7FF;
           hi = std::min(hi, 0x10FFFFu);
         }
-        const bool some = std::any_of(st.begin(), st.end(), [&](const Stack& s) {
-          return !s.empty() && alt_of(s.back())[static_cast<std::size_t>(s.back().idx)].matches_some(lo, hi);
+        const bool some = std::any_of(cur->begin(), cur->end(), [&](Stack s) {
+          return s != kEmpty && next_element(s).matches_some(lo, hi);
         });
         if (!some) return false;
+        if (cur != &st) st = *cur;
         partial.erase(0, i);
         return true;
       }
-      st = step(st, cp);
+      st = step(*cur, cp);
+      cur = &st;
       if (st.empty()) return false;
       i += static_cast<std::size_t>(n);
     }
+    if (cur != &st) st = *cur;
     partial.clear();
     return true;
   }
 
   std::shared_ptr<const Grammar> g_;
+  mutable std::vector<Node> nodes_;                                 ///< the stacks' arena
+  mutable std::unordered_map<NodeKey, Stack, NodeHash> index_;      ///< (position, below) -> node
+  mutable std::vector<Stack> todo_;                                 ///< expand()'s scratch
+  std::size_t live_ = 0;                                            ///< nodes_ after the last collect()
   std::vector<Stack> stacks_;
   std::string partial_;  ///< the bytes of an incomplete last character
 };

@@ -1,6 +1,6 @@
 // tests/fuzz/entry/grammar.hpp: fuzz entry points for GBNF grammars (models/grammar.hpp) and JSON Schemas compiled to
 // them (models/json_schema.hpp). fuzz_grammar: the input is a grammar, then
-// optionally a NUL byte and a text: the grammar is parsed, and the text is fed to a matcher in pieces of one to three
+// optionally a NUL byte and a text (its first 256 bytes): the grammar is parsed, and the text is fed to a matcher in pieces of one to three
 // bytes (each also asked first through allows(), and the vocabulary of allowed_tokens() asked after each), until the
 // grammar refuses a piece.
 #pragma once
@@ -22,7 +22,10 @@ inline void fuzz_grammar(const std::uint8_t* data, std::size_t size) {
   const std::string_view in = as_text(data, size);
   const std::size_t cut = in.find('\0');
   const std::string_view gtext = in.substr(0, cut);
-  const std::string_view text = cut == std::string_view::npos ? std::string_view() : in.substr(cut + 1);
+  // At most kMaxText bytes of text: a matcher may spend up to its bounds (kMaxStacks, kMaxStepWork) on every code
+  // point, ten times per piece here; a longer text finds nothing new but can pass libFuzzer's 1 s per input.
+  constexpr std::size_t kMaxText = 256;
+  const std::string_view text = cut == std::string_view::npos ? std::string_view() : in.substr(cut + 1, kMaxText);
   std::shared_ptr<const gr::Grammar> g;
   if (!attempt([&] { g = std::make_shared<const gr::Grammar>(gr::Grammar::parse(gtext)); })) return;
   attempt([&] {
