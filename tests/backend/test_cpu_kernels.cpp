@@ -468,6 +468,42 @@ void check_attention(const AttnCase& c, int threads, std::uint32_t seed) {
   opt.float32_logits = true;
   cpu::Backend be(cpu::Options{threads});
   be.attention(q.cview(), k.cview(), v.cview(), mask, opt, c.sinks ? sinks.cview() : View<const A, 1>(), o.view());
+  if (c.T > 1 && c.T < cpu::attn::kTiledMinRows) {
+    // A pass of a few queries (a verify pass of speculative decoding) gives each query's output to the bit as a
+    // pass of that query alone (a decode step) would.
+    for (std::int64_t t = 0; t < c.T; ++t) {
+      Tensor<A, 4> q1({c.B, 1, c.N, c.Dq}), o1({c.B, 1, c.N, c.Dv});
+      Tensor<std::int32_t, 1> qs1({c.B});
+      Tensor<std::int32_t, 2> qseg1({c.B, 1}), pb1({c.B, 1}), pe1({c.B, 1});
+      for (std::int64_t b = 0; b < c.B; ++b) {
+        for (std::int64_t n = 0; n < c.N; ++n)
+          for (std::int64_t d = 0; d < c.Dq; ++d) q1(b, 0, n, d) = q(b, t, n, d);
+        qs1(b) = q_start(b) + static_cast<std::int32_t>(t);
+        qseg1(b, 0) = qseg(b, t);
+        pb1(b, 0) = c.pictures.empty() ? 0 : pic_begin(b, t);
+        pe1(b, 0) = c.pictures.empty() ? 0 : pic_end(b, t);
+      }
+      AttentionMask m1 = test::attention_mask(qs1.cview(), kv_len.cview(), qseg1.cview(), kseg.cview(),
+                                              {c.segments, c.causal, c.window, c.chunk});
+      if (!c.pictures.empty()) {
+        m1.bidir_begin = pb1.cview();
+        m1.bidir_end = pe1.cview();
+      }
+      be.attention(q1.cview(), k.cview(), v.cview(), m1, opt, c.sinks ? sinks.cview() : View<const A, 1>(), o1.view());
+      for (std::int64_t b = 0; b < c.B; ++b) {
+        for (std::int64_t n = 0; n < c.N; ++n) {
+          for (std::int64_t d = 0; d < c.Dv; ++d) {
+            if (!(to_float(o1(b, 0, n, d)) == to_float(o(b, t, n, d)))) {
+              FAIL("query " << t << " of " << c.T << ": out[" << b << "," << n << "," << d << "] = "
+                            << to_float(o(b, t, n, d)) << ", alone " << to_float(o1(b, 0, n, d)) << " (S=" << c.S
+                            << " N=" << c.N << " K=" << c.K << " Dq=" << c.Dq << " window=" << c.window
+                            << " segments=" << c.segments << " cap=" << c.soft_cap << ")");
+            }
+          }
+        }
+      }
+    }
+  }
   const auto ref = attention_reference(c, q, k, v, qseg, kseg, sinks);
   // f32: softmax weights and sums carry ~S ulp of f32 (and the logits ~Dq/2); bf16: the f32 error plus one final
   // rounding of the output, half an ulp = up to 2^-8 relative (just below a power of two).
@@ -530,6 +566,23 @@ TEST_CASE("Blocked attention matches a double-precision softmax", "[backend][cpu
         pics.window = 3;
         check_attention<float>(pics, threads, seed++);
         check_attention<bf16>(pics, threads, seed++);
+        AttnCase verify;  // a verify pass: 5 queries after 250 keys, each row equal to its decode step
+        verify.B = 2, verify.T = 5, verify.S = 300, verify.N = N, verify.K = K, verify.Dq = D, verify.Dv = D;
+        verify.q_start = {250, 45};  // row 1: the last block is whole for some queries, partial for others
+        verify.kv_len = {255, 50};
+        check_attention<float>(verify, threads, seed++);
+        check_attention<bf16>(verify, threads, seed++);
+        verify.sinks = true;
+        verify.segments = true;
+        check_attention<float>(verify, threads, seed++);
+        verify.segments = false;
+        verify.window = 40;  // the queries start at different keys: one query per work item
+        check_attention<float>(verify, threads, seed++);
+        verify.window = 0;
+        verify.soft_cap = 2.0f;
+        verify.T = 2;
+        verify.kv_len = {252, 47};
+        check_attention<bf16>(verify, threads, seed++);
         AttnCase few = pics;  // fewer than 8 queries: the one-query path; a second row without pictures
         few.B = 2, few.T = 6, few.q_start = {5, 9}, few.kv_len = {11, 15};
         few.pictures = {{{1, 5}}, {}};

@@ -510,20 +510,36 @@ void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const 
     return;
   }
 
-  // One work item = (batch row, query, chunk of kv heads): every query head of the chunk. Three passes over the
-  // visible keys [lo, hi) instead of an online softmax: every logit first, then one max and one vectorised exp per
-  // head, then the value rows. Passes 1 and 3 go block by block of kBlk positions and, inside a block, kv head by kv
-  // head, so the cache is read in address order; each key and value row is loaded (and converted) once for the G
-  // heads sharing it. From DRAM, one Zen 4 core streams an f32 cache (12 heads x 64) at about 28 GB/s this way,
-  // against 18 GB/s for an online softmax over one head's rows at a time (they lie a whole cache position apart)
-  // and 26 for these three passes over one head's rows (see kAheadBlocks for the prefetch hints).
+  // One work item = (batch row, queries, chunk of kv heads): every query head of the chunk, for one query or, in a
+  // short pass whose queries all start at the same key (a verify pass of speculative decoding, a few prompt rows),
+  // for all T queries at once. Three passes over the visible keys [lo, hi) instead of an online softmax: every logit
+  // first, then one max and one vectorised exp per head, then the value rows. Passes 1 and 3 go block by block of
+  // kBlk positions and, inside a block, kv head by kv head and query by query, so the cache is read in address order;
+  // each key and value row is loaded (and converted) from memory once for the G heads sharing it and the queries of
+  // the item (from L1 for all but the first). From DRAM, one Zen 4 core streams an f32 cache (12 heads x 64) at about
+  // 28 GB/s this way, against 18 GB/s for an online softmax over one head's rows at a time (they lie a whole cache
+  // position apart) and 26 for these three passes over one head's rows (see kAheadBlocks for the prefetch hints).
+  // Each query's row is computed as it would be alone (the same blocks, operations and order), so a row of a
+  // several-query pass equals, to the bit, the decode step of that query.
   std::int64_t max_len = 0;
   for (std::int64_t b = 0; b < B; ++b) max_len = std::max<std::int64_t>(max_len, mask.kv_len(b));
   const std::int64_t span = (max_len + kBlk - 1) / kBlk * kBlk + kBlk;  // logits per row, whole blocks
-  const std::int64_t BT = B * T;
+  // Every query of a batch row in one item: they must share lo, and the (batch row, kv head) items must still give
+  // every thread work (one kv head, one row and two threads keep one item per query).
+  bool together = T > 1 && T < kTiledMinRows && B * K >= nt;
+  for (std::int64_t b = 0; together && b < B; ++b) {
+    std::int64_t lo0 = 0, lo = 0, hi = 0;
+    for (std::int64_t t = 0; together && t < T; ++t) {
+      key_range(mask, mask.kv_len(b), b, t, mask.q_start(b) + t, lo, hi);
+      if (t == 0) lo0 = lo;
+      together = lo == lo0;
+    }
+  }
+  const std::int64_t QT = together ? T : 1;  // queries per work item
+  const std::int64_t BT = B * (T / QT);      // (batch row, query group) pairs
   // Chunks: enough for every thread, and few enough heads per chunk that its logits stay within 8 MiB.
   const std::int64_t chunks = std::min<std::int64_t>(
-      K, std::max<std::int64_t>(BT >= nt ? 1 : (nt + BT - 1) / BT, (K * G * span * 4 + (1 << 23) - 1) >> 23));
+      K, std::max<std::int64_t>(BT >= nt ? 1 : (nt + BT - 1) / BT, (K * G * QT * span * 4 + (1 << 23) - 1) >> 23));
   const std::int64_t HC = (K + chunks - 1) / chunks, C = (K + HC - 1) / HC;  // kv heads per chunk, chunks
   const bool segments = !mask.kv_segment.empty();
   constexpr auto kA = static_cast<std::int64_t>(sizeof(KV));  // bytes per cache element
@@ -532,8 +548,9 @@ void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const 
   const bool tiled_values = Dv % kBlk == 0 && !segments;
   parallel_for(BT * C, nt, [&](std::int64_t w0, std::int64_t w1) {
     // Per-thread buffers: logits [R][span] (first: 64-byte aligned), running max per lane [R][kBlk] (later: lane 0
-    // the max, lane 1 the sum), q rows, accumulators, one block's key / value rows of one head in f32.
-    const std::int64_t R = HC * G;
+    // the max, lane 1 the sum), q rows, accumulators, one block's key / value rows of one head in f32; per query of
+    // the item its position, key range and segment, and one block's mask.
+    const std::int64_t R = QT * HC * G;
     const std::size_t need =
         static_cast<std::size_t>(R * (span + kBlk + Dq + Dv) + kBlk * (Dq + Dv)) * sizeof(float) + 64;
     float* lg = reinterpret_cast<float*>(thread_scratch(need, 0));  // [R][span]
@@ -542,89 +559,110 @@ void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const 
     float* acc = qf + R * Dq;                                         // [R][Dv]
     float* kf = acc + R * Dv;                                         // [kBlk][Dq]
     float* vf = kf + kBlk * Dq;                                       // [kBlk][Dv]
-    alignas(64) float dead[kBlk];
+    alignas(64) float dead[kTiledMinRows * kBlk];                    // [QT][kBlk]
+    std::int64_t qinfo[4 * kTiledMinRows];                            // [QT][4]: t, lo, hi, segment
 
     for (std::int64_t w = w0; w < w1; ++w) {
-      // Queries in zigzag order (0, T-1, 1, T-2, ...) so that contiguous chunks get equal causal work.
-      const std::int64_t b = w / (T * C), i = (w / C) % T, h0 = (w % C) * HC, h1 = std::min(K, h0 + HC);
-      const std::int64_t t = (i % 2 == 0) ? i / 2 : T - 1 - i / 2;
-      const std::int64_t rows = (h1 - h0) * G;  // row r is query head h0 G + r
+      // One query: in zigzag order (0, T-1, 1, T-2, ...) so that contiguous chunks get equal causal work.
+      const std::int64_t b = w / ((T / QT) * C), i = (w / C) % (T / QT), h0 = (w % C) * HC, h1 = std::min(K, h0 + HC);
+      const std::int64_t rows = (h1 - h0) * G;  // per query; row u rows + r is query u's head h0 G + r
       const std::int64_t start = mask.q_start(b), len = mask.kv_len(b);
-      std::int64_t lo = 0, hi = 0;
-      key_range(mask, len, b, t, start + t, lo, hi);
-      const std::int32_t qseg = mask.q_segment.empty() ? 0 : mask.q_segment(b, t);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        vec::to_f32(&q(b, t, h0 * G + r, 0), qf + r * Dq, Dq);
-        std::fill(acc + r * Dv, acc + (r + 1) * Dv, 0.0f);
-        fbatch(kNegInf).store_aligned(mvec + r * kBlk);
+      std::int64_t lo = 0, hi_all = 0;  // lo: every query's; hi_all: the largest hi
+      for (std::int64_t u = 0; u < QT; ++u) {
+        std::int64_t* qi = qinfo + 4 * u;
+        qi[0] = QT > 1 ? u : (i % 2 == 0) ? i / 2 : T - 1 - i / 2;
+        key_range(mask, len, b, qi[0], start + qi[0], qi[1], qi[2]);
+        qi[3] = mask.q_segment.empty() ? 0 : mask.q_segment(b, qi[0]);
+        lo = qi[1];
+        hi_all = std::max(hi_all, qi[2]);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const std::int64_t row = u * rows + r;
+          vec::to_f32(&q(b, qi[0], h0 * G + r, 0), qf + row * Dq, Dq);
+          std::fill(acc + row * Dv, acc + (row + 1) * Dv, 0.0f);
+          fbatch(kNegInf).store_aligned(mvec + row * kBlk);
+        }
       }
       // Pass 1: logits, rounded and capped per MaxText's dtype flow, then masked (after the cap, which would map
       // -inf to -cap); lanes past hi are -inf.
-      for (std::int64_t s0 = lo; s0 < hi; s0 += kBlk) {
-        const std::int64_t nb = std::min(kBlk, hi - s0);
-        const bool masked = segments || nb < kBlk;  // else every key of the block is visible
-        if (masked) block_mask(mask, b, s0, nb, lo, hi, qseg, dead);
-        // Whole blocks ahead only: the rows up to hi lie inside the cache.
-        const bool ahead = s0 + (kAheadBlocks + 1) * kBlk <= hi;
+      for (std::int64_t s0 = lo; s0 < hi_all; s0 += kBlk) {
+        const std::int64_t nb_all = std::min(kBlk, hi_all - s0);
+        bool per_key = !vec_dot;  // some query of the item takes per-key dots in this block (a partial block)
+        for (std::int64_t u = 0; u < QT; ++u) {
+          const std::int64_t* qi = qinfo + 4 * u;
+          if (s0 >= qi[2]) continue;
+          const std::int64_t nb = std::min(kBlk, qi[2] - s0);
+          per_key = per_key || nb < kBlk;
+          block_mask(mask, b, s0, nb, lo, qi[2], static_cast<std::int32_t>(qi[3]), dead + u * kBlk);
+        }
+        // Whole blocks ahead only: the rows up to hi_all lie inside the cache.
+        const bool ahead = s0 + (kAheadBlocks + 1) * kBlk <= hi_all;
         const std::int64_t krow = Dq * kA;
         for (std::int64_t h = h0; h < h1; ++h) {
-          // The rows of the block kAheadBlocks on: over the G heads' block_logits steps, or (no such loop) at once.
+          // The rows of the block kAheadBlocks on: over the first query's G heads' block_logits steps, or (no such
+          // loop) at once.
           const KV* next = ahead ? &k(b, s0 + kAheadBlocks * kBlk, h, 0) : nullptr;
-          RowHints hints(next, k.stride(1) * kA, next ? kBlk : 0, krow,
-                         G * (Dq / kBlk));
-          if (next && !(vec_dot && nb == kBlk)) prefetch::rows(next, k.stride(1) * kA, kBlk, krow);
-          // The block's key rows of head h: block_logits reads whole blocks from the cache in its own type
-          // (converting in registers); the per-key dots read f32 rows, from the cache or converted into kf.
-          const bool whole = vec_dot && nb == kBlk;
+          RowHints hints(next, k.stride(1) * kA, next ? kBlk : 0, krow, G * (Dq / kBlk));
+          if (next && per_key) prefetch::rows(next, k.stride(1) * kA, kBlk, krow);
           const KV* kc = &k(b, s0, h, 0);
+          // The per-key dots read f32 rows, from the cache or converted into kf (the rows up to hi_all, once).
           const float* kb = kf;
           std::int64_t ks = Dq;
           if constexpr (std::is_same_v<KV, float>) {
             kb = kc;
             ks = k.stride(1);
-          } else if (!whole) {
-            for (std::int64_t j = 0; j < nb; ++j) vec::to_f32(&k(b, s0 + j, h, 0), kf + j * Dq, Dq);
+          } else if (per_key) {
+            for (std::int64_t j = 0; j < nb_all; ++j) vec::to_f32(&k(b, s0 + j, h, 0), kf + j * Dq, Dq);
           }
-          // Four query heads at a time where G allows (each key vector loaded and converted once for them), else
-          // one at a time.
-          const bool four = kLogits4 && whole && G % 4 == 0;
-          if constexpr (kLogits4) {
-            if (four) {
-              for (std::int64_t r = (h - h0) * G; r < (h - h0 + 1) * G; r += 4)
-                block_logits4(qf + r * Dq, kc, k.stride(1), Dq, lg + r * span + (s0 - lo), span, &hints);
-            }
-          }
-          for (std::int64_t r = (h - h0) * G; r < (h - h0 + 1) * G; ++r) {
-            const float* qr = qf + r * Dq;
-            float* logit = lg + r * span + (s0 - lo);
-            if (whole && !four) {
-              block_logits(qr, kc, k.stride(1), Dq, logit, &hints);
-            } else if (!whole) {
-              for (std::int64_t j = 0; j < kBlk; ++j) logit[j] = j < nb ? vec::dot(qr, kb + j * ks, Dq) : 0.0f;
-            }
-            fbatch l(0.0f);
-            if (opt.soft_cap > 0.0f) {
-              for (std::int64_t j = 0; j < kBlk; ++j) {
-                float x = logit[j];
-                if (!opt.float32_qk_product) x = round_to<A>(x);
-                x = math::soft_cap(x, opt.soft_cap);
-                if (round_logits) x = round_to<A>(x);
-                logit[j] = x;
+          for (std::int64_t u = 0; u < QT; ++u) {
+            const std::int64_t* qi = qinfo + 4 * u;
+            if (s0 >= qi[2]) continue;  // past this query's keys
+            const std::int64_t nb = std::min(kBlk, qi[2] - s0);
+            const bool masked = segments || nb < kBlk;  // else every key of the block is visible
+            // block_logits reads whole blocks from the cache in its own type (converting in registers).
+            const bool whole = vec_dot && nb == kBlk;
+            RowHints* hp = u == 0 ? &hints : nullptr;
+            // Four query heads at a time where G allows (each key vector loaded and converted once for them), else
+            // one at a time.
+            const bool four = kLogits4 && whole && G % 4 == 0;
+            const std::int64_t base = u * rows;
+            if constexpr (kLogits4) {
+              if (four) {
+                for (std::int64_t r = base + (h - h0) * G; r < base + (h - h0 + 1) * G; r += 4)
+                  block_logits4(qf + r * Dq, kc, k.stride(1), Dq, lg + r * span + (s0 - lo), span, hp);
               }
-              l = fbatch::load_aligned(logit);
-            } else {  // without a cap the two roundings are one
-              l = fbatch::load_aligned(logit);
-              if (!opt.float32_qk_product) l = vec::round<A>(l);
             }
-            if (masked) l += fbatch::load_aligned(dead);
-            l.store_aligned(logit);
-            xsimd::max(l, fbatch::load_aligned(mvec + r * kBlk)).store_aligned(mvec + r * kBlk);
+            for (std::int64_t r = base + (h - h0) * G; r < base + (h - h0 + 1) * G; ++r) {
+              const float* qr = qf + r * Dq;
+              float* logit = lg + r * span + (s0 - lo);
+              if (whole && !four) {
+                block_logits(qr, kc, k.stride(1), Dq, logit, hp);
+              } else if (!whole) {
+                for (std::int64_t j = 0; j < kBlk; ++j) logit[j] = j < nb ? vec::dot(qr, kb + j * ks, Dq) : 0.0f;
+              }
+              fbatch l(0.0f);
+              if (opt.soft_cap > 0.0f) {
+                for (std::int64_t j = 0; j < kBlk; ++j) {
+                  float x = logit[j];
+                  if (!opt.float32_qk_product) x = round_to<A>(x);
+                  x = math::soft_cap(x, opt.soft_cap);
+                  if (round_logits) x = round_to<A>(x);
+                  logit[j] = x;
+                }
+                l = fbatch::load_aligned(logit);
+              } else {  // without a cap the two roundings are one
+                l = fbatch::load_aligned(logit);
+                if (!opt.float32_qk_product) l = vec::round<A>(l);
+              }
+              if (masked) l += fbatch::load_aligned(dead + u * kBlk);
+              l.store_aligned(logit);
+              xsimd::max(l, fbatch::load_aligned(mvec + r * kBlk)).store_aligned(mvec + r * kBlk);
+            }
           }
         }
       }
       // Pass 2: probabilities in place, e^(l - m) (0 for masked keys), and their sums.
-      const std::int64_t nblk = (hi - lo + kBlk - 1) / kBlk;
-      for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t r = 0; r < QT * rows; ++r) {
+        const std::int64_t nblk = (qinfo[4 * (r / rows) + 2] - lo + kBlk - 1) / kBlk;
         float* row = lg + r * span;
         const float m = vec::hmax(fbatch::load_aligned(mvec + r * kBlk));
         mvec[r * kBlk] = m;
@@ -642,17 +680,17 @@ void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const 
         mvec[r * kBlk + 1] = xsimd::hadd(sum);
       }
       // Pass 3: the probability-weighted sums of the value rows.
-      for (std::int64_t s0 = lo; s0 < hi; s0 += kBlk) {
-        const std::int64_t nb = std::min(kBlk, hi - s0);
-        const bool ahead = s0 + (kAheadBlocks + 1) * kBlk <= hi;
+      for (std::int64_t s0 = lo; s0 < hi_all; s0 += kBlk) {
+        const std::int64_t nb_all = std::min(kBlk, hi_all - s0);
+        const bool ahead = s0 + (kAheadBlocks + 1) * kBlk <= hi_all;
         for (std::int64_t h = h0; h < h1; ++h) {
-          // The rows of the block kAheadBlocks on: column by column as block_values reads the same columns here,
-          // or (no such loop) at once.
+          // The rows of the block kAheadBlocks on: column by column as block_values reads the same columns here
+          // (first query), or (no such loop) at once.
           const KV* next = ahead ? &v(b, s0 + kAheadBlocks * kBlk, h, 0) : nullptr;
           const std::int64_t vstride = v.stride(1) * kA;
           if (next && !tiled_values) prefetch::rows(next, vstride, kBlk, Dv * kA);
           // The block's value rows: block_values reads them from the cache in its own type; the per-key sums read
-          // f32 rows, from the cache or converted into vf.
+          // f32 rows, from the cache or converted into vf (the rows up to hi_all, once).
           const KV* vc = &v(b, s0, h, 0);
           const float* vb = vf;
           std::int64_t vs = Dv;
@@ -660,39 +698,48 @@ void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const 
             vb = vc;
             vs = v.stride(1);
           } else if (!tiled_values) {
-            for (std::int64_t j = 0; j < nb; ++j) vec::to_f32(&v(b, s0 + j, h, 0), vf + j * Dv, Dv);
+            for (std::int64_t j = 0; j < nb_all; ++j) vec::to_f32(&v(b, s0 + j, h, 0), vf + j * Dv, Dv);
           }
-          const std::int64_t r0 = (h - h0) * G;
-          const float* prob = lg + r0 * span + (s0 - lo);
-          if (tiled_values) {
-            for (std::int64_t g0 = 0; g0 < G; g0 += kRowsPV) {
-              with_rows<kRowsPV>(std::min<std::int64_t>(kRowsPV, G - g0), [&]<int RR>() {
-                float* ag = acc + (r0 + g0) * Dv;
-                const float* pg = prob + g0 * span;
-                // The first row group hints the next rows' columns [c, c + NV kBlk) (in the cache's bytes).
-                const bool hint = next && g0 == 0;
-                const auto at = [&](std::int64_t c) { return hint ? reinterpret_cast<const char*>(next + c) : nullptr; };
-                std::int64_t c = 0;
-                for (; c + 4 * kBlk <= Dv; c += 4 * kBlk)
-                  block_values<RR, 4>(pg, span, vc + c, v.stride(1), nb, ag + c, Dv, at(c), vstride, 4 * kBlk * kA);
-                for (; c < Dv; c += kBlk)
-                  block_values<RR, 1>(pg, span, vc + c, v.stride(1), nb, ag + c, Dv, at(c), vstride, kBlk * kA);
-              });
-            }
-          } else {
-            for (std::int64_t g = 0; g < G; ++g) {
-              for (std::int64_t j = 0; j < nb; ++j) {
-                const float pj = prob[g * span + j];
-                if (pj != 0.0f) vec::axpy(pj, vb + j * vs, acc + (r0 + g) * Dv, Dv);
+          for (std::int64_t u = 0; u < QT; ++u) {
+            const std::int64_t hi = qinfo[4 * u + 2];
+            if (s0 >= hi) continue;
+            const std::int64_t nb = std::min(kBlk, hi - s0);
+            const std::int64_t r0 = u * rows + (h - h0) * G;
+            const float* prob = lg + r0 * span + (s0 - lo);
+            if (tiled_values) {
+              for (std::int64_t g0 = 0; g0 < G; g0 += kRowsPV) {
+                with_rows<kRowsPV>(std::min<std::int64_t>(kRowsPV, G - g0), [&]<int RR>() {
+                  float* ag = acc + (r0 + g0) * Dv;
+                  const float* pg = prob + g0 * span;
+                  // The first row group of the first query hints the next rows' columns [c, c + NV kBlk) (in the
+                  // cache's bytes).
+                  const bool hint = next && g0 == 0 && u == 0;
+                  const auto at = [&](std::int64_t c) { return hint ? reinterpret_cast<const char*>(next + c) : nullptr; };
+                  std::int64_t c = 0;
+                  for (; c + 4 * kBlk <= Dv; c += 4 * kBlk)
+                    block_values<RR, 4>(pg, span, vc + c, v.stride(1), nb, ag + c, Dv, at(c), vstride, 4 * kBlk * kA);
+                  for (; c < Dv; c += kBlk)
+                    block_values<RR, 1>(pg, span, vc + c, v.stride(1), nb, ag + c, Dv, at(c), vstride, kBlk * kA);
+                });
+              }
+            } else {
+              for (std::int64_t g = 0; g < G; ++g) {
+                for (std::int64_t j = 0; j < nb; ++j) {
+                  const float pj = prob[g * span + j];
+                  if (pj != 0.0f) vec::axpy(pj, vb + j * vs, acc + (r0 + g) * Dv, Dv);
+                }
               }
             }
           }
         }
       }
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t n = h0 * G + r;
-        finish_row<A, KV>(acc + r * Dv, mvec[r * kBlk], mvec[r * kBlk + 1], Dv, sinks, n, v, b, n / G, len, vf,
-                      &out(b, t, n, 0));
+      for (std::int64_t u = 0; u < QT; ++u) {
+        const std::int64_t t = qinfo[4 * u];
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const std::int64_t n = h0 * G + r, row = u * rows + r;
+          finish_row<A, KV>(acc + row * Dv, mvec[row * kBlk], mvec[row * kBlk + 1], Dv, sinks, n, v, b, n / G, len, vf,
+                            &out(b, t, n, 0));
+        }
       }
     }
   });
