@@ -592,7 +592,10 @@ void attention(int threads, View<const A, 4> q, View<const KV, 4> k, View<const 
           if (s0 >= qi[2]) continue;
           const std::int64_t nb = std::min(kBlk, qi[2] - s0);
           per_key = per_key || nb < kBlk;
-          block_mask(mask, b, s0, nb, lo, qi[2], static_cast<std::int32_t>(qi[3]), dead + u * kBlk);
+          // Only blocks that pass 1 masks (segment ids, or the query's last block) need the mask.
+          if (segments || nb < kBlk) {
+            block_mask(mask, b, s0, nb, lo, qi[2], static_cast<std::int32_t>(qi[3]), dead + u * kBlk);
+          }
         }
         // Whole blocks ahead only: the rows up to hi_all lie inside the cache.
         const bool ahead = s0 + (kAheadBlocks + 1) * kBlk <= hi_all;
