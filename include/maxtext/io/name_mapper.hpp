@@ -30,6 +30,21 @@ inline void base_llama_config(Config& c) {
   c.rope_min_timescale = 1;
 }
 
+/// AnyTensor::concat, with the parts widened to f32 when their types differ (a mixed-quantisation file may store the
+/// q | k | v rows and z, or beta and alpha, in different types).
+inline AnyTensor concat_any(std::vector<AnyTensor> parts, int axis, const std::string& source) {
+  bool mixed = false;
+  for (const auto& p : parts) mixed = mixed || p.dtype != parts.front().dtype;
+  if (mixed) {
+    for (auto& p : parts) {
+      Tensor<float, 1> flat({p.numel()});
+      for (std::int64_t i = 0; i < p.numel(); ++i) flat(i) = static_cast<float>(p.element(i));
+      p = AnyTensor::from(flat, p.source).reshaped(p.shape);
+    }
+  }
+  return AnyTensor::concat(parts, axis, source);
+}
+
 /// Name mapping with missing / unexpected tensor bookkeeping for one family (`family` names it in errors).
 class NameMapper {
  public:

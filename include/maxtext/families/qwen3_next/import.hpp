@@ -204,21 +204,6 @@ inline Config config_from_hf_qwen3_next(const nlohmann::json& root, const std::s
 
 namespace detail {
 
-/// AnyTensor::concat, with the parts widened to f32 when their types differ (a mixed-quantisation file may store the
-/// q | k | v rows and z, or beta and alpha, in different types).
-inline AnyTensor concat_any(std::vector<AnyTensor> parts, int axis, const std::string& source) {
-  bool mixed = false;
-  for (const auto& p : parts) mixed = mixed || p.dtype != parts.front().dtype;
-  if (mixed) {
-    for (auto& p : parts) {
-      Tensor<float, 1> flat({p.numel()});
-      for (std::int64_t i = 0; i < p.numel(); ++i) flat(i) = static_cast<float>(p.element(i));
-      p = AnyTensor::from(flat, p.source).reshaped(p.shape);
-    }
-  }
-  return AnyTensor::concat(parts, axis, source);
-}
-
 /// The file position of value head j (Hugging Face's order: key head j / r, then j % r, r = Hv / Hk). llama.cpp's
 /// Qwen3.5 converter stores the value heads tiled instead (conversion/qwen.py _LinearAttentionVReorderBase: position
 /// (j % r) * Hk + j / r), so that ggml can broadcast the key heads.
