@@ -9,6 +9,7 @@
 
 #include "cli_args.hpp"
 #include "cli_common.hpp"
+#include "cli_spec.hpp"  // mtp_hidden_option
 #include "cmd_tokenize.hpp"  // config_from_weights
 #include "maxtext/comm/mesh.hpp"
 #include "maxtext/core/config_keys.hpp"
@@ -165,7 +166,7 @@ int write_mtp_logits(const Args& a, const Config& cfg, const std::vector<std::ve
     for (std::int64_t t = 0; t < T; ++t) tok(b, t) = rows[static_cast<std::size_t>(b)][static_cast<std::size_t>(t)];
   }
   const auto model = open_model(cfg, a);
-  const auto all = model->forward_with_mtp(tok);
+  const auto all = model->forward_with_mtp(tok, mtp_hidden_option(a));
   if (!output_rank()) return 0;  // split: rank 0 writes
   io::write_npy(a.get("out"), all.at(static_cast<std::size_t>(k)));
   std::cout << "wrote " << a.get("out") << " [" << Bn << ", " << T << ", " << cfg.vocab_size << "] f32 (MTP layer " << k
@@ -196,6 +197,7 @@ int cmd_logits(const Args& a) {
   const std::int64_t inc = a.integer("incremental", 0);
   MAXTEXT_CHECK(inc >= 0 && inc < T, ArgumentError, "--incremental must be in [0, ", T, "), found ", inc);
   if (a.has("mtp")) return write_mtp_logits(a, cfg, rows, images || inc > 0);
+  MAXTEXT_CHECK(!a.has("mtp-hidden"), ArgumentError, "--mtp-hidden needs --mtp K");
   if (images) {
     for (std::int64_t t = T - inc; t < T; ++t) {
       MAXTEXT_CHECK(media.mask(0, t) == 0, ArgumentError, "--incremental ", inc, ": the last ", inc,

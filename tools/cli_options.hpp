@@ -45,10 +45,12 @@ inline const std::vector<CommandOptions>& command_options() {
     // encode_prompt_images (cli_vision.cpp): pictures merged into the prompt.
     const std::vector<std::string> images = {"image", "image-preprocess", "image-embeddings-out", "mmproj"};
     return std::vector<CommandOptions>{
-        {"logits", join(join(model, {"tokens", "out", "incremental", "mtp"}), images), true},
+        {"logits", join(join(model, {"tokens", "out", "incremental", "mtp", "mtp-hidden"}), images), true},
         // open_model without loading: neither --seed nor the tokenizer is read.
         {"info", {"config", "weights", "weight-type", "threads", "int8-activations", "kv-type"}, true},
-        {"generate", join(join(join(model, sampling), {"tokens", "prompt", "spec", "draft", "draft-max"}), images), true},
+        {"generate",
+         join(join(join(model, sampling), {"tokens", "prompt", "spec", "draft", "draft-max", "mtp-hidden"}), images),
+         true},
         {"chat", join(join(join(model, sampling), {"system", "ctx-size", "spec", "draft", "draft-max"}), images), true},
         // Sampling comes with each request; --max-new-tokens caps requests that give no max_tokens.
         {"serve",

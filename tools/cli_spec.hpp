@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli_args.hpp"
+#include "maxtext/core/error.hpp"
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/speculative.hpp"
 
@@ -23,5 +24,14 @@ struct SpecChoice {
   models::DraftFn function();
 };
 std::unique_ptr<SpecChoice> open_spec(const Args& a, const Config& cfg, std::int64_t draft_capacity);
+
+/// --mtp-hidden raw|normed (logits --mtp, generate --spec mtp): the hidden state the MTP layers read (models::MtpHidden;
+/// raw, MaxText's, by default; normed as llama.cpp's and vLLM's MTP graphs).
+inline models::MtpHidden mtp_hidden_option(const Args& a) {
+  const std::string v = a.get("mtp-hidden", "raw");
+  MAXTEXT_CHECK(v == "raw" || v == "normed", ArgumentError, "--mtp-hidden: expected raw (MaxText's: the hidden state "
+                "as the layer before leaves it) or normed (llama.cpp's: through the final norm), found '", v, "'");
+  return v == "normed" ? models::MtpHidden::normed : models::MtpHidden::raw;
+}
 
 }  // namespace maxtext::cli

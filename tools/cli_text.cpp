@@ -56,6 +56,8 @@ std::unique_ptr<SpecChoice> open_spec(const Args& a, const Config& cfg, std::int
   MAXTEXT_CHECK(spec != "draft" || a.has("draft"), ArgumentError, "--spec draft needs --draft FILE (the draft model)");
   MAXTEXT_CHECK(!spec.empty() || !a.has("draft-max"), ArgumentError, "--draft-max needs --spec lookup, draft or mtp");
   sc->options.draft_max = a.integer("draft-max", 4);
+  MAXTEXT_CHECK(spec == "mtp" || !a.has("mtp-hidden"), ArgumentError, "--mtp-hidden needs --spec mtp");
+  sc->options.mtp_hidden = mtp_hidden_option(a);
   MAXTEXT_CHECK(sc->options.draft_max >= 1, ArgumentError, "--draft-max must be >= 1, found ", sc->options.draft_max);
   if (spec == "draft") {  // its own file, config and weight type; the model's thread count
     Args da;

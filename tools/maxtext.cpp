@@ -13,14 +13,15 @@ const char* kUsage = R"(usage: maxtext <command> [options] [key=value ...]
 
 commands:
   logits    --config CFG [--weights FILE] --tokens 1,2,3[/4,5,6] [--incremental N] --out logits.npy
-            [--mtp K]: MTP layer K's logits instead (row t predicts token t + K + 1; mtp_num_layers >= K)
+            [--mtp K [--mtp-hidden raw|normed]]: MTP layer K's logits instead (row t predicts token t + K + 1;
+            mtp_num_layers >= K); normed: the layers read the hidden state through the final norm, as llama.cpp's
   generate  --config CFG [--weights FILE] --tokens 1,2,3[/...] --max-new-tokens N
             [--temperature T] [--top-k K] [--top-p P] [--seed S]
   generate  --weights FILE [--tokenizer FILE] --prompt "text" [--max-new-tokens N] [--stop STRING ...] [...]:
             streams the text
-            [--spec lookup|draft|mtp [--draft FILE] [--draft-max K]]: greedy speculative decoding, K drafted tokens
-            (default 4) checked per pass, from prompt lookup, a draft model sharing the tokenizer, or the model's
-            MTP layers (one draft per layer); the same tokens
+            [--spec lookup|draft|mtp [--draft FILE] [--draft-max K] [--mtp-hidden raw|normed]]: greedy speculative
+            decoding, K drafted tokens (default 4) checked per pass, from prompt lookup, a draft model sharing the
+            tokenizer, or the model's MTP layers (one draft per layer); the same tokens
   generate|logits|chat ... --image FILE [--image FILE ...] [--mmproj MMPROJ.gguf]
             [--image-preprocess maxtext|hf|llamacpp] [--image-embeddings-out F]: pictures merged into the prompt (a Gemma 3 checkpoint with its vision
             tower, or any Gemma 3 text model with llama.cpp's mmproj file): each <start_of_image> (or llama.cpp's

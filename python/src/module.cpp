@@ -214,6 +214,13 @@ void flatten(py::handle obj, const std::string& prefix, io::TensorMap& out, cons
 }
 
 /// Integer rows [B, T] from [T] or [B, T] integer arrays / lists.
+/// hidden= / mtp_hidden=: 'raw' or 'normed' (models::MtpHidden), refused by name otherwise.
+models::MtpHidden mtp_hidden_arg(const std::string& v, const char* where) {
+  MAXTEXT_CHECK(v == "raw" || v == "normed", ArgumentError, "[", where, "] expected 'raw' (MaxText's) or 'normed' "
+                "(through the final norm, as llama.cpp's MTP graphs) for the MTP layers' hidden state, found '", v, "'");
+  return v == "normed" ? models::MtpHidden::normed : models::MtpHidden::raw;
+}
+
 Tensor<std::int32_t, 2> int_rows(py::handle obj, const char* what) {
   py::array a = py::array::ensure(obj);
   MAXTEXT_CHECK(a, ArgumentError, "[", what, "] expected an integer array [T] or [B, T], found ", type_name(obj));
@@ -786,21 +793,24 @@ media_mask [B, T] (nonzero: a picture's soft token) with media_embeddings [n, em
 attend to themselves whole). docs/vision.md)")
       .def(
           "forward_mtp",
-          [](PyModel& pm, py::handle tokens) {
+          [](PyModel& pm, py::handle tokens, const std::string& hidden) {
             const Tensor<std::int32_t, 2> tok = int_rows(tokens, "tokens");
+            const models::MtpHidden h = mtp_hidden_arg(hidden, "forward_mtp");
             std::vector<Tensor<float, 3>> all;
             {
               py::gil_scoped_release nogil;
-              all = pm.b->forward_with_mtp(tok);
+              all = pm.b->forward_with_mtp(tok, h);
             }
             py::list mtp;
             for (std::size_t k = 1; k < all.size(); ++k) mtp.append(to_numpy(all[k]));
             return py::make_tuple(to_numpy(all[0]), mtp);
           },
-          py::arg("tokens"),
+          py::arg("tokens"), py::arg("hidden") = "raw",
           R"((logits, [mtp_logits_1, ...]): MaxText's whole-sequence pass with its multi-token prediction block
 (mtp_num_layers): the main logits [B, T, V] and each MTP layer k's, whose row t predicts token t + k + 1 from the
-hidden state at t and the k tokens after it (MaxText's roll_and_mask: the last k rows read token id 0).)")
+hidden state at t and the k tokens after it (MaxText's roll_and_mask: the last k rows read token id 0).
+hidden='raw' (MaxText's) or 'normed': the hidden state the MTP layers read passes through the model's final norm
+first, as llama.cpp's MTP graphs and vLLM's MTP drafters take it.)")
       .def(
           "run_layer",
           [](PyModel& pm, py::handle x, py::object layer, py::object weights, const std::string& prefix,
@@ -843,7 +853,7 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
           [](PyModel& pm, py::object prompts, std::int64_t max_new_tokens, float temperature, std::int64_t top_k,
              float top_p, py::object seed, py::object stop_tokens, py::object tok_obj, py::object on_token,
              py::object stream, std::int64_t capacity, py::object spec, std::int64_t draft_max, py::handle media_mask,
-             py::handle media_embeddings) {
+             py::handle media_embeddings, const std::string& mtp_hidden) {
             const PyTokenizer* tk = tok_obj.is_none() ? nullptr : &tok_obj.cast<const PyTokenizer&>();
             std::vector<std::vector<std::int32_t>> rows;
             const bool texts = py::isinstance<py::str>(prompts) ||
@@ -923,6 +933,9 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
               MAXTEXT_CHECK(capacity == 0, ArgumentError, "[generate] spec= sizes its own cache: leave capacity= unset");
               models::SpeculativeOptions so;
               so.draft_max = draft_max;
+              so.mtp_hidden = mtp_hidden_arg(mtp_hidden, "generate");
+              MAXTEXT_CHECK(mtp_hidden == "raw" || (py::isinstance<py::str>(spec) && spec.cast<std::string>() == "mtp"),
+                            ArgumentError, "[generate] mtp_hidden='", mtp_hidden, "' needs spec='mtp'");
               if (py::isinstance<py::str>(spec)) {
                 const auto kind = spec.cast<std::string>();
                 MAXTEXT_CHECK(kind == "lookup" || kind == "mtp", ArgumentError, "[generate] spec='", kind,
@@ -978,7 +991,7 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
           py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = py::none(), py::arg("stop_tokens") = py::none(),
           py::arg("tokenizer") = py::none(), py::arg("on_token") = py::none(), py::arg("stream") = py::none(),
           py::arg("capacity") = 0, py::arg("spec") = py::none(), py::arg("draft_max") = 4,
-          py::arg("media_mask") = py::none(), py::arg("media_embeddings") = py::none(),
+          py::arg("media_mask") = py::none(), py::arg("media_embeddings") = py::none(), py::arg("mtp_hidden") = "raw",
           R"(Prefill + decode. prompts: token ids ([T], [B, T] or a list of lists) or text (a str or list of str, with
 tokenizer=). temperature 0 = greedy. on_token(row, token) is called as each token is chosen; stream(text) gets the
 text pieces of a single text prompt as they complete. Returns {'tokens': [[...]], 'text': [...] (with a tokenizer),
@@ -987,7 +1000,8 @@ spec='lookup' (prompt lookup), spec='mtp' (the model's multi-token prediction la
 spec=draft_model (another Model sharing the tokenizer): greedy speculative decoding of one prompt, draft_max tokens
 drafted and checked per pass; the same tokens, and result['speculative'] with
 'verify_passes', 'drafted' and 'accepted' per draft position, 'acceptance_rate'. media_mask [B, T] with
-media_embeddings: pictures' soft tokens merged at the prefill (see forward).)")
+media_embeddings: pictures' soft tokens merged at the prefill (see forward). mtp_hidden='normed' (spec='mtp'): the
+MTP layers read the hidden state through the final norm, as llama.cpp's MTP graphs (see forward_mtp).)")
       .def(
           "compare",
           [](PyModel& pm, py::handle reference, py::handle tokens, py::handle input, py::object layer, py::object weights,

@@ -196,6 +196,16 @@ def test_mtp_logits_and_speculative_generation(mc):
     out = m.generate([prompt], max_new_tokens=16, spec="mtp", draft_max=2)
     assert out["tokens"] == plain
     assert sum(out["speculative"]["drafted"]) > 0
+    # llama.cpp's convention (the hidden state through the final norm; checked against llama.cpp's MTP graph in
+    # test_llamacpp_peer): other MTP logits, the same main ones, the same tokens.
+    logits_n, mtp_n = m.forward_mtp(np.load(fixture(case, "tokens.npy")), hidden="normed")
+    np.testing.assert_array_equal(logits_n, logits)
+    assert np.abs(mtp_n[0] - mtp[0]).max() > 1e-3
+    assert m.generate([prompt], max_new_tokens=16, spec="mtp", draft_max=2, mtp_hidden="normed")["tokens"] == plain
+    with pytest.raises(Exception, match="expected 'raw'"):
+        m.forward_mtp(np.load(fixture(case, "tokens.npy")), hidden="norm")
+    with pytest.raises(Exception, match="needs spec='mtp'"):
+        m.generate([prompt], max_new_tokens=4, spec="lookup", mtp_hidden="normed")
     plain_model = mc.Model(mc.Config(overrides=meta("llama2_model")["config"]),
                            weights=fixture("llama2_model", "model.safetensors"))
     with pytest.raises(Exception, match="no MTP layers"):

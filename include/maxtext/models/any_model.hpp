@@ -179,8 +179,9 @@ class AnyModel {
                                                   const SpeculativeOptions& spec = {},
                                                   SpeculativeStats* stats = nullptr) = 0;
   /// MaxText's whole-sequence pass with its MTP block (Transformer::forward_with_mtp): the main logits, then MTP layer
-  /// k's for k = 1..mtp_num_layers, each [B, T, V] f32.
-  virtual std::vector<Tensor<float, 3>> forward_with_mtp(const Tensor<std::int32_t, 2>& tokens) = 0;
+  /// k's for k = 1..mtp_num_layers, each [B, T, V] f32. `hidden`: what the MTP layers read (MtpHidden).
+  virtual std::vector<Tensor<float, 3>> forward_with_mtp(const Tensor<std::int32_t, 2>& tokens,
+                                                         MtpHidden hidden = MtpHidden::raw) = 0;
   /// A session holding up to `capacity` tokens (0: max_target_length). It refers to this model: keep the model alive.
   virtual std::unique_ptr<AnySession> new_session(std::int64_t capacity = 0) = 0;
   /// Returns the layer's output [B, T, D] as f32; also puts it into the capture under the layer's name (or "out"

@@ -273,14 +273,15 @@ class AnyModelImpl final : public AnyModel {
     require_loaded("generate_mtp_speculative");
     opt.sampling.validate();
     const auto cap = static_cast<std::int64_t>(prompt.size()) + opt.max_new_tokens + spec.draft_max + 1;
-    models::MtpDrafter<Model> d(model_, cap);
+    models::MtpDrafter<Model> d(model_, cap, spec.mtp_hidden);
     return models::generate_speculative(model_, prompt, opt, d, spec, stats);
   }
 
-  std::vector<Tensor<float, 3>> forward_with_mtp(const Tensor<std::int32_t, 2>& tokens) override {
+  std::vector<Tensor<float, 3>> forward_with_mtp(const Tensor<std::int32_t, 2>& tokens,
+                                                 MtpHidden hidden = MtpHidden::raw) override {
     std::lock_guard<std::mutex> lock(mu_);
     require_loaded("forward_with_mtp");
-    auto r = model_.forward_with_mtp(tokens);
+    auto r = model_.forward_with_mtp(tokens, {}, hidden);
     std::vector<Tensor<float, 3>> out{std::move(r.logits)};
     for (auto& l : r.mtp_logits) out.push_back(std::move(l));
     return out;

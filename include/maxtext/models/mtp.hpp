@@ -59,7 +59,9 @@ class MtpDrafter {
 
   /// `capacity`: the most positions each MTP cache holds (default: the config's max_target_length); at least the
   /// prompt and the tokens to generate.
-  explicit MtpDrafter(Model& model, std::int64_t capacity = 0) : model_(model) {
+  /// `hidden`: the hidden state the MTP layers read (MtpHidden; MaxText's raw by default).
+  explicit MtpDrafter(Model& model, std::int64_t capacity = 0, MtpHidden hidden = MtpHidden::raw)
+      : model_(model), hidden_(hidden) {
     MAXTEXT_CHECK(model.mtp_num_layers() > 0, ConfigError, "[speculative] --spec mtp: the model has no MTP layers "
                   "(mtp_num_layers = 0; checkpoints that carry them: DeepSeek-V3's num_nextn_predict_layers)");
     for (std::int64_t k = 0; k < model.mtp_num_layers(); ++k) caches_.push_back(model.make_mtp_cache(1, capacity));
@@ -98,7 +100,7 @@ class MtpDrafter {
       Cache& c = caches_[static_cast<std::size_t>(k - 1)];
       MAXTEXT_CHECK(c.length(0) == in.first, ArgumentError, "[speculative] MTP drafter: layer ", k, "'s cache holds ",
                     c.length(0), " positions, ", in.first, " expected");
-      const Tensor<float, 3> l = model_.forward_mtp(k, h, tok, c, fo);
+      const Tensor<float, 3> l = model_.forward_mtp(k, h, tok, c, fo, hidden_);
       in.rows.erase(in.rows.begin(), in.rows.begin() + n * D);
       if (k < num_layers()) {
         Pending& next = pending_[static_cast<std::size_t>(k)];
@@ -133,7 +135,7 @@ class MtpDrafter {
       Tensor<float, 2> hout;
       ForwardOptions fo;
       fo.hidden_out = &hout;
-      const Tensor<float, 3> l = model_.forward_mtp(j, hin, tok, c, fo);
+      const Tensor<float, 3> l = model_.forward_mtp(j, hin, tok, c, fo, hidden_);
       c.set_length(0, static_cast<std::int32_t>(q));  // the row read a draft: not kept
       const std::int32_t t = argmax(&l(0, 0, 0), l.dim(2));
       if (target_vocab > 0 && t >= target_vocab) break;
@@ -149,6 +151,7 @@ class MtpDrafter {
     std::vector<float> rows;  ///< h_{k-1} of positions first, first + 1, ... not yet taken by layer k
   };
   Model& model_;
+  MtpHidden hidden_;
   std::vector<Cache> caches_;
   std::vector<Pending> pending_;
   std::vector<float> last_h1_;   ///< layer 1's output at the last position it took

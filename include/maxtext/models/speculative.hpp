@@ -44,6 +44,8 @@ namespace maxtext::models {
 struct SpeculativeOptions {
   /// K: the most tokens drafted per verify pass (>= 1). Fewer near max_new_tokens or when the drafter has fewer.
   std::int64_t draft_max = 4;
+  /// Drafts from the model's MTP layers (generate_mtp_speculative): the hidden state they read (MtpHidden).
+  MtpHidden mtp_hidden = MtpHidden::raw;
 };
 
 /// What a speculative generation did: per draft position i (0-based), how often a token was drafted there and how

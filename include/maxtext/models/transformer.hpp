@@ -47,6 +47,11 @@ namespace maxtext::models {
 /// How activations are named for capture (and how the weights were named when loaded).
 enum class NameScheme : std::uint8_t { maxtext, hf };
 
+/// The hidden state an MTP layer reads (Transformer::forward_mtp): the previous stage's raw output, as MaxText's
+/// multi_token_prediction.py passes it (the default), or that output through the model's final norm, as llama.cpp's
+/// MTP graphs (t_h_nextn) and vLLM's MTP drafters take it. CLI: --mtp-hidden raw|normed.
+enum class MtpHidden : std::uint8_t { raw, normed };
+
 /// Options of one forward pass. All host data; shapes [B, T] unless said otherwise.
 struct ForwardOptions {
   /// Positions for rotary / position embeddings; default: each row's cache length + t.
@@ -540,9 +545,10 @@ class Transformer {
   /// MTP layer k over rows [B, T]: `prev_hidden` [B*T, D] is h_{k-1} of each row (host f32), `tokens` [B, T] the
   /// token k places after each row's position. Appends to `cache` (make_mtp_cache) as forward() appends to the
   /// model's cache; positions, row_lengths, last_only and capture as there, and ForwardOptions::hidden_out receives
-  /// h_k (the next layer's prev_hidden). Returns the f32 logits of h_k.
+  /// h_k (the next layer's prev_hidden). Returns the f32 logits of h_k. `hidden`: MtpHidden::normed passes h_{k-1}
+  /// through the model's final norm first (llama.cpp's and vLLM's convention; MaxText's is raw).
   Tensor<float, 3> forward_mtp(std::int64_t k, const Tensor<float, 2>& prev_hidden, const Tensor<std::int32_t, 2>& tokens,
-                               KVCache<P>& cache, const ForwardOptions& opt = {}) {
+                               KVCache<P>& cache, const ForwardOptions& opt = {}, MtpHidden hidden = MtpHidden::raw) {
     MAXTEXT_CHECK(k >= 1 && k <= mtp_num_layers(), ArgumentError, "[mtp] layer ", k, " of a model with mtp_num_layers = ",
                   mtp_num_layers(), " (layers are numbered from 1)");
     const std::int64_t Bn = tokens.dim(0), T = tokens.dim(1), D = cfg_.emb_dim, M = Bn * T;
@@ -572,6 +578,13 @@ class Transformer {
       be_.copy(h.data(), host.data(), host.size() * sizeof(A), CopyKind::host_to_device);
       be_.synchronize();
     }
+    if (hidden == MtpHidden::normed) {
+      if constexpr (kFinalNorm == layers::FinalNorm::gpt3_layer_norm) {
+        final_gpt3_.forward(ctx, params_.decoder_norm_gpt3, h, h);
+      } else {
+        final_rms_.forward(ctx, params_.decoder_norm_rms, h, h);
+      }
+    }
     mtp_norm_.forward(ctx, mp.embedding_norm, e, e);
     mtp_norm_.forward(ctx, mp.hidden_state_norm, h, h);
     View<A, 2> cat = scratch_.template alloc<A, 2>({M, 2 * D});
@@ -595,7 +608,8 @@ class Transformer {
     Tensor<float, 3> logits;                  ///< [B, T, V]
     std::vector<Tensor<float, 3>> mtp_logits;  ///< mtp_num_layers x [B, T, V]
   };
-  MtpOutputs forward_with_mtp(const Tensor<std::int32_t, 2>& tokens, const ForwardOptions& opt = {}) {
+  MtpOutputs forward_with_mtp(const Tensor<std::int32_t, 2>& tokens, const ForwardOptions& opt = {},
+                              MtpHidden hidden = MtpHidden::raw) {
     MAXTEXT_CHECK(mtp_num_layers() > 0, ConfigError, "[mtp] this model has no MTP layers (mtp_num_layers = 0)");
     MAXTEXT_CHECK(opt.row_lengths == nullptr && !opt.last_only && opt.positions == nullptr, ArgumentError,
                   "[mtp] forward_with_mtp takes whole rows from position 0 (no row_lengths, last_only or positions)");
@@ -617,7 +631,7 @@ class Transformer {
       ok.media_mask = nullptr;
       ok.media_embeddings = nullptr;
       ok.hidden_out = &next;
-      out.mtp_logits.push_back(forward_mtp(k, h, rolled, cache, ok));
+      out.mtp_logits.push_back(forward_mtp(k, h, rolled, cache, ok, hidden));
       h = std::move(next);
     }
     return out;
