@@ -96,6 +96,30 @@ void gguf_seeds() {
   vocab(g, true);
   g.add_tensor("x", ramp({2, 3}, 1.f, d), DType::bf16);
   put("gguf", "qwen2_bpe.gguf", g.bytes());
+  // DeepSeek-V3's keys (families/deepseek/gguf.hpp): MLA sizes, routing with a bias and groups, YaRN, a next-n layer.
+  std::vector<float> f, h, k;
+  io::GgufWriter ds;
+  ds.set("general.architecture", GgufValue::of_string("deepseek2"));
+  const std::pair<const char*, std::uint32_t> ints[] = {
+      {"context_length", 64},         {"embedding_length", 32},          {"block_count", 2},
+      {"nextn_predict_layers", 1},    {"leading_dense_block_count", 0},  {"feed_forward_length", 64},
+      {"attention.head_count", 2},    {"attention.head_count_kv", 1},    {"attention.q_lora_rank", 16},
+      {"attention.kv_lora_rank", 16}, {"attention.key_length", 20},      {"attention.value_length", 16},
+      {"attention.key_length_mla", 12}, {"attention.value_length_mla", 8}, {"rope.dimension_count", 4},
+      {"expert_count", 4},            {"expert_used_count", 2},          {"expert_shared_count", 1},
+      {"expert_feed_forward_length", 16}, {"expert_gating_func", 2},     {"expert_group_count", 2},
+      {"expert_group_used_count", 1}, {"rope.scaling.original_context_length", 16}};
+  for (const auto& [key, v] : ints) ds.set(std::string("deepseek2.") + key, GgufValue::of_u32(v));
+  ds.set("deepseek2.expert_weights_scale", GgufValue::of_f32(2.5f));
+  ds.set("deepseek2.expert_weights_norm", GgufValue::of_bool(true));
+  ds.set("deepseek2.rope.scaling.type", GgufValue::of_string("yarn"));
+  ds.set("deepseek2.rope.scaling.factor", GgufValue::of_f32(4.f));
+  ds.set("deepseek2.rope.scaling.yarn_log_multiplier", GgufValue::of_f32(0.1f));
+  vocab(ds, false);
+  ds.add_tensor("token_embd.weight", ramp({4, 32}, 0.25f, f));
+  ds.add_tensor("output.weight", ramp({4, 32}, 0.5f, h));
+  ds.add_tensor("blk.0.exp_probs_b.bias", ramp({4}, 0.125f, k));
+  put("gguf", "deepseek2.gguf", ds.bytes());
   io::GgufWriter e(64);
   e.set("general.alignment", GgufValue::of_u32(64));
   e.set("nested", GgufValue::of_strings({"a", "", "c"}));

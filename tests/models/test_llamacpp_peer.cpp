@@ -30,6 +30,7 @@
 #include "maxtext/families/load.hpp"
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/generate.hpp"
+#include "maxtext/models/speculative.hpp"
 #include "maxtext_blocks_built.hpp"  // the models of maxtext_blocks (tools/blocks/), as the CLI has them
 #include "support/cli.hpp"
 #include "support/test_support.hpp"
@@ -253,6 +254,77 @@ TEST_CASE("llama.cpp peer: qwen35moe (Qwen3.5 MoE: value heads stored tiled, bet
   check_peer("qwen35moe", kSilu);
 }
 
+TEST_CASE("llama.cpp peer: deepseek2 (DeepSeek-V3: MLA with kv_b split in two, q LoRA, 1 dense + 2 MoE layers, 8 "
+          "experts in 4 groups top 2 of 2, sigmoid with selection bias, scale 2.5, YaRN factor 4, a next-n layer)",
+          "[models][llamacpp]") {
+  // decoder_block deepseek from the file's metadata (families/deepseek/gguf.hpp); the next-n layer becomes MaxText's
+  // MTP layer 1, which the main forward does not run (as llama.cpp's main graph does not).
+  check_peer("deepseek2", kSilu);
+}
+
+TEST_CASE("llama.cpp peer: deepseek2's next-n layer (MaxText's MTP layer 1) against llama.cpp's MTP graph, with the "
+          "hidden state through the final norm as llama.cpp hands it (--mtp-hidden normed)", "[models][llamacpp][mtp]") {
+  // mtp_logits.npy: llama.cpp's LLAMA_CONTEXT_TYPE_MTP graph over the sequence in one batch (llamacpp_peer.cpp); its
+  // row i reads token i + 1 and the main model's h_nextn (output_norm(h)) at position i, and predicts token i + 2,
+  // as MaxText's MTP row i does from h_i and the rolled token. Tolerance kSilu as for the main logits (one more
+  // decoder layer in f32; measured 1.0e-4 with |logit| <= 8). MaxText's own convention (the raw hidden state) is the
+  // default; on this model it moves the logits by several units, so the check tells the two apart.
+  const std::string dir = peer_dir("deepseek2");
+  const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for deepseek2");
+  const Config cfg = *io::read_weights_config(path);
+  REQUIRE(cfg.mtp_num_layers == 1);
+  const auto prompt = ids(test::npy(dir + "/tokens.npy"));
+  const auto greedy = ids(test::npy(dir + "/greedy.npy"));
+  std::vector<std::int32_t> seq = prompt;
+  seq.insert(seq.end(), greedy.begin(), greedy.end() - 1);
+  const auto T = static_cast<std::int64_t>(seq.size()), V = cfg.vocab_size;
+  const AnyTensor expected = test::npy(dir + "/mtp_logits.npy");
+  REQUIRE(expected.shape == std::vector<std::int64_t>{T - 1, V});
+  const auto m = models::make_built_any_model(cfg, {}, MAXTEXT_BLOCKS_BUILT);
+  m->load(io::load_weights(path, cfg).tensors);
+  Tensor<std::int32_t, 2> tok({1, T});
+  for (std::int64_t i = 0; i < T; ++i) tok(0, i) = seq[static_cast<std::size_t>(i)];
+  // The last row reads MaxText's padding id (roll_and_mask) and predicts nothing: rows 0 .. T - 2 are compared.
+  const auto rows = [&](const Tensor<float, 3>& l) { return AnyTensor::from(l).reshaped({T, V}).narrow(0, 0, T - 1); };
+  const auto normed = testing::compare(rows(m->forward_with_mtp(tok, models::MtpHidden::normed).at(1)), expected, kSilu);
+  std::printf("llama.cpp peer deepseek2 MTP layer 1 (normed hidden) max |ours - llama.cpp| = %.3g\n", normed.max_abs);
+  INFO(normed.message("deepseek2 MTP logits vs llama.cpp's MTP graph"));
+  CHECK(normed.ok());
+  const auto raw = testing::compare(rows(m->forward_with_mtp(tok).at(1)), expected, kSilu);
+  std::printf("llama.cpp peer deepseek2 MTP layer 1 (raw hidden, MaxText's) max |ours - llama.cpp| = %.3g\n", raw.max_abs);
+  CHECK(raw.max_abs > 1.0);
+  // Drafting with the normed convention changes only the speed: the greedy tokens stay llama.cpp's.
+  models::GenerateOptions go;
+  go.max_new_tokens = static_cast<std::int64_t>(greedy.size());
+  models::SpeculativeOptions so;
+  so.mtp_hidden = models::MtpHidden::normed;
+  models::SpeculativeStats st;
+  CHECK(m->generate_mtp_speculative(prompt, go, so, &st).tokens.at(0) == greedy);
+  CHECK(st.total_drafted() > 0);
+  // The CLI: logits --mtp 1 --mtp-hidden normed writes the same rows; a bad value or a missing --mtp / --spec mtp is
+  // refused by name.
+  std::string s;
+  for (std::size_t i = 0; i < seq.size(); ++i) s += (i ? "," : "") + std::to_string(seq[i]);
+  const std::string out =
+      (std::filesystem::current_path() / ("deepseek2_mtp_normed_" + std::to_string(::getpid()) + ".npy")).string();
+  test::run_cli("logits --weights " + path + " --tokens " + s + " --mtp 1 --mtp-hidden normed --out " + out);
+  CHECK(testing::compare(test::npy(out).reshaped({T, V}).narrow(0, 0, T - 1), expected, kSilu).ok());
+  int rc = 0;
+  CHECK_THAT(test::run_cli("logits --weights " + path + " --tokens 1,2 --mtp 1 --mtp-hidden norm --out " + out, rc),
+             Catch::Contains("--mtp-hidden: expected raw"));
+  CHECK(rc != 0);
+  CHECK_THAT(test::run_cli("logits --weights " + path + " --tokens 1,2 --mtp-hidden normed --out " + out, rc),
+             Catch::Contains("--mtp-hidden needs --mtp K"));
+  CHECK_THAT(test::run_cli("generate --weights " + path + " --tokens 1,2 --max-new-tokens 2 --mtp-hidden normed", rc),
+             Catch::Contains("--mtp-hidden needs --spec mtp"));
+  std::remove(out.c_str());
+}
+
+TEST_CASE("llama.cpp peer: deepseek2 lite (DeepSeek-V2-Lite: no q LoRA, softmax routing without renormalisation, "
+          "2 shared experts, no rope scaling)", "[models][llamacpp]") {
+  check_peer("deepseek2_lite", kSilu);
+}
+
 TEST_CASE("llama.cpp peer: llama4 on 8200 tokens, past the 8192-position attention chunk and with the NoPE layer's "
           "temperature tuning above 1", "[models][llamacpp][long]") {
   // llamacpp_peer.py run_llama4_long: the llama4 fixture's model on an 8200-token prompt; llama.cpp's logits for the
@@ -403,6 +475,78 @@ TEST_CASE("GGUF llama4 metadata: what llama.cpp hard-codes becomes config, rope_
   g = g0;
   g.tensors.tensors.erase("blk.1.ffn_up_shexp.weight");
   CHECK_THROWS_WITH(io::import_gguf_llama4(g.tensors, c), Catch::Contains("missing tensor blk.1.ffn_up_shexp.weight"));
+}
+
+TEST_CASE("GGUF deepseek2: metadata to config as its config.json would give, kv_b put back together from k_b and "
+          "v_b, the next-n layer as MTP layer 1, what MaxText's deepseek cannot express refused by name",
+          "[models][llamacpp][gguf]") {
+  const std::string path = test::require(peer_dir("deepseek2") + "/model.gguf", "the llama.cpp peer fixture for deepseek2");
+  const io::GgufFile g0 = io::read_gguf(path);
+  const Config c = io::config_from_gguf(g0);
+  CHECK((c.is("deepseek") && c.attention_type == "mla" && c.model_name == "deepseek3-gguf"));
+  CHECK((c.num_decoder_layers == 3 && c.first_num_dense_layers == 1 && c.mtp_num_layers == 1));
+  CHECK((c.q_lora_rank == 32 && c.kv_lora_rank == 32 && c.qk_nope_head_dim == 16 && c.qk_rope_head_dim == 8 &&
+         c.v_head_dim == 16 && c.head_dim == 24));
+  CHECK((c.num_experts == 8 && c.num_experts_per_tok == 2 && c.shared_experts == 1 && c.moe_mlp_dim == 32));
+  CHECK((c.routed_score_func == "sigmoid" && c.routed_bias && c.routed_scaling_factor == 2.5));
+  CHECK((c.n_routing_groups == 4 && c.topk_routing_group == 2));
+  // rope.scaling.yarn_log_multiplier 0.1 is 0.1 * mscale_all_dim (the converter's factor undone, as llama.cpp does).
+  CHECK((c.rope_type == "yarn" && c.rope_factor == 4.0 && c.original_max_position_embeddings == 16 &&
+         c.mscale == Approx(1.0).epsilon(1e-6) && c.rope_interleave));
+  const io::TensorMap t = io::import_gguf_deepseek(g0.tensors, c);
+  // wkv_b [kv_lora, heads, nope + v]: head h's key columns are k_b[h] transposed, its value columns v_b[h].
+  const AnyTensor& kv = t.at("decoder.moe_layers_0.self_attention.wkv_b.kernel");
+  const AnyTensor& kb = g0.tensors.at("blk.1.attn_k_b.weight");  // [heads, kv_lora, nope]
+  const AnyTensor& vb = g0.tensors.at("blk.1.attn_v_b.weight");  // [heads, v, kv_lora]
+  REQUIRE(kv.shape == std::vector<std::int64_t>{32, 4, 32});
+  for (std::int64_t r : {0, 7, 31}) {
+    for (std::int64_t h : {0, 3}) {
+      CHECK(kv.element((r * 4 + h) * 32 + 5) == kb.element((h * 32 + r) * 16 + 5));
+      CHECK(kv.element((r * 4 + h) * 32 + 16 + 9) == vb.element((h * 16 + 9) * 32 + r));
+    }
+  }
+  CHECK(t.has("mtp_block.mtp_layer_1.mtp_1_projection.kernel"));
+  CHECK(t.has("mtp_block.mtp_layer_1.mtp_1_transformer_layer.DeepSeekMoeBlock_0.MoeBlock_0.gate.bias"));
+  // Without MTP layers asked for, the next-n layer is not read.
+  Config c0 = c;
+  c0.mtp_num_layers = 0;
+  const io::TensorMap t0 = io::import_gguf_deepseek(g0.tensors, c0);
+  CHECK((t0.tensors.size() < t.tensors.size() && !t0.has("mtp_block.mtp_layer_1.mtp_1_projection.kernel")));
+
+  io::GgufFile g = g0;
+  g.tensors.tensors.erase("blk.2.attn_v_b.weight");
+  CHECK_THROWS_WITH(io::import_gguf_deepseek(g.tensors, c), Catch::Contains("missing tensor blk.2.attn_v_b.weight"));
+  g = g0;  // a next-n layer with a head norm of its own
+  g.tensors.tensors.emplace("blk.3.nextn.shared_head_norm.weight", g0.tensors.at("blk.3.nextn.enorm.weight"));
+  CHECK_THROWS_WITH(io::import_gguf_deepseek(g.tensors, c),
+                    Catch::Contains("blk.3.nextn.shared_head_norm.weight differs from output_norm.weight"));
+  g.tensors.tensors.at("blk.3.nextn.shared_head_norm.weight") = g0.tensors.at("output_norm.weight");
+  CHECK(io::import_gguf_deepseek(g.tensors, c).tensors.size() == t.tensors.size());  // a copy of it is taken
+  g = g0;
+  g.metadata["deepseek2.expert_gating_func"] = io::GgufValue::of_u32(3);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("expert_gating_func 3"));
+  g = g0;
+  g.metadata["deepseek2.rope.scaling.type"] = io::GgufValue::of_string("linear");
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("rope.scaling.type 'linear'"));
+  g = g0;
+  g.metadata["deepseek2.attention.temperature_scale"] = io::GgufValue::of_f32(0.5f);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("attention.temperature_scale"));
+  g = g0;
+  g.metadata["deepseek2.expert_weights_norm"] = io::GgufValue::of_bool(false);
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("norm_topk_prob = 0 with scoring_func sigmoid"));
+  g = g0;
+  std::erase_if(g.infos, [](const io::GgufTensorInfo& i) { return i.name == "output.weight"; });
+  CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("no output.weight"));
+
+  // DeepSeek-V2-Lite's shape: V2 routing (softmax, no bias, no groups), no q LoRA, plain interleaved RoPE.
+  const io::GgufFile l = io::read_gguf(test::require(peer_dir("deepseek2_lite") + "/model.gguf", "the lite fixture"));
+  const Config cl = io::config_from_gguf(l);
+  CHECK((cl.is("deepseek") && cl.model_name == "deepseek2-gguf" && cl.q_lora_rank == 0 && cl.mtp_num_layers == 0));
+  CHECK((cl.routed_score_func == "softmax" && !cl.routed_bias && cl.shared_experts == 2 && cl.rope_factor == 1.0));
+  CHECK(io::import_gguf_deepseek(l.tensors, cl).has("decoder.dense_layers_0.self_attention.query.kernel"));
+  io::GgufFile lg = l;  // llama.cpp's group-limited routing over softmax scores (top-2 sums) is not V2's
+  lg.metadata["deepseek2.expert_group_count"] = io::GgufValue::of_u32(4);
+  CHECK_THROWS_WITH(io::config_from_gguf(lg), Catch::Contains("expert_group_count 4 without a routing bias"));
 }
 
 TEST_CASE("GGUF qwen3next: metadata to config, llama.cpp's stored forms undone, what MaxText's qwen3_next cannot "
@@ -568,7 +712,7 @@ TEST_CASE("maxtext generate (the CLI) on every llama.cpp peer GGUF prints llama.
           "[models][llamacpp][cli]") {
   for (const std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3", "gemma3_d48",
                                  "olmo2", "gpt-oss", "llama4", "qwen3next", "qwen35moe", "gemma4",
-                                 "gemma4_moe"}) {
+                                 "gemma4_moe", "deepseek2", "deepseek2_lite"}) {
     INFO("llama.cpp peer fixture " << arch);
     const std::string dir = peer_dir(arch);
     const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for " + arch);

@@ -81,6 +81,19 @@ ARCHS = {
     "qwen35moe": dict(D=64, heads=4, kv=2, hd=16, ff=32, layers=4, tied=False, theta=1000000.0, experts=4, top_k=2,
                       ff_exp=32, gdn_hk=2, gdn_hv=8, gdn_d=16, gdn_conv=4, full_every=4, rope_frac=0.25,
                       mrope=[1, 1, 0, 0]),
+    # DeepSeek-V3 (llama.cpp deepseek2, MLA with kv_b split into attn_k_b / attn_v_b as the converter writes it): q
+    # LoRA, 1 dense layer then 2 MoE layers (8 experts in 4 groups, top 2 of the 2 best groups, sigmoid scores with a
+    # selection bias, renormalised, scaled by 2.5, one shared expert), YaRN (factor 4 over 16 original positions, so
+    # that the 48 positions pass it; mscale_all_dim 1), and one next-n (MTP) layer after the decoder's, which the
+    # main graph does not run.
+    "deepseek2": dict(D=64, heads=4, kv=1, hd=24, ff=64, layers=3, tied=False, theta=10000.0, q_lora=32, kv_lora=32,
+                      nope=16, rope=8, v=16, dense=1, experts=8, top_k=2, ff_exp=32, shared=1, groups=4, groups_used=2,
+                      w_scale=2.5, gating=2, bias=True, yarn=(4.0, 16, 1.0), nextn=1),
+    # DeepSeek-V2-Lite's shape: no q LoRA (attn_q; q_lora_rank 0), softmax routing without renormalisation or groups, no YaRN
+    # (llama.cpp then rotates the interleaved pairs with the plain frequencies).
+    "deepseek2_lite": dict(arch="deepseek2", D=64, heads=4, kv=1, hd=24, ff=64, layers=3, tied=False, theta=10000.0,
+                           q_lora=0, kv_lora=32, nope=16, rope=8, v=16, dense=1, experts=8, top_k=2, ff_exp=32,
+                           shared=2, w_scale=1.0, gating=1, bias=False),
 }
 SEEDS = {a: 1000 + i for i, a in enumerate(ARCHS)}
 
@@ -224,8 +237,64 @@ def random_gemma4(hp, rng):
     return t
 
 
+def random_deepseek2(hp, rng):
+    """llama.cpp's deepseek2 tensors as its converter writes them (conversion/deepseek.py DeepseekV2Model): kv_b_proj
+    split per head into attn_k_b [heads, kv_lora, nope] (the key rows transposed) and attn_v_b [heads, v, kv_lora],
+    the experts stacked, the routing bias as exp_probs_b.bias; the next-n layer (nextn.*) after the decoder's."""
+    D, N, V, F = hp["D"], hp["heads"], VOCAB, hp["ff"]
+    Q, R, nope, rope, Dv = hp["q_lora"], hp["kv_lora"], hp["nope"], hp["rope"], hp["v"]
+    E, Fe, S = hp["experts"], hp["ff_exp"], hp["shared"]
+
+    def mat(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    t = {"token_embd.weight": rng.standard_normal((V, D)).astype(np.float32),
+         "output_norm.weight": norm(D),
+         "output.weight": mat(V, D, 2.0)}
+    for i in range(hp["layers"] + hp.get("nextn", 0)):
+        b = f"blk.{i}."
+        t[b + "attn_norm.weight"] = norm(D)
+        if Q > 0:
+            t[b + "attn_q_a.weight"] = mat(Q, D, 1.5)
+            t[b + "attn_q_a_norm.weight"] = norm(Q)
+            t[b + "attn_q_b.weight"] = mat(N * (nope + rope), Q, 2.0)
+        else:
+            t[b + "attn_q.weight"] = mat(N * (nope + rope), D, 2.0)
+        t[b + "attn_kv_a_mqa.weight"] = mat(R + rope, D, 1.5)
+        t[b + "attn_kv_a_norm.weight"] = norm(R)
+        kv_b = mat(N * (nope + Dv), R, 2.0).reshape(N, nope + Dv, R)
+        t[b + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :nope, :].transpose(0, 2, 1))
+        t[b + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, nope:, :])
+        t[b + "attn_output.weight"] = mat(D, N * Dv)
+        t[b + "ffn_norm.weight"] = norm(D)
+        if i < hp["dense"]:
+            t[b + "ffn_gate.weight"] = mat(F, D, 1.5)
+            t[b + "ffn_up.weight"] = mat(F, D, 1.5)
+            t[b + "ffn_down.weight"] = mat(D, F)
+        else:
+            t[b + "ffn_gate_inp.weight"] = mat(E, D, 2.0)
+            if hp["bias"]:
+                t[b + "exp_probs_b.bias"] = (0.3 * rng.standard_normal(E)).astype(np.float32)
+            t[b + "ffn_gate_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
+            t[b + "ffn_up_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
+            t[b + "ffn_down_exps.weight"] = np.stack([mat(D, Fe) for _ in range(E)])
+            t[b + "ffn_gate_shexp.weight"] = mat(Fe * S, D, 1.5)
+            t[b + "ffn_up_shexp.weight"] = mat(Fe * S, D, 1.5)
+            t[b + "ffn_down_shexp.weight"] = mat(D, Fe * S)
+        if i >= hp["layers"]:  # the next-n layer
+            t[b + "nextn.eh_proj.weight"] = mat(D, 2 * D, 1.5)
+            t[b + "nextn.enorm.weight"] = norm(D)
+            t[b + "nextn.hnorm.weight"] = norm(D)
+    return t
+
+
 def random_model(arch, hp, rng):
     """llama.cpp tensor name -> float32 numpy array (row-major; gguf-py reverses the dims to ggml's order)."""
+    if arch == "deepseek2":
+        return random_deepseek2(hp, rng)
     if arch in ("qwen3next", "qwen35moe"):
         return random_qwen3next(hp, rng)
     if arch == "gemma4":
@@ -317,7 +386,7 @@ def write_gguf(path, arch, hp, tensors):
     w.add_string("general.name", f"maxtext-cpp random {arch}")
     w.add_uint32(p + "context_length", 256)
     w.add_uint32(p + "embedding_length", hp["D"])
-    w.add_uint32(p + "block_count", hp["layers"])
+    w.add_uint32(p + "block_count", hp["layers"] + hp.get("nextn", 0))
     w.add_uint32(p + "feed_forward_length", hp["ff"])
     w.add_uint32(p + "attention.head_count", hp["heads"])
     if arch == "gemma4":  # the keys conversion/gemma.py Gemma4Model.set_gguf_parameters writes
@@ -332,6 +401,35 @@ def write_gguf(path, arch, hp, tensors):
         w.add_embedding_length_per_layer_input(0)
         w.add_rope_dimension_count(hp["hd_global"])
         w.add_rope_dimension_count_swa(hp["hd"])
+    elif arch == "deepseek2":  # the keys conversion/deepseek.py DeepseekV2Model.set_gguf_parameters writes
+        w.add_uint32(p + "attention.head_count_kv", 1)
+        w.add_leading_dense_block_count(hp["dense"])
+        w.add_vocab_size(VOCAB)
+        # The converter writes q_lora_rank only when the checkpoint has one; llama.cpp then requires it unless the
+        # layer count is a known V2-Lite's (27), so the lite fixture states 0 (llama.cpp: attn_q instead of q_a / q_b).
+        w.add_q_lora_rank(hp["q_lora"])
+        w.add_kv_lora_rank(hp["kv_lora"])
+        w.add_key_length(hp["kv_lora"] + hp["rope"])
+        w.add_value_length(hp["kv_lora"])
+        w.add_key_length_mla(hp["nope"] + hp["rope"])
+        w.add_value_length_mla(hp["v"])
+        w.add_expert_shared_count(hp["shared"])
+        w.add_expert_weights_scale(hp["w_scale"])
+        if hp["gating"] == 2:  # norm_topk_prob
+            w.add_expert_weights_norm(True)
+        w.add_rope_dimension_count(hp["rope"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType(hp["gating"]))
+        if "groups" in hp:
+            w.add_expert_group_count(hp["groups"])
+            w.add_expert_group_used_count(hp["groups_used"])
+        if "yarn" in hp:
+            factor, orig, mscale_all = hp["yarn"]
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(factor)
+            w.add_rope_scaling_orig_ctx_len(orig)
+            w.add_rope_scaling_yarn_log_mul(0.1 * mscale_all)
+        if hp.get("nextn"):
+            w.add_nextn_predict_layers(hp["nextn"])
     else:
         w.add_uint32(p + "attention.head_count_kv", hp["kv"])
         w.add_uint32(p + "attention.key_length", hp["hd"])
@@ -386,7 +484,7 @@ def build_peer(llama, scratch):
     if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
         lib = llama / "build" / "bin"
         subprocess.run(["g++", "-O2", "-std=c++17", str(src), "-I", str(llama / "include"), "-I",
-                        str(llama / "ggml" / "include"), "-L", str(lib), "-lllama", "-lggml", "-lggml-base",
+                        str(llama / "ggml" / "include"), "-I", str(llama / "src"), "-L", str(lib), "-lllama", "-lggml", "-lggml-base",
                         f"-Wl,-rpath,{lib}", "-o", str(exe)], check=True)
     return exe
 
@@ -421,6 +519,9 @@ def run_arch(name, exe, llama_commit, scratch):
     np.save(d / "tokens.npy", prompt)
     np.save(d / "logits.npy", logits)
     np.save(d / "greedy.npy", greedy.astype(np.int32))
+    if hp.get("nextn"):  # llama.cpp's MTP graph: row i predicts token i + 2 (llamacpp_peer.cpp)
+        mtp = np.fromfile(str(prefix) + ".mtp.f32", dtype=np.float32).reshape(PROMPT_LEN + STEPS - 2, VOCAB)
+        np.save(d / "mtp_logits.npy", mtp)
     meta = {"name": name, "arch": arch, "seed": seed, "prompt_len": PROMPT_LEN, "steps": STEPS, "vocab": VOCAB,
             "min_greedy_gap": gap, "max_abs_logit": float(np.abs(logits).max()), "llama_cpp_commit": llama_commit,
             **{k: v for k, v in hp.items()}}

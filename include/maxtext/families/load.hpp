@@ -130,6 +130,13 @@ MAXTEXT_API LoadedWeights load_weights(const std::string& path_in, const Config&
         w.tensors = import_gguf_qwen3_next(g.tensors, cfg, "gguf " + path);
         return w;
       }
+      if (cfg.is("deepseek")) {  // families/deepseek/gguf.hpp
+        MAXTEXT_CHECK(is_gguf_deepseek(g.get_string("general.architecture")), UnsupportedError, "[gguf] ", path,
+                      ": decoder_block deepseek reads GGUF architecture deepseek2, found '",
+                      g.get_string("general.architecture"), "'");
+        w.tensors = import_gguf_deepseek(g.tensors, cfg, "gguf " + path);
+        return w;
+      }
       if (cfg.is("llama4")) {  // families/llama4/import.hpp
         MAXTEXT_CHECK(g.get_string("general.architecture") == "llama4", UnsupportedError, "[gguf] ", path,
                       ": decoder_block llama4 reads GGUF architecture llama4, found '",

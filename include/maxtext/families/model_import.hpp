@@ -27,6 +27,7 @@
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/macros.hpp"
 #include "maxtext/core/tensor.hpp"
+#include "maxtext/families/deepseek/gguf.hpp"
 #include "maxtext/families/deepseek/import.hpp"
 #include "maxtext/families/gemma/import.hpp"
 #include "maxtext/families/gemma4/import.hpp"
@@ -95,6 +96,7 @@ MAXTEXT_API Config config_from_gguf(const GgufFile& g) {
   MAXTEXT_CHECK(arch != "qwen35", UnsupportedError, "[gguf] ", g.path, ": general.architecture qwen35 is a dense "
                 "Qwen3.5; MaxText's qwen3_5 block (models/qwen3_5.py) has an MoE in every layer");
   if (is_gguf_gemma4(arch)) return config_from_gguf_gemma4(g);    // gemma4: families/gemma4/import.hpp
+  if (is_gguf_deepseek(arch)) return config_from_gguf_deepseek(g);  // deepseek2: families/deepseek/gguf.hpp
   Config c;
   detail::base_llama_config(c);
   if (arch == "llama") {
@@ -115,7 +117,7 @@ MAXTEXT_API Config config_from_gguf(const GgufFile& g) {
   } else {
     MAXTEXT_THROW(UnsupportedError, "[gguf] ", g.path, ": general.architecture '", arch,
                   "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, qwen3next, qwen35moe, gemma, gemma2, "
-                  "gemma3, gemma4, olmo2, gpt-oss, llama4)");
+                  "gemma3, gemma4, olmo2, gpt-oss, llama4, deepseek2)");
   }
   const std::string p = arch + ".";
   c.base_emb_dim = g.get_int(p + "embedding_length");
