@@ -1,18 +1,21 @@
 // bench/qblock_bench.cpp: one-thread GEMV (M = 1 activation row, and M = 4 for dot_exact) over a 4096 x 4096 weight
 // matrix stored as ggml blocks, with the kernels of backend/cpu/qblock.hpp; prints GB/s of weight bytes read. The
-// 8-bit-activation column calls dot_q8_rows on 32 weight rows at a time, as the library's decode does (gemm.hpp,
-// kQ8RowsBlock): one dot_q8 call per row streamed Q4_0 from DRAM at about half the rate (20-21 GB/s against 37-39 on
+// 8-bit-activation column calls dot_q8_rows on 128 weight rows at a time, as the library's decode does (gemm.hpp,
+// kQ8DecodeRows): one dot_q8 call per row streamed Q4_0 from DRAM at about half the rate (20-21 GB/s against 37-39 on
 // one Zen 4 core, 2026-11-30) while the hot rate hardly moved.
 // "cold": the pass rotates over enough copies of the matrix (>= 256 MB) that it streams from DRAM; "hot": the same
 // single matrix again and again (in L2/L3 when it fits). Yardstick: a plain f32 dot-GEMV (AVX-512 when available)
-// over the same matrix dequantised (64 MB of f32, so always from DRAM), in GB/s of f32 bytes and in ms per GEMV.
+// over the same matrix dequantised (64 MB of f32 at 4096 x 4096), in GB/s of f32 bytes and in ms per GEMV.
 //
 // Build and run (not part of the CMake build):
 //   g++-12 -O3 -march=native -std=c++20 -Wall -Wextra -Iinclude -isystem /usr/include/eigen3 bench/qblock_bench.cpp -o /tmp/qblock_bench
 //   /tmp/qblock_bench [type name ...]   (e.g. Q4_K Q6_K; all types when none is given)
+//   QBLOCK_BENCH_ROWS=8 /tmp/qblock_bench Q8_0   (dot_q8_rows with 1..8 x rows: a verify pass's products)
+//   QBLOCK_BENCH_N=2048 QBLOCK_BENCH_K=5632 ...   (another matrix shape)
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -31,7 +34,19 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::int64_t kN = 4096, kK = 4096;
+/// The matrix: 4096 x 4096, or QBLOCK_BENCH_N / QBLOCK_BENCH_K (a model's shapes: K = 5632 for model c's down
+/// projection; multiples of 256).
+std::int64_t env_size(const char* name) {
+  const char* v = std::getenv(name);
+  const long long n = v != nullptr ? std::atoll(v) : 4096;
+  if (n < 256 || n % 256 != 0 || n > (1 << 16)) {
+    std::fprintf(stderr, "%s: expected a multiple of 256 from 256 to 65536, found '%s'\n", name, v);
+    std::exit(2);
+  }
+  return n;
+}
+const std::int64_t kN = env_size("QBLOCK_BENCH_N"), kK = env_size("QBLOCK_BENCH_K");
+constexpr std::int64_t kCallRows = 128;  // weight rows per dot_q8_rows call, as gemm.hpp's decode (kQ8DecodeRows)
 volatile float g_sink = 0.0f;
 
 std::vector<std::byte> random_matrix(quant::BlockType t, std::uint32_t seed) {
@@ -92,6 +107,53 @@ float dot_f32(const float* w, const float* x, std::int64_t K) {
 #endif
 }
 
+/// The verify pass's products (models/speculative.hpp): dot_q8_rows with M = 1..max_rows x rows on kCallRows weight
+/// rows per call, as gemm.hpp's decode path, from DRAM; time per pass and its ratio to M = 1. Decode reads each
+/// weight once whatever M is, so a kernel that shares the decoded weight blocks between the rows keeps the ratio near
+/// 1.
+int rows_table(const quant::BlockType* all, int max_rows, int argc, char** argv, const std::vector<float>& x1) {
+  std::vector<float> x(static_cast<std::size_t>(max_rows * kK));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = x1[i % x1.size()] * (1.0f + 0.01f * static_cast<float>(i / kK));
+  std::vector<std::byte> qbuf(qb::quantized_x_bytes(kK) * static_cast<std::size_t>(max_rows));
+  std::vector<qb::QuantizedX> qx(static_cast<std::size_t>(max_rows));
+  std::printf("dot_q8_rows, %dx%d matrix from DRAM, one thread: ms per pass (ratio to M = 1)\n", static_cast<int>(kN),
+              static_cast<int>(kK));
+  for (int i = 0; i < 12; ++i) {
+    const quant::BlockType t = all[i];
+    const quant::BlockFormat& f = quant::block_format(t);
+    bool want = argc < 2;
+    for (int a = 1; a < argc; ++a) want |= std::string(argv[a]) == f.name;
+    if (!want) continue;
+    const std::size_t row_bytes = static_cast<std::size_t>(kK / f.block * f.bytes), mat_bytes = row_bytes * kN;
+    const int copies = static_cast<int>((256u << 20) / mat_bytes + 1);
+    std::vector<std::vector<std::byte>> mats;
+    for (int c = 0; c < copies; ++c) mats.push_back(random_matrix(t, 100u + static_cast<std::uint32_t>(c)));
+    std::printf("%-7s", f.name);
+    double one = 0;
+    for (int M = 1; M <= max_rows; ++M) {
+      const double s = time_pass([&](int i) {
+        const std::byte* m = mats[static_cast<std::size_t>(i % copies)].data();
+        for (int r = 0; r < M; ++r) {
+          qx[static_cast<std::size_t>(r)] =
+              qb::quantize_x(x.data() + r * kK, kK, qbuf.data() + qb::quantized_x_bytes(kK) * r);
+        }
+        std::vector<float> out(static_cast<std::size_t>(kCallRows * M));
+        float s = 0;
+        for (std::int64_t n = 0; n < kN; n += kCallRows) {
+          qb::dot_q8_rows(t, m + n * row_bytes, row_bytes, kCallRows, qx.data(), M, out.data(), kCallRows);
+          s += out[0];
+        }
+        g_sink = s;
+      });
+      if (M == 1) one = s;
+      std::printf(" | M=%d %6.2f (%.2f)", M, s * 1e3, s / one);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,6 +170,7 @@ int main(int argc, char** argv) {
   std::vector<std::byte> qbuf(qb::quantized_x_bytes(kK));
   std::printf("%dx%d matrix, one thread; GB/s of weight bytes (cold: >= 256 MB of copies; hot: one copy)\n",
               static_cast<int>(kN), static_cast<int>(kK));
+  if (const char* rows = std::getenv("QBLOCK_BENCH_ROWS")) return rows_table(all, std::atoi(rows), argc, argv, x);
   std::printf("%-7s %8s | %10s %10s | %10s %10s | %10s %10s | %10s\n", "type", "MB", "q8 cold", "q8 hot",
               "exact1 cold", "exact1 hot", "exact4 cold", "exact4 hot", "deq hot");
   std::vector<float> deq;  // the last matrix, dequantised, for the f32 yardstick
@@ -127,10 +190,10 @@ int main(int argc, char** argv) {
       return time_pass([&](int i) {
         const std::byte* m = mats[cold ? i % copies : 0].data();
         const qb::QuantizedX qx = qb::quantize_x(x.data(), kK, qbuf.data());
-        // as the library's decode (gemm.hpp): dot_q8_rows on 32 weight rows per call
-        float s = 0, out[32];
-        for (std::int64_t n = 0; n < kN; n += 32) {
-          qb::dot_q8_rows(t, m + n * row_bytes, row_bytes, 32, &qx, 1, out, 32);
+        // as the library's decode (gemm.hpp): dot_q8_rows on kCallRows weight rows per call
+        float s = 0, out[kCallRows];
+        for (std::int64_t n = 0; n < kN; n += kCallRows) {
+          qb::dot_q8_rows(t, m + n * row_bytes, row_bytes, kCallRows, &qx, 1, out, kCallRows);
           s += out[0];
         }
         g_sink = s;
@@ -168,7 +231,7 @@ int main(int argc, char** argv) {
       for (std::int64_t n = 0; n < kN; ++n) acc += dot_f32(deq.data() + n * kK, x.data(), kK);
       g_sink = acc;
     });
-    std::printf("f32 yardstick (same matrix dequantised, 64 MB): %.1f GB/s of f32 bytes, %.2f ms per GEMV\n",
+    std::printf("f32 yardstick (same matrix dequantised): %.1f GB/s of f32 bytes, %.2f ms per GEMV\n",
                 static_cast<double>(kN * kK * 4) / s * 1e-9, s * 1e3);
   }
   return 0;

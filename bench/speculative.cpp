@@ -8,7 +8,7 @@
 //      prompt-lookup drafts, tokens/s of each, the speed-up and the acceptance (the tokens are checked equal).
 // The cache is set back after every measured pass, so each one runs at the same context.
 //
-//   bench_speculative --weights model.gguf [--threads 1] [--context 512] [--k-max 4] [--reps 5]
+//   bench_speculative --weights model.gguf [--threads 1] [--context 512] [--k-max 4] [--reps 5] [--int8-activations 1]
 //   bench_speculative --dim 768 --layers 12 --heads 12 --hidden 2048 [--weight-type f32|bf16]   (seeded weights)
 //   bench_speculative --weights stories260K.gguf --prompt "Once upon a time" --tokens 128
 #include <algorithm>
@@ -36,6 +36,7 @@ struct Args {
   std::int64_t dim = 768, layers = 12, heads = 12, kv_heads = 0, hidden = 2048, vocab = 32000;
   std::int64_t context = 512, k_max = 4, tokens = 128;
   int threads = 1, reps = 5;
+  bool int8 = false;  // cpu::Options::int8_activations (llama.cpp's arithmetic for quantised files)
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -43,7 +44,7 @@ struct Args {
                "bench_speculative: %s\n"
                "usage: bench_speculative [--weights FILE.gguf | --dim D --layers L --heads H --kv-heads K --hidden F "
                "--vocab V --weight-type f32|bf16] [--threads N] [--context C] [--k-max K] [--reps R] "
-               "[--prompt TEXT --tokens N]\n",
+               "[--prompt TEXT --tokens N] [--int8-activations 0|1]\n",
                why.c_str());
   std::exit(2);
 }
@@ -75,6 +76,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--tokens") a.tokens = num();
     else if (k == "--threads") a.threads = static_cast<int>(num());
     else if (k == "--reps") a.reps = static_cast<int>(num());
+    else if (k == "--int8-activations") a.int8 = num() != 0;
     else usage("unknown option " + k);
   }
   if (a.k_max < 1 || a.context < 1 || a.reps < 1 || a.tokens < 2) usage("--k-max, --context, --reps >= 1, --tokens >= 2");
@@ -85,9 +87,10 @@ Args parse(int argc, char** argv) {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void report(const Args& a, const std::string& test, std::int64_t rows, double seconds, double ratio) {
-  std::printf("{\"impl\": \"maxtext\", \"weights\": \"%s\", \"threads\": %d, \"test\": \"%s\", \"rows\": %lld, "
-              "\"ms\": %.3f, \"ratio_to_decode\": %.3f}\n",
-              a.weights.empty() ? a.wtype.c_str() : a.weights.c_str(), a.threads, test.c_str(),
+  std::printf("{\"impl\": \"maxtext\", \"weights\": \"%s\", \"int8_activations\": %s, \"threads\": %d, "
+              "\"test\": \"%s\", \"rows\": %lld, \"ms\": %.3f, \"ratio_to_decode\": %.3f}\n",
+              a.weights.empty() ? a.wtype.c_str() : a.weights.c_str(), a.int8 ? "true" : "false", a.threads,
+              test.c_str(),
               static_cast<long long>(rows), seconds * 1e3, ratio);
   std::fflush(stdout);
 }
@@ -163,7 +166,10 @@ int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   try {
     using B = cpu::Backend;
-    const cpu::Backend be(cpu::Options{a.threads});
+    cpu::Options opt;
+    opt.threads = a.threads;
+    opt.int8_activations = a.int8;
+    const cpu::Backend be(opt);
     if (!a.weights.empty()) {
       Config cfg = io::read_weights_config(a.weights).value();
       MAXTEXT_CHECK(cfg.is("llama2"), UnsupportedError, "[bench_speculative] decoder_block ", cfg.decoder_block,
