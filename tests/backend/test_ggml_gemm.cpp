@@ -126,7 +126,8 @@ void check(quant::BlockType t, std::int64_t M, std::int64_t N, std::int64_t K, b
 TEST_CASE("Runtime-typed blocks, many rows: 8-bit activations follow the integer definition", "[backend][cpu][gemm]") {
   std::uint32_t seed = 7;
   for (auto t : kGgmlBlockTypes) {
-    // M = 2: decode; 5 and 8: row by row without VNNI, integer panels with it; 13 and 40: panels.
+    // M = 2, 5 and 8: decode's kernels (dot_q8_rows, one row after the other or several at once); 13 and 40: panels
+    // (or dot_q8_rows where this machine prefers it).
     for (const auto& [M, N, K] :
          std::vector<std::array<std::int64_t, 3>>{{2, 33, 256}, {5, 64, 256}, {8, 64, 512}, {13, 70, 512}, {40, 130, 256}}) {
       check(t, M, N, K, true, (seed % 2) + 1, 1.0, seed);
@@ -222,17 +223,11 @@ TEST_CASE("Runtime-typed F32 / F16 / BF16 rows: widening is exact, products are 
 
 namespace {
 
-/// A prompt's rows through qblock::dot_q8_rows (where this machine prefers it) against the same rows one at a time
-/// through the decode path: the same activation rounding and the same integer and float steps, so the outputs must
-/// be equal bit for bit, with bf16 or f32 x and y, a bias and a value scale.
+/// M rows of x through one matmul against the same rows one at a time (decode steps): equal bit for bit, with bf16
+/// or f32 x and y, a bias and the weight's value scale.
 template <class X, class Y>
-void check_prompt_equals_decode(quant::BlockType t, std::int64_t M, std::int64_t N, std::int64_t K, bool with_bias,
-                                int threads, std::uint32_t seed) {
-  const quant::BlockFormat& f = quant::block_format(t);
-  INFO(f.name << " M=" << M << " N=" << N << " K=" << K << " bias=" << with_bias << " threads=" << threads);
-  const std::size_t row_bytes = static_cast<std::size_t>(K / f.block * f.bytes);
-  const auto rows = random_rows(t, N, K, seed);
-  const auto p = gm::wrap_ggml(rows.data(), row_bytes, static_cast<std::uint32_t>(t), N, K, nullptr, true, 0.3);
+void check_rows_equal_steps(const gm::Packed& p, std::int64_t M, std::int64_t N, std::int64_t K, bool with_bias,
+                            int threads, std::uint32_t seed) {
   std::mt19937 rng(seed + 1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<X> x(static_cast<std::size_t>(M * K));
@@ -241,10 +236,10 @@ void check_prompt_equals_decode(quant::BlockType t, std::int64_t M, std::int64_t
   for (auto& v : bias) v = from_float<Y>(u(rng));
   const Y* b = with_bias ? bias.data() : nullptr;
   std::vector<Y> prompt(static_cast<std::size_t>(M * N)), step(static_cast<std::size_t>(N));
-  gm::matmul<X, Y, Y>(*p, x.data(), K, M, prompt.data(), N, b, threads);
+  gm::matmul<X, Y, Y>(p, x.data(), K, M, prompt.data(), N, b, threads);
   int bad = 0;
   for (std::int64_t m = 0; m < M; ++m) {
-    gm::matmul<X, Y, Y>(*p, x.data() + m * K, K, 1, step.data(), N, b, threads);
+    gm::matmul<X, Y, Y>(p, x.data() + m * K, K, 1, step.data(), N, b, threads);
     for (std::int64_t n = 0; n < N; ++n) {
       const float got = to_float(prompt[static_cast<std::size_t>(m * N + n)]), want = to_float(step[static_cast<std::size_t>(n)]);
       if (std::memcmp(&got, &want, sizeof(float)) != 0 && ++bad <= 3) {
@@ -253,6 +248,30 @@ void check_prompt_equals_decode(quant::BlockType t, std::int64_t M, std::int64_t
     }
   }
   REQUIRE(bad == 0);
+}
+
+/// A prompt's rows through qblock::dot_q8_rows (where this machine prefers it) against the same rows one at a time
+/// through the decode path: the same activation rounding and the same integer and float steps, so the outputs must
+/// be equal bit for bit, with bf16 or f32 x and y, a bias and a value scale.
+template <class X, class Y>
+void check_prompt_equals_decode(quant::BlockType t, std::int64_t M, std::int64_t N, std::int64_t K, bool with_bias,
+                                int threads, std::uint32_t seed, bool int8 = true) {
+  const quant::BlockFormat& f = quant::block_format(t);
+  INFO(f.name << " M=" << M << " N=" << N << " K=" << K << " bias=" << with_bias << " threads=" << threads
+              << " int8=" << int8);
+  const std::size_t row_bytes = static_cast<std::size_t>(K / f.block * f.bytes);
+  const auto rows = random_rows(t, N, K, seed);
+  const auto p = gm::wrap_ggml(rows.data(), row_bytes, static_cast<std::uint32_t>(t), N, K, nullptr, int8, 0.3);
+  check_rows_equal_steps<X, Y>(*p, M, N, K, with_bias, threads, seed);
+}
+
+/// F32 / F16 / BF16 rows read in place: the same comparison.
+void check_float_rows_equal_steps(std::uint32_t type, std::int64_t M, std::int64_t N, std::int64_t K, int threads,
+                                  std::uint32_t seed) {
+  INFO("type " << type << " M=" << M << " N=" << N << " K=" << K << " threads=" << threads);
+  const auto rows = test::random_float_rows(type, N, K, seed);
+  const auto p = gm::wrap_ggml(rows.data(), static_cast<std::size_t>(quant::row_bytes(type, K)), type, N, K, nullptr);
+  check_rows_equal_steps<float, float>(*p, M, N, K, true, threads, seed);
 }
 
 }  // namespace
@@ -270,6 +289,29 @@ TEST_CASE("Runtime-typed blocks, 8-bit activations: prompt rows equal decode ste
     ++checked;
   }
   if (checked == 0) WARN("no block type takes qblock::dot_q8_rows on this machine (the VNNI panels): nothing compared");
+}
+
+TEST_CASE("Runtime-typed blocks: a verify pass's rows (up to the decode rows) equal decode steps, bit for bit",
+          "[backend][cpu][gemm]") {
+  // Speculative decoding checks K drafts in one pass of K + 1 rows and keeps a token only where it is the argmax of
+  // the logits that plain decoding would have computed: up to kGgmlRowsDirect (exact) / kGgmlI8RowsDirect (8-bit
+  // activations) rows, the products are decode's, row for row, whatever the kernels share between the rows. K with a
+  // tail past the four-block steps of the Q8_0 kernel (and with an odd block), chunks of weight rows past
+  // kQ8DecodeRows.
+  std::uint32_t seed = 400;
+  for (auto t : kGgmlBlockTypes) {
+    const bool b32 = quant::block_format(t).block == 32;
+    for (const std::int64_t M : {std::int64_t{2}, std::int64_t{5}, gm::kGgmlRowsDirect}) {
+      check_prompt_equals_decode<float, float>(t, M, gm::kQ8DecodeRows + 9, b32 ? 416 : 512, M == 5, 2, seed++, true);
+      check_prompt_equals_decode<bf16, float>(t, M, 37, b32 ? 160 : 256, true, 1, seed++, false);
+    }
+    check_prompt_equals_decode<float, float>(t, gm::kGgmlI8RowsDirect, 21, 256, false, 1, seed++, true);
+  }
+  for (const std::uint32_t type : {quant::kTypeF32, quant::kTypeF16, quant::kTypeBF16}) {
+    for (const std::int64_t M : {std::int64_t{2}, std::int64_t{3}, std::int64_t{5}, gm::kFloatRowsDirect}) {
+      check_float_rows_equal_steps(type, M, 41, M == 3 ? 200 : 256, static_cast<int>(M % 2) + 1, seed++);
+    }
+  }
 }
 
 TEST_CASE("Integer prefill's activation rows: groups too small to scale get q = 0, as qblock::quantize_x gives",

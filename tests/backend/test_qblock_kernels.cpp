@@ -43,7 +43,11 @@ std::vector<float> random_floats(std::size_t n, std::uint32_t seed) {
 
 std::vector<std::int64_t> sizes(quant::BlockType t) {
   std::vector<std::int64_t> k = {512, 4096};
-  if (quant::block_format(t).block == 32) k.push_back(96);
+  if (quant::block_format(t).block == 32) {  // tails after the Q8_0 kernel's 128-value steps: 3, 1 and 3 blocks
+    k.push_back(96);
+    k.push_back(160);
+    k.push_back(480);
+  }
   return k;
 }
 
@@ -197,7 +201,7 @@ TEST_CASE("qblock dot_q8_rows equals dot_q8 row by row, bit for bit", "[qblock]"
       for (std::int64_t m = 0; m < M; ++m) {
         xq.push_back(qb::quantize_x(x.data() + m * K, K, buf.data() + qbytes * static_cast<std::size_t>(m)));
       }
-      for (const std::int64_t m_rows : {M, std::int64_t{1}, std::int64_t{6}, std::int64_t{8}}) {
+      for (const std::int64_t m_rows : {M, std::int64_t{1}, std::int64_t{2}, std::int64_t{5}, std::int64_t{8}}) {
         for (const std::int64_t n_rows : {N, std::int64_t{1}, std::int64_t{4}}) {
           std::vector<float> out(static_cast<std::size_t>(M * ldo), -7.0f);
           qb::dot_q8_rows(t, rows.data(), rb, n_rows, xq.data(), m_rows, out.data(), ldo);

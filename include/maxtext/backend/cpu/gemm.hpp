@@ -991,21 +991,22 @@ inline std::shared_ptr<const Packed> wrap_ggml(const std::byte* rows, std::size_
 }
 
 /// Rows of x up to which a runtime-typed weight is multiplied row by row (fused decode and dot, each weight block
-/// decoded once for all of them); above, panels are dequantised and the f32 tiles run.
-inline constexpr std::int64_t kGgmlRowsDirect = 4;
+/// decoded once for four of them, the row then in L1 for the next four); above, panels are dequantised and the f32
+/// tiles run. Eight, so that a verify pass of speculative decoding with up to 7 drafts takes decode's arithmetic
+/// (each row's sums as a decode step's, to the bit) at a fraction of the panels' cost: model c's Q8_0, one thread,
+/// 5 rows in 1.9 decode steps instead of 3.8 (bench/speculative).
+inline constexpr std::int64_t kGgmlRowsDirect = 8;
 /// The same for F32 / F16 / BF16 rows, taken four x rows at a time: a weight row (a few KiB) is read from memory
 /// once and from L1 again for the next four. Widening a panel costs about as much as reading the row again, so for
 /// a few rows (a short prompt) the direct products are the quicker.
 inline constexpr std::int64_t kFloatRowsDirect = 8;
-/// The same with 8-bit activations (qblock::dot_q8 per row). Without VNNI the integer panel tiles emulate vpdpbusd
-/// with 16-bit products, and up to 8 rows (a short prompt) are quicker row by row: 2.2-2.6x on the 1B-class
-/// projections (bench/micro BM_gemm_ggml, M = 8, Q4_K and Q4_0, AVX2). With VNNI the panels take over above
-/// kGgmlRowsDirect as before (not measured against the rows on such a machine).
-#if defined(__AVX512VNNI__)
-inline constexpr std::int64_t kGgmlI8RowsDirect = kGgmlRowsDirect;
-#else
+/// The same with 8-bit activations (qblock::dot_q8_rows on a chunk of weight rows). Without VNNI the integer panel
+/// tiles emulate vpdpbusd with 16-bit products, and up to 8 rows (a short prompt) are quicker row by row: 2.2-2.6x
+/// on the 1B-class projections (bench/micro BM_gemm_ggml, M = 8, Q4_K and Q4_0, AVX2). With AVX-512 the kernels
+/// decode each weight block once for up to 8 x rows (a verify pass of speculative decoding with up to 7 drafts), so
+/// such a pass takes decode's arithmetic (each row's sums as a decode step's, to the bit) at about the cost of one
+/// step: bench/qblock_bench with QBLOCK_BENCH_ROWS=8.
 inline constexpr std::int64_t kGgmlI8RowsDirect = 8;
-#endif
 
 /// Whether this file packs weights of type W.
 template <class W>
@@ -1023,6 +1024,9 @@ inline constexpr std::int64_t kKC = 1024;
 
 /// Weight rows per qblock::dot_q8_rows call in matmul_q8_rows: their blocks stay in L1 / L2 while every x row passes.
 inline constexpr std::int64_t kQ8RowsBlock = 32;
+/// Weight rows per qblock::dot_q8_rows call in decode (up to kGgmlI8RowsDirect x rows): each call lays its x rows out
+/// in the kernel's order first (Q4_K, Q5_K, IQ4_XS, Q8_0 on AVX-512), which 128 rows pay for better than 32 did.
+inline constexpr std::int64_t kQ8DecodeRows = 128;
 
 namespace detail {
 
@@ -1112,15 +1116,15 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
     };
     parallel_for(N, nt, [&](std::int64_t n0, std::int64_t n1) {
       if (int8) {
-        // kQ8RowsBlock weight rows per qblock::dot_q8_rows call (the same sums as dot_q8 row by row), not one dot_q8
+        // kQ8DecodeRows weight rows per qblock::dot_q8_rows call (the same sums as dot_q8 row by row), not one dot_q8
         // call per row: model b's rows of K = 768 are three Q4_K blocks each, and its one-thread decode gained 5-7%.
-        float accs[kGgmlI8RowsDirect * kQ8RowsBlock];
-        for (std::int64_t c0 = n0; c0 < n1; c0 += kQ8RowsBlock) {
-          const std::int64_t nc = std::min(kQ8RowsBlock, n1 - c0);
+        float accs[kGgmlI8RowsDirect * kQ8DecodeRows];
+        for (std::int64_t c0 = n0; c0 < n1; c0 += kQ8DecodeRows) {
+          const std::int64_t nc = std::min(kQ8DecodeRows, n1 - c0);
           qblock::dot_q8_rows(bt, p.rows_data + static_cast<std::size_t>(c0) * p.row_bytes, p.row_bytes, nc, xq, M,
-                              accs, kQ8RowsBlock);
+                              accs, kQ8DecodeRows);
           for (std::int64_t m = 0; m < M; ++m) {
-            for (std::int64_t j = 0; j < nc; ++j) finish(m, c0 + j, accs[m * kQ8RowsBlock + j]);
+            for (std::int64_t j = 0; j < nc; ++j) finish(m, c0 + j, accs[m * kQ8DecodeRows + j]);
           }
         }
         return;
@@ -1134,7 +1138,10 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
                               acc + m);
           }
         } else {
-          qblock::dot_exact(bt, row, K, xf, ldf, static_cast<int>(M), acc);
+          for (std::int64_t m = 0; m < M; m += 4) {
+            qblock::dot_exact(bt, row, K, xf + m * ldf, ldf, static_cast<int>(std::min<std::int64_t>(4, M - m)),
+                              acc + m);
+          }
         }
         for (std::int64_t m = 0; m < M; ++m) finish(m, n, acc[m]);
       }

@@ -255,7 +255,8 @@ inline void decode_block(BlockType t, const std::byte* blk, float* w) {
 /// quant::dequantize_row.
 MAXTEXT_KERNEL_API void dequantize(BlockType t, const std::byte* src, float* dst, std::int64_t n);
 
-/// out[m] = sum_k deq(row)[k] * x[m*ldx + k] for m < M (1..4), in f32; each block is decoded once for all M rows.
+/// out[m] = sum_k deq(row)[k] * x[m*ldx + k] for m < M (1..4), in f32; each block is decoded once for all M rows
+/// (AVX2: for each pair of rows), and every row's sum is what it is with M = 1, bit for bit.
 MAXTEXT_KERNEL_API void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
                                   int M, float* out);
 
@@ -272,7 +273,8 @@ inline bool is_float_type(std::uint32_t type) {
 /// Exact widening of `n` values (any count) of a float row type at `src` to f32.
 MAXTEXT_KERNEL_API void widen(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n);
 
-/// out[m] = sum_k w[k] * x[m*ldx + k] for m < M (1..4), in f32, for a row of a float row type (any K).
+/// out[m] = sum_k w[k] * x[m*ldx + k] for m < M (1..4), in f32, for a row of a float row type (any K); every row's
+/// sum is what it is with M = 1, bit for bit.
 MAXTEXT_KERNEL_API void dot_float(std::uint32_t type, const std::byte* row, std::int64_t K, const float* x,
                                   std::int64_t ldx, int M, float* out);
 
@@ -285,7 +287,8 @@ MAXTEXT_KERNEL_API float dot_q8(BlockType t, const std::byte* row, const Quantiz
 
 /// out[m * ldo + n] = dot_q8(t, rows + n * row_bytes, x[m]) for m < M, n < N, bit for bit: the same sums, taken
 /// for several rows of x and of the weight at once where a kernel shares the decoded blocks and the loaded
-/// activations between them (prefill), and otherwise one dot_q8 after the other.
+/// activations between them (prefill; on AVX-512 also decode and verify passes: up to 8 x rows per weight block
+/// for Q8_0, Q4_K, Q5_K, IQ4_XS and Q6_K), and otherwise one dot_q8 after the other.
 MAXTEXT_KERNEL_API void dot_q8_rows(BlockType t, const std::byte* rows, std::size_t row_bytes, std::int64_t N,
                                     const QuantizedX* x, std::int64_t M, float* out, std::int64_t ldo);
 

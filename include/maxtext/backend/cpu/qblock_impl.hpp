@@ -127,24 +127,41 @@ inline float dot_q8_scalar(BlockType t, const std::byte* row, const QuantizedX& 
 template <int I>
 using ic = std::integral_constant<int, I>;
 
+/// f(ic<MR>{}) for MR = mr (1 .. 8): the multi-row kernels' row counts as compile-time constants.
+template <class F>
+MAXTEXT_QBLOCK_INLINE void with_rows(std::int64_t mr, F&& f) {
+  switch (mr) {
+    case 1: return f(ic<1>{});
+    case 2: return f(ic<2>{});
+    case 3: return f(ic<3>{});
+    case 4: return f(ic<4>{});
+    case 5: return f(ic<5>{});
+    case 6: return f(ic<6>{});
+    case 7: return f(ic<7>{});
+    default: return f(ic<8>{});
+  }
+}
+
 /// Software prefetch for the dot loops: one hint per 64 bytes of a kBytes step, kPrefetch bytes ahead. Once the
 /// integer kernels run faster than one core's DRAM stream, the hardware prefetcher alone does not keep enough cache
 /// misses in flight (a Q4_0 GEMV from DRAM measured ~8 GB/s without the hints, ~11.5 with them 4 KiB ahead; 1 KiB
 /// gave ~10). A faster stream needs the hints further ahead: on a Zen 4 core (triad 42.5 GB/s) one-row decode from
 /// DRAM (K = 2048) went from 30.5-33.2 to 33.9-34.2 GB/s on Q4_K, 33.5-34.1 to 38.8-40.1 on Q6_K and 27.2-32.9 to
-/// 37.6-37.8 on Q4_0 with 8 KiB instead of 4 (12 and 16 KiB: no better, Q4_0 worse at 16). A hint past the end of
-/// the row (into the next row, or past the matrix) is harmless: it never faults.
+/// 37.6-37.8 on Q4_0 with 8 KiB instead of 4 (12 and 16 KiB: no better, Q4_0 worse at 16). The hints go to L2
+/// (prefetch::bytes_l2): L1 hints held the core's L1 miss buffers and slowed model c's Q4_K_M decode by a quarter on
+/// a Xeon core (prefetch.hpp). A hint past the end of the row (into the next row, or past the matrix) is harmless:
+/// it never faults.
 inline constexpr int kPrefetch = 8192;
 /// One hint per 64 bytes of the kBytes kPrefetch ahead of p.
 template <int kBytes>
 MAXTEXT_QBLOCK_INLINE void prefetch_ahead(const std::byte* p) {
-  prefetch::bytes(p + kPrefetch, kBytes);
+  prefetch::bytes_l2(p + kPrefetch, kBytes);
 }
 
 /// One hint per cache line that the kBytes at p + kPrefetch start and the previous step's (kBytes before) did not.
 template <int kBytes>
 MAXTEXT_QBLOCK_INLINE void prefetch_lines_ahead(const std::byte* p) {
-  prefetch::line_starts(p + kPrefetch, kBytes);
+  prefetch::line_starts_l2(p + kPrefetch, kBytes);
 }
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -373,9 +390,10 @@ inline void dot_exact_avx512(const std::byte* row, std::int64_t K, const float* 
   const std::int64_t nb = K / D::kBlock;
   auto block = [&](std::int64_t b, auto base) {
     const float* xb = x + b * D::kBlock;
-    // Prefetch for one activation row only: with 2-4 rows the loop is bound by reading x (M * 16 KiB at K = 4096,
-    // beyond L1), and the hints measured slower there from L2.
-    if constexpr (M == 1) prefetch_ahead<D::kBytes>(row + b * D::kBytes);
+    // Prefetch for every row count: into L1, the hints measured slower with 2-4 rows (then bound by reading x:
+    // M * 16 KiB at K = 4096, beyond L1); into L2 (prefetch_ahead), a verify pass of 2 rows on model c's Q8_0 took
+    // 1.9 -> 1.X decode steps (bench/speculative).
+    prefetch_ahead<D::kBytes>(row + b * D::kBytes);
     D::run(row + b * D::kBytes, [&](auto c_, __m512 w) {
       constexpr int c = decltype(c_)::value;
       constexpr int slot = (c + decltype(base)::value) % 4;
@@ -543,11 +561,6 @@ inline float dot_q8_iq4_nl(const std::byte* row, const QuantizedX& x) {
   const __m512i tbl = _mm512_broadcast_i32x4(iq4_table_u8());  // codebook + 128: unsigned
   return dot_q8_4x18<128>(row, x, [&](__m512i v) { return _mm512_shuffle_epi8(tbl, v); });
 }
-inline float dot_q8_q8_0(const std::byte* row, const QuantizedX& x) {
-  return dot_q8_b32<34, 128>(row, x, [](const std::byte* b) {
-    return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(static_cast<char>(0x80)));  // q + 128
-  });
-}
 
 // Q4_K and Q5_K for decode (dot_q8 and dot_q8_rows). The kernel these replaced turned every 16 lanes of vpdpbusd sums
 // into floats and scaled them (convert, factor permute, multiply-add per vector: four of each per block), which made
@@ -641,11 +654,116 @@ inline std::byte* laid_x_buffer(std::size_t bytes) {
   return buf.data();
 }
 
-/// sum_k deq(row)[k] * d_x[k/32] * q_x[k] for a Q4_K row of nb blocks against x in q4k_x_layout's order, and:
-/// Q5_K (kFive): the same with the fifth bits added before the products (bit j of qh byte l is that of sub-block j's
-/// value l: the lanes of y0 and y1 test bit 2c or 2c+1 of qh bytes 0-15 or 16-31).
-template <bool kFive>
-inline float dot_q8_q45k_laid(const std::byte* row, std::int64_t nb, const std::byte* xl) {
+/// Q8_0 rows for dot_q8 and dot_q8_rows (up to kSharedRows x rows per weight row: the verify pass of speculative
+/// decoding): four blocks (128 values) per step, the work on the weight done once for all the x rows. The kernel
+/// that this replaced (dot_q8_b32 per x row: two blocks per vector, eight int32 lanes per block turned into floats)
+/// spent on every x row what it spent on the weight, so M rows cost about M decode steps (2.15x for M = 4 on one
+/// Xeon core, bench/qblock_bench with QBLOCK_BENCH_ROWS).
+///  * Weights: the four blocks' quants regrouped into W1 = [q0 lo16 | q1 lo16 | q2 lo16 | q3 lo16] and W2 (the high
+///    16 of each), so that 128-bit lane c holds block c alone; signed, as they lie.
+///  * x (q8_0_x_layout, once per call and x row): the same regrouping, offset to unsigned (q + 128, an xor), and the
+///    four blocks' scales spread over their lanes. vpdpbusd takes the unsigned operand first, so the products are
+///    (q_x + 128) q_w, and 128 times the weight's lane sums (the same for every x row) is subtracted in integers.
+///  * Per x row and step: two vpdpbusd, one subtraction, one convert, one multiply (d_w d_x) and one multiply-add;
+///    the rest is shared. Two accumulators per row, one per step parity. Blocks past the last whole step: the
+///    two-block kernel (dot_q8_b32) from there.
+/// Each int32 lane now sums 8 products of one block (before: 4), so Q8_0 results with 8-bit activations moved in
+/// their last bits with this kernel; both orders are within dot_q8's bound (tests/backend/test_qblock_kernels.cpp).
+inline constexpr int kSharedRows = 8;  // x rows per pass over a weight row (Q8_0, Q4_K, Q5_K, IQ4_XS, Q6_K)
+inline constexpr std::size_t kQ8LaidBytes = 192;  // per 128 values: two quant vectors, 16 floats
+
+inline std::size_t q8_0_laid_bytes(std::int64_t K) { return static_cast<std::size_t>(K / 128) * kQ8LaidBytes; }
+
+inline __m512i spread4() { return _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3); }
+
+/// x in dot_q8_rows_q8_0's order (kQ8LaidBytes per 128 values) at out.
+inline void q8_0_x_layout(const QuantizedX& x, std::byte* out) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (std::int64_t s = 0; s < x.K / 128; ++s) {
+    const __m512i a = load512(x.q + 128 * s), b = load512(x.q + 128 * s + 64);  // [x0 | x1], [x2 | x3]
+    std::byte* o = out + static_cast<std::size_t>(s) * kQ8LaidBytes;
+    _mm512_storeu_si512(o, _mm512_xor_si512(_mm512_shuffle_i64x2(a, b, 0x88), flip));
+    _mm512_storeu_si512(o + 64, _mm512_xor_si512(_mm512_shuffle_i64x2(a, b, 0xDD), flip));
+    _mm512_storeu_ps(o + 128, _mm512_permutexvar_ps(spread4(), _mm512_castps128_ps512(_mm_loadu_ps(x.d + 4 * s))));
+  }
+}
+
+/// out[m * ldo] = dot_q8(row, x[m]) for m < MR, x[m] laid out at xl + m * xb (q8_0_x_layout).
+template <int MR>
+inline void dot_q8_rows_q8_0(const std::byte* row, const QuantizedX* x, const std::byte* xl, std::size_t xb,
+                             float* out, std::int64_t ldo) {
+  const std::int64_t ns = x[0].K / 128;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80)), zero = _mm512_setzero_si512();
+  // Words 0, 17 (bytes 0, 34) of the first 64 bytes and 2, 19 (bytes 68, 102) of the next: the four scales.
+  const __m512i didx = _mm512_setr_epi32(0 | (17 << 16), 34 | (51 << 16), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 acc[MR][2];
+  unroll<MR>([&](auto m) { acc[m][0] = acc[m][1] = _mm512_setzero_ps(); });
+  auto step = [&](std::int64_t s, auto slot) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+    const std::byte* p = row + s * 136;
+    prefetch_ahead<136>(p);
+    const __m512i A = _mm512_inserti64x4(_mm512_castsi256_si512(load256(p + 2)), load256(p + 36), 1);
+    const __m512i B = _mm512_inserti64x4(_mm512_castsi256_si512(load256(p + 70)), load256(p + 104), 1);
+    const __m512i W1 = _mm512_shuffle_i64x2(A, B, 0x88), W2 = _mm512_shuffle_i64x2(A, B, 0xDD);
+    const __m512i WS = dpbusd(dpbusd(zero, flip, W1), flip, W2);  // 128 x the weight's lane sums
+    const __m128i d4 = _mm512_castsi512_si128(_mm512_permutex2var_epi16(load512(p), didx, load512(p + 64)));
+    const __m512 DW = _mm512_permutexvar_ps(spread4(), _mm512_castps128_ps512(_mm_cvtph_ps(d4)));
+    const std::size_t o = static_cast<std::size_t>(s) * kQ8LaidBytes;
+    unroll<MR>([&](auto m) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+      const std::byte* xm = xl + decltype(m)::value * xb + o;
+      const __m512i L = _mm512_sub_epi32(dpbusd(dpbusd(zero, load512(xm), W1), load512(xm + 64), W2), WS);
+      const __m512 f = _mm512_mul_ps(DW, _mm512_loadu_ps(reinterpret_cast<const float*>(xm + 128)));
+      acc[m][decltype(slot)::value] = _mm512_fmadd_ps(fl(L), f, acc[m][decltype(slot)::value]);
+    });
+  };
+  std::int64_t s = 0;
+  for (; s + 2 <= ns; s += 2) {
+    step(s, ic<0>{});
+    step(s + 1, ic<1>{});
+  }
+  if (s < ns) step(s, ic<0>{});
+  const bool tail = x[0].K % 128 != 0;
+  unroll<MR>([&](auto m) {
+    float t = 0.0f;
+    if (tail) {
+      t = dot_q8_b32<34, 128>(row, x[m], [](const std::byte* b) {
+        return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(static_cast<char>(0x80)));  // q + 128
+      }, ns * 4);
+    }
+    out[decltype(m)::value * ldo] = hsum(acc[m][0], acc[m][1]) + t;
+  });
+}
+
+/// Every weight row (N of them, row_bytes apart) against M x rows, kSharedRows at a time: out[m * ldo + n].
+inline void q8_0_rows(const std::byte* rows, std::size_t row_bytes, std::int64_t N, const QuantizedX* x,
+                      std::int64_t M, float* out, std::int64_t ldo) {
+  const std::size_t xb = q8_0_laid_bytes(x[0].K);
+  std::byte* xl = laid_x_buffer(std::max<std::size_t>(xb, 64) * static_cast<std::size_t>(M));
+  for (std::int64_t m = 0; m < M; ++m) q8_0_x_layout(x[m], xl + xb * static_cast<std::size_t>(m));
+  for (std::int64_t m0 = 0; m0 < M; m0 += kSharedRows) {
+    const std::int64_t mr = std::min<std::int64_t>(kSharedRows, M - m0);
+    with_rows(mr, [&](auto mr_) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+      for (std::int64_t n = 0; n < N; ++n) {
+        dot_q8_rows_q8_0<decltype(mr_)::value>(rows + static_cast<std::size_t>(n) * row_bytes, x + m0,
+                                                xl + xb * static_cast<std::size_t>(m0), xb, out + m0 * ldo + n, ldo);
+      }
+    });
+  }
+}
+
+inline float dot_q8_q8_0(const std::byte* row, const QuantizedX& x) {
+  float out = 0.0f;
+  q8_0_rows(row, 0, 1, &x, 1, &out, 1);
+  return out;
+}
+
+/// out[m * ldo] = sum_k deq(row)[k] * d_x[k/32] * q_x[k] for a Q4_K row of nb blocks against MR x rows laid out in
+/// q4k_x_layout's order at xl + m * xb, and: Q5_K (kFive): the same with the fifth bits added before the products
+/// (bit j of qh byte l is that of sub-block j's value l: the lanes of y0 and y1 test bit 2c or 2c+1 of qh bytes
+/// 0-15 or 16-31). The weight block is decoded once for all MR rows (the verify pass of speculative decoding), and
+/// each row gets the operations it would get alone: the same sums to the bit for any MR.
+template <bool kFive, int MR>
+inline void dot_q8_q45k_laid(const std::byte* row, std::int64_t nb, const std::byte* xl, std::size_t xb, float* out,
+                             std::int64_t ldo) {
   constexpr int kBytes = kFive ? 176 : 144, kQs = kFive ? 48 : 16;
   const __m512i m15 = _mm512_set1_epi8(15);
   // Per 128-bit lane c: the bit of sub-block 2c (2c + 1) in every byte.
@@ -656,15 +774,15 @@ inline float dot_q8_q45k_laid(const std::byte* row, std::int64_t nb, const std::
   [[maybe_unused]] const __m512i bit_odd = _mm512_add_epi8(bit_even, bit_even);
   const __m512i dmin_idx = _mm512_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1);
   const __m128i sm_idx = _mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
-  __m512 acc = _mm512_setzero_ps();
-  for (std::int64_t b = 0; b < nb; ++b, xl += kLaidXBytes) {
+  __m512 acc[MR];
+  unroll<MR>([&](auto m) { acc[m] = _mm512_setzero_ps(); });
+  for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * kBytes;
     prefetch_lines_ahead<kBytes>(blk);
-    // Factors, lanes 4c .. 4c+3: [d sc_2c, d sc_2c+1, dmin m_2c, dmin m_2c+1] * dx.
+    // Factors, lanes 4c .. 4c+3: [d sc_2c, d sc_2c+1, dmin m_2c, dmin m_2c+1] (times each row's dx below).
     const __m128i v = load128(blk);  // d, dmin, the 12 scale bytes
     const __m512 dd = _mm512_permutexvar_ps(dmin_idx, _mm512_castps128_ps512(_mm_cvtph_ps(v)));
-    const __m512 sm = fl(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(k_scales_v(v), sm_idx)));
-    const __m512 f = _mm512_mul_ps(_mm512_mul_ps(dd, sm), _mm512_loadu_ps(reinterpret_cast<const float*>(xl + 256)));
+    const __m512 dsm = _mm512_mul_ps(dd, fl(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(k_scales_v(v), sm_idx))));
     const __m512i z0 = load512(blk + kQs), z1 = load512(blk + kQs + 64);
     const __m512i y0 = _mm512_shuffle_i64x2(z0, z1, 0x88), y1 = _mm512_shuffle_i64x2(z0, z1, 0xDD);
     __m512i h0 = high_nibbles(y0), h1 = high_nibbles(y1);
@@ -678,11 +796,15 @@ inline float dot_q8_q45k_laid(const std::byte* row, std::int64_t nb, const std::
       h1 = _mm512_mask_add_epi8(h1, _mm512_test_epi8_mask(q1, bit_odd), h1, s16);
     }
     const __m512i zero = _mm512_setzero_si512();
-    const __m512i E = dpbusd(dpbusd(zero, l0, load512(xl)), l1, load512(xl + 64));
-    const __m512i O = dpbusd(dpbusd(zero, h0, load512(xl + 128)), h1, load512(xl + 192));
-    acc = laid_fold_fma(E, O, xl, f, acc);  // lane c: sub-blocks 2c, 2c+1
+    unroll<MR>([&](auto m) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+      const std::byte* x = xl + decltype(m)::value * xb + static_cast<std::size_t>(b) * kLaidXBytes;
+      const __m512 f = _mm512_mul_ps(dsm, _mm512_loadu_ps(reinterpret_cast<const float*>(x + 256)));
+      const __m512i E = dpbusd(dpbusd(zero, l0, load512(x)), l1, load512(x + 64));
+      const __m512i O = dpbusd(dpbusd(zero, h0, load512(x + 128)), h1, load512(x + 192));
+      acc[m] = laid_fold_fma(E, O, x, f, acc[m]);  // lane c: sub-blocks 2c, 2c+1
+    });
   }
-  return _mm512_reduce_add_ps(acc);
+  unroll<MR>([&](auto m) { out[decltype(m)::value * ldo] = _mm512_reduce_add_ps(acc[m]); });
 }
 
 // IQ4_XS for decode, on the same plan as dot_q8_q45k_laid. A block's 16 quant bytes per sub-block lie in order, so the
@@ -704,14 +826,18 @@ inline void iq4xs_x_layout(const QuantizedX& x, std::byte* out) {
                 });
 }
 
-/// sum_k deq(row)[k] * d_x[k/32] * q_x[k] for an IQ4_XS row of nb blocks against x in iq4xs_x_layout's order.
-inline float dot_q8_iq4xs(const std::byte* row, std::int64_t nb, const std::byte* xl) {
+/// out[m * ldo] = sum_k deq(row)[k] * d_x[k/32] * q_x[k] for an IQ4_XS row of nb blocks against MR x rows laid out
+/// in iq4xs_x_layout's order at xl + m * xb; the block decoded once for all of them, each row's sums as alone.
+template <int MR>
+inline void dot_q8_iq4xs(const std::byte* row, std::int64_t nb, const std::byte* xl, std::size_t xb, float* out,
+                         std::int64_t ldo) {
   const __m512i m15 = _mm512_set1_epi8(15);
   const __m512i tbl = _mm512_broadcast_i32x4(iq4_table_u8());  // codebook + 128: unsigned
   const __m512i sub = _mm512_setr_epi32(0, 4, 0, 4, 1, 5, 1, 5, 2, 6, 2, 6, 3, 7, 3, 7);  // each lane's sub-block
   const __m512i lo_shift = _mm512_slli_epi32(sub, 2), hi_shift = _mm512_slli_epi32(sub, 1);
-  __m512 acc = _mm512_setzero_ps();
-  for (std::int64_t b = 0; b < nb; ++b, xl += kLaidXBytes) {
+  __m512 acc[MR];
+  unroll<MR>([&](auto m) { acc[m] = _mm512_setzero_ps(); });
+  for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * 136;
     prefetch_lines_ahead<136>(blk);
     std::uint32_t sl, sh;
@@ -720,55 +846,74 @@ inline float dot_q8_iq4xs(const std::byte* row, std::int64_t nb, const std::byte
     const __m512i lo = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(sl)), lo_shift);
     const __m512i hi = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(sh)), hi_shift);
     const __m512i ls = _mm512_or_si512(_mm512_and_si512(lo, c32(15)), _mm512_slli_epi32(_mm512_and_si512(hi, c32(3)), 4));
-    const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(half(blk)), fl(_mm512_sub_epi32(ls, c32(32)))),
-                                   _mm512_loadu_ps(reinterpret_cast<const float*>(xl + 256)));
+    const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(half(blk)), fl(_mm512_sub_epi32(ls, c32(32))));
     const __m512i z0 = load512(blk + 8), z1 = load512(blk + 72);
+    const __m512i w0 = _mm512_shuffle_epi8(tbl, _mm512_and_si512(z0, m15));
+    const __m512i w1 = _mm512_shuffle_epi8(tbl, high_nibbles(z0));
+    const __m512i w2 = _mm512_shuffle_epi8(tbl, _mm512_and_si512(z1, m15));
+    const __m512i w3 = _mm512_shuffle_epi8(tbl, high_nibbles(z1));
     const __m512i zero = _mm512_setzero_si512();
-    const __m512i E = dpbusd(dpbusd(zero, _mm512_shuffle_epi8(tbl, _mm512_and_si512(z0, m15)), load512(xl)),
-                             _mm512_shuffle_epi8(tbl, high_nibbles(z0)), load512(xl + 64));
-    const __m512i F = dpbusd(dpbusd(zero, _mm512_shuffle_epi8(tbl, _mm512_and_si512(z1, m15)), load512(xl + 128)),
-                             _mm512_shuffle_epi8(tbl, high_nibbles(z1)), load512(xl + 192));
-    acc = laid_fold_fma(E, F, xl, f, acc);  // lane c: sub-blocks c, 4+c (offset terms -128 s)
+    unroll<MR>([&](auto m) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+      const std::byte* x = xl + decltype(m)::value * xb + static_cast<std::size_t>(b) * kLaidXBytes;
+      const __m512 f = _mm512_mul_ps(dl, _mm512_loadu_ps(reinterpret_cast<const float*>(x + 256)));
+      const __m512i E = dpbusd(dpbusd(zero, w0, load512(x)), w1, load512(x + 64));
+      const __m512i F = dpbusd(dpbusd(zero, w2, load512(x + 128)), w3, load512(x + 192));
+      acc[m] = laid_fold_fma(E, F, x, f, acc[m]);  // lane c: sub-blocks c, 4+c (offset terms -128 s)
+    });
   }
-  return _mm512_reduce_add_ps(acc);
+  unroll<MR>([&](auto m) { out[decltype(m)::value * ldo] = _mm512_reduce_add_ps(acc[m]); });
 }
 
 /// f(layout, kernel) for the decode kernels that read x in their own order (kLaidXBytes per 256 values): layout(x,
-/// out) writes it, kernel(row, nb, laid x) is the row's dot product. False for the other types.
+/// out) writes it; kernel(ic<MR>, row, nb, laid x, xb, out, ldo) gives the row's dot products with MR x rows laid out
+/// xb bytes apart (out[m * ldo]). False for the other types.
 template <class F>
 MAXTEXT_QBLOCK_INLINE bool with_laid_kernel(BlockType t, F&& f) {
   using X = const QuantizedX&;
   using L = const std::byte*;
+  using Z = std::size_t;
+  using I = std::int64_t;
   switch (t) {
     case BlockType::q4_k:
       f([](X x, std::byte* o) { q4k_x_layout(x, o); },
-        [](L r, std::int64_t nb, L xl) MAXTEXT_QBLOCK_LAMBDA_INLINE { return dot_q8_q45k_laid<false>(r, nb, xl); });
+        [](auto mr, L r, I nb, L xl, Z xb, float* o, I ldo) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+          dot_q8_q45k_laid<false, decltype(mr)::value>(r, nb, xl, xb, o, ldo);
+        });
       return true;
     case BlockType::q5_k:
       f([](X x, std::byte* o) { q4k_x_layout(x, o); },
-        [](L r, std::int64_t nb, L xl) MAXTEXT_QBLOCK_LAMBDA_INLINE { return dot_q8_q45k_laid<true>(r, nb, xl); });
+        [](auto mr, L r, I nb, L xl, Z xb, float* o, I ldo) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+          dot_q8_q45k_laid<true, decltype(mr)::value>(r, nb, xl, xb, o, ldo);
+        });
       return true;
     case BlockType::iq4_xs:
       f([](X x, std::byte* o) { iq4xs_x_layout(x, o); },
-        [](L r, std::int64_t nb, L xl) MAXTEXT_QBLOCK_LAMBDA_INLINE { return dot_q8_iq4xs(r, nb, xl); });
+        [](auto mr, L r, I nb, L xl, Z xb, float* o, I ldo) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+          dot_q8_iq4xs<decltype(mr)::value>(r, nb, xl, xb, o, ldo);
+        });
       return true;
     default: return false;
   }
 }
 
-/// Q6_K: vector i = 2h + p holds elements 128h + 64p .. +63 (s = 2p, 2p+1); scales per 16 values.
-inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
-  const std::int64_t nb = x.K / 256;
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+
+/// Q6_K: vector i = 2h + p holds elements 128h + 64p .. +63 (s = 2p, 2p+1); scales per 16 values. MR x rows per
+/// weight row (out[m * ldo]): the block decoded once for all of them, each row's sums as alone.
+template <int MR>
+inline void dot_q8_rows_q6k512(const std::byte* row, const QuantizedX* x, float* out, std::int64_t ldo) {
+  const std::int64_t nb = x[0].K / 256;
+  __m512 acc[MR][2];
+  unroll<MR>([&](auto m) { acc[m][0] = acc[m][1] = _mm512_setzero_ps(); });
   const __m512i m15 = _mm512_set1_epi8(15), m48 = _mm512_set1_epi8(48);
   const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = row + b * 210;
     prefetch_ahead<210>(blk);
-    const __m512 dx16 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(x.d + 8 * b)));
-    const __m512 f16 = _mm512_mul_ps(
-        _mm512_mul_ps(_mm512_set1_ps(half(blk + 208)), fl(_mm512_cvtepi8_epi32(load128(blk + 192)))), dx16);
-    const std::int8_t* xq = x.q + 256 * b;
+    const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(half(blk + 208)), fl(_mm512_cvtepi8_epi32(load128(blk + 192))));
+    __m512 f16[MR];
+    unroll<MR>([&](auto m) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+      f16[m] = _mm512_mul_ps(ds, _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(x[m].d + 8 * b))));
+    });
     unroll<2>([&](auto h_) {
       constexpr int h = decltype(h_)::value;
       const __m512i ql = load512(blk + 64 * h);
@@ -779,13 +924,22 @@ inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
           _mm512_and_si512(_mm512_mask_slli_epi16(_mm512_slli_epi16(qh, 4), 0xFFFF0000u, qh, 2), m48));
       const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m15),
                                          _mm512_and_si512(_mm512_mask_srli_epi16(qh, 0xFFFF0000u, qh, 2), m48));
-      const __m512i L0 = dot_off(q0, load512(xq + 128 * h), 32);
-      const __m512i L1 = dot_off(q1, load512(xq + 128 * h + 64), 32);
-      acc[0] = _mm512_fmadd_ps(fl(L0), _mm512_permutexvar_ps(idx4(8 * h), f16), acc[0]);
-      acc[1] = _mm512_fmadd_ps(fl(L1), _mm512_permutexvar_ps(idx4(8 * h + 4), f16), acc[1]);
+      unroll<MR>([&](auto m) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+        const std::int8_t* xq = x[m].q + 256 * b;
+        const __m512i L0 = dot_off(q0, load512(xq + 128 * h), 32);
+        const __m512i L1 = dot_off(q1, load512(xq + 128 * h + 64), 32);
+        acc[m][0] = _mm512_fmadd_ps(fl(L0), _mm512_permutexvar_ps(idx4(8 * h), f16[m]), acc[m][0]);
+        acc[m][1] = _mm512_fmadd_ps(fl(L1), _mm512_permutexvar_ps(idx4(8 * h + 4), f16[m]), acc[m][1]);
+      });
     });
   }
-  return hsum(acc[0], acc[1]);
+  unroll<MR>([&](auto m) { out[decltype(m)::value * ldo] = hsum(acc[m][0], acc[m][1]); });
+}
+
+inline float dot_q8_q6k(const std::byte* row, const QuantizedX& x) {
+  float out = 0.0f;
+  dot_q8_rows_q6k512<1>(row, &x, &out, 1);
+  return out;
 }
 
 #endif  // MAXTEXT_QBLOCK_AVX512
@@ -1116,7 +1270,9 @@ inline float hsum(__m256 v) {
 /// from K = 1200 on, and short at any K.
 template <class D, int M>
 inline void dot_exact_avx2(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, float* out) {
-  constexpr int S = M == 1 ? 4 : 2;
+  // Four accumulators per row whatever M, so that every row's sums are those of M = 1 (a verify pass's rows equal
+  // decode steps, bit for bit); dot_exact_avx2_m takes at most two rows per call (4 x 4 accumulators would spill).
+  constexpr int S = 4;
   constexpr int kPer = 256 / D::kBlock;  // blocks per 256 values
   static_assert((D::kBlock / 8) % S == 0);
   __m256 tot[M];
@@ -1135,7 +1291,7 @@ inline void dot_exact_avx2(const std::byte* row, std::int64_t K, const float* x,
         // stack accesses per block at M = 4.
         xr[m] = opaque(x + m * ldx + b * D::kBlock);
       }
-      if constexpr (M == 1) prefetch_ahead<D::kBytes>(row + b * D::kBytes);  // as the AVX-512 path: one row only
+      prefetch_ahead<D::kBytes>(row + b * D::kBytes);  // (into L2, as the AVX-512 path)
       D::run(row + b * D::kBytes, [&](auto c_, __m256 w) {
         constexpr int c = decltype(c_)::value;
         unroll<M>([&](auto m) {
@@ -1156,11 +1312,9 @@ inline void dot_exact_avx2(const std::byte* row, std::int64_t K, const float* x,
 template <class D>
 inline void dot_exact_avx2_m(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, int M,
                              float* out) {
-  switch (M) {
-    case 1: return dot_exact_avx2<D, 1>(row, K, x, ldx, out);
-    case 2: return dot_exact_avx2<D, 2>(row, K, x, ldx, out);
-    case 3: return dot_exact_avx2<D, 3>(row, K, x, ldx, out);
-    default: return dot_exact_avx2<D, 4>(row, K, x, ldx, out);
+  for (int m = 0; m < M; m += 2) {  // the second pair reads the weight row from L1
+    if (M - m == 1) dot_exact_avx2<D, 1>(row, K, x + m * ldx, ldx, out + m);
+    else dot_exact_avx2<D, 2>(row, K, x + m * ldx, ldx, out + m);
   }
 }
 
@@ -2312,11 +2466,11 @@ inline std::int64_t widen_vec(const std::byte* src, float* dst, std::int64_t n) 
   return done;
 }
 
-/// out[m] = sum over the first n / (U kFrW) * (U kFrW) values of w x[m]; returns how many. U sums per row: four
-/// for one or two rows (enough independent adds to stream the row), two for three or four (registers).
+/// out[m] = sum over the first n / (U kFrW) * (U kFrW) values of w x[m]; returns how many. Four sums per row (enough
+/// independent adds to stream the row) whatever M, so that every row's result is that of M = 1.
 template <class T, int M>
 inline std::int64_t dot_vec(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, float* out) {
-  constexpr int U = M <= 2 ? 4 : 2;
+  constexpr int U = 4;  // whatever M: every row's sums are those of M = 1 (verify rows equal decode steps)
   constexpr auto es = static_cast<std::int64_t>(sizeof(T));
   FrVec acc[M][U];
   for (int m = 0; m < M; ++m) {
@@ -2325,6 +2479,7 @@ inline std::int64_t dot_vec(const std::byte* row, std::int64_t K, const float* x
   const std::int64_t done = K / (U * kFrW) * (U * kFrW);
   for (std::int64_t k = 0; k < done; k += U * kFrW) {
     FrVec w[U];
+    prefetch_ahead<U * kFrW * es>(row + k * es);
     for (int u = 0; u < U; ++u) w[u] = fr_widen<T>(row + (k + u * kFrW) * es);
     for (int m = 0; m < M; ++m) {
       for (int u = 0; u < U; ++u) acc[m][u] = fr_fma(w[u], fr_load(x + m * ldx + k + u * kFrW), acc[m][u]);
@@ -2459,11 +2614,16 @@ MAXTEXT_KERNEL_API void dot_float(std::uint32_t type, const std::byte* row, std:
 #if MAXTEXT_QBLOCK_FLOAT_ROWS
   detail::with_float_type(type, [&](auto tag) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>;
-    switch (M) {
-      case 1: done = detail::dot_vec<T, 1>(row, K, x, ldx, out); break;
-      case 2: done = detail::dot_vec<T, 2>(row, K, x, ldx, out); break;
-      case 3: done = detail::dot_vec<T, 3>(row, K, x, ldx, out); break;
-      default: done = detail::dot_vec<T, 4>(row, K, x, ldx, out); break;
+    // Four accumulators per row: four rows per call fit AVX-512's registers, two AVX2's (the rest of the rows then
+    // read the weight row from L1).
+    constexpr int kRows = detail::kFrW == 16 ? 4 : 2;
+    for (int m = 0; m < M; m += kRows) {
+      switch (std::min(kRows, M - m)) {
+        case 1: done = detail::dot_vec<T, 1>(row, K, x + m * ldx, ldx, out + m); break;
+        case 2: done = detail::dot_vec<T, 2>(row, K, x + m * ldx, ldx, out + m); break;
+        case 3: done = detail::dot_vec<T, 3>(row, K, x + m * ldx, ldx, out + m); break;
+        default: done = detail::dot_vec<T, 4>(row, K, x + m * ldx, ldx, out + m); break;
+      }
     }
   });
 #endif
@@ -2498,9 +2658,10 @@ MAXTEXT_KERNEL_API float dot_q8(BlockType t, const std::byte* row, const Quantiz
   {
     float dot = 0.0f;
     if (with_laid_kernel(t, [&](auto layout, auto kernel) MAXTEXT_QBLOCK_LAMBDA_INLINE {
-          std::byte* xl = laid_x_buffer(static_cast<std::size_t>(x.K / 256) * kLaidXBytes);
+          const std::size_t xb = static_cast<std::size_t>(x.K / 256) * kLaidXBytes;
+          std::byte* xl = laid_x_buffer(xb);
           layout(x, xl);
-          dot = kernel(row, x.K / 256, xl);
+          kernel(ic<1>{}, row, x.K / 256, xl, xb, &dot, 1);
         }))
       return dot;
   }
@@ -2612,12 +2773,28 @@ MAXTEXT_KERNEL_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
       const std::size_t xb = static_cast<std::size_t>(nb) * kLaidXBytes;
       std::byte* xl = laid_x_buffer(xb * static_cast<std::size_t>(M));
       for (std::int64_t m = 0; m < M; ++m) layout(x[m], xl + xb * static_cast<std::size_t>(m));
-      for (std::int64_t n = 0; n < N; ++n) {
-        const std::byte* row = rows + static_cast<std::size_t>(n) * row_bytes;
-        for (std::int64_t m = 0; m < M; ++m) out[m * ldo + n] = kernel(row, nb, xl + xb * static_cast<std::size_t>(m));
+      for (std::int64_t m0 = 0; m0 < M; m0 += kSharedRows) {  // each weight block decoded once per kSharedRows rows
+        with_rows(std::min<std::int64_t>(kSharedRows, M - m0), [&](auto mr) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+          const std::byte* xm = xl + xb * static_cast<std::size_t>(m0);
+          for (std::int64_t n = 0; n < N; ++n) {
+            kernel(mr, rows + static_cast<std::size_t>(n) * row_bytes, nb, xm, xb, out + m0 * ldo + n, ldo);
+          }
+        });
       }
     });
     if (laid) return;
+    if (t == BlockType::q8_0) return q8_0_rows(rows, row_bytes, N, x, M, out, ldo);
+    if (t == BlockType::q6_k) {
+      for (std::int64_t m0 = 0; m0 < M; m0 += kSharedRows) {
+        with_rows(std::min<std::int64_t>(kSharedRows, M - m0), [&](auto mr) MAXTEXT_QBLOCK_LAMBDA_INLINE {
+          for (std::int64_t n = 0; n < N; ++n) {
+            dot_q8_rows_q6k512<decltype(mr)::value>(rows + static_cast<std::size_t>(n) * row_bytes, x + m0,
+                                                    out + m0 * ldo + n, ldo);
+          }
+        });
+      }
+      return;
+    }
     const bool done = with_dot_q8_kernel(t, [&](auto kernel) MAXTEXT_QBLOCK_LAMBDA_INLINE {
       for (std::int64_t n = 0; n < N; ++n) {
         const std::byte* row = rows + static_cast<std::size_t>(n) * row_bytes;
