@@ -2763,11 +2763,12 @@ MAXTEXT_KERNEL_API void dot_q8_rows(BlockType t, const std::byte* rows, std::siz
 #endif
 #if MAXTEXT_QBLOCK_AVX512
   {
-    // Decode's call for a chunk of weight rows: the type's one-row kernel inlined into one loop, so a row's final
-    // reduction overlaps the next row's loads (one call and one switch per chunk instead of per row). The same
-    // kernels as dot_q8, so the same sums to the bit.
+    // Decode's (and a verify pass's) call for a chunk of weight rows: the type's kernel inlined into one loop, so a
+    // row's final reduction overlaps the next row's loads (one call and one switch per chunk instead of per row).
+    // Q8_0, Q4_K, Q5_K, IQ4_XS and Q6_K take up to kSharedRows x rows per pass over a weight row; the same kernels
+    // as dot_q8 (MR = 1), so the same sums to the bit.
     using namespace detail;
-    // Q4_K, IQ4_XS: each x row in the kernel's order once, for all N weight rows.
+    // Q4_K, Q5_K, IQ4_XS: each x row in the kernel's order once, for all N weight rows.
     const bool laid = with_laid_kernel(t, [&](auto layout, auto kernel) MAXTEXT_QBLOCK_LAMBDA_INLINE {
       const std::int64_t nb = x[0].K / 256;
       const std::size_t xb = static_cast<std::size_t>(nb) * kLaidXBytes;
