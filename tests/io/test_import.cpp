@@ -8,6 +8,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
+#include "maxtext/families/families.hpp"
 #include "maxtext/families/load.hpp"
 #include "maxtext/families/model_import.hpp"
 #include "maxtext/io/gguf.hpp"
@@ -52,6 +55,47 @@ TEST_CASE("import: configs of stories260K from the llama2.c header and from the 
   CHECK(a.max_target_length == 512);
   CHECK(b.max_target_length == 2048);  // the GGUF converter's default (README)
   CHECK(io::read_weights_config(dir + "/stories260K.gguf").has_value());
+}
+
+TEST_CASE("import: configs and tensors are read by the family that names the model type or owns the block",
+          "[io][import][families]") {
+  // Every block of the block list has exactly one owning family (families/families.hpp also checks it at compile time).
+  for (const std::string& block : supported_decoder_blocks()) {
+    int owners = 0;
+    families::any_family([&]<class F>() {
+      owners += families::owns<F>(block) ? 1 : 0;
+      return false;
+    });
+    INFO(block);
+    CHECK(owners == 1);
+  }
+  // A config.json model type no family reads is refused with those that are read.
+  nlohmann::json j = {{"model_type", "bogus"}};
+  CHECK_THROWS_WITH(io::config_from_hf(j, "config.json"),
+                    Catch::Contains("model_type 'bogus' is not supported (supported: ") && Catch::Contains("olmo3") &&
+                        Catch::Contains("qwen3_moe") && Catch::Contains("deepseek_v3") && Catch::Contains("llama"));
+  CHECK_THROWS_WITH(io::config_from_hf(nlohmann::json::object(), "config.json"),
+                    Catch::Contains("config.json lacks model_type"));
+
+  // A weight format that the owning family does not read is refused by name, with the formats it reads.
+  const std::string dir = test::models_dir() + "/stories260K";
+  test::require(dir + "/stories260K.bin", "stories260K");
+  const Config base = io::config_from_gguf(io::read_gguf(dir + "/stories260K.gguf"));
+  Config gpt3 = base;
+  gpt3.decoder_block = "gpt3";
+  CHECK_THROWS_AS(io::load_weights(dir + "/stories260K.gguf", gpt3), UnsupportedError);
+  CHECK_THROWS_WITH(io::load_weights(dir + "/stories260K.gguf", gpt3),
+                    Catch::Contains("decoder_block gpt3 reads MaxText checkpoints only, not GGUF files"));
+  Config llama4 = base;
+  llama4.decoder_block = "llama4";
+  CHECK_THROWS_WITH(io::load_weights(dir + "/stories260K.bin", llama4),
+                    Catch::Contains("decoder_block llama4 reads MaxText, Hugging Face and GGUF checkpoints, not llama2.c"));
+  Config custom = base;
+  custom.decoder_block = "qwen3_custom_moe";
+  CHECK_THROWS_WITH(io::load_weights(dir + "/stories260K.bin", custom),
+                    Catch::Contains("qwen3_custom_moe reads MaxText checkpoints only"));
+  // The families that read it load the same file.
+  CHECK(io::load_weights(dir + "/stories260K.bin", base).tensors.has("decoder.layers_0.self_attention.query.kernel"));
 }
 
 TEST_CASE("import: llama2.c query/key kernels are de-interleaved and the query scaled, the rest are views", "[io][import]") {

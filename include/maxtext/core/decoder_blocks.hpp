@@ -57,7 +57,7 @@
 
 #define MAXTEXT_TENSOR_PARALLEL_BLOCKS(X) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(gemma2) X(gemma3)
 
-// llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; families/checkpoint.hpp collapses them into
+// llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; families/llama2/family.hpp collapses them into
 // plain kernels at load, so the layer is the llama2 one. qwen3_5: Qwen3-Next's layer (families/qwen3_next/qwen3_5.hpp), named
 // directly: clang takes an alias template given as a template template argument for a template of its own, which
 // would make it a second model type.

@@ -1,6 +1,6 @@
 // io/attention_kernels.hpp: a file's attention and dense projection matrices as MaxText kernels (views where the
 // layout allows, else materialised: rotary lanes re-paired, a query scale folded in, Q8_0 blocks kept as blocks).
-// Shared by the llama.cpp / Hugging Face importers (families/model_import.hpp) and the Gemma importer (families/gemma/import.hpp).
+// Shared by the llama.cpp / Hugging Face importers (families/llama2/import.hpp) and the Gemma importer (families/gemma/import.hpp).
 #pragma once
 
 #include <cstdint>

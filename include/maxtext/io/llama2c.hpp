@@ -2,7 +2,7 @@
 // header of seven int32 then float32 arrays, a negative vocab size meaning an untied classifier follows) and the
 // version-1 float32 export (magic "ak42", 256-byte header); and the raw contents of its `tokenizer.bin`.
 // Tensors come out zero-copy, named as llama.cpp names them (token_embd.weight, blk.i.attn_q.weight, ...), each an
-// out-major [out, in] matrix; families/model_import.hpp maps them to MaxText names.
+// out-major [out, in] matrix; families/llama2/import.hpp maps them to MaxText names.
 #pragma once
 
 #include <algorithm>

@@ -10,7 +10,7 @@
 // layer when (i + 1) % interleave_moe_layer_step == 0 (decoders.py; EnvyScannableBlock the same within its cycle):
 // RoutedMoE `MoeBlock_0` with MaxText's default routing (top-k of the gate logits, softmax over those k in f32), no
 // shared expert; else the SwiGLU MlpBlock `mlp`. Scanned trees (`decoder.layers.layers_{j}`) are unstacked by
-// families/checkpoint.hpp.
+// families/envy/family.hpp.
 #pragma once
 
 #include <cmath>

@@ -11,7 +11,7 @@
 // model file (`maxtext logits --config configs/models/gemma3-4b.yml ... base_emb_dim=32 ...`).
 //
 // Scanned MaxText checkpoints store Gemma 3 as `decoder.layers.layers_{0..5}` (each stacked over num_layers // 6
-// repetitions) plus `decoder.layers_remainder.layers_{r}` for the num_layers % 6 leftover layers; families/checkpoint.hpp
+// repetitions) plus `decoder.layers_remainder.layers_{r}` for the num_layers % 6 leftover layers; families/gemma/family.hpp
 // unstacks both into `decoder.layers_i`.
 #pragma once
 

@@ -21,7 +21,7 @@
 //   m      = routed + shared
 //
 // Parameters are MaxText's "folded" Gemma form (families/gemma/gemma.hpp): norm scales hold 1 + w, the embedding E*sqrt(D).
-// Scanned checkpoints (Gemma4ScannableBlock) are unstacked by families/checkpoint.hpp.
+// Scanned checkpoints (Gemma4ScannableBlock) are unstacked by families/gemma4/family.hpp.
 #pragma once
 
 #include <cmath>

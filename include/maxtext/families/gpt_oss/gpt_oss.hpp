@@ -13,7 +13,7 @@
 //    the biased router logits with a softmax over those k, and the clamped SwiGLU of moe.py apply_ffn_activation:
 //    g = min(w0, limit), u = clip(w1, -limit, limit), act(g * 1.702) * g * (u + 1) (limit = mlp_activations_limit).
 // Scanned MaxText checkpoints store the layers as `decoder.layers.layers_{j}` (GptOssScannableBlock: j in
-// [0, inhomogeneous_layer_cycle_interval), stacked over num_layers / interval repetitions); families/checkpoint.hpp unstacks
+// [0, inhomogeneous_layer_cycle_interval), stacked over num_layers / interval repetitions); families/gpt_oss/family.hpp unstacks
 // them into `decoder.layers_i`.
 #pragma once
 

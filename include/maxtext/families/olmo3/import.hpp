@@ -1,7 +1,7 @@
 // families/olmo3/import.hpp: OLMo 3 configurations from Hugging Face (config.json model_type olmo3, transformers'
 // Olmo3Config) and from llama.cpp GGUF metadata (architecture olmo2, which llama.cpp's converter uses for
-// Olmo3ForCausalLM) as a Config for MaxText's olmo3 block; the tensor names are mapped by import_olmo3_names
-// (families/model_import.hpp). Spec docs/numerics.md §OLMo 3.
+// Olmo3ForCausalLM) as a Config for MaxText's olmo3 block, and the tensor names of both (import_olmo3_names, over
+// the Llama-style importer's bookkeeping, families/llama2/import.hpp). Spec docs/numerics.md §OLMo 3.
 //
 // What MaxText's olmo3 block fixes and the files must agree with (else: UnsupportedError naming the key):
 //   * layer i uses sliding-window attention when i % 4 < 3, global when i % 4 == 3 (config.json layer_types,
@@ -24,6 +24,8 @@
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/families/llama2/import.hpp"
+#include "maxtext/io/attention_kernels.hpp"
 #include "maxtext/io/gguf.hpp"
 
 namespace maxtext::io {
@@ -228,6 +230,53 @@ inline Config config_from_gguf_olmo(const GgufFile& g) {
   c.vocab_size = g.vocab_size(p);
   c.derive();
   return c;
+}
+
+/// Map OLMo 3 tensors to MaxText's olmo3 names: Hugging Face (`hf_names`: Olmo3ForCausalLM) or llama.cpp's olmo2
+/// GGUF names. Both keep Hugging Face's half-split q/k rows (llama.cpp's olmo2 uses NeoX RoPE), which is the pairing
+/// of MaxText's default and non-interleaved YaRN RoPE; the q/k norm scales [N*H] / [K*H] (over all heads) load as
+/// they are, the query kernel unscaled (the block scales queries by head_dim^-0.5 in the forward pass). Without a
+/// head tensor the classifier is tied to the embedding when `tied`.
+inline TensorMap import_olmo3_names(const TensorMap& in, const Config& cfg, bool hf_names, bool tied,
+                                    const std::string& what) {
+  detail::Importer imp(in, cfg, RopeLayout::half_split, what);
+  if (hf_names) {
+    imp.globals("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", tied);
+  } else {
+    imp.globals("token_embd.weight", "output_norm.weight", "output.weight", tied);
+  }
+  const std::int64_t N = cfg.num_query_heads, K = cfg.num_kv_heads, H = cfg.head_dim, D = cfg.emb_dim;
+  auto norm = [&](const AnyTensor& t, std::int64_t n, const std::string& name) {
+    MAXTEXT_CHECK(t.rank() == 1 && t.shape[0] == n, ShapeError, "[import] ", t.source, " (", name, "): expected [", n,
+                  "], found ", t.shape);
+    return t;
+  };
+  for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
+    const std::string L = "decoder.layers_" + std::to_string(i) + ".";
+    const std::string f = hf_names ? "model.layers." + std::to_string(i) + "." : "blk." + std::to_string(i) + ".";
+    auto name = [&](const char* hf, const char* gg) { return f + (hf_names ? hf : gg) + ".weight"; };
+    if (auto* t = imp.get(name("self_attn.q_proj", "attn_q")))
+      imp.put(L + "attention.query.kernel", attention_kernel(*t, N, H, RopeLayout::half_split, RopeLayout::half_split, 1.0, L + "attention.query.kernel"));
+    if (auto* t = imp.get(name("self_attn.k_proj", "attn_k")))
+      imp.put(L + "attention.key.kernel", attention_kernel(*t, K, H, RopeLayout::half_split, RopeLayout::half_split, 1.0, L + "attention.key.kernel"));
+    if (auto* t = imp.get(name("self_attn.v_proj", "attn_v")))
+      imp.put(L + "attention.value.kernel", attention_kernel(*t, K, H, RopeLayout::half_split, RopeLayout::half_split, 1.0, L + "attention.value.kernel"));
+    if (auto* t = imp.get(name("self_attn.o_proj", "attn_output")))
+      imp.put(L + "attention.out.kernel", attention_out_kernel(*t, N, H, L + "attention.out.kernel"));
+    if (auto* t = imp.get(name("self_attn.q_norm", "attn_q_norm")))
+      imp.put(L + "attention.query_norm.scale", norm(*t, N * H, L + "attention.query_norm.scale"));
+    if (auto* t = imp.get(name("self_attn.k_norm", "attn_k_norm")))
+      imp.put(L + "attention.key_norm.scale", norm(*t, K * H, L + "attention.key_norm.scale"));
+    if (auto* t = imp.get(name("post_attention_layernorm", "post_attention_norm")))
+      imp.put(L + "post_self_attention_layer_norm.scale", norm(*t, D, L + "post_self_attention_layer_norm.scale"));
+    if (auto* t = imp.get(name("post_feedforward_layernorm", "post_ffw_norm")))
+      imp.put(L + "post_mlp_layer_norm.scale", norm(*t, D, L + "post_mlp_layer_norm.scale"));
+    if (auto* t = imp.get(name("mlp.gate_proj", "ffn_gate"))) imp.put(L + "mlp.wi_0.kernel", dense_kernel(*t, L + "mlp.wi_0.kernel"));
+    if (auto* t = imp.get(name("mlp.up_proj", "ffn_up"))) imp.put(L + "mlp.wi_1.kernel", dense_kernel(*t, L + "mlp.wi_1.kernel"));
+    if (auto* t = imp.get(name("mlp.down_proj", "ffn_down"))) imp.put(L + "mlp.wo.kernel", dense_kernel(*t, L + "mlp.wo.kernel"));
+  }
+  std::vector<std::string> ignorable{"model.rotary_emb.", "rope_freqs.weight"};
+  return imp.finish(ignorable);
 }
 
 }  // namespace maxtext::io

@@ -13,7 +13,7 @@
 // YaRN on sliding layers (docs/numerics.md).
 //
 // Scanned MaxText checkpoints store the block as Olmo3ScannableBlock: `decoder.layers.layers_{0..3}.X`, each stacked
-// over num_layers / 4 repetitions on param_scan_axis; families/checkpoint.hpp unstacks them into `decoder.layers_i`.
+// over num_layers / 4 repetitions on param_scan_axis; families/olmo3/family.hpp unstacks them into `decoder.layers_i`.
 #pragma once
 
 #include <cmath>
