@@ -3,6 +3,7 @@
 // copies for everything else (a tied classifier shares the embedding's memory), and clear errors for missing or
 // unexpected tensors.
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,15 @@ TEST_CASE("import: configs and tensors are read by the family that names the mod
                         Catch::Contains("qwen3_moe") && Catch::Contains("deepseek_v3") && Catch::Contains("llama"));
   CHECK_THROWS_WITH(io::config_from_hf(nlohmann::json::object(), "config.json"),
                     Catch::Contains("config.json lacks model_type"));
+
+  // So is a GGUF architecture (a vision projector's file here).
+  const std::string mmproj = test::fixtures_dir() + "/gemma3_mm_model/mmproj.gguf";
+  if (std::filesystem::exists(mmproj)) {
+    CHECK_THROWS_WITH(io::config_from_gguf(io::read_gguf(mmproj)),
+                      Catch::Contains("general.architecture 'clip' is not supported (supported: ") &&
+                          Catch::Contains("deepseek2, gemma, gemma2, gemma3, gemma4, gpt-oss, llama, llama4, olmo2, qwen2, "
+                                          "qwen3, qwen3moe, qwen3next, qwen35moe)"));
+  }
 
   // A weight format that the owning family does not read is refused by name, with the formats it reads.
   const std::string dir = test::models_dir() + "/stories260K";

@@ -6,7 +6,7 @@
 //                               owned by exactly one family: checked at compile time below)
 //   hf_model_types,             the config.json model types / GGUF architectures whose configs the family reads, with
 //   config_from_hf(j, where)    config_from_hf / config_from_gguf (families/model_import.hpp dispatches by them)
-//   gguf_architectures,
+//   gguf_architectures,         (gguf_refused_architectures: architectures it names only to refuse, with the reason)
 //   config_from_gguf(g)
 //   import_gguf(g, cfg, where)  a weights file's tensors in MaxText naming (families/load.hpp); a family without the
 //   import_hf(raw, cfg, where,  hook for a format reads no such file, and load_weights refuses it by name
@@ -18,8 +18,9 @@
 //   gguf_mxfp4_experts          true when its GGUF files may hold MXFP4 tensors (gpt-oss's experts); optional
 //
 // Adding a family: its folder with a family.hpp, one #include and one entry of `All` below (the order of `All` is
-// the order in which config.json model types and GGUF architectures are matched), and its blocks' lines in
-// core/decoder_blocks.hpp. docs/adding-a-block.md walks through it.
+// the order in which config.json model types and GGUF architectures are matched), its blocks' lines in
+// core/decoder_blocks.hpp and its layer header's #include in models/registry.hpp (which does not include this file,
+// so that the block units do not depend on the importers). docs/adding-a-block.md walks through it.
 #pragma once
 
 #include <algorithm>
@@ -109,6 +110,13 @@ constexpr std::size_t listed_blocks() {
   return n;
 }
 
+/// "a, b, c", for messages.
+inline std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 /// The formats a family reads, for messages: "MaxText, Hugging Face and GGUF checkpoints".
 template <class F>
 std::string formats_read() {
@@ -159,15 +167,21 @@ inline Config config_from_hf(const nlohmann::json& j, const std::string& where) 
     }
   });
   MAXTEXT_CHECK(read, UnsupportedError, "[hf] ", where, ": model_type '", type, "' is not supported (supported: ",
-                known, ")");
+                detail::joined(known), ")");
   return c;
 }
 
-/// A Config from GGUF metadata, by the family that reads its general.architecture `arch`.
+/// A Config from GGUF metadata, by the family that reads its general.architecture `arch`. An architecture that a
+/// family names as one it does not read (gguf_refused_architectures: name and reason) is refused with the reason.
 inline Config config_from_gguf(const io::GgufFile& g, const std::string& arch) {
   Config c;
   std::vector<std::string> known;
   const bool read = any_family([&]<class F>() {
+    if constexpr (requires { F::gguf_refused_architectures; }) {
+      for (const auto& [name, why] : F::gguf_refused_architectures) {
+        MAXTEXT_CHECK(name != arch, UnsupportedError, "[gguf] ", g.path, ": general.architecture ", arch, " is ", why);
+      }
+    }
     if constexpr (requires { F::gguf_architectures; }) {
       known.insert(known.end(), F::gguf_architectures.begin(), F::gguf_architectures.end());
       if (!names(F::gguf_architectures, arch)) return false;
@@ -178,7 +192,7 @@ inline Config config_from_gguf(const io::GgufFile& g, const std::string& arch) {
     }
   });
   MAXTEXT_CHECK(read, UnsupportedError, "[gguf] ", g.path, ": general.architecture '", arch,
-                "' is not supported (supported: ", known, ")");
+                "' is not supported (supported: ", detail::joined(known), ")");
   return c;
 }
 

@@ -18,6 +18,7 @@
 #include "maxtext/families/deepseek/deepseek.hpp"
 #include "maxtext/families/deepseek/gguf.hpp"
 #include "maxtext/families/deepseek/import.hpp"
+#include "maxtext/families/hooks.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/safetensors.hpp"
 
@@ -89,6 +90,7 @@ struct DeepSeek {
   static Config config_from_gguf(const io::GgufFile& g) { return io::config_from_gguf_deepseek(g); }
 
   static TensorMap import_gguf(const io::GgufFile& g, const Config& cfg, const std::string& where) {
+    require_gguf_architecture(g, cfg, "deepseek2");
     return io::import_gguf_deepseek(g.tensors, cfg, where);
   }
   /// DeepSeek-V2 / V3 (FP8 included).

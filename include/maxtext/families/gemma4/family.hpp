@@ -15,6 +15,7 @@
 #include "maxtext/families/gemma4/gemma4.hpp"
 #include "maxtext/families/gemma4/gemma4_small.hpp"
 #include "maxtext/families/gemma4/import.hpp"
+#include "maxtext/families/hooks.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/safetensors.hpp"
 
@@ -92,9 +93,7 @@ struct Gemma4 {
     MAXTEXT_CHECK(!cfg.is("gemma4_small"), UnsupportedError, "[gguf] ", g.path,
                   ": decoder_block gemma4_small (Gemma 4 "
                   "E2B / E4B) is read from Hugging Face files, not GGUF yet");
-    MAXTEXT_CHECK(g.get_string("general.architecture") == "gemma4", UnsupportedError, "[gguf] ", g.path,
-                  ": decoder_block gemma4 reads GGUF architecture gemma4, found '",
-                  g.get_string("general.architecture"), "'");
+    require_gguf_architecture(g, cfg, "gemma4");
     return io::import_gguf_gemma4(g.tensors, cfg, where);
   }
   /// The text model, as MaxText's converter maps it.

@@ -11,6 +11,7 @@
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/families/hooks.hpp"
 #include "maxtext/families/llama4/import.hpp"
 #include "maxtext/families/llama4/llama4.hpp"
 #include "maxtext/families/scan.hpp"
@@ -32,9 +33,7 @@ struct Llama4 {
   static Config config_from_gguf(const io::GgufFile& g) { return io::config_from_gguf_llama4(g); }
 
   static TensorMap import_gguf(const io::GgufFile& g, const Config& cfg, const std::string& where) {
-    MAXTEXT_CHECK(g.get_string("general.architecture") == "llama4", UnsupportedError, "[gguf] ", g.path,
-                  ": decoder_block llama4 reads GGUF architecture llama4, found '",
-                  g.get_string("general.architecture"), "'");
+    require_gguf_architecture(g, cfg, "llama4");
     return io::import_gguf_llama4(g.tensors, cfg, where);
   }
   static TensorMap import_hf(const TensorMap& raw, const Config& cfg, const std::string& where, const std::string&) {

@@ -8,10 +8,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/families/hooks.hpp"
 #include "maxtext/families/qwen3_next/import.hpp"
 #include "maxtext/families/qwen3_next/qwen3_5.hpp"
 #include "maxtext/families/qwen3_next/qwen3_next.hpp"
@@ -27,23 +29,17 @@ struct Qwen3Next {
   static constexpr std::array<std::string_view, 2> blocks{"qwen3_next", "qwen3_5"};
   static constexpr std::array<std::string_view, 5> hf_model_types{"qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text",
                                                                   "qwen3_5", "qwen3_5_text"};
-  static constexpr std::array<std::string_view, 3> gguf_architectures{"qwen3next", "qwen35moe", "qwen35"};
+  static constexpr std::array<std::string_view, 2> gguf_architectures{"qwen3next", "qwen35moe"};
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 1> gguf_refused_architectures{
+      {{"qwen35", "a dense Qwen3.5; MaxText's qwen3_5 block (models/qwen3_5.py) has an MoE in every layer"}}};
 
   static Config config_from_hf(const nlohmann::json& j, const std::string& where) {
     return io::config_from_hf_qwen3_next(j, where);
   }
-  static Config config_from_gguf(const io::GgufFile& g) {
-    MAXTEXT_CHECK(g.get_string("general.architecture") != "qwen35", UnsupportedError, "[gguf] ", g.path,
-                  ": general.architecture qwen35 is a dense Qwen3.5; MaxText's qwen3_5 block (models/qwen3_5.py) has "
-                  "an MoE in every layer");
-    return io::config_from_gguf_qwen3_next(g);
-  }
+  static Config config_from_gguf(const io::GgufFile& g) { return io::config_from_gguf_qwen3_next(g); }
 
   static TensorMap import_gguf(const io::GgufFile& g, const Config& cfg, const std::string& where) {
-    const std::string want = cfg.is("qwen3_5") ? "qwen35moe" : "qwen3next";
-    MAXTEXT_CHECK(g.get_string("general.architecture") == want, UnsupportedError, "[gguf] ", g.path, ": decoder_block ",
-                  cfg.decoder_block, " reads GGUF architecture ", want, ", found '",
-                  g.get_string("general.architecture"), "'");
+    require_gguf_architecture(g, cfg, cfg.is("qwen3_5") ? "qwen35moe" : "qwen3next");
     return io::import_gguf_qwen3_next(g.tensors, cfg, where);
   }
   /// Qwen3-Next and Qwen3.5 names.
