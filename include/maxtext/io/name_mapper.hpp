@@ -85,6 +85,22 @@ class NameMapper {
   void same(const std::string& from, const std::string& to) {
     if (const AnyTensor* t = get(from)) put(to, *t, from);
   }
+  /// llama.cpp's routed experts of GGUF block `blk` ("blk.3."), [E, out, in] each: the fused ffn_gate_up_exps
+  /// [E, 2F, D] (gate rows first) or ffn_gate_exps / ffn_up_exps, then ffn_down_exps, as MaxText's `to` + wi_0, wi_1
+  /// and wo (views). F is the expert's hidden size.
+  void gguf_routed_experts(const std::string& blk, const std::string& to, std::int64_t F) {
+    const std::int64_t D = cfg_.emb_dim;
+    if (const std::string fused = blk + "ffn_gate_up_exps.weight"; has(fused)) {
+      const AnyTensor* t = get(fused);
+      shape(*t, {cfg_.num_experts, 2 * F, D}, fused);
+      put(to + "wi_0", t->narrow(1, 0, F).permuted({0, 2, 1}), fused);
+      put(to + "wi_1", t->narrow(1, F, F).permuted({0, 2, 1}), fused);
+    } else {
+      if (const AnyTensor* t = get(blk + "ffn_gate_exps.weight")) experts(*t, blk + "ffn_gate_exps.weight", to + "wi_0", F, D);
+      if (const AnyTensor* t = get(blk + "ffn_up_exps.weight")) experts(*t, blk + "ffn_up_exps.weight", to + "wi_1", F, D);
+    }
+    if (const AnyTensor* t = get(blk + "ffn_down_exps.weight")) experts(*t, blk + "ffn_down_exps.weight", to + "wo", D, F);
+  }
   /// q/k/v [heads*H, D] -> [D, heads, H]; bias [heads*H] -> [heads, H]. H is `head_dim` when > 0 (a layer with its
   /// own head size), else the config's.
   void head_proj(const std::string& from, const std::string& to, std::int64_t heads, bool bias, std::int64_t head_dim = 0) {

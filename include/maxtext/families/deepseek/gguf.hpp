@@ -155,7 +155,7 @@ inline TensorMap import_gguf_deepseek(const TensorMap& in, const Config& cfg, co
   MAXTEXT_CHECK(cfg.is("deepseek"), ConfigError, "[", what, "] import_gguf_deepseek: decoder_block '",
                 cfg.decoder_block, "' is not deepseek");
   detail::NameMapper imp(in, cfg, what, "DeepSeek");
-  const std::int64_t D = cfg.emb_dim, N = cfg.num_query_heads, L = cfg.num_decoder_layers, E = cfg.num_experts;
+  const std::int64_t D = cfg.emb_dim, N = cfg.num_query_heads, L = cfg.num_decoder_layers;
   const std::int64_t R = cfg.kv_lora_rank, nope = cfg.qk_nope_head_dim, V = cfg.v_head_dim, HK = cfg.head_dim;
   const std::int64_t F = cfg.moe_mlp_dim, Q = cfg.q_lora_rank;
   // [heads * h, in] -> MaxText [in, heads, h].
@@ -205,17 +205,7 @@ inline TensorMap import_gguf_deepseek(const TensorMap& in, const Config& cfg, co
     const std::string o = m + "DeepSeekMoeBlock_0.";
     imp.dense(b + "ffn_gate_inp.weight", o + "MoeBlock_0.gate.kernel");
     if (cfg.routed_bias) imp.same(b + "exp_probs_b.bias", o + "MoeBlock_0.gate.bias");
-    if (imp.has(b + "ffn_gate_up_exps.weight")) {  // fused [E, 2F, D], gate rows first
-      const std::string from = b + "ffn_gate_up_exps.weight";
-      const AnyTensor* t = imp.get(from);
-      imp.shape(*t, {E, 2 * F, D}, from);
-      imp.put(o + "MoeBlock_0.wi_0", t->narrow(1, 0, F).permuted({0, 2, 1}), from);
-      imp.put(o + "MoeBlock_0.wi_1", t->narrow(1, F, F).permuted({0, 2, 1}), from);
-    } else {
-      if (const AnyTensor* t = imp.get(b + "ffn_gate_exps.weight")) imp.experts(*t, b + "ffn_gate_exps.weight", o + "MoeBlock_0.wi_0", F, D);
-      if (const AnyTensor* t = imp.get(b + "ffn_up_exps.weight")) imp.experts(*t, b + "ffn_up_exps.weight", o + "MoeBlock_0.wi_1", F, D);
-    }
-    if (const AnyTensor* t = imp.get(b + "ffn_down_exps.weight")) imp.experts(*t, b + "ffn_down_exps.weight", o + "MoeBlock_0.wo", D, F);
+    imp.gguf_routed_experts(b, o + "MoeBlock_0.", F);
     if (cfg.shared_experts > 0) {
       imp.dense(b + "ffn_gate_shexp.weight", o + "shared_experts.wi_0.kernel");
       imp.dense(b + "ffn_up_shexp.weight", o + "shared_experts.wi_1.kernel");
@@ -247,16 +237,11 @@ inline TensorMap import_gguf_deepseek(const TensorMap& in, const Config& cfg, co
       imp.put(m + "projection.kernel", t->permuted({1, 0}), b + "nextn.eh_proj.weight");
     }
     layer(b, m + "transformer_layer.", false);
-    const std::pair<const char*, const char*> shared[] = {{"nextn.shared_head_norm.weight", "output_norm.weight"},
-                                                          {"nextn.shared_head_head.weight", "output.weight"},
-                                                          {"nextn.embed_tokens.weight", "token_embd.weight"}};
-    for (const auto& [own, main] : shared) {
-      if (!imp.has(b + own)) continue;
-      MAXTEXT_CHECK(imp.has(main) && detail::hf_same_rows(in.tensors.at(b + own), in.tensors.at(main)), UnsupportedError,
-                    "[", what, "] ", b, own, " differs from ", main, ": MaxText's MTP block shares the model's final "
-                    "norm, head and embedding, and cannot take a next-n layer with its own");
-      imp.mark_used({b + own});
-    }
+    imp.mark_used(detail::check_nextn_shared(in, b,
+                                             {{"nextn.shared_head_norm.weight", "output_norm.weight"},
+                                              {"nextn.shared_head_head.weight", "output.weight"},
+                                              {"nextn.embed_tokens.weight", "token_embd.weight"}},
+                                             what));
   }
   // Next-n layers not asked for (mtp_num_layers below the file's nextn_predict_layers) are not read.
   std::vector<std::string> skipped;

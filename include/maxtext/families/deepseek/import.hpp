@@ -13,9 +13,11 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -334,6 +336,24 @@ inline bool hf_same_rows(const AnyTensor& a, const AnyTensor& b) {
   return true;
 }
 
+/// A next-n (MTP) layer's own copies of the final norm, head and embedding (`layer` + each pair's first name), where
+/// the file has them, must repeat the model's (the pair's second name): MaxText's MTP block shares those. Returns the
+/// names checked, which the caller marks as read.
+inline std::vector<std::string> check_nextn_shared(const TensorMap& in, const std::string& layer,
+                                                   std::initializer_list<std::pair<const char*, const char*>> shared,
+                                                   const std::string& where) {
+  std::vector<std::string> checked;
+  for (const auto& [own, main] : shared) {
+    const std::string name = layer + own;
+    if (!in.has(name)) continue;
+    MAXTEXT_CHECK(in.has(main) && hf_same_rows(in.tensors.at(name), in.tensors.at(main)), UnsupportedError, "[",
+                  where, "] ", name, " differs from ", main, ": MaxText's MTP block shares the model's final norm, "
+                  "head and embedding, and cannot take a next-n layer with its own");
+    checked.push_back(name);
+  }
+  return checked;
+}
+
 /// query / sqrt(head_dim) in f32, rounded back to the file's dtype (param_mapping.py scale_query_layer).
 inline AnyTensor hf_scaled_query(const AnyTensor& t, std::int64_t head_dim) {
   const float f = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
@@ -448,16 +468,10 @@ inline TensorMap canonicalize_hf_deepseek(const TensorMap& raw, const Config& cf
     take(h + "hnorm.weight", m + "hidden_state_norm.scale", same);
     take(h + "eh_proj.weight", m + "projection.kernel", tr);
     map_layer(h, m + "transformer_layer.", false);
-    const std::pair<const char*, const char*> shared[] = {{"shared_head.norm.weight", "model.norm.weight"},
-                                                          {"shared_head.head.weight", "lm_head.weight"},
-                                                          {"embed_tokens.weight", "model.embed_tokens.weight"}};
-    for (const auto& [own, main] : shared) {
-      if (!in.has(h + own)) continue;
-      MAXTEXT_CHECK(in.has(main) && detail::hf_same_rows(in.tensors.at(h + own), in.tensors.at(main)), UnsupportedError,
-                    "[hf] ", h, own, " differs from ", main, ": MaxText's MTP block shares the model's final norm, head "
-                    "and embedding, and cannot take a next-n layer with its own");
-      consumed.push_back(h + own);
-    }
+    const std::vector<std::string> checked = detail::check_nextn_shared(
+        in, h, {{"shared_head.norm.weight", "model.norm.weight"}, {"shared_head.head.weight", "lm_head.weight"},
+                {"embed_tokens.weight", "model.embed_tokens.weight"}}, "hf");
+    consumed.insert(consumed.end(), checked.begin(), checked.end());
   }
   const std::set<std::string> used(consumed.begin(), consumed.end());
   for (const auto& [name, t] : in.tensors) {

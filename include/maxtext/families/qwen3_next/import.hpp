@@ -540,17 +540,7 @@ inline TensorMap import_gguf_qwen3_next(const TensorMap& in, const Config& cfg, 
     }
     const std::string o = m + "mlp.";
     imp.dense(b + "ffn_gate_inp.weight", o + "routed_experts.gate.kernel");
-    if (imp.has(b + "ffn_gate_up_exps.weight")) {  // fused [E, 2F, D], gate rows first
-      const std::string from = b + "ffn_gate_up_exps.weight";
-      const AnyTensor* t = imp.get(from);
-      imp.shape(*t, {cfg.num_experts, 2 * F, D}, from);
-      imp.put(o + "routed_experts.wi_0", t->narrow(1, 0, F).permuted({0, 2, 1}), from);
-      imp.put(o + "routed_experts.wi_1", t->narrow(1, F, F).permuted({0, 2, 1}), from);
-    } else {
-      if (const AnyTensor* t = imp.get(b + "ffn_gate_exps.weight")) imp.experts(*t, b + "ffn_gate_exps.weight", o + "routed_experts.wi_0", F, D);
-      if (const AnyTensor* t = imp.get(b + "ffn_up_exps.weight")) imp.experts(*t, b + "ffn_up_exps.weight", o + "routed_experts.wi_1", F, D);
-    }
-    if (const AnyTensor* t = imp.get(b + "ffn_down_exps.weight")) imp.experts(*t, b + "ffn_down_exps.weight", o + "routed_experts.wo", D, F);
+    imp.gguf_routed_experts(b, o + "routed_experts.", F);
     imp.dense(b + "ffn_gate_shexp.weight", o + "shared_expert.wi_0.kernel");
     imp.dense(b + "ffn_up_shexp.weight", o + "shared_expert.wi_1.kernel");
     imp.dense(b + "ffn_down_shexp.weight", o + "shared_expert.wo.kernel");
