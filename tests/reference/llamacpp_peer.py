@@ -129,6 +129,16 @@ def vocabulary():
     return pieces, scores, types
 
 
+def mat(rng, rows, cols, scale=1.0):
+    """A [rows, cols] float32 matrix of normal entries with standard deviation scale / sqrt(cols)."""
+    return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+
+def norm(rng, n, mean=1.0):
+    """A norm scale of n entries around `mean` (relative spread 0.1), float32."""
+    return (mean * (1.0 + 0.1 * rng.standard_normal(n))).astype(np.float32)
+
+
 def random_qwen3next(hp, rng):
     """llama.cpp's qwen3next tensors as its converter writes them (conversion/qwen.py Qwen3NextModel): every norm but
     the gated one with the 1 of Qwen's (1 + w) RMSNorm added, ssm_a = -exp(A_log), dt_bias as ssm_dt.bias, the
@@ -139,51 +149,44 @@ def random_qwen3next(hp, rng):
     E, Fe = hp["experts"], hp["ff_exp"]
     C = 2 * Hk * Dh + Hv * Dh
 
-    def mat(rows, cols, scale=1.0):
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
     t = {"token_embd.weight": rng.standard_normal((V, D)).astype(np.float32),
-         "output_norm.weight": norm(D),
-         "output.weight": mat(V, D, 2.0)}
+         "output_norm.weight": norm(rng, D),
+         "output.weight": mat(rng, V, D, 2.0)}
     for i in range(hp["layers"]):
         b = f"blk.{i}."
-        t[b + "attn_norm.weight"] = norm(D)
-        t[b + "post_attention_norm.weight"] = norm(D)
+        t[b + "attn_norm.weight"] = norm(rng, D)
+        t[b + "post_attention_norm.weight"] = norm(rng, D)
         if (i + 1) % hp["full_every"] == 0:
-            t[b + "attn_q.weight"] = mat(N * 2 * H, D, 2.0)  # per head: the query, then its gate
-            t[b + "attn_k.weight"] = mat(K * H, D, 2.0)
-            t[b + "attn_v.weight"] = mat(K * H, D)
-            t[b + "attn_output.weight"] = mat(D, N * H, 2.0)
-            t[b + "attn_q_norm.weight"] = norm(H)
-            t[b + "attn_k_norm.weight"] = norm(H)
+            t[b + "attn_q.weight"] = mat(rng, N * 2 * H, D, 2.0)  # per head: the query, then its gate
+            t[b + "attn_k.weight"] = mat(rng, K * H, D, 2.0)
+            t[b + "attn_v.weight"] = mat(rng, K * H, D)
+            t[b + "attn_output.weight"] = mat(rng, D, N * H, 2.0)
+            t[b + "attn_q_norm.weight"] = norm(rng, H)
+            t[b + "attn_k_norm.weight"] = norm(rng, H)
         else:
-            t[b + "attn_qkv.weight"] = mat(C, D, 2.0)
-            t[b + "attn_gate.weight"] = mat(Hv * Dh, D, 2.0)
+            t[b + "attn_qkv.weight"] = mat(rng, C, D, 2.0)
+            t[b + "attn_gate.weight"] = mat(rng, Hv * Dh, D, 2.0)
             if hp.get("mrope"):  # qwen35moe
-                t[b + "ssm_beta.weight"] = mat(Hv, D, 2.0)
-                t[b + "ssm_alpha.weight"] = mat(Hv, D, 2.0)
+                t[b + "ssm_beta.weight"] = mat(rng, Hv, D, 2.0)
+                t[b + "ssm_alpha.weight"] = mat(rng, Hv, D, 2.0)
             else:
-                t[b + "ssm_ba.weight"] = mat(2 * Hv, D, 2.0)
+                t[b + "ssm_ba.weight"] = mat(rng, 2 * Hv, D, 2.0)
             t[b + "ssm_conv1d.weight"] = (rng.standard_normal((C, Kc)) / np.sqrt(Kc)).astype(np.float32)
             t[b + "ssm_dt.bias"] = (1.0 + 0.3 * rng.standard_normal(Hv)).astype(np.float32)
             t[b + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.5, Hv))).astype(np.float32)
-            t[b + "ssm_norm.weight"] = norm(Dh)
-            t[b + "ssm_out.weight"] = mat(D, Hv * Dh, 2.0)
-        t[b + "ffn_gate_inp.weight"] = mat(E, D, 2.0)
-        t[b + "ffn_gate_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
-        t[b + "ffn_up_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
-        t[b + "ffn_down_exps.weight"] = np.stack([mat(D, Fe, 2.0) for _ in range(E)])
+            t[b + "ssm_norm.weight"] = norm(rng, Dh)
+            t[b + "ssm_out.weight"] = mat(rng, D, Hv * Dh, 2.0)
+        t[b + "ffn_gate_inp.weight"] = mat(rng, E, D, 2.0)
+        t[b + "ffn_gate_exps.weight"] = np.stack([mat(rng, Fe, D, 1.5) for _ in range(E)])
+        t[b + "ffn_up_exps.weight"] = np.stack([mat(rng, Fe, D, 1.5) for _ in range(E)])
+        t[b + "ffn_down_exps.weight"] = np.stack([mat(rng, D, Fe, 2.0) for _ in range(E)])
         shexp_gate = (rng.standard_normal(D) / np.sqrt(D)).astype(np.float32)
         # The converter keeps Hugging Face's [1, D] (qwen35moe fixture); a [D] vector loads too (qwen3next fixture).
         t[b + "ffn_gate_inp_shexp.weight"] = shexp_gate.reshape(1, D) if hp.get("mrope") else shexp_gate
-        t[b + "ffn_gate_shexp.weight"] = mat(Fe, D, 1.5)
-        t[b + "ffn_up_shexp.weight"] = mat(Fe, D, 1.5)
-        t[b + "ffn_down_shexp.weight"] = mat(D, Fe, 2.0)
+        t[b + "ffn_gate_shexp.weight"] = mat(rng, Fe, D, 1.5)
+        t[b + "ffn_up_shexp.weight"] = mat(rng, Fe, D, 1.5)
+        t[b + "ffn_down_shexp.weight"] = mat(rng, D, Fe, 2.0)
     return t
-
 
 def random_gemma4(hp, rng):
     """llama.cpp's gemma4 tensors as its converter writes them (conversion/gemma.py Gemma4Model): norms as stored (Gemma
@@ -193,49 +196,42 @@ def random_gemma4(hp, rng):
     looked-up token (the tied head sees it through the residual), decide the next token."""
     D, N, V, F = hp["D"], hp["heads"], VOCAB, hp["ff"]
 
-    def mat(rows, cols, scale=1.0):
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n, mean=1.0):
-        return (mean * (1.0 + 0.1 * rng.standard_normal(n))).astype(np.float32)
-
     emb = (rng.standard_normal((V, D)) * hp.get("emb_std", 0.2)).astype(np.float32)
     emb = (emb.view(np.uint32) + 0x8000 & 0xFFFF0000).view(np.float32)  # bf16 numbers, as for Gemma 1-3
     hg = hp["hd_global"]
     pairs = int(hg * hp["rope_frac_global"] / 2)
-    t = {"token_embd.weight": emb, "output_norm.weight": norm(D),
+    t = {"token_embd.weight": emb, "output_norm.weight": norm(rng, D),
          "rope_freqs.weight": np.array([1.0] * pairs + [1e30] * (hg // 2 - pairs), dtype=np.float32)}
     for i in range(hp["layers"]):
         b = f"blk.{i}."
         glob = i % 6 == 5
         H, K = (hg, hp["kv_global"]) if glob else (hp["hd"], hp["kv"])
-        t[b + "attn_norm.weight"] = norm(D)
-        t[b + "attn_q.weight"] = mat(N * H, D, 2.0)
-        t[b + "attn_k.weight"] = mat(K * H, D, 2.0)
+        t[b + "attn_norm.weight"] = norm(rng, D)
+        t[b + "attn_q.weight"] = mat(rng, N * H, D, 2.0)
+        t[b + "attn_k.weight"] = mat(rng, K * H, D, 2.0)
         if not (glob and hp["k_eq_v"]):
-            t[b + "attn_v.weight"] = mat(K * H, D)
-        t[b + "attn_output.weight"] = mat(D, N * H, 2.0)
-        t[b + "attn_q_norm.weight"] = norm(H, 0.5)
-        t[b + "attn_k_norm.weight"] = norm(H, 0.5)
-        t[b + "post_attention_norm.weight"] = norm(D, 1.5)
+            t[b + "attn_v.weight"] = mat(rng, K * H, D)
+        t[b + "attn_output.weight"] = mat(rng, D, N * H, 2.0)
+        t[b + "attn_q_norm.weight"] = norm(rng, H, 0.5)
+        t[b + "attn_k_norm.weight"] = norm(rng, H, 0.5)
+        t[b + "post_attention_norm.weight"] = norm(rng, D, 1.5)
         t[b + "layer_output_scale.weight"] = rng.uniform(0.6, 1.4, 1).astype(np.float32)
-        t[b + "ffn_norm.weight"] = norm(D)
-        t[b + "ffn_gate.weight"] = mat(F, D, 1.5)
-        t[b + "ffn_up.weight"] = mat(F, D, 1.5)
-        t[b + "ffn_down.weight"] = mat(D, F, 2.0)
-        t[b + "post_ffw_norm.weight"] = norm(D, 1.5)
+        t[b + "ffn_norm.weight"] = norm(rng, D)
+        t[b + "ffn_gate.weight"] = mat(rng, F, D, 1.5)
+        t[b + "ffn_up.weight"] = mat(rng, F, D, 1.5)
+        t[b + "ffn_down.weight"] = mat(rng, D, F, 2.0)
+        t[b + "post_ffw_norm.weight"] = norm(rng, D, 1.5)
         if "experts" in hp:
             E, Fe = hp["experts"], hp["ff_exp"]
-            t[b + "ffn_gate_inp.weight"] = mat(E, D, 2.0)
-            t[b + "ffn_gate_inp.scale"] = norm(D)
-            t[b + "pre_ffw_norm_2.weight"] = norm(D)
-            t[b + "post_ffw_norm_1.weight"] = norm(D, 1.5)
-            t[b + "post_ffw_norm_2.weight"] = norm(D, 1.5)
-            t[b + "ffn_gate_up_exps.weight"] = np.stack([mat(2 * Fe, D, 1.5) for _ in range(E)])
-            t[b + "ffn_down_exps.weight"] = np.stack([mat(D, Fe, 2.0) for _ in range(E)])
+            t[b + "ffn_gate_inp.weight"] = mat(rng, E, D, 2.0)
+            t[b + "ffn_gate_inp.scale"] = norm(rng, D)
+            t[b + "pre_ffw_norm_2.weight"] = norm(rng, D)
+            t[b + "post_ffw_norm_1.weight"] = norm(rng, D, 1.5)
+            t[b + "post_ffw_norm_2.weight"] = norm(rng, D, 1.5)
+            t[b + "ffn_gate_up_exps.weight"] = np.stack([mat(rng, 2 * Fe, D, 1.5) for _ in range(E)])
+            t[b + "ffn_down_exps.weight"] = np.stack([mat(rng, D, Fe, 2.0) for _ in range(E)])
             t[b + "ffn_down_exps.scale"] = rng.uniform(0.5, 1.5, E).astype(np.float32)
     return t
-
 
 def random_deepseek2(hp, rng):
     """llama.cpp's deepseek2 tensors as its converter writes them (conversion/deepseek.py DeepseekV2Model): kv_b_proj
@@ -245,51 +241,44 @@ def random_deepseek2(hp, rng):
     Q, R, nope, rope, Dv = hp["q_lora"], hp["kv_lora"], hp["nope"], hp["rope"], hp["v"]
     E, Fe, S = hp["experts"], hp["ff_exp"], hp["shared"]
 
-    def mat(rows, cols, scale=1.0):
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
     t = {"token_embd.weight": rng.standard_normal((V, D)).astype(np.float32),
-         "output_norm.weight": norm(D),
-         "output.weight": mat(V, D, 2.0)}
+         "output_norm.weight": norm(rng, D),
+         "output.weight": mat(rng, V, D, 2.0)}
     for i in range(hp["layers"] + hp.get("nextn", 0)):
         b = f"blk.{i}."
-        t[b + "attn_norm.weight"] = norm(D)
+        t[b + "attn_norm.weight"] = norm(rng, D)
         if Q > 0:
-            t[b + "attn_q_a.weight"] = mat(Q, D, 1.5)
-            t[b + "attn_q_a_norm.weight"] = norm(Q)
-            t[b + "attn_q_b.weight"] = mat(N * (nope + rope), Q, 2.0)
+            t[b + "attn_q_a.weight"] = mat(rng, Q, D, 1.5)
+            t[b + "attn_q_a_norm.weight"] = norm(rng, Q)
+            t[b + "attn_q_b.weight"] = mat(rng, N * (nope + rope), Q, 2.0)
         else:
-            t[b + "attn_q.weight"] = mat(N * (nope + rope), D, 2.0)
-        t[b + "attn_kv_a_mqa.weight"] = mat(R + rope, D, 1.5)
-        t[b + "attn_kv_a_norm.weight"] = norm(R)
-        kv_b = mat(N * (nope + Dv), R, 2.0).reshape(N, nope + Dv, R)
+            t[b + "attn_q.weight"] = mat(rng, N * (nope + rope), D, 2.0)
+        t[b + "attn_kv_a_mqa.weight"] = mat(rng, R + rope, D, 1.5)
+        t[b + "attn_kv_a_norm.weight"] = norm(rng, R)
+        kv_b = mat(rng, N * (nope + Dv), R, 2.0).reshape(N, nope + Dv, R)
         t[b + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :nope, :].transpose(0, 2, 1))
         t[b + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, nope:, :])
-        t[b + "attn_output.weight"] = mat(D, N * Dv)
-        t[b + "ffn_norm.weight"] = norm(D)
+        t[b + "attn_output.weight"] = mat(rng, D, N * Dv)
+        t[b + "ffn_norm.weight"] = norm(rng, D)
         if i < hp["dense"]:
-            t[b + "ffn_gate.weight"] = mat(F, D, 1.5)
-            t[b + "ffn_up.weight"] = mat(F, D, 1.5)
-            t[b + "ffn_down.weight"] = mat(D, F)
+            t[b + "ffn_gate.weight"] = mat(rng, F, D, 1.5)
+            t[b + "ffn_up.weight"] = mat(rng, F, D, 1.5)
+            t[b + "ffn_down.weight"] = mat(rng, D, F)
         else:
-            t[b + "ffn_gate_inp.weight"] = mat(E, D, 2.0)
+            t[b + "ffn_gate_inp.weight"] = mat(rng, E, D, 2.0)
             if hp["bias"]:
                 t[b + "exp_probs_b.bias"] = (0.3 * rng.standard_normal(E)).astype(np.float32)
-            t[b + "ffn_gate_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
-            t[b + "ffn_up_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
-            t[b + "ffn_down_exps.weight"] = np.stack([mat(D, Fe) for _ in range(E)])
-            t[b + "ffn_gate_shexp.weight"] = mat(Fe * S, D, 1.5)
-            t[b + "ffn_up_shexp.weight"] = mat(Fe * S, D, 1.5)
-            t[b + "ffn_down_shexp.weight"] = mat(D, Fe * S)
+            t[b + "ffn_gate_exps.weight"] = np.stack([mat(rng, Fe, D, 1.5) for _ in range(E)])
+            t[b + "ffn_up_exps.weight"] = np.stack([mat(rng, Fe, D, 1.5) for _ in range(E)])
+            t[b + "ffn_down_exps.weight"] = np.stack([mat(rng, D, Fe) for _ in range(E)])
+            t[b + "ffn_gate_shexp.weight"] = mat(rng, Fe * S, D, 1.5)
+            t[b + "ffn_up_shexp.weight"] = mat(rng, Fe * S, D, 1.5)
+            t[b + "ffn_down_shexp.weight"] = mat(rng, D, Fe * S)
         if i >= hp["layers"]:  # the next-n layer
-            t[b + "nextn.eh_proj.weight"] = mat(D, 2 * D, 1.5)
-            t[b + "nextn.enorm.weight"] = norm(D)
-            t[b + "nextn.hnorm.weight"] = norm(D)
+            t[b + "nextn.eh_proj.weight"] = mat(rng, D, 2 * D, 1.5)
+            t[b + "nextn.enorm.weight"] = norm(rng, D)
+            t[b + "nextn.hnorm.weight"] = norm(rng, D)
     return t
-
 
 def random_model(arch, hp, rng):
     """llama.cpp tensor name -> float32 numpy array (row-major; gguf-py reverses the dims to ggml's order)."""
@@ -301,12 +290,6 @@ def random_model(arch, hp, rng):
         return random_gemma4(hp, rng)
     D, N, K, H, F, V = hp["D"], hp["heads"], hp["kv"], hp["hd"], hp["ff"], VOCAB
     gemma = arch.startswith("gemma")
-
-    def mat(rows, cols, scale=1.0):
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     def vec(n, s=0.1):
         return (s * rng.standard_normal(n)).astype(np.float32)
@@ -323,60 +306,59 @@ def random_model(arch, hp, rng):
     if D == 48:  # +-2^e: the table times bf16(sqrt(48)) = 6.9375 (7 significant bits) is still a bf16 number
         emb = (rng.choice([-1.0, 1.0], (V, D)) * 2.0 ** rng.integers(-4, -1, (V, D))).astype(np.float32)
     t = {"token_embd.weight": emb,
-         "output_norm.weight": norm(D)}
+         "output_norm.weight": norm(rng, D)}
     if not hp["tied"]:
-        t["output.weight"] = mat(V, D, 2.0)
+        t["output.weight"] = mat(rng, V, D, 2.0)
     for i in range(hp["layers"]):
         b = f"blk.{i}."
         if arch != "olmo2":  # OLMo 2/3: post-norms only
-            t[b + "attn_norm.weight"] = norm(D)
-        t[b + "attn_q.weight"] = mat(N * H, D, 2.0)
-        t[b + "attn_k.weight"] = mat(K * H, D, 2.0)
-        t[b + "attn_v.weight"] = mat(K * H, D)
-        t[b + "attn_output.weight"] = mat(D, N * H, out)
+            t[b + "attn_norm.weight"] = norm(rng, D)
+        t[b + "attn_q.weight"] = mat(rng, N * H, D, 2.0)
+        t[b + "attn_k.weight"] = mat(rng, K * H, D, 2.0)
+        t[b + "attn_v.weight"] = mat(rng, K * H, D)
+        t[b + "attn_output.weight"] = mat(rng, D, N * H, out)
         if hp.get("qkv_bias"):
             t[b + "attn_q.bias"] = vec(N * H)
             t[b + "attn_k.bias"] = vec(K * H)
             t[b + "attn_v.bias"] = vec(K * H)
         if hp.get("qk_norm"):
             qn, kn = (N * H, K * H) if arch == "olmo2" else (H, H)  # OLMo normalises q/k over all heads
-            t[b + "attn_q_norm.weight"] = norm(qn)
-            t[b + "attn_k_norm.weight"] = norm(kn)
+            t[b + "attn_q_norm.weight"] = norm(rng, qn)
+            t[b + "attn_k_norm.weight"] = norm(rng, kn)
         if arch in ("gemma2", "gemma3", "olmo2", "gpt-oss"):
-            t[b + "post_attention_norm.weight"] = norm(D)
+            t[b + "post_attention_norm.weight"] = norm(rng, D)
         if arch in ("gemma2", "gemma3", "olmo2"):
-            t[b + "post_ffw_norm.weight"] = norm(D)
+            t[b + "post_ffw_norm.weight"] = norm(rng, D)
         if arch == "gpt-oss":
             t[b + "attn_output.bias"] = vec(D)
             t[b + "attn_sinks.weight"] = rng.standard_normal(N).astype(np.float32)
         moe_layer = "experts" in hp and (i + 1) % hp.get("moe_step", 1) == 0
         if moe_layer:
             E, Fe = hp["experts"], hp["ff_exp"]
-            t[b + "ffn_gate_inp.weight"] = mat(E, D, 2.0)
-            t[b + "ffn_gate_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
-            t[b + "ffn_up_exps.weight"] = np.stack([mat(Fe, D, 1.5) for _ in range(E)])
-            t[b + "ffn_down_exps.weight"] = np.stack([mat(D, Fe, out) for _ in range(E)])
+            t[b + "ffn_gate_inp.weight"] = mat(rng, E, D, 2.0)
+            t[b + "ffn_gate_exps.weight"] = np.stack([mat(rng, Fe, D, 1.5) for _ in range(E)])
+            t[b + "ffn_up_exps.weight"] = np.stack([mat(rng, Fe, D, 1.5) for _ in range(E)])
+            t[b + "ffn_down_exps.weight"] = np.stack([mat(rng, D, Fe, out) for _ in range(E)])
             if arch == "gpt-oss":
                 t[b + "ffn_gate_inp.bias"] = vec(E)
                 t[b + "ffn_gate_exps.bias"] = np.stack([vec(Fe) for _ in range(E)])
                 t[b + "ffn_up_exps.bias"] = np.stack([vec(Fe) for _ in range(E)])
                 t[b + "ffn_down_exps.bias"] = np.stack([vec(D) for _ in range(E)])
             else:
-                t[b + "ffn_norm.weight"] = norm(D)
+                t[b + "ffn_norm.weight"] = norm(rng, D)
             if arch == "llama4":  # the shared expert (width ff_exp)
-                t[b + "ffn_gate_shexp.weight"] = mat(Fe, D, 1.5)
-                t[b + "ffn_up_shexp.weight"] = mat(Fe, D, 1.5)
-                t[b + "ffn_down_shexp.weight"] = mat(D, Fe, out)
+                t[b + "ffn_gate_shexp.weight"] = mat(rng, Fe, D, 1.5)
+                t[b + "ffn_up_shexp.weight"] = mat(rng, Fe, D, 1.5)
+                t[b + "ffn_down_shexp.weight"] = mat(rng, D, Fe, out)
         else:
             if arch != "olmo2":
-                t[b + "ffn_norm.weight"] = norm(D)
-            t[b + "ffn_gate.weight"] = mat(F, D, 1.5)
-            t[b + "ffn_up.weight"] = mat(F, D, 1.5)
-            t[b + "ffn_down.weight"] = mat(D, F, out)
+                t[b + "ffn_norm.weight"] = norm(rng, D)
+            t[b + "ffn_gate.weight"] = mat(rng, F, D, 1.5)
+            t[b + "ffn_up.weight"] = mat(rng, F, D, 1.5)
+            t[b + "ffn_down.weight"] = mat(rng, D, F, out)
     if "llama3_rope" in hp:
         t["rope_freqs.weight"] = llama3_divisors(H, hp["theta"], *hp["llama3_rope"])
     return t
-
 
 def write_gguf(path, arch, hp, tensors):
     import gguf  # from $LLAMA/gguf-py
