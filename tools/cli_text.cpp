@@ -2,18 +2,25 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_args.hpp"
 #include "cli_common.hpp"
 #include "cli_generate_options.hpp"
 #include "cli_spec.hpp"
 #include "cmd_tokenize.hpp"
+#include "maxtext/io/mapped_file.hpp"
 #include "maxtext/models/any_model.hpp"
+#include "maxtext/models/constrained.hpp"
+#include "maxtext/models/grammar.hpp"
+#include "maxtext/models/json_schema.hpp"
 #include "maxtext/models/speculative.hpp"
 #include "maxtext/models/text_stream.hpp"
 
@@ -74,6 +81,45 @@ std::unique_ptr<SpecChoice> open_spec(const Args& a, const Config& cfg, std::int
   return sc;
 }
 
+/// --grammar GBNF, --grammar-file FILE, --json-schema JSON, --json-schema-file FILE (generate, as llama.cpp's
+/// programs name them): the grammar the generated text follows (a JSON Schema compiled to one), or nullptr. One of
+/// them at most; a grammar or schema the compiler refuses is refused with the option that gave it.
+std::shared_ptr<const models::grammar::Grammar> open_grammar(const Args& a) {
+  std::string given;
+  for (const char* name : {"grammar", "grammar-file", "json-schema", "json-schema-file"}) {
+    if (!a.has(name)) continue;
+    MAXTEXT_CHECK(given.empty(), ArgumentError, "give one of --grammar, --grammar-file, --json-schema and "
+                  "--json-schema-file, found ", given, " and --", name);
+    given = std::string("--") + name;
+  }
+  if (given.empty()) return nullptr;
+  const bool file = given.size() > 5 && given.compare(given.size() - 5, 5, "-file") == 0;
+  const std::string what = file ? given + " " + a.get(given.substr(2)) : given;
+  std::string text = a.get(given.substr(2));
+  if (file) {  // a grammar or schema of more than 16 MiB is no grammar (the compiler's bounds are far below)
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(text, ec);
+    MAXTEXT_CHECK(!ec, ArgumentError, what, ": cannot read it (", ec.message(), ")");
+    MAXTEXT_CHECK(bytes <= (std::uintmax_t{16} << 20), ArgumentError, what, ": ", bytes, " bytes, more than the 16 MiB "
+                  "a grammar or schema file may have");
+    text = io::read_text_file(text);
+  }
+  try {
+    if (given.rfind("--grammar", 0) == 0) {
+      return std::make_shared<const models::grammar::Grammar>(models::grammar::Grammar::parse(text));
+    }
+    nlohmann::ordered_json schema;
+    try {
+      schema = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      MAXTEXT_THROW(ArgumentError, "not valid JSON: ", e.what());
+    }
+    return models::grammar::grammar_from_json_schema(schema);
+  } catch (const ArgumentError& e) {
+    MAXTEXT_THROW(ArgumentError, what, ": ", e.what());
+  }
+}
+
 int cmd_generate(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens") || a.has("prompt"), ArgumentError, "generate needs --tokens or --prompt");
   const Config cfg = make_config(a);
@@ -105,6 +151,13 @@ int cmd_generate(const Args& a) {
     go.media_mask = &media.mask;
     go.media_embeddings = &media.embeddings;
   }
+  // A grammar (--grammar, --json-schema, ...): the text follows it (models::generate_constrained); text only, one
+  // prompt, without speculation or pictures (not combined yet).
+  const auto grammar = open_grammar(a);
+  MAXTEXT_CHECK(!grammar || tk, ArgumentError, "--grammar / --json-schema need --prompt (text, through a tokenizer)");
+  MAXTEXT_CHECK(!grammar || !a.has("spec"), UnsupportedError, "--grammar / --json-schema with --spec: constrained "
+                "speculative decoding is not implemented yet");
+  MAXTEXT_CHECK(!grammar || !images, UnsupportedError, "--grammar / --json-schema with --image: not implemented yet");
   // Speculative decoding (--spec lookup|draft|mtp): one prompt; greedy, the tokens plain greedy decoding gives;
   // sampled, tokens distributed as plain sampling's (the rejection rule).
   MAXTEXT_CHECK(!a.has("spec") || prompts.size() == 1, ArgumentError, "--spec: one prompt at a time, found ",
@@ -129,7 +182,10 @@ int cmd_generate(const Args& a) {
   }
   models::GenerateResult res;
   models::SpeculativeStats st;
-  if (spec.empty()) {
+  if (grammar) {
+    models::detail::AnyDraftModel adapter(*model);  // make_cache / forward over the model's virtual interface
+    res = models::generate_constrained(adapter, *tk, prompts[0], go, grammar);
+  } else if (spec.empty()) {
     res = model->generate(prompts, go);
   } else {
     if (spec == "mtp") {

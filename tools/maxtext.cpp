@@ -22,6 +22,8 @@ commands:
             [--spec lookup|draft|mtp [--draft FILE] [--draft-max K] [--mtp-hidden raw|normed]]: greedy speculative
             decoding, K drafted tokens (default 4) checked per pass, from prompt lookup, a draft model sharing the
             tokenizer, or the model's MTP layers (one draft per layer); the same tokens
+            [--grammar GBNF | --grammar-file FILE | --json-schema JSON | --json-schema-file FILE]: the text follows
+            the grammar (llama.cpp's GBNF) or the JSON Schema
   generate|logits|chat ... --image FILE [--image FILE ...] [--mmproj MMPROJ.gguf]
             [--image-preprocess maxtext|hf|llamacpp] [--image-embeddings-out F]: pictures merged into the prompt (a Gemma 3 checkpoint with its vision
             tower, or any Gemma 3 text model with llama.cpp's mmproj file): each <start_of_image> (or llama.cpp's

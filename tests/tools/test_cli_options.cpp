@@ -1,13 +1,17 @@
 // tools/cli_options.hpp: the `maxtext` program refuses an option it does not know (with the nearest valid name), an
 // option its command does not read, a repeated option and overrides for commands that build no config, before it
 // runs anything; the refusals are checked on the table and, end to end, on the program (exit status and message).
+// The grammar options of generate (--grammar, --json-schema, ...) are run end to end on stories260K.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "cli_options.hpp"
 #include "support/cli.hpp"
@@ -141,4 +145,62 @@ TEST_CASE("the program refuses a misspelled option before running anything", "[c
   // The same command spelled right runs.
   const std::string ok = test::run_cli("generate --config " + cfg + " --tokens 1,2 --max-new-tokens 2 dtype=float32");
   CHECK_THAT(ok, !Catch::Contains("error"));
+}
+
+TEST_CASE("generate --grammar / --json-schema: the streamed text is a sentence of the grammar; a bad grammar, schema "
+          "or combination is refused with the option that gave it", "[cli][grammar]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  const std::string model = test::models_dir() + "/stories260K/stories260K.gguf";
+  test::require(model, "stories260K");
+  const std::string base = "generate --weights " + model + " --prompt x --max-new-tokens 24 ";
+  // The first line of the output is the prompt, then the streamed text; the text is checked by a regex (and by
+  // nlohmann::json for the schema), not by the matcher.
+  auto text_of = [](const std::string& out) {
+    const std::string line = out.substr(0, out.find('\n'));
+    REQUIRE(line.rfind("x", 0) == 0);
+    return line.substr(1);
+  };
+  {  // greedy, a grammar of two sentences
+    const std::string out = test::run_cli(base + "--grammar 'root ::= \" yes\" | \" no\"'");
+    const std::string t = text_of(out);
+    CHECK((t == " yes" || t == " no"));
+    CHECK_THAT(out, Catch::Contains("finish: stop_token"));
+  }
+  for (int seed = 1; seed <= 6; ++seed) {  // sampled: at most five letters, then a full stop, then nothing may follow
+    const std::string out = test::run_cli(base + "--temperature 1.5 --seed " + std::to_string(seed) +
+                                          " --grammar 'root ::= [a-c]{1,5} \".\"'");
+    const std::string t = text_of(out);
+    INFO(t);
+    CHECK(std::regex_match(t, std::regex("[a-c]{1,5}\\.")));
+    CHECK_THAT(out, Catch::Contains("finish: stop_token"));
+  }
+  {  // a JSON Schema from a file
+    const std::string schema = (std::filesystem::current_path() / "cli_grammar_schema.json").string();
+    { std::ofstream(schema) << R"({"enum": ["cat", "dog", "bird"]})"; }
+    const std::string out = test::run_cli(base + "--json-schema-file " + schema);
+    std::filesystem::remove(schema);
+    const nlohmann::json v = nlohmann::json::parse(text_of(out));
+    REQUIRE(v.is_string());
+    CHECK((v == "cat" || v == "dog" || v == "bird"));
+  }
+  int rc = 0;
+  auto refused_run = [&](const std::string& extra, const std::string& what) {
+    const std::string out = test::run_cli(base + extra, rc);
+    INFO(extra << "\n" << out);
+    CHECK(rc != 0);
+    CHECK_THAT(out, Catch::Contains(what));
+  };
+  refused_run("--grammar 'root ::= \"a\"' --json-schema '{}'",
+              "give one of --grammar, --grammar-file, --json-schema and --json-schema-file, found --grammar and "
+              "--json-schema");
+  refused_run("--grammar 'root ::= (\"a\"'", "--grammar: [grammar] line 1, column");
+  refused_run("--grammar 'start ::= \"a\"'", "--grammar: [grammar] no rule named 'root'");
+  refused_run("--json-schema '{\"type\": \"strin'", "--json-schema: not valid JSON");
+  refused_run("--json-schema '{\"type\": \"string\", \"pattern\": \"a+\"}'", "--json-schema: [json_schema] #: keyword "
+              "'pattern' is not supported");
+  refused_run("--grammar-file /nonexistent/g.gbnf", "--grammar-file /nonexistent/g.gbnf: cannot read it");
+  refused_run("--spec lookup --grammar 'root ::= \"a\"'", "--grammar / --json-schema with --spec");
+  const std::string tokens = test::run_cli("generate --weights " + model + " --tokens 1,2 --grammar 'root ::= \"a\"'", rc);
+  CHECK(rc != 0);
+  CHECK_THAT(tokens, Catch::Contains("--grammar / --json-schema need --prompt"));
 }
