@@ -17,6 +17,7 @@
 #include "maxtext/families/llama2/llama2.hpp"
 #include "maxtext/models/constrained.hpp"
 #include "maxtext/models/json_schema.hpp"
+#include "maxtext/models/session.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
@@ -98,6 +99,46 @@ TEST_CASE("constrained generation: every finished text is a sentence of the gram
   const auto r = models::generate_constrained(m, tk, {1, 2}, no_eos, fixed);
   CHECK(tk.text(r.tokens[0]) == "abc");
   CHECK(r.finish[0] == models::FinishReason::stop_token);
+}
+
+TEST_CASE("constrained generation over a Session: each turn prefills only its tokens and equals a fresh run on the "
+          "whole conversation", "[constrained][grammar][session]") {
+  Llama m = model(7);
+  ToyTok tk;
+  tk.pieces = {"", "{", "}", "a", "b", "c", "ab", "x", "{a", "c}", "}}", "{{"};
+  while (tk.pieces.size() < 64) tk.pieces.push_back("zz");
+  const auto g = std::make_shared<const gr::Grammar>(gr::Grammar::parse(R"G(root ::= "{" [a-c]{1,4} "}")G"));
+  const std::regex sentence(R"(\{[abc]{1,4}\})");
+  for (std::uint64_t seed : {1u, 2u, 5u}) {
+    INFO("seed " << seed);
+    models::Session<Llama> s(m, 128);
+    const std::vector<std::int32_t> turn1{1, 2, 3}, turn2{7, 4, 5};
+    const auto r1 = models::generate_constrained(s, tk, turn1, sampled(seed, 12), g);
+    CHECK(r1.prompt_tokens == 3);
+    CHECK(r1.tokens[0] == models::generate_constrained(m, tk, turn1, sampled(seed, 12), g).tokens[0]);
+    std::vector<std::int32_t> conv = turn1;
+    conv.insert(conv.end(), r1.tokens[0].begin(), r1.tokens[0].end());
+    CHECK(s.tokens() == conv);  // the answer joined the conversation
+    const auto r2 = models::generate_constrained(s, tk, turn2, sampled(seed + 10, 12), g);
+    CHECK(r2.prompt_tokens == 1 + 3);  // turn 1's last token, then turn 2's
+    conv.insert(conv.end(), turn2.begin(), turn2.end());
+    const auto fresh = models::generate_constrained(m, tk, conv, sampled(seed + 10, 12), g);
+    CHECK(r2.tokens[0] == fresh.tokens[0]);
+    CHECK(r2.finish[0] == fresh.finish[0]);
+    for (const auto* r : {&r1, &r2}) {  // each answer a sentence (with the end-of-sequence token) or a cut prefix
+      std::string text = tk.text(r->tokens[0]);
+      INFO(text);
+      if (r->finish[0] == models::FinishReason::stop_token) {
+        CHECK(std::regex_match(text, sentence));
+      } else {
+        CHECK(gr::Matcher(g).accept(text));
+      }
+    }
+  }
+  // Too long for the session: refused by name before anything runs.
+  models::Session<Llama> small(m, 8);
+  CHECK_THROWS_WITH(models::generate_constrained(small, tk, {1, 2, 3}, sampled(0, 6), g),
+                    Catch::Contains("exceed the session's capacity 8"));
 }
 
 TEST_CASE("constrained generation: a JSON Schema's documents, checked by nlohmann::json and the schema's rules",

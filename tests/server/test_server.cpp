@@ -475,6 +475,13 @@ TEST_CASE("server engine: JSON-schema requests follow the schema, as generate_co
     CHECK(doc.at("name").is_string());
     CHECK(doc.at("age").is_number_integer());
   }
+  // The same request again: the slot's session already holds its prompt (and the first answer), so only the last
+  // prompt token is run again; the answer is the same.
+  const auto again = completion("Once upon a time", 240, str(R"(, "response_format": {"type": "json_schema",
+      "json_schema": {"name": "person", "schema": )", schema.dump(), "}}"));
+  const server::Outcome first = engine.run(again), second = engine.run(again);
+  CHECK(second.tokens == first.tokens);
+  CHECK(second.cached_tokens == second.prompt_tokens - 1);
   // json_object: any JSON object.
   const auto any = engine.run(completion("Once upon a time", 240, R"(, "response_format": {"type": "json_object"})"));
   if (any.finish == models::FinishReason::stop_token) CHECK(nlohmann::json::parse(any.text).is_object());

@@ -6,6 +6,7 @@
 //
 //   auto g = models::grammar::grammar_from_json_schema(schema);
 //   auto r = models::generate_constrained(model, tk, tk.encode(prompt), opt, g);   // r.text[0] follows the schema
+//   auto a = models::generate_constrained(session, tk, tk.encode(turn, false), opt, g);  // a conversation's answer
 //
 // A token's text is the tokenizer's piece(prev, id): the bytes it adds after `prev` (byte-fallback pieces may be part
 // of a UTF-8 character; the matcher takes those). The generation ends with FinishReason::stop_token when the grammar's
@@ -24,14 +25,69 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/grammar.hpp"
+#include "maxtext/models/session.hpp"
 
 namespace maxtext::models {
+
+namespace detail {
+
+/// The decode loop of constrained generation, after the prefill: `logits` [V] are those after the context (whose
+/// last token is `prev`). Each step masks them to the tokens the matcher takes (end-of-sequence only on a whole
+/// sentence), lets `row` choose, feeds the choice's text to the matcher and hands the token to `took(t)`; while the
+/// row goes on, `next()` returns the logits after it (a std::pair<const float*, std::int64_t>).
+template <class Tok, class Took, class Next>
+void constrained_steps(const Tok& tk, std::int32_t prev, const GenerateOptions& opt, grammar::Matcher& matcher,
+                       RowDecoder& row, GenerateResult& res, const float* logits, std::int64_t V, Took&& took,
+                       Next&& next) {
+  std::int64_t tk_vocab = std::numeric_limits<std::int64_t>::max();
+  if constexpr (requires { tk.vocab_size(); }) tk_vocab = static_cast<std::int64_t>(tk.vocab_size());
+  std::vector<float> masked;
+  std::vector<std::string> pieces;
+  for (;;) {
+    pieces.resize(static_cast<std::size_t>(V));
+    for (std::int64_t t = 0; t < V; ++t) {
+      // Ids past the tokenizer's vocabulary (a model's padded embedding rows, as Qwen's 151936 over 151669 tokens)
+      // have no text: an empty piece, never allowed.
+      pieces[static_cast<std::size_t>(t)] = t < tk_vocab ? tk.piece(prev, static_cast<std::int32_t>(t)) : std::string();
+    }
+    masked.assign(logits, logits + V);
+    grammar::mask_logits(matcher, pieces, opt.stop_tokens, masked.data(), V);
+    const bool any = std::any_of(masked.begin(), masked.end(),
+                                 [](float x) { return x != -std::numeric_limits<float>::infinity(); });
+    if (!any) {
+      if (matcher.complete()) {  // a whole sentence that nothing may follow, and no end-of-sequence token to say so
+        row.finish(0, res, FinishReason::stop_token);
+        break;
+      }
+      MAXTEXT_THROW(ArgumentError, "[constrained] no token of the vocabulary continues the text here (after ",
+                    res.tokens[0].size(), " generated tokens): the grammar needs text that no token starts with");
+    }
+    const std::int32_t t = row.step(masked.data(), V, 0, res);
+    if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), t) == opt.stop_tokens.end()) {
+      const bool accepted = matcher.accept(pieces[static_cast<std::size_t>(t)]);
+      MAXTEXT_CHECK(accepted, ArgumentError, "[constrained] internal: token ", t, " was allowed but not taken");
+    }
+    took(t);
+    prev = t;
+    if (row.done()) break;
+    if (opt.stop.stop_requested()) {
+      row.finish(0, res, FinishReason::cancelled);
+      break;
+    }
+    std::tie(logits, V) = next();
+    ++res.decode_steps;
+  }
+}
+
+}  // namespace detail
 
 /// Greedy or sampled generation of one prompt whose generated text follows grammar `g` (its start rule `root`).
 /// `tk`: anything with `std::string piece(std::int32_t prev, std::int32_t id) const` (tokenizer::Tokenizer); with a
@@ -66,47 +122,52 @@ GenerateResult generate_constrained(Model& model, const Tok& tk, const std::vect
   Tensor<float, 3> logits = model.forward(tok, cache, last);
   res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   auto t1 = clock::now();
-  std::int32_t prev = prompt.back();
-  std::int64_t tk_vocab = std::numeric_limits<std::int64_t>::max();
-  if constexpr (requires { tk.vocab_size(); }) tk_vocab = static_cast<std::int64_t>(tk.vocab_size());
-  std::vector<float> masked;
-  std::vector<std::string> pieces;
-  for (;;) {
-    const std::int64_t V = logits.dim(2);
-    pieces.resize(static_cast<std::size_t>(V));
-    for (std::int64_t t = 0; t < V; ++t) {
-      // Ids past the tokenizer's vocabulary (a model's padded embedding rows, as Qwen's 151936 over 151669 tokens)
-      // have no text: an empty piece, never allowed.
-      pieces[static_cast<std::size_t>(t)] = t < tk_vocab ? tk.piece(prev, static_cast<std::int32_t>(t)) : std::string();
-    }
-    masked.assign(&logits(0, 0, 0), &logits(0, 0, 0) + V);
-    grammar::mask_logits(matcher, pieces, opt.stop_tokens, masked.data(), V);
-    const bool any = std::any_of(masked.begin(), masked.end(),
-                                 [](float x) { return x != -std::numeric_limits<float>::infinity(); });
-    if (!any) {
-      if (matcher.complete()) {  // a whole sentence that nothing may follow, and no end-of-sequence token to say so
-        row.finish(0, res, FinishReason::stop_token);
-        break;
-      }
-      MAXTEXT_THROW(ArgumentError, "[constrained] no token of the vocabulary continues the text here (after ",
-                    res.tokens[0].size(), " generated tokens): the grammar needs text that no token starts with");
-    }
-    const std::int32_t t = row.step(masked.data(), V, 0, res);
-    if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), t) == opt.stop_tokens.end()) {
-      const bool took = matcher.accept(pieces[static_cast<std::size_t>(t)]);
-      MAXTEXT_CHECK(took, ArgumentError, "[constrained] internal: token ", t, " was allowed but not taken");
-    }
-    prev = t;
-    if (row.done()) break;
-    if (opt.stop.stop_requested()) {
-      row.finish(0, res, FinishReason::cancelled);
-      break;
-    }
-    Tensor<std::int32_t, 2> next({1, 1});
-    next(0, 0) = t;
-    logits = model.forward(next, cache, last);
-    ++res.decode_steps;
+  Tensor<std::int32_t, 2> next({1, 1});
+  detail::constrained_steps(
+      tk, prompt.back(), opt, matcher, row, res, &logits(0, 0, 0), logits.dim(2), [&](std::int32_t t) { next(0, 0) = t; },
+      [&] {
+        logits = model.forward(next, cache, last);
+        return std::pair<const float*, std::int64_t>(&logits(0, 0, 0), logits.dim(2));
+      });
+  res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  return res;
+}
+
+/// generate_constrained over a conversation (models/session.hpp): `new_tokens` join the session, then its answer
+/// follows grammar `g`, each step run over the session's cache (only the tokens it has not cached are prefilled);
+/// the generated tokens join the conversation, as Session::generate's do. The whole conversation is the context of
+/// the repetition penalty. Greedy: the tokens generate_constrained gives on the whole conversation; sampled, with the
+/// same seed, the same tokens too.
+template <class Model, class Tok>
+GenerateResult generate_constrained(Session<Model>& session, const Tok& tk, const std::vector<std::int32_t>& new_tokens,
+                                    const GenerateOptions& opt, std::shared_ptr<const grammar::Grammar> g) {
+  MAXTEXT_CHECK(opt.max_new_tokens >= 0, ArgumentError, "[constrained] max_new_tokens must be >= 0");
+  MAXTEXT_CHECK(opt.top_logprobs >= 0, ArgumentError, "[constrained] top_logprobs must be >= 0");
+  grammar::Matcher matcher(std::move(g));
+  session.append(new_tokens, opt.media_mask, opt.media_embeddings);
+  MAXTEXT_CHECK(session.length() > 0, ArgumentError, "[constrained] empty conversation (a BOS token at least is needed)");
+  MAXTEXT_CHECK(session.length() + opt.max_new_tokens <= session.capacity(), ArgumentError, "[constrained] ",
+                session.length(), " tokens + max_new_tokens ", opt.max_new_tokens, " exceed the session's capacity ",
+                session.capacity());
+  GenerateResult res;
+  detail::init_result(res, 1);
+  detail::RowDecoder row(opt, opt.sampling, session.tokens());
+  if (opt.max_new_tokens == 0 || opt.stop.stop_requested()) {
+    row.finish(0, res, opt.max_new_tokens == 0 ? FinishReason::length : FinishReason::cancelled);
+    return res;
   }
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  const std::vector<float>* l = &session.logits(&res.prompt_tokens);
+  res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  auto t1 = clock::now();
+  detail::constrained_steps(
+      tk, session.tokens().back(), opt, matcher, row, res, l->data(), static_cast<std::int64_t>(l->size()),
+      [&](std::int32_t t) { session.append({t}); },
+      [&] {
+        l = &session.logits();
+        return std::pair<const float*, std::int64_t>(l->data(), static_cast<std::int64_t>(l->size()));
+      });
   res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return res;
 }

@@ -17,8 +17,8 @@
 // model's forward passes run on the slots' threads only (per-thread kernel scratch and OpenMP teams: one per slot).
 //
 // Requests with response_format json_object / json_schema are generated under the schema's grammar
-// (models/constrained.hpp): their output is a JSON document the schema accepts. They run in a slot too (for the
-// bound), but on a cache of their own, without prefix reuse.
+// (models/constrained.hpp): their output is a JSON document the schema accepts. They run in a slot's session like
+// the others, so they reuse its cached prefix too.
 #pragma once
 
 #include <algorithm>
@@ -485,14 +485,10 @@ class Engine::Job {
     Outcome o;
     o.prompt_tokens = P;
     models::GenerateResult res;
-    if (grammar_) {
-      res = models::generate_constrained(e_.adapter_, e_.tk_, ids_, go, grammar_, P + max_new_);
-    } else {
-      auto& session = lease_->slot().session;
-      session.sync(ids_);
-      res = session.generate({}, go);
-      o.cached_tokens = std::max<std::int64_t>(0, P - res.prompt_tokens);
-    }
+    auto& session = lease_->slot().session;
+    session.sync(ids_);
+    res = grammar_ ? models::generate_constrained(session, e_.tk_, {}, go, grammar_) : session.generate({}, go);
+    o.cached_tokens = std::max<std::int64_t>(0, P - res.prompt_tokens);
     o.text = res.text.at(0);
     o.tokens = res.tokens.at(0);
     o.finish = res.finish.at(0);
