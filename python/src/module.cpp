@@ -24,6 +24,9 @@
 #include "maxtext/families/model_import.hpp"
 #include "maxtext/io/tensor_files.hpp"
 #include "maxtext/io/yaml_config.hpp"
+#include "maxtext/models/constrained.hpp"
+#include "maxtext/models/grammar.hpp"
+#include "maxtext/models/json_schema.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/speculative.hpp"
 #include "maxtext/models/weight_choice.hpp"
@@ -853,7 +856,7 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
           [](PyModel& pm, py::object prompts, std::int64_t max_new_tokens, float temperature, std::int64_t top_k,
              float top_p, py::object seed, py::object stop_tokens, py::object tok_obj, py::object on_token,
              py::object stream, std::int64_t capacity, py::object spec, std::int64_t draft_max, py::handle media_mask,
-             py::handle media_embeddings, const std::string& mtp_hidden) {
+             py::handle media_embeddings, const std::string& mtp_hidden, py::object grammar_text, py::object schema) {
             const PyTokenizer* tk = tok_obj.is_none() ? nullptr : &tok_obj.cast<const PyTokenizer&>();
             std::vector<std::vector<std::int32_t>> rows;
             const bool texts = py::isinstance<py::str>(prompts) ||
@@ -924,7 +927,41 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
             }
             models::GenerateResult res;
             models::SpeculativeStats st;
-            if (spec.is_none()) {
+            // grammar= (GBNF text) or json_schema= (a dict or its JSON text): the text follows it.
+            std::shared_ptr<const models::grammar::Grammar> g;
+            if (!grammar_text.is_none() || !schema.is_none()) {
+              MAXTEXT_CHECK(grammar_text.is_none() || schema.is_none(), ArgumentError,
+                            "[generate] give grammar= or json_schema=, not both");
+              MAXTEXT_CHECK(tk != nullptr && rows.size() == 1, ArgumentError,
+                            "[generate] grammar= / json_schema= need tokenizer= and a single prompt");
+              MAXTEXT_CHECK(spec.is_none() && go.media_mask == nullptr, UnsupportedError,
+                            "[generate] grammar= / json_schema= with spec= or pictures: not implemented yet");
+              try {
+                if (!grammar_text.is_none()) {
+                  g = std::make_shared<const models::grammar::Grammar>(
+                      models::grammar::Grammar::parse(grammar_text.cast<std::string>()));
+                } else {
+                  const std::string js = py::isinstance<py::str>(schema)
+                                             ? schema.cast<std::string>()
+                                             : py::module_::import("json").attr("dumps")(schema).cast<std::string>();
+                  nlohmann::ordered_json parsed;
+                  try {
+                    parsed = nlohmann::ordered_json::parse(js);
+                  } catch (const nlohmann::json::exception& e) {
+                    MAXTEXT_THROW(ArgumentError, "not valid JSON: ", e.what());
+                  }
+                  g = models::grammar::grammar_from_json_schema(parsed);
+                }
+              } catch (const ArgumentError& e) {
+                MAXTEXT_THROW(ArgumentError, "[generate] ", grammar_text.is_none() ? "json_schema=" : "grammar=", ": ",
+                              e.what());
+              }
+            }
+            if (g) {
+              models::detail::AnyDraftModel adapter(*pm.b);  // make_cache / forward over the model's interface
+              py::gil_scoped_release nogil;
+              res = models::generate_constrained(adapter, tk->get(), rows[0], go, g, capacity);
+            } else if (spec.is_none()) {
               py::gil_scoped_release nogil;
               res = pm.b->generate(rows, go, capacity);
             } else {
@@ -992,6 +1029,7 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
           py::arg("tokenizer") = py::none(), py::arg("on_token") = py::none(), py::arg("stream") = py::none(),
           py::arg("capacity") = 0, py::arg("spec") = py::none(), py::arg("draft_max") = 4,
           py::arg("media_mask") = py::none(), py::arg("media_embeddings") = py::none(), py::arg("mtp_hidden") = "raw",
+          py::arg("grammar") = py::none(), py::arg("json_schema") = py::none(),
           R"(Prefill + decode. prompts: token ids ([T], [B, T] or a list of lists) or text (a str or list of str, with
 tokenizer=). temperature 0 = greedy. on_token(row, token) is called as each token is chosen; stream(text) gets the
 text pieces of a single text prompt as they complete. Returns {'tokens': [[...]], 'text': [...] (with a tokenizer),
@@ -1001,7 +1039,9 @@ spec=draft_model (another Model sharing the tokenizer): greedy speculative decod
 drafted and checked per pass; the same tokens, and result['speculative'] with
 'verify_passes', 'drafted' and 'accepted' per draft position, 'acceptance_rate'. media_mask [B, T] with
 media_embeddings: pictures' soft tokens merged at the prefill (see forward). mtp_hidden='normed' (spec='mtp'): the
-MTP layers read the hidden state through the final norm, as llama.cpp's MTP graphs (see forward_mtp).)")
+MTP layers read the hidden state through the final norm, as llama.cpp's MTP graphs (see forward_mtp).
+grammar= (GBNF text, as llama.cpp writes it) or json_schema= (a dict or JSON text): the generated text of the single
+text prompt follows the grammar (constrained generation; greedy or sampled); not with spec= or pictures.)")
       .def(
           "compare",
           [](PyModel& pm, py::handle reference, py::handle tokens, py::handle input, py::object layer, py::object weights,

@@ -2,6 +2,7 @@
 model, text with a tokenizer and a streaming callback)."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -212,3 +213,31 @@ def test_mtp_logits_and_speculative_generation(mc):
         plain_model.generate([prompt], max_new_tokens=4, spec="mtp")
     with pytest.raises(Exception, match="no MTP layers"):
         plain_model.forward_mtp(np.array([prompt]))
+
+
+def test_generate_under_a_grammar_or_a_json_schema(mc):
+    """grammar= / json_schema=: the generated text is a sentence of the grammar (checked by re and json, not by the
+    library's matcher); bad grammars and combinations are refused by name."""
+    d = stories()
+    weights = os.path.join(d, "stories260K.bin")
+    m = mc.Model(weights=weights)
+    tok = mc.Tokenizer(weights=weights, vocab_size=m.config.vocab_size)
+    out = m.generate("Once upon a time", max_new_tokens=16, tokenizer=tok, grammar='root ::= " yes" | " no"')
+    assert out["text"][0] in (" yes", " no")
+    for seed in range(1, 5):
+        out = m.generate("Lily", max_new_tokens=24, tokenizer=tok, temperature=1.5, seed=seed,
+                         grammar='root ::= [a-c]{1,5} "."')
+        assert re.fullmatch(r"[a-c]{1,5}\.", out["text"][0]), out["text"][0]
+    for schema in ({"enum": ["cat", "dog", "bird"]}, '{"enum": ["cat", "dog", "bird"]}'):
+        out = m.generate("Lily liked", max_new_tokens=16, tokenizer=tok, json_schema=schema)
+        assert json.loads(out["text"][0]) in ("cat", "dog", "bird")
+    with pytest.raises(Exception, match="grammar=: \\[grammar\\] line 1, column"):
+        m.generate("x", tokenizer=tok, grammar='root ::= ("a"')
+    with pytest.raises(Exception, match="json_schema=: \\[json_schema\\] #: keyword 'pattern' is not supported"):
+        m.generate("x", tokenizer=tok, json_schema={"type": "string", "pattern": "a+"})
+    with pytest.raises(Exception, match="give grammar= or json_schema=, not both"):
+        m.generate("x", tokenizer=tok, grammar='root ::= "a"', json_schema={})
+    with pytest.raises(Exception, match="need tokenizer= and a single prompt"):
+        m.generate([[1, 2]], grammar='root ::= "a"')
+    with pytest.raises(Exception, match="with spec= or pictures"):
+        m.generate("x", tokenizer=tok, grammar='root ::= "a"', spec="lookup")
