@@ -5,6 +5,7 @@
 // document must be allowed. Refusals name the line and column. JSON Schemas compiled to grammars (json_schema.hpp):
 // documents the schema accepts and documents it refuses, worked out by hand from the schema's meaning (each also
 // checked to be JSON by nlohmann::json), and the keywords it refuses by name.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -467,11 +468,81 @@ TEST_CASE("json schema: anyOf, oneOf, lists of types, allOf of one, local $ref a
   schema_takes(nlohmann::ordered_json::parse("true"), {"[1,{\"a\":null}]"}, {"[1,"});
 }
 
+TEST_CASE("json schema: integer bounds take exactly the integers within them, checked against arithmetic",
+          "[grammar][json_schema]") {
+  constexpr std::int64_t kMax = 9999999999999999;  // the grammar's integers: at most 16 digits
+  struct Range {
+    std::int64_t lo, hi;
+  };
+  const std::vector<Range> ranges = {{0, 0},    {0, 9},       {0, 10},     {5, 123},      {-7, 7},    {-120, -3},
+                                     {-1, 0},   {100, 100},   {99, 1001},  {-1000, -999}, {1, kMax},  {-kMax, -1},
+                                     {-kMax, kMax}, {19, 91}, {250, 3999}, {-40960, 65535}};
+  std::mt19937_64 rng(7);
+  for (const auto& r : ranges) {
+    nlohmann::ordered_json schema = {{"type", "integer"}, {"minimum", r.lo}, {"maximum", r.hi}};
+    const auto g = gr::grammar_from_json_schema(schema);
+    INFO("[" << r.lo << ", " << r.hi << "]: " << gr::json_schema_to_gbnf(schema));
+    std::vector<std::int64_t> probe;
+    for (std::int64_t d = -40; d <= 40; ++d) {
+      for (const std::int64_t at : {r.lo, r.hi, std::int64_t{0}}) {
+        const std::int64_t x = at + d;
+        if (x >= -kMax && x <= kMax) probe.push_back(x);
+      }
+    }
+    for (std::int64_t p = 1; p <= kMax; p *= 10) {  // around each power of ten, both signs
+      for (const std::int64_t x : {p - 1, p, p + 1, -p + 1, -p, -p - 1}) {
+        if (x >= -kMax && x <= kMax) probe.push_back(x);
+      }
+    }
+    const double span = static_cast<double>(r.hi) - static_cast<double>(r.lo) + 100.0;
+    for (int i = 0; i < 300; ++i) {
+      const double u = std::uniform_real_distribution<double>(-0.5, 1.5)(rng);
+      const double x = std::clamp(static_cast<double>(r.lo) + u * span, -static_cast<double>(kMax),
+                                  static_cast<double>(kMax) - 1.0);
+      probe.push_back(static_cast<std::int64_t>(x));
+    }
+    for (const std::int64_t x : probe) {
+      INFO(x);
+      CHECK((run(g, std::to_string(x)) == Verdict::complete) == (x >= r.lo && x <= r.hi));
+    }
+    for (const char* bad : {"-0", "007", "+5", "1.0", "1e2", " 5", "--1", "00"}) {
+      INFO(bad);
+      CHECK(run(g, bad) != Verdict::complete);
+    }
+  }
+  // Exclusive and fractional bounds: the integers strictly inside, or at least / at most the bound rounded inward.
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "integer", "exclusiveMinimum": 3, "exclusiveMaximum": 7})G"),
+               {"4", "5", "6"}, {"3", "7", "2", "8", "-4"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "integer", "minimum": -2.5, "maximum": 1.5})G"),
+               {"-2", "-1", "0", "1"}, {"-3", "2"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "integer", "exclusiveMinimum": -0.5, "exclusiveMaximum": 2.0})G"),
+               {"0", "1"}, {"-1", "2"});
+  // One side only: the other reaches the grammar's 16 digits; an object's property.
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "integer", "minimum": 18})G"),
+               {"18", "99", "100", "9999999999999999"}, {"17", "0", "-5", "10000000000000000"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "object", "properties": {"age": {"type": "integer",
+      "minimum": 0, "maximum": 150}}, "required": ["age"], "additionalProperties": false})G"),
+               {R"({"age": 0})", R"({"age": 150})", R"({ "age":42 })"}, {R"({"age": 151})", R"({"age": -1})"});
+  // Bounds past the grammar's integers are clamped to them; integral bounds are taken exactly.
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "integer", "maximum": 18446744073709551615,
+      "minimum": -9223372036854775808})G"), {"9999999999999999", "-9999999999999999", "0"}, {"10000000000000000"});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "integer", "minimum": 9007199254740993,
+      "maximum": 9007199254740995})G"), {"9007199254740993", "9007199254740995"}, {"9007199254740992",
+      "9007199254740996"});
+}
+
 TEST_CASE("json schema: keywords the grammar would not enforce are refused by name, with their path",
           "[grammar][json_schema]") {
   schema_refused(R"G({"type": "string", "pattern": "^a+$"})G", "#: keyword 'pattern' is not supported");
-  schema_refused(R"G({"properties": {"n": {"type": "integer", "minimum": 0}}})G",
-                 "#/properties/n: keyword 'minimum' is not supported");
+  schema_refused(R"G({"properties": {"n": {"type": "number", "minimum": 0}}})G",
+                 "#/properties/n: minimum, maximum, exclusiveMinimum and exclusiveMaximum are enforced for type "
+                 "integer alone");
+  schema_refused(R"G({"type": ["integer", "null"], "maximum": 3})G", "enforced for type integer alone");
+  schema_refused(R"G({"type": "integer", "enum": [1, 2], "maximum": 3})G", "beside enum / const");
+  schema_refused(R"G({"type": "integer", "minimum": 5, "maximum": 4.5})G",
+                 "#: no integer the grammar writes (at most 16 digits) lies within the bounds");
+  schema_refused(R"G({"type": "integer", "minimum": "0"})G", "#/minimum: expected a number");
+  schema_refused(R"G({"type": "integer", "multipleOf": 2})G", "keyword 'multipleOf' is not supported");
   schema_refused(R"G({"type": "array", "uniqueItems": true})G", "keyword 'uniqueItems'");
   schema_refused(R"G({"type": "text"})G", "#/type: unknown type 'text'");
   schema_refused(R"G({"$ref": "https://example.com/s.json"})G", "is not a local definition");

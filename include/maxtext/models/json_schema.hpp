@@ -9,15 +9,19 @@
 // - objects: `properties` in the order the schema lists them, `required`, and `additionalProperties` (false: no other
 //   key; absent or true: any other members after the listed ones; a schema: other members of that schema);
 // - arrays: `items`, `minItems`, `maxItems`; strings: `minLength`, `maxLength` (in code points);
+// - integers (`type: integer` alone): `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (JSON numbers, as in
+//   draft 6 and later), written out as digit ranges, within the integers the grammar writes (at most 16 digits);
 // - `anyOf` and `oneOf` (a value of one of the schemas: oneOf's "exactly one" is not checked, as in llama.cpp),
 //   `allOf` with one schema, local `$ref` (`#/$defs/...`, `#/definitions/...`, `#`), recursion included.
 // Annotations are read and ignored: title, description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly, and `format` (an annotation in JSON Schema 2020-12 unless a validator opts in).
-// Every other keyword (pattern, minimum, maximum, multipleOf, uniqueItems, prefixItems, not, if/then/else, ...) is
+// Every other keyword (pattern, multipleOf, uniqueItems, prefixItems, not, if/then/else, ...) is
 // refused by name with the schema path where it stands, never ignored.
 // Whitespace between tokens is at most 20 spaces, tabs or newlines at each place (a model cannot loop on blanks).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -118,12 +122,19 @@ class SchemaCompiler {
     static const std::set<std::string> kKnown = {"type",     "enum",     "const",    "properties", "required",
                                                  "additionalProperties", "items",    "minItems",   "maxItems",
                                                  "minLength", "maxLength", "anyOf",   "oneOf",      "allOf",
-                                                 "$ref"};
+                                                 "$ref",     "minimum",  "maximum",  "exclusiveMinimum",
+                                                 "exclusiveMaximum"};
     for (const auto& [k, v] : s.items()) {
       (void)v;
       if (kAnnotations.count(k) == 0 && kKnown.count(k) == 0) {
         refuse(path, "keyword '" + k + "' is not supported (the grammar would not enforce it)");
       }
+    }
+    const bool bounded = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+                         s.contains("exclusiveMaximum");
+    if (bounded && (!s.contains("type") || s["type"] != "integer" || s.contains("enum") || s.contains("const"))) {
+      refuse(path, "minimum, maximum, exclusiveMinimum and exclusiveMaximum are enforced for type integer alone "
+                   "(not for numbers, a list of types, or beside enum / const)");
     }
     if (s.contains("$ref")) {
       if (s.size() > 1) {
@@ -182,6 +193,10 @@ class SchemaCompiler {
     if (type == "object") return object(s, path, hint);
     if (type == "array") return array(s, path, hint);
     if (type == "string") return string(s, path, hint);
+    if (type == "integer" && (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+                              s.contains("exclusiveMaximum"))) {
+      return integer(s, path, hint);
+    }
     if (type == "number" || type == "integer" || type == "boolean" || type == "null") return type;
     refuse(path + "/type", "unknown type '" + type + "' (string, number, integer, boolean, null, object, array)");
   }
@@ -197,6 +212,91 @@ class SchemaCompiler {
   static std::string repeat(std::int64_t lo, std::int64_t hi) {
     if (hi < 0) return "{" + std::to_string(lo) + ",}";
     return "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
+  }
+
+  /// The largest magnitude the grammar's integers reach (16 digits, as the `integer` rule).
+  static constexpr std::int64_t kMaxMagnitude = 9999999999999999;
+
+  /// The integers in [lo, hi] from the schema's bounds (clamped to +-kMaxMagnitude); refused when there is none.
+  std::string integer(const nlohmann::ordered_json& s, const std::string& path, const std::string& hint) {
+    constexpr std::int64_t kOut = kMaxMagnitude + 1;  // a bound beyond the grammar's integers, either side
+    // The least (up = true: greatest) integer n with n >= v (n > v when exclusive; up: n <= v, n < v), clamped to
+    // [-kOut, kOut]. Integral JSON values are taken exactly (a double holds 53 bits, the grammar's integers 54).
+    auto integral = [&](const char* key, bool up, bool exclusive) -> std::int64_t {
+      const auto& v = s[key];
+      if (!v.is_number()) refuse(path + "/" + key, "expected a number");
+      if (v.is_number_unsigned()) {
+        const std::uint64_t u = v.get<std::uint64_t>();
+        if (u > static_cast<std::uint64_t>(kOut)) return kOut;
+        const auto x = static_cast<std::int64_t>(u);
+        return exclusive ? (up ? x - 1 : x + 1) : x;
+      }
+      if (v.is_number_integer()) {
+        const std::int64_t x = std::clamp(v.get<std::int64_t>(), -kOut, kOut);
+        return exclusive ? (up ? x - 1 : x + 1) : x;
+      }
+      const double d = v.get<double>();
+      const double r = up ? (exclusive ? std::ceil(d) - 1 : std::floor(d)) : (exclusive ? std::floor(d) + 1 : std::ceil(d));
+      return static_cast<std::int64_t>(std::clamp(r, -static_cast<double>(kOut), static_cast<double>(kOut)));
+    };
+    std::int64_t lo = -kMaxMagnitude, hi = kMaxMagnitude;
+    if (s.contains("minimum")) lo = std::max(lo, integral("minimum", false, false));
+    if (s.contains("exclusiveMinimum")) lo = std::max(lo, integral("exclusiveMinimum", false, true));
+    if (s.contains("maximum")) hi = std::min(hi, integral("maximum", true, false));
+    if (s.contains("exclusiveMaximum")) hi = std::min(hi, integral("exclusiveMaximum", true, true));
+    if (lo > hi) refuse(path, "no integer the grammar writes (at most 16 digits) lies within the bounds");
+    return emit(hint, integer_range(lo, hi));
+  }
+
+  /// GBNF for the decimal integers (no leading zeros, "-" for negatives, no "-0") in [lo, hi].
+  static std::string integer_range(std::int64_t lo, std::int64_t hi) {
+    std::vector<std::string> alts;
+    if (lo < 0) {  // "-" then the magnitudes [max(1, -hi), -lo]
+      for (const std::string& a : magnitudes(std::max<std::int64_t>(1, -hi), -lo)) alts.push_back("\"-\" (" + a + ")");
+    }
+    if (hi >= 0) {
+      for (const std::string& a : magnitudes(std::max<std::int64_t>(0, lo), hi)) alts.push_back(a);
+    }
+    std::string body;
+    for (const std::string& a : alts) body += (body.empty() ? "" : " | ") + ("(" + a + ")");
+    return body;
+  }
+
+  /// Alternatives for the numbers [a, b] (0 <= a <= b) written in decimal: one digit-string range per length.
+  static std::vector<std::string> magnitudes(std::int64_t a, std::int64_t b) {
+    std::vector<std::string> out;
+    const std::string A = std::to_string(a), B = std::to_string(b);
+    for (std::size_t n = A.size(); n <= B.size(); ++n) {
+      const std::string from = n == A.size() ? A : "1" + std::string(n - 1, '0');
+      const std::string to = n == B.size() ? B : std::string(n, '9');
+      out.push_back(digit_range(from, to));
+    }
+    return out;
+  }
+
+  /// GBNF for the digit strings of one length from `a` to `b` (a <= b, same length), in lexicographic order.
+  static std::string digit_range(const std::string& a, const std::string& b) {
+    if (a.empty()) return "\"\"";
+    const std::size_t rest = a.size() - 1;
+    auto any = [&](std::size_t n) { return n == 0 ? std::string() : " [0-9]{" + std::to_string(n) + "}"; };
+    auto digits = [](char x, char y) {
+      return x == y ? "\"" + std::string(1, x) + "\"" : "[" + std::string(1, x) + "-" + std::string(1, y) + "]";
+    };
+    if (a[0] == b[0]) {
+      return rest == 0 ? digits(a[0], a[0]) : digits(a[0], a[0]) + " (" + digit_range(a.substr(1), b.substr(1)) + ")";
+    }
+    const bool low_full = a.substr(1) == std::string(rest, '0'), high_full = b.substr(1) == std::string(rest, '9');
+    // a[0] with its tail up to 9...9; the digits strictly between with any tail; b[0] with its tail from 0...0. A
+    // first or last digit whose tail covers everything joins the middle.
+    const char mid_lo = low_full ? a[0] : static_cast<char>(a[0] + 1);
+    const char mid_hi = high_full ? b[0] : static_cast<char>(b[0] - 1);
+    std::vector<std::string> parts;
+    if (!low_full) parts.push_back(digits(a[0], a[0]) + " (" + digit_range(a.substr(1), std::string(rest, '9')) + ")");
+    if (mid_lo <= mid_hi) parts.push_back(digits(mid_lo, mid_hi) + any(rest));
+    if (!high_full) parts.push_back(digits(b[0], b[0]) + " (" + digit_range(std::string(rest, '0'), b.substr(1)) + ")");
+    std::string body;
+    for (const std::string& p : parts) body += (body.empty() ? "" : " | ") + p;
+    return body;
   }
 
   std::string string(const nlohmann::ordered_json& s, const std::string& path, const std::string& hint) {
