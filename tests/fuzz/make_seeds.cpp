@@ -249,6 +249,9 @@ void text_seeds() {
   put("json_schema", "refs.json",
       std::string(R"({"$defs": {"n": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"next": {"$ref":
         "#/$defs/n"}}}]}}, "oneOf": [{"$ref": "#/$defs/n"}, {"type": ["boolean", "number"]}, {"const": {"k": 1}}]})"));
+  put("json_schema", "bounds.json",
+      std::string(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 150}, "t":
+        {"type": "integer", "exclusiveMinimum": -40960.5, "exclusiveMaximum": 65535}}, "required": ["age"]})"));
   put("openai_request", "chat.json",
       std::string(1, '\0') + R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user",
         "content": [{"type": "text", "text": "Hi \u00e9"}]}], "temperature": 0.5, "top_p": 0.9, "max_tokens": 8,
