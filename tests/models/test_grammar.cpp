@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -303,6 +304,55 @@ TEST_CASE("grammar: allowed_tokens marks the vocabulary's pieces the grammar tak
   CHECK(m.complete());
   CHECK_FALSE(m.can_continue());
   CHECK(gr::allowed_tokens(m, pieces) == std::vector<bool>(pieces.size(), false));
+}
+
+TEST_CASE("grammar: the token trie gives allowed_tokens' answers in one walk, and leaves the arena as it was",
+          "[grammar]") {
+  // A JSON grammar (json_schema.hpp's, from a schema with strings, integers in a range, enums and arrays), a vocabulary
+  // of random pieces over JSON's characters and multi-byte UTF-8 split at every byte (duplicates, empty pieces and
+  // prefixes of one another included), and the matcher's states along documents: per-token allows() is the oracle.
+  const auto g = gr::grammar_from_json_schema(nlohmann::ordered_json::parse(R"G({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 12}, "n": {"type": "integer", "minimum": -5, "maximum": 250},
+      "tags": {"type": "array", "items": {"enum": ["a", "bc", "\u00e9t\u00e9"]}}}, "required": ["name"]})G"));
+  std::mt19937_64 rng(11);
+  const std::vector<std::string> atoms = {"{", "}", "[", "]", "\"", ":", ",", " ", "\n", "a", "b", "c", "n", "m",
+                                          "e", "t", "0", "1", "2", "5", "9", "-", "\xC3", "\xA9", "\xE3\x81",
+                                          "\x82", "\"name\"", "\"n\"", "\"tags\"", "\\", "x"};
+  std::vector<std::string> vocab = {"", "{", "{", "\"", "\"name\": \"", "\xC3\xA9", "\xC3"};
+  for (int i = 0; i < 3000; ++i) {
+    std::string p;
+    const int n = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < n; ++k) p += atoms[rng() % atoms.size()];
+    vocab.push_back(p);
+  }
+  const gr::TokenTrie trie(vocab);
+  CHECK(trie.vocab_size() == vocab.size());
+  CHECK(trie.num_nodes() < 1 + std::accumulate(vocab.begin(), vocab.end(), std::size_t{0},
+                                               [](std::size_t a, const std::string& p) { return a + p.size(); }));
+  const std::vector<std::string> docs = {R"({"name": "b\u00e9", "n": 250, "tags": ["a", "\u00e9t\u00e9"]})",
+                                         R"({ "name":"x" ,"n":-5 })", R"({"name": "", "tags": []})"};
+  int states = 0;
+  for (const std::string& doc : docs) {
+    gr::Matcher m(g);
+    for (std::size_t i = 0; i <= doc.size(); ++i) {
+      INFO(doc.substr(0, i));
+      const std::size_t arena = m.num_nodes();
+      const auto walk = gr::allowed_tokens(m, trie);
+      CHECK(m.num_nodes() == arena);
+      CHECK(walk == gr::allowed_tokens(m, vocab));
+      ++states;
+      if (i < doc.size()) REQUIRE(m.accept(doc.substr(i, 1)));  // byte by byte: split UTF-8 characters too
+    }
+    CHECK(m.complete());
+  }
+  CHECK(states > 100);
+  // mask_logits from the trie equals mask_logits from the pieces.
+  gr::Matcher m(g);
+  REQUIRE(m.accept("{\"name\": \"ab"));
+  std::vector<float> a(vocab.size(), 0.5f), b(vocab.size(), 0.5f);
+  gr::mask_logits(m, vocab, {0}, a.data(), static_cast<std::int64_t>(a.size()));
+  gr::mask_logits(m, trie, {0}, b.data(), static_cast<std::int64_t>(b.size()));
+  CHECK(a == b);
 }
 
 TEST_CASE("grammar: deep nesting costs one node per level, and allows() or a refused accept() leaves none behind",

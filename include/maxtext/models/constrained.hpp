@@ -14,8 +14,10 @@
 // needs text that no token of the vocabulary starts with is refused by name. Log-probabilities (opt.logprobs) are
 // those of the constrained distribution (the masked logits), the one tokens are drawn from.
 //
-// Cost: each step asks the matcher about every token of the vocabulary (allowed_tokens), which is fine for grammars
-// and vocabularies of tens of thousands of tokens on a CPU; a token trie is the next step for large vocabularies.
+// Cost: each step walks the vocabulary's trie (grammar::TokenTrie, made once and again only when the pieces change)
+// with the matcher: a prefix the grammar refuses rules out every token under it. On Llama 3's 128k tokens and a JSON
+// schema: 0.2-5 ms a step where few tokens fit, ~100 ms inside a string where nearly all do (one matcher run per token
+// took 17-280 ms). The pieces themselves are asked of the tokenizer each step (16 ms for 128k tokens).
 #pragma once
 
 #include <algorithm>
@@ -50,7 +52,8 @@ void constrained_steps(const Tok& tk, std::int32_t prev, const GenerateOptions& 
   std::int64_t tk_vocab = std::numeric_limits<std::int64_t>::max();
   if constexpr (requires { tk.vocab_size(); }) tk_vocab = static_cast<std::int64_t>(tk.vocab_size());
   std::vector<float> masked;
-  std::vector<std::string> pieces;
+  std::vector<std::string> pieces, trie_pieces;
+  grammar::TokenTrie trie;  // the vocabulary's trie, made again only when the pieces change (they may depend on prev)
   for (;;) {
     pieces.resize(static_cast<std::size_t>(V));
     for (std::int64_t t = 0; t < V; ++t) {
@@ -58,8 +61,12 @@ void constrained_steps(const Tok& tk, std::int32_t prev, const GenerateOptions& 
       // have no text: an empty piece, never allowed.
       pieces[static_cast<std::size_t>(t)] = t < tk_vocab ? tk.piece(prev, static_cast<std::int32_t>(t)) : std::string();
     }
+    if (pieces != trie_pieces) {
+      trie = grammar::TokenTrie(pieces);
+      trie_pieces = pieces;
+    }
     masked.assign(logits, logits + V);
-    grammar::mask_logits(matcher, pieces, opt.stop_tokens, masked.data(), V);
+    grammar::mask_logits(matcher, trie, opt.stop_tokens, masked.data(), V);
     const bool any = std::any_of(masked.begin(), masked.end(),
                                  [](float x) { return x != -std::numeric_limits<float>::infinity(); });
     if (!any) {

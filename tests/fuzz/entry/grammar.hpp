@@ -1,8 +1,8 @@
 // tests/fuzz/entry/grammar.hpp: fuzz entry points for GBNF grammars (models/grammar.hpp) and JSON Schemas compiled to
 // them (models/json_schema.hpp). fuzz_grammar: the input is a grammar, then
 // optionally a NUL byte and a text (its first 256 bytes): the grammar is parsed, and the text is fed to a matcher in pieces of one to three
-// bytes (each also asked first through allows(), and the vocabulary of allowed_tokens() asked after each), until the
-// grammar refuses a piece.
+// bytes (each also asked first through allows(), and the vocabulary of allowed_tokens() asked after each, per token
+// and through its trie, which must agree), until the grammar refuses a piece.
 #pragma once
 
 #include <algorithm>
@@ -30,7 +30,8 @@ inline void fuzz_grammar(const std::uint8_t* data, std::size_t size) {
   if (!attempt([&] { g = std::make_shared<const gr::Grammar>(gr::Grammar::parse(gtext)); })) return;
   attempt([&] {
     gr::Matcher m(g);
-    const std::vector<std::string> vocab = {"a", "{", "\"", " ", "\xE3\x81", "\x82", "12", ""};
+    const std::vector<std::string> vocab = {"a", "{", "\"", " ", "\xE3\x81", "\x82", "12", "", "ab", "a", "{\"", "\xE3"};
+    const gr::TokenTrie trie(vocab);
     for (std::size_t i = 0; i < text.size();) {
       const std::size_t n = std::min<std::size_t>(1 + static_cast<unsigned char>(text[i]) % 3, text.size() - i);
       const std::string_view piece = text.substr(i, n);
@@ -39,7 +40,9 @@ inline void fuzz_grammar(const std::uint8_t* data, std::size_t size) {
       if (allowed != took) std::abort();  // allows() must predict accept()
       if (!took) break;
       (void)m.complete();
-      (void)gr::allowed_tokens(m, vocab);
+      const std::size_t arena = m.num_nodes();
+      if (gr::allowed_tokens(m, vocab) != gr::allowed_tokens(m, trie)) std::abort();  // the trie walk must agree
+      if (m.num_nodes() != arena) std::abort();                                        // and leave no node behind
       i += n;
     }
   });
