@@ -252,6 +252,9 @@ void text_seeds() {
   put("json_schema", "bounds.json",
       std::string(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 150}, "t":
         {"type": "integer", "exclusiveMinimum": -40960.5, "exclusiveMaximum": 65535}}, "required": ["age"]})"));
+  put("json_schema", "pattern.json",
+      std::string(R"({"type": "object", "properties": {"mail": {"type": "string", "pattern": "^[\\w.-]+@[\\w-]+\\.[a-z]{2,3}$"},
+        "code": {"pattern": "(?:[A-F]|\\d){2,4}(-x)?|[^\\s\"]*?"}, "d": {"type": "string", "pattern": "^\\u0041.[^]\\x42$"}}})"));
   put("openai_request", "chat.json",
       std::string(1, '\0') + R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user",
         "content": [{"type": "text", "text": "Hi \u00e9"}]}], "temperature": 0.5, "top_p": 0.9, "max_tokens": 8,

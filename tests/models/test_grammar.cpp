@@ -11,6 +11,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -581,9 +582,65 @@ TEST_CASE("json schema: integer bounds take exactly the integers within them, ch
       "9007199254740996"});
 }
 
+TEST_CASE("json schema: a string's pattern takes exactly the strings std::regex (ECMAScript) finds it in",
+          "[grammar][json_schema]") {
+  // The oracle is the standard library's ECMAScript regex (search: a pattern is found anywhere unless anchored), on
+  // random strings over an alphabet that JSON writes unescaped (so the grammar's string text is the string itself).
+  const std::vector<std::string> patterns = {
+      "^[a-c]+$", "ab", "^a(b|c)*d?$", R"(^\d{2,3}-\w+$)", "x.y", "^(?:ab|ba){1,3}$", "^[^a-c]*$", R"(^\s?[A-Z])",
+      R"(\.\d)", "^a{2,}b", "^(a|)$", R"(^[\w.-]+@[\w-]+\.[a-z]{2,3}$)", "c$", R"(^-?\d+(\.\d+)?$)",
+      R"(^[^\d\s]{0,2}$)", R"(^[\]a-]+$)", "^a{0}b$", "b{1,1}", "^(ab)?$", "^[.]$", "^(?:[0-9]{2})-x*?$",
+      R"(^\x41\u0062[\x30-\x32]$)", "^[^]b", "^(a+|b+)+$", R"(^\W\D\S$)", "^(((a)))b$"};
+  const std::string alphabet = "abcdxyzABZ0129 .-_@{},]";
+  std::mt19937_64 rng(5);
+  for (const std::string& p : patterns) {
+    nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", p}};
+    const auto g = gr::grammar_from_json_schema(schema);
+    const std::regex re(p, std::regex::ECMAScript);
+    INFO(p << "\n" << gr::json_schema_to_gbnf(schema));
+    int matched = 0, total = 0;
+    std::vector<std::string> texts = {"", "a", "ab", "abc", "12-x", "x@y.zz", "-1.5", "aa", "aab", "ba", "ab.cd"};
+    for (int i = 0; i < 400; ++i) {
+      std::string t;
+      const int n = static_cast<int>(rng() % 7);
+      for (int k = 0; k < n; ++k) t += alphabet[rng() % alphabet.size()];
+      texts.push_back(t);
+    }
+    for (const std::string& t : texts) {
+      const bool want = std::regex_search(t, re);
+      INFO("'" << t << "' should " << (want ? "match" : "not match"));
+      CHECK((run(g, "\"" + t + "\"") == Verdict::complete) == want);
+      matched += want;
+      ++total;
+    }
+    (void)matched;
+  }
+  // A named group is a group (std::regex has none to compare with).
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "string", "pattern": "^(?<y>[0-9]{2})-(?<m>a|b)$"})G"),
+               {R"("12-a")", R"("99-b")"}, {R"("1-a")", R"("12-c")"});
+  // Characters JSON must escape: written as their short escapes, not raw.
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "string", "pattern": "^a\"b\\\\c\\n$"})G"),
+               {R"("a\"b\\c\n")"}, {"\"a\"b\\c\n\""});
+  schema_takes(nlohmann::ordered_json::parse(R"G({"pattern": "^[^x]$"})G"), {R"("\"")", R"("\n")", R"("y")", R"("é")"},
+               {R"("x")", R"("\u0001")"});
+}
+
 TEST_CASE("json schema: keywords the grammar would not enforce are refused by name, with their path",
           "[grammar][json_schema]") {
-  schema_refused(R"G({"type": "string", "pattern": "^a+$"})G", "#: keyword 'pattern' is not supported");
+  schema_refused(R"G({"type": "string", "pattern": "(a)\\1"})G", "#/pattern: backreferences (\\1) are not supported");
+  schema_refused(R"G({"type": "string", "pattern": "a(?=b)"})G", "#/pattern: lookaround");
+  schema_refused(R"G({"type": "string", "pattern": "\\bword"})G", "#/pattern: word boundaries");
+  schema_refused(R"G({"type": "string", "pattern": "^a|b$"})G", "^ or $ beside a top-level '|'");
+  schema_refused(R"G({"type": "string", "pattern": "a^b"})G", "the anchor '^' away from the pattern's start or end");
+  schema_refused(R"G({"type": "string", "pattern": "a{2,1}"})G", "the bound below");
+  schema_refused(R"G({"type": "string", "pattern": "a{5000}"})G", "a repetition bound above 1000");
+  schema_refused(R"G({"type": "string", "pattern": "(ab"})G", "a '(' without its ')'");
+  schema_refused(R"G({"type": "string", "pattern": "[ab"})G", "a '[' without its ']'");
+  schema_refused(R"G({"type": "string", "pattern": "a**"})G", "a quantifier after a quantifier");
+  schema_refused(R"G({"type": "string", "pattern": "[]"})G", "a class that no character of a JSON string matches");
+  schema_refused(R"G({"type": "string", "pattern": "\\p{L}"})G", "the escape \\p is not supported");
+  schema_refused(R"G({"type": "string", "pattern": "a", "maxLength": 3})G", "pattern together with minLength");
+  schema_refused(R"G({"type": "integer", "pattern": "1"})G", "pattern is enforced for type string alone");
   schema_refused(R"G({"properties": {"n": {"type": "number", "minimum": 0}}})G",
                  "#/properties/n: minimum, maximum, exclusiveMinimum and exclusiveMaximum are enforced for type "
                  "integer alone");

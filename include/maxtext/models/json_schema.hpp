@@ -27,6 +27,8 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -57,6 +59,360 @@ inline std::string gbnf_literal(const std::string& text) {
   }
   return out + "\"";
 }
+
+/// A JSON Schema `pattern` (an ECMA-262 regular expression) as GBNF over the text between a JSON string's quotes:
+/// a string the grammar takes is one the pattern matches (searched anywhere unless anchored with ^ and $, as JSON
+/// Schema reads patterns). Taken: literals and escapes (\t \n \r \f \v \0 \xHH \uHHHH, an escaped punctuation
+/// character), `.`, classes with ranges and negation, \d \w \s \D \W \S, groups ( ) (?: ) (?<name> ), alternation,
+/// * + ? {n} {n,} {n,m} (lazy forms too: the same strings), ^ at the start and $ at the end. Refused by name:
+/// backreferences, lookaround, \b \B, \p{..}, anchors elsewhere, and bounds above the grammar's kMaxRepeat.
+/// A character the JSON text must escape is written as its short escape (\" \\ \n \r \t \b \f) and other control
+/// characters are left out: the grammar takes a subset of the pattern's strings, never a string outside it.
+class PatternCompiler {
+ public:
+  PatternCompiler(std::string_view pattern, std::string path) : s_(pattern), path_(std::move(path)) {}
+
+  std::string run() {
+    bool start = false, end = false;
+    std::string_view body = s_;
+    if (!body.empty() && body.front() == '^') {
+      start = true;
+      body.remove_prefix(1);
+    }
+    if (!body.empty() && body.back() == '$' && !escaped_at(body, body.size() - 1)) {
+      end = true;
+      body.remove_suffix(1);
+    }
+    s_ = body;
+    p_ = 0;
+    const std::string expr = alternation(true);
+    if (p_ != s_.size()) fail("unexpected '" + std::string(1, s_[p_]) + "'");
+    if ((start || end) && top_alternation_) {
+      fail("^ or $ beside a top-level '|' (write ^(a|b)$ for the anchored alternatives)");
+    }
+    return (start ? std::string() : "char* ") + "(" + expr + ")" + (end ? std::string() : " char*");
+  }
+
+ private:
+  using Ranges = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    MAXTEXT_THROW(ArgumentError, "[json_schema] ", path_, "/pattern: ", what);
+  }
+  static bool escaped_at(std::string_view t, std::size_t i) {  // an odd number of backslashes before t[i]
+    std::size_t n = 0;
+    while (n < i && t[i - 1 - n] == '\\') ++n;
+    return n % 2 == 1;
+  }
+  bool more() const { return p_ < s_.size(); }
+  char peek() const { return more() ? s_[p_] : '\0'; }
+
+  std::string alternation(bool top = false) {
+    if (++depth_ > 64) fail("groups nested deeper than 64");
+    std::string out = concat();
+    while (peek() == '|') {
+      ++p_;
+      if (top) top_alternation_ = true;
+      out += " | " + concat();
+    }
+    --depth_;
+    return out;
+  }
+
+  std::string concat() {
+    std::string out;
+    while (more() && peek() != '|' && peek() != ')') {
+      const std::string a = repeat();
+      out += (out.empty() ? "" : " ") + a;
+    }
+    return out.empty() ? "\"\"" : out;
+  }
+
+  std::string repeat() {
+    std::string a = atom();
+    for (;;) {
+      const char q = peek();
+      if (q == '*' || q == '+' || q == '?') {
+        ++p_;
+        a = "(" + a + ")" + std::string(1, q);
+      } else if (q == '{' && bounds_follow()) {
+        ++p_;
+        const std::int64_t lo = number();
+        std::int64_t hi = lo;
+        if (peek() == ',') {
+          ++p_;
+          hi = peek() == '}' ? -1 : number();
+        }
+        ++p_;  // '}'
+        if (hi >= 0 && hi < lo) fail("{" + std::to_string(lo) + "," + std::to_string(hi) + "}: the bound below");
+        a = "(" + a + "){" + std::to_string(lo) + (lo == hi ? "" : "," + (hi < 0 ? std::string() : std::to_string(hi))) + "}";
+      } else {
+        break;
+      }
+      if (peek() == '?') ++p_;  // lazy: the same strings
+      if (peek() == '*' || peek() == '+' || peek() == '?' || (peek() == '{' && bounds_follow())) {
+        fail("a quantifier after a quantifier");
+      }
+      break;
+    }
+    return a;
+  }
+
+  /// Whether {n}, {n,} or {n,m} starts here (a '{' otherwise is a literal, as ECMA-262's Annex B reads it).
+  bool bounds_follow() const {
+    std::size_t i = p_ + 1, digits = 0;
+    while (i < s_.size() && s_[i] >= '0' && s_[i] <= '9') ++i, ++digits;
+    if (digits == 0) return false;
+    if (i < s_.size() && s_[i] == ',') {
+      ++i;
+      while (i < s_.size() && s_[i] >= '0' && s_[i] <= '9') ++i;
+    }
+    return i < s_.size() && s_[i] == '}';
+  }
+  std::int64_t number() {
+    std::int64_t v = 0;
+    while (peek() >= '0' && peek() <= '9') {
+      v = v * 10 + (peek() - '0');
+      ++p_;
+      if (v > kMaxRepeat) fail("a repetition bound above " + std::to_string(kMaxRepeat) + " (the grammar's bound)");
+    }
+    return v;
+  }
+
+  std::string atom() {
+    const char c = peek();
+    if (c == '(') {
+      ++p_;
+      if (peek() == '?') {
+        if (s_.compare(p_, 2, "?:") == 0) {
+          p_ += 2;
+        } else if (s_.compare(p_, 2, "?<") == 0 && s_.compare(p_, 3, "?<=") != 0 && s_.compare(p_, 3, "?<!") != 0) {
+          const std::size_t close = s_.find('>', p_);
+          if (close == std::string_view::npos) fail("an unclosed group name");
+          p_ = close + 1;
+        } else {
+          fail("lookaround ((?= (?! (?<= (?<!) is not supported");
+        }
+      }
+      const std::string inner = alternation();
+      if (peek() != ')') fail("a '(' without its ')'");
+      ++p_;
+      return "(" + inner + ")";
+    }
+    if (c == ')') fail("a ')' without its '('");
+    if (c == '*' || c == '+' || c == '?') fail("a quantifier with nothing before it");
+    if (c == '^' || c == '$') fail("the anchor '" + std::string(1, c) + "' away from the pattern's start or end");
+    if (c == '[') return set(klass(), false);
+    if (c == '.') {
+      ++p_;
+      return set({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}, true);
+    }
+    if (c == '\\') {
+      ++p_;
+      Ranges r;
+      bool negated = false;
+      if (class_escape(r, negated)) return set(r, negated);
+      const std::uint32_t cp = char_escape();
+      return set({{cp, cp}}, false);
+    }
+    const std::uint32_t cp = utf8_char();
+    return set({{cp, cp}}, false);
+  }
+
+  /// \d \w \s and their negations into r (true), or false with nothing read.
+  bool class_escape(Ranges& r, bool& negated) {
+    const char e = peek();
+    const char lower = static_cast<char>(e | 0x20);
+    if (lower != 'd' && lower != 'w' && lower != 's') return false;
+    ++p_;
+    negated = e != lower;
+    if (lower == 'd') r = {{'0', '9'}};
+    if (lower == 'w') r = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+    if (lower == 's') {
+      r = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
+           {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
+    }
+    return true;
+  }
+
+  /// The code point of an escape after '\' (not a class escape).
+  std::uint32_t char_escape() {
+    if (!more()) fail("a '\\' at the end");
+    const char e = s_[p_++];
+    switch (e) {
+      case 't': return '\t';
+      case 'n': return '\n';
+      case 'r': return '\r';
+      case 'f': return '\f';
+      case 'v': return '\v';
+      case '0':
+        if (peek() >= '0' && peek() <= '9') fail("an octal escape or backreference \\0" + std::string(1, peek()));
+        return 0;
+      case 'x': return hex(2);
+      case 'u':
+        if (peek() == '{') fail("\\u{...} (unicode mode) is not supported");
+        return hex(4);
+      default: break;
+    }
+    if (e >= '1' && e <= '9') fail("backreferences (\\" + std::string(1, e) + ") are not supported");
+    if (e == 'b' || e == 'B') fail("word boundaries (\\" + std::string(1, e) + ") are not supported");
+    if (e == 'p' || e == 'P' || e == 'k' || e == 'c') fail("the escape \\" + std::string(1, e) + " is not supported");
+    const auto u = static_cast<unsigned char>(e);
+    if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || u >= 0x80) {
+      fail("the unknown escape \\" + std::string(1, e));
+    }
+    return u;  // an escaped punctuation character stands for itself
+  }
+  std::uint32_t hex(int n) {
+    std::uint32_t v = 0;
+    for (int i = 0; i < n; ++i) {
+      const char h = peek();
+      const int d = h >= '0' && h <= '9' ? h - '0' : (h | 0x20) >= 'a' && (h | 0x20) <= 'f' ? (h | 0x20) - 'a' + 10 : -1;
+      if (d < 0) fail("a hex escape needs " + std::to_string(n) + " hex digits");
+      v = v * 16 + static_cast<std::uint32_t>(d);
+      ++p_;
+    }
+    return v;
+  }
+  std::uint32_t utf8_char() {
+    const auto b = static_cast<unsigned char>(s_[p_]);
+    const int n = utf8::length(b);
+    if (n == 0 || p_ + static_cast<std::size_t>(n) > s_.size()) fail("invalid UTF-8");
+    std::uint32_t cp = n == 1 ? b : b & (0x7Fu >> n);
+    for (int k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(s_[p_ + static_cast<std::size_t>(k)]);
+      if (k == 1 ? !utf8::second_ok(b, c) : (c & 0xC0) != 0x80) fail("invalid UTF-8");
+      cp = (cp << 6) | (c & 0x3Fu);
+    }
+    p_ += static_cast<std::size_t>(n);
+    return cp;
+  }
+
+  /// A class [...] (the '[' at p_): its ranges, and whether it is negated (as the first element of the pair).
+  std::pair<Ranges, bool> klass_parse() {
+    ++p_;  // '['
+    bool negated = false;
+    if (peek() == '^') {
+      negated = true;
+      ++p_;
+    }
+    Ranges r;  // ECMA-262: [] is the empty class, [^] any character
+    while (more() && peek() != ']') {
+      std::uint32_t lo = 0;
+      if (peek() == '\\') {
+        ++p_;
+        Ranges sub;
+        bool neg = false;
+        if (class_escape(sub, neg)) {
+          if (neg) sub = complement(sub);
+          r.insert(r.end(), sub.begin(), sub.end());
+          continue;
+        }
+        lo = peek() == 'b' ? (++p_, 8u) : char_escape();  // [\b] is backspace
+      } else {
+        lo = utf8_char();
+      }
+      std::uint32_t hi = lo;
+      if (peek() == '-' && p_ + 1 < s_.size() && s_[p_ + 1] != ']') {
+        ++p_;
+        if (peek() == '\\') {
+          ++p_;
+          Ranges sub;
+          bool neg = false;
+          if (class_escape(sub, neg)) fail("a class escape as the end of a range");
+          hi = peek() == 'b' ? (++p_, 8u) : char_escape();
+        } else {
+          hi = utf8_char();
+        }
+        if (hi < lo) fail("a range out of order in a class");
+      }
+      r.emplace_back(lo, hi);
+    }
+    if (!more()) fail("a '[' without its ']'");
+    ++p_;  // ']'
+    return {r, negated};
+  }
+  Ranges klass() {
+    auto [r, negated] = klass_parse();
+    return negated ? complement(r) : r;
+  }
+
+  static Ranges normalised(Ranges r) {
+    std::sort(r.begin(), r.end());
+    Ranges out;
+    for (const auto& [lo, hi] : r) {
+      if (!out.empty() && lo <= out.back().second + 1) {
+        out.back().second = std::max(out.back().second, hi);
+      } else {
+        out.emplace_back(lo, hi);
+      }
+    }
+    return out;
+  }
+  static Ranges complement(const Ranges& r) {
+    Ranges out;
+    std::uint32_t next = 0;
+    for (const auto& [lo, hi] : normalised(r)) {
+      if (lo > next) out.emplace_back(next, lo - 1);
+      next = hi + 1;
+    }
+    if (next <= 0x10FFFF) out.emplace_back(next, 0x10FFFF);
+    return out;
+  }
+  static std::string esc(std::uint32_t cp) {
+    static const char* hexd = "0123456789abcdef";
+    std::string out = cp > 0xFFFF ? "\\U" : "\\u";
+    for (int sh = cp > 0xFFFF ? 28 : 12; sh >= 0; sh -= 4) out += hexd[(cp >> sh) & 15];
+    return out;
+  }
+
+  /// GBNF for one character of the set (negated: of its complement) as the JSON text writes it: the characters it
+  /// may hold unescaped as a class, '"' '\' and \b \f \n \r \t as their short escapes; other controls and surrogates
+  /// are left out.
+  std::string set(Ranges r, bool negated) {
+    if (negated) r = complement(r);
+    r = normalised(r);
+    const auto has = [&](std::uint32_t cp) {
+      return std::any_of(r.begin(), r.end(), [&](const auto& x) { return cp >= x.first && cp <= x.second; });
+    };
+    // The unescaped part: r minus controls (< 0x20), '"', '\', and the surrogates.
+    const Ranges banned = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0xD800, 0xDFFF}};
+    Ranges plain;
+    for (const auto& [lo, hi] : r) {
+      std::uint32_t a = lo;
+      for (const auto& [blo, bhi] : banned) {
+        if (bhi < a || blo > hi) continue;
+        if (blo > a) plain.emplace_back(a, blo - 1);
+        a = std::max(a, bhi + 1);
+        if (a > hi) break;
+      }
+      if (a <= hi) plain.emplace_back(a, hi);
+    }
+    std::vector<std::string> alts;
+    if (!plain.empty()) {
+      std::string cls = "[";
+      for (const auto& [lo, hi] : plain) cls += esc(lo) + (hi > lo ? "-" + esc(hi) : "");
+      alts.push_back(cls + "]");
+    }
+    const std::pair<std::uint32_t, const char*> short_escapes[] = {
+        {'"', R"("\\\"")"}, {'\\', R"("\\\\")"}, {'\b', R"("\\b")"}, {'\f', R"("\\f")"},
+        {'\n', R"("\\n")"}, {'\r', R"("\\r")"},  {'\t', R"("\\t")"}};
+    for (const auto& [cp, text] : short_escapes) {
+      if (has(cp)) alts.emplace_back(text);
+    }
+    if (alts.empty()) fail("a class that no character of a JSON string matches");
+    if (alts.size() == 1) return alts[0];
+    std::string out = "(";
+    for (std::size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+    return out + ")";
+  }
+
+  std::string_view s_;
+  std::string path_;
+  std::size_t p_ = 0;
+  int depth_ = 0;
+  bool top_alternation_ = false;
+};
 
 class SchemaCompiler {
  public:
@@ -123,12 +479,15 @@ class SchemaCompiler {
                                                  "additionalProperties", "items",    "minItems",   "maxItems",
                                                  "minLength", "maxLength", "anyOf",   "oneOf",      "allOf",
                                                  "$ref",     "minimum",  "maximum",  "exclusiveMinimum",
-                                                 "exclusiveMaximum"};
+                                                 "exclusiveMaximum", "pattern"};
     for (const auto& [k, v] : s.items()) {
       (void)v;
       if (kAnnotations.count(k) == 0 && kKnown.count(k) == 0) {
         refuse(path, "keyword '" + k + "' is not supported (the grammar would not enforce it)");
       }
+    }
+    if (s.contains("pattern") && s.contains("type") && s["type"] != "string") {
+      refuse(path, "pattern is enforced for type string alone (or with no type)");
     }
     const bool bounded = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
                          s.contains("exclusiveMaximum");
@@ -173,7 +532,7 @@ class SchemaCompiler {
         return object(s, path, hint);
       }
       if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return array(s, path, hint);
-      if (s.contains("minLength") || s.contains("maxLength")) return string(s, path, hint);
+      if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) return string(s, path, hint);
       return "value";
     }
     const auto& t = s["type"];
@@ -300,6 +659,13 @@ class SchemaCompiler {
   }
 
   std::string string(const nlohmann::ordered_json& s, const std::string& path, const std::string& hint) {
+    if (s.contains("pattern")) {
+      if (s.contains("minLength") || s.contains("maxLength")) {
+        refuse(path, "pattern together with minLength / maxLength is not supported");
+      }
+      if (!s["pattern"].is_string()) refuse(path + "/pattern", "expected a string");
+      return emit(hint, "\"\\\"\" " + PatternCompiler(s["pattern"].get<std::string>(), path).run() + " \"\\\"\"");
+    }
     if (!s.contains("minLength") && !s.contains("maxLength")) return "string";
     const std::int64_t lo = s.contains("minLength") ? count_of(s, "minLength", path) : 0;
     const std::int64_t hi = s.contains("maxLength") ? count_of(s, "maxLength", path) : -1;
