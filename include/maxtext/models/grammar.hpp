@@ -655,12 +655,19 @@ class Matcher {
       std::string partial;
       std::size_t mark;  ///< the arena's size before this state was made
     };
+    // The nodes a subtree made are taken back when the walk leaves it, once they are more than kSpare: below that
+    // they stay for the siblings, whose states mostly make the same (position, below) pairs again. A node a live
+    // frame's state holds is older than every mark above it, so taking back to a mark never removes one in use.
+    constexpr std::size_t kSpare = 1024;
+    const auto leave = [&](std::size_t mark) {
+      if (nodes_.size() > mark + kSpare) truncate(mark);
+    };
     std::vector<Frame> frames;
     frames.push_back(Frame{trie.nodes_[0].first_child, stacks_, partial_, nodes_.size()});
     while (!frames.empty()) {
       Frame& f = frames.back();
       if (f.next < 0) {
-        truncate(f.mark);
+        leave(f.mark);
         frames.pop_back();
         continue;
       }
@@ -671,14 +678,14 @@ class Matcher {
       std::string partial;
       const char byte = static_cast<char>(c.byte);
       if (!advance_from(f.st, f.partial, std::string_view(&byte, 1), st, partial)) {
-        truncate(mark);
+        leave(mark);
         continue;
       }
       for (std::int32_t i = c.tokens_begin; i < c.tokens_end; ++i) ok[static_cast<std::size_t>(trie.tokens_[static_cast<std::size_t>(i)])] = true;
       if (c.first_child >= 0) {
         frames.push_back(Frame{c.first_child, std::move(st), std::move(partial), mark});
       } else {
-        truncate(mark);
+        leave(mark);
       }
     }
   }
