@@ -235,7 +235,7 @@ inline TensorMap import_llama2c(const TensorMap& tensors, const Config& cfg, con
 
 /// Whether the family of cfg.decoder_block reads MXFP4 tensors from GGUF files.
 inline bool gguf_mxfp4_experts(const Config& cfg) {
-  return with_owner<bool>(cfg, []<class F>() {
+  return with_owner<bool>(cfg, [&]<class F>() {  // [&]: no conversion to a function pointer (nvcc)
     if constexpr (requires { F::gguf_mxfp4_experts; }) {
       return F::gguf_mxfp4_experts;
     } else {
