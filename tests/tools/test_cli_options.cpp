@@ -153,10 +153,14 @@ TEST_CASE("generate --grammar / --json-schema: the streamed text is a sentence o
   const std::string model = test::models_dir() + "/stories260K/stories260K.gguf";
   test::require(model, "stories260K");
   const std::string base = "generate --weights " + model + " --prompt x --max-new-tokens 24 ";
-  // The first line of the output is the prompt, then the streamed text; the text is checked by a regex (and by
-  // nlohmann::json for the schema), not by the matcher.
+  // The line before "tokens[0]:" is the prompt, then the streamed text (a note on stderr, such as the weight type
+  // kept, may come first); the text is checked by a regex (and by nlohmann::json for the schema), not by the matcher.
   auto text_of = [](const std::string& out) {
-    const std::string line = out.substr(0, out.find('\n'));
+    const std::size_t end = out.find("\ntokens[0]:");
+    REQUIRE(end != std::string::npos);
+    const std::size_t nl = out.rfind('\n', end - 1);
+    const std::size_t start = nl == std::string::npos ? 0 : nl + 1;
+    const std::string line = out.substr(start, end - start);
     REQUIRE(line.rfind("x", 0) == 0);
     return line.substr(1);
   };
@@ -200,7 +204,8 @@ TEST_CASE("generate --grammar / --json-schema: the streamed text is a sentence o
               "--json-schema: [json_schema] #: keyword 'multipleOf' is not supported");
   refused_run("--grammar-file /nonexistent/g.gbnf", "--grammar-file /nonexistent/g.gbnf: cannot read it");
   refused_run("--spec lookup --grammar 'root ::= \"a\"'", "--grammar / --json-schema with --spec");
-  const std::string tokens = test::run_cli("generate --weights " + model + " --tokens 1,2 --grammar 'root ::= \"a\"'", rc);
+  const std::string tokens =
+      test::run_cli("generate --weights " + model + " --tokens 1,2 --grammar 'root ::= \"a\"'", rc);
   CHECK(rc != 0);
   CHECK_THAT(tokens, Catch::Contains("--grammar / --json-schema need --prompt"));
 }
