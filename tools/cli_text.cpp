@@ -9,7 +9,6 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
 #include "cli_args.hpp"
 #include "cli_common.hpp"
@@ -104,20 +103,9 @@ std::shared_ptr<const models::grammar::Grammar> open_grammar(const Args& a) {
                   "a grammar or schema file may have");
     text = io::read_text_file(text);
   }
-  try {
-    if (given.rfind("--grammar", 0) == 0) {
-      return std::make_shared<const models::grammar::Grammar>(models::grammar::Grammar::parse(text));
-    }
-    nlohmann::ordered_json schema;
-    try {
-      schema = nlohmann::ordered_json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      MAXTEXT_THROW(ArgumentError, "not valid JSON: ", e.what());
-    }
-    return models::grammar::grammar_from_json_schema(schema);
-  } catch (const ArgumentError& e) {
-    MAXTEXT_THROW(ArgumentError, what, ": ", e.what());
-  }
+  return models::grammar::grammar_from_text(given.rfind("--grammar", 0) == 0 ? models::grammar::GrammarText::gbnf
+                                                                              : models::grammar::GrammarText::json_schema,
+                                            text, what);
 }
 
 int cmd_generate(const Args& a) {

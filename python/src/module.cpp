@@ -936,25 +936,15 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
                             "[generate] grammar= / json_schema= need tokenizer= and a single prompt");
               MAXTEXT_CHECK(spec.is_none() && go.media_mask == nullptr, UnsupportedError,
                             "[generate] grammar= / json_schema= with spec= or pictures: not implemented yet");
-              try {
-                if (!grammar_text.is_none()) {
-                  g = std::make_shared<const models::grammar::Grammar>(
-                      models::grammar::Grammar::parse(grammar_text.cast<std::string>()));
-                } else {
-                  const std::string js = py::isinstance<py::str>(schema)
-                                             ? schema.cast<std::string>()
-                                             : py::module_::import("json").attr("dumps")(schema).cast<std::string>();
-                  nlohmann::ordered_json parsed;
-                  try {
-                    parsed = nlohmann::ordered_json::parse(js);
-                  } catch (const nlohmann::json::exception& e) {
-                    MAXTEXT_THROW(ArgumentError, "not valid JSON: ", e.what());
-                  }
-                  g = models::grammar::grammar_from_json_schema(parsed);
-                }
-              } catch (const ArgumentError& e) {
-                MAXTEXT_THROW(ArgumentError, "[generate] ", grammar_text.is_none() ? "json_schema=" : "grammar=", ": ",
-                              e.what());
+              if (!grammar_text.is_none()) {
+                g = models::grammar::grammar_from_text(models::grammar::GrammarText::gbnf,
+                                                       grammar_text.cast<std::string>(), "[generate] grammar=");
+              } else {
+                const std::string js = py::isinstance<py::str>(schema)
+                                           ? schema.cast<std::string>()
+                                           : py::module_::import("json").attr("dumps")(schema).cast<std::string>();
+                g = models::grammar::grammar_from_text(models::grammar::GrammarText::json_schema, js,
+                                                       "[generate] json_schema=");
               }
             }
             if (g) {

@@ -666,3 +666,20 @@ TEST_CASE("json schema: keywords the grammar would not enforce are refused by na
   deep += "{}" + std::string(200, '}');
   schema_refused(deep, "schemas nested deeper than 128");
 }
+
+TEST_CASE("grammar_from_text: GBNF or a JSON Schema's text, refusals led by the option that carried it",
+          "[grammar][json_schema]") {
+  const auto g = gr::grammar_from_text(gr::GrammarText::gbnf, "root ::= \"yes\" | \"no\"", "--grammar");
+  CHECK(run(g, "no") == Verdict::complete);
+  CHECK(run(g, "\"a\"") == Verdict::refused);
+  const auto s = gr::grammar_from_text(gr::GrammarText::json_schema, R"({"enum": ["a", "b"]})", "--json-schema");
+  CHECK(run(s, "\"a\"") == Verdict::complete);
+  CHECK(run(s, "no") == Verdict::refused);
+  CHECK_THROWS_WITH(gr::grammar_from_text(gr::GrammarText::json_schema, "{\"type\": ", "json_schema="),
+                    Catch::StartsWith("json_schema=: not valid JSON: "));
+  CHECK_THROWS_WITH(gr::grammar_from_text(gr::GrammarText::json_schema, R"({"type": "text"})",
+                                          "--json-schema-file s.json"),
+                    Catch::StartsWith("--json-schema-file s.json: ") && Catch::Contains("#/type: unknown type 'text'"));
+  CHECK_THROWS_WITH(gr::grammar_from_text(gr::GrammarText::gbnf, "root ::= (", "grammar="),
+                    Catch::StartsWith("grammar=: "));
+}

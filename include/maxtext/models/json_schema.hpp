@@ -808,4 +808,23 @@ inline std::shared_ptr<const Grammar> grammar_from_json_schema(const nlohmann::o
   return std::make_shared<const Grammar>(Grammar::parse(json_schema_to_gbnf(schema)));
 }
 
+/// What a caller was given as text: a GBNF grammar, or a JSON Schema (JSON text). The grammar it names, or an
+/// ArgumentError that starts with `option` (the CLI option or keyword argument that carried the text) and says why.
+enum class GrammarText { gbnf, json_schema };
+inline std::shared_ptr<const Grammar> grammar_from_text(GrammarText kind, const std::string& text,
+                                                        const std::string& option) {
+  try {
+    if (kind == GrammarText::gbnf) return std::make_shared<const Grammar>(Grammar::parse(text));
+    nlohmann::ordered_json schema;
+    try {
+      schema = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      MAXTEXT_THROW(ArgumentError, "not valid JSON: ", e.what());
+    }
+    return grammar_from_json_schema(schema);
+  } catch (const ArgumentError& e) {
+    MAXTEXT_THROW(ArgumentError, option, ": ", e.what());
+  }
+}
+
 }  // namespace maxtext::models::grammar
