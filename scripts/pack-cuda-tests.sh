@@ -7,8 +7,9 @@
 #
 # OUT_DIR gets: programs.tar.xz (the stripped programs under build-cuda/, where they find the checkout's fixtures
 # and configs relative to themselves), lib/ (the shared libraries they need that are not the C/C++ runtime or CUDA's:
-# yaml-cpp today), shared/reference (the GPT-3 and DeepSeek reference cases a few tests read from ../shared) and
-# run.sh. run.sh unpacks the programs into the checkout's build-cuda/, runs each test program with the test spec
+# yaml-cpp today; NCCL, 200 MB, is the GPU machine's own: its toolkit's or PyTorch's libnccl.so.2), shared/reference
+# (the GPT-3 and DeepSeek reference cases a few tests read from ../shared) and run.sh. run.sh unpacks the programs
+# into the checkout's build-cuda/, runs each test program with the test spec
 # CTest registers it with (tests/cuda/CMakeLists.txt: the family programs leave out the op cases that hand host
 # tensors to the backend), then the example and bench_cuda, and prints one line per program and a summary; it exits
 # non-zero when a program fails. Nothing here is needed on a machine that can run scripts/ci-cuda.sh itself.
@@ -32,7 +33,7 @@ for p in "$BUILD_DIR"/tests/cuda/test_cuda_* "$BUILD_DIR/bench/bench_cuda" "$BUI
 done
 # Shared libraries beyond glibc, libstdc++/libgcc and CUDA's own (the GPU machine has those).
 for p in "${progs[@]}"; do ldd "$p"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
-  grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libcuda)\.so' |
+  grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libcuda|libnccl)\.so' |
   while read -r lib; do cp -L "$lib" "$OUT/lib/"; done
 tar -C "$OUT/stage" -cJf "$OUT/programs.tar.xz" "$BUILD_DIR" && rm -rf "$OUT/stage"
 if [ -d "$SHARED/reference" ]; then mkdir -p "$OUT/shared" && cp -r "$SHARED/reference" "$OUT/shared/"; fi
@@ -48,6 +49,9 @@ cat > "$OUT/run.sh" <<EOF
 set -uo pipefail
 PACK=\$(cd "\$(dirname "\$0")" && pwd)
 export LD_LIBRARY_PATH="\$PACK/lib:/usr/local/cuda/lib64:\${LD_LIBRARY_PATH:-}"
+# NCCL (test_cuda_nccl): beside the toolkit, or the copy PyTorch's wheels bring.
+nccl=\$(find /usr/local/cuda*/lib* /usr/lib /opt -name libnccl.so.2 2>/dev/null | head -n 1)
+[ -n "\$nccl" ] && export LD_LIBRARY_PATH="\$LD_LIBRARY_PATH:\$(dirname "\$nccl")"
 [ -d "\$PACK/shared" ] && export MAXTEXT_SHARED_DIR="\${MAXTEXT_SHARED_DIR:-\$PACK/shared}"
 tar -xJf "\$PACK/programs.tar.xz"
 family=" $family_list "

@@ -64,6 +64,10 @@ class Communicator {
   virtual void barrier(std::string_view what) = 0;
   /// Short description for messages ("MPI, rank 1 of 4", "threads, rank 0 of 2").
   virtual std::string describe() const = 0;
+  /// Whether the collectives also take pointers to device memory (NCCL, comm/nccl.cuh): a layer on a GPU then hands
+  /// its rows over as they lie instead of copying them through the host (layers::Context::all_reduce). Host pointers
+  /// are taken by every communicator.
+  virtual bool device_memory() const { return false; }
 };
 
 static_assert(Collectives<Communicator>);
@@ -76,6 +80,15 @@ struct Groups {
   Communicator* tensor = nullptr;
   Communicator* expert = nullptr;
 };
+
+/// How long one collective may wait for the others before it fails: `given` when positive, else MAXTEXT_COMM_TIMEOUT_S
+/// (seconds) from the environment, else 600 s (the first step of a large model waits for every rank's weights).
+inline std::chrono::milliseconds collective_timeout(std::chrono::milliseconds given = std::chrono::milliseconds(0)) {
+  if (given.count() > 0) return given;
+  const char* e = std::getenv("MAXTEXT_COMM_TIMEOUT_S");
+  const long s = e ? std::strtol(e, nullptr, 10) : 0;
+  return std::chrono::seconds(s > 0 ? s : 600);
+}
 
 /// How many ranks an MPI launcher (mpirun / mpiexec / srun) started this process among, from its environment: 1 when
 /// none did. Programs use it to decide whether to join MPI at all, without an MPI library at hand.
@@ -148,6 +161,7 @@ class Counting final : public Communicator {
     inner_.barrier(what);
   }
   std::string describe() const override { return inner_.describe() + " (counted)"; }
+  bool device_memory() const override { return inner_.device_memory(); }
 
   /// Per operation ("all_reduce", "all_gather", "broadcast", "send", "recv", "barrier").
   const std::map<std::string, Tally, std::less<>>& tallies() const { return tallies_; }

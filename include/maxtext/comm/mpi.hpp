@@ -29,7 +29,7 @@ class Mpi final : public Communicator {
  public:
   /// Joins MPI_COMM_WORLD (initialising MPI if the program has not: MPI_THREAD_FUNNELED, the model's worker threads
   /// never call MPI). `timeout`: how long one collective may take; 0 takes MAXTEXT_COMM_TIMEOUT_S (seconds) from the
-  /// environment, else 600 s (the first step of a large model waits for every rank's weights to load).
+  /// environment, else 600 s (collective_timeout).
   explicit Mpi(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) : timeout_(timeout) {
     int inited = 0;
     MPI_Initialized(&inited);
@@ -42,11 +42,7 @@ class Mpi final : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
-    if (timeout_.count() <= 0) {
-      const char* e = std::getenv("MAXTEXT_COMM_TIMEOUT_S");
-      const long s = e ? std::strtol(e, nullptr, 10) : 0;
-      timeout_ = std::chrono::seconds(s > 0 ? s : 600);
-    }
+    timeout_ = collective_timeout(timeout_);
   }
   Mpi(const Mpi&) = delete;
   Mpi& operator=(const Mpi&) = delete;

@@ -197,7 +197,7 @@ struct Context {
   /// Whether this forward pass is split by heads and columns over more than one rank.
   bool split() const { return comm != nullptr && comm->size() > 1; }
   /// Sum f32 rows [n, w] (contiguous) element-wise over the tensor-parallel ranks, in place; backend memory that the
-  /// host cannot address goes through a host copy. `what` names the sub-module for a failure's message.
+  /// host cannot address goes through a host copy unless the communicator takes device memory (NCCL). `what` names the sub-module for a failure's message.
   void all_reduce(View<float, 2> rows, std::string_view what) const { reduce_over(comm, rows, what); }
   /// The same over the expert-parallel ranks (RoutedMoE).
   void expert_all_reduce(View<float, 2> rows, std::string_view what) const {
@@ -211,7 +211,8 @@ struct Context {
                   ": all_reduce needs contiguous rows");
     const auto n = static_cast<std::size_t>(rows.dim(0) * rows.dim(1));
     const std::string name = where ? join_name(*where, what) : std::string(what);
-    if (be.memory()->host_accessible()) {
+    if (be.memory()->host_accessible() || c->device_memory()) {
+      if (!be.memory()->host_accessible()) be.synchronize();  // the communicator's own stream reads the rows
       c->all_reduce_sum(rows.data(), n, name);
       return;
     }
