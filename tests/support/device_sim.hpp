@@ -39,6 +39,7 @@ class SimDeviceMemory final : public MemoryResource {
     MAXTEXT_CHECK(p != MAP_FAILED, DeviceError, "[sim device] mmap of ", size, " bytes failed");
     std::lock_guard<std::mutex> g(mu_);
     regions_[reinterpret_cast<std::uintptr_t>(p)] = size;
+    std::lock_guard<std::mutex> r(registry_mutex());  // instances on several threads (thread ranks) share it
     registry().insert({reinterpret_cast<std::uintptr_t>(p), size});
     return p;
   }
@@ -47,6 +48,7 @@ class SimDeviceMemory final : public MemoryResource {
     auto it = regions_.find(reinterpret_cast<std::uintptr_t>(p));
     if (it == regions_.end()) return;
     ::munmap(p, it->second);
+    std::lock_guard<std::mutex> r(registry_mutex());
     registry().erase(it->first);
     regions_.erase(it);
   }
@@ -92,10 +94,15 @@ class SimDeviceMemory final : public MemoryResource {
     for (const auto& [addr, size] : regions_) ::mprotect(reinterpret_cast<void*>(addr), size, prot);
   }
 
-  // Every live buffer of every instance, for the fault handler (looked up without locking: the handler only reads).
+  // Every live buffer of every instance, for the fault handler (looked up without locking: the handler only reads,
+  // and a fault ends the process). Changes hold registry_mutex(): instances may live on several threads.
   static std::map<std::uintptr_t, std::size_t>& registry() {
     static std::map<std::uintptr_t, std::size_t> r;
     return r;
+  }
+  static std::mutex& registry_mutex() {
+    static std::mutex m;
+    return m;
   }
   static void on_fault(int sig, siginfo_t* info, void*) {
     const auto a = reinterpret_cast<std::uintptr_t>(info->si_addr);
