@@ -1,9 +1,10 @@
 // Tensor and expert parallelism on a backend whose memory the host cannot address: the CUDA backend
-// (tests/cuda/test_cuda_tensor_parallel.cu, skips without a GPU) and the simulated device (test_tensor_parallel_simdevice,
-// every CTest run). 2 and 4 ranks that are threads of this process (comm/threads.hpp) share the device, each holding
-// its share of the fixture model there; their all-reduces go through host copies (layers::Context::all_reduce). The
-// split logits against the torch reference (logits.npy, from tests/reference/) and against the same model unsplit on
-// the device, every rank's logits alike, incremental decoding equal to the full forward, two all-reduces per layer.
+// (tests/cuda/test_cuda_tensor_parallel.cu, skips without a GPU) and the simulated device
+// (test_tensor_parallel_simdevice, every CTest run). 2 and 4 ranks that are threads of this process (comm/threads.hpp)
+// share the device, each holding its share of the fixture model there; their all-reduces go through host copies
+// (layers::Context::all_reduce). The split logits against the torch reference (logits.npy, from tests/reference/) and
+// against the same model unsplit on the device, every rank's logits alike, incremental decoding equal to the full
+// forward, two all-reduces per layer.
 // On the simulated device also a communicator that takes device memory (as comm::Nccl does): Context hands it the
 // rows where they lie, no host copy, and the logits are bit for bit those of the host-copy path. The NCCL
 // communicator itself: tests/cuda/test_cuda_nccl.cu.
@@ -216,16 +217,16 @@ TEST_CASE("Device tensor parallel: Llama-2 on 2 and 4 ranks sharing one device e
           "[comm][tp][llama2]") {
   const std::string dir = test::fixtures_dir() + "/llama2_model";
   const Config cfg = test::config_from_meta(test::read_meta(dir));
-  check_split<models::Transformer<P32, layers::LlamaDecoderLayer>>("llama2_model", Layout::tensor,
-                                                                   io::read_safetensors(dir + "/model.safetensors"), cfg);
+  using M = models::Transformer<P32, layers::LlamaDecoderLayer>;
+  check_split<M>("llama2_model", Layout::tensor, io::read_safetensors(dir + "/model.safetensors"), cfg);
 }
 
 TEST_CASE("Device tensor parallel: Qwen3 (per-head qk norm) on 2 and 4 ranks sharing one device",
           "[comm][tp][qwen3]") {
   const std::string dir = test::fixtures_dir() + "/qwen3_model";
   const Config cfg = test::config_from_meta(test::read_meta(dir));
-  check_split<models::Transformer<P32, layers::Qwen3DecoderLayer>>("qwen3_model", Layout::tensor,
-                                                                   io::read_safetensors(dir + "/model.safetensors"), cfg);
+  using M = models::Transformer<P32, layers::Qwen3DecoderLayer>;
+  check_split<M>("qwen3_model", Layout::tensor, io::read_safetensors(dir + "/model.safetensors"), cfg);
 }
 
 TEST_CASE("Device expert parallel: Mixtral's 4 experts on 2 and 4 ranks sharing one device",

@@ -118,7 +118,9 @@ void two_process_rank(int rank, const comm::Nccl::Id& id) {
   // Both ranks hold rank 0's logits: compare bit for bit through NCCL too.
   std::uint64_t h = 1469598103934665603ull;
   const auto* b = reinterpret_cast<const unsigned char*>(split.data());
-  for (std::size_t i = 0; i < static_cast<std::size_t>(split.size()) * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(split.size()) * sizeof(float); ++i) {
+    h = (h ^ b[i]) * 1099511628211ull;
+  }
   std::uint64_t hashes[2] = {0, 0};
   nccl.all_gather(&h, sizeof h, hashes, "test: logits hashes");
   CHECK(hashes[0] == hashes[1]);

@@ -21,6 +21,7 @@
 #include "maxtext/tokenizer/hf_tokenizer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
 #include "maxtext/tokenizer/unicode.hpp"
+#include "support/piece_checks.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -109,6 +110,27 @@ TEST_CASE("tokenizer.json: Qwen3 ids and text equal the oracle's", "[tokenizer][
 TEST_CASE("tokenizer.json: DeepSeek-V3 ids and text equal the oracle's", "[tokenizer][hf][deepseek_v3]") { check_real("deepseek_v3"); }
 TEST_CASE("tokenizer.json: Gemma 3 ids and text equal the oracle's", "[tokenizer][hf][gemma3]") { check_real("gemma3"); }
 TEST_CASE("tokenizer.json: GPT-OSS ids equal the oracle's and tiktoken's", "[tokenizer][hf][gptoss]") { check_real("gptoss"); }
+
+TEST_CASE("tokenizer.json: predecessors with the same piece_context give every token the same piece",
+          "[tokenizer][hf][constrained]") {
+  // The synthetic ones (decoders Metaspace, Strip, ByteLevel, Fuse, none), then the five real ones.
+  for (const char* name :
+       {"synth_norm", "synth_accents", "synth_digits", "synth_bytelevel", "synth_added", "synth_fallback"}) {
+    test::check_piece_context(*HfTokenizer::from_file(fixtures() + name + ".tokenizer.json"), name);
+  }
+  // synth_digits's decoder (Metaspace) drops the start's space; with a special token added, what follows it starts
+  // too.
+  nlohmann::json j = read_json(fixtures() + "synth_digits.tokenizer.json");
+  j["added_tokens"] = nlohmann::json::array({{{"id", 123}, {"content", "<s>"}, {"single_word", false}, {"lstrip", false},
+                                              {"rstrip", false}, {"normalized", false}, {"special", true}}});
+  std::ofstream("synth_digits_special.tokenizer.json") << j.dump();
+  const auto special = HfTokenizer::from_file("synth_digits_special.tokenizer.json");
+  REQUIRE(special->is_special(123));
+  test::check_piece_context(*special, "synth_digits with a special token");
+  for (const char* name : {"llama3", "qwen3", "deepseek_v3", "gemma3", "gptoss"}) {
+    test::check_piece_context(*HfTokenizer::from_file(real_dir(name) + "/tokenizer.json"), name);
+  }
+}
 
 TEST_CASE("tokenizer.json: synthetic tokenizers (normalizers, pre-tokenizers, added tokens, templates) equal the oracle",
           "[tokenizer][hf][synthetic]") {

@@ -12,6 +12,7 @@
 
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
+#include "support/piece_checks.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -105,6 +106,14 @@ TEST_CASE("tokenizer: llama2.c's prompt ids and texts for stories260K, from tok5
   CHECK(e == std::vector<std::int32_t>{1, 410, 0xF0 + 3, 0x9F + 3, 0x98 + 3, 0x80 + 3});
   CHECK(bin->piece(1, 0xF0 + 3) == "\xF0");
   CHECK(bin->piece(-1, 2).empty());  // control tokens decode to nothing
+}
+
+TEST_CASE("tokenizer: predecessors with the same piece_context give every token the same piece (Llama-2, stories260K)",
+          "[tokenizer][constrained]") {
+  test::check_piece_context(*tokenizer::open_tokenizer(llama2_gguf()), "Llama-2 GGUF");
+  const std::string dir = test::models_dir() + "/stories260K";
+  test::require(dir + "/tok512.bin", "stories260K");
+  test::check_piece_context(*tokenizer::open_tokenizer(dir + "/tok512.bin", 512), "stories260K tok512.bin");
 }
 
 TEST_CASE("tokenizer: round trips and properties on the Llama-2 vocabulary", "[tokenizer]") {

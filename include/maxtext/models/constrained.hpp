@@ -17,7 +17,8 @@
 // Cost: each step walks the vocabulary's trie (grammar::TokenTrie, made once and again only when the pieces change)
 // with the matcher: a prefix the grammar refuses rules out every token under it. On Llama 3's 128k tokens and a JSON
 // schema: 0.1-3 ms a step where few tokens fit, ~50 ms inside a string where nearly all do (one matcher run per token
-// took 17-280 ms). The pieces themselves are asked of the tokenizer each step (16 ms for 128k tokens).
+// took 17-280 ms). The pieces are asked of the tokenizer (16 ms for 128k tokens) at the first step and again only where
+// the token before changes them (Tokenizer::piece_context: after BOS or a special token).
 #pragma once
 
 #include <algorithm>
@@ -52,18 +53,26 @@ void constrained_steps(const Tok& tk, std::int32_t prev, const GenerateOptions& 
   std::int64_t tk_vocab = std::numeric_limits<std::int64_t>::max();
   if constexpr (requires { tk.vocab_size(); }) tk_vocab = static_cast<std::int64_t>(tk.vocab_size());
   std::vector<float> masked;
-  std::vector<std::string> pieces, trie_pieces;
+  std::vector<std::string> pieces, fresh;
   grammar::TokenTrie trie;  // the vocabulary's trie, made again only when the pieces change (they may depend on prev)
-  for (;;) {
-    pieces.resize(static_cast<std::size_t>(V));
-    for (std::int64_t t = 0; t < V; ++t) {
-      // Ids past the tokenizer's vocabulary (a model's padded embedding rows, as Qwen's 151936 over 151669 tokens)
-      // have no text: an empty piece, never allowed.
-      pieces[static_cast<std::size_t>(t)] = t < tk_vocab ? tk.piece(prev, static_cast<std::int32_t>(t)) : std::string();
-    }
-    if (pieces != trie_pieces) {
-      trie = grammar::TokenTrie(pieces);
-      trie_pieces = pieces;
+  std::int64_t context = 0;
+  for (bool first = true;; first = false) {
+    // The pieces are asked again only when prev may change them (Tokenizer::piece_context; every step without it).
+    std::int64_t c = prev;
+    if constexpr (requires { tk.piece_context(prev); }) c = tk.piece_context(prev);
+    if (first || c != context || static_cast<std::int64_t>(pieces.size()) != V) {
+      context = c;
+      fresh.resize(static_cast<std::size_t>(V));
+      for (std::int64_t t = 0; t < V; ++t) {
+        // Ids past the tokenizer's vocabulary (a model's padded embedding rows, as Qwen's 151936 over 151669 tokens)
+        // have no text: an empty piece, never allowed.
+        const auto u = static_cast<std::size_t>(t);
+        fresh[u] = t < tk_vocab ? tk.piece(prev, static_cast<std::int32_t>(t)) : std::string();
+      }
+      if (first || fresh != pieces) {
+        pieces.swap(fresh);
+        trie = grammar::TokenTrie(pieces);
+      }
     }
     masked.assign(logits, logits + V);
     grammar::mask_logits(matcher, trie, opt.stop_tokens, masked.data(), V);

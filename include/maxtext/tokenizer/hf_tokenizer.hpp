@@ -207,6 +207,8 @@ class HfTokenizer final : public Tokenizer {
     if (!decoder_) return first ? t : " " + t;  // without a decoder, tokens are joined by spaces
     return decode_tokens({t}, first, true);
   }
+  /// Only whether the token starts the text (no predecessor, or a special one) changes its text.
+  std::int64_t piece_context(std::int32_t prev) const override { return prev < 0 || special_ids_.count(prev) > 0; }
 
   std::int32_t bos() const override { return bos_; }
   /// tokenizer_config.json's pad_token (transformers' pad_token_id), or -1.

@@ -39,6 +39,11 @@ class Tokenizer {
   /// The text of `id` when it follows `prev` in a stream (prev = -1 at the start): byte pieces are raw bytes,
   /// control tokens are empty, and a leading space right after BOS is dropped (SentencePiece / llama2.c decoding).
   virtual std::string piece(std::int32_t prev, std::int32_t id) const = 0;
+  /// What of `prev` piece() depends on: piece(a, id) == piece(b, id) for every id whenever piece_context(a) ==
+  /// piece_context(b). The default, `prev` itself, is always right; each tokenizer says which predecessors change
+  /// pieces (BOS, special tokens, the start), so that a caller asking for the whole vocabulary's pieces at each step
+  /// (constrained generation, models/constrained.hpp) asks again only when this changes.
+  virtual std::int64_t piece_context(std::int32_t prev) const { return prev; }
   virtual std::int32_t bos() const = 0;
   virtual std::int32_t eos() const = 0;
   virtual std::int64_t vocab_size() const = 0;
@@ -276,6 +281,10 @@ class SpmTokenizer final : public Tokenizer {
     }
     if (prev >= 0 && prev == bos_ && add_space_prefix_ && !s.empty() && s[0] == ' ') s.erase(0, 1);
     return s;
+  }
+  /// Only a BOS before the token changes its text (the leading space dropped).
+  std::int64_t piece_context(std::int32_t prev) const override {
+    return prev >= 0 && prev == bos_ && add_space_prefix_;
   }
 
   std::int32_t bos() const override { return bos_; }

@@ -65,6 +65,7 @@ class SentencePieceTokenizer final : public Tokenizer {
     if (prev >= 0 && prev == sp_.bos_id() && !s.empty() && s[0] == ' ') s.erase(0, 1);
     return s;
   }
+  std::int64_t piece_context(std::int32_t prev) const override { return prev >= 0 && prev == sp_.bos_id(); }
   std::int32_t bos() const override { return sp_.bos_id(); }
   std::int32_t eos() const override { return sp_.eos_id(); }
   std::int64_t vocab_size() const override { return sp_.GetPieceSize(); }
