@@ -9,7 +9,6 @@
 #include <string_view>
 #include <vector>
 
-
 #include "cli_args.hpp"
 #include "cli_common.hpp"
 #include "cli_generate_options.hpp"

@@ -196,8 +196,8 @@ struct Context {
 
   /// Whether this forward pass is split by heads and columns over more than one rank.
   bool split() const { return comm != nullptr && comm->size() > 1; }
-  /// Sum f32 rows [n, w] (contiguous) element-wise over the tensor-parallel ranks, in place; backend memory that the
-  /// host cannot address goes through a host copy unless the communicator takes device memory (NCCL). `what` names the sub-module for a failure's message.
+  /// Sum f32 rows [n, w] (contiguous) over the tensor-parallel ranks, in place; rows the host cannot address go through
+  /// a host copy unless the communicator takes device memory (NCCL). `what` names the sub-module in failure messages.
   void all_reduce(View<float, 2> rows, std::string_view what) const { reduce_over(comm, rows, what); }
   /// The same over the expert-parallel ranks (RoutedMoE).
   void expert_all_reduce(View<float, 2> rows, std::string_view what) const {
