@@ -255,6 +255,10 @@ void text_seeds() {
   put("json_schema", "pattern.json",
       std::string(R"({"type": "object", "properties": {"mail": {"type": "string", "pattern": "^[\\w.-]+@[\\w-]+\\.[a-z]{2,3}$"},
         "code": {"pattern": "(?:[A-F]|\\d){2,4}(-x)?|[^\\s\"]*?"}, "d": {"type": "string", "pattern": "^\\u0041.[^]\\x42$"}}})"));
+  put("json_schema", "formats.json",
+      std::string(R"({"type": "object", "properties": {"day": {"type": "string", "format": "date"}, "at": {"type":
+        "string", "format": "date-time"}, "t": {"type": "string", "format": "time"}, "id": {"type": "string", "format":
+        "uuid"}, "mail": {"type": "string", "format": "email"}, "n": {"type": "integer", "format": "int32"}}})"));
   put("openai_request", "chat.json",
       std::string(1, '\0') + R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user",
         "content": [{"type": "text", "text": "Hi \u00e9"}]}], "temperature": 0.5, "top_p": 0.9, "max_tokens": 8,

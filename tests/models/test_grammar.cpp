@@ -683,3 +683,108 @@ TEST_CASE("grammar_from_text: GBNF or a JSON Schema's text, refusals led by the 
   CHECK_THROWS_WITH(gr::grammar_from_text(gr::GrammarText::gbnf, "root ::= (", "grammar="),
                     Catch::StartsWith("grammar=: "));
 }
+
+namespace {
+
+// Independent validators of the enforced formats, from RFC 3339 section 5.6 (with the grammar's stated limits: seconds
+// 00-59, one to nine fraction digits, upper-case T and Z) and RFC 4122's textual UUID: a regular expression for the
+// shape, then arithmetic for the calendar.
+bool valid_date(const std::string& s) {
+  static const std::regex re(R"(^([0-9]{4})-([0-9]{2})-([0-9]{2})$)");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) return false;
+  const int y = std::stoi(m[1]), mo = std::stoi(m[2]), d = std::stoi(m[3]);
+  if (mo < 1 || mo > 12) return false;
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  const int days[] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return d >= 1 && d <= days[mo - 1];
+}
+bool valid_time(const std::string& s) {
+  static const std::regex re(R"(^([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?(Z|[+-]([0-9]{2}):([0-9]{2}))$)");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) return false;
+  if (std::stoi(m[1]) > 23 || std::stoi(m[2]) > 59 || std::stoi(m[3]) > 59) return false;
+  return m[6].length() == 0 || (std::stoi(m[6]) <= 23 && std::stoi(m[7]) <= 59);
+}
+bool valid_date_time(const std::string& s) {
+  return s.size() > 11 && s[10] == 'T' && valid_date(s.substr(0, 10)) && valid_time(s.substr(11));
+}
+bool valid_uuid(const std::string& s) {
+  static const std::regex re("^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$");
+  return std::regex_match(s, re);
+}
+
+std::string two(int v) { return (v < 10 ? "0" : "") + std::to_string(v); }
+
+}  // namespace
+
+TEST_CASE("json schema: formats date, time, date-time and uuid take exactly what RFC 3339 / 4122 validators take",
+          "[grammar][json_schema]") {
+  const auto g_of = [](const char* f) {
+    return std::make_shared<const gr::Grammar>(gr::Grammar::parse(gr::json_schema_to_gbnf(
+        nlohmann::ordered_json::parse(std::string(R"({"type": "string", "format": ")") + f + "\"}"))));
+  };
+  const auto date = g_of("date"), time = g_of("time"), date_time = g_of("date-time"), uuid = g_of("uuid");
+  const auto agrees = [](const std::shared_ptr<const gr::Grammar>& g, const std::string& s, bool valid) {
+    INFO(s);
+    CHECK((run(g, "\"" + s + "\"") == Verdict::complete) == valid);
+    return valid;
+  };
+  std::mt19937 rng(20261204);
+  const auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  // Every month and day (0-13, 0-32) of leap and common years, centuries among them.
+  int valid = 0, total = 0;
+  for (const int y : {0, 4, 1600, 1900, 2000, 2023, 2024, 2100, 9996}) {
+    for (int mo = 0; mo <= 13; ++mo) {
+      for (int d = 0; d <= 32; ++d) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "%04d-%s-%s", y, two(mo).c_str(), two(d).c_str());
+        valid += agrees(date, buf, valid_date(buf));
+        ++total;
+      }
+    }
+  }
+  CHECK(valid == 9 * 365 + 6);  // six leap years among the nine: 0, 4, 1600, 2000, 2024, 9996 (not 1900, 2023, 2100)
+  for (const char* s : {"2024-1-05", "20240-01-05", "2024/01/05", "2024-01-05 ", "", "2024-02-29T"}) {
+    agrees(date, s, false);
+  }
+  // Times and date-times: hours, minutes, seconds one past their range, fractions of 0-10 digits, offsets.
+  for (int i = 0; i < 3000; ++i) {
+    std::string t = two(pick(0, 24)) + ":" + two(pick(0, 60)) + ":" + two(pick(0, 60));
+    const int frac = pick(-3, 10);
+    if (frac >= 0) t += "." + std::string(static_cast<std::size_t>(frac), static_cast<char>('0' + pick(0, 9)));
+    const int off = pick(0, 4);
+    t += off == 0   ? "Z"
+         : off == 1 ? "z"
+         : off == 2 ? ""
+                    : (off == 3 ? "+" : "-") + two(pick(0, 24)) + ":" + two(pick(0, 60));
+    valid += agrees(time, t, valid_time(t));
+    const std::string dt = std::to_string(pick(1990, 2030)) + "-" + two(pick(1, 12)) + "-" + two(pick(1, 31)) + "T" + t;
+    agrees(date_time, dt, valid_date_time(dt));
+  }
+  // UUIDs: the right shape, then one character or one group length changed.
+  const char* hex = "0123456789abcdefABCDEF";
+  for (int i = 0; i < 2000; ++i) {
+    std::string u;
+    for (const int n : {8, 4, 4, 4, 12}) {
+      const int len = pick(0, 9) == 0 ? n + pick(-1, 1) : n;
+      if (!u.empty()) u += '-';
+      for (int k = 0; k < len; ++k) u += hex[pick(0, 21)];
+    }
+    if (pick(0, 4) == 0) u[static_cast<std::size_t>(pick(0, static_cast<int>(u.size()) - 1))] = "g-Z0"[pick(0, 3)];
+    agrees(uuid, u, valid_uuid(u));
+  }
+  CHECK(total == 9 * 14 * 33);
+  // Other formats are annotations; the enforced ones refuse the keywords they would override.
+  CHECK(run(g_of("email"), "\"not an address\"") == Verdict::complete);
+  CHECK_NOTHROW(gr::json_schema_to_gbnf(nlohmann::ordered_json::parse(R"({"type": "integer", "format": "int32"})")));
+  schema_refused(R"({"type": "string", "format": "date", "maxLength": 8})",
+                 "#: format date together with pattern / minLength / maxLength is not supported");
+  // A property named like a format rule keeps its own rule.
+  const auto named = std::make_shared<const gr::Grammar>(gr::Grammar::parse(gr::json_schema_to_gbnf(
+      nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"fmt-date": {"type": "string", "format":
+        "uuid"}, "d": {"type": "string", "format": "date"}}, "required": ["fmt-date", "d"],
+        "additionalProperties": false})"))));
+  CHECK(run(named, R"({"fmt-date": "123e4567-e89b-12d3-a456-426614174000", "d": "2024-02-29"})") == Verdict::complete);
+  CHECK(run(named, R"({"fmt-date": "2024-02-29", "d": "2024-02-29"})") == Verdict::refused);
+}

@@ -8,15 +8,18 @@
 // - `type` (string, number, integer, boolean, null, object, array, or a list of them), `enum`, `const`;
 // - objects: `properties` in the order the schema lists them, `required`, and `additionalProperties` (false: no other
 //   key; absent or true: any other members after the listed ones; a schema: other members of that schema);
-// - arrays: `items`, `minItems`, `maxItems`; strings: `minLength`, `maxLength` (in code points);
+// - arrays: `items`, `minItems`, `maxItems`; strings: `minLength`, `maxLength` (in code points), `pattern` (an ECMA-262
+//   subset: PatternCompiler below), and with `type: string` the formats `date`, `time`, `date-time` (RFC 3339: days per
+//   month, February 29 in Gregorian leap years only, seconds 00-59, at most nine fraction digits, upper-case T and Z)
+//   and `uuid` (8-4-4-4-12 hex digits);
 // - integers (`type: integer` alone): `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (JSON numbers, as in
 //   draft 6 and later), written out as digit ranges, within the integers the grammar writes (at most 16 digits);
 // - `anyOf` and `oneOf` (a value of one of the schemas: oneOf's "exactly one" is not checked, as in llama.cpp),
 //   `allOf` with one schema, local `$ref` (`#/$defs/...`, `#/definitions/...`, `#`), recursion included.
 // Annotations are read and ignored: title, description, default, examples, $schema, $id, $comment, deprecated,
-// readOnly, writeOnly, and `format` (an annotation in JSON Schema 2020-12 unless a validator opts in).
-// Every other keyword (pattern, multipleOf, uniqueItems, prefixItems, not, if/then/else, ...) is
-// refused by name with the schema path where it stands, never ignored.
+// readOnly, writeOnly, and the other formats (`email`, `int32`, ...: annotations in JSON Schema 2020-12 unless a
+// validator opts in). Every other keyword (multipleOf, uniqueItems, prefixItems, not, if/then/else, ...) is refused by
+// name with the schema path where it stands, never ignored.
 // Whitespace between tokens is at most 20 spaces, tabs or newlines at each place (a model cannot loop on blanks).
 #pragma once
 
@@ -659,6 +662,16 @@ class SchemaCompiler {
   }
 
   std::string string(const nlohmann::ordered_json& s, const std::string& path, const std::string& hint) {
+    if (s.contains("format") && s["format"].is_string()) {
+      const std::string f = s["format"].get<std::string>();
+      if (f == "date" || f == "time" || f == "date-time" || f == "uuid") {
+        if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength")) {
+          refuse(path, "format " + f + " together with pattern / minLength / maxLength is not supported");
+        }
+        define_formats();
+        return emit(hint, "\"\\\"\" fmt-" + f + " \"\\\"\"");
+      }
+    }
     if (s.contains("pattern")) {
       if (s.contains("minLength") || s.contains("maxLength")) {
         refuse(path, "pattern together with minLength / maxLength is not supported");
@@ -671,6 +684,25 @@ class SchemaCompiler {
     const std::int64_t hi = s.contains("maxLength") ? count_of(s, "maxLength", path) : -1;
     if (hi >= 0 && hi < lo) refuse(path, "maxLength below minLength");
     return emit(hint, "\"\\\"\" char" + repeat(lo, hi) + " \"\\\"\"");
+  }
+
+  /// The enforced formats' rules (RFC 3339 dates and times, RFC 4122 UUIDs), defined once when a schema uses one.
+  void define_formats() {
+    if (rules_.count("fmt-date") != 0) return;
+    const std::string d2 = "[0-9] [0-9]", leap4 = R"(("0" [48] | [2468] [048] | [13579] [26]))";
+    // A Gregorian leap year: divisible by 4, and centuries only when divisible by 400 (the first two digits by 4).
+    rules_["fmt-leap-year"] = d2 + " " + leap4 + R"( | ("0" [048] | [2468] [048] | [13579] [26]) "00")";
+    rules_["fmt-date"] = "[0-9]{4} \"-\" (" +
+                         std::string(R"(("0" [13578] | "1" [02]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]))") +
+                         R"( | ("0" [469] | "11") "-" ("0" [1-9] | [12] [0-9] | "30"))" +
+                         R"( | "02-" ("0" [1-9] | "1" [0-9] | "2" [0-8])) | fmt-leap-year "-02-29")";
+    const std::string hh = R"(([01] [0-9] | "2" [0-3]))", mm = "[0-5] [0-9]";
+    rules_["fmt-time"] = hh + " \":\" " + mm + " \":\" " + mm + R"( ("." [0-9]{1,9})? ("Z" | [+-] )" + hh +
+                         " \":\" " + mm + ")";
+    rules_["fmt-date-time"] = "fmt-date \"T\" fmt-time";
+    const std::string hex = "[0-9a-fA-F]";
+    rules_["fmt-uuid"] =
+        hex + "{8} \"-\" " + hex + "{4} \"-\" " + hex + "{4} \"-\" " + hex + "{4} \"-\" " + hex + "{12}";
   }
 
   std::string array(const nlohmann::ordered_json& s, const std::string& path, const std::string& hint) {
@@ -785,8 +817,10 @@ class SchemaCompiler {
     return name;
   }
 
-  static inline const std::set<std::string> kReserved = {"root", "ws", "char", "string", "number", "integer",
-                                                        "boolean", "null", "value", "object", "array"};
+  static inline const std::set<std::string> kReserved = {"root",    "ws",       "char",     "string",   "number",
+                                                        "integer", "boolean",  "null",     "value",    "object",
+                                                        "array",   "fmt-date", "fmt-time", "fmt-uuid", "fmt-date-time",
+                                                        "fmt-leap-year"};
   const nlohmann::ordered_json& root_;
   std::map<std::string, std::string> rules_;
   std::set<std::string> pending_;
