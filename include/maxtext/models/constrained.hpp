@@ -56,11 +56,11 @@ void constrained_steps(const Tok& tk, std::int32_t prev, const GenerateOptions& 
   std::vector<std::string> pieces, fresh;
   grammar::TokenTrie trie;  // the vocabulary's trie, made again only when the pieces change (they may depend on prev)
   std::int64_t context = 0;
-  for (bool first = true;; first = false) {
+  for (;;) {
     // The pieces are asked again only when prev may change them (Tokenizer::piece_context; every step without it).
     std::int64_t c = prev;
     if constexpr (requires { tk.piece_context(prev); }) c = tk.piece_context(prev);
-    if (first || c != context || static_cast<std::int64_t>(pieces.size()) != V) {
+    if (static_cast<std::int64_t>(pieces.size()) != V || c != context) {  // the first step, or another context
       context = c;
       fresh.resize(static_cast<std::size_t>(V));
       for (std::int64_t t = 0; t < V; ++t) {
@@ -69,7 +69,7 @@ void constrained_steps(const Tok& tk, std::int32_t prev, const GenerateOptions& 
         const auto u = static_cast<std::size_t>(t);
         fresh[u] = t < tk_vocab ? tk.piece(prev, static_cast<std::int32_t>(t)) : std::string();
       }
-      if (first || fresh != pieces) {
+      if (fresh != pieces) {
         pieces.swap(fresh);
         trie = grammar::TokenTrie(pieces);
       }
