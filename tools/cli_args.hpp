@@ -13,12 +13,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "maxtext/comm/communicator.hpp"
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
+#include "maxtext/models/media.hpp"
 
 namespace maxtext::models {
 class AnyModel;
@@ -136,11 +138,7 @@ const char* default_config_dir();
 /// The pictures of --image for one prompt (cli_vision.cpp; refused where the program has no picture support): the
 /// prompt's picture markers expanded to the model's image tokens, the marked positions and the soft tokens that
 /// replace them (ForwardOptions::media_mask / media_embeddings).
-struct PromptImages {
-  std::vector<std::int32_t> ids;          ///< the expanded prompt
-  Tensor<std::int32_t, 2> mask;           ///< [1, ids.size()]: 1 at the soft tokens
-  Tensor<float, 2> embeddings;            ///< [pictures * tokens per picture, emb_dim]
-};
+using PromptImages = models::MediaPrompt;
 /// The pictures of --image, read and encoded once by the tower of --weights (a Hugging Face
 /// Gemma3ForConditionalGeneration checkpoint; --image-preprocess; the soft tokens also to --image-embeddings-out).
 class PromptPictures {
@@ -157,6 +155,24 @@ PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::v
 /// The marker a prompt's text gives for each picture (Gemma 3: "<start_of_image>"), which llama.cpp's `<__media__>`
 /// is rewritten to; empty where the program has no picture support.
 std::string image_marker_text(const Args& a);
+/// A picture's file bytes and the name errors give it (serve: the request's field).
+struct PictureFile {
+  std::string_view bytes;
+  std::string_view name;
+};
+/// A model's vision tower, loaded once, for pictures that come later (serve's requests; cli_vision.cpp).
+class PictureTower {
+ public:
+  virtual ~PictureTower() = default;
+  /// The text that opens a picture in a prompt (Gemma 3: "<start_of_image>").
+  virtual std::string marker() const = 0;
+  /// Decodes and encodes `pictures` (PNG or JPEG) and expands `ids`, which hold one marker per picture, marker i
+  /// taking picture i.
+  virtual PromptImages expand(const std::vector<std::int32_t>& ids, const std::vector<PictureFile>& pictures) const = 0;
+};
+/// The tower of --mmproj, or of --weights when that is a Hugging Face Gemma 3 checkpoint with its vision tower;
+/// null without either, or with `--mmproj none` (serve).
+std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cfg);
 /// `text` with llama.cpp's `<__media__>` markers rewritten to image_marker_text (cli_text.cpp).
 std::string with_image_markers(const Args& a, std::string text);
 

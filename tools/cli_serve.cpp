@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli_args.hpp"
 #include "cli_generate_options.hpp"
@@ -81,6 +82,20 @@ int cmd_serve(const Args& a) {
                  "lines, then \"assistant:\"; see docs/generation.md)\n";
     eo.render = plain_chat_format;
     eo.chat_stop_strings.push_back("\nuser:");
+  }
+  // Pictures (image_url parts): the tower of --mmproj, or of a Gemma 3 checkpoint that carries one (cli_vision.cpp).
+  std::shared_ptr<const PictureTower> tower = open_picture_tower(a, cfg);
+  if (tower) {
+    eo.pictures.marker = tower->marker();
+    eo.pictures.expand = [tower](const std::vector<std::int32_t>& ids, const std::vector<server::Picture>& pictures) {
+      std::vector<PictureFile> files;
+      for (const auto& p : pictures) files.push_back({p.bytes, p.field});
+      return tower->expand(ids, files);
+    };
+    std::cerr << "serve: pictures in chat requests (image_url data URLs) go through the vision tower\n";
+  } else {
+    MAXTEXT_CHECK(!a.has("image-preprocess"), ArgumentError, "serve --image-preprocess needs a vision tower (--mmproj, "
+                  "or a Gemma 3 checkpoint with one)");
   }
   const auto model = open_model(cfg, a);
   server::Engine engine(*model, *tk, eo);

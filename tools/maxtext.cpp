@@ -33,9 +33,10 @@ commands:
             a conversation, one user message per line of stdin until EOF; the KV cache is kept between turns
   serve     --weights FILE [--tokenizer FILE] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q]
             [--ctx-size N] [--max-new-tokens N] [--alias NAME] [--api-key KEY | --api-key-file FILE]
-            [--max-body BYTES]:
+            [--max-body BYTES] [--mmproj FILE|none] [--image-preprocess maxtext|llamacpp]:
             an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health);
-            N conversations at once, Q more waiting (then 503); the key also from $MAXTEXT_API_KEY. docs/server.md
+            N conversations at once, Q more waiting (then 503); the key also from $MAXTEXT_API_KEY; pictures
+            (image_url data URLs) through --mmproj or a Gemma 3 checkpoint's own tower (none: text only). docs/server.md
   tokenize  (--weights FILE | --tokenizer PATH) (--text "text" | --text-file FILE) [--add-special on|off]:
             prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)
   detokenize (--weights FILE | --tokenizer PATH) --ids 1,2,3 [--skip-special on|off]: writes the text to stdout
@@ -120,6 +121,12 @@ std::unique_ptr<maxtext::cli::PromptPictures> maxtext::cli::open_prompt_pictures
                 "libpng-dev and libjpeg62-turbo-dev, as scripts/setup.sh does, and configure with -DMAXTEXT_CLI_VISION=ON)");
 }
 std::string maxtext::cli::image_marker_text(const Args&) { return std::string(); }
+std::unique_ptr<maxtext::cli::PictureTower> maxtext::cli::open_picture_tower(const Args& a, const Config&) {
+  MAXTEXT_CHECK(!a.has("mmproj") || a.get("mmproj") == "none", UnsupportedError, a.command, " --mmproj: pictures "
+                "are not compiled into this program (install libpng-dev and libjpeg62-turbo-dev, as scripts/setup.sh "
+                "does, and configure with -DMAXTEXT_CLI_VISION=ON)");
+  return nullptr;
+}
 #endif
 
 int main(int argc, char** argv) {

@@ -271,6 +271,10 @@ void text_seeds() {
         {"role": "tool", "tool_call_id": "c1", "content": "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": 2}}\n</tool_call>"}],
         "tools": [{"type": "function", "function": {"name": "w", "parameters": {"type": "object", "properties": {"c":
         {"type": "integer"}}, "required": ["c"]}}}], "tool_choice": "required", "parallel_tool_calls": false})");
+  put("openai_request", "pictures.json",
+      std::string(1, '\0') + R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a <__media__>"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}},
+        {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4A"}}]}], "max_tokens": 2})");
   put("openai_request", "completion.json",
       std::string(1, '\1') + R"({"prompt": [1, 2, 3], "max_tokens": 4, "logprobs": 2, "echo": true, "n": 1,
         "frequency_penalty": -1.5, "presence_penalty": 2, "top_k": 4, "min_p": 0.1, "repeat_penalty": 1.1})");

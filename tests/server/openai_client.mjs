@@ -8,6 +8,7 @@
 // - refusals as the client surfaces them: an unknown field (400 naming the nearest field), a context overflow;
 // - a load test: 64 concurrent streams on 4 slots, every answer equal to the same request run alone, twice, with the
 //   server's resident memory flat between the rounds; a client that aborts a stream is noticed (/health);
+// - pictures (image_url data URLs) through a tiny multimodal Gemma 3's tower, equal to `maxtext generate --image`;
 // - tool calls through Qwen3's chat template (a seeded model; tool_choice required and named make it call): whole and
 //   streamed, and the call and its result sent back;
 // - a server with one slot and no queue answers a burst with 503s (the client's APIError), and an API key is enforced.
@@ -262,6 +263,51 @@ try {
       'the call and its result sent back: a text answer with tool_choice none');
   } else {
     console.log(`(tool calls not checked: ${qwen} not found)`);
+  }
+
+  // Pictures: image_url parts (data URLs) through the tower of a tiny multimodal Gemma 3 (tests/fixtures/
+  // gemma3_mm_model, with its chat tokenizer's template): the greedy answer equals `maxtext generate --image` on the
+  // rendered prompt, whole and streamed; `--mmproj none` serves text only and refuses pictures by name.
+  const mm = join(here, '..', 'fixtures', 'gemma3_mm_model');
+  const mmArgs = ['--weights', join(mm, 'hf'), '--tokenizer', join(mm, 'chat_tokenizer')];
+  const png = (f) => `data:image/png;base64,${readFileSync(join(mm, f)).toString('base64')}`;
+  const pictured = [{ role: 'user', content: [{ type: 'text', text: 'look ' },
+    { type: 'image_url', image_url: { url: png('image_a.png') } }, { type: 'text', text: ' and ' },
+    { type: 'image_url', image_url: { url: png('image_b.png'), detail: 'low' } }] }];
+  const g = await serve([...mmArgs, '--ctx-size', '1024'], {}, false);
+  const gc = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+  const pr = await gc.chat.completions.create({ model: 'm', messages: pictured, max_tokens: 6, temperature: 0 });
+  const seen = pr.choices[0].message.content;
+  const gen = execFileSync(maxtext, ['generate', ...mmArgs, '--image', join(mm, 'image_a.png'), '--image',
+    join(mm, 'image_b.png'), '--max-new-tokens', '6', '--threads', '1', '--prompt',
+    '<start_of_turn>user\nlook <start_of_image> and <__media__><end_of_turn>\n<start_of_turn>model\n'],
+  { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  const turn = gen.indexOf('<start_of_turn>model\n');
+  check(seen.length > 0 && turn >= 0 && gen.slice(turn + 21).startsWith(seen),
+    `a chat with two pictures equals maxtext generate --image (${JSON.stringify(seen)})`);
+  check(pr.usage.prompt_tokens > 2 * 260, `the pictures' tokens are counted (${pr.usage.prompt_tokens} prompt tokens)`);
+  let pd = '';
+  for await (const chunk of await gc.chat.completions.create({ model: 'm', messages: pictured, max_tokens: 6,
+    temperature: 0, stream: true })) {
+    pd += chunk.choices[0]?.delta?.content ?? '';
+  }
+  check(pd === seen, 'the streamed answer with pictures equals the whole one');
+  try {
+    await gc.chat.completions.create({ model: 'm', max_tokens: 2, messages: [{ role: 'user', content: [
+      { type: 'image_url', image_url: { url: 'https://example.com/cat.png' } }] }] });
+    check(false, 'a picture by URL is refused');
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError && e.param === 'messages[0].content[0].image_url.url' &&
+      /not a data URL/.test(e.message), `a picture by URL is refused: ${e.status} ${e.message}`);
+  }
+  const nt = await serve([...mmArgs, '--ctx-size', '1024', '--mmproj', 'none'], {}, false);
+  try {
+    await new OpenAI({ baseURL: `${nt.url}/v1`, apiKey: 'unused', maxRetries: 0 }).chat.completions.create(
+      { model: 'm', messages: pictured, max_tokens: 2 });
+    check(false, '--mmproj none refuses pictures');
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError && /takes no pictures/.test(e.message),
+      `--mmproj none refuses pictures: ${e.status} ${e.message}`);
   }
 
   // One slot, no queue, an API key: a burst gets 503s, the key is enforced.

@@ -108,6 +108,70 @@ TEST_CASE("server: chat requests are read field by field", "[server]") {
   CHECK(j.schema["properties"].begin().key() == "b");  // the schema's own order (it decides the grammar's)
 }
 
+TEST_CASE("server: base64 is decoded as RFC 4648 writes it, and anything else is refused", "[server][pictures]") {
+  // RFC 4648, section 10's test vectors, padded and not.
+  const std::vector<std::pair<std::string, std::string>> vectors = {
+      {"", ""}, {"Zg==", "f"}, {"Zm8=", "fo"}, {"Zm9v", "foo"}, {"Zm9vYg==", "foob"}, {"Zm9vYmE=", "fooba"},
+      {"Zm9vYmFy", "foobar"}, {"Zg", "f"}, {"Zm8", "fo"}, {"Zm9vYmE", "fooba"}};
+  for (const auto& [in, want] : vectors) {
+    INFO(in);
+    const auto got = server::detail::base64_decode(in);
+    REQUIRE(got.has_value());
+    CHECK(*got == want);
+  }
+  // Every byte value, through both 62 and 63 ('+' and '/'): "+/8=" is 0xFB 0xFF.
+  CHECK(server::detail::base64_decode("+/8=") == std::string("\xFB\xFF"));
+  CHECK(server::detail::base64_decode("AAECAwQFBgc=") == std::string("\x00\x01\x02\x03\x04\x05\x06\x07", 8));
+  for (const char* bad : {"Z", "Zg=", "Zg===", "Z===", "=Zg=", "Zm9v!A==", "Zh==", "Zm9=", "Zm 9v", "Zg==Zg==", "-_8="}) {
+    INFO(bad);
+    CHECK_FALSE(server::detail::base64_decode(bad).has_value());
+  }
+}
+
+TEST_CASE("server: pictures in user messages are image_url data URLs, each holding its place in the text",
+          "[server][pictures]") {
+  const auto r = server::parse_chat_request(Json::parse(R"({"messages": [
+      {"role": "system", "content": "Look."},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url":
+          {"url": "data:image/png;base64,Zm9v"}}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": "ok"},
+      {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,YmFy",
+          "detail": "high"}}]}]})"));
+  REQUIRE(r.pictures.size() == 2);
+  CHECK(r.pictures[0].bytes == "foo");
+  CHECK(r.pictures[0].field == "messages[1].content[1].image_url");
+  CHECK(r.pictures[1].bytes == "bar");
+  CHECK(r.pictures[1].field == "messages[3].content[0].image_url");
+  CHECK(r.messages[1]["content"] == "a<__media__>b");
+  CHECK(r.messages[3]["content"] == "<__media__>");
+  CHECK(server::parse_chat_request(Json::parse(std::string("{") + kUser + "}")).pictures.empty());
+
+  const auto part = [](const std::string& image_url, const char* role = "user") {
+    return str(R"({"messages": [{"role": ")", role, R"(", "content": [{"type": "image_url", "image_url": )", image_url,
+               "}]}]})");
+  };
+  const std::string f = "messages[0].content[0].image_url";
+  chat_refused(part(R"({"url": "https://example.com/cat.png"})"), f + ".url", "not a data URL");
+  chat_refused(part(R"({"url": "data:image/gif;base64,Zm9v"})"), f + ".url", "media type 'image/gif'");
+  chat_refused(part(R"({"url": "data:image/png,Zm9v"})"), f + ".url", "must be base64");
+  chat_refused(part(R"({"url": "data:image/png;base64"})"), f + ".url", "without ','");
+  chat_refused(part(R"({"url": "data:image/png;base64,Zm9v!"})"), f + ".url", "not base64");
+  chat_refused(part(R"({"url": "data:image/png;base64,"})"), f + ".url", "the picture is empty");
+  chat_refused(part(R"({"url": "data:image/png;base64,Zm9v", "detial": "low"})"), f + ".detial",
+               "did you mean 'detail'?");
+  chat_refused(part(R"({"url": "data:image/png;base64,Zm9v", "detail": "max"})"), f + ".detail",
+               "expected auto, low or high");
+  chat_refused(part(R"({"detail": "low"})"), f + ".url", "has no 'url'");
+  chat_refused(part(R"("data:image/png;base64,Zm9v")"), f, "must be an object");
+  chat_refused(part(R"({"url": "data:image/png;base64,Zm9v"})", "system"), "messages[0].content[0].type",
+               "only user messages carry pictures");
+  chat_refused(part(R"({"url": "data:image/png;base64,Zm9v"})", "assistant"), "messages[0].content[0].type",
+               "only user messages carry pictures");
+  chat_refused(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", f, "has no 'image_url'");
+  chat_refused(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "text": "x", "image_url":
+      {"url": "data:image/png;base64,Zm9v"}}]}]})", "messages[0].content[0].text", "unknown field");
+}
+
 TEST_CASE("server: a field that is unknown, mistyped, out of range or not honoured is refused by name", "[server]") {
   const std::string u = kUser;
   chat_refused("{" + u + R"(, "temprature": 0})", "temprature", "did you mean 'temperature'?");
@@ -141,10 +205,8 @@ TEST_CASE("server: a field that is unknown, mistyped, out of range or not honour
   chat_refused(R"({"messages": [{"role": "user"}]})", "messages[0].content", "has no 'content'");
   chat_refused(R"({"messages": [{"role": "user", "content": "a", "contnet": "b"}]})", "messages[0].contnet",
                "did you mean 'content'?");
-  chat_refused(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
-               "messages[0].content[0].image_url", "unknown field");
   chat_refused(R"({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})",
-               "messages[0].content[0].type", "only text parts are supported");
+               "messages[0].content[0].type", "the parts read are text and image_url");
   refused([] { server::parse_chat_request(Json::array()); }, 400, "", "must be a JSON object, found an array");
 
   completion_refused(R"({"prompt": "a", "suffix": "b"})", "suffix", "not supported");

@@ -43,6 +43,7 @@
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/constrained.hpp"
 #include "maxtext/models/generate.hpp"
+#include "maxtext/models/media.hpp"
 #include "maxtext/models/json_schema.hpp"
 #include "maxtext/models/session.hpp"
 #include "maxtext/models/text_stream.hpp"
@@ -51,6 +52,18 @@
 #include "maxtext/tokenizer/spm.hpp"
 
 namespace maxtext::server {
+
+/// How the model takes pictures (a vision tower: EngineOptions::pictures). Without `expand`, a request with pictures
+/// is refused by name.
+struct PictureInput {
+  /// The text that opens a picture in the model's prompts (Gemma 3: "<start_of_image>"): each image part's
+  /// kMediaMarker is rewritten to it after the chat template ran.
+  std::string marker;
+  /// Prompt ids with one marker per picture, and the pictures (PNG or JPEG bytes) -> their MediaPrompt. Throws
+  /// maxtext::Error for a picture it cannot take (a message naming Picture::field: the request is refused, 400). The
+  /// engine calls it on a thread of its own, one request at a time, when it admits the request.
+  std::function<models::MediaPrompt(const std::vector<std::int32_t>&, const std::vector<Picture>&)> expand;
+};
 
 struct EngineOptions {
   std::string model_id = "maxtext";  ///< what /v1/models and every response name the model
@@ -72,6 +85,8 @@ struct EngineOptions {
   std::function<std::string(const nlohmann::json&, const nlohmann::json&, bool)> render_tools;
   /// The tool-call syntax the template teaches (tool_format_of(template source)).
   ToolFormat tool_format = ToolFormat::none;
+  /// Pictures in chat requests (image_url parts): the model's vision tower, or none.
+  PictureInput pictures;
 };
 
 /// Counters for /health and the tests.
@@ -132,6 +147,9 @@ class Engine {
     MAXTEXT_CHECK(opt_.ctx > 1, ArgumentError, "[server] ctx must be > 1, found ", opt_.ctx);
     if (!opt_.encode_chat) opt_.encode_chat = [this](const std::string& s) { return tk_.encode(s); };
     for (int i = 0; i < opt_.slots; ++i) slots_.push_back(std::make_unique<Slot>(adapter_, opt_.ctx));
+    MAXTEXT_CHECK(!opt_.pictures.expand || !opt_.pictures.marker.empty(), ArgumentError,
+                  "[server] PictureInput::expand needs its marker");
+    if (opt_.pictures.expand) picture_worker_ = std::make_unique<Worker>();
   }
 
   Engine(const Engine&) = delete;
@@ -158,8 +176,9 @@ class Engine {
   std::vector<std::int32_t> prompt_ids(const Request& r, std::string* text = nullptr) const {
     if (r.endpoint == Endpoint::chat) {
       const bool tools = !r.tools.empty() && r.tool_choice != ToolChoice::none && opt_.render_tools;
-      const std::string s = tools ? opt_.render_tools(r.messages, nlohmann::json::parse(r.tools.dump()), true)
-                                  : opt_.render(r.messages, true);
+      std::string s = tools ? opt_.render_tools(r.messages, nlohmann::json::parse(r.tools.dump()), true)
+                            : opt_.render(r.messages, true);
+      if (!r.pictures.empty()) s = with_picture_markers(std::move(s), r);
       if (text) *text = s;
       return opt_.encode_chat(s);
     }
@@ -188,6 +207,68 @@ class Engine {
   Outcome run(const Request& r, const std::function<bool(std::string_view)>& on_text = {}, std::stop_token stop = {});
 
  private:
+  /// The rendered chat `s` with each picture's kMediaMarker rewritten to the model's marker: one per picture, or the
+  /// request is refused.
+  std::string with_picture_markers(std::string s, const Request& r) const {
+    if (!opt_.pictures.expand) {
+      bad_request(r.pictures.front().field, "this server's model takes no pictures (maxtext serve: a Gemma 3 "
+                                            "checkpoint with its vision tower, or --mmproj; docs/server.md)");
+    }
+    std::string out;
+    std::size_t n = 0, at = 0;
+    for (std::size_t k; (k = s.find(kMediaMarker, at)) != std::string::npos; at = k + kMediaMarker.size()) {
+      out.append(s, at, k - at).append(opt_.pictures.marker);
+      ++n;
+    }
+    out.append(s, at, std::string::npos);
+    if (n != r.pictures.size()) {
+      bad_request("messages", str("the rendered messages hold ", n, " ", kMediaMarker, " marker(s) for ",
+                                  r.pictures.size(), " picture(s): text parts must not write the marker, and the chat "
+                                  "template must keep every user message"));
+    }
+    return out;
+  }
+
+  /// The pictures' prompt (PictureInput::expand) on the engine's picture thread, one request at a time: the tower's
+  /// scratch exists once, whichever HTTP thread admits the request. Its errors refuse the request (400).
+  models::MediaPrompt expand_pictures(const std::vector<std::int32_t>& ids, const std::vector<Picture>& pictures) {
+    std::lock_guard<std::mutex> one(picture_mu_);
+    std::optional<models::MediaPrompt> out;
+    std::exception_ptr err;
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    picture_worker_->post([&] {
+      try {
+        out = opt_.pictures.expand(ids, pictures);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(m);
+      done = true;
+      cv.notify_all();
+    });
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return done; });
+    }
+    if (err) {
+      try {
+        std::rethrow_exception(err);
+      } catch (const RequestError&) {
+        throw;
+      } catch (const Error& e) {
+        bad_request("messages", str("the pictures cannot be used: ", e.what()));
+      }
+    }
+    const auto T = static_cast<std::int64_t>(out->ids.size());
+    MAXTEXT_CHECK(out->mask.dim(0) == 1 && out->mask.dim(1) == T && out->embeddings.dim(1) == model_.config().emb_dim,
+                  ArgumentError, "[server] PictureInput::expand gave a mask of ", out->mask.shape(), " and rows of ",
+                  out->embeddings.shape(), " for ", T, " ids (expected [1, ", T, "] and [n, ",
+                  model_.config().emb_dim, "])");
+    return std::move(*out);
+  }
+
   using SlotSession = models::Session<detail::TurnTakingModel>;
   /// A thread that runs one task at a time for its slot: the model's forward passes run on the slots' threads only,
   /// so the kernels' per-thread scratch and OpenMP's thread teams exist once per slot, not once per HTTP thread.
@@ -304,6 +385,8 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<std::uint64_t> next_call_id_{0};
+  std::mutex picture_mu_;                    // one picture request at a time on picture_worker_
+  std::unique_ptr<Worker> picture_worker_;  // with PictureInput::expand
   int running_ = 0, waiting_ = 0;
   EngineStats stats_;
   std::stop_source stopping_;
@@ -322,6 +405,10 @@ class Engine::Job {
       tools_ = e.opt_.tool_format;
     }
     ids_ = e.prompt_ids(r, &prompt_text_);
+    if (!r.pictures.empty()) {
+      pictures_ = e.expand_pictures(ids_, r.pictures);
+      ids_ = pictures_->ids;
+    }
     const auto P = static_cast<std::int64_t>(ids_.size());
     if (P == 0) bad_request(r.endpoint == Endpoint::chat ? "messages" : "prompt", "the prompt has no tokens");
     const std::int64_t V = e.model_.config().vocab_size, ctx = e.opt_.ctx;
@@ -486,7 +573,11 @@ class Engine::Job {
     o.prompt_tokens = P;
     models::GenerateResult res;
     auto& session = lease_->slot().session;
-    session.sync(ids_);
+    if (pictures_) {
+      session.sync(ids_, &pictures_->mask, &pictures_->embeddings);
+    } else {
+      session.sync(ids_);
+    }
     res = grammar_ ? models::generate_constrained(session, e_.tk_, {}, go, grammar_) : session.generate({}, go);
     o.cached_tokens = std::max<std::int64_t>(0, P - res.prompt_tokens);
     o.text = res.text.at(0);
@@ -526,6 +617,7 @@ class Engine::Job {
   Engine& e_;
   Request r_;
   std::vector<std::int32_t> ids_;
+  std::optional<models::MediaPrompt> pictures_;  ///< a chat request's pictures: ids_ holds their tokens
   std::string prompt_text_;
   std::int64_t max_new_ = 0;
   std::shared_ptr<const models::grammar::Grammar> grammar_;

@@ -5,7 +5,7 @@
 // these two headers alone.
 //
 // The fields follow OpenAI's API reference (chat completions and the legacy completions), with llama-server's
-// sampling extensions top_k, min_p and repeat_penalty. A field is read, refused by name (n > 1, images, a suffix,
+// sampling extensions top_k, min_p and repeat_penalty. A field is read, refused by name (n > 1, audio, a suffix,
 // ...), or on the short list of fields that do not change the output (user, metadata, store: false,
 // service_tier: auto|default). An unknown field is refused with the nearest known one ("did you mean 'temperature'?"):
 // a misspelt option must not silently run with the defaults. A field set to null counts as absent, as in OpenAI's API.
@@ -17,6 +17,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -70,11 +71,23 @@ struct ToolCall {
   std::string id, name, arguments;
 };
 
+/// Where each picture of a chat request goes in its messages' text: the image part's place (llama.cpp's marker; the
+/// engine rewrites it to the model's own, server::PictureInput::marker).
+inline constexpr std::string_view kMediaMarker = "<__media__>";
+
+/// A picture of a chat request: an image_url part's bytes, decoded from its base64 data URL, and the field it came
+/// from (for the messages that name a bad picture).
+struct Picture {
+  std::string bytes;
+  std::string field;  ///< e.g. "messages[1].content[0].image_url"
+};
+
 /// One request, checked: every field the server reads, in the library's types.
 struct Request {
   Endpoint endpoint = Endpoint::chat;
   std::string model;             ///< as sent (the server answers with its own model id)
   nlohmann::json messages;       ///< chat: [{role, content}], content a string (text parts joined)
+  std::vector<Picture> pictures;  ///< chat: the users' image parts in order; kMediaMarker holds each one's place
   std::string prompt;            ///< completion: the prompt text (unless prompt_ids)
   std::vector<std::int32_t> prompt_ids;  ///< completion: a prompt given as token ids
   bool has_prompt_ids = false;
@@ -163,21 +176,101 @@ inline void check_fields(const Json& obj, const std::vector<std::string>& known,
   }
 }
 
-/// The text of a message's content: a string, or an array of {"type": "text", "text": ...} parts (joined).
-inline std::string content_text(const Json& c, const std::string& field) {
+/// The bytes of standard base64 (RFC 4648, section 4; the padding may be left out), or nullopt at the first
+/// character outside the alphabet, a misplaced '=' or a length no encoder writes.
+inline std::optional<std::string> base64_decode(std::string_view in) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::size_t n = in.size();
+  if (n % 4 == 0 && n >= 2 && in[n - 1] == '=') n -= in[n - 2] == '=' ? 2 : 1;  // padding: one or two '='
+  if (n % 4 == 1) return std::nullopt;  // 6 bits cannot end a byte
+  std::string out;
+  out.reserve(n / 4 * 3 + 2);
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int v = value(in[i]);
+    if (v < 0) return std::nullopt;
+    acc = (acc << 6) | static_cast<std::uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xFFu));
+    }
+  }
+  if ((acc & ((1u << bits) - 1u)) != 0) return std::nullopt;  // leftover bits an encoder leaves zero
+  return out;
+}
+
+/// The picture of an image_url part: {"url": "data:image/png;base64,...", "detail": "auto"|"low"|"high"}. Only data
+/// URLs are taken (the server fetches nothing from the network); PNG and JPEG, as the image reader decodes them.
+inline Picture read_image_url(const Json& part, const std::string& pf) {
+  const std::string f = pf + ".image_url";
+  if (!part.contains("image_url")) bad_request(f, str("'", pf, "' has no 'image_url'"));
+  const Json& iu = part["image_url"];
+  if (!iu.is_object()) wrong_type(f, "an object", iu);
+  check_fields(iu, {"url", "detail"}, f);
+  if (iu.contains("detail")) {
+    const std::string d = string(iu["detail"], f + ".detail");
+    if (d != "auto" && d != "low" && d != "high") {
+      bad_request(f + ".detail", str("'", f, ".detail' is '", d, "': expected auto, low or high"));
+    }
+  }
+  if (!iu.contains("url")) bad_request(f + ".url", str("'", f, "' has no 'url'"));
+  const std::string url = string(iu["url"], f + ".url");
+  const std::string_view u(url);
+  if (u.substr(0, 5) != "data:") {
+    bad_request(f + ".url", str("'", f, ".url' is not a data URL (data:image/png;base64,...): the server fetches no "
+                                "pictures from the network; send the file's bytes in the request"));
+  }
+  const std::size_t comma = u.find(',');
+  if (comma == std::string_view::npos) bad_request(f + ".url", str("'", f, ".url': a data URL without ','"));
+  const std::string_view head = u.substr(5, comma - 5);
+  const std::size_t semi = head.find(';');
+  const std::string_view type = head.substr(0, semi);
+  if (type != "image/png" && type != "image/jpeg" && type != "image/jpg") {
+    bad_request(f + ".url", str("'", f, ".url' has media type '", type, "': expected image/png or image/jpeg"));
+  }
+  if (semi == std::string_view::npos || head.substr(semi) != ";base64") {
+    bad_request(f + ".url", str("'", f, ".url' must be base64 (data:", type, ";base64,...)"));
+  }
+  std::optional<std::string> bytes = base64_decode(u.substr(comma + 1));
+  if (!bytes) bad_request(f + ".url", str("'", f, ".url': the data is not base64"));
+  if (bytes->empty()) bad_request(f + ".url", str("'", f, ".url': the picture is empty"));
+  return Picture{std::move(*bytes), f};
+}
+
+/// The text of a message's content: a string, or an array of parts joined: {"type": "text", "text": ...}, and, where
+/// `pictures` is given (user messages), {"type": "image_url", ...}, whose place kMediaMarker holds in the text.
+inline std::string content_text(const Json& c, const std::string& field, std::vector<Picture>* pictures = nullptr) {
   if (c.is_string()) return c.get<std::string>();
-  if (!c.is_array()) wrong_type(field, "a string or an array of text parts", c);
+  if (!c.is_array()) wrong_type(field, "a string or an array of content parts", c);
   std::string s;
   for (std::size_t i = 0; i < c.size(); ++i) {
     const Json& part = c[i];
     const std::string pf = str(field, "[", i, "]");
     if (!part.is_object()) wrong_type(pf, "an object", part);
-    check_fields(part, {"type", "text"}, pf);
     const std::string type = part.contains("type") ? string(part["type"], pf + ".type") : "";
+    if (type == "image_url" && pictures != nullptr) {
+      check_fields(part, {"type", "image_url"}, pf);
+      pictures->push_back(read_image_url(part, pf));
+      s += kMediaMarker;
+      continue;
+    }
+    if (type == "image_url") {
+      bad_request(pf + ".type", str("'", pf, "' is a picture: only user messages carry pictures"));
+    }
+    check_fields(part, {"type", "text"}, pf);
     if (type != "text") {
       throw RequestError(400, "invalid_request_error", pf + ".type",
-                         str("'", pf, ".type' is '", type, "': only text parts are supported (images and audio are not "
-                                                           "yet; see docs/server.md)"));
+                         str("'", pf, ".type' is '", type, "': the parts read are text and image_url (audio and "
+                                                           "files are not; see docs/server.md)"));
     }
     if (!part.contains("text")) bad_request(pf + ".text", str("'", pf, "' has no 'text'"));
     s += string(part["text"], pf + ".text");
@@ -391,7 +484,7 @@ inline void read_tools(const Json& body, Request& r) {
 /// One message of a chat request, as the chat templates take it: content as text (text parts joined; "" for an
 /// assistant turn that only calls tools), an assistant's tool_calls with their arguments as JSON objects (Hugging
 /// Face's convention), a tool result with its tool_call_id.
-inline nlohmann::json read_message(const Json& m, const std::string& mf) {
+inline nlohmann::json read_message(const Json& m, const std::string& mf, std::vector<Picture>& pictures) {
   if (!m.is_object()) wrong_type(mf, "an object", m);
   check_fields(m, {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}, mf);
   if (!m.contains("role")) bad_request(mf + ".role", str("'", mf, "' has no 'role'"));
@@ -410,7 +503,9 @@ inline nlohmann::json read_message(const Json& m, const std::string& mf) {
   if (m.contains("refusal") && !m["refusal"].is_null() && role != "assistant") {
     bad_request(mf + ".refusal", str("'", mf, "': only assistant messages carry a refusal"));
   }
-  nlohmann::json out = {{"role", role}, {"content", has_content ? content_text(m["content"], mf + ".content") : ""}};
+  nlohmann::json out = {
+      {"role", role},
+      {"content", has_content ? content_text(m["content"], mf + ".content", role == "user" ? &pictures : nullptr) : ""}};
   if (calls) {
     const Json& tc = m["tool_calls"];
     if (!tc.is_array()) wrong_type(mf + ".tool_calls", "an array", tc);
@@ -486,7 +581,7 @@ inline Request parse_chat_request(const Json& raw) {
   const Json& ms = body["messages"];
   if (!ms.is_array() || ms.empty()) bad_request("messages", "'messages' must be a non-empty array");
   r.messages = nlohmann::json::array();
-  for (std::size_t i = 0; i < ms.size(); ++i) r.messages.push_back(detail::read_message(ms[i], str("messages[", i, "]")));
+  for (std::size_t i = 0; i < ms.size(); ++i) r.messages.push_back(detail::read_message(ms[i], str("messages[", i, "]"), r.pictures));
   const bool has_max = body.contains("max_tokens"), has_mct = body.contains("max_completion_tokens");
   if (has_max && has_mct) {
     bad_request("max_tokens", "give 'max_tokens' or 'max_completion_tokens', not both");

@@ -34,6 +34,9 @@ inline void fuzz_openai_request(const std::uint8_t* data, std::size_t size) {
     return;
   }
   if (r.max_tokens && *r.max_tokens < 0) std::abort();
+  for (const auto& p : r.pictures) {
+    if (p.bytes.empty() || p.field.empty()) std::abort();  // a picture is never empty, and names its field
+  }
   if (r.top_logprobs < 0 || r.top_logprobs > 20) std::abort();
   try {
     r.sampling.validate();
