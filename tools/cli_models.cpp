@@ -18,6 +18,7 @@
 #include "maxtext/io/npy.hpp"
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/any_model.hpp"
+#include "maxtext/models/split_model.hpp"
 #include "maxtext/models/parallel.hpp"
 #include "maxtext/models/weight_choice.hpp"
 #include "maxtext/tokenizer/compressed_tokenizer.hpp"
@@ -83,13 +84,7 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   // The ranks mpirun started (docs/distributed.md): the mesh keys say how they split the model; alone, a mesh of
   // more than one rank is refused by name.
   comm::Communicator* const w_comm = world();
-  const comm::Mesh mesh = comm::Mesh::from_config(cfg, w_comm ? w_comm->size() : 1);
-  const bool split = mesh.size() > 1;
-  MAXTEXT_CHECK(mesh.pipeline == 1, UnsupportedError, "[mesh] ", mesh.describe(), ": pipeline parallelism is not "
-                "built yet; ici_tensor_parallelism splits a model by heads and MLP columns, ici_expert_parallelism by "
-                "experts (docs/distributed.md)");
-  MAXTEXT_CHECK(mesh.tensor == 1 || mesh.expert == 1, UnsupportedError, "[mesh] ", mesh.describe(), ": tensor and "
-                "expert parallelism together are not built yet; use one of them over all the ranks");
+  const bool split = models::split_mesh(cfg, w_comm).size() > 1;
   std::optional<io::LoadedWeights> w;
   if (load && a.has("weights")) {
     // A GGUF file's matrices (blocks such as Q4_K or Q8_0, F32, F16, BF16) are computed from as they lie in the
@@ -101,31 +96,19 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   models::check_int8_activations(o.int8_activations, o.weight_type, w ? &w->tensors : nullptr, a.get("weights"),
                                  "--int8-activations on", "--weight-type q8_0");
   if (split) {
-    // Each rank builds its share (heads, kv heads, MLP columns; or experts) and reads its slices of the same files.
-    const bool by_experts = mesh.expert > 1;
-    const Config local = by_experts ? models::expert_parallel_config(cfg, w_comm->rank(), w_comm->size())
-                                    : models::tensor_parallel_config(cfg, mesh.tensor);
-    auto model = models::make_built_any_model(local, o, MAXTEXT_BLOCKS_BUILT);
+    // Each rank builds its share (heads, kv heads, MLP columns; or experts) and reads its slices of the same files
+    // (models/split_model.hpp); --seed: every rank initialises the whole model alike and keeps its slices.
     MAXTEXT_CHECK(load, UnsupportedError, "[mesh] this command runs in one process");
-    io::TensorMap full;
-    if (w) {
-      full = std::move(w->tensors);
-      if (w->naming == io::WeightNaming::hf) model->set_name_scheme(models::NameScheme::hf);
-    } else {  // --seed: every rank initialises the whole model alike and keeps its slices
-      auto whole = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
-      whole->init(static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed)));
-      full = whole->export_params();
-    }
-    models::check_ranks_agree(*w_comm, models::model_fingerprint(full, cfg), "the weights and config of every rank");
-    model->load(models::rank_slice(full, model->param_shapes(), w_comm->rank(), w_comm->size()));
-    full = {};
+    std::optional<io::TensorMap> full;
+    const auto names = w && w->naming == io::WeightNaming::hf ? models::NameScheme::hf : models::NameScheme::maxtext;
+    if (w) full = std::move(w->tensors);
     w.reset();
-    trim_heap();
-    model->set_comm_groups(by_experts ? comm::Groups{w_comm, nullptr, w_comm} : comm::Groups{w_comm, w_comm, nullptr});
+    auto model = models::make_split_any_model(cfg, o, *w_comm, std::move(full), names,
+                                              static_cast<std::uint64_t>(a.integer("seed", cfg.init_weights_seed)),
+                                              MAXTEXT_BLOCKS_BUILT);
     if (const char* chk = std::getenv("MAXTEXT_COMM_CHECK"); chk != nullptr && std::string(chk) == "1") {
       model->set_replica_check(true);  // debug: the replicated residual stream compared across ranks after every layer
     }
-    MAXTEXT_CHECK(!model->needs_engram_vocab(), UnsupportedError, "[mesh] Engram layers are not split across ranks");
     return model;
   }
   auto model = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);

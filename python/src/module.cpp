@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "maxtext/comm/communicator.hpp"
 #include "maxtext/comm/mesh.hpp"
 #include "maxtext/core/config_keys.hpp"
 #include "maxtext/core/mapped_pages.hpp"
@@ -29,6 +30,7 @@
 #include "maxtext/models/json_schema.hpp"
 #include "maxtext/models/registry.hpp"
 #include "maxtext/models/speculative.hpp"
+#include "maxtext/models/split_model.hpp"
 #include "maxtext/models/weight_choice.hpp"
 #include "maxtext/testing/reference_check.hpp"
 #include "maxtext/tokenizer/compressed_tokenizer.hpp"
@@ -40,6 +42,15 @@ namespace maxtext::python {
 
 /// The source tree's configs directory (config_dir.cpp, the one unit compiled with that absolute path).
 const char* maxtext_python_config_dir();
+/// The ranks mpirun started (world.cpp, compiled with MPI; the stub below without it).
+std::shared_ptr<comm::Communicator> python_mpi_world();
+
+#if defined(MAXTEXT_PYTHON_NO_MPI)
+std::shared_ptr<comm::Communicator> python_mpi_world() {
+  MAXTEXT_THROW(UnsupportedError, "[mpi_world] this module was built without MPI (apt-get install libopenmpi-dev "
+                "openmpi-bin, then configure again: docs/distributed.md)");
+}
+#endif
 
 namespace {
 
@@ -408,6 +419,7 @@ py::dict captured(const layers::Capture& cap) {
 
 // ---- model -------------------------------------------------------------------------------------------------------
 struct PyModel {
+  std::shared_ptr<comm::Communicator> comm;  ///< a split model's ranks (Model(comm=...)): outlives b
   std::unique_ptr<ModelBinding> b;
   bool names_fixed = false;
 
@@ -616,12 +628,24 @@ numbered in first-seen order; size is the number of canonical ids.)")
       .def_property_readonly("eos", [](const PyTokenizer& t) { return t.get().eos(); })
       .def_property_readonly("vocab_size", [](const PyTokenizer& t) { return t.get().vocab_size(); });
 
+  // ---- ranks ----
+  py::class_<comm::Communicator, std::shared_ptr<comm::Communicator>>(m, "Communicator",
+                                                                       R"(The ranks a split model runs on (mpi_world()).)")
+      .def_property_readonly("rank", &comm::Communicator::rank)
+      .def_property_readonly("size", &comm::Communicator::size)
+      .def("__repr__", [](const comm::Communicator& c) {
+        return "maxtext_cpp.Communicator(rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size()) + ")";
+      });
+  m.def("mpi_world", &python_mpi_world, R"(The processes mpirun started (MPI_COMM_WORLD), for Model(comm=...): every
+rank runs the same script and makes the same calls in the same order. MPI is initialised on the first call (or, when
+mpi4py or the application initialised it, used as it is) and finalised when the process exits. Without mpirun: one rank.)");
+
   // ---- Model ----
   py::class_<PyModel>(m, "Model", R"(A model of any decoder block the registry knows, on the policy the config's dtype
 and `weight_type` name.
 
 Model(config=None, weights=None, *, weight_type="", threads=0, int8_activations=False, names=None, seed=None,
-allow_unused=False, kv_type=""). config: a Config or a path (None: taken from the weights file). weights: a path (MaxText or
+allow_unused=False, kv_type="", comm=None). config: a Config or a path (None: taken from the weights file). weights: a path (MaxText or
 Hugging Face safetensors, GGUF, llama2.c) or a dict of NumPy arrays (MaxText's parameter tree, scanned or not, or
 Hugging Face names). weight_type "" reads a GGUF file's matrices where they lie, whatever their types (F32, F16, BF16,
 Q8_0, block-quantised Q4_K_M, Q6_K, Q4_0, ...: 'ggml'), keeps another path's matrices in the file's type when they are
@@ -630,17 +654,54 @@ initialises with MaxText's initialisers; otherwise call load()/init().
 names: 'maxtext' or 'hf' capture names (default: as the weights are named). kv_type: the KV cache's element type,
 "" (the activations', as MaxText) or 'float16' (keys and values rounded to fp16 as they are written, llama.cpp's
 default cache type: half the cache's memory and reads), for a GGUF file's matrices ('ggml') only; anything else is
-refused by name.)")
+refused by name. comm: the ranks (mpi_world()) over which the config's mesh splits the model (ici_tensor_parallelism:
+heads and MLP columns; ici_expert_parallelism: experts; docs/distributed.md): each rank keeps its slices of the same
+weights (or of the model initialised from seed, alike on every rank), every rank calls the same methods in the same
+order, and each gets rank 0's logits; a mesh that does not match comm's ranks is refused by name, as is a mesh of
+several ranks without comm.)")
       .def(py::init([](py::object config, py::object weights, const std::string& weight_type, int threads,
                        bool int8_activations, py::object names, py::object seed, bool allow_unused,
-                       const std::string& kv_type) {
+                       const std::string& kv_type, py::object comm_obj) {
              const Config c = config_arg(config, weights);
-             try {  // a mesh of several ranks (ici_tensor_parallelism, ...) is not honoured here: refused by name
-               (void)comm::Mesh::from_config(c, 1);
+             std::shared_ptr<comm::Communicator> world;
+             if (!comm_obj.is_none()) world = comm_obj.cast<std::shared_ptr<comm::Communicator>>();
+             comm::Mesh mesh;
+             try {  // a mesh of several ranks (ici_tensor_parallelism, ...) needs comm= with as many ranks
+               mesh = models::split_mesh(c, world.get());
              } catch (const Error& e) {
-               throw UnsupportedError(std::string("[Model] this module runs a model in one process; a model split over "
-                                                  "ranks runs under mpirun with the maxtext program (docs/distributed.md): ") +
+               if (world) throw;
+               throw UnsupportedError(std::string("[Model] a model split over ranks runs under mpirun with "
+                                                  "comm=maxtext_cpp.mpi_world() (or the maxtext program; "
+                                                  "docs/distributed.md): ") +
                                       e.what());
+             }
+             if (mesh.size() > 1) {
+               // This rank's share (heads and MLP columns, or experts) with its slices of the same files.
+               ModelOptions o;
+               o.weight_type = weight_type;
+               o.threads = threads;
+               o.int8_activations = int8_activations;
+               o.kv_type = kv_type;
+               std::optional<io::TensorMap> full;
+               auto scheme = names.is_none() ? models::NameScheme::maxtext : scheme_arg(py::str(names));
+               if (!weights.is_none()) {
+                 Weights w = weights_arg(weights, c);
+                 if (weight_type.empty() && is_path(weights)) o.weight_type = models::keep_file_weight_type(c, w.file_weight_type);
+                 if (names.is_none() && w.hf) scheme = models::NameScheme::hf;
+                 full = std::move(w.tensors);
+               }
+               models::check_int8_activations(int8_activations, o.weight_type, full ? &*full : nullptr, "",
+                                              "[Model] int8_activations", "weight_type='q8_0'");
+               const std::uint64_t s = seed.is_none() ? static_cast<std::uint64_t>(c.init_weights_seed)
+                                                      : seed.cast<std::uint64_t>();
+               auto pm = std::make_unique<PyModel>();
+               pm->names_fixed = true;
+               pm->comm = world;
+               {
+                 py::gil_scoped_release nogil;
+                 pm->b = models::make_split_any_model(c, o, *world, std::move(full), scheme, s, MAXTEXT_BLOCKS_BUILT);
+               }
+               return pm;
              }
              ModelOptions o;
              o.weight_type = weight_type;
@@ -678,7 +739,8 @@ refused by name.)")
            }),
            py::arg("config") = py::none(), py::arg("weights") = py::none(), py::kw_only(), py::arg("weight_type") = "",
            py::arg("threads") = 0, py::arg("int8_activations") = false, py::arg("names") = py::none(),
-           py::arg("seed") = py::none(), py::arg("allow_unused") = false, py::arg("kv_type") = "")
+           py::arg("seed") = py::none(), py::arg("allow_unused") = false, py::arg("kv_type") = "",
+           py::arg("comm") = py::none())
       .def_property_readonly("config", [](const PyModel& pm) { return pm.b->config(); })
       .def_property_readonly("loaded", [](const PyModel& pm) { return pm.b->loaded(); })
       .def_property_readonly("layer_names", [](const PyModel& pm) { return pm.b->layer_names(); })
