@@ -8,22 +8,17 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/families/gemma/image_processor.hpp"
+#include "maxtext/families/gemma/pictures.hpp"
 #include "maxtext/families/gemma/vision.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/image_resize.hpp"
-#include "maxtext/io/safetensors.hpp"
-#include "maxtext/io/weights.hpp"
-#include "maxtext/models/layer_runner.hpp"
 
 namespace py = pybind11;
 
@@ -58,43 +53,28 @@ py::array_t<float> tensor_to_numpy(const float* data, std::vector<py::ssize_t> s
   return a;
 }
 
+/// The tower of models::Gemma3Pictures (families/gemma/pictures.hpp), which the server and the CLI use too; the
+/// preprocessing is chosen per call here.
 class Gemma3Vision {
  public:
   using P = Policy<cpu::Backend, float>;
-  Gemma3Vision(const std::string& weights, int threads) : be_(options(threads)) {
-    namespace fs = std::filesystem;
-    const fs::path p(weights);
-    if (p.extension() == ".gguf") {  // llama.cpp's mmproj file of the tower
-      io::Gemma3Mmproj m = io::gemma3_vision_from_mmproj(io::read_gguf(weights));
-      cfg_ = m.config;
-      tower_ = layers::Gemma3VisionEncoder<P>(cfg_);
-      params_ = models::load_layer_params<P>(tower_, m.tensors, be_);
-      return;
-    }
-    const fs::path cfg = fs::is_directory(p) ? p / "config.json" : p.parent_path() / "config.json";
-    std::ifstream f(cfg);
-    MAXTEXT_CHECK(f.good(), IoError, "[gemma3 vision] no config.json at ", cfg.string());
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
-      MAXTEXT_THROW(IoError, "[gemma3 vision] ", cfg.string(), ": not JSON (", e.what(), ")");
-    }
-    cfg_ = layers::Gemma3VisionConfig::from_hf(j, cfg.string());
-    tower_ = layers::Gemma3VisionEncoder<P>(cfg_);
-    params_ = models::load_layer_params<P>(
-        tower_, io::gemma3_vision_from_hf(io::read_safetensors_any(io::detail::resolve_weights_path(weights)), cfg_), be_);
+  Gemma3Vision(const std::string& weights, int threads) {
+    const bool mmproj = std::filesystem::path(weights).extension() == ".gguf";  // llama.cpp's file of the tower
+    py::gil_scoped_release nogil;
+    pics_ = mmproj ? std::make_unique<const models::Gemma3Pictures<P>>(backend(threads), io::read_gguf(weights),
+                                                                       io::Gemma3ImageTokens{})
+                   : std::make_unique<const models::Gemma3Pictures<P>>(backend(threads), weights);
   }
-  const layers::Gemma3VisionConfig& config() const { return cfg_; }
+  const layers::Gemma3VisionConfig& config() const { return pics_->config(); }
 
   py::array_t<float> preprocess(py::handle image, const std::string& how) const {
     const io::Image img = image_from(image);
-    const Tensor<float, 3> x = io::gemma3_preprocess(img, cfg_.image_size, io::parse_gemma3_image_processing(how));
+    const Tensor<float, 3> x = io::gemma3_preprocess(img, config().image_size, io::parse_gemma3_image_processing(how));
     return tensor_to_numpy(x.data(), {x.dim(0), x.dim(1), x.dim(2)});
   }
 
   py::object encode(py::handle pictures, const std::string& how, py::object capture) const {
-    const std::int64_t S = cfg_.image_size;
+    const std::int64_t S = config().image_size;
     Tensor<float, 4> px;
     if (py::isinstance<py::list>(pictures) || py::isinstance<py::tuple>(pictures)) {  // files or uint8 pictures
       const auto seq = py::reinterpret_borrow<py::sequence>(pictures);
@@ -118,7 +98,7 @@ class Gemma3Vision {
     Tensor<float, 3> out;
     {
       py::gil_scoped_release nogil;
-      out = tower_.encode(be_, params_, px, capturing ? &cap : nullptr);
+      out = pics_->encode_pixels(px, capturing ? &cap : nullptr);
     }
     py::array_t<float> tokens = tensor_to_numpy(out.data(), {out.dim(0), out.dim(1), out.dim(2)});
     if (!capturing) return py::object(std::move(tokens));
@@ -133,16 +113,13 @@ class Gemma3Vision {
   }
 
  private:
-  static cpu::Options options(int threads) {
+  static cpu::Backend backend(int threads) {
     MAXTEXT_CHECK(threads >= 0, ArgumentError, "[gemma3 vision] threads must be >= 0, found ", threads);
     cpu::Options o;
     o.threads = threads;
-    return o;
+    return cpu::Backend(o);
   }
-  cpu::Backend be_;
-  layers::Gemma3VisionConfig cfg_;
-  layers::Gemma3VisionEncoder<P> tower_;
-  layers::Gemma3VisionEncoder<P>::Params params_;
+  std::unique_ptr<const models::Gemma3Pictures<P>> pics_;
 };
 
 }  // namespace

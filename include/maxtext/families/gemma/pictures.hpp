@@ -94,7 +94,7 @@ class Gemma3Pictures {
       : be_(std::move(be)), how_(how) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::string cfg_path = hf_config_beside(weights);
-    MAXTEXT_CHECK(!cfg_path.empty(), ArgumentError, "[gemma3 pictures] no config.json beside ", weights,
+    MAXTEXT_CHECK(!cfg_path.empty(), IoError, "[gemma3 pictures] no config.json beside ", weights,
                   " (a Hugging Face Gemma3ForConditionalGeneration directory, safetensors file or index)");
     const nlohmann::json j = read_gemma3_config(cfg_path);
     ids_ = gemma3_image_tokens(j, cfg_path);
@@ -139,7 +139,12 @@ class Gemma3Pictures {
       const Tensor<float, 3> x = io::gemma3_preprocess(images[static_cast<std::size_t>(i)], S, how_);
       std::copy(x.data(), x.data() + x.size(), &pixels(i, 0, 0, 0));
     }
-    return tower_->encode(be_, params_, pixels);
+    return encode_pixels(pixels);
+  }
+
+  /// Preprocessed pixels [n, S, S, 3] -> soft tokens; `capture`: the tower's intermediate values by MaxText's names.
+  Tensor<float, 3> encode_pixels(const Tensor<float, 4>& pixels, layers::Capture* capture = nullptr) const {
+    return tower_->encode(be_, params_, pixels, capture);
   }
 
   /// `prompt` with its <start_of_image> markers expanded to the image tokens, marker i taking picture i of `soft`
