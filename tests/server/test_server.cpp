@@ -148,7 +148,7 @@ TEST_CASE("server: pictures in user messages are image_url data URLs, each holdi
 
   const auto part = [](const std::string& image_url, const char* role = "user") {
     return str(R"({"messages": [{"role": ")", role, R"(", "content": [{"type": "image_url", "image_url": )", image_url,
-               "}]}]})");
+               "}]}]}");
   };
   const std::string f = "messages[0].content[0].image_url";
   chat_refused(part(R"({"url": "https://example.com/cat.png"})"), f + ".url", "not a data URL");
