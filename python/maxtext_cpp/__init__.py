@@ -5,6 +5,7 @@
     model = mc.Model(cfg, weights="gpt3.safetensors")        # or a dict of NumPy arrays (MaxText's param tree)
     logits, acts = model.forward(tokens, capture=["decoder.layers_0", "decoder.layers_0.mlp"])
     rows = model.compare("maxtext_dump.npz", tokens=tokens)  # `maxtext compare` as data
+    split = mc.Model(cfg_with_mesh, weights=..., comm=mc.mpi_world())  # under mpirun (docs/distributed.md)
 
 Errors raise maxtext_cpp.Error subclasses (ConfigError/ShapeError/ArgumentError are also ValueError, IoError is
 OSError, UnsupportedError is NotImplementedError) carrying the library's message.
@@ -14,6 +15,7 @@ import os as _os
 from ._maxtext_cpp import (  # noqa: F401
     ArgumentError,
     Cache,
+    Communicator,
     Config,
     ConfigError,
     DeviceError,
@@ -23,6 +25,7 @@ from ._maxtext_cpp import (  # noqa: F401
     ShapeError,
     Tokenizer,
     UnsupportedError,
+    mpi_world,
     read_tensors,
 )
 from . import _maxtext_cpp
