@@ -1,13 +1,16 @@
 // tests/fuzz/entry/server.hpp: fuzz entry point for the OpenAI-compatible server's request bodies
 // (server/openai.hpp). fuzz_openai_request: the first byte picks the endpoint (even: chat completions, odd:
-// completions), the rest is the body. A body is either refused with a RequestError (400, naming a field) or read;
+// completions), the rest is the body (and, as a whole, a candidate for the data URLs' base64 decoder, checked
+// against an encoder). A body is either refused with a RequestError (400, naming a field) or read;
 // with tools, the last message's text is parsed as an answer with calls and the tools' call grammar is compiled;
 // a body that is read gets its response and stream chunks built from a made-up outcome, and they must serialise
 // (invalid UTF-8 replaced) and parse back.
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "fuzz_common.hpp"
 #include "maxtext/server/openai.hpp"
@@ -15,9 +18,36 @@
 
 namespace maxtext::fuzz {
 
+/// Standard base64 without padding, written here from RFC 4648 (the oracle for base64_decode).
+inline std::string base64_unpadded(const std::string& bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (const char c : bytes) {
+    acc = (acc << 8) | static_cast<unsigned char>(c);
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      out += kAlphabet[(acc >> bits) & 63u];
+    }
+  }
+  if (bits > 0) out += kAlphabet[(acc << (6 - bits)) & 63u];
+  return out;
+}
+
 inline void fuzz_openai_request(const std::uint8_t* data, std::size_t size) {
   namespace sv = maxtext::server;
   if (size == 0) return;
+  // The data URLs' base64: what decodes must be the text an encoder writes for those bytes (the decoder refuses the
+  // rest: other characters, misplaced padding, stray low bits), so re-encoding gives the input back, padding aside.
+  if (const auto bytes = sv::detail::base64_decode(as_text(data + 1, size - 1))) {
+    std::string_view text = as_text(data + 1, size - 1);
+    if (text.size() % 4 == 0) {
+      while (!text.empty() && text.back() == '=') text.remove_suffix(1);
+    }
+    if (base64_unpadded(*bytes) != text) std::abort();
+  }
   const bool chat = data[0] % 2 == 0;
   sv::Json body;
   try {
