@@ -135,7 +135,7 @@ TEST_CASE("server engine: a chat request's pictures reach Gemma 3 as the float64
   server::Engine engine(*model, *tk, eo);
 
   const std::string a = file_bytes(dir + "/image_a.png"), b = file_bytes(dir + "/image_b.png");
-  const Json parts = {text_part("!%"), image_part(a), text_part("*#"), image_part(b), text_part("=-")};
+  const Json parts = Json::array({text_part("!%"), image_part(a), text_part("*#"), image_part(b), text_part("=-")});
   const std::vector<std::int32_t> want_ids = ints(test::npy(dir + "/ids.npy"));
   const std::vector<std::int32_t> greedy = ints(test::npy(dir + "/greedy.npy"));
   {
@@ -153,7 +153,7 @@ TEST_CASE("server engine: a chat request's pictures reach Gemma 3 as the float64
   CHECK(again.cached_tokens == static_cast<std::int64_t>(want_ids.size()) - 1);
   // The pictures swapped: the ids are the same, the soft tokens are not, so the cache is reused only up to the first
   // picture's soft tokens (Session::sync compares the rows too), and the answer is the swapped prompt's own.
-  const Json swapped = {text_part("!%"), image_part(b), text_part("*#"), image_part(a), text_part("=-")};
+  const Json swapped = Json::array({text_part("!%"), image_part(b), text_part("*#"), image_part(a), text_part("=-")});
   const server::Outcome s = engine.run(chat(swapped));
   CHECK(s.prompt_tokens == static_cast<std::int64_t>(want_ids.size()));
   CHECK(s.cached_tokens <= 6);  // <bos> ! % \n\n <start_of_image>: before the first soft token
@@ -176,19 +176,19 @@ TEST_CASE("server engine: a chat request's pictures reach Gemma 3 as the float64
 
   // Refusals, by name (400): a picture that is not PNG or JPEG, a text part that writes the marker itself, more
   // markers than the tower's pictures, and a model without a tower.
-  refused(engine, chat(Json{text_part("x"), Json{{"type", "image_url"},
-                                                 {"image_url", {{"url", "data:image/png;base64," + base64("GIF89a....")}}}}}),
+  const Json not_png = {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + base64("GIF89a....")}}}};
+  refused(engine, chat(Json::array({text_part("x"), not_png})),
           "messages", "messages[0].content[1].image_url");
-  refused(engine, chat(Json{text_part("<__media__>"), image_part(a)}), "messages",
+  refused(engine, chat(Json::array({text_part("<__media__>"), image_part(a)})), "messages",
           "hold 2 <__media__> marker(s) for 1 picture(s)");
-  refused(engine, chat(Json{text_part("<start_of_image>"), image_part(a)}), "messages",
+  refused(engine, chat(Json::array({text_part("<start_of_image>"), image_part(a)})), "messages",
           "the prompt has 2 <start_of_image> marker(s) for 1 picture(s)");
   auto plain = eo;
   plain.pictures = {};
   server::Engine text_only(*model, *tk, plain);
   refused(text_only, chat(parts), "messages[0].content[1].image_url", "takes no pictures");
   // A text-only request on the picture engine runs as the model does without pictures.
-  const server::Outcome t = engine.run(chat(Json{text_part("!%*#=-")}));
+  const server::Outcome t = engine.run(chat(Json::array({text_part("!%*#=-")})));
   models::GenerateOptions go;
   go.max_new_tokens = 8;
   go.stop_tokens = {1};
