@@ -675,13 +675,13 @@ several ranks without comm.)")
                                                   "docs/distributed.md): ") +
                                       e.what());
              }
+             ModelOptions o;
+             o.weight_type = weight_type;
+             o.threads = threads;
+             o.int8_activations = int8_activations;
+             o.kv_type = kv_type;
              if (mesh.size() > 1) {
                // This rank's share (heads and MLP columns, or experts) with its slices of the same files.
-               ModelOptions o;
-               o.weight_type = weight_type;
-               o.threads = threads;
-               o.int8_activations = int8_activations;
-               o.kv_type = kv_type;
                std::optional<io::TensorMap> full;
                auto scheme = names.is_none() ? models::NameScheme::maxtext : scheme_arg(py::str(names));
                if (!weights.is_none()) {
@@ -703,8 +703,6 @@ several ranks without comm.)")
                }
                return pm;
              }
-             ModelOptions o;
-             o.weight_type = weight_type;
              // A path's matrices are kept as they are (a GGUF file's in place) unless weight_type says otherwise.
              std::optional<Weights> file;
              if (weight_type.empty() && is_path(weights)) {
@@ -713,9 +711,6 @@ several ranks without comm.)")
                file = weights_arg(weights, c, models::read_matrices_in_place(c, weight_type));
                o.weight_type = models::keep_file_weight_type(c, file->file_weight_type);
              }
-             o.threads = threads;
-             o.int8_activations = int8_activations;
-             o.kv_type = kv_type;
              models::check_int8_activations(int8_activations, o.weight_type, file ? &file->tensors : nullptr,
                                             file ? py::str(weights).cast<std::string>() : std::string(),
                                             "[Model] int8_activations", "weight_type='q8_0'");
