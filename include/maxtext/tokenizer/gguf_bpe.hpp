@@ -42,8 +42,10 @@ inline std::vector<std::string> gguf_pre_regexes(const std::string& pre) {
   return {};
 }
 
-/// HfTokenizer for a GGUF file whose tokenizer.ggml.model is "gpt2".
-inline std::unique_ptr<HfTokenizer> hf_tokenizer_from_gguf(const io::GgufFile& g) {
+/// HfTokenizer for a GGUF file whose tokenizer.ggml.model is "gpt2". MAXTEXT_API: compiled once in this project's
+/// programs (core/macros.hpp).
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API std::unique_ptr<HfTokenizer> hf_tokenizer_from_gguf(const io::GgufFile& g) {
   using json = nlohmann::json;
   const std::string model = g.get_string("tokenizer.ggml.model");
   MAXTEXT_CHECK(model == "gpt2", UnsupportedError, "[tokenizer] ", g.path, ": tokenizer.ggml.model '", model,
@@ -115,5 +117,8 @@ inline std::unique_ptr<HfTokenizer> hf_tokenizer_from_gguf(const io::GgufFile& g
   gen["eos_token_id"] = eos_ids;
   return std::make_unique<HfTokenizer>(tok, cfg, g.path + " (GGUF tokenizer.ggml.*)", gen);
 }
+#else
+std::unique_ptr<HfTokenizer> hf_tokenizer_from_gguf(const io::GgufFile& g);
+#endif
 
 }  // namespace maxtext::tokenizer

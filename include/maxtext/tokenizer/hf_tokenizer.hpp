@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/tokenizer/bpe.hpp"
 #include "maxtext/tokenizer/hf_components.hpp"
 #include "maxtext/tokenizer/spm.hpp"
@@ -134,79 +135,24 @@ class HfTokenizer final : public Tokenizer {
 
   /// Load `path` (a tokenizer.json, or a directory holding one), with tokenizer_config.json and generation_config.json
   /// from the same directory when present.
-  static std::unique_ptr<HfTokenizer> from_file(const std::string& path) {
-    namespace fs = std::filesystem;
-    fs::path p = path;
-    if (fs::is_directory(p)) p /= "tokenizer.json";
-    MAXTEXT_CHECK(fs::exists(p), IoError, "[tokenizer] ", p.string(), ": no such file");
-    const json tok = hf::detail::read_json_file(p.string());
-    json cfg = json::object(), gen = json::object();
-    // A fixture may sit beside others as NAME.tokenizer.json with NAME.tokenizer_config.json.
-    const std::string fname = p.filename().string();
-    const std::string stem = fname.size() > 14 && fname.compare(fname.size() - 14, 14, "tokenizer.json") == 0
-                                 ? fname.substr(0, fname.size() - 14) : std::string();
-    const fs::path cfg_path = p.parent_path() / (stem + "tokenizer_config.json");
-    if (fs::exists(cfg_path)) cfg = hf::detail::read_json_file(cfg_path.string());
-    const fs::path gen_path = p.parent_path() / "generation_config.json";
-    if (fs::exists(gen_path)) gen = hf::detail::read_json_file(gen_path.string());
-    return std::make_unique<HfTokenizer>(tok, cfg, p.string(), gen);
-  }
+  static std::unique_ptr<HfTokenizer> from_file(const std::string& path);
 
   HfTokenizer(const HfTokenizer&) = delete;
   HfTokenizer& operator=(const HfTokenizer&) = delete;
 
   /// From parsed JSON: `tok` (tokenizer.json), `config` (tokenizer_config.json, may be {}), `generation`
   /// (generation_config.json, may be {}); `where` names the file in errors.
-  HfTokenizer(const json& tok, const json& config, const std::string& where, const json& generation = json::object())
-      : where_(where) {
-    using hf::Where;
-    const Where root{where, ""};
-    MAXTEXT_CHECK(tok.is_object(), ConfigError, "[tokenizer] ", where, ": the top level must be a JSON object");
-    for (const char* k : {"truncation", "padding"}) {
-      if (hf::opt(tok, k)) hf::refuse(root / k, std::string("'") + k + "' (non-null)");
-    }
-    load_model(hf::req(tok, "model", root), root / "model");
-    load_added(tok, root);
-    normalizer_ = hf::make_normalizer(tok.value("normalizer", json()), root / "normalizer");
-    pre_tokenizer_ = hf::make_pre_tokenizer(tok.value("pre_tokenizer", json()), root / "pre_tokenizer");
-    load_post_processor(tok.value("post_processor", json()), root / "post_processor");
-    decoder_ = hf::make_decoder(tok.value("decoder", json()), root / "decoder",
-                                [this](const std::string& s) { return added_by_content_.count(s) > 0; });
-    build_tries();
-    load_config(config, generation);
-  }
+  HfTokenizer(const json& tok, const json& config, const std::string& where, const json& generation = json::object());
 
   /// Ids of `text`; `add_special` (default true) applies the post-processor's special tokens.
-  std::vector<std::int32_t> encode(std::string_view text, std::optional<bool> add_special = std::nullopt) const override {
-    return post_process(encode_text(text), nullptr, add_special.value_or(true));
-  }
+  std::vector<std::int32_t> encode(std::string_view text, std::optional<bool> add_special = std::nullopt) const override;
   /// Ids of a text pair (the post-processor's pair template).
-  std::vector<std::int32_t> encode_pair(std::string_view a, std::string_view b, bool add_special = true) const {
-    const auto ib = encode_text(b);
-    return post_process(encode_text(a), &ib, add_special);
-  }
+  std::vector<std::int32_t> encode_pair(std::string_view a, std::string_view b, bool add_special = true) const;
 
-  std::string decode(const std::vector<std::int32_t>& ids, bool skip_special = true) const override {
-    std::vector<std::string> toks;
-    toks.reserve(ids.size());
-    for (std::int32_t id : ids) {
-      const std::string& t = token_text(id);
-      if (skip_special && special_ids_.count(id)) continue;
-      toks.push_back(t);
-    }
-    std::string s = decode_tokens(std::move(toks), true, false);
-    s = unicode::repair_utf8(s);
-    return clean_up_ ? hf::detail::clean_up_tokenization(std::move(s)) : s;
-  }
+  std::string decode(const std::vector<std::int32_t>& ids, bool skip_special = true) const override;
 
   /// Raw bytes of `id` following `prev` in a stream (special tokens are empty; byte-level pieces may be partial UTF-8).
-  std::string piece(std::int32_t prev, std::int32_t id) const override {
-    const std::string& t = token_text(id);
-    if (special_ids_.count(id)) return {};
-    const bool first = prev < 0 || special_ids_.count(prev) > 0;
-    if (!decoder_) return first ? t : " " + t;  // without a decoder, tokens are joined by spaces
-    return decode_tokens({t}, first, true);
-  }
+  std::string piece(std::int32_t prev, std::int32_t id) const override;
   /// Only whether the token starts the text (no predecessor, or a special one) changes its text.
   std::int64_t piece_context(std::int32_t prev) const override { return prev < 0 || special_ids_.count(prev) > 0; }
 
@@ -582,5 +528,79 @@ class HfTokenizer final : public Tokenizer {
   bool clean_up_ = true;
   bool parse_special_ = true;
 };
+
+// The loading, encoding and decoding entry points are MAXTEXT_API (core/macros.hpp): in this project's programs they,
+// with the JSON readers, the pre-tokenizers and the BPE model they use, are compiled once (maxtext_compiled). With them
+// out of the class, `encode` is the class's key function there, so its virtual table is compiled once too.
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p = path;
+  if (fs::is_directory(p)) p /= "tokenizer.json";
+  MAXTEXT_CHECK(fs::exists(p), IoError, "[tokenizer] ", p.string(), ": no such file");
+  const json tok = hf::detail::read_json_file(p.string());
+  json cfg = json::object(), gen = json::object();
+  // A fixture may sit beside others as NAME.tokenizer.json with NAME.tokenizer_config.json.
+  const std::string fname = p.filename().string();
+  const std::string stem = fname.size() > 14 && fname.compare(fname.size() - 14, 14, "tokenizer.json") == 0
+                               ? fname.substr(0, fname.size() - 14) : std::string();
+  const fs::path cfg_path = p.parent_path() / (stem + "tokenizer_config.json");
+  if (fs::exists(cfg_path)) cfg = hf::detail::read_json_file(cfg_path.string());
+  const fs::path gen_path = p.parent_path() / "generation_config.json";
+  if (fs::exists(gen_path)) gen = hf::detail::read_json_file(gen_path.string());
+  return std::make_unique<HfTokenizer>(tok, cfg, p.string(), gen);
+}
+
+MAXTEXT_API HfTokenizer::HfTokenizer(const json& tok, const json& config, const std::string& where,
+                                     const json& generation)
+    : where_(where) {
+  using hf::Where;
+  const Where root{where, ""};
+  MAXTEXT_CHECK(tok.is_object(), ConfigError, "[tokenizer] ", where, ": the top level must be a JSON object");
+  for (const char* k : {"truncation", "padding"}) {
+    if (hf::opt(tok, k)) hf::refuse(root / k, std::string("'") + k + "' (non-null)");
+  }
+  load_model(hf::req(tok, "model", root), root / "model");
+  load_added(tok, root);
+  normalizer_ = hf::make_normalizer(tok.value("normalizer", json()), root / "normalizer");
+  pre_tokenizer_ = hf::make_pre_tokenizer(tok.value("pre_tokenizer", json()), root / "pre_tokenizer");
+  load_post_processor(tok.value("post_processor", json()), root / "post_processor");
+  decoder_ = hf::make_decoder(tok.value("decoder", json()), root / "decoder",
+                              [this](const std::string& s) { return added_by_content_.count(s) > 0; });
+  build_tries();
+  load_config(config, generation);
+}
+
+MAXTEXT_API std::vector<std::int32_t> HfTokenizer::encode(std::string_view text, std::optional<bool> add_special) const {
+  return post_process(encode_text(text), nullptr, add_special.value_or(true));
+}
+
+MAXTEXT_API std::vector<std::int32_t> HfTokenizer::encode_pair(std::string_view a, std::string_view b,
+                                                               bool add_special) const {
+  const auto ib = encode_text(b);
+  return post_process(encode_text(a), &ib, add_special);
+}
+
+MAXTEXT_API std::string HfTokenizer::decode(const std::vector<std::int32_t>& ids, bool skip_special) const {
+  std::vector<std::string> toks;
+  toks.reserve(ids.size());
+  for (std::int32_t id : ids) {
+    const std::string& t = token_text(id);
+    if (skip_special && special_ids_.count(id)) continue;
+    toks.push_back(t);
+  }
+  std::string s = decode_tokens(std::move(toks), true, false);
+  s = unicode::repair_utf8(s);
+  return clean_up_ ? hf::detail::clean_up_tokenization(std::move(s)) : s;
+}
+
+MAXTEXT_API std::string HfTokenizer::piece(std::int32_t prev, std::int32_t id) const {
+  const std::string& t = token_text(id);
+  if (special_ids_.count(id)) return {};
+  const bool first = prev < 0 || special_ids_.count(prev) > 0;
+  if (!decoder_) return first ? t : " " + t;  // without a decoder, tokens are joined by spaces
+  return decode_tokens({t}, first, true);
+}
+#endif
 
 }  // namespace maxtext::tokenizer

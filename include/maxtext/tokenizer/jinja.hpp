@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/tokenizer/unicode.hpp"
 
 namespace maxtext::tokenizer::jinja {
@@ -1518,13 +1519,7 @@ class Template {
  public:
   /// Parses `source`; `name` appears in error messages. Throws ConfigError (syntax, with line:column) or
   /// UnsupportedError (a statement neither this engine nor @huggingface/jinja supports).
-  explicit Template(std::string source, std::string name = "template", Limits limits = {})
-      : src_(std::move(source)), name_(std::move(name)), limits_(limits) {
-    const detail::Source s = detail::preprocess(src_);
-    const auto tokens = detail::tokenize(s, name_, src_);
-    detail::Parser p(tokens, name_, src_, limits_.max_depth);
-    body_ = std::make_shared<const std::vector<detail::NodeP>>(p.program());
-  }
+  explicit Template(std::string source, std::string name = "template", Limits limits = {});
 
   /// Renders with `context` (a JSON object: its keys become variables, as in @huggingface/jinja's render()).
   std::string render(const Json& context) const;
@@ -2941,9 +2936,22 @@ class Interpreter {
   }
 };
 
-inline std::string Template::render(const Json& context) const {
+// The two entry points of the engine are MAXTEXT_API (core/macros.hpp): in this project's programs they, and with
+// them the lexer, parser and interpreter above, are compiled once (maxtext_compiled) instead of in every unit that
+// renders a chat template.
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API Template::Template(std::string source, std::string name, Limits limits)
+    : src_(std::move(source)), name_(std::move(name)), limits_(limits) {
+  const detail::Source s = detail::preprocess(src_);
+  const auto tokens = detail::tokenize(s, name_, src_);
+  detail::Parser p(tokens, name_, src_, limits_.max_depth);
+  body_ = std::make_shared<const std::vector<detail::NodeP>>(p.program());
+}
+
+MAXTEXT_API std::string Template::render(const Json& context) const {
   Interpreter in(*this);
   return in.run(context);
 }
+#endif
 
 }  // namespace maxtext::tokenizer::jinja

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/llama2c.hpp"
 
@@ -88,200 +89,22 @@ class SpmTokenizer final : public Tokenizer {
 
   /// Build from pieces, scores and types (types may be empty: inferred as llama2.c vocabularies need).
   SpmTokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::vector<TokenType> types,
-               std::int32_t bos, std::int32_t eos, std::int32_t unk, std::string where)
-      : bos_(bos), eos_(eos), unk_(unk), where_(std::move(where)) {
-    MAXTEXT_CHECK(!pieces.empty(), IoError, "[tokenizer] ", where_, ": empty vocabulary");
-    MAXTEXT_CHECK(scores.empty() || scores.size() >= pieces.size(), IoError, "[tokenizer] ", where_, ": ", scores.size(),
-                  " scores for ", pieces.size(), " pieces");
-    MAXTEXT_CHECK(types.empty() || types.size() >= pieces.size(), IoError, "[tokenizer] ", where_, ": ", types.size(),
-                  " token types for ", pieces.size(), " pieces");
-    tokens_.resize(pieces.size());
-    for (std::size_t i = 0; i < pieces.size(); ++i) {
-      Token& t = tokens_[i];
-      t.text = pieces[i].empty() ? "[EMPTY_" + std::to_string(i) + "]" : std::move(pieces[i]);
-      t.score = scores.empty() ? 0.0f : scores[i];
-      t.type = types.empty() ? TokenType::normal : types[i];
-      // Later duplicates win, as in llama.cpp releases that accepted them.
-      index_[t.text] = static_cast<std::int32_t>(i);
-      if (t.type == TokenType::byte) {
-        const int b = parse_byte_piece(t.text);
-        MAXTEXT_CHECK(b >= 0, IoError, "[tokenizer] ", where_, ": token ", i, " has type byte but text '", t.text,
-                      "' is not <0xHH>");
-      }
-    }
-    auto valid = [&](std::int32_t id) { return id >= 0 && id < static_cast<std::int32_t>(tokens_.size()); };
-    if (!valid(bos_)) bos_ = -1;
-    if (!valid(eos_)) eos_ = -1;
-    if (!valid(unk_)) unk_ = -1;
-    add_bos_ = bos_ >= 0;  // from_gguf applies tokenizer.ggml.add_bos_token after construction
-    for (std::size_t i = 0; i < tokens_.size(); ++i) {
-      const TokenType ty = tokens_[i].type;
-      if (ty == TokenType::user_defined || ty == TokenType::control || ty == TokenType::unknown) {
-        specials_.push_back(static_cast<std::int32_t>(i));
-      }
-    }
-    std::stable_sort(specials_.begin(), specials_.end(), [&](std::int32_t a, std::int32_t b) {
-      return tokens_[static_cast<std::size_t>(a)].text.size() > tokens_[static_cast<std::size_t>(b)].text.size();
-    });
-  }
+               std::int32_t bos, std::int32_t eos, std::int32_t unk, std::string where);
 
   /// From GGUF metadata: tokenizer.ggml.model must be "llama" (SentencePiece BPE).
-  static SpmTokenizer from_gguf(const io::GgufFile& g) {
-    const std::string model = g.get_string("tokenizer.ggml.model");
-    MAXTEXT_CHECK(!model.empty(), IoError, "[tokenizer] ", g.path, ": no tokenizer.ggml.model (the file has no tokenizer)");
-    MAXTEXT_CHECK(model == "llama", UnsupportedError, "[tokenizer] ", g.path, ": tokenizer.ggml.model '", model,
-                  "' is not supported (llama = SentencePiece BPE)");
-    const io::GgufValue& toks = g.at("tokenizer.ggml.tokens");
-    MAXTEXT_CHECK(toks.is_array() && toks.elem == io::GgufType::string, IoError, "[tokenizer] ", g.path,
-                  ": tokenizer.ggml.tokens must be an array of strings");
-    std::vector<float> scores;
-    if (const io::GgufValue* s = g.find("tokenizer.ggml.scores")) {
-      MAXTEXT_CHECK(s->is_array() && (s->elem == io::GgufType::f32 || s->elem == io::GgufType::i32), IoError, "[tokenizer] ",
-                    g.path, ": tokenizer.ggml.scores must be an array of f32");
-      if (s->elem == io::GgufType::f32) {
-        for (double v : s->floats) scores.push_back(static_cast<float>(v));
-      } else {
-        for (auto v : s->ints) scores.push_back(static_cast<float>(v));
-      }
-    }
-    std::vector<TokenType> types;
-    if (const io::GgufValue* t = g.find("tokenizer.ggml.token_type")) {
-      MAXTEXT_CHECK(t->is_array() && t->elem == io::GgufType::i32, IoError, "[tokenizer] ", g.path,
-                    ": tokenizer.ggml.token_type must be an array of i32");
-      for (auto v : t->ints) types.push_back(v >= 0 && v <= 6 ? static_cast<TokenType>(v) : TokenType::undefined);
-    }
-    auto id = [&](const char* key, std::int32_t dflt) {
-      const io::GgufValue* v = g.find(key);
-      if (!v) return dflt;
-      const std::int64_t x = v->as_int(g.where(key));
-      // llama.cpp ignores ids outside the vocabulary (some converters write 0xFFFFFFFF for "none").
-      return x >= 0 && x < static_cast<std::int64_t>(toks.strings.size()) ? static_cast<std::int32_t>(x) : dflt;
-    };
-    SpmTokenizer tk(toks.strings, std::move(scores), std::move(types), id("tokenizer.ggml.bos_token_id", 1),
-                    id("tokenizer.ggml.eos_token_id", 2), id("tokenizer.ggml.unknown_token_id", 0), g.path);
-    tk.add_bos_ = g.get_bool("tokenizer.ggml.add_bos_token", true);
-    tk.add_eos_ = g.get_bool("tokenizer.ggml.add_eos_token", false);
-    tk.add_space_prefix_ = g.get_bool("tokenizer.ggml.add_space_prefix", true);
-    MAXTEXT_CHECK(!tk.add_bos_ || tk.bos_ >= 0, IoError, "[tokenizer] ", g.path, ": add_bos_token is set but there is no BOS");
-    MAXTEXT_CHECK(!tk.add_eos_ || tk.eos_ >= 0, IoError, "[tokenizer] ", g.path, ": add_eos_token is set but there is no EOS");
-    return tk;
-  }
+  static SpmTokenizer from_gguf(const io::GgufFile& g);
 
   /// From a llama2.c tokenizer.bin (pieces with plain spaces; BOS 1, EOS 2, <unk> 0; <0xHH> pieces are bytes).
-  static SpmTokenizer from_llama2c(const std::string& path, std::int64_t expected_vocab = 0) {
-    io::Llama2cVocab v = io::read_llama2c_tokenizer(path, expected_vocab);
-    std::vector<TokenType> types(v.pieces.size(), TokenType::normal);
-    for (std::size_t i = 0; i < v.pieces.size(); ++i) {
-      std::string& p = v.pieces[i];
-      if (parse_byte_piece(p) >= 0) {
-        types[i] = TokenType::byte;
-      } else {
-        std::string q;
-        for (char c : p) q += c == ' ' ? std::string("\xe2\x96\x81") : std::string(1, c);
-        p = std::move(q);
-      }
-    }
-    if (types.size() > 0) types[0] = TokenType::unknown;
-    if (types.size() > 1) types[1] = TokenType::control;
-    if (types.size() > 2) types[2] = TokenType::control;
-    return SpmTokenizer(std::move(v.pieces), std::move(v.scores), std::move(types), 1, 2, 0, path);
-  }
+  static SpmTokenizer from_llama2c(const std::string& path, std::int64_t expected_vocab = 0);
 
   std::vector<std::int32_t> encode(std::string_view text, std::optional<bool> add_bos = std::nullopt) const override {
     return encode_ex(text, add_bos.value_or(add_bos_), false);
   }
 
   /// encode with llama.cpp's parse_special (control pieces such as "<s>" in the text become their ids).
-  std::vector<std::int32_t> encode_ex(std::string_view text, bool add_bos, bool parse_special) const {
-    std::vector<std::int32_t> out;
-    if (add_bos) {
-      MAXTEXT_CHECK(bos_ >= 0, ArgumentError, "[tokenizer] ", where_, ": no BOS token to add");
-      out.push_back(bos_);
-    }
-    struct Fragment {
-      std::size_t begin, len;
-      std::int32_t token;  // -1: raw text
-    };
-    std::vector<Fragment> frags;
-    if (!text.empty()) frags.push_back({0, text.size(), -1});
-    for (std::int32_t sid : specials_) {
-      const Token& st = tokens_[static_cast<std::size_t>(sid)];
-      if (!parse_special && st.type != TokenType::user_defined) continue;
-      const std::string& pat = st.text;
-      std::vector<Fragment> next;
-      for (const Fragment& f : frags) {
-        if (f.token >= 0) {
-          next.push_back(f);
-          continue;
-        }
-        std::size_t pos = f.begin;
-        const std::size_t end = f.begin + f.len;
-        for (;;) {
-          const std::size_t m = text.substr(0, end).find(pat, pos);
-          if (m == std::string_view::npos) break;
-          if (m > pos) next.push_back({pos, m - pos, -1});
-          next.push_back({m, pat.size(), sid});
-          pos = m + pat.size();
-        }
-        if (pos < end) next.push_back({pos, end - pos, -1});
-      }
-      frags = std::move(next);
-    }
-    bool prev_special = true;
-    for (const Fragment& f : frags) {
-      if (f.token >= 0) {
-        out.push_back(f.token);
-        prev_special = true;
-        continue;
-      }
-      std::string s;
-      if (add_space_prefix_ && prev_special) s = " ";
-      s.append(text.substr(f.begin, f.len));
-      std::string escaped;
-      escaped.reserve(s.size() + 8);
-      for (char c : s) {
-        if (c == ' ') {
-          escaped += "\xe2\x96\x81";
-        } else {
-          escaped += c;
-        }
-      }
-      bpe(escaped, out);
-      prev_special = false;
-    }
-    if (add_bos && add_eos_ && eos_ >= 0) out.push_back(eos_);
-    return out;
-  }
+  std::vector<std::int32_t> encode_ex(std::string_view text, bool add_bos, bool parse_special) const;
 
-  std::string piece(std::int32_t prev, std::int32_t id) const override {
-    MAXTEXT_CHECK(id >= 0 && id < static_cast<std::int32_t>(tokens_.size()), ArgumentError, "[tokenizer] token id ", id,
-                  " outside the vocabulary [0, ", tokens_.size(), ")");
-    const Token& t = tokens_[static_cast<std::size_t>(id)];
-    switch (t.type) {
-      case TokenType::control:
-      case TokenType::unknown:
-      case TokenType::unused:
-      case TokenType::undefined:
-        return {};
-      case TokenType::byte:
-        return std::string(1, static_cast<char>(parse_byte_piece(t.text)));
-      case TokenType::user_defined:
-        return t.text;
-      case TokenType::normal:
-        break;
-    }
-    std::string s;
-    for (std::size_t i = 0; i < t.text.size();) {
-      if (t.text.compare(i, 3, "\xe2\x96\x81") == 0) {
-        s += ' ';
-        i += 3;
-      } else {
-        s += t.text[i++];
-      }
-    }
-    if (prev >= 0 && prev == bos_ && add_space_prefix_ && !s.empty() && s[0] == ' ') s.erase(0, 1);
-    return s;
-  }
+  std::string piece(std::int32_t prev, std::int32_t id) const override;
   /// Only a BOS before the token changes its text (the leading space dropped).
   std::int64_t piece_context(std::int32_t prev) const override {
     return prev >= 0 && prev == bos_ && add_space_prefix_;
@@ -401,5 +224,199 @@ class SpmTokenizer final : public Tokenizer {
   bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;
   std::string where_;
 };
+
+// The loading and encoding entry points are MAXTEXT_API (core/macros.hpp): compiled once in this project's programs.
+// `piece` is then the class's key function there, so its virtual table is compiled once too.
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API SpmTokenizer::SpmTokenizer(std::vector<std::string> pieces, std::vector<float> scores,
+                                       std::vector<TokenType> types, std::int32_t bos, std::int32_t eos,
+                                       std::int32_t unk, std::string where)
+    : bos_(bos), eos_(eos), unk_(unk), where_(std::move(where)) {
+  MAXTEXT_CHECK(!pieces.empty(), IoError, "[tokenizer] ", where_, ": empty vocabulary");
+  MAXTEXT_CHECK(scores.empty() || scores.size() >= pieces.size(), IoError, "[tokenizer] ", where_, ": ", scores.size(),
+                " scores for ", pieces.size(), " pieces");
+  MAXTEXT_CHECK(types.empty() || types.size() >= pieces.size(), IoError, "[tokenizer] ", where_, ": ", types.size(),
+                " token types for ", pieces.size(), " pieces");
+  tokens_.resize(pieces.size());
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    Token& t = tokens_[i];
+    t.text = pieces[i].empty() ? "[EMPTY_" + std::to_string(i) + "]" : std::move(pieces[i]);
+    t.score = scores.empty() ? 0.0f : scores[i];
+    t.type = types.empty() ? TokenType::normal : types[i];
+    // Later duplicates win, as in llama.cpp releases that accepted them.
+    index_[t.text] = static_cast<std::int32_t>(i);
+    if (t.type == TokenType::byte) {
+      const int b = parse_byte_piece(t.text);
+      MAXTEXT_CHECK(b >= 0, IoError, "[tokenizer] ", where_, ": token ", i, " has type byte but text '", t.text,
+                    "' is not <0xHH>");
+    }
+  }
+  auto valid = [&](std::int32_t id) { return id >= 0 && id < static_cast<std::int32_t>(tokens_.size()); };
+  if (!valid(bos_)) bos_ = -1;
+  if (!valid(eos_)) eos_ = -1;
+  if (!valid(unk_)) unk_ = -1;
+  add_bos_ = bos_ >= 0;  // from_gguf applies tokenizer.ggml.add_bos_token after construction
+  for (std::size_t i = 0; i < tokens_.size(); ++i) {
+    const TokenType ty = tokens_[i].type;
+    if (ty == TokenType::user_defined || ty == TokenType::control || ty == TokenType::unknown) {
+      specials_.push_back(static_cast<std::int32_t>(i));
+    }
+  }
+  std::stable_sort(specials_.begin(), specials_.end(), [&](std::int32_t a, std::int32_t b) {
+    return tokens_[static_cast<std::size_t>(a)].text.size() > tokens_[static_cast<std::size_t>(b)].text.size();
+  });
+}
+
+MAXTEXT_API SpmTokenizer SpmTokenizer::from_gguf(const io::GgufFile& g) {
+  const std::string model = g.get_string("tokenizer.ggml.model");
+  MAXTEXT_CHECK(!model.empty(), IoError, "[tokenizer] ", g.path, ": no tokenizer.ggml.model (the file has no tokenizer)");
+  MAXTEXT_CHECK(model == "llama", UnsupportedError, "[tokenizer] ", g.path, ": tokenizer.ggml.model '", model,
+                "' is not supported (llama = SentencePiece BPE)");
+  const io::GgufValue& toks = g.at("tokenizer.ggml.tokens");
+  MAXTEXT_CHECK(toks.is_array() && toks.elem == io::GgufType::string, IoError, "[tokenizer] ", g.path,
+                ": tokenizer.ggml.tokens must be an array of strings");
+  std::vector<float> scores;
+  if (const io::GgufValue* s = g.find("tokenizer.ggml.scores")) {
+    MAXTEXT_CHECK(s->is_array() && (s->elem == io::GgufType::f32 || s->elem == io::GgufType::i32), IoError, "[tokenizer] ",
+                  g.path, ": tokenizer.ggml.scores must be an array of f32");
+    if (s->elem == io::GgufType::f32) {
+      for (double v : s->floats) scores.push_back(static_cast<float>(v));
+    } else {
+      for (auto v : s->ints) scores.push_back(static_cast<float>(v));
+    }
+  }
+  std::vector<TokenType> types;
+  if (const io::GgufValue* t = g.find("tokenizer.ggml.token_type")) {
+    MAXTEXT_CHECK(t->is_array() && t->elem == io::GgufType::i32, IoError, "[tokenizer] ", g.path,
+                  ": tokenizer.ggml.token_type must be an array of i32");
+    for (auto v : t->ints) types.push_back(v >= 0 && v <= 6 ? static_cast<TokenType>(v) : TokenType::undefined);
+  }
+  auto id = [&](const char* key, std::int32_t dflt) {
+    const io::GgufValue* v = g.find(key);
+    if (!v) return dflt;
+    const std::int64_t x = v->as_int(g.where(key));
+    // llama.cpp ignores ids outside the vocabulary (some converters write 0xFFFFFFFF for "none").
+    return x >= 0 && x < static_cast<std::int64_t>(toks.strings.size()) ? static_cast<std::int32_t>(x) : dflt;
+  };
+  SpmTokenizer tk(toks.strings, std::move(scores), std::move(types), id("tokenizer.ggml.bos_token_id", 1),
+                  id("tokenizer.ggml.eos_token_id", 2), id("tokenizer.ggml.unknown_token_id", 0), g.path);
+  tk.add_bos_ = g.get_bool("tokenizer.ggml.add_bos_token", true);
+  tk.add_eos_ = g.get_bool("tokenizer.ggml.add_eos_token", false);
+  tk.add_space_prefix_ = g.get_bool("tokenizer.ggml.add_space_prefix", true);
+  MAXTEXT_CHECK(!tk.add_bos_ || tk.bos_ >= 0, IoError, "[tokenizer] ", g.path, ": add_bos_token is set but there is no BOS");
+  MAXTEXT_CHECK(!tk.add_eos_ || tk.eos_ >= 0, IoError, "[tokenizer] ", g.path, ": add_eos_token is set but there is no EOS");
+  return tk;
+}
+
+MAXTEXT_API SpmTokenizer SpmTokenizer::from_llama2c(const std::string& path, std::int64_t expected_vocab) {
+  io::Llama2cVocab v = io::read_llama2c_tokenizer(path, expected_vocab);
+  std::vector<TokenType> types(v.pieces.size(), TokenType::normal);
+  for (std::size_t i = 0; i < v.pieces.size(); ++i) {
+    std::string& p = v.pieces[i];
+    if (parse_byte_piece(p) >= 0) {
+      types[i] = TokenType::byte;
+    } else {
+      std::string q;
+      for (char c : p) q += c == ' ' ? std::string("\xe2\x96\x81") : std::string(1, c);
+      p = std::move(q);
+    }
+  }
+  if (types.size() > 0) types[0] = TokenType::unknown;
+  if (types.size() > 1) types[1] = TokenType::control;
+  if (types.size() > 2) types[2] = TokenType::control;
+  return SpmTokenizer(std::move(v.pieces), std::move(v.scores), std::move(types), 1, 2, 0, path);
+}
+
+MAXTEXT_API std::vector<std::int32_t> SpmTokenizer::encode_ex(std::string_view text, bool add_bos, bool parse_special) const {
+  std::vector<std::int32_t> out;
+  if (add_bos) {
+    MAXTEXT_CHECK(bos_ >= 0, ArgumentError, "[tokenizer] ", where_, ": no BOS token to add");
+    out.push_back(bos_);
+  }
+  struct Fragment {
+    std::size_t begin, len;
+    std::int32_t token;  // -1: raw text
+  };
+  std::vector<Fragment> frags;
+  if (!text.empty()) frags.push_back({0, text.size(), -1});
+  for (std::int32_t sid : specials_) {
+    const Token& st = tokens_[static_cast<std::size_t>(sid)];
+    if (!parse_special && st.type != TokenType::user_defined) continue;
+    const std::string& pat = st.text;
+    std::vector<Fragment> next;
+    for (const Fragment& f : frags) {
+      if (f.token >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      std::size_t pos = f.begin;
+      const std::size_t end = f.begin + f.len;
+      for (;;) {
+        const std::size_t m = text.substr(0, end).find(pat, pos);
+        if (m == std::string_view::npos) break;
+        if (m > pos) next.push_back({pos, m - pos, -1});
+        next.push_back({m, pat.size(), sid});
+        pos = m + pat.size();
+      }
+      if (pos < end) next.push_back({pos, end - pos, -1});
+    }
+    frags = std::move(next);
+  }
+  bool prev_special = true;
+  for (const Fragment& f : frags) {
+    if (f.token >= 0) {
+      out.push_back(f.token);
+      prev_special = true;
+      continue;
+    }
+    std::string s;
+    if (add_space_prefix_ && prev_special) s = " ";
+    s.append(text.substr(f.begin, f.len));
+    std::string escaped;
+    escaped.reserve(s.size() + 8);
+    for (char c : s) {
+      if (c == ' ') {
+        escaped += "\xe2\x96\x81";
+      } else {
+        escaped += c;
+      }
+    }
+    bpe(escaped, out);
+    prev_special = false;
+  }
+  if (add_bos && add_eos_ && eos_ >= 0) out.push_back(eos_);
+  return out;
+}
+
+MAXTEXT_API std::string SpmTokenizer::piece(std::int32_t prev, std::int32_t id) const {
+  MAXTEXT_CHECK(id >= 0 && id < static_cast<std::int32_t>(tokens_.size()), ArgumentError, "[tokenizer] token id ", id,
+                " outside the vocabulary [0, ", tokens_.size(), ")");
+  const Token& t = tokens_[static_cast<std::size_t>(id)];
+  switch (t.type) {
+    case TokenType::control:
+    case TokenType::unknown:
+    case TokenType::unused:
+    case TokenType::undefined:
+      return {};
+    case TokenType::byte:
+      return std::string(1, static_cast<char>(parse_byte_piece(t.text)));
+    case TokenType::user_defined:
+      return t.text;
+    case TokenType::normal:
+      break;
+  }
+  std::string s;
+  for (std::size_t i = 0; i < t.text.size();) {
+    if (t.text.compare(i, 3, "\xe2\x96\x81") == 0) {
+      s += ' ';
+      i += 3;
+    } else {
+      s += t.text[i++];
+    }
+  }
+  if (prev >= 0 && prev == bos_ && add_space_prefix_ && !s.empty() && s[0] == ' ') s.erase(0, 1);
+  return s;
+}
+#endif
 
 }  // namespace maxtext::tokenizer
