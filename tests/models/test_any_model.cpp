@@ -159,6 +159,39 @@ TEST_CASE("AnyModel gives the Transformer's logits, captures, layers and generat
     REQUIRE_THROWS_WITH(cache->set_length(0, 9), Catch::Contains("length 9 outside [0, 8]"));
   }
 
+  SECTION("AnyModel as a Transformer for the templates (detail::AnyDraftModel): positions, segments and captures pass") {
+    models::detail::AnyDraftModel adapted(*any);
+    auto cache = adapted.make_cache(2, 8);
+    auto direct_cache = direct.make_cache(2, 8);
+    Tensor<std::int32_t, 2> pos({2, 6}), seg({2, 6});
+    for (std::int64_t b = 0; b < 2; ++b) {
+      for (std::int64_t t = 0; t < 6; ++t) {
+        pos(b, t) = static_cast<std::int32_t>(3 * t + b);  // not the default 0..T-1: a dropped field would show
+        seg(b, t) = 1;
+      }
+    }
+    models::ForwardOptions fo;
+    fo.positions = &pos;
+    fo.segment_ids = &seg;
+    layers::Capture c2({any->layer_names()[1]});
+    fo.capture = &c2;
+    const Tensor<float, 3> via = adapted.forward(tok, cache, fo);
+    models::ForwardOptions dfo;
+    dfo.positions = &pos;
+    dfo.segment_ids = &seg;
+    require_equal(via, direct.forward(tok, direct_cache, dfo));
+    CHECK(c2.has(any->layer_names()[1]));
+    CHECK(cache.length(0) == 6);
+    models::ForwardOptions lens;
+    const std::vector<std::int32_t> rows{6, 4};
+    lens.row_lengths = &rows;
+    REQUIRE_THROWS_WITH(adapted.forward(tok, cache, lens), Catch::Contains("takes no row_lengths"));
+    models::ForwardOptions hid;
+    Tensor<float, 2> h;
+    hid.hidden_out = &h;
+    REQUIRE_THROWS_WITH(adapted.forward(tok, cache, hid), Catch::Contains("takes no hidden_out"));
+  }
+
   SECTION("one layer on its own") {
     models::LayerRequest lr;
     Tensor<float, 3> x({1, 5, cfg.emb_dim});

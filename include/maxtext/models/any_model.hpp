@@ -190,7 +190,8 @@ class AnyModel {
 };
 
 namespace detail {
-/// An AnyModel seen as ModelDrafter's draft model: make_cache / forward / config over the virtual interface.
+/// An AnyModel seen as a models::Transformer by the templates that take one (ModelDrafter's draft model, Session in
+/// the server's engine): make_cache / forward / config over the virtual interface.
 class AnyDraftModel {
  public:
   class Cache {
@@ -210,11 +211,21 @@ class AnyDraftModel {
   Cache make_cache(std::int64_t batch, std::int64_t capacity) const {
     return Cache(m_.new_cache(batch, capacity > 0 ? capacity : m_.config().max_target_length));
   }
+  /// Passes tokens, positions, segment ids, captures and media on; refuses by name what AnyModel::forward has no
+  /// field for (row_lengths, hidden_out) rather than dropping it.
   Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, Cache& cache, const ForwardOptions& fo) {
+    MAXTEXT_CHECK(fo.row_lengths == nullptr && fo.hidden_out == nullptr, ArgumentError,
+                  "[any_model] a forward pass through AnyModel takes no ", fo.row_lengths ? "row_lengths" : "hidden_out",
+                  " (ForwardOptions): AnyModel::forward runs every row whole and keeps no hidden state");
     ForwardRequest r;
     r.tokens = &tokens;
+    r.positions = fo.positions;
+    r.segment_ids = fo.segment_ids;
     r.cache = cache.get();
     r.last_only = fo.last_only;
+    r.capture = fo.capture;
+    r.media_mask = fo.media_mask;
+    r.media_embeddings = fo.media_embeddings;
     return m_.forward(r);
   }
 

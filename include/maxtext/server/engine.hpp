@@ -104,7 +104,7 @@ namespace detail {
 class TurnTakingModel {
  public:
   using Cache = models::detail::AnyDraftModel::Cache;
-  explicit TurnTakingModel(models::AnyModel& m) : model_(m), inner_(m) {}
+  explicit TurnTakingModel(models::AnyModel& m) : inner_(m) {}
   const Config& config() const { return inner_.config(); }
   Cache make_cache(std::int64_t batch, std::int64_t capacity) const { return inner_.make_cache(batch, capacity); }
   Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, Cache& cache, const models::ForwardOptions& fo) {
@@ -122,24 +122,11 @@ class TurnTakingModel {
         m.cv_.notify_all();
       }
     } next{*this};
-    // The request made here rather than by AnyDraftModel::forward, which passes tokens, cache and last_only only
-    // (a draft model's needs): a session's pictures come as media_mask / media_embeddings.
-    MAXTEXT_CHECK(fo.row_lengths == nullptr && fo.capture == nullptr && fo.hidden_out == nullptr, ArgumentError,
-                  "[server] a slot's forward takes tokens, positions, segment ids and pictures only");
-    models::ForwardRequest r;
-    r.tokens = &tokens;
-    r.positions = fo.positions;
-    r.segment_ids = fo.segment_ids;
-    r.cache = cache.get();
-    r.last_only = fo.last_only;
-    r.media_mask = fo.media_mask;
-    r.media_embeddings = fo.media_embeddings;
-    return model_.forward(r);
+    return inner_.forward(tokens, cache, fo);  // a session's pictures come as media_mask / media_embeddings
   }
 
  private:
-  models::AnyModel& model_;
-  models::detail::AnyDraftModel inner_;  // its Cache type and make_cache
+  models::detail::AnyDraftModel inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::uint64_t next_ = 0, serving_ = 0;
