@@ -41,8 +41,9 @@ inline void fuzz_openai_request(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return;
   // The data URLs' base64: what decodes must be the text an encoder writes for those bytes (the decoder refuses the
   // rest: other characters, misplaced padding, stray low bits), so re-encoding gives the input back, padding aside.
-  if (const auto bytes = sv::detail::base64_decode(as_text(data + 1, size - 1))) {
-    std::string_view text = as_text(data + 1, size - 1);
+  const std::string_view input = as_text(data + 1, size - 1);
+  if (const auto bytes = sv::detail::base64_decode(input)) {
+    std::string_view text = input;
     if (text.size() % 4 == 0) {
       while (!text.empty() && text.back() == '=') text.remove_suffix(1);
     }
@@ -51,7 +52,7 @@ inline void fuzz_openai_request(const std::uint8_t* data, std::size_t size) {
   const bool chat = data[0] % 2 == 0;
   sv::Json body;
   try {
-    body = sv::Json::parse(as_text(data + 1, size - 1));
+    body = sv::Json::parse(input);
   } catch (const sv::Json::exception&) {
     return;
   }
