@@ -13,7 +13,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "maxtext/core/macros.hpp"
+
+// Eigen only where the kernel entry points below are defined: with MAXTEXT_SEPARATE_KERNELS (this project's programs)
+// only the kernels library parses it, not every unit that includes the backend.
+#if MAXTEXT_KERNEL_DEFINITIONS
 #include <Eigen/Core>
+#endif
 
 #include "maxtext/backend/common/kernel_math.hpp"
 #include "maxtext/backend/common/math.hpp"
@@ -70,6 +76,86 @@ MAXTEXT_KERNEL_API void eigen_gemm_f32(int threads, const float* x, std::int64_t
   (void)threads;
   ym.noalias() = xm * wm.transpose();
 #endif
+}
+#endif
+
+/// c[M, N] (row stride ldc) = a[M, K] . b, b = B[N, K]^T (transpose_b) or B[K, N], in f32 through Eigen on the calling
+/// thread (for products inside parallel_rows); a's, b's rows have strides lda, ldb.
+MAXTEXT_KERNEL_API void eigen_matmul_f32(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                         bool transpose_b, float* c, std::int64_t ldc, std::int64_t M, std::int64_t N,
+                                         std::int64_t K);
+#if MAXTEXT_KERNEL_DEFINITIONS
+MAXTEXT_KERNEL_API void eigen_matmul_f32(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                         bool transpose_b, float* c, std::int64_t ldc, std::int64_t M, std::int64_t N,
+                                         std::int64_t K) {
+  using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using CMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+  Eigen::Map<RowMat, 0, Eigen::OuterStride<>> cm(c, M, N, Eigen::OuterStride<>(ldc));
+  CMap am(a, M, K, Eigen::OuterStride<>(lda));
+  if (transpose_b) {
+    cm.noalias() = am * CMap(b, N, K, Eigen::OuterStride<>(ldb)).transpose();
+  } else {
+    cm.noalias() = am * CMap(b, K, N, Eigen::OuterStride<>(ldb));
+  }
+}
+#endif
+
+/// The scratch rows of one chunk of the gated delta rule (Backend::gdn_chunk_prefill), all f32 and row-major:
+/// qk_rows [2L, Dk] (normalised q_t, then k_t), yx [2L, Dv], pairs [2L, L], u [L, Dv] (v_t on entry), beta, cum, e [L].
+struct GdnChunkRows {
+  float* qk_rows;
+  float* yx;
+  float* pairs;
+  float* u;
+  const float* beta;
+  const float* cum;
+  float* e;
+};
+
+/// The products of one chunk of L tokens of one value head (semantics: Backend::gdn_chunk_prefill's comment): on exit,
+/// the rows [0, L) of yx hold the outputs o_t and S [Dk, Dv] the state after the chunk.
+MAXTEXT_KERNEL_API void gdn_chunk_products(const GdnChunkRows& c, std::int64_t L, std::int64_t Dk, std::int64_t Dv,
+                                           float* S);
+#if MAXTEXT_KERNEL_DEFINITIONS
+MAXTEXT_KERNEL_API void gdn_chunk_products(const GdnChunkRows& c, std::int64_t L, std::int64_t Dk, std::int64_t Dv,
+                                           float* S) {
+  using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Map = Eigen::Map<Mat>;
+  Map QKr(c.qk_rows, 2 * L, Dk), YX(c.yx, 2 * L, Dv), PP(c.pairs, 2 * L, L), U(c.u, L, Dv), S0(S, Dk, Dv);
+  auto K = QKr.bottomRows(L);
+  auto O = YX.topRows(L);
+  auto X = YX.bottomRows(L);
+  auto QK = PP.topRows(L);
+  auto KK = PP.bottomRows(L);
+  YX.noalias() = QKr * S0;               // rows: S0^T q_t, then S0^T k_t
+  PP.noalias() = QKr * K.transpose();    // rows: q_t . k_s, then k_t . k_s
+  constexpr std::int64_t w = static_cast<std::int64_t>(vec::W);
+  float* e = c.e;
+  const float* cum = c.cum;
+  for (std::int64_t t = 0; t < L; ++t) {
+    const float ct = cum[t], g = std::exp(ct), bta = c.beta[t];
+    U.row(t) = bta * (U.row(t) - g * X.row(t));
+    O.row(t) *= g;
+    // e[s] = e^{c_t - c_s} for s <= t (vectorised), then the pair coefficients of row t.
+    std::int64_t s2 = 0;
+    for (; s2 + w <= t + 1; s2 += w) {
+      xsimd::exp(vec::fbatch(ct) - vec::fbatch::load_unaligned(cum + s2)).store_unaligned(e + s2);
+    }
+    for (; s2 <= t; ++s2) e[s2] = std::exp(ct - cum[s2]);
+    float* kk = &KK(t, 0);
+    float* qk = &QK(t, 0);
+    for (s2 = 0; s2 < t; ++s2) kk[s2] *= bta * e[s2];
+    for (s2 = 0; s2 <= t; ++s2) qk[s2] *= e[s2];
+    for (s2 = t; s2 < L; ++s2) kk[s2] = 0.0f;
+    for (s2 = t + 1; s2 < L; ++s2) qk[s2] = 0.0f;
+    if (t > 0) U.row(t).noalias() -= KK.row(t).head(t) * U.topRows(t);  // forward substitution
+  }
+  O.noalias() += QK * U;
+  // S <- e^{c_L} S0 + sum_s (e^{c_L - c_s} k_s) u_s^T
+  const float cl = cum[L - 1];
+  for (std::int64_t t = 0; t < L; ++t) K.row(t) *= std::exp(cl - cum[t]);
+  S0 *= std::exp(cl);
+  S0.noalias() += K.transpose() * U;
 }
 #endif
 
@@ -746,20 +832,17 @@ class Backend {
     MAXTEXT_DASSERT(y.dim(0) == M && y.dim(1) == H && (transpose_w ? Ky : Kx) == w.cols);
     MAXTEXT_DASSERT((H - 1) * head_stride + row_offset + nrows <= w.rows);
     if (M == 0) return;
-    using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const auto sz = [](std::int64_t r, std::int64_t c) { return static_cast<std::size_t>(r * c); };
     parallel_rows(H, M * Kx * Ky, [&](std::int64_t h0, std::int64_t h1) {
-      RowMat xf(M, Kx), wf(nrows, w.cols), yf;
+      std::vector<float> xf(sz(M, Kx)), wf(sz(nrows, w.cols)), yf(sz(M, Ky));
       for (std::int64_t h = h0; h < h1; ++h) {
-        for (std::int64_t m = 0; m < M; ++m) vec::to_f32(&x(m, h, 0), &xf(m, 0), Kx);
+        for (std::int64_t m = 0; m < M; ++m) vec::to_f32(&x(m, h, 0), &xf[sz(m, Kx)], Kx);
         const std::int64_t r0 = h * head_stride + row_offset;
-        for (std::int64_t i = 0; i < nrows; ++i) row_to_f32(w, r0 + i, &wf(i, 0));
-        if (transpose_w) {
-          yf.noalias() = xf * wf;
-        } else {
-          yf.noalias() = xf * wf.transpose();
-        }
+        for (std::int64_t i = 0; i < nrows; ++i) row_to_f32(w, r0 + i, &wf[sz(i, w.cols)]);
+        // transpose_w: y = x . W_h, W_h [Kx, Ky]; otherwise y = x . W_h^T, W_h [Ky, Kx].
+        eigen_matmul_f32(xf.data(), Kx, wf.data(), w.cols, !transpose_w, yf.data(), Ky, M, Ky, Kx);
         for (std::int64_t m = 0; m < M; ++m) {
-          for (std::int64_t j = 0; j < Ky; ++j) y(m, h, j) = from_float<Y>(yf(m, j));
+          for (std::int64_t j = 0; j < Ky; ++j) y(m, h, j) = from_float<Y>(yf[sz(m, Ky) + static_cast<std::size_t>(j)]);
         }
       }
     });
@@ -1066,57 +1149,20 @@ class Backend {
   static void gdn_chunk_prefill(View<const A, 2> q, View<const A, 2> k, View<const A, 2> v, View<const A, 2> a,
                                 View<const A, 2> bt, float a_log, float dt_bias, const GdnShape& sh, std::int64_t m0,
                                 std::int64_t L, std::int64_t h, float* S, View<A, 2> o, GdnChunk& c) {
-    using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    using Map = Eigen::Map<Mat>;
     const std::int64_t Dk = sh.key_dim, Dv = sh.value_dim, kc = (h / (sh.value_heads / sh.key_heads)) * Dk;
+    const auto at = [](std::int64_t r, std::int64_t width) { return static_cast<std::size_t>(r * width); };
     // q and k rows stacked, so that one product gives S0^T q_t and S0^T k_t, another q_t . k_s and k_t . k_s.
-    Map QKr(c.qk_rows, 2 * L, Dk), YX(c.yx, 2 * L, Dv), PP(c.pairs, 2 * L, L), U(c.u, L, Dv),
-        S0(S, Dk, Dv);
-    auto Q = QKr.topRows(L);
-    auto K = QKr.bottomRows(L);
-    auto O = YX.topRows(L);
-    auto X = YX.bottomRows(L);
-    auto QK = PP.topRows(L);
-    auto KK = PP.bottomRows(L);
     float run = 0.0f;
     for (std::int64_t t = 0; t < L; ++t) {
       const std::int64_t m = m0 + t;
-      gdn_normalised_qk(q, k, m, kc, Dk, &Q(t, 0), &K(t, 0));
+      gdn_normalised_qk(q, k, m, kc, Dk, c.qk_rows + at(t, Dk), c.qk_rows + at(L + t, Dk));
       c.beta[t] = math::sigmoid(to_float(bt(m, h)));
       run += kmath::gdn_log_decay(to_float(a(m, h)), a_log, dt_bias);
       c.cum[t] = run;
-      vec::to_f32(&v(m, h * Dv), &U(t, 0), Dv);
+      vec::to_f32(&v(m, h * Dv), c.u + at(t, Dv), Dv);
     }
-    YX.noalias() = QKr * S0;               // rows: S0^T q_t, then S0^T k_t
-    PP.noalias() = QKr * K.transpose();    // rows: q_t . k_s, then k_t . k_s
-    constexpr std::int64_t w = static_cast<std::int64_t>(vec::W);
-    float* e = c.e;
-    const float* cum = c.cum;
-    for (std::int64_t t = 0; t < L; ++t) {
-      const float ct = cum[t], g = std::exp(ct), bta = c.beta[t];
-      U.row(t) = bta * (U.row(t) - g * X.row(t));
-      O.row(t) *= g;
-      // e[s] = e^{c_t - c_s} for s <= t (vectorised), then the pair coefficients of row t.
-      std::int64_t s2 = 0;
-      for (; s2 + w <= t + 1; s2 += w) {
-        xsimd::exp(vec::fbatch(ct) - vec::fbatch::load_unaligned(cum + s2)).store_unaligned(e + s2);
-      }
-      for (; s2 <= t; ++s2) e[s2] = std::exp(ct - cum[s2]);
-      float* kk = &KK(t, 0);
-      float* qk = &QK(t, 0);
-      for (s2 = 0; s2 < t; ++s2) kk[s2] *= bta * e[s2];
-      for (s2 = 0; s2 <= t; ++s2) qk[s2] *= e[s2];
-      for (s2 = t; s2 < L; ++s2) kk[s2] = 0.0f;
-      for (s2 = t + 1; s2 < L; ++s2) qk[s2] = 0.0f;
-      if (t > 0) U.row(t).noalias() -= KK.row(t).head(t) * U.topRows(t);  // forward substitution
-    }
-    O.noalias() += QK * U;
-    for (std::int64_t t = 0; t < L; ++t) vec::from_f32(&O(t, 0), &o(m0 + t, h * Dv), Dv);
-    // S <- e^{c_L} S0 + sum_s (e^{c_L - c_s} k_s) u_s^T
-    const float cl = cum[L - 1];
-    for (std::int64_t t = 0; t < L; ++t) K.row(t) *= std::exp(cl - cum[t]);
-    S0 *= std::exp(cl);
-    S0.noalias() += K.transpose() * U;
+    gdn_chunk_products(GdnChunkRows{c.qk_rows, c.yx, c.pairs, c.u, c.beta, c.cum, c.e}, L, Dk, Dv, S);
+    for (std::int64_t t = 0; t < L; ++t) vec::from_f32(c.yx + at(t, Dv), &o(m0 + t, h * Dv), Dv);
   }
 
   /// Run f(begin, end) over [0, rows) split across threads; `cost_per_row` (flops-ish) decides how many.
@@ -1226,11 +1272,7 @@ class Backend {
             row_to_f32(w, n0 + i, &wf[static_cast<std::size_t>(i * K)]);
           }
         }
-        using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-        Eigen::Map<const RowMat, 0, Eigen::OuterStride<>> xm(xf_ptr, M, K, Eigen::OuterStride<>(ldx));
-        Eigen::Map<const RowMat> wm(wf.data(), nb, K);
-        Eigen::Map<RowMat> ym(yf.data(), M, nb);
-        ym.noalias() = xm * wm.transpose();
+        eigen_matmul_f32(xf_ptr, ldx, wf.data(), K, /*transpose_b=*/true, yf.data(), nb, M, nb, K);
         for (std::int64_t m = 0; m < M; ++m) {
           for (std::int64_t i = 0; i < nb; ++i) {
             float acc = round_to<Y>(yf[static_cast<std::size_t>(m * nb + i)]);
