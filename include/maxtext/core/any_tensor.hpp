@@ -13,6 +13,7 @@
 
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/core/ggml_quants.hpp"
 #include "maxtext/core/tensor.hpp"
 
@@ -120,36 +121,9 @@ struct AnyTensor {
   }
 
   /// Permute axes (no copy): result axis i is this tensor's axis perm[i].
-  AnyTensor permuted(const std::vector<int>& perm) const {
-    MAXTEXT_CHECK(static_cast<int>(perm.size()) == rank(), ShapeError, "[AnyTensor::permuted] ", source,
-                  ": permutation of rank ", perm.size(), " for a tensor of rank ", rank());
-    std::vector<bool> seen(perm.size(), false);
-    for (int p : perm) {
-      MAXTEXT_CHECK(p >= 0 && p < rank() && !seen[static_cast<std::size_t>(p)], ShapeError, "[AnyTensor::permuted] ",
-                    source, ": ", perm, " is not a permutation of ", rank(), " axes");
-      seen[static_cast<std::size_t>(p)] = true;
-    }
-    const int blocked = blocked_axis();
-    AnyTensor r = *this;
-    for (std::size_t i = 0; i < perm.size(); ++i) {
-      r.shape[i] = shape[static_cast<std::size_t>(perm[i])];
-      r.strides[i] = strides[static_cast<std::size_t>(perm[i])];
-      if (blocked >= 0 && perm[i] == blocked) r.block_axis = static_cast<int>(i) == rank() - 1 ? -1 : static_cast<int>(i);
-    }
-    return r;
-  }
+  AnyTensor permuted(const std::vector<int>& perm) const;
   /// Reshape a contiguous tensor (no copy).
-  AnyTensor reshaped(std::vector<std::int64_t> new_shape) const {
-    std::int64_t n = 1;
-    for (auto d : new_shape) n *= d;
-    MAXTEXT_CHECK(n == numel(), ShapeError, "[AnyTensor::reshaped] ", source, ": cannot reshape ", shape, " to ",
-                  new_shape);
-    MAXTEXT_CHECK(is_contiguous(), ShapeError, "[AnyTensor::reshaped] ", source, ": not contiguous");
-    AnyTensor r = *this;
-    r.shape = std::move(new_shape);
-    r.strides = dense_strides(r.shape, dtype);
-    return r;
-  }
+  AnyTensor reshaped(std::vector<std::int64_t> new_shape) const;
   /// Fix `axis` at `index` (no copy): drops the axis.
   AnyTensor select(int axis, std::int64_t index) const {
     MAXTEXT_CHECK(axis >= 0 && axis < rank() && index >= 0 && index < shape[static_cast<std::size_t>(axis)],
@@ -341,5 +315,40 @@ struct AnyTensor {
     }
   }
 };
+
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API AnyTensor AnyTensor::reshaped(std::vector<std::int64_t> new_shape) const {
+  std::int64_t n = 1;
+  for (auto d : new_shape) n *= d;
+  MAXTEXT_CHECK(n == numel(), ShapeError, "[AnyTensor::reshaped] ", source, ": cannot reshape ", shape, " to ",
+                new_shape);
+  MAXTEXT_CHECK(is_contiguous(), ShapeError, "[AnyTensor::reshaped] ", source, ": not contiguous");
+  AnyTensor r = *this;
+  r.shape = std::move(new_shape);
+  r.strides = dense_strides(r.shape, dtype);
+  return r;
+}
+#endif
+
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API AnyTensor AnyTensor::permuted(const std::vector<int>& perm) const {
+  MAXTEXT_CHECK(static_cast<int>(perm.size()) == rank(), ShapeError, "[AnyTensor::permuted] ", source,
+                ": permutation of rank ", perm.size(), " for a tensor of rank ", rank());
+  std::vector<bool> seen(perm.size(), false);
+  for (int p : perm) {
+    MAXTEXT_CHECK(p >= 0 && p < rank() && !seen[static_cast<std::size_t>(p)], ShapeError, "[AnyTensor::permuted] ",
+                  source, ": ", perm, " is not a permutation of ", rank(), " axes");
+    seen[static_cast<std::size_t>(p)] = true;
+  }
+  const int blocked = blocked_axis();
+  AnyTensor r = *this;
+  for (std::size_t i = 0; i < perm.size(); ++i) {
+    r.shape[i] = shape[static_cast<std::size_t>(perm[i])];
+    r.strides[i] = strides[static_cast<std::size_t>(perm[i])];
+    if (blocked >= 0 && perm[i] == blocked) r.block_axis = static_cast<int>(i) == rank() - 1 ? -1 : static_cast<int>(i);
+  }
+  return r;
+}
+#endif
 
 }  // namespace maxtext

@@ -13,6 +13,7 @@
 
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 
 namespace maxtext::quant {
 
@@ -86,7 +87,9 @@ inline void k_scale_min(const std::byte* s, int j, int& sc, int& mn) {
 }  // namespace detail
 
 /// Dequantise one block (block_format(t).block values) at `blk` into `y`.
-inline void dequantize_block(BlockType t, const std::byte* blk, float* y) {
+MAXTEXT_API void dequantize_block(BlockType t, const std::byte* blk, float* y);
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void dequantize_block(BlockType t, const std::byte* blk, float* y) {
   using detail::byte_at;
   using detail::half_at;
   switch (t) {
@@ -241,6 +244,7 @@ inline void dequantize_block(BlockType t, const std::byte* blk, float* y) {
     }
   }
 }
+#endif
 
 /// Dequantise `n` values (a multiple of the block size) stored as consecutive blocks at `src` into `dst`.
 inline void dequantize_row(BlockType t, const std::byte* src, float* dst, std::int64_t n) {
@@ -300,7 +304,9 @@ inline void scale_values(float* v, std::int64_t n, double value_scale) {
 }
 
 /// Dequantise (or widen) `n` values of ggml type `ggml_type` stored from `src` into `dst` (exact).
-inline void dequantize_any(std::uint32_t ggml_type, const std::byte* src, float* dst, std::int64_t n) {
+MAXTEXT_API void dequantize_any(std::uint32_t ggml_type, const std::byte* src, float* dst, std::int64_t n);
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void dequantize_any(std::uint32_t ggml_type, const std::byte* src, float* dst, std::int64_t n) {
   switch (ggml_type) {
     case kTypeF32: std::memcpy(dst, src, static_cast<std::size_t>(n) * 4); return;
     case kTypeF16:
@@ -317,5 +323,6 @@ inline void dequantize_any(std::uint32_t ggml_type, const std::byte* src, float*
     default: dequantize_row(static_cast<BlockType>(checked_type_info(ggml_type).id), src, dst, n);
   }
 }
+#endif
 
 }  // namespace maxtext::quant

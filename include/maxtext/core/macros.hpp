@@ -40,11 +40,12 @@
 #endif
 
 // Compiled mode. Header-only by default: every function is `inline` and each translation unit that calls one compiles
-// it. The heaviest non-template functions (reading configs and weight files, the importers' entry points: those marked
-// MAXTEXT_API) may be compiled once instead: define MAXTEXT_COMPILED in every translation unit of a program and also
-// MAXTEXT_COMPILED_IMPLEMENTATION in exactly one, which then holds their definitions; the others see declarations and
-// link to them. This project's own programs build that way (CMake option MAXTEXT_COMPILED, library maxtext_compiled,
-// docs/build.md); a user who only includes the headers needs neither macro.
+// it. The heaviest non-template functions (reading configs and weight files, the importers' entry points, the
+// tokenizers, the helpers every model unit calls: those marked MAXTEXT_API) may be compiled once instead: define
+// MAXTEXT_COMPILED in every translation unit of a program and also MAXTEXT_COMPILED_IMPLEMENTATION in exactly one,
+// which then holds their definitions; the others see declarations and link to them. This project's own programs build
+// that way (CMake option MAXTEXT_COMPILED, library maxtext_compiled, docs/build.md); a user who only includes the
+// headers needs neither macro.
 #if defined(MAXTEXT_COMPILED)
 #define MAXTEXT_API
 #if defined(MAXTEXT_COMPILED_IMPLEMENTATION)

@@ -19,6 +19,7 @@
 #include "maxtext/backend/ops.hpp"
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/core/tensor.hpp"
 
 namespace maxtext::layers {
@@ -82,7 +83,9 @@ inline std::string lower(std::string s) {
 }  // namespace detail
 
 /// Host table [positions, rot_dims/2] of cos/sin for `spec`; upload with layers::upload before use on a device.
-inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positions) {
+MAXTEXT_API RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positions);
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positions) {
   const std::int64_t d = spec.rot_dims > 0 ? spec.rot_dims : spec.head_dim;
   MAXTEXT_CHECK(d > 0 && d % 2 == 0 && d <= spec.head_dim, ConfigError,
                 "[rope] rotary dims must be even, > 0 and <= head_dim (", spec.head_dim, "), found ", d);
@@ -197,6 +200,7 @@ inline RotaryTable build_rotary_table(const RopeSpec& spec, std::int64_t positio
   }
   return t;
 }
+#endif
 
 /// The per-layer arguments of MaxText's Attention that choose its rotary embedding (None = 0 / empty).
 struct RopeArgs {
@@ -213,7 +217,9 @@ struct RopeArgs {
 /// rope_type starting with "llama3.1"), YaRN (rope_type starting with "yarn"), partial RoPE (layer-level factor < 1),
 /// else default RoPE (local_rope_max_timescale on local sliding layers, linear scaling except on Gemma-3 local
 /// layers; model_name gemma4*: Gemma-4's inf-padded partial RoPE).
-inline RopeSpec select_rope(const Config& c, const RopeArgs& a) {
+MAXTEXT_API RopeSpec select_rope(const Config& c, const RopeArgs& a);
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API RopeSpec select_rope(const Config& c, const RopeArgs& a) {
   RopeSpec s;
   s.head_dim = a.dims;
   if (a.is_nope_layer) {
@@ -282,6 +288,7 @@ inline RopeSpec select_rope(const Config& c, const RopeArgs& a) {
   if (detail::starts_with(c.model_name, "gemma3") && a.local_sliding) s.linear_scaling = 1.0;
   return s;
 }
+#endif
 
 /// Positions a layer's table covers: max_target_length, and for YaRN at most max_position_embeddings (MaxText's
 /// YaRN table size; positions beyond it are invalid there).
@@ -293,7 +300,9 @@ inline std::int64_t rope_table_positions(const RopeSpec& s, const Config& c) {
 
 /// One host table per distinct (spec, positions), shared by every layer that uses it (a model's layers usually
 /// all do). Tables live as long as some layer holds them.
-inline std::shared_ptr<const RotaryTable> shared_rotary_table(const RopeSpec& spec, std::int64_t positions) {
+MAXTEXT_API std::shared_ptr<const RotaryTable> shared_rotary_table(const RopeSpec& spec, std::int64_t positions);
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API std::shared_ptr<const RotaryTable> shared_rotary_table(const RopeSpec& spec, std::int64_t positions) {
   using Key = std::tuple<decltype(spec.key()), std::int64_t>;
   static std::mutex mu;
   static std::map<Key, std::weak_ptr<const RotaryTable>> cache;
@@ -307,5 +316,6 @@ inline std::shared_ptr<const RotaryTable> shared_rotary_table(const RopeSpec& sp
   cache[key] = t;
   return t;
 }
+#endif
 
 }  // namespace maxtext::layers

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/models/sampling.hpp"
 #include "maxtext/models/text_stream.hpp"
@@ -103,17 +104,7 @@ class RowDecoder {
  public:
   /// `context`: the tokens before the generation (all of them count for the repetition penalty; the last one anchors
   /// the text so the first generated token decodes in context).
-  RowDecoder(const GenerateOptions& opt, SamplingParams sp, const std::vector<std::int32_t>& context)
-      : opt_(opt), sampler_(std::move(sp)) {
-    if (sampler_.params().repetition_penalty != 1.0f) sampler_.add_context(context);
-    MAXTEXT_CHECK(opt.decode || (opt.stop_strings.empty() && !opt.on_text), ArgumentError,
-                  "[generate] stop_strings and on_text need GenerateOptions::decode (the tokenizer's decode)");
-    if (opt.decode) {
-      std::vector<std::int32_t> anchor;
-      if (!context.empty()) anchor.push_back(context.back());
-      stream_.emplace(opt.decode, opt.stop_strings, std::move(anchor));
-    }
-  }
+  RowDecoder(const GenerateOptions& opt, SamplingParams sp, const std::vector<std::int32_t>& context);
 
   bool done() const { return done_; }
 
@@ -129,30 +120,7 @@ class RowDecoder {
   }
 
  private:
-  std::int32_t record(std::int32_t t, const float* logits, std::int64_t V, std::int64_t row, GenerateResult& res) {
-    const auto r = static_cast<std::size_t>(row);
-    res.tokens[r].push_back(t);
-    if (opt_.logprobs) res.logprobs[r].push_back(token_logprob(logits, V, t, opt_.top_logprobs));
-    if (opt_.on_token) opt_.on_token(row, t);
-    const bool stop_tok = std::find(opt_.stop_tokens.begin(), opt_.stop_tokens.end(), t) != opt_.stop_tokens.end();
-    if (stop_tok) {
-      finish(row, res, FinishReason::stop_token);
-      return t;
-    }
-    if (stream_) {
-      const std::string delta = stream_->push(t);
-      if (!emit(row, delta)) {
-        finish(row, res, FinishReason::cancelled);
-        return t;
-      }
-      if (stream_->stopped()) {
-        finish(row, res, FinishReason::stop_string);
-        return t;
-      }
-    }
-    if (static_cast<std::int64_t>(res.tokens[r].size()) >= opt_.max_new_tokens) finish(row, res, FinishReason::length);
-    return t;
-  }
+  std::int32_t record(std::int32_t t, const float* logits, std::int64_t V, std::int64_t row, GenerateResult& res);
 
  public:
 
@@ -180,12 +148,58 @@ class RowDecoder {
   bool done_ = false;
 };
 
-inline void init_result(GenerateResult& res, std::size_t rows) {
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API std::int32_t RowDecoder::record(std::int32_t t, const float* logits, std::int64_t V, std::int64_t row,
+                                           GenerateResult& res) {
+  const auto r = static_cast<std::size_t>(row);
+  res.tokens[r].push_back(t);
+  if (opt_.logprobs) res.logprobs[r].push_back(token_logprob(logits, V, t, opt_.top_logprobs));
+  if (opt_.on_token) opt_.on_token(row, t);
+  const bool stop_tok = std::find(opt_.stop_tokens.begin(), opt_.stop_tokens.end(), t) != opt_.stop_tokens.end();
+  if (stop_tok) {
+    finish(row, res, FinishReason::stop_token);
+    return t;
+  }
+  if (stream_) {
+    const std::string delta = stream_->push(t);
+    if (!emit(row, delta)) {
+      finish(row, res, FinishReason::cancelled);
+      return t;
+    }
+    if (stream_->stopped()) {
+      finish(row, res, FinishReason::stop_string);
+      return t;
+    }
+  }
+  if (static_cast<std::int64_t>(res.tokens[r].size()) >= opt_.max_new_tokens) finish(row, res, FinishReason::length);
+  return t;
+}
+#endif
+
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API RowDecoder::RowDecoder(const GenerateOptions& opt, SamplingParams sp,
+                                   const std::vector<std::int32_t>& context)
+    : opt_(opt), sampler_(std::move(sp)) {
+  if (sampler_.params().repetition_penalty != 1.0f) sampler_.add_context(context);
+  MAXTEXT_CHECK(opt.decode || (opt.stop_strings.empty() && !opt.on_text), ArgumentError,
+                "[generate] stop_strings and on_text need GenerateOptions::decode (the tokenizer's decode)");
+  if (opt.decode) {
+    std::vector<std::int32_t> anchor;
+    if (!context.empty()) anchor.push_back(context.back());
+    stream_.emplace(opt.decode, opt.stop_strings, std::move(anchor));
+  }
+}
+#endif
+
+MAXTEXT_API void init_result(GenerateResult& res, std::size_t rows);
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void init_result(GenerateResult& res, std::size_t rows) {
   res.tokens.assign(rows, {});
   res.text.assign(rows, {});
   res.finish.assign(rows, FinishReason::length);
   res.logprobs.assign(rows, {});
 }
+#endif
 
 }  // namespace detail
 

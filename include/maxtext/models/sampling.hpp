@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 #include "maxtext/core/random.hpp"
 
 namespace maxtext::models {
@@ -41,28 +42,32 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    ///< subtracted once if the token was generated before
   std::vector<std::pair<std::int32_t, float>> logit_bias{};  ///< (token id, additive bias); -inf bans a token
 
-  void validate() const {
-    MAXTEXT_CHECK(temperature >= 0.0f && std::isfinite(temperature), ArgumentError, "[sampling] temperature must be >= 0, found ",
-                  temperature);
-    MAXTEXT_CHECK(top_k >= 0, ArgumentError, "[sampling] top_k must be >= 0, found ", top_k);
-    MAXTEXT_CHECK(top_p > 0.0f && top_p <= 1.0f, ArgumentError, "[sampling] top_p must be in (0, 1], found ", top_p);
-    MAXTEXT_CHECK(min_p >= 0.0f && min_p <= 1.0f, ArgumentError, "[sampling] min_p must be in [0, 1], found ", min_p);
-    MAXTEXT_CHECK(repetition_penalty > 0.0f && std::isfinite(repetition_penalty), ArgumentError,
-                  "[sampling] repetition_penalty must be > 0, found ", repetition_penalty);
-    MAXTEXT_CHECK(std::isfinite(frequency_penalty) && std::isfinite(presence_penalty), ArgumentError,
-                  "[sampling] frequency_penalty and presence_penalty must be finite, found ", frequency_penalty, " and ",
-                  presence_penalty);
-    for (const auto& [id, b] : logit_bias) {
-      MAXTEXT_CHECK(id >= 0, ArgumentError, "[sampling] logit_bias token id ", id, " is negative");
-      MAXTEXT_CHECK(!std::isnan(b) && b != std::numeric_limits<float>::infinity(), ArgumentError,
-                    "[sampling] logit_bias for token ", id, " must be finite or -inf, found ", b);
-    }
-  }
+  void validate() const;
   /// True when steps 1-3 change anything.
   bool processes_logits() const {
     return !logit_bias.empty() || repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }
 };
+
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API void SamplingParams::validate() const {
+  MAXTEXT_CHECK(temperature >= 0.0f && std::isfinite(temperature), ArgumentError,
+                "[sampling] temperature must be >= 0, found ", temperature);
+  MAXTEXT_CHECK(top_k >= 0, ArgumentError, "[sampling] top_k must be >= 0, found ", top_k);
+  MAXTEXT_CHECK(top_p > 0.0f && top_p <= 1.0f, ArgumentError, "[sampling] top_p must be in (0, 1], found ", top_p);
+  MAXTEXT_CHECK(min_p >= 0.0f && min_p <= 1.0f, ArgumentError, "[sampling] min_p must be in [0, 1], found ", min_p);
+  MAXTEXT_CHECK(repetition_penalty > 0.0f && std::isfinite(repetition_penalty), ArgumentError,
+                "[sampling] repetition_penalty must be > 0, found ", repetition_penalty);
+  MAXTEXT_CHECK(std::isfinite(frequency_penalty) && std::isfinite(presence_penalty), ArgumentError,
+                "[sampling] frequency_penalty and presence_penalty must be finite, found ", frequency_penalty, " and ",
+                presence_penalty);
+  for (const auto& [id, b] : logit_bias) {
+    MAXTEXT_CHECK(id >= 0, ArgumentError, "[sampling] logit_bias token id ", id, " is negative");
+    MAXTEXT_CHECK(!std::isnan(b) && b != std::numeric_limits<float>::infinity(), ArgumentError,
+                  "[sampling] logit_bias for token ", id, " must be finite or -inf, found ", b);
+  }
+}
+#endif
 
 /// Index of the largest value; the lowest index wins ties. NaN logits are an error.
 inline std::int32_t argmax(const float* logits, std::int64_t n) {
@@ -178,46 +183,7 @@ class Sampler {
   }
   /// The tokens a draw at temperature > 0 chooses from: idx_[0, keep) by decreasing logit (ties: lower id first) with
   /// their unnormalised probabilities prob_[0, keep) after temperature, top-k, top-p and min-p; returns keep.
-  std::int64_t distribution(const float* logits, std::int64_t n) {
-    idx_.resize(static_cast<std::size_t>(n));
-    std::iota(idx_.begin(), idx_.end(), 0);
-    // Sort candidates by logit (descending, ties by id), keeping only the top_k when set.
-    const std::int64_t k = (p_.top_k > 0 && p_.top_k < n) ? p_.top_k : n;
-    auto cmp = [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-    for (std::int64_t i = 0; i < n; ++i) MAXTEXT_CHECK(!std::isnan(logits[i]), ArgumentError, "[sampling] logit ", i, " is NaN");
-    if (k < n) {
-      std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(), cmp);
-    } else {
-      std::sort(idx_.begin(), idx_.end(), cmp);
-    }
-    prob_.resize(static_cast<std::size_t>(k));
-    const double m = logits[idx_[0]];
-    MAXTEXT_CHECK(m > -std::numeric_limits<double>::infinity(), ArgumentError,
-                  "[sampling] every token has logit -inf (all banned by logit_bias?)");
-    double sum = 0;
-    for (std::int64_t i = 0; i < k; ++i) {
-      prob_[static_cast<std::size_t>(i)] = std::exp((logits[idx_[static_cast<std::size_t>(i)]] - m) / p_.temperature);
-      sum += prob_[static_cast<std::size_t>(i)];
-    }
-    std::int64_t keep = k;
-    if (p_.top_p < 1.0f) {
-      double c = 0;
-      for (std::int64_t i = 0; i < k; ++i) {
-        c += prob_[static_cast<std::size_t>(i)] / sum;
-        if (c >= p_.top_p) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
-    if (p_.min_p > 0.0f) {
-      // prob_[0] is the largest (exp(0) = 1), so the bound is min_p itself in these unnormalised units.
-      std::int64_t j = 1;
-      while (j < keep && prob_[static_cast<std::size_t>(j)] >= static_cast<double>(p_.min_p) * prob_[0]) ++j;
-      keep = j;
-    }
-    return keep;
-  }
+  std::int64_t distribution(const float* logits, std::int64_t n);
 
   SamplingParams p_;
   Rng rng_;
@@ -227,6 +193,51 @@ class Sampler {
   std::vector<double> prob_;
 };
 
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API std::int64_t Sampler::distribution(const float* logits, std::int64_t n) {
+  idx_.resize(static_cast<std::size_t>(n));
+  std::iota(idx_.begin(), idx_.end(), 0);
+  // Sort candidates by logit (descending, ties by id), keeping only the top_k when set.
+  const std::int64_t k = (p_.top_k > 0 && p_.top_k < n) ? p_.top_k : n;
+  auto cmp = [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  for (std::int64_t i = 0; i < n; ++i) {
+    MAXTEXT_CHECK(!std::isnan(logits[i]), ArgumentError, "[sampling] logit ", i, " is NaN");
+  }
+  if (k < n) {
+    std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(), cmp);
+  } else {
+    std::sort(idx_.begin(), idx_.end(), cmp);
+  }
+  prob_.resize(static_cast<std::size_t>(k));
+  const double m = logits[idx_[0]];
+  MAXTEXT_CHECK(m > -std::numeric_limits<double>::infinity(), ArgumentError,
+                "[sampling] every token has logit -inf (all banned by logit_bias?)");
+  double sum = 0;
+  for (std::int64_t i = 0; i < k; ++i) {
+    prob_[static_cast<std::size_t>(i)] = std::exp((logits[idx_[static_cast<std::size_t>(i)]] - m) / p_.temperature);
+    sum += prob_[static_cast<std::size_t>(i)];
+  }
+  std::int64_t keep = k;
+  if (p_.top_p < 1.0f) {
+    double c = 0;
+    for (std::int64_t i = 0; i < k; ++i) {
+      c += prob_[static_cast<std::size_t>(i)] / sum;
+      if (c >= p_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p_.min_p > 0.0f) {
+    // prob_[0] is the largest (exp(0) = 1), so the bound is min_p itself in these unnormalised units.
+    std::int64_t j = 1;
+    while (j < keep && prob_[static_cast<std::size_t>(j)] >= static_cast<double>(p_.min_p) * prob_[0]) ++j;
+    keep = j;
+  }
+  return keep;
+}
+#endif
+
 /// Log-probabilities of one row of raw logits (log-softmax in double): the model's own distribution, before any
 /// sampling step.
 struct TokenLogprob {
@@ -235,7 +246,9 @@ struct TokenLogprob {
   std::vector<std::pair<std::int32_t, float>> top;  ///< the most likely tokens, descending (ties: lower id first)
 };
 
-inline TokenLogprob token_logprob(const float* logits, std::int64_t n, std::int32_t token, std::int64_t top_k) {
+MAXTEXT_API TokenLogprob token_logprob(const float* logits, std::int64_t n, std::int32_t token, std::int64_t top_k);
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API TokenLogprob token_logprob(const float* logits, std::int64_t n, std::int32_t token, std::int64_t top_k) {
   MAXTEXT_CHECK(token >= 0 && token < n, ArgumentError, "[sampling] token ", token, " outside [0, ", n, ")");
   double m = -std::numeric_limits<double>::infinity();
   for (std::int64_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(logits[i]));
@@ -259,5 +272,6 @@ inline TokenLogprob token_logprob(const float* logits, std::int64_t n, std::int3
   }
   return r;
 }
+#endif
 
 }  // namespace maxtext::models

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/macros.hpp"
 
 namespace maxtext::models {
 
@@ -86,71 +87,7 @@ class TextStreamer {
   const std::string& text() const { return text_; }
 
  private:
-  std::string advance(bool final) {
-    const std::vector<std::int32_t> win(ids_.begin() + static_cast<std::ptrdiff_t>(win_), ids_.end());
-    std::string full = decode_(win);
-    // The window's first tokens are context already accounted for: their text should be a prefix of the window's.
-    // (If a tokenizer decodes them differently in context, continue after the common prefix.)
-    if (!anchor_checked_) {
-      anchor_checked_ = true;
-      if (full.compare(0, anchor_text_.size(), anchor_text_) != 0) {
-        std::size_t i = 0;
-        while (i < anchor_text_.size() && i < full.size() && full[i] == anchor_text_[i]) ++i;
-        done_ = i;
-      }
-    }
-    if (done_ > full.size()) done_ = full.size();
-    const std::string_view pending = std::string_view(full).substr(done_);
-    // The earliest stop-string match in the pending text (none can start in emitted text: see hold-back below).
-    std::size_t cut = std::string_view::npos;
-    for (std::size_t k = 0; k < stops_.size(); ++k) {
-      const std::size_t p = pending.find(stops_[k]);
-      if (p < cut) {
-        cut = p;
-        stop_index_ = static_cast<std::int64_t>(k);
-      }
-    }
-    std::string out;
-    if (cut != std::string_view::npos) {
-      out = std::string(pending.substr(0, cut));
-      stopped_ = true;
-      text_ += out;
-      return out;
-    }
-    std::size_t emit = pending.size();
-    if (!final) {
-      // Hold back the longest suffix that is a proper prefix of some stop string.
-      for (const auto& s : stops_) {
-        for (std::size_t len = std::min(s.size() - 1, pending.size()); len > 0; --len) {
-          if (pending.substr(pending.size() - len) == std::string_view(s).substr(0, len)) {
-            emit = std::min(emit, pending.size() - len);
-            break;
-          }
-        }
-      }
-      // Hold back an incomplete UTF-8 sequence or a replacement character a later token may still complete.
-      std::string_view e = pending.substr(0, emit);
-      const std::size_t inc = detail::incomplete_utf8_tail(e, 0);
-      emit -= inc;
-      e = pending.substr(0, emit);
-      if (inc == 0 && e.size() >= 3 && e.substr(e.size() - 3) == "\xEF\xBF\xBD") emit -= 3;
-      out = std::string(pending.substr(0, emit));
-    } else {
-      out = std::string(pending);
-      const std::size_t inc = detail::incomplete_utf8_tail(out, 0);
-      if (inc > 0) out.replace(out.size() - inc, inc, "\xEF\xBF\xBD");
-    }
-    done_ += emit;
-    text_ += out;
-    // Nothing held: restart the window at the last token (kept as context) so decoding stays O(1) per token.
-    if (done_ == full.size() && ids_.size() - win_ > 1) {
-      win_ = ids_.size() - 1;
-      anchor_text_ = decode_({ids_.back()});
-      anchor_checked_ = false;
-      done_ = anchor_text_.size();
-    }
-    return out;
-  }
+  std::string advance(bool final);
 
   DecodeFn decode_;
   std::vector<std::string> stops_;
@@ -163,5 +100,73 @@ class TextStreamer {
   bool stopped_ = false, finished_ = false;
   std::int64_t stop_index_ = -1;
 };
+
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API std::string TextStreamer::advance(bool final) {
+  const std::vector<std::int32_t> win(ids_.begin() + static_cast<std::ptrdiff_t>(win_), ids_.end());
+  std::string full = decode_(win);
+  // The window's first tokens are context already accounted for: their text should be a prefix of the window's.
+  // (If a tokenizer decodes them differently in context, continue after the common prefix.)
+  if (!anchor_checked_) {
+    anchor_checked_ = true;
+    if (full.compare(0, anchor_text_.size(), anchor_text_) != 0) {
+      std::size_t i = 0;
+      while (i < anchor_text_.size() && i < full.size() && full[i] == anchor_text_[i]) ++i;
+      done_ = i;
+    }
+  }
+  if (done_ > full.size()) done_ = full.size();
+  const std::string_view pending = std::string_view(full).substr(done_);
+  // The earliest stop-string match in the pending text (none can start in emitted text: see hold-back below).
+  std::size_t cut = std::string_view::npos;
+  for (std::size_t k = 0; k < stops_.size(); ++k) {
+    const std::size_t p = pending.find(stops_[k]);
+    if (p < cut) {
+      cut = p;
+      stop_index_ = static_cast<std::int64_t>(k);
+    }
+  }
+  std::string out;
+  if (cut != std::string_view::npos) {
+    out = std::string(pending.substr(0, cut));
+    stopped_ = true;
+    text_ += out;
+    return out;
+  }
+  std::size_t emit = pending.size();
+  if (!final) {
+    // Hold back the longest suffix that is a proper prefix of some stop string.
+    for (const auto& s : stops_) {
+      for (std::size_t len = std::min(s.size() - 1, pending.size()); len > 0; --len) {
+        if (pending.substr(pending.size() - len) == std::string_view(s).substr(0, len)) {
+          emit = std::min(emit, pending.size() - len);
+          break;
+        }
+      }
+    }
+    // Hold back an incomplete UTF-8 sequence or a replacement character a later token may still complete.
+    std::string_view e = pending.substr(0, emit);
+    const std::size_t inc = detail::incomplete_utf8_tail(e, 0);
+    emit -= inc;
+    e = pending.substr(0, emit);
+    if (inc == 0 && e.size() >= 3 && e.substr(e.size() - 3) == "\xEF\xBF\xBD") emit -= 3;
+    out = std::string(pending.substr(0, emit));
+  } else {
+    out = std::string(pending);
+    const std::size_t inc = detail::incomplete_utf8_tail(out, 0);
+    if (inc > 0) out.replace(out.size() - inc, inc, "\xEF\xBF\xBD");
+  }
+  done_ += emit;
+  text_ += out;
+  // Nothing held: restart the window at the last token (kept as context) so decoding stays O(1) per token.
+  if (done_ == full.size() && ids_.size() - win_ > 1) {
+    win_ = ids_.size() - 1;
+    anchor_text_ = decode_({ids_.back()});
+    anchor_checked_ = false;
+    done_ = anchor_text_.size();
+  }
+  return out;
+}
+#endif
 
 }  // namespace maxtext::models
