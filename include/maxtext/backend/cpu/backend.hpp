@@ -50,6 +50,12 @@ struct Options {
   bool gdn_chunked = true;
 };
 
+/// c[M, N] (row stride ldc) = a[M, K] . b, b = B[N, K]^T (transpose_b) or B[K, N], in f32 through Eigen on the calling
+/// thread (for products inside parallel_rows); a's, b's rows have strides lda, ldb.
+MAXTEXT_KERNEL_API void eigen_matmul_f32(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                         bool transpose_b, float* c, std::int64_t ldc, std::int64_t M, std::int64_t N,
+                                         std::int64_t K);
+
 /// y[M, N] (row stride ldy) = x[M, K] . W[N, K]^T in f32 through Eigen, on `threads` OpenMP threads: the product of
 /// unpacked f32 weights. One Eigen product is a large instantiation, so it is a kernel entry point (compiled once with
 /// MAXTEXT_SEPARATE_KERNELS, core/macros.hpp).
@@ -58,32 +64,21 @@ MAXTEXT_KERNEL_API void eigen_gemm_f32(int threads, const float* x, std::int64_t
 #if MAXTEXT_KERNEL_DEFINITIONS
 MAXTEXT_KERNEL_API void eigen_gemm_f32(int threads, const float* x, std::int64_t ldx, const float* w, std::int64_t ldw,
                                        float* y, std::int64_t ldy, std::int64_t M, std::int64_t N, std::int64_t K) {
-  using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using CMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
-  using MMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
-  CMap xm(x, M, K, Eigen::OuterStride<>(ldx));
-  CMap wm(w, N, K, Eigen::OuterStride<>(ldw));
-  MMap ym(y, M, N, Eigen::OuterStride<>(ldy));
   // Eigen takes its thread count from omp_get_max_threads(), an OpenMP setting of the calling thread; set it for
   // this call only. (Eigen::setNbThreads would write a process-wide global: a data race when models with their own
-  // thread counts run on several threads.)
+  // thread counts run on several threads.) The product is eigen_matmul_f32's, so Eigen's is instantiated once.
 #if defined(_OPENMP)
   const int outer = omp_get_max_threads();
   omp_set_num_threads(threads);
-  ym.noalias() = xm * wm.transpose();
+  eigen_matmul_f32(x, ldx, w, ldw, /*transpose_b=*/true, y, ldy, M, N, K);
   omp_set_num_threads(outer);
 #else
   (void)threads;
-  ym.noalias() = xm * wm.transpose();
+  eigen_matmul_f32(x, ldx, w, ldw, /*transpose_b=*/true, y, ldy, M, N, K);
 #endif
 }
 #endif
 
-/// c[M, N] (row stride ldc) = a[M, K] . b, b = B[N, K]^T (transpose_b) or B[K, N], in f32 through Eigen on the calling
-/// thread (for products inside parallel_rows); a's, b's rows have strides lda, ldb.
-MAXTEXT_KERNEL_API void eigen_matmul_f32(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
-                                         bool transpose_b, float* c, std::int64_t ldc, std::int64_t M, std::int64_t N,
-                                         std::int64_t K);
 #if MAXTEXT_KERNEL_DEFINITIONS
 MAXTEXT_KERNEL_API void eigen_matmul_f32(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
                                          bool transpose_b, float* c, std::int64_t ldc, std::int64_t M, std::int64_t N,
