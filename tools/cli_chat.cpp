@@ -55,6 +55,10 @@ int cmd_chat(const Args& a) {
   const auto sc = open_spec(a, cfg, co.capacity + a.integer("draft-max", 4) + 1);
   co.drafter = sc->function();
   co.spec = sc->options;
+  co.session_file = a.get("session");
+  MAXTEXT_CHECK(co.session_file.empty() || !pictures, UnsupportedError,
+                "chat --session with --image: not yet (a restored conversation's pictures would have to be given "
+                "again in the same order); save sessions with pictures through the library (Session::save)");
   const auto model = open_model(cfg, a);
   return run_chat(*model, *tk, co, std::cin, std::cout, std::cerr);
 }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -80,6 +81,9 @@ struct ChatOptions {
   /// plain decoding. Each turn's statistics line then adds the drafts kept.
   models::DraftFn drafter;
   models::SpeculativeOptions spec;
+  /// --session FILE: the conversation is restored from FILE when it exists (its messages and its cache, so the next
+  /// turn prefills only what it adds) and saved there after every turn (models/session_file.hpp).
+  std::string session_file;
 };
 
 inline std::string trim(std::string_view s) {
@@ -108,6 +112,25 @@ inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, Cha
   models::AnySession& session = *sp;
   nlohmann::json messages = nlohmann::json::array();
   if (!opt.system.empty()) messages.push_back({{"role", "system"}, {"content", opt.system}});
+  if (!opt.session_file.empty() && std::filesystem::exists(opt.session_file)) {
+    const std::string app = session.load(opt.session_file);
+    nlohmann::json saved;
+    try {
+      saved = nlohmann::json::parse(app);
+    } catch (const nlohmann::json::exception&) {
+      MAXTEXT_THROW(IoError, "[chat] ", opt.session_file, " was not saved by maxtext chat (its application text is "
+                    "not the chat's messages)");
+    }
+    MAXTEXT_CHECK(saved.is_object() && saved.contains("messages") && saved["messages"].is_array(), IoError, "[chat] ",
+                  opt.session_file, " was not saved by maxtext chat (no messages in its application text)");
+    MAXTEXT_CHECK(opt.system.empty() || (!saved["messages"].empty() && saved["messages"][0].value("role", "") == "system" &&
+                                         saved["messages"][0].value("content", "") == opt.system),
+                  ArgumentError, "[chat] --system differs from the system message of the conversation in ",
+                  opt.session_file, " (leave --system out to go on with it)");
+    messages = saved["messages"];
+    err << "note: restored " << messages.size() << " messages (" << session.length() << " tokens) from "
+        << opt.session_file << "\n";
+  }
   std::string line;
   int turn = 0;
   const std::int64_t max_new = opt.gen.max_new_tokens;
@@ -133,6 +156,7 @@ inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, Cha
     const auto res = opt.drafter ? session.generate_speculative({}, g, opt.drafter, opt.spec, &st) : session.generate({}, g);
     out << "\n" << std::flush;
     messages.push_back({{"role", "assistant"}, {"content", trim(res.text[0])}});
+    if (!opt.session_file.empty()) session.save(opt.session_file, nlohmann::json{{"messages", messages}}.dump());
     const auto n = static_cast<long long>(res.tokens[0].size());
     char buf[256];
     std::snprintf(buf, sizeof buf, "%.1f", res.decode_tokens_per_second());

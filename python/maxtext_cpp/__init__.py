@@ -22,6 +22,7 @@ from ._maxtext_cpp import (  # noqa: F401
     Error,
     IoError,
     Model,
+    Session,
     ShapeError,
     Tokenizer,
     UnsupportedError,
@@ -53,5 +54,5 @@ def flatten_params(tree, prefix=""):
     return out
 
 
-__all__ = ["ArgumentError", "Cache", "Config", "ConfigError", "DeviceError", "Error", "IoError", "Model", "ShapeError",
-           "Tokenizer", "UnsupportedError", "flatten_params", "read_tensors"]
+__all__ = ["ArgumentError", "Cache", "Config", "ConfigError", "DeviceError", "Error", "IoError", "Model", "Session",
+           "ShapeError", "Tokenizer", "UnsupportedError", "flatten_params", "read_tensors"]

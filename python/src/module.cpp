@@ -435,6 +435,11 @@ struct PyModel {
   }
 };
 
+/// A conversation with its own cache (Model.new_session): models::AnySession. The Model is kept alive by the binding.
+struct PySession {
+  std::unique_ptr<models::AnySession> s;
+};
+
 class PyTokenizer {
  public:
   explicit PyTokenizer(std::unique_ptr<tokenizer::Tokenizer> t) : t_(std::move(t)) {}
@@ -641,6 +646,89 @@ rank runs the same script and makes the same calls in the same order. MPI is ini
 mpi4py or the application initialised it, used as it is) and finalised when the process exits. Without mpirun: one rank.)");
 
   // ---- Model ----
+  py::class_<PySession>(m, "Session", "A conversation with its own KV cache: Model.new_session(capacity=0).")
+      .def_property_readonly("tokens", [](const PySession& ps) { return ps.s->tokens(); },
+                             "The conversation's token ids (the prompt turns and the generated answers).")
+      .def_property_readonly("capacity", [](const PySession& ps) { return ps.s->capacity(); })
+      .def("__len__", [](const PySession& ps) { return ps.s->length(); })
+      .def("rewind", [](PySession& ps, std::int64_t n) { ps.s->rewind(n); }, py::arg("n"),
+           "Keep only the first n tokens.")
+      .def(
+          "sync",
+          [](PySession& ps, const std::vector<std::int32_t>& ids) {
+            py::gil_scoped_release nogil;
+            return ps.s->sync(ids);
+          },
+          py::arg("ids"),
+          "Make the conversation exactly `ids` (rewinds to the common prefix); returns that prefix's length.")
+      .def(
+          "generate",
+          [](PySession& ps, py::object new_tokens, std::int64_t max_new_tokens, float temperature, std::int64_t top_k,
+             float top_p, std::uint64_t seed, py::object stop_tokens, py::object tok_obj) {
+            const PyTokenizer* tk = tok_obj.is_none() ? nullptr : &tok_obj.cast<const PyTokenizer&>();
+            std::vector<std::int32_t> ids;
+            if (py::isinstance<py::str>(new_tokens)) {
+              MAXTEXT_CHECK(tk != nullptr, ArgumentError, "[Session.generate] text needs tokenizer=");
+              ids = tk->get().encode(new_tokens.cast<std::string>(), ps.s->length() == 0);
+            } else if (!new_tokens.is_none()) {
+              ids = new_tokens.cast<std::vector<std::int32_t>>();
+            }
+            models::GenerateOptions go;
+            go.max_new_tokens = max_new_tokens;
+            go.sampling.temperature = temperature;
+            go.sampling.top_k = top_k;
+            go.sampling.top_p = top_p;
+            go.sampling.seed = seed;
+            if (!stop_tokens.is_none()) {
+              go.stop_tokens = stop_tokens.cast<std::vector<std::int32_t>>();
+            } else if (tk != nullptr && tk->get().eos() >= 0) {
+              go.stop_tokens.push_back(tk->get().eos());
+            }
+            if (tk != nullptr) go.decode = models::decoder_for(tk->get());
+            models::GenerateResult res;
+            {
+              py::gil_scoped_release nogil;
+              res = ps.s->generate(ids, go);
+            }
+            py::dict d;
+            d["tokens"] = res.tokens.at(0);
+            if (tk != nullptr) d["text"] = text(res.text.at(0));
+            d["prompt_tokens"] = res.prompt_tokens;
+            d["finish"] = std::string(models::to_string(res.finish.at(0)));
+            d["prefill_seconds"] = res.prefill_seconds;
+            d["decode_seconds"] = res.decode_seconds;
+            return d;
+          },
+          py::arg("new_tokens") = py::none(), py::arg("max_new_tokens") = 32, py::kw_only(),
+          py::arg("temperature") = 0.0f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0,
+          py::arg("stop_tokens") = py::none(), py::arg("tokenizer") = py::none(),
+          R"(Append new_tokens (ids, or text with tokenizer=: BOS only at the conversation's start) and decode; the
+answer joins the conversation. Returns {'tokens', 'text' (with a tokenizer), 'prompt_tokens' (the tokens this call
+prefilled), 'finish', timings}.)")
+      .def(
+          "save",
+          [](PySession& ps, const std::string& path, const std::string& app) {
+            py::gil_scoped_release nogil;
+            ps.s->save(path, app);
+          },
+          py::arg("path"), py::arg("app") = "",
+          R"(Write the conversation, its KV cache's rows and `app` (any text of the caller's) to the file `path`
+(docs/generation.md, "Session files").)")
+      .def(
+          "load",
+          [](PySession& ps, const std::string& path, bool verify) {
+            std::string app;
+            {
+              py::gil_scoped_release nogil;
+              app = ps.s->load(path, verify);
+            }
+            return text(app);
+          },
+          py::arg("path"), py::kw_only(), py::arg("verify") = true,
+          R"(Replace the conversation with the one saved in `path`; returns its `app` text. A damaged file, another
+model, other weights (verify=True: a 4-token probe computed again) or a conversation longer than the capacity is
+refused by name, and the session is left as it was.)");
+
   py::class_<PyModel>(m, "Model", R"(A model of any decoder block the registry knows, on the policy the config's dtype
 and `weight_type` name.
 
@@ -814,6 +902,13 @@ lookup= (canonical id per token id), compressed_size= and pad_token=.)")
           [](PyModel& pm, std::int64_t batch, std::int64_t capacity) { return pm.b->new_cache(batch, capacity); },
           py::arg("batch") = 1, py::arg("capacity") = 0,
           "A KV cache for `batch` rows of up to `capacity` tokens (0: max_target_length).")
+      .def(
+          "new_session",
+          [](PyModel& pm, std::int64_t capacity) { return PySession{pm.b->new_session(capacity)}; },
+          py::arg("capacity") = 0, py::keep_alive<0, 1>(),
+          R"(A conversation holding up to `capacity` tokens (0: max_target_length) whose KV cache is kept between
+calls: each generate() prefills only the tokens it adds. Session.save(path) / load(path) write it to a file and read
+it back (in this process or another with the same model).)")
       .def(
           "forward",
           [](PyModel& pm, py::handle tokens, py::handle positions, py::handle segment_ids, py::handle capture,

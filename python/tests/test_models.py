@@ -336,3 +336,33 @@ def test_fp16_kv_cache_over_gguf_matrices_matches_the_float64_reference(mc):
     assert np.abs(np.load(os.path.join(d, "logits.npy")) - ref).max() > 5e-3  # the f32 cache's logits would fail
     with pytest.raises(mc.UnsupportedError, match="kv_type 'bfloat16': expected float16"):
         mc.Model(weights=os.path.join(d, "model.gguf"), kv_type="bfloat16")
+
+
+def test_session_keeps_its_cache_and_goes_on_from_a_file(mc, tmp_path):
+    m, other = llama(mc), llama(mc)
+    s = m.new_session(capacity=64)
+    first = s.generate([1, 5, 9, 2, 7], max_new_tokens=4)
+    assert first["prompt_tokens"] == 5 and len(first["tokens"]) == 4
+    path = str(tmp_path / "conversation.mxs")
+    s.save(path, app="my notes")
+    saved = list(s.tokens)
+    go_on = s.generate([3, 4], max_new_tokens=5)
+    assert go_on["prompt_tokens"] == 3  # the new turn and the answer's last token, nothing before
+
+    t = other.new_session(capacity=64)
+    assert t.load(path) == "my notes"
+    assert t.tokens == saved and len(t) == len(saved)
+    again = t.generate([3, 4], max_new_tokens=5)
+    assert again["tokens"] == go_on["tokens"] and again["prompt_tokens"] == 3
+
+    with pytest.raises(mc.ArgumentError, match="this session's capacity is 8"):
+        other.new_session(capacity=8).load(path)
+    with open(path, "r+b") as f:
+        f.seek(40)
+        b = f.read(1)
+        f.seek(40)
+        f.write(bytes([b[0] ^ 0x10]))
+    u = other.new_session(capacity=64)
+    with pytest.raises(mc.IoError, match="is damaged: CRC-32"):
+        u.load(path)
+    assert u.tokens == []

@@ -11,6 +11,7 @@
 #include "maxtext/io/npy.hpp"
 #include "maxtext/io/npz.hpp"
 #include "maxtext/io/safetensors.hpp"
+#include "entry/session.hpp"
 
 namespace fs = std::filesystem;
 using namespace maxtext;
@@ -302,6 +303,38 @@ void text_seeds() {
   }
 }
 
+// Session files: one of the harness's layout with every section (a picture's soft tokens, segment ids, a state,
+// Engram-style history), and an empty one.
+void session_seeds() {
+  namespace sf = models::session_file;
+  sf::Image im;
+  im.layout = fuzz::session_layout();
+  im.tokens = {1, 5, 7, 7, 2, 9};
+  im.cached = 5;
+  im.media_index = {2, 3};
+  im.media_width = 8;
+  im.media_rows.assign(16, 0.25f);
+  im.probe.assign(16, -1.0f);
+  im.layers.resize(2);
+  im.layers[0].buffers = {std::vector<std::byte>(5 * 8 * 4, std::byte{1}), std::vector<std::byte>(5 * 8 * 4, std::byte{2})};
+  im.layers[1].buffers = {std::vector<std::byte>(5 * 4 * 4, std::byte{3})};
+  im.layers[1].states = {std::vector<float>(4, 0.5f)};
+  im.layers[1].state_tokens = 5;
+  im.layers[1].history = {3, 4};
+  im.has_segments = true;
+  im.segments.assign(5, 1);
+  im.app = R"({"messages": [{"role": "user", "content": "hi"}]})";
+  put("session_file", "full.mxs", sf::encode(im));
+  sf::Image empty;
+  empty.layout = fuzz::session_layout();
+  empty.probe.assign(16, 0.0f);
+  empty.layers.resize(2);
+  empty.layers[0].buffers.resize(2);
+  empty.layers[1].buffers.resize(1);
+  empty.layers[1].states = {std::vector<float>(4, 0.0f)};
+  put("session_file", "empty.mxs", sf::encode(empty));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -316,5 +349,6 @@ int main(int argc, char** argv) {
   llama2c_seeds();
   text_seeds();
   spm_seed();
+  session_seeds();
   return 0;
 }

@@ -20,6 +20,7 @@
 #endif
 #include "entry/grammar.hpp"
 #include "entry/server.hpp"
+#include "entry/session.hpp"
 #include "entry/llama2c.hpp"
 #include "entry/npy.hpp"
 #include "entry/q8_0.hpp"
@@ -58,6 +59,7 @@ const std::map<std::string, Entry>& entries() {
       {"hf_config", fuzz_hf_config},
       {"q8_0", fuzz_q8_0},
       {"quant_blocks", fuzz_quant_blocks},
+      {"session_file", fuzz_session_file},
   };
   return m;
 }

@@ -104,6 +104,11 @@ class AnySession {
   virtual GenerateResult generate_speculative(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt,
                                               const DraftFn& drafter, const SpeculativeOptions& spec = {},
                                               SpeculativeStats* stats = nullptr) = 0;
+  /// Session::save: the conversation, its cache's rows and `app` (the application's text) to the file `path`.
+  virtual void save(const std::string& path, const std::string& app = {}) = 0;
+  /// Session::load: the conversation saved in `path` replaces this one; returns its application text. Refused by
+  /// name for a damaged file, another model, other weights (with `verify`) or a conversation longer than capacity().
+  virtual std::string load(const std::string& path, bool verify = true) = 0;
 };
 
 /// Inputs of one forward pass (host tensors, [B, T]).

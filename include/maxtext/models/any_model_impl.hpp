@@ -146,6 +146,14 @@ class SessionImpl final : public AnySession {
     FunctionDrafter d{drafter};
     return session_.generate_speculative(new_tokens, opt, d, spec, stats);
   }
+  void save(const std::string& path, const std::string& app = {}) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_.save(path, app);
+  }
+  std::string load(const std::string& path, bool verify = true) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return session_.load(path, verify);
+  }
 
  private:
   Session<Model> session_;

@@ -15,6 +15,7 @@
 #include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/layers/context.hpp"
+#include "maxtext/models/session_file.hpp"
 
 namespace maxtext::models {
 
@@ -23,6 +24,7 @@ class KVCache {
  public:
   using B = typename P::backend;
   using A = typename P::act_t;
+  using cache_type = typename P::cache_t;
 
   KVCache() = default;
   /// `batch` slots of `capacity` tokens; `specs[l]` lists the per-token widths of layer l's buffers and
@@ -154,6 +156,94 @@ class KVCache {
     }
     be.synchronize();
   }
+  /// The width of each layer's buffers and states (session files compare them: session_file::Layout).
+  void widths(std::vector<std::vector<std::int64_t>>& buffers, std::vector<std::vector<std::int64_t>>& states) const {
+    buffers.assign(layers_.size(), {});
+    states.assign(layers_.size(), {});
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      for (const auto& b : layers_[l].buffers) buffers[l].push_back(b.dim(2));
+      for (const auto& s : layers_[l].states) states[l].push_back(s.dim(1));
+    }
+  }
+  /// Slot b's first n tokens on the host (a session file's data): every layer's buffer rows [n, width] as bytes of
+  /// the cache type, its states, the tokens they summarise and its history; and the slot's segment ids.
+  std::vector<session_file::LayerData> export_slot(const B& be, std::int64_t b, std::int64_t n,
+                                                   std::vector<std::int32_t>* segments = nullptr) const {
+    check_slot(b, n);
+    using C = typename P::cache_t;
+    std::vector<session_file::LayerData> out(layers_.size());
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      const auto& src = layers_[l];
+      auto& d = out[l];
+      for (const auto& buf : src.buffers) {
+        const std::int64_t w = buf.dim(2);
+        d.buffers.emplace_back(static_cast<std::size_t>(n * w) * sizeof(C));
+        if (n > 0) {
+          be.copy(d.buffers.back().data(), buf.data() + b * capacity_ * w, d.buffers.back().size(),
+                  CopyKind::device_to_host);
+        }
+      }
+      for (const auto& st : src.states) {
+        const std::int64_t w = st.dim(1);
+        d.states.emplace_back(static_cast<std::size_t>(w));
+        be.copy(d.states.back().data(), st.data() + b * w, static_cast<std::size_t>(w) * sizeof(float),
+                CopyKind::device_to_host);
+      }
+      if (!src.state_tokens.empty()) d.state_tokens = src.state_tokens[static_cast<std::size_t>(b)];
+      d.history = src.history;
+    }
+    if (segments) {
+      segments->assign(static_cast<std::size_t>(has_segments_ ? n : 0), 1);
+      if (has_segments_ && n > 0) {
+        be.copy(segments->data(), segment_.data() + b * capacity_, static_cast<std::size_t>(n) * sizeof(std::int32_t),
+                CopyKind::device_to_host);
+      }
+    }
+    be.synchronize();
+    return out;
+  }
+  /// Puts export_slot's data back into slot b, which then holds n tokens (the data must match this cache's widths:
+  /// session_file::decode checked them).
+  void import_slot(const B& be, std::int64_t b, std::int64_t n, const std::vector<session_file::LayerData>& data,
+                   const std::vector<std::int32_t>* segments = nullptr) {
+    check_slot(b, n);
+    using C = typename P::cache_t;
+    MAXTEXT_CHECK(data.size() == layers_.size(), ArgumentError, "[KVCache] import_slot: data of ", data.size(),
+                  " layers for a cache of ", layers_.size());
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      auto& dst = layers_[l];
+      const auto& d = data[l];
+      MAXTEXT_CHECK(d.buffers.size() == dst.buffers.size() && d.states.size() == dst.states.size(), ArgumentError,
+                    "[KVCache] import_slot: layer ", l, " has other buffers or states");
+      for (std::size_t i = 0; i < dst.buffers.size(); ++i) {
+        const std::int64_t w = dst.buffers[i].dim(2);
+        MAXTEXT_CHECK(d.buffers[i].size() == static_cast<std::size_t>(n * w) * sizeof(C), ArgumentError,
+                      "[KVCache] import_slot: layer ", l, " buffer ", i, " holds ", d.buffers[i].size(), " bytes");
+        if (n > 0) {
+          be.copy(dst.buffers[i].data() + b * capacity_ * w, d.buffers[i].data(), d.buffers[i].size(),
+                  CopyKind::host_to_device);
+        }
+      }
+      for (std::size_t i = 0; i < dst.states.size(); ++i) {
+        const std::int64_t w = dst.states[i].dim(1);
+        MAXTEXT_CHECK(static_cast<std::int64_t>(d.states[i].size()) == w, ArgumentError, "[KVCache] import_slot: layer ",
+                      l, " state ", i, " has ", d.states[i].size(), " values for ", w);
+        be.copy(dst.states[i].data() + b * w, d.states[i].data(), static_cast<std::size_t>(w) * sizeof(float),
+                CopyKind::host_to_device);
+      }
+      if (!dst.state_tokens.empty()) dst.state_tokens[static_cast<std::size_t>(b)] = d.state_tokens;
+      dst.history = d.history;
+    }
+    if (segments && !segments->empty()) {
+      MAXTEXT_CHECK(static_cast<std::int64_t>(segments->size()) == n, ArgumentError, "[KVCache] import_slot: ",
+                    segments->size(), " segment ids for ", n, " tokens");
+      be.copy(segment_.data() + b * capacity_, segments->data(), static_cast<std::size_t>(n) * sizeof(std::int32_t),
+              CopyKind::host_to_device);
+      has_segments_ = true;
+    }
+    be.synchronize();
+    set_length(b, static_cast<std::int32_t>(n));
+  }
   /// Bytes held by the key/value buffers and the recurrent states.
   std::int64_t bytes() const {
     std::int64_t n = 0;
@@ -165,6 +255,10 @@ class KVCache {
   }
 
  private:
+  void check_slot(std::int64_t b, std::int64_t n) const {
+    MAXTEXT_CHECK(b >= 0 && b < batch_ && n >= 0 && n <= capacity_, ArgumentError, "[KVCache] slot ", b, " and ", n,
+                  " tokens outside [0, ", batch_, ") and [0, ", capacity_, "]");
+  }
   std::int64_t batch_ = 0, capacity_ = 0;
   std::vector<std::int32_t> lengths_;
   std::vector<layers::CacheFor<P>> layers_;

@@ -15,17 +15,26 @@
 // and the soft tokens' rows; the session keeps each soft token's row beside its id, so a later sync reuses the cache
 // only while ids and rows agree, and never keeps part of a picture (its tokens attend to each other whole): a
 // rewind or a prefix that ends inside a picture goes back to the picture's first token.
+//
+// save(path) writes the conversation and the cache's rows to a file and load(path) puts them back, in this process or
+// another one with the same model: the next turn then prefills only what it adds (models/session_file.hpp says what
+// is checked on load).
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/models/generate.hpp"
+#include "maxtext/models/session_file.hpp"
 #include "maxtext/models/speculative.hpp"
 
 namespace maxtext::models {
@@ -226,10 +235,95 @@ class Session {
     return res;
   }
 
+  /// The model and cache layout a session file of this session records (session_file::Layout).
+  session_file::Layout file_layout() const
+    requires requires(const Model& m) { m.backend(); }
+  {
+    session_file::Layout L;
+    L.decoder_block = model_.config().decoder_block;
+    L.activations = std::string(dtype_name(Model::activation_dtype()));
+    L.cache_type = std::string(dtype_name(dtype_of_t<typename decltype(cache_)::cache_type>::value));
+    L.vocab_size = model_.config().vocab_size;
+    L.emb_dim = model_.config().emb_dim;
+    cache_.widths(L.buffers, L.states);
+    return L;
+  }
+  /// Writes the conversation to `path` (session_file::write: replaced whole, never half-written): its tokens and
+  /// pictures, the cache's rows of the cached tokens, the probe's logits (one forward pass of 4 tokens) and `app`,
+  /// an application's own text that load() hands back (maxtext chat keeps its messages there).
+  void save(const std::string& path, const std::string& app = {})
+    requires requires(const Model& m) { m.backend(); }
+  {
+    session_file::write(path, image(app));
+  }
+  /// The file's contents (save() writes these bytes).
+  std::vector<std::byte> save_bytes(const std::string& app = {})
+    requires requires(const Model& m) { m.backend(); }
+  {
+    return session_file::encode(image(app));
+  }
+  /// Replaces the conversation with the one saved in `path` and returns its application text. Refused, with the
+  /// session unchanged, for a damaged or foreign file (IoError), a session of another model or one that does not fit
+  /// this session's capacity (ArgumentError; with `verify`, also other weights: the probe).
+  std::string load(const std::string& path, bool verify = true)
+    requires requires(const Model& m) { m.backend(); }
+  {
+    return restore(session_file::read(path, file_layout(), capacity()), path, verify);
+  }
+  /// load() from a file's bytes (`name` in messages).
+  std::string load_bytes(std::span<const std::byte> bytes, std::string_view name = "session", bool verify = true)
+    requires requires(const Model& m) { m.backend(); }
+  {
+    return restore(session_file::decode(bytes, name, file_layout(), capacity()), name, verify);
+  }
+
  private:
   /// Keep the first n cached tokens. A recurrent cache (Gated DeltaNet states) cannot go back to an earlier length:
   /// it restarts, and the next logits() runs the whole conversation again.
   void rewind_cache(std::int64_t n) { cache_.set_length(0, cache_.recurrent() ? 0 : static_cast<std::int32_t>(n)); }
+
+  /// The probe (session_file::probe_ids) through a cache of its own: the next-token logits after token ids 0..3.
+  std::vector<float> probe() {
+    const auto ids = session_file::probe_ids(model_.config().vocab_size);
+    const auto n = static_cast<std::int64_t>(ids.size());
+    Tensor<std::int32_t, 2> tok({1, n});
+    for (std::int64_t i = 0; i < n; ++i) tok(0, i) = ids[static_cast<std::size_t>(i)];
+    auto cache = model_.make_cache(1, n);
+    ForwardOptions fo;
+    fo.last_only = true;
+    const Tensor<float, 3> l = model_.forward(tok, cache, fo);
+    return std::vector<float>(l.data(), l.data() + l.dim(2));
+  }
+  session_file::Image image(const std::string& app) {
+    session_file::Image im;
+    im.layout = file_layout();
+    im.tokens = tokens_;
+    im.cached = cached();
+    for (std::size_t i = 0; i < media_.size(); ++i) {
+      if (media_[i].empty()) continue;
+      im.media_index.push_back(static_cast<std::int64_t>(i));
+      im.media_width = static_cast<std::int64_t>(media_[i].size());
+      im.media_rows.insert(im.media_rows.end(), media_[i].begin(), media_[i].end());
+    }
+    im.probe = probe();
+    im.layers = cache_.export_slot(model_.backend(), 0, im.cached, &im.segments);
+    im.has_segments = !im.segments.empty();
+    im.app = app;
+    return im;
+  }
+  std::string restore(session_file::Image im, std::string_view name, bool verify) {
+    if (verify) session_file::check_probe(im.probe, probe(), file_layout().activations, name);
+    cache_.set_length(0, 0);
+    cache_.import_slot(model_.backend(), 0, im.cached, im.layers, im.has_segments ? &im.segments : nullptr);
+    tokens_ = std::move(im.tokens);
+    media_.assign(tokens_.size(), {});
+    for (std::size_t k = 0; k < im.media_index.size(); ++k) {
+      const float* r = im.media_rows.data() + k * static_cast<std::size_t>(im.media_width);
+      media_[static_cast<std::size_t>(im.media_index[k])].assign(r, r + im.media_width);
+    }
+    logits_valid_ = false;
+    return std::move(im.app);
+  }
 
   /// Where a conversation cut before token n may keep its cache: n, or the first token of the picture that tokens
   /// n - 1 and n both belong to.
