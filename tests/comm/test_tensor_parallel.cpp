@@ -253,7 +253,7 @@ TEST_CASE("Expert parallel: one all-reduce of [tokens, emb_dim] per MoE layer, n
   CHECK_THROWS_WITH(models::expert_parallel_config(cfg, 0, 3), Catch::Contains("num_experts = 4 is not divisible by the 3"));
 }
 
-TEST_CASE("Tensor parallel: two all-reduces of [tokens, emb_dim] per layer and one logits broadcast per step",
+TEST_CASE("Tensor parallel: two all-reduces of [tokens, emb_dim] per layer and one all-gather of the logits per step",
           "[comm][tp]") {
   const std::string dir = test::fixture("llama2_model");
   const Config cfg = test::config_from_meta(test::read_meta(dir));
@@ -270,10 +270,38 @@ TEST_CASE("Tensor parallel: two all-reduces of [tokens, emb_dim] per layer and o
   for (const auto& c : s.counters) {
     CHECK(c->tally("all_reduce").calls == 2 * L);
     CHECK(c->tally("all_reduce").bytes == 2 * L * M * cfg.emb_dim * 4);
-    CHECK(c->tally("broadcast").calls == 1);
-    CHECK(c->tally("broadcast").bytes == M * cfg.vocab_size * 4);
-    CHECK(c->tally("all_gather").calls == 0);
+    // The untied head is split by vocabulary: each rank gives its V / 2 logits of every row, once.
+    CHECK(c->tally("broadcast").calls == 0);
+    CHECK(c->tally("all_gather").calls == 1);
+    CHECK(c->tally("all_gather").bytes == M * cfg.vocab_size / 2 * 4);
   }
+}
+
+TEST_CASE("Tensor parallel: an untied output head is split by vocabulary, a tied one stays whole", "[comm][tp]") {
+  const Config llama = test::config_from_meta(test::read_meta(test::fixture("llama2_model")));
+  for (const int n : {2, 4}) {
+    const Config c = models::tensor_parallel_config(llama, n);
+    CHECK(c.head_shards == n);
+    auto m = models::make_built_any_model(c, {}, MAXTEXT_BLOCKS_BUILT);
+    const auto shapes = m->param_shapes();
+    CHECK(shapes.at("decoder.logits_dense.kernel") == std::vector<std::int64_t>{llama.emb_dim, llama.vocab_size / n});
+    CHECK(shapes.at("token_embedder.embedding") == std::vector<std::int64_t>{llama.vocab_size, llama.emb_dim});
+    // Without the communicator of its n ranks the split model refuses to run, naming the split.
+    m->init(1);
+    Tensor<std::int32_t, 2> tok({1, 2});
+    tok(0, 0) = 1;
+    tok(0, 1) = 2;
+    models::ForwardRequest q;
+    q.tokens = &tok;
+    CHECK_THROWS_WITH(m->forward(q), Catch::Contains("the output head holds 1/" + std::to_string(n) + " of the vocabulary"));
+  }
+  // A vocabulary the ranks do not divide keeps the whole head (replicated, logits broadcast from rank 0).
+  Config odd = llama;
+  odd.vocab_size = 63;
+  CHECK(models::tensor_parallel_config(odd, 2).head_shards == 1);
+  const Config gemma3 = test::config_from_meta(test::read_meta(test::fixture("gemma3_model")));
+  REQUIRE(gemma3.logits_via_embedding);
+  CHECK(models::tensor_parallel_config(gemma3, 2).head_shards == 1);
 }
 
 TEST_CASE("Tensor parallel: a stalled rank ends the step on the others with the layer and the collective named",

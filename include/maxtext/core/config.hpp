@@ -202,6 +202,10 @@ struct Config {
     std::int64_t rank = 0;
     std::int64_t ranks = 1;
   } expert_shard;
+  /// Tensor parallelism's vocabulary split of the output head (models/parallel.hpp tensor_parallel_config; not a key):
+  /// logits_dense holds vocab_size / head_shards of the vocabulary's columns, this rank's, and a forward pass gathers
+  /// the ranks' logits. 1: the whole head.
+  std::int64_t head_shards = 1;
 
   /// Compute emb_dim, heads, mlp dims and layer count from the base_* keys and global_parameter_scale.
   void derive() {

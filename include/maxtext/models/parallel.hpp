@@ -6,8 +6,10 @@
 // rank's parameter is smaller, so each rank copies only its slice out of the mapped file and no weight byte passes
 // through the communicator. Column-parallel products (q, k, v, wi) need nothing more; the row-parallel ones
 // (attention out, MLP wo) sum their partial products over the ranks in f32 (DenseGeneral::forward_reduced): two
-// all-reduces of [tokens, emb_dim] per layer. Embeddings, norms and the output head are replicated; each forward pass
-// hands every rank rank 0's logits (one broadcast), so all ranks sample alike.
+// all-reduces of [tokens, emb_dim] per layer. An untied output head is split by vocabulary: each rank computes V / N
+// logits and one all-gather hands every rank all of them, the same bytes. Embeddings, norms and a head tied to the
+// embedding table are replicated; a forward pass then hands every rank rank 0's logits (one broadcast), so all ranks
+// sample alike.
 //
 // GQA groups stay whole: each rank takes num_query_heads / N query heads and num_kv_heads / N kv heads, or, with fewer
 // kv heads than ranks, the one kv head its query heads read (kv heads replicated).
@@ -73,6 +75,9 @@ inline Config tensor_parallel_config(const Config& cfg, int ranks) {
                   "when kv heads are replicated, found ", c.global_parameter_scale);
     c.base_num_kv_heads = 1;
   }
+  // The output head by vocabulary columns (each rank V / N logits, gathered): an untied head whose vocabulary the
+  // ranks divide. A head tied to the embedding table stays whole on every rank (the table is looked up whole).
+  if (!c.logits_via_embedding && c.vocab_size % ranks == 0) c.head_shards = ranks;
   c.derive();
   return c;
 }

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
@@ -247,7 +248,10 @@ class Transformer {
       final_rms_ = layers::RMSNorm<P>({D, eps, true, kFinalNorm == layers::FinalNorm::rms_offset_one ? 1.0f : 0.0f});
     }
     if (!cfg_.logits_via_embedding) {
-      logits_ = layers::DenseGeneral<P>({{D}, {cfg_.vocab_size}, false, layers::Init::truncated_normal});
+      MAXTEXT_CHECK(cfg_.head_shards >= 1 && cfg_.vocab_size % cfg_.head_shards == 0, ConfigError,
+                    "[model] head_shards = ", cfg_.head_shards, " does not divide vocab_size = ", cfg_.vocab_size);
+      logits_ = layers::DenseGeneral<P>(
+          {{D}, {cfg_.vocab_size / cfg_.head_shards}, false, layers::Init::truncated_normal});
     }
     streams_ = cfg_.mhc_expansion_rate;
     MAXTEXT_CHECK(streams_ == 1 || (detail::supports_mhc<DenseL>() && detail::supports_mhc<MoeL>()), UnsupportedError,
@@ -791,14 +795,34 @@ class Transformer {
       h = last;
       rows = Bn;
     }
-    View<float, 2> logits = scratch_.template alloc<float, 2>({rows, V});
+    const std::int64_t shards = cfg_.logits_via_embedding ? 1 : cfg_.head_shards, Vl = V / shards;
+    View<float, 2> logits = scratch_.template alloc<float, 2>({rows, Vl});
     compute_logits(ctx, h, logits);
     Tensor<float, 3> out({Bn, opt.last_only ? 1 : T, V});
-    be_.copy(out.data(), logits.data(), static_cast<std::size_t>(rows * V) * sizeof(float), CopyKind::device_to_host);
-    be_.synchronize();
-    // Split: rank 0's logits on every rank, so that all of them sample the same token whatever order a reduction took.
-    if (groups_.world != nullptr && groups_.world->size() > 1) {
-      groups_.world->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float), 0, "logits");
+    if (shards > 1) {
+      // The head split by vocabulary (tensor_parallel_config): each rank's [rows, V / N] columns, gathered into
+      // [rows, V] in rank order; every rank then holds the same bytes.
+      comm::Communicator* tp = groups_.tensor;
+      MAXTEXT_CHECK(tp != nullptr && tp->size() == shards, CommError, "[model] the output head holds 1/", shards,
+                    " of the vocabulary (head_shards) but ", tp ? "the tensor-parallel group has " : "no tensor-parallel ",
+                    tp ? std::to_string(tp->size()) + " ranks" : std::string("communicator is set"));
+      std::vector<float> local(static_cast<std::size_t>(rows * Vl)), all(static_cast<std::size_t>(rows * V));
+      be_.copy(local.data(), logits.data(), local.size() * sizeof(float), CopyKind::device_to_host);
+      be_.synchronize();
+      tp->all_gather(local.data(), local.size() * sizeof(float), all.data(), "logits (vocabulary split)");
+      for (std::int64_t r = 0; r < shards; ++r) {
+        for (std::int64_t i = 0; i < rows; ++i) {
+          std::memcpy(out.data() + i * V + r * Vl, all.data() + (r * rows + i) * Vl, static_cast<std::size_t>(Vl) * sizeof(float));
+        }
+      }
+    } else {
+      be_.copy(out.data(), logits.data(), static_cast<std::size_t>(rows * V) * sizeof(float), CopyKind::device_to_host);
+      be_.synchronize();
+      // Split: rank 0's logits on every rank, so that all of them sample the same token whatever order a reduction
+      // took.
+      if (groups_.world != nullptr && groups_.world->size() > 1) {
+        groups_.world->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float), 0, "logits");
+      }
     }
     if (main && opt.capture && opt.capture->wants("logits")) {
       opt.capture->put("logits", AnyTensor::from(Tensor<float, 3>(out.view(), out.holder())));
@@ -1003,7 +1027,7 @@ class Transformer {
 
   void compute_logits(const layers::Context<P>& ctx, View<const A, 2> h, View<float, 2> out) {
     ScratchScope s(scratch_);
-    const std::int64_t rows = h.dim(0), V = cfg_.vocab_size;
+    const std::int64_t rows = h.dim(0), V = out.dim(1);  // this rank's columns of a vocabulary-split head
     const Matrix<W>& head = cfg_.logits_via_embedding ? params_.attend_table : params_.logits_dense.kernel;
     if (cfg_.logits_dot_in_fp32 || std::is_same_v<A, float>) {
       be_.matmul(h, head, out);
