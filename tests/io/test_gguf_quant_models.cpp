@@ -27,6 +27,7 @@
 #include "maxtext/families/load.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/ggml_model_bytes.hpp"
+#include "support/command.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -64,18 +65,7 @@ double max_abs(const std::vector<float>& a, const AnyTensor& ref) {
   for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - ref.element(static_cast<std::int64_t>(i))));
   return m;
 }
-std::string run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int rc = ::pclose(p);
-  INFO(out);
-  CHECK(rc == 0);
-  return out;
-}
+std::string run_command(const std::string& cmd) { return ::maxtext::test::run_command(cmd + " 2>&1"); }
 
 }  // namespace
 

@@ -31,6 +31,7 @@
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
+#include "support/command.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -63,18 +64,7 @@ Tensor<std::int32_t, 2> row(const std::vector<std::int32_t>& ids) {
   return t;
 }
 
-std::string run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int rc = ::pclose(p);
-  INFO(out);
-  REQUIRE(rc == 0);
-  return out;
-}
+using ::maxtext::test::run_command;
 
 /// Check one stories260K file against both references.
 template <class P = F32>

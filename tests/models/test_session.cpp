@@ -24,6 +24,7 @@
 #include "maxtext/models/text_stream.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
+#include "support/command.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
@@ -109,18 +110,7 @@ void expect_logits_close(const std::vector<float>& a, const std::vector<float>& 
   CHECK(ok);
 }
 
-std::string run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int rc = ::pclose(p);
-  INFO(out);
-  REQUIRE(rc == 0);
-  return out;
-}
+using ::maxtext::test::run_command;
 
 }  // namespace
 

@@ -27,6 +27,7 @@
 #include "maxtext/models/any_model_blocks.hpp"
 #include "maxtext/models/session_file.hpp"
 #include "maxtext_blocks_built.hpp"
+#include "support/command.hpp"
 #include "support/fixture_config.hpp"
 #include "support/test_support.hpp"
 
@@ -106,6 +107,13 @@ void fix_crc(std::vector<std::byte>& b) {
   std::memcpy(b.data() + body, &c, 4);
 }
 
+/// A session file's JSON header (magic 8 bytes, version 4, header length 8, then the header).
+nlohmann::json header_of(const std::vector<std::byte>& file) {
+  std::uint64_t hl = 0;
+  std::memcpy(&hl, file.data() + 12, 8);
+  return nlohmann::json::parse(std::string(reinterpret_cast<const char*>(file.data()) + 20, hl));
+}
+
 /// A file made of a header written by hand and `payload` bytes, with a right CRC.
 std::vector<std::byte> handmade(const nlohmann::json& header, std::size_t payload) {
   const std::string h = header.dump();
@@ -176,9 +184,7 @@ TEST_CASE("session files: the restored cache is what the next turn reads (a chan
     auto probe = a->new_session(64);
     probe->save("layout.mxs");  // an empty conversation: only its layout is used
     const auto raw = file_bytes("layout.mxs");
-    std::uint64_t hl = 0;
-    std::memcpy(&hl, raw.data() + 12, 8);
-    const auto h = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(raw.data()) + 20, hl));
+    const auto h = header_of(raw);
     const auto& lj = h.at("layout");
     L.decoder_block = lj.at("decoder_block");
     L.activations = lj.at("activations");
@@ -274,10 +280,8 @@ TEST_CASE("session files: damaged, foreign and mismatched files are refused by n
   CHECK(target->tokens() == before);
 
   // A header whose counts promise more than the file holds (with a right CRC): refused before anything is allocated.
-  std::uint64_t hl = 0;
-  std::memcpy(&hl, good.data() + 12, 8);
-  const auto header = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(good.data()) + 20, hl));
-  const std::size_t payload = good.size() - 20 - hl - 4;
+  const auto header = header_of(good);
+  const std::size_t payload = good.size() - 20 - header.dump().size() - 4;
   auto h = header;
   h["tokens"] = 1'000'000'000'000LL;
   refused(handmade(h, payload), "header field 'tokens' = 1000000000000 outside [0, ");
@@ -330,18 +334,7 @@ TEST_CASE("maxtext chat --session: a conversation saved after each turn goes on 
   }
   const std::string chat = test::cli_path() + " chat --threads 1 --weights " + dir + "/stories260K.bin --tokenizer " +
                            dir + "/tok512.bin --max-new-tokens 16";
-  auto run = [](const std::string& cmd) {
-    std::string out;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::array<char, 4096> buf{};
-    std::size_t n = 0;
-    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    const int rc = ::pclose(p);
-    INFO(out);
-    REQUIRE(rc == 0);
-    return out;
-  };
+  auto run = [](const std::string& cmd) { return test::run_command(cmd); };
   const std::string whole = run(chat + " < chat_abc.txt 2>/dev/null");
   const std::string first = run(chat + " --session chat_session.mxs < chat_ab.txt 2>/dev/null");
   REQUIRE(std::filesystem::exists("chat_session.mxs"));

@@ -13,6 +13,7 @@
 
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/tokenizer/chat_template.hpp"
+#include "support/command.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -36,16 +37,7 @@ void write_file(const std::string& path, const std::string& text) {
   f << text;
 }
 
-std::string run_command(const std::string& cmd, int& rc) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  rc = ::pclose(p);
-  return out;
-}
+using ::maxtext::test::command_output;
 
 // Renders `source` with `context`; "ERROR: <message>" when the engine throws a maxtext::Error.
 std::string render_or_error(const std::string& source, const Json& context, const std::string& name) {
@@ -275,10 +267,10 @@ TEST_CASE("maxtext template: the CLI prints the rendered prompt", "[chat_templat
   write_file("cli/messages.json", (*gen)["context"]["messages"].dump());
   int rc = 0;
   const std::string out =
-      run_command(::maxtext::test::cli_path() + " template --tokenizer cli/tokenizer_config.json --messages cli/messages.json", rc);
+      command_output(::maxtext::test::cli_path() + " template --tokenizer cli/tokenizer_config.json --messages cli/messages.json", rc);
   CHECK(rc == 0);
   CHECK(out == (*gen)["expected"].get<std::string>());
-  const std::string bad = run_command(::maxtext::test::cli_path() + " template --tokenizer cli --messages nothere.json 2>&1", rc);
+  const std::string bad = command_output(::maxtext::test::cli_path() + " template --tokenizer cli --messages nothere.json 2>&1", rc);
   CHECK(rc != 0);
   CHECK(bad.find("nothere.json") != std::string::npos);
 
@@ -290,7 +282,7 @@ TEST_CASE("maxtext template: the CLI prints the rendered prompt", "[chat_templat
     if (c["name"] != "system_user/gen" && c["name"] != "system_user/nogen") continue;
     write_file("cli/llama.json", c["messages"].dump());
     const bool gen_prompt = c["options"]["add_generation_prompt"].get<bool>();
-    const std::string o = run_command(::maxtext::test::cli_path() + " template --tokenizer " + llama +
+    const std::string o = command_output(::maxtext::test::cli_path() + " template --tokenizer " + llama +
                                           "/tokenizer.json --messages cli/llama.json --add-generation-prompt " +
                                           (gen_prompt ? "on" : "off"),
                                       rc);

@@ -22,6 +22,7 @@
 #include "maxtext/tokenizer/tokenizer.hpp"
 #include "maxtext/tokenizer/unicode.hpp"
 #include "support/piece_checks.hpp"
+#include "support/command.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
@@ -329,14 +330,9 @@ TEST_CASE("open_tokenizer / load_tokenizer find tokenizer.json", "[tokenizer][hf
 
 namespace {
 std::string run(const std::string& cmd, int* rc = nullptr) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p);
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  if (rc) *rc = WEXITSTATUS(status);
+  int code = 0;
+  std::string out = ::maxtext::test::command_output(cmd + " 2>&1", code);
+  if (rc) *rc = code;
   return out;
 }
 std::string csv(const Ids& ids) {
