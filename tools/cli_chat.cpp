@@ -14,6 +14,7 @@
 #include "cmd_chat.hpp"
 #include "cmd_template.hpp"
 #include "cmd_tokenize.hpp"
+#include "maxtext/comm/communicator.hpp"
 #include "maxtext/models/any_model.hpp"
 
 namespace maxtext::cli {
@@ -56,6 +57,24 @@ int cmd_chat(const Args& a) {
   co.drafter = sc->function();
   co.spec = sc->options;
   co.session_file = a.get("session");
+  // Under mpirun (a model split across ranks): rank 0 reads the lines and hands each to the others, so that every
+  // rank runs the same turns; only rank 0 prints (cli_dist.cpp).
+  if (comm::Communicator* w = world(); w != nullptr && w->size() > 1) {
+    MAXTEXT_CHECK(co.session_file.empty(), UnsupportedError, "chat --session under mpirun: not yet (each rank holds "
+                  "its own slice of the cache, which one file per conversation does not keep)");
+    MAXTEXT_CHECK(!pictures, UnsupportedError, "chat --image under mpirun: not yet (run the pictures in one process)");
+    co.interactive = co.interactive && w->rank() == 0;
+    co.read_line = [w](std::string& line) {
+      constexpr std::uint64_t kEnd = ~std::uint64_t{0};
+      std::uint64_t n = kEnd;
+      if (w->rank() == 0 && std::getline(std::cin, line)) n = line.size();
+      w->broadcast(&n, sizeof n, 0, "chat: the next line's length");
+      if (n == kEnd) return false;
+      line.resize(static_cast<std::size_t>(n));
+      if (n > 0) w->broadcast(line.data(), static_cast<std::size_t>(n), 0, "chat: the next line");
+      return true;
+    };
+  }
   MAXTEXT_CHECK(co.session_file.empty() || !pictures, UnsupportedError,
                 "chat --session with --image: not yet (a restored conversation's pictures would have to be given "
                 "again in the same order); save sessions with pictures through the library (Session::save)");

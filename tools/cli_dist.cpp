@@ -91,9 +91,9 @@ comm::Communicator* with_fault(comm::Mpi& mpi) {
 void join_world(const std::string& command) {
   const int n = comm::launched_ranks();
   if (n <= 1) return;
-  MAXTEXT_CHECK(command == "generate" || command == "logits", UnsupportedError, "maxtext ", command,
-                " runs in one process; under mpirun (", n, " ranks) the commands that split a model are generate "
-                "and logits");
+  MAXTEXT_CHECK(command == "generate" || command == "logits" || command == "chat", UnsupportedError, "maxtext ",
+                command, " runs in one process; under mpirun (", n, " ranks) the commands that split a model are "
+                "generate, logits and chat");
   g_mpi = std::make_unique<comm::Mpi>();
   comm::Communicator* c = with_fault(*g_mpi);
   if (const char* st = std::getenv("MAXTEXT_COMM_STATS"); st != nullptr && std::string(st) == "1") {

@@ -84,6 +84,9 @@ struct ChatOptions {
   /// --session FILE: the conversation is restored from FILE when it exists (its messages and its cache, so the next
   /// turn prefills only what it adds) and saved there after every turn (models/session_file.hpp).
   std::string session_file;
+  /// The next user line into its argument, false at the end (default: std::getline on the input stream). Under
+  /// mpirun rank 0 reads and broadcasts each line, so that every rank runs the same turns (cli_chat.cpp).
+  std::function<bool(std::string&)> read_line;
 };
 
 inline std::string trim(std::string_view s) {
@@ -136,7 +139,7 @@ inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, Cha
   const std::int64_t max_new = opt.gen.max_new_tokens;
   for (;;) {
     if (opt.interactive) err << "> " << std::flush;
-    if (!std::getline(in, line)) break;
+    if (!(opt.read_line ? opt.read_line(line) : static_cast<bool>(std::getline(in, line)))) break;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (trim(line).empty()) continue;
     ++turn;

@@ -5,6 +5,7 @@
 #     to ~20 here: ulp 2e-6; measured 2.4e-5); the last 6 tokens decoded one at a time (--incremental) against the
 #     one-process full forward; rank 0 alone writes the file;
 #   - 32 greedy tokens identical to one process's, printed once (by rank 0);
+#   - a two-turn `chat` (rank 0 reads the lines and broadcasts them) printing one process's answers, once;
 #   - expert parallelism (ici_expert_parallelism) on the Qwen3-MoE fixture's Hugging Face files: logits of 2 and 4
 #     ranks (its 4 experts split) equal one process's within the same bound;
 #   - every split run with MAXTEXT_COMM_CHECK=1: after each layer the residual stream, which the ranks hold
@@ -75,6 +76,17 @@ for n in 2 4; do
   [ "$(grep '^tokens\[0\]' <<<"$out")" = "$one" ] || bad "generate on $n ranks: $(grep '^tokens' <<<"$out") vs $one"
 done
 
+# chat: rank 0 reads the lines and hands each to the others; the answers, printed once, equal one process's.
+printf 'Tell me a story.\nAnd then?\n' > "$tmp/chat.txt"
+C=(chat "${W[@]}" --tokenizer "$S/tok512.bin" --max-new-tokens 24 --temperature 0)
+one_chat=$(run "$bin" "${C[@]}" < "$tmp/chat.txt" 2>/dev/null) || bad "one-process chat"
+for n in 2 4; do
+  out=$(run mpirun -n $n "$bin" "${C[@]}" ici_tensor_parallelism=$n < "$tmp/chat.txt" 2>/dev/null) ||
+    bad "chat on $n ranks failed: $out"
+  [ "$out" = "$one_chat" ] || bad "chat on $n ranks: '$out' vs one process: '$one_chat'"
+done
+[ -n "$one_chat" ] || bad "chat printed nothing"
+
 expect_refusal() {  # expect_refusal TEXT command...
   local text=$1
   shift
@@ -88,6 +100,8 @@ expect_refusal "set ici_tensor_parallelism=2" mpirun -n 2 "$bin" logits "${W[@]}
 expect_refusal "launch it with mpirun -n 2" \
   "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/x.npy" ici_tensor_parallelism=2 ici_fsdp_parallelism=1
 expect_refusal "maxtext info runs in one process" mpirun -n 2 "$bin" info "${W[@]}"
+expect_refusal "chat --session under mpirun: not yet" mpirun -n 2 "$bin" "${C[@]}" --session "$tmp/s.mxs" \
+  ici_tensor_parallelism=2 < "$tmp/chat.txt"
 expect_refusal "rank(s) 1 hold other weights or another config than rank 0" \
   mpirun -n 1 "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/x.npy" ici_tensor_parallelism=2 : \
          -n 1 "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/x.npy" ici_tensor_parallelism=2 max_target_length=128
