@@ -5,7 +5,7 @@
 //
 // Models: seeded fixture configs of the blocks whose caches differ in kind: llama2 (keys and values; float32 and
 // bfloat16), deepseek (MLA's latent cache, Engram's host history), qwen3_next (Gated DeltaNet's recurrent states),
-// deepseek4 (compressed blocks), gemma3 (soft-token rows of a picture). The CLI test reads stories260K from
+// deepseek4 (compressed blocks), gemma3 (soft-token rows of a picture); then every other block's fixture config. The CLI test reads stories260K from
 // ../shared (skipped when absent).
 #include <array>
 #include <cstdint>
@@ -168,6 +168,16 @@ TEST_CASE("session files: a loaded conversation goes on bit for bit, prefilling 
   round_trip("deepseek_engram_model");
   round_trip("qwen3_next_model");
   round_trip("deepseek4_model");
+}
+
+TEST_CASE("session files: every other decoder block's cache round-trips too", "[models][session][session_file]") {
+  for (const char* f : {"default_model", "gpt3_model", "mistral_model", "mixtral_model", "qwen2_model", "qwen3_model",
+                        "qwen3_moe_model", "qwen3_5_model", "qwen3_custom_moe_model", "gemma_model", "gemma2_model",
+                        "gemma3_model", "gemma4_model", "gemma4_moe_model", "gemma4_small_e2b_model", "llama4_model",
+                        "gpt_oss_model", "olmo3_model", "envy_model", "deepseek_mhc_model", "llama2lti_model",
+                        "simple_model"}) {
+    round_trip(f);
+  }
 }
 
 TEST_CASE("session files: the restored cache is what the next turn reads (a changed key changes the answer)",
