@@ -133,6 +133,14 @@ std::vector<std::byte> handmade(const nlohmann::json& header, std::size_t payloa
   return b;
 }
 
+/// A session of `m` after one greedy turn, saved to `path`.
+std::unique_ptr<models::AnySession> saved_after_one_turn(models::AnyModel& m, const std::string& path) {
+  auto s = m.new_session(64);
+  s->generate(ids(9, m.config().vocab_size, 3), greedy(6));
+  s->save(path);
+  return s;
+}
+
 /// Save after one turn, go on in the original and in a session loaded by a second model with the same weights.
 void round_trip(const std::string& fixture, const std::string& dtype = "float32") {
   INFO(fixture << " " << dtype);
@@ -184,9 +192,7 @@ TEST_CASE("session files: the restored cache is what the next turn reads (a chan
           "[models][session][session_file]") {
   const auto a = make_model("llama2_model", 11);
   const std::int64_t V = a->config().vocab_size;
-  auto s = a->new_session(64);
-  s->generate(ids(9, V, 3), greedy(6));
-  s->save("control.mxs");
+  saved_after_one_turn(*a, "control.mxs");
   auto bytes = file_bytes("control.mxs");
   // The decoded image, one cached key value of layer 0 changed, written back through the encoder.
   models::session_file::Layout L;
@@ -255,9 +261,7 @@ TEST_CASE("session files: damaged, foreign and mismatched files are refused by n
           "[models][session][session_file][errors]") {
   const auto a = make_model("llama2_model", 11);
   const std::int64_t V = a->config().vocab_size;
-  auto s = a->new_session(64);
-  s->generate(ids(9, V, 3), greedy(6));
-  s->save("good.mxs");
+  const auto s = saved_after_one_turn(*a, "good.mxs");
   const auto good = file_bytes("good.mxs");
   auto target = a->new_session(64);
   target->generate(ids(4, V, 8), greedy(2));
