@@ -2,9 +2,11 @@
 // turns) and `maxtext template` (the rendered chat prompt).
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -60,8 +62,24 @@ int cmd_chat(const Args& a) {
   // Under mpirun (a model split across ranks): rank 0 reads the lines and hands each to the others, so that every
   // rank runs the same turns; only rank 0 prints (cli_dist.cpp).
   if (comm::Communicator* w = world(); w != nullptr && w->size() > 1) {
-    MAXTEXT_CHECK(co.session_file.empty(), UnsupportedError, "chat --session under mpirun: not yet (each rank holds "
-                  "its own slice of the cache, which one file per conversation does not keep)");
+    if (!co.session_file.empty()) {
+      // Each rank holds its own slice of the conversation's cache, so each keeps its own file, FILE.rank<r>-of-<n>
+      // (checked against the rank's share of the model when loaded); the ranks restore together or not at all.
+      const std::string base = co.session_file;
+      co.session_file += ".rank" + std::to_string(w->rank()) + "-of-" + std::to_string(w->size());
+      const std::uint8_t have = std::filesystem::exists(co.session_file) ? 1 : 0;
+      std::vector<std::uint8_t> all(static_cast<std::size_t>(w->size()));
+      w->all_gather(&have, 1, all.data(), "chat --session: which ranks hold their file");
+      std::string missing;
+      int held = 0;
+      for (std::size_t r = 0; r < all.size(); ++r) {
+        held += all[r];
+        if (all[r] == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      MAXTEXT_CHECK(held == 0 || missing.empty(), IoError, "chat --session ", base, " under mpirun: rank(s) ", missing,
+                    " have no file ", base, ".rank<r>-of-", w->size(), " while the others do (the ranks restore a "
+                    "conversation together or not at all)");
+    }
     MAXTEXT_CHECK(!pictures, UnsupportedError, "chat --image under mpirun: not yet (run the pictures in one process)");
     co.interactive = co.interactive && w->rank() == 0;
     co.read_line = [w](std::string& line) {

@@ -5,7 +5,8 @@
 #     to ~20 here: ulp 2e-6; measured 2.4e-5); the last 6 tokens decoded one at a time (--incremental) against the
 #     one-process full forward; rank 0 alone writes the file;
 #   - 32 greedy tokens identical to one process's, printed once (by rank 0);
-#   - a two-turn `chat` (rank 0 reads the lines and broadcasts them) printing one process's answers, once;
+#   - a two-turn `chat` (rank 0 reads the lines and broadcasts them) printing one process's answers, once; with
+#     --session, a second run's third turn printing one uninterrupted run's third answer;
 #   - expert parallelism (ici_expert_parallelism) on the Qwen3-MoE fixture's Hugging Face files: logits of 2 and 4
 #     ranks (its 4 experts split) equal one process's within the same bound;
 #   - every split run with MAXTEXT_COMM_CHECK=1: after each layer the residual stream, which the ranks hold
@@ -86,6 +87,19 @@ for n in 2 4; do
   [ "$out" = "$one_chat" ] || bad "chat on $n ranks: '$out' vs one process: '$one_chat'"
 done
 [ -n "$one_chat" ] || bad "chat printed nothing"
+# chat --session on 2 ranks: each rank keeps its slice in FILE.rank<r>-of-2; a second run goes on with a third turn
+# and prints the third answer of one uninterrupted run.
+printf 'Tell me a story.\nAnd then?\nWho won?\n' > "$tmp/chat3.txt"
+printf 'Who won?\n' > "$tmp/chat_c.txt"
+one3=$(run "$bin" "${C[@]}" < "$tmp/chat3.txt" 2>/dev/null) || bad "one-process chat of three turns"
+first=$(run mpirun -n 2 "$bin" "${C[@]}" --session "$tmp/s.mxs" ici_tensor_parallelism=2 < "$tmp/chat.txt" 2>/dev/null) ||
+  bad "chat --session on 2 ranks (first run)"
+{ [ -f "$tmp/s.mxs.rank0-of-2" ] && [ -f "$tmp/s.mxs.rank1-of-2" ]; } || bad "chat --session: the ranks' files are missing"
+second=$(run mpirun -n 2 "$bin" "${C[@]}" --session "$tmp/s.mxs" ici_tensor_parallelism=2 < "$tmp/chat_c.txt" \
+         2>/dev/null) || bad "chat --session on 2 ranks (second run)"
+[ -n "$second" ] || bad "chat --session on 2 ranks: the second run printed nothing"
+[ "$one3" = "$first"$'\n'"$second" ] || bad "chat --session on 2 ranks: '$first' + '$second' vs one run: '$one3'"
+rm -f "$tmp/s.mxs.rank1-of-2"
 
 expect_refusal() {  # expect_refusal TEXT command...
   local text=$1
@@ -100,7 +114,7 @@ expect_refusal "set ici_tensor_parallelism=2" mpirun -n 2 "$bin" logits "${W[@]}
 expect_refusal "launch it with mpirun -n 2" \
   "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/x.npy" ici_tensor_parallelism=2 ici_fsdp_parallelism=1
 expect_refusal "maxtext info runs in one process" mpirun -n 2 "$bin" info "${W[@]}"
-expect_refusal "chat --session under mpirun: not yet" mpirun -n 2 "$bin" "${C[@]}" --session "$tmp/s.mxs" \
+expect_refusal "rank(s) 1 have no file" mpirun -n 2 "$bin" "${C[@]}" --session "$tmp/s.mxs" \
   ici_tensor_parallelism=2 < "$tmp/chat.txt"
 expect_refusal "rank(s) 1 hold other weights or another config than rank 0" \
   mpirun -n 1 "$bin" logits "${W[@]}" --tokens "$toks" --out "$tmp/x.npy" ici_tensor_parallelism=2 : \
