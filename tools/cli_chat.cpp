@@ -59,6 +59,12 @@ int cmd_chat(const Args& a) {
   co.drafter = sc->function();
   co.spec = sc->options;
   co.session_file = a.get("session");
+  if (a.has("session")) {
+    MAXTEXT_CHECK(!co.session_file.empty(), ArgumentError, "--session needs a file name, found an empty one");
+    const auto dir = std::filesystem::absolute(co.session_file).parent_path();
+    MAXTEXT_CHECK(std::filesystem::is_directory(dir), ArgumentError, "--session ", co.session_file, ": the directory ",
+                  dir.string(), " does not exist (the conversation is saved there after every turn)");
+  }
   // Under mpirun (a model split across ranks): rank 0 reads the lines and hands each to the others, so that every
   // rank runs the same turns; only rank 0 prints (cli_dist.cpp).
   if (comm::Communicator* w = world(); w != nullptr && w->size() > 1) {

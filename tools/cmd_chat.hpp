@@ -124,10 +124,16 @@ inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, Cha
       MAXTEXT_THROW(IoError, "[chat] ", opt.session_file, " was not saved by maxtext chat (its application text is "
                     "not the chat's messages)");
     }
-    MAXTEXT_CHECK(saved.is_object() && saved.contains("messages") && saved["messages"].is_array(), IoError, "[chat] ",
-                  opt.session_file, " was not saved by maxtext chat (no messages in its application text)");
-    MAXTEXT_CHECK(opt.system.empty() || (!saved["messages"].empty() && saved["messages"][0].value("role", "") == "system" &&
-                                         saved["messages"][0].value("content", "") == opt.system),
+    const auto is_message = [](const nlohmann::json& m) {
+      return m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
+             m["content"].is_string();
+    };
+    MAXTEXT_CHECK(saved.is_object() && saved.contains("messages") && saved["messages"].is_array() &&
+                      std::all_of(saved["messages"].begin(), saved["messages"].end(), is_message),
+                  IoError, "[chat] ", opt.session_file, " was not saved by maxtext chat (its application text holds no "
+                  "list of {role, content} messages)");
+    MAXTEXT_CHECK(opt.system.empty() || (!saved["messages"].empty() && saved["messages"][0]["role"] == "system" &&
+                                         saved["messages"][0]["content"] == opt.system),
                   ArgumentError, "[chat] --system differs from the system message of the conversation in ",
                   opt.session_file, " (leave --system out to go on with it)");
     messages = saved["messages"];

@@ -372,6 +372,10 @@ TEST_CASE("maxtext chat --session: a conversation saved after each turn goes on 
         throw std::runtime_error(out);
       }(),
       Catch::Contains("is not a maxtext session file"));
+  // An empty name and a directory that does not exist are refused before the model is read.
+  CHECK(run(chat + " --session '' < chat_c.txt 2>&1; true").find("--session needs a file name") != std::string::npos);
+  CHECK(run(chat + " --session /no/such/dir/s.mxs < chat_c.txt 2>&1; true").find("the directory /no/such/dir does not "
+                                                                                 "exist") != std::string::npos);
   for (const char* f : {"chat_session.mxs", "chat_ab.txt", "chat_c.txt", "chat_abc.txt", "not_chat.mxs"}) {
     std::filesystem::remove(f);
   }
