@@ -121,6 +121,9 @@ struct ForwardRequest {
   layers::Capture* capture = nullptr;
   const Tensor<std::int32_t, 2>* media_mask = nullptr;  ///< ForwardOptions::media_mask / media_embeddings
   const Tensor<float, 2>* media_embeddings = nullptr;
+  /// >= 0: the tokens' rows are the cache's slots [first_slot, first_slot + B), the others untouched
+  /// (ForwardOptions::first_slot); -1: all of its slots.
+  std::int64_t first_slot = -1;
 };
 
 /// One decoder layer run on its own (`maxtext compare --layer`): either layer `index` of the loaded model with its
@@ -231,6 +234,7 @@ class AnyDraftModel {
     r.capture = fo.capture;
     r.media_mask = fo.media_mask;
     r.media_embeddings = fo.media_embeddings;
+    r.first_slot = fo.first_slot;
     return m_.forward(r);
   }
 

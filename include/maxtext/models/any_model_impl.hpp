@@ -247,6 +247,9 @@ class AnyModelImpl final : public AnyModel {
     fo.capture = r.capture;
     fo.media_mask = r.media_mask;
     fo.media_embeddings = r.media_embeddings;
+    fo.first_slot = r.first_slot;
+    MAXTEXT_CHECK(r.first_slot < 0 || r.cache != nullptr, ArgumentError,
+                  "[forward] first_slot names slots of a cache, and no cache was given");
     if (r.cache == nullptr) return model_.forward(*r.tokens, fo);
     auto* c = dynamic_cast<CacheImpl<P>*>(r.cache);
     MAXTEXT_CHECK(c != nullptr && c->owner == this, ArgumentError,

@@ -5,6 +5,7 @@
 // lengths, and the two would overwrite each other's rows. clone() makes an independent copy (to fork a sequence).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -83,6 +84,76 @@ class KVCache {
     c.segment_ = copy(segment_);
     be.synchronize();
     return c;
+  }
+
+  /// Slots [first, first + n) as a cache of n slots over the same memory: its buffers, states and segment ids alias
+  /// this cache's rows, and it starts with copies of their host state (lengths, state tokens, histories). A forward
+  /// pass over it writes only those slots; put_rows(first, view) then brings the host state back. Which is how a pass
+  /// runs over some of the conversations one cache holds (ForwardOptions::first_slot). The view must not outlive
+  /// this cache's use: it shares the buffers, not the lengths.
+  KVCache rows(std::int64_t first, std::int64_t n) const {
+    MAXTEXT_CHECK(first >= 0 && n > 0 && first + n <= batch_, ArgumentError, "[KVCache] rows [", first, ", ", first + n,
+                  ") outside the cache's ", batch_, " slots");
+    KVCache v;
+    v.batch_ = n;
+    v.capacity_ = capacity_;
+    v.lengths_.assign(lengths_.begin() + first, lengths_.begin() + first + n);
+    v.has_segments_ = has_segments_;
+    v.recurrent_ = recurrent_;
+    v.layers_.resize(layers_.size());
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      const auto& src = layers_[l];
+      auto& dst = v.layers_[l];
+      for (const auto& b : src.buffers) dst.buffers.emplace_back(b.view().narrow(0, first, n), b.holder(), b.host_accessible());
+      for (const auto& s : src.states) dst.states.emplace_back(s.view().narrow(0, first, n), s.holder(), s.host_accessible());
+      if (!src.state_tokens.empty()) {
+        dst.state_tokens.assign(src.state_tokens.begin() + first, src.state_tokens.begin() + first + n);
+      }
+      if (!src.history.empty()) {  // B * w ids per layer (Engram: each row's last N-1 compressed tokens)
+        const auto w = static_cast<std::int64_t>(src.history.size()) / batch_;
+        dst.history.assign(src.history.begin() + first * w, src.history.begin() + (first + n) * w);
+      }
+    }
+    v.segment_ = Tensor<std::int32_t, 2>(segment_.view().narrow(0, first, n), segment_.holder(), segment_.host_accessible());
+    return v;
+  }
+  /// The host state of a view made by rows(first, n), after its forward passes, back into slots [first, first + n).
+  void put_rows(const B& be, std::int64_t first, const KVCache& v) {
+    const std::int64_t n = v.batch_;
+    MAXTEXT_CHECK(first >= 0 && n > 0 && first + n <= batch_ && v.layers_.size() == layers_.size(), ArgumentError,
+                  "[KVCache] put_rows: a view of ", n, " slots and ", v.layers_.size(), " layers at slot ", first,
+                  " does not fit a cache of ", batch_, " slots and ", layers_.size(), " layers");
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      const auto& src = v.layers_[l];
+      auto& dst = layers_[l];
+      if (!src.state_tokens.empty()) std::copy(src.state_tokens.begin(), src.state_tokens.end(), dst.state_tokens.begin() + first);
+      if (src.history.empty()) continue;
+      const auto w = static_cast<std::int64_t>(src.history.size()) / n;
+      if (static_cast<std::int64_t>(dst.history.size()) != batch_ * w) {
+        // The view's layer started its history; the other rows have none yet, so they hold no tokens (a row starting
+        // at length 0 sets its own).
+        for (std::int64_t b = 0; b < batch_; ++b) {
+          MAXTEXT_CHECK((b >= first && b < first + n) || lengths_[static_cast<std::size_t>(b)] == 0, ArgumentError,
+                        "[KVCache] put_rows: layer ", l, " has no history for slot ", b, ", which holds ",
+                        lengths_[static_cast<std::size_t>(b)], " tokens");
+        }
+        dst.history.assign(static_cast<std::size_t>(batch_ * w), src.history.front());
+      }
+      std::copy(src.history.begin(), src.history.end(), dst.history.begin() + first * w);
+    }
+    if (v.has_segments_ && !has_segments_) {
+      // The other slots' cached tokens were written without segment ids: they are real tokens (1) of one sequence.
+      for (std::int64_t b = 0; b < batch_; ++b) {
+        const std::int32_t len = lengths_[static_cast<std::size_t>(b)];
+        if ((b >= first && b < first + n) || len == 0) continue;
+        const std::vector<std::int32_t> ones(static_cast<std::size_t>(len), 1);
+        be.copy(segment_.data() + b * capacity_, ones.data(), ones.size() * sizeof(std::int32_t),
+                CopyKind::host_to_device);
+      }
+      be.synchronize();
+      has_segments_ = true;
+    }
+    std::copy(v.lengths_.begin(), v.lengths_.end(), lengths_.begin() + first);
   }
 
   std::int64_t batch() const { return batch_; }

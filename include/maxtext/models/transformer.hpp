@@ -77,6 +77,10 @@ struct ForwardOptions {
   /// before the final norm, which MaxText's MTP block takes (models.py: main_hidden_state). Host f32, which holds
   /// every activation type exactly. nullptr = not kept.
   Tensor<float, 2>* hidden_out = nullptr;
+  /// >= 0: the tokens' B rows are the cache's slots [first_slot, first_slot + B), and the pass leaves the other slots
+  /// as they are (KVCache::rows): one pass over some of the conversations a shared cache holds (models/batching.hpp).
+  /// -1 (default): the rows are all of the cache's slots.
+  std::int64_t first_slot = -1;
 };
 
 namespace detail {
@@ -449,7 +453,18 @@ class Transformer {
 
   /// Run tokens [B, T] through the model, appending them to `cache` at each row's current length.
   /// Returns f32 logits [B, T, V] (or [B, 1, V] with last_only).
+  /// With ForwardOptions::first_slot, the rows are those slots of the cache, the others untouched.
   Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, KVCache<P>& cache, const ForwardOptions& opt = {}) {
+    if (opt.first_slot >= 0) {
+      MAXTEXT_CHECK(opt.first_slot + tokens.dim(0) <= cache.batch(), ArgumentError, "[forward] first_slot ",
+                    opt.first_slot, " and ", tokens.dim(0), " rows of tokens exceed the cache's ", cache.batch(), " slots");
+      KVCache<P> view = cache.rows(opt.first_slot, tokens.dim(0));
+      ForwardOptions o = opt;
+      o.first_slot = -1;
+      Tensor<float, 3> out = forward(tokens, view, o);
+      cache.put_rows(be_, opt.first_slot, view);
+      return out;
+    }
     const std::int64_t Bn = tokens.dim(0), T = tokens.dim(1), D = cfg_.emb_dim;
     StepSetup st = begin_step(tokens, cache, opt, layers_.size());
     layers::StepInfo& step = st.step;
@@ -523,6 +538,7 @@ class Transformer {
 
   /// Full-sequence forward without a persistent cache (MaxText "train"/eval mode).
   Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, const ForwardOptions& opt = {}) {
+    MAXTEXT_CHECK(opt.first_slot < 0, ArgumentError, "[forward] first_slot names slots of a cache, and no cache was given");
     KVCache<P> cache = make_cache(tokens.dim(0), tokens.dim(1));
     return forward(tokens, cache, opt);
   }
@@ -671,6 +687,8 @@ class Transformer {
     StepSetup st;
     layers::StepInfo& step = st.step;
     std::vector<std::int32_t>& row_len = st.row_len;
+    MAXTEXT_CHECK(opt.first_slot < 0, UnsupportedError, "[forward] ForwardOptions::first_slot is taken by forward() "
+                  "only (a pass over some slots of a shared cache)");
     MAXTEXT_CHECK(Bn == cache.batch(), ArgumentError, "[forward] tokens have ", Bn, " rows, the cache has ", cache.batch(),
                   " slots");
     MAXTEXT_CHECK(T > 0, ArgumentError, "[forward] empty token sequence");
@@ -806,13 +824,19 @@ class Transformer {
       MAXTEXT_CHECK(tp != nullptr && tp->size() == shards, CommError, "[model] the output head holds 1/", shards,
                     " of the vocabulary (head_shards) but ", tp ? "the tensor-parallel group has " : "no tensor-parallel ",
                     tp ? std::to_string(tp->size()) + " ranks" : std::string("communicator is set"));
-      std::vector<float> local(static_cast<std::size_t>(rows * Vl)), all(static_cast<std::size_t>(rows * V));
+      std::vector<float> local(static_cast<std::size_t>(rows * Vl));
       be_.copy(local.data(), logits.data(), local.size() * sizeof(float), CopyKind::device_to_host);
       be_.synchronize();
-      tp->all_gather(local.data(), local.size() * sizeof(float), all.data(), "logits (vocabulary split)");
-      for (std::int64_t r = 0; r < shards; ++r) {
-        for (std::int64_t i = 0; i < rows; ++i) {
-          std::memcpy(out.data() + i * V + r * Vl, all.data() + (r * rows + i) * Vl, static_cast<std::size_t>(Vl) * sizeof(float));
+      if (rows == 1) {  // decode: rank r's columns land at r * Vl, the row's own order
+        tp->all_gather(local.data(), local.size() * sizeof(float), out.data(), "logits (vocabulary split)");
+      } else {
+        std::vector<float> all(static_cast<std::size_t>(rows * V));
+        tp->all_gather(local.data(), local.size() * sizeof(float), all.data(), "logits (vocabulary split)");
+        for (std::int64_t r = 0; r < shards; ++r) {
+          for (std::int64_t i = 0; i < rows; ++i) {
+            std::memcpy(out.data() + i * V + r * Vl, all.data() + (r * rows + i) * Vl,
+                        static_cast<std::size_t>(Vl) * sizeof(float));
+          }
         }
       }
     } else {
