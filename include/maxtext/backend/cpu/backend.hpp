@@ -834,8 +834,16 @@ class Backend {
         for (std::int64_t m = 0; m < M; ++m) vec::to_f32(&x(m, h, 0), &xf[sz(m, Kx)], Kx);
         const std::int64_t r0 = h * head_stride + row_offset;
         for (std::int64_t i = 0; i < nrows; ++i) row_to_f32(w, r0 + i, &wf[sz(i, w.cols)]);
-        // transpose_w: y = x . W_h, W_h [Kx, Ky]; otherwise y = x . W_h^T, W_h [Ky, Kx].
-        eigen_matmul_f32(xf.data(), Kx, wf.data(), w.cols, !transpose_w, yf.data(), Ky, M, Ky, Kx);
+        // transpose_w: y = x . W_h, W_h [Kx, Ky]; otherwise y = x . W_h^T, W_h [Ky, Kx]. Up to kRowsAlone rows
+        // each row is its own product (Eigen's one-row form), so that a row of a batched decode pass gets the
+        // arithmetic of a decode step alone (models/batching.hpp); more rows take the blocked product.
+        if (M <= kRowsAlone) {
+          for (std::int64_t m = 0; m < M; ++m) {
+            eigen_matmul_f32(&xf[sz(m, Kx)], Kx, wf.data(), w.cols, !transpose_w, &yf[sz(m, Ky)], Ky, 1, Ky, Kx);
+          }
+        } else {
+          eigen_matmul_f32(xf.data(), Kx, wf.data(), w.cols, !transpose_w, yf.data(), Ky, M, Ky, Kx);
+        }
         for (std::int64_t m = 0; m < M; ++m) {
           for (std::int64_t j = 0; j < Ky; ++j) y(m, h, j) = from_float<Y>(yf[sz(m, Ky) + static_cast<std::size_t>(j)]);
         }
@@ -1083,7 +1091,11 @@ class Backend {
   }
 
  private:
-  static constexpr std::int64_t kGemmMinRows = 4;
+  /// Up to this many rows (a decode pass over a few conversations, models/batching.hpp) the products that are not
+  /// packed take each row alone (gemv_rows, head_matmul's one-row form), so that every row gets a decode step's own
+  /// arithmetic, as the packed kernels' direct products do (gemm.hpp, kFloatRowsDirect / kGgmlRowsDirect).
+  static constexpr std::int64_t kRowsAlone = 8;
+  static constexpr std::int64_t kGemmMinRows = kRowsAlone + 1;
 
   /// Scratch of one chunk of the chunked gated delta rule: L tokens' normalised q and k [L, Dk], the updates U and
   /// the outputs [L, Dv], the token-pair matrices [L, L], beta and the cumulative log-decay [L].
