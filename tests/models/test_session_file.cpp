@@ -29,62 +29,23 @@
 #include "maxtext_blocks_built.hpp"
 #include "support/command.hpp"
 #include "support/fixture_config.hpp"
+#include "support/fixture_models.hpp"
 #include "support/test_support.hpp"
 
 using namespace maxtext;
 
 namespace {
 
-/// A fixture's config (config.yml, a Hugging Face config.json under hf/, or meta.json's "config"), float32 unless `dtype` says otherwise.
-Config fixture_config(const std::string& name, const std::string& dtype = "float32") {
-  const std::string dir = test::fixtures_dir() + "/" + name;
-  Config c = std::filesystem::exists(dir + "/config.yml")     ? io::load_config(dir + "/config.yml")
-              : std::filesystem::exists(dir + "/hf/config.json") ? io::read_weights_config(dir + "/hf").value()
-                                                                 : test::config_from_meta(test::read_meta(dir));
-  c.dtype = dtype;
-  c.max_target_length = std::max<std::int64_t>(c.max_target_length, 64);
-  c.derive();
-  return c;
-}
+using test::greedy_with_logprobs;
+using test::require_same_generation;
 
 std::unique_ptr<models::AnyModel> make_model(const std::string& name, std::uint64_t seed,
                                              const std::string& dtype = "float32") {
-  const Config c = fixture_config(name, dtype);
-  auto m = models::make_built_any_model(c, {}, MAXTEXT_BLOCKS_BUILT);
-  m->init(seed);
-  if (m->needs_engram_vocab()) {
-    const std::string dir = test::fixtures_dir() + "/" + name + "/";
-    const auto meta = test::read_meta(dir);
-    const AnyTensor l = test::npy(dir + "engram_lookup.npy");
-    const Tensor<std::int32_t, 1> lt = l.to<std::int32_t, 1>({l.shape[0]});
-    m->set_engram_vocab(std::vector<std::int32_t>(lt.data(), lt.data() + lt.size()),
-                        meta.at("compressed_vocab").get<std::int64_t>(), meta.at("pad_token").get<std::int32_t>());
-  }
-  return m;
+  return test::make_fixture_model(name, seed, dtype);
 }
 
 std::vector<std::int32_t> ids(std::int64_t n, std::int64_t vocab, std::int32_t salt) {
-  std::vector<std::int32_t> v;
-  for (std::int64_t i = 0; i < n; ++i) v.push_back(static_cast<std::int32_t>((salt + 7 * i + i * i) % vocab));
-  return v;
-}
-
-models::GenerateOptions greedy(std::int64_t n) {
-  models::GenerateOptions g;
-  g.max_new_tokens = n;
-  g.logprobs = true;
-  g.top_logprobs = 3;
-  return g;
-}
-
-/// Bit-identical tokens and log-probabilities (with their top alternatives).
-void require_same(const models::GenerateResult& a, const models::GenerateResult& b) {
-  REQUIRE(a.tokens.at(0) == b.tokens.at(0));
-  REQUIRE(a.logprobs.at(0).size() == b.logprobs.at(0).size());
-  for (std::size_t i = 0; i < a.logprobs[0].size(); ++i) {
-    CHECK(a.logprobs[0][i].logprob == b.logprobs[0][i].logprob);
-    CHECK(a.logprobs[0][i].top == b.logprobs[0][i].top);
-  }
+  return test::salted_ids(n, vocab, salt);
 }
 
 std::vector<std::byte> file_bytes(const std::string& path) {
@@ -136,7 +97,7 @@ std::vector<std::byte> handmade(const nlohmann::json& header, std::size_t payloa
 /// A session of `m` after one greedy turn, saved to `path`.
 std::unique_ptr<models::AnySession> saved_after_one_turn(models::AnyModel& m, const std::string& path) {
   auto s = m.new_session(64);
-  s->generate(ids(9, m.config().vocab_size, 3), greedy(6));
+  s->generate(ids(9, m.config().vocab_size, 3), greedy_with_logprobs(6));
   s->save(path);
   return s;
 }
@@ -149,16 +110,16 @@ void round_trip(const std::string& fixture, const std::string& dtype = "float32"
   const auto turn1 = ids(9, V, 3), turn2 = ids(5, V, 17);
   const std::string path = "session_" + fixture + "_" + dtype + ".mxs";
   auto sa = a->new_session(64);
-  const auto r1 = sa->generate(turn1, greedy(6));
+  const auto r1 = sa->generate(turn1, greedy_with_logprobs(6));
   sa->save(path, "{\"note\": \"app text\"}");
   const auto conversation = sa->tokens();
-  const auto ra = sa->generate(turn2, greedy(7));
+  const auto ra = sa->generate(turn2, greedy_with_logprobs(7));
 
   auto sb = b->new_session(64);
   CHECK(sb->load(path) == "{\"note\": \"app text\"}");
   CHECK(sb->tokens() == conversation);
-  const auto rb = sb->generate(turn2, greedy(7));
-  require_same(ra, rb);
+  const auto rb = sb->generate(turn2, greedy_with_logprobs(7));
+  require_same_generation(ra, rb);
   // Only the new turn (and the answer's last token, never run) is prefilled: the rest came from the file.
   CHECK(rb.prompt_tokens == static_cast<std::int64_t>(turn2.size()) + 1);
   CHECK(ra.prompt_tokens == rb.prompt_tokens);
@@ -179,11 +140,7 @@ TEST_CASE("session files: a loaded conversation goes on bit for bit, prefilling 
 }
 
 TEST_CASE("session files: every other decoder block's cache round-trips too", "[models][session][session_file]") {
-  for (const char* f : {"default_model", "gpt3_model", "mistral_model", "mixtral_model", "qwen2_model", "qwen3_model",
-                        "qwen3_moe_model", "qwen3_5_model", "qwen3_custom_moe_model", "gemma_model", "gemma2_model",
-                        "gemma3_model", "gemma4_model", "gemma4_moe_model", "gemma4_small_e2b_model", "llama4_model",
-                        "gpt_oss_model", "olmo3_model", "envy_model", "deepseek_mhc_model", "llama2lti_model",
-                        "simple_model"}) {
+  for (const std::string& f : test::other_block_fixtures()) {
     round_trip(f);
   }
 }
@@ -219,7 +176,7 @@ TEST_CASE("session files: the restored cache is what the next turn reads (a chan
   auto s1 = a->new_session(64), s2 = a->new_session(64);
   s1->load("control.mxs");
   s2->load("control_changed.mxs");
-  const auto r1 = s1->generate(turn2, greedy(4)), r2 = s2->generate(turn2, greedy(4));
+  const auto r1 = s1->generate(turn2, greedy_with_logprobs(4)), r2 = s2->generate(turn2, greedy_with_logprobs(4));
   CHECK(r1.logprobs[0][0].logprob != r2.logprobs[0][0].logprob);
   for (const char* f : {"control.mxs", "control_changed.mxs", "layout.mxs"}) std::filesystem::remove(f);
 }
@@ -235,14 +192,14 @@ TEST_CASE("session files: pictures' soft-token rows are saved with their tokens"
   for (std::int64_t i = 0; i < rows.size(); ++i) rows.data()[i] = static_cast<float>(((i * 37) % 17) - 8) / 8.0f;
   auto sa = a->new_session(64);
   sa->sync(prompt, &mask, &rows);
-  sa->generate({}, greedy(3));
+  sa->generate({}, greedy_with_logprobs(3));
   sa->save("pictures.mxs");
   const auto turn2 = ids(4, V, 5);
-  const auto ra = sa->generate(turn2, greedy(5));
+  const auto ra = sa->generate(turn2, greedy_with_logprobs(5));
   auto sb = b->new_session(64);
   sb->load("pictures.mxs");
-  const auto rb = sb->generate(turn2, greedy(5));
-  require_same(ra, rb);
+  const auto rb = sb->generate(turn2, greedy_with_logprobs(5));
+  require_same_generation(ra, rb);
   CHECK(rb.prompt_tokens == 5);
   // The rows came back: a sync with the same picture keeps the cache, another picture goes back to its start.
   auto sc = b->new_session(64);
@@ -264,7 +221,7 @@ TEST_CASE("session files: damaged, foreign and mismatched files are refused by n
   const auto s = saved_after_one_turn(*a, "good.mxs");
   const auto good = file_bytes("good.mxs");
   auto target = a->new_session(64);
-  target->generate(ids(4, V, 8), greedy(2));
+  target->generate(ids(4, V, 8), greedy_with_logprobs(2));
   const auto before = target->tokens();
   auto refused = [&](const std::vector<std::byte>& bytes, const std::string& what) {
     write_bytes("bad.mxs", bytes);
@@ -318,7 +275,7 @@ TEST_CASE("session files: damaged, foreign and mismatched files are refused by n
   refused(handmade(h, payload), "header field 'segments' has the wrong type");
 
   // Another architecture, other weights, a session too small.
-  Config c3 = fixture_config("llama2_model");
+  Config c3 = test::fixture_model_config("llama2_model");
   c3.base_num_decoder_layers = 3;
   c3.derive();
   auto three = models::make_built_any_model(c3, {}, MAXTEXT_BLOCKS_BUILT);
