@@ -18,8 +18,10 @@
 //     them, up to BatchOptions::max_rows (8) rows a pass (ForwardOptions::first_slot: the slots in between, when a
 //     few are idle, take a throw-away token that their length then forgets; a recurrent cache, whose states cannot
 //     forget, and long idle runs split the pass);
-//   - then at most one other pass runs alone over its slot: a prompt's prefill (whole, or BatchOptions::prefill_chunk
-//     tokens of it per round, the rest in the next rounds), or anything else (pictures, positions, captures) whole.
+//   - then the other passes, each alone over its slot: a prompt's prefill (whole, or BatchOptions::prefill_chunk
+//     tokens of it per round, the rest in the next rounds), or anything else (pictures, positions, captures) whole;
+//     one a round, or with prefill_chunk as many as its budget of tokens takes (short prompts arriving together are
+//     all prefilled in one round).
 // Up to max_rows rows a pass, every row is computed as it would be alone: the kernels give each row a decode step's
 // arithmetic (tests/models/test_batching.cpp checks that the tokens and log-probabilities of conversations run
 // together equal those of each run alone, bit for bit, for every decoder block's fixture), so batching changes speed,
@@ -270,13 +272,9 @@ class BatchScheduler {
       cv_.wait_until(lock, deadline, [&] { return quit_ || all_expected_here(); });
       // The round: every decode step queued, then the oldest other pass.
       std::vector<Job*> decodes;
-      Job* other = nullptr;
       for (auto it = queue_.begin(); it != queue_.end();) {
         if ((*it)->decode) {
           decodes.push_back(*it);
-          it = queue_.erase(it);
-        } else if (other == nullptr) {
-          other = *it;
           it = queue_.erase(it);
         } else {
           ++it;
@@ -284,24 +282,33 @@ class BatchScheduler {
       }
       std::fill(expected_.begin(), expected_.end(), false);
       for (const Job* j : decodes) expected_[static_cast<std::size_t>(j->slot)] = true;
-      if (other) expected_[static_cast<std::size_t>(other->slot)] = true;
       ++stats_.rounds;
       lock.unlock();
       BatchStats st;
       if (!decodes.empty()) run_decodes(decodes, st);
       lock.lock();
       finish(decodes, st);
-      if (other) {
+      // Then the other passes, oldest first: one, or with prefill_chunk as many as fit its budget of tokens.
+      std::int64_t budget = opt_.prefill_chunk;
+      for (;;) {
+        auto it = std::find_if(queue_.begin(), queue_.end(), [](const Job* j) { return !j->decode; });
+        if (it == queue_.end()) break;
+        Job* other = *it;
+        queue_.erase(it);
+        expected_[static_cast<std::size_t>(other->slot)] = true;
+        const std::int64_t before = other->fed;
         lock.unlock();
         const bool whole = run_other(*other);
         lock.lock();
         ++stats_.other_passes;
-        if (whole) {
-          other->done = true;
-          done_cv_.notify_all();
-        } else {
+        budget -= other->chunked ? other->fed - before : other->tokens->dim(1);
+        if (!whole) {
           queue_.push_front(other);  // its next chunk leads the next round
+          break;
         }
+        other->done = true;
+        done_cv_.notify_all();
+        if (budget <= 0) break;
       }
       round_end_ = Clock::now();
     }
