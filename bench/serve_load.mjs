@@ -19,14 +19,24 @@ const label = opt('label', url);
 const prompts = ['Once upon a time', 'The little dog', 'Lily wanted to', 'One sunny day', 'Tom and his friend',
   'The big tree', 'A girl named Sue', 'In a small town'];
 
+let retries = 0;
+// A keep-alive connection the server closed while idle fails before the request is sent (undici: "other side
+// closed"): sent again on a new connection, at most twice, and counted.
+async function post(body) {
+  for (let attempt = 0; ; ++attempt) {
+    try {
+      return await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body });
+    } catch (e) {
+      if (attempt >= 2 || e?.cause?.code !== 'UND_ERR_SOCKET') throw e;
+      retries++;
+    }
+  }
+}
+
 async function one(i) {
   const t0 = performance.now();
-  const r = await fetch(`${url}/v1/completions`, {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ model: 'm', prompt: prompts[i % prompts.length], temperature: 0,
-      max_tokens: maxTokens, stream: true, stream_options: { include_usage: true }, logit_bias: { [eos]: -100 } }),
-  });
+  const r = await post(JSON.stringify({ model: 'm', prompt: prompts[i % prompts.length], temperature: 0,
+    max_tokens: maxTokens, stream: true, stream_options: { include_usage: true }, logit_bias: { [eos]: -100 } }));
   if (!r.ok) throw new Error(`${label}: HTTP ${r.status}: ${await r.text()}`);
   const reader = r.body.getReader();
   const dec = new TextDecoder();
@@ -67,4 +77,4 @@ const q = (xs, p) => {
 const tokens = results.reduce((a, r) => a + r.tokens, 0);
 console.log(JSON.stringify({ label, clients, requests, max_tokens: maxTokens, tokens, wall_s: +wall.toFixed(3),
   tokens_per_s: +(tokens / wall).toFixed(1), first_ms_p50: +q(results.map((r) => r.first), 0.5).toFixed(1),
-  first_ms_p90: +q(results.map((r) => r.first), 0.9).toFixed(1), request_ms_p50: +q(results.map((r) => r.total), 0.5).toFixed(1) }));
+  first_ms_p90: +q(results.map((r) => r.first), 0.9).toFixed(1), request_ms_p50: +q(results.map((r) => r.total), 0.5).toFixed(1), retries }));

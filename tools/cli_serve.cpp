@@ -52,6 +52,12 @@ int cmd_serve(const Args& a) {
   server::EngineOptions eo;
   eo.slots = static_cast<int>(a.integer("parallel", 1));
   eo.queue = static_cast<int>(a.integer("queue", 16));
+  eo.batching.max_rows = a.integer("batch-rows", eo.batching.max_rows);
+  MAXTEXT_CHECK(eo.batching.max_rows >= 1 && eo.batching.max_rows <= 256, ArgumentError,
+                "--batch-rows must be in [1, 256], found ", eo.batching.max_rows);
+  eo.batching.prefill_chunk = a.integer("prefill-chunk", eo.batching.prefill_chunk);
+  MAXTEXT_CHECK(eo.batching.prefill_chunk >= 0, ArgumentError, "--prefill-chunk must be >= 0 (0: whole prompts), found ",
+                eo.batching.prefill_chunk);
   eo.ctx = a.integer("ctx-size", std::min<std::int64_t>(cfg.max_target_length, 4096));
   MAXTEXT_CHECK(eo.ctx > 1, ArgumentError, "--ctx-size must be > 1, found ", eo.ctx);
   eo.default_max_tokens = a.integer("max-new-tokens", 0);

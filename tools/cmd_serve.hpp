@@ -153,7 +153,9 @@ inline int run_serve(server::Engine& engine, const ServeOptions& so, std::ostrea
                            {"cancelled", s.cancelled},
                            {"prompt_tokens", s.prompt_tokens},
                            {"cached_tokens", s.cached_tokens},
-                           {"generated_tokens", s.generated_tokens}});
+                           {"generated_tokens", s.generated_tokens},
+                           {"decode_passes", s.batching.decode_passes},
+                           {"decode_steps", s.batching.decode_steps}});
   });
 
   auto complete = [&](server::Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {

@@ -34,9 +34,11 @@ commands:
             --session restores the conversation from FILE when it exists and saves it there after every turn
   serve     --weights FILE [--tokenizer FILE] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q]
             [--ctx-size N] [--max-new-tokens N] [--alias NAME] [--api-key KEY | --api-key-file FILE]
-            [--max-body BYTES] [--mmproj FILE|none] [--image-preprocess maxtext|llamacpp]:
+            [--max-body BYTES] [--mmproj FILE|none] [--image-preprocess maxtext|llamacpp]
+            [--batch-rows R] [--prefill-chunk T]:
             an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health);
-            N conversations at once, Q more waiting (then 503); the key also from $MAXTEXT_API_KEY; pictures
+            N conversations at once, Q more waiting (then 503), their decode steps R (8) to a forward pass,
+            prompts prefilled T (512; 0: whole) tokens a pass; the key also from $MAXTEXT_API_KEY; pictures
             (image_url data URLs) through --mmproj or a Gemma 3 checkpoint's own tower (none: text only). docs/server.md
   tokenize  (--weights FILE | --tokenizer PATH) (--text "text" | --text-file FILE) [--add-special on|off]:
             prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)

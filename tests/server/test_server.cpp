@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <latch>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -373,7 +374,9 @@ TEST_CASE("server engine: greedy requests equal plain generation, alone and afte
 
 TEST_CASE("server engine: eight threads on four slots each get what they get alone", "[server][stories260K]") {
   auto& s = stories();
-  server::Engine engine(*s.model, *s.tk, engine_options(4, 8));
+  auto eo = engine_options(4, 8);
+  eo.batching.wait_ms = 5000;  // a round waits for every generating slot: batched passes whatever the machine's pace
+  server::Engine engine(*s.model, *s.tk, eo);
   std::vector<std::string> prompts;
   for (const char* p : {"Once upon a time", "The dog", "Lily and Tom", "One day, a bird", "The sun was", "A big red",
                         "Tim liked to", "In the park"}) {
@@ -384,8 +387,12 @@ TEST_CASE("server engine: eight threads on four slots each get what they get alo
   for (int round = 0; round < 2; ++round) {  // the second round finds the first's tokens in the slots
     std::vector<std::vector<std::int32_t>> got(prompts.size());
     std::vector<std::thread> threads;
+    std::latch start(static_cast<std::ptrdiff_t>(prompts.size()));  // the requests arrive together
     for (std::size_t i = 0; i < prompts.size(); ++i) {
-      threads.emplace_back([&, i] { got[i] = engine.run(completion(prompts[i], 48)).tokens; });
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        got[i] = engine.run(completion(prompts[i], 48)).tokens;
+      });
     }
     for (auto& t : threads) t.join();
     for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -395,6 +402,10 @@ TEST_CASE("server engine: eight threads on four slots each get what they get alo
   }
   CHECK(engine.stats().served == 16);
   CHECK(engine.stats().refused_busy == 0);
+  // The slots' decode steps ran together (models/batching.hpp), and the answers above are still each one's alone.
+  const models::BatchStats b = engine.stats().batching;
+  CHECK(b.max_rows >= 2);
+  CHECK(b.decode_passes < b.decode_steps);
 }
 
 // The slots' steps interleave: a slot holds the model for one forward pass, not for its whole answer (as
@@ -402,8 +413,7 @@ TEST_CASE("server engine: eight threads on four slots each get what they get alo
 // timing: the long answer's text callback holds its slot's worker after the first piece (the worker waits for the
 // callback's answer between two steps) until the short answer has ended. With turns per forward pass the short one
 // runs meanwhile; with the model held per answer it could not, and the wait ends by its time limit (a failure, not a
-// hang). That the turns are also fair (the ticket lock, detail::TurnTakingModel) shows under heavier load, in
-// bench/serve's first-token times (docs/server.md); this test does not tell a fair lock from a plain mutex.
+// hang). The scheduler's round waits for the held slot at most BatchOptions::wait_ms, then goes on without it.
 TEST_CASE("server engine: slots interleave their steps, so a short answer is not held back by a long one",
           "[server][stories260K]") {
   auto& s = stories();

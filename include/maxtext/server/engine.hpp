@@ -4,17 +4,18 @@
 //   server::Engine engine(model, tk, eo);
 //   server::Outcome o = engine.run(server::parse_chat_request(body), [](std::string_view piece) { ...; return true; });
 //
-// Slots: `slots` conversations are generated at once, each in a slot that owns a KV cache of `ctx` tokens (allocated
-// when the engine is made, so memory is bounded by slots x ctx whatever the traffic). The model's forward passes are
-// serialised and taken in turns (a ticket lock: detail::TurnTakingModel), so the slots' decode steps interleave
-// round-robin, one token each: a long answer does not hold the others back. A request takes the free slot whose cached tokens share the longest prefix with its prompt
-// (a conversation's next turn, or the same system prompt) and prefills only the rest. Batching the slots' steps into
-// one forward pass is the scheduler's work (issue 51), not done here.
+// Slots: `slots` conversations are generated at once, each in a slot of one KV cache of slots x `ctx` tokens
+// (allocated when the engine is made, so memory is bounded by slots x ctx whatever the traffic). Their forward passes
+// go through a models::BatchScheduler (models/batching.hpp): the slots' decode steps run as one forward pass per
+// round (on a CPU a pass over eight conversations costs little more than a pass over one), a prompt's prefill runs
+// alone between rounds, and every answer is the one the slot would give alone. A request takes the free slot whose
+// cached tokens share the longest prefix with its prompt (a conversation's next turn, or the same system prompt) and
+// prefills only the rest.
 //
 // Admission: up to `queue` requests wait for a slot; one more is refused at once with RequestError 503 (type
 // server_busy), never queued without bound. run() blocks the calling thread (an HTTP handler's) while the slot's own
 // thread generates and hands the text back, so the HTTP server's thread pool must hold slots + queue threads; the
-// model's forward passes run on the slots' threads only (per-thread kernel scratch and OpenMP teams: one per slot).
+// model's forward passes run on the scheduler's thread only (one set of per-thread kernel scratch and OpenMP team).
 //
 // Requests with response_format json_object / json_schema are generated under the schema's grammar
 // (models/constrained.hpp): their output is a JSON document the schema accepts. They run in a slot's session like
@@ -41,6 +42,7 @@
 
 #include "maxtext/core/error.hpp"
 #include "maxtext/models/any_model.hpp"
+#include "maxtext/models/batching.hpp"
 #include "maxtext/models/constrained.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/media.hpp"
@@ -65,9 +67,19 @@ struct PictureInput {
   std::function<models::MediaPrompt(const std::vector<std::int32_t>&, const std::vector<Picture>&)> expand;
 };
 
+/// The server's batching: models::BatchOptions with prompts prefilled 512 tokens a round (llama-server's default
+/// micro-batch), so a long prompt holds the other slots' steps back by one chunk's pass.
+inline models::BatchOptions server_batching() {
+  models::BatchOptions b;
+  b.prefill_chunk = 512;
+  return b;
+}
+
 struct EngineOptions {
   std::string model_id = "maxtext";  ///< what /v1/models and every response name the model
   int slots = 1;                     ///< conversations generated at once (each with a cache of ctx tokens)
+  /// How the slots' passes are batched (models/batching.hpp); prompts are prefilled 512 tokens a round.
+  models::BatchOptions batching = server_batching();
   int queue = 16;                    ///< requests that may wait for a slot; one more is refused (503)
   std::int64_t ctx = 0;              ///< tokens per slot: prompt + answer (0: the config's max_target_length)
   /// The most tokens a request generates when it gives no max_tokens (0: what the slot's context leaves).
@@ -93,46 +105,9 @@ struct EngineOptions {
 struct EngineStats {
   int slots = 0, running = 0, waiting = 0;
   std::int64_t served = 0, refused_busy = 0, cancelled = 0, prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  models::BatchStats batching;  ///< the scheduler's passes (decode steps per pass: decode_steps / decode_passes)
 };
 
-namespace detail {
-
-/// The engine's view of the model (make_cache / forward / config, as models::Session takes it): AnyModel's forward
-/// passes, taken in turns. A ticket lock orders the slots' calls first come, first served, so their steps interleave
-/// round-robin; AnyModel's own mutex alone (std::mutex, not fair) lets a slot that releases it take it again at once,
-/// and one conversation could hold the others back for its whole answer.
-class TurnTakingModel {
- public:
-  using Cache = models::detail::AnyDraftModel::Cache;
-  explicit TurnTakingModel(models::AnyModel& m) : inner_(m) {}
-  const Config& config() const { return inner_.config(); }
-  Cache make_cache(std::int64_t batch, std::int64_t capacity) const { return inner_.make_cache(batch, capacity); }
-  Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, Cache& cache, const models::ForwardOptions& fo) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const std::uint64_t ticket = next_++;
-    cv_.wait(lock, [&] { return serving_ == ticket; });
-    lock.unlock();
-    struct Next {  // the next ticket's turn, also when forward throws
-      TurnTakingModel& m;
-      ~Next() {
-        {
-          std::lock_guard<std::mutex> l(m.mu_);
-          ++m.serving_;
-        }
-        m.cv_.notify_all();
-      }
-    } next{*this};
-    return inner_.forward(tokens, cache, fo);  // a session's pictures come as media_mask / media_embeddings
-  }
-
- private:
-  models::detail::AnyDraftModel inner_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::uint64_t next_ = 0, serving_ = 0;
-};
-
-}  // namespace detail
 
 class Engine {
  public:
@@ -146,7 +121,8 @@ class Engine {
     if (opt_.ctx <= 0) opt_.ctx = model.config().max_target_length;
     MAXTEXT_CHECK(opt_.ctx > 1, ArgumentError, "[server] ctx must be > 1, found ", opt_.ctx);
     if (!opt_.encode_chat) opt_.encode_chat = [this](const std::string& s) { return tk_.encode(s); };
-    for (int i = 0; i < opt_.slots; ++i) slots_.push_back(std::make_unique<Slot>(adapter_, opt_.ctx));
+    sched_ = std::make_unique<Scheduler>(adapter_, opt_.slots, opt_.ctx, opt_.batching);
+    for (int i = 0; i < opt_.slots; ++i) slots_.push_back(std::make_unique<Slot>(*sched_, opt_.ctx, i));
     MAXTEXT_CHECK(!opt_.pictures.expand || !opt_.pictures.marker.empty(), ArgumentError,
                   "[server] PictureInput::expand needs its marker");
     if (opt_.pictures.expand) picture_worker_ = std::make_unique<Worker>();
@@ -163,6 +139,7 @@ class Engine {
     s.slots = opt_.slots;
     s.running = running_;
     s.waiting = waiting_;
+    s.batching = sched_->stats();
     return s;
   }
 
@@ -269,9 +246,10 @@ class Engine {
     return std::move(*out);
   }
 
-  using SlotSession = models::Session<detail::TurnTakingModel>;
-  /// A thread that runs one task at a time for its slot: the model's forward passes run on the slots' threads only,
-  /// so the kernels' per-thread scratch and OpenMP's thread teams exist once per slot, not once per HTTP thread.
+  using Scheduler = models::BatchScheduler<models::detail::AnyDraftModel>;
+  using SlotSession = models::Session<Scheduler>;
+  /// A thread that runs one task at a time for its slot (the generation's sampling and text; its forward passes go
+  /// to the scheduler's thread).
   class Worker {
    public:
     Worker() : thread_([this] { loop(); }) {}
@@ -315,8 +293,9 @@ class Engine {
   };
 
   struct Slot {
-    Slot(detail::TurnTakingModel& m, std::int64_t ctx) : session(m, ctx) {}
+    Slot(Scheduler& s, std::int64_t ctx, std::int64_t i) : session(s, ctx), index(i) {}
     SlotSession session;
+    std::int64_t index;  // the scheduler's slot the session holds (each takes the lowest free one, in order)
     bool busy = false;
     Worker worker;  // last: its thread starts once the session exists, and stops first
   };
@@ -378,9 +357,10 @@ class Engine {
   };
 
   models::AnyModel& model_;
-  detail::TurnTakingModel adapter_;
+  models::detail::AnyDraftModel adapter_;
   const tokenizer::Tokenizer& tk_;
   EngineOptions opt_;
+  std::unique_ptr<Scheduler> sched_;  // before the slots: their sessions' caches are its slots
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -573,6 +553,11 @@ class Engine::Job {
     o.prompt_tokens = P;
     models::GenerateResult res;
     auto& session = lease_->slot().session;
+    struct Idle {  // the answer is over (or failed): the scheduler's next round need not wait for this slot
+      Engine& e;
+      std::int64_t slot;
+      ~Idle() { e.sched_->idle(slot); }
+    } idle{e_, lease_->slot().index};
     if (pictures_) {
       session.sync(ids_, &pictures_->mask, &pictures_->embeddings);
     } else {
