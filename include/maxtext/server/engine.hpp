@@ -8,7 +8,8 @@
 // (allocated when the engine is made, so memory is bounded by slots x ctx whatever the traffic). Their forward passes
 // go through a models::BatchScheduler (models/batching.hpp): the slots' decode steps run as one forward pass per
 // round (on a CPU a pass over eight conversations costs little more than a pass over one), a prompt's prefill runs
-// alone between rounds, and every answer is the one the slot would give alone. A request takes the free slot whose
+// alone between rounds, 512 tokens a round, and with up to 8 rows a pass each row is bit for bit the slot's own decode
+// step (a prompt longer than a chunk is prefilled in parts: within f32 rounding of one pass). A request takes the free slot whose
 // cached tokens share the longest prefix with its prompt (a conversation's next turn, or the same system prompt) and
 // prefills only the rest.
 //
