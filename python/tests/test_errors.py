@@ -135,8 +135,8 @@ def test_config_keys_refused_by_name(mc):
         mc.Config(overrides={"model_name": "llama2-7b", "rope_typ": "yarn"})
     with pytest.raises(mc.UnsupportedError, match="use_multimodal = TRUE"):
         mc.Config(overrides={"model_name": "llama2-7b", "use_multimodal": "TRUE"})
-    with pytest.raises(mc.UnsupportedError, match="attention = paged"):
-        mc.Config(overrides={"model_name": "llama2-7b", "attention": "paged"})
+    with pytest.raises(mc.ConfigError, match="did you mean paged"):
+        mc.Config(overrides={"model_name": "llama2-7b", "attention": "pagd"})
     # Keys that only matter for training or device layout load.
     cfg = mc.Config(overrides={"model_name": "llama2-7b", "learning_rate": "1e-4", "ici_fsdp_parallelism": "4"})
     assert cfg.decoder_block == "llama2"

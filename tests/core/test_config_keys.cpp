@@ -94,9 +94,13 @@ TEST_CASE("features that are not implemented are refused when on, read with the 
 }
 
 TEST_CASE("known keys read at some values refuse the others", "[config][keys]") {
-  refused<UnsupportedError>({"attention=paged"}, "attention = paged (set in override): paged attention");
   refused<ConfigError>({"attention=flsh"}, "attention: unknown kernel 'flsh' (set in override); did you mean flash?");
-  for (const std::string a : {"autoselected", "dot_product", "flash", "cudnn_flash_te"}) accepted({"attention=" + a});
+  refused<ConfigError>({"attention=pagd"}, "did you mean paged?");
+  for (const std::string a : {"autoselected", "dot_product", "flash", "cudnn_flash_te", "paged"}) accepted({"attention=" + a});
+  // The page manager's keys (models/paged_memory.hpp reads them; the TPU kernel's tiling is inert).
+  accepted({"attention=paged", "pagedattn_num_pages=128", "pagedattn_tokens_per_page=64",
+            "pagedattn_pages_per_compute_block=8", "pagedattn_head_dim_alignment=0"});
+  refused<ConfigError>({"pagedattn_tokens_per_pag=64"}, "did you mean pagedattn_tokens_per_page?");
   refused<ConfigError>({"matmul_precision=fastest"}, "matmul_precision: expected one of");
   accepted({"matmul_precision=highest"});
   // float32_weight_sum / cast_logits_to_fp32 = false change bfloat16 numerics only: refused there, inert in float32.

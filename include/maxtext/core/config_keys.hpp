@@ -32,7 +32,8 @@ namespace maxtext {
 namespace config_keys {
 
 /// Keys the library reads from Config::extra (lists and modes without a typed field; the mesh keys comm::Mesh reads).
-inline constexpr std::array<std::string_view, 33> extension = {
+inline constexpr std::array<std::string_view, 36> extension = {
+    "pagedattn_num_pages", "pagedattn_tokens_per_page", "pagedattn_max_pages_per_group",  // models/paged_memory.hpp
     "compress_ratios", "engram_layers", "engram_vocab_bases", "learn_to_init_mode", "mrope_section", "no_rope_layers",
     "num_slices", "ici_diloco_parallelism", "ici_data_parallelism", "ici_fsdp_parallelism",
     "ici_fsdp_transpose_parallelism", "ici_sequence_parallelism", "ici_context_parallelism",
@@ -46,6 +47,9 @@ inline constexpr std::array<std::string_view, 33> extension = {
 
 /// MaxText base.yml keys that cannot change the logits of a single-device inference forward pass.
 inline constexpr std::string_view inert[] = {
+    // The paged-attention kernel's tiling on TPUs (pages a compute block takes, head_dim padding) and page groups:
+    // the paged cache here is read by the ordinary kernels (models/paged_memory.hpp).
+    "pagedattn_pages_per_compute_block", "pagedattn_head_dim_alignment", "pagedattn_max_page_groups",
     "run_name", "override_model_config", "override_logical_axis_rules", "load_parameters_path",
     "load_full_state_path", "enable_checkpointing", "save_checkpoint_on_start", "save_checkpoint_on_completion",
     "async_checkpointing", "checkpoint_period", "max_num_checkpoints_to_keep", "enable_continuous_checkpointing",
@@ -159,7 +163,7 @@ inline constexpr std::string_view inert[] = {
 };
 
 /// Settings of a feature that is refused when it is on (use_multimodal, use_audio, quantization, quantize_kvcache,
-/// moba, use_indexer, weight sparsity, attention: paged, attention_type block_diffusion): ignored while it is off.
+/// moba, use_indexer, weight sparsity, attention_type block_diffusion): ignored while it is off.
 inline constexpr std::string_view dependent[] = {
     "constant_bound_config", "quant_cfg_path", "kv_quant_axis", "kv_quant_dtype", "use_qwix_quantization",
     "use_manual_quantization", "weight_quantization_calibration_method", "act_quantization_calibration_method",
@@ -175,9 +179,7 @@ inline constexpr std::string_view dependent[] = {
     "encoder_attention_heads_for_audio", "encoder_ffn_dim_for_audio", "encoder_layers_for_audio",
     "activation_function_for_audio", "num_mel_bins_for_audio", "max_source_positions_for_audio",
     "scale_embedding_for_audio", "n_window_for_audio", "downsample_hidden_size_for_audio", "output_dim_for_audio",
-    "max_timescale_for_audio", "position_id_per_seconds", "pagedattn_num_pages", "pagedattn_tokens_per_page",
-    "pagedattn_pages_per_compute_block", "pagedattn_max_pages_per_group", "pagedattn_max_page_groups",
-    "pagedattn_head_dim_alignment",
+    "max_timescale_for_audio", "position_id_per_seconds",
 };
 
 namespace detail {
@@ -223,9 +225,10 @@ inline const std::vector<Unhonoured>& unhonoured_keys() {
 }
 
 /// Values of `attention` (MaxText's kernel choice) that compute the attention this library implements
-/// (attention.md: the dot_product semantics, f32 flags included). `paged` (the page manager) is refused.
-inline constexpr std::array<std::string_view, 5> attention_kernels = {"autoselected", "dot_product", "flash",
-                                                                      "cudnn_flash_te", "cudnn_flash_jax"};
+/// (attention.md: the dot_product semantics, f32 flags included). `paged`: the same attention over a paged KV cache
+/// (MaxText's page manager; models/paged_memory.hpp).
+inline constexpr std::array<std::string_view, 6> attention_kernels = {"autoselected", "dot_product", "flash",
+                                                                      "cudnn_flash_te", "cudnn_flash_jax", "paged"};
 /// Values of matmul_precision (jax.lax.Precision names): CPU matrix products are full float32 at every one.
 inline constexpr std::array<std::string_view, 6> matmul_precisions = {"default", "high",    "highest",
                                                                       "bfloat16", "tensorfloat32", "float32"};
@@ -265,8 +268,6 @@ MAXTEXT_API void check_config_keys(const Config& cfg) {
   };
   const std::string dt = cfg.dtype_canonical();
   // Config fields read only at some values.
-  MAXTEXT_CHECK(cfg.attention != "paged", UnsupportedError, "[config] attention = paged", where("attention"),
-                ": paged attention (MaxText's page manager) is not implemented; use autoselected or dot_product");
   if (!ck::contains(ck::attention_kernels, cfg.attention)) {
     const std::string near = nearest_name(cfg.attention, ck::attention_kernels);
     MAXTEXT_THROW(ConfigError, "[config] attention: unknown kernel '", cfg.attention, "'", where("attention"),

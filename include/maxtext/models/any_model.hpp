@@ -84,6 +84,13 @@ class AnyCache {
   /// Whether some layer keeps a recurrent state, which cannot go back to an earlier length (KVCache::recurrent).
   virtual bool recurrent() const = 0;
   virtual std::int64_t bytes() const = 0;
+  /// KVCache::can_share / share_prefix: row dst becomes the first n tokens of row src of `from` (this cache or
+  /// another of the same model): shared pages in a paged cache of one pool, copied rows otherwise.
+  virtual bool can_share(std::int64_t src, std::int64_t n) const = 0;
+  virtual void share_prefix(const AnyCache& from, std::int64_t src, std::int64_t dst, std::int64_t n) = 0;
+  /// A paged cache's pool (KVCache::paging_stats; all zeros for an ordinary cache) and the pages row b maps.
+  virtual PagingStats paging_stats() const = 0;
+  virtual std::int64_t pages_of(std::int64_t b) const = 0;
 };
 
 /// A conversation with its own cache (models::Session behind the interface; see session.hpp).
@@ -170,6 +177,9 @@ class AnyModel {
   virtual bool needs_engram_vocab() const = 0;
 
   virtual std::shared_ptr<AnyCache> new_cache(std::int64_t batch, std::int64_t capacity) = 0;
+  /// A paged cache (models/paged_memory.hpp): memory only for the pages its rows write, prefixes shared.
+  virtual std::shared_ptr<AnyCache> new_paged_cache(std::int64_t batch, std::int64_t capacity,
+                                                    const PagingOptions& paging) = 0;
   /// Logits [B, T, V] (or [B, 1, V] with last_only) as f32.
   virtual Tensor<float, 3> forward(const ForwardRequest& r) = 0;
   virtual GenerateResult generate(const std::vector<std::vector<std::int32_t>>& prompts, const GenerateOptions& opt,
@@ -209,7 +219,11 @@ class AnyDraftModel {
     void set_length(std::int64_t b, std::int32_t n) { c_->set_length(b, n); }
     std::int64_t capacity() const { return c_->capacity(); }
     bool recurrent() const { return c_->recurrent(); }
+    bool can_share(std::int64_t src, std::int64_t n) const { return c_->can_share(src, n); }
+    void share_prefix(std::int64_t src, std::int64_t dst, std::int64_t n) { c_->share_prefix(*c_, src, dst, n); }
     AnyCache* get() { return c_.get(); }
+    const AnyCache* get() const { return c_.get(); }
+    std::int64_t bytes() const { return c_->bytes(); }
 
    private:
     std::shared_ptr<AnyCache> c_;

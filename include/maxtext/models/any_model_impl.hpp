@@ -83,7 +83,8 @@ inline std::int64_t trailing_index(const std::string& s) {
 template <TensorPolicy P>
 class CacheImpl final : public AnyCache {
  public:
-  CacheImpl(models::KVCache<P> c, const void* owner) : cache(std::move(c)), owner(owner) {}
+  CacheImpl(models::KVCache<P> c, const void* owner, const typename P::backend* backend)
+      : cache(std::move(c)), owner(owner), backend(backend) {}
   std::int64_t batch() const override { return cache.batch(); }
   std::int64_t capacity() const override { return cache.capacity(); }
   std::vector<std::int32_t> lengths() const override { return cache.lengths(); }
@@ -101,9 +102,25 @@ class CacheImpl final : public AnyCache {
   }
   bool recurrent() const override { return cache.recurrent(); }
   std::int64_t bytes() const override { return cache.bytes(); }
+  bool can_share(std::int64_t src, std::int64_t n) const override {
+    MAXTEXT_CHECK(src >= 0 && src < cache.batch(), ArgumentError, "[cache] row ", src, " outside [0, ", cache.batch(), ")");
+    return cache.can_share(src, n);
+  }
+  void share_prefix(const AnyCache& from, std::int64_t src, std::int64_t dst, std::int64_t n) override {
+    const auto* f = dynamic_cast<const CacheImpl<P>*>(&from);
+    MAXTEXT_CHECK(f != nullptr && f->owner == owner, ArgumentError,
+                  "[cache] share_prefix: the cache was made by another model");
+    cache.share_prefix(*backend, f->cache, src, dst, n);
+  }
+  PagingStats paging_stats() const override { return cache.paging_stats(); }
+  std::int64_t pages_of(std::int64_t b) const override {
+    MAXTEXT_CHECK(b >= 0 && b < cache.batch(), ArgumentError, "[cache] row ", b, " outside [0, ", cache.batch(), ")");
+    return cache.pages_of(b);
+  }
 
   models::KVCache<P> cache;
   const void* owner;
+  const typename P::backend* backend;  ///< the model's (it outlives its caches)
 };
 
 /// Marks the model as running a speculative generation on this thread for the guard's life: its forward() then
@@ -231,7 +248,11 @@ class AnyModelImpl final : public AnyModel {
   bool needs_engram_vocab() const override { return model_.needs_engram_vocab(); }
 
   std::shared_ptr<AnyCache> new_cache(std::int64_t batch, std::int64_t capacity) override {
-    return std::make_shared<CacheImpl<P>>(model_.make_cache(batch, capacity), this);
+    return std::make_shared<CacheImpl<P>>(model_.make_cache(batch, capacity), this, &model_.backend());
+  }
+  std::shared_ptr<AnyCache> new_paged_cache(std::int64_t batch, std::int64_t capacity,
+                                            const PagingOptions& paging) override {
+    return std::make_shared<CacheImpl<P>>(model_.make_cache(batch, capacity, paging), this, &model_.backend());
   }
 
   Tensor<float, 3> forward(const ForwardRequest& r) override {

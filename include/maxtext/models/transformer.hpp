@@ -439,16 +439,23 @@ class Transformer {
   /// Whether the model has Engram layers and still lacks their compressed-token table.
   bool needs_engram_vocab() const { return !cfg_.engram_layers().empty() && !engram_; }
 
-  /// A cache for `batch` sequences of up to `capacity` tokens (default max_target_length).
+  /// A cache for `batch` sequences of up to `capacity` tokens (default max_target_length); paged (with the config's
+  /// pagedattn_* sizes) when the config says `attention: paged`.
   KVCache<P> make_cache(std::int64_t batch, std::int64_t capacity = 0) const {
+    if (cfg_.attention == "paged") return make_cache(batch, capacity, paging_options(cfg_));
     if (capacity <= 0) capacity = cfg_.max_target_length;
     std::vector<layers::CacheSpec> specs;
     std::vector<layers::StateSpec> states;
-    for (const auto& l : layers_) {
-      specs.push_back(std::visit([](const auto& x) { return x.cache_spec(); }, l));
-      states.push_back(std::visit([](const auto& x) { return layers::state_spec_of(x); }, l));
-    }
+    cache_specs(specs, states);
     return KVCache<P>(be_, batch, capacity, specs, states);
+  }
+  /// A paged cache (models/paged_memory.hpp): memory for the pages its sequences write, prefixes shared.
+  KVCache<P> make_cache(std::int64_t batch, std::int64_t capacity, const PagingOptions& paging) const {
+    if (capacity <= 0) capacity = cfg_.max_target_length;
+    std::vector<layers::CacheSpec> specs;
+    std::vector<layers::StateSpec> states;
+    cache_specs(specs, states);
+    return KVCache<P>(be_, batch, capacity, specs, states, paging);
   }
 
   /// Run tokens [B, T] through the model, appending them to `cache` at each row's current length.
@@ -734,6 +741,12 @@ class Transformer {
                     " holds ", step.start[static_cast<std::size_t>(b)], " tokens; ", T, " more exceed the cache capacity ",
                     cache.capacity());
     }
+    // The rows each layer writes this pass (a paged cache maps their pages; a DeepSeek-V4 compressor writes its
+    // pooled blocks at block indices, before the step's first token).
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      const std::int64_t s0 = step.start[static_cast<std::size_t>(b)];
+      cache.prepare_write(b, write_floor(s0), s0 + T);
+    }
     // Host-side step data, then one upload each.
     std::vector<std::int32_t> pos(static_cast<std::size_t>(Bn * T)), kv_len(static_cast<std::size_t>(Bn));
     const std::int64_t max_pos = max_positions();
@@ -772,6 +785,23 @@ class Transformer {
 
     st.segments = seg_ids;
     return st;
+  }
+  /// The first cache row a pass starting at token s0 writes: s0, or earlier for a layer that says so
+  /// (cache_write_floor: DeepSeek-V4's pooled blocks).
+  std::int64_t write_floor(std::int64_t s0) const {
+    std::int64_t f = s0;
+    for (const auto& l : layers_) {
+      std::visit([&](const auto& x) {
+        if constexpr (requires { x.cache_write_floor(s0); }) f = std::min<std::int64_t>(f, x.cache_write_floor(s0));
+      }, l);
+    }
+    return f;
+  }
+  void cache_specs(std::vector<layers::CacheSpec>& specs, std::vector<layers::StateSpec>& states) const {
+    for (const auto& l : layers_) {
+      specs.push_back(std::visit([](const auto& x) { return x.cache_spec(); }, l));
+      states.push_back(std::visit([](const auto& x) { return layers::state_spec_of(x); }, l));
+    }
   }
   /// Each row's cache advanced by its valid tokens.
   void end_step(KVCache<P>& cache, const StepSetup& s) {

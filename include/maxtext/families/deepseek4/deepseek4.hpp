@@ -331,6 +331,8 @@ class Deepseek4Attention {
   /// the indexer's (from kIndexer); Deepseek4Compressor names the three.
   static constexpr std::size_t kKeys = 0, kCompressor = 1, kIndexer = 4;
   /// keys [hd]; with r > 0 the compressor's [F, F, hd]; CSA also the indexer's [2 di, 2 di, di].
+  /// The first cache row a pass starting at token s0 writes: the compressors pool blocks into rows s0 / ratio on.
+  std::int64_t cache_write_floor(std::int64_t s0) const { return r_ > 0 ? s0 / r_ : s0; }
   CacheSpec cache_spec() const {
     CacheSpec s{hd_};
     if (r_ > 0) {
@@ -613,6 +615,7 @@ class DeepSeek4DecoderLayer {
   }
 
   CacheSpec cache_spec() const { return attn_.cache_spec(); }
+  std::int64_t cache_write_floor(std::int64_t s0) const { return attn_.cache_write_floor(s0); }
   const LayerInfo& info() const { return info_; }
   const Deepseek4Attention<P>& attention() const { return attn_; }
   /// The attention's indexer scores at most n tokens x blocks per call (Deepseek4Attention::set_score_chunk).
