@@ -155,7 +155,11 @@ inline int run_serve(server::Engine& engine, const ServeOptions& so, std::ostrea
                            {"cached_tokens", s.cached_tokens},
                            {"generated_tokens", s.generated_tokens},
                            {"decode_passes", s.batching.decode_passes},
-                           {"decode_steps", s.batching.decode_steps}});
+                           {"decode_steps", s.batching.decode_steps},
+                           {"shared_tokens", s.batching.shared_tokens},
+                           {"kv_bytes", s.kv_bytes},
+                           {"kv_pages", s.kv_pages.pages},
+                           {"kv_pages_used", s.kv_pages.pages_used}});
   });
 
   auto complete = [&](server::Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {

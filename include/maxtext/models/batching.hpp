@@ -32,6 +32,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -67,6 +68,11 @@ struct BatchOptions {
   /// prompt delays the others' steps by one chunk's pass, not by the whole prompt; its logits are then those of a
   /// prefill in parts (the same for the same prompt and chunking, within rounding of a prefill in one pass).
   std::int64_t prefill_chunk = 0;
+  /// Prefix sharing: a prompt whose first tokens another slot holds (the same system prompt, a conversation that
+  /// continues in another slot) takes those tokens' cache rows from it rather than running them (the pages
+  /// themselves in a paged cache, a copy of the rows otherwise), when at least this many tokens are saved; 0: never.
+  /// Its logits are then those of the other slot's prefill (within rounding of a prefill of its own, as for chunks).
+  std::int64_t share_min = 16;
 };
 
 /// What the scheduler did (for tests, /health and benchmarks).
@@ -77,6 +83,8 @@ struct BatchStats {
   std::int64_t gap_rows = 0;       ///< throw-away rows of idle slots inside decode passes
   std::int64_t other_passes = 0;   ///< passes run alone (prefills or their chunks, and the rest)
   std::int64_t max_rows = 0;       ///< the most decode steps one pass ran
+  std::int64_t shares = 0;         ///< prompts that took their first tokens' rows from another slot
+  std::int64_t shared_tokens = 0;  ///< tokens those prompts did not run
 };
 
 template <class Model>
@@ -112,6 +120,7 @@ class BatchScheduler {
       MAXTEXT_CHECK(n >= 0 && n <= capacity_, ArgumentError, "[batching] length ", n, " outside [0, ", capacity_, "]");
       std::lock_guard<std::mutex> lock(s_->cache_mu_);
       s_->cache_.set_length(slot_, n);
+      s_->forget(slot_, n);
     }
     std::int64_t capacity() const { return capacity_; }
     bool recurrent() const {
@@ -140,10 +149,12 @@ class BatchScheduler {
         capacity_(capacity > 0 ? capacity : model.config().max_target_length),
         cache_(model.make_cache(slots, capacity_)),
         taken_(static_cast<std::size_t>(slots), false),
-        expected_(static_cast<std::size_t>(slots), false) {
+        expected_(static_cast<std::size_t>(slots), false),
+        seen_(static_cast<std::size_t>(slots)),
+        plain_(static_cast<std::size_t>(slots), true) {
     MAXTEXT_CHECK(slots >= 1, ArgumentError, "[batching] slots must be >= 1, found ", slots);
-    MAXTEXT_CHECK(opt_.wait_ms >= 0 && opt_.max_gap >= 0 && opt_.prefill_chunk >= 0, ArgumentError,
-                  "[batching] wait_ms, max_gap and prefill_chunk must be >= 0");
+    MAXTEXT_CHECK(opt_.wait_ms >= 0 && opt_.max_gap >= 0 && opt_.prefill_chunk >= 0 && opt_.share_min >= 0,
+                  ArgumentError, "[batching] wait_ms, max_gap, prefill_chunk and share_min must be >= 0");
     MAXTEXT_CHECK(opt_.max_rows >= 1, ArgumentError, "[batching] max_rows must be >= 1, found ", opt_.max_rows);
     thread_ = std::thread([this] { loop(); });
   }
@@ -175,6 +186,7 @@ class BatchScheduler {
       {
         std::lock_guard<std::mutex> c(cache_mu_);
         cache_.set_length(static_cast<std::int64_t>(s), 0);
+        forget(static_cast<std::int64_t>(s), 0);
       }
       return Cache(this, static_cast<std::int64_t>(s), capacity);
     }
@@ -196,6 +208,7 @@ class BatchScheduler {
     const bool plain = fo.last_only && fo.positions == nullptr && fo.segment_ids == nullptr && fo.capture == nullptr &&
                        fo.media_mask == nullptr && fo.media_embeddings == nullptr;
     job.decode = plain && tokens.dim(1) == 1;
+    job.plain = plain;
     job.chunked = plain && opt_.prefill_chunk > 0 && tokens.dim(1) > opt_.prefill_chunk;
     job.at = Clock::now();
     std::unique_lock<std::mutex> lock(mu_);
@@ -223,9 +236,26 @@ class BatchScheduler {
     cv_.notify_all();
   }
 
+  /// The shared cache's bytes (KVCache::bytes: a paged cache's pages in use) and, when paged, its pool.
+  std::int64_t cache_bytes() const {
+    std::lock_guard<std::mutex> c(cache_mu_);
+    return cache_.bytes();
+  }
+  PagingStats paging_stats() const {
+    std::lock_guard<std::mutex> c(cache_mu_);
+    if constexpr (requires { cache_.paging_stats(); }) {
+      return cache_.paging_stats();
+    } else {
+      return cache_.get()->paging_stats();
+    }
+  }
+
   BatchStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    BatchStats s = stats_;
+    s.shares = shares_.load();
+    s.shared_tokens = shared_tokens_.load();
+    return s;
   }
 
  private:
@@ -236,7 +266,8 @@ class BatchScheduler {
     std::int64_t slot = 0;
     bool decode = false;
     bool chunked = false;    // a plain prefill longer than a chunk: run a chunk per round
-    std::int64_t fed = 0;    // tokens of it run so far
+    bool plain = false;      // only tokens (last_only, nothing else): its prefix may come from another slot
+    std::int64_t fed = 0;    // tokens of it run (or shared) so far
     Clock::time_point at;
     Tensor<float, 3> out;
     std::exception_ptr err;
@@ -314,7 +345,7 @@ class BatchScheduler {
     }
   }
 
-  void finish(const std::vector<Job*>& jobs, const BatchStats& st) {
+  void finish(const std::vector<Job*>& jobs, const BatchStats& st) {  // under mu_
     stats_.decode_passes += st.decode_passes;
     stats_.decode_steps += st.decode_steps;
     stats_.gap_rows += st.gap_rows;
@@ -329,14 +360,20 @@ class BatchScheduler {
       std::lock_guard<std::mutex> c(cache_mu_);
       ForwardOptions fo = *j.fo;
       fo.first_slot = j.slot;
-      if (!j.chunked) {
+      const std::int64_t T = j.tokens->dim(1);
+      const std::int64_t start = cache_.length(j.slot);
+      if (j.plain) share_prefix(j);
+      if (!j.chunked && j.fed == 0) {
         j.out = model_.forward(*j.tokens, cache_, fo);
+        record(j.slot, start, j.tokens->data(), T, j.plain);
         return true;
       }
-      const std::int64_t T = j.tokens->dim(1), n = std::min(opt_.prefill_chunk, T - j.fed);
+      const std::int64_t from = cache_.length(j.slot);
+      const std::int64_t n = j.chunked ? std::min(opt_.prefill_chunk, T - j.fed) : T - j.fed;
       Tensor<std::int32_t, 2> part({1, n});
       std::copy(j.tokens->data() + j.fed, j.tokens->data() + j.fed + n, part.data());
       Tensor<float, 3> out = model_.forward(part, cache_, fo);
+      record(j.slot, from, part.data(), n, j.plain);
       j.fed += n;
       if (j.fed < T) return false;
       j.out = std::move(out);
@@ -344,6 +381,62 @@ class BatchScheduler {
       j.err = std::current_exception();  // the chunks before stay in the cache, as a failed whole pass's rows would
     }
     return true;
+  }
+
+  /// Prefix sharing (BatchOptions::share_min), under cache_mu_: the slot whose cached tokens go furthest into this
+  /// prompt lends them (all but its last token, whose logits the pass must give).
+  void share_prefix(Job& j) {
+    const std::int64_t s = j.slot, L = cache_.length(s), T = j.tokens->dim(1);
+    const auto us = static_cast<std::size_t>(s);
+    if (opt_.share_min <= 0 || T - j.fed < 2 || !plain_[us] || static_cast<std::int64_t>(seen_[us].size()) != L) return;
+    const std::int32_t* rest = j.tokens->data() + j.fed;
+    const std::int64_t n = T - j.fed, want = L + n - 1;
+    std::int64_t best = L, donor = -1;
+    for (std::int64_t d = 0; d < slots(); ++d) {
+      const auto ud = static_cast<std::size_t>(d);
+      const auto& h = seen_[ud];
+      if (d == s || !plain_[ud] || static_cast<std::int64_t>(h.size()) != cache_.length(d) ||
+          static_cast<std::int64_t>(h.size()) <= best) {
+        continue;
+      }
+      std::int64_t m = 0;
+      const std::int64_t lim = std::min<std::int64_t>(static_cast<std::int64_t>(h.size()), want);
+      while (m < lim && h[static_cast<std::size_t>(m)] == (m < L ? seen_[us][static_cast<std::size_t>(m)] : rest[m - L])) ++m;
+      if (m > best) {
+        best = m;
+        donor = d;
+      }
+    }
+    if (donor < 0 || best - L < opt_.share_min) return;
+    if constexpr (requires { cache_.share_prefix(model_.backend(), cache_, donor, s, best); }) {
+      if (!cache_.can_share(donor, best)) return;
+      cache_.share_prefix(model_.backend(), cache_, donor, s, best);
+    } else {
+      if (!cache_.can_share(donor, best)) return;
+      cache_.share_prefix(donor, s, best);
+    }
+    const auto& h = seen_[static_cast<std::size_t>(donor)];
+    seen_[us].assign(h.begin(), h.begin() + best);
+    j.fed += best - L;
+    ++shares_;
+    shared_tokens_ += best - L;
+  }
+  /// Slot s's cache now holds `n` tokens from `from` on (under cache_mu_): its token history for prefix sharing.
+  void record(std::int64_t s, std::int64_t from, const std::int32_t* ids, std::int64_t n, bool plain) {
+    auto& h = seen_[static_cast<std::size_t>(s)];
+    if (static_cast<std::int64_t>(h.size()) < from) plain = false;  // tokens it did not see: no history
+    if (!plain) {
+      plain_[static_cast<std::size_t>(s)] = false;
+      return;
+    }
+    h.resize(static_cast<std::size_t>(from));
+    h.insert(h.end(), ids, ids + n);
+  }
+  /// Slot s went back to n tokens (under cache_mu_).
+  void forget(std::int64_t s, std::int64_t n) {
+    auto& h = seen_[static_cast<std::size_t>(s)];
+    if (static_cast<std::int64_t>(h.size()) > n) h.resize(static_cast<std::size_t>(n));
+    if (n == 0) plain_[static_cast<std::size_t>(s)] = true;
   }
 
   /// The round's decode steps as few passes as the gaps allow (under cache_mu_: the slots' lengths change).
@@ -394,6 +487,10 @@ class BatchScheduler {
         throw;
       }
       for (const auto& [s, n] : gaps) cache_.set_length(s, n);
+      for (std::size_t j = i; j < k; ++j) {
+        const std::int64_t s = jobs[j]->slot;
+        record(s, cache_.length(s) - 1, jobs[j]->tokens->data(), 1, true);
+      }
       const std::int64_t V = out.dim(2);
       for (std::size_t j = i; j < k; ++j) {
         Tensor<float, 3> row({1, 1, V});
@@ -419,6 +516,9 @@ class BatchScheduler {
   std::condition_variable cv_, done_cv_;
   std::deque<Job*> queue_;
   std::vector<bool> taken_, expected_;
+  std::vector<std::vector<std::int32_t>> seen_;  // under cache_mu_: each slot's cached token ids (prefix sharing)
+  std::vector<bool> plain_;                      // under cache_mu_: whether seen_ holds them (only plain passes ran)
+  std::atomic<std::int64_t> shares_{0}, shared_tokens_{0};
   BatchStats stats_;
   Clock::time_point round_end_{};
   bool quit_ = false;

@@ -5,13 +5,15 @@
 //   server::Outcome o = engine.run(server::parse_chat_request(body), [](std::string_view piece) { ...; return true; });
 //
 // Slots: `slots` conversations are generated at once, each in a slot of one KV cache of slots x `ctx` tokens
-// (allocated when the engine is made, so memory is bounded by slots x ctx whatever the traffic). Their forward passes
+// (allocated when the engine is made, so memory is bounded by slots x ctx whatever the traffic; with the config's
+// attention=paged, memory for the pages written, at most pagedattn_num_pages, docs/serving.md). Their forward passes
 // go through a models::BatchScheduler (models/batching.hpp): the slots' decode steps run as one forward pass per
 // round (on a CPU a pass over eight conversations costs little more than a pass over one), a prompt's prefill runs
 // alone between rounds, 512 tokens a round, and with up to 8 rows a pass each row is bit for bit the slot's own decode
 // step (a prompt longer than a chunk is prefilled in parts: within f32 rounding of one pass). A request takes the free slot whose
 // cached tokens share the longest prefix with its prompt (a conversation's next turn, or the same system prompt) and
-// prefills only the rest.
+// prefills only the rest; a prompt whose beginning another slot holds borrows those rows from it (the scheduler's
+// prefix sharing, BatchOptions::share_min).
 //
 // Admission: up to `queue` requests wait for a slot; one more is refused at once with RequestError 503 (type
 // server_busy), never queued without bound. run() blocks the calling thread (an HTTP handler's) while the slot's own
@@ -107,6 +109,8 @@ struct EngineStats {
   int slots = 0, running = 0, waiting = 0;
   std::int64_t served = 0, refused_busy = 0, cancelled = 0, prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   models::BatchStats batching;  ///< the scheduler's passes (decode steps per pass: decode_steps / decode_passes)
+  std::int64_t kv_bytes = 0;    ///< the slots' KV cache (a paged cache: its pages in use)
+  models::PagingStats kv_pages; ///< a paged cache's pool (attention=paged), or zeros
 };
 
 
@@ -141,6 +145,8 @@ class Engine {
     s.running = running_;
     s.waiting = waiting_;
     s.batching = sched_->stats();
+    s.kv_bytes = sched_->cache_bytes();
+    s.kv_pages = sched_->paging_stats();
     return s;
   }
 
