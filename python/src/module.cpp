@@ -588,7 +588,31 @@ Every MaxText key this library models is an attribute; derived sizes (emb_dim, n
       .def_property_readonly("capacity", &CacheHandle::capacity)
       .def_property_readonly("lengths", &CacheHandle::lengths)
       .def_property_readonly("nbytes", &CacheHandle::bytes)
-      .def("reset", &CacheHandle::reset, py::arg("row") = -1, "Forget every row (row=-1) or one row.");
+      .def("reset", &CacheHandle::reset, py::arg("row") = -1, "Forget every row (row=-1) or one row.")
+      .def("set_length", &CacheHandle::set_length, py::arg("row"), py::arg("n"),
+           "Keep the first n tokens of a row (a paged cache gives back the pages past them).")
+      .def(
+          "share_prefix",
+          [](CacheHandle& c, const CacheHandle& from, std::int64_t src, std::int64_t dst, std::int64_t n) {
+            c.share_prefix(from, src, dst, n);
+          },
+          py::arg("source"), py::arg("src_row"), py::arg("dst_row"), py::arg("n"),
+          "Row dst_row becomes the first n tokens of row src_row of `source` (this cache or another of the same "
+          "model): pages shared in a paged cache (copied when written), rows copied otherwise.")
+      .def("pages_of", &CacheHandle::pages_of, py::arg("row"), "Pages a row of a paged cache maps (0: not paged).")
+      .def_property_readonly(
+          "paging",
+          [](const CacheHandle& c) {
+            const models::PagingStats s = c.paging_stats();
+            py::dict d;
+            d["tokens_per_page"] = s.tokens_per_page;
+            d["pages"] = s.pages;
+            d["pages_used"] = s.pages_used;
+            d["pages_shared"] = s.pages_shared;
+            d["page_bytes"] = s.page_bytes;
+            return d;
+          },
+          "A paged cache's pool: tokens_per_page, pages, pages_used, pages_shared, page_bytes (zeros: not paged).");
 
   // ---- Tokenizer ----
   py::class_<PyTokenizer>(m, "Tokenizer", R"(Tokenizer(path=None, weights=None, vocab_size=0): a GGUF vocabulary, a
@@ -899,9 +923,19 @@ lookup= (canonical id per token id), compressed_size= and pad_token=.)")
           "Every parameter by MaxText name (unscanned), as read-only arrays.")
       .def(
           "new_cache",
-          [](PyModel& pm, std::int64_t batch, std::int64_t capacity) { return pm.b->new_cache(batch, capacity); },
-          py::arg("batch") = 1, py::arg("capacity") = 0,
-          "A KV cache for `batch` rows of up to `capacity` tokens (0: max_target_length).")
+          [](PyModel& pm, std::int64_t batch, std::int64_t capacity, bool paged, std::int64_t tokens_per_page,
+             std::int64_t pages) {
+            MAXTEXT_CHECK(paged || (tokens_per_page == 0 && pages == 0), ArgumentError,
+                          "[new_cache] tokens_per_page and pages are for a paged cache (paged=True)");
+            if (!paged) return pm.b->new_cache(batch, capacity);
+            return pm.b->new_paged_cache(batch, capacity > 0 ? capacity : pm.b->config().max_target_length,
+                                         models::PagingOptions{tokens_per_page, pages});
+          },
+          py::arg("batch") = 1, py::arg("capacity") = 0, py::arg("paged") = false, py::arg("tokens_per_page") = 0,
+          py::arg("pages") = 0,
+          "A KV cache for `batch` rows of up to `capacity` tokens (0: max_target_length); paged=True: memory a page "
+          "at a time from a pool of `pages` pages of `tokens_per_page` tokens (0: automatic), docs/serving.md. "
+          "(The config's attention=paged makes every cache paged.)")
       .def(
           "new_session",
           [](PyModel& pm, std::int64_t capacity) { return PySession{pm.b->new_session(capacity)}; },

@@ -108,6 +108,32 @@ def test_kv_cache_decoding_equals_the_full_forward(mc):
     assert cache.lengths == [0, 0]
 
 
+def test_paged_cache_decodes_as_the_ordinary_one_and_shares_a_prefix(mc):
+    m = llama(mc)
+    tokens = np.load(fixture("llama2_model", "tokens.npy"))
+    T = tokens.shape[1]
+    plain = m.new_cache(batch=2, capacity=T)
+    paged = m.new_cache(batch=2, capacity=T, paged=True)
+    p = paged.paging
+    assert p["pages"] > 0 and p["tokens_per_page"] >= 32 and p["pages_used"] == 0
+    a = m.forward(tokens[:, :4], cache=plain)
+    b = m.forward(tokens[:, :4], cache=paged)
+    assert np.array_equal(a, b)  # the same kernels over the same rows: bit for bit
+    assert paged.paging["pages_used"] == 2 and paged.pages_of(0) == 1
+    # Row 1 takes row 0's first 3 tokens (its page shared, then copied when row 1 writes); as the ordinary cache's copy.
+    paged.share_prefix(paged, 0, 1, 3)
+    plain.share_prefix(plain, 0, 1, 3)
+    assert paged.paging["pages_used"] == 1 and paged.paging["pages_shared"] == 1
+    assert paged.lengths == [4, 3]
+    step = tokens[:, 4:5]
+    assert np.array_equal(m.forward(step, cache=paged), m.forward(step, cache=plain))
+    assert paged.paging["pages_used"] == 2 and paged.paging["pages_shared"] == 0
+    paged.reset()
+    assert paged.paging["pages_used"] == 0
+    with pytest.raises(mc.ArgumentError, match="tokens_per_page and pages are for a paged cache"):
+        m.new_cache(1, 8, pages=4)
+
+
 def test_parameter_tree_scanned_and_unscanned_equal_the_file(mc):
     """{'params': {'decoder': {'layers': ...}}} as jax.device_get(params) gives it: scanned (layer axis 1,
     param_scan_axis) and unscanned (layers_0, layers_1), built from the file's arrays with NumPy."""
