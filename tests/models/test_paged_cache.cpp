@@ -202,18 +202,24 @@ TEST_CASE("paged cache: pages in use are counted and given back and a full pool 
   } catch (const ArgumentError& e) {
     CHECK_THAT(e.what(), Catch::Contains("pagedattn_num_pages") && Catch::Contains("5 pages"));
   }
-  // Going back within a sequence keeps its pages; going back past a page gives it back; reset gives back all.
+  // Going back keeps a sequence's pages (it will likely write there again) until the pool has no free page: then
+  // the pages wholly past every sequence's length go back first. Length 0 (reset) gives back all of a sequence's.
   c->set_length(0, static_cast<std::int32_t>(2 * tpp));
-  CHECK(c->pages_of(0) == 2);
+  CHECK(c->pages_of(0) == 3);
   c->set_length(1, 0);
-  CHECK(c->paging_stats().pages_used == 2);
-  run(*m, *c, 2, test::salted_ids(3, V, 5));
   CHECK(c->paging_stats().pages_used == 3);
+  run(*m, *c, 2, test::salted_ids(3, V, 5));
+  CHECK(c->paging_stats().pages_used == 4);
+  run(*m, *c, 3, test::salted_ids(tpp + 1, V, 6));  // two pages: the last free one, then row 0's third
+  CHECK(c->paging_stats().pages_used == 5);
+  CHECK(c->pages_of(0) == 2);
+  CHECK(c->pages_of(3) == 2);
   c->reset(0);
-  CHECK(c->paging_stats().pages_used == 1);
+  CHECK(c->paging_stats().pages_used == 3);
 
   // Misuse.
   CHECK_THROWS_WITH(c->share_prefix(*c, 2, 1, 4), Catch::Contains("4 tokens of a slot holding 3"));
+  CHECK(run(*m, *c, 0, test::salted_ids(2, V, 7)).size() == static_cast<std::size_t>(V));  // rows 2 and 3 kept theirs
   CHECK_THROWS_WITH(c->share_prefix(*c, 7, 1, 1), Catch::Contains("outside [0, 4)"));
   auto other = model_with_context("llama2_model", 1024);
   auto foreign = other->new_paged_cache(1, 1024, {});
@@ -233,6 +239,18 @@ TEST_CASE("paged cache: attention: paged takes MaxText's pagedattn keys and refu
     auto plain = plain_model->new_cache(2, 256);
     const auto ids = test::salted_ids(40, m->config().vocab_size, 9);
     CHECK(run(*m, *c, 1, ids) == run(*plain_model, *plain, 1, ids));
+  }
+  {
+    // A pass without a cache (the whole sequence at once) keeps nothing: its cache is its own, not from the pool.
+    const auto m = model_with_context("llama2_model", 256, {{"attention", "paged"}, {"pagedattn_num_pages", "1"}});
+    Tensor<std::int32_t, 2> t({1, 256});
+    const auto ids = test::salted_ids(256, m->config().vocab_size, 4);
+    for (std::int64_t i = 0; i < 256; ++i) t(0, i) = ids[static_cast<std::size_t>(i)];
+    models::ForwardRequest r;
+    r.tokens = &t;
+    r.last_only = true;
+    CHECK_NOTHROW(m->forward(r));
+    CHECK_THROWS_WITH(run(*m, *m->new_cache(1, 256), 0, ids), Catch::Contains("1 pages (pagedattn_num_pages)"));
   }
   // An explicit size must make whole system pages of every buffer: refused with the nearest valid value.
   const auto probe = model_with_context("llama2_model", 256);

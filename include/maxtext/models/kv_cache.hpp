@@ -39,19 +39,9 @@ class KVCache {
       : batch_(batch), capacity_(capacity), lengths_(static_cast<std::size_t>(batch), 0) {
     MAXTEXT_CHECK(batch > 0 && capacity > 0, ArgumentError, "[KVCache] batch and capacity must be > 0, found ", batch,
                   " and ", capacity);
-    MAXTEXT_CHECK(states.empty() || states.size() == specs.size(), ArgumentError, "[KVCache] ", states.size(),
-                  " state specs for ", specs.size(), " layers");
-    layers_.resize(specs.size());
-    for (std::size_t l = 0; l < specs.size(); ++l) {
-      for (std::int64_t w : specs[l]) layers_[l].buffers.emplace_back(Shape<3>{batch, capacity, w}, be.memory());
-      if (states.empty()) continue;
-      for (std::int64_t w : states[l]) {
-        layers_[l].states.emplace_back(Shape<2>{batch, w}, be.memory());
-        recurrent_ = true;
-      }
-      if (!states[l].empty()) layers_[l].state_tokens.assign(static_cast<std::size_t>(batch), 0);
-    }
-    segment_ = Tensor<std::int32_t, 2>({batch, capacity}, be.memory());
+    make_layers(be, specs, states, [&](std::size_t, std::int64_t w) {
+      return Tensor<cache_type, 3>(Shape<3>{batch, capacity, w}, be.memory());
+    });
   }
   /// A paged cache: as above, but the key/value buffers take memory a page of `paging.tokens_per_page` tokens at a
   /// time from a pool of `paging.pages` pages (models/paged_memory.hpp); `capacity` is rounded up to whole pages.
@@ -102,23 +92,10 @@ class KVCache {
     batch_ = batch;
     capacity_ = capacity;
     lengths_.assign(static_cast<std::size_t>(batch), 0);
-    MAXTEXT_CHECK(states.empty() || states.size() == specs.size(), ArgumentError, "[KVCache] ", states.size(),
-                  " state specs for ", specs.size(), " layers");
-    layers_.resize(specs.size());
-    std::size_t k = 0;
-    for (std::size_t l = 0; l < specs.size(); ++l) {
-      for (std::int64_t w : specs[l]) {
-        View<cache_type, 3> v(reinterpret_cast<cache_type*>(paged_->base(k++)), {batch, capacity, w});
-        layers_[l].buffers.emplace_back(v, paged_, true);
-      }
-      if (states.empty()) continue;
-      for (std::int64_t w : states[l]) {
-        layers_[l].states.emplace_back(Shape<2>{batch, w}, be.memory());
-        recurrent_ = true;
-      }
-      if (!states[l].empty()) layers_[l].state_tokens.assign(static_cast<std::size_t>(batch), 0);
-    }
-    segment_ = Tensor<std::int32_t, 2>({batch, capacity}, be.memory());
+    make_layers(be, specs, states, [&](std::size_t k, std::int64_t w) {
+      return Tensor<cache_type, 3>(View<cache_type, 3>(reinterpret_cast<cache_type*>(paged_->base(k)), {batch, capacity, w}),
+                                   paged_, true);
+    });
   }
 
   KVCache(const KVCache&) = delete;
@@ -240,11 +217,15 @@ class KVCache {
   /// Tokens stored in slot b.
   std::int32_t length(std::int64_t b) const { return lengths_.at(static_cast<std::size_t>(b)); }
   const std::vector<std::int32_t>& lengths() const { return lengths_; }
-  /// Slot b holds its first n tokens (a paged cache gives back the pages wholly past them).
+  /// Slot b holds its first n tokens. A paged cache gives back its pages at n = 0; pages wholly past n > 0 stay with
+  /// the slot (it will likely write there again: a rollback, a new turn) until the pool has no free page left.
   void set_length(std::int64_t b, std::int32_t n) {
     MAXTEXT_CHECK(n >= 0 && n <= capacity_, ArgumentError, "[KVCache] length ", n, " outside [0, ", capacity_, "]");
     lengths_.at(static_cast<std::size_t>(b)) = n;
-    if (paged_) paged_->clear(paged_first_ + b, n);
+    if (paged_) {
+      paged_->set_keep(paged_first_ + b, n);
+      if (n == 0) paged_->clear(paged_first_ + b, 0);
+    }
   }
   /// Tokens [from, to) of slot b are about to be written (by a forward pass, import_slot): a paged cache maps pages
   /// for them, copying shared ones. Nothing to do for an ordinary cache.
@@ -346,7 +327,7 @@ class KVCache {
     }
     be.synchronize();
     lengths_[static_cast<std::size_t>(dst)] = static_cast<std::int32_t>(n);
-    if (paged_) paged_->clear(paged_first_ + dst, n);
+    if (paged_) paged_->set_keep(paged_first_ + dst, n);
   }
   /// Forget slot b (a new sequence starts there); the others keep their contents.
   void reset(std::int64_t b) { set_length(b, 0); }
@@ -510,6 +491,26 @@ class KVCache {
   }
 
  private:
+  /// Layers of buffers (`buffer(k, width)` makes the k-th, counting over all layers), per-sequence states and
+  /// segment ids, for batch_ slots of capacity_ tokens.
+  template <class MakeBuffer>
+  void make_layers(const B& be, const std::vector<layers::CacheSpec>& specs, const std::vector<layers::StateSpec>& states,
+                   MakeBuffer buffer) {
+    MAXTEXT_CHECK(states.empty() || states.size() == specs.size(), ArgumentError, "[KVCache] ", states.size(),
+                  " state specs for ", specs.size(), " layers");
+    layers_.resize(specs.size());
+    std::size_t k = 0;
+    for (std::size_t l = 0; l < specs.size(); ++l) {
+      for (std::int64_t w : specs[l]) layers_[l].buffers.push_back(buffer(k++, w));
+      if (states.empty()) continue;
+      for (std::int64_t w : states[l]) {
+        layers_[l].states.emplace_back(Shape<2>{batch_, w}, be.memory());
+        recurrent_ = true;
+      }
+      if (!states[l].empty()) layers_[l].state_tokens.assign(static_cast<std::size_t>(batch_), 0);
+    }
+    segment_ = Tensor<std::int32_t, 2>({batch_, capacity_}, be.memory());
+  }
   /// The cache starts keeping segment ids: the cached tokens of its slots (but [skip, skip + n), whose ids are set
   /// already) were written without any, so they are real tokens (1) of one sequence.
   void mark_all_segments(const B& be, std::int64_t skip = 0, std::int64_t n = 0) {

@@ -546,7 +546,12 @@ class Transformer {
   /// Full-sequence forward without a persistent cache (MaxText "train"/eval mode).
   Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, const ForwardOptions& opt = {}) {
     MAXTEXT_CHECK(opt.first_slot < 0, ArgumentError, "[forward] first_slot names slots of a cache, and no cache was given");
-    KVCache<P> cache = make_cache(tokens.dim(0), tokens.dim(1));
+    // The pass's own cache, gone after it: ordinary whatever the config says (a pool of pagedattn_num_pages is for
+    // the caches that sequences keep).
+    std::vector<layers::CacheSpec> specs;
+    std::vector<layers::StateSpec> states;
+    cache_specs(specs, states);
+    KVCache<P> cache(be_, tokens.dim(0), tokens.dim(1), specs, states);
     return forward(tokens, cache, opt);
   }
 
