@@ -188,6 +188,83 @@ TEST_CASE("llama.cpp peer: qwen2", "[models][llamacpp]") { check_peer("qwen2", k
 TEST_CASE("llama.cpp peer: qwen3", "[models][llamacpp]") { check_peer("qwen3", kSilu); }
 TEST_CASE("llama.cpp peer: qwen3moe", "[models][llamacpp]") { check_peer("qwen3moe", kSilu); }
 TEST_CASE("llama.cpp peer: gemma", "[models][llamacpp]") { check_peer("gemma", kGelu); }
+// MaxText's int8 KV cache (quantize_kvcache, kv_quant_dtype int8, kv_quant_axis heads_and_dkv) over the same model:
+// against a float64 forward with MaxText's semantics (tests/reference/llama_gguf_reference.py, logits_f64_kv_int8.npy:
+// the prompt's prefill attends its keys and values as computed; each later token is quantised into the cache, then
+// attends every cached row dequantised, its own included; quantisation by tests/reference/kv_quant_reference.py).
+// Prefill at kF64Graph. Decode: an element whose x * 127.5 / max lies within float32 rounding of a midpoint gets
+// another code on either side (one step, 1/127.5 of the row's largest magnitude), and that key or value then moves
+// every later logit. The reference itself, its quantiser's inputs perturbed by 1e-7 relative (float32 rounding),
+// moves by 0.060 at most and 0.0054 on average over the decode logits (0.073 and 0.0059 at 3e-7): no tolerance per
+// element can be tighter. So the check is on the mean: at most kInt8MeanAbs, about twice that noise, where the
+// quantisation itself moves the logits by 0.023 on average (0.14 at most): a cache kept in f32 fails. Measured 0.0054.
+constexpr double kInt8MeanAbs = 0.01;
+TEST_CASE("llama.cpp peer: llama with MaxText's int8 KV cache against a float64 forward with the same quantisation",
+          "[models][llamacpp][kv_quant]") {
+  const std::string dir = peer_dir("llama");
+  const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for llama");
+  Config cfg = io::read_weights_config(path).value();
+  cfg.set("quantize_kvcache", "true");
+  const auto prompt = ids(test::npy(dir + "/tokens.npy"));
+  const auto greedy = ids(test::npy(dir + "/greedy.npy"));
+  const AnyTensor want = test::npy(dir + "/logits_f64_kv_int8.npy");
+  const auto P = static_cast<std::int64_t>(prompt.size()), S = static_cast<std::int64_t>(greedy.size()), V = cfg.vocab_size;
+  REQUIRE(want.shape == std::vector<std::int64_t>{P + S - 1, V});
+  auto make = [&](const Config& c, const std::string& kv) {
+    models::AnyModelOptions o;
+    o.weight_type = "ggml";
+    o.kv_type = kv;
+    auto m = models::make_built_any_model(c, o, MAXTEXT_BLOCKS_BUILT);
+    m->load(io::load_weights(path, c, /*keep_blocks=*/true).tensors);
+    return m;
+  };
+  const auto m = make(cfg, "");
+  auto cache = m->new_cache(1, P + S);
+  Tensor<std::int32_t, 2> tok({1, P});
+  for (std::int64_t i = 0; i < P; ++i) tok(0, i) = prompt[static_cast<std::size_t>(i)];
+  models::ForwardRequest fr;
+  fr.tokens = &tok;
+  fr.cache = cache.get();
+  const auto pre = testing::compare(AnyTensor::from(m->forward(fr)).reshaped({P, V}), want.narrow(0, 0, P), kF64Graph);
+  INFO(pre.message("int8 KV cache, prefill, vs float64"));
+  CHECK(pre.ok());
+  Tensor<float, 2> steps({S - 1, V});
+  for (std::int64_t i = 0; i + 1 < S; ++i) {
+    Tensor<std::int32_t, 2> one({1, 1});
+    one(0, 0) = greedy[static_cast<std::size_t>(i)];
+    fr.tokens = &one;
+    fr.last_only = true;
+    const Tensor<float, 3> l = m->forward(fr);
+    std::copy(l.data(), l.data() + V, steps.data() + i * V);
+  }
+  auto mean_abs = [&](const AnyTensor& a) {
+    double sum = 0;
+    for (std::int64_t i = 0; i < (S - 1) * V; ++i) sum += std::fabs(a.element(i) - want.element(P * V + i));
+    return sum / static_cast<double>((S - 1) * V);
+  };
+  const double mean = mean_abs(AnyTensor::from(steps));
+  std::printf("int8 KV cache: decode, mean |ours - float64 with the same quantisation| = %.3g\n", mean);
+  CHECK(mean <= kInt8MeanAbs);
+  // The unquantised cache's logits are far from these (the fixture tells the caches apart).
+  const AnyTensor f16 = test::npy(dir + "/logits_f64_kv_f16.npy");
+  CHECK(mean_abs(f16.narrow(0, P, S - 1)) > 2 * kInt8MeanAbs);
+  // Packed rows are bytes, whatever the cache buffers' element type: over an fp16-typed cache, the same logits.
+  if (std::string(MAXTEXT_BLOCKS_BUILT).find("ggmlw_f16kv") != std::string::npos) {
+    const auto h = make(cfg, "float16");
+    models::GenerateOptions go;
+    go.max_new_tokens = 8;
+    go.logprobs = true;
+    const auto a = m->generate({prompt}, go), b = h->generate({prompt}, go);
+    CHECK(a.tokens == b.tokens);
+    CHECK(a.logprobs.at(0).at(7).logprob == b.logprobs.at(0).at(7).logprob);
+  }
+  // Bytes: a packed row of 2 kv heads of 16 is 32 codes, a bf16 scale and padding to 16 bytes (48 bytes) per key or
+  // value, against 128 in float32.
+  const Config plain_cfg = io::read_weights_config(path).value();
+  REQUIRE(plain_cfg.num_kv_heads * plain_cfg.head_dim == 32);
+  CHECK(m->new_cache(1, 64)->bytes() * 128 == make(plain_cfg, "")->new_cache(1, 64)->bytes() * 48);
+}
+
 TEST_CASE("llama.cpp peer: gemma2 (local/global pairs, sliding window 8, soft caps)", "[models][llamacpp]") {
   check_peer("gemma2", kGelu);
 }

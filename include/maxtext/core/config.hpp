@@ -497,7 +497,6 @@ inline const std::vector<UnsupportedFeature>& unsupported_features() {
       {"use_batch_split_schedule", "the DeepSeek batch-split schedule", detail::truthy},
       {"use_indexer", "the DeepSeek-3.2 sparse-attention indexer", detail::truthy},
       {"quantization", "AQT/qwix/fp8 quantized training numerics", detail::nonempty_list},
-      {"quantize_kvcache", "a quantized KV cache", detail::truthy},
       {"use_multimodal", "image / audio inputs (maxtext-cpp runs the text decoder only)", detail::truthy},
       {"use_random_routing", "random MoE routing", detail::truthy},
       {"moba", "MoBA attention", detail::truthy},

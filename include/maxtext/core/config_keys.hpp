@@ -32,8 +32,9 @@ namespace maxtext {
 namespace config_keys {
 
 /// Keys the library reads from Config::extra (lists and modes without a typed field; the mesh keys comm::Mesh reads).
-inline constexpr std::array<std::string_view, 36> extension = {
+inline constexpr std::array<std::string_view, 39> extension = {
     "pagedattn_num_pages", "pagedattn_tokens_per_page", "pagedattn_max_pages_per_group",  // models/paged_memory.hpp
+    "quantize_kvcache", "kv_quant_dtype", "kv_quant_axis",                                 // layers/kv_quant.hpp
     "compress_ratios", "engram_layers", "engram_vocab_bases", "learn_to_init_mode", "mrope_section", "no_rope_layers",
     "num_slices", "ici_diloco_parallelism", "ici_data_parallelism", "ici_fsdp_parallelism",
     "ici_fsdp_transpose_parallelism", "ici_sequence_parallelism", "ici_context_parallelism",
@@ -162,10 +163,10 @@ inline constexpr std::string_view inert[] = {
     "elastic_max_retries", "elastic_min_slice_count",
 };
 
-/// Settings of a feature that is refused when it is on (use_multimodal, use_audio, quantization, quantize_kvcache,
-/// moba, use_indexer, weight sparsity, attention_type block_diffusion): ignored while it is off.
+/// Settings of a feature that is refused when it is on (use_multimodal, use_audio, quantization, moba, use_indexer,
+/// weight sparsity, attention_type block_diffusion): ignored while it is off.
 inline constexpr std::string_view dependent[] = {
-    "constant_bound_config", "quant_cfg_path", "kv_quant_axis", "kv_quant_dtype", "use_qwix_quantization",
+    "constant_bound_config", "quant_cfg_path", "use_qwix_quantization",
     "use_manual_quantization", "weight_quantization_calibration_method", "act_quantization_calibration_method",
     "quantization_local_shard_count", "weight_sparsity_update_step", "weight_sparsity_start_step",
     "causal_block_size", "moba_chunk_size", "moba_topk", "indexer_use_approx_top_k", "indexer_approx_top_k_recall",

@@ -27,6 +27,7 @@
 #include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/layers/attention_op.hpp"
+#include "maxtext/layers/kv_quant.hpp"
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/linears.hpp"
 #include "maxtext/layers/normalizations.hpp"
@@ -91,6 +92,8 @@ class MLA {
     MAXTEXT_CHECK(c.num_query_heads == c.num_kv_heads, ConfigError, "[MLA] num_query_heads (", c.num_query_heads,
                   ") must equal num_kv_heads (", c.num_kv_heads, ")");
     MAXTEXT_CHECK(!c.fused_qkv, ConfigError, "[MLA] fused_qkv is not supported by MLA");
+    MAXTEXT_CHECK(!kv_quant_options(c), UnsupportedError, "[MLA] quantize_kvcache: a quantised MLA cache (latents or "
+                  "expanded keys) is not implemented; the quantised cache covers the other attention layers");
     const std::int64_t Hq = Hn_ + Hr_;
     const Init init = Init::normal;  // nd_dense_init(1.0, "fan_in", "normal"), no query scaling at init
     if (rq_ == 0) {
@@ -105,7 +108,7 @@ class MLA {
     wkv_b_ = DenseGeneral<P>({{rkv_}, {N_, Hn_ + Hv_}, false, init});
     out_ = DenseGeneral<P>({{N_, Hv_}, {D_}, false, init});
     opt_.soft_cap = static_cast<float>(c.attn_logits_soft_cap);  // MLA passes no fp32 flags: both stay off
-    op_ = AttentionOp<P>({N_, N_, Hq, Hv_, true, 0, 0, opt_});
+    op_ = AttentionOp<P>({N_, N_, Hq, Hv_, true, 0, 0, opt_, std::nullopt});
 
     const RopeSpec rs = mla_rope_spec(c);
     positions_ = rope_table_positions(rs, c);

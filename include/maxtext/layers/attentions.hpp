@@ -211,6 +211,7 @@ class Attention {
     oc.options.soft_cap = static_cast<float>(a.attn_logits_soft_cap);
     oc.options.float32_qk_product = a.float32_qk_product;
     oc.options.float32_logits = a.float32_logits;
+    oc.kv_quant = kv_quant_options(c);
     op_ = AttentionOp<P>(oc);
   }
 
@@ -254,9 +255,11 @@ class Attention {
                   " features and outputs ", y.dim(1), ": expected emb_dim ", D_, " and ", O_);
     MAXTEXT_CHECK(M == st.tokens() && y.dim(0) == M, ShapeError, "[Attention] ", M, " input rows for a step of ",
                   st.batch, " x ", st.length, " tokens");
-    MAXTEXT_CHECK(cache.buffers.size() == 2 && cache.buffers[0].dim(2) == K_ * H_ && cache.buffers[1].dim(2) == K_ * H_,
+    const CacheSpec widths = op_.cache_spec();
+    MAXTEXT_CHECK(cache.buffers.size() == 2 && cache.buffers[0].dim(2) == widths[0] && cache.buffers[1].dim(2) == widths[1],
                   ShapeError, "[Attention] the KV cache ", args_.share_kv_layer ? "of the donor layer " : "",
-                  "was made for another layer: expected two buffers of width ", K_ * H_);
+                  "was made for another layer: expected two buffers of width ", widths[0],
+                  op_.config().kv_quant ? " (quantised rows)" : "");
     if (args_.share_kv_layer) {
       forward_shared(ctx, p, x, cache, y);
       return;

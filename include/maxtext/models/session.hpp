@@ -33,6 +33,7 @@
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
+#include "maxtext/layers/kv_quant.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/session_file.hpp"
 #include "maxtext/models/speculative.hpp"
@@ -243,6 +244,7 @@ class Session {
     L.decoder_block = model_.config().decoder_block;
     L.activations = std::string(dtype_name(Model::activation_dtype()));
     L.cache_type = std::string(dtype_name(dtype_of_t<typename decltype(cache_)::cache_type>::value));
+    if (const auto q = layers::kv_quant_options(model_.config())) L.cache_type += " " + q->name();
     L.vocab_size = model_.config().vocab_size;
     L.emb_dim = model_.config().emb_dim;
     cache_.widths(L.buffers, L.states);

@@ -43,7 +43,7 @@ inline constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{64} << 20;
 struct Layout {
   std::string decoder_block;
   std::string activations;  ///< the activation type's name (f32, bf16, f16)
-  std::string cache_type;   ///< the KV buffers' element type's name
+  std::string cache_type;   ///< the KV buffers' element type's name, and the quantisation of a quantised cache
   std::int64_t vocab_size = 0, emb_dim = 0;
   std::vector<std::vector<std::int64_t>> buffers;  ///< per layer: the width of each KV buffer
   std::vector<std::vector<std::int64_t>> states;   ///< per layer: the width of each recurrent state (f32)
@@ -232,6 +232,7 @@ inline void check_layout(const Layout& f, const Layout& m, std::string_view name
 }  // namespace detail
 
 MAXTEXT_API std::size_t element_bytes(std::string_view type) {
+  type = type.substr(0, type.find(' '));  // "f32 int8/heads_and_dkv": packed quantised rows in f32 elements
   if (type == "f32") return 4;
   if (type == "bf16" || type == "f16") return 2;
   return 0;

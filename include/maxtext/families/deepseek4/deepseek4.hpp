@@ -44,6 +44,7 @@
 #include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/layers/context.hpp"
+#include "maxtext/layers/kv_quant.hpp"
 #include "maxtext/layers/layer_info.hpp"
 #include "maxtext/layers/linears.hpp"
 #include "maxtext/layers/mhc.hpp"
@@ -301,6 +302,8 @@ class Deepseek4Attention {
     MAXTEXT_CHECK(c.num_kv_heads == 1, UnsupportedError, "[DeepSeek4] compressed attention shares one key/value head "
                   "(attention_compressed.py), found num_kv_heads = ", c.num_kv_heads);
     MAXTEXT_CHECK(ql_ > 0, ConfigError, "[DeepSeek4] q_lora_rank must be > 0, found ", ql_);
+    MAXTEXT_CHECK(!layers::kv_quant_options(c), UnsupportedError, "[DeepSeek4] quantize_kvcache: a quantised cache of "
+                  "the compressed attention (keys, compressed blocks, indexer) is not implemented");
     MAXTEXT_CHECK(G_ > 0 && ol_ > 0 && (N_ * hd_) % G_ == 0, ConfigError, "[DeepSeek4] o_groups (", G_,
                   ") must divide num_query_heads * head_dim (", N_ * hd_, ") and o_lora_rank (", ol_, ") be > 0");
     MAXTEXT_CHECK(c.qk_rope_head_dim > 0 && c.qk_rope_head_dim <= hd_ && c.qk_rope_head_dim % 2 == 0, ConfigError,

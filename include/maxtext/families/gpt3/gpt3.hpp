@@ -49,7 +49,7 @@ class Gpt3MultiHeadAttention {
     AttentionOptions opt;
     opt.float32_qk_product = c.float32_qk_product;
     opt.float32_logits = c.float32_logits;
-    op_ = AttentionOp<P>({N_, N_, H_, H_, true, 0, 0, opt});
+    op_ = AttentionOp<P>({N_, N_, H_, H_, true, 0, 0, opt, kv_quant_options(c)});
   }
   CacheSpec cache_spec() const { return op_.cache_spec(); }
 

@@ -1,0 +1,212 @@
+// layers/kv_quant.hpp: MaxText's KV-cache quantisation (src/maxtext/inference/kvcache.py, class KVQuant, and the
+// dequantisation of get_cached_values): the numerics of one cached token row of keys or values, `heads` heads of `d`
+// values each, turned into codes and scales and back.
+//
+//   scale      = max |x| over the row's head_dim ("dkv": one scale per head) or over the whole row ("heads_and_dkv",
+//                MaxText's default): the cache stores it in bfloat16, as MaxText's scale variables are;
+//   code       = int8:  rint(x * (127.5 / scale)) saturated to [-128, 127] (MAX_INT8 = 127.5, so the largest value
+//                       lands on 127.5, rounds to 128 and saturates to 127, as XLA's float-to-int conversion clamps);
+//                int4:  rint(x * (7.5 / scale)) saturated to [-8, 7], two codes a byte (low nibble first);
+//                fp8:   float8_e4m3fn(x * (448 / scale)), round to nearest even;
+//                x * (MAX / scale) computed in float32 (MAX / scale first), as an f32 model computes it;
+//   dequantised = code * step, step = stored scale / MAX as get_cached_values divides it: for int8 / int4 by a
+//                Python float (weakly typed), so in bfloat16: bf16(float(stored) / MAX); for fp8 by E4M3_MAX, a
+//                NumPy float32 scalar, which promotes the division to float32: float(stored) / 448, not rounded
+//                (the AQT einsum applies the step to the other operand; same value, other rounding).
+// A row that is all zeros (scale 0) gets codes 0 and dequantises to 0 (MaxText's 0 * inf gives NaN codes there:
+// 0 for the integer types after XLA's conversion, NaN for fp8; here 0 for all three).
+// A cached row is stored as its codes, then its bf16 scales (at an even offset), padded to 16 bytes: a cache buffer of
+// the policy's KV type then holds packed_row_bytes / sizeof(KV) elements per token (AttentionOp::cache_spec), so
+// the cache's paging, sharing, cloning and session files handle quantised rows as they handle any other.
+// Checked against a float64 restatement of MaxText's KVQuant (tests/reference/kv_quant_reference.py,
+// tests/layers/test_kv_quant.cpp); the attention over such a cache: layers/attention_op.hpp.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "maxtext/core/config.hpp"
+#include "maxtext/core/dtype.hpp"
+#include "maxtext/core/error.hpp"
+#include "maxtext/core/nearest.hpp"
+
+namespace maxtext::layers {
+
+/// MaxText's kv_quant_dtype.
+enum class KVQuantType { int8, int4, fp8 };
+/// MaxText's kv_quant_axis: one scale per head ("dkv") or one per token ("heads_and_dkv").
+enum class KVQuantAxis { dkv, heads_and_dkv };
+
+namespace detail {
+/// float -> float8_e4m3fn bits, round to nearest even; finite values beyond 448 saturate to +-448 (a code of
+/// x * 448 / max|x| never exceeds 448 by more than float rounding); NaN -> 0x7f (with the sign).
+inline std::uint8_t fp8_e4m3_bits(float x) {
+  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  const float a = std::fabs(x);
+  if (std::isnan(a)) return static_cast<std::uint8_t>(sign | 0x7f);
+  if (a >= 448.0f) return static_cast<std::uint8_t>(sign | 0x7e);
+  if (a < 0.015625f) {  // below the smallest normal (2^-6): subnormal steps of 2^-9; 8 steps is the smallest normal
+    return static_cast<std::uint8_t>(sign | static_cast<std::uint8_t>(std::nearbyint(a * 512.0f)));
+  }
+  int e = 0;
+  (void)std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): the unbiased exponent is e - 1
+  const int ue = e - 1;
+  float m = std::nearbyint(std::ldexp(a, 3 - ue));  // in [8, 16]: the implicit bit and three mantissa bits (exact scaling)
+  int be = ue + 7;
+  if (m >= 16.0f) {
+    m = 8.0f;
+    ++be;
+  }
+  return static_cast<std::uint8_t>(sign | (be << 3) | (static_cast<int>(m) - 8));
+}
+}  // namespace detail
+
+/// The quantisation of KV-cache rows as MaxText's KVQuant defines it (see the file comment).
+struct KVQuant {
+  KVQuantType type = KVQuantType::int8;
+  KVQuantAxis axis = KVQuantAxis::heads_and_dkv;
+
+  /// From MaxText's config values (kv_quant_dtype, kv_quant_axis); anything else is refused by name.
+  static KVQuant parse(std::string_view dtype, std::string_view axis_name) {
+    static constexpr std::array<std::string_view, 3> types{"int8", "int4", "fp8"};
+    static constexpr std::array<std::string_view, 2> axes{"dkv", "heads_and_dkv"};
+    KVQuant q;
+    auto it = std::find(types.begin(), types.end(), dtype);
+    MAXTEXT_CHECK(it != types.end(), ConfigError, "[KVQuant] kv_quant_dtype '", std::string(dtype),
+                  "': expected int8, int4 or fp8", hint(dtype, types));
+    q.type = static_cast<KVQuantType>(it - types.begin());
+    auto ia = std::find(axes.begin(), axes.end(), axis_name);
+    MAXTEXT_CHECK(ia != axes.end(), ConfigError, "[KVQuant] kv_quant_axis '", std::string(axis_name),
+                  "': expected dkv or heads_and_dkv (\"\" only without quantize_kvcache)", hint(axis_name, axes));
+    q.axis = static_cast<KVQuantAxis>(ia - axes.begin());
+    return q;
+  }
+
+  /// "int8/heads_and_dkv" and so on.
+  std::string name() const {
+    return std::string(type == KVQuantType::int8 ? "int8" : type == KVQuantType::int4 ? "int4" : "fp8") + "/" +
+           (axis == KVQuantAxis::dkv ? "dkv" : "heads_and_dkv");
+  }
+  /// MaxText's MAX_INT8, MAX_INT4, E4M3_MAX.
+  float max_code() const { return type == KVQuantType::int8 ? 127.5f : type == KVQuantType::int4 ? 7.5f : 448.0f; }
+  /// Bytes of codes for a row of `width` values.
+  std::int64_t code_bytes(std::int64_t width) const { return type == KVQuantType::int4 ? (width + 1) / 2 : width; }
+  /// Scales per row of `heads` heads.
+  std::int64_t scales(std::int64_t heads) const { return axis == KVQuantAxis::dkv ? heads : 1; }
+  /// Byte offset of a packed row's bf16 scales (after its codes, even).
+  std::int64_t scale_offset(std::int64_t width) const { return (code_bytes(width) + 1) / 2 * 2; }
+  /// Bytes of a packed row of `heads` heads of `d` values: codes, scales, padding to 16 bytes.
+  std::int64_t packed_row_bytes(std::int64_t heads, std::int64_t d) const {
+    return (scale_offset(heads * d) + 2 * scales(heads) + 15) / 16 * 16;
+  }
+  /// Quantise x[heads * d] into the packed row `row` (packed_row_bytes(heads, d) bytes, 2-byte aligned).
+  void pack_row(const float* x, std::int64_t heads, std::int64_t d, std::uint8_t* row) const {
+    quantize_row(x, heads, d, row, reinterpret_cast<bf16*>(row + scale_offset(heads * d)));
+  }
+  /// A packed row back to values.
+  void unpack_row(const std::uint8_t* row, std::int64_t heads, std::int64_t d, float* out) const {
+    dequantize_row(row, reinterpret_cast<const bf16*>(row + scale_offset(heads * d)), heads, d, out);
+  }
+  /// What a code is multiplied by, from its stored scale (MaxText's get_cached_values): bf16(float(stored) / MAX)
+  /// for int8 / int4, float(stored) / 448 for fp8 (see the file comment).
+  float step(bf16 stored) const {
+    const float s = static_cast<float>(stored) / max_code();
+    return type == KVQuantType::fp8 ? s : static_cast<float>(bf16(s));
+  }
+
+  /// One token's row x[heads * d] into codes[code_bytes(heads * d)] and scales[scales(heads)].
+  void quantize_row(const float* x, std::int64_t heads, std::int64_t d, std::uint8_t* codes, bf16* scale_out) const {
+    const std::int64_t groups = scales(heads), len = heads * d / groups;
+    if (type == KVQuantType::int4) std::fill(codes, codes + code_bytes(heads * d), std::uint8_t{0});
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const float* xs = x + g * len;
+      float amax = 0.0f;
+      for (std::int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(xs[i]));
+      scale_out[g] = bf16(amax);
+      const float f = amax > 0.0f ? max_code() / amax : 0.0f;
+      const std::int64_t at = g * len;
+      switch (type) {
+        case KVQuantType::int8:
+          for (std::int64_t i = 0; i < len; ++i) {
+            codes[at + i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::clamp(std::nearbyint(xs[i] * f), -128.0f, 127.0f)));
+          }
+          break;
+        case KVQuantType::int4:
+          for (std::int64_t i = 0; i < len; ++i) {
+            const auto c = static_cast<std::uint8_t>(static_cast<int>(std::clamp(std::nearbyint(xs[i] * f), -8.0f, 7.0f)) & 0xf);
+            const std::int64_t e = at + i;
+            codes[e / 2] = static_cast<std::uint8_t>(codes[e / 2] | (e % 2 ? c << 4 : c));
+          }
+          break;
+        case KVQuantType::fp8:
+          for (std::int64_t i = 0; i < len; ++i) codes[at + i] = detail::fp8_e4m3_bits(xs[i] * f);
+          break;
+      }
+    }
+  }
+
+  /// The code of element `i` of a row, as a float (an integer for int8 / int4).
+  float code(const std::uint8_t* codes, std::int64_t i) const {
+    switch (type) {
+      case KVQuantType::int8: return static_cast<float>(static_cast<std::int8_t>(codes[i]));
+      case KVQuantType::int4: {
+        const int nib = (codes[i / 2] >> (i % 2 ? 4 : 0)) & 0xf;
+        return static_cast<float>(nib >= 8 ? nib - 16 : nib);
+      }
+      case KVQuantType::fp8: return static_cast<float>(fp8_e4m3{codes[i]});
+    }
+    return 0.0f;
+  }
+
+  /// A row's codes and scales back to values: out[i] = code(i) * step(its scale).
+  void dequantize_row(const std::uint8_t* codes, const bf16* scale_in, std::int64_t heads, std::int64_t d, float* out) const {
+    const std::int64_t groups = scales(heads), len = heads * d / groups;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const float s = step(scale_in[g]);
+      const std::int64_t at = g * len;
+      float* o = out + at;
+      switch (type) {
+        case KVQuantType::int8: {
+          const auto* c = reinterpret_cast<const std::int8_t*>(codes + at);
+          for (std::int64_t i = 0; i < len; ++i) o[i] = static_cast<float>(c[i]) * s;
+          break;
+        }
+        case KVQuantType::int4:
+          for (std::int64_t i = 0; i < len; ++i) o[i] = code(codes, at + i) * s;
+          break;
+        case KVQuantType::fp8:
+          for (std::int64_t i = 0; i < len; ++i) o[i] = static_cast<float>(fp8_e4m3{codes[at + i]}) * s;
+          break;
+      }
+    }
+  }
+
+ private:
+  template <class Names>
+  static std::string hint(std::string_view s, const Names& names) {
+    const std::string n = nearest_name(s, names);
+    return n.empty() ? std::string() : " (did you mean '" + n + "'?)";
+  }
+};
+
+/// MaxText's quantize_kvcache, kv_quant_dtype and kv_quant_axis (defaults int8 and heads_and_dkv, as base.yml's) from
+/// Config::extra: the quantisation the KV cache applies, or none when quantize_kvcache is off.
+inline std::optional<KVQuant> kv_quant_options(const Config& cfg) {
+  auto value = [&](const char* key, const char* dflt) {
+    const auto it = cfg.extra.find(key);
+    return it == cfg.extra.end() ? std::string(dflt) : it->second;
+  };
+  const std::string on = value("quantize_kvcache", "false");
+  MAXTEXT_CHECK(on == "true" || on == "True" || on == "TRUE" || on == "1" || on == "false" || on == "False" ||
+                    on == "FALSE" || on == "0",
+                ConfigError, "[config] quantize_kvcache: expected true or false, found '", on, "'");
+  if (!maxtext::detail::truthy(on)) return std::nullopt;
+  return KVQuant::parse(value("kv_quant_dtype", "int8"), value("kv_quant_axis", "heads_and_dkv"));
+}
+
+}  // namespace maxtext::layers
