@@ -28,6 +28,8 @@
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/transformer.hpp"
 
+#include "bench_args.hpp"
+
 using namespace maxtext;
 using Model = models::Transformer<Policy<cpu::Backend, float>, layers::Qwen3NextDecoderLayer>;
 
@@ -46,32 +48,17 @@ int main(int argc, char** argv) {
   const auto wanted = [&](const std::string& name) { return stacks.find("," + name + ",") != std::string::npos; };
   std::int64_t layers = 4;
   std::vector<std::int64_t> contexts = {512, 2048, 8192};
-  if (argc % 2 == 0) {
-    std::fprintf(stderr, "bench_qwen3_next: options come in pairs (--name value)\n");
-    return 2;
-  }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--threads") {
-      threads = std::stoi(v);
-    } else if (k == "--steps") {
-      steps = std::stoi(v);
-    } else if (k == "--gdn-chunked") {
-      chunked = v != "0";
-    } else if (k == "--stacks") {
-      stacks = "," + v + ",";
-    } else if (k == "--layers") {
-      layers = std::stoll(v);
-    } else if (k == "--contexts") {
-      contexts.clear();
-      std::stringstream ss(v);
-      std::string item;
-      while (std::getline(ss, item, ',')) contexts.push_back(std::stoll(item));
-    } else {
-      std::fprintf(stderr, "bench_qwen3_next: unknown option %s\n", k.c_str());
-      return 2;
-    }
-  }
+  std::string stack_list = "gdn,attn,hybrid";
+  bench::Options o("bench_qwen3_next", "bench_qwen3_next [--threads T] [--steps N] [--gdn-chunked 0|1] "
+                                       "[--stacks gdn,attn,hybrid] [--layers L] [--contexts 512,2048,8192]");
+  o.number("--threads", threads)
+      .number("--steps", steps)
+      .number("--gdn-chunked", chunked)
+      .text("--stacks", stack_list)
+      .number("--layers", layers)
+      .list("--contexts", contexts)
+      .parse(argc, argv);
+  stacks = "," + stack_list + ",";
   if (steps < 1 || layers < 1 || threads < 1 || contexts.empty()) {
     std::fprintf(stderr, "bench_qwen3_next: --steps, --layers and --threads must be >= 1, --contexts non-empty\n");
     return 2;

@@ -28,6 +28,8 @@
 #include "maxtext/models/any_model_blocks.hpp"
 #include "maxtext/models/generate.hpp"
 
+#include "bench_args.hpp"
+
 MAXTEXT_ANY_MODEL_BUILT(::maxtext::models::any_model_policies::F32, ::maxtext::layers::LlamaDecoderLayer)
 
 #if defined(__has_feature)
@@ -64,29 +66,16 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::int64_t {
-      MAXTEXT_CHECK(i + 1 < argc, ArgumentError, "[soak] ", a, " needs a value");
-      return std::stoll(argv[++i]);
-    };
-    if (a == "--sessions") {
-      o.sessions = value();
-    } else if (a == "--warmup") {
-      o.warmup = value();
-    } else if (a == "--context") {
-      o.context = value();
-    } else if (a == "--threads") {
-      o.threads = static_cast<int>(value());
-    } else if (a == "--check") {
-      o.check = true;
-    } else {
-      MAXTEXT_THROW(ArgumentError, "[soak] unknown option '", a,
-                    "' (expected --sessions N, --warmup N, --context C, --threads T, --check)");
-    }
+  bench::Options opts("soak", "soak [--sessions N] [--warmup N] [--context C] [--threads T] [--check]");
+  opts.number("--sessions", o.sessions)
+      .number("--warmup", o.warmup)
+      .number("--context", o.context)
+      .number("--threads", o.threads)
+      .flag("--check", o.check)
+      .parse(argc, argv);
+  if (!(o.sessions > 0 && o.warmup >= 0 && o.context >= 16 && o.threads > 0)) {
+    opts.fail("--sessions > 0, --warmup >= 0, --context >= 16, --threads > 0 expected");
   }
-  MAXTEXT_CHECK(o.sessions > 0 && o.warmup >= 0 && o.context >= 16 && o.threads > 0, ArgumentError,
-                "[soak] --sessions > 0, --warmup >= 0, --context >= 16, --threads > 0 expected");
   return o;
 }
 

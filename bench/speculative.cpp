@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@
 #include "maxtext/models/speculative.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
+
+#include "bench_args.hpp"
 
 using namespace maxtext;
 
@@ -39,48 +42,33 @@ struct Args {
   bool int8 = false;  // cpu::Options::int8_activations (llama.cpp's arithmetic for quantised files)
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "bench_speculative: %s\n"
-               "usage: bench_speculative [--weights FILE.gguf | --dim D --layers L --heads H --kv-heads K --hidden F "
-               "--vocab V --weight-type f32|bf16] [--threads N] [--context C] [--k-max K] [--reps R] "
-               "[--prompt TEXT --tokens N] [--int8-activations 0|1]\n",
-               why.c_str());
-  std::exit(2);
-}
-
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) usage(k + " needs a value");
-    const std::string v = argv[++i];
-    auto num = [&]() {
-      try {
-        return std::stoll(v);
-      } catch (const std::exception&) {
-        usage(k + " needs a number, found '" + v + "'");
-      }
-    };
-    if (k == "--weights") a.weights = v;
-    else if (k == "--weight-type") a.wtype = v;
-    else if (k == "--prompt") a.prompt = v;
-    else if (k == "--dim") a.dim = num();
-    else if (k == "--layers") a.layers = num();
-    else if (k == "--heads") a.heads = num();
-    else if (k == "--kv-heads") a.kv_heads = num();
-    else if (k == "--hidden") a.hidden = num();
-    else if (k == "--vocab") a.vocab = num();
-    else if (k == "--context") a.context = num();
-    else if (k == "--k-max") a.k_max = num();
-    else if (k == "--tokens") a.tokens = num();
-    else if (k == "--threads") a.threads = static_cast<int>(num());
-    else if (k == "--reps") a.reps = static_cast<int>(num());
-    else if (k == "--int8-activations") a.int8 = num() != 0;
-    else usage("unknown option " + k);
+  bench::Options o("bench_speculative",
+                   "bench_speculative [--weights FILE.gguf | --dim D --layers L --heads H --kv-heads K --hidden F "
+                   "--vocab V --weight-type f32|bf16] [--threads N] [--context C] [--k-max K] [--reps R] "
+                   "[--prompt TEXT --tokens N] [--int8-activations 0|1]");
+  o.text("--weights", a.weights)
+      .text("--weight-type", a.wtype)
+      .text("--prompt", a.prompt)
+      .number("--dim", a.dim)
+      .number("--layers", a.layers)
+      .number("--heads", a.heads)
+      .number("--kv-heads", a.kv_heads)
+      .number("--hidden", a.hidden)
+      .number("--vocab", a.vocab)
+      .number("--context", a.context)
+      .number("--k-max", a.k_max)
+      .number("--tokens", a.tokens)
+      .number("--threads", a.threads)
+      .number("--reps", a.reps)
+      .number("--int8-activations", a.int8)
+      .parse(argc, argv);
+  if (a.k_max < 1 || a.context < 1 || a.reps < 1 || a.tokens < 2) o.fail("--k-max, --context, --reps >= 1, --tokens >= 2");
+  if (!a.prompt.empty() && a.weights.empty()) o.fail("--prompt needs --weights (a GGUF file with its tokenizer)");
+  if (a.weights.empty() && a.wtype != "f32" && a.wtype != "bf16") {
+    o.fail("--weight-type must be f32 or bf16 (seeded weights), found '" + a.wtype + "'");
   }
-  if (a.k_max < 1 || a.context < 1 || a.reps < 1 || a.tokens < 2) usage("--k-max, --context, --reps >= 1, --tokens >= 2");
-  if (!a.prompt.empty() && a.weights.empty()) usage("--prompt needs --weights (a GGUF file with its tokenizer)");
   return a;
 }
 
@@ -204,7 +192,7 @@ int main(int argc, char** argv) {
       model.init(1);
       run(a, model);
     } else {
-      usage("--weight-type must be f32 or bf16 (seeded weights), found '" + a.wtype + "'");
+      throw std::invalid_argument("--weight-type must be f32 or bf16 (seeded weights), found '" + a.wtype + "'");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_speculative: %s\n", e.what());

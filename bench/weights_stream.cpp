@@ -24,6 +24,8 @@
 #include "maxtext/backend/cpu/qblock.hpp"
 #include "maxtext/io/gguf.hpp"
 
+#include "bench_args.hpp"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -93,17 +95,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   int passes = 30, gap_us = 0;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "--passes") {
-      passes = std::max(3, std::stoi(argv[i + 1]));
-    } else if (k == "--gap-us") {
-      gap_us = std::stoi(argv[i + 1]);
-    } else {
-      std::fprintf(stderr, "weights_stream: unknown option %s\n", k.c_str());
-      return 2;
-    }
-  }
+  bench::Options o("weights_stream", "weights_stream MODEL.gguf [--passes N] [--gap-us N]");
+  o.number("--passes", passes).number("--gap-us", gap_us).parse(argc, argv, 2);
+  passes = std::max(3, passes);
   try {
     const io::GgufFile f = io::read_gguf(argv[1]);
     auto find = [&](const std::string& name) -> const io::GgufBlockTensor* {
