@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +23,8 @@
 #include "maxtext/families/qwen3_next/qwen3_next.hpp"
 #include "maxtext/models/transformer.hpp"
 
+#include "bench_args.hpp"
+
 using namespace maxtext;
 
 namespace {
@@ -34,60 +35,38 @@ struct Args {
   int threads = 1, reps = 2, decode = 16;
   bool int8_activations = false;  ///< cpu::Options::int8_activations (Q8_0 weights only)
   std::string kv_type = "act";    ///< KV-cache type: "act" (the activation type) or "f16" (--weight-type ggml only)
+  std::string kv_quant;           ///< MaxText's quantize_kvcache with this kv_quant_dtype (int8, int4, fp8), or none
   std::int64_t context = 512;
   std::vector<std::int64_t> prompts = {128, 512};
 };
 
-std::vector<std::int64_t> parse_list(const std::string& s) {
-  std::vector<std::int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) v.push_back(std::stoll(item));
-  }
-  return v;
-}
-
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "e2e: %s needs a value\n", k.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (k == "--weights") a.weights = val();
-    else if (k == "--name") a.name = val();
-    else if (k == "--weight-type") a.wtype = val();
-    else if (k == "--dim") a.dim = std::stoll(val());
-    else if (k == "--layers") a.layers = std::stoll(val());
-    else if (k == "--heads") a.heads = std::stoll(val());
-    else if (k == "--kv-heads") a.kv_heads = std::stoll(val());
-    else if (k == "--hidden") a.hidden = std::stoll(val());
-    else if (k == "--vocab") a.vocab = std::stoll(val());
-    else if (k == "--head-dim") a.head_dim = std::stoll(val());
-    else if (k == "--threads") a.threads = std::stoi(val());
-    else if (k == "--reps") a.reps = std::stoi(val());
-    else if (k == "--decode") a.decode = std::stoi(val());
-    else if (k == "--context") a.context = std::stoll(val());
-    else if (k == "--prompts") a.prompts = parse_list(val());
-    else if (k == "--int8-activations") a.int8_activations = true;
-    else if (k == "--kv-type") a.kv_type = val();
-    else {
-      std::fprintf(stderr, "e2e: unknown option %s\n", k.c_str());
-      std::exit(2);
-    }
-  }
-  if (a.weights.empty()) {
-    std::fprintf(stderr,
-                 "usage: e2e --weights F.gguf | (F.safetensors --dim D --layers L --heads N [--kv-heads K] --hidden F "
-                 "[--vocab V] [--head-dim H]) [--weight-type f32|bf16|q8_0|ggml] [--threads T] [--prompts 128,512] "
-                 "[--context 512] [--decode 16] [--reps 2] [--name NAME] [--int8-activations] [--kv-type act|f16]\n");
-    std::exit(2);
-  }
+  bench::Options o("e2e",
+                   "e2e --weights F.gguf | (F.safetensors --dim D --layers L --heads N [--kv-heads K] --hidden F "
+                   "[--vocab V] [--head-dim H]) [--weight-type f32|bf16|q8_0|ggml] [--threads T] [--prompts 128,512] "
+                   "[--context 512] [--decode 16] [--reps 2] [--name NAME] [--int8-activations] [--kv-type act|f16] "
+                   "[--kv-quant int8|int4|fp8]");
+  o.text("--weights", a.weights)
+      .text("--name", a.name)
+      .text("--weight-type", a.wtype)
+      .number("--dim", a.dim)
+      .number("--layers", a.layers)
+      .number("--heads", a.heads)
+      .number("--kv-heads", a.kv_heads)
+      .number("--hidden", a.hidden)
+      .number("--vocab", a.vocab)
+      .number("--head-dim", a.head_dim)
+      .number("--threads", a.threads)
+      .number("--reps", a.reps)
+      .number("--decode", a.decode)
+      .number("--context", a.context)
+      .list("--prompts", a.prompts)
+      .flag("--int8-activations", a.int8_activations)
+      .text("--kv-type", a.kv_type)
+      .text("--kv-quant", a.kv_quant)
+      .parse(argc, argv);
+  if (a.weights.empty()) o.fail("--weights is required");
   if (a.kv_heads <= 0) a.kv_heads = a.heads;
   if (a.head_dim <= 0 && a.heads > 0) a.head_dim = a.dim / a.heads;
   return a;
@@ -99,7 +78,8 @@ void report(const Args& a, const std::string& test, std::int64_t tokens, double 
   std::printf(
       "{\"impl\": \"%s\", \"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"test\": \"%s\", "
       "\"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.3f}\n",
-      (std::string(a.int8_activations ? "maxtext-int8act" : "maxtext") + (a.kv_type == "f16" ? "-kvf16" : "")).c_str(),
+      (std::string(a.int8_activations ? "maxtext-int8act" : "maxtext") + (a.kv_type == "f16" ? "-kvf16" : "") +
+       (a.kv_quant.empty() ? "" : "-kv" + a.kv_quant)).c_str(),
       a.name.c_str(), a.wtype.c_str(), a.threads, test.c_str(), static_cast<long long>(tokens), seconds,
       static_cast<double>(tokens) / seconds);
   std::fflush(stdout);
@@ -188,6 +168,10 @@ int main(int argc, char** argv) {
     }
     cfg.max_target_length = std::max<std::int64_t>(a.context + a.decode + 8, 1024);
     cfg.scan_layers = false;
+    if (!a.kv_quant.empty()) {  // MaxText's quantised cache (kv_quant_dtype is checked by the model)
+      cfg.set("quantize_kvcache", "true");
+      cfg.set("kv_quant_dtype", a.kv_quant);
+    }
     a.vocab = cfg.vocab_size;
     using B = cpu::Backend;
     if (a.kv_type != "act" && a.kv_type != "f16") {

@@ -3,13 +3,17 @@
 // GGUF file, with
 //   - "ordinary": one cache of C x N tokens (rows of a common prefix copied between slots, BatchOptions::share_min),
 //   - "paged": a paged cache (models/paged_memory.hpp; pages of the system prompt mapped by every slot, copied on
-//     write).
+//     write),
+//   - "paged-f16": the same with a float16 cache (the policy's KV type; llama.cpp's default cache type),
+//   - "paged-int8", "paged-int4", "paged-fp8": the same with MaxText's quantised cache (quantize_kvcache,
+//     kv_quant_dtype; layers/kv_quant.hpp), "int8": the ordinary cache quantised.
 // For each: the cache's bytes as the library counts them (KVCache::bytes: every row reserved, or the pool's pages
 // in use), the pool file's allocated memory, the process's memory growth while the conversations' caches are alive
 // (PSS: a page mapped by several slots counted once), the tokens the
 // scheduler lent instead of running, and the wall time. One JSON object per line; both in one run.
 //
 //   bench_kv_memory --weights model.gguf [--conversations 32] [--tokens 2048] [--shared 1000] [--threads 2]
+//                   [--caches ordinary,paged,paged-f16,paged-int8]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +21,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +33,8 @@
 #include "maxtext/models/session.hpp"
 #include "maxtext/models/transformer.hpp"
 
+#include "bench_args.hpp"
+
 using namespace maxtext;
 
 namespace {
@@ -36,39 +43,24 @@ struct Args {
   std::string weights;
   std::int64_t conversations = 32, tokens = 2048, shared = 1000;
   int threads = 2;
+  std::string caches = "ordinary,paged,paged-f16,paged-int8";
 };
-
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "bench_kv_memory: %s\nusage: bench_kv_memory --weights FILE.gguf [--conversations C] [--tokens N] "
-               "[--shared S] [--threads T]\n",
-               why.c_str());
-  std::exit(2);
-}
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) usage(k + " needs a value");
-    const std::string v = argv[++i];
-    auto num = [&]() {
-      try {
-        return std::stoll(v);
-      } catch (const std::exception&) {
-        usage(k + " needs a number, found '" + v + "'");
-      }
-    };
-    if (k == "--weights") a.weights = v;
-    else if (k == "--conversations") a.conversations = num();
-    else if (k == "--tokens") a.tokens = num();
-    else if (k == "--shared") a.shared = num();
-    else if (k == "--threads") a.threads = static_cast<int>(num());
-    else usage("unknown option " + k);
-  }
-  if (a.weights.empty()) usage("--weights is required");
+  bench::Options o("bench_kv_memory", "bench_kv_memory --weights FILE.gguf [--conversations C] [--tokens N] "
+                                      "[--shared S] [--threads T] [--caches ordinary,paged,paged-f16,paged-int8,"
+                                      "paged-int4,paged-fp8,int8]");
+  o.text("--weights", a.weights)
+      .number("--conversations", a.conversations)
+      .number("--tokens", a.tokens)
+      .number("--shared", a.shared)
+      .number("--threads", a.threads)
+      .text("--caches", a.caches)
+      .parse(argc, argv);
+  if (a.weights.empty()) o.fail("--weights is required");
   if (a.conversations < 1 || a.tokens < 2 || a.shared < 0 || a.shared >= a.tokens) {
-    usage("--conversations >= 1, --tokens >= 2, 0 <= --shared < --tokens");
+    o.fail("--conversations >= 1, --tokens >= 2, 0 <= --shared < --tokens");
   }
   return a;
 }
@@ -88,7 +80,7 @@ std::int64_t pss() {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 template <class Model>
-void run(const Args& a, Model& model, bool paged) {
+void run(const Args& a, Model& model, const std::string& kind) {
   const std::int64_t V = model.config().vocab_size;
   std::mt19937 g(7);
   std::uniform_int_distribution<std::int32_t> tok(3, static_cast<std::int32_t>(V - 1));
@@ -130,7 +122,7 @@ void run(const Args& a, Model& model, bool paged) {
               "\"shared\": %lld, \"cache_bytes\": %lld, \"pool_resident_bytes\": %lld, \"pss_growth_bytes\": %lld, "
               "\"tokens_per_page\": %lld, \"pages_used\": %lld, \"pages_shared\": %lld, \"shares\": %lld, \"shared_tokens\": %lld, "
               "\"bytes_per_token\": %.0f, \"seconds\": %.1f}\n",
-              a.weights.c_str(), paged ? "paged" : "ordinary", static_cast<long long>(a.conversations),
+              a.weights.c_str(), kind.c_str(), static_cast<long long>(a.conversations),
               static_cast<long long>(a.tokens), static_cast<long long>(a.shared), static_cast<long long>(cache_bytes),
               static_cast<long long>(ps.resident_bytes), static_cast<long long>(grown), static_cast<long long>(ps.tokens_per_page),
               static_cast<long long>(ps.pages_used), static_cast<long long>(ps.pages_shared),
@@ -147,20 +139,39 @@ int main(int argc, char** argv) {
     cpu::Options opt;
     opt.threads = a.threads;
     const B be(opt);
-    for (const bool paged : {false, true}) {
+    std::stringstream list(a.caches);
+    std::string kind;
+    while (std::getline(list, kind, ',')) {
+      static const std::vector<std::string> kinds = {"ordinary", "paged", "paged-f16", "paged-int8", "paged-int4",
+                                                     "paged-fp8", "int8"};
+      MAXTEXT_CHECK(std::find(kinds.begin(), kinds.end(), kind) != kinds.end(), ArgumentError, "[bench_kv_memory] --caches: "
+                    "unknown cache '", kind, "' (ordinary, paged, paged-f16, paged-int8, paged-int4, paged-fp8, int8)");
       Config cfg = io::read_weights_config(a.weights).value();
       MAXTEXT_CHECK(cfg.is("llama2"), UnsupportedError, "[bench_kv_memory] decoder_block ", cfg.decoder_block,
                     ": llama files only");
       cfg.max_target_length = std::max<std::int64_t>(cfg.max_target_length, a.tokens);
       cfg.dtype = "float32";
-      if (paged) {
+      if (kind.rfind("paged", 0) == 0) {
         cfg.set("attention", "paged");
         // The pool: every slot's own tokens plus one copy of the system prompt, in pages (the cache sizes pages).
         cfg.set("pagedattn_num_pages", std::to_string(a.conversations * (a.tokens / 16 + 2)));
       }
-      models::Transformer<Policy<B, ggml_byte, float>, layers::LlamaDecoderLayer> model(cfg, be);
-      model.load(io::load_weights(a.weights, cfg, true).tensors);
-      run(a, model, paged);
+      const auto q = kind.find("int8") != std::string::npos ? "int8"
+                     : kind.find("int4") != std::string::npos ? "int4"
+                     : kind.find("fp8") != std::string::npos  ? "fp8" : "";
+      if (*q) {
+        cfg.set("quantize_kvcache", "true");
+        cfg.set("kv_quant_dtype", q);
+      }
+      if (kind == "paged-f16") {
+        models::Transformer<Policy<B, ggml_byte, float, float, fp16>, layers::LlamaDecoderLayer> model(cfg, be);
+        model.load(io::load_weights(a.weights, cfg, true).tensors);
+        run(a, model, kind);
+      } else {
+        models::Transformer<Policy<B, ggml_byte, float>, layers::LlamaDecoderLayer> model(cfg, be);
+        model.load(io::load_weights(a.weights, cfg, true).tensors);
+        run(a, model, kind);
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_kv_memory: %s\n", e.what());
