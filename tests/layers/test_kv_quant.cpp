@@ -58,6 +58,14 @@ Quantised quantise(const KVQuant& q, const AnyTensor& x) {
   return r;
 }
 
+/// The quantisations whose attention the fixture holds (case "a"), and the prefix of their keys.
+const std::vector<KVQuant>& attention_cases() {
+  static const std::vector<KVQuant> v{{KVQuantType::int8, KVQuantAxis::dkv}, {KVQuantType::int8, KVQuantAxis::heads_and_dkv},
+                                      {KVQuantType::fp8, KVQuantAxis::heads_and_dkv}};
+  return v;
+}
+std::string case_key(const KVQuant& q) { return std::string("a_") + type_name(q.type) + "_" + axis_name(q.axis) + "_"; }
+
 /// Our codes, scales and dequantised values for one case / type / axis equal the reference's.
 void check_case(const std::string& c, KVQuantType type, KVQuantAxis axis, const std::string& input = "x",
                 const std::string& out = "") {
@@ -130,19 +138,16 @@ TEST_CASE("KVQuant: attention over the dequantised cache equals the float64 rest
   q_start(0) = 0;
   kv_len(0) = static_cast<std::int32_t>(T);
   const AttentionMask mask = test::attention_mask(q_start.cview(), kv_len.cview(), {}, {}, {false, true, 0, 0});
-  struct Want { KVQuantType type; KVQuantAxis axis; };
-  for (const Want w : {Want{KVQuantType::int8, KVQuantAxis::dkv}, Want{KVQuantType::int8, KVQuantAxis::heads_and_dkv},
-                       Want{KVQuantType::fp8, KVQuantAxis::heads_and_dkv}}) {
-    const KVQuant kq{w.type, w.axis};
-    const std::string key = std::string("a_") + type_name(w.type) + "_" + axis_name(w.axis) + "_";
+  for (const KVQuant& kq : attention_cases()) {
+    const std::string key = case_key(kq);
     INFO(key);
-    check_case("a", w.type, w.axis, "v", "v");  // the values' codes and scales, too
+    check_case("a", kq.type, kq.axis, "v", "v");  // the values' codes and scales, too
     const Quantised kr = quantise(kq, xk), vr = quantise(kq, fixture().at("a_v"));
     Tensor<float, 4> k({1, T, K, d}), v({1, T, K, d}), o({1, T, N, d});
     std::copy(kr.deq.begin(), kr.deq.end(), k.data());
     std::copy(vr.deq.begin(), vr.deq.end(), v.data());
     be.attention(q.cview(), k.cview(), v.cview(), mask, AttentionOptions{}, View<const float, 1>(), o.view());
-    const AnyTensor& want = fixture().at(key + (w.type == KVQuantType::fp8 ? "attn_f32scale" : "attn"));
+    const AnyTensor& want = fixture().at(key + (kq.type == KVQuantType::fp8 ? "attn_f32scale" : "attn"));
     const AnyTensor& exact = fixture().at("a_attn_exact");
     double scale = 0, err = 0, qerr = 0;
     for (std::int64_t i = 0; i < T * N * d; ++i) scale = std::max(scale, std::fabs(want.element(i)));
@@ -227,13 +232,10 @@ TEST_CASE("AttentionOp over a quantised cache: MaxText's prefill and autoregress
   // token, several, or a layer that only reads the cache. f32 sums over 9 keys: 2e-6 of the output's scale.
   using P32 = Policy<reference::Backend, float>;
   using P16 = Policy<reference::Backend, float, float, float, fp16>;
-  struct Want { KVQuantType type; KVQuantAxis axis; };
-  for (const Want w : {Want{KVQuantType::int8, KVQuantAxis::dkv}, Want{KVQuantType::int8, KVQuantAxis::heads_and_dkv},
-                       Want{KVQuantType::fp8, KVQuantAxis::heads_and_dkv}}) {
-    const KVQuant kq{w.type, w.axis};
-    const std::string key = std::string("a_") + type_name(w.type) + "_" + axis_name(w.axis) + "_";
+  for (const KVQuant& kq : attention_cases()) {
+    const std::string key = case_key(kq);
     INFO(key);
-    const AnyTensor& quant = fixture().at(key + (w.type == KVQuantType::fp8 ? "attn_f32scale" : "attn"));
+    const AnyTensor& quant = fixture().at(key + (kq.type == KVQuantType::fp8 ? "attn_f32scale" : "attn"));
     const AnyTensor& exact = fixture().at("a_attn_exact");
     QuantDriver<P32> a(kq);
     CHECK(a.row_bytes() == kq.packed_row_bytes(2, 16));

@@ -60,6 +60,16 @@ std::vector<std::int32_t> ids(const AnyTensor& a) {
   return v;
 }
 
+/// The GGUF file's model with its matrices as the file stores them (weight type ggml) and KV-cache type `kv`.
+std::unique_ptr<models::AnyModel> ggml_model(const std::string& path, const Config& cfg, const std::string& kv) {
+  models::AnyModelOptions o;
+  o.weight_type = "ggml";
+  o.kv_type = kv;
+  auto m = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
+  m->load(io::load_weights(path, cfg, /*keep_blocks=*/true).tensors);
+  return m;
+}
+
 /// The model's logits [T, V] for `sequence` in one forward (teacher forcing).
 AnyTensor teacher_forced(models::AnyModel& m, const std::vector<std::int32_t>& sequence, std::int64_t vocab) {
   const auto T = static_cast<std::int64_t>(sequence.size());
@@ -163,14 +173,7 @@ TEST_CASE("llama.cpp peer: llama with an fp16 KV cache (kv_type float16) against
   std::vector<std::int32_t> sequence = prompt;
   sequence.insert(sequence.end(), greedy.begin(), greedy.end() - 1);
 
-  auto make = [&](const std::string& kv) {
-    models::AnyModelOptions o;
-    o.weight_type = "ggml";
-    o.kv_type = kv;
-    auto m = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
-    m->load(io::load_weights(path, cfg, /*keep_blocks=*/true).tensors);
-    return m;
-  };
+  auto make = [&](const std::string& kv) { return ggml_model(path, cfg, kv); };
   const auto m = make("float16");
   const auto r = testing::compare(teacher_forced(*m, sequence, cfg.vocab_size), rounded, kF16Cache);
   std::printf("fp16 KV cache: max |ours - float64 with the cache rounded to fp16| = %.3g\n", r.max_abs);
@@ -210,14 +213,7 @@ TEST_CASE("llama.cpp peer: llama with MaxText's int8 KV cache against a float64 
   const AnyTensor want = test::npy(dir + "/logits_f64_kv_int8.npy");
   const auto P = static_cast<std::int64_t>(prompt.size()), S = static_cast<std::int64_t>(greedy.size()), V = cfg.vocab_size;
   REQUIRE(want.shape == std::vector<std::int64_t>{P + S - 1, V});
-  auto make = [&](const Config& c, const std::string& kv) {
-    models::AnyModelOptions o;
-    o.weight_type = "ggml";
-    o.kv_type = kv;
-    auto m = models::make_built_any_model(c, o, MAXTEXT_BLOCKS_BUILT);
-    m->load(io::load_weights(path, c, /*keep_blocks=*/true).tensors);
-    return m;
-  };
+  auto make = [&](const Config& c, const std::string& kv) { return ggml_model(path, c, kv); };
   const auto m = make(cfg, "");
   auto cache = m->new_cache(1, P + S);
   Tensor<std::int32_t, 2> tok({1, P});

@@ -40,21 +40,7 @@ using Scheduler = models::BatchScheduler<Adapter>;
 /// The fixture's model with room for `ctx` tokens (configs as support/fixture_models.hpp makes them).
 std::unique_ptr<models::AnyModel> model_with_context(const std::string& name, std::int64_t ctx,
                                                      const std::vector<std::pair<std::string, std::string>>& set = {}) {
-  Config c = test::fixture_model_config(name);
-  c.max_target_length = std::max(c.max_target_length, ctx);
-  for (const auto& [k, v] : set) c.set(k, v);
-  c.derive();
-  auto m = models::make_built_any_model(c, {}, MAXTEXT_BLOCKS_BUILT);
-  m->init(29);
-  if (m->needs_engram_vocab()) {
-    const std::string dir = test::fixtures_dir() + "/" + name + "/";
-    const auto meta = test::read_meta(dir);
-    const AnyTensor l = test::npy(dir + "engram_lookup.npy");
-    const Tensor<std::int32_t, 1> lt = l.to<std::int32_t, 1>({l.shape[0]});
-    m->set_engram_vocab(std::vector<std::int32_t>(lt.data(), lt.data() + lt.size()),
-                        meta.at("compressed_vocab").get<std::int64_t>(), meta.at("pad_token").get<std::int32_t>());
-  }
-  return m;
+  return test::make_fixture_model(name, 29, ctx, set);
 }
 
 /// Logits of `ids` run into row `row` of `cache` (its length on), one pass, last token only. Positions wrap at 29:

@@ -37,21 +37,7 @@ namespace {
 using Settings = std::vector<std::pair<std::string, std::string>>;
 
 std::unique_ptr<models::AnyModel> model_with(const std::string& name, const Settings& set) {
-  Config c = test::fixture_model_config(name);
-  c.max_target_length = std::max<std::int64_t>(c.max_target_length, 128);
-  for (const auto& [k, v] : set) c.set(k, v);
-  c.derive();
-  auto m = models::make_built_any_model(c, {}, MAXTEXT_BLOCKS_BUILT);
-  m->init(29);
-  if (m->needs_engram_vocab()) {
-    const std::string dir = test::fixtures_dir() + "/" + name + "/";
-    const auto meta = test::read_meta(dir);
-    const AnyTensor l = test::npy(dir + "engram_lookup.npy");
-    const Tensor<std::int32_t, 1> lt = l.to<std::int32_t, 1>({l.shape[0]});
-    m->set_engram_vocab(std::vector<std::int32_t>(lt.data(), lt.data() + lt.size()),
-                        meta.at("compressed_vocab").get<std::int64_t>(), meta.at("pad_token").get<std::int32_t>());
-  }
-  return m;
+  return test::make_fixture_model(name, 29, 128, set);
 }
 
 /// Last-token logits of `ids` run into row `row` of `cache` in one step.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -53,10 +54,9 @@ inline Config fixture_model_config(const std::string& name, const std::string& d
   return c;
 }
 
-/// The fixture's model with weights drawn from `seed` (and its Engram table, where it has Engram layers).
-inline std::unique_ptr<models::AnyModel> make_fixture_model(const std::string& name, std::uint64_t seed,
-                                                            const std::string& dtype = "float32") {
-  const Config c = fixture_model_config(name, dtype);
+/// The model of config `c` (a fixture's) with weights drawn from `seed`, and fixture `name`'s Engram table where it
+/// has Engram layers.
+inline std::unique_ptr<models::AnyModel> seeded_fixture_model(const std::string& name, const Config& c, std::uint64_t seed) {
   auto m = models::make_built_any_model(c, {}, MAXTEXT_BLOCKS_BUILT);
   m->init(seed);
   if (m->needs_engram_vocab()) {
@@ -68,6 +68,22 @@ inline std::unique_ptr<models::AnyModel> make_fixture_model(const std::string& n
                         meta.at("compressed_vocab").get<std::int64_t>(), meta.at("pad_token").get<std::int32_t>());
   }
   return m;
+}
+
+/// The fixture's model with weights drawn from `seed` (and its Engram table, where it has Engram layers).
+inline std::unique_ptr<models::AnyModel> make_fixture_model(const std::string& name, std::uint64_t seed,
+                                                            const std::string& dtype = "float32") {
+  return seeded_fixture_model(name, fixture_model_config(name, dtype), seed);
+}
+
+/// The same with room for `ctx` tokens at least and the config keys `set` (key, value) on top.
+inline std::unique_ptr<models::AnyModel> make_fixture_model(const std::string& name, std::uint64_t seed, std::int64_t ctx,
+                                                            const std::vector<std::pair<std::string, std::string>>& set) {
+  Config c = fixture_model_config(name);
+  c.max_target_length = std::max(c.max_target_length, ctx);
+  for (const auto& [k, v] : set) c.set(k, v);
+  c.derive();
+  return seeded_fixture_model(name, c, seed);
 }
 
 /// `n` ids below `vocab`, varied by `salt`.
