@@ -364,6 +364,31 @@ def test_fp16_kv_cache_over_gguf_matrices_matches_the_float64_reference(mc):
         mc.Model(weights=os.path.join(d, "model.gguf"), kv_type="bfloat16")
 
 
+def test_int8_kv_cache_as_maxtext_quantises_it(mc):
+    # quantize_kvcache (MaxText's KVQuant, int8, one scale per token) over the llama.cpp peer's llama model: the
+    # prompt's prefill attends its keys and values as computed (the unquantised logits, bit for bit), each later step
+    # reads the cache dequantised. Against the float64 forward with the same semantics (logits_f64_kv_int8.npy) on
+    # average within 0.01, as tests/models/test_llamacpp_peer.cpp explains (an element at a rounding midpoint takes
+    # the neighbouring code: no per-element bound); the quantisation itself moves the logits 0.023 on average.
+    d = fixture("llamacpp", "llama")
+    g = os.path.join(d, "model.gguf")
+    prompt = np.load(os.path.join(d, "tokens.npy")).astype(np.int32)
+    greedy = np.load(os.path.join(d, "greedy.npy")).astype(np.int32)
+    want = np.load(os.path.join(d, "logits_f64_kv_int8.npy"))
+    P = len(prompt)
+    q = mc.Model(config=mc.Config(g, overrides={"quantize_kvcache": True}), weights=g, weight_type="ggml")
+    plain = mc.Model(config=mc.Config(g), weights=g, weight_type="ggml")
+    qc, pc = q.new_cache(1, P + len(greedy)), plain.new_cache(1, P + len(greedy))
+    assert np.array_equal(q.forward(prompt[None, :], cache=qc), plain.forward(prompt[None, :], cache=pc))
+    steps = np.array([q.forward(greedy[None, i:i + 1], cache=qc).reshape(-1) for i in range(len(greedy) - 1)])
+    assert np.abs(steps - want[P:]).mean() <= 0.01
+    # Packed rows: 2 kv heads of 16 -> 32 codes, a bf16 scale, padding to 16 bytes: 48 bytes against 128 in float32.
+    assert qc.nbytes * 128 == pc.nbytes * 48
+    with pytest.raises(mc.ConfigError, match="kv_quant_dtype 'int5'"):
+        mc.Model(config=mc.Config(g, overrides={"quantize_kvcache": True, "kv_quant_dtype": "int5"}), weights=g,
+                 weight_type="ggml")
+
+
 def test_session_keeps_its_cache_and_goes_on_from_a_file(mc, tmp_path):
     m, other = llama(mc), llama(mc)
     s = m.new_session(capacity=64)
