@@ -6,8 +6,10 @@
 // A quantised cache (Config::kv_quant: MaxText's quantize_kvcache, layers/kv_quant.hpp) holds packed rows of codes
 // and scales. Then, as in MaxText, a fresh prefill (a row starting at cache index 0, given its keys and values)
 // attends its own keys and values as computed, and every other step (decode, a later chunk, a speculative check, a
-// layer reading another layer's cache) reads them dequantised from the cache, its own tokens' included; each row is
-// dequantised into scratch and attended by the backend's kernel. Host memory only (the CPU and reference backends).
+// layer reading another layer's cache) reads them dequantised from the cache, its own tokens' included. Such steps
+// with f32 activations (and no segment ids or picture ranges) attend straight from the packed rows (attend_packed,
+// layers/kv_quant.hpp); the others dequantise each row into scratch for the backend's kernel. Host memory only (the
+// CPU and reference backends).
 #pragma once
 
 #include <algorithm>
@@ -190,9 +192,25 @@ class AttentionOp {
     const View<const A, 4> qb = as_batched(q, st.batch, st.length);
     const View<A, 4> ob = as_batched(out, st.batch, st.length);
     std::vector<float> row(static_cast<std::size_t>(K * std::max(Dk, Dv)));
+    int threads = 1;
+    if constexpr (requires { ctx.be.threads(); }) threads = ctx.be.threads();
     for (std::int64_t b = 0; b < st.batch; ++b) {
       const std::int64_t S = st.kv_len.data()[b * st.kv_len.stride(0)];
       const bool fresh = k != nullptr && st.start[static_cast<std::size_t>(b)] == 0;
+      if constexpr (std::is_same_v<A, float>) {
+        // f32 activations, no segment ids or picture ranges: straight from the packed rows (attend_packed).
+        if (!fresh && st.segment_ids.size() == 0 && st.kv_segment_ids.size() == 0 && st.bidir_begin.size() == 0) {
+          const PackedAttentionArgs pa{K, Dk, Dv, cfg_.causal, cfg_.sliding_window, cfg_.chunk, cfg_.options.soft_cap};
+          const View<const KV, 3> kb = cache.buffers[0].cview(), vb = cache.buffers[1].cview();
+          const auto bytes = static_cast<std::int64_t>(sizeof(KV));
+          MAXTEXT_CHECK(sinks.size() == 0 || sinks.stride(0) == 1, ShapeError, "[AttentionOp] sinks must be contiguous");
+          attend_packed(kq, pa, q.narrow(0, b * st.length, st.length), st.start[static_cast<std::size_t>(b)], S,
+                        reinterpret_cast<const std::uint8_t*>(kb.data() + b * kb.stride(0)), kb.stride(1) * bytes,
+                        reinterpret_cast<const std::uint8_t*>(vb.data() + b * vb.stride(0)), vb.stride(1) * bytes,
+                        sinks.size() > 0 ? sinks.data() : nullptr, out.narrow(0, b * st.length, st.length), threads);
+          continue;
+        }
+      }
       ScratchScope scope(ctx.scratch);
       View<A, 4> kd = ctx.scratch.template alloc<A, 4>({1, std::max<std::int64_t>(S, 1), K, Dk});
       View<A, 4> vd = ctx.scratch.template alloc<A, 4>({1, std::max<std::int64_t>(S, 1), K, Dv});

@@ -26,14 +26,27 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/nearest.hpp"
+#include "maxtext/core/tensor.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+// Vectorised loops over a row's codes (the sums reassociated: OpenMP's simd reduction); plain loops without OpenMP.
+#define MAXTEXT_KVQ_SIMD _Pragma("omp simd")
+#define MAXTEXT_KVQ_SIMD_SUM _Pragma("omp simd reduction(+ : acc)")
+#else
+#define MAXTEXT_KVQ_SIMD
+#define MAXTEXT_KVQ_SIMD_SUM
+#endif
 
 namespace maxtext::layers {
 
@@ -193,6 +206,128 @@ struct KVQuant {
     return n.empty() ? std::string() : " (did you mean '" + n + "'?)";
   }
 };
+
+/// The mask and numerics of attention over packed rows (AttentionOp's, without segment ids or picture ranges).
+struct PackedAttentionArgs {
+  std::int64_t kv_heads = 0, qk_dim = 0, v_dim = 0;
+  bool causal = true;
+  std::int64_t sliding_window = 0, chunk = 0;
+  float soft_cap = 0.0f;
+};
+
+/// Attention of one sequence's T queries q [T, N, qk_dim] at cache positions q0 .. q0 + T - 1 over its first S cached
+/// rows, read packed (`keys` / `values`: row s at s * stride bytes) without dequantising them into memory:
+/// l_s = step_s * sum_i q_i code_i (the key's dequantised dot product), soft cap, the masks of AttentionMask
+/// (causal: s <= position; sliding window: position - W < s <= position; chunk: the same chunk, s <= position), a
+/// softmax with the head's sink in the denominator when `sinks` is given, and out = sum_s w_s step_s code_s over the
+/// values. The arithmetic of the backends' attention over the dequantised rows, in another order (f32 sums). A query
+/// that sees no key averages all S values (MaxText's finite mask value), or gives 0 with a sink. Split over `threads`
+/// threads by query head.
+inline void attend_packed(const KVQuant& kq, const PackedAttentionArgs& a, View<const float, 3> q, std::int64_t q0,
+                          std::int64_t S, const std::uint8_t* keys, std::int64_t key_stride, const std::uint8_t* values,
+                          std::int64_t value_stride, const float* sinks, View<float, 3> out, int threads) {
+  const std::int64_t T = q.dim(0), N = q.dim(1), K = a.kv_heads, G = N / K, Dk = a.qk_dim, Dv = a.v_dim;
+  const std::int64_t koff = kq.scale_offset(K * Dk), voff = kq.scale_offset(K * Dv);
+  static const std::array<float, 256> fp8 = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[static_cast<std::size_t>(b)] = static_cast<float>(fp8_e4m3{static_cast<std::uint8_t>(b)});
+    return t;
+  }();
+  // sum_i x_i code_i over elements [e0, e0 + n) of a packed row.
+  auto dot = [&](const float* x, const std::uint8_t* row, std::int64_t e0, std::int64_t n) {
+    float acc = 0.0f;
+    switch (kq.type) {
+      case KVQuantType::int8: {
+        const auto* c = reinterpret_cast<const std::int8_t*>(row) + e0;
+MAXTEXT_KVQ_SIMD_SUM
+        for (std::int64_t i = 0; i < n; ++i) acc += x[i] * static_cast<float>(c[i]);
+        break;
+      }
+      case KVQuantType::fp8:
+MAXTEXT_KVQ_SIMD_SUM
+        for (std::int64_t i = 0; i < n; ++i) acc += x[i] * fp8[row[e0 + i]];
+        break;
+      case KVQuantType::int4:
+        for (std::int64_t i = 0; i < n; ++i) acc += x[i] * kq.code(row, e0 + i);
+        break;
+    }
+    return acc;
+  };
+  // y += f * code over elements [e0, e0 + n) of a packed row.
+  auto axpy = [&](float f, const std::uint8_t* row, std::int64_t e0, std::int64_t n, float* y) {
+    switch (kq.type) {
+      case KVQuantType::int8: {
+        const auto* c = reinterpret_cast<const std::int8_t*>(row) + e0;
+MAXTEXT_KVQ_SIMD
+        for (std::int64_t i = 0; i < n; ++i) y[i] += f * static_cast<float>(c[i]);
+        break;
+      }
+      case KVQuantType::fp8:
+MAXTEXT_KVQ_SIMD
+        for (std::int64_t i = 0; i < n; ++i) y[i] += f * fp8[row[e0 + i]];
+        break;
+      case KVQuantType::int4:
+        for (std::int64_t i = 0; i < n; ++i) y[i] += f * kq.code(row, e0 + i);
+        break;
+    }
+  };
+  auto task = [&](std::int64_t j, std::vector<float>& l, std::vector<float>& acc) {
+    const std::int64_t t = j / N, n = j % N, h = n / G, pos = q0 + t;
+    const std::int64_t g = kq.axis == KVQuantAxis::dkv ? h : 0;
+    std::int64_t lo = 0, hi = S - 1;
+    if (a.causal || a.sliding_window > 0 || a.chunk > 0) hi = std::min(hi, pos);  // a window or chunk is causal too
+    if (a.sliding_window > 0) lo = std::max(lo, pos - a.sliding_window + 1);
+    if (a.chunk > 0) lo = std::max(lo, pos / a.chunk * a.chunk);
+    const float* x = &q(t, n, 0);
+    float* o = &out(t, n, 0);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    if (lo > hi) {  // nothing visible
+      if (!sinks && S > 0) {
+        for (std::int64_t s = 0; s < S; ++s) {
+          const std::uint8_t* vr = values + s * value_stride;
+          axpy(kq.step(reinterpret_cast<const bf16*>(vr + voff)[g]) / static_cast<float>(S), vr, h * Dv, Dv, acc.data());
+        }
+      }
+      std::copy(acc.begin(), acc.end(), o);
+      return;
+    }
+    float m = sinks ? sinks[n] : -std::numeric_limits<float>::infinity();
+    for (std::int64_t s = lo; s <= hi; ++s) {
+      const std::uint8_t* kr = keys + s * key_stride;
+      float v = dot(x, kr, h * Dk, Dk) * kq.step(reinterpret_cast<const bf16*>(kr + koff)[g]);
+      if (a.soft_cap > 0.0f) v = a.soft_cap * std::tanh(v / a.soft_cap);
+      l[static_cast<std::size_t>(s - lo)] = v;
+      m = std::max(m, v);
+    }
+    float sum = sinks ? std::exp(sinks[n] - m) : 0.0f;
+    for (std::int64_t s = lo; s <= hi; ++s) {
+      const float w = std::exp(l[static_cast<std::size_t>(s - lo)] - m);
+      sum += w;
+      const std::uint8_t* vr = values + s * value_stride;
+      axpy(w * kq.step(reinterpret_cast<const bf16*>(vr + voff)[g]), vr, h * Dv, Dv, acc.data());
+    }
+    for (std::int64_t i = 0; i < Dv; ++i) o[i] = acc[static_cast<std::size_t>(i)] / sum;
+  };
+  const std::int64_t tasks = T * N;
+  std::int64_t nt = std::min<std::int64_t>(std::max(threads, 1), tasks);
+  if (S * tasks * (Dk + Dv) < (1 << 16)) nt = 1;  // too little work to wake threads for
+  auto run = [&](std::int64_t j0, std::int64_t j1) {
+    std::vector<float> l(static_cast<std::size_t>(std::max<std::int64_t>(S, 1))), acc(static_cast<std::size_t>(Dv));
+    for (std::int64_t j = j0; j < j1; ++j) task(j, l, acc);
+  };
+#if defined(_OPENMP)
+  if (nt > 1) {
+#pragma omp parallel num_threads(static_cast<int>(nt))
+    {
+      const std::int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
+      run(tasks * tid / nth, tasks * (tid + 1) / nth);
+    }
+    return;
+  }
+#endif
+  (void)nt;
+  run(0, tasks);
+}
 
 /// MaxText's quantize_kvcache, kv_quant_dtype and kv_quant_axis (defaults int8 and heads_and_dkv, as base.yml's) from
 /// Config::extra: the quantisation the KV cache applies, or none when quantize_kvcache is off.
