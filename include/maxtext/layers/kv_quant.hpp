@@ -40,12 +40,6 @@
 
 #if defined(_OPENMP)
 #include <omp.h>
-// Vectorised loops over a row's codes (the sums reassociated: OpenMP's simd reduction); plain loops without OpenMP.
-#define MAXTEXT_KVQ_SIMD _Pragma("omp simd")
-#define MAXTEXT_KVQ_SIMD_SUM _Pragma("omp simd reduction(+ : acc)")
-#else
-#define MAXTEXT_KVQ_SIMD
-#define MAXTEXT_KVQ_SIMD_SUM
 #endif
 
 namespace maxtext::layers {
@@ -233,37 +227,45 @@ inline void attend_packed(const KVQuant& kq, const PackedAttentionArgs& a, View<
     for (int b = 0; b < 256; ++b) t[static_cast<std::size_t>(b)] = static_cast<float>(fp8_e4m3{static_cast<std::uint8_t>(b)});
     return t;
   }();
-  // sum_i x_i code_i over elements [e0, e0 + n) of a packed row.
+  // sum_i x_i code_i over elements [e0, e0 + n) of a packed row: 16 independent lanes (one vector register; the
+  // compilers vectorise the inner loop without reassociating a single sum), then one tree reduction.
+  auto lanes = [](const float* x, std::int64_t n, auto code_of) {
+    float p[16] = {};
+    std::int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      for (int j = 0; j < 16; ++j) p[j] += x[i + j] * code_of(i + j);
+    }
+    float tail = 0.0f;
+    for (; i < n; ++i) tail += x[i] * code_of(i);
+    for (int w = 8; w > 0; w /= 2) {
+      for (int j = 0; j < w; ++j) p[j] += p[j + w];
+    }
+    return p[0] + tail;
+  };
   auto dot = [&](const float* x, const std::uint8_t* row, std::int64_t e0, std::int64_t n) {
-    float acc = 0.0f;
     switch (kq.type) {
       case KVQuantType::int8: {
         const auto* c = reinterpret_cast<const std::int8_t*>(row) + e0;
-MAXTEXT_KVQ_SIMD_SUM
-        for (std::int64_t i = 0; i < n; ++i) acc += x[i] * static_cast<float>(c[i]);
-        break;
+        return lanes(x, n, [c](std::int64_t i) { return static_cast<float>(c[i]); });
       }
-      case KVQuantType::fp8:
-MAXTEXT_KVQ_SIMD_SUM
-        for (std::int64_t i = 0; i < n; ++i) acc += x[i] * fp8[row[e0 + i]];
-        break;
+      case KVQuantType::fp8: {
+        const std::uint8_t* c = row + e0;
+        return lanes(x, n, [c](std::int64_t i) { return fp8[c[i]]; });
+      }
       case KVQuantType::int4:
-        for (std::int64_t i = 0; i < n; ++i) acc += x[i] * kq.code(row, e0 + i);
         break;
     }
-    return acc;
+    return lanes(x, n, [&](std::int64_t i) { return kq.code(row, e0 + i); });
   };
   // y += f * code over elements [e0, e0 + n) of a packed row.
   auto axpy = [&](float f, const std::uint8_t* row, std::int64_t e0, std::int64_t n, float* y) {
     switch (kq.type) {
       case KVQuantType::int8: {
         const auto* c = reinterpret_cast<const std::int8_t*>(row) + e0;
-MAXTEXT_KVQ_SIMD
         for (std::int64_t i = 0; i < n; ++i) y[i] += f * static_cast<float>(c[i]);
         break;
       }
       case KVQuantType::fp8:
-MAXTEXT_KVQ_SIMD
         for (std::int64_t i = 0; i < n; ++i) y[i] += f * fp8[row[e0 + i]];
         break;
       case KVQuantType::int4:
