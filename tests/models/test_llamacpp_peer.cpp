@@ -60,13 +60,15 @@ std::vector<std::int32_t> ids(const AnyTensor& a) {
   return v;
 }
 
-/// The GGUF file's model with its matrices as the file stores them (weight type ggml) and KV-cache type `kv`.
-std::unique_ptr<models::AnyModel> ggml_model(const std::string& path, const Config& cfg, const std::string& kv) {
+/// The GGUF file's model with weight type `weights` ("ggml": the matrices as the file stores them; "": the
+/// activations' type) and KV-cache type `kv`.
+std::unique_ptr<models::AnyModel> peer_model(const std::string& path, const Config& cfg, const std::string& weights,
+                                             const std::string& kv) {
   models::AnyModelOptions o;
-  o.weight_type = "ggml";
+  o.weight_type = weights;
   o.kv_type = kv;
   auto m = models::make_built_any_model(cfg, o, MAXTEXT_BLOCKS_BUILT);
-  m->load(io::load_weights(path, cfg, /*keep_blocks=*/true).tensors);
+  m->load(io::load_weights(path, cfg, /*keep_blocks=*/weights == "ggml").tensors);
   return m;
 }
 
@@ -173,7 +175,7 @@ TEST_CASE("llama.cpp peer: llama with an fp16 KV cache (kv_type float16) against
   std::vector<std::int32_t> sequence = prompt;
   sequence.insert(sequence.end(), greedy.begin(), greedy.end() - 1);
 
-  auto make = [&](const std::string& kv) { return ggml_model(path, cfg, kv); };
+  auto make = [&](const std::string& kv) { return peer_model(path, cfg, "ggml", kv); };
   const auto m = make("float16");
   const auto r = testing::compare(teacher_forced(*m, sequence, cfg.vocab_size), rounded, kF16Cache);
   std::printf("fp16 KV cache: max |ours - float64 with the cache rounded to fp16| = %.3g\n", r.max_abs);
@@ -213,8 +215,8 @@ TEST_CASE("llama.cpp peer: llama with MaxText's int8 KV cache against a float64 
   const AnyTensor want = test::npy(dir + "/logits_f64_kv_int8.npy");
   const auto P = static_cast<std::int64_t>(prompt.size()), S = static_cast<std::int64_t>(greedy.size()), V = cfg.vocab_size;
   REQUIRE(want.shape == std::vector<std::int64_t>{P + S - 1, V});
-  auto make = [&](const Config& c, const std::string& kv) { return ggml_model(path, c, kv); };
-  const auto m = make(cfg, "");
+  // float32 weights (every build has that policy; the sanitizer build has no ggml one).
+  const auto m = peer_model(path, cfg, "", "");
   auto cache = m->new_cache(1, P + S);
   Tensor<std::int32_t, 2> tok({1, P});
   for (std::int64_t i = 0; i < P; ++i) tok(0, i) = prompt[static_cast<std::size_t>(i)];
@@ -244,13 +246,14 @@ TEST_CASE("llama.cpp peer: llama with MaxText's int8 KV cache against a float64 
   // The unquantised cache's logits are far from these (the fixture tells the caches apart).
   const AnyTensor f16 = test::npy(dir + "/logits_f64_kv_f16.npy");
   CHECK(mean_abs(f16.narrow(0, P, S - 1)) > 2 * kInt8MeanAbs);
-  // Packed rows are bytes, whatever the cache buffers' element type: over an fp16-typed cache, the same logits.
+  // Packed rows are bytes, whatever the cache buffers' element type: over an fp16-typed cache, the same logits as
+  // over an f32-typed one (both with the file's matrices in place).
   if (std::string(MAXTEXT_BLOCKS_BUILT).find("ggmlw_f16kv") != std::string::npos) {
-    const auto h = make(cfg, "float16");
+    const auto g = peer_model(path, cfg, "ggml", ""), h = peer_model(path, cfg, "ggml", "float16");
     models::GenerateOptions go;
     go.max_new_tokens = 8;
     go.logprobs = true;
-    const auto a = m->generate({prompt}, go), b = h->generate({prompt}, go);
+    const auto a = g->generate({prompt}, go), b = h->generate({prompt}, go);
     CHECK(a.tokens == b.tokens);
     CHECK(a.logprobs.at(0).at(7).logprob == b.logprobs.at(0).at(7).logprob);
   }
@@ -258,7 +261,7 @@ TEST_CASE("llama.cpp peer: llama with MaxText's int8 KV cache against a float64 
   // value, against 128 in float32.
   const Config plain_cfg = io::read_weights_config(path).value();
   REQUIRE(plain_cfg.num_kv_heads * plain_cfg.head_dim == 32);
-  CHECK(m->new_cache(1, 64)->bytes() * 128 == make(plain_cfg, "")->new_cache(1, 64)->bytes() * 48);
+  CHECK(m->new_cache(1, 64)->bytes() * 128 == peer_model(path, plain_cfg, "", "")->new_cache(1, 64)->bytes() * 48);
 }
 
 TEST_CASE("llama.cpp peer: gemma2 (local/global pairs, sliding window 8, soft caps)", "[models][llamacpp]") {

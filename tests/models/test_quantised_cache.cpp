@@ -208,7 +208,8 @@ TEST_CASE("quantised KV cache: a saved session goes on exactly and only into the
   CHECK(got.logprobs.at(0).at(3).logprob == want.logprobs.at(0).at(3).logprob);
   // Another axis or no quantisation: refused by the layout check (rows of the same bytes could hold other scales).
   for (const Settings& other : {Settings{{"quantize_kvcache", "true"}}, Settings{}}) {
-    auto u = model_with("llama2_model", other)->new_session(96);
+    const auto om = model_with("llama2_model", other);
+    auto u = om->new_session(96);
     CHECK_THROWS_WITH(u->load(path), Catch::Contains("KV-cache type"));
   }
   std::remove(path.c_str());
