@@ -84,13 +84,16 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
   // The ranks mpirun started (docs/distributed.md): the mesh keys say how they split the model; alone, a mesh of
   // more than one rank is refused by name.
   comm::Communicator* const w_comm = world();
-  const bool split = models::split_mesh(cfg, w_comm).size() > 1;
+  const comm::Mesh mesh = models::split_mesh(cfg, w_comm);
+  const bool split = mesh.size() > 1;
   std::optional<io::LoadedWeights> w;
   if (load && a.has("weights")) {
     // A GGUF file's matrices (blocks such as Q4_K or Q8_0, F32, F16, BF16) are computed from as they lie in the
-    // mapped file unless --weight-type says otherwise. A split model takes its slices of decoded matrices.
+    // mapped file unless --weight-type says otherwise. A model split by heads or experts takes its slices of decoded
+    // matrices; pipeline stages keep their layers' matrices whole, as they lie.
     w = io::load_weights(a.get("weights"), cfg,
-                         !split && models::read_matrices_in_place(cfg, a.get("weight-type")));
+                         (!split || models::split_keeps_matrices_whole(mesh)) &&
+                             models::read_matrices_in_place(cfg, a.get("weight-type")));
     if (!a.has("weight-type")) o.weight_type = weight_type_of_file(cfg, *w);
   }
   models::check_int8_activations(o.int8_activations, o.weight_type, w ? &w->tensors : nullptr, a.get("weights"),

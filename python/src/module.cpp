@@ -767,9 +767,9 @@ names: 'maxtext' or 'hf' capture names (default: as the weights are named). kv_t
 "" (the activations', as MaxText) or 'float16' (keys and values rounded to fp16 as they are written, llama.cpp's
 default cache type: half the cache's memory and reads), for a GGUF file's matrices ('ggml') only; anything else is
 refused by name. comm: the ranks (mpi_world()) over which the config's mesh splits the model (ici_tensor_parallelism:
-heads and MLP columns; ici_expert_parallelism: experts; docs/distributed.md): each rank keeps its slices of the same
+heads and MLP columns; ici_expert_parallelism: experts; ici_pipeline_parallelism: layers; docs/distributed.md): each rank keeps its slices of the same
 weights (or of the model initialised from seed, alike on every rank), every rank calls the same methods in the same
-order, and each gets rank 0's logits; a mesh that does not match comm's ranks is refused by name, as is a mesh of
+order, and each gets the same logits; a mesh that does not match comm's ranks is refused by name, as is a mesh of
 several ranks without comm.)")
       .def(py::init([](py::object config, py::object weights, const std::string& weight_type, int threads,
                        bool int8_activations, py::object names, py::object seed, bool allow_unused,
@@ -797,7 +797,9 @@ several ranks without comm.)")
                std::optional<io::TensorMap> full;
                auto scheme = names.is_none() ? models::NameScheme::maxtext : scheme_arg(py::str(names));
                if (!weights.is_none()) {
-                 Weights w = weights_arg(weights, c);
+                 // Pipeline stages keep their layers' matrices whole: a GGUF file's are read where they lie.
+                 Weights w = weights_arg(weights, c, models::split_keeps_matrices_whole(mesh) && weight_type.empty() &&
+                                                         is_path(weights) && models::read_matrices_in_place(c, weight_type));
                  if (weight_type.empty() && is_path(weights)) o.weight_type = models::keep_file_weight_type(c, w.file_weight_type);
                  if (names.is_none() && w.hf) scheme = models::NameScheme::hf;
                  full = std::move(w.tensors);

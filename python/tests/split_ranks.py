@@ -46,3 +46,7 @@ case("llama2_model", mc.Config(overrides=llama), mc.Config(overrides={**llama, "
 yml = fixture("mixtral_model", "config.yml")
 case("mixtral_model", mc.Config(yml), mc.Config(yml, overrides={"ici_expert_parallelism": str(n)}),
      fixture("mixtral_model", "model.safetensors"))
+# Pipeline parallelism: Gemma 3's 7 layers (sliding and global, a tied head) dealt to the ranks as stages.
+gemma3 = json.load(open(fixture("gemma3_model", "meta.json")))["config"]
+case("gemma3_model", mc.Config(overrides=gemma3), mc.Config(overrides={**gemma3, "ici_pipeline_parallelism": str(n)}),
+     fixture("gemma3_model", "model.safetensors"))

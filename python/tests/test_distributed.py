@@ -38,8 +38,8 @@ def test_split_models_equal_one_process_and_the_reference(mc, tmp_path):
                        env=_mpi_env(), capture_output=True, text=True, timeout=600)
     print(r.stdout)
     assert r.returncode == 0, f"mpirun exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
-    assert r.stdout.count("ok: ") == 2, r.stdout
-    for name in ("llama2_model", "mixtral_model"):
+    assert r.stdout.count("ok: ") == 3, r.stdout
+    for name in ("llama2_model", "mixtral_model", "gemma3_model"):
         first = np.load(tmp_path / f"{name}.0.npy")
         for rank in range(1, n):
             other = np.load(tmp_path / f"{name}.{rank}.npy")

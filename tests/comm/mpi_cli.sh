@@ -9,6 +9,9 @@
 #     --session, a second run's third turn printing one uninterrupted run's third answer;
 #   - expert parallelism (ici_expert_parallelism) on the Qwen3-MoE fixture's Hugging Face files: logits of 2 and 4
 #     ranks (its 4 experts split) equal one process's within the same bound;
+#   - pipeline parallelism (ici_pipeline_parallelism: each stage its layers, whole) on 2 and 3 stages (5 layers: 2 + 2
+#     + 1): logits equal to one process's bit for bit, from the llama2.c file and from the GGUF file read in place;
+#     MaxText's circular layout (num_layers_per_pipeline_stage=1 on 5 stages); greedy tokens and chat as above;
 #   - every split run with MAXTEXT_COMM_CHECK=1: after each layer the residual stream, which the ranks hold
 #     replicated, is hashed and compared across ranks (a difference fails the run, naming the layer);
 #   - a mesh that does not match the ranks launched, an unused axis, a command that does not split, and ranks that
@@ -69,22 +72,54 @@ for n in 2 4; do
 done
 toks=$toks_save
 
+same() {  # same ONE.npy SPLIT.npy LABEL: bit for bit
+  "$py" - "$1" "$2" "$3" <<'PY'
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+assert a.shape == b.shape and np.array_equal(a, b), (a.shape, b.shape, np.abs(a - b).max() if a.shape == b.shape else None)
+print(f"{sys.argv[3]}: the same bits as one process")
+PY
+}
+pipeline_logits() {  # pipeline_logits LABEL ONE.npy N weights-args and keys...
+  local label=$1 one=$2 n=$3
+  shift 3
+  local out
+  out=$(run mpirun -n "$n" "$bin" logits "$@" --tokens "$toks" --incremental 6 --out "$tmp/pipe.npy" \
+        ici_pipeline_parallelism="$n" 2>&1) || { bad "$label: $out"; return; }
+  [ "$(grep -c '^wrote ' <<<"$out")" = 1 ] || bad "$label: expected one 'wrote' line (rank 0), found: $out"
+  same "$one" "$tmp/pipe.npy" "$label" || bad "$label: logits differ from one process"
+}
+run "$bin" logits "${W[@]}" --tokens "$toks" --incremental 6 --out "$tmp/one_inc.npy" >/dev/null ||
+  bad "one-process incremental logits"
+for n in 2 3; do
+  pipeline_logits "stories260K, pipeline x $n" "$tmp/one_inc.npy" $n "${W[@]}"
+done
+pipeline_logits "stories260K, MaxText's circular pipeline (1 layer per stage, 5 stages)" "$tmp/one_inc.npy" 5 "${W[@]}" \
+  num_layers_per_pipeline_stage=1
+WG=(--weights "$S/stories260K.gguf" --threads 1)
+if [ -f "$S/stories260K.gguf" ]; then
+  run "$bin" logits "${WG[@]}" --tokens "$toks" --incremental 6 --out "$tmp/one_gguf.npy" >/dev/null ||
+    bad "one-process GGUF logits"
+  pipeline_logits "stories260K.gguf in place, pipeline x 2" "$tmp/one_gguf.npy" 2 "${WG[@]}"
+fi
+
 G=(generate "${W[@]}" --tokenizer "$S/tok512.bin" --prompt "Once upon a time" --max-new-tokens 32 --temperature 0)
 one=$(run "$bin" "${G[@]}" 2>/dev/null | grep '^tokens\[0\]') || bad "one-process generate"
-for n in 2 4; do
-  out=$(run mpirun -n $n "$bin" "${G[@]}" ici_tensor_parallelism=$n 2>/dev/null)
-  [ "$(grep -c '^tokens\[0\]' <<<"$out")" = 1 ] || bad "generate on $n ranks: expected one tokens line, found: $out"
-  [ "$(grep '^tokens\[0\]' <<<"$out")" = "$one" ] || bad "generate on $n ranks: $(grep '^tokens' <<<"$out") vs $one"
+for mesh in ici_tensor_parallelism=2 ici_tensor_parallelism=4 ici_pipeline_parallelism=2 ici_pipeline_parallelism=3; do
+  n=${mesh#*=}
+  out=$(run mpirun -n $n "$bin" "${G[@]}" $mesh 2>/dev/null)
+  [ "$(grep -c '^tokens\[0\]' <<<"$out")" = 1 ] || bad "generate, $mesh: expected one tokens line, found: $out"
+  [ "$(grep '^tokens\[0\]' <<<"$out")" = "$one" ] || bad "generate, $mesh: $(grep '^tokens' <<<"$out") vs $one"
 done
 
 # chat: rank 0 reads the lines and hands each to the others; the answers, printed once, equal one process's.
 printf 'Tell me a story.\nAnd then?\n' > "$tmp/chat.txt"
 C=(chat "${W[@]}" --tokenizer "$S/tok512.bin" --max-new-tokens 24 --temperature 0)
 one_chat=$(run "$bin" "${C[@]}" < "$tmp/chat.txt" 2>/dev/null) || bad "one-process chat"
-for n in 2 4; do
-  out=$(run mpirun -n $n "$bin" "${C[@]}" ici_tensor_parallelism=$n < "$tmp/chat.txt" 2>/dev/null) ||
-    bad "chat on $n ranks failed: $out"
-  [ "$out" = "$one_chat" ] || bad "chat on $n ranks: '$out' vs one process: '$one_chat'"
+for mesh in ici_tensor_parallelism=2 ici_tensor_parallelism=4 ici_pipeline_parallelism=2; do
+  n=${mesh#*=}
+  out=$(run mpirun -n $n "$bin" "${C[@]}" $mesh < "$tmp/chat.txt" 2>/dev/null) || bad "chat, $mesh, failed: $out"
+  [ "$out" = "$one_chat" ] || bad "chat, $mesh: '$out' vs one process: '$one_chat'"
 done
 [ -n "$one_chat" ] || bad "chat printed nothing"
 # chat --session on 2 ranks: each rank keeps its slice in FILE.rank<r>-of-2; a second run goes on with a third turn
@@ -135,5 +170,12 @@ rc=$?
 grep -qE "rank 0 of 2\): error: \[comm\] rank 0 of 2: decoder\.layers_[0-9]+\.(attention|mlp): all_reduce_sum did not complete in 2 s" <<<"$out" ||
   bad "a stalled rank: expected rank 0 to name the layer and the collective, found: $out"
 echo "stalled rank: job ended in $((SECONDS - start)) s with exit code $rc"
+# A stalled pipeline stage: the next stage's wait for its residual stream (or the logits) ends, naming what it waited for.
+out=$(MAXTEXT_COMM_FAULT=stall:0:3 MAXTEXT_COMM_TIMEOUT_S=2 run mpirun -x MAXTEXT_COMM_FAULT -x MAXTEXT_COMM_TIMEOUT_S \
+      -n 2 "$bin" "${G[@]}" ici_pipeline_parallelism=2 2>&1)
+rc=$?
+{ [ $rc -ne 0 ] && [ $rc -ne 124 ]; } || bad "a stalled stage: exit code $rc (124: the job hung)"
+grep -qE "rank 1 of 2\): error: \[comm\] rank 1 of 2: (decoder\.layers_[0-9]+: recv from pipeline stage 0: recv|logits: broadcast) did not complete in 2 s" <<<"$out" ||
+  bad "a stalled stage: expected rank 1 to name the layer and the transfer, found: $out"
 [ $fail = 0 ] && echo "mpi_cli: all checks passed"
 exit $fail

@@ -3,7 +3,8 @@
 // tests/reference/*.py from Hugging Face / MaxText source, not from this library) and against one process; every
 // rank's logits alike; incremental decoding equal to the full forward; 32 greedy tokens equal to one process's. A
 // counting communicator proves two all-reduces per layer and one broadcast per step; stalled, failed and mismatched
-// ranks end with a CommError naming the layer and the collective. The same split across processes (MPI): the
+// ranks end with a CommError naming the layer and the collective. Pipeline stages (each its own layers, whole) give
+// one process's logits to the bit. The same split across processes (MPI): the
 // `maxtext logits` test under mpirun (tests/CMakeLists.txt, tests/comm/mpi_logits.sh).
 #include <catch2/catch.hpp>
 
@@ -27,6 +28,7 @@
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/any_model_blocks.hpp"
 #include "maxtext/models/parallel.hpp"
+#include "maxtext/models/split_model.hpp"
 #include "maxtext_blocks_built.hpp"
 #include "support/family_fixture.hpp"
 #include "support/fixture_config.hpp"
@@ -37,7 +39,7 @@ using namespace maxtext;
 
 namespace {
 
-enum class Layout { tensor, expert };
+enum class Layout { tensor, expert, pipeline };
 
 /// One model split over n thread ranks, each rank's model loaded from its slice of the fixture's tensors.
 struct Split {
@@ -49,17 +51,23 @@ struct Split {
   Split(const Config& full_cfg, const io::TensorMap& full, int n,
         std::chrono::milliseconds timeout = std::chrono::seconds(60), Layout layout = Layout::tensor)
       : cfg(full_cfg), group(std::make_unique<comm::ThreadGroup>(n, timeout)) {
+    models::AnyModelOptions o;
+    o.threads = 1;
+    const auto whole = models::make_built_any_model(full_cfg, o, MAXTEXT_BLOCKS_BUILT)->param_shapes();
     for (int r = 0; r < n; ++r) {
-      const Config local = layout == Layout::tensor ? models::tensor_parallel_config(full_cfg, n)
-                                                    : models::expert_parallel_config(full_cfg, r, n);
-      models::AnyModelOptions o;
-      o.threads = 1;
+      const Config local = layout == Layout::tensor   ? models::tensor_parallel_config(full_cfg, n)
+                           : layout == Layout::expert ? models::expert_parallel_config(full_cfg, r, n)
+                                                      : models::pipeline_parallel_config(full_cfg, r, n);
       auto m = models::make_built_any_model(local, o, MAXTEXT_BLOCKS_BUILT);
-      m->load(models::rank_slice(full, m->param_shapes(), r, n));
+      m->load(layout == Layout::pipeline ? models::stage_tensors(full, m->param_shapes(), whole)
+                                         : models::rank_slice(full, m->param_shapes(), r, n));
       counters.push_back(std::make_unique<comm::Counting>(group->rank(r)));
       comm::Communicator* c = counters.back().get();
-      m->set_comm_groups(layout == Layout::tensor ? comm::Groups{c, c, nullptr} : comm::Groups{c, nullptr, c});
-      m->set_replica_check(true);  // every layer's residual stream compared across the ranks
+      m->set_comm_groups(layout == Layout::tensor   ? comm::Groups{c, c, nullptr}
+                         : layout == Layout::expert ? comm::Groups{c, nullptr, c}
+                                                    : comm::Groups{c, nullptr, nullptr, c});
+      // Every layer's residual stream compared across the ranks (pipeline stages hold different layers: no replica).
+      m->set_replica_check(layout != Layout::pipeline);
       ranks.push_back(std::move(m));
     }
   }
@@ -173,6 +181,8 @@ void check_fixture(const std::string& fixture, Layout layout = Layout::tensor, s
     test::expect_close(logits[0], torch_logits, test::tol::f32_logits, fixture + ".split");
     test::expect_close(logits[0], AnyTensor::from(one), {1e-5, 1e-5}, fixture + ".split vs one process");
     test::expect_close(inc[0], AnyTensor::from(logits[0]), test::tol::decode_step, fixture + ".incremental");
+    // Pipeline stages run each layer whole with one process's kernels, on the same rows: the same bits.
+    if (layout == Layout::pipeline) CHECK(same_bits(logits[0], one));
     for (int r = 1; r < n; ++r) {
       CHECK(same_bits(logits[static_cast<std::size_t>(r)], logits[0]));
       CHECK(same_bits(inc[static_cast<std::size_t>(r)], inc[0]));
@@ -228,6 +238,156 @@ TEST_CASE("Expert parallel: DeepSeek-V4 (hash routing, compressed attention, hyp
 TEST_CASE("Expert parallel: envy and qwen3_custom_moe on 2 and 4 ranks", "[comm][ep][envy][qwen3_custom_moe]") {
   check_fixture("envy_model", Layout::expert);
   check_fixture("qwen3_custom_moe_model", Layout::expert);
+}
+
+// Pipeline parallelism: every block whose fixture the torch references cover, on 2 stages and on as many as it has
+// layers (up to 4; 3 where that splits unevenly), against torch and one process (the same bits: each layer runs whole).
+TEST_CASE("Pipeline parallel: every decoder block on 2 to 4 stages matches torch and one process, to the bit",
+          "[comm][pp]") {
+  for (const char* f : {"default_model", "simple_model", "simple_mlp_model", "llama2_model", "llama2lti_model",
+                        "mistral_model", "qwen2_model", "qwen3_model", "gemma_model", "gemma2_model", "olmo3_model",
+                        "gpt3_model", "mixtral_model", "qwen3_moe_model", "qwen3_custom_moe_model", "envy_model",
+                        "gpt_oss_model", "deepseek_model", "deepseek_mhc_model", "deepseek_mhc_lite_model"}) {
+    const Config cfg = fixture_config(test::fixture(f));
+    std::vector<int> n = {2};
+    if (cfg.num_decoder_layers > 2) n.push_back(static_cast<int>(std::min<std::int64_t>(cfg.num_decoder_layers, 4)));
+    check_fixture(f, Layout::pipeline, n);
+  }
+}
+TEST_CASE("Pipeline parallel: sliding / chunked / NoPE layer patterns and recurrent caches keep their global indices",
+          "[comm][pp]") {
+  check_fixture("gemma3_model", Layout::pipeline, {2, 3, 4});  // 7 layers: 4 + 3, 3 + 2 + 2, 2 + 2 + 2 + 1
+  check_fixture("gemma4_model", Layout::pipeline, {2, 3});
+  check_fixture("gemma4_moe_model", Layout::pipeline, {2, 4});
+  check_fixture("llama4_model", Layout::pipeline, {2, 3});
+  check_fixture("qwen3_next_model", Layout::pipeline, {2, 4});  // Gated DeltaNet states per stage
+  check_fixture("qwen3_5_model", Layout::pipeline, {2, 3});
+  check_fixture("deepseek4_model", Layout::pipeline, {2, 4});  // compressed attention, hyper-connection streams
+}
+
+TEST_CASE("Pipeline parallel: one send and one recv per stage boundary crossed, one broadcast of the logits, and MaxText's "
+          "circular layout", "[comm][pp]") {
+  const std::string dir = test::fixture("olmo3_model");  // 4 layers
+  Config cfg = fixture_config(dir);
+  REQUIRE(cfg.num_decoder_layers == 4);
+  const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  const std::int64_t M = tok.dim(0) * tok.dim(1), bytes = M * cfg.emb_dim * 4;
+  auto pass = [&](Split& s) {
+    s.run([&](int, models::AnyModel& m) {
+      models::ForwardRequest q;
+      q.tokens = &tok;
+      (void)m.forward(q);
+    });
+  };
+  {  // one run per stage: layers 0-1 | 2-3
+    Split s(cfg, full, 2, std::chrono::seconds(60), Layout::pipeline);
+    pass(s);
+    CHECK(s.counters[0]->tally("send").calls == 1);
+    CHECK(s.counters[0]->tally("send").bytes == bytes);
+    CHECK(s.counters[0]->tally("recv").calls == 0);
+    CHECK(s.counters[1]->tally("recv").calls == 1);
+    CHECK(s.counters[1]->tally("send").calls == 0);
+    for (const auto& c : s.counters) {
+      CHECK(c->tally("all_reduce").calls == 0);
+      CHECK(c->tally("broadcast").calls == 1);
+      CHECK(c->tally("broadcast").bytes == M * cfg.vocab_size * 4);
+    }
+    const auto shapes0 = s.ranks[0]->param_shapes(), shapes1 = s.ranks[1]->param_shapes();
+    CHECK(shapes0.count("decoder.layers_1.mlp.wo.kernel") == 1);
+    CHECK(shapes0.count("decoder.layers_2.mlp.wo.kernel") == 0);
+    CHECK(shapes0.count("decoder.logits_dense.kernel") == 0);
+    CHECK(shapes1.count("token_embedder.embedding") == 0);
+    CHECK(shapes1.count("decoder.layers_3.mlp.wo.kernel") == 1);
+    CHECK(shapes1.count("decoder.logits_dense.kernel") == 1);
+  }
+  // MaxText's layout (num_layers_per_pipeline_stage = 1, num_pipeline_repeats derived: 2): layers 0, 2 | 1, 3.
+  cfg.set("num_layers_per_pipeline_stage", "1");
+  const Config c0 = models::pipeline_parallel_config(cfg, 0, 2);
+  CHECK(c0.pipeline.chunk == 1);
+  CHECK(c0.pipeline_owner(0) == 0);
+  CHECK(c0.pipeline_owner(1) == 1);
+  CHECK(c0.pipeline_owner(2) == 0);
+  CHECK(c0.pipeline_owner(3) == 1);
+  Split s(cfg, full, 2, std::chrono::seconds(60), Layout::pipeline);
+  std::vector<Tensor<float, 3>> logits(2);
+  s.run([&](int r, models::AnyModel& m) {
+    models::ForwardRequest q;
+    q.tokens = &tok;
+    logits[static_cast<std::size_t>(r)] = copy3(m.forward(q));
+  });
+  CHECK(s.counters[0]->tally("send").calls == 2);
+  CHECK(s.counters[0]->tally("recv").calls == 1);
+  CHECK(s.counters[1]->tally("recv").calls == 2);
+  CHECK(s.counters[1]->tally("send").calls == 1);
+  test::expect_close(logits[0], test::npy(dir + "/logits.npy"), test::tol::f32_logits, "olmo3 circular pipeline");
+  CHECK(same_bits(logits[0], logits[1]));
+  CHECK(s.ranks[0]->param_shapes().count("decoder.layers_2.mlp.wo.kernel") == 1);
+}
+
+TEST_CASE("Pipeline parallel: layouts MaxText's keys do not describe, and what a stage cannot hold, refused by name",
+          "[comm][pp]") {
+  const Config llama = fixture_config(test::fixture("llama2_model"));  // 2 layers
+  CHECK_THROWS_WITH(models::pipeline_parallel_config(llama, 0, 3), Catch::Contains("more than the 2 decoder layers") ||
+                                                                       Catch::Contains("more stages than the 2"));
+  Config c = llama;
+  c.set("pipeline_parallel_layers", "1");
+  CHECK_THROWS_WITH(models::pipeline_parallel_config(c, 0, 2), Catch::Contains("pipeline_parallel_layers = 1"));
+  Config olmo = fixture_config(test::fixture("olmo3_model"));  // 4 layers
+  olmo.set("num_layers_per_pipeline_stage", "3");
+  CHECK_THROWS_WITH(models::pipeline_parallel_config(olmo, 0, 2),
+                    Catch::Contains("num_layers_per_pipeline_stage (3)") && Catch::Contains("num_decoder_layers = 4"));
+  Config reps = fixture_config(test::fixture("olmo3_model"));
+  reps.set("num_pipeline_repeats", "2");
+  CHECK(models::pipeline_parallel_config(reps, 1, 2).pipeline.chunk == 1);
+  // MTP layers, per-layer inputs and KV-shared layers whose donor another stage holds.
+  const Config mtp = fixture_config(test::fixture("mtp_llama2_model"));
+  CHECK_THROWS_WITH(models::make_built_any_model(models::pipeline_parallel_config(mtp, 0, 2), {}, MAXTEXT_BLOCKS_BUILT),
+                    Catch::Contains("mtp_num_layers = 2: MTP layers are not split across pipeline stages"));
+  Config e2b = fixture_config(test::fixture("gemma4_small_e2b_model"));  // 10 layers, the last 4 KV-shared
+  CHECK_THROWS_WITH(models::make_built_any_model(models::pipeline_parallel_config(e2b, 0, 2), {}, MAXTEXT_BLOCKS_BUILT),
+                    Catch::Contains("per-layer inputs"));
+  e2b.set("hidden_size_per_layer_input", "0");
+  e2b.set("vocab_size_per_layer_input", "0");
+  CHECK_THROWS_WITH(models::make_built_any_model(models::pipeline_parallel_config(e2b, 1, 2), {}, MAXTEXT_BLOCKS_BUILT),
+                    Catch::Contains("layer 9 reads the keys and values of layer 4, which pipeline stage 0 holds"));
+  // A stage model without its pipeline group refuses to run.
+  auto m = models::make_built_any_model(models::pipeline_parallel_config(llama, 1, 2), {}, MAXTEXT_BLOCKS_BUILT);
+  m->init(1);
+  Tensor<std::int32_t, 2> tok({1, 2});
+  tok(0, 0) = 1;
+  tok(0, 1) = 2;
+  models::ForwardRequest q;
+  q.tokens = &tok;
+  CHECK_THROWS_WITH(m->forward(q), Catch::Contains("this model is stage 1 of 2, but no pipeline group is set"));
+  // Two kinds of parallelism in one mesh.
+  Config both = llama;
+  both.set("ici_tensor_parallelism", "2");
+  both.set("ici_pipeline_parallelism", "2");
+  both.set("ici_fsdp_parallelism", "1");
+  comm::ThreadGroup g(4);
+  CHECK_THROWS_WITH(models::split_mesh(both, &g.rank(0)), Catch::Contains("two kinds of parallelism together"));
+}
+
+TEST_CASE("Pipeline parallel: a stalled stage ends the next one's wait, naming the layer and the transfer",
+          "[comm][pp][faults]") {
+  const std::string dir = test::fixture("llama2_model");
+  const Config cfg = fixture_config(dir);
+  const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  Split s(cfg, full, 2, std::chrono::milliseconds(300), Layout::pipeline);
+  std::string msg;
+  try {
+    s.run([&](int r, models::AnyModel& m) {
+      if (r == 0) return;  // stalls: never sends layer 0's output
+      models::ForwardRequest q;
+      q.tokens = &tok;
+      (void)m.forward(q);
+    });
+  } catch (const CommError& e) {
+    msg = e.what();
+  }
+  CHECK_THAT(msg, Catch::Contains("decoder.layers_1: recv from pipeline stage 0") && Catch::Contains("did not complete"));
 }
 
 TEST_CASE("Expert parallel: one all-reduce of [tokens, emb_dim] per MoE layer, none for attention", "[comm][ep]") {

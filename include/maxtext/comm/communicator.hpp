@@ -74,11 +74,14 @@ static_assert(Collectives<Communicator>);
 
 /// The groups a split model's collectives run over (models::Transformer::set_comm_groups): `world`, every rank (rank
 /// 0's logits broadcast to all, the replica check); `tensor`, the ranks that split heads and MLP columns (row-parallel
-/// products); `expert`, the ranks that split the experts (MoE outputs). nullptr: no such split.
+/// products); `expert`, the ranks that split the experts (MoE outputs); `pipeline`, the stages that split the layers
+/// (rank s of it is stage s: the residual stream sent from stage to stage, the logits broadcast from the last).
+/// nullptr: no such split.
 struct Groups {
   Communicator* world = nullptr;
   Communicator* tensor = nullptr;
   Communicator* expert = nullptr;
+  Communicator* pipeline = nullptr;
 };
 
 /// How long one collective may wait for the others before it fails: `given` when positive, else MAXTEXT_COMM_TIMEOUT_S

@@ -206,6 +206,24 @@ struct Config {
   /// logits_dense holds vocab_size / head_shards of the vocabulary's columns, this rank's, and a forward pass gathers
   /// the ranks' logits. 1: the whole head.
   std::int64_t head_shards = 1;
+  /// Pipeline parallelism (models/parallel.hpp pipeline_parallel_config; not a key): the decoder layers dealt to
+  /// `stages` stages and this model holds stage `stage`'s. `chunk` > 0: MaxText's layout, chunks of `chunk` consecutive
+  /// layers (num_layers_per_pipeline_stage) dealt to the stages in turn (circular when there are several repeats);
+  /// 0: one run of consecutive layers per stage, the first L % stages stages taking one more. stages = 1: every layer.
+  struct PipelineStage {
+    std::int64_t stage = 0;
+    std::int64_t stages = 1;
+    std::int64_t chunk = 0;
+  } pipeline;
+  /// The pipeline stage that holds decoder layer `layer` (Config::pipeline); 0 without pipeline parallelism.
+  std::int64_t pipeline_owner(std::int64_t layer) const {
+    const std::int64_t S = pipeline.stages, L = num_decoder_layers;
+    if (S <= 1 || L <= 0) return 0;
+    if (pipeline.chunk > 0) return (layer / pipeline.chunk) % S;
+    const std::int64_t small = L / S, big = L % S;  // stages [0, big) hold small + 1 layers, the rest small
+    const std::int64_t edge = big * (small + 1);
+    return layer < edge ? layer / (small + 1) : big + (layer - edge) / small;
+  }
 
   /// Compute emb_dim, heads, mlp dims and layer count from the base_* keys and global_parameter_scale.
   void derive() {

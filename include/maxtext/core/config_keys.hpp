@@ -32,7 +32,7 @@ namespace maxtext {
 namespace config_keys {
 
 /// Keys the library reads from Config::extra (lists and modes without a typed field; the mesh keys comm::Mesh reads).
-inline constexpr std::array<std::string_view, 39> extension = {
+inline constexpr std::array<std::string_view, 42> extension = {
     "pagedattn_num_pages", "pagedattn_tokens_per_page", "pagedattn_max_pages_per_group",  // models/paged_memory.hpp
     "quantize_kvcache", "kv_quant_dtype", "kv_quant_axis",                                 // layers/kv_quant.hpp
     "compress_ratios", "engram_layers", "engram_vocab_bases", "learn_to_init_mode", "mrope_section", "no_rope_layers",
@@ -44,7 +44,8 @@ inline constexpr std::array<std::string_view, 39> extension = {
     "dcn_fsdp_transpose_parallelism", "dcn_sequence_parallelism", "dcn_context_parallelism",
     "dcn_context_usp_ulysses_parallelism", "dcn_context_autoregressive_parallelism", "dcn_tensor_parallelism",
     "dcn_tensor_sequence_parallelism", "dcn_autoregressive_parallelism", "dcn_expert_parallelism",
-    "dcn_pipeline_parallelism"};
+    "dcn_pipeline_parallelism",
+    "num_layers_per_pipeline_stage", "num_pipeline_repeats", "pipeline_parallel_layers"};  // models/parallel.hpp
 
 /// MaxText base.yml keys that cannot change the logits of a single-device inference forward pass.
 inline constexpr std::string_view inert[] = {
@@ -72,7 +73,7 @@ inline constexpr std::string_view inert[] = {
     "wo_tile_dlhs_batch_seq", "wo_tile_dlhs_embed_dim", "wo_tile_dlhs_mlp_dim", "wo_tile_drhs_batch_seq",
     "wo_tile_drhs_embed_dim", "wo_tile_drhs_mlp_dim", "merge_gating_gmm", "use_tokamax_gmm", "use_gmm_v2",
     "moe_fsdp_use_two_stage_all_gather", "shard_exp_on_fsdp", "use_2d_fsdp_sharding", "batch_split_factor",
-    "num_layers_per_pipeline_stage", "num_pipeline_repeats", "pipeline_parallel_layers", "num_pipeline_microbatches",
+    "num_pipeline_microbatches",
     "pipeline_delay_activation_forwarding", "pipeline_fsdp_ag_once", "pipeline_fsdp_ag_per_repeat",
     "scan_pipeline_iterations", "scan_pipeline_repeats", "scan_layers_per_stage",
     "set_remat_policy_on_pipeline_iterations", "set_remat_policy_on_layers_per_stage", "remat_policy",

@@ -72,6 +72,9 @@ struct DecoderState {
   std::int64_t per_layer_width = 0;
   LayerCache<KV>* caches = nullptr;   ///< the model's per-layer caches, in layer order
   std::size_t num_caches = 0;
+  /// A pipeline stage's model (Config::pipeline) holds some layers: caches[local_cache[l]] is decoder layer l's cache,
+  /// -1 for a layer another stage holds; empty: caches[l].
+  std::span<const std::int32_t> local_cache;
   std::span<const std::int32_t> tokens;          ///< host [B*T]: this step's token ids (Engram hashes them)
   const EngramHashing* engram = nullptr;         ///< the model's Engram token table and hashing, or none
 
@@ -85,6 +88,11 @@ struct DecoderState {
   }
   /// The cache of layer l (an earlier layer's, for KV sharing).
   LayerCache<KV>& cache(std::int64_t l) const {
+    if (!local_cache.empty()) {
+      MAXTEXT_CHECK(l >= 0 && static_cast<std::size_t>(l) < local_cache.size() && local_cache[static_cast<std::size_t>(l)] >= 0,
+                    UnsupportedError, "[decoder] the cache of layer ", l, " is held by another pipeline stage");
+      l = local_cache[static_cast<std::size_t>(l)];
+    }
     MAXTEXT_CHECK(caches != nullptr && l >= 0 && static_cast<std::size_t>(l) < num_caches, ArgumentError,
                   "[decoder] no cache of layer ", l, " in this forward pass (", num_caches, " layers)");
     return caches[l];

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <string_view>
@@ -97,6 +98,61 @@ inline Config expert_parallel_config(const Config& cfg, int rank, int ranks) {
                 " is not divisible by the ", ranks, " expert-parallel ranks");
   c.expert_shard = {rank, ranks};
   return c;
+}
+
+/// The config of pipeline stage `stage`'s share of `cfg` split over `stages` stages by layers (Config::pipeline): the
+/// layers dealt as MaxText's config keys say when the config sets them (num_layers_per_pipeline_stage layers per chunk,
+/// num_pipeline_repeats rounds, chunk i on stage i % stages: MaxText's circular pipeline; their product with the stages
+/// must be num_decoder_layers, as MaxText asserts), else one run of consecutive layers per stage (the fewest transfers
+/// per step; the first L % stages stages take one layer more). pipeline_parallel_layers other than -1 / all (the rest
+/// data-parallel) is refused by name.
+inline Config pipeline_parallel_config(const Config& cfg, int stage, int stages) {
+  Config c = cfg;
+  c.derive();
+  if (stages == 1) return c;
+  MAXTEXT_CHECK(stages > 1 && stage >= 0 && stage < stages, ArgumentError, "[pipeline] stage ", stage, " of ", stages);
+  const std::int64_t L = c.num_decoder_layers;
+  MAXTEXT_CHECK(stages <= L, ConfigError, "[pipeline] ici_pipeline_parallelism = ", stages, ": more stages than the ", L,
+                " decoder layers");
+  auto key = [&](const char* name) -> std::int64_t {  // -1: unset (or MaxText's -1, "derive it")
+    const auto it = c.extra.find(name);
+    if (it == c.extra.end() || it->second.empty() || it->second == "None" || it->second == "null") return -1;
+    char* end = nullptr;
+    const long long v = std::strtoll(it->second.c_str(), &end, 10);
+    MAXTEXT_CHECK(end != nullptr && *end == '\0' && (v == -1 || (v >= 1 && v <= (1 << 20))), ConfigError, "[pipeline] ",
+                  name, ": expected -1 or a positive integer, found '", it->second, "'");
+    return v;
+  };
+  const std::int64_t ppl = key("pipeline_parallel_layers");
+  MAXTEXT_CHECK(ppl == -1 || ppl == L, UnsupportedError, "[pipeline] pipeline_parallel_layers = ", ppl, ": pipelining "
+                "some of the ", L, " layers (the rest as data parallelism) is not built; -1 pipelines all of them");
+  std::int64_t per = key("num_layers_per_pipeline_stage"), reps = key("num_pipeline_repeats");
+  if (per > 0 || reps > 0) {
+    if (per <= 0) per = L % (stages * reps) == 0 ? L / (stages * reps) : 0;
+    if (reps <= 0) reps = L % (stages * per) == 0 ? L / (stages * per) : 0;
+    MAXTEXT_CHECK(per > 0 && reps > 0 && stages * per * reps == L, ConfigError, "[pipeline] the ", stages,
+                  " pipeline stages x num_layers_per_pipeline_stage (", key("num_layers_per_pipeline_stage"),
+                  ") x num_pipeline_repeats (", key("num_pipeline_repeats"), ") must equal num_decoder_layers = ", L,
+                  " (as MaxText requires; leave both unset for one run of consecutive layers per stage)");
+    c.pipeline.chunk = per;
+  }
+  c.pipeline.stage = stage;
+  c.pipeline.stages = stages;
+  return c;
+}
+
+/// Pipeline stage's views of the whole model's `full` tensors: those its parameters name (`shapes`, the stage
+/// model's param_shapes), and those the whole model's parameters (`whole`) do not name, which the loader then
+/// reports. Views only; a block-quantised matrix is kept whole, as it lies in the file.
+inline io::TensorMap stage_tensors(const io::TensorMap& full,
+                                   const std::map<std::string, std::vector<std::int64_t>>& shapes,
+                                   const std::map<std::string, std::vector<std::int64_t>>& whole) {
+  io::TensorMap out;
+  out.metadata = full.metadata;
+  for (const auto& [name, t] : full.tensors) {
+    if (shapes.count(name) != 0 || whole.count(name) == 0) out.add(name, t);
+  }
+  return out;
 }
 
 /// Rank `rank`'s views of the whole model's `full` tensors, for a model made from tensor_parallel_config(cfg, ranks)

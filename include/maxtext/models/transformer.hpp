@@ -262,6 +262,7 @@ class Transformer {
                   "[config] mhc_expansion_rate = ", streams_, ": the layer types of this model (decoder_block '",
                   cfg_.decoder_block, "') take no hyper-connection streams");
     if constexpr (kPrelude) prelude_ = PreludeT(cfg_);
+    if (pipelined()) check_pipeline();
     if constexpr (kStreamHead) {
       if (streams_ > 1) stream_head_ = StreamHeadT(cfg_);
     }
@@ -269,14 +270,21 @@ class Transformer {
     const std::int64_t n_dense = kTwoKinds ? cfg_.first_num_dense_layers : L;
     MAXTEXT_CHECK(n_dense >= 0 && n_dense <= L, ConfigError, "[config] first_num_dense_layers (", n_dense,
                   ") must be in [0, num_decoder_layers=", L, "]");
+    if (pipelined()) local_cache_.assign(static_cast<std::size_t>(L), -1);
     for (std::int64_t i = 0; i < L; ++i) {
+      if (pipelined()) {  // a pipeline stage builds its own layers only, under their global indices and names
+        if (cfg_.pipeline_owner(i) != cfg_.pipeline.stage) continue;
+        local_cache_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(layers_.size());
+      }
+      global_.push_back(i);
       if (i < n_dense) {
         layers_.emplace_back(std::in_place_index<0>, cfg_, layer_info<DenseL>(i, i, true));
       } else {
         if constexpr (kTwoKinds) layers_.emplace_back(std::in_place_index<1>, cfg_, layer_info<MoeL>(i, i - n_dense, false));
       }
     }
-    params_.layers.resize(static_cast<std::size_t>(L));
+    if (pipelined()) check_pipeline_layers();
+    params_.layers.resize(layers_.size());
     if (cfg_.mtp_num_layers > 0) {
       mtp_norm_ = layers::RMSNorm<P>({D, eps, true, 0.0f});
       mtp_proj_ = layers::DenseGeneral<P>({{2 * D}, {D}, false, layers::Init::truncated_normal});
@@ -310,7 +318,7 @@ class Transformer {
   /// Visit every parameter with its MaxText path (token_embedder.embedding, decoder.layers_0...., ...).
   template <class V>
   void visit(V& v) {
-    {
+    if (holds_embedding()) {
       layers::Scope<V> s(v, "token_embedder");
       embed_.visit(v, params_.token_embedder);
     }
@@ -340,12 +348,12 @@ class Transformer {
   template <class V>
   void visit_decoder(V& v) {
     layers::Scope<V> dec(v, "decoder");
-    if (cfg_.trainable_position_size > 0) {
+    if (cfg_.trainable_position_size > 0 && first_stage()) {
       layers::Scope<V> s(v, "position_embedder");
       pos_embed_.visit(v, params_.position_embedder);
     }
     if constexpr (kPrelude) {
-      if (prelude_.enabled()) {
+      if (prelude_.enabled() && first_stage()) {
         layers::Scope<V> s(v, PreludeT::name);
         prelude_.visit(v, params_.prelude);
       }
@@ -360,6 +368,7 @@ class Transformer {
           },
           layers_[i]);
     }
+    if (!last_stage()) return;  // a pipeline stage before the last: no output head
     if constexpr (kStreamHead) {
       if (streams_ > 1) {
         layers::Scope<V> s(v, StreamHeadT::name);
@@ -473,14 +482,21 @@ class Transformer {
       return out;
     }
     const std::int64_t Bn = tokens.dim(0), T = tokens.dim(1), D = cfg_.emb_dim;
+    if (pipelined()) {
+      comm::Communicator* pc = groups_.pipeline;
+      MAXTEXT_CHECK(pc != nullptr && pc->size() == cfg_.pipeline.stages && pc->rank() == cfg_.pipeline.stage, CommError,
+                    "[pipeline] this model is stage ", cfg_.pipeline.stage, " of ", cfg_.pipeline.stages, ", but ",
+                    pc ? "its pipeline group is " + pc->describe() : std::string("no pipeline group is set"),
+                    " (set_comm_groups: rank s of the group is stage s)");
+    }
     StepSetup st = begin_step(tokens, cache, opt, layers_.size());
     layers::StepInfo& step = st.step;
-    const std::vector<std::int32_t>& row_len = st.row_len;
     const std::int64_t n_media = st.n_media;
     View<std::int32_t, 1> ids_d = st.ids;
     layers::DecoderState<A, typename P::cache_t> dstate;
     dstate.caches = cache.layer_data();
     dstate.num_caches = cache.num_layers();
+    dstate.local_cache = local_cache_;
     dstate.tokens = std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(Bn * T));
     dstate.engram = engram_.get();
     layers::Context<P> ctx{be_, scratch_, step, opt.capture, &dstate};
@@ -488,6 +504,13 @@ class Transformer {
     ctx.expert_comm = groups_.expert;
     const std::int64_t M = Bn * T;
     View<A, 2> x = scratch_.template alloc<A, 2>({M, D});
+    if (!first_stage()) {
+      // A later pipeline stage: the residual stream arrives from the stage before its first layer; a picture's
+      // tokens still need their bidirectional ranges here.
+      if (n_media > 0) merge_media(opt, step, x, false);
+      if (streams_ > 1) x = scratch_.template alloc<A, 2>({M, streams_ * D});
+      return forward_layers(ctx, cache, st, opt, tokens, x, scratch_.template alloc<A, 2>({M, D}));
+    }
     embed_.forward(ctx, params_.token_embedder, ids_d, x);
     ctx.sow(embed_name(), View<const A, 2>(x));
     if (n_media > 0) merge_media(opt, step, x);
@@ -508,40 +531,9 @@ class Transformer {
       x = scratch_.template alloc<A, 2>({M, streams_ * D});
       for (std::int64_t s = 0; s < streams_; ++s) be_.copy(View<const A, 2>(embedded), x.narrow(1, s * D, D));
     }
-    try {
-      for (std::size_t i = 0; i < layers_.size(); ++i) {
-        if (opt.capture != nullptr) ctx.sow(layer_info(i).name, "input", View<const A, 2>(x));  // residual entering layer i
-        ctx.where = &layer_info(i).name;
-        std::visit(
-            [&](const auto& layer) {
-              using LT = std::decay_t<decltype(layer)>;
-              layer.forward(ctx, std::get<typename LT::Params>(params_.layers[i]), cache.layer(i), x);
-            },
-            layers_[i]);
-        if (replica_check_) check_replicas(View<const A, 2>(x), layer_info(i).name);
-      }
-    } catch (...) {
-      // Some recurrent layers may already have advanced their states past the cache length: restart those rows
-      // (length 0) rather than leave states that no later step could continue.
-      if (cache.recurrent()) {
-        for (std::int64_t b = 0; b < Bn; ++b) cache.set_length(b, 0);
-      }
-      throw;
-    }
-    if (streams_ > 1) {
-      if constexpr (kStreamHead) {
-        stream_head_.forward(ctx, params_.stream_head, View<const A, 2>(x), embedded);
-        ctx.sow("decoder." + std::string(StreamHeadT::name), View<const A, 2>(embedded));
-      } else {
-        be_.stream_sum(View<const A, 2>(x), View<const A, 2>(), embedded);  // mhc_reduce
-      }
-      x = embedded;
-    }
-    if (opt.hidden_out != nullptr) copy_hidden(View<const A, 2>(x), *opt.hidden_out);
-    Tensor<float, 3> out = output_head(ctx, x, Bn, T, row_len, opt);
-    end_step(cache, st);
-    return out;
+    return forward_layers(ctx, cache, st, opt, tokens, x, embedded);
   }
+
 
   /// Full-sequence forward without a persistent cache (MaxText "train"/eval mode).
   Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, const ForwardOptions& opt = {}) {
@@ -814,6 +806,96 @@ class Transformer {
       cache.set_length(static_cast<std::int64_t>(b), s.step.start[b] + s.row_len[b]);
     }
   }
+  /// forward()'s decoder layers and output head over the residual stream x (and `embedded`, [M, D], which the
+  /// hyper-connection streams collapse into). A pipeline stage receives x before a layer whose predecessor another
+  /// stage holds and sends it on after a layer whose successor another stage holds; the last stage's logits (and
+  /// hidden states) reach every stage by one broadcast.
+  Tensor<float, 3> forward_layers(layers::Context<P>& ctx, KVCache<P>& cache, StepSetup& st, const ForwardOptions& opt,
+                                  const Tensor<std::int32_t, 2>& tokens, View<A, 2> x, View<A, 2> embedded) {
+    const std::int64_t Bn = tokens.dim(0), T = tokens.dim(1);
+    const std::vector<std::int32_t>& row_len = st.row_len;
+    const std::int64_t L = cfg_.num_decoder_layers, stage = cfg_.pipeline.stage;
+    try {
+      for (std::size_t i = 0; i < layers_.size(); ++i) {
+        const std::int64_t g = global_[i];
+        if (pipelined() && g > 0 && cfg_.pipeline_owner(g - 1) != stage) {
+          pipe_transfer(x, cfg_.pipeline_owner(g - 1), false, layer_info(i).name);
+        }
+        if (opt.capture != nullptr) ctx.sow(layer_info(i).name, "input", View<const A, 2>(x));  // residual entering layer i
+        ctx.where = &layer_info(i).name;
+        std::visit(
+            [&](const auto& layer) {
+              using LT = std::decay_t<decltype(layer)>;
+              layer.forward(ctx, std::get<typename LT::Params>(params_.layers[i]), cache.layer(i), x);
+            },
+            layers_[i]);
+        if (replica_check_ && !pipelined()) check_replicas(View<const A, 2>(x), layer_info(i).name);
+        if (pipelined() && g + 1 < L && cfg_.pipeline_owner(g + 1) != stage) {
+          pipe_transfer(x, cfg_.pipeline_owner(g + 1), true, layer_info(i).name);
+        }
+      }
+    } catch (...) {
+      // Some recurrent layers may already have advanced their states past the cache length: restart those rows
+      // (length 0) rather than leave states that no later step could continue.
+      if (cache.recurrent()) {
+        for (std::int64_t b = 0; b < Bn; ++b) cache.set_length(b, 0);
+      }
+      throw;
+    }
+    if (!last_stage()) return pipeline_outputs(Bn, T, st, opt, cache);
+    if (streams_ > 1) {
+      if constexpr (kStreamHead) {
+        stream_head_.forward(ctx, params_.stream_head, View<const A, 2>(x), embedded);
+        ctx.sow("decoder." + std::string(StreamHeadT::name), View<const A, 2>(embedded));
+      } else {
+        be_.stream_sum(View<const A, 2>(x), View<const A, 2>(), embedded);  // mhc_reduce
+      }
+      x = embedded;
+    }
+    if (opt.hidden_out != nullptr) copy_hidden(View<const A, 2>(x), *opt.hidden_out);
+    Tensor<float, 3> out = output_head(ctx, x, Bn, T, row_len, opt);
+    if (pipelined() && opt.hidden_out != nullptr) {
+      groups_.pipeline->broadcast(opt.hidden_out->data(), static_cast<std::size_t>(opt.hidden_out->size()) * sizeof(float),
+                                  static_cast<int>(stage), "hidden states (pipeline)");
+    }
+    end_step(cache, st);
+    return out;
+  }
+  /// A pipeline stage before the last: the logits (and hidden states) the last stage broadcasts.
+  Tensor<float, 3> pipeline_outputs(std::int64_t Bn, std::int64_t T, const StepSetup& st, const ForwardOptions& opt,
+                                    KVCache<P>& cache) {
+    const int root = static_cast<int>(cfg_.pipeline_owner(cfg_.num_decoder_layers - 1));
+    Tensor<float, 3> out({Bn, opt.last_only ? 1 : T, cfg_.vocab_size});
+    groups_.pipeline->broadcast(out.data(), static_cast<std::size_t>(out.size()) * sizeof(float), root, "logits");
+    if (opt.hidden_out != nullptr) {
+      *opt.hidden_out = Tensor<float, 2>({Bn * T, cfg_.emb_dim});
+      groups_.pipeline->broadcast(opt.hidden_out->data(), static_cast<std::size_t>(opt.hidden_out->size()) * sizeof(float),
+                                  root, "hidden states (pipeline)");
+    }
+    if (opt.capture && opt.capture->wants("logits")) {
+      opt.capture->put("logits", AnyTensor::from(Tensor<float, 3>(out.view(), out.holder())));
+    }
+    end_step(cache, st);
+    return out;
+  }
+  /// The residual stream x (contiguous [M, W]) sent to pipeline stage `peer` after layer `layer`, or received from it
+  /// before; through host memory.
+  void pipe_transfer(View<A, 2> x, std::int64_t peer, bool send, const std::string& layer) {
+    const std::size_t bytes = static_cast<std::size_t>(x.dim(0) * x.dim(1)) * sizeof(A);
+    pipe_buf_.resize(static_cast<std::size_t>(x.dim(0) * x.dim(1)));
+    const std::string what = layer + (send ? ": send to pipeline stage " : ": recv from pipeline stage ") +
+                             std::to_string(peer);
+    be_.synchronize();
+    if (send) {
+      be_.copy(pipe_buf_.data(), x.data(), bytes, CopyKind::device_to_host);
+      be_.synchronize();
+      groups_.pipeline->send(pipe_buf_.data(), bytes, static_cast<int>(peer), what);
+    } else {
+      groups_.pipeline->recv(pipe_buf_.data(), bytes, static_cast<int>(peer), what);
+      be_.copy(x.data(), pipe_buf_.data(), bytes, CopyKind::host_to_device);
+      be_.synchronize();
+    }
+  }
   /// x (device, activation type) into a host f32 [rows, D] tensor: exact for every activation type.
   void copy_hidden(View<const A, 2> x, Tensor<float, 2>& out) {
     const std::int64_t M = x.dim(0), D = x.dim(1);
@@ -878,8 +960,11 @@ class Transformer {
       be_.copy(out.data(), logits.data(), static_cast<std::size_t>(rows * V) * sizeof(float), CopyKind::device_to_host);
       be_.synchronize();
       // Split: rank 0's logits on every rank, so that all of them sample the same token whatever order a reduction
-      // took.
-      if (groups_.world != nullptr && groups_.world->size() > 1) {
+      // took; a pipeline's last stage hands its logits to the stages before it (pipeline_outputs).
+      if (pipelined()) {
+        groups_.pipeline->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float),
+                                    static_cast<int>(cfg_.pipeline.stage), "logits");
+      } else if (groups_.world != nullptr && groups_.world->size() > 1) {
         groups_.world->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float), 0, "logits");
       }
     }
@@ -927,14 +1012,14 @@ class Transformer {
   }
   std::string param_prefix(std::size_t i) const {
     const std::int64_t n_dense = kTwoKinds ? cfg_.first_num_dense_layers : cfg_.num_decoder_layers;
-    const auto gi = static_cast<std::int64_t>(i);
+    const std::int64_t gi = global_[i];
     return gi < n_dense ? layer_prefix(gi, true) : layer_prefix(gi - n_dense, false);
   }
   void rename_layers() {
     // Layers keep their LayerInfo; rebuild them with the new scheme.
     const std::int64_t n_dense = kTwoKinds ? cfg_.first_num_dense_layers : cfg_.num_decoder_layers;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      const auto gi = static_cast<std::int64_t>(i);
+      const std::int64_t gi = global_[i];
       if (layers_[i].index() == 0) {
         layers_[i].template emplace<0>(cfg_, layer_info<DenseL>(gi, gi, true));
       } else {
@@ -994,7 +1079,8 @@ class Transformer {
   }
   /// The marked rows of x replaced by media_embeddings (converted to A on the host, one copy per run of rows), and
   /// for bidirectional media each picture's cache range given to its queries.
-  void merge_media(const ForwardOptions& opt, layers::StepInfo& step, View<A, 2> x) {
+  /// `rows` false (a later pipeline stage): the ranges only.
+  void merge_media(const ForwardOptions& opt, layers::StepInfo& step, View<A, 2> x, bool rows_too = true) {
     const auto& m = *opt.media_mask;
     const Tensor<float, 2>& e = *opt.media_embeddings;
     const std::int64_t Bn = step.batch, T = step.length, D = cfg_.emb_dim;
@@ -1015,9 +1101,11 @@ class Transformer {
         std::int64_t t1 = t;
         while (t1 < T && m(b, t1) != 0) ++t1;
         const std::int64_t n = t1 - t;
-        be_.synchronize();
-        be_.copy(x[b * T + t].data(), rows.data() + k * D, static_cast<std::size_t>(n * D) * sizeof(A),
-                 CopyKind::host_to_device);
+        if (rows_too) {
+          be_.synchronize();
+          be_.copy(x[b * T + t].data(), rows.data() + k * D, static_cast<std::size_t>(n * D) * sizeof(A),
+                   CopyKind::host_to_device);
+        }
         if (!begin.empty()) {
           const std::int32_t s0 = step.start[static_cast<std::size_t>(b)];
           for (std::int64_t i = t; i < t1; ++i) {
@@ -1037,7 +1125,7 @@ class Transformer {
   }
   std::int64_t max_positions() const {
     if (cfg_.trainable_position_size > 0) return cfg_.trainable_position_size;
-    if (cfg_.use_untrainable_positional_embedding) return params_.sinusoid.rows;
+    if (cfg_.use_untrainable_positional_embedding) return cfg_.max_target_length;  // the sinusoid table's rows
     return 0;  // rotary layers check their own tables
   }
   static void check_shape_opt(const char* what, const Tensor<std::int32_t, 2>* t, std::int64_t b, std::int64_t n) {
@@ -1106,7 +1194,7 @@ class Transformer {
     if (cfg_.final_logits_soft_cap != 0.0) be_.soft_cap(l, static_cast<float>(cfg_.final_logits_soft_cap));
   }
   void finish_params() {
-    if (cfg_.logits_via_embedding) {
+    if (cfg_.logits_via_embedding && last_stage()) {
       Matrix<W>& t = params_.attend_table;
       t = be_.prepare(layers::bf16_rounded_copy(be_, params_.token_embedder.embedding));
       // A rounded copy (f32 / fp16 tables) that the backend packed is read only through its panels (compute_logits:
@@ -1115,7 +1203,7 @@ class Transformer {
         if (t.packed && t.data.holder() != params_.token_embedder.embedding.data.holder()) t.data = Tensor<W, 2>();
       }
     }
-    if (cfg_.use_untrainable_positional_embedding) {
+    if (cfg_.use_untrainable_positional_embedding && first_stage()) {
       Tensor<float, 2> t = layers::sinusoidal_table(cfg_.max_target_length, cfg_.base_emb_dim);
       MAXTEXT_CHECK(cfg_.base_emb_dim == cfg_.emb_dim, UnsupportedError,
                     "[PositionalEmbedding] sinusoidal positions use base_emb_dim (", cfg_.base_emb_dim,
@@ -1125,6 +1213,43 @@ class Transformer {
       m.cols = t.dim(1);
       m.data = layers::upload(be_, t);
       params_.sinusoid = m;
+    }
+  }
+
+  // ---- pipeline parallelism (Config::pipeline; models/parallel.hpp pipeline_parallel_config) --------------------
+  bool pipelined() const { return cfg_.pipeline.stages > 1; }
+  /// Whether this model runs the embedding (it holds decoder layer 0) and the output head (the last layer).
+  bool first_stage() const { return !pipelined() || cfg_.pipeline_owner(0) == cfg_.pipeline.stage; }
+  bool last_stage() const {
+    return !pipelined() || cfg_.pipeline_owner(cfg_.num_decoder_layers - 1) == cfg_.pipeline.stage;
+  }
+  /// The token table: the first stage looks tokens up, the last reads it as a tied output head.
+  bool holds_embedding() const { return first_stage() || (cfg_.logits_via_embedding && last_stage()); }
+  /// What a pipeline stage cannot run, refused by name (before the layers are built).
+  void check_pipeline() const {
+    const auto& pp = cfg_.pipeline;
+    MAXTEXT_CHECK(pp.stage >= 0 && pp.stage < pp.stages && pp.stages <= cfg_.num_decoder_layers && pp.chunk >= 0,
+                  ConfigError, "[pipeline] stage ", pp.stage, " of ", pp.stages, " (chunks of ", pp.chunk,
+                  " layers) for num_decoder_layers = ", cfg_.num_decoder_layers, ": every stage needs a layer");
+    MAXTEXT_CHECK(cfg_.mtp_num_layers == 0, UnsupportedError, "[pipeline] mtp_num_layers = ", cfg_.mtp_num_layers,
+                  ": MTP layers are not split across pipeline stages (ici_pipeline_parallelism)");
+    if constexpr (kPrelude) {
+      MAXTEXT_CHECK(!prelude_.enabled(), UnsupportedError, "[pipeline] ", PreludeT::name, ": the per-layer inputs "
+                    "(hidden_size_per_layer_input) are not split across pipeline stages (ici_pipeline_parallelism)");
+    }
+  }
+  /// A layer that reads another layer's cache (Gemma 4's KV-shared layers) must find it on its own stage.
+  void check_pipeline_layers() const {
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      std::visit([&](const auto& l) {
+        if constexpr (requires { l.kv_donor(); }) {
+          const std::int64_t d = l.kv_donor();
+          MAXTEXT_CHECK(d < 0 || cfg_.pipeline_owner(d) == cfg_.pipeline.stage, UnsupportedError, "[pipeline] layer ",
+                        global_[i], " reads the keys and values of layer ", d, ", which pipeline stage ",
+                        cfg_.pipeline_owner(d), " holds (stage ", cfg_.pipeline.stage, " holds layer ", global_[i],
+                        "); choose num_layers_per_pipeline_stage so that KV-shared layers stay with their donors");
+        }
+      }, layers_[i]);
     }
   }
 
@@ -1143,6 +1268,9 @@ class Transformer {
   layers::Gpt3LayerNorm<P> final_gpt3_;
   layers::DenseGeneral<P> logits_;
   std::vector<LayerVariant> layers_;
+  std::vector<std::int64_t> global_;       ///< layers_[i]'s decoder layer index (i, but for a pipeline stage)
+  std::vector<std::int32_t> local_cache_;  ///< a pipeline stage: decoder layer -> its index in layers_, or -1
+  std::vector<A> pipe_buf_;                ///< a pipeline stage's residual stream on its way through host memory
   layers::RMSNorm<P> mtp_norm_;       ///< the MTP layers' two norms (their scales are per layer)
   layers::DenseGeneral<P> mtp_proj_;  ///< the MTP layers' projection [2D, D]
   std::vector<MtpL> mtp_layers_;
