@@ -93,7 +93,8 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
     // matrices; pipeline stages keep their layers' matrices whole, as they lie.
     w = io::load_weights(a.get("weights"), cfg,
                          (!split || models::split_keeps_matrices_whole(mesh)) &&
-                             models::read_matrices_in_place(cfg, a.get("weight-type")));
+                             models::read_matrices_in_place(cfg, a.get("weight-type")),
+                         /*populate=*/!split);
     if (!a.has("weight-type")) o.weight_type = weight_type_of_file(cfg, *w);
   }
   models::check_int8_activations(o.int8_activations, o.weight_type, w ? &w->tensors : nullptr, a.get("weights"),

@@ -371,11 +371,11 @@ Weights weights_from_dict(py::handle d, const Config& cfg) {
   return w;
 }
 
-Weights weights_arg(py::handle obj, const Config& cfg, bool keep_blocks = false) {
+Weights weights_arg(py::handle obj, const Config& cfg, bool keep_blocks = false, bool populate = true) {
   if (is_path(obj)) {
     const std::string path = path_str(obj);
     py::gil_scoped_release nogil;
-    io::LoadedWeights lw = io::load_weights(path, cfg, keep_blocks);
+    io::LoadedWeights lw = io::load_weights(path, cfg, keep_blocks, populate);
     return {std::move(lw.tensors), lw.naming == io::WeightNaming::hf, lw.file_weight_type};
   }
   MAXTEXT_CHECK(is_mapping(obj), ArgumentError, "[weights] expected a path or a dict of arrays, found ", type_name(obj));
@@ -799,7 +799,8 @@ several ranks without comm.)")
                if (!weights.is_none()) {
                  // Pipeline stages keep their layers' matrices whole: a GGUF file's are read where they lie.
                  Weights w = weights_arg(weights, c, models::split_keeps_matrices_whole(mesh) && weight_type.empty() &&
-                                                         is_path(weights) && models::read_matrices_in_place(c, weight_type));
+                                                         is_path(weights) && models::read_matrices_in_place(c, weight_type),
+                                         /*populate=*/false);
                  if (weight_type.empty() && is_path(weights)) o.weight_type = models::keep_file_weight_type(c, w.file_weight_type);
                  if (names.is_none() && w.hf) scheme = models::NameScheme::hf;
                  full = std::move(w.tensors);

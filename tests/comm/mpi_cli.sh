@@ -162,20 +162,19 @@ rc=$?
 { [ $rc -ne 0 ] && [ $rc -ne 124 ]; } || bad "a killed rank: exit code $rc (124: the job hung)"
 grep -qiE "signal 9|killed" <<<"$out" || bad "a killed rank: no word of it in: $out"
 echo "killed rank: job ended in $((SECONDS - start)) s with exit code $rc"
-start=$SECONDS
-out=$(MAXTEXT_COMM_FAULT=stall:1:3 MAXTEXT_COMM_TIMEOUT_S=2 run mpirun -x MAXTEXT_COMM_FAULT -x MAXTEXT_COMM_TIMEOUT_S \
-      -n 2 "$bin" "${G[@]}" ici_tensor_parallelism=2 2>&1)
-rc=$?
-{ [ $rc -ne 0 ] && [ $rc -ne 124 ]; } || bad "a stalled rank: exit code $rc (124: the job hung)"
-grep -qE "rank 0 of 2\): error: \[comm\] rank 0 of 2: decoder\.layers_[0-9]+\.(attention|mlp): all_reduce_sum did not complete in 2 s" <<<"$out" ||
-  bad "a stalled rank: expected rank 0 to name the layer and the collective, found: $out"
-echo "stalled rank: job ended in $((SECONDS - start)) s with exit code $rc"
+expect_stall() {  # expect_stall LABEL STALLED_RANK MESH REGEX: the other rank's error must match REGEX
+  local label=$1 stalled=$2 mesh=$3 regex=$4 start=$SECONDS out rc
+  out=$(MAXTEXT_COMM_FAULT=stall:$stalled:3 MAXTEXT_COMM_TIMEOUT_S=2 run mpirun -x MAXTEXT_COMM_FAULT \
+        -x MAXTEXT_COMM_TIMEOUT_S -n 2 "$bin" "${G[@]}" "$mesh" 2>&1)
+  rc=$?
+  { [ $rc -ne 0 ] && [ $rc -ne 124 ]; } || bad "$label: exit code $rc (124: the job hung)"
+  grep -qE "$regex" <<<"$out" || bad "$label: expected the other rank to name the layer and the collective, found: $out"
+  echo "$label: job ended in $((SECONDS - start)) s with exit code $rc"
+}
+expect_stall "a stalled rank" 1 ici_tensor_parallelism=2 \
+  "rank 0 of 2\): error: \[comm\] rank 0 of 2: decoder\.layers_[0-9]+\.(attention|mlp): all_reduce_sum did not complete in 2 s"
 # A stalled pipeline stage: the next stage's wait for its residual stream (or the logits) ends, naming what it waited for.
-out=$(MAXTEXT_COMM_FAULT=stall:0:3 MAXTEXT_COMM_TIMEOUT_S=2 run mpirun -x MAXTEXT_COMM_FAULT -x MAXTEXT_COMM_TIMEOUT_S \
-      -n 2 "$bin" "${G[@]}" ici_pipeline_parallelism=2 2>&1)
-rc=$?
-{ [ $rc -ne 0 ] && [ $rc -ne 124 ]; } || bad "a stalled stage: exit code $rc (124: the job hung)"
-grep -qE "rank 1 of 2\): error: \[comm\] rank 1 of 2: (decoder\.layers_[0-9]+: recv from pipeline stage 0: recv|logits: broadcast) did not complete in 2 s" <<<"$out" ||
-  bad "a stalled stage: expected rank 1 to name the layer and the transfer, found: $out"
+expect_stall "a stalled stage" 0 ici_pipeline_parallelism=2 \
+  "rank 1 of 2\): error: \[comm\] rank 1 of 2: (decoder\.layers_[0-9]+: recv from pipeline stage 0: recv|logits: broadcast) did not complete in 2 s"
 [ $fail = 0 ] && echo "mpi_cli: all checks passed"
 exit $fail

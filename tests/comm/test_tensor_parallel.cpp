@@ -113,6 +113,16 @@ Tensor<std::int32_t, 2> first_cols(const Tensor<std::int32_t, 2>& t, std::int64_
   return s;
 }
 
+/// One forward pass of the tokens [1, 2] (a split model run without its ranks refuses it).
+void forward_two_tokens(models::AnyModel& m) {
+  Tensor<std::int32_t, 2> tok({1, 2});
+  tok(0, 0) = 1;
+  tok(0, 1) = 2;
+  models::ForwardRequest q;
+  q.tokens = &tok;
+  (void)m.forward(q);
+}
+
 /// A fixture's config: meta.json's "config", or config.yml beside it.
 Config fixture_config(const std::string& dir) {
   const auto meta = test::read_meta(dir);
@@ -265,6 +275,43 @@ TEST_CASE("Pipeline parallel: sliding / chunked / NoPE layer patterns and recurr
   check_fixture("deepseek4_model", Layout::pipeline, {2, 4});  // compressed attention, hyper-connection streams
 }
 
+TEST_CASE("Pipeline parallel: a picture's tokens attend to each other on every stage", "[comm][pp]") {
+  // Gemma 3 merges soft tokens with bidirectional attention within each picture; the stages after the first receive
+  // the residual stream, not the picture, and must still give its tokens their ranges (without them a picture's
+  // tokens attend causally, which test_gemma3_multimodal shows changes the logits by up to 8.5). Against one process,
+  // bit for bit, on 3 stages; the control: the picture changes the logits.
+  const std::string dir = test::fixture("gemma3_model");
+  const Config cfg = fixture_config(dir);
+  const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  Tensor<std::int32_t, 2> mask({tok.dim(0), tok.dim(1)});
+  std::int64_t n = 0;
+  for (std::int64_t b = 0; b < tok.dim(0); ++b) {
+    for (std::int64_t t = 0; t < tok.dim(1); ++t) {
+      mask(b, t) = t >= 2 && t < 6 ? 1 : 0;  // a four-token picture in every row
+      n += mask(b, t);
+    }
+  }
+  Tensor<float, 2> emb({n, cfg.emb_dim});
+  for (std::int64_t i = 0; i < emb.size(); ++i) emb.data()[i] = 0.05f * static_cast<float>((i * 7919) % 41 - 20);
+  models::ForwardRequest q;
+  q.tokens = &tok;
+  q.media_mask = &mask;
+  q.media_embeddings = &emb;
+  models::AnyModelOptions o1;
+  o1.threads = 1;
+  auto single = models::make_built_any_model(cfg, o1, MAXTEXT_BLOCKS_BUILT);
+  single->load(full);
+  const Tensor<float, 3> one = copy3(single->forward(q));
+  Split s(cfg, full, 3, std::chrono::seconds(60), Layout::pipeline);
+  std::vector<Tensor<float, 3>> logits(3);
+  s.run([&](int r, models::AnyModel& m) { logits[static_cast<std::size_t>(r)] = copy3(m.forward(q)); });
+  for (const auto& l : logits) CHECK(same_bits(l, one));
+  models::ForwardRequest plain;
+  plain.tokens = &tok;
+  CHECK_FALSE(same_bits(copy3(single->forward(plain)), one));  // the picture's rows change the logits
+}
+
 TEST_CASE("Pipeline parallel: one send and one recv per stage boundary crossed, one broadcast of the logits, and MaxText's "
           "circular layout", "[comm][pp]") {
   const std::string dir = test::fixture("olmo3_model");  // 4 layers
@@ -354,12 +401,7 @@ TEST_CASE("Pipeline parallel: layouts MaxText's keys do not describe, and what a
   // A stage model without its pipeline group refuses to run.
   auto m = models::make_built_any_model(models::pipeline_parallel_config(llama, 1, 2), {}, MAXTEXT_BLOCKS_BUILT);
   m->init(1);
-  Tensor<std::int32_t, 2> tok({1, 2});
-  tok(0, 0) = 1;
-  tok(0, 1) = 2;
-  models::ForwardRequest q;
-  q.tokens = &tok;
-  CHECK_THROWS_WITH(m->forward(q), Catch::Contains("this model is stage 1 of 2, but no pipeline group is set"));
+  CHECK_THROWS_WITH(forward_two_tokens(*m), Catch::Contains("this model is stage 1 of 2, but no pipeline group is set"));
   // Two kinds of parallelism in one mesh.
   Config both = llama;
   both.set("ici_tensor_parallelism", "2");
@@ -448,12 +490,8 @@ TEST_CASE("Tensor parallel: an untied output head is split by vocabulary, a tied
     CHECK(shapes.at("token_embedder.embedding") == std::vector<std::int64_t>{llama.vocab_size, llama.emb_dim});
     // Without the communicator of its n ranks the split model refuses to run, naming the split.
     m->init(1);
-    Tensor<std::int32_t, 2> tok({1, 2});
-    tok(0, 0) = 1;
-    tok(0, 1) = 2;
-    models::ForwardRequest q;
-    q.tokens = &tok;
-    CHECK_THROWS_WITH(m->forward(q), Catch::Contains("the output head holds 1/" + std::to_string(n) + " of the vocabulary"));
+    CHECK_THROWS_WITH(forward_two_tokens(*m), Catch::Contains("the output head holds 1/" + std::to_string(n) +
+                                                              " of the vocabulary"));
   }
   // A vocabulary the ranks do not divide keeps the whole head (replicated, logits broadcast from rank 0).
   Config odd = llama;

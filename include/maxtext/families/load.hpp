@@ -62,9 +62,12 @@ inline bool gguf_keeps_blocks(const Config& cfg) {
 /// (DType::ggml views), and so do its F32 / F16 / BF16 matrices, for a model with runtime-typed weights (ggml_byte;
 /// file_weight_type "ggml"), where the importer supports it (gguf_keeps_blocks): the model then reads the file's
 /// mapping as it is, with no second copy. A file without blocks whose model ties its head (logits_via_embedding) is
-/// not kept (see below). Otherwise, and by default, blocks are decoded to f32.
+/// not kept (see below). Otherwise, and by default, blocks are decoded to f32. `populate` (with keep_blocks): map the
+/// kept pages now, as one process reads them all; false for a pipeline stage (models/parallel.hpp), which reads only
+/// its own layers' pages: the others are not kept resident (io::keep_block_tensors).
 #if MAXTEXT_API_DEFINITIONS
-MAXTEXT_API LoadedWeights load_weights(const std::string& path_in, const Config& cfg, bool keep_blocks = false) {
+MAXTEXT_API LoadedWeights load_weights(const std::string& path_in, const Config& cfg, bool keep_blocks = false,
+                                       bool populate = true) {
   const std::string path = detail::resolve_weights_path(path_in);
   MAXTEXT_CHECK(std::filesystem::exists(path), IoError, "[weights] ", path, ": no such file");
   LoadedWeights w;
@@ -83,7 +86,7 @@ MAXTEXT_API LoadedWeights load_weights(const std::string& path_in, const Config&
       // embedding: MaxText's tied head multiplies by a bf16-rounded copy of the table, which the file's rows are not
       // (docs/numerics.md); such a file keeps the packed policies and MaxText's numbers.
       if (keep_blocks && gguf_keeps_blocks(cfg) && (has_block_tensors(g) || !cfg.logits_via_embedding)) {
-        keep_block_tensors(g);  // blocks and F32 / F16 / BF16 rows computed from as they lie (ggml_byte weights)
+        keep_block_tensors(g, populate);  // blocks and F32 / F16 / BF16 rows computed from as they lie (ggml_byte)
         w.file_weight_type = "ggml";
       } else {
         dequantize_block_tensors(g);  // Q4_K, Q6_K, ... become f32 (exact mode); the model stores its weight type
@@ -114,7 +117,8 @@ MAXTEXT_API LoadedWeights load_weights(const std::string& path_in, const Config&
   return w;
 }
 #else
-LoadedWeights load_weights(const std::string& path_in, const Config& cfg, bool keep_blocks = false);
+LoadedWeights load_weights(const std::string& path_in, const Config& cfg, bool keep_blocks = false,
+                           bool populate = true);
 #endif
 
 }  // namespace maxtext::io
