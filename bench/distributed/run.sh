@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# bench/distributed/run.sh: `maxtext generate` split by tensor parallelism over 1, 2 and 4 MPI ranks (mpirun over
-# shared memory) on the benchmark models b (stories110M-shaped) and c (1B-class Llama) of bench/make_models.py, f32.
-# Per run: prefill and decode tokens/s, the collectives' calls, bytes and seconds (MAXTEXT_COMM_STATS=1, rank 0), and
-# each rank's peak resident memory (/usr/bin/time). Recorded in docs/distributed.md; not a gate.
+# bench/distributed/run.sh: `maxtext generate` split by tensor parallelism (or by pipeline stages) over 1, 2 and 4
+# MPI ranks (mpirun over shared memory) on the benchmark models b (stories110M-shaped) and c (1B-class Llama) of
+# bench/make_models.py, f32. Per run: prefill and decode tokens/s, the collectives' calls, bytes and seconds
+# (MAXTEXT_COMM_STATS=1, rank 0), and each rank's peak resident memory (/usr/bin/time). Recorded in
+# docs/distributed.md; not a gate.
 #
-#   bash bench/distributed/run.sh [--models b,c] [--ranks 1,2,4] [--tokens 32]
+#   bash bench/distributed/run.sh [--models b,c] [--ranks 1,2,4] [--tokens 32] [--layout tensor|pipeline]
+#                                 [--file model.safetensors|model-q8_0.gguf|...]
+#
+# --layout pipeline splits by layers (ici_pipeline_parallelism); with --file NAME.gguf (a file bench/make_models.py
+# wrote into bench/.models/KEY) the stages compute from the file's matrices as they lie (Q8_0 blocks included), which
+# tensor parallelism cannot split.
 #
 # On the 2-core CI machine 4 ranks share 2 cores (--oversubscribe), so the 4-rank figures measure the collectives'
 # overhead, not a speed-up; docs/distributed.md estimates what separate sockets or nodes would give from the bytes
@@ -16,21 +22,27 @@ BUILD="$ROOT/bench/.build-distributed"
 MODELS=b,c
 RANKS=1,2,4
 TOKENS=32
+LAYOUT=tensor
+FILE=model.safetensors
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --models) MODELS=$2; shift ;;
     --ranks) RANKS=$2; shift ;;
     --tokens) TOKENS=$2; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --layout) LAYOUT=$2; shift ;;
+    --file) FILE=$2; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "distributed: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
+[[ $LAYOUT == tensor || $LAYOUT == pipeline ]] || { echo "distributed: --layout tensor or pipeline, not $LAYOUT" >&2; exit 2; }
 command -v mpirun >/dev/null || { echo "distributed: needs mpirun (bash scripts/setup.sh --tests)" >&2; exit 1; }
 source "$ROOT/scripts/ccache.sh"
+POLICIES="f32;ggmlw"  # ggmlw: a GGUF file's matrices computed from as they lie
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${MAXTEXT_CCACHE_ARGS[@]}" -DMAXTEXT_BUILD_TESTS=OFF \
   -DMAXTEXT_BUILD_BENCH=OFF -DMAXTEXT_BUILD_EXAMPLES=OFF -DMAXTEXT_BUILD_PYTHON=OFF -DMAXTEXT_BLOCKS=llama2 \
-  -DMAXTEXT_BLOCK_POLICIES=f32 -DMAXTEXT_CLI_COMPARE=OFF -DMAXTEXT_CLI_SERVE=OFF -DMAXTEXT_CLI_VISION=OFF \
+  -DMAXTEXT_BLOCK_POLICIES="$POLICIES" -DMAXTEXT_CLI_COMPARE=OFF -DMAXTEXT_CLI_SERVE=OFF -DMAXTEXT_CLI_VISION=OFF \
   -DMAXTEXT_MPI=ON >/dev/null
 ninja -C "$BUILD" maxtext_cli >/dev/null
 BIN="$BUILD/tools/maxtext"
@@ -39,8 +51,8 @@ export MAXTEXT_COMM_STATS=1
 cores=$(nproc)
 prompt="1"
 for i in $(seq 2 64); do prompt="$prompt,$((i * 37 % 31000 + 5))"; done
-printf '| model | ranks | threads/rank | prefill tok/s | decode tok/s | all-reduces/step | MB all-reduced/decode step | collectives s | share of prefill+decode | peak RSS per rank (MB) |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|\n'
+printf '| model | file | layout | ranks | threads/rank | prefill tok/s | decode tok/s | collectives/step | MB moved/decode step | collectives s | share of prefill+decode | peak RSS per rank (MB) |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 IFS=, read -r -a model_list <<<"$MODELS"
 IFS=, read -r -a rank_list <<<"$RANKS"
 for key in "${model_list[@]}"; do
@@ -78,24 +90,32 @@ max_target_length: 256
 YML
   for n in "${rank_list[@]}"; do
     t=$((cores / n)); ((t >= 1)) || t=1
-    log="$BUILD/run-$key-$n.log"
-    mpirun -n "$n" /usr/bin/time -f "peak_rss_kb %M" "$BIN" generate --config "$dir/config.yml" \
-      --weights "$dir/model.safetensors" --tokens "$prompt" --max-new-tokens "$TOKENS" --temperature 0 --threads "$t" \
-      ici_tensor_parallelism="$n" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-    /usr/bin/python3 - "$log" "$key" "$n" "$t" "$L" "$D" <<'PY'
+    log="$BUILD/run-$key-$LAYOUT-$n.log"
+    [[ -f "$dir/$FILE" ]] || { echo "distributed: $dir/$FILE not found (bench/make_models.py writes the GGUF files)" >&2; exit 1; }
+    cfg=(--config "$dir/config.yml")
+    [[ $FILE == *.gguf ]] && cfg=()  # a GGUF file carries its config
+    mpirun -n "$n" /usr/bin/time -f "peak_rss_kb %M" "$BIN" generate "${cfg[@]}" \
+      --weights "$dir/$FILE" --tokens "$prompt" --max-new-tokens "$TOKENS" --temperature 0 --threads "$t" \
+      ici_${LAYOUT}_parallelism="$n" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+    /usr/bin/python3 - "$log" "$key" "$n" "$t" "$L" "$D" "$LAYOUT" "$FILE" "$V" <<'PY'
 import re, sys
 log, key, n, t, L, D = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+layout, file, V = sys.argv[7], sys.argv[8], int(sys.argv[9])
 pre = re.search(r"prefill: (\d+) tokens in ([\d.]+) ms \(([\d.]+) tokens/s\)", log)
 dec = re.search(r"decode: (\d+) steps in ([\d.]+) ms \(([\d.]+) tokens/s\)", log)
 rss = [int(x) / 1024 for x in re.findall(r"peak_rss_kb (\d+)", log)]
 coll = {m[0]: (int(m[1]), float(m[2]), float(m[3])) for m in re.findall(r"collectives: (\w+)\s+(\d+) calls\s+([\d.]+) MB\s+([\d.]+) s", log)}
 ms = float(pre[2]) + float(dec[2])
-ar = coll.get("all_reduce", (0, 0.0, 0.0))
 steps = 1 + int(dec[1])
-cs = ar[2] + coll.get("broadcast", (0, 0, 0.0))[2]
+ops = [o for o in coll if o != "all_gather"] if n > 1 else []  # all_gather: the fingerprint check at loading
+calls = sum(coll[o][0] for o in ops)
+cs = sum(coll[o][2] for o in ops)
 share = f"{100 * cs * 1000 / ms:.1f}%" if n > 1 else "-"
-print(f"| {key} | {n} | {t} | {float(pre[3]):.0f} | {float(dec[3]):.1f} | {ar[0] / steps:.0f} | {2 * L * D * 4 / 1e6 if n > 1 else 0:.3f} | "
-      f"{cs:.3f} | {share} | {' / '.join(f'{r:.0f}' for r in sorted(rss))} |")
+# Rank 0's bytes per decode step: tensor, 2 all-reduces of one [1, D] f32 row per layer; pipeline, one [1, D] row
+# through each of the n - 1 stage boundaries and the [1, V] logits broadcast from the last stage.
+moved = 0 if n == 1 else (2 * L * D * 4 if layout == "tensor" else ((n - 1) * D + V) * 4)
+print(f"| {key} | {file} | {layout} | {n} | {t} | {float(pre[3]):.0f} | {float(dec[3]):.1f} | {calls / steps:.0f} | "
+      f"{moved / 1e6:.3f} | {cs:.3f} | {share} | {' / '.join(f'{r:.0f}' for r in sorted(rss))} |")
 PY
   done
 done
