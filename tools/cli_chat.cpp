@@ -17,6 +17,8 @@
 #include "cmd_template.hpp"
 #include "cmd_tokenize.hpp"
 #include "maxtext/comm/communicator.hpp"
+#include "maxtext/comm/mesh.hpp"
+#include "maxtext/models/parallel.hpp"
 #include "maxtext/models/any_model.hpp"
 
 namespace maxtext::cli {
@@ -71,8 +73,17 @@ int cmd_chat(const Args& a) {
     if (!co.session_file.empty()) {
       // Each rank holds its own slice of the conversation's cache, so each keeps its own file, FILE.rank<r>-of-<n>
       // (checked against the rank's share of the model when loaded); the ranks restore together or not at all.
+      // Pipeline stages add their layers, so that a file saved under one layout is not read under another.
       const std::string base = co.session_file;
       co.session_file += ".rank" + std::to_string(w->rank()) + "-of-" + std::to_string(w->size());
+      if (const comm::Mesh mesh = comm::Mesh::from_config(cfg, w->size()); mesh.pipeline > 1) {
+        const int stage = mesh.coords(w->rank()).pipeline;
+        std::string label = models::pipeline_layers_label(models::pipeline_parallel_config(cfg, stage, mesh.pipeline),
+                                                          stage);
+        std::replace(label.begin(), label.end(), ' ', '_');
+        label.erase(std::remove(label.begin(), label.end(), ','), label.end());
+        co.session_file += "." + label;  // FILE.rank0-of-2.layers_0-2
+      }
       const std::uint8_t have = std::filesystem::exists(co.session_file) ? 1 : 0;
       std::vector<std::uint8_t> all(static_cast<std::size_t>(w->size()));
       w->all_gather(&have, 1, all.data(), "chat --session: which ranks hold their file");
@@ -83,7 +94,7 @@ int cmd_chat(const Args& a) {
         if (all[r] == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
       MAXTEXT_CHECK(held == 0 || missing.empty(), IoError, "chat --session ", base, " under mpirun: rank(s) ", missing,
-                    " have no file ", base, ".rank<r>-of-", w->size(), " while the others do (the ranks restore a "
+                    " have no file ", base, ".rank<r>-of-", w->size(), "[.layers_...] while the others do (the ranks restore a "
                     "conversation together or not at all)");
     }
     MAXTEXT_CHECK(!pictures, UnsupportedError, "chat --image under mpirun: not yet (run the pictures in one process)");

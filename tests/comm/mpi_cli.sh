@@ -12,8 +12,9 @@
 #   - pipeline parallelism (ici_pipeline_parallelism: each stage its layers, whole) on 2 and 3 stages (5 layers: 2 + 2
 #     + 1): logits equal to one process's bit for bit, from the llama2.c file and from the GGUF file read in place;
 #     MaxText's circular layout (num_layers_per_pipeline_stage=1 on 5 stages); greedy tokens and chat as above;
-#   - every split run with MAXTEXT_COMM_CHECK=1: after each layer the residual stream, which the ranks hold
-#     replicated, is hashed and compared across ranks (a difference fails the run, naming the layer);
+#   - every tensor- and expert-parallel run with MAXTEXT_COMM_CHECK=1: after each layer the residual stream, which the
+#     ranks hold replicated, is hashed and compared across ranks (a difference fails the run, naming the layer;
+#     pipeline stages hold different layers, and compare their logits bit for bit instead);
 #   - a mesh that does not match the ranks launched, an unused axis, a command that does not split, and ranks that
 #     read another config are refused by name;
 #   - a rank killed mid-step ends the whole job; a stalled rank ends it after MAXTEXT_COMM_TIMEOUT_S with the layer and
@@ -122,18 +123,27 @@ for mesh in ici_tensor_parallelism=2 ici_tensor_parallelism=4 ici_pipeline_paral
   [ "$out" = "$one_chat" ] || bad "chat, $mesh: '$out' vs one process: '$one_chat'"
 done
 [ -n "$one_chat" ] || bad "chat printed nothing"
-# chat --session on 2 ranks: each rank keeps its slice in FILE.rank<r>-of-2; a second run goes on with a third turn
-# and prints the third answer of one uninterrupted run.
+# chat --session on 2 ranks: each rank keeps its slice in FILE.rank<r>-of-2 (pipeline stages: .layers_<their layers>
+# added, so that another layout does not read them); a second run goes on with a third turn and prints the third
+# answer of one uninterrupted run.
 printf 'Tell me a story.\nAnd then?\nWho won?\n' > "$tmp/chat3.txt"
 printf 'Who won?\n' > "$tmp/chat_c.txt"
 one3=$(run "$bin" "${C[@]}" < "$tmp/chat3.txt" 2>/dev/null) || bad "one-process chat of three turns"
-first=$(run mpirun -n 2 "$bin" "${C[@]}" --session "$tmp/s.mxs" ici_tensor_parallelism=2 < "$tmp/chat.txt" 2>/dev/null) ||
-  bad "chat --session on 2 ranks (first run)"
-{ [ -f "$tmp/s.mxs.rank0-of-2" ] && [ -f "$tmp/s.mxs.rank1-of-2" ]; } || bad "chat --session: the ranks' files are missing"
-second=$(run mpirun -n 2 "$bin" "${C[@]}" --session "$tmp/s.mxs" ici_tensor_parallelism=2 < "$tmp/chat_c.txt" \
-         2>/dev/null) || bad "chat --session on 2 ranks (second run)"
-[ -n "$second" ] || bad "chat --session on 2 ranks: the second run printed nothing"
-[ "$one3" = "$first"$'\n'"$second" ] || bad "chat --session on 2 ranks: '$first' + '$second' vs one run: '$one3'"
+for mesh in ici_tensor_parallelism=2 ici_pipeline_parallelism=2; do
+  f0=s.mxs.rank0-of-2 f1=s.mxs.rank1-of-2
+  [ $mesh = ici_pipeline_parallelism=2 ] && f0=$f0.layers_0-2 f1=$f1.layers_3-4  # stories260K: 5 layers, 3 + 2
+  rm -f "$tmp"/s.mxs.*
+  first=$(run mpirun -n 2 "$bin" "${C[@]}" --session "$tmp/s.mxs" $mesh < "$tmp/chat.txt" 2>/dev/null) ||
+    bad "chat --session, $mesh (first run)"
+  { [ -f "$tmp/$f0" ] && [ -f "$tmp/$f1" ]; } || bad "chat --session, $mesh: $f0 / $f1 missing: $(ls "$tmp")"
+  second=$(run mpirun -n 2 "$bin" "${C[@]}" --session "$tmp/s.mxs" $mesh < "$tmp/chat_c.txt" 2>/dev/null) ||
+    bad "chat --session, $mesh (second run)"
+  [ -n "$second" ] || bad "chat --session, $mesh: the second run printed nothing"
+  [ "$one3" = "$first"$'\n'"$second" ] || bad "chat --session, $mesh: '$first' + '$second' vs one run: '$one3'"
+done
+rm -f "$tmp"/s.mxs.*
+run mpirun -n 2 "$bin" "${C[@]}" --session "$tmp/s.mxs" ici_tensor_parallelism=2 < "$tmp/chat.txt" >/dev/null 2>&1 ||
+  bad "chat --session on 2 ranks (for the refusal below)"
 rm -f "$tmp/s.mxs.rank1-of-2"
 
 expect_refusal() {  # expect_refusal TEXT command...

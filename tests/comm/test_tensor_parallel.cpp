@@ -14,6 +14,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -270,8 +271,8 @@ TEST_CASE("Pipeline parallel: sliding / chunked / NoPE layer patterns and recurr
   check_fixture("gemma4_model", Layout::pipeline, {2, 3});
   check_fixture("gemma4_moe_model", Layout::pipeline, {2, 4});
   check_fixture("llama4_model", Layout::pipeline, {2, 3});
-  check_fixture("qwen3_next_model", Layout::pipeline, {2, 4});  // Gated DeltaNet states per stage
-  check_fixture("qwen3_5_model", Layout::pipeline, {2, 3});
+  check_fixture("qwen3_next_model", Layout::pipeline, {2});  // Gated DeltaNet states on both stages
+  check_fixture("qwen3_5_model", Layout::pipeline, {2});
   check_fixture("deepseek4_model", Layout::pipeline, {2, 4});  // compressed attention, hyper-connection streams
 }
 
@@ -387,6 +388,15 @@ TEST_CASE("Pipeline parallel: layouts MaxText's keys do not describe, and what a
   Config reps = fixture_config(test::fixture("olmo3_model"));
   reps.set("num_pipeline_repeats", "2");
   CHECK(models::pipeline_parallel_config(reps, 1, 2).pipeline.chunk == 1);
+  // Qwen3-Next's 4 layers on 4 stages: the last would hold only the full-attention layer 3, whose cache is not
+  // recurrent while the others' are (a session would rewind them differently): refused, whichever stage asks.
+  const Config next = fixture_config(test::fixture("qwen3_next_model"));
+  CHECK_THROWS_WITH(models::pipeline_parallel_config(next, 0, 4),
+                    Catch::Contains("stage 3 of 4 would hold only full-attention layers (layers 3)"));
+  CHECK(models::pipeline_layers_label(models::pipeline_parallel_config(next, 1, 2), 1) == "layers 2-3");
+  Config circ = fixture_config(test::fixture("olmo3_model"));
+  circ.set("num_layers_per_pipeline_stage", "1");
+  CHECK(models::pipeline_layers_label(models::pipeline_parallel_config(circ, 0, 2), 0) == "layers 0, 2");
   // MTP layers, per-layer inputs and KV-shared layers whose donor another stage holds.
   const Config mtp = fixture_config(test::fixture("mtp_llama2_model"));
   CHECK_THROWS_WITH(models::make_built_any_model(models::pipeline_parallel_config(mtp, 0, 2), {}, MAXTEXT_BLOCKS_BUILT),
@@ -398,6 +408,24 @@ TEST_CASE("Pipeline parallel: layouts MaxText's keys do not describe, and what a
   e2b.set("vocab_size_per_layer_input", "0");
   CHECK_THROWS_WITH(models::make_built_any_model(models::pipeline_parallel_config(e2b, 1, 2), {}, MAXTEXT_BLOCKS_BUILT),
                     Catch::Contains("layer 9 reads the keys and values of layer 4, which pipeline stage 0 holds"));
+  // make_split_any_model: every rank refuses what any stage's model refuses (here stage 1's), before any waits.
+  e2b.set("ici_pipeline_parallelism", "2");
+  e2b.set("ici_fsdp_parallelism", "1");
+  comm::ThreadGroup pair(2, std::chrono::seconds(5));
+  std::vector<std::string> msgs(2);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 2; ++r) {
+    th.emplace_back([&, r] {
+      try {
+        (void)models::make_split_any_model(e2b, {}, pair.rank(r), std::nullopt, models::NameScheme::maxtext, 1,
+                                           MAXTEXT_BLOCKS_BUILT);
+      } catch (const std::exception& e) {
+        msgs[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  for (const auto& m : msgs) CHECK_THAT(m, Catch::Contains("layer 9 reads the keys and values of layer 4"));
   // A stage model without its pipeline group refuses to run.
   auto m = models::make_built_any_model(models::pipeline_parallel_config(llama, 1, 2), {}, MAXTEXT_BLOCKS_BUILT);
   m->init(1);

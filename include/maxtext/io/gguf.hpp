@@ -645,13 +645,16 @@ inline bool has_block_tensors(const GgufFile& g) {
 /// (DType::ggml) views of the same bytes: the model computes from the file's own rows, and an importer treats every
 /// matrix alike (a query scale rides as value_scale, rotary lanes are re-paired by whole rows: io/attention_kernels.hpp).
 /// The Q8_0 tensors' scales are checked as dequantize_block_tensors does. `populate` false (a pipeline stage, which
-/// reads only its own layers' tensors): the pages are not mapped ahead, and each Q8_0 tensor's pages are handed back
-/// once its scales are checked, so that the process keeps only what its model then reads.
+/// reads only its own layers' tensors): the pages are not mapped ahead, and each block tensor's pages (Q8_0, Q4_K,
+/// Q6_K, ...) are handed back once its scales are checked, so that the process keeps only what its model then reads.
 inline void keep_block_tensors(GgufFile& g, bool populate = true) {
   // The model reads these pages where they lie: map them all now, in one call, rather than a page fault at a time
   // while the scales are checked and the first tokens run (llama.cpp maps its files with MAP_POPULATE alike).
   if (populate) populate_mapped_pages(g.data, g.data_bytes);
-  for (const auto& b : g.block_tensors) g.tensors.add(b.name, block_tensor_view(b, g.path));
+  for (const auto& b : g.block_tensors) {
+    g.tensors.add(b.name, block_tensor_view(b, g.path));
+    if (!populate) drop_mapped_pages(b.data, static_cast<std::size_t>(b.bytes));
+  }
   g.block_tensors.clear();
   check_q8_0_scales(g, !populate);
   for (auto& [name, t] : g.tensors.tensors) {

@@ -100,6 +100,24 @@ inline Config expert_parallel_config(const Config& cfg, int rank, int ranks) {
   return c;
 }
 
+/// The decoder layers pipeline stage `stage` holds under `c`'s layout (Config::pipeline), as runs: "layers 0-3",
+/// "layers 0, 2, 4-5". Names a stage in messages and its files (a session saved under one layout is not read under
+/// another).
+inline std::string pipeline_layers_label(const Config& c, std::int64_t stage) {
+  std::string out;
+  for (std::int64_t i = 0; i < c.num_decoder_layers;) {
+    if (c.pipeline_owner(i) != stage) {
+      ++i;
+      continue;
+    }
+    std::int64_t j = i;
+    while (j + 1 < c.num_decoder_layers && c.pipeline_owner(j + 1) == stage) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(i) + (j > i ? "-" + std::to_string(j) : std::string());
+    i = j + 1;
+  }
+  return "layers " + out;
+}
+
 /// The config of pipeline stage `stage`'s share of `cfg` split over `stages` stages by layers (Config::pipeline): the
 /// layers dealt as MaxText's config keys say when the config sets them (num_layers_per_pipeline_stage layers per chunk,
 /// num_pipeline_repeats rounds, chunk i on stage i % stages: MaxText's circular pipeline; their product with the stages
@@ -138,6 +156,22 @@ inline Config pipeline_parallel_config(const Config& cfg, int stage, int stages)
   }
   c.pipeline.stage = stage;
   c.pipeline.stages = stages;
+  // Every stage must keep a recurrent state if one does: callers treat a recurrent cache differently (a session
+  // rewinds it to the start, speculative decoding runs the kept rows again, batching groups its passes), and all
+  // stages must make the same calls. Qwen3-Next's layers are Gated DeltaNet (a state) but every
+  // inhomogeneous_layer_cycle_interval-th, full attention (families/qwen3_next/qwen3_next.hpp).
+  if (std::string(decoder_block_runs_as(c.decoder_block)) == "qwen3_next") {
+    const std::int64_t cycle = c.inhomogeneous_layer_cycle_interval;
+    for (std::int64_t s = 0; s < stages; ++s) {
+      bool state = false;
+      for (std::int64_t i = 0; i < L && !state; ++i) {
+        state = c.pipeline_owner(i) == s && !(cycle > 0 && (i + 1) % cycle == 0);
+      }
+      MAXTEXT_CHECK(state, UnsupportedError, "[pipeline] stage ", s, " of ", stages, " would hold only full-attention "
+                    "layers (", pipeline_layers_label(c, s), ") while the other stages hold Gated DeltaNet layers, "
+                    "whose caches roll back otherwise; choose a layout that gives every stage a Gated DeltaNet layer");
+    }
+  }
   return c;
 }
 

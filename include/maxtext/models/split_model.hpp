@@ -61,6 +61,13 @@ std::unique_ptr<AnyModel> make_split_any_model(const Config& cfg, const AnyModel
   const Config local = by_layers    ? pipeline_parallel_config(cfg, mesh.coords(world.rank()).pipeline, mesh.pipeline)
                        : by_experts ? expert_parallel_config(cfg, world.rank(), world.size())
                                     : tensor_parallel_config(cfg, mesh.tensor);
+  if (by_layers) {
+    // What a stage's model refuses (a KV donor on another stage, ...), every rank refuses alike, before any rank
+    // waits for the others: each builds every other stage's model too (layers only, no weights).
+    for (int s = 0; s < mesh.pipeline; ++s) {
+      if (s != mesh.coords(world.rank()).pipeline) (void)make_built_any_model<Tag>(pipeline_parallel_config(cfg, s, mesh.pipeline), opt, built);
+    }
+  }
   auto model = make_built_any_model<Tag>(local, opt, built);
   MAXTEXT_CHECK(!model->needs_engram_vocab(), UnsupportedError, "[mesh] Engram layers are not split across ranks");
   auto whole = make_built_any_model<Tag>(cfg, opt, built);  // its parameters' names; no weights until loaded
