@@ -98,7 +98,10 @@ struct Mesh {
     }
     return 1;
   }
-  /// The integer value of a mesh key (kept verbatim in Config::extra), or `dflt` when unset.
+
+ public:
+  /// The integer value of a mesh or pipeline-layout key (kept verbatim in Config::extra): -1 or [1, 65536], or `dflt`
+  /// when unset; anything else refused by name.
   static std::int64_t value(const Config& cfg, const std::string& key, std::int64_t dflt) {
     const auto it = cfg.extra.find(key);
     if (it == cfg.extra.end() || it->second.empty() || it->second == "None" || it->second == "null") return dflt;
@@ -108,6 +111,8 @@ struct Mesh {
                   ": expected -1 or an integer in [1, 65536], found '", it->second, "'");
     return v;
   }
+
+ private:
   static std::string unit(const char* prefix, std::int64_t n) {
     const bool ici = std::string(prefix) == "ici";
     return std::string(ici ? " rank" : " slice") + (n == 1 ? "" : "s") + (ici ? " per slice" : "");

@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <string_view>
@@ -132,15 +131,8 @@ inline Config pipeline_parallel_config(const Config& cfg, int stage, int stages)
   const std::int64_t L = c.num_decoder_layers;
   MAXTEXT_CHECK(stages <= L, ConfigError, "[pipeline] ici_pipeline_parallelism = ", stages, ": more stages than the ", L,
                 " decoder layers");
-  auto key = [&](const char* name) -> std::int64_t {  // -1: unset (or MaxText's -1, "derive it")
-    const auto it = c.extra.find(name);
-    if (it == c.extra.end() || it->second.empty() || it->second == "None" || it->second == "null") return -1;
-    char* end = nullptr;
-    const long long v = std::strtoll(it->second.c_str(), &end, 10);
-    MAXTEXT_CHECK(end != nullptr && *end == '\0' && (v == -1 || (v >= 1 && v <= (1 << 20))), ConfigError, "[pipeline] ",
-                  name, ": expected -1 or a positive integer, found '", it->second, "'");
-    return v;
-  };
+  // -1: unset, or MaxText's -1 ("derive it").
+  auto key = [&](const char* name) { return comm::Mesh::value(c, name, -1); };
   const std::int64_t ppl = key("pipeline_parallel_layers");
   MAXTEXT_CHECK(ppl == -1 || ppl == L, UnsupportedError, "[pipeline] pipeline_parallel_layers = ", ppl, ": pipelining "
                 "some of the ", L, " layers (the rest as data parallelism) is not built; -1 pipelines all of them");
