@@ -613,3 +613,82 @@ TEST_CASE("SwiGLU activation rows match the scalar definition", "[backend][cpu][
     }
   }
 }
+
+namespace {
+
+/// A weight packed and then stripped of its out-major rows (what the loader does with a copy it made: one copy in
+/// memory) must give back every stored value bit for bit, and every product the same bits as with its rows.
+template <class W>
+void check_released_rows(bool int8_activations) {
+  const std::int64_t N = 130, K = 96;  // N past two AVX-512 panels, not a multiple of any panel width
+  std::mt19937 g(77);
+  std::vector<double> wd;
+  Matrix<W> raw = make_weight<W>(N, K, g, wd);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(raw.data.size()) * sizeof(W));
+  std::memcpy(bytes.data(), raw.data.data(), bytes.size());
+  cpu::Options opt{2};
+  opt.int8_activations = int8_activations;
+  cpu::Backend be(opt);
+  Matrix<W> kept = be.prepare(raw);
+  Matrix<W> released = kept;
+  be.release_rows(released);  // the rows are shared (raw, kept): freeing them would free nothing, so they stay
+  CHECK(!released.data.empty());
+  raw = Matrix<W>();
+  kept.data = Tensor<W, 2>(released.data.shape());  // kept: a copy of its own, so that `released` owns the original
+  std::memcpy(kept.data.data(), bytes.data(), bytes.size());
+  be.release_rows(released);
+  REQUIRE(released.data.empty());
+  CHECK(!released.empty());
+
+  const Tensor<W, 2> back = be.unpacked(released);
+  REQUIRE(back.size() == kept.data.size());
+  CHECK(std::memcmp(back.data(), bytes.data(), bytes.size()) == 0);
+
+  for (std::int64_t M : {1, 3, 40}) {
+    INFO("M = " << M);
+    Operands<float, float> op(M, N, K, g);
+    Tensor<float, 2> y1 = Tensor<float, 2>::zeros({M, N}), y2 = Tensor<float, 2>::zeros({M, N});
+    be.matmul(op.x, kept, View<float, 2>(y1.view()), View<const float, 1>(op.bias.view()));
+    be.matmul(op.x, released, View<float, 2>(y2.view()), View<const float, 1>(op.bias.view()));
+    CHECK(std::memcmp(y1.data(), y2.data(), static_cast<std::size_t>(M * N) * sizeof(float)) == 0);
+    // A strided bias takes the product first and the bias after: the same two roundings as the fused bias.
+    Tensor<float, 1> b2({2 * N});
+    for (std::int64_t n = 0; n < N; ++n) b2(2 * n) = op.bias(n);
+    Tensor<float, 2> y3 = Tensor<float, 2>::zeros({M, N});
+    be.matmul(op.x, released, View<float, 2>(y3.view()), View<const float, 1>(b2.data(), {N}, {2}));
+    CHECK(std::memcmp(y1.data(), y3.data(), static_cast<std::size_t>(M * N) * sizeof(float)) == 0);
+  }
+  // Per-head row reads (MLA's absorbed products) read the panels: the same bits as the rows.
+  const std::int64_t H = 5, d = 26;  // heads of 26 rows: 5 x 26 = 130
+  Tensor<float, 3> x({2, H, K}), h1({2, H, d}), h2({2, H, d});
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (std::int64_t i = 0; i < x.size(); ++i) x.data()[i] = nd(g);
+  be.head_matmul(View<const float, 3>(x.view()), kept, d, 0, false, View<float, 3>(h1.view()));
+  be.head_matmul(View<const float, 3>(x.view()), released, d, 0, false, View<float, 3>(h2.view()));
+  CHECK(std::memcmp(h1.data(), h2.data(), static_cast<std::size_t>(h1.size()) * sizeof(float)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("Packed weights without their rows: values and products bit for bit", "[backend][cpu][gemm]") {
+  SECTION("f32") { check_released_rows<float>(false); }
+  SECTION("bf16") { check_released_rows<bf16>(false); }
+  SECTION("fp16") { check_released_rows<fp16>(false); }
+  SECTION("q8_0") { check_released_rows<q8_0>(false); }
+  SECTION("q8_0, 8-bit activations") { check_released_rows<q8_0>(true); }
+}
+
+TEST_CASE("Packed weights without their rows: a view of a mapped file keeps its rows", "[backend][cpu][gemm]") {
+  // Registered read-only mappings (io/mapped_file.hpp) cost nothing to keep: prepare handed their pages back.
+  std::mt19937 g(5);
+  std::vector<double> wd;
+  Matrix<float> raw = make_weight<float>(20, 64, g, wd);
+  const float* p = raw.data.data();
+  register_readonly_mapping(p, static_cast<std::size_t>(raw.data.size()) * sizeof(float));
+  cpu::Backend be(cpu::Options{1});
+  Matrix<float> m = be.prepare(raw);
+  raw = Matrix<float>();  // m is the only owner, yet its rows are the (pretend) file's
+  be.release_rows(m);
+  CHECK(m.data.data() == p);
+  unregister_readonly_mapping(p);
+}

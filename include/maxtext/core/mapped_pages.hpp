@@ -47,6 +47,18 @@ inline void unregister_readonly_mapping(const void* p) {
   r.ranges.erase(reinterpret_cast<std::uintptr_t>(p));
 }
 
+/// Whether `p` lies inside a registered read-only file mapping (its pages can be dropped and read again).
+inline bool in_readonly_mapping(const void* p) {
+  if (!p) return false;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto& r = detail::mapped_ranges();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.ranges.upper_bound(a);
+  if (it == r.ranges.begin()) return false;
+  --it;
+  return a >= it->first && a < it->first + it->second;
+}
+
 /// Drop from this process's resident set the whole pages of [p, p + bytes) that lie inside one registered read-only
 /// file mapping; returns the bytes advised (0 when the range is not a registered mapping's, or on a platform without
 /// madvise). The contents read the same afterwards.

@@ -25,14 +25,18 @@ struct Matrix {
   Tensor<W, 2> data;
   std::int64_t rows = 0;  ///< output features
   std::int64_t cols = 0;  ///< input features
-  /// Backend-private re-layout (e.g. panels packed for a GEMM micro-kernel); built once by the backend.
+  /// Backend-private re-layout (e.g. panels packed for a GEMM micro-kernel); built once by the backend. Where the
+  /// loader made `data` only to be packed (a transposed or converted copy), the CPU backend releases `data` and the
+  /// panels are the one copy (the backend's unpacked() / row reads rebuild rows from them).
   std::shared_ptr<const void> packed;
   /// W = ggml_byte only: the ggml type of every row's blocks (quant::type_info), and a factor the values carry
   /// beyond the blocks' (io::GgmlMatrix::value_scale; backends apply it after decoding, 1 almost always).
   std::uint32_t ggml_type = 0;
   double value_scale = 1.0;
 
-  bool empty() const { return data.empty(); }
+  /// No weight at all. A matrix whose backend released its out-major copy once packed (CpuBackend::release_rows)
+  /// keeps only `packed`, and is not empty.
+  bool empty() const { return data.empty() && !packed; }
   /// Storage units per row: elements; Q8_0 blocks; bytes for runtime-typed matrices.
   std::int64_t storage_cols() const {
     if constexpr (std::is_same_v<W, ggml_byte>) {

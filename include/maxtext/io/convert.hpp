@@ -12,6 +12,7 @@
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/core/tensor.hpp"
 
 namespace maxtext::io {
@@ -101,6 +102,30 @@ inline void quantize_q8_0_row(const float* x, q8_0* out, std::int64_t K) {
 }
 
 }  // namespace detail
+
+/// Hand back to the kernel (core/mapped_pages.hpp) the pages of a read-only mapped file that `t` spans, once a copy
+/// of it has been made (a transposed kernel, a rank's slice of columns, a dtype conversion): the copy is then its one
+/// resident copy, and a later reader of `t` faults what it reads back in from the page cache, with the same bytes.
+/// Heap tensors, and views with negative strides, are left alone.
+inline void drop_source_pages(const AnyTensor& t) {
+  if (t.data == nullptr || t.numel() == 0) return;
+  std::int64_t last = 0;  // storage units from `data` to the last one the view reads
+  const int blocked = t.dtype == DType::ggml ? -1 : t.blocked_axis();
+  for (int i = 0; i < t.rank(); ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    if (t.strides[u] < 0) return;
+    const std::int64_t extent = i == blocked ? t.shape[u] / dtype_block(t.dtype) : t.shape[u];
+    last += (extent - 1) * t.strides[u];
+  }
+  std::size_t bytes = 0;
+  if (t.dtype == DType::ggml) {  // element offsets: the block holding the last one ends the span
+    const quant::TypeInfo& f = quant::checked_type_info(t.ggml_type);
+    bytes = static_cast<std::size_t>(last / f.block + 1) * f.bytes;
+  } else {
+    bytes = static_cast<std::size_t>(last + 1) * dtype_size(t.dtype);
+  }
+  drop_mapped_pages(t.data, bytes);
+}
 
 /// Convert a rank-2 logical view of `t` (rows = `n_axes_rows` leading axes after permutation `perm`, cols = the rest)
 /// into a contiguous [N, K] host tensor of D. `perm` lists t's axes in the order [row axes..., col axes...].

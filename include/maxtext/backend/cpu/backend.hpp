@@ -211,6 +211,32 @@ class Backend {
     return m;
   }
 
+  /// After prepare(): release the out-major copy of a packed matrix when it is a copy the loader made and nothing
+  /// else holds (a transposed MaxText kernel, a dtype conversion, a rank's slice of columns): the panels are then the
+  /// one copy of the weight in memory. A view of a mapped file costs nothing to keep (prepare handed its pages back),
+  /// and memory another parameter shares (a table that is also a head, stacked experts) would not be freed: both
+  /// are kept. Row reads (head_matmul) and unpacked() rebuild rows from the panels, exactly.
+  template <class W>
+  void release_rows(Matrix<W>& m) const {
+    if constexpr (gemm::packable<W>) {
+      if (m.packed && !m.data.empty() && m.data.host_accessible() && m.data.holder().use_count() == 1 &&
+          !in_readonly_mapping(m.data.data())) {
+        m.data = Tensor<W, 2>();
+      }
+    }
+  }
+  /// The out-major rows of `m`, rebuilt from its panels when release_rows let the copy go (exact).
+  template <class W>
+  Tensor<W, 2> unpacked(const Matrix<W>& m) const {
+    if (!m.data.empty() || !m.packed) return m.data;
+    Tensor<W, 2> out({m.rows, m.storage_cols()});
+    if constexpr (gemm::packable<W>) {
+      const auto& p = *static_cast<const gemm::Packed*>(m.packed.get());
+      for (std::int64_t r = 0; r < m.rows; ++r) gemm::unpack_row(p, r, out.data() + r * m.storage_cols());
+    }
+    return out;
+  }
+
   // ---- linear algebra -------------------------------------------------------------------------------------
   /// y[M,N] = x[M,K] . W[N,K]^T, accumulated in f32 and rounded once to Y; with a bias, y = round(round(x.W) + b)
   /// (MaxText DenseGeneral: product in dtype, bias added after). x and y rows must be contiguous.
@@ -228,6 +254,16 @@ class Backend {
                      y.stride(0), bias.empty() ? static_cast<const Bias*>(nullptr) : bias.data(), threads_);
         return;
       }
+      if (w.packed && w.data.empty()) {  // released rows and a strided bias: the product, then the bias (one rounding each)
+        gemm::matmul(*static_cast<const gemm::Packed*>(w.packed.get()), x.data(), x.stride(0), M, y.data(),
+                     y.stride(0), static_cast<const Bias*>(nullptr), threads_);
+        add_bias(y, bias);
+        return;
+      }
+    }
+    if constexpr (gemm::packable<W>) {
+      MAXTEXT_CHECK(!w.data.empty(), UnsupportedError, "[cpu] matmul: a ", dtype_name(dtype_of<W>), " weight whose "
+                    "rows were released after packing takes float or bfloat16 activations only");
     }
     if constexpr (std::is_same_v<X, float> && std::is_same_v<W, float> && std::is_same_v<Y, float>) {
       if (M >= kGemmMinRows) {
@@ -1201,6 +1237,21 @@ class Backend {
       const std::byte* row = reinterpret_cast<const std::byte*>(w.data.data()) + r * w.storage_cols();
       qblock::dequantize_any(w.ggml_type, row, dst, K);
       quant::scale_values(dst, K, w.value_scale);
+    } else if (w.data.empty() && w.packed) {  // rows released after packing (release_rows): read the panels
+      if constexpr (gemm::packable<W>) {
+        std::vector<W> row(static_cast<std::size_t>(w.storage_cols()));
+        gemm::unpack_row(*static_cast<const gemm::Packed*>(w.packed.get()), r, row.data());
+        if constexpr (std::is_same_v<W, q8_0>) {
+          for (std::int64_t b = 0; b < K / q8_0::block; ++b) {
+            const float d = static_cast<float>(row[static_cast<std::size_t>(b)].d);
+            for (int i = 0; i < q8_0::block; ++i) {
+              dst[b * q8_0::block + i] = d * static_cast<float>(row[static_cast<std::size_t>(b)].qs[i]);
+            }
+          }
+        } else {
+          vec::to_f32(row.data(), dst, K);
+        }
+      }
     } else if constexpr (std::is_same_v<W, q8_0>) {
       const q8_0* blk = w.data.data() + r * w.storage_cols();
       for (std::int64_t b = 0; b < K / q8_0::block; ++b) {

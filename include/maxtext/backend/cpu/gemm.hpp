@@ -51,6 +51,7 @@
 #include "maxtext/backend/cpu/qblock.hpp"
 #include "maxtext/backend/cpu/vec.hpp"
 #include "maxtext/core/dtype.hpp"
+#include "maxtext/core/error.hpp"
 #include "maxtext/core/macros.hpp"
 #include "maxtext/core/matrix.hpp"
 
@@ -969,6 +970,47 @@ std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, b
     }
   });
   return p;
+}
+
+/// Row `r` of the out-major weight that `pack` laid out in `p`, back in its own type (K values; Q8_0: K/32 blocks):
+/// the panels hold every value exactly, so a matrix whose out-major copy was released (CpuBackend::release_rows)
+/// still answers row reads (a head's rows for MLA's absorbed products, an export). The panel width is read from
+/// the panel size, not from this translation unit's kNR.
+template <class W>
+void unpack_row(const Packed& p, std::int64_t r, W* out) {
+  const std::int64_t K = p.cols;
+  MAXTEXT_CHECK(r >= 0 && r < p.rows, ArgumentError, "[gemm] row ", r, " of a packed ", p.rows, " x ", K, " weight");
+  if constexpr (std::is_same_v<W, float> || std::is_same_v<W, fp16>) {
+    MAXTEXT_CHECK(p.kind == (std::is_same_v<W, float> ? PackKind::f32 : PackKind::f16), UnsupportedError,
+                  "[gemm] unpack_row: the panels hold another type");
+    const auto nr = static_cast<std::int64_t>(p.panel_bytes / (static_cast<std::size_t>(K) * sizeof(W)));
+    const auto* src = reinterpret_cast<const W*>(p.panel(r / nr)) + r % nr;
+    for (std::int64_t k = 0; k < K; ++k) out[k] = src[k * nr];
+  } else if constexpr (std::is_same_v<W, bf16>) {
+    MAXTEXT_CHECK(p.kind == PackKind::bf16, UnsupportedError, "[gemm] unpack_row: the panels hold another type");
+    const auto nr = static_cast<std::int64_t>(p.panel_bytes / (static_cast<std::size_t>(detail::pairs(K)) * 4));
+    const auto* src = reinterpret_cast<const std::uint16_t*>(p.panel(r / nr));
+    const std::int64_t j = r % nr;
+    for (std::int64_t k = 0; k < K; ++k) out[k].bits = src[((k / 2) * nr + j) * 2 + k % 2];
+  } else {
+    static_assert(std::is_same_v<W, q8_0>, "unpack_row: float, bf16, fp16 or q8_0 weights");
+    MAXTEXT_CHECK(p.kind == PackKind::q8_0 || p.kind == PackKind::q8_0_i8, UnsupportedError,
+                  "[gemm] unpack_row: the panels hold another type");
+    const std::int64_t KB = K / q8_0::block;
+    const std::size_t block_bytes = p.panel_bytes / static_cast<std::size_t>(KB);
+    const auto nr = static_cast<std::int64_t>(block_bytes / (2 + q8_0::block));
+    const std::int64_t j = r % nr;
+    for (std::int64_t kb = 0; kb < KB; ++kb) {
+      const std::byte* blk = p.panel(r / nr) + static_cast<std::size_t>(kb) * block_bytes;
+      out[kb].d = reinterpret_cast<const fp16*>(blk)[j];
+      const auto* q = reinterpret_cast<const std::int8_t*>(blk + nr * 2);
+      const auto* u = reinterpret_cast<const std::uint8_t*>(blk + nr * 2);
+      for (int i = 0; i < q8_0::block; ++i) {
+        out[kb].qs[i] = p.kind == PackKind::q8_0 ? q[i * nr + j]
+                                                 : static_cast<std::int8_t>(static_cast<int>(u[((i / 4) * nr + j) * 4 + i % 4]) - 128);
+      }
+    }
+  }
 }
 
 /// A runtime-typed weight [N, K] (rows of `row_bytes` bytes of ggml type `type` at `rows`) for the kernels, without
