@@ -1196,12 +1196,9 @@ class Transformer {
   void finish_params() {
     if (cfg_.logits_via_embedding && last_stage()) {
       Matrix<W>& t = params_.attend_table;
-      t = be_.prepare(layers::bf16_rounded_copy(be_, params_.token_embedder.embedding));
-      // A rounded copy (f32 / fp16 tables) that the backend packed is read only through its panels (compute_logits:
-      // packed products take float and bf16 activations), so its out-major data, a whole table, can go.
-      if constexpr (std::is_same_v<A, float> || std::is_same_v<A, bf16>) {
-        if (t.packed && t.data.holder() != params_.token_embedder.embedding.data.holder()) t.data = Tensor<W, 2>();
-      }
+      // A rounded copy (f32 / fp16 tables) keeps only its panels, as every copied matrix does (prepare_loaded); a
+      // table that needs no rounding is the embedding itself and keeps its rows.
+      t = layers::prepare_loaded(be_, layers::bf16_rounded_copy(be_, params_.token_embedder.embedding));
     }
     if (cfg_.use_untrainable_positional_embedding && first_stage()) {
       Tensor<float, 2> t = layers::sinusoidal_table(cfg_.max_target_length, cfg_.base_emb_dim);

@@ -1237,29 +1237,25 @@ class Backend {
       const std::byte* row = reinterpret_cast<const std::byte*>(w.data.data()) + r * w.storage_cols();
       qblock::dequantize_any(w.ggml_type, row, dst, K);
       quant::scale_values(dst, K, w.value_scale);
-    } else if (w.data.empty() && w.packed) {  // rows released after packing (release_rows): read the panels
-      if constexpr (gemm::packable<W>) {
-        std::vector<W> row(static_cast<std::size_t>(w.storage_cols()));
-        gemm::unpack_row(*static_cast<const gemm::Packed*>(w.packed.get()), r, row.data());
-        if constexpr (std::is_same_v<W, q8_0>) {
-          for (std::int64_t b = 0; b < K / q8_0::block; ++b) {
-            const float d = static_cast<float>(row[static_cast<std::size_t>(b)].d);
-            for (int i = 0; i < q8_0::block; ++i) {
-              dst[b * q8_0::block + i] = d * static_cast<float>(row[static_cast<std::size_t>(b)].qs[i]);
-            }
-          }
-        } else {
-          vec::to_f32(row.data(), dst, K);
+    } else {
+      const W* row = w.data.empty() ? nullptr : w.data.data() + r * w.storage_cols();
+      if (row == nullptr) {  // rows released after packing (release_rows): one row from the panels, into a
+                             // per-thread buffer (no allocation per row on the head_matmul path)
+        if constexpr (gemm::packable<W>) {
+          thread_local std::vector<W> buf;
+          buf.resize(static_cast<std::size_t>(w.storage_cols()));
+          gemm::unpack_row(*static_cast<const gemm::Packed*>(w.packed.get()), r, buf.data());
+          row = buf.data();
         }
       }
-    } else if constexpr (std::is_same_v<W, q8_0>) {
-      const q8_0* blk = w.data.data() + r * w.storage_cols();
-      for (std::int64_t b = 0; b < K / q8_0::block; ++b) {
-        const float d = static_cast<float>(blk[b].d);
-        for (int i = 0; i < q8_0::block; ++i) dst[b * q8_0::block + i] = d * static_cast<float>(blk[b].qs[i]);
+      if constexpr (std::is_same_v<W, q8_0>) {
+        for (std::int64_t b = 0; b < K / q8_0::block; ++b) {
+          const float d = static_cast<float>(row[b].d);
+          for (int i = 0; i < q8_0::block; ++i) dst[b * q8_0::block + i] = d * static_cast<float>(row[b].qs[i]);
+        }
+      } else {
+        vec::to_f32(row, dst, K);
       }
-    } else {
-      vec::to_f32(w.data.data() + r * K, dst, K);
     }
   }
 
