@@ -654,6 +654,20 @@ TEST_CASE("json schema: keywords the grammar would not enforce are refused by na
   schema_refused(R"G({"type": "text"})G", "#/type: unknown type 'text'");
   schema_refused(R"G({"$ref": "https://example.com/s.json"})G", "is not a local definition");
   schema_refused(R"G({"$ref": "#/$defs/missing"})G", "'#/$defs/missing' is not a local definition");
+  // A pattern repeating without bound what can match nothing (found by fuzz_json_schema): the grammar would loop
+  // without reading; bounded repetitions and '?' of such parts stay.
+  schema_refused(R"G({"type": "string", "pattern": "()+"})G",
+                 "#/pattern: '+' repeats a part that can match the empty string");
+  schema_refused(R"G({"pattern": "x(a*|b)*"})G", "'*' repeats a part that can match the empty string");
+  schema_refused(R"G({"pattern": "^(a?b?){2,}$"})G", "'{2,}' repeats a part that can match the empty string");
+  schema_takes(nlohmann::ordered_json::parse(R"G({"type": "string", "pattern": "^(a*){2,3}(b|)?(c*d)+$"})G"),
+               {"\"aacd\"", "\"bccdd\"", "\"d\""}, {"\"b\"", "\"aac\""});
+  // Left recursion (found by fuzz_json_schema): a definition reaching itself before any "{" or "[" matches no value.
+  schema_refused(R"G({"$ref": "#"})G", "#/$ref: '#' refers to itself before any value is read (left recursion)");
+  schema_refused(R"G({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}, "$ref": "#/$defs/a"})G",
+                 "#/$defs/a/anyOf/0/$ref: '#/$defs/a' refers to itself before any value is read");
+  schema_refused(R"G({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]}, "b": {"oneOf": [{"type": "null"},
+      {"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/b"})G", "'#/$defs/b' refers to itself before any value is read");
   schema_refused(R"G({"properties": {"a": {}}, "required": ["b"]})G", "'b' is required but not in properties");
   schema_refused(R"G({"items": false})G", "#/items: the schema false accepts no value");
   schema_refused(R"G({"allOf": [{"type": "string"}, {"maxLength": 3}]})G", "only an allOf of one schema");

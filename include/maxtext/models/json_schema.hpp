@@ -15,7 +15,8 @@
 // - integers (`type: integer` alone): `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (JSON numbers, as in
 //   draft 6 and later), written out as digit ranges, within the integers the grammar writes (at most 16 digits);
 // - `anyOf` and `oneOf` (a value of one of the schemas: oneOf's "exactly one" is not checked, as in llama.cpp),
-//   `allOf` with one schema, local `$ref` (`#/$defs/...`, `#/definitions/...`, `#`), recursion included.
+//   `allOf` with one schema, local `$ref` (`#/$defs/...`, `#/definitions/...`, `#`), recursion included (a
+//   definition that reaches itself before any "{" or "[" is read is refused: left recursion matches no value).
 // Annotations are read and ignored: title, description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly, and the other formats (`email`, `int32`, ...: annotations in JSON Schema 2020-12 unless a
 // validator opts in). Every other keyword (multipleOf, uniqueItems, prefixItems, not, if/then/else, ...) is refused by
@@ -68,7 +69,8 @@ inline std::string gbnf_literal(const std::string& text) {
 /// Schema reads patterns). Taken: literals and escapes (\t \n \r \f \v \0 \xHH \uHHHH, an escaped punctuation
 /// character), `.`, classes with ranges and negation, \d \w \s \D \W \S, groups ( ) (?: ) (?<name> ), alternation,
 /// * + ? {n} {n,} {n,m} (lazy forms too: the same strings), ^ at the start and $ at the end. Refused by name:
-/// backreferences, lookaround, \b \B, \p{..}, anchors elsewhere, and bounds above the grammar's kMaxRepeat.
+/// backreferences, lookaround, \b \B, \p{..}, anchors elsewhere, bounds above the grammar's kMaxRepeat, and an
+/// unbounded repetition (* + {n,}) of a part that can match the empty string.
 /// A character the JSON text must escape is written as its short escape (\" \\ \n \r \t \b \f) and other control
 /// characters are left out: the grammar takes a subset of the pattern's strings, never a string outside it.
 class PatternCompiler {
@@ -88,7 +90,7 @@ class PatternCompiler {
     }
     s_ = body;
     p_ = 0;
-    const std::string expr = alternation(true);
+    const std::string expr = alternation(true).text;
     if (p_ != s_.size()) fail("unexpected '" + std::string(1, s_[p_]) + "'");
     if ((start || end) && top_alternation_) {
       fail("^ or $ beside a top-level '|' (write ^(a|b)$ for the anchored alternatives)");
@@ -98,6 +100,11 @@ class PatternCompiler {
 
  private:
   using Ranges = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
+  /// GBNF text, and whether it matches the empty string.
+  struct Expr {
+    std::string text;
+    bool nullable = false;
+  };
 
   [[noreturn]] void fail(const std::string& what) const {
     MAXTEXT_THROW(ArgumentError, "[json_schema] ", path_, "/pattern: ", what);
@@ -110,34 +117,51 @@ class PatternCompiler {
   bool more() const { return p_ < s_.size(); }
   char peek() const { return more() ? s_[p_] : '\0'; }
 
-  std::string alternation(bool top = false) {
+  Expr alternation(bool top = false) {
     if (++depth_ > 64) fail("groups nested deeper than 64");
-    std::string out = concat();
+    Expr out = concat();
     while (peek() == '|') {
       ++p_;
       if (top) top_alternation_ = true;
-      out += " | " + concat();
+      const Expr b = concat();
+      out.text += " | " + b.text;
+      out.nullable = out.nullable || b.nullable;
     }
     --depth_;
     return out;
   }
 
-  std::string concat() {
-    std::string out;
+  Expr concat() {
+    Expr out{std::string(), true};
     while (more() && peek() != '|' && peek() != ')') {
-      const std::string a = repeat();
-      out += (out.empty() ? "" : " ") + a;
+      const Expr a = repeat();
+      out.text += (out.text.empty() ? "" : " ") + a.text;
+      out.nullable = out.nullable && a.nullable;
     }
-    return out.empty() ? "\"\"" : out;
+    if (out.text.empty()) out.text = "\"\"";
+    return out;
   }
 
-  std::string repeat() {
-    std::string a = atom();
+  /// An unbounded repetition (* + {n,}) of what can match the empty string ("()*", "(a*)+", "(a|)*"): the grammar
+  /// would loop without reading (left recursion), and "the same strings, without the empty ones" has no general
+  /// GBNF form here.
+  void refuse_unbounded_empty(const Expr& a, const std::string& quantifier) const {
+    if (a.nullable) {
+      fail("'" + quantifier + "' repeats a part that can match the empty string (write the repeated part so that it "
+           "reads at least one character)");
+    }
+  }
+
+  Expr repeat() {
+    Expr e = atom();
+    std::string& a = e.text;
     for (;;) {
       const char q = peek();
       if (q == '*' || q == '+' || q == '?') {
         ++p_;
+        if (q != '?') refuse_unbounded_empty(e, std::string(1, q));
         a = "(" + a + ")" + std::string(1, q);
+        e.nullable = e.nullable || q != '+';
       } else if (q == '{' && bounds_follow()) {
         ++p_;
         const std::int64_t lo = number();
@@ -148,6 +172,8 @@ class PatternCompiler {
         }
         ++p_;  // '}'
         if (hi >= 0 && hi < lo) fail("{" + std::to_string(lo) + "," + std::to_string(hi) + "}: the bound below");
+        if (hi < 0) refuse_unbounded_empty(e, "{" + std::to_string(lo) + ",}");
+        e.nullable = e.nullable || lo == 0;
         a = "(" + a + "){" + std::to_string(lo) + (lo == hi ? "" : "," + (hi < 0 ? std::string() : std::to_string(hi))) + "}";
       } else {
         break;
@@ -158,7 +184,7 @@ class PatternCompiler {
       }
       break;
     }
-    return a;
+    return e;
   }
 
   /// Whether {n}, {n,} or {n,m} starts here (a '{' otherwise is a literal, as ECMA-262's Annex B reads it).
@@ -182,7 +208,7 @@ class PatternCompiler {
     return v;
   }
 
-  std::string atom() {
+  Expr atom() {
     const char c = peek();
     if (c == '(') {
       ++p_;
@@ -197,29 +223,29 @@ class PatternCompiler {
           fail("lookaround ((?= (?! (?<= (?<!) is not supported");
         }
       }
-      const std::string inner = alternation();
+      const Expr inner = alternation();
       if (peek() != ')') fail("a '(' without its ')'");
       ++p_;
-      return "(" + inner + ")";
+      return {"(" + inner.text + ")", inner.nullable};
     }
     if (c == ')') fail("a ')' without its '('");
     if (c == '*' || c == '+' || c == '?') fail("a quantifier with nothing before it");
     if (c == '^' || c == '$') fail("the anchor '" + std::string(1, c) + "' away from the pattern's start or end");
-    if (c == '[') return set(klass(), false);
+    if (c == '[') return {set(klass(), false)};
     if (c == '.') {
       ++p_;
-      return set({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}, true);
+      return {set({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}, true)};
     }
     if (c == '\\') {
       ++p_;
       Ranges r;
       bool negated = false;
-      if (class_escape(r, negated)) return set(r, negated);
+      if (class_escape(r, negated)) return {set(r, negated)};
       const std::uint32_t cp = char_escape();
-      return set({{cp, cp}}, false);
+      return {set({{cp, cp}}, false)};
     }
     const std::uint32_t cp = utf8_char();
-    return set({{cp, cp}}, false);
+    return {set({{cp, cp}}, false)};
   }
 
   /// \d \w \s and their negations into r (true), or false with nothing read.
@@ -705,7 +731,17 @@ class SchemaCompiler {
         hex + "{8} \"-\" " + hex + "{4} \"-\" " + hex + "{4} \"-\" " + hex + "{4} \"-\" " + hex + "{12}";
   }
 
+  /// While alive: the schemas compiled inside come after a "{" or "[" has been read, so a $ref back to a definition
+  /// being compiled is no longer left recursion (ref() below).
+  struct Consumed {
+    std::set<std::string>& open;
+    std::set<std::string> saved;
+    explicit Consumed(std::set<std::string>& o) : open(o), saved(std::move(o)) { open.clear(); }
+    ~Consumed() { open = std::move(saved); }
+  };
+
   std::string array(const nlohmann::ordered_json& s, const std::string& path, const std::string& hint) {
+    const Consumed consumed(open_);
     const std::string item = s.contains("items") ? compile(s["items"], path + "/items", hint + "-item") : "value";
     const std::int64_t lo = s.contains("minItems") ? count_of(s, "minItems", path) : 0;
     const std::int64_t hi = s.contains("maxItems") ? count_of(s, "maxItems", path) : -1;
@@ -718,6 +754,7 @@ class SchemaCompiler {
   }
 
   std::string object(const nlohmann::ordered_json& s, const std::string& path, const std::string& hint) {
+    const Consumed consumed(open_);
     std::vector<std::pair<std::string, std::string>> props;  // (key literal, value rule)
     std::vector<bool> required;
     std::set<std::string> req;
@@ -792,7 +829,14 @@ class SchemaCompiler {
     if (!r.is_string()) refuse(path + "/$ref", "expected a string");
     const std::string target = r.get<std::string>();
     const auto it = refs_.find(target);
-    if (it != refs_.end()) return it->second;
+    if (it != refs_.end()) {
+      // A definition that reaches itself through $ref, anyOf, oneOf and allOf alone, before any "{" or "[": it
+      // would match a value only by first matching that same value (left recursion; no validator can end it).
+      if (open_.count(target) != 0) {
+        refuse(path + "/$ref", "'" + target + "' refers to itself before any value is read (left recursion)");
+      }
+      return it->second;
+    }
     const nlohmann::ordered_json* node = nullptr;
     std::string hint = "ref";
     if (target == "#") {
@@ -812,7 +856,9 @@ class SchemaCompiler {
     // Named before it is compiled, so that a recursive schema refers to its own rule.
     const std::string name = fresh(hint);
     refs_[target] = name;
+    open_.insert(target);
     const std::string body = compile(*node, target, name + "-body");
+    open_.erase(target);
     define(name, body);
     return name;
   }
@@ -825,6 +871,7 @@ class SchemaCompiler {
   std::map<std::string, std::string> rules_;
   std::set<std::string> pending_;
   std::map<std::string, std::string> refs_;
+  std::set<std::string> open_;  // $ref targets being compiled, with no "{" or "[" read since they began
   int depth_ = 0;
   static constexpr int kMaxDepth = 128;
 };
