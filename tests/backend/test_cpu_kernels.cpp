@@ -9,15 +9,21 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/core/matrix.hpp"
+#include "maxtext/core/policy.hpp"
 #include "maxtext/io/convert.hpp"
+#include "maxtext/io/safetensors.hpp"
+#include "maxtext/layers/params.hpp"
 #include "support/attention_mask.hpp"
 
 using namespace maxtext;
@@ -676,6 +682,130 @@ TEST_CASE("Packed weights without their rows: values and products bit for bit", 
   SECTION("fp16") { check_released_rows<fp16>(false); }
   SECTION("q8_0") { check_released_rows<q8_0>(false); }
   SECTION("q8_0, 8-bit activations") { check_released_rows<q8_0>(true); }
+}
+
+namespace {
+
+/// The bytes of a packed weight's panels.
+template <class W>
+std::vector<std::byte> panels_of(const Matrix<W>& m) {
+  const auto& p = *static_cast<const cpu::gemm::Packed*>(m.packed.get());
+  const std::size_t n = p.panel_bytes * static_cast<std::size_t>(p.panels);
+  return std::vector<std::byte>(p.buf.data(), p.buf.data() + n);
+}
+
+/// Packing rows as a source makes them, a chunk at a time, gives the panels of the whole rows, for any chunk size and
+/// granule (chunks of whole panels and whole granules; the last one short).
+template <class W>
+void check_pack_rows(bool int8_activations) {
+  const std::int64_t N = 130, K = 96;
+  std::mt19937 g(91);
+  std::vector<double> wd;
+  const Matrix<W> raw = make_weight<W>(N, K, g, wd);
+  const std::int64_t row_len = raw.data.dim(1);
+  for (const std::size_t chunk : {std::size_t{1}, std::size_t{5000}, std::size_t{1} << 24}) {
+    for (const std::int64_t granule : {std::int64_t{1}, std::int64_t{2}, std::int64_t{13}, std::int64_t{65}}) {
+      INFO("chunk bytes " << chunk << ", granule " << granule);
+      cpu::Options opt{2};
+      opt.int8_activations = int8_activations;
+      opt.pack_chunk_bytes = chunk;
+      cpu::Backend be(opt);
+      const Matrix<W> whole = be.prepare(raw);
+      std::vector<std::pair<std::int64_t, std::int64_t>> asked;
+      const cpu::gemm::RowSource<W> rows = [&](std::int64_t r0, std::int64_t r1, W* out) {
+        asked.emplace_back(r0, r1);
+        std::memcpy(static_cast<void*>(out), raw.data.data() + r0 * row_len,
+                    static_cast<std::size_t>((r1 - r0) * row_len) * sizeof(W));
+      };
+      const Matrix<W> m = be.pack_rows<W>(N, K, granule, rows);
+      CHECK(m.data.empty());
+      CHECK(!m.empty());
+      CHECK(panels_of(m) == panels_of(whole));
+      // Every row asked once, in order, cut at multiples of the granule; small chunks make several steps.
+      REQUIRE(!asked.empty());
+      std::int64_t next = 0;
+      for (const auto& [r0, r1] : asked) {
+        CHECK(r0 == next);
+        CHECK(r0 % granule == 0);
+        CHECK((r1 % granule == 0 || r1 == N));
+        next = r1;
+      }
+      CHECK(next == N);
+      // Chunks are whole panels and whole granules: several of them when such a unit is shorter than the weight.
+      if (chunk == 1 && std::lcm(granule, cpu::gemm::kNR) < N) CHECK(asked.size() > 1);
+      const Tensor<W, 2> back = be.unpacked(m);
+      CHECK(std::memcmp(back.data(), raw.data.data(), static_cast<std::size_t>(raw.data.size()) * sizeof(W)) == 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Packing a weight's rows as they are made: the panels of the whole, byte for byte", "[backend][cpu][gemm]") {
+  SECTION("f32") { check_pack_rows<float>(false); }
+  SECTION("bf16") { check_pack_rows<bf16>(false); }
+  SECTION("fp16") { check_pack_rows<fp16>(false); }
+  SECTION("q8_0") { check_pack_rows<q8_0>(false); }
+  SECTION("q8_0, 8-bit activations") { check_pack_rows<q8_0>(true); }
+}
+
+TEST_CASE("The loader packs a copied kernel a chunk at a time: the panels of the whole copy",
+          "[backend][cpu][gemm][io]") {
+  // A kernel [in, out] as MaxText stores it, with two output axes ([emb, heads, head_dim]): the loader transposes it
+  // to out-major rows. With 1 KiB chunks it is packed a few heads at a time; the panels must equal prepare() of
+  // io::to_matrix (the whole copy), for f32 storage and for a conversion to bf16 and to Q8_0.
+  const std::int64_t E = 64, H = 6, D = 24;
+  std::mt19937 g(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Tensor<float, 3> kernel({E, H, D});
+  for (std::int64_t i = 0; i < kernel.size(); ++i) kernel.data()[i] = nd(g);
+  io::TensorMap map;
+  map.add("w", AnyTensor::from(kernel, "test kernel"));
+  const layers::KernelSpec spec{{E}, {H, D}};
+  const std::vector<int> perm = {1, 2, 0};
+  CHECK(io::row_granule(map.at("w"), perm, 2) == D);
+  auto check = [&](auto tag) {
+    using W = decltype(tag);
+    INFO(dtype_name(dtype_of<W>));
+    cpu::Options opt{1};
+    opt.pack_chunk_bytes = 1024;
+    cpu::Backend be(opt);
+    layers::ParamLoader<Policy<cpu::Backend, W, float>> loader(map, be);
+    Matrix<W> m;
+    loader.matrix("w", m, spec);
+    loader.finish();
+    REQUIRE(m.rows == H * D);
+    REQUIRE(m.cols == E);
+    CHECK(m.data.empty());  // panels only: the copy never existed whole
+    Matrix<W> whole;
+    whole.rows = H * D;
+    whole.cols = E;
+    whole.data = io::to_matrix<W>(map.at("w"), perm, 2);
+    whole = be.prepare(whole);
+    CHECK(panels_of(m) == panels_of(whole));
+  };
+  check(float{});
+  check(bf16{});
+  check(q8_0{});
+
+  // io::to_matrix_rows on its own: rows cut at whole heads, read in slabs of a few source rows (the slab path of a
+  // strided source), from f32 and bf16 files, equal the rows of the whole copy bit for bit.
+  Tensor<bf16, 3> kb({E, H, D});
+  for (std::int64_t i = 0; i < kb.size(); ++i) kb.data()[i] = bf16(kernel.data()[i]);
+  for (const AnyTensor& src : {AnyTensor::from(kernel, "f32 kernel"), AnyTensor::from(kb, "bf16 kernel")}) {
+    INFO(src.source);
+    const Tensor<float, 2> whole = io::to_matrix<float>(src, perm, 2);
+    for (const std::size_t slab : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 22}) {
+      for (const auto& [r0, r1] : {std::pair<std::int64_t, std::int64_t>{0, H * D}, {D, 3 * D}, {5 * D, 6 * D}}) {
+        INFO("slab bytes " << slab << ", rows " << r0 << ".." << r1);
+        std::vector<float> part(static_cast<std::size_t>((r1 - r0) * E));
+        io::to_matrix_rows<float>(src, perm, 2, r0, r1, part.data(), slab);
+        CHECK(std::memcmp(part.data(), whole.data() + r0 * E, part.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+  CHECK_THROWS_AS(io::to_matrix_rows<float>(map.at("w"), perm, 2, 1, D, std::vector<float>(1000).data()),
+                  ArgumentError);  // not at a whole head
 }
 
 TEST_CASE("Packed weights without their rows: a view of a mapped file keeps its rows", "[backend][cpu][gemm]") {

@@ -39,13 +39,16 @@ inline D store_from_float(float v) {
   }
 }
 
-/// dst[n*K + k] = src[n*sn + k*sk] for a 2-D strided source, blocked so transposes stay cache friendly.
+/// dst[n*ldd + k] = src[n*sn + k*sk] for a 2-D strided source (ldd: the destination's row stride, K by default),
+/// blocked so transposes stay cache friendly.
 template <class S, class D>
-void copy_2d(const S* src, std::int64_t N, std::int64_t K, std::int64_t sn, std::int64_t sk, D* dst) {
+void copy_2d(const S* src, std::int64_t N, std::int64_t K, std::int64_t sn, std::int64_t sk, D* dst,
+             std::int64_t ldd = -1) {
+  if (ldd < 0) ldd = K;
   if (sk == 1) {
     for (std::int64_t n = 0; n < N; ++n) {
       const S* s = src + n * sn;
-      D* d = dst + n * K;
+      D* d = dst + n * ldd;
       if constexpr (std::is_same_v<S, D>) {
         std::memcpy(static_cast<void*>(d), s, static_cast<std::size_t>(K) * sizeof(D));
       } else {
@@ -61,9 +64,9 @@ void copy_2d(const S* src, std::int64_t N, std::int64_t K, std::int64_t sn, std:
       for (std::int64_t n = n0; n < n1; ++n) {
         for (std::int64_t k = k0; k < k1; ++k) {
           if constexpr (std::is_same_v<S, D>) {
-            dst[n * K + k] = src[n * sn + k * sk];
+            dst[n * ldd + k] = src[n * sn + k * sk];
           } else {
-            dst[n * K + k] = store_from_float<D>(load_as_float(src + n * sn + k * sk));
+            dst[n * ldd + k] = store_from_float<D>(load_as_float(src + n * sn + k * sk));
           }
         }
       }
@@ -200,6 +203,67 @@ Tensor<D, 2> to_matrix(const AnyTensor& src, const std::vector<int>& perm, int n
     for (std::int64_t i = 0; i < N * K; ++i) out.data()[i] = detail::store_from_float<D>(static_cast<float>(t.element(i)));
     return out;
   }
+}
+
+/// The rows to_matrix_rows can cut the rank-2 view of `src` into (to_matrix's rows after `perm`: the first
+/// `n_row_axes` axes): a multiple of this count (the row axes after the first), or -1 where the rows cannot be cut
+/// (a Q8_0 or runtime-typed source: to_matrix copies it whole).
+inline std::int64_t row_granule(const AnyTensor& src, const std::vector<int>& perm, int n_row_axes) {
+  if (!dtype_is_float(src.dtype) || dtype_block(src.dtype) != 1 || n_row_axes < 1 ||
+      static_cast<std::size_t>(n_row_axes) > perm.size() || perm.size() != src.shape.size()) {
+    return -1;
+  }
+  std::int64_t g = 1;
+  for (int i = 1; i < n_row_axes; ++i) g *= src.shape[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])];
+  return g > 0 ? g : -1;
+}
+
+/// Rows [r0, r1) of the [N, K] matrix to_matrix<D>(src, perm, n_row_axes) makes, the same values converted the same
+/// way, written to `out` ((r1 - r0) rows of K values, K/32 blocks for Q8_0); r0 and r1 are multiples of
+/// row_granule(src, perm, n_row_axes) (r1 may be N). The pages of a mapped file that the rows were read from are
+/// then handed back (drop_source_pages), so that copying a matrix a few rows at a time never holds its source whole.
+template <class D>
+void to_matrix_rows(const AnyTensor& src, const std::vector<int>& perm, int n_row_axes, std::int64_t r0,
+                    std::int64_t r1, D* out, std::size_t slab_bytes = std::size_t{4} << 20) {
+  const std::int64_t g = row_granule(src, perm, n_row_axes);
+  MAXTEXT_CHECK(g > 0 && r0 % g == 0 && (r1 - r0) % g == 0 && r0 <= r1, ArgumentError, "[weights] ", src.source,
+                ": rows [", r0, ", ", r1, ") cannot be cut from ", src.shape, " in steps of ", g);
+  const AnyTensor rows = src.permuted(perm).narrow(0, r0 / g, (r1 - r0) / g);
+  if constexpr (!std::is_same_v<D, q8_0>) {
+    // A strided source (a MaxText kernel [in, out]: each row's values lie one input row apart) is read in slabs of
+    // whole source rows, about slab_bytes each, and each slab's pages are handed back before the next: a file mapped
+    // in large folios maps megabytes around every value read, so dropping the pages once per chunk of rows would
+    // leave the whole source mapped while the chunk is read.
+    const std::int64_t N = r1 - r0, K = rows.numel() / std::max<std::int64_t>(N, 1);
+    const std::int64_t sn = detail::merged_stride(rows, 0, n_row_axes);
+    const std::int64_t sk = detail::merged_stride(rows, n_row_axes, rows.rank());
+    if (N > 0 && K > 0 && sn >= 0 && sk > 1) {
+      const std::size_t esize = dtype_size(rows.dtype);
+      const std::int64_t slab =
+          std::max<std::int64_t>(1, static_cast<std::int64_t>(slab_bytes / (static_cast<std::size_t>(sk) * esize)));
+      auto run = [&](const auto* s) {
+        for (std::int64_t k0 = 0; k0 < K; k0 += slab) {
+          const std::int64_t kn = std::min(slab, K - k0);
+          detail::copy_2d(s + k0 * sk, N, kn, sn, sk, out + k0, K);
+          const std::int64_t last = (kn - 1) * sk + (N - 1) * sn;  // elements from the slab's first to its last
+          drop_mapped_pages(s + k0 * sk, static_cast<std::size_t>(last + 1) * esize);
+        }
+      };
+      switch (rows.dtype) {
+        case DType::f32: run(reinterpret_cast<const float*>(rows.data)); return;
+        case DType::f64: run(reinterpret_cast<const double*>(rows.data)); return;
+        case DType::bf16: run(reinterpret_cast<const bf16*>(rows.data)); return;
+        case DType::f16: run(reinterpret_cast<const fp16*>(rows.data)); return;
+        case DType::f8_e4m3: run(reinterpret_cast<const fp8_e4m3*>(rows.data)); return;
+        default: break;
+      }
+    }
+  }
+  std::vector<int> identity(perm.size());
+  for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int>(i);
+  const Tensor<D, 2> part = to_matrix<D>(rows, identity, n_row_axes);
+  if (part.size() > 0) std::memcpy(static_cast<void*>(out), part.data(), static_cast<std::size_t>(part.size()) * sizeof(D));
+  drop_source_pages(rows);
 }
 
 /// Flatten any float tensor into a contiguous 1-D tensor of D.

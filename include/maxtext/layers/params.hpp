@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -240,6 +241,20 @@ class ParamLoader : public PathStack {
       }
       Tensor<W, 2> host = io::view_matrix<W>(t, perm, n_row_axes);
       if (host.empty()) {
+        // A copy (transposed, converted, a rank's columns): where the backend packs rows as they come, it is made a
+        // chunk at a time and never held whole beside the panels (a MaxText-layout head: its size, not twice it).
+        using Rows = std::function<void(std::int64_t, std::int64_t, W*)>;
+        if constexpr (requires(const Rows& f, std::int64_t n) { be_.template pack_rows<W>(n, n, n, f); }) {
+          const std::int64_t granule = io::row_granule(t, perm, n_row_axes);
+          if (prepare && granule > 0) {
+            const Rows rows_of = [&](std::int64_t r0, std::int64_t r1, W* out) {
+              io::to_matrix_rows<W>(t, perm, n_row_axes, r0, r1, out);
+            };
+            m = be_.template pack_rows<W>(rows, cols, granule, rows_of);
+            trim_heap();
+            return m;
+          }
+        }
         host = io::to_matrix<W>(t, perm, n_row_axes);
         io::drop_source_pages(t);  // the copy is the one resident copy (core/mapped_pages.hpp)
       }

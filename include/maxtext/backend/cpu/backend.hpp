@@ -48,6 +48,9 @@ struct Options {
   /// Gated DeltaNet prompts of 16 tokens or more in the chunked form (gdn_chunk_prefill); false = the recurrence
   /// token by token everywhere (the same math; for comparisons, bench/qwen3_next_decode.cpp --gdn-chunked 0).
   bool gdn_chunked = true;
+  /// Rows made per step when a copied weight is packed as it is copied (Backend::pack_rows, e.g. a MaxText kernel
+  /// transposed at load): about this many bytes of rows exist at once beside the panels.
+  std::size_t pack_chunk_bytes = std::size_t{16} << 20;
 };
 
 /// c[M, N] (row stride ldc) = a[M, K] . b, b = B[N, K]^T (transpose_b) or B[K, N], in f32 through Eigen on the calling
@@ -158,7 +161,8 @@ class Backend {
  public:
   static constexpr const char* name = "cpu";
 
-  explicit Backend(Options opt = {}) : int8_activations_(opt.int8_activations), gdn_chunked_(opt.gdn_chunked) {
+  explicit Backend(Options opt = {})
+      : int8_activations_(opt.int8_activations), gdn_chunked_(opt.gdn_chunked), pack_chunk_bytes_(opt.pack_chunk_bytes) {
     set_threads(opt.threads);
   }
 
@@ -224,6 +228,19 @@ class Backend {
         m.data = Tensor<W, 2>();
       }
     }
+  }
+  /// A prepared N x K matrix whose out-major rows `rows` makes a chunk at a time (rows [r0, r1), r0 and r1 multiples
+  /// of `granule` or r1 = N), packed as they come: the loader's way to lay out a weight it must copy (a transposed
+  /// MaxText kernel, a dtype conversion) without holding the copy whole beside the panels. The result is what
+  /// prepare() then release_rows() make of the whole copy, byte for byte: panels only, rows rebuilt on demand.
+  template <class W>
+    requires gemm::packable<W>
+  Matrix<W> pack_rows(std::int64_t N, std::int64_t K, std::int64_t granule, const gemm::RowSource<W>& rows) const {
+    Matrix<W> m;
+    m.rows = N;
+    m.cols = K;
+    m.packed = gemm::pack_by_rows(rows, N, K, int8_activations_, threads_, granule, pack_chunk_bytes_);
+    return m;
   }
   /// The out-major rows of `m`, rebuilt from its panels when release_rows let the copy go (exact).
   template <class W>
@@ -1341,6 +1358,7 @@ class Backend {
   int threads_ = 1;
   bool int8_activations_ = false;
   bool gdn_chunked_ = true;
+  std::size_t pack_chunk_bytes_ = std::size_t{16} << 20;
 };
 
 }  // namespace maxtext::cpu

@@ -36,9 +36,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <type_traits>
+#include <vector>
 
 #include <xsimd/xsimd.hpp>
 
@@ -898,12 +901,11 @@ void run_tile_dispatch(int rows, const Packed& p, const TileJob& j, const X* x, 
 
 }  // namespace detail
 
-/// Pack an out-major weight [N, K] of float, bf16, fp16 or Q8_0 (K/32 blocks per row) once, on up to `threads` threads
-/// (the backend's count: more than the cores would only contend). `int8_activations`: Q8_0 in the layout for 8-bit
-/// activations and integer dot products (PackKind::q8_0_i8); ignored for other types.
+namespace detail {
+
+/// The panels of an N x K weight of W, allocated and not yet filled (pack_panels fills them).
 template <class W>
-std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, bool int8_activations = false,
-                                   int threads = 1) {
+std::shared_ptr<Packed> packed_shell(std::int64_t N, std::int64_t K, bool int8_activations) {
   auto p = std::make_shared<Packed>();
   p->rows = N;
   p->cols = K;
@@ -923,12 +925,20 @@ std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, b
     p->panel_bytes = static_cast<std::size_t>(K / q8_0::block) * detail::q8_block_bytes();
   }
   p->buf = AlignedBuffer(p->panel_bytes * static_cast<std::size_t>(p->panels));
-  Packed& pk = *p;
-  parallel_for(pk.panels, threads, [&](std::int64_t p0, std::int64_t p1) {
-    for (std::int64_t pi = p0; pi < p1; ++pi) {
+  return p;
+}
+
+/// Lay rows [row0, row0 + n) of an out-major weight into their panels of `pk` (`w` points at row row0): row0 starts a
+/// panel, and row0 + n ends one or is the last row.
+template <class W>
+void pack_panels(Packed& pk, const W* w, std::int64_t row0, std::int64_t n, int threads) {
+  const std::int64_t K = pk.cols, end = row0 + n, first = row0 / kNR;
+  MAXTEXT_DASSERT(row0 % kNR == 0 && (end % kNR == 0 || end == pk.rows) && end <= pk.rows);
+  parallel_for((n + kNR - 1) / kNR, threads, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t pi = first + p0; pi < first + p1; ++pi) {
       std::byte* dst = pk.panel(pi);
       std::memset(dst, 0, pk.panel_bytes);
-      const std::int64_t n0 = pi * kNR, nb = std::min(kNR, N - n0);
+      const std::int64_t n0 = pi * kNR - row0, nb = std::min(kNR, end - pi * kNR);
       if constexpr (std::is_same_v<W, float>) {
         auto* o = reinterpret_cast<float*>(dst);
         for (std::int64_t j = 0; j < nb; ++j) {
@@ -969,8 +979,46 @@ std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, b
       }
     }
   });
+}
+
+}  // namespace detail
+
+/// Pack an out-major weight [N, K] of float, bf16, fp16 or Q8_0 (K/32 blocks per row) once, on up to `threads` threads
+/// (the backend's count: more than the cores would only contend). `int8_activations`: Q8_0 in the layout for 8-bit
+/// activations and integer dot products (PackKind::q8_0_i8); ignored for other types.
+template <class W>
+std::shared_ptr<const Packed> pack(const W* w, std::int64_t N, std::int64_t K, bool int8_activations = false,
+                                   int threads = 1) {
+  auto p = detail::packed_shell<W>(N, K, int8_activations);
+  detail::pack_panels(*p, w, 0, N, threads);
   return p;
 }
+
+/// Where pack_by_rows reads a weight's out-major rows: rows [r0, r1) into `out` (contiguous, (r1 - r0) rows of K
+/// values, or of K/32 blocks for Q8_0).
+template <class W>
+using RowSource = std::function<void(std::int64_t r0, std::int64_t r1, W* out)>;
+
+namespace detail {
+template <class W>
+std::shared_ptr<const Packed> pack_by_rows(const RowSource<W>& rows, std::int64_t N, std::int64_t K,
+                                           bool int8_activations, int threads, std::int64_t granule,
+                                           std::size_t chunk_bytes) {
+  auto p = packed_shell<W>(N, K, int8_activations);
+  const std::int64_t row_len = std::is_same_v<W, q8_0> ? K / q8_0::block : K;
+  const auto row_bytes = static_cast<std::size_t>(std::max<std::int64_t>(row_len, 1)) * sizeof(W);
+  // Chunks of whole panels and whole granules, about chunk_bytes each (at least one unit).
+  const std::int64_t unit = std::lcm(std::max<std::int64_t>(granule, 1), kNR);
+  const std::int64_t per = std::max<std::int64_t>(1, static_cast<std::int64_t>(chunk_bytes / row_bytes) / unit) * unit;
+  std::vector<W> buf(static_cast<std::size_t>(std::min(per, N) * row_len));
+  for (std::int64_t r0 = 0; r0 < N; r0 += per) {
+    const std::int64_t r1 = std::min(N, r0 + per);
+    rows(r0, r1, buf.data());
+    pack_panels(*p, static_cast<const W*>(buf.data()), r0, r1 - r0, threads);
+  }
+  return p;
+}
+}  // namespace detail
 
 /// Row `r` of the out-major weight that `pack` laid out in `p`, back in its own type (K values; Q8_0: K/32 blocks):
 /// the panels hold every value exactly, so a matrix whose out-major copy was released (CpuBackend::release_rows)
@@ -1301,6 +1349,22 @@ MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack(const fp16* w, std::int64_
                                                       bool int8_activations = false, int threads = 1);
 MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack(const q8_0* w, std::int64_t N, std::int64_t K,
                                                       bool int8_activations = false, int threads = 1);
+/// Pack an N x K weight whose out-major rows `rows` makes a chunk at a time (about `chunk_bytes` of rows, whole panels
+/// and multiples of `granule` rows): the rows never exist whole beside the panels, so a weight that must be copied to
+/// be laid out (a MaxText kernel [in, out], transposed) costs its panels and one chunk, not twice its size. The
+/// panels are those pack() makes of the whole rows, byte for byte.
+MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack_by_rows(const RowSource<float>& rows, std::int64_t N,
+                                                              std::int64_t K, bool int8_activations, int threads,
+                                                              std::int64_t granule, std::size_t chunk_bytes);
+MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack_by_rows(const RowSource<bf16>& rows, std::int64_t N,
+                                                              std::int64_t K, bool int8_activations, int threads,
+                                                              std::int64_t granule, std::size_t chunk_bytes);
+MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack_by_rows(const RowSource<fp16>& rows, std::int64_t N,
+                                                              std::int64_t K, bool int8_activations, int threads,
+                                                              std::int64_t granule, std::size_t chunk_bytes);
+MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack_by_rows(const RowSource<q8_0>& rows, std::int64_t N,
+                                                              std::int64_t K, bool int8_activations, int threads,
+                                                              std::int64_t granule, std::size_t chunk_bytes);
 MAXTEXT_KERNEL_API void matmul(const Packed& p, const float* x, std::int64_t ldx, std::int64_t M, float* y,
                                std::int64_t ldy, const float* bias, int threads);
 MAXTEXT_KERNEL_API void matmul(const Packed& p, const float* x, std::int64_t ldx, std::int64_t M, bf16* y,
@@ -1316,6 +1380,13 @@ MAXTEXT_KERNEL_API void matmul(const Packed& p, const bf16* x, std::int64_t ldx,
                                                         bool int8_activations, int threads) {                  \
     return pack<W>(w, N, K, int8_activations, threads);                                                        \
   }
+#define MAXTEXT_GEMM_PACK_BY_ROWS(W)                                                                           \
+  MAXTEXT_KERNEL_API std::shared_ptr<const Packed> pack_by_rows(const RowSource<W>& rows, std::int64_t N,      \
+                                                                std::int64_t K, bool int8_activations,         \
+                                                                int threads, std::int64_t granule,             \
+                                                                std::size_t chunk_bytes) {                     \
+    return detail::pack_by_rows<W>(rows, N, K, int8_activations, threads, granule, chunk_bytes);               \
+  }
 #define MAXTEXT_GEMM_MATMUL(X, Y)                                                                              \
   MAXTEXT_KERNEL_API void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,          \
                                  std::int64_t ldy, const Y* bias, int threads) {                               \
@@ -1325,11 +1396,16 @@ MAXTEXT_GEMM_PACK(float)
 MAXTEXT_GEMM_PACK(bf16)
 MAXTEXT_GEMM_PACK(fp16)
 MAXTEXT_GEMM_PACK(q8_0)
+MAXTEXT_GEMM_PACK_BY_ROWS(float)
+MAXTEXT_GEMM_PACK_BY_ROWS(bf16)
+MAXTEXT_GEMM_PACK_BY_ROWS(fp16)
+MAXTEXT_GEMM_PACK_BY_ROWS(q8_0)
 MAXTEXT_GEMM_MATMUL(float, float)
 MAXTEXT_GEMM_MATMUL(float, bf16)
 MAXTEXT_GEMM_MATMUL(bf16, float)
 MAXTEXT_GEMM_MATMUL(bf16, bf16)
 #undef MAXTEXT_GEMM_PACK
+#undef MAXTEXT_GEMM_PACK_BY_ROWS
 #undef MAXTEXT_GEMM_MATMUL
 #endif
 
