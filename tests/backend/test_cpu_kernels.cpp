@@ -806,6 +806,19 @@ TEST_CASE("The loader packs a copied kernel a chunk at a time: the panels of the
   }
   CHECK_THROWS_AS(io::to_matrix_rows<float>(map.at("w"), perm, 2, 1, D, std::vector<float>(1000).data()),
                   ArgumentError);  // not at a whole head
+  // Rows that lie contiguous but one file row apart (a rank's half of an out-major [heads, head_dim, 2 emb] tensor),
+  // copied and converted (bf16 to f32) straight into the chunk: the rows of the whole copy.
+  Tensor<bf16, 3> om({H, D, 2 * E});
+  for (std::int64_t i = 0; i < om.size(); ++i) om.data()[i] = bf16(nd(g));
+  const AnyTensor half = AnyTensor::from(om, "out-major bf16").narrow(2, E, E);
+  const std::vector<int> id = {0, 1, 2};
+  const Tensor<float, 2> whole = io::to_matrix<float>(half, id, 2);
+  for (const auto& [r0, r1] : {std::pair<std::int64_t, std::int64_t>{0, H * D}, {2 * D, 5 * D}}) {
+    INFO("contiguous rows " << r0 << ".." << r1);
+    std::vector<float> part(static_cast<std::size_t>((r1 - r0) * E));
+    io::to_matrix_rows<float>(half, id, 2, r0, r1, part.data());
+    CHECK(std::memcmp(part.data(), whole.data() + r0 * E, part.size() * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("Packed weights without their rows: a view of a mapped file keeps its rows", "[backend][cpu][gemm]") {

@@ -237,10 +237,13 @@ void to_matrix_rows(const AnyTensor& src, const std::vector<int>& perm, int n_ro
     const std::int64_t N = r1 - r0, K = rows.numel() / std::max<std::int64_t>(N, 1);
     const std::int64_t sn = detail::merged_stride(rows, 0, n_row_axes);
     const std::int64_t sk = detail::merged_stride(rows, n_row_axes, rows.rank());
-    if (N > 0 && K > 0 && sn >= 0 && sk > 1) {
+    // Rows that lie contiguous (sk == 1: a rank's columns of an out-major matrix, a conversion) are copied in one pass
+    // straight into `out`, their pages handed back once.
+    if (N > 0 && K > 0 && sn >= 0 && sk >= 1) {
       const std::size_t esize = dtype_size(rows.dtype);
       const std::int64_t slab =
-          std::max<std::int64_t>(1, static_cast<std::int64_t>(slab_bytes / (static_cast<std::size_t>(sk) * esize)));
+          sk == 1 ? K
+                  : std::max<std::int64_t>(1, static_cast<std::int64_t>(slab_bytes / (static_cast<std::size_t>(sk) * esize)));
       auto run = [&](const auto* s) {
         for (std::int64_t k0 = 0; k0 < K; k0 += slab) {
           const std::int64_t kn = std::min(slab, K - k0);

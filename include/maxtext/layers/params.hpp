@@ -246,7 +246,7 @@ class ParamLoader : public PathStack {
         using Rows = std::function<void(std::int64_t, std::int64_t, W*)>;
         if constexpr (requires(const Rows& f, std::int64_t n) { be_.template pack_rows<W>(n, n, n, f); }) {
           const std::int64_t granule = io::row_granule(t, perm, n_row_axes);
-          if (prepare && granule > 0) {
+          if (prepare && granule > 0 && rows > 0 && cols > 0) {  // (an empty matrix: no panels, the old way)
             const Rows rows_of = [&](std::int64_t r0, std::int64_t r1, W* out) {
               io::to_matrix_rows<W>(t, perm, n_row_axes, r0, r1, out);
             };
