@@ -43,7 +43,7 @@ for ((i = 1; i <= SERVER_RUNS; ++i)); do
 done
 tail -n 2 "$BUILD_DIR/test_server.log"
 # Tensor parallelism over thread ranks (comm/threads.hpp): Llama-2 split over 2 and 4 ranks, the counted collectives,
-# a stalled and a failed rank.
+# a stalled and a failed rank, sub-groups (Communicator::split; tensor x pipeline counted).
 for ((i = 1; i <= SERVER_RUNS; ++i)); do
   OMP_TOOL_LIBRARIES="$archer" \
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 ${TSAN_OPTIONS:-}" \

@@ -33,7 +33,8 @@ int g_err_fd = 2;  // a silenced rank's own stderr, kept for its error message
 /// K-th collective, so that the tests see what the other ranks do about it. Unset: not in the path at all.
 class FaultInjection final : public comm::Communicator {
  public:
-  FaultInjection(comm::Communicator& inner, bool kill, int at) : inner_(inner), kill_(kill), at_(at) {}
+  FaultInjection(comm::Communicator& inner, bool kill, int at)
+      : inner_(inner), kill_(kill), at_(at), count_(std::make_shared<int>(0)) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   std::string describe() const override { return inner_.describe(); }
@@ -61,17 +62,27 @@ class FaultInjection final : public comm::Communicator {
     tick();
     inner_.barrier(w);
   }
+  /// A sub-group's collectives count toward the same K.
+  std::unique_ptr<comm::Communicator> split(int color, int key, std::string_view w) override {
+    tick();
+    auto sub = inner_.split(color, key, w);
+    auto f = std::make_unique<FaultInjection>(*sub, kill_, at_);
+    f->owned_ = std::move(sub);
+    f->count_ = count_;
+    return f;
+  }
 
  private:
   void tick() {
-    if (++count_ != at_) return;
+    if (++*count_ != at_) return;
     if (kill_) std::raise(SIGKILL);
     for (;;) pause();  // stalled: alive, never arriving
   }
   comm::Communicator& inner_;
   bool kill_;
   int at_;
-  int count_ = 0;
+  std::shared_ptr<int> count_;                ///< collectives so far, over this group and its sub-groups
+  std::unique_ptr<comm::Communicator> owned_;  ///< a sub-group's inner communicator
 };
 
 comm::Communicator* with_fault(comm::Mpi& mpi) {

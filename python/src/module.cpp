@@ -767,7 +767,7 @@ names: 'maxtext' or 'hf' capture names (default: as the weights are named). kv_t
 "" (the activations', as MaxText) or 'float16' (keys and values rounded to fp16 as they are written, llama.cpp's
 default cache type: half the cache's memory and reads), for a GGUF file's matrices ('ggml') only; anything else is
 refused by name. comm: the ranks (mpi_world()) over which the config's mesh splits the model (ici_tensor_parallelism:
-heads and MLP columns; ici_expert_parallelism: experts; ici_pipeline_parallelism: layers; docs/distributed.md): each rank keeps its slices of the same
+heads and MLP columns; ici_expert_parallelism: experts; ici_pipeline_parallelism: layers, alone or with either; docs/distributed.md): each rank keeps its slices of the same
 weights (or of the model initialised from seed, alike on every rank), every rank calls the same methods in the same
 order, and each gets the same logits; a mesh that does not match comm's ranks is refused by name, as is a mesh of
 several ranks without comm.)")

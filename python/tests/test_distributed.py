@@ -46,6 +46,19 @@ def test_split_models_equal_one_process_and_the_reference(mc, tmp_path):
             assert np.array_equal(first.view(np.uint32), other.view(np.uint32)), f"{name}: rank {rank}'s logits differ"
 
 
+def test_two_axes_in_one_mesh(mc, tmp_path):
+    # 4 ranks: 2 pipeline stages of Gemma 3's 7 layers, each stage's heads split over its 2 ranks (sub-communicators).
+    _needs_mpi(mc)
+    r = subprocess.run(["mpirun", "-n", "4", sys.executable, os.path.join(HERE, "split_ranks.py"), str(tmp_path), "axes"],
+                       env=_mpi_env(), capture_output=True, text=True, timeout=600)
+    print(r.stdout)
+    assert r.returncode == 0, f"mpirun exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("ok: ") == 1, r.stdout
+    first = np.load(tmp_path / "gemma3_axes.0.npy")
+    for rank in range(1, 4):
+        assert np.array_equal(first.view(np.uint32), np.load(tmp_path / f"gemma3_axes.{rank}.npy").view(np.uint32))
+
+
 def test_mesh_and_ranks_must_agree(mc):
     _needs_mpi(mc)
     world = mc.mpi_world()  # not under mpirun: one rank

@@ -15,6 +15,8 @@
 #   - every tensor- and expert-parallel run with MAXTEXT_COMM_CHECK=1: after each layer the residual stream, which the
 #     ranks hold replicated, is hashed and compared across ranks (a difference fails the run, naming the layer;
 #     pipeline stages hold different layers, and compare their logits bit for bit instead);
+#   - two axes in one mesh (4 ranks): tensor 2 x pipeline 2 on stories260K (logits within the tensor bound, greedy
+#     tokens, chat), expert 2 x pipeline 2 on Qwen3-MoE (logits);
 #   - a mesh that does not match the ranks launched, an unused axis, a command that does not split, and ranks that
 #     read another config are refused by name;
 #   - a rank killed mid-step ends the whole job; a stalled rank ends it after MAXTEXT_COMM_TIMEOUT_S with the layer and
@@ -71,6 +73,9 @@ run "$bin" logits "${Q[@]}" --tokens "$toks" --out "$tmp/one_moe.npy" >/dev/null
 for n in 2 4; do
   split_logits "Qwen3-MoE, expert x $n" "$tmp/one_moe.npy" $n ici_expert_parallelism=$n "${Q[@]}"
 done
+# Two axes in one mesh: each of 2 pipeline stages splits its layers' experts over its own 2 ranks.
+split_logits "Qwen3-MoE, expert 2 x pipeline 2" "$tmp/one_moe.npy" 4 ici_expert_parallelism=2 "${Q[@]}" \
+  ici_pipeline_parallelism=2
 toks=$toks_save
 
 same() {  # same ONE.npy SPLIT.npy LABEL: bit for bit
@@ -95,6 +100,10 @@ run "$bin" logits "${W[@]}" --tokens "$toks" --incremental 6 --out "$tmp/one_inc
 for n in 2 3; do
   pipeline_logits "stories260K, pipeline x $n" "$tmp/one_inc.npy" $n "${W[@]}"
 done
+# Two axes in one mesh: each of 2 pipeline stages (3 + 2 layers) splits its layers by heads over its own 2 ranks
+# (sub-communicators: MPI_Comm_split); within the tensor bound, since the row-parallel sums change order.
+split_logits "stories260K, tensor 2 x pipeline 2" "$tmp/one.npy" 4 ici_tensor_parallelism=2 "${W[@]}" \
+  ici_pipeline_parallelism=2
 pipeline_logits "stories260K, MaxText's circular pipeline (1 layer per stage, 5 stages)" "$tmp/one_inc.npy" 5 "${W[@]}" \
   num_layers_per_pipeline_stage=1
 WG=(--weights "$S/stories260K.gguf" --threads 1)
@@ -106,9 +115,11 @@ fi
 
 G=(generate "${W[@]}" --tokenizer "$S/tok512.bin" --prompt "Once upon a time" --max-new-tokens 32 --temperature 0)
 one=$(run "$bin" "${G[@]}" 2>/dev/null | grep '^tokens\[0\]') || bad "one-process generate"
-for mesh in ici_tensor_parallelism=2 ici_tensor_parallelism=4 ici_pipeline_parallelism=2 ici_pipeline_parallelism=3; do
+for mesh in ici_tensor_parallelism=2 ici_tensor_parallelism=4 ici_pipeline_parallelism=2 ici_pipeline_parallelism=3 \
+            ici_tensor_parallelism=2,ici_pipeline_parallelism=2; do
   n=${mesh#*=}
-  out=$(run mpirun -n $n "$bin" "${G[@]}" $mesh 2>/dev/null)
+  [ "${mesh#*,}" != "$mesh" ] && n=4
+  out=$(run mpirun -n $n "$bin" "${G[@]}" ${mesh//,/ } 2>/dev/null)
   [ "$(grep -c '^tokens\[0\]' <<<"$out")" = 1 ] || bad "generate, $mesh: expected one tokens line, found: $out"
   [ "$(grep '^tokens\[0\]' <<<"$out")" = "$one" ] || bad "generate, $mesh: $(grep '^tokens' <<<"$out") vs $one"
 done
@@ -117,9 +128,11 @@ done
 printf 'Tell me a story.\nAnd then?\n' > "$tmp/chat.txt"
 C=(chat "${W[@]}" --tokenizer "$S/tok512.bin" --max-new-tokens 24 --temperature 0)
 one_chat=$(run "$bin" "${C[@]}" < "$tmp/chat.txt" 2>/dev/null) || bad "one-process chat"
-for mesh in ici_tensor_parallelism=2 ici_tensor_parallelism=4 ici_pipeline_parallelism=2; do
+for mesh in ici_tensor_parallelism=2 ici_tensor_parallelism=4 ici_pipeline_parallelism=2 \
+            ici_tensor_parallelism=2,ici_pipeline_parallelism=2; do
   n=${mesh#*=}
-  out=$(run mpirun -n $n "$bin" "${C[@]}" $mesh < "$tmp/chat.txt" 2>/dev/null) || bad "chat, $mesh, failed: $out"
+  [ "${mesh#*,}" != "$mesh" ] && n=4
+  out=$(run mpirun -n $n "$bin" "${C[@]}" ${mesh//,/ } < "$tmp/chat.txt" 2>/dev/null) || bad "chat, $mesh, failed: $out"
   [ "$out" = "$one_chat" ] || bad "chat, $mesh: '$out' vs one process: '$one_chat'"
 done
 [ -n "$one_chat" ] || bad "chat printed nothing"

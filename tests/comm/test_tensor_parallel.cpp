@@ -40,7 +40,28 @@ using namespace maxtext;
 
 namespace {
 
-enum class Layout { tensor, expert, pipeline };
+enum class Layout { tensor, expert, pipeline, mesh };
+
+/// fn(r) on n threads at once; the first failure aborts `group` and is rethrown.
+template <class Fn>
+void on_threads(int n, comm::ThreadGroup& group, Fn fn) {
+  std::vector<std::exception_ptr> err(static_cast<std::size_t>(n));
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; ++r) {
+    th.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        err[static_cast<std::size_t>(r)] = std::current_exception();
+        group.abort(std::string("rank ") + std::to_string(r) + " failed: " + e.what());
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  for (auto& e : err) {
+    if (e) std::rethrow_exception(e);
+  }
+}
 
 /// One model split over n thread ranks, each rank's model loaded from its slice of the fixture's tensors.
 struct Split {
@@ -54,6 +75,20 @@ struct Split {
       : cfg(full_cfg), group(std::make_unique<comm::ThreadGroup>(n, timeout)) {
     models::AnyModelOptions o;
     o.threads = 1;
+    if (layout == Layout::mesh) {
+      // The config's mesh keys (two axes): each rank's model made as mpirun makes it (make_split_any_model: its
+      // share, its slices, its sub-groups split from the world), all ranks at once.
+      for (int r = 0; r < n; ++r) counters.push_back(std::make_unique<comm::Counting>(group->rank(r)));
+      ranks.resize(static_cast<std::size_t>(n));
+      on_threads(n, *group, [&](int r) {
+        auto& m = ranks[static_cast<std::size_t>(r)];
+        m = models::make_split_any_model(full_cfg, o, *counters[static_cast<std::size_t>(r)], full,
+                                         models::NameScheme::maxtext, 1, MAXTEXT_BLOCKS_BUILT);
+        m->set_replica_check(true);  // over each stage's ranks
+      });
+      for (auto& c : counters) c->clear();
+      return;
+    }
     const auto whole = models::make_built_any_model(full_cfg, o, MAXTEXT_BLOCKS_BUILT)->param_shapes();
     for (int r = 0; r < n; ++r) {
       const Config local = layout == Layout::tensor   ? models::tensor_parallel_config(full_cfg, n)
@@ -77,22 +112,7 @@ struct Split {
   /// Run fn(rank, model) on every rank at once; the first failure aborts the group and is rethrown.
   template <class Fn>
   void run(Fn fn) {
-    std::vector<std::exception_ptr> err(ranks.size());
-    std::vector<std::thread> th;
-    for (int r = 0; r < size(); ++r) {
-      th.emplace_back([&, r] {
-        try {
-          fn(r, *ranks[static_cast<std::size_t>(r)]);
-        } catch (const std::exception& e) {
-          err[static_cast<std::size_t>(r)] = std::current_exception();
-          group->abort(std::string("rank ") + std::to_string(r) + " failed: " + e.what());
-        }
-      });
-    }
-    for (auto& t : th) t.join();
-    for (auto& e : err) {
-      if (e) std::rethrow_exception(e);
-    }
+    on_threads(size(), *group, [&](int r) { fn(r, *ranks[static_cast<std::size_t>(r)]); });
   }
 };
 
@@ -134,7 +154,9 @@ Config fixture_config(const std::string& dir) {
 }
 
 /// Logits, incremental decoding and greedy tokens of `fixture` on 1, 2 and 4 ranks.
-void check_fixture(const std::string& fixture, Layout layout = Layout::tensor, std::vector<int> rank_counts = {2, 4}) {
+/// `mesh`: with Layout::mesh, the mesh keys (and the ranks are their product).
+void check_fixture(const std::string& fixture, Layout layout = Layout::tensor, std::vector<int> rank_counts = {2, 4},
+                   const std::vector<std::pair<std::string, std::string>>& mesh = {}) {
   const std::string dir = test::fixture(fixture);
   const Config cfg = fixture_config(dir);
   const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;  // canonical MaxText names
@@ -158,9 +180,11 @@ void check_fixture(const std::string& fixture, Layout layout = Layout::tensor, s
   const auto greedy = single->generate({prompt}, g).tokens.at(0);
   REQUIRE(static_cast<std::int64_t>(greedy.size()) == g.max_new_tokens);
 
+  Config split_cfg = cfg;
+  for (const auto& [k, v] : mesh) split_cfg.set(k, v);
   for (const int n : rank_counts) {
-    INFO(fixture << " on " << n << " ranks");
-    Split s(cfg, full, n, std::chrono::seconds(60), layout);
+    INFO(fixture << " on " << n << " ranks" << (mesh.empty() ? "" : " (" + comm::Mesh::from_config(split_cfg, n).describe() + ")"));
+    Split s(split_cfg, full, n, std::chrono::seconds(60), layout);
     std::vector<Tensor<float, 3>> logits(static_cast<std::size_t>(n)), inc(static_cast<std::size_t>(n));
     std::vector<std::vector<std::int32_t>> tokens(static_cast<std::size_t>(n));
     s.run([&](int r, models::AnyModel& m) {
@@ -436,7 +460,11 @@ TEST_CASE("Pipeline parallel: layouts MaxText's keys do not describe, and what a
   both.set("ici_pipeline_parallelism", "2");
   both.set("ici_fsdp_parallelism", "1");
   comm::ThreadGroup g(4);
-  CHECK_THROWS_WITH(models::split_mesh(both, &g.rank(0)), Catch::Contains("two kinds of parallelism together"));
+  CHECK(models::split_mesh(both, &g.rank(0)).size() == 4);  // tensor x pipeline: built (below)
+  both.set("ici_pipeline_parallelism", "1");
+  both.set("ici_expert_parallelism", "2");
+  CHECK_THROWS_WITH(models::split_mesh(both, &g.rank(0)),
+                    Catch::Contains("tensor 2 x expert 2 x pipeline 1: tensor and expert parallelism together are not built yet"));
 }
 
 TEST_CASE("Pipeline parallel: a stalled stage ends the next one's wait, naming the layer and the transfer",
@@ -632,6 +660,107 @@ TEST_CASE("Tensor parallel: what does not split is refused by name", "[comm][tp]
   CHECK_THROWS_WITH(models::rank_slice(t, {{"w", {4, 4}}}, 0, 2), Catch::Contains("w: axis 1") &&
                                                                              Catch::Contains("does not split into 2"));
   CHECK_THROWS_WITH(models::rank_slice(t, {{"w", {2, 3}}}, 0, 2), Catch::Contains("more than one axis"));
+}
+
+using MeshKeys = std::vector<std::pair<std::string, std::string>>;
+
+TEST_CASE("Tensor x pipeline: each stage's layers split by heads over its ranks match torch and one process",
+          "[comm][axes][tp][pp]") {
+  const MeshKeys two_by_two = {{"ici_tensor_parallelism", "2"}, {"ici_pipeline_parallelism", "2"}, {"ici_fsdp_parallelism", "1"}};
+  check_fixture("llama2_model", Layout::mesh, {4}, two_by_two);  // untied head: split by vocabulary on the last stage
+  check_fixture("qwen3_model", Layout::mesh, {4}, two_by_two);   // tied head: whole
+  check_fixture("gemma2_model", Layout::mesh, {4}, two_by_two);
+  // 7 layers, sliding and global, on 3 stages (3 + 2 + 2) of 2 ranks each; and 2 stages of 4 ranks (4 query heads,
+  // 2 kv heads: each kv head kept by the 2 ranks whose query heads read it).
+  check_fixture("gemma3_model", Layout::mesh, {6},
+                {{"ici_tensor_parallelism", "2"}, {"ici_pipeline_parallelism", "3"}, {"ici_fsdp_parallelism", "1"}});
+  check_fixture("gemma3_model", Layout::mesh, {8},
+                {{"ici_tensor_parallelism", "4"}, {"ici_pipeline_parallelism", "2"}, {"ici_fsdp_parallelism", "1"}});
+}
+
+TEST_CASE("Expert x pipeline: each stage's experts split over its ranks match torch and one process",
+          "[comm][axes][ep][pp]") {
+  const MeshKeys two_by_two = {{"ici_expert_parallelism", "2"}, {"ici_pipeline_parallelism", "2"}, {"ici_fsdp_parallelism", "1"}};
+  check_fixture("mixtral_model", Layout::mesh, {4}, two_by_two);
+  check_fixture("qwen3_moe_model", Layout::mesh, {4}, two_by_two);
+  check_fixture("deepseek_model", Layout::mesh, {4}, two_by_two);  // 3 layers (2 + 1): dense first layer, MLA
+  check_fixture("gpt_oss_model", Layout::mesh, {4}, two_by_two);
+}
+
+TEST_CASE("Tensor x pipeline: two all-reduces per layer within a stage, one transfer per boundary, logits gathered "
+          "then broadcast", "[comm][mesh]") {
+  const std::string dir = test::fixture("llama2_model");  // 2 layers: stage 0 layer 0, stage 1 layer 1
+  Config cfg = test::config_from_meta(test::read_meta(dir));
+  const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  cfg.set("ici_tensor_parallelism", "2");
+  cfg.set("ici_pipeline_parallelism", "2");
+  cfg.set("ici_fsdp_parallelism", "1");
+  Split s(cfg, full, 4, std::chrono::seconds(60), Layout::mesh);
+  for (auto& m : s.ranks) m->set_replica_check(false);  // its all_gathers would count too
+  // Ranks 0, 1: stage 0 (tensor 0, 1); ranks 2, 3: stage 1. Their groups are sub-groups of the world.
+  CHECK(s.ranks[2]->param_shapes().count("decoder.layers_0.mlp.wo.kernel") == 0);
+  CHECK(s.ranks[2]->param_shapes().at("decoder.layers_1.mlp.wo.kernel")[0] == cfg.mlp_dim / 2);
+  CHECK(s.ranks[0]->param_shapes().count("decoder.logits_dense.kernel") == 0);
+  const std::int64_t M = tok.dim(0) * tok.dim(1), D = cfg.emb_dim, V = cfg.vocab_size;
+  std::vector<Tensor<float, 3>> logits(4);
+  s.run([&](int r, models::AnyModel& m) {
+    models::ForwardRequest q;
+    q.tokens = &tok;
+    logits[static_cast<std::size_t>(r)] = copy3(m.forward(q));
+  });
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    const auto& c = *s.counters[static_cast<std::size_t>(r)];
+    const bool last = r >= 2;
+    CHECK(c.tally("all_reduce").calls == 2);  // the stage's one layer, over the stage's two ranks
+    CHECK(c.tally("all_reduce").bytes == 2 * M * D * 4);
+    CHECK(c.tally("send").calls == (last ? 0 : 1));
+    CHECK(c.tally("recv").calls == (last ? 1 : 0));
+    CHECK(c.tally((last ? "recv" : "send")).bytes == M * D * 4);
+    CHECK(c.tally("all_gather").calls == (last ? 1 : 0));  // the vocabulary-split head, on the last stage
+    if (last) CHECK(c.tally("all_gather").bytes == M * V / 2 * 4);
+    CHECK(c.tally("broadcast").calls == 1);  // the last stage's logits to the stage before, per tensor coordinate
+    CHECK(c.tally("broadcast").bytes == M * V * 4);
+    CHECK(same_bits(logits[static_cast<std::size_t>(r)], logits[0]));
+  }
+  test::expect_close(logits[0], test::npy(dir + "/logits.npy"), test::tol::f32_logits, "llama2 tensor x pipeline");
+}
+
+TEST_CASE("Communicator::split: sub-groups by color ranked by key, collectives within each, an abort reaching them",
+          "[comm][mesh]") {
+  comm::ThreadGroup g(4, std::chrono::seconds(20));
+  std::vector<std::unique_ptr<comm::Communicator>> sub(4);
+  std::vector<float> sums(4);
+  on_threads(4, g, [&](int r) {
+    // Colors: even and odd ranks; keys reverse the order.
+    auto& c = sub[static_cast<std::size_t>(r)];
+    c = g.rank(r).split(r % 2, -r, "test split");
+    float x = static_cast<float>(r + 1);
+    c->all_reduce_sum(&x, 1, "test sum");
+    sums[static_cast<std::size_t>(r)] = x;
+  });
+  CHECK(sub[0]->size() == 2);
+  CHECK(sub[0]->rank() == 1);  // key 0 after rank 2's -2
+  CHECK(sub[2]->rank() == 0);
+  CHECK(sub[3]->rank() == 0);
+  CHECK(sums == std::vector<float>{4, 6, 4, 6});
+  comm::Local one;
+  CHECK(one.split(0, 0, "local")->size() == 1);
+  CHECK_THROWS_WITH(one.split(-1, 0, "a bad color"), Catch::Contains("a bad color: split with color -1"));
+  // A rank that fails aborts the world, and the sub-group its partner waits in.
+  std::string msg;
+  std::thread waiter([&] {
+    try {
+      float x = 1;
+      sub[1]->all_reduce_sum(&x, 1, "decoder.layers_0.mlp: all_reduce");
+    } catch (const CommError& e) {
+      msg = e.what();
+    }
+  });
+  g.abort("rank 3 failed: out of memory");
+  waiter.join();
+  CHECK_THAT(msg, Catch::Contains("decoder.layers_0.mlp: all_reduce") && Catch::Contains("rank 3 failed: out of memory"));
 }
 
 TEST_CASE("Mesh: MaxText's ici / dcn keys, -1 filled, tensor ranks fastest, unused axes refused by name", "[comm][mesh]") {

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "maxtext/core/error.hpp"
 
@@ -33,6 +34,8 @@ class CommError : public Error {
 
 namespace comm {
 
+class Communicator;
+
 /// The collectives, as a concept (any type with these members can stand in) and as the virtual interface below that
 /// models hold (one virtual call per collective, two per decoder layer and step: nothing beside the data moved).
 template <class C>
@@ -45,7 +48,13 @@ concept Collectives = requires(C& c, float* f, const void* cp, void* p, std::siz
   c.send(cp, n, r, w);
   c.recv(p, n, r, w);
   c.barrier(w);
+  { c.split(r, r, w) } -> std::convertible_to<std::unique_ptr<Communicator>>;
 };
+
+/// A split's color, which MPI wants non-negative (MPI_UNDEFINED, a rank in no sub-group, is not used here).
+inline void check_color(int color, std::string_view what) {
+  MAXTEXT_CHECK(color >= 0, CommError, "[comm] ", what, ": split with color ", color, " (expected >= 0)");
+}
 
 class Communicator {
  public:
@@ -62,6 +71,11 @@ class Communicator {
   virtual void send(const void* data, std::size_t bytes, int to, std::string_view what) = 0;
   virtual void recv(void* data, std::size_t bytes, int from, std::string_view what) = 0;
   virtual void barrier(std::string_view what) = 0;
+  /// The ranks of this group that give the same `color` (>= 0), as a group of their own, ranked by `key` (ties in
+  /// this group's order), as MPI_Comm_split makes them: the sub-groups of a mesh of two layouts (the tensor ranks of
+  /// one pipeline stage; the stages of one tensor coordinate). A collective: every rank of this group calls it, and
+  /// the new group must not outlive this one.
+  virtual std::unique_ptr<Communicator> split(int color, int key, std::string_view what) = 0;
   /// Short description for messages ("MPI, rank 1 of 4", "threads, rank 0 of 2").
   virtual std::string describe() const = 0;
   /// Whether the collectives also take pointers to device memory (NCCL, comm/nccl.cuh): a layer on a GPU then hands
@@ -76,12 +90,16 @@ static_assert(Collectives<Communicator>);
 /// 0's logits broadcast to all, the replica check); `tensor`, the ranks that split heads and MLP columns (row-parallel
 /// products); `expert`, the ranks that split the experts (MoE outputs); `pipeline`, the stages that split the layers
 /// (rank s of it is stage s: the residual stream sent from stage to stage, the logits broadcast from the last).
-/// nullptr: no such split.
+/// `stage`, the ranks of one pipeline stage, which hold its residual stream replicated (the replica check; the
+/// whole world when the layers are not split). nullptr: no such split. `owned`: sub-groups made for these
+/// (Communicator::split), kept alive with the groups.
 struct Groups {
   Communicator* world = nullptr;
   Communicator* tensor = nullptr;
   Communicator* expert = nullptr;
   Communicator* pipeline = nullptr;
+  Communicator* stage = nullptr;
+  std::vector<std::shared_ptr<Communicator>> owned{};
 };
 
 /// How long one collective may wait for the others before it fails: `given` when positive, else MAXTEXT_COMM_TIMEOUT_S
@@ -118,6 +136,10 @@ class Local final : public Communicator {
   void send(const void*, std::size_t, int to, std::string_view what) override { check_peer(to, what, true); }
   void recv(void*, std::size_t, int from, std::string_view what) override { check_peer(from, what, true); }
   void barrier(std::string_view) override {}
+  std::unique_ptr<Communicator> split(int color, int, std::string_view what) override {
+    check_color(color, what);
+    return std::make_unique<Local>();
+  }
   std::string describe() const override { return "one process"; }
 
  private:
@@ -136,7 +158,7 @@ class Counting final : public Communicator {
     std::int64_t bytes = 0;  ///< payload given by this rank (all_reduce: n * 4; all_gather: its share)
     double seconds = 0.0;    ///< wall time inside the collective (waiting for the others included)
   };
-  explicit Counting(Communicator& inner) : inner_(inner) {}
+  explicit Counting(Communicator& inner) : inner_(inner), tallies_(std::make_shared<Tallies>()) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   void all_reduce_sum(float* data, std::size_t n, std::string_view what) override {
@@ -163,16 +185,23 @@ class Counting final : public Communicator {
     Timer t(add("barrier", 0));
     inner_.barrier(what);
   }
+  /// The sub-group counted into the same tallies as this group (a step's collectives over every group, summed).
+  std::unique_ptr<Communicator> split(int color, int key, std::string_view what) override {
+    auto sub = inner_.split(color, key, what);
+    Communicator& ref = *sub;
+    return std::unique_ptr<Communicator>(new Counting(ref, std::move(sub), tallies_));
+  }
   std::string describe() const override { return inner_.describe() + " (counted)"; }
   bool device_memory() const override { return inner_.device_memory(); }
 
-  /// Per operation ("all_reduce", "all_gather", "broadcast", "send", "recv", "barrier").
-  const std::map<std::string, Tally, std::less<>>& tallies() const { return tallies_; }
+  /// Per operation ("all_reduce", "all_gather", "broadcast", "send", "recv", "barrier"): this group's and its
+  /// sub-groups' (split) together.
+  const std::map<std::string, Tally, std::less<>>& tallies() const { return *tallies_; }
   Tally tally(std::string_view op) const {
-    auto it = tallies_.find(op);
-    return it == tallies_.end() ? Tally{} : it->second;
+    auto it = tallies_->find(op);
+    return it == tallies_->end() ? Tally{} : it->second;
   }
-  void clear() { tallies_.clear(); }
+  void clear() { tallies_->clear(); }
 
  private:
   struct Timer {
@@ -183,14 +212,18 @@ class Counting final : public Communicator {
     Tally& t_;
     std::chrono::steady_clock::time_point start_;
   };
+  using Tallies = std::map<std::string, Tally, std::less<>>;
+  Counting(Communicator& inner, std::unique_ptr<Communicator> owned, std::shared_ptr<Tallies> tallies)
+      : inner_(inner), owned_(std::move(owned)), tallies_(std::move(tallies)) {}
   Tally& add(const char* op, std::size_t bytes) {
-    Tally& t = tallies_[op];
+    Tally& t = (*tallies_)[op];
     ++t.calls;
     t.bytes += static_cast<std::int64_t>(bytes);
     return t;
   }
   Communicator& inner_;
-  std::map<std::string, Tally, std::less<>> tallies_;
+  std::unique_ptr<Communicator> owned_;  ///< a sub-group's inner communicator (split)
+  std::shared_ptr<Tallies> tallies_;
 };
 
 }  // namespace comm

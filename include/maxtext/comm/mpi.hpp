@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -48,15 +49,15 @@ class Mpi final : public Communicator {
   Mpi& operator=(const Mpi&) = delete;
   ~Mpi() override {
     if (failed_) abort_job(3);  // a rank that gave up must not leave the others waiting in a collective
-    MPI_Comm_free(&comm_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);  // a sub-group outliving MPI (a model kept past exit) has nothing to free
     if (owns_) MPI_Finalize();
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string describe() const override {
-    return "MPI, rank " + std::to_string(rank_) + " of " + std::to_string(size_);
-  }
+  std::string describe() const override { return "MPI, " + who(); }
   /// End every rank of the job now (MPI_Abort): after an error on one rank the others would wait in a collective.
   void abort_job(int code) const { MPI_Abort(MPI_COMM_WORLD, code); }
 
@@ -112,14 +113,34 @@ class Mpi final : public Communicator {
     check(MPI_Ibarrier(comm_, &req), "barrier", what);
     wait(req, "barrier", what);
   }
+  /// MPI_Comm_split: a sub-communicator with this one's timeout. Blocking (MPI-3 has no non-blocking split); the
+  /// models call it after the ranks' fingerprints agree, so every rank is there.
+  std::unique_ptr<Communicator> split(int color, int key, std::string_view what) override {
+    check_color(color, what);
+    MPI_Comm sub = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split", what);
+    return std::unique_ptr<Communicator>(new Mpi(sub, timeout_));
+  }
 
  private:
+  Mpi(MPI_Comm sub, std::chrono::milliseconds timeout) : timeout_(timeout), comm_(sub) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  }
+  /// "rank 1 of 4", and a sub-group's rank in the job ("rank 1 of 2 (job rank 3)").
+  std::string who() const {
+    return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+           (world_rank_ >= 0 ? " (job rank " + std::to_string(world_rank_) + ")" : std::string());
+  }
+
   static constexpr std::size_t kChunk = std::size_t{1} << 30;
   static constexpr int kTag = 50;
 
   [[noreturn]] void fail(const std::string& msg) {
     failed_ = true;
-    throw CommError("[comm] rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + msg);
+    throw CommError("[comm] " + who() + ": " + msg);
   }
   void check(int rc, const char* op, std::string_view what) {
     if (rc == MPI_SUCCESS) return;
@@ -152,6 +173,7 @@ class Mpi final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  int world_rank_ = -1;  ///< a sub-group's rank in MPI_COMM_WORLD (split); -1 for the job's own communicator
   bool owns_ = false;
   bool failed_ = false;
 };

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <string_view>
 #include <thread>
 
@@ -179,9 +180,29 @@ class Nccl final : public Communicator {
     auto* d = static_cast<float*>(stage(sizeof(float), what));
     call(ncclAllReduce(d, d, 1, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce (barrier)", what);
     wait("barrier", what);
+  }  /// ncclCommSplit: a sub-communicator on the same device with this one's timeout, its own stream and staging.
+  std::unique_ptr<Communicator> split(int color, int key, std::string_view what) override {
+    check_color(color, what);
+    begin("ncclCommSplit", what);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t sub = nullptr;
+    call(ncclCommSplit(comm_, color, key, &sub, &config), "ncclCommSplit", what);
+    return std::unique_ptr<Communicator>(new Nccl(sub, device_, timeout_, what));
   }
 
+
  private:
+  /// A sub-communicator ncclCommSplit is making: waits (up to the timeout) until it is ready.
+  Nccl(ncclComm_t sub, int device, std::chrono::milliseconds timeout, std::string_view what)
+      : timeout_(timeout), device_(device), comm_(sub) {
+    cuda_call(cudaSetDevice(device_), "cudaSetDevice", what);
+    cuda_call(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", what);
+    wait("ncclCommSplit", what);
+    call(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank", what);
+    call(ncclCommCount(comm_, &size_), "ncclCommCount", what);
+  }
+
   void init(const Id& id) {
     MAXTEXT_CHECK(size_ >= 1 && rank_ >= 0 && rank_ < size_, ArgumentError, "[comm] NCCL: rank ", rank_, " of ", size_);
     const int devices = cuda::device_count();

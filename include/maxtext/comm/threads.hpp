@@ -45,9 +45,14 @@ class ThreadGroup {
   /// End every pending and later collective with a CommError carrying `why` (a rank that failed calls this, so
   /// that the others do not wait for it until the timeout).
   void abort(const std::string& why) {
-    std::lock_guard<std::mutex> lk(m_);
-    if (aborted_.empty()) aborted_ = why.empty() ? std::string("aborted") : why;
-    cv_.notify_all();
+    std::vector<std::shared_ptr<ThreadGroup>> children;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      if (aborted_.empty()) aborted_ = why.empty() ? std::string("aborted") : why;
+      cv_.notify_all();
+      for (const auto& [k, c] : children_) children.push_back(c);
+    }
+    for (const auto& c : children) c->abort(why);  // and every sub-group's (split)
   }
 
  private:
@@ -94,6 +99,23 @@ class ThreadGroup {
       g_.recv(r_, from, data, bytes, what);
     }
     void barrier(std::string_view what) override { g_.barrier(r_, what, "barrier"); }
+    /// The ranks' colors and keys gathered; those of this rank's color join one new ThreadGroup (made by the first
+    /// of them to ask, kept by this group), ranked by key, then by rank.
+    std::unique_ptr<Communicator> split(int color, int key, std::string_view what) override {
+      check_color(color, what);
+      const std::int64_t mine[2] = {color, key};
+      std::vector<std::int64_t> all(2 * static_cast<std::size_t>(g_.n_));
+      all_gather(mine, sizeof mine, all.data(), what);
+      std::vector<std::pair<std::int64_t, int>> members;  // (key, rank) of this color
+      for (int s = 0; s < g_.n_; ++s) {
+        if (all[2 * static_cast<std::size_t>(s)] == color) members.emplace_back(all[2 * static_cast<std::size_t>(s) + 1], s);
+      }
+      std::sort(members.begin(), members.end());
+      int sub = 0;
+      while (members[static_cast<std::size_t>(sub)].second != r_) ++sub;
+      auto child = g_.child(splits_++, color, static_cast<int>(members.size()));
+      return std::make_unique<SubGroup>(std::move(child), sub);
+    }
     std::string describe() const override {
       return "threads, rank " + std::to_string(r_) + " of " + std::to_string(g_.n_);
     }
@@ -101,8 +123,41 @@ class ThreadGroup {
    private:
     ThreadGroup& g_;
     int r_;
+    std::uint64_t splits_ = 0;  ///< splits this rank made: every rank makes the same ones, in the same order
     std::vector<float> tmp_;
   };
+
+  /// A rank of a sub-group (split): its ThreadGroup kept alive while the rank is.
+  class SubGroup final : public Communicator {
+   public:
+    SubGroup(std::shared_ptr<ThreadGroup> g, int r) : g_(std::move(g)), c_(g_->rank(r)) {}
+    int rank() const override { return c_.rank(); }
+    int size() const override { return c_.size(); }
+    void all_reduce_sum(float* d, std::size_t n, std::string_view w) override { c_.all_reduce_sum(d, n, w); }
+    void all_gather(const void* l, std::size_t b, void* a, std::string_view w) override { c_.all_gather(l, b, a, w); }
+    void broadcast(void* d, std::size_t b, int root, std::string_view w) override { c_.broadcast(d, b, root, w); }
+    void send(const void* d, std::size_t b, int to, std::string_view w) override { c_.send(d, b, to, w); }
+    void recv(void* d, std::size_t b, int from, std::string_view w) override { c_.recv(d, b, from, w); }
+    void barrier(std::string_view w) override { c_.barrier(w); }
+    std::unique_ptr<Communicator> split(int color, int key, std::string_view w) override { return c_.split(color, key, w); }
+    std::string describe() const override { return c_.describe() + " (a sub-group)"; }
+
+   private:
+    std::shared_ptr<ThreadGroup> g_;
+    Communicator& c_;
+  };
+
+  /// The sub-group of split number `seq`'s color `color` (`n` ranks), made by the first of its ranks to ask; a group
+  /// aborted before inherits the reason.
+  std::shared_ptr<ThreadGroup> child(std::uint64_t seq, int color, int n) {
+    std::lock_guard<std::mutex> lk(m_);
+    auto& c = children_[{seq, color}];
+    if (!c) {
+      c = std::make_shared<ThreadGroup>(n, timeout_);
+      if (!aborted_.empty()) c->aborted_ = aborted_;
+    }
+    return c;
+  }
 
   [[noreturn]] void fail_locked(std::string msg) {
     if (aborted_.empty()) aborted_ = msg;
@@ -194,6 +249,7 @@ class ThreadGroup {
   std::vector<char> here_;
   std::map<std::pair<int, int>, std::deque<std::vector<char>>> mail_;
   std::vector<std::unique_ptr<Member>> members_;
+  std::map<std::pair<std::uint64_t, int>, std::shared_ptr<ThreadGroup>> children_;  ///< sub-groups (split)
 };
 
 }  // namespace maxtext::comm

@@ -1,7 +1,8 @@
 // models/split_model.hpp: a model of the precompiled block library (any_model_blocks.hpp) split over the ranks of a
 // communicator as the config's mesh says (docs/distributed.md): ici_tensor_parallelism by heads and MLP columns
 // (tensor_parallel_config), ici_expert_parallelism by experts (expert_parallel_config), ici_pipeline_parallelism by
-// layers (pipeline_parallel_config: each stage its layers, whole). Each rank builds its share and
+// layers (pipeline_parallel_config: each stage its layers, whole), and pipeline stages whose layers are split by heads
+// or by experts over the stage's ranks (two axes: sub-groups, Communicator::split). Each rank builds its share and
 // keeps its slices (rank_slice) of the whole model's tensors, which every rank read from the same files: no weight
 // byte passes through the communicator, and ranks whose files or config differ are refused before the first step.
 // The `maxtext` program (mpirun) and the Python module (Model(comm=...)) open split models through it.
@@ -30,15 +31,54 @@
 namespace maxtext::models {
 
 /// The mesh of `cfg` over the ranks of `world` (nullptr: one process), a mesh that does not match them refused by name
-/// (comm::Mesh::from_config), and the splits not built yet (two of tensor, expert and pipeline together) refused by
-/// name.
+/// (comm::Mesh::from_config), and the split not built yet (tensor and expert parallelism together) refused by name.
+/// Pipeline stages combine with either: each stage's layers split by heads or by experts over its own ranks.
 inline comm::Mesh split_mesh(const Config& cfg, const comm::Communicator* world) {
   const comm::Mesh mesh = comm::Mesh::from_config(cfg, world ? world->size() : 1);
-  const int axes = (mesh.tensor > 1) + (mesh.expert > 1) + (mesh.pipeline > 1);
-  MAXTEXT_CHECK(axes <= 1, UnsupportedError, "[mesh] ", mesh.describe(), ": two kinds of parallelism together are not "
-                "built yet; use one of ici_tensor_parallelism, ici_expert_parallelism and ici_pipeline_parallelism over "
-                "all the ranks");
+  MAXTEXT_CHECK(mesh.tensor == 1 || mesh.expert == 1, UnsupportedError, "[mesh] ", mesh.describe(), ": tensor and "
+                "expert parallelism together are not built yet (tensor parallelism does not split mixture-of-experts "
+                "blocks, which expert parallelism needs); use one of ici_tensor_parallelism and "
+                "ici_expert_parallelism, with ici_pipeline_parallelism if the ranks are more");
   return mesh;
+}
+
+/// The config of the rank at `at` of `mesh`'s share of `cfg`, as pipeline stage `stage`: its heads and MLP columns
+/// (tensor_parallel_config) or its experts (expert_parallel_config), of its stage's layers
+/// (pipeline_parallel_config).
+inline Config split_share_config(const Config& cfg, const comm::Mesh& mesh, const comm::Mesh::Coords& at, int stage) {
+  Config c = cfg;
+  if (mesh.tensor > 1) c = tensor_parallel_config(c, mesh.tensor);
+  if (mesh.expert > 1) c = expert_parallel_config(c, at.expert, mesh.expert);
+  if (mesh.pipeline > 1) c = pipeline_parallel_config(c, stage, mesh.pipeline);
+  return c;
+}
+
+/// The groups of `world` that `mesh` makes (comm::Groups): with one axis, `world` itself; with pipeline stages and
+/// tensor or expert ranks, two sub-groups (Communicator::split, collective): the ranks of this rank's stage (its
+/// tensor or expert group, which hold its residual stream), ranked by tensor / expert coordinate, and the stages of
+/// its tensor / expert coordinate (its pipeline group), ranked by stage.
+inline comm::Groups split_groups(comm::Communicator& world, const comm::Mesh& mesh) {
+  const comm::Mesh::Coords at = mesh.coords(world.rank());
+  comm::Groups g;
+  g.world = &world;
+  if (mesh.pipeline == 1 || mesh.pipeline == mesh.size()) {
+    comm::Communicator* all = mesh.size() > 1 ? &world : nullptr;
+    g.tensor = mesh.tensor > 1 ? all : nullptr;
+    g.expert = mesh.expert > 1 ? all : nullptr;
+    g.pipeline = mesh.pipeline > 1 ? all : nullptr;
+    g.stage = mesh.pipeline > 1 ? nullptr : all;
+    return g;
+  }
+  const int within = at.tensor + mesh.tensor * at.expert;  // the coordinate inside a stage
+  g.owned.push_back(world.split(at.pipeline, within, "[mesh] the ranks of pipeline stage " + std::to_string(at.pipeline)));
+  g.stage = g.owned.back().get();
+  g.owned.push_back(world.split(within, at.pipeline, "[mesh] the pipeline stages of " +
+                                                         std::string(mesh.tensor > 1 ? "tensor" : "expert") +
+                                                         " rank " + std::to_string(within)));
+  g.pipeline = g.owned.back().get();
+  g.tensor = mesh.tensor > 1 ? g.stage : nullptr;
+  g.expert = mesh.expert > 1 ? g.stage : nullptr;
+  return g;
 }
 
 /// Whether a split by `mesh` keeps every matrix whole (pipeline stages, or one rank): block-quantised GGUF matrices
@@ -57,15 +97,14 @@ std::unique_ptr<AnyModel> make_split_any_model(const Config& cfg, const AnyModel
   const comm::Mesh mesh = split_mesh(cfg, &world);
   MAXTEXT_CHECK(mesh.size() > 1, ArgumentError, "[mesh] make_split_any_model: ", mesh.describe(),
                 " is one rank; make_built_any_model opens an unsplit model");
-  const bool by_experts = mesh.expert > 1, by_layers = mesh.pipeline > 1;
-  const Config local = by_layers    ? pipeline_parallel_config(cfg, mesh.coords(world.rank()).pipeline, mesh.pipeline)
-                       : by_experts ? expert_parallel_config(cfg, world.rank(), world.size())
-                                    : tensor_parallel_config(cfg, mesh.tensor);
+  const comm::Mesh::Coords at = mesh.coords(world.rank());
+  const bool by_layers = mesh.pipeline > 1, by_share = mesh.tensor > 1 || mesh.expert > 1;
+  const Config local = split_share_config(cfg, mesh, at, at.pipeline);
   if (by_layers) {
     // What a stage's model refuses (a KV donor on another stage, ...), every rank refuses alike, before any rank
     // waits for the others: each builds every other stage's model too (layers only, no weights).
     for (int s = 0; s < mesh.pipeline; ++s) {
-      if (s != mesh.coords(world.rank()).pipeline) (void)make_built_any_model<Tag>(pipeline_parallel_config(cfg, s, mesh.pipeline), opt, built);
+      if (s != at.pipeline) (void)make_built_any_model<Tag>(split_share_config(cfg, mesh, at, s), opt, built);
     }
   }
   auto model = make_built_any_model<Tag>(local, opt, built);
@@ -79,14 +118,26 @@ std::unique_ptr<AnyModel> make_split_any_model(const Config& cfg, const AnyModel
     whole->set_name_scheme(names);
   }
   check_ranks_agree(world, model_fingerprint(*full, cfg), "the weights and config of every rank");
-  model->load(by_layers ? stage_tensors(*full, model->param_shapes(), whole->param_shapes())
-                        : rank_slice(*full, model->param_shapes(), world.rank(), world.size()));
+  // The sub-groups now, while every rank is here (MPI_Comm_split cannot time out): a rank whose load then fails
+  // leaves the others waiting in their first step's collective, which can.
+  comm::Groups groups = split_groups(world, mesh);
+  {
+    // A stage's tensors (views), then this rank's slices of them (views): the loader copies only those.
+    const auto shapes = model->param_shapes();
+    std::optional<io::TensorMap> staged;
+    if (by_layers) staged = stage_tensors(*full, shapes, whole->param_shapes());
+    const io::TensorMap& src = staged ? *staged : *full;
+    if (!by_share) {
+      model->load(src);
+    } else {
+      model->load(mesh.tensor > 1 ? rank_slice(src, shapes, at.tensor, mesh.tensor)
+                                  : rank_slice(src, shapes, at.expert, mesh.expert));
+    }
+  }
   whole.reset();
   full.reset();
   trim_heap();  // the whole model's temporaries back to the system (core/mapped_pages.hpp)
-  model->set_comm_groups(by_layers    ? comm::Groups{&world, nullptr, nullptr, &world}
-                         : by_experts ? comm::Groups{&world, nullptr, &world}
-                                      : comm::Groups{&world, &world, nullptr});
+  model->set_comm_groups(groups);
   return model;
 }
 

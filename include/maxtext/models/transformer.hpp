@@ -829,7 +829,7 @@ class Transformer {
               layer.forward(ctx, std::get<typename LT::Params>(params_.layers[i]), cache.layer(i), x);
             },
             layers_[i]);
-        if (replica_check_ && !pipelined()) check_replicas(View<const A, 2>(x), layer_info(i).name);
+        if (replica_check_) check_replicas(View<const A, 2>(x), layer_info(i).name);
         if (pipelined() && g + 1 < L && cfg_.pipeline_owner(g + 1) != stage) {
           pipe_transfer(x, cfg_.pipeline_owner(g + 1), true, layer_info(i).name);
         }
@@ -959,14 +959,18 @@ class Transformer {
     } else {
       be_.copy(out.data(), logits.data(), static_cast<std::size_t>(rows * V) * sizeof(float), CopyKind::device_to_host);
       be_.synchronize();
-      // Split: rank 0's logits on every rank, so that all of them sample the same token whatever order a reduction
-      // took; a pipeline's last stage hands its logits to the stages before it (pipeline_outputs).
-      if (pipelined()) {
-        groups_.pipeline->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float),
-                                    static_cast<int>(cfg_.pipeline.stage), "logits");
-      } else if (groups_.world != nullptr && groups_.world->size() > 1) {
-        groups_.world->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float), 0, "logits");
+      // Split: rank 0's logits (of the stage's ranks, the last stage's) on every rank, so that all of them sample the
+      // same token whatever order a reduction took.
+      comm::Communicator* same = pipelined() ? groups_.stage : groups_.world;
+      if (same != nullptr && same->size() > 1) {
+        same->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float), 0, "logits");
       }
+    }
+    // A pipeline's last stage hands its logits to the stages before it (pipeline_outputs), each of its ranks to
+    // the ranks of its tensor coordinate.
+    if (pipelined()) {
+      groups_.pipeline->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float),
+                                  static_cast<int>(cfg_.pipeline.stage), "logits");
     }
     if (main && opt.capture && opt.capture->wants("logits")) {
       opt.capture->put("logits", AnyTensor::from(Tensor<float, 3>(out.view(), out.holder())));
@@ -1147,9 +1151,10 @@ class Transformer {
     be_.embed(table, ctx.step.positions, pe);
     be_.add(View<const A, 2>(x), View<const A, 2>(pe), x);
   }
-  /// set_replica_check: the residual stream's bytes hashed on every rank and compared with rank 0's.
+  /// set_replica_check: the residual stream's bytes hashed on every rank that holds it and compared with the first's.
   void check_replicas(View<const A, 2> x, const std::string& layer) {
-    comm::Communicator* w = groups_.world;
+    // The ranks holding this stream: the stage's (a mesh with pipeline stages), else every rank.
+    comm::Communicator* w = groups_.stage != nullptr ? groups_.stage : pipelined() ? nullptr : groups_.world;
     if (w == nullptr || w->size() <= 1) return;
     const auto n = static_cast<std::size_t>(x.dim(0) * x.dim(1));
     std::vector<A> host(n);
