@@ -29,6 +29,7 @@
 #include "maxtext/models/any_model.hpp"
 #include "maxtext/models/any_model_blocks.hpp"
 #include "maxtext/models/parallel.hpp"
+#include "maxtext/models/speculative.hpp"
 #include "maxtext/models/split_model.hpp"
 #include "maxtext_blocks_built.hpp"
 #include "support/family_fixture.hpp"
@@ -725,6 +726,67 @@ TEST_CASE("Tensor x pipeline: two all-reduces per layer within a stage, one tran
     CHECK(same_bits(logits[static_cast<std::size_t>(r)], logits[0]));
   }
   test::expect_close(logits[0], test::npy(dir + "/logits.npy"), test::tol::f32_logits, "llama2 tensor x pipeline");
+}
+
+TEST_CASE("Split models: batched prompts, speculative decoding and a session's turns give one process's tokens",
+          "[comm][axes][tp][pp][ep]") {
+  // Every rank makes the same calls, so what runs on top of forward passes (several rows of a batch with their own
+  // lengths, drafts verified K + 1 at a time and rolled back, a session's cache kept between turns) runs split too.
+  struct Case {
+    const char* fixture;
+    Layout layout;
+    int ranks;
+    MeshKeys mesh;
+  };
+  const std::vector<Case> cases = {
+      {"llama2_model", Layout::tensor, 2, {}},
+      {"llama2_model", Layout::pipeline, 2, {}},
+      {"llama2_model", Layout::mesh, 4, {{"ici_tensor_parallelism", "2"}, {"ici_pipeline_parallelism", "2"}, {"ici_fsdp_parallelism", "1"}}},
+      {"mixtral_model", Layout::mesh, 4, {{"ici_expert_parallelism", "2"}, {"ici_pipeline_parallelism", "2"}, {"ici_fsdp_parallelism", "1"}}},
+  };
+  for (const Case& c : cases) {
+    const std::string dir = test::fixture(c.fixture);
+    const Config cfg = fixture_config(dir);
+    const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;
+    models::GenerateOptions g;
+    g.max_new_tokens = 12;
+    g.sampling.temperature = 0.0;
+    const std::vector<std::int32_t> p1 = {1, 2, 3, 1, 2}, p2 = {7, 9}, turn2 = {4, 5, 1};
+    models::PromptLookupDrafter lookup;
+    auto propose = [&](const std::vector<std::int32_t>& ctx, std::int64_t k) { return lookup.propose(ctx, k); };
+    struct Got {
+      std::vector<std::vector<std::int32_t>> batch;
+      std::vector<std::int32_t> spec, turn_a, turn_b;
+    };
+    auto run_all = [&](models::AnyModel& m) {
+      Got r;
+      r.batch = m.generate({p1, p2}, g).tokens;
+      r.spec = m.generate_speculative(p1, g, propose, {4}).tokens.at(0);
+      auto s = m.new_session(64);
+      r.turn_a = s->generate(p1, g).tokens.at(0);
+      r.turn_b = s->generate(turn2, g).tokens.at(0);
+      return r;
+    };
+    models::AnyModelOptions o1;
+    o1.threads = 1;
+    auto single = models::make_built_any_model(cfg, o1, MAXTEXT_BLOCKS_BUILT);
+    single->load(full);
+    const Got one = run_all(*single);
+    CHECK(one.spec == one.batch.at(0));  // speculative decoding keeps greedy's tokens in one process too
+    Config split_cfg = cfg;
+    for (const auto& [k, v] : c.mesh) split_cfg.set(k, v);
+    Split s(split_cfg, full, c.ranks, std::chrono::seconds(60), c.layout);
+    std::vector<Got> got(static_cast<std::size_t>(c.ranks));
+    s.run([&](int r, models::AnyModel& m) { got[static_cast<std::size_t>(r)] = run_all(m); });
+    for (int r = 0; r < c.ranks; ++r) {
+      INFO(c.fixture << " on " << c.ranks << " ranks (layout " << static_cast<int>(c.layout) << "), rank " << r);
+      const Got& x = got[static_cast<std::size_t>(r)];
+      CHECK(x.batch == one.batch);
+      CHECK(x.spec == one.spec);
+      CHECK(x.turn_a == one.turn_a);
+      CHECK(x.turn_b == one.turn_b);
+    }
+  }
 }
 
 TEST_CASE("Communicator::split: sub-groups by color ranked by key, collectives within each, an abort reaching them",
