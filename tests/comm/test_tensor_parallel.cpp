@@ -245,6 +245,29 @@ TEST_CASE("Tensor parallel: Gemma 2 (soft caps, post norms) on 2 and 4 ranks", "
 TEST_CASE("Tensor parallel: Gemma 3 (sliding and global layers, tied head) on 2 and 4 ranks", "[comm][tp][gemma3]") {
   check_fixture("gemma3_model");
 }
+TEST_CASE("Tensor parallel: OLMo 3 (qk norm over all heads, gathered) on 2 ranks", "[comm][tp][olmo3]") {
+  check_fixture("olmo3_model", Layout::tensor, {2});
+  // The norm's statistic is one process's: each rank gathers the others' heads (one all-gather per norm, q and k),
+  // beside the two all-reduces per layer and the head's gather.
+  const std::string dir = test::fixture("olmo3_model");
+  const Config cfg = fixture_config(dir);
+  const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  Split s(cfg, full, 2);
+  for (auto& m : s.ranks) m->set_replica_check(false);
+  s.run([&](int, models::AnyModel& m) { forward_two_tokens(m); });
+  const std::int64_t L = cfg.num_decoder_layers, H = cfg.head_dim;
+  for (const auto& c : s.counters) {
+    CHECK(c->tally("all_reduce").calls == 2 * L);
+    CHECK(c->tally("all_gather").calls == 2 * L + 1);
+    // per layer: 2 rows of 2 query heads and 2 rows of 1 kv head (this rank's), f32; then 2 rows of V / 2 logits
+    CHECK(c->tally("all_gather").bytes == L * 2 * (cfg.num_query_heads / 2 + cfg.num_kv_heads / 2) * H * 4 +
+                                              2 * cfg.vocab_size / 2 * 4);
+  }
+  // With fewer kv heads than ranks each rank would keep a copy of one: the gathered heads would not be the model's.
+  CHECK_THROWS_WITH(models::tensor_parallel_config(cfg, 4),
+                    Catch::Contains("OLMo 3's qk norm over all heads needs the kv heads split"));
+}
 
 TEST_CASE("Expert parallel: Mixtral's 4 experts on 2 and 4 ranks match torch and one process", "[comm][ep][mixtral]") {
   check_fixture("mixtral_model", Layout::expert);
@@ -671,6 +694,7 @@ TEST_CASE("Tensor x pipeline: each stage's layers split by heads over its ranks 
   check_fixture("llama2_model", Layout::mesh, {4}, two_by_two);  // untied head: split by vocabulary on the last stage
   check_fixture("qwen3_model", Layout::mesh, {4}, two_by_two);   // tied head: whole
   check_fixture("gemma2_model", Layout::mesh, {4}, two_by_two);
+  check_fixture("olmo3_model", Layout::mesh, {4}, two_by_two);  // the heads gathered over each stage's ranks
   // 7 layers, sliding and global, on 3 stages (3 + 2 + 2) of 2 ranks each; and 2 stages of 4 ranks (4 query heads,
   // 2 kv heads: each kv head kept by the 2 ranks whose query heads read it).
   check_fixture("gemma3_model", Layout::mesh, {6},

@@ -206,6 +206,10 @@ struct Config {
   /// logits_dense holds vocab_size / head_shards of the vocabulary's columns, this rank's, and a forward pass gathers
   /// the ranks' logits. 1: the whole head.
   std::int64_t head_shards = 1;
+  /// Tensor parallelism's head split (models/parallel.hpp tensor_parallel_config; not a key): the ranks the query and
+  /// kv heads are split over, this model holding 1/tensor_shards of them. A statistic over all heads (OLMo 3's global
+  /// qk norm) gathers the others' heads. 1: every head.
+  std::int64_t tensor_shards = 1;
   /// Pipeline parallelism (models/parallel.hpp pipeline_parallel_config; not a key): the decoder layers dealt to
   /// `stages` stages and this model holds stage `stage`'s. `chunk` > 0: MaxText's layout, chunks of `chunk` consecutive
   /// layers (num_layers_per_pipeline_stage) dealt to the stages in turn (circular when there are several repeats);

@@ -46,16 +46,17 @@
 /// these alone (tools/blocks/CMakeLists.txt reads this line too).
 #define MAXTEXT_GGUF_KEEPS_BLOCKS(X) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(gemma2) X(gemma3) X(olmo3)
 
-/// The blocks tensor parallelism splits (models/parallel.hpp): every parameter of their layers is per head,
-/// per MLP column or replicated, and every statistic a layer takes (norms) is over one head or the whole residual
-/// stream, so one rank's share of heads and columns computes its share of the sums exactly.
 /// The blocks whose models take MaxText's multi-token prediction layers (mtp_num_layers; models::Transformer):
 /// MaxText builds each MTP layer as the model's last layer kind without a layer index (models.py:
 /// get_decoder_layers()[-1]), which these blocks' layers do not read. The others choose their attention (sliding or
 /// global, NoPE, linear) or their MLP kind by the layer's index, or keep per-layer streams, and are refused by name.
 #define MAXTEXT_MTP_BLOCKS(X) X(default) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(deepseek) X(mixtral) X(qwen3_moe)
 
-#define MAXTEXT_TENSOR_PARALLEL_BLOCKS(X) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(gemma2) X(gemma3)
+/// The blocks tensor parallelism splits (models/parallel.hpp): every parameter of their layers is per head,
+/// per MLP column or replicated, and every statistic a layer takes (norms) is over one head or the whole residual
+/// stream, so one rank's share of heads and columns computes its share of the sums exactly; OLMo 3's qk norm over
+/// all heads gathers the other ranks' heads first (layers::Attention, Config::tensor_shards).
+#define MAXTEXT_TENSOR_PARALLEL_BLOCKS(X) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(gemma2) X(gemma3) X(olmo3)
 
 // llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; families/llama2/family.hpp collapses them into
 // plain kernels at load, so the layer is the llama2 one. qwen3_5: Qwen3-Next's layer (families/qwen3_next/qwen3_5.hpp), named

@@ -9,14 +9,18 @@
 // initialisation (and into the checkpoint when converting Hugging Face weights).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "maxtext/backend/ops.hpp"
+#include "maxtext/comm/communicator.hpp"
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
@@ -144,6 +148,7 @@ class Attention {
     qk_rms_ = (a.use_qk_norm && !a.qk_norm_l2) || gated_;
     qk_l2_ = a.use_qk_norm && a.qk_norm_l2 && !a.is_nope_layer;
     qk_global_ = qk_rms_ && detail::starts_with(c.model_name, "olmo3");
+    if (qk_global_) shards_ = std::max<std::int64_t>(1, c.tensor_shards);  // all heads' statistic: the others' too
     if (a.query_pre_attn_scalar != 0.0 && a.query_pre_attn_scalar != 1.0) q_scalar_ = a.query_pre_attn_scalar;
 
     // Projections. nd_dense_init(1, fan_in, normal); the query kernel's init is divided by sqrt(head_dim) (cast to
@@ -172,8 +177,8 @@ class Attention {
       key_norm_ = RMSNorm<P>({H_, eps_, true, 1.0f});
     } else if (qk_rms_) {
       const bool ws = c.qk_norm_with_scale;
-      query_norm_ = RMSNorm<P>({qk_global_ ? N_ * H_ : H_, eps_, ws});
-      key_norm_ = RMSNorm<P>({qk_global_ ? K_ * H_ : H_, eps_, ws});
+      query_norm_ = RMSNorm<P>({qk_global_ ? shards_ * N_ * H_ : H_, eps_, ws});
+      key_norm_ = RMSNorm<P>({qk_global_ ? shards_ * K_ * H_ : H_, eps_, ws});
     }
     if (a.use_v_norm && !a.share_kv_layer) value_norm_ = RMSNorm<P>({H_, eps_, c.v_norm_with_scale});
 
@@ -299,8 +304,8 @@ class Attention {
     // 2. qk RMSNorm (per head, or over all heads for Olmo3), value RMSNorm
     if (qk_rms_) {
       if (qk_global_) {
-        query_norm_.forward(ctx, p.query_norm, rows(q), rows(q));
-        key_norm_.forward(ctx, p.key_norm, rows(k), rows(k));
+        norm_all_heads(ctx, query_norm_, p.query_norm, rows(q), "query_norm");
+        norm_all_heads(ctx, key_norm_, p.key_norm, rows(k), "key_norm");
       } else {
         norm_heads(ctx, query_norm_, p.query_norm, q);
         norm_heads(ctx, key_norm_, p.key_norm, k);
@@ -367,7 +372,7 @@ class Attention {
     query_.forward(ctx, p.query, x, rows(q));
     if (qk_rms_) {
       if (qk_global_) {
-        query_norm_.forward(ctx, p.query_norm, rows(q), rows(q));
+        norm_all_heads(ctx, query_norm_, p.query_norm, rows(q), "query_norm");
       } else {
         norm_heads(ctx, query_norm_, p.query_norm, q);
       }
@@ -390,6 +395,45 @@ class Attention {
 
   /// [M, heads, d] with contiguous lanes -> [M, heads*d] rows (row stride kept: works for fused qkv slices).
   static View<A, 2> rows(View<A, 3> t) { return View<A, 2>(t.data(), {t.dim(0), t.dim(1) * t.dim(2)}, {t.stride(0), 1}); }
+
+  /// Olmo3's GlobalRMSNorm over the rows x [M, heads * d] of all heads, in place. Heads split over the tensor ranks
+  /// (shards_ > 1): each rank's rows are gathered into the whole rows (rank order is head order), normalised with the
+  /// whole scale on every rank (one process's statistic, to the bit) and the rank's own columns kept: one all-gather
+  /// of [M, heads * d] per norm, where summing partial squares would change the statistic's rounding.
+  void norm_all_heads(const Context<P>& ctx, const RMSNorm<P>& norm, const typename RMSNorm<P>::Params& p, View<A, 2> x,
+                      std::string_view what) const {
+    if (shards_ == 1) {
+      norm.forward(ctx, p, x, x);
+      return;
+    }
+    comm::Communicator* c = ctx.comm;
+    const std::string name = ctx.where ? join_name(*ctx.where, std::string(what) + " (all heads)") : std::string(what);
+    MAXTEXT_CHECK(c != nullptr && c->size() == shards_, CommError, "[comm] ", name, ": this layer holds 1/", shards_,
+                  " of the heads (tensor_shards) but ", c ? "the tensor-parallel group has " + std::to_string(c->size()) + " ranks"
+                                                          : std::string("no tensor-parallel communicator is set"));
+    const std::int64_t M = x.dim(0), w = x.dim(1), W = w * shards_;
+    if (M == 0) return;
+    ScratchScope scope(ctx.scratch);
+    std::vector<A> mine(static_cast<std::size_t>(M * w)), all(static_cast<std::size_t>(M * W)),
+        whole(static_cast<std::size_t>(M * W));
+    ctx.be.synchronize();
+    for (std::int64_t m = 0; m < M; ++m) {
+      ctx.be.copy(mine.data() + m * w, x[m].data(), static_cast<std::size_t>(w) * sizeof(A), CopyKind::device_to_host);
+    }
+    ctx.be.synchronize();
+    c->all_gather(mine.data(), mine.size() * sizeof(A), all.data(), name);
+    for (std::int64_t r = 0; r < shards_; ++r) {
+      for (std::int64_t m = 0; m < M; ++m) {
+        std::memcpy(whole.data() + m * W + r * w, all.data() + (r * M + m) * w, static_cast<std::size_t>(w) * sizeof(A));
+      }
+    }
+    View<A, 2> rows_d = ctx.scratch.template alloc<A, 2>({M, W});
+    ctx.be.copy(rows_d.data(), whole.data(), whole.size() * sizeof(A), CopyKind::host_to_device);
+    norm.forward(ctx, p, rows_d, rows_d);
+    const std::int64_t r0 = c->rank() * w;
+    ctx.be.copy(View<const A, 2>(rows_d.data() + r0, {M, w}, {W, 1}), x);
+    ctx.be.synchronize();  // the host rows the upload read go out of scope here
+  }
 
   /// RMSNorm over the last axis of every head of t [M, heads, d].
   static void norm_heads(const Context<P>& ctx, const RMSNorm<P>& norm, const typename RMSNorm<P>::Params& p,
@@ -435,6 +479,7 @@ class Attention {
   bool fused_ = false, sinks_ = false, gated_ = false;
   float eps_ = 1e-5f;
   bool qk_rms_ = false, qk_l2_ = false, qk_global_ = false;
+  std::int64_t shards_ = 1;  ///< qk_global_: the tensor ranks the heads are split over (Config::tensor_shards)
   double q_scalar_ = 0.0;
   DenseGeneral<P> qkv_, query_, key_, value_, out_;
   RMSNorm<P> query_norm_, key_norm_, value_norm_;

@@ -67,6 +67,12 @@ inline Config tensor_parallel_config(const Config& cfg, int ranks) {
   };
   split("num_query_heads", c.base_num_query_heads, c.num_query_heads);
   split("mlp_dim", c.base_mlp_dim, c.mlp_dim);
+  // OLMo 3's qk norm takes its statistic over all heads: each rank gathers the others' (layers::Attention), which
+  // must then be the distinct heads, not copies of a replicated kv head.
+  const bool all_heads_norm = c.use_qk_norm && c.model_name.rfind("olmo3", 0) == 0;
+  MAXTEXT_CHECK(!all_heads_norm || c.num_kv_heads >= ranks, UnsupportedError, "[tensor parallel] num_kv_heads = ",
+                c.num_kv_heads, " for ", ranks, " ranks: OLMo 3's qk norm over all heads needs the kv heads split, one or "
+                "more per rank, not replicated");
   if (c.num_kv_heads >= ranks) {
     split("num_kv_heads", c.base_num_kv_heads, c.num_kv_heads);
   } else {
@@ -79,6 +85,7 @@ inline Config tensor_parallel_config(const Config& cfg, int ranks) {
   // The output head by vocabulary columns (each rank V / N logits, gathered): an untied head whose vocabulary the
   // ranks divide. A head tied to the embedding table stays whole on every rank (the table is looked up whole).
   if (!c.logits_via_embedding && c.vocab_size % ranks == 0) c.head_shards = ranks;
+  c.tensor_shards = ranks;
   c.derive();
   return c;
 }
