@@ -62,9 +62,9 @@ class FaultInjection final : public comm::Communicator {
     tick();
     inner_.barrier(w);
   }
-  /// A sub-group's collectives count toward the same K.
+  /// A sub-group's collectives count toward the same K (the split itself does not: MPI_Comm_split has no deadline,
+  /// so a rank stalled there would hang the job instead of testing the timeout).
   std::unique_ptr<comm::Communicator> split(int color, int key, std::string_view w) override {
-    tick();
     auto sub = inner_.split(color, key, w);
     auto f = std::make_unique<FaultInjection>(*sub, kill_, at_);
     f->owned_ = std::move(sub);

@@ -48,10 +48,11 @@ class Mpi final : public Communicator {
   Mpi(const Mpi&) = delete;
   Mpi& operator=(const Mpi&) = delete;
   ~Mpi() override {
-    if (failed_) abort_job(3);  // a rank that gave up must not leave the others waiting in a collective
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);  // a sub-group outliving MPI (a model kept past exit) has nothing to free
+    if (finalized) return;      // a sub-group outliving MPI (a model kept past exit): nothing to free or abort
+    if (failed_) abort_job(3);  // a rank that gave up must not leave the others waiting in a collective
+    MPI_Comm_free(&comm_);
     if (owns_) MPI_Finalize();
   }
 

@@ -180,27 +180,44 @@ class Nccl final : public Communicator {
     auto* d = static_cast<float*>(stage(sizeof(float), what));
     call(ncclAllReduce(d, d, 1, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce (barrier)", what);
     wait("barrier", what);
-  }  /// ncclCommSplit: a sub-communicator on the same device with this one's timeout, its own stream and staging.
+  }
+
+  /// ncclCommSplit: a sub-communicator on the same device with this one's timeout, its own stream and staging. NCCL
+  /// older than 2.18.1 has no split: refused by name.
   std::unique_ptr<Communicator> split(int color, int key, std::string_view what) override {
     check_color(color, what);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 1)
     begin("ncclCommSplit", what);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t sub = nullptr;
     call(ncclCommSplit(comm_, color, key, &sub, &config), "ncclCommSplit", what);
+    // Non-blocking, the split is an operation of this (the parent) communicator: `sub` is written once it completes.
+    wait("ncclCommSplit", what);
+    if (sub == nullptr) fail(std::string(what) + ": ncclCommSplit completed without a communicator");
     return std::unique_ptr<Communicator>(new Nccl(sub, device_, timeout_, what));
+#else
+    (void)key;
+    throw UnsupportedError("[comm] " + describe() + ": " + std::string(what) + ": sub-groups need NCCL 2.18.1 or "
+                           "newer (ncclCommSplit); this is NCCL " + std::to_string(NCCL_VERSION_CODE));
+#endif
   }
-
 
  private:
   /// A sub-communicator ncclCommSplit is making: waits (up to the timeout) until it is ready.
   Nccl(ncclComm_t sub, int device, std::chrono::milliseconds timeout, std::string_view what)
       : timeout_(timeout), device_(device), comm_(sub) {
-    cuda_call(cudaSetDevice(device_), "cudaSetDevice", what);
-    cuda_call(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", what);
-    wait("ncclCommSplit", what);
-    call(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank", what);
-    call(ncclCommCount(comm_, &size_), "ncclCommCount", what);
+    try {
+      cuda_call(cudaSetDevice(device_), "cudaSetDevice", what);
+      cuda_call(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", what);
+      wait("ncclCommSplit", what);
+      call(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank", what);
+      call(ncclCommCount(comm_, &size_), "ncclCommCount", what);
+    } catch (...) {  // no destructor runs for a constructor that throws (fail() has aborted the communicator)
+      if (comm_ != nullptr) (void)ncclCommAbort(comm_);
+      if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+      throw;
+    }
   }
 
   void init(const Id& id) {
