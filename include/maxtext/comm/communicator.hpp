@@ -102,6 +102,27 @@ struct Groups {
   std::vector<std::shared_ptr<Communicator>> owned{};
 };
 
+/// Each rank's row-major block [rows, w] at `local` gathered into `out` [rows, c.size() * w] on every rank, rank r's
+/// block in columns [r * w, (r + 1) * w): a matrix split by columns made whole (a vocabulary-split head's logits, the
+/// heads of a norm taken over all of them). One all_gather; a single row needs no reordering. `out` must not overlap
+/// `local`.
+template <class T>
+void all_gather_columns(Communicator& c, const T* local, std::int64_t rows, std::int64_t w, T* out, std::string_view what) {
+  const auto block = static_cast<std::size_t>(rows * w);
+  if (rows == 1) {
+    c.all_gather(local, block * sizeof(T), out, what);
+    return;
+  }
+  const auto n = static_cast<std::int64_t>(c.size());
+  std::vector<T> all(static_cast<std::size_t>(n) * block);
+  c.all_gather(local, block * sizeof(T), all.data(), what);
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t i = 0; i < rows; ++i) {
+      std::memcpy(out + (i * n + r) * w, all.data() + (r * rows + i) * w, static_cast<std::size_t>(w) * sizeof(T));
+    }
+  }
+}
+
 /// How long one collective may wait for the others before it fails: `given` when positive, else MAXTEXT_COMM_TIMEOUT_S
 /// (seconds) from the environment, else 600 s (the first step of a large model waits for every rank's weights).
 inline std::chrono::milliseconds collective_timeout(std::chrono::milliseconds given = std::chrono::milliseconds(0)) {

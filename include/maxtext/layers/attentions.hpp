@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -414,19 +413,13 @@ class Attention {
     const std::int64_t M = x.dim(0), w = x.dim(1), W = w * shards_;
     if (M == 0) return;
     ScratchScope scope(ctx.scratch);
-    std::vector<A> mine(static_cast<std::size_t>(M * w)), all(static_cast<std::size_t>(M * W)),
-        whole(static_cast<std::size_t>(M * W));
+    std::vector<A> mine(static_cast<std::size_t>(M * w)), whole(static_cast<std::size_t>(M * W));
     ctx.be.synchronize();
     for (std::int64_t m = 0; m < M; ++m) {
       ctx.be.copy(mine.data() + m * w, x[m].data(), static_cast<std::size_t>(w) * sizeof(A), CopyKind::device_to_host);
     }
     ctx.be.synchronize();
-    c->all_gather(mine.data(), mine.size() * sizeof(A), all.data(), name);
-    for (std::int64_t r = 0; r < shards_; ++r) {
-      for (std::int64_t m = 0; m < M; ++m) {
-        std::memcpy(whole.data() + m * W + r * w, all.data() + (r * M + m) * w, static_cast<std::size_t>(w) * sizeof(A));
-      }
-    }
+    comm::all_gather_columns(*c, mine.data(), M, w, whole.data(), name);
     View<A, 2> rows_d = ctx.scratch.template alloc<A, 2>({M, W});
     ctx.be.copy(rows_d.data(), whole.data(), whole.size() * sizeof(A), CopyKind::host_to_device);
     norm.forward(ctx, p, rows_d, rows_d);

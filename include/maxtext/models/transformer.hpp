@@ -944,18 +944,7 @@ class Transformer {
       std::vector<float> local(static_cast<std::size_t>(rows * Vl));
       be_.copy(local.data(), logits.data(), local.size() * sizeof(float), CopyKind::device_to_host);
       be_.synchronize();
-      if (rows == 1) {  // decode: rank r's columns land at r * Vl, the row's own order
-        tp->all_gather(local.data(), local.size() * sizeof(float), out.data(), "logits (vocabulary split)");
-      } else {
-        std::vector<float> all(static_cast<std::size_t>(rows * V));
-        tp->all_gather(local.data(), local.size() * sizeof(float), all.data(), "logits (vocabulary split)");
-        for (std::int64_t r = 0; r < shards; ++r) {
-          for (std::int64_t i = 0; i < rows; ++i) {
-            std::memcpy(out.data() + i * V + r * Vl, all.data() + (r * rows + i) * Vl,
-                        static_cast<std::size_t>(Vl) * sizeof(float));
-          }
-        }
-      }
+      comm::all_gather_columns(*tp, local.data(), rows, Vl, out.data(), "logits (vocabulary split)");
     } else {
       be_.copy(out.data(), logits.data(), static_cast<std::size_t>(rows * V) * sizeof(float), CopyKind::device_to_host);
       be_.synchronize();
