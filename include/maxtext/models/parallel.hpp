@@ -82,6 +82,20 @@ inline Config tensor_parallel_config(const Config& cfg, int ranks) {
                   "when kv heads are replicated, found ", c.global_parameter_scale);
     c.base_num_kv_heads = 1;
   }
+  // Gemma 4's global layers read their own kv heads (global_num_kv_heads): split or kept alike, so that each rank's
+  // query heads read the kv heads they read in one process.
+  if (c.global_num_kv_heads > 0) {
+    if (c.global_num_kv_heads >= ranks) {
+      MAXTEXT_CHECK(c.global_num_kv_heads % ranks == 0, ConfigError, "[tensor parallel] global_num_kv_heads = ",
+                    c.global_num_kv_heads, " is not divisible by the ", ranks, " tensor-parallel ranks");
+      c.global_num_kv_heads /= ranks;
+    } else {
+      MAXTEXT_CHECK(ranks % c.global_num_kv_heads == 0, ConfigError, "[tensor parallel] global_num_kv_heads = ",
+                    c.global_num_kv_heads, ": fewer global kv heads than the ", ranks, " ranks must divide them (each "
+                    "rank then keeps one)");
+      c.global_num_kv_heads = 1;
+    }
+  }
   // The output head by vocabulary columns (each rank V / N logits, gathered): an untied head whose vocabulary the
   // ranks divide. A head tied to the embedding table stays whole on every rank (the table is looked up whole).
   if (!c.logits_via_embedding && c.vocab_size % ranks == 0) c.head_shards = ranks;
