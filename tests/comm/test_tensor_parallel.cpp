@@ -285,8 +285,14 @@ TEST_CASE("Tensor parallel: Gemma 4 (global layers' own kv heads, K = V) and Gem
   test::expect_close(logits[0], AnyTensor::from(one), {1e-5, 1e-5}, "gemma4, 2 global kv heads on 2 ranks");
   CHECK(same_bits(logits[0], logits[1]));
 }
-TEST_CASE("Tensor parallel: the simple and default blocks on 2 and 4 ranks", "[comm][tp]") {
-  for (const char* f : {"simple_model", "default_model"}) check_fixture(f);
+TEST_CASE("Tensor parallel: the simple, simple_mlp (ff_2 reduced over the ranks) and default blocks on 2 and 4 ranks",
+          "[comm][tp]") {
+  for (const char* f : {"simple_model", "simple_mlp_model", "default_model"}) check_fixture(f);
+}
+TEST_CASE("Tensor parallel: GPT-3 (fused [emb, 3, heads, head_dim] kernel, biases, learned positions) on 2 ranks",
+          "[comm][tp][gpt3]") {
+  check_fixture("gpt3_model", Layout::tensor, {2});  // 2 heads
+  check_fixture("gpt3_model_sincap", Layout::tensor, {2});
 }
 TEST_CASE("Tensor parallel: OLMo 3 (qk norm over all heads, gathered) on 2 ranks", "[comm][tp][olmo3]") {
   check_fixture("olmo3_model", Layout::tensor, {2});
@@ -340,6 +346,27 @@ TEST_CASE("Expert parallel: DeepSeek-V4 (hash routing, compressed attention, hyp
 TEST_CASE("Expert parallel: envy and qwen3_custom_moe on 2 and 4 ranks", "[comm][ep][envy][qwen3_custom_moe]") {
   check_fixture("envy_model", Layout::expert);
   check_fixture("qwen3_custom_moe_model", Layout::expert);
+}
+
+// Tensor parallelism on MoE blocks: attention by heads (MLA's latent path whole on every rank), every expert (and
+// shared expert) by its hidden columns, as MaxText's `tensor` axis shards the experts' `mlp` axis. Each expert's
+// partial product stays in f32 until the ranks' sums are added.
+TEST_CASE("Tensor parallel: Mixtral, Qwen3-MoE and gpt-oss (experts split by columns, expert biases once) on 2 and 4 "
+          "ranks", "[comm][tp][moe][mixtral][qwen3_moe][gpt_oss]") {
+  check_fixture("mixtral_model");
+  check_fixture("qwen3_moe_model");
+  check_fixture("gpt_oss_model");
+}
+TEST_CASE("Tensor parallel: DeepSeek-V3 (MLA heads, latent cache whole; shared and routed experts by columns) on 2 ranks",
+          "[comm][tp][moe][deepseek]") {
+  check_fixture("deepseek_model", Layout::tensor, {2});  // 2 heads
+}
+TEST_CASE("Tensor parallel: Llama 4, Gemma 4 MoE, envy and qwen3_custom_moe on 2 and 4 ranks",
+          "[comm][tp][moe][llama4][gemma4][envy][qwen3_custom_moe]") {
+  check_fixture("llama4_model");
+  check_fixture("gemma4_moe_model");
+  check_fixture("envy_model");
+  check_fixture("qwen3_custom_moe_model");
 }
 
 // Pipeline parallelism: every block whose fixture the torch references cover, on 2 stages and on as many as it has
@@ -602,6 +629,40 @@ TEST_CASE("Tensor parallel: two all-reduces of [tokens, emb_dim] per layer and o
   }
 }
 
+TEST_CASE("Tensor parallel: a MoE layer split by columns adds one all-reduce for its routed experts and one per shared "
+          "expert", "[comm][tp][moe]") {
+  // Mixtral: attention + routed experts per layer. Llama 4's fixture: layers alternate dense and MoE with a shared
+  // expert (attention + routed + shared).
+  for (const char* fixture : {"mixtral_model", "llama4_model"}) {
+    INFO(fixture);
+    const std::string dir = test::fixture(fixture);
+    const Config cfg = fixture_config(dir);
+    const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;
+    const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+    Split s(cfg, full, 2);
+    for (auto& m : s.ranks) m->set_replica_check(false);
+    const std::int64_t M = tok.dim(0) * tok.dim(1), L = cfg.num_decoder_layers;
+    std::int64_t moe_layers = L;
+    if (std::string(fixture) == "llama4_model") {
+      moe_layers = 0;
+      for (std::int64_t i = 0; i < L; ++i) moe_layers += (i + 1) % cfg.interleave_moe_layer_step == 0 ? 1 : 0;
+      REQUIRE(moe_layers > 0);
+      REQUIRE(cfg.shared_experts == 1);
+    }
+    const std::int64_t shared = std::string(fixture) == "llama4_model" ? moe_layers : 0;
+    const std::int64_t calls = 2 * L + shared;  // attention, the MLP or the routed experts, a shared expert
+    s.run([&](int, models::AnyModel& m) {
+      models::ForwardRequest q;
+      q.tokens = &tok;
+      (void)m.forward(q);
+    });
+    for (const auto& c : s.counters) {
+      CHECK(c->tally("all_reduce").calls == calls);
+      CHECK(c->tally("all_reduce").bytes == calls * M * cfg.emb_dim * 4);
+    }
+  }
+}
+
 TEST_CASE("Tensor parallel: an untied output head is split by vocabulary, a tied one stays whole", "[comm][tp]") {
   const Config llama = test::config_from_meta(test::read_meta(test::fixture("llama2_model")));
   for (const int n : {2, 4}) {
@@ -715,12 +776,19 @@ TEST_CASE("Tensor parallel: what does not split is refused by name", "[comm][tp]
   const Config llama = test::config_from_meta(test::read_meta(test::fixture("llama2_model")));
   // 4 query heads, 2 kv heads, mlp_dim: 3 ranks divide none of them.
   CHECK_THROWS_WITH(models::tensor_parallel_config(llama, 3), Catch::Contains("num_query_heads = 4 is not divisible by the 3"));
-  Config moe = llama;
-  moe.decoder_block = "mixtral";
-  CHECK_THROWS_WITH(models::tensor_parallel_config(moe, 2), Catch::Contains("decoder_block 'mixtral' is not split"));
-  Config fused = llama;
+  Config other = llama;  // Gated DeltaNet's heads and conv channels are not split yet
+  other.decoder_block = "qwen3_next";
+  CHECK_THROWS_WITH(models::tensor_parallel_config(other, 2), Catch::Contains("decoder_block 'qwen3_next' is not split"));
+  // Experts split by columns: their hidden size must divide too.
+  Config moe = test::config_from_meta(test::read_meta(test::fixture("qwen3_moe_model")));
+  CHECK(models::tensor_parallel_config(moe, 2).moe_mlp_dim == moe.moe_mlp_dim / 2);
+  moe.base_moe_mlp_dim = 6;
+  moe.derive();
+  CHECK_THROWS_WITH(models::tensor_parallel_config(moe, 4), Catch::Contains("moe_mlp_dim = 6 is not divisible by the 4"));
+  Config fused = llama;  // [emb, q heads + 2 kv heads, head_dim]: three pieces per rank (GPT-3's splits)
   fused.set("fused_qkv", "true");
-  CHECK_THROWS_WITH(models::tensor_parallel_config(fused, 2), Catch::Contains("fused_qkv"));
+  CHECK_THROWS_WITH(models::tensor_parallel_config(fused, 2), Catch::Contains("fused_qkv") &&
+                                                                   Catch::Contains("decoder_block 'llama2'"));
   // A slice the file's tensor does not hold.
   io::TensorMap t;
   t.add("w", AnyTensor::from(Tensor<float, 2>({4, 6})));
@@ -793,6 +861,17 @@ TEST_CASE("Tensor x pipeline: two all-reduces per layer within a stage, one tran
     CHECK(same_bits(logits[static_cast<std::size_t>(r)], logits[0]));
   }
   test::expect_close(logits[0], test::npy(dir + "/logits.npy"), test::tol::f32_logits, "llama2 tensor x pipeline");
+
+  // Groups made by hand for a stage split by heads must name the stage's ranks (Groups::stage), which take its
+  // logits and its replica check: without them the step is refused before any collective.
+  Config plain = test::config_from_meta(test::read_meta(dir));
+  const Config local = models::tensor_parallel_config(models::pipeline_parallel_config(plain, 0, 2), 2);
+  auto m = models::make_built_any_model(local, {}, MAXTEXT_BLOCKS_BUILT);
+  m->init(1);
+  comm::ThreadGroup tensor(2), pipeline(2);
+  m->set_comm_groups(comm::Groups{&tensor.rank(0), &tensor.rank(0), nullptr, &pipeline.rank(0)});
+  CHECK_THROWS_WITH(forward_two_tokens(*m), Catch::Contains("stage 0 is split over 2 ranks") &&
+                                                Catch::Contains("no stage group is set"));
 }
 
 TEST_CASE("Split models: batched prompts, speculative decoding and a session's turns give one process's tokens",

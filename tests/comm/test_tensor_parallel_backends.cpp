@@ -239,3 +239,12 @@ TEST_CASE("Device expert parallel: Mixtral's 4 experts on 2 and 4 ranks sharing 
   check_split<models::Transformer<P32, layers::MixtralDecoderLayer>>(
       "mixtral_model", Layout::expert, io::load_weights(dir + "/model.safetensors", cfg).tensors, cfg);
 }
+
+TEST_CASE("Device tensor parallel: Mixtral's experts split by columns on 2 and 4 ranks sharing one device",
+          "[comm][tp][moe][mixtral]") {
+  // Each expert's partial product in f32 on the device, weighted into the accumulator, summed over the ranks.
+  const std::string dir = test::fixtures_dir() + "/mixtral_model";
+  const Config cfg = io::load_config(dir + "/config.yml");
+  check_split<models::Transformer<P32, layers::MixtralDecoderLayer>>(
+      "mixtral_model", Layout::tensor, io::load_weights(dir + "/model.safetensors", cfg).tensors, cfg);
+}

@@ -57,8 +57,9 @@
 /// stream, so one rank's share of heads and columns computes its share of the sums exactly; OLMo 3's qk norm over
 /// all heads gathers the other ranks' heads first (layers::Attention, Config::tensor_shards).
 #define MAXTEXT_TENSOR_PARALLEL_BLOCKS(X)                                                                            \
-  X(default) X(simple) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(gemma2) X(gemma3) X(gemma4)   \
-  X(gemma4_small) X(olmo3)
+  X(default) X(simple) X(simple_mlp) X(llama2) X(mistral) X(gpt3) X(deepseek) X(mixtral) X(qwen2) X(qwen3_moe)    \
+  X(qwen3) X(gemma) X(gemma2) X(gemma3) X(gemma4) X(gemma4_small) X(olmo3) X(gpt_oss) X(qwen3_custom_moe) X(llama4)    \
+  X(envy)
 
 // llama2lti: MaxText's llama2 block whose checkpoint holds learn-to-init factors; families/llama2/family.hpp collapses them into
 // plain kernels at load, so the layer is the llama2 one. qwen3_5: Qwen3-Next's layer (families/qwen3_next/qwen3_5.hpp), named

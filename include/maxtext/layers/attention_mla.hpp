@@ -192,7 +192,9 @@ class MLA {
       attend_latent(ctx, View<const A, 3>(qa), cache, lat);
       be.head_matmul(View<const A, 3>(lat), p.wkv_b.kernel, Hn_ + Hv_, Hn_, false, o);
     }
-    out_.forward(ctx, p.out, View<const A, 2>(o.data(), {M, N_ * Hv_}), y);
+    // Split by heads (models/parallel.hpp): the latent path (wkv_a, kv_norm, the latent cache) is whole on every rank,
+    // each rank's heads read it, and the output projection's partial sums add up over the ranks in f32.
+    out_.forward_reduced(ctx, p.out, View<const A, 2>(o.data(), {M, N_ * Hv_}), y, "out");
   }
 
  private:

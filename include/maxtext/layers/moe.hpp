@@ -467,13 +467,19 @@ class RoutedMoE {
       View<A, 2> xe = ctx.scratch.template alloc<A, 2>({nmax, D});
       View<A, 2> h0 = ctx.scratch.template alloc<A, 2>({nmax, F});
       View<A, 2> h1 = ctx.scratch.template alloc<A, 2>({nmax, F});
-      View<A, 2> ye = ctx.scratch.template alloc<A, 2>({nmax, D});
+      // Tensor parallelism (models/parallel.hpp) splits every expert by its hidden columns: this rank's product with
+      // its rows of wo is a partial sum, kept in f32 (weighted and added into acc, then summed over the ranks), and
+      // the output bias is added once, by rank 0.
+      const bool cols_split = ctx.split();
+      const bool own_bias = !cols_split || ctx.comm->rank() == 0;
+      View<A, 2> ye = cols_split ? View<A, 2>() : ctx.scratch.template alloc<A, 2>({nmax, D});
+      View<float, 2> yf = cols_split ? ctx.scratch.template alloc<float, 2>({nmax, D}) : View<float, 2>();
       for (std::int64_t e = 0; e < E; ++e) {
         const std::int64_t n = kept[static_cast<std::size_t>(e)], o = off[static_cast<std::size_t>(e)];
         if (n == 0 || e < e0 || e >= e0 + El) continue;  // an expert without tokens, or another rank's, costs nothing
         View<const std::int32_t, 1> rows(rows_d.data() + o, {n});
         View<const float, 1> wts(wts_d.data() + o, {n});
-        View<A, 2> xn = xe.narrow(0, 0, n), a0 = h0.narrow(0, 0, n), a1 = h1.narrow(0, 0, n), yn = ye.narrow(0, 0, n);
+        View<A, 2> xn = xe.narrow(0, 0, n), a0 = h0.narrow(0, 0, n), a1 = h1.narrow(0, 0, n);
         be.gather_rows(xin, rows, xn);
         const auto ue = static_cast<std::size_t>(e - e0);
         be.matmul(View<const A, 2>(xn), ex.wi_0[ue], a0, bias_row(p.wi_0_bias, e - e0, F));
@@ -486,13 +492,22 @@ class RoutedMoE {
           be.activation(View<const A, 2>(a0), s_.activation, View<const A, 2>(a1), Activation::linear, a0,
                         s_.sparse_matmul || !s_.activations_in_float32);
         }
-        be.matmul(View<const A, 2>(a0), ex.wo[ue], yn, bias_row(p.wo_bias, e - e0, D));
-        be.scatter_add_rows(View<const A, 2>(yn), rows, wts, acc);
+        const View<const A, 1> out_bias = own_bias ? bias_row(p.wo_bias, e - e0, D) : View<const A, 1>();
+        if (cols_split) {
+          View<float, 2> yn = yf.narrow(0, 0, n);
+          be.matmul(View<const A, 2>(a0), ex.wo[ue], yn, out_bias);
+          be.scatter_add_rows(View<const float, 2>(yn), rows, wts, acc);
+        } else {
+          View<A, 2> yn = ye.narrow(0, 0, n);
+          be.matmul(View<const A, 2>(a0), ex.wo[ue], yn, out_bias);
+          be.scatter_add_rows(View<const A, 2>(yn), rows, wts, acc);
+        }
       }
     }
     // Expert parallelism: every rank routed alike and ran its own experts; their weighted sums add up in f32 before
     // the one rounding, as one process's sum over all experts does (in another order).
     if (s_.local_experts > 0 && s_.local_experts < E) ctx.expert_all_reduce(acc, "moe");
+    ctx.all_reduce(acc, "moe");  // split by columns: the ranks' partial sums (nothing when the model is not split)
     be.convert(View<const float, 2>(acc), y);
 
     if (metrics) {

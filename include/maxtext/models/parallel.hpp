@@ -53,10 +53,10 @@ inline Config tensor_parallel_config(const Config& cfg, int ranks) {
   for (const auto& b : tensor_parallel_blocks()) ok = ok || b == block;
   MAXTEXT_CHECK(ok, UnsupportedError, "[tensor parallel] decoder_block '", c.decoder_block, "' is not split across ranks "
                 "yet (ici_tensor_parallelism = ", ranks, "); the blocks that are: ", tensor_parallel_blocks());
-  MAXTEXT_CHECK(!c.fused_qkv, UnsupportedError, "[tensor parallel] fused_qkv: a fused query/key/value kernel is not "
-                "split across ranks");
-  MAXTEXT_CHECK(c.num_experts <= 1, UnsupportedError, "[tensor parallel] num_experts = ", c.num_experts,
-                ": mixture-of-experts layers are not split across ranks yet");
+  // GPT-3's fused kernel is [emb, 3, heads, head_dim]: a rank's heads are one slice of the heads axis. The other
+  // blocks fuse [emb, q heads + 2 kv heads, head_dim], three pieces per rank.
+  MAXTEXT_CHECK(!c.fused_qkv || block == "gpt3", UnsupportedError, "[tensor parallel] fused_qkv: the fused query/key/"
+                "value kernel of decoder_block '", c.decoder_block, "' is not split across ranks (GPT-3's is)");
   MAXTEXT_CHECK(c.mhc_expansion_rate == 1 && c.engram_layers().empty(), UnsupportedError,
                 "[tensor parallel] hyper-connections and Engram layers are not split across ranks");
   // Divide the base_* keys (derive() scales them again): the derived sizes then divide too.
@@ -67,6 +67,9 @@ inline Config tensor_parallel_config(const Config& cfg, int ranks) {
   };
   split("num_query_heads", c.base_num_query_heads, c.num_query_heads);
   split("mlp_dim", c.base_mlp_dim, c.mlp_dim);
+  // Experts split by their hidden columns, as MaxText's `tensor` axis shards the experts' `mlp` axis (the experts
+  // themselves go to `ici_expert_parallelism`); shared experts follow (shared_experts x moe_mlp_dim).
+  if (c.num_experts > 1 && c.moe_mlp_dim > 0) split("moe_mlp_dim", c.base_moe_mlp_dim, c.moe_mlp_dim);
   // OLMo 3's qk norm takes its statistic over all heads: each rank gathers the others' (layers::Attention), which
   // must then be the distinct heads, not copies of a replicated kv head.
   const bool all_heads_norm = c.use_qk_norm && c.model_name.rfind("olmo3", 0) == 0;

@@ -36,9 +36,9 @@ namespace maxtext::models {
 inline comm::Mesh split_mesh(const Config& cfg, const comm::Communicator* world) {
   const comm::Mesh mesh = comm::Mesh::from_config(cfg, world ? world->size() : 1);
   MAXTEXT_CHECK(mesh.tensor == 1 || mesh.expert == 1, UnsupportedError, "[mesh] ", mesh.describe(), ": tensor and "
-                "expert parallelism together are not built yet (tensor parallelism does not split mixture-of-experts "
-                "blocks, which expert parallelism needs); use one of ici_tensor_parallelism and "
-                "ici_expert_parallelism, with ici_pipeline_parallelism if the ranks are more");
+                "expert parallelism together are not built yet (experts split by count over one axis and by hidden "
+                "columns over the other); use one of ici_tensor_parallelism (which splits a MoE block's experts by "
+                "columns) and ici_expert_parallelism, with ici_pipeline_parallelism if the ranks are more");
   return mesh;
 }
 

@@ -488,6 +488,15 @@ class Transformer {
                     "[pipeline] this model is stage ", cfg_.pipeline.stage, " of ", cfg_.pipeline.stages, ", but ",
                     pc ? "its pipeline group is " + pc->describe() : std::string("no pipeline group is set"),
                     " (set_comm_groups: rank s of the group is stage s)");
+      // A stage split by heads or experts hands its logits and its replica check to the stage's ranks (groups_.stage):
+      // a hand-made Groups without it would skip them (models::split_groups sets it).
+      auto ranks_of = [](const comm::Communicator* c) { return c != nullptr ? c->size() : 1; };
+      const int within = ranks_of(groups_.tensor) * ranks_of(groups_.expert);
+      MAXTEXT_CHECK(within <= 1 || (groups_.stage != nullptr && groups_.stage->size() == within), CommError,
+                    "[pipeline] stage ", cfg_.pipeline.stage, " is split over ", within, " ranks, but ",
+                    groups_.stage ? "its stage group has " + std::to_string(groups_.stage->size()) + " ranks"
+                                  : std::string("no stage group is set"),
+                    " (set_comm_groups: Groups::stage holds the stage's ranks; models::split_groups makes it)");
     }
     StepSetup st = begin_step(tokens, cache, opt, layers_.size());
     layers::StepInfo& step = st.step;

@@ -96,7 +96,9 @@ class Gpt3MultiHeadAttention {
     View<A, 3> o = ctx.scratch.template alloc<A, 3>({M, N_, H_});
     op_.forward(ctx, q, k, v, cache, View<const A, 1>(), o);
     ctx.sow(name_, "attention_op", View<const A, 2>(rows(o)), {ctx.step.batch, ctx.step.length, N_, H_});
-    out_.forward(ctx, p.out, View<const A, 2>(rows(o)), y);
+    // Split by heads (models/parallel.hpp): each rank's product over its heads is a partial sum, added over the ranks
+    // in f32 before the one rounding.
+    out_.forward_reduced(ctx, p.out, View<const A, 2>(rows(o)), y, "out");
     ctx.sow(name_, "out", View<const A, 2>(y));
   }
 

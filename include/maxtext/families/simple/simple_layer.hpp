@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "maxtext/core/config.hpp"
@@ -90,7 +91,20 @@ class SimpleMlpDecoderLayer {
     View<A, 2> h = ctx.scratch.template alloc<A, 2>({M, F_});
     ctx.be.matmul(View<const A, 2>(x), p.ff_1, h);
     ctx.sow(info_.mlp, View<const A, 2>(h));
-    ctx.be.matmul(View<const A, 2>(h), p.ff_2, x);
+    if (ctx.split()) {
+      // Split by MLP columns (models/parallel.hpp): each rank holds mlp_dim / N columns of ff_1 and rows of ff_2, so
+      // its product is a partial sum, added over the ranks in f32 before the one rounding.
+      View<float, 2> part = ctx.scratch.template alloc<float, 2>({M, D_});
+      ctx.be.matmul(View<const A, 2>(h), p.ff_2, part);
+      ctx.all_reduce(part, "ff_2");
+      if constexpr (std::is_same_v<A, float>) {
+        ctx.be.copy(View<const float, 2>(part), x);
+      } else {
+        ctx.be.convert(View<const float, 2>(part), x);
+      }
+    } else {
+      ctx.be.matmul(View<const A, 2>(h), p.ff_2, x);
+    }
     ctx.sow(info_.name, View<const A, 2>(x));
   }
 
