@@ -9,7 +9,7 @@
 #     --session, a second run's third turn printing one uninterrupted run's third answer;
 #   - expert parallelism (ici_expert_parallelism) on the Qwen3-MoE fixture's Hugging Face files: logits of 2 and 4
 #     ranks (its 4 experts split) equal one process's within the same bound, and by heads and expert columns
-#     (ici_tensor_parallelism=2, alone and x 2 pipeline stages); OLMo 3's (qk norm over all heads) on 2 ranks by heads;
+#     (ici_tensor_parallelism=2, alone, x 2 pipeline stages and x 2 expert ranks); OLMo 3's (qk norm over all heads) on 2 ranks by heads;
 #   - pipeline parallelism (ici_pipeline_parallelism: each stage its layers, whole) on 2 and 3 stages (5 layers: 2 + 2
 #     + 1): logits equal to one process's bit for bit, from the llama2.c file and from the GGUF file read in place;
 #     MaxText's circular layout (num_layers_per_pipeline_stage=1 on 5 stages); greedy tokens and chat as above;
@@ -81,6 +81,9 @@ split_logits "Qwen3-MoE, expert 2 x pipeline 2" "$tmp/one_moe.npy" 4 ici_expert_
 split_logits "Qwen3-MoE, tensor x 2 (experts by columns)" "$tmp/one_moe.npy" 2 ici_tensor_parallelism=2 "${Q[@]}"
 split_logits "Qwen3-MoE, tensor 2 x pipeline 2" "$tmp/one_moe.npy" 4 ici_tensor_parallelism=2 "${Q[@]}" \
   ici_pipeline_parallelism=2
+# Tensor x expert: heads and expert columns over 2 ranks, the 4 experts over the other 2.
+split_logits "Qwen3-MoE, tensor 2 x expert 2" "$tmp/one_moe.npy" 4 ici_tensor_parallelism=2 "${Q[@]}" \
+  ici_expert_parallelism=2
 # OLMo 3 (qk norm over all heads: each rank gathers the other's heads) from its Hugging Face files, by heads.
 O=(--weights "$fixtures/olmo3_model/hf" --threads 1)
 run "$bin" logits "${O[@]}" --tokens "$toks" --out "$tmp/one_olmo.npy" >/dev/null || bad "one-process OLMo 3 logits"

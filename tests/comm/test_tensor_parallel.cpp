@@ -557,8 +557,7 @@ TEST_CASE("Pipeline parallel: layouts MaxText's keys do not describe, and what a
   CHECK(models::split_mesh(both, &g.rank(0)).size() == 4);  // tensor x pipeline: built (below)
   both.set("ici_pipeline_parallelism", "1");
   both.set("ici_expert_parallelism", "2");
-  CHECK_THROWS_WITH(models::split_mesh(both, &g.rank(0)),
-                    Catch::Contains("tensor 2 x expert 2 x pipeline 1: tensor and expert parallelism together are not built yet"));
+  CHECK(models::split_mesh(both, &g.rank(0)).size() == 4);  // tensor x expert: built (below)
 }
 
 TEST_CASE("Pipeline parallel: a stalled stage ends the next one's wait, naming the layer and the transfer",
@@ -821,6 +820,53 @@ TEST_CASE("Expert x pipeline: each stage's experts split over its ranks match to
   check_fixture("qwen3_moe_model", Layout::mesh, {4}, two_by_two);
   check_fixture("deepseek_model", Layout::mesh, {4}, two_by_two);  // 3 layers (2 + 1): dense first layer, MLA
   check_fixture("gpt_oss_model", Layout::mesh, {4}, two_by_two);
+}
+
+TEST_CASE("Tensor x expert (x pipeline): heads and expert columns over one axis, experts over the other, match torch "
+          "and one process", "[comm][axes][tp][ep]") {
+  const MeshKeys te = {{"ici_tensor_parallelism", "2"}, {"ici_expert_parallelism", "2"}, {"ici_fsdp_parallelism", "1"}};
+  check_fixture("mixtral_model", Layout::mesh, {4}, te);
+  check_fixture("qwen3_moe_model", Layout::mesh, {4}, te);
+  check_fixture("deepseek_model", Layout::mesh, {4}, te);  // MLA's 2 heads over the tensor axis; shared experts too
+  check_fixture("gpt_oss_model", Layout::mesh, {4}, te);   // expert output biases added once over both axes
+  MeshKeys tep = te;
+  tep.emplace_back("ici_pipeline_parallelism", "2");
+  check_fixture("qwen3_moe_model", Layout::mesh, {8}, tep);
+}
+
+TEST_CASE("Tensor x expert: attention reduced over the tensor ranks, a MoE layer over both groups, the head gathered "
+          "over the tensor ranks", "[comm][mesh][tp][ep]") {
+  const std::string dir = test::fixture("mixtral_model");  // 2 layers, both MoE; 4 experts
+  Config cfg = fixture_config(dir);
+  const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  cfg.set("ici_tensor_parallelism", "2");
+  cfg.set("ici_expert_parallelism", "2");
+  cfg.set("ici_fsdp_parallelism", "1");
+  Split s(cfg, full, 4, std::chrono::seconds(60), Layout::mesh);
+  for (auto& m : s.ranks) m->set_replica_check(false);
+  // Rank r = tensor r % 2 + 2 x expert r / 2: experts {0, 1} or {2, 3}, each on half of its hidden columns.
+  CHECK(s.ranks[3]->param_shapes().at("decoder.layers_0.MoeBlock_0.wi_0") ==
+        std::vector<std::int64_t>{cfg.num_experts / 2, cfg.emb_dim, cfg.mlp_dim / 2});
+  const std::int64_t M = tok.dim(0) * tok.dim(1), D = cfg.emb_dim, L = cfg.num_decoder_layers;
+  std::vector<Tensor<float, 3>> logits(4);
+  s.run([&](int r, models::AnyModel& m) {
+    models::ForwardRequest q;
+    q.tokens = &tok;
+    logits[static_cast<std::size_t>(r)] = copy3(m.forward(q));
+  });
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    const auto& c = *s.counters[static_cast<std::size_t>(r)];
+    // Per layer: attention over the tensor group; the MoE over the expert group, then over the tensor group.
+    CHECK(c.tally("all_reduce").calls == 3 * L);
+    CHECK(c.tally("all_reduce").bytes == 3 * L * M * D * 4);
+    CHECK(c.tally("all_gather").calls == 1);  // the vocabulary-split head over the tensor group
+    CHECK(c.tally("all_gather").bytes == M * cfg.vocab_size / 2 * 4);
+    CHECK(c.tally("send").calls + c.tally("recv").calls + c.tally("broadcast").calls == 0);
+    CHECK(same_bits(logits[static_cast<std::size_t>(r)], logits[0]));
+  }
+  test::expect_close(logits[0], test::npy(dir + "/logits.npy"), test::tol::f32_logits, "mixtral tensor x expert");
 }
 
 TEST_CASE("Tensor x pipeline: two all-reduces per layer within a stage, one transfer per boundary, logits gathered "

@@ -1,8 +1,8 @@
 // models/split_model.hpp: a model of the precompiled block library (any_model_blocks.hpp) split over the ranks of a
 // communicator as the config's mesh says (docs/distributed.md): ici_tensor_parallelism by heads and MLP columns
 // (tensor_parallel_config), ici_expert_parallelism by experts (expert_parallel_config), ici_pipeline_parallelism by
-// layers (pipeline_parallel_config: each stage its layers, whole), and pipeline stages whose layers are split by heads
-// or by experts over the stage's ranks (two axes: sub-groups, Communicator::split). Each rank builds its share and
+// layers (pipeline_parallel_config: each stage its layers, whole), and their combinations: a stage's layers split by
+// heads and expert columns over the tensor axis and by experts over the expert axis (sub-groups, Communicator::split). Each rank builds its share and
 // keeps its slices (rank_slice) of the whole model's tensors, which every rank read from the same files: no weight
 // byte passes through the communicator, and ranks whose files or config differ are refused before the first step.
 // The `maxtext` program (mpirun) and the Python module (Model(comm=...)) open split models through it.
@@ -31,15 +31,10 @@
 namespace maxtext::models {
 
 /// The mesh of `cfg` over the ranks of `world` (nullptr: one process), a mesh that does not match them refused by name
-/// (comm::Mesh::from_config), and the split not built yet (tensor and expert parallelism together) refused by name.
-/// Pipeline stages combine with either: each stage's layers split by heads or by experts over its own ranks.
+/// (comm::Mesh::from_config). Tensor, expert and pipeline axes combine: each stage's layers split by heads (and every
+/// expert by its hidden columns) over the tensor axis and by experts over the expert axis.
 inline comm::Mesh split_mesh(const Config& cfg, const comm::Communicator* world) {
-  const comm::Mesh mesh = comm::Mesh::from_config(cfg, world ? world->size() : 1);
-  MAXTEXT_CHECK(mesh.tensor == 1 || mesh.expert == 1, UnsupportedError, "[mesh] ", mesh.describe(), ": tensor and "
-                "expert parallelism together are not built yet (experts split by count over one axis and by hidden "
-                "columns over the other); use one of ici_tensor_parallelism (which splits a MoE block's experts by "
-                "columns) and ici_expert_parallelism, with ici_pipeline_parallelism if the ranks are more");
-  return mesh;
+  return comm::Mesh::from_config(cfg, world ? world->size() : 1);
 }
 
 /// The config of the rank at `at` of `mesh`'s share of `cfg`, as pipeline stage `stage`: its heads and MLP columns
@@ -53,15 +48,18 @@ inline Config split_share_config(const Config& cfg, const comm::Mesh& mesh, cons
   return c;
 }
 
-/// The groups of `world` that `mesh` makes (comm::Groups): with one axis, `world` itself; with pipeline stages and
-/// tensor or expert ranks, two sub-groups (Communicator::split, collective): the ranks of this rank's stage (its
-/// tensor or expert group, which hold its residual stream), ranked by tensor / expert coordinate, and the stages of
-/// its tensor / expert coordinate (its pipeline group), ranked by stage.
+/// The groups of `world` that `mesh` makes (comm::Groups): with one axis, `world` itself; else sub-groups
+/// (Communicator::split, collective, the same calls on every rank): the ranks of this rank's stage (which hold its
+/// residual stream replicated), ranked by their coordinate inside the stage; with tensor and expert axes both, the
+/// stage's ranks of this rank's expert coordinate (its tensor group, ranked by tensor coordinate) and of its tensor
+/// coordinate (its expert group); with stages, the stages of its coordinate inside the stage (its pipeline group),
+/// ranked by stage.
 inline comm::Groups split_groups(comm::Communicator& world, const comm::Mesh& mesh) {
   const comm::Mesh::Coords at = mesh.coords(world.rank());
   comm::Groups g;
   g.world = &world;
-  if (mesh.pipeline == 1 || mesh.pipeline == mesh.size()) {
+  const int axes = (mesh.tensor > 1) + (mesh.expert > 1) + (mesh.pipeline > 1);
+  if (axes <= 1) {
     comm::Communicator* all = mesh.size() > 1 ? &world : nullptr;
     g.tensor = mesh.tensor > 1 ? all : nullptr;
     g.expert = mesh.expert > 1 ? all : nullptr;
@@ -69,15 +67,25 @@ inline comm::Groups split_groups(comm::Communicator& world, const comm::Mesh& me
     g.stage = mesh.pipeline > 1 ? nullptr : all;
     return g;
   }
+  auto sub = [&](int color, int key, const std::string& what) {
+    g.owned.push_back(world.split(color, key, "[mesh] " + what));
+    return g.owned.back().get();
+  };
   const int within = at.tensor + mesh.tensor * at.expert;  // the coordinate inside a stage
-  g.owned.push_back(world.split(at.pipeline, within, "[mesh] the ranks of pipeline stage " + std::to_string(at.pipeline)));
-  g.stage = g.owned.back().get();
-  g.owned.push_back(world.split(within, at.pipeline, "[mesh] the pipeline stages of " +
-                                                         std::string(mesh.tensor > 1 ? "tensor" : "expert") +
-                                                         " rank " + std::to_string(within)));
-  g.pipeline = g.owned.back().get();
-  g.tensor = mesh.tensor > 1 ? g.stage : nullptr;
-  g.expert = mesh.expert > 1 ? g.stage : nullptr;
+  const std::string stage = "pipeline stage " + std::to_string(at.pipeline);
+  g.stage = mesh.pipeline > 1 ? sub(at.pipeline, within, "the ranks of " + stage) : &world;
+  if (mesh.tensor > 1 && mesh.expert > 1) {
+    g.tensor = sub(at.pipeline * mesh.expert + at.expert, at.tensor,
+                   "the tensor ranks of expert rank " + std::to_string(at.expert) + " of " + stage);
+    g.expert = sub(at.pipeline * mesh.tensor + at.tensor, at.expert,
+                   "the expert ranks of tensor rank " + std::to_string(at.tensor) + " of " + stage);
+  } else {
+    g.tensor = mesh.tensor > 1 ? g.stage : nullptr;
+    g.expert = mesh.expert > 1 ? g.stage : nullptr;
+  }
+  if (mesh.pipeline > 1) {
+    g.pipeline = sub(within, at.pipeline, "the pipeline stages of stage rank " + std::to_string(within));
+  }
   return g;
 }
 
@@ -129,6 +137,14 @@ std::unique_ptr<AnyModel> make_split_any_model(const Config& cfg, const AnyModel
     const io::TensorMap& src = staged ? *staged : *full;
     if (!by_share) {
       model->load(src);
+    } else if (mesh.tensor > 1 && mesh.expert > 1) {
+      // Two slices: this rank's heads and columns (the shapes of the model split by tensor alone), then its experts
+      // of those; an expert kernel [E, D, F] narrows on F, then on E.
+      comm::Mesh tensor_only = mesh;
+      tensor_only.expert = 1;
+      const auto by_tensor = make_built_any_model<Tag>(split_share_config(cfg, tensor_only, at, at.pipeline), opt,
+                                                       built)->param_shapes();
+      model->load(rank_slice(rank_slice(src, by_tensor, at.tensor, mesh.tensor), shapes, at.expert, mesh.expert));
     } else {
       model->load(mesh.tensor > 1 ? rank_slice(src, shapes, at.tensor, mesh.tensor)
                                   : rank_slice(src, shapes, at.expert, mesh.expert));
