@@ -781,6 +781,17 @@ TEST_CASE("Tensor parallel: what does not split is refused by name", "[comm][tp]
   // Experts split by columns: their hidden size must divide too.
   Config moe = test::config_from_meta(test::read_meta(test::fixture("qwen3_moe_model")));
   CHECK(models::tensor_parallel_config(moe, 2).moe_mlp_dim == moe.moe_mlp_dim / 2);
+  Config one = moe;  // one expert: the MoE layer is still built (moe_mlp_dim wide) and its output reduced
+  one.num_experts = 1;
+  one.num_experts_per_tok = 1;
+  CHECK(models::tensor_parallel_config(one, 2).moe_mlp_dim == moe.moe_mlp_dim / 2);
+  Config mix = test::config_from_meta(test::read_meta(test::fixture("llama2_model")));
+  mix.decoder_block = "mixtral";  // experts mlp_dim wide: an unused moe_mlp_dim is left alone
+  mix.num_experts = 4;
+  mix.num_experts_per_tok = 2;
+  mix.base_moe_mlp_dim = 3;
+  mix.derive();
+  CHECK(models::tensor_parallel_config(mix, 2).mlp_dim == mix.mlp_dim / 2);
   moe.base_moe_mlp_dim = 6;
   moe.derive();
   CHECK_THROWS_WITH(models::tensor_parallel_config(moe, 4), Catch::Contains("moe_mlp_dim = 6 is not divisible by the 4"));
@@ -835,7 +846,7 @@ TEST_CASE("Tensor x expert (x pipeline): heads and expert columns over one axis,
 }
 
 TEST_CASE("Tensor x expert: attention reduced over the tensor ranks, a MoE layer over both groups, the head gathered "
-          "over the tensor ranks", "[comm][mesh][tp][ep]") {
+          "over the tensor ranks and broadcast over the expert ranks", "[comm][mesh][tp][ep]") {
   const std::string dir = test::fixture("mixtral_model");  // 2 layers, both MoE; 4 experts
   Config cfg = fixture_config(dir);
   const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;
@@ -863,7 +874,10 @@ TEST_CASE("Tensor x expert: attention reduced over the tensor ranks, a MoE layer
     CHECK(c.tally("all_reduce").bytes == 3 * L * M * D * 4);
     CHECK(c.tally("all_gather").calls == 1);  // the vocabulary-split head over the tensor group
     CHECK(c.tally("all_gather").bytes == M * cfg.vocab_size / 2 * 4);
-    CHECK(c.tally("send").calls + c.tally("recv").calls + c.tally("broadcast").calls == 0);
+    // Expert rank 0's gathered logits over each expert group: every rank samples from the same bytes.
+    CHECK(c.tally("broadcast").calls == 1);
+    CHECK(c.tally("broadcast").bytes == M * cfg.vocab_size * 4);
+    CHECK(c.tally("send").calls + c.tally("recv").calls == 0);
     CHECK(same_bits(logits[static_cast<std::size_t>(r)], logits[0]));
   }
   test::expect_close(logits[0], test::npy(dir + "/logits.npy"), test::tol::f32_logits, "mixtral tensor x expert");

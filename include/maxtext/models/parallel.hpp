@@ -68,8 +68,15 @@ inline Config tensor_parallel_config(const Config& cfg, int ranks) {
   split("num_query_heads", c.base_num_query_heads, c.num_query_heads);
   split("mlp_dim", c.base_mlp_dim, c.mlp_dim);
   // Experts split by their hidden columns, as MaxText's `tensor` axis shards the experts' `mlp` axis (the experts
-  // themselves go to `ici_expert_parallelism`); shared experts follow (shared_experts x moe_mlp_dim).
-  if (c.num_experts > 1 && c.moe_mlp_dim > 0) split("moe_mlp_dim", c.base_moe_mlp_dim, c.moe_mlp_dim);
+  // themselves go to `ici_expert_parallelism`); shared experts follow (shared_experts x moe_mlp_dim). Mixtral's and
+  // gpt-oss's experts are mlp_dim wide (split above); these blocks build their MoE layers of moe_mlp_dim even with
+  // one expert, whose output every rank then reduces: their width must be split too.
+  const bool experts_of_mlp_dim = block == "mixtral" || block == "gpt_oss";
+  const bool moe_even_with_one = block == "deepseek" || block == "qwen3_moe" || block == "qwen3_custom_moe" ||
+                                 block == "llama4" || block == "envy";
+  if (!experts_of_mlp_dim && (c.num_experts > 1 || moe_even_with_one) && c.moe_mlp_dim > 0) {
+    split("moe_mlp_dim", c.base_moe_mlp_dim, c.moe_mlp_dim);
+  }
   // OLMo 3's qk norm takes its statistic over all heads: each rank gathers the others' (layers::Attention), which
   // must then be the distinct heads, not copies of a replicated kv head.
   const bool all_heads_norm = c.use_qk_norm && c.model_name.rfind("olmo3", 0) == 0;

@@ -954,6 +954,12 @@ class Transformer {
       be_.copy(local.data(), logits.data(), local.size() * sizeof(float), CopyKind::device_to_host);
       be_.synchronize();
       comm::all_gather_columns(*tp, local.data(), rows, Vl, out.data(), "logits (vocabulary split)");
+      // Tensor x expert: each expert coordinate's tensor group gathered its own copy, after reductions in other
+      // communicators. The first one's on every rank, so that all of them sample alike whatever order those took.
+      comm::Communicator* ep = groups_.expert;
+      if (ep != nullptr && ep != tp && ep->size() > 1) {
+        ep->broadcast(out.data(), static_cast<std::size_t>(rows * V) * sizeof(float), 0, "logits (expert ranks)");
+      }
     } else {
       be_.copy(out.data(), logits.data(), static_cast<std::size_t>(rows * V) * sizeof(float), CopyKind::device_to_host);
       be_.synchronize();
