@@ -357,8 +357,8 @@ TEST_CASE("Tensor parallel: Mixtral, Qwen3-MoE and gpt-oss (experts split by col
   check_fixture("qwen3_moe_model");
   check_fixture("gpt_oss_model");
 }
-TEST_CASE("Tensor parallel: DeepSeek-V3 (MLA heads, latent cache whole; shared and routed experts by columns) on 2 ranks",
-          "[comm][tp][moe][deepseek]") {
+TEST_CASE("Tensor parallel: DeepSeek-V3 (MLA heads with the latent cache whole, shared and routed experts by columns) "
+          "on 2 ranks", "[comm][tp][moe][deepseek]") {
   check_fixture("deepseek_model", Layout::tensor, {2});  // 2 heads
 }
 TEST_CASE("Tensor parallel: Llama 4, Gemma 4 MoE, envy and qwen3_custom_moe on 2 and 4 ranks",
