@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -283,6 +284,47 @@ TEST_CASE("Qwen3-MoE from a Hugging Face checkpoint and from GGUF (qwen3moe) giv
   CHECK(cfg.num_experts_per_tok == 2);
   CHECK(cfg.moe_mlp_dim == 16);
   check_hf_and_gguf<Qwen3Moe>("qwen3_moe_model", "qwen3moe");
+}
+
+TEST_CASE("Qwen3-MoE from Hugging Face: the stacked copy of the per-expert tensors is let go once every expert is "
+          "packed, and rebuilt exactly for a visitor", "[models][qwen3_moe][hf][memory]") {
+  const std::string dir = test::fixture("qwen3_moe_model");
+  const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
+  const Config cfg = io::read_weights_config(dir + "/hf").value();
+  io::TensorMap want;  // the parameters as loaded, from a model that never ran
+  {
+    Qwen3Moe fresh(cfg);
+    fresh.load(io::load_weights(dir + "/hf", cfg).tensors);
+    want = fresh.export_params();
+  }
+  // Experts one tensor each: the importer stacks them (a copy), which the model then holds alone.
+  Qwen3Moe m(cfg);
+  m.load(io::load_weights(dir + "/hf", cfg).tensors);
+  const Tensor<float, 3> first = m.forward(tok);
+  test::expect_close(first, test::npy(dir + "/logits.npy"), test::tol::f32_logits, "qwen3_moe from Hugging Face");
+  const auto& moe = std::get<0>(m.params().layers[0]).moe;
+#if defined(MAXTEXT_TEST_DEFAULT_BACKEND)
+  // The CPU backend packed every expert into panels of its own: the stacks are gone, the panels the one copy.
+  CHECK(moe.wi_0.data.empty());
+  CHECK(moe.wi_1.data.empty());
+  CHECK(moe.wo.data.empty());
+#else
+  CHECK_FALSE(moe.wi_0.data.empty());  // a backend that does not pack keeps the stacks (the experts are views)
+#endif
+  // A visitor (here the exporter) sees the stacks rebuilt from the panels, to the bit; the next forward packs again.
+  const io::TensorMap got = m.export_params();
+  REQUIRE(got.tensors.size() == want.tensors.size());
+  for (const auto& [name, t] : want.tensors) {
+    INFO(name);
+    REQUIRE(got.tensors.count(name) == 1);
+    const AnyTensor& g = got.tensors.at(name);
+    REQUIRE(g.shape == t.shape);
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      if (g.element(i) != t.element(i)) FAIL("element " << i << ": " << g.element(i) << " != " << t.element(i));
+    }
+  }
+  const Tensor<float, 3> again = m.forward(tok);
+  CHECK(std::memcmp(again.data(), first.data(), static_cast<std::size_t>(first.size()) * sizeof(float)) == 0);
 }
 
 TEST_CASE("Qwen2 / Qwen3-MoE: what MaxText cannot express and bad checkpoints are refused by name",

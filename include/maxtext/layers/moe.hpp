@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +22,7 @@
 #include "maxtext/core/any_tensor.hpp"
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/core/mapped_pages.hpp"
 #include "maxtext/core/matrix.hpp"
 #include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
@@ -113,6 +115,9 @@ class RoutedMoE {
   struct PreparedExperts {
     std::once_flag once;
     std::vector<Matrix<W>> wi_0, wi_1, wo;
+    /// Set when prepared() let a stacked copy go (release_stacks): the rows of a packed expert, rebuilt from its
+    /// panels (the backend's unpacked()), for visit() to restore the stack.
+    std::function<Tensor<W, 2>(const Matrix<W>&)> unpack;
   };
   /// Hash routing's table, read back to the host and checked on first use.
   struct HashTable {
@@ -126,8 +131,12 @@ class RoutedMoE {
       Matrix<W> kernel;
       Tensor<float, 1> bias;
     } gate;
-    Matrix<W> wi_0, wi_1;                   ///< [E*F, D]: expert e is rows [e*F, (e+1)*F) (not prepared as a whole)
-    Matrix<W> wo;                           ///< [E*D, F]
+    /// [E*F, D]: expert e is rows [e*F, (e+1)*F) (not prepared as a whole), and wo [E*D, F]. mutable: once every
+    /// expert is packed from a stack the loader copied (Hugging Face's per-expert tensors stacked, a transposed
+    /// MaxText kernel, a converted dtype, a rank's columns), prepared() lets the stack go, so that the panels are the
+    /// one copy of the weights; visit() rebuilds it from them (restore_stacks).
+    mutable Matrix<W> wi_0, wi_1;
+    mutable Matrix<W> wo;
     Tensor<A, 1> wi_0_bias, wi_1_bias, wo_bias;  ///< [E*F], [E*F], [E*D] with mlp_bias
     Tensor<A, 1> per_expert_scale;               ///< [E] with gemma4_routing
     Tensor<float, 1> tid2eid;                    ///< [vocab * k] expert ids (as f32) with hash_routing
@@ -243,6 +252,7 @@ class RoutedMoE {
   template <class V>
   void visit(V& v, Params& p) const {
     const std::int64_t E = s_.num_experts, El = local_experts(), D = s_.in_features, F = s_.intermediate_dim;
+    restore_stacks(p);  // the visitor reads (or replaces) the stacks whole
     p.prepared = std::make_shared<PreparedExperts>();  // the stacked kernels may change: re-slice on next use
     p.hash = std::make_shared<HashTable>();
     {
@@ -291,8 +301,64 @@ class RoutedMoE {
         x.wi_1.push_back(be.prepare(expert_matrix(p.wi_1, e, F)));
         x.wo.push_back(be.prepare(expert_matrix(p.wo, e, D)));
       }
+      release_stacks(be, p, x);
     });
     return *p.prepared;
+  }
+
+  /// After every expert of a stack is packed (CpuBackend::prepare): when the stack is a copy the loader made and nothing
+  /// else holds, let it go, as CpuBackend::release_rows does for one matrix. A mapped file's stack is kept (prepare
+  /// handed its pages back; it costs nothing resident), and so is one on a backend that does not pack.
+  static void release_stacks(const B& be, const Params& p, PreparedExperts& x) {
+    // Where the backend packs W into panels of its own (the types pack_rows takes; not a runtime-typed file matrix,
+    // whose kernels read the stack where it lies) and rebuilds rows from them.
+    using Rows = std::function<void(std::int64_t, std::int64_t, W*)>;
+    if constexpr (std::is_copy_constructible_v<B> &&
+                  requires(const Matrix<W>& m, const Rows& f, std::int64_t n) {
+                    be.unpacked(m);
+                    be.template pack_rows<W>(n, n, n, f);
+                  }) {
+      bool released = false;
+      auto release = [&](Matrix<W>& stack, std::vector<Matrix<W>>& experts) {
+        if (stack.data.empty() || !stack.data.host_accessible() || in_readonly_mapping(stack.data.data())) return;
+        for (const Matrix<W>& m : experts) {
+          if (!m.packed) return;
+        }
+        for (Matrix<W>& m : experts) m.data = Tensor<W, 2>();  // packed: rows are rebuilt from the panels on demand
+        if (stack.data.holder().use_count() == 1) {
+          stack.data = Tensor<W, 2>();
+          released = true;
+        }
+      };
+      release(p.wi_0, x.wi_0);
+      release(p.wi_1, x.wi_1);
+      release(p.wo, x.wo);
+      if (released) {
+        x.unpack = [copy = be](const Matrix<W>& m) { return copy.unpacked(m); };
+        trim_heap();
+      }
+    }
+  }
+
+  /// The stacks release_stacks let go, rebuilt from the experts' panels (exact), before a visitor reads them.
+  static void restore_stacks(Params& p) {
+    const PreparedExperts* x = p.prepared.get();
+    if (x == nullptr || !x->unpack) return;
+    auto restore = [&](Matrix<W>& stack, const std::vector<Matrix<W>>& experts) {
+      if (!stack.data.empty() || experts.empty()) return;
+      const std::int64_t per = experts.front().rows, sc = stack.storage_cols();
+      Tensor<W, 2> all({per * static_cast<std::int64_t>(experts.size()), sc});
+      for (std::size_t e = 0; e < experts.size(); ++e) {
+        const Tensor<W, 2> rows = x->unpack(experts[e]);
+        MAXTEXT_CHECK(rows.dim(0) == per && rows.dim(1) == sc, ShapeError, "[RoutedMoE] expert ", e, " rebuilt as [",
+                      rows.dim(0), ", ", rows.dim(1), "], expected [", per, ", ", sc, "]");
+        std::copy(rows.data(), rows.data() + per * sc, all.data() + static_cast<std::int64_t>(e) * per * sc);
+      }
+      stack.data = std::move(all);
+    };
+    restore(p.wi_0, x->wi_0);
+    restore(p.wi_1, x->wi_1);
+    restore(p.wo, x->wo);
   }
 
   /// Expert e's out-major matrix inside a stacked expert kernel (a view, no copy).
