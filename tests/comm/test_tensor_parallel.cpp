@@ -846,7 +846,7 @@ TEST_CASE("Tensor x expert (x pipeline): heads and expert columns over one axis,
 }
 
 TEST_CASE("Tensor x expert: attention reduced over the tensor ranks, a MoE layer over both groups, the head gathered "
-          "over the tensor ranks and broadcast over the expert ranks", "[comm][mesh][tp][ep]") {
+          "over the tensor ranks and broadcast over the expert ranks", "[comm][axes][tp][ep]") {
   const std::string dir = test::fixture("mixtral_model");  // 2 layers, both MoE; 4 experts
   Config cfg = fixture_config(dir);
   const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;
