@@ -188,6 +188,16 @@ TEST_CASE("images: bad files are refused by name: other formats, truncation, cor
     refused_with([&] { (void)decode(b); }, "JPEG");
   }
 
+  // A chunk declaring more bytes than the file holds (a 1 GB text chunk in a 220-byte file, which the image fuzzer
+  // found: libpng would allocate it first) is refused before libpng sees it.
+  {
+    std::vector<std::uint8_t> b = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    put_chunk(b, "IHDR", {0, 0, 0, 37, 0, 0, 0, 23, 2, 0, 0, 0, 0});
+    const std::vector<std::uint8_t> text = {0x3c, 0x45, 0xe4, 0x93, 't', 'E', 'X', 't', 'k', 0, 'v'};
+    b.insert(b.end(), text.begin(), text.end());
+    refused_with([&] { (void)decode(b); }, "declares 1011213459 bytes of data, but the file ends");
+  }
+
   // A decompression bomb: a valid PNG header announcing 20000 x 20000 pixels (400 megapixels), refused from the
   // header before any pixel memory exists.
   {
