@@ -61,33 +61,53 @@ class MtpDrafter {
   /// prompt and the tokens to generate.
   /// `hidden`: the hidden state the MTP layers read (MtpHidden; MaxText's raw by default).
   explicit MtpDrafter(Model& model, std::int64_t capacity = 0, MtpHidden hidden = MtpHidden::raw)
-      : model_(model), hidden_(hidden) {
+      : model_(model), hidden_(hidden), D_(model.config().emb_dim) {
     MAXTEXT_CHECK(model.mtp_num_layers() > 0, ConfigError, "[speculative] --spec mtp: the model has no MTP layers "
                   "(mtp_num_layers = 0; checkpoints that carry them: DeepSeek-V3's num_nextn_predict_layers)");
     for (std::int64_t k = 0; k < model.mtp_num_layers(); ++k) caches_.push_back(model.make_mtp_cache(1, capacity));
+    // rewind() and propose() set an MTP layer's cache back by its length, which a recurrent state cannot follow.
+    MAXTEXT_CHECK(!caches_.front().recurrent(), UnsupportedError, "[speculative] MTP drafter: the model's MTP layers "
+                  "keep a recurrent state, which drafts cannot be taken back from");
     pending_.resize(static_cast<std::size_t>(model.mtp_num_layers()));
   }
 
   std::int64_t num_layers() const { return static_cast<std::int64_t>(caches_.size()); }
+
+  MtpHidden hidden() const { return hidden_; }
+  /// The position after the last hidden state handed in: the length of the model's cache this drafter follows.
+  std::int64_t observed_end() const { return pending_[0].first + rows_of(pending_[0]); }
+  /// Hidden states handed in whose positions MTP layer 1 has not taken yet.
+  std::int64_t pending() const { return rows_of(pending_[0]); }
 
   /// The model's raw hidden states (ForwardOptions::hidden_out) of `rows` rows from `first_position` on, whose inputs
   /// are final, with `context` the tokens so far (position i holds context[i]; the last one not yet run by the model).
   /// Each MTP layer then takes every position whose token it reads is known.
   void observe(const Tensor<float, 2>& hidden, std::int64_t first_position, std::int64_t rows,
                const std::vector<std::int32_t>& context) {
-    const std::int64_t D = hidden.dim(1);
+    append(hidden, first_position, rows);
+    catch_up(context);
+  }
+  /// observe() without running the layers yet: the rows wait until catch_up() runs them together (a Session's plain
+  /// turns hand each step's row in; its next speculative turn runs them at once).
+  void append(const Tensor<float, 2>& hidden, std::int64_t first_position, std::int64_t rows) {
+    MAXTEXT_CHECK(rows <= 0 || (hidden.dim(1) == D_ && hidden.dim(0) >= rows), ArgumentError,
+                  "[speculative] MTP drafter: hidden states ", hidden.shape(), " for ", rows, " rows of ", D_, " values");
+    MAXTEXT_CHECK(observed_end() == first_position, ArgumentError, "[speculative] MTP drafter: hidden states from position ",
+                  first_position, " do not continue those it holds (to position ", observed_end(), ")");
+    draft1_ = -1;
+    if (rows <= 0) return;
     Pending& p0 = pending_[0];
-    MAXTEXT_CHECK(p0.first + static_cast<std::int64_t>(p0.rows.size()) / std::max<std::int64_t>(D, 1) == first_position,
-                  ArgumentError, "[speculative] MTP drafter: hidden states from position ", first_position,
-                  " do not continue those it holds (to position ",
-                  p0.first + static_cast<std::int64_t>(p0.rows.size()) / std::max<std::int64_t>(D, 1), ")");
-    p0.rows.insert(p0.rows.end(), hidden.data(), hidden.data() + rows * D);
+    p0.rows.insert(p0.rows.end(), hidden.data(), hidden.data() + rows * D_);
+  }
+  /// Runs each MTP layer over the positions it can take: those whose hidden state it holds and whose token k places
+  /// ahead is in `context`. Layer 1's choice at the last of them is the next propose()'s first draft.
+  void catch_up(const std::vector<std::int32_t>& context) {
+    const std::int64_t D = D_;
     draft1_ = -1;
     for (std::int64_t k = 1; k <= num_layers(); ++k) {
       Pending& in = pending_[static_cast<std::size_t>(k - 1)];
-      const std::int64_t have = static_cast<std::int64_t>(in.rows.size()) / D;
       // Positions t = in.first ... whose token t + k is known.
-      const std::int64_t n = std::min(have, static_cast<std::int64_t>(context.size()) - k - in.first);
+      const std::int64_t n = std::min(rows_of(in), static_cast<std::int64_t>(context.size()) - k - in.first);
       if (n <= 0) continue;
       Tensor<float, 2> h({n, D});
       std::copy(in.rows.begin(), in.rows.begin() + n * D, h.data());
@@ -107,12 +127,61 @@ class MtpDrafter {
         next.rows.insert(next.rows.end(), out.data(), out.data() + n * D);
       }
       in.first += n;
-      if (k == 1) {
+      // Layer 1's choice at the position before the context's last token is the next token's draft (a drafter that
+      // has not reached it, or holds rows past it, offers none).
+      if (k == 1 && in.first == static_cast<std::int64_t>(context.size()) - 1) {
         last_h1_.assign(out.data() + (n - 1) * D, out.data() + n * D);
         draft1_ = argmax(&l(0, 0, 0), l.dim(2));
         draft1_at_ = static_cast<std::int64_t>(context.size());
       }
     }
+  }
+
+  /// Follows a conversation cut back (Session::rewind): the model's cache keeps its first `cached` positions (at most
+  /// observed_end()) and the conversation its first `tokens` tokens. Each layer keeps the positions whose inputs are
+  /// unchanged. A layer's rows already taken are not kept, so a layer that must go back makes the one before it (and
+  /// layer 1 the model) go back to the same position and compute those rows again: returns the length the model's
+  /// cache must go back to (<= cached; at most mtp_num_layers positions less for a cut inside what the layers took).
+  std::int64_t rewind(std::int64_t cached, std::int64_t tokens) {
+    MAXTEXT_CHECK(cached >= 0 && cached <= observed_end(), ArgumentError, "[speculative] MTP drafter: rewind to ", cached,
+                  " positions, it follows ", observed_end());
+    const std::int64_t L = num_layers();
+    std::vector<std::int64_t> t(static_cast<std::size_t>(L + 1)), first(static_cast<std::size_t>(L + 1));
+    t[0] = cached;
+    for (std::int64_t k = 1; k <= L; ++k) {
+      first[static_cast<std::size_t>(k)] = pending_[static_cast<std::size_t>(k - 1)].first;
+      t[static_cast<std::size_t>(k)] = std::max<std::int64_t>(0, std::min(first[static_cast<std::size_t>(k)], tokens - k));
+    }
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (std::size_t k = 1; k <= static_cast<std::size_t>(L); ++k) t[k] = std::min(t[k], t[k - 1]);
+      for (std::size_t k = static_cast<std::size_t>(L); k >= 1; --k) {
+        if (t[k] < first[k] && t[k - 1] > t[k]) {
+          t[k - 1] = t[k];
+          changed = true;
+        }
+      }
+    }
+    for (std::int64_t k = 1; k <= L; ++k) {
+      const auto ku = static_cast<std::size_t>(k);
+      Pending& in = pending_[ku - 1];
+      if (t[ku] < first[ku]) {  // the layer goes back; the one before it hands the rows from there again
+        caches_[ku - 1].set_length(0, static_cast<std::int32_t>(t[ku]));
+        in.first = t[ku];
+        in.rows.clear();
+      } else {  // rows the layer before it will hand again are dropped
+        const std::int64_t keep = std::min(rows_of(in), t[ku - 1] - in.first);
+        in.rows.resize(static_cast<std::size_t>(keep * D_));
+      }
+    }
+    draft1_ = -1;
+    return t[0];
+  }
+  /// Forgets every position (a conversation replaced whole).
+  void reset() {
+    for (auto& c : caches_) c.set_length(0, 0);
+    for (auto& p : pending_) p = Pending{};
+    draft1_ = -1;
   }
 
   /// Up to min(k, mtp_num_layers) tokens to follow `context`: layer 1's choice from the last observe(), then the
@@ -150,8 +219,11 @@ class MtpDrafter {
     std::int64_t first = 0;   ///< the position of rows' first row
     std::vector<float> rows;  ///< h_{k-1} of positions first, first + 1, ... not yet taken by layer k
   };
+  std::int64_t rows_of(const Pending& p) const { return static_cast<std::int64_t>(p.rows.size()) / D_; }
+
   Model& model_;
   MtpHidden hidden_;
+  std::int64_t D_;  ///< emb_dim: the width of every hidden state
   std::vector<Cache> caches_;
   std::vector<Pending> pending_;
   std::vector<float> last_h1_;   ///< layer 1's output at the last position it took

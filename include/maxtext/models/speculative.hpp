@@ -277,9 +277,8 @@ std::int64_t speculative_passes(Model& model, Cache& cache, std::vector<std::int
       fed += accepted + 1;
     }
     cache.set_length(0, static_cast<std::int32_t>(L + 1 + accepted));
-    if constexpr (kHidden) {
-      if (!row.done()) drafter.observe(hidden, L, accepted + 1, context);
-    }
+    // The drafter takes the kept rows even after the last pass: a Session's drafter follows its cache across turns.
+    if constexpr (kHidden) drafter.observe(hidden, L, accepted + 1, context);
   }
   return fed;
 }
