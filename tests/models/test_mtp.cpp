@@ -29,6 +29,7 @@
 #include "maxtext/io/yaml_config.hpp"
 #include "maxtext/models/generate.hpp"
 #include "maxtext/models/mtp.hpp"
+#include "maxtext/models/session.hpp"
 #include "maxtext/models/speculative.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/cli.hpp"
@@ -183,7 +184,163 @@ void check_speculative(const std::string& name) {
   }
 }
 
+/// The drafts a session's MTP drafter offers after a turn (for the conversation's next token and the one after it)
+/// against MaxText's whole-sequence block over the whole conversation: layer k at position q = n - 2 reads token q + k.
+/// Near ties (f32 order may choose either) are skipped; returns how many drafts were compared.
+template <class M>
+std::int64_t check_following_drafts(M& m, models::Session<M>& s) {
+  const std::vector<std::int32_t> ctx = s.tokens();
+  REQUIRE(s.mtp_drafter() != nullptr);
+  auto drafts = s.mtp_drafter()->propose(ctx, m.mtp_num_layers());
+  REQUIRE(drafts.size() == static_cast<std::size_t>(m.mtp_num_layers()));
+  std::vector<std::int32_t> seq = ctx;
+  seq.push_back(drafts[0]);  // layer 2 reads draft 1 as its token
+  Tensor<std::int32_t, 2> tok({1, static_cast<std::int64_t>(seq.size())});
+  for (std::size_t i = 0; i < seq.size(); ++i) tok(0, static_cast<std::int64_t>(i)) = seq[i];
+  const auto full = m.forward_with_mtp(tok);
+  const std::int64_t V = m.config().vocab_size, q = static_cast<std::int64_t>(ctx.size()) - 2;
+  std::int64_t compared = 0;
+  for (std::size_t k = 0; k < drafts.size(); ++k) {
+    const float* row = &full.mtp_logits[k](0, q, 0);
+    std::vector<float> sorted(row, row + V);
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    if (sorted[0] - sorted[1] < 1e-3f) continue;
+    INFO("MTP layer " << k + 1 << " at position " << q);
+    CHECK(drafts[k] == models::argmax(row, V));
+    ++compared;
+  }
+  return compared;
+}
+
+/// A session drafting with its MTP layers over several turns, with plain turns, prompt-lookup turns, a rewind into an
+/// answer and a save / load in between: every turn gives the tokens of a plain session fed the same turns, prefills
+/// only what it adds (while the drafter follows), and the drafter's next drafts are the whole-sequence block's.
+template <class M>
+void check_session(const std::string& name) {
+  M m = load_fixture<M>(name);
+  const auto tok = tokens_of(name);
+  auto ids = [&](std::int64_t from, std::int64_t n) {
+    std::vector<std::int32_t> v;
+    for (std::int64_t t = from; t < from + n; ++t) v.push_back(tok(0, t % tok.dim(1)));
+    return v;
+  };
+  models::Session<M> spec(m, 64), plain(m, 64);  // the fixtures' max_target_length
+  models::GenerateOptions opt;
+  opt.max_new_tokens = 6;  // eight turns in 57 positions
+  models::SpeculativeOptions so;
+  so.draft_max = 2;
+  std::int64_t drafted = 0, compared = 0;
+  auto mtp_turn = [&](const std::vector<std::int32_t>& add, std::int64_t most_prefilled) {
+    models::SpeculativeStats st;
+    const auto r = spec.generate_mtp_speculative(add, opt, so, &st);
+    const auto p = plain.generate(add, opt);
+    CHECK(r.tokens[0] == p.tokens[0]);
+    CHECK(spec.tokens() == plain.tokens());
+    CHECK(r.prompt_tokens <= most_prefilled);
+    drafted += st.total_drafted();
+    compared += check_following_drafts(m, spec);
+  };
+  mtp_turn(ids(0, 5), 5);
+  {
+    INFO("a plain turn: the drafter takes its positions without running");
+    const auto r = spec.generate(ids(5, 3), opt);
+    CHECK(r.tokens[0] == plain.generate(ids(5, 3), opt).tokens[0]);
+  }
+  mtp_turn(ids(8, 4), 4 + 1);  // the last answer's last token and the turn
+  {
+    INFO("a rewind into the last answer: at most mtp_num_layers positions run again besides the cut's");
+    const std::int64_t cut = spec.length() - 4;
+    spec.rewind(cut);
+    plain.rewind(cut);
+    mtp_turn(ids(3, 3), 3 + 1 + m.mtp_num_layers());
+  }
+  {
+    INFO("a turn with prompt lookup: the MTP drafter falls behind, the next MTP turn runs what it missed");
+    models::PromptLookupDrafter lookup;
+    const auto r = spec.generate_speculative(ids(1, 2), opt, lookup, so);
+    CHECK(r.tokens[0] == plain.generate(ids(1, 2), opt).tokens[0]);
+    const std::int64_t behind = spec.length();
+    mtp_turn(ids(6, 2), behind + 2);
+  }
+  {
+    INFO("a session loaded from bytes: no MTP caches in the file, the first MTP turn runs the conversation");
+    const auto bytes = spec.save_bytes();
+    models::Session<M> loaded(m, 64);
+    loaded.load_bytes(bytes);
+    models::SpeculativeStats st;
+    const auto r = loaded.generate_mtp_speculative(ids(2, 3), opt, so, &st);
+    CHECK(r.tokens[0] == plain.generate(ids(2, 3), opt).tokens[0]);
+    CHECK(r.prompt_tokens == loaded.length() - static_cast<std::int64_t>(r.tokens[0].size()));
+    compared += check_following_drafts(m, loaded);
+    drafted += st.total_drafted();
+  }
+  {
+    INFO("another conversation, its MTP layers switched to the normed hidden state, then loaded over this one: the "
+         "session's drafter starts again from the loaded conversation");
+    models::Session<M> other(m, 64), other_plain(m, 64);
+    (void)other.generate_mtp_speculative(ids(7, 4), opt, so);
+    (void)other_plain.generate(ids(7, 4), opt);
+    models::SpeculativeOptions normed = so;
+    normed.mtp_hidden = models::MtpHidden::normed;
+    const auto r = other.generate_mtp_speculative(ids(4, 2), opt, normed);
+    CHECK(r.tokens[0] == other_plain.generate(ids(4, 2), opt).tokens[0]);
+    CHECK(r.prompt_tokens == other.length() - static_cast<std::int64_t>(r.tokens[0].size()));  // a new drafter
+    const auto bytes = other.save_bytes();
+    spec.load_bytes(bytes);  // spec's drafter holds its own conversation's positions: they must go
+    plain.load_bytes(bytes);
+    const auto again = spec.generate_mtp_speculative(ids(0, 2), opt, so);
+    CHECK(again.tokens[0] == plain.generate(ids(0, 2), opt).tokens[0]);
+    compared += check_following_drafts(m, spec);
+  }
+  CHECK(drafted > 0);
+  CHECK(compared >= 4);
+}
+
 }  // namespace
+
+TEST_CASE("a Session drafting with its MTP layers keeps them in step with the conversation (llama2)",
+          "[mtp][speculative][session]") {
+  check_session<Llama>("mtp_llama2_model");
+}
+
+TEST_CASE("a Session drafting with its MTP layers keeps them in step with the conversation (deepseek)",
+          "[mtp][speculative][session]") {
+  check_session<DeepSeek>("mtp_deepseek_model");
+}
+
+TEST_CASE("MTP drafter rewind: each layer keeps what its inputs still hold, the layer before it goes back with it",
+          "[mtp][speculative]") {
+  Llama m = load_fixture<Llama>("mtp_llama2_model");
+  const auto tok = tokens_of("mtp_llama2_model");
+  const std::int64_t T = tok.dim(1), D = m.config().emb_dim;
+  REQUIRE(T >= 8);
+  std::vector<std::int32_t> ctx(tok.data(), tok.data() + T);
+  Tensor<float, 2> h;
+  models::ForwardOptions fo;
+  fo.hidden_out = &h;
+  Tensor<std::int32_t, 2> row({1, T});
+  for (std::int64_t t = 0; t < T; ++t) row(0, t) = ctx[static_cast<std::size_t>(t)];
+  (void)m.forward(row, fo);
+  models::MtpDrafter<Llama> d(m, 64);
+  d.observe(h, 0, T, ctx);  // layer 1 takes positions 0 .. T-2, layer 2 0 .. T-3
+  CHECK(d.observed_end() == T);
+  CHECK(d.pending() == 1);
+  // The conversation cut to T - 1 tokens, the model's cache kept whole: layer 1 loses position T - 2 (its token is
+  // gone) and layer 2 position T - 3; rows a layer took are not kept, so the model hands positions from T - 3 again.
+  CHECK(d.rewind(T, T - 1) == T - 3);
+  CHECK(d.observed_end() == T - 3);
+  CHECK(d.rewind(T - 3, T) == T - 3);  // nothing cut: nothing goes back
+  CHECK_THROWS_WITH(d.rewind(T, T), Catch::Contains("rewind to ") && Catch::Contains("it follows"));
+  Tensor<float, 2> tail({3, D});
+  std::copy(h.data() + (T - 3) * D, h.data() + T * D, tail.data());
+  CHECK_THROWS_WITH(d.append(tail, T - 2, 3), Catch::Contains("do not continue"));
+  d.append(tail, T - 3, 3);
+  d.catch_up(ctx);
+  // The same drafts as a drafter that saw the sequence once.
+  models::MtpDrafter<Llama> fresh(m, 64);
+  fresh.observe(h, 0, T, ctx);
+  CHECK(d.propose(ctx, 2) == fresh.propose(ctx, 2));
+}
 
 TEST_CASE("MTP logits (llama2, 2 MTP layers) match the float64 re-statement of MaxText's MTP block", "[mtp]") {
   check_against_reference<Llama>("mtp_llama2_model");

@@ -111,6 +111,11 @@ class AnySession {
   virtual GenerateResult generate_speculative(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt,
                                               const DraftFn& drafter, const SpeculativeOptions& spec = {},
                                               SpeculativeStats* stats = nullptr) = 0;
+  /// generate() with drafts from the model's own MTP layers (Session::generate_mtp_speculative: their caches follow
+  /// the conversation from the first such call on). Refused by name when the model has none.
+  virtual GenerateResult generate_mtp_speculative(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt,
+                                                  const SpeculativeOptions& spec = {},
+                                                  SpeculativeStats* stats = nullptr) = 0;
   /// Session::save: the conversation, its cache's rows and `app` (the application's text) to the file `path`.
   virtual void save(const std::string& path, const std::string& app = {}) = 0;
   /// Session::load: the conversation saved in `path` replaces this one; returns its application text. Refused by

@@ -163,6 +163,13 @@ class SessionImpl final : public AnySession {
     FunctionDrafter d{drafter};
     return session_.generate_speculative(new_tokens, opt, d, spec, stats);
   }
+  GenerateResult generate_mtp_speculative(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt,
+                                          const SpeculativeOptions& spec = {},
+                                          SpeculativeStats* stats = nullptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    opt.sampling.validate();
+    return session_.generate_mtp_speculative(new_tokens, opt, spec, stats);
+  }
   void save(const std::string& path, const std::string& app = {}) override {
     std::lock_guard<std::mutex> lock(mu_);
     session_.save(path, app);

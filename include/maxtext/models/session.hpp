@@ -16,6 +16,11 @@
 // only while ids and rows agree, and never keeps part of a picture (its tokens attend to each other whole): a
 // rewind or a prefix that ends inside a picture goes back to the picture's first token.
 //
+// Speculative decoding: generate_speculative(new_tokens, opt, drafter) with prompt lookup, a draft model or any drafter;
+// generate_mtp_speculative(new_tokens, opt) with the model's own MTP layers, whose caches the session then keeps beside
+// its own (models/mtp.hpp, MtpDrafter): every later pass hands them the hidden states it computes, a rewind cuts them
+// back with the conversation, so that each turn's drafts read the whole conversation as a one-shot run would.
+//
 // save(path) writes the conversation and the cache's rows to a file and load(path) puts them back, in this process or
 // another one with the same model: the next turn then prefills only what it adds (models/session_file.hpp says what
 // is checked on load).
@@ -24,6 +29,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,10 +41,38 @@
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/layers/kv_quant.hpp"
 #include "maxtext/models/generate.hpp"
+#include "maxtext/models/mtp.hpp"
 #include "maxtext/models/session_file.hpp"
 #include "maxtext/models/speculative.hpp"
 
 namespace maxtext::models {
+
+namespace detail {
+/// The MTP drafter a Session keeps beside its cache (Session::generate_mtp_speculative), seen through what the session
+/// needs of it, so that Session compiles for models without MTP layers.
+struct SessionMtp {
+  virtual ~SessionMtp() = default;
+  virtual std::int64_t observed_end() const = 0;
+  virtual std::int64_t pending() const = 0;
+  virtual void append(const Tensor<float, 2>& hidden, std::int64_t first, std::int64_t rows) = 0;
+  virtual void catch_up(const std::vector<std::int32_t>& context) = 0;
+  virtual std::int64_t rewind(std::int64_t cached, std::int64_t tokens) = 0;
+  virtual void reset() = 0;
+};
+template <class Model>
+struct SessionMtpOf final : SessionMtp {
+  SessionMtpOf(Model& m, std::int64_t capacity, MtpHidden hidden) : drafter(m, capacity, hidden) {}
+  std::int64_t observed_end() const override { return drafter.observed_end(); }
+  std::int64_t pending() const override { return drafter.pending(); }
+  void append(const Tensor<float, 2>& hidden, std::int64_t first, std::int64_t rows) override {
+    drafter.append(hidden, first, rows);
+  }
+  void catch_up(const std::vector<std::int32_t>& context) override { drafter.catch_up(context); }
+  std::int64_t rewind(std::int64_t cached, std::int64_t tokens) override { return drafter.rewind(cached, tokens); }
+  void reset() override { drafter.reset(); }
+  MtpDrafter<Model> drafter;
+};
+}  // namespace detail
 
 template <class Model>
 class Session {
@@ -63,7 +97,7 @@ class Session {
     const std::int64_t keep = picture_start(n);
     tokens_.resize(static_cast<std::size_t>(n));
     media_.resize(static_cast<std::size_t>(n));
-    if (cached() > keep) rewind_cache(keep);
+    rewind_cache(std::min(keep, cached()));
   }
   void clear() { rewind(0); }
   /// Append tokens to the conversation (run through the model on the next logits() / generate()). With pictures:
@@ -145,7 +179,16 @@ class Session {
       fo.media_mask = &mask;
       fo.media_embeddings = &rows;
     }
+    // A session that drafts with its MTP layers hands them every position it runs (they take them at the next
+    // speculative turn, or every kMtpBatch positions), while they follow its cache.
+    Tensor<float, 2> hidden;
+    const bool follow = mtp_ && mtp_->observed_end() == from;
+    if (follow) fo.hidden_out = &hidden;
     const Tensor<float, 3> l = model_.forward(tok, cache_, fo);
+    if (follow) {
+      mtp_->append(hidden, from, n);
+      if (mtp_->pending() >= kMtpBatch) mtp_->catch_up(tokens_);
+    }
     logits_.assign(&l(0, 0, 0), &l(0, 0, 0) + l.dim(2));
     logits_valid_ = true;
     forwarded_ += n;
@@ -194,46 +237,42 @@ class Session {
   /// generate() with speculative decoding (models/speculative.hpp): drafts from `drafter` (PromptLookupDrafter,
   /// ModelDrafter, FunctionDrafter; the context it sees is the whole conversation) checked K + 1 at a time over this
   /// session's cache, which rejected drafts set back. Greedy: the tokens generate() gives; sampled: tokens distributed
-  /// as its (the rejection rule). The generated tokens join the conversation. MtpDrafter is not taken: it reads the
-  /// model's hidden state at every position of the conversation, which earlier turns did not keep.
+  /// as its (the rejection rule). The generated tokens join the conversation. For the model's own MTP layers use
+  /// generate_mtp_speculative (an MtpDrafter must follow the session's cache, which the session keeps for it).
   template <class Drafter>
   GenerateResult generate_speculative(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt,
                                       Drafter& drafter, const SpeculativeOptions& spec = {},
                                       SpeculativeStats* stats = nullptr) {
     static_assert(!detail::HiddenStateDrafter<Drafter>,
-                  "Session::generate_speculative: a drafter that reads the model's hidden states (MtpDrafter) needs "
-                  "those of the whole conversation; use models::generate_speculative");
-    SpeculativeStats local;
-    SpeculativeStats& st = stats ? *stats : local;
-    detail::begin_speculative(opt, spec, st);
-    append(new_tokens);
-    MAXTEXT_CHECK(length() + opt.max_new_tokens <= capacity(), ArgumentError, "[Session] ", length(),
-                  " tokens + max_new_tokens ", opt.max_new_tokens, " exceed the capacity ", capacity());
-    GenerateResult res;
-    detail::init_result(res, 1);
-    detail::RowDecoder row(opt, opt.sampling, tokens_);
-    if (opt.max_new_tokens == 0 || opt.stop.stop_requested()) {
-      row.finish(0, res, opt.max_new_tokens == 0 ? FinishReason::length : FinishReason::cancelled);
-      return res;
+                  "Session::generate_speculative: a drafter that reads the model's hidden states (MtpDrafter) must "
+                  "follow the session's cache; use Session::generate_mtp_speculative");
+    return speculate(new_tokens, opt, drafter, spec, stats);
+  }
+
+  /// generate_speculative() with drafts from the model's own MTP layers (models/mtp.hpp; at most mtp_num_layers per
+  /// pass, spec.mtp_hidden the hidden state they read). Their caches live beside the session's from the first call on
+  /// and follow the conversation: later turns, plain generate() turns in between and rewinds keep them in step, so a
+  /// turn runs only what it adds. What they missed (a session loaded from a file, turns speculated with another
+  /// drafter) runs again from where they stopped. Refused by name for a model without MTP layers.
+  GenerateResult generate_mtp_speculative(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt,
+                                          const SpeculativeOptions& spec = {}, SpeculativeStats* stats = nullptr)
+    requires requires(Model& m) { m.make_mtp_cache(1, 1); }
+  {
+    auto* held = static_cast<detail::SessionMtpOf<Model>*>(mtp_.get());
+    if (held == nullptr || held->drafter.hidden() != spec.mtp_hidden) {  // made on first use, again for another hidden
+      mtp_.reset();
+      mtp_ = std::make_unique<detail::SessionMtpOf<Model>>(model_, capacity(), spec.mtp_hidden);
+      held = static_cast<detail::SessionMtpOf<Model>*>(mtp_.get());
     }
-    using clock = std::chrono::steady_clock;
-    auto t0 = clock::now();
-    const std::vector<float>& l = logits(&res.prompt_tokens);
-    res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    const std::int32_t first = row.step(l.data(), static_cast<std::int64_t>(l.size()), 0, res);
-    tokens_.push_back(first);
-    media_.emplace_back();
-    logits_valid_ = false;
-    auto t1 = clock::now();
-    if (!row.done()) {  // the cache holds every token but the one just chosen, as the passes expect
-      Tensor<float, 2> hidden;
-      std::vector<std::int32_t> context = tokens_;
-      forwarded_ += detail::speculative_passes(model_, cache_, context, row, res, opt, drafter, spec, st, hidden);
-      tokens_ = std::move(context);
-      media_.resize(tokens_.size());
-    }
-    res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
-    return res;
+    return speculate(new_tokens, opt, held->drafter, spec, stats);
+  }
+  /// The MTP drafter this session keeps (nullptr before the first generate_mtp_speculative), for inspection: its
+  /// propose() leaves it as it was.
+  MtpDrafter<Model>* mtp_drafter()
+    requires requires(Model& m) { m.make_mtp_cache(1, 1); }
+  {
+    auto* held = static_cast<detail::SessionMtpOf<Model>*>(mtp_.get());
+    return held ? &held->drafter : nullptr;
   }
 
   /// The model and cache layout a session file of this session records (session_file::Layout).
@@ -280,9 +319,79 @@ class Session {
   }
 
  private:
-  /// Keep the first n cached tokens. A recurrent cache (Gated DeltaNet states) cannot go back to an earlier length:
-  /// it restarts, and the next logits() runs the whole conversation again.
-  void rewind_cache(std::int64_t n) { cache_.set_length(0, cache_.recurrent() ? 0 : static_cast<std::int32_t>(n)); }
+  static constexpr std::int64_t kMtpBatch = 64;  ///< hidden states an MTP drafter holds before it runs them
+
+  /// Keep the first n (<= cached()) cached tokens; the conversation's length is already the new one. A recurrent
+  /// cache (Gated DeltaNet states) cannot go back to an earlier length: it restarts, and the next logits() runs the
+  /// whole conversation again. An MTP drafter is cut back with it (its positions whose tokens changed); one that
+  /// follows the cache may send it back a few positions more (MtpDrafter::rewind).
+  void rewind_cache(std::int64_t n) {
+    const std::int64_t was = cached();
+    std::int64_t to = n < was && cache_.recurrent() ? 0 : n;
+    if (mtp_) {
+      const bool follow = mtp_->observed_end() == was;
+      const std::int64_t back = mtp_->rewind(std::min(to, mtp_->observed_end()), length());
+      if (follow && back < to) to = cache_.recurrent() ? mtp_->rewind(0, length()) : back;
+    }
+    if (to < was) {
+      cache_.set_length(0, static_cast<std::int32_t>(to));
+      logits_valid_ = false;
+    }
+  }
+
+  /// generate_speculative / generate_mtp_speculative: the prefill, the first token, then the verify passes.
+  template <class Drafter>
+  GenerateResult speculate(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt, Drafter& drafter,
+                           const SpeculativeOptions& spec, SpeculativeStats* stats) {
+    constexpr bool kHidden = detail::HiddenStateDrafter<Drafter>;
+    SpeculativeStats local;
+    SpeculativeStats& st = stats ? *stats : local;
+    detail::begin_speculative(opt, spec, st);
+    append(new_tokens);
+    MAXTEXT_CHECK(length() + opt.max_new_tokens <= capacity(), ArgumentError, "[Session] ", length(),
+                  " tokens + max_new_tokens ", opt.max_new_tokens, " exceed the capacity ", capacity());
+    GenerateResult res;
+    detail::init_result(res, 1);
+    detail::RowDecoder row(opt, opt.sampling, tokens_);
+    if (opt.max_new_tokens == 0 || opt.stop.stop_requested()) {
+      row.finish(0, res, opt.max_new_tokens == 0 ? FinishReason::length : FinishReason::cancelled);
+      return res;
+    }
+    if constexpr (kHidden) {
+      // A drafter ahead of the cache (a pass that threw after the cache went back) is cut back to it; one that missed
+      // positions the cache holds (a loaded session, another drafter's turns) has them run again.
+      if (drafter.observed_end() > cached()) rewind_cache(cached());
+      if (drafter.observed_end() < cached()) rewind_cache(drafter.observed_end());
+    }
+    using clock = std::chrono::steady_clock;
+    auto t0 = clock::now();
+    const std::vector<float>& l = logits(&res.prompt_tokens);
+    res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    const std::int32_t first = row.step(l.data(), static_cast<std::int64_t>(l.size()), 0, res);
+    tokens_.push_back(first);
+    media_.emplace_back();
+    logits_valid_ = false;
+    auto t1 = clock::now();
+    if (!row.done()) {  // the cache holds every token but the one just chosen, as the passes expect
+      if constexpr (kHidden) drafter.catch_up(tokens_);
+      Tensor<float, 2> hidden;
+      std::vector<std::int32_t> context = tokens_;
+      // The cache holds context[0, n - 1) whenever a pass throws: the tokens chosen so far join the conversation.
+      auto commit = [&] {
+        tokens_ = std::move(context);
+        media_.resize(tokens_.size());
+      };
+      try {
+        forwarded_ += detail::speculative_passes(model_, cache_, context, row, res, opt, drafter, spec, st, hidden);
+      } catch (...) {
+        commit();
+        throw;
+      }
+      commit();
+    }
+    res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+    return res;
+  }
 
   /// The probe (session_file::probe_ids) through a cache of its own: the next-token logits after token ids 0..3.
   std::vector<float> probe() {
@@ -316,6 +425,7 @@ class Session {
   std::string restore(session_file::Image im, std::string_view name, bool verify) {
     if (verify) session_file::check_probe(im.probe, probe(), file_layout().activations, name);
     cache_.set_length(0, 0);
+    if (mtp_) mtp_->reset();  // the file keeps no MTP caches: the next MTP turn runs the conversation again
     cache_.import_slot(model_.backend(), 0, im.cached, im.layers, im.has_segments ? &im.segments : nullptr);
     tokens_ = std::move(im.tokens);
     media_.assign(tokens_.size(), {});
@@ -364,6 +474,7 @@ class Session {
   std::vector<float> logits_;
   bool logits_valid_ = false;
   std::int64_t forwarded_ = 0;
+  std::unique_ptr<detail::SessionMtp> mtp_;  ///< the MTP drafter (generate_mtp_speculative), once used
 };
 
 }  // namespace maxtext::models
