@@ -54,11 +54,9 @@ int cmd_chat(const Args& a) {
     MAXTEXT_CHECK(!a.has("image-preprocess") && !a.has("image-embeddings-out"), ArgumentError,
                   "--image-preprocess and --image-embeddings-out need --image");
   }
-  MAXTEXT_CHECK(a.get("spec") != "mtp", UnsupportedError, "chat --spec mtp: not yet (the MTP layers read the model's "
-                "hidden state at every position of the conversation, which a session does not keep); use "
-                "--spec lookup or --spec draft, or generate --spec mtp");
   const auto sc = open_spec(a, cfg, co.capacity + a.integer("draft-max", 4) + 1);
   co.drafter = sc->function();
+  co.mtp = sc->kind == "mtp";  // the session's own MTP layers, their caches kept beside its cache
   co.spec = sc->options;
   co.session_file = a.get("session");
   if (a.has("session")) {

@@ -53,7 +53,7 @@ inline const std::vector<CommandOptions>& command_options() {
                                            "grammar-file", "json-schema", "json-schema-file"}),
               images),
          true},
-        {"chat", join(join(join(model, sampling), {"system", "ctx-size", "spec", "draft", "draft-max", "session"}), images),
+        {"chat", join(join(join(model, sampling), {"system", "ctx-size", "spec", "draft", "draft-max", "mtp-hidden", "session"}), images),
          true},
         // Sampling comes with each request; --max-new-tokens caps requests that give no max_tokens.
         {"serve",

@@ -80,6 +80,8 @@ struct ChatOptions {
   /// Speculative decoding (--spec lookup|draft): the drafter each turn checks K + 1 tokens at a time against; empty:
   /// plain decoding. Each turn's statistics line then adds the drafts kept.
   models::DraftFn drafter;
+  /// --spec mtp: drafts from the model's MTP layers (AnySession::generate_mtp_speculative) instead.
+  bool mtp = false;
   models::SpeculativeOptions spec;
   /// --session FILE: the conversation is restored from FILE when it exists (its messages and its cache, so the next
   /// turn prefills only what it adds) and saved there after every turn (models/session_file.hpp).
@@ -162,7 +164,10 @@ inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, Cha
     models::GenerateOptions g = opt.gen;
     g.max_new_tokens = std::min(max_new, session.capacity() - session.length());
     models::SpeculativeStats st;
-    const auto res = opt.drafter ? session.generate_speculative({}, g, opt.drafter, opt.spec, &st) : session.generate({}, g);
+    const bool spec = opt.mtp || opt.drafter;
+    const auto res = opt.mtp       ? session.generate_mtp_speculative({}, g, opt.spec, &st)
+                     : opt.drafter ? session.generate_speculative({}, g, opt.drafter, opt.spec, &st)
+                                   : session.generate({}, g);
     out << "\n" << std::flush;
     messages.push_back({{"role", "assistant"}, {"content", trim(res.text[0])}});
     if (!opt.session_file.empty()) session.save(opt.session_file, nlohmann::json{{"messages", messages}}.dump());
@@ -172,7 +177,7 @@ inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, Cha
     err << "[turn " << turn << ": prefilled " << res.prompt_tokens << " new tokens of " << ids.size() << " (" << reused
         << " reused from the cache), generated " << n << " tokens (" << models::to_string(res.finish[0]) << "), "
         << buf << " tokens/s"
-        << (opt.drafter ? ", " + std::to_string(st.total_accepted()) + " of " + std::to_string(st.total_drafted()) +
+        << (spec ? ", " + std::to_string(st.total_accepted()) + " of " + std::to_string(st.total_drafted()) +
                               " drafts kept in " + std::to_string(st.verify_passes) + " passes"
                         : std::string())
         << "]\n"

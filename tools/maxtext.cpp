@@ -29,7 +29,7 @@ commands:
             tower, or any Gemma 3 text model with llama.cpp's mmproj file): each <start_of_image> (or llama.cpp's
             <__media__>) of the prompt, --tokens or the chat's messages takes the next picture. docs/vision.md
   chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]
-            [--spec lookup|draft [--draft FILE] [--draft-max K]] [--session FILE]:
+            [--spec lookup|draft|mtp [--draft FILE] [--draft-max K] [--mtp-hidden raw|normed]] [--session FILE]:
             a conversation, one user message per line of stdin until EOF; the KV cache is kept between turns;
             --session restores the conversation from FILE when it exists and saves it there after every turn
   serve     --weights FILE [--tokenizer FILE] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q]

@@ -688,7 +688,8 @@ mpi4py or the application initialised it, used as it is) and finalised when the 
       .def(
           "generate",
           [](PySession& ps, py::object new_tokens, std::int64_t max_new_tokens, float temperature, std::int64_t top_k,
-             float top_p, std::uint64_t seed, py::object stop_tokens, py::object tok_obj) {
+             float top_p, std::uint64_t seed, py::object stop_tokens, py::object tok_obj, py::object spec,
+             std::int64_t draft_max, const std::string& mtp_hidden) {
             const PyTokenizer* tk = tok_obj.is_none() ? nullptr : &tok_obj.cast<const PyTokenizer&>();
             std::vector<std::int32_t> ids;
             if (py::isinstance<py::str>(new_tokens)) {
@@ -709,12 +710,45 @@ mpi4py or the application initialised it, used as it is) and finalised when the 
               go.stop_tokens.push_back(tk->get().eos());
             }
             if (tk != nullptr) go.decode = models::decoder_for(tk->get());
+            // spec='lookup' (prompt lookup over the conversation) or 'mtp' (the model's MTP layers, their caches kept
+            // with the session's): speculative decoding of this turn.
+            std::string kind;
+            if (!spec.is_none()) {
+              MAXTEXT_CHECK(py::isinstance<py::str>(spec), ArgumentError, "[Session.generate] spec=: expected 'lookup' "
+                            "or 'mtp', found ", py::str(py::type::of(spec)).cast<std::string>());
+              kind = spec.cast<std::string>();
+              MAXTEXT_CHECK(kind == "lookup" || kind == "mtp", ArgumentError, "[Session.generate] spec='", kind,
+                            "': expected 'lookup' or 'mtp'");
+            }
+            MAXTEXT_CHECK(mtp_hidden == "raw" || kind == "mtp", ArgumentError, "[Session.generate] mtp_hidden='",
+                          mtp_hidden, "' needs spec='mtp'");
+            models::SpeculativeOptions so;
+            so.draft_max = draft_max;
+            so.mtp_hidden = mtp_hidden_arg(mtp_hidden, "Session.generate");
+            models::SpeculativeStats st;
             models::GenerateResult res;
             {
               py::gil_scoped_release nogil;
-              res = ps.s->generate(ids, go);
+              if (kind == "mtp") {
+                res = ps.s->generate_mtp_speculative(ids, go, so, &st);
+              } else if (kind == "lookup") {
+                models::PromptLookupDrafter lookup;
+                res = ps.s->generate_speculative(
+                    ids, go, [&](const std::vector<std::int32_t>& c, std::int64_t k) { return lookup.propose(c, k); },
+                    so, &st);
+              } else {
+                res = ps.s->generate(ids, go);
+              }
             }
             py::dict d;
+            if (!kind.empty()) {
+              py::dict sd;
+              sd["verify_passes"] = st.verify_passes;
+              sd["drafted"] = st.drafted;
+              sd["accepted"] = st.accepted;
+              sd["acceptance_rate"] = st.acceptance_rate();
+              d["speculative"] = sd;
+            }
             d["tokens"] = res.tokens.at(0);
             if (tk != nullptr) d["text"] = text(res.text.at(0));
             d["prompt_tokens"] = res.prompt_tokens;
@@ -725,10 +759,14 @@ mpi4py or the application initialised it, used as it is) and finalised when the 
           },
           py::arg("new_tokens") = py::none(), py::arg("max_new_tokens") = 32, py::kw_only(),
           py::arg("temperature") = 0.0f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0,
-          py::arg("stop_tokens") = py::none(), py::arg("tokenizer") = py::none(),
+          py::arg("stop_tokens") = py::none(), py::arg("tokenizer") = py::none(), py::arg("spec") = py::none(),
+          py::arg("draft_max") = 4, py::arg("mtp_hidden") = "raw",
           R"(Append new_tokens (ids, or text with tokenizer=: BOS only at the conversation's start) and decode; the
 answer joins the conversation. Returns {'tokens', 'text' (with a tokenizer), 'prompt_tokens' (the tokens this call
-prefilled), 'finish', timings}.)")
+prefilled), 'finish', timings}. spec='lookup' (prompt lookup over the conversation) or spec='mtp' (the model's MTP
+layers, whose caches then follow the conversation; mtp_hidden='normed' as llama.cpp's graphs): speculative decoding of
+this turn, draft_max drafts per pass, the tokens plain decoding gives when greedy; the result adds 'speculative'
+(verify_passes, drafted and accepted per draft position, acceptance_rate).)")
       .def(
           "save",
           [](PySession& ps, const std::string& path, const std::string& app) {

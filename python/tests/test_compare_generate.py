@@ -215,6 +215,34 @@ def test_mtp_logits_and_speculative_generation(mc):
         plain_model.forward_mtp(np.array([prompt]))
 
 
+def test_session_speculative_turns_with_mtp_and_lookup(mc):
+    """Session.generate(spec='mtp' | 'lookup'): every turn gives the tokens of a plain session fed the same turns; the
+    MTP layers follow the conversation, so a turn after an MTP turn prefills only what it adds."""
+    case = "mtp_deepseek_model"
+    m = mc.Model(mc.Config(fixture(case, "config.yml")), weights=fixture(case, "model.safetensors"))
+    toks = [int(t) for t in np.load(fixture(case, "tokens.npy"))[0]]
+    spec, plain = m.new_session(capacity=128), m.new_session(capacity=128)
+    turns = [(toks[:4], "mtp"), (toks[4:7], "lookup"), (toks[7:9], "mtp"), (toks[2:5], "mtp")]
+    drafted = 0
+    for turn, kind in turns:
+        a = spec.generate(turn, max_new_tokens=10, spec=kind, draft_max=2)
+        b = plain.generate(turn, max_new_tokens=10)
+        assert a["tokens"] == b["tokens"], kind
+        assert len(a["speculative"]["drafted"]) == 2
+        drafted += sum(a["speculative"]["drafted"])
+    assert drafted > 0
+    assert a["prompt_tokens"] == len(turns[-1][0]) + 1  # the turn and the last answer's last token
+    assert spec.tokens == plain.tokens
+    with pytest.raises(Exception, match="expected 'lookup' or 'mtp'"):
+        spec.generate([1], max_new_tokens=2, spec="ngram")
+    with pytest.raises(Exception, match="needs spec='mtp'"):
+        spec.generate([1], max_new_tokens=2, spec="lookup", mtp_hidden="normed")
+    no_mtp = mc.Model(mc.Config(overrides=meta("llama2_model")["config"]),
+                      weights=fixture("llama2_model", "model.safetensors"))
+    with pytest.raises(Exception, match="no MTP layers"):
+        no_mtp.new_session(capacity=32).generate([1, 2], max_new_tokens=2, spec="mtp")
+
+
 def test_generate_under_a_grammar_or_a_json_schema(mc):
     """grammar= / json_schema=: the generated text is a sentence of the grammar (checked by re and json, not by the
     library's matcher); bad grammars and combinations are refused by name."""

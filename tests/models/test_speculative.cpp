@@ -525,41 +525,76 @@ TEST_CASE("Session::generate_speculative equals Session::generate over several t
   }
 }
 
+namespace {
+/// `maxtext chat` over three user lines: its answers (the output without the notes and per-turn statistics lines).
+std::string chat_answers(const std::string& args, const std::string& in, int& rc) {
+  const std::string out = test::run_cli("chat " + args + " < " + in, rc);
+  std::string kept;
+  std::size_t at = 0;
+  while (at < out.size()) {
+    const std::size_t end = std::min(out.find('\n', at), out.size());
+    const std::string line = out.substr(at, end - at);
+    if (line.rfind("[turn ", 0) != 0 && line.rfind("note: ", 0) != 0) kept += line + "\n";
+    at = end + 1;
+  }
+  return kept;
+}
+std::string three_lines(const std::string& tag) {
+  const std::string in =
+      (std::filesystem::current_path() / ("chat_" + tag + "_in_" + std::to_string(::getpid()) + ".txt")).string();
+  std::ofstream f(in);
+  f << "Once upon a time\nTell me more about the dog\nAnd then?\n";
+  return in;
+}
+}  // namespace
+
 TEST_CASE("maxtext chat --spec lookup|draft answers as plain chat does, turn after turn", "[speculative][stories260K][cli]") {
   const std::string dir = test::models_dir() + "/stories260K";
   test::require(dir + "/stories260K.gguf", "stories260K");
-  const std::string in =
-      (std::filesystem::current_path() / ("chat_spec_in_" + std::to_string(::getpid()) + ".txt")).string();
-  {
-    std::ofstream f(in);
-    f << "Once upon a time\nTell me more about the dog\nAnd then?\n";
-  }
-  const std::string base = "chat --weights " + dir + "/stories260K.gguf --max-new-tokens 40";
+  const std::string in = three_lines("spec");
+  const std::string base = "--weights " + dir + "/stories260K.gguf --max-new-tokens 40";
   int rc = 0;
-  // The answers: the output without the note and the per-turn statistics lines (stderr's).
-  auto answers = [&](const std::string& extra) {
-    const std::string out = test::run_cli(base + extra + " < " + in, rc);
-    std::string kept;
-    std::size_t at = 0;
-    while (at < out.size()) {
-      const std::size_t end = std::min(out.find('\n', at), out.size());
-      const std::string line = out.substr(at, end - at);
-      if (line.rfind("[turn ", 0) != 0 && line.rfind("note: ", 0) != 0) kept += line + "\n";
-      at = end + 1;
-    }
-    return kept;
-  };
-  const std::string plain = answers("");
+  const std::string plain = chat_answers(base, in, rc);
   REQUIRE(rc == 0);
   REQUIRE(plain.size() > 40);
-  CHECK(answers(" --spec lookup --draft-max 3") == plain);
+  CHECK(chat_answers(base + " --spec lookup --draft-max 3", in, rc) == plain);
   CHECK(rc == 0);
-  CHECK(answers(" --spec draft --draft " + dir + "/stories260K.bin") == plain);  // the same model: every draft kept
+  CHECK(chat_answers(base + " --spec draft --draft " + dir + "/stories260K.bin", in, rc) == plain);  // every draft kept
   CHECK(rc == 0);
-  const std::string stats = test::run_cli(base + " --spec lookup < " + in, rc);
+  const std::string stats = test::run_cli("chat " + base + " --spec lookup < " + in, rc);
   CHECK(stats.find("drafts kept in") != std::string::npos);
-  const std::string mtp = test::run_cli(base + " --spec mtp < " + in, rc);
+  const std::string mtp = test::run_cli("chat " + base + " --spec mtp < " + in, rc);
   CHECK(rc != 0);
-  CHECK(mtp.find("chat --spec mtp: not yet") != std::string::npos);
+  CHECK(mtp.find("--spec mtp: the model has no MTP layers") != std::string::npos);
+  std::remove(in.c_str());
+}
+
+TEST_CASE("maxtext chat --spec mtp answers as plain chat does, turn after turn (a GGUF file with a next-n layer)",
+          "[speculative][mtp][cli]") {
+  // llama.cpp's peer file of a DeepSeek-V3-shaped model with one next-n (MTP) layer and a 128-piece vocabulary.
+  const std::string file = test::fixtures_dir() + "/llamacpp/deepseek2/model.gguf";
+  const std::string in = three_lines("mtp");
+  const std::string base = "--weights " + file + " --max-new-tokens 24 --threads 1";
+  int rc = 0;
+  const std::string plain = chat_answers(base, in, rc);
+  REQUIRE(rc == 0);
+  REQUIRE(plain.size() > 10);
+  CHECK(chat_answers(base + " --spec mtp --draft-max 1", in, rc) == plain);
+  CHECK(rc == 0);
+  CHECK(chat_answers(base + " --spec mtp --mtp-hidden normed", in, rc) == plain);
+  CHECK(rc == 0);
+  const std::string stats = test::run_cli("chat " + base + " --spec mtp < " + in, rc);
+  CHECK(rc == 0);
+  CHECK(stats.find("drafts kept in") != std::string::npos);
+  // Turns after the first prefill only what they add: the MTP layers follow the conversation's cache.
+  const auto turn2 = stats.find("[turn 2: prefilled ");
+  REQUIRE(turn2 != std::string::npos);
+  long long prefilled = -1, of = -1, reused = -1;
+  REQUIRE(std::sscanf(stats.c_str() + turn2, "[turn 2: prefilled %lld new tokens of %lld (%lld reused", &prefilled, &of,
+                      &reused) == 3);
+  // What the turn adds, the last answer's last token, and at most mtp_num_layers + 1 (here 2) positions the MTP layer
+  // had taken past a common prefix that ends inside the last answer (MtpDrafter::rewind).
+  CHECK(reused > 20);
+  CHECK(prefilled <= of - reused + 3);
   std::remove(in.c_str());
 }
