@@ -308,6 +308,18 @@ TEST_CASE("Qwen3-MoE from Hugging Face: the stacked copy of the per-expert tenso
   CHECK(moe.wi_0.data.empty());
   CHECK(moe.wi_1.data.empty());
   CHECK(moe.wo.data.empty());
+  // Visitors that read only shapes and counts leave them released and the packed experts in place.
+  CHECK(m.num_params() > 0);
+  std::int64_t expert_kernels = 0;
+  for (const auto& [name, shape] : m.param_shapes()) {
+    if (name.find("moe_block.wi_0") == std::string::npos) continue;
+    expert_kernels += shape.size() == 4 ? shape[0] * shape[1] : shape[0];  // [layers, E, D, F] scanned, else [E, D, F]
+  }
+  CHECK(expert_kernels == cfg.num_experts * cfg.num_decoder_layers);
+  CHECK(moe.wi_0.data.empty());
+  CHECK(moe.wo.data.empty());
+  CHECK(moe.prepared != nullptr);
+  CHECK(moe.prepared->wi_0.size() == static_cast<std::size_t>(cfg.num_experts));
 #else
   CHECK_FALSE(moe.wi_0.data.empty());  // a backend that does not pack keeps the stacks (the experts are views)
 #endif

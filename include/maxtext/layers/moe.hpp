@@ -252,9 +252,11 @@ class RoutedMoE {
   template <class V>
   void visit(V& v, Params& p) const {
     const std::int64_t E = s_.num_experts, El = local_experts(), D = s_.in_features, F = s_.intermediate_dim;
-    restore_stacks(p);  // the visitor reads (or replaces) the stacks whole
-    p.prepared = std::make_shared<PreparedExperts>();  // the stacked kernels may change: re-slice on next use
-    p.hash = std::make_shared<HashTable>();
+    if constexpr (!SpecOnlyVisitor<V>) {  // shapes and counts leave the experts as they are
+      restore_stacks(p);  // the visitor reads (or replaces) the stacks whole
+      p.prepared = std::make_shared<PreparedExperts>();  // the stacked kernels may change: re-slice on next use
+      p.hash = std::make_shared<HashTable>();
+    }
     {
       Scope<V> s(v, "gate");
       v.matrix("kernel", p.gate.kernel, {{D}, {E}, Init::truncated_normal, s_.init_scale});

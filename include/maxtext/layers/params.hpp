@@ -420,11 +420,17 @@ class ParamExporter : public PathStack {
   const B* be_ = nullptr;
 };
 
+/// A visitor that reads only the parameters' specs (shapes, counts), never their values: a layer need not make its
+/// values visitable for it (RoutedMoE then neither rebuilds released expert stacks nor drops its prepared experts).
+template <class V>
+concept SpecOnlyVisitor = requires { requires V::spec_only; };
+
 /// The shape every parameter takes as a file tensor (batch + in + out for kernels, [rows, cols] for tables), by its
 /// path, without touching the parameters: what a rank's model needs from a file holding the whole model
 /// (models/parallel.hpp takes each rank's slice by comparing the two).
-class ParamShapes : public PathStack {
+class ParamShapes final : public PathStack {
  public:
+  static constexpr bool spec_only = true;
   template <class M>
   void matrix(std::string_view leaf, M&, const KernelSpec& s) {
     shapes[path(leaf)] = concat(s.batch, concat(s.in, s.out));
@@ -441,8 +447,9 @@ class ParamShapes : public PathStack {
 };
 
 /// Counts parameters (elements) without touching them.
-class ParamCounter : public PathStack {
+class ParamCounter final : public PathStack {
  public:
+  static constexpr bool spec_only = true;
   template <class M>
   void matrix(std::string_view, M&, const KernelSpec& s) {
     count += product(s.batch) * product(s.in) * product(s.out);
