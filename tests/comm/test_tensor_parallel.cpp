@@ -128,6 +128,28 @@ bool same_bits(const Tensor<float, 3>& a, const Tensor<float, 3>& b) {
   return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(float)) == 0;
 }
 
+/// The counting tests' start: `cfg` split over a mesh of 4 thread ranks by two axes of 2 (MaxText's ici keys, fsdp
+/// 1), each rank made as mpirun makes it, the replica check off (its all_gathers would count too), and each rank's
+/// logits of `tok`.
+struct TwoAxisRun {
+  Split split;
+  std::vector<Tensor<float, 3>> logits;
+};
+TwoAxisRun run_two_axes(Config cfg, const io::TensorMap& full, const Tensor<std::int32_t, 2>& tok, const char* axis_a,
+                        const char* axis_b) {
+  cfg.set(axis_a, "2");
+  cfg.set(axis_b, "2");
+  cfg.set("ici_fsdp_parallelism", "1");
+  TwoAxisRun run{Split(cfg, full, 4, std::chrono::seconds(60), Layout::mesh), std::vector<Tensor<float, 3>>(4)};
+  for (auto& m : run.split.ranks) m->set_replica_check(false);
+  run.split.run([&](int r, models::AnyModel& m) {
+    models::ForwardRequest q;
+    q.tokens = &tok;
+    run.logits[static_cast<std::size_t>(r)] = copy3(m.forward(q));
+  });
+  return run;
+}
+
 Tensor<std::int32_t, 2> first_cols(const Tensor<std::int32_t, 2>& t, std::int64_t c0, std::int64_t n) {
   Tensor<std::int32_t, 2> s({t.dim(0), n});
   for (std::int64_t b = 0; b < t.dim(0); ++b) {
@@ -848,24 +870,14 @@ TEST_CASE("Tensor x expert (x pipeline): heads and expert columns over one axis,
 TEST_CASE("Tensor x expert: attention reduced over the tensor ranks, a MoE layer over both groups, the head gathered "
           "over the tensor ranks and broadcast over the expert ranks", "[comm][axes][tp][ep]") {
   const std::string dir = test::fixture("mixtral_model");  // 2 layers, both MoE; 4 experts
-  Config cfg = fixture_config(dir);
+  const Config cfg = fixture_config(dir);
   const io::TensorMap full = io::load_weights(dir + "/model.safetensors", cfg).tensors;
   const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
-  cfg.set("ici_tensor_parallelism", "2");
-  cfg.set("ici_expert_parallelism", "2");
-  cfg.set("ici_fsdp_parallelism", "1");
-  Split s(cfg, full, 4, std::chrono::seconds(60), Layout::mesh);
-  for (auto& m : s.ranks) m->set_replica_check(false);
+  const auto [s, logits] = run_two_axes(cfg, full, tok, "ici_tensor_parallelism", "ici_expert_parallelism");
   // Rank r = tensor r % 2 + 2 x expert r / 2: experts {0, 1} or {2, 3}, each on half of its hidden columns.
   CHECK(s.ranks[3]->param_shapes().at("decoder.layers_0.MoeBlock_0.wi_0") ==
         std::vector<std::int64_t>{cfg.num_experts / 2, cfg.emb_dim, cfg.mlp_dim / 2});
   const std::int64_t M = tok.dim(0) * tok.dim(1), D = cfg.emb_dim, L = cfg.num_decoder_layers;
-  std::vector<Tensor<float, 3>> logits(4);
-  s.run([&](int r, models::AnyModel& m) {
-    models::ForwardRequest q;
-    q.tokens = &tok;
-    logits[static_cast<std::size_t>(r)] = copy3(m.forward(q));
-  });
   for (int r = 0; r < 4; ++r) {
     INFO("rank " << r);
     const auto& c = *s.counters[static_cast<std::size_t>(r)];
@@ -886,25 +898,15 @@ TEST_CASE("Tensor x expert: attention reduced over the tensor ranks, a MoE layer
 TEST_CASE("Tensor x pipeline: two all-reduces per layer within a stage, one transfer per boundary, logits gathered "
           "then broadcast", "[comm][mesh]") {
   const std::string dir = test::fixture("llama2_model");  // 2 layers: stage 0 layer 0, stage 1 layer 1
-  Config cfg = test::config_from_meta(test::read_meta(dir));
+  const Config cfg = test::config_from_meta(test::read_meta(dir));
   const io::TensorMap full = io::read_safetensors(dir + "/model.safetensors");
   const auto tok = test::int_tensor(test::npy(dir + "/tokens.npy"));
-  cfg.set("ici_tensor_parallelism", "2");
-  cfg.set("ici_pipeline_parallelism", "2");
-  cfg.set("ici_fsdp_parallelism", "1");
-  Split s(cfg, full, 4, std::chrono::seconds(60), Layout::mesh);
-  for (auto& m : s.ranks) m->set_replica_check(false);  // its all_gathers would count too
+  const auto [s, logits] = run_two_axes(cfg, full, tok, "ici_tensor_parallelism", "ici_pipeline_parallelism");
   // Ranks 0, 1: stage 0 (tensor 0, 1); ranks 2, 3: stage 1. Their groups are sub-groups of the world.
   CHECK(s.ranks[2]->param_shapes().count("decoder.layers_0.mlp.wo.kernel") == 0);
   CHECK(s.ranks[2]->param_shapes().at("decoder.layers_1.mlp.wo.kernel")[0] == cfg.mlp_dim / 2);
   CHECK(s.ranks[0]->param_shapes().count("decoder.logits_dense.kernel") == 0);
   const std::int64_t M = tok.dim(0) * tok.dim(1), D = cfg.emb_dim, V = cfg.vocab_size;
-  std::vector<Tensor<float, 3>> logits(4);
-  s.run([&](int r, models::AnyModel& m) {
-    models::ForwardRequest q;
-    q.tokens = &tok;
-    logits[static_cast<std::size_t>(r)] = copy3(m.forward(q));
-  });
   for (int r = 0; r < 4; ++r) {
     INFO("rank " << r);
     const auto& c = *s.counters[static_cast<std::size_t>(r)];
