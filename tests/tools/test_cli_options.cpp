@@ -64,6 +64,7 @@ TEST_CASE("every command's documented options pass the check", "[cli]") {
                                          "--mtp-hidden", "normed"})));
   CHECK_NOTHROW(cli::check_options(args({"generate", "--weights", "w.gguf", "--prompt", "p", "--spec", "mtp",
                                          "--mtp-hidden", "normed"})));
+  CHECK_NOTHROW(cli::check_options(args({"chat", "--weights", "w.gguf", "--spec", "mtp", "--mtp-hidden", "normed"})));
   CHECK_NOTHROW(cli::check_options(args({"logits", "--weights", "w.gguf", "--tokens", "1", "--out", "o.npy",
                                          "--incremental", "1", "--threads", "1", "--weight-type", "ggml",
                                          "--int8-activations", "on"})));
@@ -97,7 +98,7 @@ TEST_CASE("unknown or unused or repeated options and stray overrides are refused
   refused({"info", "--seed", "3"}, "info: option --seed is not used by this command");
   refused({"chat", "--mtp", "1"}, "chat: option --mtp is not used by this command");
   refused({"generate", "--mtp", "1"}, "generate: option --mtp is not used by this command");
-  refused({"chat", "--mtp-hidden", "normed"}, "chat: option --mtp-hidden is not used by this command");
+  refused({"chat", "--grammar", "root ::= \"a\""}, "chat: option --grammar is not used by this command");
   refused({"generate", "--draft-mx", "3"}, "did you mean --draft-max?");
   refused({"tokenize", "--tokenizer", "t", "--text", "a", "--max-new-tokens", "3"},
           "option --max-new-tokens is not used by this command");
