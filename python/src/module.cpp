@@ -229,6 +229,16 @@ void flatten(py::handle obj, const std::string& prefix, io::TensorMap& out, cons
 
 /// Integer rows [B, T] from [T] or [B, T] integer arrays / lists.
 /// hidden= / mtp_hidden=: 'raw' or 'normed' (models::MtpHidden), refused by name otherwise.
+/// A speculative generation's statistics as Model.generate and Session.generate return them (result["speculative"]).
+py::dict speculative_stats(const models::SpeculativeStats& st) {
+  py::dict d;
+  d["verify_passes"] = st.verify_passes;
+  d["drafted"] = st.drafted;
+  d["accepted"] = st.accepted;
+  d["acceptance_rate"] = st.acceptance_rate();
+  return d;
+}
+
 models::MtpHidden mtp_hidden_arg(const std::string& v, const char* where) {
   MAXTEXT_CHECK(v == "raw" || v == "normed", ArgumentError, "[", where, "] expected 'raw' (MaxText's) or 'normed' "
                 "(through the final norm, as llama.cpp's MTP graphs) for the MTP layers' hidden state, found '", v, "'");
@@ -741,14 +751,7 @@ mpi4py or the application initialised it, used as it is) and finalised when the 
               }
             }
             py::dict d;
-            if (!kind.empty()) {
-              py::dict sd;
-              sd["verify_passes"] = st.verify_passes;
-              sd["drafted"] = st.drafted;
-              sd["accepted"] = st.accepted;
-              sd["acceptance_rate"] = st.acceptance_rate();
-              d["speculative"] = sd;
-            }
+            if (!kind.empty()) d["speculative"] = speculative_stats(st);
             d["tokens"] = res.tokens.at(0);
             if (tk != nullptr) d["text"] = text(res.text.at(0));
             d["prompt_tokens"] = res.prompt_tokens;
@@ -1219,14 +1222,7 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
             }
             if (!stream.is_none() && !pending.empty()) stream(text(pending));
             py::dict d;
-            if (!spec.is_none()) {
-              py::dict s;
-              s["verify_passes"] = st.verify_passes;
-              s["drafted"] = st.drafted;
-              s["accepted"] = st.accepted;
-              s["acceptance_rate"] = st.acceptance_rate();
-              d["speculative"] = s;
-            }
+            if (!spec.is_none()) d["speculative"] = speculative_stats(st);
             d["tokens"] = res.tokens;
             d["prompt_tokens"] = rows;
             if (tk != nullptr) {
