@@ -259,59 +259,65 @@ TEST_CASE("attend_packed: the backend's attention over the dequantised rows, for
           "[layers][kv_quant][attention]") {
   // Packed rows of random keys and values, read by attend_packed and, dequantised into float rows, by the reference
   // backend's attention with the same mask: the same arithmetic in another order, 1e-5 of the output's scale.
-  // GQA (4 query heads over 2 kv heads of 8), 3 queries at positions 9..11 over 12 cached rows.
+  // Shapes: GQA (4 query heads over 2 kv heads of 8), 3 queries at positions 9..11 over 12 cached rows (the generic
+  // loops); heads of 16 and 32 over 40 cached rows (int8 takes the blocked kernel there: two whole blocks of 16 keys
+  // and a partial one), with 4, 2 and 1 query heads per kv head (four-row and one-row logit blocks).
   reference::Backend be;
-  const std::int64_t S = 12, T = 3, N = 4, K = 2, D = 8, q0 = S - T;
-  std::uint64_t st = 77;
-  auto uniform = [&] {
-    st = st * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<float>(static_cast<double>(st >> 11) / 9007199254740992.0) * 4.0f - 2.0f;
-  };
-  Tensor<float, 4> q({1, T, N, D});
-  for (std::int64_t i = 0; i < q.size(); ++i) q.data()[i] = uniform();
-  Tensor<float, 1> sinks({N});
-  for (std::int64_t i = 0; i < N; ++i) sinks.data()[i] = uniform();
-  struct Mask { bool causal; std::int64_t window, chunk; float cap; bool sinks; };
-  for (auto type : {KVQuantType::int8, KVQuantType::int4, KVQuantType::fp8}) {
-    for (auto axis : {KVQuantAxis::dkv, KVQuantAxis::heads_and_dkv}) {
-      const KVQuant kq{type, axis};
-      const std::int64_t rb = kq.packed_row_bytes(K, D);
-      std::vector<std::uint8_t> kp(static_cast<std::size_t>(S * rb)), vp(kp.size());
-      Tensor<float, 4> kd({1, S, K, D}), vd({1, S, K, D});
-      std::vector<float> x(static_cast<std::size_t>(K * D));
-      for (std::int64_t s = 0; s < S; ++s) {
-        for (auto& e : x) e = uniform();
-        kq.pack_row(x.data(), K, D, kp.data() + s * rb);
-        kq.unpack_row(kp.data() + s * rb, K, D, kd.data() + s * K * D);
-        for (auto& e : x) e = uniform();
-        kq.pack_row(x.data(), K, D, vp.data() + s * rb);
-        kq.unpack_row(vp.data() + s * rb, K, D, vd.data() + s * K * D);
-      }
-      for (const Mask m : {Mask{true, 0, 0, 0.0f, false}, Mask{true, 4, 0, 0.0f, true}, Mask{true, 0, 5, 2.0f, false},
-                           Mask{false, 0, 0, 0.0f, true}, Mask{false, 0, 4, 0.0f, false}}) {
-        INFO(kq.name() << " causal " << m.causal << " window " << m.window << " chunk " << m.chunk << " cap " << m.cap
-                       << " sinks " << m.sinks);
-        Tensor<std::int32_t, 1> qs({1}), kl({1});
-        qs(0) = static_cast<std::int32_t>(q0);
-        kl(0) = static_cast<std::int32_t>(S);
-        const AttentionMask mask = test::attention_mask(qs.cview(), kl.cview(), {}, {}, {false, m.causal, m.window, m.chunk});
-        AttentionOptions opt;
-        opt.soft_cap = m.cap;
-        Tensor<float, 4> want({1, T, N, D});
-        be.attention(q.cview(), kd.cview(), vd.cview(), mask, opt, m.sinks ? sinks.cview() : View<const float, 1>(),
-                     want.view());
-        const layers::PackedAttentionArgs pa{K, D, D, m.causal, m.window, m.chunk, m.cap};
-        for (int threads : {1, 2}) {
-          Tensor<float, 3> got({T, N, D});
-          layers::attend_packed(kq, pa, View<const float, 3>(q.data(), {T, N, D}), q0, S, kp.data(), rb, vp.data(), rb,
-                                m.sinks ? sinks.data() : nullptr, got.view(), threads);
-          double err = 0, scale = 0;
-          for (std::int64_t i = 0; i < got.size(); ++i) {
-            err = std::max(err, std::fabs(static_cast<double>(got.data()[i]) - want.data()[i]));
-            scale = std::max(scale, std::fabs(static_cast<double>(want.data()[i])));
+  struct Shape { std::int64_t S, T, N, K, D; };
+  for (const Shape sh : {Shape{12, 3, 4, 2, 8}, Shape{40, 3, 8, 2, 32}, Shape{40, 2, 4, 2, 16}, Shape{37, 1, 3, 3, 16}}) {
+    const std::int64_t S = sh.S, T = sh.T, N = sh.N, K = sh.K, D = sh.D, q0 = S - T;
+    INFO("S " << S << " T " << T << " N " << N << " K " << K << " D " << D);
+    std::uint64_t st = 77;
+    auto uniform = [&] {
+      st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+      return static_cast<float>(static_cast<double>(st >> 11) / 9007199254740992.0) * 4.0f - 2.0f;
+    };
+    Tensor<float, 4> q({1, T, N, D});
+    for (std::int64_t i = 0; i < q.size(); ++i) q.data()[i] = uniform();
+    Tensor<float, 1> sinks({N});
+    for (std::int64_t i = 0; i < N; ++i) sinks.data()[i] = uniform();
+    struct Mask { bool causal; std::int64_t window, chunk; float cap; bool sinks; };
+    for (auto type : {KVQuantType::int8, KVQuantType::int4, KVQuantType::fp8}) {
+      for (auto axis : {KVQuantAxis::dkv, KVQuantAxis::heads_and_dkv}) {
+        const KVQuant kq{type, axis};
+        const std::int64_t rb = kq.packed_row_bytes(K, D);
+        std::vector<std::uint8_t> kp(static_cast<std::size_t>(S * rb)), vp(kp.size());
+        Tensor<float, 4> kd({1, S, K, D}), vd({1, S, K, D});
+        std::vector<float> x(static_cast<std::size_t>(K * D));
+        for (std::int64_t s = 0; s < S; ++s) {
+          for (auto& e : x) e = uniform();
+          kq.pack_row(x.data(), K, D, kp.data() + s * rb);
+          kq.unpack_row(kp.data() + s * rb, K, D, kd.data() + s * K * D);
+          for (auto& e : x) e = uniform();
+          kq.pack_row(x.data(), K, D, vp.data() + s * rb);
+          kq.unpack_row(vp.data() + s * rb, K, D, vd.data() + s * K * D);
+        }
+        for (const Mask m : {Mask{true, 0, 0, 0.0f, false}, Mask{true, 4, 0, 0.0f, true}, Mask{true, 0, 5, 2.0f, false},
+                             Mask{false, 0, 0, 0.0f, true}, Mask{false, 0, 4, 0.0f, false}}) {
+          INFO(kq.name() << " causal " << m.causal << " window " << m.window << " chunk " << m.chunk << " cap " << m.cap
+                         << " sinks " << m.sinks);
+          Tensor<std::int32_t, 1> qs({1}), kl({1});
+          qs(0) = static_cast<std::int32_t>(q0);
+          kl(0) = static_cast<std::int32_t>(S);
+          const AttentionMask mask = test::attention_mask(qs.cview(), kl.cview(), {}, {}, {false, m.causal, m.window, m.chunk});
+          AttentionOptions opt;
+          opt.soft_cap = m.cap;
+          Tensor<float, 4> want({1, T, N, D});
+          be.attention(q.cview(), kd.cview(), vd.cview(), mask, opt, m.sinks ? sinks.cview() : View<const float, 1>(),
+                       want.view());
+          const layers::PackedAttentionArgs pa{K, D, D, m.causal, m.window, m.chunk, m.cap};
+          for (int threads : {1, 2}) {
+            Tensor<float, 3> got({T, N, D});
+            layers::attend_packed(kq, pa, View<const float, 3>(q.data(), {T, N, D}), q0, S, kp.data(), rb, vp.data(), rb,
+                                  m.sinks ? sinks.data() : nullptr, got.view(), threads);
+            double err = 0, scale = 0;
+            for (std::int64_t i = 0; i < got.size(); ++i) {
+              err = std::max(err, std::fabs(static_cast<double>(got.data()[i]) - want.data()[i]));
+              scale = std::max(scale, std::fabs(static_cast<double>(want.data()[i])));
+            }
+            INFO("threads " << threads << ": max |packed - dequantised| " << err << ", scale " << scale);
+            CHECK(err <= 1e-5 * scale);
           }
-          INFO("threads " << threads << ": max |packed - dequantised| " << err << ", scale " << scale);
-          CHECK(err <= 1e-5 * scale);
         }
       }
     }

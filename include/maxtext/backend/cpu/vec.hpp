@@ -57,8 +57,8 @@ inline void to_f32(const T* src, float* dst, std::int64_t n) {
   }
 }
 
-/// One batch of W values of T at p as f32 (exact), converted in registers: f16 by vcvtph2ps, bf16 by a shift;
-/// anything else through a buffer.
+/// One batch of W values of T at p as f32 (exact), converted in registers: f16 by vcvtph2ps, bf16 by a shift, int8
+/// (the codes of a quantised KV cache) by sign extension and vcvtdq2ps; anything else through a buffer.
 template <class T>
 MAXTEXT_INLINE fbatch load_f32(const T* p) {
   if constexpr (std::is_same_v<T, float>) {
@@ -69,6 +69,8 @@ MAXTEXT_INLINE fbatch load_f32(const T* p) {
   } else if constexpr (std::is_same_v<T, bf16> && W == 16) {
     return fbatch(_mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16)));
+  } else if constexpr (std::is_same_v<T, std::int8_t> && W == 16) {
+    return fbatch(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
 #elif defined(__AVX2__)  // 8-float batches
 #if defined(__F16C__)
   } else if constexpr (std::is_same_v<T, fp16> && W == 8) {
@@ -77,6 +79,8 @@ MAXTEXT_INLINE fbatch load_f32(const T* p) {
   } else if constexpr (std::is_same_v<T, bf16> && W == 8) {
     return fbatch(_mm256_castsi256_ps(
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16)));
+  } else if constexpr (std::is_same_v<T, std::int8_t> && W == 8) {
+    return fbatch(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
 #endif
   } else {
     alignas(64) float tmp[W];
