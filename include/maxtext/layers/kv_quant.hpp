@@ -32,9 +32,14 @@
 #include <string_view>
 #include <vector>
 
+// nvcc does not compile the CPU backend's headers (as backend/vision.hpp): its units (host code only here; CUDA
+// refuses a quantised cache) take attend_packed's per-key loops.
+#if !defined(__CUDACC__)
 #include "maxtext/backend/cpu/attention.hpp"
 #include "maxtext/backend/cpu/parallel.hpp"
 #include "maxtext/backend/cpu/vec.hpp"
+#define MAXTEXT_KV_QUANT_BLOCKED 1
+#endif
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
@@ -212,6 +217,7 @@ struct PackedAttentionArgs {
   float soft_cap = 0.0f;
 };
 
+#if defined(MAXTEXT_KV_QUANT_BLOCKED)
 namespace detail {
 /// attend_packed for int8 codes whose head sizes are multiples of the CPU's vector width, by the float cache's
 /// decode kernel's blocks (backend/cpu/attention.hpp) reading the codes directly: one work item is a query and a
@@ -392,6 +398,7 @@ inline void attend_packed_int8(const KVQuant& kq, const PackedAttentionArgs& a, 
   });
 }
 }  // namespace detail
+#endif
 
 /// Attention of one sequence's T queries q [T, N, qk_dim] at cache positions q0 .. q0 + T - 1 over its first S cached
 /// rows, read packed (`keys` / `values`: row s at s * stride bytes) without dequantising them into memory:
@@ -408,11 +415,13 @@ inline void attend_packed(const KVQuant& kq, const PackedAttentionArgs& a, View<
   const std::int64_t tasks = T * N;
   std::int64_t nt = std::min<std::int64_t>(std::max(threads, 1), tasks);
   if (S * tasks * (Dk + Dv) < (1 << 16)) nt = 1;  // too little work to wake threads for
+#if defined(MAXTEXT_KV_QUANT_BLOCKED)
   if (kq.type == KVQuantType::int8 && Dk % cpu::attn::kBlk == 0 && Dv % cpu::attn::kBlk == 0 && q.stride(2) == 1 &&
       out.stride(2) == 1) {
     detail::attend_packed_int8(kq, a, q, q0, S, keys, key_stride, values, value_stride, sinks, out, nt);
     return;
   }
+#endif
   const std::int64_t koff = kq.scale_offset(K * Dk), voff = kq.scale_offset(K * Dv);
   static const std::array<float, 256> fp8 = [] {
     std::array<float, 256> t{};
