@@ -215,6 +215,26 @@ def test_mtp_logits_and_speculative_generation(mc):
         plain_model.forward_mtp(np.array([prompt]))
 
 
+@pytest.mark.parametrize("case", ["mtp_qwen3_next_hf", "mtp_qwen3_5_hf"])
+def test_qwen3_next_mtp_layer_from_hugging_face(mc, case):
+    """Qwen3-Next / Qwen3.5 checkpoints with their mtp.* layer, against tests/reference/qwen3_next_mtp_reference.py
+    (written from vLLM's qwen3_next_mtp.py / qwen3_5_mtp.py): MTP logits with the raw and the normed hidden state;
+    spec='mtp' gives the tokens of plain greedy generation."""
+    m = mc.Model(weights=fixture(case))  # the config from config.json: mtp_num_hidden_layers 1
+    tokens = np.load(fixture(case, "tokens.npy"))
+    logits, mtp = m.forward_mtp(tokens)
+    assert_close(logits, np.load(fixture(case, "logits.npy")), **F32_LOGITS, what="main")
+    assert len(mtp) == 1
+    assert_close(mtp[0], np.load(fixture(case, "mtp_logits_1.npy")), **F32_LOGITS, what="mtp raw")
+    _, mtp_n = m.forward_mtp(tokens, hidden="normed")
+    assert_close(mtp_n[0], np.load(fixture(case, "mtp_logits_1_normed.npy")), **F32_LOGITS, what="mtp normed")
+    prompt = [int(t) for t in tokens[0][:4]]
+    plain = m.generate([prompt], max_new_tokens=12)["tokens"]
+    out = m.generate([prompt], max_new_tokens=12, spec="mtp", draft_max=1)
+    assert out["tokens"] == plain
+    assert sum(out["speculative"]["drafted"]) > 0
+
+
 def test_session_speculative_turns_with_mtp_and_lookup(mc):
     """Session.generate(spec='mtp' | 'lookup'): every turn gives the tokens of a plain session fed the same turns; the
     MTP layers follow the conversation, so a turn after an MTP turn prefills only what it adds."""

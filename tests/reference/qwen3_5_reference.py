@@ -138,7 +138,7 @@ def hf_config(c):
     for k in ("architectures", "rope_theta", "partial_rotary_factor", "rope_scaling", "tie_word_embeddings",
               "decoder_sparse_step", "intermediate_size", "torch_dtype"):
         text.pop(k)
-    text.update(model_type="qwen3_5_moe_text", mamba_ssm_dtype="float32", mtp_num_hidden_layers=1,
+    text.update(model_type="qwen3_5_moe_text", mamba_ssm_dtype="float32", mtp_num_hidden_layers=0,
                 rope_parameters={"rope_type": "default", "rope_theta": c["theta"], "partial_rotary_factor": c["partial"],
                                  "mrope_section": MROPE_SECTION, "mrope_interleaved": True})
     return {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",

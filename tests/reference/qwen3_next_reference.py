@@ -581,9 +581,11 @@ def hf_rope_cos_sin(hc, Tn, rd):
 
 
 def hf_forward(hc, t, tokens, prefix="model.", gdn_inputs=hf_gdn_inputs, experts=hf_experts,
-               rope_cos_sin=hf_rope_cos_sin):
+               rope_cos_sin=hf_rope_cos_sin, inputs_embeds=None, return_hidden=False):
     """Qwen3NextForCausalLM's forward on HF-named float64 tensors `t` (no cache, no padding). The three hooks are where
-    Qwen3.5's layout differs (qwen3_5_reference.py)."""
+    Qwen3.5's layout differs (qwen3_5_reference.py). inputs_embeds [B,T,D] replaces the embedding lookup (tokens then
+    give only the shape); return_hidden also returns the last layer's output before {prefix}norm (both used by
+    qwen3_next_mtp_reference.py)."""
     F = torch.nn.functional
     D, eps = hc["hidden_size"], hc["rms_norm_eps"]
     N, K, H = hc["num_attention_heads"], hc["num_key_value_heads"], hc["head_dim"]
@@ -594,7 +596,7 @@ def hf_forward(hc, t, tokens, prefix="model.", gdn_inputs=hf_gdn_inputs, experts
     def norm1p(x, w):  # Qwen3NextRMSNorm
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w)
 
-    x = t[prefix + "embed_tokens.weight"][torch.from_numpy(tokens).long()]
+    x = t[prefix + "embed_tokens.weight"][torch.from_numpy(tokens).long()] if inputs_embeds is None else inputs_embeds
     rd = int(H * hc["partial_rotary_factor"])
     cos, sin = rope_cos_sin(hc, Tn, rd)
 
@@ -658,8 +660,8 @@ def hf_forward(hc, t, tokens, prefix="model.", gdn_inputs=hf_gdn_inputs, experts
         shared = F.linear(F.silu(F.linear(h, t[se + "gate_proj.weight"])) * F.linear(h, t[se + "up_proj.weight"]),
                           t[se + "down_proj.weight"])
         x = x + out + torch.sigmoid(F.linear(h, t[f + "shared_expert_gate.weight"])) * shared
-    x = norm1p(x, t[prefix + "norm.weight"])
-    return F.linear(x, t["lm_head.weight"])
+    logits = F.linear(norm1p(x, t[prefix + "norm.weight"]), t["lm_head.weight"])
+    return (logits, x) if return_hidden else logits
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -49,8 +49,12 @@
 /// The blocks whose models take MaxText's multi-token prediction layers (mtp_num_layers; models::Transformer):
 /// MaxText builds each MTP layer as the model's last layer kind without a layer index (models.py:
 /// get_decoder_layers()[-1]), which these blocks' layers do not read. The others choose their attention (sliding or
-/// global, NoPE, linear) or their MLP kind by the layer's index, or keep per-layer streams, and are refused by name.
-#define MAXTEXT_MTP_BLOCKS(X) X(default) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(deepseek) X(mixtral) X(qwen3_moe)
+/// global, NoPE, linear) or their MLP kind by the layer's index, or keep per-layer streams, and are refused by name,
+/// except Qwen3-Next and Qwen3.5, whose checkpoints define their MTP layer (a full-attention layer; vLLM's
+/// qwen3_next_mtp.py / qwen3_5_mtp.py).
+#define MAXTEXT_MTP_BLOCKS(X)                                                                                        \
+  X(default) X(llama2) X(mistral) X(qwen2) X(qwen3) X(gemma) X(deepseek) X(mixtral) X(qwen3_moe) X(qwen3_next)        \
+  X(qwen3_5)
 
 /// The blocks tensor parallelism splits (models/parallel.hpp): every parameter of their layers is per head,
 /// per MLP column or replicated, and every statistic a layer takes (norms) is over one head or the whole residual

@@ -177,6 +177,16 @@ constexpr layers::FinalNorm final_norm_of() {
     return layers::FinalNorm::rms;
   }
 }
+/// Whether the layer type's MTP layers are Qwen3-Next's (vLLM qwen3_next_mtp.py): (1 + w) input norms and a final
+/// norm of their own (mtp.norm), where MaxText's are plain RMSNorms sharing the decoder's final norm.
+template <class L>
+constexpr bool mtp_qwen3_next_of() {
+  if constexpr (requires { L::mtp_qwen3_next; }) {
+    return L::mtp_qwen3_next;
+  } else {
+    return false;
+  }
+}
 template <class L>
 concept HasAttentionName = requires { L::attention_name; };
 /// The attention module's parameter (and capture) name: `self_attention` unless the layer names it (Olmo3:
@@ -215,12 +225,17 @@ class Transformer {
 
   /// The last layer kind: MaxText's MTP layers are get_decoder_layers()[-1] (the MoE layer for DeepSeek).
   using MtpL = MoeL;
+  /// Qwen3-Next / Qwen3.5 MTP layers (detail::mtp_qwen3_next_of): their norms are (1 + w) and each has a final norm.
+  static constexpr bool kMtpQwen3Next = detail::mtp_qwen3_next_of<MtpL>();
   /// One multi-token prediction layer (multi_token_prediction.py MultiTokenPredictionLayer), as mtp_layer_{k}:
-  /// mtp_{k}_embedding_norm, mtp_{k}_hidden_state_norm, mtp_{k}_projection [2D, D] and mtp_{k}_transformer_layer.
+  /// mtp_{k}_embedding_norm, mtp_{k}_hidden_state_norm, mtp_{k}_projection [2D, D] and mtp_{k}_transformer_layer;
+  /// with kMtpQwen3Next also mtp_{k}_final_norm (the checkpoints' mtp.norm), applied before the shared output head
+  /// in place of the decoder's final norm.
   struct MtpParams {
     typename layers::RMSNorm<P>::Params embedding_norm, hidden_state_norm;
     typename layers::DenseGeneral<P>::Params projection;
     typename MtpL::Params transformer_layer;
+    typename layers::RMSNorm<P>::Params final_norm;  ///< kMtpQwen3Next only
   };
   struct Params {
     typename layers::Embed<P>::Params token_embedder;
@@ -286,7 +301,7 @@ class Transformer {
     if (pipelined()) check_pipeline_layers();
     params_.layers.resize(layers_.size());
     if (cfg_.mtp_num_layers > 0) {
-      mtp_norm_ = layers::RMSNorm<P>({D, eps, true, 0.0f});
+      mtp_norm_ = layers::RMSNorm<P>({D, eps, true, kMtpQwen3Next ? 1.0f : 0.0f});
       mtp_proj_ = layers::DenseGeneral<P>({{2 * D}, {D}, false, layers::Init::truncated_normal});
       for (std::int64_t k = 1; k <= cfg_.mtp_num_layers; ++k) mtp_layers_.emplace_back(cfg_, mtp_layer_info(k));
       params_.mtp.resize(static_cast<std::size_t>(cfg_.mtp_num_layers));
@@ -339,6 +354,10 @@ class Transformer {
       {
         layers::Scope<V> s(v, pre + "projection");
         mtp_proj_.visit(v, mp.projection);
+      }
+      if constexpr (kMtpQwen3Next) {
+        layers::Scope<V> s(v, pre + "final_norm");
+        mtp_norm_.visit(v, mp.final_norm);
       }
       layers::Scope<V> s(v, pre + "transformer_layer");
       mtp_layers_[k - 1].visit(v, mp.transformer_layer);
@@ -629,7 +648,7 @@ class Transformer {
     ctx.where = &info.name;
     mtp_layers_[static_cast<std::size_t>(k - 1)].forward(ctx, mp.transformer_layer, cache.layer(0), x);
     if (opt.hidden_out != nullptr) copy_hidden(View<const A, 2>(x), *opt.hidden_out);
-    Tensor<float, 3> out = output_head(ctx, x, Bn, T, st.row_len, opt, false);
+    Tensor<float, 3> out = output_head(ctx, x, Bn, T, st.row_len, opt, false, kMtpQwen3Next ? &mp.final_norm : nullptr);
     end_step(cache, st);
     return out;
   }
@@ -917,13 +936,17 @@ class Transformer {
   }
   /// decoders.py apply_output_head: the final norm over x (in place) and the head, on every row or on each row's last
   /// valid token (last_only); f32 logits on the host, rank 0's on every rank of a split model.
+  /// `norm`: the final norm's scale in place of the decoder's (a Qwen3-Next MTP layer's own; an RMSNorm of the
+  /// decoder's form).
   Tensor<float, 3> output_head(const layers::Context<P>& ctx, View<A, 2> x, std::int64_t Bn, std::int64_t T,
-                               const std::vector<std::int32_t>& row_len, const ForwardOptions& opt, bool main = true) {
+                               const std::vector<std::int32_t>& row_len, const ForwardOptions& opt, bool main = true,
+                               const typename layers::RMSNorm<P>::Params* norm = nullptr) {
     const std::int64_t M = Bn * T, V = cfg_.vocab_size, D = cfg_.emb_dim;
     if constexpr (kFinalNorm == layers::FinalNorm::gpt3_layer_norm) {
+      (void)norm;
       final_gpt3_.forward(ctx, params_.decoder_norm_gpt3, x, x);
     } else {
-      final_rms_.forward(ctx, params_.decoder_norm_rms, x, x);
+      final_rms_.forward(ctx, norm != nullptr ? *norm : params_.decoder_norm_rms, x, x);
     }
     if (main) ctx.sow(norm_name(), View<const A, 2>(x));
 
@@ -997,13 +1020,14 @@ class Transformer {
     return info;
   }
   /// MTP layer k's names: MaxText's mtp_block.mtp_layer_{k}.mtp_{k}_transformer_layer, or under the HF scheme the
-  /// layer DeepSeek-V3's checkpoints store it as (model.layers.{num_decoder_layers + k - 1}). Index -1, as MaxText
-  /// builds it (no layer_idx).
+  /// layer the checkpoints store it as (DeepSeek-V3: model.layers.{num_decoder_layers + k - 1}; Qwen3-Next:
+  /// mtp.layers.{k - 1}). Index -1, as MaxText builds it (no layer_idx).
   layers::LayerInfo mtp_layer_info(std::int64_t k) const {
     layers::LayerInfo info;
     info.index = -1;
     if (scheme_ == NameScheme::hf) {
-      info.name = "model.layers." + std::to_string(cfg_.num_decoder_layers + k - 1);
+      info.name = kMtpQwen3Next ? "mtp.layers." + std::to_string(k - 1)
+                                : "model.layers." + std::to_string(cfg_.num_decoder_layers + k - 1);
       info.attention = info.name + ".self_attn";
       info.mlp = info.name + "." + detail::hf_mlp_name<MtpL>();
     } else {

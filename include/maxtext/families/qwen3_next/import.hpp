@@ -21,8 +21,7 @@
 // qwen3_5, whose layers are Qwen3-Next's (families/qwen3_next/qwen3_5.hpp), as MaxText's param_mapping.py
 // (QWEN3_5_MAXTEXT_TO_HF_PARAM_MAPPING / _HOOK_FN) maps them. Read from transformers' modeling_qwen3_5_moe.py:
 //   - the text model's tensors sit under model.language_model. (the multimodal class) or model. (the text-only one);
-//     the vision tower (model.visual.*) and the multi-token-prediction layers (mtp.*, which transformers skips too)
-//     are not read;
+//     the vision tower (model.visual.*) is not read;
 //   - the Gated DeltaNet projections are separate: in_proj_qkv [2*Hk*Dk + Hv*Dv, D] (rows q | k | v, head-major),
 //     in_proj_z [Hv*Dv, D], in_proj_b / in_proj_a [Hv, D]. MaxText's fused kernels regroup them per key head h
 //     (concat_qkvz_and_transpose / concat_ba_and_transpose): qkvz rows [q_h (Dk), k_h (Dk), v_h (r*Dv), z_h (r*Dv)],
@@ -51,6 +50,15 @@
 // (_LinearAttentionVReorderBase) stores the value heads tiled, value head j at (j % r) * Hk + j / r, in attn_qkv's v
 // rows, attn_gate, ssm_beta / ssm_alpha (two tensors instead of ssm_ba), ssm_a, ssm_dt, the conv's v channels and
 // ssm_out's columns; the import puts them back in order. rope.dimension_sections gives mrope_section (use_mrope).
+//
+// Both families' checkpoints may carry a multi-token-prediction layer (config.json mtp_num_hidden_layers; mtp.*,
+// which transformers skips and vLLM's qwen3_next_mtp.py / qwen3_5_mtp.py run), read as the model's MTP layer
+// (models::Transformer with Qwen3NextDecoderLayer::mtp_qwen3_next): mtp.fc [D, 2D] -> mtp_{k}_projection.kernel
+// [2D, D]; mtp.pre_fc_norm_embedding / pre_fc_norm_hidden / norm -> mtp_{k}_embedding_norm / hidden_state_norm /
+// final_norm.scale ((1 + w) norms); mtp.layers.{k-1}.* -> mtp_{k}_transformer_layer.*, a full-attention layer mapped
+// as the decoder's (its experts per expert even where the main layers' are fused, as Qwen3.5's files store them).
+// GGUF files from llama.cpp's converter hold it as blk.{L}.* and blk.{L}.nextn.{eh_proj, enorm, hnorm,
+// shared_head_norm} (nextn_predict_layers; norms with their 1 added).
 #pragma once
 
 #include <algorithm>
@@ -157,6 +165,13 @@ inline Config config_from_hf_qwen3_next(const nlohmann::json& root, const std::s
   c.gdn_num_key_heads = fields.integer("linear_num_key_heads", 16, false);
   c.gdn_num_value_heads = fields.integer("linear_num_value_heads", 32, false);
   c.inhomogeneous_layer_cycle_interval = fields.integer("full_attention_interval", 4, false);
+  // The multi-token-prediction layers the checkpoint carries (mtp.*; vLLM's qwen3_next_mtp.py / qwen3_5_mtp.py;
+  // vLLM's Qwen3-Next drafter reads num_nextn_predict_layers, the released files say mtp_num_hidden_layers).
+  c.mtp_num_layers = fields.integer("mtp_num_hidden_layers", fields.integer("num_nextn_predict_layers", 0, false), false);
+  MAXTEXT_CHECK(!fields.boolean("mtp_use_dedicated_embeddings", false), UnsupportedError, "[hf] ", where,
+                ": mtp_use_dedicated_embeddings = true: the MTP layers here read the model's own token embedding");
+  MAXTEXT_CHECK(c.mtp_num_layers >= 0 && c.mtp_num_layers <= Config::Limits::layers, IoError, "[hf] ", where,
+                ": mtp_num_hidden_layers ", c.mtp_num_layers, " outside [0, ", Config::Limits::layers, "]");
   const std::int64_t shared = fields.integer("shared_expert_intermediate_size", c.base_moe_mlp_dim, false);
   MAXTEXT_CHECK(shared == c.base_moe_mlp_dim, UnsupportedError, "[hf] ", where, ": shared_expert_intermediate_size ",
                 shared, " != moe_intermediate_size ", c.base_moe_mlp_dim, ": MaxText's ", block,
@@ -264,11 +279,10 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
   imp.same(root + "embed_tokens.weight", "token_embedder.embedding");
   imp.same(root + "norm.weight", "decoder.decoder_norm.scale");
   imp.dense("lm_head.weight", "decoder.logits_dense.kernel");
-  for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
-    const std::string h = root + "layers." + std::to_string(i) + ".", m = "decoder.layers_" + std::to_string(i) + ".";
+  // One decoder layer: HF prefix h (ending in '.') into MaxText prefix m.
+  auto map_layer = [&](const std::string& h, const std::string& m, bool full) {
     imp.same(h + "input_layernorm.weight", m + "input_layernorm.scale");
     imp.same(h + "post_attention_layernorm.weight", m + "post_attention_layernorm.scale");
-    const bool full = cfg.inhomogeneous_layer_cycle_interval > 0 && (i + 1) % cfg.inhomogeneous_layer_cycle_interval == 0;
     if (full) {
       const std::string s = h + "self_attn.", a = m + "attention.attention.";
       if (const AnyTensor* t = imp.get(s + "q_proj.weight")) {
@@ -330,6 +344,31 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
     imp.dense(f + "shared_expert.up_proj.weight", o + "shared_expert.wi_1.kernel");
     imp.dense(f + "shared_expert.down_proj.weight", o + "shared_expert.wo.kernel");
     imp.dense(f + "shared_expert_gate.weight", o + "shared_expert_gate.kernel");
+  };
+  for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
+    const bool full = cfg.inhomogeneous_layer_cycle_interval > 0 && (i + 1) % cfg.inhomogeneous_layer_cycle_interval == 0;
+    map_layer(root + "layers." + std::to_string(i) + ".", "decoder.layers_" + std::to_string(i) + ".", full);
+  }
+  // The MTP layers (config.json's mtp_num_hidden_layers; vLLM's Qwen3NextMultiTokenPredictor): mtp.layers.{k - 1}.*
+  // is a full-attention decoder layer; mtp.fc [D, 2D] projects [embedding; hidden], after the (1 + w) norms
+  // mtp.pre_fc_norm_embedding / mtp.pre_fc_norm_hidden; mtp.norm is the norm before the shared output head. The
+  // checkpoints hold one fc and three norms for all the MTP layers (vLLM's k-th draft step reuses them): each
+  // MaxText-style mtp_layer_{k} takes its own view of them.
+  for (std::int64_t k = 1; k <= cfg.mtp_num_layers; ++k) {
+    const std::string m = "mtp_block.mtp_layer_" + std::to_string(k) + ".mtp_" + std::to_string(k) + "_";
+    MAXTEXT_CHECK(imp.has("mtp.fc.weight"), ConfigError, "[", what, "] mtp_num_layers = ", cfg.mtp_num_layers,
+                  " (config.json's mtp_num_hidden_layers) but the checkpoint holds no mtp.fc.weight: it carries no "
+                  "multi-token-prediction layer; set mtp_num_layers=0 to run without");
+    for (const auto& [from, to] : {std::pair<const char*, const char*>{"mtp.pre_fc_norm_embedding.weight", "embedding_norm.scale"},
+                                   {"mtp.pre_fc_norm_hidden.weight", "hidden_state_norm.scale"},
+                                   {"mtp.norm.weight", "final_norm.scale"}}) {
+      if (const AnyTensor* t = imp.get(from)) imp.put(m + to, *t, from);
+    }
+    if (const AnyTensor* t = imp.get("mtp.fc.weight")) {
+      imp.shape(*t, {D, 2 * D}, "mtp.fc.weight");
+      imp.put(m + "projection.kernel", t->permuted({1, 0}), "mtp.fc.weight");
+    }
+    map_layer("mtp.layers." + std::to_string(k - 1) + ".", m + "transformer_layer.", true);
   }
   return imp.finish({root + "rotary_emb.", "model.visual.", "mtp."});
 }
@@ -346,13 +385,14 @@ inline Config config_from_gguf_qwen3_next(const GgufFile& g) {
   Config c;
   detail::base_qwen3_hybrid_config(c, block);
   c.base_emb_dim = g.get_int(p + "embedding_length");
-  // The multi-token-prediction layers llama.cpp's converter appends (nextn_predict_layers, blk.L..) are not read:
-  // MaxText's block has none, and llama.cpp runs them only for speculative decoding.
+  // The multi-token-prediction layers llama.cpp's converter appends (nextn_predict_layers, blk.L..) become the model's
+  // MTP layers (import_gguf_qwen3_next).
   const std::int64_t all_layers = g.get_int(p + "block_count"), nextn = g.get_int(p + "nextn_predict_layers", 0);
   MAXTEXT_CHECK(nextn >= 0 && nextn < all_layers && all_layers <= Config::Limits::layers, IoError, "[gguf] ", g.path,
                 ": ", p, "block_count ", all_layers, " with nextn_predict_layers ", nextn, ": expected 0 <= nextn < "
                 "block_count <= ", Config::Limits::layers);
   c.base_num_decoder_layers = all_layers - nextn;
+  c.mtp_num_layers = nextn;
   c.base_num_query_heads = g.get_int(p + "attention.head_count");
   c.base_num_kv_heads = g.get_int(p + "attention.head_count_kv", c.base_num_query_heads);
   MAXTEXT_CHECK(c.base_num_query_heads > 0 && c.base_emb_dim > 0, IoError, "[gguf] ", g.path,
@@ -457,11 +497,10 @@ inline TensorMap import_gguf_qwen3_next(const TensorMap& in, const Config& cfg, 
   imp.same("token_embd.weight", "token_embedder.embedding");
   norm("output_norm.weight", "decoder.decoder_norm.scale");
   imp.dense(imp.has("output.weight") ? "output.weight" : "token_embd.weight", "decoder.logits_dense.kernel");
-  for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
-    const std::string b = "blk." + std::to_string(i) + ".", m = "decoder.layers_" + std::to_string(i) + ".";
+  // One decoder layer: GGUF block prefix b ("blk.3.") into MaxText prefix m.
+  const auto map_layer = [&](const std::string& b, const std::string& m, bool full) {
     norm(b + "attn_norm.weight", m + "input_layernorm.scale");
     norm(b + "post_attention_norm.weight", m + "post_attention_layernorm.scale");
-    const bool full = cfg.inhomogeneous_layer_cycle_interval > 0 && (i + 1) % cfg.inhomogeneous_layer_cycle_interval == 0;
     if (full) {
       const std::string a = m + "attention.attention.";
       const auto query = [&](const AnyTensor& t, const std::string& from) {
@@ -549,15 +588,43 @@ inline TensorMap import_gguf_qwen3_next(const TensorMap& in, const Config& cfg, 
       imp.shape(t->reshaped({t->numel()}), {D}, b + "ffn_gate_inp_shexp.weight");
       imp.put(o + "shared_expert_gate.kernel", t->reshaped({D, 1}), b + "ffn_gate_inp_shexp.weight");
     }
+  };
+  for (std::int64_t i = 0; i < cfg.num_decoder_layers; ++i) {
+    const bool full = cfg.inhomogeneous_layer_cycle_interval > 0 && (i + 1) % cfg.inhomogeneous_layer_cycle_interval == 0;
+    map_layer("blk." + std::to_string(i) + ".", "decoder.layers_" + std::to_string(i) + ".", full);
   }
-  // The multi-token-prediction layers after the model's (config_from_gguf_qwen3_next) are not read.
+  // The next-n (MTP) layers llama.cpp's converter appends (conversion/qwen.py _QwenMtpMixin: mtp.layers.{j} as
+  // blk.{L + j}, mtp.fc / pre_fc_norm_embedding / pre_fc_norm_hidden / norm as blk.{L}.nextn.eh_proj / enorm / hnorm /
+  // shared_head_norm, each norm with its 1 added): the Hugging Face checkpoints' MTP layer (import_hf_qwen3_next).
+  const std::int64_t L = cfg.num_decoder_layers;
+  for (std::int64_t k = 1; k <= cfg.mtp_num_layers; ++k) {
+    const std::string b = "blk." + std::to_string(L + k - 1) + ".", n = "blk." + std::to_string(L) + ".nextn.";
+    const std::string m = "mtp_block.mtp_layer_" + std::to_string(k) + ".mtp_" + std::to_string(k) + "_";
+    MAXTEXT_CHECK(imp.has(n + "eh_proj.weight"), ConfigError, "[", what, "] mtp_num_layers = ", cfg.mtp_num_layers,
+                  " (the file's nextn_predict_layers) but it holds no ", n, "eh_proj.weight; set mtp_num_layers=0 to run "
+                  "without");
+    for (const auto& [from, to] : {std::pair<const char*, const char*>{"enorm.weight", "embedding_norm.scale"},
+                                   {"hnorm.weight", "hidden_state_norm.scale"},
+                                   {"shared_head_norm.weight", "final_norm.scale"}}) {
+      if (const AnyTensor* t = imp.get(n + from)) {
+        imp.put(m + to, detail::gguf_elementwise(*t, [](double v, std::int64_t) { return static_cast<float>(v - 1.0); }),
+                n + from);
+      }
+    }
+    if (const AnyTensor* t = imp.get(n + "eh_proj.weight")) {
+      imp.shape(*t, {D, 2 * D}, n + "eh_proj.weight");
+      imp.put(m + "projection.kernel", t->permuted({1, 0}), n + "eh_proj.weight");
+    }
+    map_layer(b, m + "transformer_layer.", true);
+  }
+  // Next-n layers not asked for (mtp_num_layers below the file's nextn_predict_layers) are not read.
   std::vector<std::string> mtp;
   for (const auto& [name, t] : in.tensors) {
     if (name.rfind("blk.", 0) != 0) continue;
     const std::string num = name.substr(4, name.find('.', 4) - 4);
     const bool index = !num.empty() && num.size() < 10 &&
                        std::all_of(num.begin(), num.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-    if (index && std::stoll(num) >= cfg.num_decoder_layers) mtp.push_back(name);
+    if (index && std::stoll(num) >= L + cfg.mtp_num_layers) mtp.push_back(name);
   }
   return imp.finish(mtp);
 }

@@ -240,6 +240,9 @@ class Qwen3NextDecoderLayer {
   static constexpr FinalNorm final_norm = FinalNorm::rms_offset_one;  ///< decoders.py: Qwen3NextRMSNorm
   /// The token mixer's parameter and capture name (both kinds).
   static constexpr const char* attention_name = "attention";
+  /// The multi-token prediction layers are Qwen3-Next's own (vLLM qwen3_next_mtp.py / qwen3_5_mtp.py; MaxText builds
+  /// none for this block): (1 + w) input norms, a full-attention layer, and a final norm of their own (models::Transformer).
+  static constexpr bool mtp_qwen3_next = true;
   struct Params {
     typename RMSNorm<P>::Params input_layernorm;
     typename Qwen3NextGatedDeltaNet<P>::Params gdn;  ///< Gated DeltaNet layers: `attention.*`
@@ -251,7 +254,8 @@ class Qwen3NextDecoderLayer {
   Qwen3NextDecoderLayer() = default;
   Qwen3NextDecoderLayer(const Config& c, LayerInfo info)
       : info_(std::move(info)),
-        full_(qwen3_next_is_full_attention(info_.index, c.inhomogeneous_layer_cycle_interval)),
+        // An MTP layer (index -1) is a full-attention layer, as vLLM's Qwen3NextMultiTokenPredictor builds it.
+        full_(info_.index < 0 || qwen3_next_is_full_attention(info_.index, c.inhomogeneous_layer_cycle_interval)),
         pre_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon), true, 1.0f}),
         post_({c.emb_dim, static_cast<float>(c.normalization_layer_epsilon), true, 1.0f}),
         moe_(c) {
