@@ -26,8 +26,12 @@ declare -A refused=(
   ["deepseek2 pipeline"]="MTP layers are not split across pipeline stages"  # its file carries a next-n (MTP) layer
   ["qwen35moe tensor"]="is not split across ranks yet"                     # Gated DeltaNet
   ["qwen3next tensor"]="is not split across ranks yet"
+  ["qwen35moe_mtp tensor"]="is not split across ranks yet"
+  ["qwen35moe_mtp pipeline"]="MTP layers are not split across pipeline stages"
+  ["qwen3next_mtp tensor"]="is not split across ranks yet"
+  ["qwen3next_mtp pipeline"]="MTP layers are not split across pipeline stages"
 )
-moe=" deepseek2 deepseek2_lite gemma4_moe gpt-oss llama4 qwen35moe qwen3moe qwen3next "
+moe=" deepseek2 deepseek2_lite gemma4_moe gpt-oss llama4 qwen35moe qwen35moe_mtp qwen3moe qwen3next qwen3next_mtp "
 
 checked=0
 for d in "$peer"/*/; do

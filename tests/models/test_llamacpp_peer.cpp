@@ -338,36 +338,47 @@ TEST_CASE("llama.cpp peer: deepseek2 (DeepSeek-V3: MLA with kv_b split in two, q
   check_peer("deepseek2", kSilu);
 }
 
-TEST_CASE("llama.cpp peer: deepseek2's next-n layer (MaxText's MTP layer 1) against llama.cpp's MTP graph, with the "
-          "hidden state through the final norm as llama.cpp hands it (--mtp-hidden normed)", "[models][llamacpp][mtp]") {
-  // mtp_logits.npy: llama.cpp's LLAMA_CONTEXT_TYPE_MTP graph over the sequence in one batch (llamacpp_peer.cpp); its
-  // row i reads token i + 1 and the main model's h_nextn (output_norm(h)) at position i, and predicts token i + 2,
-  // as MaxText's MTP row i does from h_i and the rolled token. Tolerance kSilu as for the main logits (one more
-  // decoder layer in f32; measured 1.0e-4 with |logit| <= 8). MaxText's own convention (the raw hidden state) is the
-  // default; on this model it moves the logits by several units, so the check tells the two apart.
-  const std::string dir = peer_dir("deepseek2");
-  const std::string path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for deepseek2");
-  const Config cfg = *io::read_weights_config(path);
+namespace {
+/// A peer fixture's next-n layer (MaxText's MTP layer 1) against llama.cpp's MTP graph (mtp_logits.npy:
+/// LLAMA_CONTEXT_TYPE_MTP over the sequence in one batch, llamacpp_peer.cpp); its row i reads token i + 1 and the main
+/// model's h_nextn (output_norm(h)) at position i, and predicts token i + 2, as MaxText's MTP row i does from h_i and
+/// the rolled token. Tolerance kSilu as for the main logits (one more decoder layer in f32). MaxText's own convention
+/// (the raw hidden state) is the default; it moves these logits by more than 1, so the check tells the two apart.
+/// Greedy speculative decoding with the normed drafts gives llama.cpp's greedy tokens. Returns what the CLI test needs.
+struct PeerMtp {
+  std::string path;
+  std::vector<std::int32_t> seq;
+  std::int64_t T = 0, V = 0;
+  AnyTensor expected;
+};
+PeerMtp check_peer_mtp(const std::string& name) {
+  PeerMtp r;
+  const std::string dir = peer_dir(name);
+  r.path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for " + name);
+  const Config cfg = *io::read_weights_config(r.path);
   REQUIRE(cfg.mtp_num_layers == 1);
   const auto prompt = ids(test::npy(dir + "/tokens.npy"));
   const auto greedy = ids(test::npy(dir + "/greedy.npy"));
-  std::vector<std::int32_t> seq = prompt;
-  seq.insert(seq.end(), greedy.begin(), greedy.end() - 1);
-  const auto T = static_cast<std::int64_t>(seq.size()), V = cfg.vocab_size;
-  const AnyTensor expected = test::npy(dir + "/mtp_logits.npy");
-  REQUIRE(expected.shape == std::vector<std::int64_t>{T - 1, V});
+  r.seq = prompt;
+  r.seq.insert(r.seq.end(), greedy.begin(), greedy.end() - 1);
+  const auto T = static_cast<std::int64_t>(r.seq.size()), V = cfg.vocab_size;
+  r.T = T;
+  r.V = V;
+  r.expected = test::npy(dir + "/mtp_logits.npy");
+  REQUIRE(r.expected.shape == std::vector<std::int64_t>{T - 1, V});
   const auto m = models::make_built_any_model(cfg, {}, MAXTEXT_BLOCKS_BUILT);
-  m->load(io::load_weights(path, cfg).tensors);
+  m->load(io::load_weights(r.path, cfg).tensors);
   Tensor<std::int32_t, 2> tok({1, T});
-  for (std::int64_t i = 0; i < T; ++i) tok(0, i) = seq[static_cast<std::size_t>(i)];
+  for (std::int64_t i = 0; i < T; ++i) tok(0, i) = r.seq[static_cast<std::size_t>(i)];
   // The last row reads MaxText's padding id (roll_and_mask) and predicts nothing: rows 0 .. T - 2 are compared.
   const auto rows = [&](const Tensor<float, 3>& l) { return AnyTensor::from(l).reshaped({T, V}).narrow(0, 0, T - 1); };
-  const auto normed = testing::compare(rows(m->forward_with_mtp(tok, models::MtpHidden::normed).at(1)), expected, kSilu);
-  std::printf("llama.cpp peer deepseek2 MTP layer 1 (normed hidden) max |ours - llama.cpp| = %.3g\n", normed.max_abs);
-  INFO(normed.message("deepseek2 MTP logits vs llama.cpp's MTP graph"));
+  const auto normed = testing::compare(rows(m->forward_with_mtp(tok, models::MtpHidden::normed).at(1)), r.expected, kSilu);
+  std::printf("llama.cpp peer %s MTP layer 1 (normed hidden) max |ours - llama.cpp| = %.3g\n", name.c_str(), normed.max_abs);
+  INFO(normed.message(name + " MTP logits vs llama.cpp's MTP graph"));
   CHECK(normed.ok());
-  const auto raw = testing::compare(rows(m->forward_with_mtp(tok).at(1)), expected, kSilu);
-  std::printf("llama.cpp peer deepseek2 MTP layer 1 (raw hidden, MaxText's) max |ours - llama.cpp| = %.3g\n", raw.max_abs);
+  const auto raw = testing::compare(rows(m->forward_with_mtp(tok).at(1)), r.expected, kSilu);
+  std::printf("llama.cpp peer %s MTP layer 1 (raw hidden, MaxText's) max |ours - llama.cpp| = %.3g\n", name.c_str(),
+              raw.max_abs);
   CHECK(raw.max_abs > 1.0);
   // Drafting with the normed convention changes only the speed: the greedy tokens stay llama.cpp's.
   models::GenerateOptions go;
@@ -377,6 +388,18 @@ TEST_CASE("llama.cpp peer: deepseek2's next-n layer (MaxText's MTP layer 1) agai
   models::SpeculativeStats st;
   CHECK(m->generate_mtp_speculative(prompt, go, so, &st).tokens.at(0) == greedy);
   CHECK(st.total_drafted() > 0);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("llama.cpp peer: deepseek2's next-n layer (MaxText's MTP layer 1) against llama.cpp's MTP graph, with the "
+          "hidden state through the final norm as llama.cpp hands it (--mtp-hidden normed)", "[models][llamacpp][mtp]") {
+  // Measured 1.0e-4 with |logit| <= 8; the raw convention differs by 4.5.
+  const PeerMtp p = check_peer_mtp("deepseek2");
+  const std::string& path = p.path;
+  const auto& seq = p.seq;
+  const std::int64_t T = p.T, V = p.V;
+  const AnyTensor& expected = p.expected;
   // The CLI: logits --mtp 1 --mtp-hidden normed writes the same rows; a bad value or a missing --mtp / --spec mtp is
   // refused by name.
   std::string s;
@@ -394,6 +417,17 @@ TEST_CASE("llama.cpp peer: deepseek2's next-n layer (MaxText's MTP layer 1) agai
   CHECK_THAT(test::run_cli("generate --weights " + path + " --tokens 1,2 --max-new-tokens 2 --mtp-hidden normed", rc),
              Catch::Contains("--mtp-hidden needs --spec mtp"));
   std::remove(out.c_str());
+}
+
+TEST_CASE("llama.cpp peer: qwen3next and qwen35moe with their MTP layer (llama.cpp's converter: mtp.* as blk.4 and "
+          "blk.4.nextn.*): main logits, and the MTP layer against llama.cpp's MTP graph (--mtp-hidden normed)",
+          "[models][llamacpp][mtp]") {
+  // Qwen3-Next's MTP layer (vLLM's qwen3_next_mtp.py; llama.cpp's graph_mtp): (1 + w) enorm / hnorm, eh_proj, a
+  // full-attention layer with the MoE, its own shared_head_norm, the model's head.
+  check_peer("qwen3next_mtp", kSilu);
+  (void)check_peer_mtp("qwen3next_mtp");
+  check_peer("qwen35moe_mtp", kSilu);
+  (void)check_peer_mtp("qwen35moe_mtp");
 }
 
 TEST_CASE("llama.cpp peer: deepseek2 lite (DeepSeek-V2-Lite: no q LoRA, softmax routing without renormalisation, "
@@ -625,6 +659,36 @@ TEST_CASE("GGUF deepseek2: metadata to config as its config.json would give, kv_
   CHECK_THROWS_WITH(io::config_from_gguf(lg), Catch::Contains("expert_group_count 4 without a routing bias"));
 }
 
+TEST_CASE("GGUF qwen3next with its next-n layer: the MTP layer's tensors as llama.cpp's converter stores them, a "
+          "missing one named, mtp_num_layers=0 runs without", "[models][llamacpp][gguf][mtp]") {
+  const std::string path =
+      test::require(peer_dir("qwen3next_mtp") + "/model.gguf", "the llama.cpp peer fixture for qwen3next_mtp");
+  const io::GgufFile g0 = io::read_gguf(path);
+  const Config c = io::config_from_gguf(g0);
+  CHECK((c.num_decoder_layers == 4 && c.mtp_num_layers == 1));  // block_count 5 with nextn_predict_layers 1
+  const io::TensorMap t = io::import_gguf_qwen3_next(g0.tensors, c);
+  const std::string m = "mtp_block.mtp_layer_1.mtp_1_";
+  // enorm / hnorm / shared_head_norm stored as 1 + w; eh_proj [D, 2D] as the projection [2D, D].
+  CHECK(t.at(m + "embedding_norm.scale").element(5) ==
+        static_cast<float>(g0.tensors.at("blk.4.nextn.enorm.weight").element(5) - 1.0));
+  CHECK(t.at(m + "final_norm.scale").element(7) ==
+        static_cast<float>(g0.tensors.at("blk.4.nextn.shared_head_norm.weight").element(7) - 1.0));
+  CHECK(t.at(m + "projection.kernel").shape == std::vector<std::int64_t>{2 * c.emb_dim, c.emb_dim});
+  CHECK(t.at(m + "transformer_layer.attention.attention.query.kernel").shape ==
+        std::vector<std::int64_t>{c.emb_dim, c.num_query_heads, 2 * c.head_dim});
+  io::GgufFile g = g0;
+  g.tensors.tensors.erase("blk.4.nextn.eh_proj.weight");
+  CHECK_THROWS_WITH(io::import_gguf_qwen3_next(g.tensors, c),
+                    Catch::Contains("blk.4.nextn.eh_proj.weight") && Catch::Contains("mtp_num_layers=0"));
+  g = g0;
+  g.tensors.tensors.erase("blk.4.attn_q.weight");
+  CHECK_THROWS_WITH(io::import_gguf_qwen3_next(g.tensors, c), Catch::Contains("missing tensor blk.4.attn_q.weight"));
+  Config off = c;
+  off.mtp_num_layers = 0;
+  const io::TensorMap main_only = io::import_gguf_qwen3_next(g.tensors, off);  // blk.4.* not read
+  CHECK(main_only.tensors.count(m + "projection.kernel") == 0);
+}
+
 TEST_CASE("GGUF qwen3next: metadata to config, llama.cpp's stored forms undone, what MaxText's qwen3_next cannot "
           "express refused by name", "[models][llamacpp][gguf]") {
   const std::string path = test::require(peer_dir("qwen3next") + "/model.gguf", "the llama.cpp peer fixture for qwen3next");
@@ -675,7 +739,8 @@ TEST_CASE("GGUF qwen3next: metadata to config, llama.cpp's stored forms undone, 
   g = g0;
   g.metadata["qwen3next.rope.dimension_count"] = io::GgufValue::of_u32(5);
   CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("rope.dimension_count 5"));
-  // Multi-token-prediction layers appended by the converter (nextn_predict_layers, blk.4.*) are not read.
+  // Multi-token-prediction layers appended by the converter (nextn_predict_layers, blk.4.*) become MTP layers: here
+  // a fake eh_proj of the wrong shape is refused by name; with mtp_num_layers=0 blk.4.* is not read.
   g = g0;
   g.metadata["qwen3next.block_count"] = io::GgufValue::of_u32(5);
   g.metadata["qwen3next.nextn_predict_layers"] = io::GgufValue::of_u32(1);
@@ -683,8 +748,11 @@ TEST_CASE("GGUF qwen3next: metadata to config, llama.cpp's stored forms undone, 
     if (name.rfind("blk.3.", 0) == 0) g.tensors.tensors.emplace("blk.4." + name.substr(6), tensor);
   }
   g.tensors.tensors.emplace("blk.4.nextn.eh_proj.weight", g0.tensors.at("blk.3.attn_k.weight"));
-  const Config cm = io::config_from_gguf(g);
-  CHECK(cm.num_decoder_layers == 4);
+  Config cm = io::config_from_gguf(g);
+  CHECK((cm.num_decoder_layers == 4 && cm.mtp_num_layers == 1));
+  CHECK_THROWS_WITH(io::import_gguf_qwen3_next(g.tensors, cm),
+                    Catch::Contains("blk.4.nextn.eh_proj.weight: expected shape [64,128]"));
+  cm.mtp_num_layers = 0;
   CHECK(io::import_gguf_qwen3_next(g.tensors, cm).tensors.size() == t.tensors.size());
   g.metadata["qwen3next.nextn_predict_layers"] = io::GgufValue::of_u32(5);
   CHECK_THROWS_WITH(io::config_from_gguf(g), Catch::Contains("nextn_predict_layers 5"));

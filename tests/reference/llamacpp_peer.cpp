@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-backend.h"
 #include "llama-ext.h"  // llama.cpp's staging API for MTP: llama_set_embeddings_nextn, llama_get_embeddings_nextn_ith
 #include "llama.h"
 
@@ -57,6 +58,8 @@ int main(int argc, char** argv) {
   for (int i = 4; i < argc; ++i) prompt.push_back(std::atoi(argv[i]));
 
   llama_log_set(quiet_log, nullptr);
+  // A build with dynamically loaded backends (node-llama-cpp's prebuilt libraries) loads its CPU backend from there.
+  if (const char* dir = std::getenv("LLAMACPP_BACKEND_DIR")) ggml_backend_load_all_from_path(dir);
   llama_backend_init();
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;

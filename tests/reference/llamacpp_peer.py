@@ -94,6 +94,15 @@ ARCHS = {
     "deepseek2_lite": dict(arch="deepseek2", D=64, heads=4, kv=1, hd=24, ff=64, layers=3, tied=False, theta=10000.0,
                            q_lora=0, kv_lora=32, nope=16, rope=8, v=16, dense=1, experts=8, top_k=2, ff_exp=32,
                            shared=2, w_scale=1.0, gating=1, bias=False),
+    # Qwen3-Next and Qwen3.5 MoE with their MTP layer as llama.cpp's converter writes it (conversion/qwen.py
+    # _QwenMtpMixin): mtp.layers.0 as blk.4 (a full-attention layer with the MoE), mtp.fc / pre_fc_norm_embedding /
+    # pre_fc_norm_hidden / norm as blk.4.nextn.eh_proj / enorm / hnorm / shared_head_norm (norms with the 1 added).
+    "qwen3next_mtp": dict(arch="qwen3next", D=64, heads=4, kv=2, hd=16, ff=32, layers=4, tied=False, theta=1000000.0,
+                          experts=4, top_k=2, ff_exp=32, gdn_hk=2, gdn_hv=4, gdn_d=16, gdn_conv=4, full_every=4,
+                          rope_frac=0.25, nextn=1),
+    "qwen35moe_mtp": dict(arch="qwen35moe", D=64, heads=4, kv=2, hd=16, ff=32, layers=4, tied=False,
+                          theta=1000000.0, experts=4, top_k=2, ff_exp=32, gdn_hk=2, gdn_hv=8, gdn_d=16, gdn_conv=4,
+                          full_every=4, rope_frac=0.25, mrope=[1, 1, 0, 0], nextn=1),
 }
 SEEDS = {a: 1000 + i for i, a in enumerate(ARCHS)}
 
@@ -143,7 +152,8 @@ def random_qwen3next(hp, rng):
     """llama.cpp's qwen3next tensors as its converter writes them (conversion/qwen.py Qwen3NextModel): every norm but
     the gated one with the 1 of Qwen's (1 + w) RMSNorm added, ssm_a = -exp(A_log), dt_bias as ssm_dt.bias, the
     DeltaNet input projection as attn_qkv (rows q | k | v, each head-major) and attn_gate (z), ssm_ba grouped per key
-    head ([b, a] of its value heads), the conv kernel [channels, K]."""
+    head ([b, a] of its value heads), the conv kernel [channels, K]. With hp["nextn"], the MTP layer after the
+    decoder's: a full-attention layer and its nextn.* tensors."""
     D, N, K, H, V = hp["D"], hp["heads"], hp["kv"], hp["hd"], VOCAB
     Hk, Hv, Dh, Kc = hp["gdn_hk"], hp["gdn_hv"], hp["gdn_d"], hp["gdn_conv"]
     E, Fe = hp["experts"], hp["ff_exp"]
@@ -152,11 +162,16 @@ def random_qwen3next(hp, rng):
     t = {"token_embd.weight": rng.standard_normal((V, D)).astype(np.float32),
          "output_norm.weight": norm(rng, D),
          "output.weight": mat(rng, V, D, 2.0)}
-    for i in range(hp["layers"]):
+    for i in range(hp["layers"] + hp.get("nextn", 0)):
         b = f"blk.{i}."
+        if i >= hp["layers"]:  # the MTP layer
+            t[b + "nextn.eh_proj.weight"] = mat(rng, D, 2 * D, 1.5)
+            t[b + "nextn.enorm.weight"] = norm(rng, D)
+            t[b + "nextn.hnorm.weight"] = norm(rng, D)
+            t[b + "nextn.shared_head_norm.weight"] = norm(rng, D)
         t[b + "attn_norm.weight"] = norm(rng, D)
         t[b + "post_attention_norm.weight"] = norm(rng, D)
-        if (i + 1) % hp["full_every"] == 0:
+        if (i + 1) % hp["full_every"] == 0 or i >= hp["layers"]:
             t[b + "attn_q.weight"] = mat(rng, N * 2 * H, D, 2.0)  # per head: the query, then its gate
             t[b + "attn_k.weight"] = mat(rng, K * H, D, 2.0)
             t[b + "attn_v.weight"] = mat(rng, K * H, D)
@@ -443,6 +458,8 @@ def write_gguf(path, arch, hp, tensors):
         w.add_uint32(p + "ssm.inner_size", hp["gdn_d"] * hp["gdn_hv"])
         w.add_uint32(p + "full_attention_interval", hp["full_every"])
         w.add_uint32(p + "rope.dimension_count", int(hp["hd"] * hp["rope_frac"]))
+        if hp.get("nextn"):
+            w.add_nextn_predict_layers(hp["nextn"])
     pieces, scores, types = vocabulary()
     w.add_string("tokenizer.ggml.model", "llama")
     w.add_array("tokenizer.ggml.tokens", pieces)
@@ -459,15 +476,24 @@ def write_gguf(path, arch, hp, tensors):
     w.close()
 
 
-def build_peer(llama, scratch):
+def build_peer(llama, scratch, prebuilt=None):
+    """The peer program, linked against llama.cpp's own build (llama/build/bin), or against `prebuilt`: a directory of
+    the same release's prebuilt libraries (node-llama-cpp's @node-llama-cpp/linux-x64/bins/linux-x64, whose CPU
+    backends load at run time: LLAMACPP_BACKEND_DIR)."""
     scratch.mkdir(parents=True, exist_ok=True)
     exe = scratch / "llamacpp_peer"
     src = ROOT / "tests" / "reference" / "llamacpp_peer.cpp"
     if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
-        lib = llama / "build" / "bin"
+        lib = Path(prebuilt) if prebuilt else llama / "build" / "bin"
+        if prebuilt:
+            libs = [f"-l:{next(lib.glob(n)).name}" for n in ("libllama.v*.so", "libggml.v*.so", "libggml-base.so")]
+        else:
+            libs = ["-lllama", "-lggml", "-lggml-base"]
         subprocess.run(["g++", "-O2", "-std=c++17", str(src), "-I", str(llama / "include"), "-I",
-                        str(llama / "ggml" / "include"), "-I", str(llama / "src"), "-L", str(lib), "-lllama", "-lggml", "-lggml-base",
-                        f"-Wl,-rpath,{lib}", "-o", str(exe)], check=True)
+                        str(llama / "ggml" / "include"), "-I", str(llama / "src"), "-L", str(lib)] + libs +
+                       [f"-Wl,-rpath,{lib}", "-o", str(exe)], check=True)
+    if prebuilt:
+        os.environ["LLAMACPP_BACKEND_DIR"] = str(prebuilt)
     return exe
 
 
@@ -563,13 +589,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama", default=os.environ.get("LLAMA", "/work/peers/llama.cpp"))
     ap.add_argument("--scratch", default="/tmp/llamacpp_peer")
+    ap.add_argument("--prebuilt", help="link the prebuilt libraries of this directory instead of LLAMA/build/bin")
     ap.add_argument("--arch", action="append", choices=sorted(ARCHS) + ["llama4_long"])
     a = ap.parse_args()
     llama, scratch = Path(a.llama), Path(a.scratch)
     sys.path.insert(0, str(llama / "gguf-py"))
     commit = subprocess.run(["git", "-C", str(llama), "log", "-1", "--format=%H"], capture_output=True, text=True,
                             check=True).stdout.strip()
-    exe = build_peer(llama, scratch)
+    exe = build_peer(llama, scratch, a.prebuilt)
     for arch in a.arch or list(ARCHS) + ["llama4_long"]:
         if arch == "llama4_long":
             run_llama4_long(exe, commit, scratch)
