@@ -33,6 +33,7 @@
 #include "maxtext/models/speculative.hpp"
 #include "maxtext/models/transformer.hpp"
 #include "support/cli.hpp"
+#include "support/mtp_fixture.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -45,7 +46,8 @@ using Llama = models::Transformer<P32, layers::LlamaDecoderLayer>;
 using DeepSeek = models::Transformer<P32, layers::DeepSeekDenseLayer, layers::DeepSeekMoELayer>;
 using LlamaBf = models::Transformer<Policy<cpu::Backend, bf16>, layers::LlamaDecoderLayer>;
 
-std::string dir(const std::string& name) { return test::fixtures_dir() + "/" + name + "/"; }
+using test::mtp::dir;
+using test::mtp::tokens_of;
 
 template <class M>
 M load_fixture(const std::string& name, const std::string& dtype = "") {
@@ -54,11 +56,6 @@ M load_fixture(const std::string& name, const std::string& dtype = "") {
   M m(c, cpu::Backend(cpu::Options{1}));
   m.load(io::load_weights(dir(name) + "model.safetensors", m.config()).tensors);
   return m;
-}
-
-Tensor<std::int32_t, 2> tokens_of(const std::string& name) {
-  const AnyTensor t = test::npy(dir(name) + "tokens.npy");
-  return t.to<std::int32_t, 2>({t.shape[0], t.shape[1]});
 }
 
 /// Every row of `a` [B, T, V] at t < T - skip against `ref` (the last `skip` positions of MTP layer k read MaxText's
@@ -85,13 +82,7 @@ void check_against_reference(const std::string& name) {
     CHECK(models::mtp_acceptance_rate(out.logits, out.mtp_logits[static_cast<std::size_t>(k - 1)], k) ==
           Approx(acc[std::to_string(k)].get<double>()).margin(1e-9));
   }
-  // The raw hidden state MaxText hands the MTP block (before the final norm).
-  Tensor<float, 2> h;
-  models::ForwardOptions fo;
-  fo.hidden_out = &h;
-  (void)m.forward(tok, fo);
-  const AnyTensor hr = test::npy(dir(name) + "hidden.npy");
-  test::expect_close_scaled(AnyTensor::from(h), hr.reshaped({h.dim(0), h.dim(1)}), 1e-5, "hidden");
+  test::mtp::check_raw_hidden(m, tok, name);
 }
 
 /// MTP layer 1 run one position at a time over its cache equals the whole-sequence pass (f32 summation order only).
@@ -143,9 +134,7 @@ struct RecordingDrafter {
 template <class M>
 void check_speculative(const std::string& name) {
   M m = load_fixture<M>(name);
-  const auto tok = tokens_of(name);
-  std::vector<std::int32_t> prompt;
-  for (std::int64_t t = 0; t < 5; ++t) prompt.push_back(tok(0, t));
+  const std::vector<std::int32_t> prompt = test::mtp::prompt_of(name, 5);
   models::GenerateOptions opt;
   opt.max_new_tokens = 24;
   const auto plain = models::generate(m, {prompt}, opt);
@@ -159,12 +148,7 @@ void check_speculative(const std::string& name) {
   for (std::int64_t K : {1, 2, 4}) {
     INFO("draft_max " << K);
     RecordingDrafter<M> d{models::MtpDrafter<M>(m, 64), {}, {}};
-    models::SpeculativeOptions so;
-    so.draft_max = K;
-    models::SpeculativeStats st;
-    const auto r = models::generate_speculative(m, prompt, opt, d, so, &st);
-    CHECK(r.tokens[0] == plain.tokens[0]);
-    CHECK(st.total_drafted() > 0);
+    const auto st = test::mtp::check_speculation_is_plain(m, prompt, opt, d, K, plain.tokens[0]);
     // Every pass asked for drafts gets one per MTP layer (two), up to what it asked for.
     CHECK(st.drafted[0] + st.empty_drafts == st.verify_passes);
     for (const auto& [asked, given] : d.sizes) CHECK(given == static_cast<std::size_t>(std::min<std::int64_t>(asked, 2)));

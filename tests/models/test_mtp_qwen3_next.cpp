@@ -28,6 +28,7 @@
 #include "maxtext/models/transformer.hpp"
 #include "support/backends.hpp"
 #include "support/cli.hpp"
+#include "support/mtp_fixture.hpp"
 #include "support/test_support.hpp"
 #include "support/tolerance.hpp"
 
@@ -38,12 +39,8 @@ namespace {
 using P32 = Policy<cpu::Backend, float>;
 using Qwen3Next = models::Transformer<P32, layers::Qwen3NextDecoderLayer>;
 
-std::string dir(const std::string& name) { return test::fixtures_dir() + "/" + name + "/"; }
-
-Tensor<std::int32_t, 2> tokens_of(const std::string& name) {
-  const AnyTensor t = test::npy(dir(name) + "tokens.npy");
-  return t.to<std::int32_t, 2>({t.shape[0], t.shape[1]});
-}
+using test::mtp::dir;
+using test::mtp::tokens_of;
 
 Qwen3Next load(const std::string& name, Config* cfg_out = nullptr) {
   const Config cfg = io::config_from_hf_file(dir(name) + "config.json");
@@ -69,21 +66,14 @@ void check_against_reference(const std::string& name, const std::string& block) 
   close_logits(raw.mtp_logits.at(0), dir(name) + "mtp_logits_1.npy", "mtp logits (raw hidden state)");
   const auto normed = m.forward_with_mtp(tok, {}, models::MtpHidden::normed);
   close_logits(normed.mtp_logits.at(0), dir(name) + "mtp_logits_1_normed.npy", "mtp logits (normed hidden state)");
-  Tensor<float, 2> h;
-  models::ForwardOptions fo;
-  fo.hidden_out = &h;
-  (void)m.forward(tok, fo);
-  const AnyTensor hr = test::npy(dir(name) + "hidden.npy");
-  test::expect_close_scaled(AnyTensor::from(h), hr.reshaped({h.dim(0), h.dim(1)}), 1e-5, "hidden");
+  test::mtp::check_raw_hidden(m, tok, name);
 }
 
 /// Greedy speculative decoding with the MTP drafts gives plain greedy decoding's tokens, whichever hidden state the
 /// drafter hands the layer; the main model's Gated DeltaNet states are rolled back after each rejection.
 void check_speculative(const std::string& name) {
   Qwen3Next m = load(name);
-  const auto tok = tokens_of(name);
-  std::vector<std::int32_t> prompt;
-  for (std::int64_t t = 0; t < 5; ++t) prompt.push_back(tok(0, t));
+  const std::vector<std::int32_t> prompt = test::mtp::prompt_of(name, 5);
   models::GenerateOptions opt;
   opt.max_new_tokens = 20;
   const auto plain = models::generate(m, {prompt}, opt);
@@ -91,12 +81,7 @@ void check_speculative(const std::string& name) {
     for (std::int64_t K : {1, 3}) {
       INFO("draft_max " << K << (hidden == models::MtpHidden::raw ? " raw" : " normed"));
       models::MtpDrafter<Qwen3Next> d(m, 64, hidden);
-      models::SpeculativeOptions so;
-      so.draft_max = K;
-      models::SpeculativeStats st;
-      const auto r = models::generate_speculative(m, prompt, opt, d, so, &st);
-      CHECK(r.tokens[0] == plain.tokens[0]);
-      CHECK(st.total_drafted() > 0);
+      const auto st = test::mtp::check_speculation_is_plain(m, prompt, opt, d, K, plain.tokens[0]);
       CHECK(st.drafted.size() >= 1);
       if (st.drafted.size() > 1) CHECK(st.drafted[1] == 0);  // one MTP layer: one draft per pass
     }
