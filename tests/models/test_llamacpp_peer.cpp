@@ -51,6 +51,12 @@ constexpr testing::Tolerance kF64Graph{1e-4, 1e-4};
 /// round to neighbouring fp16 numbers, one fp16 ulp (2^-10 of the value's binade) apart; measured: 2 of 6016 logits
 /// beyond 1e-4, at most 1.7e-4. The rounding itself moves these logits by 1.1e-2, eleven times the tolerance.
 constexpr testing::Tolerance kF16Cache{1e-4, 1e-3};
+/// The Qwen3.5 MoE file with its MTP layer (qwen35moe_mtp; 8 value heads of the DeltaNet per 2 key heads): kSilu but
+/// atol 1e-3. Its logits move by ~5e-4 under f32 reordering alone: over five seeds of this shape, our GCC build
+/// (AVX-512) and our clang 14 ASan build differ from llama.cpp by 0.95-2.8e-4 and 1.0-7.1e-4 (main logits, |logit|
+/// <= 8.3), 1.6-5.8e-4 and 2.0-6.4e-4 (the MTP layer), so at some logit our two builds differ from each other by at
+/// least 5e-4. The qwen3next files stay within kSilu (at most 1.6e-4). The raw convention moves the MTP logits by 3.0.
+constexpr testing::Tolerance kQwen35Mtp{1e-4, 1e-3};
 
 std::string peer_dir(const std::string& arch) { return test::fixtures_dir() + "/llamacpp/" + arch; }
 
@@ -342,7 +348,7 @@ namespace {
 /// A peer fixture's next-n layer (MaxText's MTP layer 1) against llama.cpp's MTP graph (mtp_logits.npy:
 /// LLAMA_CONTEXT_TYPE_MTP over the sequence in one batch, llamacpp_peer.cpp); its row i reads token i + 1 and the main
 /// model's h_nextn (output_norm(h)) at position i, and predicts token i + 2, as MaxText's MTP row i does from h_i and
-/// the rolled token. Tolerance kSilu as for the main logits (one more decoder layer in f32). MaxText's own convention
+/// the rolled token. Tolerance `tol` as for the main logits (one more decoder layer in f32). MaxText's own convention
 /// (the raw hidden state) is the default; it moves these logits by more than 1, so the check tells the two apart.
 /// Greedy speculative decoding with the normed drafts gives llama.cpp's greedy tokens. Returns what the CLI test needs.
 struct PeerMtp {
@@ -351,7 +357,7 @@ struct PeerMtp {
   std::int64_t T = 0, V = 0;
   AnyTensor expected;
 };
-PeerMtp check_peer_mtp(const std::string& name) {
+PeerMtp check_peer_mtp(const std::string& name, testing::Tolerance tol = kSilu) {
   PeerMtp r;
   const std::string dir = peer_dir(name);
   r.path = test::require(dir + "/model.gguf", "the llama.cpp peer fixture for " + name);
@@ -372,11 +378,11 @@ PeerMtp check_peer_mtp(const std::string& name) {
   for (std::int64_t i = 0; i < T; ++i) tok(0, i) = r.seq[static_cast<std::size_t>(i)];
   // The last row reads MaxText's padding id (roll_and_mask) and predicts nothing: rows 0 .. T - 2 are compared.
   const auto rows = [&](const Tensor<float, 3>& l) { return AnyTensor::from(l).reshaped({T, V}).narrow(0, 0, T - 1); };
-  const auto normed = testing::compare(rows(m->forward_with_mtp(tok, models::MtpHidden::normed).at(1)), r.expected, kSilu);
+  const auto normed = testing::compare(rows(m->forward_with_mtp(tok, models::MtpHidden::normed).at(1)), r.expected, tol);
   std::printf("llama.cpp peer %s MTP layer 1 (normed hidden) max |ours - llama.cpp| = %.3g\n", name.c_str(), normed.max_abs);
   INFO(normed.message(name + " MTP logits vs llama.cpp's MTP graph"));
   CHECK(normed.ok());
-  const auto raw = testing::compare(rows(m->forward_with_mtp(tok).at(1)), r.expected, kSilu);
+  const auto raw = testing::compare(rows(m->forward_with_mtp(tok).at(1)), r.expected, tol);
   std::printf("llama.cpp peer %s MTP layer 1 (raw hidden, MaxText's) max |ours - llama.cpp| = %.3g\n", name.c_str(),
               raw.max_abs);
   CHECK(raw.max_abs > 1.0);
@@ -426,8 +432,8 @@ TEST_CASE("llama.cpp peer: qwen3next and qwen35moe with their MTP layer (llama.c
   // full-attention layer with the MoE, its own shared_head_norm, the model's head.
   check_peer("qwen3next_mtp", kSilu);
   (void)check_peer_mtp("qwen3next_mtp");
-  check_peer("qwen35moe_mtp", kSilu);
-  (void)check_peer_mtp("qwen35moe_mtp");
+  check_peer("qwen35moe_mtp", kQwen35Mtp);
+  (void)check_peer_mtp("qwen35moe_mtp", kQwen35Mtp);
 }
 
 TEST_CASE("llama.cpp peer: deepseek2 lite (DeepSeek-V2-Lite: no q LoRA, softmax routing without renormalisation, "

@@ -497,12 +497,12 @@ def build_peer(llama, scratch, prebuilt=None):
     return exe
 
 
-def run_arch(name, exe, llama_commit, scratch):
+def run_arch(name, exe, llama_commit, scratch, seed=None):
     hp = dict(ARCHS[name])
     arch = hp.pop("arch", name)
     d = OUT / name
     d.mkdir(parents=True, exist_ok=True)
-    seed = SEEDS[name]
+    seed = SEEDS[name] if seed is None else seed
     for attempt in range(20):
         rng = np.random.default_rng(seed)
         tensors = random_model(arch, hp, rng)
@@ -589,6 +589,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama", default=os.environ.get("LLAMA", "/work/peers/llama.cpp"))
     ap.add_argument("--scratch", default="/tmp/llamacpp_peer")
+    ap.add_argument("--seed", type=int, help="the first seed to try (default: SEEDS)")
     ap.add_argument("--prebuilt", help="link the prebuilt libraries of this directory instead of LLAMA/build/bin")
     ap.add_argument("--arch", action="append", choices=sorted(ARCHS) + ["llama4_long"])
     a = ap.parse_args()
@@ -601,7 +602,7 @@ def main():
         if arch == "llama4_long":
             run_llama4_long(exe, commit, scratch)
         else:
-            run_arch(arch, exe, commit, scratch)
+            run_arch(arch, exe, commit, scratch, a.seed)
 
 
 if __name__ == "__main__":
