@@ -359,11 +359,9 @@ inline TensorMap import_hf_qwen3_next(const TensorMap& in, const Config& cfg, co
     MAXTEXT_CHECK(imp.has("mtp.fc.weight"), ConfigError, "[", what, "] mtp_num_layers = ", cfg.mtp_num_layers,
                   " (config.json's mtp_num_hidden_layers) but the checkpoint holds no mtp.fc.weight: it carries no "
                   "multi-token-prediction layer; set mtp_num_layers=0 to run without");
-    for (const auto& [from, to] : {std::pair<const char*, const char*>{"mtp.pre_fc_norm_embedding.weight", "embedding_norm.scale"},
-                                   {"mtp.pre_fc_norm_hidden.weight", "hidden_state_norm.scale"},
-                                   {"mtp.norm.weight", "final_norm.scale"}}) {
-      if (const AnyTensor* t = imp.get(from)) imp.put(m + to, *t, from);
-    }
+    imp.same("mtp.pre_fc_norm_embedding.weight", m + "embedding_norm.scale");
+    imp.same("mtp.pre_fc_norm_hidden.weight", m + "hidden_state_norm.scale");
+    imp.same("mtp.norm.weight", m + "final_norm.scale");
     if (const AnyTensor* t = imp.get("mtp.fc.weight")) {
       imp.shape(*t, {D, 2 * D}, "mtp.fc.weight");
       imp.put(m + "projection.kernel", t->permuted({1, 0}), "mtp.fc.weight");
@@ -603,14 +601,9 @@ inline TensorMap import_gguf_qwen3_next(const TensorMap& in, const Config& cfg, 
     MAXTEXT_CHECK(imp.has(n + "eh_proj.weight"), ConfigError, "[", what, "] mtp_num_layers = ", cfg.mtp_num_layers,
                   " (the file's nextn_predict_layers) but it holds no ", n, "eh_proj.weight; set mtp_num_layers=0 to run "
                   "without");
-    for (const auto& [from, to] : {std::pair<const char*, const char*>{"enorm.weight", "embedding_norm.scale"},
-                                   {"hnorm.weight", "hidden_state_norm.scale"},
-                                   {"shared_head_norm.weight", "final_norm.scale"}}) {
-      if (const AnyTensor* t = imp.get(n + from)) {
-        imp.put(m + to, detail::gguf_elementwise(*t, [](double v, std::int64_t) { return static_cast<float>(v - 1.0); }),
-                n + from);
-      }
-    }
+    norm(n + "enorm.weight", m + "embedding_norm.scale");
+    norm(n + "hnorm.weight", m + "hidden_state_norm.scale");
+    norm(n + "shared_head_norm.weight", m + "final_norm.scale");
     if (const AnyTensor* t = imp.get(n + "eh_proj.weight")) {
       imp.shape(*t, {D, 2 * D}, n + "eh_proj.weight");
       imp.put(m + "projection.kernel", t->permuted({1, 0}), n + "eh_proj.weight");
