@@ -1086,10 +1086,12 @@ inline std::shared_ptr<const Packed> wrap_ggml(const std::byte* rows, std::size_
 /// (each row's sums as a decode step's, to the bit) at a fraction of the panels' cost: model c's Q8_0, one thread,
 /// 5 rows in 1.9 decode steps instead of 3.8 (bench/speculative).
 inline constexpr std::int64_t kGgmlRowsDirect = 8;
-/// The same for F32 / F16 / BF16 rows, taken four x rows at a time: a weight row (a few KiB) is read from memory
-/// once and from L1 again for the next four. Widening a panel costs about as much as reading the row again, so for
-/// a few rows (a short prompt) the direct products are the quicker.
-inline constexpr std::int64_t kFloatRowsDirect = 8;
+/// The same for F32 / F16 / BF16 rows (qblock::dot_float_rows, all x rows in one pass over the weight rows). Widening
+/// a panel costs about as much as reading the row again, so for a few rows (a short prompt) the direct products are
+/// the quicker.
+inline constexpr std::int64_t kFloatRowsDirect = qblock::kFloatDotRows;
+/// Weight rows per qblock::dot_float_rows call in decode.
+inline constexpr std::int64_t kFloatDecodeRows = 120;
 /// The same with 8-bit activations (qblock::dot_q8_rows on a chunk of weight rows). Without VNNI the integer panel
 /// tiles emulate vpdpbusd with 16-bit products, and up to 8 rows (a short prompt) are quicker row by row: 2.2-2.6x
 /// on the 1B-class projections (bench/micro BM_gemm_ggml, M = 8, Q4_K and Q4_0, AVX2). With AVX-512 the kernels
@@ -1219,19 +1221,24 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
         }
         return;
       }
-      float acc[std::max({kFloatRowsDirect, kGgmlRowsDirect, kGgmlI8RowsDirect})];
+      if (floats) {
+        // kFloatDecodeRows weight rows per qblock::dot_float_rows call: tiles of weight rows share each x vector load.
+        float accs[kFloatRowsDirect * kFloatDecodeRows];
+        for (std::int64_t c0 = n0; c0 < n1; c0 += kFloatDecodeRows) {
+          const std::int64_t nc = std::min(kFloatDecodeRows, n1 - c0);
+          qblock::dot_float_rows(p.ggml_type, p.rows_data + static_cast<std::size_t>(c0) * p.row_bytes, p.row_bytes,
+                                 nc, K, xf, ldf, static_cast<int>(M), accs, kFloatDecodeRows);
+          for (std::int64_t m = 0; m < M; ++m) {
+            for (std::int64_t j = 0; j < nc; ++j) finish(m, c0 + j, accs[m * kFloatDecodeRows + j]);
+          }
+        }
+        return;
+      }
+      float acc[std::max(kGgmlRowsDirect, kGgmlI8RowsDirect)];
       for (std::int64_t n = n0; n < n1; ++n) {
         const std::byte* row = p.rows_data + static_cast<std::size_t>(n) * p.row_bytes;
-        if (floats) {
-          for (std::int64_t m = 0; m < M; m += 4) {
-            qblock::dot_float(p.ggml_type, row, K, xf + m * ldf, ldf, static_cast<int>(std::min<std::int64_t>(4, M - m)),
-                              acc + m);
-          }
-        } else {
-          for (std::int64_t m = 0; m < M; m += 4) {
-            qblock::dot_exact(bt, row, K, xf + m * ldf, ldf, static_cast<int>(std::min<std::int64_t>(4, M - m)),
-                              acc + m);
-          }
+        for (std::int64_t m = 0; m < M; m += 4) {
+          qblock::dot_exact(bt, row, K, xf + m * ldf, ldf, static_cast<int>(std::min<std::int64_t>(4, M - m)), acc + m);
         }
         for (std::int64_t m = 0; m < M; ++m) finish(m, n, acc[m]);
       }

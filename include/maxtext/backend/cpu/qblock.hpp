@@ -262,7 +262,7 @@ MAXTEXT_KERNEL_API void dot_exact(BlockType t, const std::byte* row, std::int64_
 
 // ---- float rows (F32, F16, BF16) of runtime-typed matrices ----
 // A GGUF file's unquantised matrices, read where they lie in the mapping. Widening to f32 is exact; the dot products
-// keep U independent f32 sums per activation row (lanes of one vector register each), added at the end. Vector
+// keep one f32 sum per (weight row, activation row) in the lanes of one vector register, added at the end. Vector
 // paths: AVX-512, and AVX2 with FMA and F16C; elsewhere (and for the tail of a row) scalar loops.
 
 /// Whether ggml type `type` is one of the float row types (F32, F16, BF16) rather than a block type.
@@ -273,8 +273,18 @@ inline bool is_float_type(std::uint32_t type) {
 /// Exact widening of `n` values (any count) of a float row type at `src` to f32.
 MAXTEXT_KERNEL_API void widen(std::uint32_t type, const std::byte* src, float* dst, std::int64_t n);
 
-/// out[m] = sum_k w[k] * x[m*ldx + k] for m < M (1..4), in f32, for a row of a float row type (any K); every row's
-/// sum is what it is with M = 1, bit for bit.
+/// The most x rows per dot_float_rows / dot_float call (a verify pass of speculative decoding with up to 7 drafts).
+inline constexpr int kFloatDotRows = 8;
+
+/// out[m * ldo + j] = sum_k w_j[k] * x[m*ldx + k] for the `nrows` rows w_j of a float row type at `rows` (row_bytes
+/// apart; any K) and m < M (1..kFloatDotRows), in f32. Every output's sum is what it is with M = 1 and nrows = 1, bit
+/// for bit: one sum of kFrW lanes (16 with AVX-512, 8 with AVX2) per output over the vector body, the tail over 64
+/// lanes. Each weight vector is widened once for the M rows and each x vector loaded once for a tile of weight rows.
+MAXTEXT_KERNEL_API void dot_float_rows(std::uint32_t type, const std::byte* rows, std::size_t row_bytes,
+                                       std::int64_t nrows, std::int64_t K, const float* x, std::int64_t ldx, int M,
+                                       float* out, std::int64_t ldo);
+
+/// dot_float_rows for one row: out[m] for m < M.
 MAXTEXT_KERNEL_API void dot_float(std::uint32_t type, const std::byte* row, std::int64_t K, const float* x,
                                   std::int64_t ldx, int M, float* out);
 
