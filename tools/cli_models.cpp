@@ -75,7 +75,9 @@ std::string weight_type_of_file(const Config& cfg, const io::LoadedWeights& w) {
 
 std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load) {
   const std::string i8 = a.get("int8-activations", "off");
-  MAXTEXT_CHECK(i8 == "on" || i8 == "off", ArgumentError, "--int8-activations: expected on or off, found '", i8, "'");
+  MAXTEXT_CHECK(i8 == "on" || i8 == "off" || i8 == "auto", ArgumentError,
+                "--int8-activations: expected on, off or auto (on where the weights are Q8_0 or a GGUF file's blocks), "
+                "found '", i8, "'");
   models::AnyModelOptions o;
   o.weight_type = a.get("weight-type");
   o.threads = static_cast<int>(a.integer("threads", 0));
@@ -96,6 +98,11 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
                              models::read_matrices_in_place(cfg, a.get("weight-type")),
                          /*populate=*/!split);
     if (!a.has("weight-type")) o.weight_type = weight_type_of_file(cfg, *w);
+  }
+  if (i8 == "auto") {  // on where check_int8_activations would take it
+    o.int8_activations = o.weight_type == "q8_0" ||
+                         (o.weight_type == "ggml" && w && io::has_block_matrices(w->tensors));
+    if (o.int8_activations) std::cerr << "maxtext: " << a.get("weights", "the model") << ": 8-bit activations on (auto)\n";
   }
   models::check_int8_activations(o.int8_activations, o.weight_type, w ? &w->tensors : nullptr, a.get("weights"),
                                  "--int8-activations on", "--weight-type q8_0");

@@ -49,11 +49,13 @@ inline const std::vector<CommandOptions>& command_options() {
         // open_model without loading: neither --seed nor the tokenizer is read.
         {"info", {"config", "weights", "weight-type", "threads", "int8-activations", "kv-type"}, true},
         {"generate",
-         join(join(join(model, sampling), {"tokens", "prompt", "spec", "draft", "draft-max", "mtp-hidden", "grammar",
+         join(join(join(model, sampling), {"tokens", "prompt", "spec", "draft", "draft-max", "draft-int8-activations",
+                                           "mtp-hidden", "grammar",
                                            "grammar-file", "json-schema", "json-schema-file"}),
               images),
          true},
-        {"chat", join(join(join(model, sampling), {"system", "ctx-size", "spec", "draft", "draft-max", "mtp-hidden", "session"}), images),
+        {"chat", join(join(join(model, sampling), {"system", "ctx-size", "spec", "draft", "draft-max", "draft-int8-activations",
+                                                   "mtp-hidden", "session"}), images),
          true},
         // Sampling comes with each request; --max-new-tokens caps requests that give no max_tokens.
         {"serve",

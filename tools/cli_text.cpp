@@ -58,6 +58,8 @@ std::unique_ptr<SpecChoice> open_spec(const Args& a, const Config& cfg, std::int
   MAXTEXT_CHECK(spec != "mtp" || cfg.mtp_num_layers > 0, ArgumentError, "--spec mtp: the model has no MTP layers "
                 "(mtp_num_layers = 0; DeepSeek-V3 checkpoints carry one: num_nextn_predict_layers)");
   MAXTEXT_CHECK(spec == "draft" || !a.has("draft"), ArgumentError, "--draft FILE needs --spec draft");
+  MAXTEXT_CHECK(spec == "draft" || !a.has("draft-int8-activations"), ArgumentError,
+                "--draft-int8-activations needs --spec draft");
   MAXTEXT_CHECK(spec != "draft" || a.has("draft"), ArgumentError, "--spec draft needs --draft FILE (the draft model)");
   MAXTEXT_CHECK(!spec.empty() || !a.has("draft-max"), ArgumentError, "--draft-max needs --spec lookup, draft or mtp");
   sc->options.draft_max = a.integer("draft-max", 4);
@@ -69,6 +71,13 @@ std::unique_ptr<SpecChoice> open_spec(const Args& a, const Config& cfg, std::int
     da.command = a.command;
     da.opt["weights"] = a.get("draft");
     if (a.has("threads")) da.opt["threads"] = a.get("threads");
+    // The draft's arithmetic never changes the output (the model checks every draft), only how many are accepted:
+    // by default its products take 8-bit activations where its weights allow, as llama.cpp's drafts do.
+    const std::string di8 = a.get("draft-int8-activations", "auto");
+    MAXTEXT_CHECK(di8 == "on" || di8 == "off" || di8 == "auto", ArgumentError,
+                  "--draft-int8-activations: expected on, off or auto (the default: on where the draft's weights are "
+                  "Q8_0 or a GGUF file's blocks), found '", di8, "'");
+    da.opt["int8-activations"] = di8;
     const Config dcfg = make_config(da);
     MAXTEXT_CHECK(dcfg.vocab_size <= cfg.vocab_size, ArgumentError, "--draft ", a.get("draft"), ": vocab_size ",
                   dcfg.vocab_size, " is larger than the model's ", cfg.vocab_size,

@@ -19,9 +19,11 @@ commands:
             [--temperature T] [--top-k K] [--top-p P] [--seed S]
   generate  --weights FILE [--tokenizer FILE] --prompt "text" [--max-new-tokens N] [--stop STRING ...] [...]:
             streams the text
-            [--spec lookup|draft|mtp [--draft FILE] [--draft-max K] [--mtp-hidden raw|normed]]: greedy speculative
-            decoding, K drafted tokens (default 4) checked per pass, from prompt lookup, a draft model sharing the
-            tokenizer, or the model's MTP layers (one draft per layer); the same tokens
+            [--spec lookup|draft|mtp [--draft FILE] [--draft-max K] [--draft-int8-activations on|off|auto]
+            [--mtp-hidden raw|normed]]: greedy speculative decoding, K drafted tokens (default 4) checked per pass,
+            from prompt lookup, a draft model sharing the tokenizer (auto, the default: its products take 8-bit
+            activations where its weights allow; drafts never change the output), or the model's MTP layers (one
+            draft per layer); the same tokens
             [--grammar GBNF | --grammar-file FILE | --json-schema JSON | --json-schema-file FILE]: the text follows
             the grammar (llama.cpp's GBNF) or the JSON Schema
   generate|logits|chat ... --image FILE [--image FILE ...] [--mmproj MMPROJ.gguf]
@@ -29,7 +31,8 @@ commands:
             tower, or any Gemma 3 text model with llama.cpp's mmproj file): each <start_of_image> (or llama.cpp's
             <__media__>) of the prompt, --tokens or the chat's messages takes the next picture. docs/vision.md
   chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]
-            [--spec lookup|draft|mtp [--draft FILE] [--draft-max K] [--mtp-hidden raw|normed]] [--session FILE]:
+            [--spec lookup|draft|mtp [--draft FILE] [--draft-max K] [--draft-int8-activations on|off|auto]
+            [--mtp-hidden raw|normed]] [--session FILE]:
             a conversation, one user message per line of stdin until EOF; the KV cache is kept between turns;
             --session restores the conversation from FILE when it exists and saves it there after every turn
   serve     --weights FILE [--tokenizer FILE] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q]
@@ -64,9 +67,10 @@ common options:
                      else the file's own type when every matrix of --weights is F16, BF16 or Q8_0, else the
                      config's dtype; float32 widens
   --threads N        CPU threads (default: all cores)
-  --int8-activations on|off
+  --int8-activations on|off|auto
                      with Q8_0 or ggml weights: quantise activations to 8 bits per 32-block and use integer dot
-                     products (llama.cpp's Q8_0 arithmetic; faster, ~1% rms logit error). Default off: exact
+                     products (llama.cpp's Q8_0 arithmetic; faster, ~1% rms logit error). Default off: exact;
+                     auto: on where the weights are Q8_0 or a GGUF file's blocks
   --kv-type T        KV-cache element type: the activations' (default, as MaxText) or float16 (keys and values
                      rounded to fp16 as they are written: llama.cpp's default cache type, half the cache's memory
                      and reads); float16 applies to a GGUF file's matrices (weight type ggml)

@@ -345,6 +345,49 @@ TEST_CASE("maxtext generate --spec lookup|draft prints plain greedy's tokens, an
           "--spec: one prompt at a time, found 2 rows");
 }
 
+TEST_CASE("maxtext generate --spec draft: the draft's 8-bit activations change its drafts, not the tokens",
+          "[speculative][cli]") {
+  // Two quantisations of one seeded Llama (tests/fixtures/ggml_quants): Q6_K the model, Q4_K_M the draft. The draft's
+  // products take 8-bit activations by default (auto) where its file holds blocks; on, off and auto give plain
+  // greedy's tokens, and an F32 draft file takes them only when asked for by name (then refused, naming the file).
+  const std::string dir = test::fixtures_dir() + "/ggml_quants";
+  const std::string base = "generate --threads 1 --max-new-tokens 24 --weights " + dir + "/tiny-Q6_K.gguf --tokens 1,7,42,99";
+  const std::string draft = " --spec draft --draft " + dir + "/tiny-Q4_K_M.gguf";
+  int rc = 0;
+  const std::string plain = run_maxtext(base, rc);
+  REQUIRE(rc == 0);
+  const std::string tokens = line_of(plain, "tokens[0]: ");
+  REQUIRE(!tokens.empty());
+  for (const std::string& opt : {std::string(), std::string(" --draft-int8-activations on"),
+                                 std::string(" --draft-int8-activations off"), std::string(" --draft-int8-activations auto")}) {
+    const std::string out = run_maxtext(base + draft + opt, rc);
+    INFO(opt << "\n" << out);
+    CHECK(rc == 0);
+    CHECK(line_of(out, "tokens[0]: ") == tokens);
+    CHECK(out.find("\nspeculative: ") != std::string::npos);
+    const bool automatic = opt.empty() || opt.find("auto") != std::string::npos;
+    CHECK((out.find("tiny-Q4_K_M.gguf: 8-bit activations on (auto)") != std::string::npos) == automatic);
+  }
+  auto refused = [&](const std::string& args, const std::string& what) {
+    const std::string out = run_maxtext(args, rc);
+    INFO(args << "\n" << out);
+    CHECK(rc != 0);
+    CHECK(out.find(what) != std::string::npos);
+  };
+  refused(base + " --draft-int8-activations on", "--draft-int8-activations needs --spec draft");
+  refused(base + draft + " --draft-int8-activations yes", "--draft-int8-activations: expected on, off or auto");
+  const std::string stories = test::models_dir() + "/stories260K";
+  if (std::filesystem::exists(stories + "/stories260K.gguf")) {  // F32 rows: auto takes the exact products, on is refused
+    const std::string sbase = "generate --threads 1 --max-new-tokens 8 --weights " + stories + "/stories260K.bin --tokens 1,2,3";
+    const std::string out = run_maxtext(sbase + " --spec draft --draft " + stories + "/stories260K.gguf", rc);
+    INFO(out);
+    CHECK(rc == 0);
+    CHECK(out.find("8-bit activations on") == std::string::npos);
+    refused(sbase + " --spec draft --draft " + stories + "/stories260K.gguf --draft-int8-activations on",
+            "holds no block-quantised matrix");
+  }
+}
+
 namespace {
 /// The distribution a draw at temperature `temp` with top-k `k` chooses from, written from SamplingParams' definition
 /// (softmax of logits / temp over the k largest, ties by lower id), in double.
