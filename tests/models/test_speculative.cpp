@@ -85,6 +85,14 @@ struct SpoilingOracle {
 };
 
 std::string run_maxtext(const std::string& args, int& rc) { return test::run_cli(args, rc); }
+/// `maxtext ARGS` fails, saying `what`.
+void refused(const std::string& args, const std::string& what) {
+  int rc = 0;
+  const std::string out = run_maxtext(args, rc);
+  INFO(args << "\n" << out);
+  CHECK(rc != 0);
+  CHECK(out.find(what) != std::string::npos);
+}
 
 /// The line of `text` that starts with `prefix` (empty when none).
 std::string line_of(const std::string& text, const std::string& prefix) {
@@ -330,12 +338,6 @@ TEST_CASE("maxtext generate --spec lookup|draft prints plain greedy's tokens, an
   const auto acc = line.rfind(' ', of - 1);
   CHECK(line.substr(acc + 1, of - acc - 1) == line.substr(of + 4, line.find(' ', of + 4) - of - 4));
 
-  auto refused = [&](const std::string& args, const std::string& what) {
-    const std::string out = run_maxtext(args, rc);
-    INFO(args << "\n" << out);
-    CHECK(rc != 0);
-    CHECK(out.find(what) != std::string::npos);
-  };
   refused(base + " --spec draft", "--spec draft needs --draft FILE");
   refused(base + " --draft " + dir + "/stories260K.gguf", "--draft FILE needs --spec draft");
   refused(base + " --draft-max 3", "--draft-max needs --spec lookup, draft or mtp");
@@ -368,12 +370,6 @@ TEST_CASE("maxtext generate --spec draft: the draft's 8-bit activations change i
     const bool automatic = opt.empty() || opt.find("auto") != std::string::npos;
     CHECK((out.find("tiny-Q4_K_M.gguf: 8-bit activations on (auto)") != std::string::npos) == automatic);
   }
-  auto refused = [&](const std::string& args, const std::string& what) {
-    const std::string out = run_maxtext(args, rc);
-    INFO(args << "\n" << out);
-    CHECK(rc != 0);
-    CHECK(out.find(what) != std::string::npos);
-  };
   refused(base + " --draft-int8-activations on", "--draft-int8-activations needs --spec draft");
   refused(base + draft + " --draft-int8-activations yes", "--draft-int8-activations: expected on, off or auto");
   const std::string stories = test::models_dir() + "/stories260K";
