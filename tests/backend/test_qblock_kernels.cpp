@@ -106,10 +106,10 @@ TEST_CASE("qblock dot_exact against a long-double dot of the dequantised row", "
       std::vector<float> w(static_cast<std::size_t>(K));
       quant::dequantize_row(t, blocks.data(), w.data(), K);
       const std::int64_t ldx = K + 16;
-      const auto x = random_floats(static_cast<std::size_t>(4 * ldx), 99u);
-      for (int M = 1; M <= 4; ++M) {
+      const auto x = random_floats(static_cast<std::size_t>(qb::kExactDotRows * ldx), 99u);
+      for (int M = 1; M <= qb::kExactDotRows; ++M) {
         INFO(f.name << " K=" << K << " M=" << M);
-        float out[4] = {0, 0, 0, 0};
+        float out[qb::kExactDotRows] = {};
         qb::dot_exact(t, blocks.data(), K, x.data(), ldx, M, out);
         for (int m = 0; m < M; ++m) {
           long double ref = 0, mag = 0;

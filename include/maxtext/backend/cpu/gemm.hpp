@@ -1237,8 +1237,12 @@ void matmul(const Packed& p, const X* x, std::int64_t ldx, std::int64_t M, Y* y,
       float acc[std::max(kGgmlRowsDirect, kGgmlI8RowsDirect)];
       for (std::int64_t n = n0; n < n1; ++n) {
         const std::byte* row = p.rows_data + static_cast<std::size_t>(n) * p.row_bytes;
-        for (std::int64_t m = 0; m < M; m += 4) {
-          qblock::dot_exact(bt, row, K, xf + m * ldf, ldf, static_cast<int>(std::min<std::int64_t>(4, M - m)), acc + m);
+        // One call for up to kExactDotRows rows (a verify pass of up to 5 drafts decodes each block once), else
+        // four at a time.
+        for (std::int64_t m = 0; m < M;) {
+          const std::int64_t r = M - m <= qblock::kExactDotRows ? M - m : 4;
+          qblock::dot_exact(bt, row, K, xf + m * ldf, ldf, static_cast<int>(r), acc + m);
+          m += r;
         }
         for (std::int64_t m = 0; m < M; ++m) finish(m, n, acc[m]);
       }

@@ -255,8 +255,11 @@ inline void decode_block(BlockType t, const std::byte* blk, float* w) {
 /// quant::dequantize_row.
 MAXTEXT_KERNEL_API void dequantize(BlockType t, const std::byte* src, float* dst, std::int64_t n);
 
-/// out[m] = sum_k deq(row)[k] * x[m*ldx + k] for m < M (1..4), in f32; each block is decoded once for all M rows
-/// (AVX2: for each pair of rows), and every row's sum is what it is with M = 1, bit for bit.
+/// The most x rows per dot_exact call: six rows' four accumulators and a block's decoding fit AVX-512's registers.
+inline constexpr int kExactDotRows = 6;
+
+/// out[m] = sum_k deq(row)[k] * x[m*ldx + k] for m < M (1..kExactDotRows), in f32; each block is decoded once for all
+/// M rows (AVX2: for each pair of rows), and every row's sum is what it is with M = 1, bit for bit.
 MAXTEXT_KERNEL_API void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
                                   int M, float* out);
 

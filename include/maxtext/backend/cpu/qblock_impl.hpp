@@ -62,6 +62,13 @@ namespace detail {
 #define MAXTEXT_QBLOCK_FLATTEN
 #define MAXTEXT_QBLOCK_LAMBDA_INLINE
 #endif
+// Complete unrolling of the loops over accumulators, so that they live in registers (g++ 12 keeps a 5 x 4 tile's
+// loops, and its accumulators on the stack, without it).
+#if defined(__clang__)
+#define MAXTEXT_QBLOCK_UNROLL _Pragma("unroll")
+#else
+#define MAXTEXT_QBLOCK_UNROLL _Pragma("GCC unroll 32")
+#endif
 
 /// f(integral_constant<int, i>) for i = 0 .. N-1, unrolled (forced inline: clang would otherwise keep a call).
 template <class F, int... I>
@@ -81,7 +88,7 @@ inline void dequantize_scalar(BlockType t, const std::byte* src, float* dst, std
 inline void dot_exact_scalar(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
                              int M, float* out) {
   const quant::BlockFormat& f = quant::block_format(t);
-  LaneSum acc[4];
+  LaneSum acc[kExactDotRows];
   float w[256];
   for (std::int64_t b = 0; b < K / f.block; ++b) {
     decode_block(t, row + b * f.bytes, w);
@@ -384,8 +391,8 @@ inline void dequantize_avx512(const std::byte* src, float* dst, std::int64_t n) 
 template <class D, int M>
 inline void dot_exact_avx512(const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx, float* out) {
   __m512 acc[M][4];
-  for (int m = 0; m < M; ++m) {
-    for (int a = 0; a < 4; ++a) acc[m][a] = _mm512_setzero_ps();
+  MAXTEXT_QBLOCK_UNROLL for (int m = 0; m < M; ++m) {
+    MAXTEXT_QBLOCK_UNROLL for (int a = 0; a < 4; ++a) acc[m][a] = _mm512_setzero_ps();
   }
   const std::int64_t nb = K / D::kBlock;
   auto block = [&](std::int64_t b, auto base) {
@@ -410,7 +417,7 @@ inline void dot_exact_avx512(const std::byte* row, std::int64_t K, const float* 
     }
   }
   for (; b < nb; ++b) block(b, ic<0>{});
-  for (int m = 0; m < M; ++m) {
+  MAXTEXT_QBLOCK_UNROLL for (int m = 0; m < M; ++m) {
     out[m] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3])));
   }
 }
@@ -422,7 +429,9 @@ inline void dot_exact_avx512_m(const std::byte* row, std::int64_t K, const float
     case 1: return dot_exact_avx512<D, 1>(row, K, x, ldx, out);
     case 2: return dot_exact_avx512<D, 2>(row, K, x, ldx, out);
     case 3: return dot_exact_avx512<D, 3>(row, K, x, ldx, out);
-    default: return dot_exact_avx512<D, 4>(row, K, x, ldx, out);
+    case 4: return dot_exact_avx512<D, 4>(row, K, x, ldx, out);
+    case 5: return dot_exact_avx512<D, 5>(row, K, x, ldx, out);
+    default: return dot_exact_avx512<D, 6>(row, K, x, ldx, out);
   }
 }
 
@@ -2394,7 +2403,7 @@ MAXTEXT_KERNEL_API void dequantize(BlockType t, const std::byte* src, float* dst
 
 MAXTEXT_KERNEL_API void dot_exact(BlockType t, const std::byte* row, std::int64_t K, const float* x, std::int64_t ldx,
                                   int M, float* out) {
-  MAXTEXT_DASSERT(M >= 1 && M <= 4);
+  MAXTEXT_DASSERT(M >= 1 && M <= kExactDotRows);
   MAXTEXT_DASSERT(K % quant::block_format(t).block == 0);
 #if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
   if (detail::with_decoder(t, [&](auto d) { detail::dot_exact_vec<typename decltype(d)::type>(row, K, x, ldx, M, out); })) {
@@ -2465,14 +2474,6 @@ inline std::int64_t widen_vec(const std::byte* src, float* dst, std::int64_t n) 
   for (std::int64_t k = 0; k < done; k += kFrW) fr_store(dst + k, fr_widen<T>(src + k * static_cast<std::int64_t>(sizeof(T))));
   return done;
 }
-
-// Complete unrolling of the tile loops, so that the accumulators live in registers (g++ 12 keeps a 5 x 4 tile's
-// loops, and the accumulators on the stack, without it).
-#if defined(__clang__)
-#define MAXTEXT_QBLOCK_UNROLL _Pragma("unroll")
-#else
-#define MAXTEXT_QBLOCK_UNROLL _Pragma("GCC unroll 32")
-#endif
 
 /// Weight rows per tile for M x rows (dot_tile): NR x M accumulators, M x vectors and a widened weight vector in the
 /// vector registers (32 with AVX-512, 16 with AVX2), and at least eight independent sums (the FMA latency times its
