@@ -112,8 +112,10 @@ inline Args parse_args(int argc, char** argv) {
 Config make_config(const Args& a);
 
 /// The model the config describes (any compiled block; --weight-type, --threads, --int8-activations), with the
-/// weights of --weights or initialised from --seed; without `load`, neither (cli_models.cpp).
-std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load = true);
+/// weights of --weights or initialised from --seed; without `load`, neither (cli_models.cpp). `int8_option`: the
+/// option that gave int8-activations, as the messages name it (a draft model's is --draft-int8-activations).
+std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load = true,
+                                             const char* int8_option = "--int8-activations");
 
 /// The ranks of this run when mpirun started it with more than one (tools/cli_dist.cpp, docs/distributed.md): their
 /// communicator, or nullptr when this process runs alone.

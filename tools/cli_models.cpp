@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "cli_args.hpp"
 #include "cli_common.hpp"
@@ -73,11 +74,10 @@ std::string weight_type_of_file(const Config& cfg, const io::LoadedWeights& w) {
 
 }  // namespace
 
-std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load) {
+std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, bool load, const char* int8_option) {
   const std::string i8 = a.get("int8-activations", "off");
-  MAXTEXT_CHECK(i8 == "on" || i8 == "off" || i8 == "auto", ArgumentError,
-                "--int8-activations: expected on, off or auto (on where the weights are Q8_0 or a GGUF file's blocks), "
-                "found '", i8, "'");
+  MAXTEXT_CHECK(i8 == "on" || i8 == "off" || i8 == "auto", ArgumentError, int8_option,
+                ": expected on, off or auto (on where the weights are Q8_0 or a GGUF file's blocks), found '", i8, "'");
   models::AnyModelOptions o;
   o.weight_type = a.get("weight-type");
   o.threads = static_cast<int>(a.integer("threads", 0));
@@ -99,11 +99,16 @@ std::unique_ptr<models::AnyModel> open_model(const Config& cfg, const Args& a, b
                          /*populate=*/!split);
     if (!a.has("weight-type")) o.weight_type = weight_type_of_file(cfg, *w);
   }
-  if (i8 == "auto") {  // on where check_int8_activations would take it
-    o.int8_activations = o.weight_type == "q8_0" ||
-                         (o.weight_type == "ggml" && w && io::has_block_matrices(w->tensors));
-    if (o.int8_activations) std::cerr << "maxtext: " << a.get("weights", "the model") << ": 8-bit activations on (auto)\n";
+  // Where check_int8_activations takes them: Q8_0 weights, or a GGUF file's blocks.
+  const bool blocks = o.weight_type == "q8_0" || (o.weight_type == "ggml" && w && io::has_block_matrices(w->tensors));
+  if (i8 == "auto") {
+    o.int8_activations = blocks;
+    if (blocks) std::cerr << "maxtext: " << a.get("weights", "the model") << ": 8-bit activations on (auto)\n";
   }
+  // A draft model (--draft-int8-activations) has no --weight-type of its own to suggest.
+  MAXTEXT_CHECK(std::string_view(int8_option) == "--int8-activations" || !o.int8_activations || blocks, ArgumentError,
+                int8_option, " on: ", a.get("weights", "the model"), " holds no Q8_0 or block-quantised matrix (its "
+                "rows are always multiplied exactly); use auto or off");
   models::check_int8_activations(o.int8_activations, o.weight_type, w ? &w->tensors : nullptr, a.get("weights"),
                                  "--int8-activations on", "--weight-type q8_0");
   if (split) {

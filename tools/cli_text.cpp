@@ -82,7 +82,7 @@ std::unique_ptr<SpecChoice> open_spec(const Args& a, const Config& cfg, std::int
     MAXTEXT_CHECK(dcfg.vocab_size <= cfg.vocab_size, ArgumentError, "--draft ", a.get("draft"), ": vocab_size ",
                   dcfg.vocab_size, " is larger than the model's ", cfg.vocab_size,
                   " (a draft model shares the model's tokenizer)");
-    sc->draft_model = open_model(dcfg, da);
+    sc->draft_model = open_model(dcfg, da, true, "--draft-int8-activations");
     sc->draft = std::make_unique<models::AnyModelDrafter>(*sc->draft_model, draft_capacity);
   }
   return sc;

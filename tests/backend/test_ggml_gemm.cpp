@@ -158,7 +158,7 @@ namespace {
 
 using test::random_float_rows;
 
-/// F32 / F16 / BF16 rows read where they lie: decode (M <= kFloatRowsDirect, qblock::dot_float) and panels (more rows)
+/// F32 / F16 / BF16 rows read where they lie: decode (M <= kFloatRowsDirect, qblock::dot_float_rows) and panels (more rows)
 /// are the exact products in f32 whatever the 8-bit-activation flag, |err| <= (K + 8) 2^-24 sum |w x| against a
 /// long-double sum of the widened values (quant::dequantize_any, the scalar widening).
 void check_float(std::uint32_t type, std::int64_t M, std::int64_t N, std::int64_t K, bool int8, int threads,
@@ -211,7 +211,7 @@ TEST_CASE("Runtime-typed F32 / F16 / BF16 rows: widening is exact, products are 
       REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
     }
     std::uint32_t seed = 70;
-    // K a multiple of 32, and K with a tail; decode rows (1..4), panels (more), K blocks, threads, the int8 flag.
+    // K a multiple of 32, and K with a tail; decode rows (1..8), panels (more), K blocks, threads, the int8 flag.
     for (const auto& [M, N, K] : std::vector<std::array<std::int64_t, 3>>{
              {1, 70, 256}, {2, 33, 100}, {3, 64, 257}, {4, 65, 512}, {7, 40, 96}, {8, 20, 64}, {9, 70, 160}, {40, 67, 99},
              {gm::kMC + 3, 66, gm::kKC + 64}}) {
@@ -305,11 +305,20 @@ TEST_CASE("Runtime-typed blocks: a verify pass's rows (up to the decode rows) eq
       check_prompt_equals_decode<float, float>(t, M, gm::kQ8DecodeRows + 9, b32 ? 416 : 512, M == 5, 2, seed++, true);
       check_prompt_equals_decode<bf16, float>(t, M, 37, b32 ? 160 : 256, true, 1, seed++, false);
     }
+    // The exact products' one pass of kExactDotRows rows, and the split past it (7 = 4 + 3).
+    for (const std::int64_t M : {std::int64_t{qb::kExactDotRows}, std::int64_t{7}}) {
+      check_prompt_equals_decode<float, float>(t, M, 29, b32 ? 160 : 256, false, 1, seed++, false);
+    }
     check_prompt_equals_decode<float, float>(t, gm::kGgmlI8RowsDirect, 21, 256, false, 1, seed++, true);
   }
   for (const std::uint32_t type : {quant::kTypeF32, quant::kTypeF16, quant::kTypeBF16}) {
     for (const std::int64_t M : {std::int64_t{2}, std::int64_t{3}, std::int64_t{5}, gm::kFloatRowsDirect}) {
       check_float_rows_equal_steps(type, M, 41, M == 3 ? 200 : 256, static_cast<int>(M % 2) + 1, seed++);
+    }
+    // Past one dot_float_rows call (gm::kFloatDecodeRows weight rows), split between two threads, K with a tail past
+    // the vector width (203), and the tiles of 6 and 7 rows.
+    for (const std::int64_t M : {std::int64_t{6}, std::int64_t{7}}) {
+      check_float_rows_equal_steps(type, M, 2 * gm::kFloatDecodeRows + 7, 203, 2, seed++);
     }
   }
 }

@@ -380,7 +380,7 @@ TEST_CASE("maxtext generate --spec draft: the draft's 8-bit activations change i
     CHECK(rc == 0);
     CHECK(out.find("8-bit activations on") == std::string::npos);
     refused(sbase + " --spec draft --draft " + stories + "/stories260K.gguf --draft-int8-activations on",
-            "holds no block-quantised matrix");
+            "--draft-int8-activations on: " + stories + "/stories260K.gguf holds no Q8_0 or block-quantised matrix");
   }
 }
 

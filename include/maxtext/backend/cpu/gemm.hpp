@@ -1081,7 +1081,7 @@ inline std::shared_ptr<const Packed> wrap_ggml(const std::byte* rows, std::size_
 }
 
 /// Rows of x up to which a runtime-typed weight is multiplied row by row (fused decode and dot, each weight block
-/// decoded once for four of them, the row then in L1 for the next four); above, panels are dequantised and the f32
+/// decoded once for up to six of them (qblock::kExactDotRows), else four); above, panels are dequantised and the f32
 /// tiles run. Eight, so that a verify pass of speculative decoding with up to 7 drafts takes decode's arithmetic
 /// (each row's sums as a decode step's, to the bit) at a fraction of the panels' cost: model c's Q8_0, one thread,
 /// 5 rows in 1.9 decode steps instead of 3.8 (bench/speculative).

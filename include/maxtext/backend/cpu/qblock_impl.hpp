@@ -66,8 +66,10 @@ namespace detail {
 // loops, and its accumulators on the stack, without it).
 #if defined(__clang__)
 #define MAXTEXT_QBLOCK_UNROLL _Pragma("unroll")
-#else
+#elif defined(__GNUC__)
 #define MAXTEXT_QBLOCK_UNROLL _Pragma("GCC unroll 32")
+#else
+#define MAXTEXT_QBLOCK_UNROLL
 #endif
 
 /// f(integral_constant<int, i>) for i = 0 .. N-1, unrolled (forced inline: clang would otherwise keep a call).
@@ -1285,12 +1287,12 @@ inline void dot_exact_avx2(const std::byte* row, std::int64_t K, const float* x,
   constexpr int kPer = 256 / D::kBlock;  // blocks per 256 values
   static_assert((D::kBlock / 8) % S == 0);
   __m256 tot[M];
-  for (int m = 0; m < M; ++m) tot[m] = _mm256_setzero_ps();
+  MAXTEXT_QBLOCK_UNROLL for (int m = 0; m < M; ++m) tot[m] = _mm256_setzero_ps();
   const std::int64_t nb = K / D::kBlock;
   for (std::int64_t b0 = 0; b0 < nb; b0 += kPer) {
     __m256 acc[M][S];
-    for (int m = 0; m < M; ++m) {
-      for (int s = 0; s < S; ++s) acc[m][s] = _mm256_setzero_ps();
+    MAXTEXT_QBLOCK_UNROLL for (int m = 0; m < M; ++m) {
+      MAXTEXT_QBLOCK_UNROLL for (int s = 0; s < S; ++s) acc[m][s] = _mm256_setzero_ps();
     }
     const std::int64_t b1 = std::min<std::int64_t>(nb, b0 + kPer);
     for (std::int64_t b = b0; b < b1; ++b) {
@@ -1308,7 +1310,7 @@ inline void dot_exact_avx2(const std::byte* row, std::int64_t K, const float* x,
         });
       });
     }
-    for (int m = 0; m < M; ++m) {
+    MAXTEXT_QBLOCK_UNROLL for (int m = 0; m < M; ++m) {
       __m256 a = acc[m][0];
       if constexpr (S == 4) a = _mm256_add_ps(_mm256_add_ps(a, acc[m][1]), _mm256_add_ps(acc[m][2], acc[m][3]));
       else a = _mm256_add_ps(a, acc[m][1]);
@@ -2476,8 +2478,9 @@ inline std::int64_t widen_vec(const std::byte* src, float* dst, std::int64_t n) 
 }
 
 /// Weight rows per tile for M x rows (dot_tile): NR x M accumulators, M x vectors and a widened weight vector in the
-/// vector registers (32 with AVX-512, 16 with AVX2), and at least eight independent sums (the FMA latency times its
-/// throughput) where the registers allow.
+/// vector registers (32 with AVX-512, 16 with AVX2; AVX2 with one weight row and 6-8 x rows relies on the x loads
+/// folding into the multiply-adds), and at least eight independent sums (the FMA latency times its throughput) where
+/// the registers allow.
 template <int M>
 inline constexpr int kTileRows = kFrW == 16 ? (M == 1 || M == 2 ? 8 : M == 3 ? 8 : M == 4 ? 6 : M == 5 ? 5 : M == 6 ? 4 : M == 7 ? 3 : 2)
                                             : (M == 1 ? 8 : M == 2 ? 4 : M == 3 ? 3 : M == 4 ? 2 : 1);
@@ -2648,6 +2651,10 @@ MAXTEXT_KERNEL_API void dot_float_rows(std::uint32_t type, const std::byte* rows
   MAXTEXT_DASSERT(is_float_type(type) && M >= 1 && M <= kFloatDotRows);
   const auto es = static_cast<std::size_t>(quant::checked_type_info(type).bytes);
   std::int64_t done = 0;
+  if (K == 0) {  // empty sums (the vector path would write them; the scalar one has nothing to run)
+    for (int m = 0; m < M; ++m) std::fill(out + m * ldo, out + m * ldo + nrows, 0.0f);
+    return;
+  }
 #if MAXTEXT_QBLOCK_FLOAT_ROWS
   detail::with_float_type(type, [&](auto tag) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>;
@@ -2878,6 +2885,7 @@ MAXTEXT_KERNEL_API bool dot_q8_rows_preferred(BlockType t, std::int64_t M) {
 }  // namespace maxtext::cpu::qblock
 
 #undef MAXTEXT_QBLOCK_INLINE
+#undef MAXTEXT_QBLOCK_UNROLL
 #undef MAXTEXT_QBLOCK_FLATTEN
 #undef MAXTEXT_QBLOCK_LAMBDA_INLINE
 #undef MAXTEXT_QBLOCK_FLOAT_ROWS
