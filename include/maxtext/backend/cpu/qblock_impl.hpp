@@ -129,14 +129,10 @@ inline float dot_q8_scalar(BlockType t, const std::byte* row, const QuantizedX& 
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
-// ---------------------------------------------------------------------------------------------------------------
-// Pieces shared by the AVX-512 and AVX2 paths.
-
 template <int I>
 using ic = std::integral_constant<int, I>;
 
-/// f(ic<MR>{}) for MR = mr (1 .. 8): the multi-row kernels' row counts as compile-time constants.
+/// f(ic<MR>{}) for MR = mr (1 .. 8): the row counts of the multi-row kernels and the float-row tiles as constants.
 template <class F>
 MAXTEXT_QBLOCK_INLINE void with_rows(std::int64_t mr, F&& f) {
   switch (mr) {
@@ -150,6 +146,10 @@ MAXTEXT_QBLOCK_INLINE void with_rows(std::int64_t mr, F&& f) {
     default: return f(ic<8>{});
   }
 }
+
+#if MAXTEXT_QBLOCK_AVX512 || MAXTEXT_QBLOCK_AVX2
+// ---------------------------------------------------------------------------------------------------------------
+// Pieces shared by the AVX-512 and AVX2 paths.
 
 /// Software prefetch for the dot loops: one hint per 64 bytes of a kBytes step, kPrefetch bytes ahead. Once the
 /// integer kernels run faster than one core's DRAM stream, the hardware prefetcher alone does not keep enough cache
@@ -2486,14 +2486,14 @@ inline constexpr int kTileRows = kFrW == 16 ? (M == 1 || M == 2 ? 8 : M == 3 ? 8
                                             : (M == 1 ? 8 : M == 2 ? 4 : M == 3 ? 3 : M == 4 ? 2 : 1);
 
 /// out[m * ldo + n] = sum over the first K / kFrW * kFrW values of w_n x_m, for NR weight rows (row_bytes apart) and M
-/// x rows; returns how many values. One accumulator (kFrW lanes) per (weight row, x row), run over the values in
+/// x rows. One accumulator (kFrW lanes) per (weight row, x row), run over the values in
 /// order: every output's sum is the same whatever NR and M, so a verify pass's rows equal decode steps to the bit.
 /// Each x vector is loaded once for the NR rows and each weight vector widened once for the M rows, so a few x rows
 /// cost FMAs rather than loads (4 x rows with four sums per row each, as before, took 1.6x one row's time from DRAM
 /// on a Zen 4 core, bound by the 16 loads of x per 4 weight vectors). The next tile's rows are prefetched into L2 at
 /// the same offsets.
 template <class T, int NR, int M>
-MAXTEXT_QBLOCK_INLINE std::int64_t dot_tile(const std::byte* rows, std::size_t row_bytes, std::int64_t K, const float* x,
+MAXTEXT_QBLOCK_INLINE void dot_tile(const std::byte* rows, std::size_t row_bytes, std::int64_t K, const float* x,
                                             std::int64_t ldx, float* out, std::int64_t ldo) {
   constexpr auto es = static_cast<std::int64_t>(sizeof(T));
   FrVec acc[NR][M];
@@ -2515,22 +2515,20 @@ MAXTEXT_QBLOCK_INLINE std::int64_t dot_tile(const std::byte* rows, std::size_t r
   MAXTEXT_QBLOCK_UNROLL for (int n = 0; n < NR; ++n) {
     MAXTEXT_QBLOCK_UNROLL for (int m = 0; m < M; ++m) out[m * ldo + n] = fr_sum(acc[n][m]);
   }
-  return done;
 }
 
-/// dot_tile over `nrows` weight rows: tiles of kTileRows<M>, the rest one row at a time (the same sums).
+/// dot_tile over `nrows` weight rows: tiles of kTileRows<M>, the rest one row at a time (the same sums); returns how
+/// many values of each row it summed.
 template <class T, int M>
 inline std::int64_t dot_rows_vec(const std::byte* rows, std::size_t row_bytes, std::int64_t nrows, std::int64_t K,
                                  const float* x, std::int64_t ldx, float* out, std::int64_t ldo) {
   constexpr int NR = kTileRows<M>;
-  std::int64_t n = 0, done = K / kFrW * kFrW;
+  std::int64_t n = 0;
   for (; n + NR <= nrows; n += NR) {
-    done = dot_tile<T, NR, M>(rows + static_cast<std::size_t>(n) * row_bytes, row_bytes, K, x, ldx, out + n, ldo);
+    dot_tile<T, NR, M>(rows + static_cast<std::size_t>(n) * row_bytes, row_bytes, K, x, ldx, out + n, ldo);
   }
-  for (; n < nrows; ++n) {
-    done = dot_tile<T, 1, M>(rows + static_cast<std::size_t>(n) * row_bytes, row_bytes, K, x, ldx, out + n, ldo);
-  }
-  return done;
+  for (; n < nrows; ++n) dot_tile<T, 1, M>(rows + static_cast<std::size_t>(n) * row_bytes, row_bytes, K, x, ldx, out + n, ldo);
+  return K / kFrW * kFrW;
 }
 #endif
 
@@ -2658,17 +2656,9 @@ MAXTEXT_KERNEL_API void dot_float_rows(std::uint32_t type, const std::byte* rows
 #if MAXTEXT_QBLOCK_FLOAT_ROWS
   detail::with_float_type(type, [&](auto tag) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>;
-    auto run = [&](auto mr) { done = detail::dot_rows_vec<T, decltype(mr)::value>(rows, row_bytes, nrows, K, x, ldx, out, ldo); };
-    switch (M) {
-      case 1: run(std::integral_constant<int, 1>{}); break;
-      case 2: run(std::integral_constant<int, 2>{}); break;
-      case 3: run(std::integral_constant<int, 3>{}); break;
-      case 4: run(std::integral_constant<int, 4>{}); break;
-      case 5: run(std::integral_constant<int, 5>{}); break;
-      case 6: run(std::integral_constant<int, 6>{}); break;
-      case 7: run(std::integral_constant<int, 7>{}); break;
-      default: run(std::integral_constant<int, 8>{}); break;
-    }
+    detail::with_rows(M, [&](auto mr) {
+      done = detail::dot_rows_vec<T, decltype(mr)::value>(rows, row_bytes, nrows, K, x, ldx, out, ldo);
+    });
   });
 #endif
   if (done == K) return;
