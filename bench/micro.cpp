@@ -107,6 +107,32 @@ void BM_gemm_ggml(benchmark::State& st) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// F16 rows as a GGUF file holds them (ggml type 1, read in place): decode, a verify pass or a few conversations'
+/// rows (direct products, qblock::dot_float_rows) and prefill (panels widened to f32). Args: M, N, K, threads.
+void BM_gemm_ggml_f16(benchmark::State& st) {
+  const std::int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+  cpu::Backend be(cpu::Options{static_cast<int>(st.range(3)), false});
+  Matrix<ggml_byte> raw;
+  raw.rows = N;
+  raw.cols = K;
+  raw.ggml_type = 1;  // F16
+  raw.data = Tensor<ggml_byte, 2>({N, K * 2});
+  const auto wf = randn(N * K, 7);
+  auto* h = reinterpret_cast<std::uint16_t*>(raw.data.data());
+  for (std::int64_t i = 0; i < N * K; ++i) h[i] = fp16(0.05f * wf[static_cast<std::size_t>(i)]).bits;
+  const Matrix<ggml_byte> w = be.prepare(raw);
+  const auto xf = randn(M * K, 3);
+  Tensor<float, 2> x({M, K});
+  for (std::int64_t i = 0; i < M * K; ++i) x.data()[i] = xf[static_cast<std::size_t>(i)];
+  Tensor<float, 2> y({M, N});
+  for (auto _ : st) {
+    be.matmul(View<const float, 2>(x.view()), w, y.view());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(2 * M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["weightB/s"] = benchmark::Counter(static_cast<double>(N * K * 2), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 #if defined(MAXTEXT_BENCH_OPENBLAS)
 void BM_gemm_openblas(benchmark::State& st) {
   const std::int64_t M = st.range(0), N = st.range(1), K = st.range(2);
@@ -154,6 +180,15 @@ BENCHMARK_TEMPLATE(BM_gemm_ggml, quant::BlockType::q4_0, false)->Apply(ggml_shap
 BENCHMARK_TEMPLATE(BM_gemm_ggml, quant::BlockType::q4_0, true)->Apply(ggml_shapes);
 BENCHMARK_TEMPLATE(BM_gemm_ggml, quant::BlockType::q6_k, true)->Apply(ggml_shapes);
 BENCHMARK_TEMPLATE(BM_gemm_ggml, quant::BlockType::q8_0, true)->Apply(ggml_shapes);
+void f16_shapes(benchmark::internal::Benchmark* b) {  // the 1B-class projections at 1 to 128 rows
+  for (std::int64_t M : {1, 8, 16, 32, 64, 128}) {
+    for (const auto& s : {std::array<std::int64_t, 2>{2048, 2048}, {5632, 2048}, {2048, 5632}}) {
+      for (std::int64_t t : {1, 2}) b->Args({M, s[0], s[1], t});
+    }
+  }
+  b->ArgNames({"M", "N", "K", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_gemm_ggml_f16)->Apply(f16_shapes);
 #if defined(MAXTEXT_BENCH_OPENBLAS)
 BENCHMARK(BM_gemm_openblas)->Apply(gemm_shapes);
 #endif

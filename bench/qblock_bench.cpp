@@ -10,8 +10,14 @@
 // Build and run (not part of the CMake build):
 //   g++-12 -O3 -march=native -std=c++20 -Wall -Wextra -Iinclude -isystem /usr/include/eigen3 bench/qblock_bench.cpp -o /tmp/qblock_bench
 //   /tmp/qblock_bench [type name ...]   (e.g. Q4_K Q6_K; all types when none is given)
-//   QBLOCK_BENCH_ROWS=8 /tmp/qblock_bench Q8_0   (dot_q8_rows with 1..8 x rows: a verify pass's products)
+//   QBLOCK_BENCH_ROWS=8 /tmp/qblock_bench Q8_0   (dot_q8_rows with 1..8 x rows: a verify pass's products; a pass of
+//                                                M = 1 and one of M rows alternated, medians: the machine's memory
+//                                                bandwidth drifts by tens of percent over seconds)
+//   QBLOCK_BENCH_HOT=1 ...                       (the rows table on one copy of the matrix: in cache when it fits,
+//                                                e.g. QBLOCK_BENCH_N=256 QBLOCK_BENCH_K=2048 in L2: the kernels'
+//                                                arithmetic alone)
 //   QBLOCK_BENCH_N=2048 QBLOCK_BENCH_K=5632 ...   (another matrix shape)
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -108,7 +114,8 @@ float dot_f32(const float* w, const float* x, std::int64_t K) {
 }
 
 /// The verify pass's products (models/speculative.hpp): dot_q8_rows with M = 1..max_rows x rows on kCallRows weight
-/// rows per call, as gemm.hpp's decode path, from DRAM; time per pass and its ratio to M = 1. Decode reads each
+/// rows per call, as gemm.hpp's decode path, from DRAM (or from one copy with QBLOCK_BENCH_HOT); time per pass and
+/// its ratio to M = 1. Decode reads each
 /// weight once whatever M is, so a kernel that shares the decoded weight blocks between the rows keeps the ratio near
 /// 1.
 int rows_table(const quant::BlockType* all, int max_rows, int argc, char** argv, const std::vector<float>& x1) {
@@ -116,7 +123,7 @@ int rows_table(const quant::BlockType* all, int max_rows, int argc, char** argv,
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = x1[i % x1.size()] * (1.0f + 0.01f * static_cast<float>(i / kK));
   std::vector<std::byte> qbuf(qb::quantized_x_bytes(kK) * static_cast<std::size_t>(max_rows));
   std::vector<qb::QuantizedX> qx(static_cast<std::size_t>(max_rows));
-  std::printf("dot_q8_rows, %dx%d matrix from DRAM, one thread: ms per pass (ratio to M = 1)\n", static_cast<int>(kN),
+  std::printf("dot_q8_rows, %dx%d matrix, one thread: median ms per pass (median ratio to M = 1, passes alternated)\n", static_cast<int>(kN),
               static_cast<int>(kK));
   for (int i = 0; i < 12; ++i) {
     const quant::BlockType t = all[i];
@@ -125,28 +132,47 @@ int rows_table(const quant::BlockType* all, int max_rows, int argc, char** argv,
     for (int a = 1; a < argc; ++a) want |= std::string(argv[a]) == f.name;
     if (!want) continue;
     const std::size_t row_bytes = static_cast<std::size_t>(kK / f.block * f.bytes), mat_bytes = row_bytes * kN;
-    const int copies = static_cast<int>((256u << 20) / mat_bytes + 1);
+    const int copies = std::getenv("QBLOCK_BENCH_HOT") ? 1 : static_cast<int>((256u << 20) / mat_bytes + 1);
     std::vector<std::vector<std::byte>> mats;
     for (int c = 0; c < copies; ++c) mats.push_back(random_matrix(t, 100u + static_cast<std::uint32_t>(c)));
     std::printf("%-7s", f.name);
-    double one = 0;
+    auto pass = [&](int M, int i) {
+      const std::byte* m = mats[static_cast<std::size_t>(i % copies)].data();
+      for (int r = 0; r < M; ++r) {
+        qx[static_cast<std::size_t>(r)] =
+            qb::quantize_x(x.data() + r * kK, kK, qbuf.data() + qb::quantized_x_bytes(kK) * r);
+      }
+      std::vector<float> out(static_cast<std::size_t>(kCallRows * M));
+      float s = 0;
+      for (std::int64_t n = 0; n < kN; n += kCallRows) {
+        qb::dot_q8_rows(t, m + n * row_bytes, row_bytes, kCallRows, qx.data(), M, out.data(), kCallRows);
+        s += out[0];
+      }
+      g_sink = s;
+    };
+    auto timed = [&](int M, int i) {
+      const auto t0 = Clock::now();
+      pass(M, i);
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    auto median = [](std::vector<double> v) {
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      return v[v.size() / 2];
+    };
+    // A pass of M = 1 and one of M rows alternated (the machine's memory bandwidth drifts over seconds): the median
+    // of the M-row pass's times and of the pairs' ratios, over 0.5 s per M.
+    int n = 0;
     for (int M = 1; M <= max_rows; ++M) {
-      const double s = time_pass([&](int i) {
-        const std::byte* m = mats[static_cast<std::size_t>(i % copies)].data();
-        for (int r = 0; r < M; ++r) {
-          qx[static_cast<std::size_t>(r)] =
-              qb::quantize_x(x.data() + r * kK, kK, qbuf.data() + qb::quantized_x_bytes(kK) * r);
-        }
-        std::vector<float> out(static_cast<std::size_t>(kCallRows * M));
-        float s = 0;
-        for (std::int64_t n = 0; n < kN; n += kCallRows) {
-          qb::dot_q8_rows(t, m + n * row_bytes, row_bytes, kCallRows, qx.data(), M, out.data(), kCallRows);
-          s += out[0];
-        }
-        g_sink = s;
-      });
-      if (M == 1) one = s;
-      std::printf(" | M=%d %6.2f (%.2f)", M, s * 1e3, s / one);
+      pass(1, n++);
+      pass(M, n++);
+      std::vector<double> tm, ratio;
+      const auto t0 = Clock::now();
+      while (std::chrono::duration<double>(Clock::now() - t0).count() < 0.5) {
+        const double a = timed(1, n++), b = timed(M, n++);
+        tm.push_back(b);
+        ratio.push_back(b / a);
+      }
+      std::printf(" | M=%d %7.4f (%.2f)", M, median(tm) * 1e3, median(ratio));
       std::fflush(stdout);
     }
     std::printf("\n");
