@@ -60,7 +60,8 @@ inline const std::vector<CommandOptions>& command_options() {
         // Sampling comes with each request; --max-new-tokens caps requests that give no max_tokens.
         {"serve",
          join(model, {"host", "port", "parallel", "queue", "ctx-size", "max-new-tokens", "alias", "api-key",
-                      "api-key-file", "max-body", "mmproj", "image-preprocess", "batch-rows", "prefill-chunk"}),
+                      "api-key-file", "max-body", "mmproj", "image-preprocess", "batch-rows", "prefill-chunk",
+                      "prefill-rows"}),
          true},
         {"vision", {"weights", "mmproj", "image", "image-preprocess", "out", "threads"}, false},
         {"tokenize", {"weights", "tokenizer", "text", "text-file", "add-special"}, false},

@@ -58,6 +58,9 @@ int cmd_serve(const Args& a) {
   eo.batching.prefill_chunk = a.integer("prefill-chunk", eo.batching.prefill_chunk);
   MAXTEXT_CHECK(eo.batching.prefill_chunk >= 0, ArgumentError, "--prefill-chunk must be >= 0 (0: whole prompts), found ",
                 eo.batching.prefill_chunk);
+  eo.batching.prefill_rows = a.integer("prefill-rows", eo.batching.prefill_rows);
+  MAXTEXT_CHECK(eo.batching.prefill_rows >= 1 && eo.batching.prefill_rows <= 256, ArgumentError,
+                "--prefill-rows must be in [1, 256], found ", eo.batching.prefill_rows);
   eo.ctx = a.integer("ctx-size", std::min<std::int64_t>(cfg.max_target_length, 4096));
   MAXTEXT_CHECK(eo.ctx > 1, ArgumentError, "--ctx-size must be > 1, found ", eo.ctx);
   eo.default_max_tokens = a.integer("max-new-tokens", 0);

@@ -38,10 +38,11 @@ commands:
   serve     --weights FILE [--tokenizer FILE] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q]
             [--ctx-size N] [--max-new-tokens N] [--alias NAME] [--api-key KEY | --api-key-file FILE]
             [--max-body BYTES] [--mmproj FILE|none] [--image-preprocess maxtext|llamacpp]
-            [--batch-rows R] [--prefill-chunk T]:
+            [--batch-rows R] [--prefill-chunk T] [--prefill-rows P]:
             an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health);
             N conversations at once, Q more waiting (then 503), their decode steps R (8) to a forward pass,
-            prompts prefilled T (512; 0: whole) tokens a pass; the key also from $MAXTEXT_API_KEY; pictures
+            prompts prefilled T (512; 0: whole) tokens a pass, up to P (1) prompts of a round in one pass
+            (above 1: within f32 rounding of each alone); the key also from $MAXTEXT_API_KEY; pictures
             (image_url data URLs) through --mmproj or a Gemma 3 checkpoint's own tower (none: text only). docs/server.md
   tokenize  (--weights FILE | --tokenizer PATH) (--text "text" | --text-file FILE) [--add-special on|off]:
             prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)

@@ -159,7 +159,8 @@ TEST_CASE("AnyModel gives the Transformer's logits, captures, layers and generat
     REQUIRE_THROWS_WITH(cache->set_length(0, 9), Catch::Contains("length 9 outside [0, 8]"));
   }
 
-  SECTION("AnyModel as a Transformer for the templates (detail::AnyDraftModel): positions, segments and captures pass") {
+  SECTION("AnyModel as a Transformer for the templates (detail::AnyDraftModel): positions, segments, row lengths and "
+          "captures pass") {
     models::detail::AnyDraftModel adapted(*any);
     auto cache = adapted.make_cache(2, 8);
     auto direct_cache = direct.make_cache(2, 8);
@@ -182,10 +183,16 @@ TEST_CASE("AnyModel gives the Transformer's logits, captures, layers and generat
     require_equal(via, direct.forward(tok, direct_cache, dfo));
     CHECK(c2.has(any->layer_names()[1]));
     CHECK(cache.length(0) == 6);
+    // Row lengths pass too (the scheduler's prefill of several prompts in one pass): a dropped field would advance
+    // the second row by 6.
     models::ForwardOptions lens;
     const std::vector<std::int32_t> rows{6, 4};
     lens.row_lengths = &rows;
-    REQUIRE_THROWS_WITH(adapted.forward(tok, cache, lens), Catch::Contains("takes no row_lengths"));
+    lens.last_only = true;
+    auto cache2 = adapted.make_cache(2, 8);
+    auto direct_cache2 = direct.make_cache(2, 8);
+    require_equal(adapted.forward(tok, cache2, lens), direct.forward(tok, direct_cache2, lens));
+    CHECK(cache2.length(1) == 4);
     models::ForwardOptions hid;
     Tensor<float, 2> h;
     hid.hidden_out = &h;

@@ -164,6 +164,70 @@ TEST_CASE("batching: passes hold at most max_rows rows and prompts prefilled in 
   }
 }
 
+TEST_CASE("batching: prompts waiting in the same round share prefill passes and give the same greedy answers",
+          "[models][batching]") {
+  // Keys and values, MLA with MoE (padding rows reach the experts too), sliding windows; recurrent states run alone.
+  for (const std::string fixture : {"llama2_model", "deepseek_model", "gemma3_model", "qwen3_next_model"}) {
+    INFO(fixture);
+    const auto m = test::make_fixture_model(fixture, 29);
+    const std::int64_t V = m->config().vocab_size;
+    constexpr int kN = 5;
+    constexpr std::int64_t kNew = 6;
+    auto prompt = [&](int k) { return test::salted_ids(11 + 3 * k, V, 60 + k); };  // 11..23 tokens: rows padded
+    std::vector<models::GenerateResult> alone(kN), together(kN);
+    for (int k = 0; k < kN; ++k) alone[k] = m->new_session(64)->generate(prompt(k), test::greedy_with_logprobs(kNew));
+    Adapter adapter(*m);
+    models::BatchOptions bo;
+    bo.wait_ms = 5000;  // the first round waits for every prompt
+    bo.prefill_rows = 8;
+    models::BatchStats st;
+    bool recurrent = false;
+    {
+      Scheduler sched(adapter, kN, 64, bo);
+      std::vector<std::unique_ptr<models::Session<Scheduler>>> sessions;
+      for (int k = 0; k < kN; ++k) sessions.push_back(std::make_unique<models::Session<Scheduler>>(sched, 64));
+      for (int k = 0; k < kN; ++k) sched.expect(k);
+      std::vector<std::thread> threads;
+      for (int k = 0; k < kN; ++k) {
+        threads.emplace_back([&, k] {
+          together[k] = sessions[static_cast<std::size_t>(k)]->generate(prompt(k), test::greedy_with_logprobs(kNew));
+          sched.idle(k);
+        });
+      }
+      for (auto& t : threads) t.join();
+      st = sched.stats();
+      recurrent = adapter.make_cache(1, 4).recurrent();
+    }
+    for (int k = 0; k < kN; ++k) {
+      INFO("conversation " << k);
+      const auto& ta = alone[k].tokens.at(0);
+      const auto& tt = together[k].tokens.at(0);
+      REQUIRE(tt.size() == ta.size());
+      REQUIRE(tt.at(0) == ta.at(0));
+      // Every step whose context is the same (the tokens before it equal): the distributions within rounding. Rows of
+      // a pass over several prompts take that row count's products, f32 rounding of the prompt alone; a padded row
+      // that wrote its padding into the cache, or a row read as another's, would move the next steps by far more.
+      const auto& la = alone[k].logprobs.at(0);
+      const auto& lt = together[k].logprobs.at(0);
+      REQUIRE(lt.size() == la.size());
+      for (std::size_t t = 0; t < la.size(); ++t) {
+        if (t > 0 && tt[t - 1] != ta[t - 1]) break;
+        INFO("step " << t);
+        CHECK(std::abs(lt[t].logprob - la[t].logprob) < 1e-4);
+      }
+    }
+    if (recurrent) {
+      CHECK(st.prefill_batches == 0);  // a recurrent state would take the padding: each prompt alone
+      CHECK(st.other_passes == kN);
+    } else {
+      CHECK(st.prefill_batches == 1);  // slots 0-4, 5 x 23 tokens within the budget of 512
+      CHECK(st.batched_prompts == kN);
+      CHECK(st.other_passes == 0);
+    }
+    CHECK(st.decode_steps == kN * (kNew - 1));
+  }
+}
+
 TEST_CASE("batching: a pass over some slots of a shared cache leaves the others as they were", "[models][batching]") {
   const auto m = test::make_fixture_model("llama2_model", 5);
   const std::int64_t V = m->config().vocab_size;
@@ -212,6 +276,9 @@ TEST_CASE("batching: the scheduler refuses what it cannot take", "[models][batch
   Scheduler sched(adapter, 2, 32);
   CHECK_THROWS_WITH(sched.make_cache(2, 16), Catch::Contains("a conversation takes one slot; a cache of 2 rows"));
   CHECK_THROWS_WITH(sched.make_cache(1, 64), Catch::Contains("a conversation of 64 tokens; the scheduler's slots hold 32"));
+  models::BatchOptions no_rows;
+  no_rows.prefill_rows = 0;
+  CHECK_THROWS_WITH(Scheduler(adapter, 2, 32, no_rows), Catch::Contains("prefill_rows must be >= 1, found 0"));
   {
     auto c0 = sched.make_cache(1, 0);
     auto c1 = sched.make_cache(1, 16);

@@ -136,6 +136,8 @@ struct ForwardRequest {
   /// >= 0: the tokens' rows are the cache's slots [first_slot, first_slot + B), the others untouched
   /// (ForwardOptions::first_slot); -1: all of its slots.
   std::int64_t first_slot = -1;
+  /// Valid tokens per row [B], right padding beyond (ForwardOptions::row_lengths); nullptr: every row whole.
+  const std::vector<std::int32_t>* row_lengths = nullptr;
 };
 
 /// One decoder layer run on its own (`maxtext compare --layer`): either layer `index` of the loaded model with its
@@ -238,12 +240,12 @@ class AnyDraftModel {
   Cache make_cache(std::int64_t batch, std::int64_t capacity) const {
     return Cache(m_.new_cache(batch, capacity > 0 ? capacity : m_.config().max_target_length));
   }
-  /// Passes tokens, positions, segment ids, captures and media on; refuses by name what AnyModel::forward has no
-  /// field for (row_lengths, hidden_out) rather than dropping it.
+  /// Passes tokens, positions, segment ids, row lengths, captures and media on; refuses by name what
+  /// AnyModel::forward has no field for (hidden_out) rather than dropping it.
   Tensor<float, 3> forward(const Tensor<std::int32_t, 2>& tokens, Cache& cache, const ForwardOptions& fo) {
-    MAXTEXT_CHECK(fo.row_lengths == nullptr && fo.hidden_out == nullptr, ArgumentError,
-                  "[any_model] a forward pass through AnyModel takes no ", fo.row_lengths ? "row_lengths" : "hidden_out",
-                  " (ForwardOptions): AnyModel::forward runs every row whole and keeps no hidden state");
+    MAXTEXT_CHECK(fo.hidden_out == nullptr, ArgumentError,
+                  "[any_model] a forward pass through AnyModel takes no hidden_out (ForwardOptions): AnyModel::forward "
+                  "keeps no hidden state");
     ForwardRequest r;
     r.tokens = &tokens;
     r.positions = fo.positions;
@@ -254,6 +256,7 @@ class AnyDraftModel {
     r.media_mask = fo.media_mask;
     r.media_embeddings = fo.media_embeddings;
     r.first_slot = fo.first_slot;
+    r.row_lengths = fo.row_lengths;
     return m_.forward(r);
   }
 

@@ -276,6 +276,7 @@ class AnyModelImpl final : public AnyModel {
     fo.media_mask = r.media_mask;
     fo.media_embeddings = r.media_embeddings;
     fo.first_slot = r.first_slot;
+    fo.row_lengths = r.row_lengths;
     MAXTEXT_CHECK(r.first_slot < 0 || r.cache != nullptr, ArgumentError,
                   "[forward] first_slot names slots of a cache, and no cache was given");
     if (r.cache == nullptr) return model_.forward(*r.tokens, fo);

@@ -21,7 +21,8 @@
 //   - then the other passes, each alone over its slot: a prompt's prefill (whole, or BatchOptions::prefill_chunk
 //     tokens of it per round, the rest in the next rounds), or anything else (pictures, positions, captures) whole;
 //     one a round, or with prefill_chunk as many as its budget of tokens takes (short prompts arriving together are
-//     all prefilled in one round).
+//     all prefilled in one round); with BatchOptions::prefill_rows > 1, the prompts waiting in consecutive slots
+//     share passes, their rows padded to the longest.
 // Up to max_rows rows a pass, every row is computed as it would be alone: the kernels give each row a decode step's
 // arithmetic (tests/models/test_batching.cpp checks that the tokens and log-probabilities of conversations run
 // together equal those of each run alone, bit for bit, for every decoder block's fixture), so batching changes speed,
@@ -73,6 +74,12 @@ struct BatchOptions {
   /// themselves in a paged cache, a copy of the rows otherwise), when at least this many tokens are saved; 0: never.
   /// Its logits are then those of the other slot's prefill (within rounding of a prefill of its own, as for chunks).
   std::int64_t share_min = 16;
+  /// The most prompts one pass prefills together. Prompts that wait in the same round (whole, only tokens, in
+  /// consecutive slots) run as one pass whose rows are padded to the longest (ForwardOptions::row_lengths), up to
+  /// max(prefill_chunk, 512) tokens of rows x longest; each row's logits are then those of its own prefill within f32
+  /// rounding (the row count decides the kernels' products, as for max_rows above 8). 1 (the default): each prompt
+  /// alone, its logits those of a prefill of its own to the bit. A recurrent cache's prompts always run alone.
+  std::int64_t prefill_rows = 1;
 };
 
 /// What the scheduler did (for tests, /health and benchmarks).
@@ -85,6 +92,8 @@ struct BatchStats {
   std::int64_t max_rows = 0;       ///< the most decode steps one pass ran
   std::int64_t shares = 0;         ///< prompts that took their first tokens' rows from another slot
   std::int64_t shared_tokens = 0;  ///< tokens those prompts did not run
+  std::int64_t prefill_batches = 0;  ///< passes that prefilled several prompts together (BatchOptions::prefill_rows)
+  std::int64_t batched_prompts = 0;  ///< prompts those passes prefilled
 };
 
 template <class Model>
@@ -156,6 +165,8 @@ class BatchScheduler {
     MAXTEXT_CHECK(opt_.wait_ms >= 0 && opt_.max_gap >= 0 && opt_.prefill_chunk >= 0 && opt_.share_min >= 0,
                   ArgumentError, "[batching] wait_ms, max_gap, prefill_chunk and share_min must be >= 0");
     MAXTEXT_CHECK(opt_.max_rows >= 1, ArgumentError, "[batching] max_rows must be >= 1, found ", opt_.max_rows);
+    MAXTEXT_CHECK(opt_.prefill_rows >= 1, ArgumentError, "[batching] prefill_rows must be >= 1, found ",
+                  opt_.prefill_rows);
     thread_ = std::thread([this] { loop(); });
   }
   BatchScheduler(const BatchScheduler&) = delete;
@@ -319,7 +330,9 @@ class BatchScheduler {
       if (!decodes.empty()) run_decodes(decodes, st);
       lock.lock();
       finish(decodes, st);
-      // Then the other passes, oldest first: one, or with prefill_chunk as many as fit its budget of tokens.
+      // Then the prompts that can share passes (prefill_rows), and the other passes, oldest first: one, or with
+      // prefill_chunk as many as fit its budget of tokens.
+      if (opt_.prefill_rows > 1) run_prefill_batches(lock);
       std::int64_t budget = opt_.prefill_chunk;
       for (;;) {
         auto it = std::find_if(queue_.begin(), queue_.end(), [](const Job* j) { return !j->decode; });
@@ -381,6 +394,103 @@ class BatchScheduler {
       j.err = std::current_exception();  // the chunks before stay in the cache, as a failed whole pass's rows would
     }
     return true;
+  }
+
+  /// The round's waiting prompts (whole, only tokens) in runs of consecutive slots, a run per pass
+  /// (BatchOptions::prefill_rows); the ones no run takes go back to the queue to run alone. Called and returns under
+  /// mu_, released around the passes.
+  void run_prefill_batches(std::unique_lock<std::mutex>& lock) {
+    std::vector<Job*> cand;
+    for (Job* j : queue_) {
+      if (!j->decode && j->plain && !j->chunked && j->fed == 0) cand.push_back(j);
+    }
+    if (cand.size() < 2) return;
+    for (Job* j : cand) {
+      queue_.erase(std::find(queue_.begin(), queue_.end(), j));
+      expected_[static_cast<std::size_t>(j->slot)] = true;
+    }
+    std::sort(cand.begin(), cand.end(), [](const Job* a, const Job* b) { return a->slot < b->slot; });
+    lock.unlock();
+    std::vector<Job*> alone, ran;
+    std::int64_t passes = 0;
+    {
+      std::lock_guard<std::mutex> c(cache_mu_);
+      if (cache_.recurrent()) {
+        alone = cand;
+      } else {
+        for (Job* j : cand) share_prefix(*j);
+        const std::int64_t budget = std::max<std::int64_t>(opt_.prefill_chunk, 512);
+        auto rest = [](const Job* j) { return j->tokens->dim(1) - j->fed; };
+        auto fits = [&](std::size_t i, std::size_t k, std::int64_t T) {  // rows [i, k) padded to T
+          if (static_cast<std::int64_t>(k - i) * T > budget) return false;
+          for (std::size_t q = i; q < k; ++q) {
+            if (cache_.length(cand[q]->slot) + T > cache_.capacity()) return false;
+          }
+          return true;
+        };
+        std::size_t i = 0;
+        while (i < cand.size()) {
+          std::size_t k = i + 1;
+          std::int64_t T = rest(cand[i]);
+          while (k < cand.size() && cand[k]->slot == cand[k - 1]->slot + 1 &&
+                 static_cast<std::int64_t>(k + 1 - i) <= opt_.prefill_rows &&
+                 fits(i, k + 1, std::max(T, rest(cand[k])))) {
+            T = std::max(T, rest(cand[k]));
+            ++k;
+          }
+          if (k - i >= 2) {
+            run_prefill_pass(cand, i, k, T);
+            for (std::size_t q = i; q < k; ++q) ran.push_back(cand[q]);
+            ++passes;
+          } else {
+            alone.push_back(cand[i]);
+          }
+          i = k;
+        }
+      }
+    }
+    lock.lock();
+    stats_.prefill_batches += passes;
+    stats_.batched_prompts += static_cast<std::int64_t>(ran.size());
+    for (Job* j : ran) j->done = true;
+    if (!ran.empty()) done_cv_.notify_all();
+    // The rest run alone, oldest first, before the prompts that came since.
+    std::sort(alone.begin(), alone.end(), [](const Job* a, const Job* b) { return a->at > b->at; });
+    for (Job* j : alone) queue_.push_front(j);
+  }
+
+  /// Prompts cand[i, k) (consecutive slots) prefilled in one pass of rows padded to T tokens (under cache_mu_).
+  void run_prefill_pass(const std::vector<Job*>& cand, std::size_t i, std::size_t k, std::int64_t T) {
+    const auto B = static_cast<std::int64_t>(k - i);
+    Tensor<std::int32_t, 2> tok = Tensor<std::int32_t, 2>::zeros({B, T});
+    std::vector<std::int32_t> lengths(static_cast<std::size_t>(B));
+    std::vector<std::int64_t> starts(static_cast<std::size_t>(B));
+    for (std::int64_t b = 0; b < B; ++b) {
+      const Job& j = *cand[i + static_cast<std::size_t>(b)];
+      const std::int64_t n = j.tokens->dim(1) - j.fed;
+      std::copy(j.tokens->data() + j.fed, j.tokens->data() + j.fed + n, &tok(b, 0));
+      lengths[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(n);
+      starts[static_cast<std::size_t>(b)] = cache_.length(j.slot);
+    }
+    try {
+      ForwardOptions fo;
+      fo.last_only = true;
+      fo.first_slot = cand[i]->slot;
+      fo.row_lengths = &lengths;
+      Tensor<float, 3> out = model_.forward(tok, cache_, fo);
+      const std::int64_t V = out.dim(2);
+      for (std::int64_t b = 0; b < B; ++b) {
+        Job& j = *cand[i + static_cast<std::size_t>(b)];
+        const auto ub = static_cast<std::size_t>(b);
+        record(j.slot, starts[ub], j.tokens->data() + j.fed, lengths[ub], true);
+        j.fed = j.tokens->dim(1);
+        Tensor<float, 3> row({1, 1, V});
+        std::copy(&out(b, 0, 0), &out(b, 0, 0) + V, row.data());
+        j.out = std::move(row);
+      }
+    } catch (...) {
+      for (std::size_t q = i; q < k; ++q) cand[q]->err = std::current_exception();
+    }
   }
 
   /// Prefix sharing (BatchOptions::share_min), under cache_mu_: the slot whose cached tokens go furthest into this
