@@ -70,11 +70,29 @@ void BM_gemm(benchmark::State& st) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// The timed loop of the ggml benchmarks: M x K random activations (st.range(0) rows) times `raw` as the backend
+/// prepares it; FLOP/s and the file bytes read per second.
+void time_ggml(benchmark::State& st, cpu::Backend& be, const Matrix<ggml_byte>& raw) {
+  const std::int64_t M = st.range(0), N = raw.rows, K = raw.cols;
+  const Matrix<ggml_byte> w = be.prepare(raw);
+  const auto xf = randn(M * K, 3);
+  Tensor<float, 2> x({M, K});
+  for (std::int64_t i = 0; i < M * K; ++i) x.data()[i] = xf[static_cast<std::size_t>(i)];
+  Tensor<float, 2> y({M, N});
+  for (auto _ : st) {
+    be.matmul(View<const float, 2>(x.view()), w, y.view());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(2 * M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["weightB/s"] = benchmark::Counter(static_cast<double>(raw.data.size()),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 /// Runtime-typed ggml blocks (the file's rows as they lie, gemm::wrap_ggml): random quants with small fp16 scales.
 /// Args: M, N, K, threads; Type: the ggml block type; Int8Act: 8-bit activations (integer panels for prefill).
 template <quant::BlockType Type, bool Int8Act>
 void BM_gemm_ggml(benchmark::State& st) {
-  const std::int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+  const std::int64_t N = st.range(1), K = st.range(2);
   cpu::Backend be(cpu::Options{static_cast<int>(st.range(3)), Int8Act});
   const quant::BlockFormat& f = quant::block_format(Type);
   Matrix<ggml_byte> raw;
@@ -93,24 +111,13 @@ void BM_gemm_ggml(benchmark::State& st) {
       std::memcpy(bytes + b * f.bytes + off, &h, 2);
     }
   }
-  const Matrix<ggml_byte> w = be.prepare(raw);
-  const auto xf = randn(M * K, 3);
-  Tensor<float, 2> x({M, K});
-  for (std::int64_t i = 0; i < M * K; ++i) x.data()[i] = xf[static_cast<std::size_t>(i)];
-  Tensor<float, 2> y({M, N});
-  for (auto _ : st) {
-    be.matmul(View<const float, 2>(x.view()), w, y.view());
-    benchmark::DoNotOptimize(y.data());
-  }
-  st.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(2 * M * N * K), benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["weightB/s"] = benchmark::Counter(static_cast<double>(raw.data.size()),
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  time_ggml(st, be, raw);
 }
 
 /// F16 rows as a GGUF file holds them (ggml type 1, read in place): decode, a verify pass or a few conversations'
 /// rows (direct products, qblock::dot_float_rows) and prefill (panels widened to f32). Args: M, N, K, threads.
 void BM_gemm_ggml_f16(benchmark::State& st) {
-  const std::int64_t M = st.range(0), N = st.range(1), K = st.range(2);
+  const std::int64_t N = st.range(1), K = st.range(2);
   cpu::Backend be(cpu::Options{static_cast<int>(st.range(3)), false});
   Matrix<ggml_byte> raw;
   raw.rows = N;
@@ -120,17 +127,7 @@ void BM_gemm_ggml_f16(benchmark::State& st) {
   const auto wf = randn(N * K, 7);
   auto* h = reinterpret_cast<std::uint16_t*>(raw.data.data());
   for (std::int64_t i = 0; i < N * K; ++i) h[i] = fp16(0.05f * wf[static_cast<std::size_t>(i)]).bits;
-  const Matrix<ggml_byte> w = be.prepare(raw);
-  const auto xf = randn(M * K, 3);
-  Tensor<float, 2> x({M, K});
-  for (std::int64_t i = 0; i < M * K; ++i) x.data()[i] = xf[static_cast<std::size_t>(i)];
-  Tensor<float, 2> y({M, N});
-  for (auto _ : st) {
-    be.matmul(View<const float, 2>(x.view()), w, y.view());
-    benchmark::DoNotOptimize(y.data());
-  }
-  st.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(2 * M * N * K), benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["weightB/s"] = benchmark::Counter(static_cast<double>(N * K * 2), benchmark::Counter::kIsIterationInvariantRate);
+  time_ggml(st, be, raw);
 }
 
 #if defined(MAXTEXT_BENCH_OPENBLAS)

@@ -99,6 +99,29 @@ void batched_equals_alone(const std::string& fixture, const std::string& dtype =
   }
 }
 
+/// n conversations started together, one per slot of a scheduler over `adapter` with `bo`, conversation k generating
+/// prompt(k) with `opt`: their results; `st` gets the scheduler's counts.
+template <class Prompt>
+std::vector<models::GenerateResult> run_together(Adapter& adapter, int n, const models::BatchOptions& bo,
+                                                 Prompt&& prompt, const models::GenerateOptions& opt,
+                                                 models::BatchStats& st) {
+  std::vector<models::GenerateResult> out(static_cast<std::size_t>(n));
+  Scheduler sched(adapter, n, 64, bo);
+  std::vector<std::unique_ptr<models::Session<Scheduler>>> sessions;
+  for (int k = 0; k < n; ++k) sessions.push_back(std::make_unique<models::Session<Scheduler>>(sched, 64));
+  for (int k = 0; k < n; ++k) sched.expect(k);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < n; ++k) {
+    threads.emplace_back([&, k] {
+      out[static_cast<std::size_t>(k)] = sessions[static_cast<std::size_t>(k)]->generate(prompt(k), opt);
+      sched.idle(k);
+    });
+  }
+  for (auto& t : threads) t.join();
+  st = sched.stats();
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("batching: conversations run together get bit for bit what each gets alone, for every kind of cache",
@@ -124,7 +147,7 @@ TEST_CASE("batching: passes hold at most max_rows rows and prompts prefilled in 
     constexpr int kN = 5;
     // Each prompt takes 4 rounds, so the conversations' answers (kNew tokens) overlap in time only if long enough.
     constexpr std::int64_t kPrompt = 20, kChunk = 6, kNew = 24;
-    std::vector<models::GenerateResult> alone(kN), together(kN);
+    std::vector<models::GenerateResult> alone(kN);
     for (int k = 0; k < kN; ++k) {
       alone[k] = m->new_session(64)->generate(test::salted_ids(kPrompt, V, 40 + k), test::greedy_with_logprobs(kNew));
     }
@@ -134,22 +157,8 @@ TEST_CASE("batching: passes hold at most max_rows rows and prompts prefilled in 
     bo.max_rows = 2;
     bo.prefill_chunk = kChunk;
     models::BatchStats st;
-    {
-      Scheduler sched(adapter, kN, 64, bo);
-      std::vector<std::unique_ptr<models::Session<Scheduler>>> sessions;
-      for (int k = 0; k < kN; ++k) sessions.push_back(std::make_unique<models::Session<Scheduler>>(sched, 64));
-      for (int k = 0; k < kN; ++k) sched.expect(k);
-      std::vector<std::thread> threads;
-      for (int k = 0; k < kN; ++k) {
-        threads.emplace_back([&, k] {
-          together[k] = sessions[static_cast<std::size_t>(k)]->generate(test::salted_ids(kPrompt, V, 40 + k),
-                                                                        test::greedy_with_logprobs(kNew));
-          sched.idle(k);
-        });
-      }
-      for (auto& t : threads) t.join();
-      st = sched.stats();
-    }
+    const auto together = run_together(adapter, kN, bo, [&](int k) { return test::salted_ids(kPrompt, V, 40 + k); },
+                                       test::greedy_with_logprobs(kNew), st);
     for (int k = 0; k < kN; ++k) {
       INFO("conversation " << k);
       REQUIRE(together[k].tokens.at(0) == alone[k].tokens.at(0));
@@ -174,30 +183,15 @@ TEST_CASE("batching: prompts waiting in the same round share prefill passes and 
     constexpr int kN = 5;
     constexpr std::int64_t kNew = 6;
     auto prompt = [&](int k) { return test::salted_ids(11 + 3 * k, V, 60 + k); };  // 11..23 tokens: rows padded
-    std::vector<models::GenerateResult> alone(kN), together(kN);
+    std::vector<models::GenerateResult> alone(kN);
     for (int k = 0; k < kN; ++k) alone[k] = m->new_session(64)->generate(prompt(k), test::greedy_with_logprobs(kNew));
     Adapter adapter(*m);
     models::BatchOptions bo;
     bo.wait_ms = 5000;  // the first round waits for every prompt
     bo.prefill_rows = 8;
     models::BatchStats st;
-    bool recurrent = false;
-    {
-      Scheduler sched(adapter, kN, 64, bo);
-      std::vector<std::unique_ptr<models::Session<Scheduler>>> sessions;
-      for (int k = 0; k < kN; ++k) sessions.push_back(std::make_unique<models::Session<Scheduler>>(sched, 64));
-      for (int k = 0; k < kN; ++k) sched.expect(k);
-      std::vector<std::thread> threads;
-      for (int k = 0; k < kN; ++k) {
-        threads.emplace_back([&, k] {
-          together[k] = sessions[static_cast<std::size_t>(k)]->generate(prompt(k), test::greedy_with_logprobs(kNew));
-          sched.idle(k);
-        });
-      }
-      for (auto& t : threads) t.join();
-      st = sched.stats();
-      recurrent = adapter.make_cache(1, 4).recurrent();
-    }
+    const auto together = run_together(adapter, kN, bo, prompt, test::greedy_with_logprobs(kNew), st);
+    const bool recurrent = adapter.make_cache(1, 4).recurrent();
     for (int k = 0; k < kN; ++k) {
       INFO("conversation " << k);
       const auto& ta = alone[k].tokens.at(0);
