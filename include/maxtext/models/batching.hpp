@@ -478,19 +478,24 @@ class BatchScheduler {
       fo.first_slot = cand[i]->slot;
       fo.row_lengths = &lengths;
       Tensor<float, 3> out = model_.forward(tok, cache_, fo);
-      const std::int64_t V = out.dim(2);
       for (std::int64_t b = 0; b < B; ++b) {
         Job& j = *cand[i + static_cast<std::size_t>(b)];
         const auto ub = static_cast<std::size_t>(b);
         record(j.slot, starts[ub], j.tokens->data() + j.fed, lengths[ub], true);
         j.fed = j.tokens->dim(1);
-        Tensor<float, 3> row({1, 1, V});
-        std::copy(&out(b, 0, 0), &out(b, 0, 0) + V, row.data());
-        j.out = std::move(row);
+        j.out = row_of(out, b);
       }
     } catch (...) {
       for (std::size_t q = i; q < k; ++q) cand[q]->err = std::current_exception();
     }
+  }
+
+  /// Row r of a pass's last-token logits [B, 1, V], as a conversation's own pass gives them: [1, 1, V].
+  static Tensor<float, 3> row_of(const Tensor<float, 3>& out, std::int64_t r) {
+    const std::int64_t V = out.dim(2);
+    Tensor<float, 3> row({1, 1, V});
+    std::copy(&out(r, 0, 0), &out(r, 0, 0) + V, row.data());
+    return row;
   }
 
   /// Prefix sharing (BatchOptions::share_min), under cache_mu_: the slot whose cached tokens go furthest into this
@@ -601,13 +606,7 @@ class BatchScheduler {
         const std::int64_t s = jobs[j]->slot;
         record(s, cache_.length(s) - 1, jobs[j]->tokens->data(), 1, true);
       }
-      const std::int64_t V = out.dim(2);
-      for (std::size_t j = i; j < k; ++j) {
-        Tensor<float, 3> row({1, 1, V});
-        const float* src = &out(jobs[j]->slot - first, 0, 0);
-        std::copy(src, src + V, row.data());
-        jobs[j]->out = std::move(row);
-      }
+      for (std::size_t j = i; j < k; ++j) jobs[j]->out = row_of(out, jobs[j]->slot - first);
     } catch (...) {
       for (std::size_t j = i; j < k; ++j) jobs[j]->err = std::current_exception();
     }
