@@ -8,6 +8,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -146,6 +147,30 @@ TEST_CASE("the program refuses a misspelled option before running anything", "[c
   // The same command spelled right runs.
   const std::string ok = test::run_cli("generate --config " + cfg + " --tokens 1,2 --max-new-tokens 2 dtype=float32");
   CHECK_THAT(ok, !Catch::Contains("error"));
+}
+
+TEST_CASE("serve refuses its batching options' bad values by name, before it listens", "[cli]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  const std::string model = test::models_dir() + "/stories260K/stories260K.gguf";
+  test::require(model, "stories260K");
+  CHECK_NOTHROW(cli::check_options(args({"serve", "--weights", "w", "--batch-rows", "32", "--prefill-chunk", "0",
+                                         "--prefill-rows", "8"})));
+  int rc = 0;
+  const std::string probe = test::run_cli("serve --weights " + model + " --port 0 --prefill-rows 0", rc);
+  if (probe.find("serve is not compiled") != std::string::npos) test::skip("serve is not compiled into the program");
+  const std::pair<const char*, const char*> cases[] = {
+      {"--prefill-rows 0", "--prefill-rows must be in [1, 256], found 0"},
+      {"--prefill-rows 257", "--prefill-rows must be in [1, 256], found 257"},
+      {"--batch-rows 0", "--batch-rows must be in [1, 256], found 0"},
+      {"--prefill-chunk -1", "--prefill-chunk must be >= 0"},
+  };
+  for (const auto& [opt, what] : cases) {
+    INFO(opt);
+    const std::string out = test::run_cli("serve --weights " + model + " --port 0 " + opt, rc);
+    CHECK(rc != 0);
+    CHECK_THAT(out, Catch::Contains("maxtext: error:") && Catch::Contains(what));
+    CHECK_THAT(out, !Catch::Contains("listening"));
+  }
 }
 
 TEST_CASE("generate --grammar / --json-schema: the streamed text is a sentence of the grammar, and a bad grammar, "
