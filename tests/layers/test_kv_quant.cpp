@@ -261,12 +261,15 @@ TEST_CASE("attend_packed: the backend's attention over the dequantised rows, for
   // backend's attention with the same mask: the same arithmetic in another order, 1e-5 of the output's scale.
   // Shapes: GQA (4 query heads over 2 kv heads of 8), 3 queries at positions 9..11 over 12 cached rows (the generic
   // loops); heads of 16 and 32 over 40 cached rows (int8 takes the blocked kernel there: two whole blocks of 16 keys
-  // and a partial one), with 4, 2 and 1 query heads per kv head (four-row and one-row logit blocks).
+  // and a partial one), with 4, 2 and 1 query heads per kv head (four-row and one-row logit blocks). The last two
+  // shapes put the queries past the cached rows (positions 44.., 15..), so that under the chunk masks (chunks of 4 and
+  // 5 starting past the rows) a query sees no key: the mean of all values, or 0 with a sink.
   reference::Backend be;
-  struct Shape { std::int64_t S, T, N, K, D; };
-  for (const Shape sh : {Shape{12, 3, 4, 2, 8}, Shape{40, 3, 8, 2, 32}, Shape{40, 2, 4, 2, 16}, Shape{37, 1, 3, 3, 16}}) {
-    const std::int64_t S = sh.S, T = sh.T, N = sh.N, K = sh.K, D = sh.D, q0 = S - T;
-    INFO("S " << S << " T " << T << " N " << N << " K " << K << " D " << D);
+  struct Shape { std::int64_t S, T, N, K, D, past; };
+  for (const Shape sh : {Shape{12, 3, 4, 2, 8, 0}, Shape{40, 3, 8, 2, 32, 0}, Shape{40, 2, 4, 2, 16, 0},
+                         Shape{37, 1, 3, 3, 16, 0}, Shape{40, 2, 4, 2, 16, 6}, Shape{12, 3, 4, 2, 8, 6}}) {
+    const std::int64_t S = sh.S, T = sh.T, N = sh.N, K = sh.K, D = sh.D, q0 = S - T + sh.past;
+    INFO("S " << S << " T " << T << " N " << N << " K " << K << " D " << D << " first query " << q0);
     std::uint64_t st = 77;
     auto uniform = [&] {
       st = st * 6364136223846793005ULL + 1442695040888963407ULL;

@@ -217,6 +217,22 @@ struct PackedAttentionArgs {
   float soft_cap = 0.0f;
 };
 
+namespace detail {
+/// What a query that sees no key gets: the mean of all S value rows of kv head h (MaxText's finite mask value weighs
+/// every key alike), or 0 with a sink (its term takes all the weight) or without rows. `o` has Dv elements.
+inline void attend_nothing_visible(const KVQuant& kq, std::int64_t S, const std::uint8_t* values, std::int64_t value_stride,
+                                   std::int64_t voff, std::int64_t h, std::int64_t Dv, bool sinks, float* o) {
+  std::fill(o, o + Dv, 0.0f);
+  if (sinks || S == 0) return;
+  const std::int64_t g = kq.axis == KVQuantAxis::dkv ? h : 0;
+  for (std::int64_t s = 0; s < S; ++s) {
+    const std::uint8_t* vr = values + s * value_stride;
+    const float f = kq.step(reinterpret_cast<const bf16*>(vr + voff)[g]) / static_cast<float>(S);
+    for (std::int64_t i = 0; i < Dv; ++i) o[i] += f * kq.code(vr, h * Dv + i);
+  }
+}
+}  // namespace detail
+
 #if defined(MAXTEXT_KV_QUANT_BLOCKED)
 namespace detail {
 /// attend_packed for int8 codes whose head sizes are multiples of the CPU's vector width, by the float cache's
@@ -238,8 +254,10 @@ inline void attend_packed_int8(const KVQuant& kq, const PackedAttentionArgs& a, 
   const std::int64_t koff = kq.scale_offset(K * Dk), voff = kq.scale_offset(K * Dv);
   const bool per_head = kq.axis == KVQuantAxis::dkv;  // a scale per kv head, else one per token
   const std::int64_t span = (S + B - 1) / B * B;      // logits per row, whole blocks
-  // Chunks of kv heads: enough items for every thread.
-  const std::int64_t chunks = std::min<std::int64_t>(K, T >= nt ? 1 : (nt + T - 1) / T);
+  // Chunks of kv heads: enough items for every thread, and few enough heads per chunk that a thread's logits stay
+  // within 8 MiB (as the float cache's kernel).
+  const std::int64_t chunks = std::min<std::int64_t>(
+      K, std::max<std::int64_t>(T >= nt ? 1 : (nt + T - 1) / T, (K * G * span * 4 + (1 << 23) - 1) >> 23));
   const std::int64_t HC = (K + chunks - 1) / chunks, C = (K + HC - 1) / HC;
   const auto* k8 = reinterpret_cast<const std::int8_t*>(keys);
   const auto* v8 = reinterpret_cast<const std::int8_t*>(values);
@@ -272,18 +290,9 @@ inline void attend_packed_int8(const KVQuant& kq, const PackedAttentionArgs& a, 
       if (a.sliding_window > 0) lo = std::max(lo, pos - a.sliding_window + 1);
       if (a.chunk > 0) lo = std::max(lo, pos / a.chunk * a.chunk);
       std::fill(acc, acc + rows * Dv, 0.0f);
-      if (lo >= hi) {  // nothing visible: the average of all S value rows (MaxText's finite mask value), 0 with sinks
+      if (lo >= hi) {
         for (std::int64_t r = 0; r < rows; ++r) {
-          const std::int64_t h = h0 + r / G;
-          float* o = &out(t, h0 * G + r, 0);
-          std::fill(o, o + Dv, 0.0f);
-          if (sinks || S == 0) continue;
-          for (std::int64_t s = 0; s < S; ++s) {
-            const float f = kq.step(reinterpret_cast<const bf16*>(values + s * value_stride + voff)[per_head ? h : 0]) /
-                            static_cast<float>(S);
-            const std::int8_t* c = v8 + s * value_stride + h * Dv;
-            for (std::int64_t i = 0; i < Dv; ++i) o[i] += f * static_cast<float>(c[i]);
-          }
+          attend_nothing_visible(kq, S, values, value_stride, voff, h0 + r / G, Dv, sinks != nullptr, &out(t, h0 * G + r, 0));
         }
         continue;
       }
@@ -483,17 +492,11 @@ inline void attend_packed(const KVQuant& kq, const PackedAttentionArgs& a, View<
     if (a.chunk > 0) lo = std::max(lo, pos / a.chunk * a.chunk);
     const float* x = &q(t, n, 0);
     float* o = &out(t, n, 0);
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    if (lo > hi) {  // nothing visible
-      if (!sinks && S > 0) {
-        for (std::int64_t s = 0; s < S; ++s) {
-          const std::uint8_t* vr = values + s * value_stride;
-          axpy(kq.step(reinterpret_cast<const bf16*>(vr + voff)[g]) / static_cast<float>(S), vr, h * Dv, Dv, acc.data());
-        }
-      }
-      std::copy(acc.begin(), acc.end(), o);
+    if (lo > hi) {
+      detail::attend_nothing_visible(kq, S, values, value_stride, voff, h, Dv, sinks != nullptr, o);
       return;
     }
+    std::fill(acc.begin(), acc.end(), 0.0f);
     float m = sinks ? sinks[n] : -std::numeric_limits<float>::infinity();
     for (std::int64_t s = lo; s <= hi; ++s) {
       const std::uint8_t* kr = keys + s * key_stride;
