@@ -11,16 +11,19 @@
 // What the Gemma importer does with the blocks (families/gemma/import.hpp): the embedding normalizer (Gemma 3: bf16(sqrt(D));
 // Gemma 2: sqrt(D) in f32) and Gemma 2's query scale (head_dim^-0.5) ride as the matrices' value_scale, applied after
 // decoding as float(double(w) * s), the f32 product the decoded file's fold computes; OLMo 3's importer only makes
-// views, as llama's. So with blocks kept the model is the same function as the decoded one up to summation order:
+// views, as llama's. So with blocks kept the model is the same function as the decoded one up to summation order, and
+// up to the tied head's table:
 //   - runtime-typed (ggml) weights, blocks kept vs decoded to F32: max |diff| <= 1e-5 * max(1, max |logit|)
-//     (measured: up to 2.4e-6; the CPU's prefill is bit-identical, see the printed lines);
-//   - against the float32 model (Policy<B, float>, what --weight-type float32 gives): MaxText's tied head rounds its
-//     table to bf16 (Gemma's logits_via_embedding), a runtime-typed table is used as the file has it
-//     (layers/embeddings.hpp bf16_rounded_copy). The Gemma 3 file's table is made bf16-exact after the normalizer
-//     (Q6_K blocks with power-of-two d, sub-scales of two significant bits, D = 256: normalizer 16), so that the same
-//     bound holds; the Gemma 2 file's (D = 512, normalizer 22.627417) is not, and there the difference is that
-//     rounding's: bounded by 2^-8 of the largest logit (measured 7.9e-4). OLMo 3's tied head is a dense view: no
-//     rounding, the same bound.
+//     (measured: up to 2.4e-6; the CPU's prefill is bit-identical, see the printed lines), where both heads read the
+//     same values;
+//   - MaxText's tied head rounds its table to bf16 (Gemma's logits_via_embedding): the float32 model (Policy<B, float>,
+//     what --weight-type float32 gives) and a runtime-typed model whose table is F32 / F16 / BF16 rows (the decoded
+//     file; a file of F16 matrices: the last test) multiply by that rounded copy; a table of blocks is used as the file
+//     has it (layers/embeddings.hpp bf16_rounded_copy). The Gemma 3 file's table is made bf16-exact after the
+//     normalizer (Q6_K blocks with power-of-two d, sub-scales of two significant bits, D = 256: normalizer 16), so
+//     that the 1e-5 bound holds; the Gemma 2 file's (D = 512, normalizer 22.627417) is not, and there the difference
+//     is that rounding's: bounded by 2^-8 of the largest logit (measured 7.9e-4), the final norm's output (what the
+//     head multiplies) within 1e-5. OLMo 3's tied head is a dense view: no rounding, the 1e-5 bound.
 // On the CPU backend (prefill: panels dequantised; decode, one row at a time with the KV cache: the fused
 // decode-and-dot kernels, value_scale applied to the dot product) and on the reference backend.
 #include <cmath>
@@ -69,6 +72,7 @@ struct Spec {
   std::string arch;  // gemma2, gemma3 or olmo2
   std::int64_t D, N, K, H, F, V, file_layers;
   bool bf16_exact_table;
+  bool f16_matrices = false;  // every matrix F16 (a file of float matrices, as convert_hf_to_gguf.py writes them)
 };
 
 /// `rows` x `cols` values of block type `t` as random blocks: random bytes, then the fp16 scale fields (d, dmin / m)
@@ -122,8 +126,8 @@ std::vector<std::byte> bf16_exact_q6_k(std::int64_t rows, std::int64_t cols, std
   return b;
 }
 
-/// A Gemma 2 / Gemma 3 / OLMo 3 (olmo2) GGUF file with llama.cpp's names and random block-quantised matrices; the
-/// head is tied to the embedding (no output.weight).
+/// A Gemma 2 / Gemma 3 / OLMo 3 (olmo2) GGUF file with llama.cpp's names and random block-quantised matrices (or F16
+/// ones: Spec::f16_matrices); the head is tied to the embedding (no output.weight).
 std::string write_gemma_gguf(const Spec& s, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -155,6 +159,13 @@ std::string write_gemma_gguf(const Spec& s, std::uint32_t seed) {
     w.set(p + "rope.freq_base_swa", io::GgufValue::of_f32(10000.0f));
   }
   auto matrix = [&](const std::string& name, quant::BlockType t, std::int64_t rows, std::int64_t cols) {
+    if (s.f16_matrices) {
+      Tensor<fp16, 2> v({rows, cols});
+      const float sd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cols)));
+      for (std::int64_t i = 0; i < v.size(); ++i) v.data()[i] = fp16(sd * normal(rng));
+      w.add_tensor(name, AnyTensor::from(v));
+      return;
+    }
     w.add_raw_tensor(name, {rows, cols}, static_cast<std::uint32_t>(t),
                      random_blocks(t, rows, cols, 1.0 / std::sqrt(static_cast<double>(cols)), rng));
   };
@@ -198,7 +209,7 @@ std::string write_gemma_gguf(const Spec& s, std::uint32_t seed) {
     matrix(b + "ffn_down.weight", i % 2 == 0 ? BT::q6_k : BT::q4_k, s.D, s.F);
   }
   // The test program's own scratch directory (catch_main.cpp).
-  const std::string path = "./blocks_" + s.arch + "_" + std::to_string(seed) + ".gguf";
+  const std::string path = "./" + std::string(s.f16_matrices ? "f16_" : "blocks_") + s.arch + "_" + std::to_string(seed) + ".gguf";
   w.write(path);
   return path;
 }
@@ -215,6 +226,20 @@ std::vector<float> logits_of(const std::string& path, const Config& cfg, bool ke
   model.load(io::load_weights(path, cfg, keep_blocks).tensors);
   const Tensor<float, 3> l = model.forward(prompt());
   return std::vector<float>(l.data(), l.data() + l.size());
+}
+
+/// The final norm's output (the hidden states the head multiplies), by capture.
+template <class M, class Be>
+std::vector<float> final_norm_of(const std::string& path, const Config& cfg, bool keep_blocks, Be be) {
+  M model(cfg, std::move(be));
+  model.load(io::load_weights(path, cfg, keep_blocks).tensors);
+  layers::Capture cap({"decoder.decoder_norm"});
+  models::ForwardOptions fo;
+  fo.capture = &cap;
+  (void)model.forward(prompt(), fo);
+  const AnyTensor& h = cap.at("decoder.decoder_norm");
+  const Tensor<float, 1> f = h.to<float, 1>({h.numel()});
+  return std::vector<float>(f.data(), f.data() + f.size());
 }
 
 /// One token at a time through the KV cache (decode-sized products: the fused decode-and-dot kernels).
@@ -283,7 +308,11 @@ void check_blocks(const Spec& s, std::uint32_t seed) {
     CHECK(tb.total() == test::gguf_matrix_bytes(path));  // the model's matrices are the file's bytes
   }
 
-  // (b) Blocks kept equal the file decoded to F32, to summation order.
+  // (b) Blocks kept equal the file decoded to F32, to summation order, up to the tied head: the float32 Gemma model
+  // rounds its table to bf16 (MaxText's attend), and so does a runtime-typed model whose table is F32 rows (the
+  // decoded file); a table of blocks is used as the file has it. Nothing to round for a bf16-exact table or a dense
+  // head (OLMo 3's tied head is a view of the embedding as logits_dense). Where the heads differ, the hidden states
+  // they multiply (the final norm's output) still agree to summation order.
   using CpuG = typename Ms::CpuG;
   using CpuF = typename Ms::CpuF;
   using RefG = typename Ms::RefG;
@@ -295,23 +324,25 @@ void check_blocks(const Spec& s, std::uint32_t seed) {
   const std::vector<float> ref_blocks = logits_of<RefG>(path, cfg, true, reference::Backend());
   const std::vector<float> ref_f32 = logits_of<RefF>(path, cfg, false, reference::Backend());
   const std::vector<float> cpu_steps = decoded_logits_of<CpuG>(path, cfg);
-  const double e_dec = rel_diff(cpu_blocks, cpu_decoded), e_ref = rel_diff(ref_blocks, cpu_decoded),
-               e_steps = rel_diff(cpu_steps, cpu_decoded), e_f32 = rel_diff(cpu_blocks, cpu_f32),
-               e_ref_f32 = rel_diff(ref_blocks, ref_f32);
-  std::printf("%s (max |logit| %.3g), max |diff| / max |logit|, blocks kept vs decoded to F32 (ggml weights): cpu %.3g, "
-              "reference %.3g, cpu one token at a time %.3g; vs the float32 model: cpu %.3g, reference %.3g\n",
-              s.arch.c_str(), max_abs(cpu_decoded), e_dec, e_ref, e_steps, e_f32, e_ref_f32);
+  const double e_dec = rel_diff(cpu_blocks, cpu_decoded), e_ref = rel_diff(ref_blocks, cpu_blocks),
+               e_steps = rel_diff(cpu_steps, cpu_blocks), e_f32 = rel_diff(cpu_blocks, cpu_f32),
+               e_ref_f32 = rel_diff(ref_blocks, ref_f32), e_dec_f32 = rel_diff(cpu_decoded, cpu_f32),
+               e_hidden = rel_diff(final_norm_of<CpuG>(path, cfg, true, one), final_norm_of<CpuG>(path, cfg, false, one));
+  std::printf("%s (max |logit| %.3g), max |diff| / max |logit|, blocks kept vs decoded to F32 (ggml weights): cpu %.3g "
+              "(final norm %.3g), reference %.3g, cpu one token at a time %.3g; vs the float32 model: cpu %.3g, "
+              "reference %.3g, decoded %.3g\n",
+              s.arch.c_str(), max_abs(cpu_decoded), e_dec, e_hidden, e_ref, e_steps, e_f32, e_ref_f32, e_dec_f32);
   CHECK(max_abs(cpu_decoded) > 1.0);
   constexpr double kSummationOrder = 1e-5;
-  CHECK(e_dec <= kSummationOrder);
+  const bool rounded_head = cfg.logits_via_embedding && !s.bf16_exact_table;
+  const double head_bound = rounded_head ? 0x1p-8 : kSummationOrder;
+  CHECK(e_hidden <= kSummationOrder);
+  CHECK(e_dec <= head_bound);
   CHECK(e_ref <= kSummationOrder);
   CHECK(e_steps <= kSummationOrder);
-  // The float32 Gemma model rounds its tied head's table to bf16 (MaxText's attend); nothing for a bf16-exact table
-  // or a dense head (OLMo 3's tied head is a view of the embedding as logits_dense).
-  const bool rounded_head = cfg.logits_via_embedding && !s.bf16_exact_table;
-  const double f32_bound = rounded_head ? 0x1p-8 : kSummationOrder;
-  CHECK(e_f32 <= f32_bound);
-  CHECK(e_ref_f32 <= f32_bound);
+  CHECK(e_dec_f32 <= kSummationOrder);
+  CHECK(e_f32 <= head_bound);
+  CHECK(e_ref_f32 <= head_bound);
   if (rounded_head) CHECK(e_f32 > kSummationOrder);  // the rounding is there (and is all there is)
 }
 
@@ -336,17 +367,19 @@ TEST_CASE("OLMo 3 GGUF blocks (llama.cpp olmo2): kept equal decoded", "[io][gguf
 
 TEST_CASE("maxtext logits on Gemma 3 and OLMo 3 block files: default (blocks) equals float32", "[io][gguf][quant][cli]") {
   // The CLI keeps the blocks by default (it says "weights kept as ggml"); --weight-type float32 decodes them. The Gemma 3
-  // file's table is bf16-exact (see above), so the two agree to summation order.
+  // block file's table is bf16-exact (see above), so the two agree to summation order; the Gemma 3 file of F16
+  // matrices is read in place too, its tied head from BF16 rows rounded as MaxText's attend rounds (the next test).
   const std::string tokens = "1,42,300,7,511,128,64,3";
-  for (const Spec& s : {Spec{"gemma3", 256, 4, 2, 64, 256, 512, 6, true}, Spec{"olmo2", 256, 4, 2, 64, 256, 512, 4, false}}) {
-    INFO(s.arch);
+  for (const Spec& s : {Spec{"gemma3", 256, 4, 2, 64, 256, 512, 6, true}, Spec{"olmo2", 256, 4, 2, 64, 256, 512, 4, false},
+                        Spec{"gemma3", 256, 4, 2, 64, 256, 512, 6, false, true}}) {
+    INFO(s.arch << (s.f16_matrices ? " (F16 matrices)" : ""));
     const std::string path = write_gemma_gguf(s, 41);
     std::vector<std::vector<float>> outs;
     // A program built without the ggml policy (CI's sanitizer build) decodes the blocks by default instead.
     const bool ggml_built = std::system((test::cli_path() + " logits --threads 1 --tokens " + tokens + " --weights " + path +
                                          " --weight-type ggml --out ./cli_probe.npy >/dev/null 2>&1").c_str()) == 0;
     for (const char* wt : {"", " --weight-type float32"}) {
-      const std::string out = "./cli_logits_" + s.arch + (wt[0] ? "_f32" : "") + ".npy";
+      const std::string out = "./cli_logits_" + s.arch + (s.f16_matrices ? "_f16" : "") + (wt[0] ? "_f32" : "") + ".npy";
       const std::string text = test::run_cli("logits --threads 1 --tokens " + tokens + " --weights " + path + " --out " + out + wt);
       CHECK((text.find("weights kept as ggml") != std::string::npos) == (wt[0] == 0 && ggml_built));
       const AnyTensor l = test::npy(out);
@@ -359,4 +392,49 @@ TEST_CASE("maxtext logits on Gemma 3 and OLMo 3 block files: default (blocks) eq
                 s.arch.c_str(), e);
     CHECK(e <= 1e-5);
   }
+}
+
+TEST_CASE("Gemma 3 GGUF of F16 matrices: read in place, the tied head reads MaxText's bf16-rounded table",
+          "[io][gguf][gemma]") {
+  // A file of float matrices whose model ties its head (Gemma) is read in place like a block file: the lookup reads
+  // the file's F16 rows with the normalizer (16) as value_scale, and the tied head multiplies by BF16 rows of
+  // bf16(E x 16), the values MaxText's attend reads (layers/embeddings.hpp bf16_rounded_copy). F16 values times 16
+  // are not bf16-exact, so a head reading the file's rows as they are would differ from the float32 model by that
+  // rounding (about 1e-3 of the largest logit, as the Gemma 2 block file above); reading the rounded table, the two
+  // agree to summation order, on the CPU (prefill and one token at a time) and the reference backend.
+  using Ms = MODELS_OF(layers::Gemma3DecoderLayer);
+  const Spec s{"gemma3", 256, 4, 2, 64, 256, 512, 6, false, true};
+  const std::string path = write_gemma_gguf(s, 35);
+  const Config cfg = io::read_weights_config(path).value();
+  REQUIRE(cfg.logits_via_embedding);
+  const io::LoadedWeights w = io::load_weights(path, cfg, true);
+  CHECK(w.file_weight_type == "ggml");
+  const AnyTensor& emb = w.tensors.at("token_embedder.embedding");
+  CHECK(emb.dtype == DType::ggml);
+  CHECK(emb.ggml_type == quant::kTypeF16);
+  CHECK(emb.value_scale == 16.0);
+  {
+    Ms::CpuG model(cfg, cpu::Backend(cpu::Options{1}));
+    model.load(w.tensors);
+    test::GgmlTypeBytes tb;
+    model.visit(tb);
+    CHECK(tb.bytes.size() == 1);
+    CHECK(tb.bytes.count(quant::kTypeF16) == 1);
+    CHECK(tb.total() == test::gguf_matrix_bytes(path));  // the model's matrices are the file's bytes
+  }
+  const cpu::Backend one(cpu::Options{1});
+  const std::vector<float> cpu_kept = logits_of<Ms::CpuG>(path, cfg, true, one);
+  const std::vector<float> cpu_f32 = logits_of<Ms::CpuF>(path, cfg, false, one);
+  const std::vector<float> ref_kept = logits_of<Ms::RefG>(path, cfg, true, reference::Backend());
+  const std::vector<float> ref_f32 = logits_of<Ms::RefF>(path, cfg, false, reference::Backend());
+  const std::vector<float> cpu_steps = decoded_logits_of<Ms::CpuG>(path, cfg);
+  const double e_cpu = rel_diff(cpu_kept, cpu_f32), e_ref = rel_diff(ref_kept, ref_f32),
+               e_steps = rel_diff(cpu_steps, cpu_f32);
+  std::printf("gemma3 F16 file (max |logit| %.3g), read in place vs the float32 model, max |diff| / max |logit|: cpu %.3g, "
+              "reference %.3g, cpu one token at a time %.3g\n",
+              max_abs(cpu_f32), e_cpu, e_ref, e_steps);
+  CHECK(max_abs(cpu_f32) > 1.0);
+  CHECK(e_cpu <= 1e-5);
+  CHECK(e_ref <= 1e-5);
+  CHECK(e_steps <= 1e-5);
 }

@@ -61,8 +61,8 @@ inline bool gguf_keeps_blocks(const Config& cfg) {
 /// `keep_blocks`: a GGUF file's block-quantised tensors (Q4_K, Q6_K, Q4_0, ...) stay as they lie in the file
 /// (DType::ggml views), and so do its F32 / F16 / BF16 matrices, for a model with runtime-typed weights (ggml_byte;
 /// file_weight_type "ggml"), where the importer supports it (gguf_keeps_blocks): the model then reads the file's
-/// mapping as it is, with no second copy. A file without blocks whose model ties its head (logits_via_embedding) is
-/// not kept (see below). Otherwise, and by default, blocks are decoded to f32. `populate` (with keep_blocks): map the
+/// mapping as it is, with no second copy (a head tied to the embedding adds its BF16-rounded table). Otherwise, and
+/// by default, blocks are decoded to f32. `populate` (with keep_blocks): map the
 /// kept pages now, as one process reads them all; false for a pipeline stage (models/parallel.hpp), which reads only
 /// its own layers' pages: the others are not kept resident (io::keep_block_tensors).
 #if MAXTEXT_API_DEFINITIONS
@@ -82,10 +82,10 @@ MAXTEXT_API LoadedWeights load_weights(const std::string& path_in, const Config&
                         ": ggml type MXFP4 is only supported for gpt-oss expert tensors");
         }
       }
-      // A file of F32 / F16 / BF16 matrices only is read in place too, unless the model ties its head to the
-      // embedding: MaxText's tied head multiplies by a bf16-rounded copy of the table, which the file's rows are not
-      // (docs/numerics.md); such a file keeps the packed policies and MaxText's numbers.
-      if (keep_blocks && gguf_keeps_blocks(cfg) && (has_block_tensors(g) || !cfg.logits_via_embedding)) {
+      // A file of F32 / F16 / BF16 matrices only is read in place too. A head tied to the embedding then multiplies
+      // by BF16 rows of the table's values rounded as MaxText's attend rounds them (layers/embeddings.hpp
+      // bf16_rounded_copy; docs/numerics.md), the lookup reads the file's rows.
+      if (keep_blocks && gguf_keeps_blocks(cfg)) {
         keep_block_tensors(g, populate);  // blocks and F32 / F16 / BF16 rows computed from as they lie (ggml_byte)
         w.file_weight_type = "ggml";
       } else {

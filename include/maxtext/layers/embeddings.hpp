@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "maxtext/core/dtype.hpp"
 #include "maxtext/core/error.hpp"
@@ -54,6 +56,10 @@ class Embed {
 };
 
 /// MaxText rounds the table to bfloat16 for `attend` (even with dtype float32): build that copy of a host table.
+/// A runtime-typed table of F32 / F16 / BF16 rows (a GGUF file of float matrices, read in place) gets BF16 rows of
+/// bf16(value x value_scale), the values MaxText's attend reads, in half the bytes of an F32 copy (value_scale 1: the
+/// rounding is exact in BF16); a BF16 table without a factor is its own copy. Block tables (Q8_0, Q4_K, Q6_K, ...)
+/// keep their blocks: they are used as the file has them.
 template <class W>
 Matrix<W> bf16_rounded_copy(const Matrix<W>& m) {
   if constexpr (std::is_same_v<W, float> || std::is_same_v<W, fp16>) {
@@ -63,8 +69,29 @@ Matrix<W> bf16_rounded_copy(const Matrix<W>& m) {
     r.data = t;
     r.packed = nullptr;
     return r;
+  } else if constexpr (std::is_same_v<W, ggml_byte>) {
+    const bool float_rows = m.ggml_type == quant::kTypeF32 || m.ggml_type == quant::kTypeF16 || m.ggml_type == quant::kTypeBF16;
+    if (!float_rows || (m.ggml_type == quant::kTypeBF16 && m.value_scale == 1.0) || m.data.empty()) return m;
+    Matrix<W> r = m;
+    r.ggml_type = quant::kTypeBF16;
+    r.value_scale = 1.0;
+    r.packed = nullptr;
+    const std::int64_t in_bytes = m.storage_cols(), out_bytes = quant::row_bytes(quant::kTypeBF16, m.cols);
+    Tensor<W, 2> t({m.rows, out_bytes});
+    std::vector<float> row(static_cast<std::size_t>(m.cols));
+    for (std::int64_t n = 0; n < m.rows; ++n) {
+      quant::dequantize_any(m.ggml_type, reinterpret_cast<const std::byte*>(m.data.data() + n * in_bytes), row.data(), m.cols);
+      quant::scale_values(row.data(), m.cols, m.value_scale);
+      auto* out = reinterpret_cast<std::byte*>(t.data() + n * out_bytes);
+      for (std::int64_t i = 0; i < m.cols; ++i) {
+        const std::uint16_t b = bf16(row[static_cast<std::size_t>(i)]).bits;
+        std::memcpy(out + 2 * i, &b, 2);
+      }
+    }
+    r.data = t;
+    return r;
   } else {
-    return m;  // bf16 already; Q8_0 keeps its own rounding; runtime-typed (GGUF) tables are used as the file has them
+    return m;  // bf16 already; Q8_0 keeps its own rounding
   }
 }
 

@@ -384,10 +384,12 @@ class GemmaImporter {
     w.source = t->source + " as " + mt;
     out_.add(mt, w);
   }
-  /// The table times `normalizer`: materialised (folded) for float and Q8_0 sources; GGUF blocks (Q4_K, Q6_K, ...)
-  /// stay blocks with the normalizer as their value_scale, which the lookup (row_to_f32) and the tied head's products
-  /// apply after decoding: float(double(E) * normalizer), the f32 product `folded` computes. The tied head divides by
-  /// sqrt(emb_dim) after its product either way (normalize_embedding_logits).
+  /// The table times `normalizer`: materialised (folded) for float and Q8_0 sources; a GGUF file's rows read in place
+  /// (DType::ggml: blocks such as Q4_K or Q6_K, and F32 / F16 / BF16 rows) stay as they lie with the normalizer as
+  /// their value_scale, which the lookup (row_to_f32) and the tied head's products apply after decoding:
+  /// float(double(E) * normalizer), the f32 product `folded` computes (a table of float rows gets the tied head's
+  /// BF16-rounded copy: layers/embeddings.hpp). The tied head divides by sqrt(emb_dim) after its product either way
+  /// (normalize_embedding_logits).
   void embedding(const std::string& file, float normalizer) {
     const AnyTensor* t = get(file);
     if (!t) return;
