@@ -175,8 +175,12 @@ class PictureTower {
 /// The tower of --mmproj, or of --weights when that is a Hugging Face Gemma 3 checkpoint with its vision tower;
 /// null without either, or with `--mmproj none` (serve).
 std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cfg);
-/// `text` with llama.cpp's `<__media__>` markers rewritten to image_marker_text (cli_text.cpp).
+/// `text` with llama.cpp's `<__media__>` markers rewritten to image_marker_text (cli_text.cpp), then
+/// with_pan_and_scan.
 std::string with_image_markers(const Args& a, std::string text);
+/// With --pan-and-scan on: `text` with the marker of each --image that pan-and-scan crops replaced by the text that
+/// introduces the picture and its crops (io::gemma3_pan_and_scan_prompt); else `text` (cli_vision.cpp).
+std::string with_pan_and_scan(const Args& a, std::string text);
 
 int cmd_logits(const Args& a);    // cli_models.cpp
 int cmd_info(const Args& a);      // cli_models.cpp

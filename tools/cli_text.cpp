@@ -33,7 +33,7 @@ std::string with_image_markers(const Args& a, std::string text) {
   for (std::size_t at = text.find(mtmd); at != std::string::npos; at = text.find(mtmd, at + marker.size())) {
     text.replace(at, mtmd.size(), marker);
   }
-  return text;
+  return with_pan_and_scan(a, std::move(text));
 }
 
 PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt) {
@@ -125,6 +125,7 @@ int cmd_generate(const Args& a) {
   const bool images = a.all.count("image") != 0;
   MAXTEXT_CHECK(images || (!a.has("image-preprocess") && !a.has("image-embeddings-out")), ArgumentError,
                 "--image-preprocess and --image-embeddings-out need --image");
+  MAXTEXT_CHECK(images || !a.has("pan-and-scan"), ArgumentError, "--pan-and-scan needs --image");
   std::string prompt_text = a.get("prompt");
   if (a.has("prompt")) {
     MAXTEXT_CHECK(!a.has("tokens"), ArgumentError, "give --tokens or --prompt, not both");
@@ -134,6 +135,8 @@ int cmd_generate(const Args& a) {
     add_eos_stops(go, a, *tk, cfg);  // text generation ends at an end-of-sequence token
   } else {
     MAXTEXT_CHECK(go.stop_strings.empty(), ArgumentError, "--stop needs --prompt (text, through a tokenizer)");
+    MAXTEXT_CHECK(!a.has("pan-and-scan"), ArgumentError, "--pan-and-scan needs --prompt (the text that introduces "
+                  "the crops goes through the tokenizer)");
     prompts = parse_token_rows(a.get("tokens"));
   }
   // Pictures (--image): the markers expanded to the model's image tokens, the soft tokens merged at the prefill.

@@ -3,7 +3,9 @@
 // layers::Gemma3VisionEncoder into the text model's embedding space; the soft tokens [n, 256, emb_dim] go to --out.
 // open_prompt_pictures does the same for `generate` / `logits` / `chat` --image (the prompt's markers expanded, the
 // soft tokens merged into the decoder: ForwardOptions::media_mask), open_picture_tower for `serve` (a request's
-// pictures). The tower and the prompts' expansion are the library's (families/gemma/pictures.hpp).
+// pictures). --pan-and-scan on (vision, generate): each picture followed by its crops (io::gemma3_pan_and_scan), and
+// generate's prompt text introducing them as Hugging Face's Gemma3Processor does (with_pan_and_scan). The tower and
+// the prompts' expansion are the library's (families/gemma/pictures.hpp).
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -42,10 +44,27 @@ io::Gemma3ImageProcessing image_preprocess(const Args& a) {
   return io::parse_gemma3_image_processing(a.get("image-preprocess", "maxtext"));
 }
 
-/// The pictures' files decoded.
-std::vector<io::Image> read_images(const std::vector<std::string>& files) {
+/// --pan-and-scan on|off (off by default): Hugging Face's pan-and-scan for Gemma 3 (io::gemma3_pan_and_scan).
+bool pan_and_scan(const Args& a) {
+  const std::string v = a.get("pan-and-scan", "off");
+  MAXTEXT_CHECK(v == "on" || v == "off", ArgumentError, "--pan-and-scan: expected on or off, found '", v, "'");
+  MAXTEXT_CHECK(v == "off" || image_preprocess(a) != io::Gemma3ImageProcessing::llamacpp, ArgumentError,
+                "--pan-and-scan on: llama.cpp's preprocessing (--image-preprocess llamacpp) has no pan-and-scan; use "
+                "maxtext or hf");
+  return v == "on";
+}
+
+/// The pictures' files decoded; with --pan-and-scan on each followed by its crops (`crops`: how many, per file).
+std::vector<io::Image> read_images(const Args& a, const std::vector<std::string>& files,
+                                   std::vector<std::size_t>* crops = nullptr) {
+  const bool pas = pan_and_scan(a);
   std::vector<io::Image> out;
-  for (const auto& f : files) out.push_back(io::read_image(f));
+  for (const auto& f : files) {
+    out.push_back(io::read_image(f));
+    std::vector<io::Image> c = pas ? io::gemma3_pan_and_scan(out.back()) : std::vector<io::Image>{};
+    if (crops) crops->push_back(c.size());
+    for (auto& i : c) out.push_back(std::move(i));
+  }
   return out;
 }
 
@@ -108,11 +127,15 @@ class Gemma3Pictures final : public PromptPictures {
     MAXTEXT_CHECK(!images.empty(), ArgumentError, a.command, ": no --image given");
     p_ = open_tower(a, cfg);
     const auto t0 = std::chrono::steady_clock::now();
-    soft_ = p_->encode(read_images(images));
+    std::vector<std::size_t> crops;
+    soft_ = p_->encode(read_images(a, images, &crops));
     const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (a.has("image-embeddings-out")) io::write_npy(a.get("image-embeddings-out"), AnyTensor::from(soft_));
-    std::fprintf(stderr, "images: %zu picture(s) encoded to %lld soft tokens each in %.2f s (tower loaded in %.2f s)\n",
-                 images.size(), static_cast<long long>(soft_.dim(1)), encode_s, p_->load_seconds());
+    std::size_t n_crops = 0;
+    for (std::size_t c : crops) n_crops += c;
+    std::fprintf(stderr, "images: %zu picture(s)%s encoded to %lld soft tokens each in %.2f s (tower loaded in %.2f s)\n",
+                 images.size(), pan_and_scan(a) ? (" and " + std::to_string(n_crops) + " pan-and-scan crop(s)").c_str() : "",
+                 static_cast<long long>(soft_.dim(1)), encode_s, p_->load_seconds());
   }
   std::int64_t count() const override { return soft_.dim(0); }
   PromptImages expand(const std::vector<std::int32_t>& prompt, bool all) const override {
@@ -127,6 +150,14 @@ class Gemma3Pictures final : public PromptPictures {
 }  // namespace
 
 std::string image_marker_text(const Args&) { return "<start_of_image>"; }
+
+std::string with_pan_and_scan(const Args& a, std::string text) {
+  if (!pan_and_scan(a)) return text;
+  const auto files = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
+  std::vector<std::size_t> crops;
+  for (const auto& f : files) crops.push_back(io::gemma3_pan_and_scan(io::read_image(f)).size());
+  return io::gemma3_pan_and_scan_prompt(text, crops, image_marker_text(a));
+}
 
 std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg) {
   return std::make_unique<Gemma3Pictures>(a, cfg);
@@ -155,7 +186,13 @@ int cmd_vision(const Args& a) {
                              ? Pictures(vision_backend(a), io::read_gguf(a.get("mmproj")), {}, image_preprocess(a))
                              : Pictures(vision_backend(a), a.get("weights"), image_preprocess(a));
   const auto t0 = std::chrono::steady_clock::now();
-  const Tensor<float, 3> tokens = tower.encode(read_images(images));
+  std::vector<std::size_t> crops;
+  const Tensor<float, 3> tokens = tower.encode(read_images(a, images, &crops));
+  std::vector<std::string> names;  // each picture, then its crops
+  for (std::size_t f = 0; f < images.size(); ++f) {
+    names.push_back(images[f]);
+    for (std::size_t k = 0; k < crops[f]; ++k) names.push_back(images[f] + " (crop " + std::to_string(k + 1) + ")");
+  }
   const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::int64_t n = tokens.dim(0);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -166,7 +203,7 @@ int cmd_vision(const Args& a) {
       s += v;
       ss += v * v;
     }
-    std::printf("%s: %lld soft tokens of %lld, mean %.6g, rms %.6g\n", images[static_cast<std::size_t>(i)].c_str(),
+    std::printf("%s: %lld soft tokens of %lld, mean %.6g, rms %.6g\n", names[static_cast<std::size_t>(i)].c_str(),
                 static_cast<long long>(tokens.dim(1)), static_cast<long long>(tokens.dim(2)), s / static_cast<double>(m),
                 std::sqrt(ss / static_cast<double>(m)));
   }

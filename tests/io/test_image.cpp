@@ -4,6 +4,7 @@
 // byte for byte: tolerance 0, since a resize or decoder that differs by one level in one pixel is a different one).
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -310,4 +311,58 @@ TEST_CASE("images: llama.cpp's Gemma 3 preparation (letterbox, its bilinear resi
   }
   CHECK(checked >= 50);
   CHECK(io::parse_gemma3_image_processing("llamacpp") == io::Gemma3ImageProcessing::llamacpp);
+}
+
+TEST_CASE("images: Gemma 3 pan-and-scan crops and prompt text as Hugging Face's Gemma3ImageProcessor computes them",
+          "[image][gemma3]") {
+  // Expected crop rectangles worked out by hand from transformers' Gemma3ImageProcessor.pan_and_scan (min crop 256,
+  // at most 4 crops, ratio 1.2): n = floor(long / short + 0.5), at most floor(long / 256), clamped to [2, 4]; crops
+  // of ceil(side / n), the last one cut at the edge. (tests/tools/test_cli_vision.cpp checks the pixels against a
+  // Pillow re-statement.)
+  struct Case { std::int64_t w, h; std::vector<std::array<std::int64_t, 4>> rects; };  // x0, y0, width, height
+  const std::vector<Case> cases = {
+      {1000, 900, {}},                                                   // ratio 1.11 < 1.2
+      {600, 500, {{0, 0, 300, 500}, {300, 0, 300, 500}}},                 // ratio 1.2 exactly: n = 1, raised to 2
+      {1000, 700, {{0, 0, 500, 700}, {500, 0, 500, 700}}},               // the JPEG fixture's size
+      {1001, 700, {{0, 0, 501, 700}, {501, 0, 500, 700}}},               // the last crop one narrower
+      {2000, 400, {{0, 0, 500, 400}, {500, 0, 500, 400}, {1000, 0, 500, 400}, {1500, 0, 500, 400}}},  // n 5 -> 4
+      {600, 200, {}},                                                    // n = 2 (floor(600 / 256)), rows of 200 < 256
+      {500, 1300, {{0, 0, 500, 434}, {0, 434, 500, 434}, {0, 868, 500, 432}}},  // portrait, n = 3
+      {300, 1000, {{0, 0, 300, 334}, {0, 334, 300, 334}, {0, 668, 300, 332}}},  // n = floor(3.83) = 3
+      {510, 250, {}},                                                    // crops of 255 < 256
+  };
+  for (const Case& c : cases) {
+    INFO(c.w << " x " << c.h);
+    io::Image img(c.w, c.h);
+    for (std::size_t i = 0; i < img.rgb.size(); ++i) img.rgb[i] = static_cast<std::uint8_t>((i * 2654435761u) >> 24);
+    const std::vector<io::Image> crops = io::gemma3_pan_and_scan(img);
+    REQUIRE(crops.size() == c.rects.size());
+    for (std::size_t k = 0; k < crops.size(); ++k) {
+      const auto [x0, y0, cw, ch] = c.rects[k];
+      CHECK(crops[k].width == cw);
+      CHECK(crops[k].height == ch);
+      bool same = true;
+      for (std::int64_t y = 0; y < ch && same; ++y) {
+        for (std::int64_t x = 0; x < cw && same; ++x) {
+          for (int ch3 = 0; ch3 < 3; ++ch3) same = same && crops[k].at(y, x, ch3) == img.at(y0 + y, x0 + x, ch3);
+        }
+      }
+      CHECK(same);
+    }
+  }
+  // Options: at most 3 crops; no minimum ratio below the picture's.
+  io::Gemma3PanAndScan o;
+  o.max_num_crops = 3;
+  CHECK(io::gemma3_pan_and_scan(io::Image(2000, 400), o).size() == 3);
+  o.min_ratio_to_activate = 6.0;
+  CHECK(io::gemma3_pan_and_scan(io::Image(2000, 400), o).empty());
+  o.min_crop_size = 0;
+  CHECK_THROWS_WITH(io::gemma3_pan_and_scan(io::Image(2000, 400), o), Catch::Contains("min_crop_size"));
+
+  // The prompt: Gemma3Processor's text for a picture with crops, the marker alone without.
+  CHECK(io::gemma3_pan_and_scan_text(0) == "<start_of_image>");
+  CHECK(io::gemma3_pan_and_scan_text(2) == "Here is the original image <start_of_image> and here are some crops to "
+                                           "help you see better <start_of_image> <start_of_image>");
+  CHECK(io::gemma3_pan_and_scan_prompt("a <m> b <m> c <m>", {1, 0}, "<m>") ==
+        "a Here is the original image <m> and here are some crops to help you see better <m> b <m> c <m>");
 }

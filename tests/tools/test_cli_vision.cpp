@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -162,4 +164,93 @@ TEST_CASE("maxtext vision / logits --mmproj: Gemma 3's tower from a llama.cpp mm
   CHECK(t.find("model.safetensors") != std::string::npos);
   t = run_failing("vision --weights " + dir + "/hf --mmproj " + dir + "/mmproj.gguf" + pics);
   CHECK(t.find("one of them") != std::string::npos);
+}
+
+TEST_CASE("maxtext vision / generate --pan-and-scan: Hugging Face's crops and prompt text, as a Pillow re-statement cuts "
+          "and writes them",
+          "[cli][vision][multimodal]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  if (std::system("/usr/bin/python3 -c 'import numpy, PIL' > /dev/null 2>&1") != 0) {
+    test::skip("/usr/bin/python3 with numpy and Pillow not available");
+  }
+  // tests/reference/gemma3_pan_and_scan.py writes seeded pictures, their crops as Hugging Face's Gemma3ImageProcessor
+  // cuts them (Pillow's crop of the same pixels) and the text Gemma3Processor puts in a picture's place. With
+  // --pan-and-scan on, the program must cut the same crops and write the same text: its soft tokens and its
+  // generation then equal those of the re-statement's pictures given one by one, with the re-statement's text in the
+  // prompt, bit for bit. Pictures: long 2000 x 400 (4 crops of 500), tall 500 x 901 (2 crops of 451 and 450 rows),
+  // edge 600 x 500 (ratio exactly 1.2: 2 crops of 300), small 300 x 200 (ratio 1.5, but crops of 150 < 256: none),
+  // wide 1100 x 500 (2 crops of 550).
+  const std::string dir = std::filesystem::current_path().string() + "/pas_" + std::to_string(::getpid());
+  REQUIRE(std::system(("/usr/bin/python3 " + test::source_dir() + "/tests/reference/gemma3_pan_and_scan.py " + dir +
+                       " long:2000x400 tall:500x901 edge:600x500 small:300x200 wide:1100x500")
+                          .c_str()) == 0);
+  struct Ref {
+    std::vector<std::string> crops;
+    std::string text;
+  };
+  auto ref = [&](const std::string& name) {
+    Ref r;
+    std::ifstream f(dir + "/" + name + ".txt");
+    for (std::string line; std::getline(f, line);) {
+      if (line.rfind("text: ", 0) == 0) {
+        r.text = line.substr(6);
+      } else {
+        r.crops.push_back(dir + "/" + line);
+      }
+    }
+    return r;
+  };
+  const std::map<std::string, std::size_t> expected_crops = {{"long", 4}, {"tall", 2}, {"edge", 2}, {"small", 0}, {"wide", 2}};
+  for (const auto& [name, n] : expected_crops) CHECK(ref(name).crops.size() == n);
+
+  // The tower alone: four pictures with pan-and-scan, against the pictures and crops given one by one.
+  const std::string tower = " --weights " + test::fixtures_dir() + "/gemma3_mm_model/hf --image-preprocess hf";
+  std::string pas_images, one_by_one;
+  for (const char* name : {"long", "tall", "edge", "small"}) {
+    pas_images += " --image " + dir + "/" + name + ".png";
+    one_by_one += " --image " + dir + "/" + name + ".png";
+    for (const auto& c : ref(name).crops) one_by_one += " --image " + c;
+  }
+  const std::string text = test::run_cli("vision" + tower + pas_images + " --pan-and-scan on --out " + dir + "/a.npy");
+  CHECK(text.find("long.png (crop 4)") != std::string::npos);
+  test::run_cli("vision" + tower + one_by_one + " --out " + dir + "/b.npy");
+  const AnyTensor a = io::read_npy(dir + "/a.npy"), b = io::read_npy(dir + "/b.npy");
+  REQUIRE(a.shape == b.shape);
+  CHECK(a.shape[0] == 4 + 4 + 2 + 2 + 0);
+  test::expect_close(a, b, {0.0, 0.0}, "vision --pan-and-scan on vs the crops one by one");
+
+  // generate: the prompt's marker becomes the re-statement's text, the picture is followed by its crops.
+  const std::string dirm = test::fixtures_dir() + "/gemma3_mm_model";
+  const std::string common = " --weights " + dirm + "/hf --tokenizer " + dirm + "/chat_tokenizer --max-new-tokens 6";
+  const Ref wide = ref("wide");
+  const std::string gen_a = test::run_cli("generate" + common + " --image " + dir + "/wide.png --pan-and-scan on" +
+                                          " --prompt 'look <__media__> now' --image-embeddings-out " + dir + "/ga.npy");
+  std::string crops_b;
+  for (const auto& c : wide.crops) crops_b += " --image " + c;
+  const std::string gen_b = test::run_cli("generate" + common + " --image " + dir + "/wide.png" + crops_b +
+                                          " --prompt 'look " + wide.text + " now' --image-embeddings-out " + dir + "/gb.npy");
+  CHECK(gen_a.find("1 picture(s) and 2 pan-and-scan crop(s)") != std::string::npos);
+  auto tokens_line = [](const std::string& out) {
+    const auto at = out.find("tokens[0]: ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  INFO("with --pan-and-scan on:\n" << gen_a << "\none by one:\n" << gen_b);
+  CHECK(!tokens_line(gen_a).empty());
+  CHECK(tokens_line(gen_a) == tokens_line(gen_b));
+  CHECK(gen_a.find("look Here is the original image ") != std::string::npos);  // the prompt as generate prints it
+  test::expect_close(io::read_npy(dir + "/ga.npy"), io::read_npy(dir + "/gb.npy"), {0.0, 0.0},
+                     "generate --pan-and-scan on: the soft tokens");
+
+  // Refusals, by name.
+  std::string t = run_failing("generate" + common + " --image " + dir + "/wide.png --pan-and-scan on --tokens 2,120,5");
+  CHECK(t.find("--pan-and-scan needs --prompt") != std::string::npos);
+  t = run_failing("generate" + common + " --prompt 'x' --pan-and-scan on");
+  CHECK(t.find("--pan-and-scan needs --image") != std::string::npos);
+  t = run_failing("vision" + tower + " --image " + dir + "/wide.png --pan-and-scan yes");
+  CHECK(t.find("--pan-and-scan: expected on or off, found 'yes'") != std::string::npos);
+  t = run_failing("vision --weights " + dirm + "/hf --image " + dir + "/wide.png --pan-and-scan on --image-preprocess llamacpp");
+  CHECK(t.find("llama.cpp's preprocessing (--image-preprocess llamacpp) has no pan-and-scan") != std::string::npos);
+  t = run_failing("chat" + common + " --image " + dir + "/wide.png --pan-and-scan on < /dev/null");
+  CHECK(t.find("option --pan-and-scan is not used by this command") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }

@@ -2,10 +2,11 @@
 // libjpeg-turbo; io/image_resize.hpp; Gemma 3's preprocessing). fuzz_image: the whole input is the file; limits of
 // one megapixel keep each run small (the limits themselves are what a bomb must hit). A file is either refused with
 // an IoError or decoded to width x height x 3 bytes; a decoded picture is resized with a filter and size taken from
-// its own first bytes, preprocessed for Gemma 3 at 28 x 28, and letterboxed as llama.cpp does.
+// its own first bytes, preprocessed for Gemma 3 at 28 x 28, cut by pan-and-scan, and letterboxed as llama.cpp does.
 #pragma once
 
 #include <cstdlib>
+#include <vector>
 
 #include "fuzz_common.hpp"
 #include "maxtext/families/gemma/image_processor.hpp"
@@ -37,6 +38,17 @@ inline void fuzz_image(const std::uint8_t* data, std::size_t size) {
   for (std::int64_t i = 0; i < x.size(); ++i) {
     if (!(x.data()[i] >= -1.0f && x.data()[i] <= 1.0f)) std::abort();
   }
+  // Pan-and-scan with a minimum crop size from the picture's bytes: the crops tile the picture along its long side,
+  // 2 .. max_num_crops of them, none narrower than the minimum.
+  io::Gemma3PanAndScan pas;
+  pas.min_crop_size = 1 + b % 64;
+  const std::vector<io::Image> crops = io::gemma3_pan_and_scan(img, pas);
+  std::int64_t covered = 0;
+  for (const io::Image& c : crops) {
+    if (c.width < 1 || c.height < 1 || c.rgb.size() != static_cast<std::size_t>(c.width * c.height * 3)) std::abort();
+    covered += c.width * c.height;
+  }
+  if (!crops.empty() && (crops.size() < 2 || crops.size() > 4 || covered != img.width * img.height)) std::abort();
   // llama.cpp's letterbox at a size from the picture's bytes: refused below 2 x 2, else S x S with black outside.
   const std::int64_t S = 2 + (a ^ b) % 40;
   try {

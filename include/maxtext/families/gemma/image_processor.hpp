@@ -1,6 +1,8 @@
 // families/gemma/image_processor.hpp: Gemma 3's image preprocessing, as MaxText (multimodal/processor_gemma3.py
-// preprocess_mm_data_gemma3) and Hugging Face (Gemma3ImageProcessor, without pan-and-scan) do it: one picture to
-// 896 x 896 RGB values in [-1, 1], HWC, float32, the input of the vision tower (families/gemma/vision.hpp).
+// preprocess_mm_data_gemma3) and Hugging Face (Gemma3ImageProcessor) do it: one picture to 896 x 896 RGB values in
+// [-1, 1], HWC, float32, the input of the vision tower (families/gemma/vision.hpp); Hugging Face's pan-and-scan
+// (gemma3_pan_and_scan: an elongated picture's crops, each then preprocessed as a picture, and the prompt text that
+// introduces them).
 //
 //   MaxText (Gemma3ImageProcessing::maxtext, the default): Pillow resize to 896 x 896 with BILINEAR, or LANCZOS when
 //     the picture is wider or taller than 896; then (x - 127.5) / 127.5 clipped to [-1, 1]. (MaxText computes in f64
@@ -16,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -112,6 +115,78 @@ inline Tensor<float, 3> gemma3_preprocess(const Image& img, std::int64_t size = 
     }
   }
   for (std::size_t i = 0; i < r.rgb.size(); ++i) out.data()[i] = lut[r.rgb[i]];
+  return out;
+}
+
+/// Pan-and-scan (Hugging Face's Gemma3ImageProcessor with do_pan_and_scan; the defaults are Gemma 3's
+/// preprocessor_config.json): an elongated picture is also given to the tower as 2 .. max_num_crops crops side by side
+/// along its long side, each preprocessed like a picture of its own.
+struct Gemma3PanAndScan {
+  std::int64_t min_crop_size = 256;    ///< pan_and_scan_min_crop_size: no crop narrower than this
+  std::int64_t max_num_crops = 4;      ///< pan_and_scan_max_num_crops
+  double min_ratio_to_activate = 1.2;  ///< pan_and_scan_min_ratio_to_activate: long side / short side
+};
+
+/// The crops pan-and-scan cuts from `img`, left to right (landscape or square) or top to bottom (portrait); none when
+/// the long side is less than min_ratio_to_activate times the short one, or when a crop would be narrower than
+/// min_crop_size. As Gemma3ImageProcessor.pan_and_scan computes them: n = round-half-up(long / short), at most
+/// floor(long / min_crop_size), then clamped to [2, max_num_crops]; crops of ceil(side / n) pixels, the last one cut
+/// at the picture's edge.
+inline std::vector<Image> gemma3_pan_and_scan(const Image& img, const Gemma3PanAndScan& o = {}) {
+  MAXTEXT_CHECK(o.min_crop_size > 0 && o.max_num_crops >= 1 && o.min_ratio_to_activate > 0.0, ArgumentError,
+                "[image] pan-and-scan: min_crop_size and max_num_crops must be >= 1 and min_ratio_to_activate > 0, "
+                "found ", o.min_crop_size, ", ", o.max_num_crops, " and ", o.min_ratio_to_activate);
+  const std::int64_t w = img.width, h = img.height;
+  if (w <= 0 || h <= 0) return {};
+  const bool landscape = w >= h;
+  const std::int64_t long_side = landscape ? w : h, short_side = landscape ? h : w;
+  const double ratio = static_cast<double>(long_side) / static_cast<double>(short_side);
+  if (ratio < o.min_ratio_to_activate) return {};
+  std::int64_t n = static_cast<std::int64_t>(std::floor(ratio + 0.5));
+  n = std::min(n, long_side / o.min_crop_size);
+  n = std::min(o.max_num_crops, std::max<std::int64_t>(2, n));
+  const std::int64_t nw = landscape ? n : 1, nh = landscape ? 1 : n;
+  const std::int64_t cw = (w + nw - 1) / nw, ch = (h + nh - 1) / nh;
+  if (std::min(cw, ch) < o.min_crop_size) return {};
+  std::vector<Image> crops;
+  for (std::int64_t i = 0; i < nh; ++i) {
+    for (std::int64_t j = 0; j < nw; ++j) {
+      const std::int64_t x0 = j * cw, y0 = i * ch, x1 = std::min(w, x0 + cw), y1 = std::min(h, y0 + ch);
+      if (x1 <= x0 || y1 <= y0) continue;  // a crop past the edge would be empty: none is cut
+      Image c(x1 - x0, y1 - y0);
+      for (std::int64_t y = y0; y < y1; ++y) {
+        std::copy_n(img.rgb.begin() + static_cast<std::ptrdiff_t>((y * w + x0) * 3), (x1 - x0) * 3,
+                    c.rgb.begin() + static_cast<std::ptrdiff_t>((y - y0) * c.width * 3));
+      }
+      crops.push_back(std::move(c));
+    }
+  }
+  return crops;
+}
+
+/// The text Hugging Face's Gemma3Processor writes where a picture with `crops` crops was marked: "Here is the
+/// original image <marker> and here are some crops to help you see better <marker> <marker> ..." (one marker for the
+/// picture, then one per crop); the marker itself when there are no crops.
+inline std::string gemma3_pan_and_scan_text(std::size_t crops, std::string_view marker = "<start_of_image>") {
+  if (crops == 0) return std::string(marker);
+  std::string s = "Here is the original image " + std::string(marker) + " and here are some crops to help you see better ";
+  for (std::size_t k = 0; k < crops; ++k) s += (k ? " " : "") + std::string(marker);
+  return s;
+}
+
+/// `text` with its k-th `marker` replaced by gemma3_pan_and_scan_text(crops[k]) (markers past crops.size() stay).
+inline std::string gemma3_pan_and_scan_prompt(const std::string& text, const std::vector<std::size_t>& crops,
+                                              std::string_view marker = "<start_of_image>") {
+  MAXTEXT_CHECK(!marker.empty(), ArgumentError, "[image] pan-and-scan: empty picture marker");
+  std::string out;
+  std::size_t from = 0, k = 0;
+  for (std::size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, from)) {
+    out.append(text, from, at - from);
+    out += k < crops.size() ? gemma3_pan_and_scan_text(crops[k], marker) : std::string(marker);
+    from = at + marker.size();
+    ++k;
+  }
+  out.append(text, from, std::string::npos);
   return out;
 }
 
