@@ -33,7 +33,13 @@ from . import _maxtext_cpp
 
 # Images and Gemma 3's vision tower (docs/vision.md), where the module was built with libpng and libjpeg.
 if hasattr(_maxtext_cpp, "Gemma3Vision"):
-    from ._maxtext_cpp import Gemma3Vision, read_image, resize_image  # noqa: F401
+    from ._maxtext_cpp import (  # noqa: F401
+        Gemma3Vision,
+        gemma3_pan_and_scan,
+        gemma3_pan_and_scan_prompt,
+        read_image,
+        resize_image,
+    )
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
 # Model configs (configs/models/<model_name>.yml): shipped inside the package by `pip install`, else the checkout's.

@@ -1,5 +1,5 @@
 // python/src/vision.cpp: images and Gemma 3's vision tower in the Python module (docs/vision.md, docs/python.md):
-// read_image, resize_image (byte for byte Pillow's), and Gemma3Vision (a Hugging Face Gemma3ForConditionalGeneration
+// read_image, resize_image (byte for byte Pillow's), gemma3_pan_and_scan, and Gemma3Vision (a Hugging Face Gemma3ForConditionalGeneration
 // checkpoint's tower and projector: preprocess, encode, captures by MaxText's names), for numerics tests.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -137,6 +137,30 @@ void register_vision(py::module_& m) {
       py::arg("image"), py::arg("width"), py::arg("height"), py::arg("filter") = "bilinear",
       "image (a path or uint8 [h, w, 3]) resized as Pillow's img.resize((width, height), resample=filter), byte for "
       "byte; filter: nearest, box, bilinear, hamming, bicubic, lanczos.");
+  m.def(
+      "gemma3_pan_and_scan",
+      [](py::handle image, std::int64_t min_crop_size, std::int64_t max_num_crops, double min_ratio_to_activate) {
+        io::Gemma3PanAndScan o;
+        o.min_crop_size = min_crop_size;
+        o.max_num_crops = max_num_crops;
+        o.min_ratio_to_activate = min_ratio_to_activate;
+        py::list out;
+        for (const io::Image& c : io::gemma3_pan_and_scan(image_from(image), o)) out.append(image_to_numpy(c));
+        return out;
+      },
+      py::arg("image"), py::arg("min_crop_size") = 256, py::arg("max_num_crops") = 4,
+      py::arg("min_ratio_to_activate") = 1.2,
+      "The crops Hugging Face's Gemma3ImageProcessor (do_pan_and_scan) cuts from image (a path or uint8 [h, w, 3]), "
+      "as uint8 arrays, left to right or top to bottom; [] when the picture is not elongated enough or a crop would "
+      "be narrower than min_crop_size (docs/vision.md).");
+  m.def(
+      "gemma3_pan_and_scan_prompt",
+      [](const std::string& text, const std::vector<std::size_t>& crops, const std::string& marker) {
+        return io::gemma3_pan_and_scan_prompt(text, crops, marker);
+      },
+      py::arg("text"), py::arg("crops"), py::arg("marker") = "<start_of_image>",
+      "text with its k-th marker replaced by Gemma3Processor's text for a picture with crops[k] crops (the marker "
+      "alone for 0).");
   py::class_<Gemma3Vision>(m, "Gemma3Vision", R"(Gemma3Vision(weights, threads=0): the vision tower and projector of a
 Hugging Face Gemma3ForConditionalGeneration checkpoint (a directory, safetensors file or index, config.json beside)
 or of llama.cpp's mmproj file (a .gguf), on the CPU in float32 (docs/vision.md).)")

@@ -2,6 +2,7 @@
 float64 re-statement of MaxText's Gemma 3 vision tower (tests/reference/gemma3_vision_reference.py's fixtures)."""
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -40,6 +41,30 @@ def test_read_and_resize_equal_pillow(mc):
         mc.read_image(os.path.join(IMAGES, "jpeg_cmyk_q90_37x23.jpg"))
     with pytest.raises(mc.ArgumentError, match="unknown resize filter 'cubicspline'"):
         mc.resize_image(src, 4, 4, "cubicspline")
+
+
+def test_gemma3_pan_and_scan_equals_the_pillow_restatement(mc):
+    vision_or_skip(mc)
+    ref_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "reference")
+    sys.path.insert(0, ref_dir)
+    try:
+        from gemma3_pan_and_scan import crop_boxes  # Hugging Face's pan_and_scan re-stated
+    finally:
+        sys.path.remove(ref_dir)
+    rng = np.random.default_rng(7)
+    for w, h in [(1000, 900), (600, 500), (1001, 700), (2000, 400), (600, 200), (500, 1300), (300, 1000), (510, 250)]:
+        img = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+        want = [img[y0:y1, x0:x1] for x0, y0, x1, y1 in crop_boxes(w, h)]
+        got = mc.gemma3_pan_and_scan(img)
+        assert len(got) == len(want), (w, h)
+        for g, e in zip(got, want):
+            assert g.dtype == np.uint8 and np.array_equal(g, e), (w, h)
+    assert len(mc.gemma3_pan_and_scan(np.zeros((400, 2000, 3), np.uint8), max_num_crops=3)) == 3
+    with pytest.raises(mc.ArgumentError, match="min_crop_size"):
+        mc.gemma3_pan_and_scan(np.zeros((400, 2000, 3), np.uint8), min_crop_size=0)
+    assert mc.gemma3_pan_and_scan_prompt("a <start_of_image> b <start_of_image>", [2, 0]) == (
+        "a Here is the original image <start_of_image> and here are some crops to help you see better "
+        "<start_of_image> <start_of_image> b <start_of_image>")
 
 
 def test_gemma3_vision_tower_matches_the_float64_reference(mc):
