@@ -7,6 +7,8 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include <zlib.h>
 
 #include "maxtext/families/gemma/image_processor.hpp"
+#include "maxtext/families/llama4/image_processor.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/image_resize.hpp"
 #include "maxtext/io/npy.hpp"
@@ -365,4 +368,87 @@ TEST_CASE("images: Gemma 3 pan-and-scan crops and prompt text as Hugging Face's 
                                            "help you see better <start_of_image> <start_of_image>");
   CHECK(io::gemma3_pan_and_scan_prompt("a <m> b <m> c <m>", {1, 0}, "<m>") ==
         "a Here is the original image <m> and here are some crops to help you see better <m> b <m> c <m>");
+}
+
+TEST_CASE("images: Llama 4 tiles, canvas and prompt ids as MaxText's processor_llama4 computes them",
+          "[image][llama4]") {
+  // Canvases worked by hand from find_supported_resolutions / get_best_resolution: the list opens with the ratio
+  // groups of 16 tiles (1x16, then 2x8 with 1x4, ...), and the first nearest canvas wins.
+  const auto canvases = io::llama4_supported_resolutions(16, 336);
+  REQUIRE(canvases.size() >= 3);
+  CHECK(canvases[0] == std::pair<std::int64_t, std::int64_t>{336, 16 * 336});
+  CHECK(canvases[1] == std::pair<std::int64_t, std::int64_t>{2 * 336, 8 * 336});
+  CHECK(canvases[2] == std::pair<std::int64_t, std::int64_t>{336, 4 * 336});
+  std::int64_t total = 0;  // every grid of 1..16 tiles once: the sum over n of n's divisors = 50 grids
+  for (std::int64_t n = 1; n <= 16; ++n) {
+    for (std::int64_t h = 1; h <= n; ++h) total += n % h == 0 ? 1 : 0;
+  }
+  CHECK(static_cast<std::int64_t>(canvases.size()) == total);
+  const auto grid = [](std::int64_t w, std::int64_t h) {
+    const io::Llama4Tiles t = io::llama4_preprocess(io::Image(w, h), 336, 16);
+    return std::pair<std::int64_t, std::int64_t>{t.ratio_h, t.ratio_w};
+  };
+  CHECK(grid(37, 23) == std::pair<std::int64_t, std::int64_t>{1, 1});      // one tile, no global tile
+  CHECK(grid(1000, 700) == std::pair<std::int64_t, std::int64_t>{2, 3});    // 672 x 1008: |28| + |8|
+  CHECK(grid(3000, 3000) == std::pair<std::int64_t, std::int64_t>{2, 8});   // 2640 ties 8x2's; 2x8 is listed first
+  CHECK(io::llama4_preprocess(io::Image(37, 23)).tiles.dim(0) == 1);
+  CHECK(io::llama4_preprocess(io::Image(1000, 700)).tiles.dim(0) == 7);
+
+  // Prompt ids: MaxText's worked example (2 x 2 tiles, 4 patches a tile) is 27 ids.
+  io::Llama4ImageTokens ids;
+  ids.per_tile = 4;
+  const auto t22 = io::llama4_image_token_ids(2, 2, ids);
+  CHECK(t22.size() == 27);
+  CHECK(t22.front() == ids.begin);
+  CHECK(t22[5] == ids.tile_x);
+  CHECK(t22[10] == ids.tile_y);
+  CHECK(t22[21] == ids.image);
+  CHECK(t22.back() == ids.end);
+  CHECK(io::llama4_image_token_ids(1, 1, ids).size() == 7);  // <|image_start|> <|image|> 4 x <|patch|> <|image_end|>
+  const auto expanded = io::llama4_expand_image_tokens({5, ids.image, 6, ids.image}, {{1, 1}, {2, 2}}, ids);
+  CHECK(expanded.size() == 2 + 7 + 27);
+  CHECK(expanded[1] == ids.begin);
+  CHECK(expanded[9] == ids.begin);
+  CHECK_THROWS_WITH(io::llama4_expand_image_tokens({ids.image, 1}, {{1, 1}, {1, 1}}, ids),
+                    Catch::Contains("1 <|image|> marker(s) for 2 picture(s)"));
+  CHECK_THROWS_WITH(io::llama4_expand_image_tokens({ids.patch}, {}, ids), Catch::Contains("<|patch|>"));
+}
+
+TEST_CASE("images: Llama 4 tiles and prompt ids equal the re-statement of MaxText's processor bit for bit",
+          "[image][llama4]") {
+  // Pixels and ids against the re-statement of MaxText's preprocessing (Pillow + NumPy, run here), bit for bit:
+  // pictures smaller than one tile (padded), larger than their canvas (cut) with a LANCZOS global tile, and small
+  // tile sizes (14, 20, 28 pixels; at most 4, 6 or 16 tiles) for grids of 2-6 tiles. (MaxText's BILINEAR global tile
+  // never happens: a picture within one tile on both sides always gets the one-tile canvas.)
+  if (std::system("/usr/bin/python3 -c 'import numpy, PIL' > /dev/null 2>&1") != 0) {
+    test::skip("/usr/bin/python3 with numpy and Pillow not available");
+  }
+  const std::string out = (std::filesystem::current_path() / "llama4_preprocess").string();
+  struct Case {
+    const char* file;
+    std::int64_t tile, max_tiles;
+  };
+  for (const Case c : {Case{"gemma_src_rgb_q85_1000x700.jpg", 336, 16}, Case{"png_rgb8_64x48.png", 336, 16},
+                       Case{"jpeg_rgb_q90_420_37x23.jpg", 14, 16}, Case{"jpeg_rgb_q90_420_64x48.jpg", 28, 4},
+                       Case{"png_p8_trns_37x23.png", 20, 6}}) {
+    INFO(c.file << ", tile " << c.tile << ", at most " << c.max_tiles << " tiles");
+    const std::string src = images_dir() + "/" + c.file;
+    REQUIRE(std::system(("/usr/bin/python3 " + test::source_dir() + "/tests/reference/llama4_preprocess.py " + src + " " +
+                         out + " --tile-size " + std::to_string(c.tile) + " --max-tiles " + std::to_string(c.max_tiles) +
+                         " > /dev/null").c_str()) == 0);
+    const io::Llama4Tiles got = io::llama4_preprocess(io::read_image(src), c.tile, c.max_tiles);
+    const AnyTensor want = io::read_npy(out + "/tiles.npy");
+    REQUIRE(want.shape == std::vector<std::int64_t>{got.tiles.dim(0), c.tile, c.tile, 3});
+    std::int64_t differ = 0;
+    for (std::int64_t i = 0; i < got.tiles.size(); ++i) differ += got.tiles.data()[i] != static_cast<float>(want.element(i)) ? 1 : 0;
+    CHECK(differ == 0);
+    std::ifstream af(out + "/aspect.json"), tf(out + "/tokens.json");
+    const auto aspect = nlohmann::json::parse(af);
+    CHECK(got.ratio_h == aspect.at("ratio_h").get<std::int64_t>());
+    CHECK(got.ratio_w == aspect.at("ratio_w").get<std::int64_t>());
+    io::Llama4ImageTokens t;
+    t.per_tile = (c.tile / 14) * (c.tile / 14) / 4;
+    const auto tokens = nlohmann::json::parse(tf);
+    CHECK(io::llama4_image_token_ids(got.ratio_h, got.ratio_w, t) == tokens.get<std::vector<std::int32_t>>());
+  }
 }

@@ -37,30 +37,11 @@
 
 namespace maxtext::models {
 
-/// The config.json of a Hugging Face checkpoint given as a directory, a safetensors file or an index (beside it);
-/// empty when there is none.
-inline std::string hf_config_beside(const std::string& weights) {
-  namespace fs = std::filesystem;
-  const fs::path p(weights);
-  const fs::path cfg = fs::is_directory(p) ? p / "config.json" : p.parent_path() / "config.json";
-  return fs::exists(cfg) ? cfg.string() : std::string();
-}
-
 /// A Gemma 3 checkpoint's config.json (model_type gemma3: the multimodal one); others refused by name.
 inline nlohmann::json read_gemma3_config(const std::string& path) {
-  std::ifstream f(path);
-  MAXTEXT_CHECK(f.good(), IoError, "[gemma3 pictures] cannot read ", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    MAXTEXT_THROW(IoError, "[gemma3 pictures] ", path, ": not JSON (", e.what(), ")");
-  }
-  const std::string type = j.is_object() && j.contains("model_type") && j["model_type"].is_string()
-                               ? j["model_type"].get<std::string>() : std::string();
-  MAXTEXT_CHECK(type == "gemma3", UnsupportedError, "[gemma3 pictures] ", path, " has model_type '", type,
-                "'; the vision towers implemented are Gemma 3's (model_type gemma3, Gemma3ForConditionalGeneration)");
-  return j;
+  return read_hf_model_config(path, "gemma3", "gemma3 pictures",
+                              "the vision towers implemented are Gemma 3's (model_type gemma3, "
+                              "Gemma3ForConditionalGeneration) and Llama 4's (model_type llama4)");
 }
 
 /// The image token ids of a Gemma 3 config.json (boi_token_index, eoi_token_index, image_token_index,
@@ -158,14 +139,7 @@ class Gemma3Pictures {
     MAXTEXT_CHECK(soft.dim(1) == ids_.per_image, ArgumentError, "[image] ", soft.dim(1),
                   " soft tokens per picture; the prompt holds ", ids_.per_image);
     const io::Gemma3ImagePrompt p = io::gemma3_expand_image_tokens(prompt, k, ids_);
-    MediaPrompt out;
-    const std::int64_t T = static_cast<std::int64_t>(p.ids.size()), per = soft.dim(1) * soft.dim(2);
-    out.ids = p.ids;
-    out.mask = Tensor<std::int32_t, 2>({1, T});
-    for (std::int64_t t = 0; t < T; ++t) out.mask(0, t) = p.ids[static_cast<std::size_t>(t)] == ids_.soft ? 1 : 0;
-    out.embeddings = Tensor<float, 2>({k * soft.dim(1), soft.dim(2)});
-    std::copy(soft.data(), soft.data() + k * per, out.embeddings.data());
-    return out;
+    return media_prompt(p.ids, ids_.soft, View<const float, 2>(soft.data(), {count * soft.dim(1), soft.dim(2)}));
   }
 
  private:
