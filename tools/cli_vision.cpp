@@ -1,15 +1,18 @@
-// tools/cli_vision.cpp: `maxtext vision`: pictures through a Gemma 3 checkpoint's vision tower (docs/vision.md):
-// PNG / JPEG files decoded and preprocessed as MaxText's (or Hugging Face's) processor does, encoded by
-// layers::Gemma3VisionEncoder into the text model's embedding space; the soft tokens [n, 256, emb_dim] go to --out.
+// tools/cli_vision.cpp: `maxtext vision`: pictures through a Gemma 3 checkpoint's vision tower, or a Llama 4
+// checkpoint's vision model (docs/vision.md): PNG / JPEG files decoded and preprocessed as MaxText's (or, for Gemma 3,
+// Hugging Face's or llama.cpp's) processor does, encoded by layers::Gemma3VisionEncoder / layers::Llama4VisionEncoder
+// into the text model's embedding space; the soft tokens ([n, 256, emb_dim]; Llama 4: [tiles, 144, emb_dim]) go to
+// --out. The family is the checkpoint's config.json model_type (gemma3 or llama4; an mmproj file is Gemma 3's).
 // open_prompt_pictures does the same for `generate` / `logits` / `chat` --image (the prompt's markers expanded, the
 // soft tokens merged into the decoder: ForwardOptions::media_mask), open_picture_tower for `serve` (a request's
 // pictures). --pan-and-scan on (vision, generate): each picture followed by its crops (io::gemma3_pan_and_scan), and
 // generate's prompt text introducing them as Hugging Face's Gemma3Processor does (with_pan_and_scan). The tower and
-// the prompts' expansion are the library's (families/gemma/pictures.hpp).
+// the prompts' expansion are the library's (families/gemma/pictures.hpp, families/llama4/pictures.hpp).
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <span>
@@ -21,6 +24,7 @@
 #include "cli_args.hpp"
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/families/gemma/pictures.hpp"
+#include "maxtext/families/llama4/pictures.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/npy.hpp"
@@ -32,6 +36,19 @@ namespace {
 
 using VisionPolicy = Policy<cpu::Backend, float>;
 using Pictures = models::Gemma3Pictures<VisionPolicy>;
+using Llama4Pictures = models::Llama4Pictures<VisionPolicy>;
+
+/// Whose pictures --weights takes: a Hugging Face Llama4ForConditionalGeneration checkpoint (config.json model_type
+/// llama4) is Llama 4's; everything else (Gemma 3 checkpoints, --mmproj files) Gemma 3's, whose loader names what
+/// it refuses.
+bool llama4_pictures(const Args& a) {
+  if (a.has("mmproj") || !a.has("weights")) return false;
+  const std::string cfg_path = models::hf_config_beside(a.get("weights"));
+  if (cfg_path.empty()) return false;
+  std::ifstream f(cfg_path);
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  return j.is_object() && j.contains("model_type") && j["model_type"] == "llama4";
+}
 
 cpu::Backend vision_backend(const Args& a) {
   cpu::Options opt;
@@ -48,6 +65,8 @@ io::Gemma3ImageProcessing image_preprocess(const Args& a) {
 bool pan_and_scan(const Args& a) {
   const std::string v = a.get("pan-and-scan", "off");
   MAXTEXT_CHECK(v == "on" || v == "off", ArgumentError, "--pan-and-scan: expected on or off, found '", v, "'");
+  MAXTEXT_CHECK(v == "off" || !llama4_pictures(a), ArgumentError, "--pan-and-scan on: pan-and-scan is Gemma 3's; "
+                "Llama 4 cuts a picture into tiles of its own");
   MAXTEXT_CHECK(v == "off" || image_preprocess(a) != io::Gemma3ImageProcessing::llamacpp, ArgumentError,
                 "--pan-and-scan on: llama.cpp's preprocessing (--image-preprocess llamacpp) has no pan-and-scan; use "
                 "maxtext or hf");
@@ -101,18 +120,39 @@ std::unique_ptr<const Pictures> open_tower(const Args& a, const Config& cfg) {
   return p;
 }
 
+/// The pictures of a request, decoded (PNG or JPEG).
+std::vector<io::Image> decode_pictures(const std::vector<PictureFile>& pictures) {
+  std::vector<io::Image> images;
+  for (const auto& f : pictures) {
+    const auto* b = reinterpret_cast<const std::uint8_t*>(f.bytes.data());
+    images.push_back(io::decode_image(std::span<const std::uint8_t>(b, f.bytes.size()), f.name));
+  }
+  return images;
+}
+
+/// One line per picture (or tile) of soft tokens: its count, width, mean and rms.
+void print_soft_tokens(const Tensor<float, 3>& tokens, const std::vector<std::string>& names) {
+  const std::int64_t m = tokens.dim(1) * tokens.dim(2);
+  for (std::int64_t i = 0; i < tokens.dim(0); ++i) {
+    double s = 0.0, ss = 0.0;
+    for (std::int64_t k = 0; k < m; ++k) {
+      const double v = tokens.data()[i * m + k];
+      s += v;
+      ss += v * v;
+    }
+    std::printf("%s: %lld soft tokens of %lld, mean %.6g, rms %.6g\n", names[static_cast<std::size_t>(i)].c_str(),
+                static_cast<long long>(tokens.dim(1)), static_cast<long long>(tokens.dim(2)), s / static_cast<double>(m),
+                std::sqrt(ss / static_cast<double>(m)));
+  }
+}
+
 /// A Gemma 3 model's tower for pictures that come later (serve's requests).
 class Gemma3PictureTower final : public PictureTower {
  public:
   explicit Gemma3PictureTower(std::unique_ptr<const Pictures> p) : p_(std::move(p)) {}
   std::string marker() const override { return "<start_of_image>"; }
   PromptImages expand(const std::vector<std::int32_t>& prompt, const std::vector<PictureFile>& pictures) const override {
-    std::vector<io::Image> images;
-    for (const auto& f : pictures) {
-      const auto* b = reinterpret_cast<const std::uint8_t*>(f.bytes.data());
-      images.push_back(io::decode_image(std::span<const std::uint8_t>(b, f.bytes.size()), f.name));
-    }
-    return p_->expand(prompt, p_->encode(images), true);
+    return p_->expand(prompt, p_->encode(decode_pictures(pictures)), true);
   }
 
  private:
@@ -147,9 +187,105 @@ class Gemma3Pictures final : public PromptPictures {
   Tensor<float, 3> soft_;
 };
 
+/// Llama 4's vision model for --weights (a Hugging Face Llama4ForConditionalGeneration checkpoint): the image ids
+/// of config.json, the other markers (<|image|>, the tile separators) from the text model's tokenizer (--tokenizer,
+/// or tokenizer.json beside the checkpoint) when it has them, MaxText's ids otherwise. Only MaxText's preprocessing is implemented for Llama 4.
+std::unique_ptr<const Llama4Pictures> open_llama4(const Args& a, const Config& cfg) {
+  const std::string how = a.get("image-preprocess", "maxtext");
+  MAXTEXT_CHECK(how == "maxtext", ArgumentError, "--image-preprocess ", how, ": Llama 4's pictures are preprocessed as "
+                "MaxText's processor does (maxtext); Hugging Face's resizing and llama.cpp's are not implemented for it");
+  io::Llama4ImageTokens ids;
+  const std::string cfg_path = models::hf_config_beside(a.get("weights"));
+  const bool tokenizer = a.has("tokenizer") || std::filesystem::exists(std::filesystem::path(cfg_path).parent_path() /
+                                                                       "tokenizer.json");
+  if (cfg.vocab_size > 0 && tokenizer) {
+    const auto tk = tokenizer::load_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
+    const auto set = [&](const char* text, std::int32_t& out) {
+      if (const auto v = tk->token_to_id(text)) out = *v;
+    };
+    set("<|image_start|>", ids.begin);
+    set("<|image_end|>", ids.end);
+    set("<|image|>", ids.image);
+    set("<|patch|>", ids.patch);
+    set("<|tile_x_separator|>", ids.tile_x);
+    set("<|tile_y_separator|>", ids.tile_y);
+  }
+  auto p = std::make_unique<const Llama4Pictures>(vision_backend(a), a.get("weights"), ids);
+  if (cfg.vocab_size > 0) p->check_text_model(cfg);
+  return p;
+}
+
+/// A Llama 4 model's vision model for pictures that come later (serve's requests).
+class Llama4PictureTower final : public PictureTower {
+ public:
+  explicit Llama4PictureTower(std::unique_ptr<const Llama4Pictures> p) : p_(std::move(p)) {}
+  std::string marker() const override { return "<|image|>"; }
+  PromptImages expand(const std::vector<std::int32_t>& prompt, const std::vector<PictureFile>& pictures) const override {
+    return p_->expand(prompt, p_->encode(decode_pictures(pictures)), true);
+  }
+
+ private:
+  std::unique_ptr<const Llama4Pictures> p_;
+};
+
+/// The pictures of --image for a Llama 4 model, cut into tiles and encoded once.
+class Llama4PromptPictures final : public PromptPictures {
+ public:
+  Llama4PromptPictures(const Args& a, const Config& cfg) {
+    const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
+    MAXTEXT_CHECK(!images.empty(), ArgumentError, a.command, ": no --image given");
+    p_ = open_llama4(a, cfg);
+    const auto t0 = std::chrono::steady_clock::now();
+    pics_ = p_->encode(read_images(a, images));
+    const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (a.has("image-embeddings-out")) io::write_npy(a.get("image-embeddings-out"), AnyTensor::from(pics_.tokens));
+    std::fprintf(stderr, "images: %zu picture(s) cut into %lld tile(s) of %lld soft tokens, encoded in %.2f s (vision "
+                 "model loaded in %.2f s)\n", images.size(), static_cast<long long>(pics_.tokens.dim(0)),
+                 static_cast<long long>(pics_.tokens.dim(1)), encode_s, p_->load_seconds());
+  }
+  std::int64_t count() const override { return pics_.count(); }
+  PromptImages expand(const std::vector<std::int32_t>& prompt, bool all) const override {
+    return p_->expand(prompt, pics_, all);
+  }
+
+ private:
+  std::unique_ptr<const Llama4Pictures> p_;
+  models::Llama4EncodedPictures pics_;
+};
+
+/// maxtext vision for a Llama 4 checkpoint: each picture's tiles (row-major, then the global tile).
+int vision_llama4(const Args& a, const std::vector<std::string>& images) {
+  Config none;
+  none.vocab_size = 0;  // no text model: the ids are config.json's and MaxText's
+  const auto p = open_llama4(a, none);
+  const auto t0 = std::chrono::steady_clock::now();
+  const models::Llama4EncodedPictures pics = p->encode(read_images(a, images));
+  const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<std::string> names;
+  for (std::size_t f = 0; f < images.size(); ++f) {
+    const auto [rows, cols] = pics.grids[f];
+    for (std::int64_t t = 0; t < pics.tiles[f]; ++t) {
+      names.push_back(images[f] + (pics.tiles[f] == 1 ? std::string(" (1 tile)")
+                                   : t < rows * cols ? " (tile " + std::to_string(t / cols + 1) + "," +
+                                                           std::to_string(t % cols + 1) + " of " + std::to_string(rows) +
+                                                           "x" + std::to_string(cols) + ")"
+                                                     : std::string(" (global tile)")));
+    }
+  }
+  print_soft_tokens(pics.tokens, names);
+  if (a.has("out")) {
+    io::write_npy(a.get("out"), AnyTensor::from(pics.tokens));
+    std::printf("wrote %s [%lld, %lld, %lld] float32\n", a.get("out").c_str(), static_cast<long long>(pics.tokens.dim(0)),
+                static_cast<long long>(pics.tokens.dim(1)), static_cast<long long>(pics.tokens.dim(2)));
+  }
+  std::fprintf(stderr, "vision: load %.2f s, preprocess + encode %.2f s (%zu pictures, %lld tiles)\n", p->load_seconds(),
+               encode_s, images.size(), static_cast<long long>(pics.tokens.dim(0)));
+  return 0;
+}
+
 }  // namespace
 
-std::string image_marker_text(const Args&) { return "<start_of_image>"; }
+std::string image_marker_text(const Args& a) { return llama4_pictures(a) ? "<|image|>" : "<start_of_image>"; }
 
 std::string with_pan_and_scan(const Args& a, std::string text) {
   if (!pan_and_scan(a)) return text;
@@ -160,11 +296,13 @@ std::string with_pan_and_scan(const Args& a, std::string text) {
 }
 
 std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg) {
+  if (llama4_pictures(a)) return std::make_unique<Llama4PromptPictures>(a, cfg);
   return std::make_unique<Gemma3Pictures>(a, cfg);
 }
 
 std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cfg) {
   if (a.get("mmproj") == "none") return nullptr;
+  if (llama4_pictures(a)) return std::make_unique<Llama4PictureTower>(open_llama4(a, cfg));
   if (!a.has("mmproj")) {  // a Hugging Face Gemma 3 checkpoint brings its tower
     const std::string cfg_path = a.has("weights") ? models::hf_config_beside(a.get("weights")) : std::string();
     if (cfg_path.empty()) return nullptr;
@@ -178,10 +316,11 @@ std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cf
 
 int cmd_vision(const Args& a) {
   MAXTEXT_CHECK(a.has("weights") != a.has("mmproj"), ArgumentError, "vision needs --weights (a Hugging Face Gemma 3 "
-                "checkpoint with its vision tower: config.json + safetensors) or --mmproj (a llama.cpp mmproj GGUF), "
-                "one of them");
+                "or Llama 4 checkpoint with its vision tower: config.json + safetensors) or --mmproj (a llama.cpp "
+                "mmproj GGUF), one of them");
   const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
   MAXTEXT_CHECK(!images.empty(), ArgumentError, "vision needs --image FILE (PNG or JPEG; repeat it for more)");
+  if (llama4_pictures(a)) return vision_llama4(a, images);
   const Pictures tower = a.has("mmproj")
                              ? Pictures(vision_backend(a), io::read_gguf(a.get("mmproj")), {}, image_preprocess(a))
                              : Pictures(vision_backend(a), a.get("weights"), image_preprocess(a));
@@ -195,18 +334,7 @@ int cmd_vision(const Args& a) {
   }
   const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::int64_t n = tokens.dim(0);
-  for (std::int64_t i = 0; i < n; ++i) {
-    double s = 0.0, ss = 0.0;
-    const std::int64_t m = tokens.dim(1) * tokens.dim(2);
-    for (std::int64_t k = 0; k < m; ++k) {
-      const double v = tokens.data()[i * m + k];
-      s += v;
-      ss += v * v;
-    }
-    std::printf("%s: %lld soft tokens of %lld, mean %.6g, rms %.6g\n", names[static_cast<std::size_t>(i)].c_str(),
-                static_cast<long long>(tokens.dim(1)), static_cast<long long>(tokens.dim(2)), s / static_cast<double>(m),
-                std::sqrt(ss / static_cast<double>(m)));
-  }
+  print_soft_tokens(tokens, names);
   if (a.has("out")) {
     io::write_npy(a.get("out"), AnyTensor::from(tokens));
     std::printf("wrote %s [%lld, %lld, %lld] float32\n", a.get("out").c_str(), static_cast<long long>(n),

@@ -1,6 +1,7 @@
-// python/src/vision.cpp: images and Gemma 3's vision tower in the Python module (docs/vision.md, docs/python.md):
-// read_image, resize_image (byte for byte Pillow's), gemma3_pan_and_scan, and Gemma3Vision (a Hugging Face Gemma3ForConditionalGeneration
-// checkpoint's tower and projector: preprocess, encode, captures by MaxText's names), for numerics tests.
+// python/src/vision.cpp: images and the vision towers in the Python module (docs/vision.md, docs/python.md):
+// read_image, resize_image (byte for byte Pillow's), gemma3_pan_and_scan, llama4_preprocess, Gemma3Vision (a Hugging
+// Face Gemma3ForConditionalGeneration checkpoint's tower and projector) and Llama4Vision (a Llama4ForConditionalGeneration
+// checkpoint's vision model and projector): preprocess, encode, captures by MaxText's names, for numerics tests.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -16,6 +17,8 @@
 #include "maxtext/families/gemma/image_processor.hpp"
 #include "maxtext/families/gemma/pictures.hpp"
 #include "maxtext/families/gemma/vision.hpp"
+#include "maxtext/families/llama4/image_processor.hpp"
+#include "maxtext/families/llama4/pictures.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/image_resize.hpp"
@@ -53,6 +56,42 @@ py::array_t<float> tensor_to_numpy(const float* data, std::vector<py::ssize_t> s
   return a;
 }
 
+/// capture=[names] as a Capture (null when None), and the captured values as {name: array}.
+std::unique_ptr<layers::Capture> capture_of(const py::object& capture) {
+  if (capture.is_none()) return nullptr;
+  auto cap = std::make_unique<layers::Capture>();
+  for (auto n : capture) cap->request(py::str(n));
+  return cap;
+}
+py::object with_captures(py::array_t<float> tokens, const layers::Capture* cap) {
+  if (cap == nullptr) return py::object(std::move(tokens));
+  py::dict d;
+  for (const auto& n : cap->order()) {
+    const AnyTensor& t = cap->at(n);
+    std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
+    const Tensor<float, 1> flat = t.to<float, 1>({t.numel()});
+    d[py::str(n)] = tensor_to_numpy(flat.data(), shape);
+  }
+  return py::make_tuple(tokens, d);
+}
+
+cpu::Backend vision_backend(int threads) {
+  MAXTEXT_CHECK(threads >= 0, ArgumentError, "[vision] threads must be >= 0, found ", threads);
+  cpu::Options o;
+  o.threads = threads;
+  return cpu::Backend(o);
+}
+
+/// float32 [n, S, S, 3] from a NumPy array (already preprocessed pixels or tiles).
+Tensor<float, 4> pixels_from(py::handle obj, const char* what) {
+  const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(obj);
+  MAXTEXT_CHECK(a && a.ndim() == 4, ArgumentError, "[", what, "] encode: expected float pixels [n, S, S, 3] or a list "
+                "of picture paths / arrays");
+  Tensor<float, 4> px({a.shape(0), a.shape(1), a.shape(2), a.shape(3)});
+  std::memcpy(px.data(), a.data(), static_cast<std::size_t>(px.size()) * sizeof(float));
+  return px;
+}
+
 /// The tower of models::Gemma3Pictures (families/gemma/pictures.hpp), which the server and the CLI use too; the
 /// preprocessing is chosen per call here.
 class Gemma3Vision {
@@ -61,9 +100,9 @@ class Gemma3Vision {
   Gemma3Vision(const std::string& weights, int threads) {
     const bool mmproj = std::filesystem::path(weights).extension() == ".gguf";  // llama.cpp's file of the tower
     py::gil_scoped_release nogil;
-    pics_ = mmproj ? std::make_unique<const models::Gemma3Pictures<P>>(backend(threads), io::read_gguf(weights),
+    pics_ = mmproj ? std::make_unique<const models::Gemma3Pictures<P>>(vision_backend(threads), io::read_gguf(weights),
                                                                        io::Gemma3ImageTokens{})
-                   : std::make_unique<const models::Gemma3Pictures<P>>(backend(threads), weights);
+                   : std::make_unique<const models::Gemma3Pictures<P>>(vision_backend(threads), weights);
   }
   const layers::Gemma3VisionConfig& config() const { return pics_->config(); }
 
@@ -84,42 +123,59 @@ class Gemma3Vision {
         std::copy(x.data(), x.data() + x.size(), &px(static_cast<std::int64_t>(i), 0, 0, 0));
       }
     } else {  // preprocessed float pixels [n, S, S, 3]
-      const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(pictures);
-      MAXTEXT_CHECK(a && a.ndim() == 4, ArgumentError,
-                    "[gemma3 vision] encode: expected float pixels [n, S, S, 3] or a list of picture paths / arrays");
-      px = Tensor<float, 4>({a.shape(0), a.shape(1), a.shape(2), a.shape(3)});
-      std::memcpy(px.data(), a.data(), static_cast<std::size_t>(px.size()) * sizeof(float));
+      px = pixels_from(pictures, "gemma3 vision");
     }
-    layers::Capture cap;
-    const bool capturing = !capture.is_none();
-    if (capturing) {
-      for (auto n : capture) cap.request(py::str(n));
-    }
+    const auto cap = capture_of(capture);
     Tensor<float, 3> out;
     {
       py::gil_scoped_release nogil;
-      out = pics_->encode_pixels(px, capturing ? &cap : nullptr);
+      out = pics_->encode_pixels(px, cap.get());
     }
-    py::array_t<float> tokens = tensor_to_numpy(out.data(), {out.dim(0), out.dim(1), out.dim(2)});
-    if (!capturing) return py::object(std::move(tokens));
-    py::dict d;
-    for (const auto& n : cap.order()) {
-      const AnyTensor& t = cap.at(n);
-      std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
-      const Tensor<float, 1> flat = t.to<float, 1>({t.numel()});
-      d[py::str(n)] = tensor_to_numpy(flat.data(), shape);
-    }
-    return py::make_tuple(tokens, d);
+    return with_captures(tensor_to_numpy(out.data(), {out.dim(0), out.dim(1), out.dim(2)}), cap.get());
   }
 
  private:
-  static cpu::Backend backend(int threads) {
-    MAXTEXT_CHECK(threads >= 0, ArgumentError, "[gemma3 vision] threads must be >= 0, found ", threads);
-    cpu::Options o;
-    o.threads = threads;
-    return cpu::Backend(o);
-  }
   std::unique_ptr<const models::Gemma3Pictures<P>> pics_;
+};
+
+/// The vision model of models::Llama4Pictures (families/llama4/pictures.hpp), as the CLI and the server use it.
+class Llama4Vision {
+ public:
+  using P = Policy<cpu::Backend, float>;
+  Llama4Vision(const std::string& weights, int threads) {
+    py::gil_scoped_release nogil;
+    pics_ = std::make_unique<const models::Llama4Pictures<P>>(vision_backend(threads), weights);
+  }
+  const layers::Llama4VisionConfig& config() const { return pics_->config(); }
+  const io::Llama4ImageTokens& image_tokens() const { return pics_->image_tokens(); }
+
+  /// (tiles float32 [n, S, S, 3], (ratio_h, ratio_w)) of one picture.
+  py::tuple preprocess(py::handle image) const {
+    const io::Llama4Tiles t = io::llama4_preprocess(image_from(image), config().image_size, pics_->max_tiles());
+    return py::make_tuple(tensor_to_numpy(t.tiles.data(), {t.tiles.dim(0), t.tiles.dim(1), t.tiles.dim(2), 3}),
+                          py::make_tuple(t.ratio_h, t.ratio_w));
+  }
+
+  py::object encode(py::handle pictures, py::object capture) const {
+    const auto cap = capture_of(capture);
+    Tensor<float, 3> out;
+    if (py::isinstance<py::list>(pictures) || py::isinstance<py::tuple>(pictures)) {  // files or uint8 pictures
+      std::vector<io::Image> images;
+      for (auto p : py::reinterpret_borrow<py::sequence>(pictures)) images.push_back(image_from(p));
+      MAXTEXT_CHECK(cap == nullptr, ArgumentError, "[llama4 vision] encode: capture needs preprocessed tiles "
+                    "(Llama4Vision.preprocess), not pictures");
+      py::gil_scoped_release nogil;
+      out = pics_->encode(images).tokens;
+    } else {
+      const Tensor<float, 4> tiles = pixels_from(pictures, "llama4 vision");
+      py::gil_scoped_release nogil;
+      out = pics_->encode_tiles(tiles, cap.get());
+    }
+    return with_captures(tensor_to_numpy(out.data(), {out.dim(0), out.dim(1), out.dim(2)}), cap.get());
+  }
+
+ private:
+  std::unique_ptr<const models::Llama4Pictures<P>> pics_;
 };
 
 }  // namespace
@@ -161,6 +217,26 @@ void register_vision(py::module_& m) {
       py::arg("text"), py::arg("crops"), py::arg("marker") = "<start_of_image>",
       "text with its k-th marker replaced by Gemma3Processor's text for a picture with crops[k] crops (the marker "
       "alone for 0).");
+  m.def(
+      "llama4_preprocess",
+      [](py::handle image, std::int64_t tile_size, std::int64_t max_tiles) {
+        const io::Llama4Tiles t = io::llama4_preprocess(image_from(image), tile_size, max_tiles);
+        return py::make_tuple(tensor_to_numpy(t.tiles.data(), {t.tiles.dim(0), t.tiles.dim(1), t.tiles.dim(2), 3}),
+                              py::make_tuple(t.ratio_h, t.ratio_w));
+      },
+      py::arg("image"), py::arg("tile_size") = 336, py::arg("max_tiles") = 16,
+      "A picture (path or uint8 [h, w, 3]) as MaxText's Llama 4 processor cuts it: (tiles float32 [n, S, S, 3] in "
+      "[-1, 1], (ratio_h, ratio_w)); the tiles row-major, then the global tile when there is more than one.");
+  m.def(
+      "llama4_image_token_ids",
+      [](std::int64_t ratio_h, std::int64_t ratio_w, std::int64_t per_tile) {
+        io::Llama4ImageTokens t;
+        t.per_tile = per_tile;
+        return io::llama4_image_token_ids(ratio_h, ratio_w, t);
+      },
+      py::arg("ratio_h"), py::arg("ratio_w"), py::arg("per_tile") = 144,
+      "The token ids that stand for a picture of ratio_h x ratio_w tiles in a Llama 4 prompt (MaxText's "
+      "get_tokens_for_this_image, Llama 4's ids).");
   py::class_<Gemma3Vision>(m, "Gemma3Vision", R"(Gemma3Vision(weights, threads=0): the vision tower and projector of a
 Hugging Face Gemma3ForConditionalGeneration checkpoint (a directory, safetensors file or index, config.json beside)
 or of llama.cpp's mmproj file (a .gguf), on the CPU in float32 (docs/vision.md).)")
@@ -188,6 +264,49 @@ or of llama.cpp's mmproj file (a .gguf), on the CPU in float32 (docs/vision.md).
            "Soft tokens float32 [n, 256, emb_dim] of pictures: float32 [n, S, S, 3] (preprocessed) or a list of paths "
            "/ uint8 arrays (preprocessed with `how`). capture=[names] (MaxText's module paths, e.g. "
            "'vision_encoder.Gemma3VisionEncoderLayer_0.Transformer.encoderblock_0') returns (tokens, {name: array}).");
+  py::class_<Llama4Vision>(m, "Llama4Vision", R"(Llama4Vision(weights, threads=0): the vision model, pixel-shuffle
+adapter and projector of a Hugging Face Llama4ForConditionalGeneration checkpoint (a directory, safetensors file or
+index, config.json beside), on the CPU in float32 (docs/vision.md).)")
+      .def(py::init<const std::string&, int>(), py::arg("weights"), py::arg("threads") = 0)
+      .def_property_readonly("config",
+                             [](const Llama4Vision& v) {
+                               const auto& c = v.config();
+                               py::dict d;
+                               d["image_size"] = c.image_size;
+                               d["patch_size"] = c.patch_size;
+                               d["hidden_size"] = c.hidden_size;
+                               d["intermediate_size"] = c.intermediate_size;
+                               d["num_layers"] = c.num_layers;
+                               d["num_heads"] = c.num_heads;
+                               d["rope_theta"] = c.rope_theta;
+                               d["pixel_shuffle_ratio"] = c.pixel_shuffle_ratio;
+                               d["projector_input_dim"] = c.projector_input_dim;
+                               d["projector_output_dim"] = c.projector_output_dim;
+                               d["tokens_per_tile"] = c.tokens_per_tile();
+                               d["emb_dim"] = c.emb_dim;
+                               d["eps"] = c.eps;
+                               return d;
+                             })
+      .def_property_readonly("image_tokens",
+                             [](const Llama4Vision& v) {
+                               const auto& t = v.image_tokens();
+                               py::dict d;
+                               d["image_start"] = t.begin;
+                               d["image_end"] = t.end;
+                               d["image"] = t.image;
+                               d["patch"] = t.patch;
+                               d["tile_x_separator"] = t.tile_x;
+                               d["tile_y_separator"] = t.tile_y;
+                               return d;
+                             })
+      .def("preprocess", &Llama4Vision::preprocess, py::arg("image"),
+           "A picture (path or uint8 [h, w, 3]) as MaxText's processor cuts it: (tiles float32 [n, S, S, 3], "
+           "(ratio_h, ratio_w)).")
+      .def("encode", &Llama4Vision::encode, py::arg("tiles"), py::arg("capture") = py::none(),
+           "Soft tokens float32 [tiles, tokens per tile, emb_dim] of tiles float32 [n, S, S, 3] (preprocessed) or of "
+           "a list of pictures (paths / uint8 arrays, each cut into its tiles). capture=[names] (MaxText's module "
+           "paths, e.g. 'vision_encoder.Llama4VisionModel_0.Llama4VisionEncoder_0.layers_0'; with tiles only) returns "
+           "(tokens, {name: array}).");
 }
 
 }  // namespace maxtext::python

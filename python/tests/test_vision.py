@@ -115,3 +115,60 @@ def test_gemma3_pictures_merged_into_the_decoder_match_the_float64_reference(mc)
     assert from_gguf.config["num_layers"] == 2 and from_gguf.config["emb_dim"] == 32
     np.testing.assert_array_equal(from_gguf.encode([os.path.join(d, "image_a.png"), os.path.join(d, "image_b.png")]),
                                   soft)
+
+
+def test_llama4_vision_and_tiles_match_the_float64_reference_and_maxtexts_processor(mc):
+    """Llama4Vision (tests/reference/llama4_vision_reference.py's fixture, Hugging Face layout): the projector's
+    tokens at the f32 logit tolerance, a layer's capture at the per-layer one; llama4_preprocess against the
+    re-statement of MaxText's processor (tests/reference/llama4_preprocess.py), bit for bit."""
+    vision_or_skip(mc)
+    d = fixture("llama4_vision")
+    v = mc.Llama4Vision(os.path.join(d, "hf"))
+    assert v.config["tokens_per_tile"] == 9 and v.config["emb_dim"] == 24
+    assert v.image_tokens["patch"] == 200092
+    tiles = np.load(os.path.join(d, "pixels.npy"))
+    name = "vision_encoder.Llama4VisionModel_0.Llama4VisionEncoder_0.layers_1"
+    tokens, acts = v.encode(tiles, capture=[name])
+    np.testing.assert_allclose(tokens, np.load(os.path.join(d, "out.npy")), **F32_LOGITS)
+    np.testing.assert_allclose(acts[name], np.load(os.path.join(d, "layer_1.npy")), rtol=1e-5, atol=8e-6)
+    with pytest.raises(mc.ShapeError, match=r"tiles must be \[n, 84, 84, 3\]"):
+        v.encode(np.zeros((1, 80, 84, 3), np.float32))
+
+    ref_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "reference")
+    sys.path.insert(0, ref_dir)
+    try:
+        import llama4_preprocess as ref  # MaxText's processor re-stated (Pillow + NumPy)
+    finally:
+        sys.path.remove(ref_dir)
+    rng = np.random.default_rng(11)
+    for w, h, tile, most in [(130, 90, 28, 16), (40, 30, 28, 16), (300, 50, 14, 6), (1000, 700, 336, 16)]:
+        img = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+        want, _, grid, _ = ref.preprocess(img, tile, most)
+        got, got_grid = mc.llama4_preprocess(img, tile, most)
+        assert tuple(got_grid) == tuple(grid), (w, h)
+        assert np.array_equal(got, np.ascontiguousarray(want.transpose(0, 2, 3, 1)).astype(np.float32)), (w, h)
+        per = (tile // 14) ** 2 // 4
+        assert mc.llama4_image_token_ids(*grid, per) == ref.image_tokens(*grid, per), (w, h)
+
+
+def test_llama4_pictures_merged_into_the_decoder_match_the_float64_reference(mc):
+    """Llama 4 with pictures (tests/reference/llama4_multimodal_reference.py): the vision model's soft tokens merged at
+    the <|patch|> positions, causal; logits at the f32 logit tolerance, greedy tokens equal (gaps >= 0.055)."""
+    vision_or_skip(mc)
+    d = fixture("llama4_mm_model")
+    hf = os.path.join(d, "hf")
+    m = mc.Model(weights=hf)
+    v = mc.Llama4Vision(hf)
+    soft = v.encode([os.path.join(d, "image_a.png"), os.path.join(d, "image_b.png")])
+    assert soft.shape == (8, 9, 32)
+    np.testing.assert_allclose(soft, np.load(os.path.join(d, "image_tokens.npy")), **F32_LOGITS)
+    tiles, grid = v.preprocess(os.path.join(d, "image_a.png"))
+    assert tiles.shape == (7, 84, 84, 3) and tuple(grid) == (2, 3)
+    np.testing.assert_array_equal(tiles, np.load(os.path.join(d, "pixels_a.npy")))
+    ids = np.load(os.path.join(d, "ids.npy"))
+    mask = np.load(os.path.join(d, "image_mask.npy"))
+    rows = soft.reshape(-1, 32)
+    logits = m.forward(ids, media_mask=mask, media_embeddings=rows)
+    np.testing.assert_allclose(logits, np.load(os.path.join(d, "logits.npy")), **F32_LOGITS)
+    res = m.generate(ids, 8, media_mask=mask, media_embeddings=rows)
+    assert res["tokens"][0] == np.load(os.path.join(d, "greedy.npy")).tolist()

@@ -254,3 +254,76 @@ TEST_CASE("maxtext vision / generate --pan-and-scan: Hugging Face's crops and pr
   CHECK(t.find("option --pan-and-scan is not used by this command") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("maxtext vision / logits / generate --image: a Llama 4 checkpoint's pictures equal the float64 reference",
+          "[cli][vision][multimodal][llama4]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  // fixtures/llama4_mm_model (tests/reference/llama4_multimodal_reference.py): a 4-layer Llama 4 (MoE, NoPE, chunks of
+  // 32) with a 2-layer vision model, tiles of 84 pixels, a character-level tokenizer whose <|image|> is 58; picture a
+  // is cut into 2 x 3 tiles and a global tile, picture b into one. Soft tokens and logits at test::tol::f32_logits,
+  // greedy tokens exact (best-vs-second gaps >= 0.055, meta.json).
+  const std::string dir = test::fixtures_dir() + "/llama4_mm_model";
+  const std::string w = " --weights " + dir + "/hf";
+  const std::string pics = " --image " + dir + "/image_a.png --image " + dir + "/image_b.png";
+  const std::string out = std::filesystem::current_path().string() + "/cli_l4_" + std::to_string(::getpid());
+  std::string text = test::run_cli("vision" + w + pics + " --out " + out + "_soft.npy");
+  CHECK(text.find("image_a.png (tile 2,3 of 2x3): 9 soft tokens of 32") != std::string::npos);
+  CHECK(text.find("image_a.png (global tile)") != std::string::npos);
+  CHECK(text.find("image_b.png (1 tile)") != std::string::npos);
+  test::expect_close(io::read_npy(out + "_soft.npy"), test::npy(dir + "/image_tokens.npy"), test::tol::f32_logits,
+                     "llama4 vision --out");
+  const std::string tokens = " --tokens 1,58,6,7,21,5,20,11,4,7,29,58,4,17,22,10";
+  test::run_cli("logits" + w + tokens + pics + " --out " + out + "_logits.npy");
+  test::expect_close(io::read_npy(out + "_logits.npy"), test::npy(dir + "/logits.npy"), test::tol::f32_logits,
+                     "llama4 logits --image");
+  // The last tokens one at a time after a pass holding both pictures.
+  test::run_cli("logits" + w + tokens + pics + " --incremental 4 --out " + out + "_logits.npy");
+  test::expect_close(io::read_npy(out + "_logits.npy"), test::npy(dir + "/logits.npy"), test::tol::f32_logits,
+                     "llama4 logits --image --incremental 4");
+  std::remove((out + "_soft.npy").c_str());
+  std::remove((out + "_logits.npy").c_str());
+  // From text: llama.cpp's <__media__> marker and Llama 4's own, through the checkpoint's tokenizer.
+  text = test::run_cli("generate" + w + " --prompt '<|image|>describe <__media__>both'" + pics + " --max-new-tokens 8");
+  CHECK(text.find("tokens[0]: 61,61,61,61,61,31,35,63") != std::string::npos);
+  // Refusals, by name.
+  std::string t = run_failing("generate" + w + tokens + " --image " + dir + "/image_a.png");
+  CHECK(t.find("the prompt has 2 <|image|> marker(s) for 1 picture(s)") != std::string::npos);
+  t = run_failing("vision" + w + pics + " --image-preprocess hf");
+  CHECK(t.find("Llama 4's pictures are preprocessed as MaxText's processor does") != std::string::npos);
+  t = run_failing("generate" + w + " --prompt '<|image|>a<|image|>'" + pics + " --pan-and-scan on");
+  CHECK(t.find("pan-and-scan is Gemma 3's") != std::string::npos);
+  t = run_failing("generate" + w + " --tokens 1,58,59,4,58" + pics);
+  CHECK(t.find("the prompt already holds a <|patch|>") != std::string::npos);
+}
+
+TEST_CASE("maxtext chat --image: a Llama 4 conversation's pictures, through its chat template, the cache reused",
+          "[cli][vision][multimodal][chat][llama4]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  // fixtures/llama4_mm_model/hf carries a Llama 4 style chat template (tokenizer_config.json). The first answer must be
+  // what `generate` gives for the same rendered prompt; the second turn must reuse the first turn's pictures.
+  const std::string dir = test::fixtures_dir() + "/llama4_mm_model";
+  const std::string common = " --weights " + dir + "/hf --image " + dir + "/image_a.png --image " + dir +
+                             "/image_b.png --max-new-tokens 6";
+  const std::string in = std::filesystem::current_path().string() + "/chat_l4_" + std::to_string(::getpid()) + ".txt";
+  {
+    std::ofstream f(in);
+    f << "look <|image|> and <__media__>\nagain\n";
+  }
+  const std::string chat = test::run_cli("chat" + common + " < " + in);
+  std::remove(in.c_str());
+  const std::string gen = test::run_cli("generate" + common +
+                                        " --prompt '<|header_start|>user<|header_end|>\n\nlook <|image|> and "
+                                        "<__media__><|eot|><|header_start|>assistant<|header_end|>\n\n'");
+  const auto at = gen.find("assistant");  // the special tokens print as nothing: the answer follows the last \n\n
+  REQUIRE(at != std::string::npos);
+  const auto start = gen.find("\n\n", at);
+  REQUIRE(start != std::string::npos);
+  const std::string answer = gen.substr(start + 2, gen.find('\n', start + 2) - (start + 2));
+  INFO("generate's answer: '" << answer << "'\nchat:\n" << chat);
+  CHECK(!answer.empty());
+  CHECK(chat.find(answer + "\n") != std::string::npos);
+  CHECK(chat.find("[turn 1: prefilled 117 new tokens of 117 (0 reused from the cache)") != std::string::npos);
+  const auto t2 = chat.find("[turn 2: prefilled ");
+  REQUIRE(t2 != std::string::npos);
+  CHECK(std::stol(chat.substr(chat.find('(', t2) + 1)) > 100);  // both pictures (72 + 12 soft tokens) from the cache
+}
