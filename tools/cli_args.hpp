@@ -6,7 +6,7 @@
 //   cli_chat.cpp    chat, template                               (chat templates: the Jinja engine)
 //   cli_compare.cpp compare                                      (reference dumps, captures, reference_check)
 //   cli_serve.cpp   serve                                        (the OpenAI-compatible HTTP server: cpp-httplib)
-//   cli_vision.cpp  vision                                       (images: libpng, libjpeg; Gemma 3's vision tower)
+//   cli_vision.cpp  vision                                       (images: libpng, libjpeg; Gemma 3's and Llama 4's towers)
 #pragma once
 
 #include <cstdint>

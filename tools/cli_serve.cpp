@@ -92,7 +92,8 @@ int cmd_serve(const Args& a) {
     eo.render = plain_chat_format;
     eo.chat_stop_strings.push_back("\nuser:");
   }
-  // Pictures (image_url parts): the tower of --mmproj, or of a Gemma 3 checkpoint that carries one (cli_vision.cpp).
+  // Pictures (image_url parts): the tower of --mmproj, or of a Gemma 3 / Llama 4 checkpoint that carries one
+  // (cli_vision.cpp).
   std::shared_ptr<const PictureTower> tower = open_picture_tower(a, cfg);
   if (tower) {
     eo.pictures.marker = tower->marker();
@@ -104,7 +105,7 @@ int cmd_serve(const Args& a) {
     std::cerr << "serve: pictures in chat requests (image_url data URLs) go through the vision tower\n";
   } else {
     MAXTEXT_CHECK(!a.has("image-preprocess"), ArgumentError, "serve --image-preprocess needs a vision tower (--mmproj, "
-                  "or a Gemma 3 checkpoint with one)");
+                  "or a Gemma 3 / Llama 4 checkpoint with one)");
   }
   const auto model = open_model(cfg, a);
   server::Engine engine(*model, *tk, eo);
