@@ -2,14 +2,18 @@
 // libjpeg-turbo; io/image_resize.hpp; Gemma 3's preprocessing). fuzz_image: the whole input is the file; limits of
 // one megapixel keep each run small (the limits themselves are what a bomb must hit). A file is either refused with
 // an IoError or decoded to width x height x 3 bytes; a decoded picture is resized with a filter and size taken from
-// its own first bytes, preprocessed for Gemma 3 at 28 x 28, cut by pan-and-scan, and letterboxed as llama.cpp does.
+// its own first bytes, preprocessed for Gemma 3 at 28 x 28, cut by pan-and-scan, letterboxed as llama.cpp does, and cut
+// into Llama 4 tiles (a tile size and limit from its bytes: the canvas holds the picture's top-left, the values stay
+// in [-1, 1], and the prompt holds a <|patch|> run per tile).
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
 #include "fuzz_common.hpp"
 #include "maxtext/families/gemma/image_processor.hpp"
+#include "maxtext/families/llama4/image_processor.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/image_resize.hpp"
 
@@ -57,6 +61,20 @@ inline void fuzz_image(const std::uint8_t* data, std::size_t size) {
   } catch (const maxtext::ArgumentError&) {
     if (img.width >= 2 && img.height >= 2) std::abort();
   }
+  // Llama 4's tiles: at most `most` tiles of `tile` pixels, plus the global tile when there are several.
+  const std::int64_t tile = 1 + a % 48, most = 1 + b % 16;
+  const io::Llama4Tiles t = io::llama4_preprocess(img, tile, most);
+  const std::int64_t local = t.ratio_h * t.ratio_w;
+  if (local < 1 || local > most || t.tiles.dim(0) != (local > 1 ? local + 1 : 1) || t.tiles.dim(1) != tile) std::abort();
+  for (std::int64_t i = 0; i < t.tiles.size(); ++i) {
+    if (!(t.tiles.data()[i] >= -1.0f && t.tiles.data()[i] <= 1.0f)) std::abort();
+  }
+  if (t.tiles(0, 0, 0, 0) != static_cast<float>((img.at(0, 0, 0) * (1.0 / 255.0) - 0.5) / 0.5)) std::abort();
+  io::Llama4ImageTokens ids;
+  ids.per_tile = 1 + a % 5;
+  const auto prompt = io::llama4_image_token_ids(t.ratio_h, t.ratio_w, ids);
+  const std::int64_t patches = std::count(prompt.begin(), prompt.end(), ids.patch);
+  if (patches != t.tiles.dim(0) * ids.per_tile) std::abort();
 }
 
 }  // namespace maxtext::fuzz
