@@ -2,7 +2,7 @@
 // checkpoint's vision model (docs/vision.md): PNG / JPEG files decoded and preprocessed as MaxText's (or, for Gemma 3,
 // Hugging Face's or llama.cpp's) processor does, encoded by layers::Gemma3VisionEncoder / layers::Llama4VisionEncoder
 // into the text model's embedding space; the soft tokens ([n, 256, emb_dim]; Llama 4: [tiles, 144, emb_dim]) go to
-// --out. The family is the checkpoint's config.json model_type (gemma3 or llama4; an mmproj file is Gemma 3's).
+// --out. The family is the checkpoint's config.json model_type (gemma3 or llama4), or the mmproj file's projector.
 // open_prompt_pictures does the same for `generate` / `logits` / `chat` --image (the prompt's markers expanded, the
 // soft tokens merged into the decoder: ForwardOptions::media_mask), open_picture_tower for `serve` (a request's
 // pictures). --pan-and-scan on (vision, generate): each picture followed by its crops (io::gemma3_pan_and_scan), and
@@ -38,11 +38,19 @@ using VisionPolicy = Policy<cpu::Backend, float>;
 using Pictures = models::Gemma3Pictures<VisionPolicy>;
 using Llama4Pictures = models::Llama4Pictures<VisionPolicy>;
 
-/// Whose pictures --weights takes: a Hugging Face Llama4ForConditionalGeneration checkpoint (config.json model_type
-/// llama4) is Llama 4's; everything else (Gemma 3 checkpoints, --mmproj files) Gemma 3's, whose loader names what
-/// it refuses.
+/// The projector type of --mmproj (llama.cpp's clip.projector_type; "" without the key).
+std::string mmproj_projector(const std::string& path) {
+  const io::GgufFile g = io::read_gguf(path);  // memory-mapped: only the header is read here
+  const io::GgufValue* v = g.find("clip.projector_type");
+  return v != nullptr && v->type == io::GgufType::string ? v->s : std::string();
+}
+
+/// Whose pictures these are: Llama 4's for a Hugging Face Llama4ForConditionalGeneration checkpoint (config.json
+/// model_type llama4) or an mmproj file of projector llama4; everything else Gemma 3's, whose loader names what it
+/// refuses.
 bool llama4_pictures(const Args& a) {
-  if (a.has("mmproj") || !a.has("weights")) return false;
+  if (a.has("mmproj")) return a.get("mmproj") != "none" && mmproj_projector(a.get("mmproj")) == "llama4";
+  if (!a.has("weights")) return false;
   const std::string cfg_path = models::hf_config_beside(a.get("weights"));
   if (cfg_path.empty()) return false;
   std::ifstream f(cfg_path);
@@ -187,19 +195,23 @@ class Gemma3Pictures final : public PromptPictures {
   Tensor<float, 3> soft_;
 };
 
-/// Llama 4's vision model for --weights (a Hugging Face Llama4ForConditionalGeneration checkpoint): the image ids
-/// of config.json, the other markers (<|image|>, the tile separators) from the text model's tokenizer (--tokenizer,
-/// or tokenizer.json beside the checkpoint) when it has them, MaxText's ids otherwise. Only MaxText's preprocessing is implemented for Llama 4.
+/// Llama 4's vision model for --weights (a Hugging Face Llama4ForConditionalGeneration checkpoint) or --mmproj
+/// (llama.cpp's file of it, beside any Llama 4 text model): the image ids of config.json, the other markers
+/// (<|image|>, the tile separators; all of them with --mmproj) from the text model's tokenizer (--tokenizer, the GGUF
+/// vocabulary, or tokenizer.json beside the checkpoint) when it has them, MaxText's ids otherwise. Only MaxText's
+/// preprocessing is implemented for Llama 4.
 std::unique_ptr<const Llama4Pictures> open_llama4(const Args& a, const Config& cfg) {
   const std::string how = a.get("image-preprocess", "maxtext");
   MAXTEXT_CHECK(how == "maxtext", ArgumentError, "--image-preprocess ", how, ": Llama 4's pictures are preprocessed as "
                 "MaxText's processor does (maxtext); Hugging Face's resizing and llama.cpp's are not implemented for it");
   io::Llama4ImageTokens ids;
-  const std::string cfg_path = models::hf_config_beside(a.get("weights"));
-  const bool tokenizer = a.has("tokenizer") || std::filesystem::exists(std::filesystem::path(cfg_path).parent_path() /
-                                                                       "tokenizer.json");
+  const std::string weights = a.get("weights");
+  const std::string cfg_path = weights.empty() ? std::string() : models::hf_config_beside(weights);
+  const bool tokenizer = a.has("tokenizer") || (a.has("mmproj") && !weights.empty()) ||
+                         (!cfg_path.empty() &&
+                          std::filesystem::exists(std::filesystem::path(cfg_path).parent_path() / "tokenizer.json"));
   if (cfg.vocab_size > 0 && tokenizer) {
-    const auto tk = tokenizer::load_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
+    const auto tk = tokenizer::load_tokenizer(weights, a.get("tokenizer"), cfg.vocab_size);
     const auto set = [&](const char* text, std::int32_t& out) {
       if (const auto v = tk->token_to_id(text)) out = *v;
     };
@@ -210,7 +222,8 @@ std::unique_ptr<const Llama4Pictures> open_llama4(const Args& a, const Config& c
     set("<|tile_x_separator|>", ids.tile_x);
     set("<|tile_y_separator|>", ids.tile_y);
   }
-  auto p = std::make_unique<const Llama4Pictures>(vision_backend(a), a.get("weights"), ids);
+  auto p = a.has("mmproj") ? std::make_unique<const Llama4Pictures>(vision_backend(a), io::read_gguf(a.get("mmproj")), ids)
+                           : std::make_unique<const Llama4Pictures>(vision_backend(a), weights, ids);
   if (cfg.vocab_size > 0) p->check_text_model(cfg);
   return p;
 }

@@ -9,6 +9,7 @@
 // test::tol::f32_logits (they follow every layer and two more products).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include "maxtext/backend/reference/backend.hpp"
 #include "maxtext/families/llama4/vision.hpp"
+#include "maxtext/io/gguf.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/models/layer_runner.hpp"
 #include "support/backends.hpp"
@@ -175,4 +177,42 @@ TEST_CASE("Llama 4 vision config: MaxText's keys and config.json, refusals by na
     if (name != "vision_model.layernorm_post.bias") missing.add(name, t);
   }
   CHECK_THROWS_WITH(io::llama4_vision_from_hf(missing, c), Catch::Contains("missing tensor vision_model.layernorm_post.bias"));
+}
+
+TEST_CASE("Llama 4 vision from llama.cpp's mmproj file equals the Hugging Face checkpoint's, bit for bit",
+          "[models][llama4][vision][mmproj]") {
+  // fixtures/llama4_mmproj (tests/reference/llama4_mmproj_fixture.py): a 3-layer model, and the mmproj file llama.cpp's
+  // own converter wrote for it (convert_hf_to_gguf.py --mmproj --outtype f32, llama.cpp de3ff815), whose pre-MLP
+  // norms are named attn_post_norm (its name table gives Llama 4's post_attention_layernorm Gemma 4's name).
+  using P = Policy<test::Backend, float>;
+  const std::string dir = test::fixtures_dir() + "/llama4_mmproj";
+  const auto hc = layers::Llama4VisionConfig::from_hf(read_json(dir + "/hf/config.json"));
+  io::Llama4Mmproj m = io::llama4_vision_from_mmproj(io::read_gguf(dir + "/mmproj.gguf"));
+  const layers::Llama4VisionConfig& c = m.config;
+  CHECK(c.num_layers == 3);
+  CHECK(c.hidden_size == hc.hidden_size);
+  CHECK(c.intermediate_size == hc.intermediate_size);
+  CHECK(c.projector_input_dim == hc.projector_input_dim);
+  CHECK(c.projector_output_dim == hc.projector_output_dim);
+  CHECK(c.emb_dim == hc.emb_dim);
+  CHECK(c.pixel_shuffle_ratio == hc.pixel_shuffle_ratio);
+  CHECK(c.eps == hc.eps);
+  {
+    test::Backend be;
+    const layers::Llama4VisionEncoder<P> tower(c);
+    const auto from_gguf = models::load_layer_params<P>(tower, m.tensors, be);
+    const auto from_hf =
+        models::load_layer_params<P>(tower, io::llama4_vision_from_hf(io::read_safetensors(dir + "/hf/model.safetensors"), hc), be);
+    Tensor<float, 4> tiles({2, c.image_size, c.image_size, 3});
+    for (std::int64_t i = 0; i < tiles.size(); ++i) tiles.data()[i] = static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f;
+    const Tensor<float, 3> a = tower.encode(be, from_gguf, tiles), b = tower.encode(be, from_hf, tiles);
+    REQUIRE(a.size() == b.size());
+    CHECK(std::equal(a.data(), a.data() + a.size(), b.data()));
+  }
+  // Another projector's file, or one missing a tensor, is refused by name.
+  io::GgufFile g = io::read_gguf(dir + "/mmproj.gguf");
+  g.tensors.tensors.erase("v.blk.1.attn_q.bias");
+  CHECK_THROWS_WITH(io::llama4_vision_from_mmproj(std::move(g)), Catch::Contains("missing tensor v.blk.1.attn_q.bias"));
+  CHECK_THROWS_WITH(io::llama4_vision_from_mmproj(io::read_gguf(test::fixtures_dir() + "/gemma3_mm_model/mmproj.gguf")),
+                    Catch::Contains("clip.projector_type 'gemma3' is not Llama 4's"));
 }

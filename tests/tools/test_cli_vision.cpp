@@ -294,6 +294,19 @@ TEST_CASE("maxtext vision / logits / generate --image: a Llama 4 checkpoint's pi
   CHECK(t.find("pan-and-scan is Gemma 3's") != std::string::npos);
   t = run_failing("generate" + w + " --tokens 1,58,59,4,58" + pics);
   CHECK(t.find("the prompt already holds a <|patch|>") != std::string::npos);
+  // llama.cpp's mmproj file of a Llama 4 vision model (fixtures/llama4_mmproj, written by llama.cpp's own converter)
+  // gives the soft tokens of the checkpoint it was converted from, bit for bit.
+  const std::string mm = test::fixtures_dir() + "/llama4_mmproj";
+  test::run_cli("vision --mmproj " + mm + "/mmproj.gguf" + pics + " --out " + out + "_gguf.npy");
+  test::run_cli("vision --weights " + mm + "/hf" + pics + " --out " + out + "_hf.npy");
+  const AnyTensor g = io::read_npy(out + "_gguf.npy"), h = io::read_npy(out + "_hf.npy");
+  REQUIRE(g.shape == h.shape);
+  CHECK(g.shape == std::vector<std::int64_t>{8, 9, 8});
+  bool same = true;
+  for (std::int64_t i = 0; i < g.numel(); ++i) same = same && g.element(i) == h.element(i);
+  CHECK(same);
+  std::remove((out + "_gguf.npy").c_str());
+  std::remove((out + "_hf.npy").c_str());
 }
 
 TEST_CASE("maxtext chat --image: a Llama 4 conversation's pictures, through its chat template, the cache reused",

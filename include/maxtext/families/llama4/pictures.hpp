@@ -1,5 +1,5 @@
 // families/llama4/pictures.hpp: pictures into a Llama 4 model, as an application embeds them: the vision model loaded
-// once from a Hugging Face Llama4ForConditionalGeneration checkpoint, pictures cut into tiles as MaxText's processor
+// once from a Hugging Face Llama4ForConditionalGeneration checkpoint (or llama.cpp's mmproj file of it), pictures cut into tiles as MaxText's processor
 // does (image_processor.hpp) and encoded to soft tokens (vision.hpp), and prompts whose <|image|> markers are expanded
 // to each picture's tokens (MaxText's add_extra_tokens_for_images_llama4) as a MediaPrompt for Session::sync /
 // ForwardOptions. The soft tokens take the <|patch|> positions, tile by tile; attention stays causal.
@@ -27,6 +27,7 @@
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/families/llama4/image_processor.hpp"
 #include "maxtext/families/llama4/vision.hpp"
+#include "maxtext/io/gguf.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/weights.hpp"
@@ -85,11 +86,16 @@ class Llama4Pictures {
     const nlohmann::json j = read_llama4_config(cfg_path);
     ids_ = llama4_image_tokens(j, cfg_path, ids);
     vc_ = layers::Llama4VisionConfig::from_hf(j, cfg_path);
-    ids_.per_tile = vc_.tokens_per_tile();
-    tower_ = std::make_unique<const Tower>(vc_);
-    params_ = load_layer_params<P>(
-        *tower_, io::llama4_vision_from_hf(io::read_safetensors_any(io::detail::resolve_weights_path(weights)), vc_), be_);
-    load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    load(io::llama4_vision_from_hf(io::read_safetensors_any(io::detail::resolve_weights_path(weights)), vc_), t0);
+  }
+
+  /// The vision model of a llama.cpp mmproj GGUF (clip, projector llama4), beside a text model whose tokenizer gives
+  /// the image token ids (`ids`; per_tile is the model's).
+  Llama4Pictures(B be, io::GgufFile mmproj, io::Llama4ImageTokens ids) : be_(std::move(be)), ids_(ids) {
+    const auto t0 = std::chrono::steady_clock::now();
+    io::Llama4Mmproj m = io::llama4_vision_from_mmproj(std::move(mmproj));
+    vc_ = m.config;
+    load(std::move(m.tensors), t0);
   }
 
   const io::Llama4ImageTokens& image_tokens() const { return ids_; }
@@ -155,6 +161,13 @@ class Llama4Pictures {
   }
 
  private:
+  void load(const io::TensorMap& weights, std::chrono::steady_clock::time_point t0) {
+    ids_.per_tile = vc_.tokens_per_tile();
+    tower_ = std::make_unique<const Tower>(vc_);
+    params_ = load_layer_params<P>(*tower_, weights, be_);
+    load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
   B be_;
   io::Llama4ImageTokens ids_;
   layers::Llama4VisionConfig vc_;

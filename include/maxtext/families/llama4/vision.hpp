@@ -24,11 +24,13 @@
 // Weights: MaxText's tree (vision_encoder.Llama4VisionModel_0..., vision_encoder.Llama4MultiModalProjector_0...), or a
 // Hugging Face Llama4ForConditionalGeneration checkpoint's vision_model.* and multi_modal_projector.* tensors through
 // llama4_vision_from_hf (the mapping of MaxText's converter, llama4_ckpt_unscanned.py: torch Linear weights
-// transposed to kernels, q/k/v split into heads). Sizes: Llama4VisionConfig from MaxText's keys or config.json.
+// transposed to kernels, q/k/v split into heads), or llama.cpp's mmproj file of it (llama4_vision_from_mmproj). Sizes:
+// Llama4VisionConfig from MaxText's keys, config.json or the mmproj file's keys.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -42,6 +44,7 @@
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
+#include "maxtext/io/gguf.hpp"
 #include "maxtext/io/name_mapper.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/layers/context.hpp"
@@ -558,6 +561,103 @@ inline TensorMap llama4_vision_from_hf(const TensorMap& hf, const layers::Llama4
   }
   m.mark_used(others);
   return m.finish();
+}
+
+/// A llama.cpp "mmproj" file of Llama 4's vision model, as convert_hf_to_gguf.py --mmproj writes it
+/// (Llama4VisionModel): general.architecture clip, clip.projector_type llama4, the sizes under clip.vision.*
+/// (projection_dim: the text model's width; projector.scale_factor: 1 / pixel_shuffle_ratio), the adapter's and
+/// projector's widths from their tensors, the rotary base llama.cpp's (10000), and Hugging Face's tensors renamed
+/// (v.patch_embd, v.class_embd, v.position_embd, v.pre_ln, v.post_ln, v.blk.N.{ln1, attn_q, attn_k, attn_v, attn_out,
+/// ln2, ffn_up, ffn_down}, mm.model.mlp.{1,2}, mm.model.fc) in their HF layout, F32 or F16 (block types decoded).
+/// The pre-MLP norm is v.blk.N.ln2, or v.blk.N.attn_post_norm in files of converters whose name table gives
+/// post_attention_layernorm Gemma 4's name (llama.cpp de3ff815, which node-llama-cpp bundles: its own graph then
+/// applies that norm to the attention output without its bias, and no norm before the MLP); here it is the norm
+/// before the MLP either way, as the checkpoint defines it.
+struct Llama4Mmproj {
+  layers::Llama4VisionConfig config;
+  TensorMap tensors;  ///< MaxText names (as llama4_vision_from_hf gives them)
+};
+
+inline Llama4Mmproj llama4_vision_from_mmproj(GgufFile g) {
+  const std::string& path = g.path;
+  MAXTEXT_CHECK(g.get_string("general.architecture") == "clip", UnsupportedError, "[mmproj] ", path,
+                ": general.architecture is '", g.get_string("general.architecture"), "', a multimodal projector "
+                "file (mmproj) says clip");
+  const std::string proj = g.get_string("clip.projector_type");
+  MAXTEXT_CHECK(proj == "llama4", UnsupportedError, "[mmproj] ", path, ": clip.projector_type '", proj,
+                "' is not Llama 4's (llama4)");
+  MAXTEXT_CHECK(g.get_bool("clip.has_vision_encoder", false), UnsupportedError, "[mmproj] ", path,
+                ": clip.has_vision_encoder is not set: no vision model in the file");
+  MAXTEXT_CHECK(g.get_bool("clip.use_gelu", false), UnsupportedError, "[mmproj] ", path,
+                ": clip.use_gelu is not set; Llama 4's vision model uses GELU");
+  for (const char* key : {"clip.vision.image_mean", "clip.vision.image_std"}) {
+    const GgufValue* v = g.find(key);
+    if (v == nullptr) continue;
+    bool half = v->is_array() && v->floats.size() == 3;
+    for (const double x : v->floats) half = half && x == 0.5;
+    MAXTEXT_CHECK(half, UnsupportedError, "[mmproj] ", path, ": ", key, " must be [0.5, 0.5, 0.5] (Llama 4's "
+                  "processor normalises to [-1, 1])");
+  }
+  layers::Llama4VisionConfig c;
+  c.image_size = g.get_int("clip.vision.image_size");
+  c.patch_size = g.get_int("clip.vision.patch_size");
+  c.hidden_size = g.get_int("clip.vision.embedding_length");
+  c.intermediate_size = g.get_int("clip.vision.feed_forward_length");
+  c.num_layers = g.get_int("clip.vision.block_count");
+  c.num_heads = g.get_int("clip.vision.attention.head_count");
+  c.emb_dim = g.get_int("clip.vision.projection_dim");
+  c.eps = static_cast<float>(g.get_float("clip.vision.attention.layer_norm_epsilon", 1e-5));
+  const std::int64_t merge = g.get_int("clip.vision.projector.scale_factor", 2);
+  MAXTEXT_CHECK(merge > 0, IoError, "[mmproj] ", path, ": clip.vision.projector.scale_factor must be > 0, found ", merge);
+  c.pixel_shuffle_ratio = 1.0 / static_cast<double>(merge);
+  c.rope_theta = 10000.0;  // clip.cpp's constant for llama4 (the file has no key for it)
+  dequantize_block_tensors(g);
+  // The adapter's widths: mm.model.mlp.1 [projector_input_dim, intermediate], mm.model.mlp.2 [output, input].
+  for (const char* name : {"mm.model.mlp.1.weight", "mm.model.mlp.2.weight"}) {
+    MAXTEXT_CHECK(g.tensors.has(name) && g.tensors.at(name).rank() == 2, IoError, "[mmproj] ", path,
+                  ": missing the 2-D tensor ", name, " (Llama 4's adapter)");
+  }
+  c.projector_input_dim = g.tensors.at("mm.model.mlp.1.weight").shape[0];
+  c.projector_output_dim = g.tensors.at("mm.model.mlp.2.weight").shape[0];
+  c.validate();
+
+  // Hugging Face's names for llama.cpp's, then the HF mapping (whose checks name the shapes).
+  TensorMap hf;
+  std::set<std::string> used;
+  const std::string vm = "vision_model.";
+  const auto take = [&](const std::string& from, const std::string& to) {
+    MAXTEXT_CHECK(g.tensors.has(from), IoError, "[mmproj] ", path, ": missing tensor ", from);
+    hf.add(to, g.tensors.at(from));
+    used.insert(from);
+  };
+  const auto pair = [&](const std::string& from, const std::string& to) {
+    take(from + ".weight", to + ".weight");
+    take(from + ".bias", to + ".bias");
+  };
+  take("v.patch_embd.weight", vm + "patch_embedding.linear.weight");
+  take("v.class_embd", vm + "class_embedding");
+  take("v.position_embd.weight", vm + "positional_embedding_vlm");
+  pair("v.pre_ln", vm + "layernorm_pre");
+  pair("v.post_ln", vm + "layernorm_post");
+  for (std::int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string b = "v.blk." + std::to_string(i) + ".", l = vm + "model.layers." + std::to_string(i) + ".";
+    pair(b + "ln1", l + "input_layernorm");
+    pair(b + (g.tensors.has(b + "ln2.weight") ? "ln2" : "attn_post_norm"), l + "post_attention_layernorm");
+    pair(b + "attn_q", l + "self_attn.q_proj");
+    pair(b + "attn_k", l + "self_attn.k_proj");
+    pair(b + "attn_v", l + "self_attn.v_proj");
+    pair(b + "attn_out", l + "self_attn.o_proj");
+    pair(b + "ffn_up", l + "mlp.fc1");
+    pair(b + "ffn_down", l + "mlp.fc2");
+  }
+  take("mm.model.mlp.1.weight", vm + "vision_adapter.mlp.fc1.weight");
+  take("mm.model.mlp.2.weight", vm + "vision_adapter.mlp.fc2.weight");
+  take("mm.model.fc.weight", "multi_modal_projector.linear_1.weight");
+  for (const auto& [name, t] : g.tensors.tensors) {
+    MAXTEXT_CHECK(used.count(name) != 0, UnsupportedError, "[mmproj] ", path, ": unexpected tensor ", name, " ",
+                  t.describe(), " (Llama 4's vision model has no such tensor)");
+  }
+  return Llama4Mmproj{c, llama4_vision_from_hf(hf, c)};
 }
 
 }  // namespace maxtext::io
