@@ -150,6 +150,9 @@ class PromptPictures {
   /// Token ids holding k picture markers (Gemma 3: <start_of_image>), k <= count() (k == count() with `all`):
   /// marker i takes picture i.
   virtual PromptImages expand(const std::vector<std::int32_t>& ids, bool all) const = 0;
+  /// With --pan-and-scan on: the crops cut from each --image file, in order (its pictures are each file followed by
+  /// its crops); empty without pan-and-scan.
+  virtual std::vector<std::size_t> crops() const { return {}; }
 };
 std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg);
 /// `prompt` with one marker per --image: open_prompt_pictures(a, cfg)->expand(prompt, true) (cli_text.cpp).
@@ -175,12 +178,15 @@ class PictureTower {
 /// The tower of --mmproj, or of --weights when that is a Hugging Face Gemma 3 checkpoint with its vision tower;
 /// null without either, or with `--mmproj none` (serve).
 std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cfg);
-/// `text` with llama.cpp's `<__media__>` markers rewritten to image_marker_text (cli_text.cpp), then
-/// with_pan_and_scan.
-std::string with_image_markers(const Args& a, std::string text);
-/// With --pan-and-scan on: `text` with the marker of each --image that pan-and-scan crops replaced by the text that
-/// introduces the picture and its crops (io::gemma3_pan_and_scan_prompt); else `text` (cli_vision.cpp).
-std::string with_pan_and_scan(const Args& a, std::string text);
+/// `text` with llama.cpp's `<__media__>` markers rewritten to image_marker_text (cli_text.cpp); with `pictures` that
+/// have pan-and-scan crops, each marker then replaced by the text that introduces its picture and the picture's crops
+/// (with_pan_and_scan). `next`: the --image file the text's first marker takes (a chat's earlier messages took the
+/// ones before), advanced past this text's markers.
+std::string with_image_markers(const Args& a, std::string text, const PromptPictures* pictures = nullptr,
+                               std::size_t* next = nullptr);
+/// `text` with its k-th picture marker replaced by the text that introduces a picture with crops[k] pan-and-scan
+/// crops (io::gemma3_pan_and_scan_prompt; cli_vision.cpp).
+std::string with_pan_and_scan(const Args& a, std::string text, const std::vector<std::size_t>& crops);
 
 int cmd_logits(const Args& a);    // cli_models.cpp
 int cmd_info(const Args& a);      // cli_models.cpp

@@ -41,7 +41,11 @@ int cmd_chat(const Args& a) {
   std::unique_ptr<PromptPictures> pictures;
   if (a.all.count("image") != 0) {
     pictures = open_prompt_pictures(a, cfg);
-    co.user_text = [&a](std::string text) { return with_image_markers(a, std::move(text)); };
+    // With --pan-and-scan on, each marker becomes the text for its picture and the picture's crops; a message's
+    // first marker takes the picture after the previous messages' ones.
+    co.user_text = [&a, &pictures, next = std::size_t{0}](std::string text) mutable {
+      return with_image_markers(a, std::move(text), pictures.get(), &next);
+    };
     co.pictures = [&pictures](std::vector<std::int32_t>& ids, Tensor<std::int32_t, 2>& mask, Tensor<float, 2>& rows) {
       PromptImages p = pictures->expand(ids, false);
       ids = std::move(p.ids);
@@ -51,8 +55,8 @@ int cmd_chat(const Args& a) {
     std::cerr << "note: " << pictures->count() << " picture(s): write " << image_marker_text(a)
               << " (or <__media__>) in a message where each goes, in order\n";
   } else {
-    MAXTEXT_CHECK(!a.has("image-preprocess") && !a.has("image-embeddings-out"), ArgumentError,
-                  "--image-preprocess and --image-embeddings-out need --image");
+    MAXTEXT_CHECK(!a.has("image-preprocess") && !a.has("image-embeddings-out") && !a.has("pan-and-scan"),
+                  ArgumentError, "--image-preprocess, --image-embeddings-out and --pan-and-scan need --image");
   }
   const auto sc = open_spec(a, cfg, co.capacity + a.integer("draft-max", 4) + 1);
   co.drafter = sc->function();

@@ -55,7 +55,7 @@ inline const std::vector<CommandOptions>& command_options() {
               images),
          true},
         {"chat", join(join(join(model, sampling), {"system", "ctx-size", "spec", "draft", "draft-max", "draft-int8-activations",
-                                                   "mtp-hidden", "session"}), images),
+                                                   "mtp-hidden", "session", "pan-and-scan"}), images),
          true},
         // Sampling comes with each request; --max-new-tokens caps requests that give no max_tokens.
         {"serve",

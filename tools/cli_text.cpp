@@ -25,15 +25,25 @@
 namespace maxtext::cli {
 
 /// llama.cpp's media marker `<__media__>` (mtmd) rewritten to the model's own picture marker; the text must hold one
-/// marker per --image.
-std::string with_image_markers(const Args& a, std::string text) {
+/// marker per --image (for a chat, over its messages).
+std::string with_image_markers(const Args& a, std::string text, const PromptPictures* pictures, std::size_t* next) {
   const std::string marker = image_marker_text(a);
   if (marker.empty()) return text;
   const std::string mtmd = "<__media__>";
   for (std::size_t at = text.find(mtmd); at != std::string::npos; at = text.find(mtmd, at + marker.size())) {
     text.replace(at, mtmd.size(), marker);
   }
-  return with_pan_and_scan(a, std::move(text));
+  const std::vector<std::size_t> crops = pictures != nullptr ? pictures->crops() : std::vector<std::size_t>{};
+  if (crops.empty()) return text;
+  std::size_t k = 0;
+  for (std::size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + marker.size())) ++k;
+  const std::size_t first = next != nullptr ? *next : 0;
+  MAXTEXT_CHECK(first + k <= crops.size(), ArgumentError, "[image] ", first + k, " picture marker(s) for ",
+                crops.size(), " --image file(s): one marker per picture");
+  if (next != nullptr) *next = first + k;
+  return with_pan_and_scan(a, std::move(text),
+                           std::vector<std::size_t>(crops.begin() + static_cast<std::ptrdiff_t>(first),
+                                                    crops.begin() + static_cast<std::ptrdiff_t>(first + k)));
 }
 
 PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt) {
@@ -127,16 +137,22 @@ int cmd_generate(const Args& a) {
                 "--image-preprocess and --image-embeddings-out need --image");
   MAXTEXT_CHECK(images || !a.has("pan-and-scan"), ArgumentError, "--pan-and-scan needs --image");
   std::string prompt_text = a.get("prompt");
+  // Pictures (--image): decoded and encoded once, before the text (pan-and-scan's crops change the prompt's text).
+  std::unique_ptr<PromptPictures> pictures;
+  if (images) {
+    MAXTEXT_CHECK(!a.has("spec"), UnsupportedError, "--image with --spec: speculative decoding takes no pictures yet");
+    MAXTEXT_CHECK(a.has("prompt") || !a.has("pan-and-scan"), ArgumentError, "--pan-and-scan needs --prompt (the text "
+                  "that introduces the crops goes through the tokenizer)");
+    pictures = open_prompt_pictures(a, cfg);
+  }
   if (a.has("prompt")) {
     MAXTEXT_CHECK(!a.has("tokens"), ArgumentError, "give --tokens or --prompt, not both");
     tk = open_cli_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
-    if (images) prompt_text = with_image_markers(a, prompt_text);
+    if (images) prompt_text = with_image_markers(a, prompt_text, pictures.get());
     prompts.push_back(tk->encode(prompt_text));
     add_eos_stops(go, a, *tk, cfg);  // text generation ends at an end-of-sequence token
   } else {
     MAXTEXT_CHECK(go.stop_strings.empty(), ArgumentError, "--stop needs --prompt (text, through a tokenizer)");
-    MAXTEXT_CHECK(!a.has("pan-and-scan"), ArgumentError, "--pan-and-scan needs --prompt (the text that introduces "
-                  "the crops goes through the tokenizer)");
     prompts = parse_token_rows(a.get("tokens"));
   }
   // Pictures (--image): the markers expanded to the model's image tokens, the soft tokens merged at the prefill.
@@ -144,8 +160,7 @@ int cmd_generate(const Args& a) {
   if (images) {
     MAXTEXT_CHECK(prompts.size() == 1, ArgumentError, "--image: one prompt at a time, found ", prompts.size(),
                   " rows in --tokens");
-    MAXTEXT_CHECK(!a.has("spec"), UnsupportedError, "--image with --spec: speculative decoding takes no pictures yet");
-    media = encode_prompt_images(a, cfg, prompts[0]);
+    media = pictures->expand(prompts[0], true);
     prompts[0] = media.ids;
     go.media_mask = &media.mask;
     go.media_embeddings = &media.embeddings;

@@ -5,8 +5,9 @@
 // --out. The family is the checkpoint's config.json model_type (gemma3 or llama4), or the mmproj file's projector.
 // open_prompt_pictures does the same for `generate` / `logits` / `chat` --image (the prompt's markers expanded, the
 // soft tokens merged into the decoder: ForwardOptions::media_mask), open_picture_tower for `serve` (a request's
-// pictures). --pan-and-scan on (vision, generate): each picture followed by its crops (io::gemma3_pan_and_scan), and
-// generate's prompt text introducing them as Hugging Face's Gemma3Processor does (with_pan_and_scan). The tower and
+// pictures). --pan-and-scan on (vision, generate, chat): each picture followed by its crops (io::gemma3_pan_and_scan),
+// and the prompt's text introducing them as Hugging Face's Gemma3Processor does (with_pan_and_scan, from the crops the
+// pictures were cut into: each file is decoded once). The tower and
 // the prompts' expansion are the library's (families/gemma/pictures.hpp, families/llama4/pictures.hpp).
 #include <chrono>
 #include <cmath>
@@ -177,6 +178,7 @@ class Gemma3Pictures final : public PromptPictures {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::size_t> crops;
     soft_ = p_->encode(read_images(a, images, &crops));
+    if (pan_and_scan(a)) crops_ = crops;
     const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (a.has("image-embeddings-out")) io::write_npy(a.get("image-embeddings-out"), AnyTensor::from(soft_));
     std::size_t n_crops = 0;
@@ -189,10 +191,12 @@ class Gemma3Pictures final : public PromptPictures {
   PromptImages expand(const std::vector<std::int32_t>& prompt, bool all) const override {
     return p_->expand(prompt, soft_, all);
   }
+  std::vector<std::size_t> crops() const override { return crops_; }
 
  private:
   std::unique_ptr<const Pictures> p_;
   Tensor<float, 3> soft_;
+  std::vector<std::size_t> crops_;  ///< per --image file, with --pan-and-scan on
 };
 
 /// Llama 4's vision model for --weights (a Hugging Face Llama4ForConditionalGeneration checkpoint) or --mmproj
@@ -300,11 +304,7 @@ int vision_llama4(const Args& a, const std::vector<std::string>& images) {
 
 std::string image_marker_text(const Args& a) { return llama4_pictures(a) ? "<|image|>" : "<start_of_image>"; }
 
-std::string with_pan_and_scan(const Args& a, std::string text) {
-  if (!pan_and_scan(a)) return text;
-  const auto files = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
-  std::vector<std::size_t> crops;
-  for (const auto& f : files) crops.push_back(io::gemma3_pan_and_scan(io::read_image(f)).size());
+std::string with_pan_and_scan(const Args& a, std::string text, const std::vector<std::size_t>& crops) {
   return io::gemma3_pan_and_scan_prompt(text, crops, image_marker_text(a));
 }
 

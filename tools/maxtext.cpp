@@ -28,10 +28,10 @@ commands:
             the grammar (llama.cpp's GBNF) or the JSON Schema
   generate|logits|chat ... --image FILE [--image FILE ...] [--mmproj MMPROJ.gguf]
             [--image-preprocess maxtext|hf|llamacpp] [--image-embeddings-out F]: pictures merged into the prompt (a Gemma 3 or
-            Llama 4 checkpoint with its vision tower, or any Gemma 3 text model with llama.cpp's mmproj file): each
+            Llama 4 checkpoint with its vision tower, or a text model with llama.cpp's mmproj file of either): each
             <start_of_image> (Llama 4: <|image|>; or llama.cpp's <__media__>) of the prompt, --tokens or the chat's
             messages takes the next picture. docs/vision.md
-            generate --prompt ... [--pan-and-scan on|off]: an elongated picture also as 2-4 crops, introduced in the
+            generate --prompt ... | chat ... [--pan-and-scan on|off]: an elongated picture also as 2-4 crops, introduced in the
             prompt as Hugging Face's Gemma 3 processor does (off by default)
   chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]
             [--spec lookup|draft|mtp [--draft FILE] [--draft-max K] [--draft-int8-activations on|off|auto]
@@ -55,7 +55,8 @@ commands:
             [--image-preprocess maxtext|hf|llamacpp] [--pan-and-scan on|off] [--out tokens.npy]: pictures (PNG, JPEG) through Gemma 3's vision tower (a Hugging Face
             Gemma3ForConditionalGeneration, or llama.cpp's mmproj file): the soft tokens [n, 256, emb_dim] the
             decoder reads (with pan-and-scan each picture's crops after it); or a Llama4ForConditionalGeneration's
-            vision model: [tiles, 144, emb_dim], each picture's tiles and its global tile. docs/vision.md
+            vision model (or its mmproj file): [tiles, 144, emb_dim], each picture's tiles and its global tile.
+            docs/vision.md
 )" MAXTEXT_TEMPLATE_USAGE MAXTEXT_COMPARE_USAGE R"(
 common options:
   --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;
@@ -133,7 +134,9 @@ std::unique_ptr<maxtext::cli::PromptPictures> maxtext::cli::open_prompt_pictures
                 "libpng-dev and libjpeg62-turbo-dev, as scripts/setup.sh does, and configure with -DMAXTEXT_CLI_VISION=ON)");
 }
 std::string maxtext::cli::image_marker_text(const Args&) { return std::string(); }
-std::string maxtext::cli::with_pan_and_scan(const Args&, std::string text) { return text; }
+std::string maxtext::cli::with_pan_and_scan(const Args&, std::string text, const std::vector<std::size_t>&) {
+  return text;
+}
 std::unique_ptr<maxtext::cli::PictureTower> maxtext::cli::open_picture_tower(const Args& a, const Config&) {
   MAXTEXT_CHECK(!a.has("mmproj") || a.get("mmproj") == "none", UnsupportedError, a.command, " --mmproj: pictures "
                 "are not compiled into this program (install libpng-dev and libjpeg62-turbo-dev, as scripts/setup.sh "

@@ -250,8 +250,33 @@ TEST_CASE("maxtext vision / generate --pan-and-scan: Hugging Face's crops and pr
   CHECK(t.find("--pan-and-scan: expected on or off, found 'yes'") != std::string::npos);
   t = run_failing("vision --weights " + dirm + "/hf --image " + dir + "/wide.png --pan-and-scan on --image-preprocess llamacpp");
   CHECK(t.find("llama.cpp's preprocessing (--image-preprocess llamacpp) has no pan-and-scan") != std::string::npos);
-  t = run_failing("chat" + common + " --image " + dir + "/wide.png --pan-and-scan on < /dev/null");
-  CHECK(t.find("option --pan-and-scan is not used by this command") != std::string::npos);
+  t = run_failing("chat" + common + " --pan-and-scan on < /dev/null");
+  CHECK(t.find("--pan-and-scan need --image") != std::string::npos);
+
+  // chat: a message's marker becomes the same text and its picture is followed by its crops: the first answer is
+  // what generate gives for the rendered prompt; the second turn reuses the picture and its crops from the cache.
+  {
+    const std::string in = dir + "/chat.txt";
+    {
+      std::ofstream f(in);
+      f << "look <__media__> now\nagain\n";
+    }
+    const std::string pics = " --image " + dir + "/wide.png --pan-and-scan on";
+    const std::string chat = test::run_cli("chat" + common + pics + " < " + in);
+    const std::string one = test::run_cli("generate" + common + pics +
+                                          " --prompt '<start_of_turn>user\nlook <__media__> now<end_of_turn>\n"
+                                          "<start_of_turn>model\n'");
+    const auto at = one.find("<start_of_turn>model\n");
+    REQUIRE(at != std::string::npos);
+    const std::string answer = one.substr(at + 21, one.find('\n', at + 21) - (at + 21));
+    INFO("generate:\n" << one << "\nchat:\n" << chat);
+    CHECK(chat.find("1 picture(s) and 2 pan-and-scan crop(s)") != std::string::npos);
+    CHECK(!answer.empty());
+    CHECK(chat.find(answer + "\n") != std::string::npos);
+    const auto t2 = chat.find("[turn 2: prefilled ");
+    REQUIRE(t2 != std::string::npos);
+    CHECK(std::stol(chat.substr(chat.find('(', t2) + 1)) > 3 * 256);  // the picture and both crops from the cache
+  }
   std::filesystem::remove_all(dir);
 }
 
