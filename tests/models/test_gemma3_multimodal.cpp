@@ -386,7 +386,7 @@ TEST_CASE("Gemma 3's tower from a llama.cpp mmproj GGUF gives the Hugging Face c
   io::GgufFile other = io::read_gguf(dir + "/mmproj.gguf");
   other.metadata["clip.projector_type"].s = "llama4";
   expect_error<UnsupportedError>([&] { (void)io::gemma3_vision_from_mmproj(other); },
-                                 "clip.projector_type 'llama4' is not supported (supported: gemma3)");
+                                 "clip.projector_type 'llama4' is not Gemma 3's (gemma3)");
   io::GgufFile extra = io::read_gguf(dir + "/mmproj.gguf");
   extra.tensors.add("v.pre_ln.weight", extra.tensors.at("v.post_ln.weight"));
   expect_error<UnsupportedError>([&] { (void)io::gemma3_vision_from_mmproj(extra); }, "unexpected tensor v.pre_ln.weight");

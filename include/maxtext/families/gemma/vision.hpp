@@ -24,7 +24,6 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -38,6 +37,7 @@
 #include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/io/gguf.hpp"
+#include "maxtext/io/mmproj.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/linears.hpp"
@@ -450,24 +450,7 @@ struct Gemma3Mmproj {
 
 inline Gemma3Mmproj gemma3_vision_from_mmproj(GgufFile g) {
   const std::string& path = g.path;
-  MAXTEXT_CHECK(g.get_string("general.architecture") == "clip", UnsupportedError, "[mmproj] ", path,
-                ": general.architecture is '", g.get_string("general.architecture"), "', a multimodal projector "
-                "file (mmproj) says clip");
-  const std::string proj = g.get_string("clip.projector_type");
-  MAXTEXT_CHECK(proj == "gemma3", UnsupportedError, "[mmproj] ", path, ": clip.projector_type '", proj,
-                "' is not supported (supported: gemma3)");
-  MAXTEXT_CHECK(g.get_bool("clip.has_vision_encoder", false), UnsupportedError, "[mmproj] ", path,
-                ": clip.has_vision_encoder is not set: no vision tower in the file");
-  MAXTEXT_CHECK(g.get_bool("clip.use_gelu", false), UnsupportedError, "[mmproj] ", path,
-                ": clip.use_gelu is not set; Gemma 3's tower uses GELU (tanh form)");
-  for (const char* key : {"clip.vision.image_mean", "clip.vision.image_std"}) {
-    const GgufValue* v = g.find(key);
-    if (v == nullptr) continue;
-    bool half = v->is_array() && v->floats.size() == 3;
-    for (const double x : v->floats) half = half && x == 0.5;
-    MAXTEXT_CHECK(half, UnsupportedError, "[mmproj] ", path, ": ", key, " must be [0.5, 0.5, 0.5] (Gemma 3's "
-                  "processors normalise to [-1, 1])");
-  }
+  check_mmproj_header(g, "gemma3", "Gemma 3");
   layers::Gemma3VisionConfig c;
   c.image_size = g.get_int("clip.vision.image_size");
   c.patch_size = g.get_int("clip.vision.patch_size");
@@ -489,18 +472,10 @@ inline Gemma3Mmproj gemma3_vision_from_mmproj(GgufFile g) {
   dequantize_block_tensors(g);
 
   // Hugging Face's names for llama.cpp's, then the HF mapping (whose checks name the shapes).
-  TensorMap hf;
-  std::set<std::string> used;
+  MmprojRenamer r(g, "Gemma 3");
   const std::string vt = "vision_tower.vision_model.";
-  const auto take = [&](const std::string& from, const std::string& to) {
-    MAXTEXT_CHECK(g.tensors.has(from), IoError, "[mmproj] ", path, ": missing tensor ", from);
-    hf.add(to, g.tensors.at(from));
-    used.insert(from);
-  };
-  const auto pair = [&](const std::string& from, const std::string& to) {
-    take(from + ".weight", to + ".weight");
-    take(from + ".bias", to + ".bias");
-  };
+  const auto take = [&](const std::string& from, const std::string& to) { r.take(from, to); };
+  const auto pair = [&](const std::string& from, const std::string& to) { r.pair(from, to); };
   pair("v.patch_embd", vt + "embeddings.patch_embedding");
   take("v.position_embd.weight", vt + "embeddings.position_embedding.weight");
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
@@ -521,11 +496,7 @@ inline Gemma3Mmproj gemma3_vision_from_mmproj(GgufFile g) {
   pair("v.post_ln", vt + "post_layernorm");
   take("mm.input_projection.weight", "multi_modal_projector.mm_input_projection_weight");
   take("mm.soft_emb_norm.weight", "multi_modal_projector.mm_soft_emb_norm.weight");  // replaced below
-  for (const auto& [name, t] : g.tensors.tensors) {
-    MAXTEXT_CHECK(used.count(name) != 0, UnsupportedError, "[mmproj] ", path, ": unexpected tensor ", name, " ",
-                  t.describe(), " (Gemma 3's tower has no such tensor)");
-  }
-  Gemma3Mmproj out{c, gemma3_vision_from_hf(hf, c)};
+  Gemma3Mmproj out{c, gemma3_vision_from_hf(r.finish(), c)};
   // llama.cpp stores 1 + w already: the scale as stored.
   const AnyTensor& s = g.tensors.at("mm.soft_emb_norm.weight");
   out.tensors.tensors["vision_encoder.VisionEmbedder_0.mm_soft_embedding_norm.scale"] =

@@ -30,7 +30,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -45,6 +44,7 @@
 #include "maxtext/core/policy.hpp"
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/io/gguf.hpp"
+#include "maxtext/io/mmproj.hpp"
 #include "maxtext/io/name_mapper.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/layers/context.hpp"
@@ -580,24 +580,7 @@ struct Llama4Mmproj {
 
 inline Llama4Mmproj llama4_vision_from_mmproj(GgufFile g) {
   const std::string& path = g.path;
-  MAXTEXT_CHECK(g.get_string("general.architecture") == "clip", UnsupportedError, "[mmproj] ", path,
-                ": general.architecture is '", g.get_string("general.architecture"), "', a multimodal projector "
-                "file (mmproj) says clip");
-  const std::string proj = g.get_string("clip.projector_type");
-  MAXTEXT_CHECK(proj == "llama4", UnsupportedError, "[mmproj] ", path, ": clip.projector_type '", proj,
-                "' is not Llama 4's (llama4)");
-  MAXTEXT_CHECK(g.get_bool("clip.has_vision_encoder", false), UnsupportedError, "[mmproj] ", path,
-                ": clip.has_vision_encoder is not set: no vision model in the file");
-  MAXTEXT_CHECK(g.get_bool("clip.use_gelu", false), UnsupportedError, "[mmproj] ", path,
-                ": clip.use_gelu is not set; Llama 4's vision model uses GELU");
-  for (const char* key : {"clip.vision.image_mean", "clip.vision.image_std"}) {
-    const GgufValue* v = g.find(key);
-    if (v == nullptr) continue;
-    bool half = v->is_array() && v->floats.size() == 3;
-    for (const double x : v->floats) half = half && x == 0.5;
-    MAXTEXT_CHECK(half, UnsupportedError, "[mmproj] ", path, ": ", key, " must be [0.5, 0.5, 0.5] (Llama 4's "
-                  "processor normalises to [-1, 1])");
-  }
+  check_mmproj_header(g, "llama4", "Llama 4");
   layers::Llama4VisionConfig c;
   c.image_size = g.get_int("clip.vision.image_size");
   c.patch_size = g.get_int("clip.vision.patch_size");
@@ -622,18 +605,10 @@ inline Llama4Mmproj llama4_vision_from_mmproj(GgufFile g) {
   c.validate();
 
   // Hugging Face's names for llama.cpp's, then the HF mapping (whose checks name the shapes).
-  TensorMap hf;
-  std::set<std::string> used;
+  MmprojRenamer r(g, "Llama 4");
   const std::string vm = "vision_model.";
-  const auto take = [&](const std::string& from, const std::string& to) {
-    MAXTEXT_CHECK(g.tensors.has(from), IoError, "[mmproj] ", path, ": missing tensor ", from);
-    hf.add(to, g.tensors.at(from));
-    used.insert(from);
-  };
-  const auto pair = [&](const std::string& from, const std::string& to) {
-    take(from + ".weight", to + ".weight");
-    take(from + ".bias", to + ".bias");
-  };
+  const auto take = [&](const std::string& from, const std::string& to) { r.take(from, to); };
+  const auto pair = [&](const std::string& from, const std::string& to) { r.pair(from, to); };
   take("v.patch_embd.weight", vm + "patch_embedding.linear.weight");
   take("v.class_embd", vm + "class_embedding");
   take("v.position_embd.weight", vm + "positional_embedding_vlm");
@@ -653,11 +628,7 @@ inline Llama4Mmproj llama4_vision_from_mmproj(GgufFile g) {
   take("mm.model.mlp.1.weight", vm + "vision_adapter.mlp.fc1.weight");
   take("mm.model.mlp.2.weight", vm + "vision_adapter.mlp.fc2.weight");
   take("mm.model.fc.weight", "multi_modal_projector.linear_1.weight");
-  for (const auto& [name, t] : g.tensors.tensors) {
-    MAXTEXT_CHECK(used.count(name) != 0, UnsupportedError, "[mmproj] ", path, ": unexpected tensor ", name, " ",
-                  t.describe(), " (Llama 4's vision model has no such tensor)");
-  }
-  return Llama4Mmproj{c, llama4_vision_from_hf(hf, c)};
+  return Llama4Mmproj{c, llama4_vision_from_hf(r.finish(), c)};
 }
 
 }  // namespace maxtext::io
