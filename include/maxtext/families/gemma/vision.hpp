@@ -43,6 +43,7 @@
 #include "maxtext/layers/linears.hpp"
 #include "maxtext/layers/normalizations.hpp"
 #include "maxtext/layers/params.hpp"
+#include "maxtext/layers/vision_step.hpp"
 
 namespace maxtext::layers {
 
@@ -264,19 +265,9 @@ class Gemma3VisionEncoder {
     const std::int64_t tok = c_.tokens_per_image, Mo = n * tok;
 
     Scratch scratch(be.memory());
-    StepInfo step;
-    step.batch = n;
-    step.length = T;
-    step.start.assign(static_cast<std::size_t>(n), 0);
-    const std::vector<std::int32_t> zeros(static_cast<std::size_t>(n), 0), lens(static_cast<std::size_t>(n), static_cast<std::int32_t>(T));
-    const auto up_ints = [&](const std::vector<std::int32_t>& h) {
-      View<std::int32_t, 1> d = scratch.alloc<std::int32_t, 1>({static_cast<std::int64_t>(h.size())});
-      be.copy(d.data(), h.data(), h.size() * sizeof(std::int32_t), CopyKind::host_to_device);
-      return View<const std::int32_t, 1>(d);
-    };
-    step.q_start = up_ints(zeros);
-    step.kv_len = up_ints(lens);
-    const Context<P> ctx{be, scratch, step, capture};
+    const WholeSequences seqs = whole_sequences(be, scratch, n, T);
+    const AttentionMask& mask = seqs.mask;
+    const Context<P> ctx{be, scratch, seqs.step, capture};
     const std::string enc = "vision_encoder.Gemma3VisionEncoderLayer_0", tr = enc + ".Transformer";
 
     // Patches [M, p*p*C] in the conv kernel's (row, column, channel) order, gathered on the host.
@@ -309,10 +300,6 @@ class Gemma3VisionEncoder {
     View<A, 2> h = scratch.alloc<A, 2>({M, D});
     View<A, 2> q = scratch.alloc<A, 2>({M, NH}), k = scratch.alloc<A, 2>({M, NH}), v = scratch.alloc<A, 2>({M, NH});
     View<A, 2> o = scratch.alloc<A, 2>({M, NH}), f = scratch.alloc<A, 2>({M, F});
-    AttentionMask mask;
-    mask.q_start = step.q_start;
-    mask.kv_len = step.kv_len;
-    mask.causal = false;
     const auto heads4 = [&](View<A, 2> rows) {
       return View<A, 4>(rows.data(), {n, T, c_.num_heads, c_.head_dim()}, {T * NH, NH, c_.head_dim(), 1});
     };

@@ -50,6 +50,7 @@
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/linears.hpp"
 #include "maxtext/layers/params.hpp"
+#include "maxtext/layers/vision_step.hpp"
 
 namespace maxtext::layers {
 
@@ -358,18 +359,10 @@ class Llama4VisionEncoder {
     const std::int64_t Pin = c_.projector_input_dim, Pout = c_.projector_output_dim, E = c_.emb_dim;
 
     Scratch scratch(be.memory());
-    StepInfo step;
-    step.batch = n;
-    step.length = T1;
-    step.start.assign(static_cast<std::size_t>(n), 0);
-    const auto up_ints = [&](const std::vector<std::int32_t>& h) {
-      View<std::int32_t, 1> d = scratch.alloc<std::int32_t, 1>({static_cast<std::int64_t>(h.size())});
-      be.copy(d.data(), h.data(), h.size() * sizeof(std::int32_t), CopyKind::host_to_device);
-      return View<const std::int32_t, 1>(d);
-    };
-    step.q_start = up_ints(std::vector<std::int32_t>(static_cast<std::size_t>(n), 0));
-    step.kv_len = up_ints(std::vector<std::int32_t>(static_cast<std::size_t>(n), static_cast<std::int32_t>(T1)));
-    const Context<P> ctx{be, scratch, step, capture};
+    const WholeSequences seqs = whole_sequences(be, scratch, n, T1);
+    const AttentionMask& mask = seqs.mask;
+    const Context<P> ctx{be, scratch, seqs.step, capture};
+    const auto up_ints = [&](const std::vector<std::int32_t>& h) { return upload_ints(be, scratch, h); };
     const std::string model = "vision_encoder.Llama4VisionModel_0", enc = model + ".Llama4VisionEncoder_0";
 
     // Patches [n * T, C * p * p] in (channel, row, column) order, gathered on the host; then the unfold projection.
@@ -419,10 +412,6 @@ class Llama4VisionEncoder {
     View<A, 2> h = scratch.alloc<A, 2>({M, D});
     View<A, 2> q = scratch.alloc<A, 2>({M, NH}), kk = scratch.alloc<A, 2>({M, NH}), v = scratch.alloc<A, 2>({M, NH});
     View<A, 2> o = scratch.alloc<A, 2>({M, NH}), f = scratch.alloc<A, 2>({M, F});
-    AttentionMask mask;
-    mask.q_start = step.q_start;
-    mask.kv_len = step.kv_len;
-    mask.causal = false;
     const auto heads3 = [&](View<A, 2> r) { return View<A, 3>(r.data(), {M, N, H}, {NH, H, 1}); };
     const auto heads4 = [&](View<A, 2> r) { return View<A, 4>(r.data(), {n, T1, N, H}, {T1 * NH, NH, H, 1}); };
     const float qscale = 1.0f / std::sqrt(static_cast<float>(H));
