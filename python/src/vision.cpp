@@ -143,8 +143,11 @@ class Llama4Vision {
  public:
   using P = Policy<cpu::Backend, float>;
   Llama4Vision(const std::string& weights, int threads) {
+    const bool mmproj = std::filesystem::path(weights).extension() == ".gguf";  // llama.cpp's file of the model
     py::gil_scoped_release nogil;
-    pics_ = std::make_unique<const models::Llama4Pictures<P>>(vision_backend(threads), weights);
+    pics_ = mmproj ? std::make_unique<const models::Llama4Pictures<P>>(vision_backend(threads), io::read_gguf(weights),
+                                                                       io::Llama4ImageTokens{})
+                   : std::make_unique<const models::Llama4Pictures<P>>(vision_backend(threads), weights);
   }
   const layers::Llama4VisionConfig& config() const { return pics_->config(); }
   const io::Llama4ImageTokens& image_tokens() const { return pics_->image_tokens(); }
@@ -266,7 +269,7 @@ or of llama.cpp's mmproj file (a .gguf), on the CPU in float32 (docs/vision.md).
            "'vision_encoder.Gemma3VisionEncoderLayer_0.Transformer.encoderblock_0') returns (tokens, {name: array}).");
   py::class_<Llama4Vision>(m, "Llama4Vision", R"(Llama4Vision(weights, threads=0): the vision model, pixel-shuffle
 adapter and projector of a Hugging Face Llama4ForConditionalGeneration checkpoint (a directory, safetensors file or
-index, config.json beside), on the CPU in float32 (docs/vision.md).)")
+index, config.json beside) or of llama.cpp's mmproj file (a .gguf), on the CPU in float32 (docs/vision.md).)")
       .def(py::init<const std::string&, int>(), py::arg("weights"), py::arg("threads") = 0)
       .def_property_readonly("config",
                              [](const Llama4Vision& v) {

@@ -133,6 +133,11 @@ def test_llama4_vision_and_tiles_match_the_float64_reference_and_maxtexts_proces
     np.testing.assert_allclose(acts[name], np.load(os.path.join(d, "layer_1.npy")), rtol=1e-5, atol=8e-6)
     with pytest.raises(mc.ShapeError, match=r"tiles must be \[n, 84, 84, 3\]"):
         v.encode(np.zeros((1, 80, 84, 3), np.float32))
+    # llama.cpp's own conversion of a 3-layer model (fixture llama4_mmproj): the checkpoint's tokens, bit for bit.
+    mm = fixture("llama4_mmproj")
+    pic = [os.path.join(fixture("llama4_mm_model"), "image_a.png")]
+    np.testing.assert_array_equal(mc.Llama4Vision(os.path.join(mm, "mmproj.gguf")).encode(pic),
+                                  mc.Llama4Vision(os.path.join(mm, "hf")).encode(pic))
 
     ref_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "reference")
     sys.path.insert(0, ref_dir)
