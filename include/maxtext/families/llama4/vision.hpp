@@ -560,8 +560,8 @@ inline TensorMap llama4_vision_from_hf(const TensorMap& hf, const layers::Llama4
 /// ln2, ffn_up, ffn_down}, mm.model.mlp.{1,2}, mm.model.fc) in their HF layout, F32 or F16 (block types decoded).
 /// The pre-MLP norm is v.blk.N.ln2, or v.blk.N.attn_post_norm in files of converters whose name table gives
 /// post_attention_layernorm Gemma 4's name (llama.cpp de3ff815, which node-llama-cpp bundles: its own graph then
-/// applies that norm to the attention output without its bias, and no norm before the MLP); here it is the norm
-/// before the MLP either way, as the checkpoint defines it.
+/// applies that norm's weight to the attention output, and a plain LayerNorm without scale or bias before the MLP);
+/// here it is the norm before the MLP either way, as the checkpoint defines it.
 struct Llama4Mmproj {
   layers::Llama4VisionConfig config;
   TensorMap tensors;  ///< MaxText names (as llama4_vision_from_hf gives them)
