@@ -412,6 +412,10 @@ TEST_CASE("images: Llama 4 tiles, canvas and prompt ids as MaxText's processor_l
   CHECK_THROWS_WITH(io::llama4_expand_image_tokens({ids.image, 1}, {{1, 1}, {1, 1}}, ids),
                     Catch::Contains("1 <|image|> marker(s) for 2 picture(s)"));
   CHECK_THROWS_WITH(io::llama4_expand_image_tokens({ids.patch}, {}, ids), Catch::Contains("<|patch|>"));
+  // Sizes that would hang or allocate without bound are refused by name.
+  CHECK_THROWS_WITH(io::llama4_preprocess(io::Image(8, 8), 336, 1000000), Catch::Contains("max tiles (1000000)"));
+  CHECK_THROWS_WITH(io::llama4_preprocess(io::Image(8, 8), 100000, 16), Catch::Contains("tile size (100000)"));
+  CHECK_THROWS_WITH(io::llama4_image_token_ids(1 << 20, 1 << 20, ids), Catch::Contains("expected 1 to 256 tiles"));
 }
 
 TEST_CASE("images: Llama 4 tiles and prompt ids equal the re-statement of MaxText's processor bit for bit",

@@ -33,8 +33,9 @@ namespace maxtext::io {
 /// The canvases (height, width) in pixels a picture may be tiled to, in MaxText's order (find_supported_resolutions).
 inline std::vector<std::pair<std::int64_t, std::int64_t>> llama4_supported_resolutions(std::int64_t max_tiles = 16,
                                                                                          std::int64_t tile = 336) {
-  MAXTEXT_CHECK(max_tiles > 0 && tile > 0, ArgumentError, "[llama4 image] max tiles (", max_tiles, ") and tile size (",
-                tile, ") must be > 0");
+  MAXTEXT_CHECK(max_tiles > 0 && max_tiles <= 256 && tile > 0 && tile <= 4096, ArgumentError, "[llama4 image] max "
+                "tiles (", max_tiles, ") must be in [1, 256] and the tile size (", tile, ") in [1, 4096] (Llama 4: 16 "
+                "tiles of 336)");
   std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> by_ratio;  // in the order ratios first appear
   for (std::int64_t n = max_tiles; n >= 1; --n) {
     for (std::int64_t h = 1; h <= n; ++h) {
@@ -123,6 +124,9 @@ struct Llama4ImageTokens {
 /// The ids that stand for one picture of ratio_h x ratio_w tiles (MaxText's get_tokens_for_this_image).
 inline std::vector<std::int32_t> llama4_image_token_ids(std::int64_t ratio_h, std::int64_t ratio_w,
                                                         const Llama4ImageTokens& t = {}) {
+  MAXTEXT_CHECK(ratio_h >= 1 && ratio_w >= 1 && ratio_h * ratio_w <= 256 && t.per_tile >= 1 && t.per_tile <= 65536,
+                ArgumentError, "[llama4 image] a picture of ", ratio_h, " x ", ratio_w, " tiles of ", t.per_tile,
+                " tokens: expected 1 to 256 tiles of 1 to 65536 tokens");
   std::vector<std::int32_t> ids{t.begin};
   const auto patches = [&] { ids.insert(ids.end(), static_cast<std::size_t>(t.per_tile), t.patch); };
   if (ratio_h * ratio_w > 1) {
