@@ -181,7 +181,7 @@ std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cf
 /// `text` with llama.cpp's `<__media__>` markers rewritten to image_marker_text (cli_text.cpp); with `pictures` that
 /// have pan-and-scan crops, each marker then replaced by the text that introduces its picture and the picture's crops
 /// (with_pan_and_scan). `next`: the --image file the text's first marker takes (a chat's earlier messages took the
-/// ones before), advanced past this text's markers.
+/// ones before), advanced past this text's markers when the pictures have pan-and-scan crops (it is read only then).
 std::string with_image_markers(const Args& a, std::string text, const PromptPictures* pictures = nullptr,
                                std::size_t* next = nullptr);
 /// `text` with its k-th picture marker replaced by the text that introduces a picture with crops[k] pan-and-scan

@@ -137,6 +137,7 @@ int cmd_generate(const Args& a) {
                 "--image-preprocess and --image-embeddings-out need --image");
   MAXTEXT_CHECK(images || !a.has("pan-and-scan"), ArgumentError, "--pan-and-scan needs --image");
   std::string prompt_text = a.get("prompt");
+  MAXTEXT_CHECK(!(a.has("prompt") && a.has("tokens")), ArgumentError, "give --tokens or --prompt, not both");
   // Pictures (--image): decoded and encoded once, before the text (pan-and-scan's crops change the prompt's text).
   std::unique_ptr<PromptPictures> pictures;
   if (images) {
@@ -146,7 +147,6 @@ int cmd_generate(const Args& a) {
     pictures = open_prompt_pictures(a, cfg);
   }
   if (a.has("prompt")) {
-    MAXTEXT_CHECK(!a.has("tokens"), ArgumentError, "give --tokens or --prompt, not both");
     tk = open_cli_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
     if (images) prompt_text = with_image_markers(a, prompt_text, pictures.get());
     prompts.push_back(tk->encode(prompt_text));

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -50,13 +51,21 @@ std::string mmproj_projector(const std::string& path) {
 /// model_type llama4) or an mmproj file of projector llama4; everything else Gemma 3's, whose loader names what it
 /// refuses.
 bool llama4_pictures(const Args& a) {
-  if (a.has("mmproj")) return a.get("mmproj") != "none" && mmproj_projector(a.get("mmproj")) == "llama4";
-  if (!a.has("weights")) return false;
-  const std::string cfg_path = models::hf_config_beside(a.get("weights"));
-  if (cfg_path.empty()) return false;
-  std::ifstream f(cfg_path);
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  return j.is_object() && j.contains("model_type") && j["model_type"] == "llama4";
+  // Asked once per message and per option check: the files are read once per program.
+  static std::map<std::string, bool> known;
+  const std::string key = a.get("mmproj") + "\n" + a.get("weights");
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  bool llama4 = false;
+  if (a.has("mmproj")) {
+    llama4 = a.get("mmproj") != "none" && mmproj_projector(a.get("mmproj")) == "llama4";
+  } else if (a.has("weights")) {
+    if (const std::string cfg_path = models::hf_config_beside(a.get("weights")); !cfg_path.empty()) {
+      std::ifstream f(cfg_path);
+      const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+      llama4 = j.is_object() && j.contains("model_type") && j["model_type"] == "llama4";
+    }
+  }
+  return known[key] = llama4;
 }
 
 cpu::Backend vision_backend(const Args& a) {
@@ -216,8 +225,14 @@ std::unique_ptr<const Llama4Pictures> open_llama4(const Args& a, const Config& c
                           std::filesystem::exists(std::filesystem::path(cfg_path).parent_path() / "tokenizer.json"));
   if (cfg.vocab_size > 0 && tokenizer) {
     const auto tk = tokenizer::load_tokenizer(weights, a.get("tokenizer"), cfg.vocab_size);
+    // Beside an mmproj file the tokenizer is the only source of the ids: each must be in it.
     const auto set = [&](const char* text, std::int32_t& out) {
-      if (const auto v = tk->token_to_id(text)) out = *v;
+      if (const auto v = tk->token_to_id(text)) {
+        out = *v;
+      } else {
+        MAXTEXT_CHECK(!a.has("mmproj"), ArgumentError, "--mmproj: the tokenizer of ", weights, " has no token ", text,
+                      " (a Llama 4 vocabulary has it)");
+      }
     };
     set("<|image_start|>", ids.begin);
     set("<|image_end|>", ids.end);

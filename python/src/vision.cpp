@@ -305,7 +305,7 @@ index, config.json beside) or of llama.cpp's mmproj file (a .gguf), on the CPU i
       .def("preprocess", &Llama4Vision::preprocess, py::arg("image"),
            "A picture (path or uint8 [h, w, 3]) as MaxText's processor cuts it: (tiles float32 [n, S, S, 3], "
            "(ratio_h, ratio_w)).")
-      .def("encode", &Llama4Vision::encode, py::arg("tiles"), py::arg("capture") = py::none(),
+      .def("encode", &Llama4Vision::encode, py::arg("pictures"), py::arg("capture") = py::none(),
            "Soft tokens float32 [tiles, tokens per tile, emb_dim] of tiles float32 [n, S, S, 3] (preprocessed) or of "
            "a list of pictures (paths / uint8 arrays, each cut into its tiles). capture=[names] (MaxText's module "
            "paths, e.g. 'vision_encoder.Llama4VisionModel_0.Llama4VisionEncoder_0.layers_0'; with tiles only) returns "

@@ -416,6 +416,8 @@ TEST_CASE("images: Llama 4 tiles, canvas and prompt ids as MaxText's processor_l
   CHECK_THROWS_WITH(io::llama4_preprocess(io::Image(8, 8), 336, 1000000), Catch::Contains("max tiles (1000000)"));
   CHECK_THROWS_WITH(io::llama4_preprocess(io::Image(8, 8), 100000, 16), Catch::Contains("tile size (100000)"));
   CHECK_THROWS_WITH(io::llama4_image_token_ids(1 << 20, 1 << 20, ids), Catch::Contains("expected 1 to 256 tiles"));
+  CHECK_THROWS_WITH(io::llama4_image_token_ids((std::int64_t{1} << 62) + 1, 4, ids),
+                    Catch::Contains("expected 1 to 256 tiles"));  // the product would wrap to 4
 }
 
 TEST_CASE("images: Llama 4 tiles and prompt ids equal the re-statement of MaxText's processor bit for bit",

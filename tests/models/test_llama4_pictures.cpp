@@ -63,4 +63,18 @@ TEST_CASE("Llama 4 pictures: files cut into tiles, encoded and expanded into a p
   CHECK_THROWS_WITH(with_ids.expand(one, enc, true), Catch::Contains("1 <|image|> marker(s) for 2 picture(s)"));
   CHECK_THROWS_WITH(models::Llama4Pictures<P>(test::Backend{}, test::fixtures_dir() + "/llama4_model/hf"),
                     Catch::Contains("has model_type 'llama4_text'"));
+  // Ids that cannot be told apart, and encoded pictures whose counts disagree, are refused by name.
+  io::Llama4ImageTokens same = ids;
+  same.image = same.patch;
+  CHECK_THROWS_WITH(models::Llama4Pictures<P>(test::Backend{}, dir + "/hf", same), Catch::Contains("must all differ"));
+  models::Llama4EncodedPictures bad = enc;
+  bad.tiles[0] = 9;
+  CHECK_THROWS_WITH(with_ids.expand(p, bad), Catch::Contains("tile counts summing to 10, for 8 encoded tiles"));
+  // More tiles than one pass takes: encoded in passes of Llama4Pictures::kTilesPerPass, as one pass would.
+  Tensor<float, 4> many({40, 84, 84, 3});
+  for (std::int64_t i = 0; i < many.size(); ++i) many.data()[i] = static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f;
+  layers::Capture whole;  // a capture keeps the tiles in one pass
+  const Tensor<float, 3> passes = pics.encode_tiles(many), single = pics.encode_tiles(many, &whole);
+  test::expect_close(AnyTensor::from(passes), AnyTensor::from(single), testing::Tolerance{1e-6, 1e-6},
+                     "40 tiles in passes of 16 vs one pass");
 }

@@ -162,6 +162,13 @@ TEST_CASE("Llama 4 vision config: MaxText's keys and config.json, refusals by na
   refused("vision_output_dim_for_vit", "2048", "vision_output_dim_for_vit");
   refused("dtype_mm", "bfloat16", "dtype_mm");
   refused("hidden_size_for_vit", "abc", "hidden_size_for_vit");
+  refused("num_hidden_layers_for_vit", "1000000000", "num_hidden_layers_for_vit (1000000000) is above 1024");
+  refused("image_size_for_vit", "1000000", "image_size_for_vit (1000000) is above 4096");
+  {
+    Config c = cfg;
+    c.normalization_layer_epsilon = -1e-5;
+    CHECK_THROWS_WITH(layers::Llama4VisionConfig::from_config(c), Catch::Contains("normalization_layer_epsilon"));
+  }
   nlohmann::json j = read_json(test::fixtures_dir() + "/llama4_vision/hf/config.json");
   j["vision_config"]["hidden_act"] = "silu";
   CHECK_THROWS_WITH(layers::Llama4VisionConfig::from_hf(j), Catch::Contains("hidden_act"));

@@ -196,7 +196,7 @@ class Engine {
   std::string with_picture_markers(std::string s, const Request& r) const {
     if (!opt_.pictures.expand) {
       bad_request(r.pictures.front().field, "this server's model takes no pictures (maxtext serve: a Gemma 3 "
-                                            "checkpoint with its vision tower, or --mmproj; docs/server.md)");
+                                            "or Llama 4 checkpoint with its vision tower, or --mmproj; docs/server.md)");
     }
     std::string out;
     std::size_t n = 0, at = 0;

@@ -124,7 +124,8 @@ struct Llama4ImageTokens {
 /// The ids that stand for one picture of ratio_h x ratio_w tiles (MaxText's get_tokens_for_this_image).
 inline std::vector<std::int32_t> llama4_image_token_ids(std::int64_t ratio_h, std::int64_t ratio_w,
                                                         const Llama4ImageTokens& t = {}) {
-  MAXTEXT_CHECK(ratio_h >= 1 && ratio_w >= 1 && ratio_h * ratio_w <= 256 && t.per_tile >= 0 && t.per_tile <= 65536,
+  MAXTEXT_CHECK(ratio_h >= 1 && ratio_w >= 1 && ratio_h <= 256 && ratio_w <= 256 && ratio_h * ratio_w <= 256 &&
+                    t.per_tile >= 0 && t.per_tile <= 65536,
                 ArgumentError, "[llama4 image] a picture of ", ratio_h, " x ", ratio_w, " tiles of ", t.per_tile,
                 " tokens: expected 1 to 256 tiles of 0 to 65536 tokens");
   std::vector<std::int32_t> ids{t.begin};

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,19 +44,34 @@ inline nlohmann::json read_llama4_config(const std::string& path) {
                               "(model_type llama4)");
 }
 
+/// Refuses image token ids that are negative or not six different ids (a picture's tokens could not be told apart).
+inline void check_llama4_image_tokens(const io::Llama4ImageTokens& t, const std::string& where) {
+  const std::int32_t ids[] = {t.begin, t.end, t.image, t.patch, t.tile_x, t.tile_y};
+  for (std::size_t i = 0; i < 6; ++i) {
+    MAXTEXT_CHECK(ids[i] >= 0, ArgumentError, "[llama4 pictures] ", where, ": image token id ", ids[i], " is negative");
+    for (std::size_t k = 0; k < i; ++k) {
+      MAXTEXT_CHECK(ids[i] != ids[k], ArgumentError, "[llama4 pictures] ", where, ": the image token ids (<|image_start|> ",
+                    t.begin, ", <|image_end|> ", t.end, ", <|image|> ", t.image, ", <|patch|> ", t.patch,
+                    ", <|tile_x_separator|> ", t.tile_x, ", <|tile_y_separator|> ", t.tile_y, ") must all differ");
+    }
+  }
+}
+
 /// The image token ids of a Llama 4 config.json: boi_token_index (<|image_start|>), eoi_token_index (<|image_end|>)
 /// and image_token_index (<|patch|>); the others are the tokenizer's (MaxText's constants by default).
 inline io::Llama4ImageTokens llama4_image_tokens(const nlohmann::json& j, const std::string& where,
                                                  io::Llama4ImageTokens t = {}) {
   const auto get = [&](const char* key, std::int32_t& out) {
     if (!j.contains(key) || j[key].is_null()) return;
-    MAXTEXT_CHECK(j[key].is_number_integer() && j[key].get<std::int64_t>() >= 0, IoError, where, ": ", key,
-                  ": expected a token id, found ", j[key].dump());
+    MAXTEXT_CHECK(j[key].is_number_integer() && j[key].get<std::int64_t>() >= 0 &&
+                      j[key].get<std::int64_t>() <= std::numeric_limits<std::int32_t>::max(),
+                  IoError, where, ": ", key, ": expected a token id, found ", j[key].dump());
     out = static_cast<std::int32_t>(j[key].get<std::int64_t>());
   };
   get("boi_token_index", t.begin);
   get("eoi_token_index", t.end);
   get("image_token_index", t.patch);
+  check_llama4_image_tokens(t, where);
   return t;
 }
 
@@ -93,6 +109,7 @@ class Llama4Pictures {
   /// the image token ids (`ids`; per_tile is the model's).
   Llama4Pictures(B be, io::GgufFile mmproj, io::Llama4ImageTokens ids) : be_(std::move(be)), ids_(ids) {
     const auto t0 = std::chrono::steady_clock::now();
+    check_llama4_image_tokens(ids_, mmproj.path);
     io::Llama4Mmproj m = io::llama4_vision_from_mmproj(std::move(mmproj));
     vc_ = m.config;
     load(std::move(m.tensors), t0);
@@ -139,15 +156,35 @@ class Llama4Pictures {
   }
 
   /// Preprocessed tiles [n, S, S, 3] -> soft tokens [n, tokens per tile, emb_dim]; `capture`: the tower's
-  /// intermediate values by MaxText's names.
+  /// intermediate values by MaxText's names. Without captures the tiles go through the tower at most
+  /// kTilesPerPass at a time, so that a request's pictures need one pass's scratch (about 50 MB a tile at Llama 4's
+  /// sizes), not all of theirs.
+  static constexpr std::int64_t kTilesPerPass = 16;
   Tensor<float, 3> encode_tiles(const Tensor<float, 4>& tiles, layers::Capture* capture = nullptr) const {
-    return tower_->encode(be_, params_, tiles, capture);
+    const std::int64_t n = tiles.dim(0);
+    if (capture != nullptr || n <= kTilesPerPass) return tower_->encode(be_, params_, tiles, capture);
+    const std::int64_t S = tiles.dim(1), per = S * tiles.dim(2) * tiles.dim(3);
+    Tensor<float, 3> out({n, vc_.tokens_per_tile(), vc_.emb_dim});
+    const std::int64_t rows = vc_.tokens_per_tile() * vc_.emb_dim;
+    for (std::int64_t t0 = 0; t0 < n; t0 += kTilesPerPass) {
+      const std::int64_t m = std::min(kTilesPerPass, n - t0);
+      Tensor<float, 4> part({m, S, tiles.dim(2), tiles.dim(3)});
+      std::copy(tiles.data() + t0 * per, tiles.data() + (t0 + m) * per, part.data());
+      const Tensor<float, 3> y = tower_->encode(be_, params_, part, nullptr);
+      std::copy(y.data(), y.data() + m * rows, out.data() + t0 * rows);
+    }
+    return out;
   }
 
   /// `prompt` with its <|image|> markers expanded to the pictures' tokens, marker i taking picture i of `pics`: at
   /// most pics.count() markers, exactly that many with `all`.
   MediaPrompt expand(const std::vector<std::int32_t>& prompt, const Llama4EncodedPictures& pics, bool all = true) const {
     const std::int64_t count = pics.count();
+    std::int64_t all_tiles = 0;
+    for (const std::int64_t t : pics.tiles) all_tiles += t;
+    MAXTEXT_CHECK(pics.tiles.size() == pics.grids.size() && all_tiles == pics.tokens.dim(0), ArgumentError,
+                  "[image] encoded pictures: ", pics.grids.size(), " grids, ", pics.tiles.size(), " tile counts summing to ",
+                  all_tiles, ", for ", pics.tokens.dim(0), " encoded tiles (Llama4Pictures::encode's output)");
     const std::int64_t k = std::count(prompt.begin(), prompt.end(), ids_.image);
     MAXTEXT_CHECK(k <= count && (!all || k == count), ArgumentError, "[image] the prompt has ", k,
                   " <|image|> marker(s) for ", count, " picture(s): one marker per picture");

@@ -93,14 +93,30 @@ struct Llama4VisionConfig {
     positive(projector_input_dim, "projector_input_dim_for_vit");
     positive(projector_output_dim, "projector_output_dim_for_vit");
     positive(emb_dim, "emb_dim");
-    MAXTEXT_CHECK(rope_theta > 0.0, ConfigError, "[llama4 vision] rope_theta_for_vit must be > 0, found ", rope_theta);
+    // Bounds far above every released model's, so that absurd values are refused before sizes are multiplied.
+    const auto at_most = [](std::int64_t v, std::int64_t most, const char* key) {
+      MAXTEXT_CHECK(v <= most, ConfigError, "[llama4 vision] ", key, " (", v, ") is above ", most);
+    };
+    at_most(image_size, 4096, "image_size_for_vit");
+    at_most(num_channels, 16, "num_channels_for_vit");
+    at_most(hidden_size, 1 << 16, "hidden_size_for_vit");
+    at_most(intermediate_size, 1 << 20, "intermediate_size_for_vit");
+    at_most(num_layers, 1024, "num_hidden_layers_for_vit");
+    at_most(num_heads, hidden_size, "num_attention_heads_for_vit");
+    at_most(projector_input_dim, 1 << 20, "projector_input_dim_for_vit");
+    at_most(projector_output_dim, 1 << 20, "projector_output_dim_for_vit");
+    at_most(emb_dim, 1 << 20, "emb_dim");
+    MAXTEXT_CHECK(std::isfinite(eps) && eps > 0.0f, ConfigError, "[llama4 vision] normalization_layer_epsilon must be "
+                  "> 0, found ", eps);
+    MAXTEXT_CHECK(std::isfinite(rope_theta) && rope_theta > 0.0, ConfigError,
+                  "[llama4 vision] rope_theta_for_vit must be > 0, found ", rope_theta);
     MAXTEXT_CHECK(image_size % patch_size == 0, ConfigError, "[llama4 vision] image_size_for_vit (", image_size,
                   ") must be a multiple of patch_size_for_vit (", patch_size, ")");
     MAXTEXT_CHECK(hidden_size % num_heads == 0 && head_dim() % 4 == 0, ConfigError,
                   "[llama4 vision] hidden_size_for_vit / num_attention_heads_for_vit (", hidden_size, " / ", num_heads,
                   ") must be a whole head size divisible by 4 (the 2-D rotary turns H/4 pairs per axis)");
     const std::int64_t k = shuffle();
-    MAXTEXT_CHECK(pixel_shuffle_ratio > 0.0 && pixel_shuffle_ratio <= 1.0 &&
+    MAXTEXT_CHECK(std::isfinite(pixel_shuffle_ratio) && pixel_shuffle_ratio >= 1.0 / 64.0 && pixel_shuffle_ratio <= 1.0 &&
                       std::abs(1.0 / pixel_shuffle_ratio - static_cast<double>(k)) < 1e-9,
                   UnsupportedError, "[llama4 vision] pixel_shuffle_ratio_for_vit ", pixel_shuffle_ratio,
                   " is not 1/k for a whole k (Llama 4: 0.5)");
