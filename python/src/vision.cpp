@@ -92,18 +92,29 @@ Tensor<float, 4> pixels_from(py::handle obj, const char* what) {
   return px;
 }
 
+/// A family's pictures (models::Gemma3Pictures, models::Llama4Pictures) from a checkpoint, or from llama.cpp's mmproj
+/// file (a .gguf; the image token ids then the family's defaults), loaded without the GIL.
+template <class Pictures, class Ids>
+std::unique_ptr<const Pictures> open_pictures(const std::string& weights, int threads) {
+  const bool mmproj = std::filesystem::path(weights).extension() == ".gguf";
+  py::gil_scoped_release nogil;
+  return mmproj ? std::make_unique<const Pictures>(vision_backend(threads), io::read_gguf(weights), Ids{})
+                : std::make_unique<const Pictures>(vision_backend(threads), weights);
+}
+
+/// (tiles float32 [n, S, S, 3], (ratio_h, ratio_w)): a picture as Llama 4's processor cut it.
+py::tuple tiles_to_python(const io::Llama4Tiles& t) {
+  return py::make_tuple(tensor_to_numpy(t.tiles.data(), {t.tiles.dim(0), t.tiles.dim(1), t.tiles.dim(2), 3}),
+                        py::make_tuple(t.ratio_h, t.ratio_w));
+}
+
 /// The tower of models::Gemma3Pictures (families/gemma/pictures.hpp), which the server and the CLI use too; the
 /// preprocessing is chosen per call here.
 class Gemma3Vision {
  public:
   using P = Policy<cpu::Backend, float>;
-  Gemma3Vision(const std::string& weights, int threads) {
-    const bool mmproj = std::filesystem::path(weights).extension() == ".gguf";  // llama.cpp's file of the tower
-    py::gil_scoped_release nogil;
-    pics_ = mmproj ? std::make_unique<const models::Gemma3Pictures<P>>(vision_backend(threads), io::read_gguf(weights),
-                                                                       io::Gemma3ImageTokens{})
-                   : std::make_unique<const models::Gemma3Pictures<P>>(vision_backend(threads), weights);
-  }
+  Gemma3Vision(const std::string& weights, int threads)
+      : pics_(open_pictures<models::Gemma3Pictures<P>, io::Gemma3ImageTokens>(weights, threads)) {}
   const layers::Gemma3VisionConfig& config() const { return pics_->config(); }
 
   py::array_t<float> preprocess(py::handle image, const std::string& how) const {
@@ -142,21 +153,14 @@ class Gemma3Vision {
 class Llama4Vision {
  public:
   using P = Policy<cpu::Backend, float>;
-  Llama4Vision(const std::string& weights, int threads) {
-    const bool mmproj = std::filesystem::path(weights).extension() == ".gguf";  // llama.cpp's file of the model
-    py::gil_scoped_release nogil;
-    pics_ = mmproj ? std::make_unique<const models::Llama4Pictures<P>>(vision_backend(threads), io::read_gguf(weights),
-                                                                       io::Llama4ImageTokens{})
-                   : std::make_unique<const models::Llama4Pictures<P>>(vision_backend(threads), weights);
-  }
+  Llama4Vision(const std::string& weights, int threads)
+      : pics_(open_pictures<models::Llama4Pictures<P>, io::Llama4ImageTokens>(weights, threads)) {}
   const layers::Llama4VisionConfig& config() const { return pics_->config(); }
   const io::Llama4ImageTokens& image_tokens() const { return pics_->image_tokens(); }
 
   /// (tiles float32 [n, S, S, 3], (ratio_h, ratio_w)) of one picture.
   py::tuple preprocess(py::handle image) const {
-    const io::Llama4Tiles t = io::llama4_preprocess(image_from(image), config().image_size, pics_->max_tiles());
-    return py::make_tuple(tensor_to_numpy(t.tiles.data(), {t.tiles.dim(0), t.tiles.dim(1), t.tiles.dim(2), 3}),
-                          py::make_tuple(t.ratio_h, t.ratio_w));
+    return tiles_to_python(io::llama4_preprocess(image_from(image), config().image_size, pics_->max_tiles()));
   }
 
   py::object encode(py::handle pictures, py::object capture) const {
@@ -223,9 +227,7 @@ void register_vision(py::module_& m) {
   m.def(
       "llama4_preprocess",
       [](py::handle image, std::int64_t tile_size, std::int64_t max_tiles) {
-        const io::Llama4Tiles t = io::llama4_preprocess(image_from(image), tile_size, max_tiles);
-        return py::make_tuple(tensor_to_numpy(t.tiles.data(), {t.tiles.dim(0), t.tiles.dim(1), t.tiles.dim(2), 3}),
-                              py::make_tuple(t.ratio_h, t.ratio_w));
+        return tiles_to_python(io::llama4_preprocess(image_from(image), tile_size, max_tiles));
       },
       py::arg("image"), py::arg("tile_size") = 336, py::arg("max_tiles") = 16,
       "A picture (path or uint8 [h, w, 3]) as MaxText's Llama 4 processor cuts it: (tiles float32 [n, S, S, 3] in "

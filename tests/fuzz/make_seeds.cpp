@@ -121,6 +121,42 @@ void gguf_seeds() {
   ds.add_tensor("output.weight", ramp({4, 32}, 0.5f, h));
   ds.add_tensor("blk.0.exp_probs_b.bias", ramp({4}, 0.125f, k));
   put("gguf", "deepseek2.gguf", ds.bytes());
+  // A llama.cpp mmproj file of a 1-layer Llama 4 vision model (families/llama4/vision.hpp llama4_vision_from_mmproj):
+  // 28-pixel tiles, width 8, 2 heads, the pixel shuffle's 32 features, adapter and projector of 4.
+  std::vector<std::vector<float>> keep(32);
+  std::size_t used = 0;
+  io::GgufWriter mm;
+  mm.set("general.architecture", GgufValue::of_string("clip"));
+  mm.set("clip.projector_type", GgufValue::of_string("llama4"));
+  mm.set("clip.has_vision_encoder", GgufValue::of_bool(true));
+  mm.set("clip.use_gelu", GgufValue::of_bool(true));
+  const std::pair<const char*, std::uint32_t> sizes[] = {
+      {"image_size", 28}, {"patch_size", 14}, {"embedding_length", 8}, {"feed_forward_length", 32},
+      {"block_count", 1}, {"attention.head_count", 2}, {"projection_dim", 4}, {"projector.scale_factor", 2}};
+  for (const auto& [key, v] : sizes) mm.set(std::string("clip.vision.") + key, GgufValue::of_u32(v));
+  mm.set("clip.vision.attention.layer_norm_epsilon", GgufValue::of_f32(1e-5f));
+  const auto tensor = [&](const std::string& name, std::vector<std::int64_t> shape) {
+    mm.add_tensor(name, ramp(std::move(shape), 0.0625f, keep[used++]));
+  };
+  tensor("v.patch_embd.weight", {8, 588});
+  tensor("v.class_embd", {8});
+  tensor("v.position_embd.weight", {5, 8});
+  for (const char* n : {"v.pre_ln", "v.post_ln", "v.blk.0.ln1", "v.blk.0.ln2"}) {
+    tensor(std::string(n) + ".weight", {8});
+    tensor(std::string(n) + ".bias", {8});
+  }
+  for (const char* n : {"v.blk.0.attn_q", "v.blk.0.attn_k", "v.blk.0.attn_v", "v.blk.0.attn_out"}) {
+    tensor(std::string(n) + ".weight", {8, 8});
+    tensor(std::string(n) + ".bias", {8});
+  }
+  tensor("v.blk.0.ffn_up.weight", {32, 8});
+  tensor("v.blk.0.ffn_up.bias", {32});
+  tensor("v.blk.0.ffn_down.weight", {8, 32});
+  tensor("v.blk.0.ffn_down.bias", {8});
+  tensor("mm.model.mlp.1.weight", {4, 32});
+  tensor("mm.model.mlp.2.weight", {4, 4});
+  tensor("mm.model.fc.weight", {4, 4});
+  put("gguf", "llama4_mmproj.gguf", mm.bytes());
   io::GgufWriter e(64);
   e.set("general.alignment", GgufValue::of_u32(64));
   e.set("nested", GgufValue::of_strings({"a", "", "c"}));
