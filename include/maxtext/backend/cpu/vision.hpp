@@ -41,29 +41,34 @@ inline void affine_layer_norm(const Backend& be, View<const float, 2> x, View<co
   }
 }
 
-/// k x k average pooling of n grids of S x S rows (reference/vision.hpp): the window's rows summed in the same
+/// k x k average pooling of n grids of Sh x Sw rows (reference/vision.hpp): the window's rows summed in the same
 /// order, then scaled by 1 / k^2.
-inline void avg_pool_grid(const Backend& be, View<const float, 2> x, std::int64_t n, std::int64_t S, std::int64_t k,
-                          View<float, 2> y) {
-  MAXTEXT_CHECK(k > 0 && S % k == 0 && x.dim(0) == n * S * S && y.dim(0) == n * (S / k) * (S / k) &&
-                    y.dim(1) == x.dim(1),
-                ShapeError, "[avg_pool_grid] x ", x.dim(0), " rows for ", n, " grids of ", S, "x", S, ", window ", k,
+inline void avg_pool_grid(const Backend& be, View<const float, 2> x, std::int64_t n, std::int64_t Sh, std::int64_t Sw,
+                          std::int64_t k, View<float, 2> y) {
+  MAXTEXT_CHECK(k > 0 && Sh % k == 0 && Sw % k == 0 && x.dim(0) == n * Sh * Sw &&
+                    y.dim(0) == n * (Sh / k) * (Sw / k) && y.dim(1) == x.dim(1),
+                ShapeError, "[avg_pool_grid] x ", x.dim(0), " rows for ", n, " grids of ", Sh, "x", Sw, ", window ", k,
                 ", y ", y.dim(0), " rows");
-  const std::int64_t So = S / k, D = x.dim(1), rows = n * So * So;
+  const std::int64_t Ho = Sh / k, Wo = Sw / k, D = x.dim(1), rows = n * Ho * Wo;
   const float inv = 1.0f / static_cast<float>(k * k);
 #pragma omp parallel for num_threads(be.threads()) schedule(static) if (rows * D * k * k >= (1 << 16))
   for (std::int64_t out = 0; out < rows; ++out) {
-    const std::int64_t b = out / (So * So), oy = (out / So) % So, ox = out % So;
+    const std::int64_t b = out / (Ho * Wo), oy = (out / Wo) % Ho, ox = out % Wo;
     float* yr = &y(out, 0);
     for (std::int64_t d = 0; d < D; ++d) yr[d] = 0.0f;
     for (std::int64_t wy = 0; wy < k; ++wy) {
       for (std::int64_t wx = 0; wx < k; ++wx) {
-        const float* xr = &x((b * S + oy * k + wy) * S + ox * k + wx, 0);
+        const float* xr = &x((b * Sh + oy * k + wy) * Sw + ox * k + wx, 0);
         for (std::int64_t d = 0; d < D; ++d) yr[d] += xr[d];
       }
     }
     for (std::int64_t d = 0; d < D; ++d) yr[d] *= inv;
   }
+}
+
+inline void avg_pool_grid(const Backend& be, View<const float, 2> x, std::int64_t n, std::int64_t S, std::int64_t k,
+                          View<float, 2> y) {
+  avg_pool_grid(be, x, n, S, S, k, y);
 }
 
 /// Attention of every query over every key of its own sequence (a vision tower's: no mask, no cache), q already

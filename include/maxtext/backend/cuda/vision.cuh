@@ -49,17 +49,17 @@ __global__ void affine_layer_norm(const float* x, std::int64_t ldx, const float*
 }
 
 template <class T>
-__global__ void avg_pool_grid(const T* x, std::int64_t ldx, std::int64_t n, std::int64_t S, std::int64_t k, T* y,
-                              std::int64_t ldy, std::int64_t D) {
-  const std::int64_t So = S / k, total = n * So * So * D;
+__global__ void avg_pool_grid(const T* x, std::int64_t ldx, std::int64_t n, std::int64_t Sh, std::int64_t Sw,
+                              std::int64_t k, T* y, std::int64_t ldy, std::int64_t D) {
+  const std::int64_t Ho = Sh / k, Wo = Sw / k, total = n * Ho * Wo * D;
   const float inv = 1.0f / static_cast<float>(k * k);
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t out = i / D, d = i % D;
-    const std::int64_t b = out / (So * So), oy = (out / So) % So, ox = out % So;
+    const std::int64_t b = out / (Ho * Wo), oy = (out / Wo) % Ho, ox = out % Wo;
     float s = 0.0f;
     for (std::int64_t wy = 0; wy < k; ++wy) {
-      for (std::int64_t wx = 0; wx < k; ++wx) s += x[((b * S + oy * k + wy) * S + ox * k + wx) * ldx + d];
+      for (std::int64_t wx = 0; wx < k; ++wx) s += x[((b * Sh + oy * k + wy) * Sw + ox * k + wx) * ldx + d];
     }
     y[out * ldy + d] = s * inv;
   }
@@ -76,16 +76,21 @@ inline void affine_layer_norm(const Backend& be, View<const float, 2> x, View<co
   MAXTEXT_CUDA_LAUNCH_CHECK("affine_layer_norm");
 }
 
-inline void avg_pool_grid(const Backend& be, View<const float, 2> x, std::int64_t n, std::int64_t S, std::int64_t k,
-                          View<float, 2> y) {
-  MAXTEXT_CHECK(k > 0 && S % k == 0 && x.dim(0) == n * S * S && y.dim(0) == n * (S / k) * (S / k) &&
-                    y.dim(1) == x.dim(1),
-                ShapeError, "[avg_pool_grid] x ", x.dim(0), " rows for ", n, " grids of ", S, "x", S, ", window ", k,
+inline void avg_pool_grid(const Backend& be, View<const float, 2> x, std::int64_t n, std::int64_t Sh, std::int64_t Sw,
+                          std::int64_t k, View<float, 2> y) {
+  MAXTEXT_CHECK(k > 0 && Sh % k == 0 && Sw % k == 0 && x.dim(0) == n * Sh * Sw &&
+                    y.dim(0) == n * (Sh / k) * (Sw / k) && y.dim(1) == x.dim(1),
+                ShapeError, "[avg_pool_grid] x ", x.dim(0), " rows for ", n, " grids of ", Sh, "x", Sw, ", window ", k,
                 ", y ", y.dim(0), " rows");
   if (y.dim(0) == 0) return;
   kernels::avg_pool_grid<float><<<detail::grid_for(y.dim(0) * y.dim(1)), detail::kThreads, 0, be.stream()>>>(
-      x.data(), x.stride(0), n, S, k, y.data(), y.stride(0), y.dim(1));
+      x.data(), x.stride(0), n, Sh, Sw, k, y.data(), y.stride(0), y.dim(1));
   MAXTEXT_CUDA_LAUNCH_CHECK("avg_pool_grid");
+}
+
+inline void avg_pool_grid(const Backend& be, View<const float, 2> x, std::int64_t n, std::int64_t S, std::int64_t k,
+                          View<float, 2> y) {
+  avg_pool_grid(be, x, n, S, S, k, y);
 }
 
 /// The tower's attention: the backend's attention kernel with the plain (non-causal) mask.

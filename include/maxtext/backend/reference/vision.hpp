@@ -7,7 +7,8 @@
 //     y = (x - mean) / sqrt(var + eps) * scale + bias with the biased variance; statistics in f64 here (the CPU and
 //     CUDA versions in f32 / f64 sums: they agree to f32 rounding), f32 activations only (the towers run in
 //     MaxText's dtype_mm, float32). y may alias x.
-//   avg_pool_grid(be, x [n*S*S, D], n, S, k, y [n*(S/k)*(S/k), D]): each of n images' S x S grid of rows (row-major)
+//   avg_pool_grid(be, x [n*Sh*Sw, D], n, Sh, Sw, k, y [n*(Sh/k)*(Sw/k), D]): each of n images' Sh x Sw grid of rows
+//     (row-major; the overload without Sw: square grids)
 //     averaged over k x k windows with stride k (nnx.avg_pool, VALID): the sum of the k*k rows in f32 order
 //     (window row by row), divided by k*k.
 //   full_attention(be, q [n,T,H,d], k [n,T,H,d], v [n,T,H,d], mask, out [n,T,H,d]): every query over every key of
@@ -43,28 +44,33 @@ inline void affine_layer_norm(const Backend&, View<const float, 2> x, View<const
   }
 }
 
-inline void avg_pool_grid(const Backend&, View<const float, 2> x, std::int64_t n, std::int64_t S, std::int64_t k,
-                          View<float, 2> y) {
-  MAXTEXT_CHECK(k > 0 && S % k == 0 && x.dim(0) == n * S * S && y.dim(0) == n * (S / k) * (S / k) &&
-                    y.dim(1) == x.dim(1),
-                ShapeError, "[avg_pool_grid] x ", x.dim(0), " rows for ", n, " grids of ", S, "x", S, ", window ", k,
+inline void avg_pool_grid(const Backend&, View<const float, 2> x, std::int64_t n, std::int64_t Sh, std::int64_t Sw,
+                          std::int64_t k, View<float, 2> y) {
+  MAXTEXT_CHECK(k > 0 && Sh % k == 0 && Sw % k == 0 && x.dim(0) == n * Sh * Sw &&
+                    y.dim(0) == n * (Sh / k) * (Sw / k) && y.dim(1) == x.dim(1),
+                ShapeError, "[avg_pool_grid] x ", x.dim(0), " rows for ", n, " grids of ", Sh, "x", Sw, ", window ", k,
                 ", y ", y.dim(0), " rows");
-  const std::int64_t So = S / k, D = x.dim(1);
+  const std::int64_t Ho = Sh / k, Wo = Sw / k, D = x.dim(1);
   const float inv = 1.0f / static_cast<float>(k * k);
   for (std::int64_t b = 0; b < n; ++b) {
-    for (std::int64_t oy = 0; oy < So; ++oy) {
-      for (std::int64_t ox = 0; ox < So; ++ox) {
-        const std::int64_t out = (b * So + oy) * So + ox;
+    for (std::int64_t oy = 0; oy < Ho; ++oy) {
+      for (std::int64_t ox = 0; ox < Wo; ++ox) {
+        const std::int64_t out = (b * Ho + oy) * Wo + ox;
         for (std::int64_t d = 0; d < D; ++d) {
           float s = 0.0f;
           for (std::int64_t wy = 0; wy < k; ++wy) {
-            for (std::int64_t wx = 0; wx < k; ++wx) s += x((b * S + oy * k + wy) * S + ox * k + wx, d);
+            for (std::int64_t wx = 0; wx < k; ++wx) s += x((b * Sh + oy * k + wy) * Sw + ox * k + wx, d);
           }
           y(out, d) = s * inv;
         }
       }
     }
   }
+}
+
+inline void avg_pool_grid(const Backend& be, View<const float, 2> x, std::int64_t n, std::int64_t S, std::int64_t k,
+                          View<float, 2> y) {
+  avg_pool_grid(be, x, n, S, S, k, y);
 }
 
 inline void full_attention(const Backend& be, View<const float, 4> q, View<const float, 4> k, View<const float, 4> v,
