@@ -16,27 +16,46 @@
 
 namespace maxtext::io {
 
+/// The file's projector: clip.projector_type, or clip.vision.projector_type where only that is written (llama.cpp's
+/// converter writes the vision key for Gemma 4 at de3ff815; its clip.cpp reads the first, then the second); "" when
+/// neither is there.
+inline std::string mmproj_projector_type(const GgufFile& g) {
+  for (const char* key : {"clip.projector_type", "clip.vision.projector_type"}) {
+    const GgufValue* v = g.find(key);
+    if (v != nullptr && v->type == GgufType::string) return v->s;
+  }
+  return std::string();
+}
+
+/// What a family's mmproj file must say beyond its projector: the image mean and std its processor normalises with
+/// (when the file gives them), and whether clip.use_gelu must be set.
+struct MmprojExpect {
+  double mean = 0.5, std = 0.5;  ///< Gemma 3, Llama 4: [-1, 1]
+  bool use_gelu = true;
+};
+
 /// Refuses, by key, a file that is not an mmproj of projector `projector` (`family` names the model in messages) with
-/// a vision encoder and GELU, or whose image mean / std (when given) are not 0.5.
-inline void check_mmproj_header(const GgufFile& g, std::string_view projector, std::string_view family) {
+/// a vision encoder (and GELU, unless `e` says otherwise), or whose image mean / std (when given) are not `e`'s.
+inline void check_mmproj_header(const GgufFile& g, std::string_view projector, std::string_view family,
+                                const MmprojExpect& e = {}) {
   const std::string& path = g.path;
   MAXTEXT_CHECK(g.get_string("general.architecture") == "clip", UnsupportedError, "[mmproj] ", path,
                 ": general.architecture is '", g.get_string("general.architecture"), "', a multimodal projector "
                 "file (mmproj) says clip");
-  const std::string proj = g.get_string("clip.projector_type");
+  const std::string proj = mmproj_projector_type(g);
   MAXTEXT_CHECK(proj == projector, UnsupportedError, "[mmproj] ", path, ": clip.projector_type '", proj,
                 "' is not ", family, "'s (", projector, ")");
   MAXTEXT_CHECK(g.get_bool("clip.has_vision_encoder", false), UnsupportedError, "[mmproj] ", path,
                 ": clip.has_vision_encoder is not set: no vision tower in the file");
-  MAXTEXT_CHECK(g.get_bool("clip.use_gelu", false), UnsupportedError, "[mmproj] ", path,
+  MAXTEXT_CHECK(!e.use_gelu || g.get_bool("clip.use_gelu", false), UnsupportedError, "[mmproj] ", path,
                 ": clip.use_gelu is not set; ", family, "'s vision tower uses GELU");
-  for (const char* key : {"clip.vision.image_mean", "clip.vision.image_std"}) {
+  for (const auto& [key, want] : {std::pair{"clip.vision.image_mean", e.mean}, std::pair{"clip.vision.image_std", e.std}}) {
     const GgufValue* v = g.find(key);
     if (v == nullptr) continue;
-    bool half = v->is_array() && v->floats.size() == 3;
-    for (const double x : v->floats) half = half && x == 0.5;
-    MAXTEXT_CHECK(half, UnsupportedError, "[mmproj] ", path, ": ", key, " must be [0.5, 0.5, 0.5] (", family,
-                  "'s processors normalise to [-1, 1])");
+    bool same = v->is_array() && v->floats.size() == 3;
+    for (const double x : v->floats) same = same && x == want;
+    MAXTEXT_CHECK(same, UnsupportedError, "[mmproj] ", path, ": ", key, " must be [", want, ", ", want, ", ", want,
+                  "] (", family, "'s processor)");
   }
 }
 
