@@ -58,6 +58,7 @@ class AttentionOp {
     std::int64_t chunk = 0;
     AttentionOptions options;
     std::optional<KVQuant> kv_quant;  ///< a quantised cache (MaxText's quantize_kvcache), or none
+    bool media_bidirectional = true;  ///< the step's bidirectional picture ranges apply (AttentionArgs)
   };
 
   AttentionOp() = default;
@@ -129,8 +130,10 @@ class AttentionOp {
     mask.causal = cfg_.causal;
     mask.sliding_window = cfg_.sliding_window;
     mask.chunk = cfg_.chunk;
-    mask.bidir_begin = st.bidir_begin;
-    mask.bidir_end = st.bidir_end;
+    if (cfg_.media_bidirectional) {
+      mask.bidir_begin = st.bidir_begin;
+      mask.bidir_end = st.bidir_end;
+    }
     View<const KV, 4> kc = as_heads(cache.buffers[0].cview(), cfg_.num_kv_heads);
     View<const KV, 4> vc = as_heads(cache.buffers[1].cview(), cfg_.num_kv_heads);
     ctx.be.attention(as_batched(q, st.batch, st.length), kc, vc, mask, cfg_.options, sinks,
@@ -245,7 +248,7 @@ class AttentionOp {
       mask.causal = cfg_.causal;
       mask.sliding_window = cfg_.sliding_window;
       mask.chunk = cfg_.chunk;
-      if (st.bidir_begin.size() > 0) {
+      if (cfg_.media_bidirectional && st.bidir_begin.size() > 0) {
         mask.bidir_begin = st.bidir_begin.narrow(0, b, 1);
         mask.bidir_end = st.bidir_end.narrow(0, b, 1);
       }

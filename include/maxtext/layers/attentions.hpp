@@ -90,6 +90,10 @@ struct AttentionArgs {
   /// Qwen3-Next / Qwen3.5 gated full attention (attentions.py is_qwen3_hybrid): the query kernel [D, N, 2H] also
   /// yields a per-head gate, q and k take (1 + w) RMSNorms, the output is o * sigmoid(gate), the out kernel is 2-D.
   bool qwen3_next_gated = false;
+  /// Whether a picture's soft tokens see each other here (the step's bidirectional picture ranges, MediaMerge::
+  /// bidirectional): every layer for Gemma 3; Gemma 4 passes bidirectional_mask to its sliding-window layers only
+  /// (gemma4.py Gemma4DecoderLayer), its global layers stay causal.
+  bool media_bidirectional = true;
 
   /// The arguments the DEFAULT / LLAMA2 / MISTRAL blocks pass: heads and head_dim from the config, the two f32
   /// flags, global attention, nothing else (the blocks add their extras).
@@ -212,6 +216,7 @@ class Attention {
                     "chunk attention needs chunk_attn_window_size > 0, found ", c.chunk_attn_window_size);
       oc.chunk = c.chunk_attn_window_size;
     }
+    oc.media_bidirectional = a.media_bidirectional;
     oc.options.soft_cap = static_cast<float>(a.attn_logits_soft_cap);
     oc.options.float32_qk_product = a.float32_qk_product;
     oc.options.float32_logits = a.float32_logits;

@@ -133,7 +133,8 @@ template <TensorPolicy P>
 class Gemma4DecoderLayer {
  public:
   static constexpr const char* decoder_block_name = "gemma4";  ///< its line in core/decoder_blocks.hpp
-  /// Pictures' soft tokens merged at marked positions, each picture seen whole by its tokens (bidirectional_mask).
+  /// Pictures' soft tokens merged at marked positions, each picture seen whole by its tokens in the sliding-window
+  /// layers (bidirectional_mask; the global layers stay causal: attention_args).
   static constexpr MediaMerge media_merge = MediaMerge::bidirectional;
   using A = typename P::act_t;
   struct Params {
@@ -168,6 +169,7 @@ class Gemma4DecoderLayer {
     a.use_qk_norm = true;
     a.use_v_norm = true;
     a.query_pre_attn_scalar = 1.0;
+    a.media_bidirectional = a.attention_type == AttentionType::local_sliding;  // "only in sliding (local) layers"
     if (a.attention_type == AttentionType::global) {
       if (c.global_num_kv_heads > 0) a.num_kv_heads = c.global_num_kv_heads;
       if (c.global_head_dim > 0) a.head_dim = c.global_head_dim;
