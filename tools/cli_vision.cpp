@@ -1,14 +1,16 @@
-// tools/cli_vision.cpp: `maxtext vision`: pictures through a Gemma 3 checkpoint's vision tower, or a Llama 4
-// checkpoint's vision model (docs/vision.md): PNG / JPEG files decoded and preprocessed as MaxText's (or, for Gemma 3,
+// tools/cli_vision.cpp: `maxtext vision`: pictures through a Gemma 3 checkpoint's vision tower, a Llama 4
+// checkpoint's vision model or a Gemma 4 checkpoint's vision encoder (docs/vision.md): PNG / JPEG files decoded and preprocessed as MaxText's (or, for Gemma 3,
 // Hugging Face's or llama.cpp's) processor does, encoded by layers::Gemma3VisionEncoder / layers::Llama4VisionEncoder
 // into the text model's embedding space; the soft tokens ([n, 256, emb_dim]; Llama 4: [tiles, 144, emb_dim]) go to
-// --out. The family is the checkpoint's config.json model_type (gemma3 or llama4), or the mmproj file's projector.
+// --out (Gemma 4: [soft tokens of all pictures, emb_dim]). The family is the checkpoint's config.json model_type
+// (gemma3, gemma4 or llama4), or the mmproj file's projector.
 // open_prompt_pictures does the same for `generate` / `logits` / `chat` --image (the prompt's markers expanded, the
 // soft tokens merged into the decoder: ForwardOptions::media_mask), open_picture_tower for `serve` (a request's
 // pictures). --pan-and-scan on (vision, generate, chat): each picture followed by its crops (io::gemma3_pan_and_scan),
 // and the prompt's text introducing them as Hugging Face's Gemma3Processor does (with_pan_and_scan, from the crops the
 // pictures were cut into: each file is decoded once). The tower and
-// the prompts' expansion are the library's (families/gemma/pictures.hpp, families/llama4/pictures.hpp).
+// the prompts' expansion are the library's (families/gemma/pictures.hpp, families/llama4/pictures.hpp,
+// families/gemma4/pictures.hpp).
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -26,9 +28,11 @@
 #include "cli_args.hpp"
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/families/gemma/pictures.hpp"
+#include "maxtext/families/gemma4/pictures.hpp"
 #include "maxtext/families/llama4/pictures.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/image.hpp"
+#include "maxtext/io/mmproj.hpp"
 #include "maxtext/io/npy.hpp"
 #include "maxtext/tokenizer/tokenizer.hpp"
 
@@ -39,34 +43,41 @@ namespace {
 using VisionPolicy = Policy<cpu::Backend, float>;
 using Pictures = models::Gemma3Pictures<VisionPolicy>;
 using Llama4Pictures = models::Llama4Pictures<VisionPolicy>;
+using Gemma4Pictures = models::Gemma4Pictures<VisionPolicy>;
 
-/// The projector type of --mmproj (llama.cpp's clip.projector_type; "" without the key).
+/// The projector type of --mmproj (llama.cpp's clip.projector_type or clip.vision.projector_type; "" without them).
 std::string mmproj_projector(const std::string& path) {
-  const io::GgufFile g = io::read_gguf(path);  // memory-mapped: only the header is read here
-  const io::GgufValue* v = g.find("clip.projector_type");
-  return v != nullptr && v->type == io::GgufType::string ? v->s : std::string();
+  return io::mmproj_projector_type(io::read_gguf(path));  // memory-mapped: only the header is read here
 }
 
+enum class PictureFamily { gemma3, gemma4, llama4 };
+
 /// Whose pictures these are: Llama 4's for a Hugging Face Llama4ForConditionalGeneration checkpoint (config.json
-/// model_type llama4) or an mmproj file of projector llama4; everything else Gemma 3's, whose loader names what it
+/// model_type llama4) or an mmproj file of projector llama4; Gemma 4's for a Gemma4ForConditionalGeneration checkpoint
+/// (model_type gemma4) or an mmproj file of projector gemma4v; everything else Gemma 3's, whose loader names what it
 /// refuses.
-bool llama4_pictures(const Args& a) {
+PictureFamily picture_family(const Args& a) {
   // Asked once per message and per option check: the files are read once per program.
-  static std::map<std::string, bool> known;
+  static std::map<std::string, PictureFamily> known;
   const std::string key = a.get("mmproj") + "\n" + a.get("weights");
   if (const auto it = known.find(key); it != known.end()) return it->second;
-  bool llama4 = false;
+  std::string type;
   if (a.has("mmproj")) {
-    llama4 = a.get("mmproj") != "none" && mmproj_projector(a.get("mmproj")) == "llama4";
+    if (a.get("mmproj") != "none") type = mmproj_projector(a.get("mmproj"));
+    if (type == "gemma4v") type = "gemma4";
   } else if (a.has("weights")) {
     if (const std::string cfg_path = models::hf_config_beside(a.get("weights")); !cfg_path.empty()) {
       std::ifstream f(cfg_path);
       const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-      llama4 = j.is_object() && j.contains("model_type") && j["model_type"] == "llama4";
+      if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) type = j["model_type"];
     }
   }
-  return known[key] = llama4;
+  const PictureFamily f = type == "llama4" ? PictureFamily::llama4
+                          : type == "gemma4" ? PictureFamily::gemma4 : PictureFamily::gemma3;
+  return known[key] = f;
 }
+bool llama4_pictures(const Args& a) { return picture_family(a) == PictureFamily::llama4; }
+bool gemma4_pictures(const Args& a) { return picture_family(a) == PictureFamily::gemma4; }
 
 cpu::Backend vision_backend(const Args& a) {
   cpu::Options opt;
@@ -76,6 +87,7 @@ cpu::Backend vision_backend(const Args& a) {
 }
 
 io::Gemma3ImageProcessing image_preprocess(const Args& a) {
+  if (gemma4_pictures(a) || llama4_pictures(a)) return io::Gemma3ImageProcessing::maxtext;  // theirs: open_*
   return io::parse_gemma3_image_processing(a.get("image-preprocess", "maxtext"));
 }
 
@@ -85,6 +97,8 @@ bool pan_and_scan(const Args& a) {
   MAXTEXT_CHECK(v == "on" || v == "off", ArgumentError, "--pan-and-scan: expected on or off, found '", v, "'");
   MAXTEXT_CHECK(v == "off" || !llama4_pictures(a), ArgumentError, "--pan-and-scan on: pan-and-scan is Gemma 3's; "
                 "Llama 4 cuts a picture into tiles of its own");
+  MAXTEXT_CHECK(v == "off" || !gemma4_pictures(a), ArgumentError, "--pan-and-scan on: pan-and-scan is Gemma 3's; "
+                "Gemma 4 takes a picture at its own size (--image-preprocess hf keeps its aspect ratio)");
   MAXTEXT_CHECK(v == "off" || image_preprocess(a) != io::Gemma3ImageProcessing::llamacpp, ArgumentError,
                 "--pan-and-scan on: llama.cpp's preprocessing (--image-preprocess llamacpp) has no pan-and-scan; use "
                 "maxtext or hf");
@@ -315,9 +329,113 @@ int vision_llama4(const Args& a, const std::vector<std::string>& images) {
   return 0;
 }
 
+/// Gemma 4's vision encoder for --weights (a Hugging Face Gemma4ForConditionalGeneration checkpoint) or --mmproj
+/// (llama.cpp's gemma4v file, beside a Gemma 4 text model: the image token ids from config.json beside --weights, or
+/// else the text model's tokenizer; Gemma 4's defaults for `maxtext vision` alone); MaxText's preprocessing or
+/// Hugging Face's (--image-preprocess maxtext|hf).
+std::unique_ptr<const Gemma4Pictures> open_gemma4(const Args& a, const Config& cfg) {
+  const io::Gemma4ImageProcessing how = io::parse_gemma4_image_processing(a.get("image-preprocess", "maxtext"));
+  std::unique_ptr<const Gemma4Pictures> p;
+  if (!a.has("mmproj")) {
+    MAXTEXT_CHECK(a.has("weights"), ArgumentError, a.command, " with pictures needs --weights (a Hugging Face Gemma 4 "
+                  "checkpoint with its vision encoder) or --mmproj");
+    p = std::make_unique<const Gemma4Pictures>(vision_backend(a), a.get("weights"), how);
+  } else {
+    io::Gemma4ImageTokens ids;
+    const std::string weights = a.get("weights");
+    if (const std::string cfg_path = weights.empty() ? std::string() : models::hf_config_beside(weights);
+        !cfg_path.empty()) {
+      ids = models::gemma4_image_tokens(models::read_gemma4_config(cfg_path), cfg_path);
+    } else if (cfg.vocab_size > 0) {
+      const auto tk = tokenizer::load_tokenizer(weights, a.get("tokenizer"), cfg.vocab_size);
+      const auto id = [&](const char* text) {
+        const auto v = tk->token_to_id(text);
+        MAXTEXT_CHECK(v.has_value(), ArgumentError, "--mmproj: the tokenizer of ", weights, " has no token ", text,
+                      " (a Gemma 4 vocabulary has it)");
+        return *v;
+      };
+      ids.begin = id("<|image>");
+      ids.end = id("<image|>");
+      ids.image = id("<|image|>");
+    }
+    p = std::make_unique<const Gemma4Pictures>(vision_backend(a), io::read_gguf(a.get("mmproj")), ids, how);
+  }
+  if (cfg.vocab_size > 0) p->check_text_model(cfg);
+  return p;
+}
+
+/// A Gemma 4 model's vision encoder for pictures that come later (serve's requests).
+class Gemma4PictureTower final : public PictureTower {
+ public:
+  explicit Gemma4PictureTower(std::unique_ptr<const Gemma4Pictures> p) : p_(std::move(p)) {}
+  std::string marker() const override { return "<|image|>"; }
+  PromptImages expand(const std::vector<std::int32_t>& prompt, const std::vector<PictureFile>& pictures) const override {
+    return p_->expand(prompt, p_->encode(decode_pictures(pictures)), true);
+  }
+
+ private:
+  std::unique_ptr<const Gemma4Pictures> p_;
+};
+
+/// The pictures of --image for a Gemma 4 model, encoded once.
+class Gemma4PromptPictures final : public PromptPictures {
+ public:
+  Gemma4PromptPictures(const Args& a, const Config& cfg) {
+    const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
+    MAXTEXT_CHECK(!images.empty(), ArgumentError, a.command, ": no --image given");
+    p_ = open_gemma4(a, cfg);
+    const auto t0 = std::chrono::steady_clock::now();
+    pics_ = p_->encode(read_images(a, images));
+    const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (a.has("image-embeddings-out")) io::write_npy(a.get("image-embeddings-out"), AnyTensor::from(pics_.rows));
+    std::fprintf(stderr, "images: %zu picture(s) encoded to %lld soft tokens in %.2f s (vision encoder loaded in %.2f s)\n",
+                 images.size(), static_cast<long long>(pics_.rows.dim(0)), encode_s, p_->load_seconds());
+  }
+  std::int64_t count() const override { return pics_.count(); }
+  PromptImages expand(const std::vector<std::int32_t>& prompt, bool all) const override {
+    return p_->expand(prompt, pics_, all);
+  }
+
+ private:
+  std::unique_ptr<const Gemma4Pictures> p_;
+  models::Gemma4EncodedPictures pics_;
+};
+
+/// maxtext vision for a Gemma 4 checkpoint: each picture's soft tokens (rows picture after picture: [tokens, emb_dim]).
+int vision_gemma4(const Args& a, const std::vector<std::string>& images) {
+  Config none;
+  none.vocab_size = 0;  // no text model
+  const auto p = open_gemma4(a, none);
+  const auto t0 = std::chrono::steady_clock::now();
+  const models::Gemma4EncodedPictures pics = p->encode(read_images(a, images));
+  const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::int64_t E = pics.rows.dim(1);
+  std::int64_t at = 0;
+  for (std::size_t f = 0; f < images.size(); ++f) {
+    const std::int64_t n = pics.tokens[f];
+    const Tensor<float, 3> one = [&] {
+      Tensor<float, 3> t({1, n, E});
+      std::copy(pics.rows.data() + at * E, pics.rows.data() + (at + n) * E, t.data());
+      return t;
+    }();
+    print_soft_tokens(one, {images[f]});
+    at += n;
+  }
+  if (a.has("out")) {
+    io::write_npy(a.get("out"), AnyTensor::from(pics.rows));
+    std::printf("wrote %s [%lld, %lld] float32 (the pictures' soft tokens in order)\n", a.get("out").c_str(),
+                static_cast<long long>(pics.rows.dim(0)), static_cast<long long>(E));
+  }
+  std::fprintf(stderr, "vision: load %.2f s, preprocess + encode %.2f s (%zu pictures)\n", p->load_seconds(), encode_s,
+               images.size());
+  return 0;
+}
+
 }  // namespace
 
-std::string image_marker_text(const Args& a) { return llama4_pictures(a) ? "<|image|>" : "<start_of_image>"; }
+std::string image_marker_text(const Args& a) {
+  return llama4_pictures(a) || gemma4_pictures(a) ? "<|image|>" : "<start_of_image>";
+}
 
 std::string with_pan_and_scan(const Args& a, std::string text, const std::vector<std::size_t>& crops) {
   return io::gemma3_pan_and_scan_prompt(text, crops, image_marker_text(a));
@@ -325,12 +443,14 @@ std::string with_pan_and_scan(const Args& a, std::string text, const std::vector
 
 std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg) {
   if (llama4_pictures(a)) return std::make_unique<Llama4PromptPictures>(a, cfg);
+  if (gemma4_pictures(a)) return std::make_unique<Gemma4PromptPictures>(a, cfg);
   return std::make_unique<Gemma3Pictures>(a, cfg);
 }
 
 std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cfg) {
   if (a.get("mmproj") == "none") return nullptr;
   if (llama4_pictures(a)) return std::make_unique<Llama4PictureTower>(open_llama4(a, cfg));
+  if (gemma4_pictures(a)) return std::make_unique<Gemma4PictureTower>(open_gemma4(a, cfg));
   if (!a.has("mmproj")) {  // a Hugging Face Gemma 3 checkpoint brings its tower
     const std::string cfg_path = a.has("weights") ? models::hf_config_beside(a.get("weights")) : std::string();
     if (cfg_path.empty()) return nullptr;
@@ -343,12 +463,13 @@ std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cf
 }
 
 int cmd_vision(const Args& a) {
-  MAXTEXT_CHECK(a.has("weights") != a.has("mmproj"), ArgumentError, "vision needs --weights (a Hugging Face Gemma 3 "
+  MAXTEXT_CHECK(a.has("weights") != a.has("mmproj"), ArgumentError, "vision needs --weights (a Hugging Face Gemma 3, Gemma 4 "
                 "or Llama 4 checkpoint with its vision tower: config.json + safetensors) or --mmproj (a llama.cpp "
                 "mmproj GGUF), one of them");
   const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
   MAXTEXT_CHECK(!images.empty(), ArgumentError, "vision needs --image FILE (PNG or JPEG; repeat it for more)");
   if (llama4_pictures(a)) return vision_llama4(a, images);
+  if (gemma4_pictures(a)) return vision_gemma4(a, images);
   const Pictures tower = a.has("mmproj")
                              ? Pictures(vision_backend(a), io::read_gguf(a.get("mmproj")), {}, image_preprocess(a))
                              : Pictures(vision_backend(a), a.get("weights"), image_preprocess(a));

@@ -27,10 +27,10 @@ commands:
             [--grammar GBNF | --grammar-file FILE | --json-schema JSON | --json-schema-file FILE]: the text follows
             the grammar (llama.cpp's GBNF) or the JSON Schema
   generate|logits|chat ... --image FILE [--image FILE ...] [--mmproj MMPROJ.gguf]
-            [--image-preprocess maxtext|hf|llamacpp] [--image-embeddings-out F]: pictures merged into the prompt (a Gemma 3 or
-            Llama 4 checkpoint with its vision tower, or a text model with llama.cpp's mmproj file of either): each
-            <start_of_image> (Llama 4: <|image|>; or llama.cpp's <__media__>) of the prompt, --tokens or the chat's
-            messages takes the next picture. docs/vision.md
+            [--image-preprocess maxtext|hf|llamacpp] [--image-embeddings-out F]: pictures merged into the prompt (a Gemma 3,
+            Llama 4 or Gemma 4 checkpoint with its vision tower, or a text model with llama.cpp's mmproj file of one):
+            each <start_of_image> (Llama 4, Gemma 4: <|image|>; or llama.cpp's <__media__>) of the prompt, --tokens or
+            the chat's messages takes the next picture. docs/vision.md
             generate --prompt ... | chat ... [--pan-and-scan on|off]: an elongated picture also as 2-4 crops, introduced in the
             prompt as Hugging Face's Gemma 3 processor does (off by default)
   chat      --weights FILE [--tokenizer FILE] [--system TEXT] [--max-new-tokens N] [--ctx-size N] [sampling]
@@ -40,13 +40,14 @@ commands:
             --session restores the conversation from FILE when it exists and saves it there after every turn
   serve     --weights FILE [--tokenizer FILE] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q]
             [--ctx-size N] [--max-new-tokens N] [--alias NAME] [--api-key KEY | --api-key-file FILE]
-            [--max-body BYTES] [--mmproj FILE|none] [--image-preprocess maxtext|llamacpp]
+            [--max-body BYTES] [--mmproj FILE|none] [--image-preprocess maxtext|hf|llamacpp]
             [--batch-rows R] [--prefill-chunk T] [--prefill-rows P]:
             an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health);
             N conversations at once, Q more waiting (then 503), their decode steps R (8) to a forward pass,
             prompts prefilled T (512; 0: whole) tokens a pass, up to P (1) prompts of a round in one pass
             (above 1: within f32 rounding of each alone); the key also from $MAXTEXT_API_KEY; pictures
-            (image_url data URLs) through --mmproj or a Gemma 3 / Llama 4 checkpoint's own tower (none: text only). docs/server.md
+            (image_url data URLs) through --mmproj or a Gemma 3 / Llama 4 / Gemma 4 checkpoint's own tower (none: text
+            only). docs/server.md
   tokenize  (--weights FILE | --tokenizer PATH) (--text "text" | --text-file FILE) [--add-special on|off]:
             prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)
   detokenize (--weights FILE | --tokenizer PATH) --ids 1,2,3 [--skip-special on|off]: writes the text to stdout
@@ -55,8 +56,9 @@ commands:
             [--image-preprocess maxtext|hf|llamacpp] [--pan-and-scan on|off] [--out tokens.npy]: pictures (PNG, JPEG) through Gemma 3's vision tower (a Hugging Face
             Gemma3ForConditionalGeneration, or llama.cpp's mmproj file): the soft tokens [n, 256, emb_dim] the
             decoder reads (with pan-and-scan each picture's crops after it); or a Llama4ForConditionalGeneration's
-            vision model (or its mmproj file): [tiles, 144, emb_dim], each picture's tiles and its global tile.
-            docs/vision.md
+            vision model (or its mmproj file): [tiles, 144, emb_dim], each picture's tiles and its global tile; or a
+            Gemma4ForConditionalGeneration's vision encoder (or its mmproj file): [soft tokens of all pictures,
+            emb_dim], 280 a picture (--image-preprocess hf: its own aspect ratio, at most 280). docs/vision.md
 )" MAXTEXT_TEMPLATE_USAGE MAXTEXT_COMPARE_USAGE R"(
 common options:
   --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;

@@ -1,7 +1,9 @@
 // python/src/vision.cpp: images and the vision towers in the Python module (docs/vision.md, docs/python.md):
-// read_image, resize_image (byte for byte Pillow's), gemma3_pan_and_scan, llama4_preprocess, Gemma3Vision (a Hugging
-// Face Gemma3ForConditionalGeneration checkpoint's tower and projector) and Llama4Vision (a Llama4ForConditionalGeneration
-// checkpoint's vision model and projector): preprocess, encode, captures by MaxText's names, for numerics tests.
+// read_image, resize_image (byte for byte Pillow's), gemma3_pan_and_scan, llama4_preprocess, gemma4_preprocess,
+// Gemma3Vision (a Hugging Face Gemma3ForConditionalGeneration checkpoint's tower and projector), Llama4Vision (a
+// Llama4ForConditionalGeneration checkpoint's vision model and projector) and Gemma4Vision (a
+// Gemma4ForConditionalGeneration checkpoint's vision encoder and projector): preprocess, encode, captures by MaxText's
+// names, for numerics tests.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -17,6 +19,8 @@
 #include "maxtext/families/gemma/image_processor.hpp"
 #include "maxtext/families/gemma/pictures.hpp"
 #include "maxtext/families/gemma/vision.hpp"
+#include "maxtext/families/gemma4/image_processor.hpp"
+#include "maxtext/families/gemma4/pictures.hpp"
 #include "maxtext/families/llama4/image_processor.hpp"
 #include "maxtext/families/llama4/pictures.hpp"
 #include "maxtext/io/gguf.hpp"
@@ -185,6 +189,78 @@ class Llama4Vision {
   std::unique_ptr<const models::Llama4Pictures<P>> pics_;
 };
 
+/// The vision encoder of models::Gemma4Pictures (families/gemma4/pictures.hpp), as the CLI and the server use it; the
+/// preprocessing (MaxText's fixed size or Hugging Face's aspect-preserving one) is chosen per call here.
+class Gemma4Vision {
+ public:
+  using P = Policy<cpu::Backend, float>;
+  // Opened with Hugging Face's processor, which needs no fixed size (a tiny test model cannot take MaxText's
+  // 672 x 960); each call names its own, and MaxText's fixed size is checked when a picture is preprocessed.
+  Gemma4Vision(const std::string& weights, int threads) {
+    const bool mmproj = std::filesystem::path(weights).extension() == ".gguf";
+    const auto hf = io::Gemma4ImageProcessing::hf;
+    py::gil_scoped_release nogil;
+    pics_ = mmproj ? std::make_unique<const models::Gemma4Pictures<P>>(vision_backend(threads), io::read_gguf(weights),
+                                                                        io::Gemma4ImageTokens{}, hf)
+                   : std::make_unique<const models::Gemma4Pictures<P>>(vision_backend(threads), weights, hf);
+  }
+  const layers::Gemma4VisionConfig& config() const { return pics_->config(); }
+  const io::Gemma4ImageTokens& image_tokens() const { return pics_->image_tokens(); }
+  io::Gemma4Preprocess preprocessing(const std::string& how) const {
+    io::Gemma4Preprocess o = pics_->preprocessing();
+    o.how = io::parse_gemma4_image_processing(how);
+    return o;
+  }
+
+  py::array_t<float> preprocess(py::handle image, const std::string& how) const {
+    const Tensor<float, 3> x = io::gemma4_preprocess(image_from(image), preprocessing(how));
+    return tensor_to_numpy(x.data(), {x.dim(0), x.dim(1), x.dim(2)});
+  }
+
+  py::object encode(py::handle pictures, const std::string& how, py::object capture) const {
+    const auto cap = capture_of(capture);
+    if (py::isinstance<py::list>(pictures) || py::isinstance<py::tuple>(pictures)) {  // files or uint8 pictures
+      MAXTEXT_CHECK(cap == nullptr, ArgumentError, "[gemma4 vision] encode: capture needs preprocessed pixels "
+                    "(Gemma4Vision.preprocess), not pictures");
+      std::vector<Tensor<float, 3>> px;
+      for (auto p : py::reinterpret_borrow<py::sequence>(pictures)) {
+        px.push_back(io::gemma4_preprocess(image_from(p), preprocessing(how)));
+      }
+      models::Gemma4EncodedPictures enc;
+      {
+        py::gil_scoped_release nogil;
+        enc = pics_->encode_pixels(px);
+      }
+      py::list out;  // one [tokens, emb_dim] array per picture (their counts differ with Hugging Face's sizes)
+      std::int64_t at = 0;
+      const std::int64_t E = enc.rows.dim(1);
+      for (const std::int64_t n : enc.tokens) {
+        out.append(tensor_to_numpy(enc.rows.data() + at * E, {n, E}));
+        at += n;
+      }
+      return py::object(std::move(out));
+    }
+    const Tensor<float, 4> batch = pixels_from(pictures, "gemma4 vision");
+    std::vector<Tensor<float, 3>> px;
+    const std::int64_t n = batch.dim(0), per = batch.dim(1) * batch.dim(2) * batch.dim(3);
+    for (std::int64_t i = 0; i < n; ++i) {
+      Tensor<float, 3> one({batch.dim(1), batch.dim(2), batch.dim(3)});
+      std::copy(batch.data() + i * per, batch.data() + (i + 1) * per, one.data());
+      px.push_back(std::move(one));
+    }
+    models::Gemma4EncodedPictures enc;
+    {
+      py::gil_scoped_release nogil;
+      enc = pics_->encode_pixels(px, cap.get());
+    }
+    const std::int64_t tok = enc.tokens.front(), E = enc.rows.dim(1);
+    return with_captures(tensor_to_numpy(enc.rows.data(), {n, tok, E}), cap.get());
+  }
+
+ private:
+  std::unique_ptr<const models::Gemma4Pictures<P>> pics_;
+};
+
 }  // namespace
 
 void register_vision(py::module_& m) {
@@ -242,6 +318,25 @@ void register_vision(py::module_& m) {
       py::arg("ratio_h"), py::arg("ratio_w"), py::arg("per_tile") = 144,
       "The token ids that stand for a picture of ratio_h x ratio_w tiles in a Llama 4 prompt (MaxText's "
       "get_tokens_for_this_image, Llama 4's ids).");
+  m.def(
+      "gemma4_preprocess",
+      [](py::handle image, const std::string& how, std::int64_t height, std::int64_t width, std::int64_t patch,
+         std::int64_t pooling, std::int64_t max_soft_tokens) {
+        io::Gemma4Preprocess o;
+        o.how = io::parse_gemma4_image_processing(how);
+        o.height = height;
+        o.width = width;
+        o.patch = patch;
+        o.pooling = pooling;
+        o.max_soft_tokens = max_soft_tokens;
+        const Tensor<float, 3> x = io::gemma4_preprocess(image_from(image), o);
+        return tensor_to_numpy(x.data(), {x.dim(0), x.dim(1), x.dim(2)});
+      },
+      py::arg("image"), py::arg("how") = "maxtext", py::arg("height") = 672, py::arg("width") = 960,
+      py::arg("patch_size") = 16, py::arg("pooling_kernel_size") = 3, py::arg("max_soft_tokens") = 280,
+      "A picture (path or uint8 [h, w, 3]) as Gemma 4's vision encoder takes it, float32 [h, w, 3] in [0, 1]: "
+      "MaxText's processor (how='maxtext': BICUBIC to width x height) or Hugging Face's ('hf': the aspect ratio kept, "
+      "whole patch x pooling windows, at most max_soft_tokens x pooling^2 patches).");
   py::class_<Gemma3Vision>(m, "Gemma3Vision", R"(Gemma3Vision(weights, threads=0): the vision tower and projector of a
 Hugging Face Gemma3ForConditionalGeneration checkpoint (a directory, safetensors file or index, config.json beside)
 or of llama.cpp's mmproj file (a .gguf), on the CPU in float32 (docs/vision.md).)")
@@ -312,6 +407,46 @@ index, config.json beside) or of llama.cpp's mmproj file (a .gguf), on the CPU i
            "a list of pictures (paths / uint8 arrays, each cut into its tiles). capture=[names] (MaxText's module "
            "paths, e.g. 'vision_encoder.Llama4VisionModel_0.Llama4VisionEncoder_0.layers_0'; with tiles only) returns "
            "(tokens, {name: array}).");
+  py::class_<Gemma4Vision>(m, "Gemma4Vision", R"(Gemma4Vision(weights, threads=0): the vision encoder and projector of a
+Hugging Face Gemma4ForConditionalGeneration checkpoint (a directory, safetensors file or index, config.json beside)
+or of llama.cpp's mmproj file (a .gguf), on the CPU in float32 (docs/vision.md).)")
+      .def(py::init<const std::string&, int>(), py::arg("weights"), py::arg("threads") = 0)
+      .def_property_readonly("config",
+                             [](const Gemma4Vision& v) {
+                               const auto& c = v.config();
+                               py::dict d;
+                               d["image_size"] = py::make_tuple(c.image_height, c.image_width);
+                               d["patch_size"] = c.patch_size;
+                               d["hidden_size"] = c.hidden_size;
+                               d["intermediate_size"] = c.intermediate_size;
+                               d["num_layers"] = c.num_layers;
+                               d["num_heads"] = c.num_heads;
+                               d["pooling_kernel_size"] = c.pooling_kernel;
+                               d["num_position_embeddings"] = c.num_position_embeddings;
+                               d["rope_theta"] = c.rope_theta;
+                               d["tokens_per_image"] = c.tokens_per_image();
+                               d["emb_dim"] = c.emb_dim;
+                               d["eps"] = c.eps;
+                               return d;
+                             })
+      .def_property_readonly("image_tokens",
+                             [](const Gemma4Vision& v) {
+                               const auto& t = v.image_tokens();
+                               py::dict d;
+                               d["image_start"] = t.begin;
+                               d["image_end"] = t.end;
+                               d["image"] = t.image;
+                               return d;
+                             })
+      .def("preprocess", &Gemma4Vision::preprocess, py::arg("image"), py::arg("how") = "maxtext",
+           "A picture (path or uint8 [h, w, 3]) as the encoder's input float32 [h, w, 3]: MaxText's processor "
+           "(how='maxtext', the fixed size) or Hugging Face's ('hf', the aspect ratio kept).")
+      .def("encode", &Gemma4Vision::encode, py::arg("pictures"), py::arg("how") = "maxtext",
+           py::arg("capture") = py::none(),
+           "Soft tokens of preprocessed pixels float32 [n, h, w, 3] as float32 [n, tokens, emb_dim]; capture=[names] "
+           "(MaxText's module paths, e.g. 'vision_encoder.Gemma4VisionEncoderLayer_0.layer_0') returns (tokens, "
+           "{name: array}). A list of pictures (paths / uint8 arrays, preprocessed with `how`) gives a list of "
+           "[tokens, emb_dim] arrays, one per picture.");
 }
 
 }  // namespace maxtext::python

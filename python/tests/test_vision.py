@@ -177,3 +177,43 @@ def test_llama4_pictures_merged_into_the_decoder_match_the_float64_reference(mc)
     np.testing.assert_allclose(logits, np.load(os.path.join(d, "logits.npy")), **F32_LOGITS)
     res = m.generate(ids, 8, media_mask=mask, media_embeddings=rows)
     assert res["tokens"][0] == np.load(os.path.join(d, "greedy.npy")).tolist()
+
+
+def test_gemma4_vision_and_pictures_match_the_float64_reference(mc):
+    """Gemma4Vision (tests/reference/gemma4_vision_reference.py's fixture): the projector's tokens at the f32 logit
+    tolerance, a layer's capture at the per-layer one, llama.cpp's own mmproj conversion bit for bit; with pictures
+    (tests/reference/gemma4_multimodal_reference.py): MaxText's preprocessing bit for bit, the soft tokens merged at
+    the <|image|> positions (a picture's tokens see each other in the sliding layers), logits at the f32 logit
+    tolerance, greedy tokens equal (gaps >= 0.034)."""
+    vision_or_skip(mc)
+    d = fixture("gemma4_vision")
+    v = mc.Gemma4Vision(os.path.join(d, "hf"))
+    assert v.config["pooling_kernel_size"] == 3 and v.config["emb_dim"] == 40
+    pixels = np.load(os.path.join(d, "pixels.npy"))
+    name = "vision_encoder.Gemma4VisionEncoderLayer_0.layer_1"
+    tokens, acts = v.encode(pixels, capture=[name])
+    np.testing.assert_allclose(tokens, np.load(os.path.join(d, "out.npy")), **F32_LOGITS)
+    np.testing.assert_allclose(acts[name], np.load(os.path.join(d, "layer_1.npy")), rtol=1e-5, atol=8e-6)
+    np.testing.assert_array_equal(mc.Gemma4Vision(os.path.join(d, "mmproj.gguf")).encode(pixels), tokens)
+    with pytest.raises(mc.ShapeError, match="not made of whole 12-pixel windows"):
+        v.encode(np.zeros((1, 24, 30, 3), np.float32))
+
+    d = fixture("gemma4_mm_model")
+    hf = os.path.join(d, "hf")
+    v = mc.Gemma4Vision(hf)
+    assert v.image_tokens == {"image_start": 61, "image_end": 62, "image": 60}
+    pics = [os.path.join(d, "image_a.png"), os.path.join(d, "image_b.png")]
+    np.testing.assert_array_equal(np.stack([v.preprocess(p) for p in pics]), np.load(os.path.join(d, "pixels.npy")))
+    soft = v.encode(pics)
+    assert [s.shape for s in soft] == [(6, 40), (6, 40)]
+    rows = np.concatenate(soft)
+    np.testing.assert_allclose(rows, np.load(os.path.join(d, "image_tokens.npy")), **F32_LOGITS)
+    assert [s.shape[0] for s in v.encode(pics, how="hf")] == [4, 6]  # Hugging Face's sizes: 24 x 24, 36 x 24
+    assert mc.gemma4_preprocess(pics[0], how="hf", patch_size=4, max_soft_tokens=6).shape == (24, 24, 3)
+    m = mc.Model(weights=hf)
+    ids = np.load(os.path.join(d, "ids.npy"))
+    mask = np.load(os.path.join(d, "image_mask.npy"))
+    logits = m.forward(ids, media_mask=mask, media_embeddings=rows)
+    np.testing.assert_allclose(logits, np.load(os.path.join(d, "logits.npy")), **F32_LOGITS)
+    res = m.generate(ids, 8, media_mask=mask, media_embeddings=rows)
+    assert res["tokens"][0] == np.load(os.path.join(d, "greedy.npy")).tolist()

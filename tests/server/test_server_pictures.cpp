@@ -5,7 +5,9 @@
 // its expanded prompt ids.npy and its greedy continuation, whose best-vs-second gaps are >= 0.54 in meta.json, far
 // above float32's error). Also: a picture request reuses a slot's cached pictures only when they are the same
 // pictures, and requests with pictures the engine cannot take are refused by name. The same for Llama 4's vision model
-// (families/llama4/pictures.hpp) against tests/reference/llama4_multimodal_reference.py's fixture (gaps >= 0.055).
+// (families/llama4/pictures.hpp) against tests/reference/llama4_multimodal_reference.py's fixture (gaps >= 0.055), and
+// Gemma 4's vision encoder (families/gemma4/pictures.hpp) against tests/reference/gemma4_multimodal_reference.py's
+// (gaps >= 0.034), through its chat template.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -20,6 +22,7 @@
 
 #include "maxtext/backend/cpu/backend.hpp"
 #include "maxtext/families/gemma/pictures.hpp"
+#include "maxtext/families/gemma4/pictures.hpp"
 #include "maxtext/families/llama4/pictures.hpp"
 #include "maxtext/families/load.hpp"
 #include "maxtext/io/image.hpp"
@@ -239,6 +242,48 @@ TEST_CASE("server engine: a chat request's pictures reach Llama 4 as the float64
   const auto job = engine.admit(chat(parts));
   CHECK(job->prompt_ids() == ints(test::npy(dir + "/ids.npy")));  // expanded as add_extra_tokens_for_images_llama4
   CHECK(job->prompt_text() == "<|begin_of_text|><|image|>describe <|image|>both");
+  const server::Outcome o = job->run();
+  CHECK(o.tokens == ints(test::npy(dir + "/greedy.npy")));
+  refused(engine, chat(Json::array({text_part("<|image|>"), image_part(a)})), "messages",
+          "the prompt has 2 <|image|> marker(s) for 1 picture(s)");
+}
+
+TEST_CASE("server engine: a chat request's pictures reach Gemma 4 as the float64 reference merges them",
+          "[server][pictures][gemma4]") {
+  const std::string dir = test::fixtures_dir() + "/gemma4_mm_model";
+  const Config cfg = io::read_weights_config(dir + "/hf").value();
+  if (!models::any_model_is_built(cfg, "")) test::skip("decoder_block gemma4 is not compiled into maxtext_blocks");
+  auto model = models::make_built_any_model(cfg, {}, MAXTEXT_BLOCKS_BUILT);
+  model->load(io::load_weights(dir + "/hf", cfg).tensors);
+  const auto tk = tokenizer::load_tokenizer(dir + "/hf", "", cfg.vocab_size);
+  using Pictures = models::Gemma4Pictures<Policy<cpu::Backend, float>>;
+  const auto pics = std::make_shared<const Pictures>(cpu::Backend{}, dir + "/hf");
+  pics->check_text_model(cfg);
+
+  server::EngineOptions eo;
+  eo.slots = 1;
+  eo.queue = 1;
+  eo.ctx = 80;
+  // The fixture's prompt is Gemma 4's turn format around the user's text (its tokenizer_config.json template).
+  eo.render = [](const nlohmann::json& messages, bool) {
+    return "<bos><|turn>user\n" + messages.at(0).at("content").get<std::string>() + "<turn|>\n<|turn>model\n";
+  };
+  eo.encode_chat = [&tk](const std::string& text) { return tk->encode(text, false); };
+  eo.stop_tokens = {1};
+  eo.pictures.marker = "<|image|>";
+  eo.pictures.expand = [pics](const std::vector<std::int32_t>& prompt, const std::vector<server::Picture>& pictures) {
+    std::vector<io::Image> images;
+    for (const auto& p : pictures) {
+      const auto* b = reinterpret_cast<const std::uint8_t*>(p.bytes.data());
+      images.push_back(io::decode_image(std::span<const std::uint8_t>(b, p.bytes.size()), p.field));
+    }
+    return pics->expand(prompt, pics->encode(images));
+  };
+  server::Engine engine(*model, *tk, eo);
+  const std::string a = file_bytes(dir + "/image_a.png"), b = file_bytes(dir + "/image_b.png");
+  const Json parts = Json::array({image_part(a), text_part("what is "), image_part(b), text_part("this?")});
+  const auto job = engine.admit(chat(parts));
+  CHECK(job->prompt_ids() == ints(test::npy(dir + "/ids.npy")));  // expanded as add_extra_tokens_for_images_gemma4
   const server::Outcome o = job->run();
   CHECK(o.tokens == ints(test::npy(dir + "/greedy.npy")));
   refused(engine, chat(Json::array({text_part("<|image|>"), image_part(a)})), "messages",

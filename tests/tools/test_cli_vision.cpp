@@ -365,3 +365,56 @@ TEST_CASE("maxtext chat --image: a Llama 4 conversation's pictures, through its 
   REQUIRE(t2 != std::string::npos);
   CHECK(std::stol(chat.substr(chat.find('(', t2) + 1)) > 100);  // both pictures (72 + 12 soft tokens) from the cache
 }
+
+TEST_CASE("maxtext vision / logits / generate / chat --image: a Gemma 4 checkpoint's pictures equal the float64 "
+          "reference", "[cli][vision][multimodal][gemma4]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  // fixtures/gemma4_mm_model (tests/reference/gemma4_multimodal_reference.py): a 6-layer Gemma 4 (five sliding layers,
+  // one global) with a 2-layer vision encoder, MaxText's fixed picture size 36 x 24 (vision_config.image_size), 6 soft
+  // tokens a picture, a character-level tokenizer whose <|image|> is 60 and a Gemma 4 turn template. Soft tokens and
+  // logits at test::tol::f32_logits, greedy tokens exact (best-vs-second gaps >= 0.034, meta.json).
+  const std::string dir = test::fixtures_dir() + "/gemma4_mm_model";
+  const std::string w = " --weights " + dir + "/hf";
+  const std::string pics = " --image " + dir + "/image_a.png --image " + dir + "/image_b.png";
+  const std::string out = std::filesystem::current_path().string() + "/cli_g4_" + std::to_string(::getpid());
+  std::string text = test::run_cli("vision" + w + pics + " --out " + out + "_soft.npy");
+  CHECK(text.find("image_a.png: 6 soft tokens of 40") != std::string::npos);
+  test::expect_close(io::read_npy(out + "_soft.npy"), test::npy(dir + "/image_tokens.npy"), test::tol::f32_logits,
+                     "gemma4 vision --out");
+  const std::string tokens = " --tokens 2,56,23,21,7,20,51,60,25,10,3,22,29,11,21,29,60,22,10,11,21,43,57,51,56,15,17,6,7,14,51";
+  test::run_cli("logits" + w + tokens + pics + " --out " + out + "_logits.npy");
+  test::expect_close(io::read_npy(out + "_logits.npy"), test::npy(dir + "/logits.npy"), test::tol::f32_logits,
+                     "gemma4 logits --image");
+  test::run_cli("logits" + w + tokens + pics + " --incremental 4 --out " + out + "_logits.npy");
+  test::expect_close(io::read_npy(out + "_logits.npy"), test::npy(dir + "/logits.npy"), test::tol::f32_logits,
+                     "gemma4 logits --image --incremental 4");
+  std::remove((out + "_soft.npy").c_str());
+  std::remove((out + "_logits.npy").c_str());
+  // From text, through the checkpoint's tokenizer (llama.cpp's <__media__> marker is rewritten to <|image|>).
+  const std::string prompt = "<bos><|turn>user\n<|image|>what is <__media__>this?<turn|>\n<|turn>model\n";
+  text = test::run_cli("generate" + w + " --prompt '" + prompt + "'" + pics + " --max-new-tokens 8");
+  CHECK(text.find("tokens[0]: 15,3,3,42,42,42,42,47") != std::string::npos);
+  // chat: the template renders the same prompt; the first answer is generate's.
+  const std::string in = out + "_chat.txt";
+  {
+    std::ofstream f(in);
+    f << "<|image|>what is <__media__>this?\n";
+  }
+  const std::string chat = test::run_cli("chat" + w + pics + " --max-new-tokens 8 < " + in);
+  std::remove(in.c_str());
+  INFO(chat);
+  CHECK(chat.find("[turn 1: prefilled 45 new tokens of 45 (0 reused from the cache)") != std::string::npos);
+  // Refusals, by name.
+  std::string t = run_failing("generate" + w + tokens + " --image " + dir + "/image_a.png");
+  CHECK(t.find("the prompt has 2 <|image|> marker(s) for 1 picture(s)") != std::string::npos);
+  t = run_failing("vision" + w + pics + " --image-preprocess llamacpp");
+  CHECK(t.find("llamacpp is not implemented for Gemma 4") != std::string::npos);
+  t = run_failing("generate" + w + " --prompt '<|image|>a<|image|>'" + pics + " --pan-and-scan on");
+  CHECK(t.find("pan-and-scan is Gemma 3's") != std::string::npos);
+  t = run_failing("generate" + w + " --tokens 2,61,60 --image " + dir + "/image_a.png");
+  CHECK(t.find("already holds an image begin token") != std::string::npos);
+  // Hugging Face's preprocessing (preprocessor_config.json: 6 soft tokens at most): picture a keeps its aspect ratio.
+  text = test::run_cli("vision" + w + pics + " --image-preprocess hf");
+  CHECK(text.find("image_a.png: 4 soft tokens of 40") != std::string::npos);
+  CHECK(text.find("image_b.png: 6 soft tokens of 40") != std::string::npos);
+}
