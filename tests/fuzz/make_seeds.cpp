@@ -123,7 +123,7 @@ void gguf_seeds() {
   put("gguf", "deepseek2.gguf", ds.bytes());
   // A llama.cpp mmproj file of a 1-layer Llama 4 vision model (families/llama4/vision.hpp llama4_vision_from_mmproj):
   // 28-pixel tiles, width 8, 2 heads, the pixel shuffle's 32 features, adapter and projector of 4.
-  std::vector<std::vector<float>> keep(32);
+  std::vector<std::vector<float>> keep(64);
   std::size_t used = 0;
   io::GgufWriter mm;
   mm.set("general.architecture", GgufValue::of_string("clip"));
@@ -157,6 +157,32 @@ void gguf_seeds() {
   tensor("mm.model.mlp.2.weight", {4, 4});
   tensor("mm.model.fc.weight", {4, 4});
   put("gguf", "llama4_mmproj.gguf", mm.bytes());
+  // A llama.cpp mmproj file of a 1-layer Gemma 4 vision encoder (families/gemma4/vision.hpp gemma4_vision_from_mmproj):
+  // patches of 2, width 8, 2 heads (head size 4), a position table of 4, projection to 4.
+  io::GgufWriter g4;
+  g4.set("general.architecture", GgufValue::of_string("clip"));
+  g4.set("clip.projector_type", GgufValue::of_string("gemma4v"));
+  g4.set("clip.has_vision_encoder", GgufValue::of_bool(true));
+  const std::pair<const char*, std::uint32_t> g4_sizes[] = {
+      {"image_size", 224}, {"patch_size", 2}, {"embedding_length", 8}, {"feed_forward_length", 16},
+      {"block_count", 1}, {"attention.head_count", 2}, {"projection_dim", 4}};
+  for (const auto& [key, v] : g4_sizes) g4.set(std::string("clip.vision.") + key, GgufValue::of_u32(v));
+  g4.set("clip.vision.attention.layer_norm_epsilon", GgufValue::of_f32(1e-6f));
+  const auto g4_tensor = [&](const std::string& name, std::vector<std::int64_t> shape) {
+    g4.add_tensor(name, ramp(std::move(shape), 0.0625f, keep[used++]));
+  };
+  g4_tensor("v.patch_embd.weight", {8, 3, 2, 2});
+  g4_tensor("v.position_embd.weight", {2, 4, 8});
+  for (const char* n : {"ln1", "ln2", "attn_post_norm", "ffn_post_norm"}) g4_tensor(std::string("v.blk.0.") + n + ".weight", {8});
+  for (const char* n : {"attn_q_norm", "attn_k_norm"}) g4_tensor(std::string("v.blk.0.") + n + ".weight", {4});
+  for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_out"}) g4_tensor(std::string("v.blk.0.") + n + ".weight", {8, 8});
+  g4_tensor("v.blk.0.ffn_gate.weight", {16, 8});
+  g4_tensor("v.blk.0.ffn_up.weight", {16, 8});
+  g4_tensor("v.blk.0.ffn_down.weight", {8, 16});
+  g4_tensor("v.std_bias", {8});
+  g4_tensor("v.std_scale", {8});
+  g4_tensor("mm.input_projection.weight", {4, 8});
+  put("gguf", "gemma4_mmproj.gguf", g4.bytes());
   io::GgufWriter e(64);
   e.set("general.alignment", GgufValue::of_u32(64));
   e.set("nested", GgufValue::of_strings({"a", "", "c"}));

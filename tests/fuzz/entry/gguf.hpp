@@ -1,10 +1,12 @@
 // tests/fuzz/entry/gguf.hpp: fuzz entry point for GGUF files: header, metadata, tensor infos and data (read_gguf),
 // the model config it implies (config_from_gguf), its vocabulary (SentencePiece or byte-level BPE) and chat template,
-// and, for llama.cpp's mmproj files, the vision readers' header checks and tensor mapping (Gemma 3's and Llama 4's).
+// and, for llama.cpp's mmproj files, the vision readers' header checks and tensor mapping (Gemma 3's, Llama 4's and
+// Gemma 4's).
 #pragma once
 
 #include "entry/exercise.hpp"
 #include "maxtext/families/gemma/vision.hpp"
+#include "maxtext/families/gemma4/vision.hpp"
 #include "maxtext/families/llama4/vision.hpp"
 #include "maxtext/families/model_import.hpp"
 #include "maxtext/io/gguf.hpp"
@@ -30,6 +32,7 @@ inline void fuzz_gguf(const std::uint8_t* data, std::size_t size) {
     attempt([&] { (void)tokenizer::chat_template_from_gguf(path); });
     attempt([&] { touch_tensors(io::gemma3_vision_from_mmproj(g).tensors); });
     attempt([&] { touch_tensors(io::llama4_vision_from_mmproj(g).tensors); });
+    attempt([&] { touch_tensors(io::gemma4_vision_from_mmproj(g).tensors); });
   });
 }
 

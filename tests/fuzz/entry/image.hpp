@@ -4,7 +4,8 @@
 // an IoError or decoded to width x height x 3 bytes; a decoded picture is resized with a filter and size taken from
 // its own first bytes, preprocessed for Gemma 3 at 28 x 28, cut by pan-and-scan, letterboxed as llama.cpp does, and cut
 // into Llama 4 tiles (a tile size and limit from its bytes: the canvas holds the picture's top-left, the values stay
-// in [-1, 1], and the prompt holds a <|patch|> run per tile).
+// in [-1, 1], and the prompt holds a <|patch|> run per tile), and preprocessed for Gemma 4 at Hugging Face's
+// aspect-preserving size (a budget from its bytes: whole windows within it, values in [0, 1]).
 #pragma once
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "fuzz_common.hpp"
 #include "maxtext/families/gemma/image_processor.hpp"
+#include "maxtext/families/gemma4/image_processor.hpp"
 #include "maxtext/families/llama4/image_processor.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/image_resize.hpp"
@@ -75,6 +77,22 @@ inline void fuzz_image(const std::uint8_t* data, std::size_t size) {
   const auto prompt = io::llama4_image_token_ids(t.ratio_h, t.ratio_w, ids);
   const std::int64_t patches = std::count(prompt.begin(), prompt.end(), ids.patch);
   if (patches != t.tiles.dim(0) * ids.per_tile) std::abort();
+  // Gemma 4 at Hugging Face's size: whole patch x pooling windows, at most the budget's patches, values in [0, 1].
+  io::Gemma4Preprocess g4;
+  g4.how = io::Gemma4ImageProcessing::hf;
+  g4.patch = 1 + a % 4;
+  g4.pooling = 1 + b % 3;
+  g4.max_soft_tokens = 1 + (a ^ b) % 12;
+  try {
+    const Tensor<float, 3> px = io::gemma4_preprocess(img, g4);
+    const std::int64_t side = g4.patch * g4.pooling, h = px.dim(0), w = px.dim(1);
+    if (h % side != 0 || w % side != 0 || h * w > g4.max_soft_tokens * side * side) std::abort();
+    for (std::int64_t i = 0; i < px.size(); ++i) {
+      if (!(px.data()[i] >= 0.0f && px.data()[i] <= 1.0f)) std::abort();
+    }
+  } catch (const maxtext::ArgumentError&) {
+    // refused by name: a size that would vanish or exceed the budget (HF's processor raises there too)
+  }
 }
 
 }  // namespace maxtext::fuzz
