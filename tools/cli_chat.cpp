@@ -25,6 +25,7 @@ namespace maxtext::cli {
 
 int cmd_chat(const Args& a) {
   MAXTEXT_CHECK(a.has("weights") || a.has("tokenizer"), ArgumentError, "chat needs --weights (and a tokenizer)");
+  check_prompt_pictures(a);
   const Config cfg = make_config(a);
   const auto tk = open_cli_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
   ChatOptions co;

@@ -177,6 +177,7 @@ int write_mtp_logits(const Args& a, const Config& cfg, const std::vector<std::ve
 int cmd_logits(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens"), ArgumentError, "logits needs --tokens");
   MAXTEXT_CHECK(a.has("out"), ArgumentError, "logits needs --out FILE.npy");
+  check_prompt_pictures(a);
   const Config cfg = make_config(a);
   auto rows = cli::parse_token_rows(a.get("tokens"));
   // Pictures (--image): the markers of the one row expanded, the soft tokens merged at the first pass.

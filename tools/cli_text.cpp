@@ -128,6 +128,7 @@ std::shared_ptr<const models::grammar::Grammar> open_grammar(const Args& a) {
 
 int cmd_generate(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens") || a.has("prompt"), ArgumentError, "generate needs --tokens or --prompt");
+  check_prompt_pictures(a);
   const Config cfg = make_config(a);
   std::unique_ptr<tokenizer::Tokenizer> tk;
   std::vector<std::vector<std::int32_t>> prompts;

@@ -30,6 +30,7 @@
 #include "maxtext/families/gemma/pictures.hpp"
 #include "maxtext/families/gemma4/pictures.hpp"
 #include "maxtext/families/llama4/pictures.hpp"
+#include "maxtext/families/qwen/pictures.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/mmproj.hpp"
@@ -44,13 +45,14 @@ using VisionPolicy = Policy<cpu::Backend, float>;
 using Pictures = models::Gemma3Pictures<VisionPolicy>;
 using Llama4Pictures = models::Llama4Pictures<VisionPolicy>;
 using Gemma4Pictures = models::Gemma4Pictures<VisionPolicy>;
+using Qwen3Pictures = models::Qwen3Pictures<VisionPolicy>;
 
 /// The projector type of --mmproj (llama.cpp's clip.projector_type or clip.vision.projector_type; "" without them).
 std::string mmproj_projector(const std::string& path) {
   return io::mmproj_projector_type(io::read_gguf(path));  // memory-mapped: only the header is read here
 }
 
-enum class PictureFamily { gemma3, gemma4, llama4 };
+enum class PictureFamily { gemma3, gemma4, llama4, qwen3 };
 
 /// Whose pictures these are: Llama 4's for a Hugging Face Llama4ForConditionalGeneration checkpoint (config.json
 /// model_type llama4) or an mmproj file of projector llama4; Gemma 4's for a Gemma4ForConditionalGeneration checkpoint
@@ -72,12 +74,23 @@ PictureFamily picture_family(const Args& a) {
       if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) type = j["model_type"];
     }
   }
-  const PictureFamily f = type == "llama4" ? PictureFamily::llama4
-                          : type == "gemma4" ? PictureFamily::gemma4 : PictureFamily::gemma3;
+  const PictureFamily f = type == "llama4"                               ? PictureFamily::llama4
+                          : type == "gemma4"                             ? PictureFamily::gemma4
+                          : models::is_qwen3_vision_model_type(type) ? PictureFamily::qwen3
+                                                                         : PictureFamily::gemma3;
   return known[key] = f;
 }
 bool llama4_pictures(const Args& a) { return picture_family(a) == PictureFamily::llama4; }
 bool gemma4_pictures(const Args& a) { return picture_family(a) == PictureFamily::gemma4; }
+bool qwen3_pictures(const Args& a) { return picture_family(a) == PictureFamily::qwen3; }
+
+/// Qwen3.5's / Qwen3-VL's / Qwen3-Omni's pictures stop at the encoder: their tokens need MRoPE's 3-D positions in the
+/// decoder, which it does not take yet.
+void refuse_qwen3_prompt_pictures(const Args& a) {
+  MAXTEXT_CHECK(!qwen3_pictures(a), UnsupportedError, a.command, " --image: a Qwen3.5 / Qwen3-VL / Qwen3-Omni "
+                "picture's soft tokens need MRoPE's 3-D positions in the text model, which are not implemented yet; "
+                "`maxtext vision` runs the vision encoder alone");
+}
 
 cpu::Backend vision_backend(const Args& a) {
   cpu::Options opt;
@@ -87,7 +100,7 @@ cpu::Backend vision_backend(const Args& a) {
 }
 
 io::Gemma3ImageProcessing image_preprocess(const Args& a) {
-  if (gemma4_pictures(a) || llama4_pictures(a)) return io::Gemma3ImageProcessing::maxtext;  // theirs: open_*
+  if (gemma4_pictures(a) || llama4_pictures(a) || qwen3_pictures(a)) return io::Gemma3ImageProcessing::maxtext;  // theirs
   return io::parse_gemma3_image_processing(a.get("image-preprocess", "maxtext"));
 }
 
@@ -99,6 +112,8 @@ bool pan_and_scan(const Args& a) {
                 "Llama 4 cuts a picture into tiles of its own");
   MAXTEXT_CHECK(v == "off" || !gemma4_pictures(a), ArgumentError, "--pan-and-scan on: pan-and-scan is Gemma 3's; "
                 "Gemma 4 takes a picture at its own size (--image-preprocess hf keeps its aspect ratio)");
+  MAXTEXT_CHECK(v == "off" || !qwen3_pictures(a), ArgumentError, "--pan-and-scan on: pan-and-scan is Gemma 3's; "
+                "Qwen3 takes a picture at its own size");
   MAXTEXT_CHECK(v == "off" || image_preprocess(a) != io::Gemma3ImageProcessing::llamacpp, ArgumentError,
                 "--pan-and-scan on: llama.cpp's preprocessing (--image-preprocess llamacpp) has no pan-and-scan; use "
                 "maxtext or hf");
@@ -431,6 +446,38 @@ int vision_gemma4(const Args& a, const std::vector<std::string>& images) {
   return 0;
 }
 
+/// maxtext vision for a Qwen3.5 / Qwen3-VL / Qwen3-Omni checkpoint: each picture's soft tokens (the projector's
+/// merged tokens; rows picture after picture: [tokens, out_hidden_size]).
+int vision_qwen3(const Args& a, const std::vector<std::string>& images) {
+  MAXTEXT_CHECK(!a.has("mmproj"), ArgumentError, "--mmproj: llama.cpp's Qwen3 vision files are not read; give the Hugging "
+                "Face checkpoint as --weights");
+  const Qwen3Pictures p(vision_backend(a), a.get("weights"),
+                        io::parse_qwen3_image_processing(a.get("image-preprocess", "maxtext")));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto outs = p.encode(read_images(a, images));
+  const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::int64_t total = 0;
+  const std::int64_t E = p.config().out_hidden_size;
+  for (std::size_t f = 0; f < outs.size(); ++f) {
+    const Tensor<float, 2>& t = outs[f].tokens;
+    Tensor<float, 3> one({1, t.dim(0), E});
+    std::copy(t.data(), t.data() + t.size(), one.data());
+    print_soft_tokens(one, {images[f]});
+    total += t.dim(0);
+  }
+  if (a.has("out")) {
+    Tensor<float, 2> rows({total, E});
+    float* at = rows.data();
+    for (const auto& o : outs) at = std::copy(o.tokens.data(), o.tokens.data() + o.tokens.size(), at);
+    io::write_npy(a.get("out"), AnyTensor::from(rows));
+    std::printf("wrote %s [%lld, %lld] float32 (the pictures' soft tokens in order)\n", a.get("out").c_str(),
+                static_cast<long long>(total), static_cast<long long>(E));
+  }
+  std::fprintf(stderr, "vision: load %.2f s, preprocess + encode %.2f s (%zu pictures)\n", p.load_seconds(), encode_s,
+               images.size());
+  return 0;
+}
+
 }  // namespace
 
 std::string image_marker_text(const Args& a) {
@@ -441,7 +488,12 @@ std::string with_pan_and_scan(const Args& a, std::string text, const std::vector
   return io::gemma3_pan_and_scan_prompt(text, crops, image_marker_text(a));
 }
 
+void check_prompt_pictures(const Args& a) {
+  if (a.all.count("image") != 0) refuse_qwen3_prompt_pictures(a);
+}
+
 std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg) {
+  refuse_qwen3_prompt_pictures(a);
   if (llama4_pictures(a)) return std::make_unique<Llama4PromptPictures>(a, cfg);
   if (gemma4_pictures(a)) return std::make_unique<Gemma4PromptPictures>(a, cfg);
   return std::make_unique<Gemma3Pictures>(a, cfg);
@@ -451,6 +503,7 @@ std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cf
   if (a.get("mmproj") == "none") return nullptr;
   if (llama4_pictures(a)) return std::make_unique<Llama4PictureTower>(open_llama4(a, cfg));
   if (gemma4_pictures(a)) return std::make_unique<Gemma4PictureTower>(open_gemma4(a, cfg));
+  if (qwen3_pictures(a)) return nullptr;  // its pictures need MRoPE's 3-D positions: served as text only
   if (!a.has("mmproj")) {  // a Hugging Face Gemma 3 checkpoint brings its tower
     const std::string cfg_path = a.has("weights") ? models::hf_config_beside(a.get("weights")) : std::string();
     if (cfg_path.empty()) return nullptr;
@@ -470,6 +523,7 @@ int cmd_vision(const Args& a) {
   MAXTEXT_CHECK(!images.empty(), ArgumentError, "vision needs --image FILE (PNG or JPEG; repeat it for more)");
   if (llama4_pictures(a)) return vision_llama4(a, images);
   if (gemma4_pictures(a)) return vision_gemma4(a, images);
+  if (qwen3_pictures(a)) return vision_qwen3(a, images);
   const Pictures tower = a.has("mmproj")
                              ? Pictures(vision_backend(a), io::read_gguf(a.get("mmproj")), {}, image_preprocess(a))
                              : Pictures(vision_backend(a), a.get("weights"), image_preprocess(a));

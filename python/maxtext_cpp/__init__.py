@@ -31,13 +31,14 @@ from ._maxtext_cpp import (  # noqa: F401
 )
 from . import _maxtext_cpp
 
-# Images and the vision towers of Gemma 3, Llama 4 and Gemma 4 (docs/vision.md), where the module was built with
+# Images and the vision towers of Gemma 3, Llama 4, Gemma 4 and Qwen3 (docs/vision.md), where the module was built with
 # libpng and libjpeg.
 if hasattr(_maxtext_cpp, "Gemma3Vision"):
     from ._maxtext_cpp import (  # noqa: F401
         Gemma3Vision,
         Gemma4Vision,
         Llama4Vision,
+        Qwen3Vision,
         gemma3_pan_and_scan,
         gemma3_pan_and_scan_prompt,
         gemma4_preprocess,

@@ -2,7 +2,8 @@
 // read_image, resize_image (byte for byte Pillow's), gemma3_pan_and_scan, llama4_preprocess, gemma4_preprocess,
 // Gemma3Vision (a Hugging Face Gemma3ForConditionalGeneration checkpoint's tower and projector), Llama4Vision (a
 // Llama4ForConditionalGeneration checkpoint's vision model and projector) and Gemma4Vision (a
-// Gemma4ForConditionalGeneration checkpoint's vision encoder and projector): preprocess, encode, captures by MaxText's
+// Gemma4ForConditionalGeneration checkpoint's vision encoder and projector) and Qwen3Vision (the vision encoder of a
+// Qwen3.5 / Qwen3-VL / Qwen3-Omni checkpoint, with its deepstack features): preprocess, encode, captures by MaxText's
 // names, for numerics tests.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -23,6 +24,8 @@
 #include "maxtext/families/gemma4/pictures.hpp"
 #include "maxtext/families/llama4/image_processor.hpp"
 #include "maxtext/families/llama4/pictures.hpp"
+#include "maxtext/families/qwen/image_processor.hpp"
+#include "maxtext/families/qwen/pictures.hpp"
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/image_resize.hpp"
@@ -261,6 +264,70 @@ class Gemma4Vision {
   std::unique_ptr<const models::Gemma4Pictures<P>> pics_;
 };
 
+/// The vision encoder of models::Qwen3Pictures (families/qwen/pictures.hpp); the preprocessing is chosen per call.
+class Qwen3Vision {
+ public:
+  using P = Policy<cpu::Backend, float>;
+  Qwen3Vision(const std::string& weights, int threads) {
+    py::gil_scoped_release nogil;
+    pics_ = std::make_unique<const models::Qwen3Pictures<P>>(vision_backend(threads), weights);
+  }
+  const layers::Qwen3VisionConfig& config() const { return pics_->config(); }
+
+  /// (pixel_values float32 [t h w, C tp p p], (t, h, w)) of one picture.
+  py::tuple preprocess(py::handle image, const std::string& how) const {
+    io::Qwen3Preprocess o = pics_->preprocessing();
+    o.how = io::parse_qwen3_image_processing(how);
+    const io::Qwen3Patches p = io::qwen3_preprocess(image_from(image), o);
+    return py::make_tuple(tensor_to_numpy(p.pixel_values.data(), {p.pixel_values.dim(0), p.pixel_values.dim(1)}),
+                          py::make_tuple(p.t, p.h, p.w));
+  }
+
+  static py::dict output_to_python(const typename models::Qwen3Pictures<P>::Output& o) {
+    py::dict d;
+    d["tokens"] = tensor_to_numpy(o.tokens.data(), {o.tokens.dim(0), o.tokens.dim(1)});
+    py::list deep;
+    for (const auto& t : o.deepstack) deep.append(tensor_to_numpy(t.data(), {t.dim(0), t.dim(1)}));
+    d["deepstack"] = deep;
+    return d;
+  }
+
+  py::list encode(py::handle pictures, const std::string& how) const {
+    std::vector<io::Image> images;
+    for (auto p : py::reinterpret_borrow<py::sequence>(pictures)) images.push_back(image_from(p));
+    std::vector<typename models::Qwen3Pictures<P>::Output> outs;
+    {
+      py::gil_scoped_release nogil;
+      outs = pics_->encode(images, io::parse_qwen3_image_processing(how));
+    }
+    py::list out;
+    for (const auto& o : outs) out.append(output_to_python(o));
+    return out;
+  }
+
+  py::object encode_patches(py::handle pixel_values, std::tuple<std::int64_t, std::int64_t, std::int64_t> grid,
+                            py::object capture) const {
+    const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(pixel_values);
+    MAXTEXT_CHECK(a && a.ndim() == 2, ArgumentError, "[qwen3 vision] encode_patches: expected float pixel_values "
+                  "[n * t * h * w, C * tp * p * p]");
+    Tensor<float, 2> px({a.shape(0), a.shape(1)});
+    std::memcpy(px.data(), a.data(), static_cast<std::size_t>(px.size()) * sizeof(float));
+    const auto cap = capture_of(capture);
+    typename models::Qwen3Pictures<P>::Output o;
+    {
+      py::gil_scoped_release nogil;
+      o = pics_->encode_patches(px, std::get<0>(grid), std::get<1>(grid), std::get<2>(grid), cap.get());
+    }
+    py::dict d = output_to_python(o);
+    if (cap == nullptr) return py::object(std::move(d));
+    const py::tuple pair = py::reinterpret_borrow<py::tuple>(with_captures(py::array_t<float>(), cap.get()));
+    return py::make_tuple(d, pair[py::size_t{1}]);
+  }
+
+ private:
+  std::unique_ptr<const models::Qwen3Pictures<P>> pics_;
+};
+
 }  // namespace
 
 void register_vision(py::module_& m) {
@@ -407,6 +474,39 @@ index, config.json beside) or of llama.cpp's mmproj file (a .gguf), on the CPU i
            "a list of pictures (paths / uint8 arrays, each cut into its tiles). capture=[names] (MaxText's module "
            "paths, e.g. 'vision_encoder.Llama4VisionModel_0.Llama4VisionEncoder_0.layers_0'; with tiles only) returns "
            "(tokens, {name: array}).");
+  py::class_<Qwen3Vision>(m, "Qwen3Vision", R"(Qwen3Vision(weights, threads=0): the vision encoder (with its deepstack
+mergers) and projector of a Hugging Face Qwen3.5 / Qwen3-VL / Qwen3-Omni checkpoint (a directory, safetensors file or
+index, config.json beside), on the CPU in float32 (docs/vision.md). Its soft tokens need MRoPE's 3-D positions to
+enter the text model, which is not implemented yet.)")
+      .def(py::init<const std::string&, int>(), py::arg("weights"), py::arg("threads") = 0)
+      .def_property_readonly("config",
+                             [](const Qwen3Vision& v) {
+                               const auto& c = v.config();
+                               py::dict d;
+                               d["patch_size"] = c.patch_size;
+                               d["temporal_patch_size"] = c.temporal_patch_size;
+                               d["hidden_size"] = c.hidden_size;
+                               d["intermediate_size"] = c.intermediate_size;
+                               d["num_layers"] = c.num_layers;
+                               d["num_heads"] = c.num_heads;
+                               d["spatial_merge_size"] = c.spatial_merge_size;
+                               d["out_hidden_size"] = c.out_hidden_size;
+                               d["num_position_embeddings"] = c.num_position_embeddings;
+                               d["deepstack_visual_indexes"] = c.deepstack_layers;
+                               d["rope_theta"] = c.rope_theta;
+                               d["eps"] = c.eps;
+                               return d;
+                             })
+      .def("preprocess", &Qwen3Vision::preprocess, py::arg("image"), py::arg("how") = "maxtext",
+           "A picture (path or uint8 [h, w, 3]) as the encoder's input: (pixel_values float32 [t*h*w, C*tp*p*p] in "
+           "merge-window order, (t, h, w)); how='maxtext' (MaxText's two resizes) or 'hf' (Hugging Face's one).")
+      .def("encode", &Qwen3Vision::encode, py::arg("pictures"), py::arg("how") = "maxtext",
+           "A list of pictures (paths / uint8 arrays) -> one {'tokens': [merged, out_hidden], 'deepstack': [...]} per "
+           "picture.")
+      .def("encode_patches", &Qwen3Vision::encode_patches, py::arg("pixel_values"), py::arg("grid"),
+           py::arg("capture") = py::none(),
+           "pixel_values of n pictures of one grid (t, h, w) -> {'tokens', 'deepstack'}; capture=[names] (MaxText's "
+           "module paths, e.g. 'vision_encoder.Qwen3_5MoeVisionEncoder_0.blocks_0') returns (that, {name: array}).");
   py::class_<Gemma4Vision>(m, "Gemma4Vision", R"(Gemma4Vision(weights, threads=0): the vision encoder and projector of a
 Hugging Face Gemma4ForConditionalGeneration checkpoint (a directory, safetensors file or index, config.json beside)
 or of llama.cpp's mmproj file (a .gguf), on the CPU in float32 (docs/vision.md).)")

@@ -217,3 +217,29 @@ def test_gemma4_vision_and_pictures_match_the_float64_reference(mc):
     np.testing.assert_allclose(logits, np.load(os.path.join(d, "logits.npy")), **F32_LOGITS)
     res = m.generate(ids, 8, media_mask=mask, media_embeddings=rows)
     assert res["tokens"][0] == np.load(os.path.join(d, "greedy.npy")).tolist()
+
+
+def test_qwen3_vision_matches_the_float64_reference(mc):
+    """Qwen3Vision (tests/reference/qwen3_vision_reference.py's fixture, Hugging Face layout): the projector's tokens
+    and the deepstack features at the f32 logit tolerance, a block's capture at the per-layer one, the position
+    embedding (bfloat16, as MaxText rounds it) exactly; the fixture's pictures through Hugging Face's preprocessing
+    give its pixel_values and tokens."""
+    vision_or_skip(mc)
+    d = fixture("qwen3_vision")
+    v = mc.Qwen3Vision(os.path.join(d, "hf"))
+    assert v.config["deepstack_visual_indexes"] == [0, 2] and v.config["out_hidden_size"] == 24
+    pv = np.load(os.path.join(d, "pixel_values.npy"))
+    name = "vision_encoder.Qwen3_5MoeVisionEncoder_0.blocks_1"
+    out, acts = v.encode_patches(pv[:48], (1, 6, 8), capture=[name])
+    np.testing.assert_allclose(out["tokens"], np.load(os.path.join(d, "merged.npy"))[:12], **F32_LOGITS)
+    np.testing.assert_allclose(out["deepstack"][1], np.load(os.path.join(d, "deep_1.npy"))[:12], **F32_LOGITS)
+    np.testing.assert_allclose(acts[name][0], np.load(os.path.join(d, "block_1.npy"))[:48], rtol=1e-5, atol=8e-6)
+    pics = [os.path.join(d, "image_0.png"), os.path.join(d, "image_1.png")]
+    x, grid = v.preprocess(pics[1], how="hf")
+    assert tuple(grid) == (1, 4, 4)
+    np.testing.assert_array_equal(x, pv[48:])
+    both = v.encode(pics, how="hf")
+    np.testing.assert_allclose(np.concatenate([o["tokens"] for o in both]), np.load(os.path.join(d, "merged.npy")),
+                               **F32_LOGITS)
+    with pytest.raises(mc.ShapeError, match="whole 2 x 2 windows"):
+        v.encode_patches(pv[:15], (1, 3, 5))

@@ -418,3 +418,24 @@ TEST_CASE("maxtext vision / logits / generate / chat --image: a Gemma 4 checkpoi
   CHECK(text.find("image_a.png: 4 soft tokens of 40") != std::string::npos);
   CHECK(text.find("image_b.png: 6 soft tokens of 40") != std::string::npos);
 }
+
+TEST_CASE("maxtext vision --image: a Qwen3.5 checkpoint's vision encoder equals the float64 reference, and its pictures in "
+          "a prompt are refused by name", "[cli][vision][qwen3]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  // fixtures/qwen3_vision (tests/reference/qwen3_vision_reference.py): a 3-block encoder with deepstack mergers, its two
+  // pictures as PNG files and a preprocessor_config.json whose pixel budget keeps their sizes (24 x 32, 16 x 16), so
+  // Hugging Face's preprocessing gives the fixture's pixel_values. Tokens at test::tol::f32_logits.
+  const std::string dir = test::fixtures_dir() + "/qwen3_vision";
+  const std::string w = " --weights " + dir + "/hf";
+  const std::string pics = " --image " + dir + "/image_0.png --image " + dir + "/image_1.png";
+  const std::string out = std::filesystem::current_path().string() + "/cli_q3_" + std::to_string(::getpid()) + ".npy";
+  const std::string text = test::run_cli("vision" + w + pics + " --image-preprocess hf --out " + out);
+  CHECK(text.find("image_0.png: 12 soft tokens of 24") != std::string::npos);
+  CHECK(text.find("image_1.png: 4 soft tokens of 24") != std::string::npos);
+  test::expect_close(io::read_npy(out), test::npy(dir + "/merged.npy"), test::tol::f32_logits, "qwen3 vision --out");
+  std::remove(out.c_str());
+  std::string t = run_failing("generate" + w + " --tokens 1,2,3" + pics);
+  CHECK(t.find("need MRoPE's 3-D positions") != std::string::npos);
+  t = run_failing("vision" + w + pics + " --image-preprocess llamacpp");
+  CHECK(t.find("llamacpp is not implemented for Qwen3") != std::string::npos);
+}
