@@ -58,7 +58,8 @@ commands:
             decoder reads (with pan-and-scan each picture's crops after it); or a Llama4ForConditionalGeneration's
             vision model (or its mmproj file): [tiles, 144, emb_dim], each picture's tiles and its global tile; or a
             Gemma4ForConditionalGeneration's vision encoder (or its mmproj file): [soft tokens of all pictures,
-            emb_dim], 280 a picture (--image-preprocess hf: its own aspect ratio, at most 280). docs/vision.md
+            emb_dim], 280 a picture (--image-preprocess hf: its own aspect ratio, at most 280); or a Qwen3.5 / Qwen3-VL
+            / Qwen3-Omni checkpoint's vision encoder: its merged tokens (not yet taken by generate / chat). docs/vision.md
 )" MAXTEXT_TEMPLATE_USAGE MAXTEXT_COMPARE_USAGE R"(
 common options:
   --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;
