@@ -43,6 +43,7 @@
 #include "maxtext/layers/linears.hpp"
 #include "maxtext/layers/normalizations.hpp"
 #include "maxtext/layers/params.hpp"
+#include "maxtext/layers/vision_config.hpp"
 #include "maxtext/layers/vision_step.hpp"
 
 namespace maxtext::layers {
@@ -97,17 +98,7 @@ struct Gemma3VisionConfig {
   /// dtype_mm (float32), normalization_layer_epsilon, emb_dim. Unset keys keep Gemma 3's values above.
   static Gemma3VisionConfig from_config(const Config& c) {
     Gemma3VisionConfig v;
-    const auto get = [&](const char* key, std::int64_t& out) {
-      const auto it = c.extra.find(key);
-      if (it == c.extra.end()) return;
-      try {
-        std::size_t used = 0;
-        out = std::stoll(it->second, &used);
-        MAXTEXT_CHECK(used == it->second.size(), ConfigError, "");
-      } catch (const std::exception&) {
-        throw ConfigError(str("[gemma3 vision] ", key, ": expected an integer, found '", it->second, "'"));
-      }
-    };
+    const auto get = [&](const char* key, std::int64_t& out) { vit_number(c, key, out, "gemma3 vision"); };
     get("image_size_for_vit", v.image_size);
     get("patch_size_for_vit", v.patch_size);
     get("num_channels_for_vit", v.num_channels);
@@ -140,12 +131,7 @@ struct Gemma3VisionConfig {
                   where, "] no vision_config: not a Gemma 3 checkpoint with a vision tower");
     const auto& vc = j["vision_config"];
     Gemma3VisionConfig v;
-    const auto get = [&](const nlohmann::json& o, const char* key, std::int64_t& out) {
-      if (!o.contains(key)) return;
-      MAXTEXT_CHECK(o[key].is_number_integer(), IoError, "[", where, "] ", key, ": expected an integer, found ",
-                    o[key].dump());
-      out = o[key].get<std::int64_t>();
-    };
+    const auto get = [&](const nlohmann::json& o, const char* key, std::int64_t& out) { json_number(o, key, out, where); };
     get(vc, "image_size", v.image_size);
     get(vc, "patch_size", v.patch_size);
     get(vc, "num_channels", v.num_channels);

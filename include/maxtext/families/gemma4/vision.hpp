@@ -49,6 +49,7 @@
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/linears.hpp"
 #include "maxtext/layers/params.hpp"
+#include "maxtext/layers/vision_config.hpp"
 #include "maxtext/layers/vision_step.hpp"
 
 namespace maxtext::layers {
@@ -133,23 +134,7 @@ struct Gemma4VisionConfig {
   /// normalization_layer_epsilon, emb_dim. Unset keys keep Gemma 4's values.
   static Gemma4VisionConfig from_config(const Config& c) {
     Gemma4VisionConfig v;
-    const auto number = [&](const char* key, const std::string& text, auto& out) {
-      try {
-        std::size_t used = 0;
-        if constexpr (std::is_same_v<std::remove_reference_t<decltype(out)>, double>) {
-          out = std::stod(text, &used);
-        } else {
-          out = std::stoll(text, &used);
-        }
-        MAXTEXT_CHECK(used == text.size(), ConfigError, "");
-      } catch (const std::exception&) {
-        throw ConfigError(str("[gemma4 vision] ", key, ": expected a number, found '", text, "'"));
-      }
-    };
-    const auto get = [&](const char* key, auto& out) {
-      const auto it = c.extra.find(key);
-      if (it != c.extra.end() && it->second != "None") number(key, ::maxtext::detail::trim(it->second), out);
-    };
+    const auto get = [&](const char* key, auto& out) { vit_number(c, key, out, "gemma4 vision"); };
     if (const auto it = c.extra.find("image_size_for_vit"); it != c.extra.end() && it->second != "None") {
       // One size, or [H, W] (list values arrive as their text).
       std::vector<std::int64_t> sizes;
@@ -157,8 +142,10 @@ struct Gemma4VisionConfig {
       const auto flush = [&] {
         item = ::maxtext::detail::trim(item);
         if (!item.empty()) {
+          Config one;
+          one.extra["image_size_for_vit"] = item;
           std::int64_t s = 0;
-          number("image_size_for_vit", item, s);
+          vit_number(one, "image_size_for_vit", s, "gemma4 vision");
           sizes.push_back(s);
         }
         item.clear();
@@ -229,16 +216,7 @@ struct Gemma4VisionConfig {
     const auto& vc = j["vision_config"];
     Gemma4VisionConfig v;
     const auto get = [&](const nlohmann::json& o, const char* key, auto& out) {
-      if (!o.contains(key) || o[key].is_null()) return;
-      if constexpr (std::is_same_v<std::remove_reference_t<decltype(out)>, std::int64_t>) {
-        MAXTEXT_CHECK(o[key].is_number_integer(), IoError, "[", where, "] vision_config.", key,
-                      ": expected an integer, found ", o[key].dump());
-        out = o[key].get<std::int64_t>();
-      } else {
-        MAXTEXT_CHECK(o[key].is_number(), IoError, "[", where, "] vision_config.", key, ": expected a number, found ",
-                      o[key].dump());
-        out = o[key].get<std::remove_reference_t<decltype(out)>>();
-      }
+      json_number(o, key, out, where, &o == &vc ? "vision_config." : "vision_config.rope_parameters.");
     };
     const auto flag = [&](const char* key) {
       if (!vc.contains(key) || vc[key].is_null()) return false;

@@ -50,6 +50,7 @@
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/linears.hpp"
 #include "maxtext/layers/params.hpp"
+#include "maxtext/layers/vision_config.hpp"
 #include "maxtext/layers/vision_step.hpp"
 
 namespace maxtext::layers {
@@ -135,21 +136,7 @@ struct Llama4VisionConfig {
   /// normalization_layer_epsilon, emb_dim. Unset keys keep Llama 4's values (base.yml's).
   static Llama4VisionConfig from_config(const Config& c) {
     Llama4VisionConfig v;
-    const auto get = [&](const char* key, auto& out) {
-      const auto it = c.extra.find(key);
-      if (it == c.extra.end()) return;
-      try {
-        std::size_t used = 0;
-        if constexpr (std::is_same_v<std::remove_reference_t<decltype(out)>, double>) {
-          out = std::stod(it->second, &used);
-        } else {
-          out = std::stoll(it->second, &used);
-        }
-        MAXTEXT_CHECK(used == it->second.size(), ConfigError, "");
-      } catch (const std::exception&) {
-        throw ConfigError(str("[llama4 vision] ", key, ": expected a number, found '", it->second, "'"));
-      }
-    };
+    const auto get = [&](const char* key, auto& out) { vit_number(c, key, out, "llama4 vision"); };
     get("image_size_for_vit", v.image_size);
     std::int64_t tile = v.image_size;
     get("tile_size_for_vit", tile);
@@ -190,17 +177,7 @@ struct Llama4VisionConfig {
                   where, "] no vision_config: not a Llama 4 checkpoint with a vision model");
     const auto& vc = j["vision_config"];
     Llama4VisionConfig v;
-    const auto get = [&](const nlohmann::json& o, const char* key, auto& out) {
-      if (!o.contains(key) || o[key].is_null()) return;
-      if constexpr (std::is_same_v<std::remove_reference_t<decltype(out)>, std::int64_t>) {
-        MAXTEXT_CHECK(o[key].is_number_integer(), IoError, "[", where, "] ", key, ": expected an integer, found ",
-                      o[key].dump());
-        out = o[key].get<std::int64_t>();
-      } else {
-        MAXTEXT_CHECK(o[key].is_number(), IoError, "[", where, "] ", key, ": expected a number, found ", o[key].dump());
-        out = o[key].get<std::remove_reference_t<decltype(out)>>();
-      }
-    };
+    const auto get = [&](const nlohmann::json& o, const char* key, auto& out) { json_number(o, key, out, where); };
     get(vc, "image_size", v.image_size);
     get(vc, "patch_size", v.patch_size);
     get(vc, "num_channels", v.num_channels);

@@ -48,6 +48,7 @@
 #include "maxtext/layers/context.hpp"
 #include "maxtext/layers/linears.hpp"
 #include "maxtext/layers/params.hpp"
+#include "maxtext/layers/vision_config.hpp"
 #include "maxtext/layers/vision_step.hpp"
 
 namespace maxtext::layers {
@@ -128,12 +129,7 @@ struct Qwen3VisionConfig {
     MAXTEXT_CHECK(vc != nullptr, IoError, "[", where, "] no vision_config: not a Qwen3.5 / Qwen3-Omni checkpoint with a "
                   "vision encoder");
     Qwen3VisionConfig v;
-    const auto get = [&](const char* key, std::int64_t& out) {
-      if (!vc->contains(key) || (*vc)[key].is_null()) return;
-      MAXTEXT_CHECK((*vc)[key].is_number_integer(), IoError, "[", where, "] vision_config.", key,
-                    ": expected an integer, found ", (*vc)[key].dump());
-      out = (*vc)[key].get<std::int64_t>();
-    };
+    const auto get = [&](const char* key, std::int64_t& out) { json_number(*vc, key, out, where, "vision_config."); };
     get("depth", v.num_layers);
     get("hidden_size", v.hidden_size);
     get("intermediate_size", v.intermediate_size);
