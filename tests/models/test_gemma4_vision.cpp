@@ -4,9 +4,12 @@
 // 24 x 36 pixels, a 6 x 9 patch grid pooled 3 x 3 to 2 x 3 soft tokens, 2 layers, head size 12), from MaxText's tree
 // and from the Hugging Face layout, on the test's backend (CPU; CUDA in tests/cuda/test_cuda_gemma4_vision.cu) and, in
 // the CPU build, the reference backend.
-// Tolerance: f32 against f64, as for Gemma 3's and Llama 4's towers: the residual stream per layer within rtol 1e-5,
-// atol 8e-6 (54 keys per softmax, f32 sums of 48-80 products, q / k / v norms); the pooled, standardised and
-// projected outputs at test::tol::f32_logits (they follow every layer, a sqrt(D) scaling and two more products).
+// Tolerance: f32 against f64. The residual stream per layer within rtol 1e-5, atol 3e-5: Gemma 4's post-attention and
+// post-MLP norms rescale each branch to unit RMS whatever its size, so a branch's f32 rounding (sums of 48-80
+// products, 54 keys per softmax, the q / k / v norms) lands at ~1e-5 of the stream's RMS (2.4 after layer 1), not of
+// each entry: measured 1.6e-5 on an entry of -0.044 with clang -O1 (ASan), under 8e-6 with g++ -O3. Gemma 3's and
+// Llama 4's towers, without post-norms, keep atol 8e-6. The pooled, standardised and projected outputs at
+// test::tol::f32_logits (they follow every layer, a sqrt(D) scaling and two more products).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -90,7 +93,7 @@ void check_tower(bool hf) {
   cap.request(kEnc);
   const Tensor<float, 3> out = tower.encode(be, params, pixels, &cap);
   const std::string what = std::string("gemma4_vision") + (hf ? " (hf)" : "") + " on " + Be::name;
-  const testing::Tolerance stream{1e-5, 8e-6};
+  const testing::Tolerance stream{1e-5, 3e-5};
   test::expect_close(cap.at(kEnc + ".vision_entry"), test::npy(dir + "/entry.npy"), test::tol::f32_layer, what + " entry");
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     test::expect_close(cap.at(kEnc + ".layer_" + std::to_string(i)), test::npy(dir + "/layer_" + std::to_string(i) + ".npy"),
