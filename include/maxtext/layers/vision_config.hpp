@@ -1,5 +1,6 @@
-// layers/vision_config.hpp: how the vision towers' configs (families/*/vision.hpp) read their sizes: a MaxText key of
-// the *_for_vit family from Config::extra, or a config.json field, as a number, refused by name when it is not one.
+// layers/vision_config.hpp: how the vision towers (families/*/vision.hpp) read their configs and checkpoints: a
+// MaxText key of the *_for_vit family from Config::extra, or a config.json field, as a number, refused by name when it
+// is not one; and a Hugging Face tensor or Linear mapped to MaxText's name (io::map_vision_tensor / map_vision_linear).
 #pragma once
 
 #include <cstdint>
@@ -7,11 +8,13 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
+#include "maxtext/io/name_mapper.hpp"
 
 namespace maxtext::layers {
 
@@ -52,3 +55,27 @@ void json_number(const nlohmann::json& o, const char* key, T& out, std::string_v
 }
 
 }  // namespace maxtext::layers
+
+namespace maxtext::io {
+
+/// Hugging Face tensor `from` (shape checked) under MaxText's name `to`, as it is.
+inline void map_vision_tensor(detail::NameMapper& m, const std::string& from, const std::string& to,
+                              const std::vector<std::int64_t>& shape) {
+  if (const AnyTensor* t = m.get(from)) {
+    m.shape(*t, shape, from);
+    m.put(to, *t, from);
+  }
+}
+
+/// Hugging Face Linear `from` ([out, in] weight, and the [out] bias when `bias`) as MaxText's DenseGeneral `to`
+/// (kernel [in, out], bias).
+inline void map_vision_linear(detail::NameMapper& m, const std::string& from, const std::string& to, std::int64_t out,
+                              std::int64_t in, bool bias) {
+  if (const AnyTensor* t = m.get(from + ".weight")) {
+    m.shape(*t, {out, in}, from + ".weight");
+    m.put(to + ".kernel", t->permuted({1, 0}), from + ".weight");
+  }
+  if (bias) map_vision_tensor(m, from + ".bias", to + ".bias", {out});
+}
+
+}  // namespace maxtext::io

@@ -558,16 +558,10 @@ inline TensorMap gemma4_vision_from_hf(const TensorMap& hf, const layers::Gemma4
   detail::NameMapper m(hf, sizes, "gemma4 vision", "Gemma 4 vision");
   const std::int64_t D = c.hidden_size, F = c.intermediate_size, H = c.head_dim(), p = c.patch_size;
   const auto tensor = [&](const std::string& from, const std::string& to, const std::vector<std::int64_t>& shape) {
-    if (const AnyTensor* t = m.get(from)) {
-      m.shape(*t, shape, from);
-      m.put(to, *t, from);
-    }
+    map_vision_tensor(m, from, to, shape);
   };
   const auto linear = [&](const std::string& from, const std::string& to, std::int64_t out, std::int64_t in) {
-    if (const AnyTensor* t = m.get(from + ".weight")) {
-      m.shape(*t, {out, in}, from + ".weight");
-      m.put(to + ".kernel", t->permuted({1, 0}), from + ".weight");
-    }
+    map_vision_linear(m, from, to, out, in, false);
   };
   linear(vt + "patch_embedder.input_proj", enc + "vision_entry.input_projection", D, p * p * 3);
   if (const AnyTensor* t = m.get(vt + "patch_embedder.position_embedding_table")) {

@@ -495,17 +495,10 @@ inline TensorMap llama4_vision_from_hf(const TensorMap& hf, const layers::Llama4
   sizes.head_dim = c.head_dim();
   detail::NameMapper m(hf, sizes, "llama4 vision", "Llama 4 vision");
   const auto tensor = [&](const std::string& from, const std::string& to, const std::vector<std::int64_t>& shape) {
-    if (const AnyTensor* t = m.get(from)) {
-      m.shape(*t, shape, from);
-      m.put(to, *t, from);
-    }
+    map_vision_tensor(m, from, to, shape);
   };
   const auto linear = [&](const std::string& from, const std::string& to, std::int64_t out, std::int64_t in, bool bias) {
-    if (const AnyTensor* t = m.get(from + ".weight")) {
-      m.shape(*t, {out, in}, from + ".weight");
-      m.put(to + ".kernel", t->permuted({1, 0}), from + ".weight");
-    }
-    if (bias) tensor(from + ".bias", to + ".bias", {out});
+    map_vision_linear(m, from, to, out, in, bias);
   };
   const auto norm = [&](const std::string& from, const std::string& to) {
     tensor(from + ".weight", to + ".scale", {c.hidden_size});

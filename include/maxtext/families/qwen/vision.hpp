@@ -474,17 +474,10 @@ inline TensorMap qwen3_vision_from_hf(const TensorMap& hf, const layers::Qwen3Vi
   detail::NameMapper m(hf, sizes, "qwen3 vision", "Qwen3 vision");
   const std::int64_t D = c.hidden_size, F = c.intermediate_size, N = c.num_heads, H = c.head_dim(), W = c.merged_width();
   const auto tensor = [&](const std::string& from, const std::string& to, const std::vector<std::int64_t>& shape) {
-    if (const AnyTensor* t = m.get(from)) {
-      m.shape(*t, shape, from);
-      m.put(to, *t, from);
-    }
+    map_vision_tensor(m, from, to, shape);
   };
   const auto linear = [&](const std::string& from, const std::string& to, std::int64_t out, std::int64_t in) {
-    if (const AnyTensor* t = m.get(from + ".weight")) {
-      m.shape(*t, {out, in}, from + ".weight");
-      m.put(to + ".kernel", t->permuted({1, 0}), from + ".weight");
-    }
-    tensor(from + ".bias", to + ".bias", {out});
+    map_vision_linear(m, from, to, out, in, true);
   };
   const auto norm = [&](const std::string& from, const std::string& to, std::int64_t dim) {
     tensor(from + ".weight", to + ".scale", {dim});
