@@ -5,7 +5,8 @@
 // its own first bytes, preprocessed for Gemma 3 at 28 x 28, cut by pan-and-scan, letterboxed as llama.cpp does, and cut
 // into Llama 4 tiles (a tile size and limit from its bytes: the canvas holds the picture's top-left, the values stay
 // in [-1, 1], and the prompt holds a <|patch|> run per tile), and preprocessed for Gemma 4 at Hugging Face's
-// aspect-preserving size (a budget from its bytes: whole windows within it, values in [0, 1]).
+// aspect-preserving size (a budget from its bytes: whole windows within it, values in [0, 1]), and cut into Qwen3
+// patches by either processor (small patches and budgets from its bytes: whole merge windows, values in [-1, 1]).
 #pragma once
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "fuzz_common.hpp"
 #include "maxtext/families/gemma/image_processor.hpp"
 #include "maxtext/families/gemma4/image_processor.hpp"
+#include "maxtext/families/qwen/image_processor.hpp"
 #include "maxtext/families/llama4/image_processor.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/image_resize.hpp"
@@ -92,6 +94,26 @@ inline void fuzz_image(const std::uint8_t* data, std::size_t size) {
     }
   } catch (const maxtext::ArgumentError&) {
     // refused by name: a size that would vanish or exceed the budget (HF's processor raises there too)
+  }
+  // Qwen3's patches: whole merge windows of p x p patches, rows of 3 tp p p values in [-1, 1].
+  io::Qwen3Preprocess q;
+  q.how = a % 2 ? io::Qwen3ImageProcessing::hf : io::Qwen3ImageProcessing::maxtext;
+  q.patch = 1 + b % 4;
+  q.merge = 1 + a % 2;
+  q.min_pixels = 16;
+  q.max_pixels = 16 + (a ^ b) * 64;
+  try {
+    const io::Qwen3Patches qp = io::qwen3_preprocess(img, q);
+    const std::int64_t K = 3 * q.temporal_patch * q.patch * q.patch;
+    if (qp.h % q.merge != 0 || qp.w % q.merge != 0 || qp.pixel_values.dim(0) != qp.h * qp.w ||
+        qp.pixel_values.dim(1) != K) {
+      std::abort();
+    }
+    for (std::int64_t i = 0; i < qp.pixel_values.size(); ++i) {
+      if (!(qp.pixel_values.data()[i] >= -1.0f && qp.pixel_values.data()[i] <= 1.0f)) std::abort();
+    }
+  } catch (const maxtext::ArgumentError&) {
+    // refused by name: an aspect ratio above 200 (the processor raises there too)
   }
 }
 
