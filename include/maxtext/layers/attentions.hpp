@@ -322,7 +322,12 @@ class Attention {
     if (rope_.kind != RopeKind::none || (args_.temperature_tuning && args_.is_nope_layer)) {
       pos = &ctx.host_positions(pos_buf);
     }
-    if (rope_.kind != RopeKind::none) {
+    StepRope step_rope;
+    if (rope_.kind != RopeKind::none && !st.mrope_positions.empty()) {
+      step_rope = mrope_step(ctx.be, st, M);  // a picture's 3-D positions: this step's own table
+      ctx.be.rotary(q, step_rope.positions.cview(), step_rope.table);
+      ctx.be.rotary(k, step_rope.positions.cview(), step_rope.table);
+    } else if (rope_.kind != RopeKind::none) {
       check_positions(*pos, st);
       const RotaryTable& t = table(ctx.be);
       ctx.be.rotary(q, st.positions, t);
@@ -381,7 +386,11 @@ class Attention {
         norm_heads(ctx, query_norm_, p.query_norm, q);
       }
     }
-    if (rope_.kind != RopeKind::none) {
+    StepRope step_rope;
+    if (rope_.kind != RopeKind::none && !ctx.step.mrope_positions.empty()) {
+      step_rope = mrope_step(ctx.be, ctx.step, M);
+      ctx.be.rotary(q, step_rope.positions.cview(), step_rope.table);
+    } else if (rope_.kind != RopeKind::none) {
       std::vector<std::int32_t> pos_buf;
       check_positions(ctx.host_positions(pos_buf), ctx.step);
       ctx.be.rotary(q, ctx.step.positions, table(ctx.be));
@@ -446,6 +455,25 @@ class Attention {
       View<A, 2> r(t.data() + i * t.stride(1), {M, d}, {t.stride(0), 1});
       norm.forward(ctx, p, r, r);
     }
+  }
+
+  /// A step's own MRoPE table (the tokens' 3-D positions, StepInfo::mrope_positions) and the positions 0..M-1 that
+  /// select its rows, in the backend's memory; kept until the step's attention has run.
+  struct StepRope {
+    RotaryTable table;
+    Tensor<std::int32_t, 1> positions;
+  };
+  StepRope mrope_step(const B& be, const StepInfo& st, std::int64_t M) const {
+    MAXTEXT_CHECK(static_cast<std::int64_t>(st.mrope_positions.size()) == 3 * M, ArgumentError, "[Attention] ",
+                  st.mrope_positions.size(), " 3-D positions for ", M, " tokens (expected [3, ", M, "])");
+    StepRope r;
+    r.table = build_mrope_step_table(rope_, st.mrope_positions, M);
+    Tensor<std::int32_t, 1> iota({M});
+    for (std::int64_t m = 0; m < M; ++m) iota(m) = static_cast<std::int32_t>(m);
+    r.table.cos = upload(be, std::move(r.table.cos));
+    r.table.sin = upload(be, std::move(r.table.sin));
+    r.positions = upload(be, std::move(iota));
+    return r;
   }
 
   void check_positions(const std::vector<std::int32_t>& pos, const StepInfo& st) const {

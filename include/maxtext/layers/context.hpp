@@ -40,6 +40,9 @@ struct StepInfo {
   View<const std::int32_t, 1> valid_len;              ///< [B]: = valid, in backend memory (empty = all T valid)
   View<const std::int32_t, 2> bidir_begin;            ///< [B, T] or empty: the cache range [begin, end) of the picture
   View<const std::int32_t, 2> bidir_end;              ///< a query belongs to, which it sees whole (AttentionMask)
+  /// host [3, B*T]: MRoPE's temporal, height and width positions (use_mrope; a picture's tokens), or empty: every
+  /// layer takes `positions` (for MRoPE all three rows equal to them)
+  std::vector<std::int32_t> mrope_positions;
   std::int64_t tokens() const { return batch * length; }
 };
 

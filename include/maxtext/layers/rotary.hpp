@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -24,9 +25,10 @@
 
 namespace maxtext::layers {
 
-/// mrope: MaxText's Qwen3OmniMoeThinkerTextRotaryEmbedding (use_mrope) at text positions, where the temporal, height
-/// and width positions are all the token's position, so its section interleaving selects equal angles: partial RoPE
-/// with angles p * (1 / timescale) and cos / sin kept in f32 (not rounded to the input dtype).
+/// mrope: MaxText's Qwen3OmniMoeThinkerTextRotaryEmbedding (use_mrope). At text positions the temporal, height and
+/// width positions are all the token's position, so its section interleaving selects equal angles: partial RoPE with
+/// angles p * (1 / timescale) and cos / sin kept in f32 (not rounded to the input dtype), the shared table. A step
+/// with a picture's 3-D positions (StepInfo::mrope_positions) takes a table of its own (build_mrope_step_table).
 enum class RopeKind : std::uint8_t { none, default_rope, llama31, yarn, mrope };
 
 /// Settings of one rotary embedding; build_rotary_table turns them into a RotaryTable.
@@ -58,13 +60,16 @@ struct RopeSpec {
   bool yarn_truncate = true;
   bool yarn_attention_scaling = false;
   bool yarn_pairwise = false;  ///< rope_pairwise: interleaved output, math in f32 (needs interleaved input)
+  /// MRoPE only: mrope_section, the frequencies the temporal, height and width positions turn (sum = rot_dims / 2).
+  std::int64_t mrope_t = 0, mrope_h = 0, mrope_w = 0;
 
   /// Every field, for ordering (the table cache key).
   auto key() const {
     return std::make_tuple(static_cast<int>(kind), head_dim, rot_dims, min_timescale, max_timescale, linear_scaling, rotated_pairs,
                            llama31_use_scale, llama31_factor, llama31_low_freq_factor, llama31_high_freq_factor,
                            llama31_original_context, interleaved, max_position_embeddings, original_max_position_embeddings,
-                           rope_factor, beta_fast, beta_slow, yarn_truncate, yarn_attention_scaling, yarn_pairwise);
+                           rope_factor, beta_fast, beta_slow, yarn_truncate, yarn_attention_scaling, yarn_pairwise,
+                           mrope_t, mrope_h, mrope_w);
   }
 };
 
@@ -242,6 +247,10 @@ MAXTEXT_API RopeSpec select_rope(const Config& c, const RopeArgs& a) {
     MAXTEXT_CHECK(s.rot_dims > 0 && s.rot_dims % 2 == 0 && freqs == s.rot_dims / 2, ConfigError, "[rope] use_mrope: ",
                   s.rot_dims, " rotary dims (", a.dims, " x partial_rotary_factor ", f,
                   ") must be even and twice the frequencies of mrope_section ", c.mrope_section(), " (", freqs, ")");
+    const auto sec = c.mrope_section();
+    s.mrope_t = sec[0];
+    s.mrope_h = sec[1];
+    s.mrope_w = sec[2];
     return s;
   }
   if (detail::starts_with(c.model_name, "llama3.1") || detail::starts_with(type, "llama3.1")) {
@@ -287,6 +296,46 @@ MAXTEXT_API RopeSpec select_rope(const Config& c, const RopeArgs& a) {
   s.linear_scaling = c.rope_linear_scaling_factor;
   if (detail::starts_with(c.model_name, "gemma3") && a.local_sliding) s.linear_scaling = 1.0;
   return s;
+}
+#endif
+
+/// MRoPE's cos / sin for the M tokens of one step from their 3-D positions `pos3` [3, M] (temporal, height, width),
+/// row m for token m (rotate with positions 0..M-1). embeddings.py Qwen3OmniMoeThinkerTextRotaryEmbedding:
+/// freqs[s, i] = position_s * (1 / timescale_i) in f32, then _apply_interleaved_mrope: frequency i takes the height
+/// position when i % 3 == 1 and i < 3 * mrope_section[1], the width position when i % 3 == 2 and i < 3 *
+/// mrope_section[2], the temporal one otherwise; cos / sin of it in f32. At equal positions it is the shared table's row.
+MAXTEXT_API RotaryTable build_mrope_step_table(const RopeSpec& spec, std::span<const std::int32_t> pos3, std::int64_t M);
+#if MAXTEXT_API_DEFINITIONS
+MAXTEXT_API RotaryTable build_mrope_step_table(const RopeSpec& spec, std::span<const std::int32_t> pos3, std::int64_t M) {
+  MAXTEXT_CHECK(spec.kind == RopeKind::mrope, ConfigError, "[rope] 3-D positions are MRoPE's (use_mrope); this layer's "
+                "rotary embedding takes one position per token");
+  MAXTEXT_CHECK(M > 0 && static_cast<std::int64_t>(pos3.size()) == 3 * M, ArgumentError, "[rope] 3-D positions: ",
+                pos3.size(), " values for ", M, " tokens (expected [3, ", M, "])");
+  const std::int64_t d = spec.rot_dims > 0 ? spec.rot_dims : spec.head_dim, half = d / 2;
+  MAXTEXT_CHECK(spec.mrope_t + spec.mrope_h + spec.mrope_w == half, ConfigError, "[rope] mrope_section [", spec.mrope_t,
+                ", ", spec.mrope_h, ", ", spec.mrope_w, "] does not sum to the ", half, " rotary frequencies");
+  RotaryTable t;
+  t.rot_dims = d;
+  t.layout = RopeLayout::half_split;
+  t.round_sincos_to_input = false;
+  t.cos = Tensor<float, 2>({M, half});
+  t.sin = Tensor<float, 2>({M, half});
+  std::vector<float> freq(static_cast<std::size_t>(half));
+  std::vector<int> row(static_cast<std::size_t>(half), 0);
+  for (std::int64_t i = 0; i < half; ++i) {
+    freq[static_cast<std::size_t>(i)] = 1.0f / detail::timescale(i, d, spec.min_timescale, spec.max_timescale);
+    if (i % 3 == 1 && i < 3 * spec.mrope_h) row[static_cast<std::size_t>(i)] = 1;
+    if (i % 3 == 2 && i < 3 * spec.mrope_w) row[static_cast<std::size_t>(i)] = 2;
+  }
+  for (std::int64_t m = 0; m < M; ++m) {
+    for (std::int64_t i = 0; i < half; ++i) {
+      const std::int32_t p = pos3[static_cast<std::size_t>(row[static_cast<std::size_t>(i)] * M + m)];
+      const float angle = static_cast<float>(p) * freq[static_cast<std::size_t>(i)];
+      t.cos(m, i) = std::cos(angle);
+      t.sin(m, i) = std::sin(angle);
+    }
+  }
+  return t;
 }
 #endif
 

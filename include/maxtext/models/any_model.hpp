@@ -102,9 +102,11 @@ class AnySession {
   virtual const std::vector<std::int32_t>& tokens() const = 0;
   virtual void rewind(std::int64_t n) = 0;
   /// Make the conversation exactly `ids` (rewinds to the common prefix); returns that prefix's length. With pictures:
-  /// media_mask [1, ids.size()] marks the soft tokens, media_embeddings [n, emb_dim] their rows (Session::sync).
+  /// media_mask [1, ids.size()] marks the soft tokens, media_embeddings [n, emb_dim] their rows, media_positions
+  /// [3, ids.size()] MRoPE's 3-D positions on a use_mrope model (Session::sync).
   virtual std::int64_t sync(const std::vector<std::int32_t>& ids, const Tensor<std::int32_t, 2>* media_mask = nullptr,
-                            const Tensor<float, 2>* media_embeddings = nullptr) = 0;
+                            const Tensor<float, 2>* media_embeddings = nullptr,
+                            const Tensor<std::int32_t, 2>* media_positions = nullptr) = 0;
   virtual GenerateResult generate(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt) = 0;
   /// generate() with drafts from `drafter` (Session::generate_speculative); a drafter that runs this session's model
   /// is refused, as for AnyModel::generate_speculative.
@@ -133,6 +135,7 @@ struct ForwardRequest {
   layers::Capture* capture = nullptr;
   const Tensor<std::int32_t, 2>* media_mask = nullptr;  ///< ForwardOptions::media_mask / media_embeddings
   const Tensor<float, 2>* media_embeddings = nullptr;
+  const Tensor<std::int32_t, 3>* mrope_positions = nullptr;  ///< ForwardOptions::mrope_positions [3, B, T]
   /// >= 0: the tokens' rows are the cache's slots [first_slot, first_slot + B), the others untouched
   /// (ForwardOptions::first_slot); -1: all of its slots.
   std::int64_t first_slot = -1;
@@ -255,6 +258,7 @@ class AnyDraftModel {
     r.capture = fo.capture;
     r.media_mask = fo.media_mask;
     r.media_embeddings = fo.media_embeddings;
+    r.mrope_positions = fo.mrope_positions;
     r.first_slot = fo.first_slot;
     r.row_lengths = fo.row_lengths;
     return m_.forward(r);

@@ -146,8 +146,9 @@ class SessionImpl final : public AnySession {
   const std::vector<std::int32_t>& tokens() const override { return session_.tokens(); }
   void rewind(std::int64_t n) override { session_.rewind(n); }
   std::int64_t sync(const std::vector<std::int32_t>& ids, const Tensor<std::int32_t, 2>* media_mask = nullptr,
-                    const Tensor<float, 2>* media_embeddings = nullptr) override {
-    return session_.sync(ids, media_mask, media_embeddings);
+                    const Tensor<float, 2>* media_embeddings = nullptr,
+                    const Tensor<std::int32_t, 2>* media_positions = nullptr) override {
+    return session_.sync(ids, media_mask, media_embeddings, media_positions);
   }
   GenerateResult generate(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -275,6 +276,7 @@ class AnyModelImpl final : public AnyModel {
     fo.capture = r.capture;
     fo.media_mask = r.media_mask;
     fo.media_embeddings = r.media_embeddings;
+    fo.mrope_positions = r.mrope_positions;
     fo.first_slot = r.first_slot;
     fo.row_lengths = r.row_lengths;
     MAXTEXT_CHECK(r.first_slot < 0 || r.cache != nullptr, ArgumentError,

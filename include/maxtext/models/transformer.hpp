@@ -57,6 +57,11 @@ enum class MtpHidden : std::uint8_t { raw, normed };
 struct ForwardOptions {
   /// Positions for rotary / position embeddings; default: each row's cache length + t.
   const Tensor<std::int32_t, 2>* positions = nullptr;
+  /// MRoPE's 3-D positions [3, B, T] (temporal, height, width) instead of `positions` (use_mrope models: Qwen3.5,
+  /// Qwen3-VL, Qwen3-Omni): a picture's tokens sit at (start, start + row, start + column) of its merged grid and the
+  /// text after it at the largest position so far + 1 (MaxText's get_rope_index; models::qwen3_rope_index makes
+  /// them). The layers that take one position per token take the temporal row. Needed with media on such a model.
+  const Tensor<std::int32_t, 3>* mrope_positions = nullptr;
   /// Segment ids for packed sequences (1 = real token, 0 = padding in MaxText's convention); default: none.
   const Tensor<std::int32_t, 2>* segment_ids = nullptr;
   /// Valid tokens per row [B] (right padding beyond); default: all T. The cache advances by this many.
@@ -68,6 +73,9 @@ struct ForwardOptions {
   /// Media input (MaxText's multimodal_input): the token embeddings at the nonzero positions of `media_mask` [B, T]
   /// are replaced by the rows of `media_embeddings` [n, emb_dim] (host f32, rounded to the activation type), the
   /// k-th marked position (row-major over b, t) taking row k (decoders.py _apply_embedding: merge_mm_embeddings).
+  /// Rows of (1 + k) * emb_dim carry deepstack features after the soft token (Qwen3-VL / Qwen3-Omni): columns
+  /// [(1 + j) * emb_dim, (2 + j) * emb_dim) are added to decoder layer j's output at the marked positions
+  /// (decoders.py deepstack_process), j < k.
   /// Layer types say whether they take media (layers::MediaMerge); for Gemma 3 and Gemma 4 each run of consecutive
   /// marked tokens is one picture, which its tokens see whole: a run must end within the pass (split a long prompt
   /// between pictures, never inside one) and lie within one segment.
@@ -743,6 +751,15 @@ class Transformer {
     }
     check_shape_opt("positions", opt.positions, Bn, T);
     check_shape_opt("segment_ids", opt.segment_ids, Bn, T);
+    if (opt.mrope_positions != nullptr) {
+      const auto& mp = *opt.mrope_positions;
+      MAXTEXT_CHECK(cfg_.use_mrope, UnsupportedError, "[forward] mrope_positions: decoder_block '", cfg_.decoder_block,
+                    "' without use_mrope takes one position per token (ForwardOptions::positions)");
+      MAXTEXT_CHECK(opt.positions == nullptr, ArgumentError, "[forward] positions and mrope_positions both given: "
+                    "with 3-D positions the layers that take one position read the temporal row");
+      MAXTEXT_CHECK(mp.dim(0) == 3 && mp.dim(1) == Bn && mp.dim(2) == T, ArgumentError, "[forward] mrope_positions has "
+                    "shape ", mp.shape(), ", expected [3, ", Bn, ", ", T, "] (temporal, height, width)");
+    }
     // A recurrent cache (Gated DeltaNet) takes no packed or padded segments; all-ones ids (MaxText dumps) say nothing
     // and are dropped. Checked before the cache is touched, so a refused call leaves it as it was.
     const Tensor<std::int32_t, 2>* seg_ids = opt.segment_ids;
@@ -778,11 +795,22 @@ class Transformer {
     for (std::int64_t b = 0; b < Bn; ++b) {
       kv_len[static_cast<std::size_t>(b)] = step.start[static_cast<std::size_t>(b)] + static_cast<std::int32_t>(T);
       for (std::int64_t t = 0; t < T; ++t) {
-        const std::int32_t p = opt.positions ? (*opt.positions)(b, t) : step.start[static_cast<std::size_t>(b)] + static_cast<std::int32_t>(t);
+        const std::int32_t p = opt.positions          ? (*opt.positions)(b, t)
+                               : opt.mrope_positions  ? (*opt.mrope_positions)(0, b, t)
+                                                      : step.start[static_cast<std::size_t>(b)] + static_cast<std::int32_t>(t);
         MAXTEXT_CHECK(p >= 0 && (max_pos <= 0 || p < max_pos), ArgumentError, "[forward] position ", p, " at [", b, ",", t,
-                      "] outside [0, ", max_pos, ")");
+                      "]: expected 0 <= position", max_pos > 0 ? " < " + std::to_string(max_pos) : std::string());
         pos[static_cast<std::size_t>(b * T + t)] = p;
+        for (std::int64_t r = 1; opt.mrope_positions != nullptr && r < 3; ++r) {
+          const std::int32_t q = (*opt.mrope_positions)(r, b, t);
+          MAXTEXT_CHECK(q >= 0 && (max_pos <= 0 || q < max_pos), ArgumentError, "[forward] mrope_positions ",
+                        r == 1 ? "height" : "width", " position ", q, " at [", b, ",", t, "]: expected 0 <= position",
+                        max_pos > 0 ? " < " + std::to_string(max_pos) : std::string());
+        }
       }
+    }
+    if (opt.mrope_positions != nullptr) {
+      step.mrope_positions.assign(opt.mrope_positions->data(), opt.mrope_positions->data() + 3 * Bn * T);
     }
     st.ids = to_device<1>(tokens.data(), {Bn * T});
     step.positions = to_device<1>(pos.data(), {Bn * T});
@@ -857,6 +885,7 @@ class Transformer {
               layer.forward(ctx, std::get<typename LT::Params>(params_.layers[i]), cache.layer(i), x);
             },
             layers_[i]);
+        if (st.n_media > 0 && g < opt.media_embeddings->dim(1) / cfg_.emb_dim - 1) add_deepstack(opt, g, x);
         if (replica_check_) check_replicas(View<const A, 2>(x), layer_info(i).name);
         if (pipelined() && g + 1 < L && cfg_.pipeline_owner(g + 1) != stage) {
           pipe_transfer(x, cfg_.pipeline_owner(g + 1), true, layer_info(i).name);
@@ -1084,8 +1113,20 @@ class Transformer {
     MAXTEXT_CHECK(engram_ == nullptr, UnsupportedError, "[forward] media embeddings with Engram layers are not supported");
     check_shape_opt("media_mask", opt.media_mask, Bn, T);
     const Tensor<float, 2>& e = *opt.media_embeddings;
-    MAXTEXT_CHECK(e.dim(1) == cfg_.emb_dim, ArgumentError, "[forward] media_embeddings are [", e.dim(0), ", ", e.dim(1),
-                  "], rows of emb_dim ", cfg_.emb_dim, " expected");
+    const std::int64_t D = cfg_.emb_dim, deep = e.dim(1) / D - 1;
+    MAXTEXT_CHECK(e.dim(1) % D == 0 && deep >= 0, ArgumentError, "[forward] media_embeddings are [", e.dim(0), ", ",
+                  e.dim(1), "], rows of emb_dim ", D, " expected (or (1 + k) x emb_dim with k deepstack features)");
+    MAXTEXT_CHECK(deep <= cfg_.num_decoder_layers, ArgumentError, "[forward] media_embeddings carry ", deep,
+                  " deepstack features for ", cfg_.num_decoder_layers, " decoder layers");
+    MAXTEXT_CHECK(deep == 0 || streams_ == 1, UnsupportedError, "[forward] deepstack features with mHC's residual "
+                  "streams (mhc_expansion_rate ", streams_, ") are not supported");
+    // MaxText builds 3-D positions for every multimodal prompt of a use_mrope model (decode.py get_rope_index):
+    // pictures at text positions would run silently differently.
+    bool marked = false;
+    for (std::int64_t i = 0; i < opt.media_mask->size() && !marked; ++i) marked = opt.media_mask->data()[i] != 0;
+    MAXTEXT_CHECK(!cfg_.use_mrope || !marked || opt.mrope_positions != nullptr, ArgumentError, "[forward] media on a "
+                  "use_mrope model need MRoPE's 3-D positions (ForwardOptions::mrope_positions; models::qwen3_rope_index "
+                  "makes them): its pictures' tokens do not sit at text positions");
     const auto& m = *opt.media_mask;
     std::int64_t n = 0;
     for (std::int64_t b = 0; b < Bn; ++b) {
@@ -1115,9 +1156,11 @@ class Transformer {
   void merge_media(const ForwardOptions& opt, layers::StepInfo& step, View<A, 2> x, bool rows_too = true) {
     const auto& m = *opt.media_mask;
     const Tensor<float, 2>& e = *opt.media_embeddings;
-    const std::int64_t Bn = step.batch, T = step.length, D = cfg_.emb_dim;
-    std::vector<A> rows(static_cast<std::size_t>(e.size()));
-    for (std::int64_t i = 0; i < e.size(); ++i) rows[static_cast<std::size_t>(i)] = from_float<A>(e.data()[i]);
+    const std::int64_t Bn = step.batch, T = step.length, D = cfg_.emb_dim, W = e.dim(1);
+    std::vector<A> rows(static_cast<std::size_t>(e.dim(0) * D));  // the soft tokens' columns (deepstack after them)
+    for (std::int64_t r = 0; r < e.dim(0); ++r) {
+      for (std::int64_t c = 0; c < D; ++c) rows[static_cast<std::size_t>(r * D + c)] = from_float<A>(e.data()[r * W + c]);
+    }
     std::vector<std::int32_t> begin, end;
     if (kMedia == layers::MediaMerge::bidirectional) {
       begin.assign(static_cast<std::size_t>(Bn * T), 0);
@@ -1154,6 +1197,28 @@ class Transformer {
       step.bidir_begin = to_device<2>(begin.data(), {Bn, T});
       step.bidir_end = to_device<2>(end.data(), {Bn, T});
     }
+  }
+  /// decoders.py deepstack_process after decoder layer j: x += the soft tokens' deepstack features j at the marked
+  /// rows (zero elsewhere), in the activation type.
+  void add_deepstack(const ForwardOptions& opt, std::int64_t j, View<A, 2> x) {
+    const auto& m = *opt.media_mask;
+    const Tensor<float, 2>& e = *opt.media_embeddings;
+    const std::int64_t M = x.dim(0), D = cfg_.emb_dim, W = e.dim(1);
+    std::vector<A> host(static_cast<std::size_t>(M * D), from_float<A>(0.0f));
+    std::int64_t k = 0;
+    for (std::int64_t r = 0; r < M; ++r) {
+      if (m.data()[r] == 0) continue;
+      for (std::int64_t c = 0; c < D; ++c) {
+        host[static_cast<std::size_t>(r * D + c)] = from_float<A>(e.data()[k * W + (1 + j) * D + c]);
+      }
+      ++k;
+    }
+    ScratchScope scope(scratch_);
+    View<A, 2> d = scratch_.template alloc<A, 2>({M, D});
+    be_.synchronize();
+    be_.copy(d.data(), host.data(), host.size() * sizeof(A), CopyKind::host_to_device);
+    be_.add(View<const A, 2>(x), View<const A, 2>(d), x);
+    be_.synchronize();
   }
   std::int64_t max_positions() const {
     if (cfg_.trainable_position_size > 0) return cfg_.trainable_position_size;

@@ -32,6 +32,8 @@ template <TensorPolicy P>
 class Qwen3DecoderLayer : public detail::PrePostNormDecoderLayer<P> {
  public:
   static constexpr const char* decoder_block_name = "qwen3";  ///< its line in core/decoder_blocks.hpp
+  /// Qwen3-VL's pictures: soft tokens merged, attending as text (MRoPE's 3-D positions, deepstack rows: ForwardOptions).
+  static constexpr MediaMerge media_merge = MediaMerge::causal;
   using Base = detail::PrePostNormDecoderLayer<P>;
   using typename Base::Params;
 
@@ -71,6 +73,8 @@ template <TensorPolicy P>
 class Qwen3MoeDecoderLayer : public detail::PrePostNormMoeDecoderLayer<P, detail::Qwen3MoeNames<P>> {
  public:
   static constexpr const char* decoder_block_name = "qwen3_moe";  ///< its line in core/decoder_blocks.hpp
+  /// Qwen3-Omni's / Qwen3-VL-MoE's pictures: merged as for Qwen3DecoderLayer.
+  static constexpr MediaMerge media_merge = MediaMerge::causal;
   using Base = detail::PrePostNormMoeDecoderLayer<P, detail::Qwen3MoeNames<P>>;
   using typename Base::Params;
   using Base::Base;

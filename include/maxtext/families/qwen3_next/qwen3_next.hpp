@@ -238,6 +238,8 @@ class Qwen3NextDecoderLayer {
   static constexpr const char* decoder_block_name = "qwen3_next";  ///< its line in core/decoder_blocks.hpp
   using A = typename P::act_t;
   static constexpr FinalNorm final_norm = FinalNorm::rms_offset_one;  ///< decoders.py: Qwen3NextRMSNorm
+  /// Qwen3.5's pictures: soft tokens merged, attending as text, at MRoPE's 3-D positions (ForwardOptions).
+  static constexpr MediaMerge media_merge = MediaMerge::causal;
   /// The token mixer's parameter and capture name (both kinds).
   static constexpr const char* attention_name = "attention";
   /// The multi-token prediction layers are Qwen3-Next's own (vLLM qwen3_next_mtp.py / qwen3_5_mtp.py; MaxText builds
