@@ -217,7 +217,7 @@ class BatchScheduler {
     job.fo = &fo;
     job.slot = cache.slot_;
     const bool plain = fo.last_only && fo.positions == nullptr && fo.segment_ids == nullptr && fo.capture == nullptr &&
-                       fo.media_mask == nullptr && fo.media_embeddings == nullptr;
+                       fo.media_mask == nullptr && fo.media_embeddings == nullptr && fo.mrope_positions == nullptr;
     job.decode = plain && tokens.dim(1) == 1;
     job.plain = plain;
     job.chunked = plain && opt_.prefill_chunk > 0 && tokens.dim(1) > opt_.prefill_chunk;

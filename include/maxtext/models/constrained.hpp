@@ -160,6 +160,8 @@ GenerateResult generate_constrained(Session<Model>& session, const Tok& tk, cons
   MAXTEXT_CHECK(opt.max_new_tokens >= 0, ArgumentError, "[constrained] max_new_tokens must be >= 0");
   MAXTEXT_CHECK(opt.top_logprobs >= 0, ArgumentError, "[constrained] top_logprobs must be >= 0");
   grammar::Matcher matcher(std::move(g));
+  MAXTEXT_CHECK(opt.media_positions == nullptr, UnsupportedError, "[constrained] pictures with MRoPE's 3-D positions "
+                "(media_positions) are not supported with a grammar yet");
   session.append(new_tokens, opt.media_mask, opt.media_embeddings);
   MAXTEXT_CHECK(session.length() > 0, ArgumentError, "[constrained] empty conversation (a BOS token at least is needed)");
   MAXTEXT_CHECK(session.length() + opt.max_new_tokens <= session.capacity(), ArgumentError, "[constrained] ",

@@ -77,6 +77,9 @@ struct GenerateOptions {
   /// media_embeddings [n, emb_dim], in row-major order (0 beyond a prompt's length). The prefill merges them.
   const Tensor<std::int32_t, 2>* media_mask = nullptr;
   const Tensor<float, 2>* media_embeddings = nullptr;
+  /// [3, B, longest prompt]: MRoPE's 3-D positions of the prompts (ForwardOptions::mrope_positions; use_mrope models,
+  /// MediaPrompt::positions); the generated tokens continue each row at its largest prompt position + 1.
+  const Tensor<std::int32_t, 3>* media_positions = nullptr;
 };
 
 struct GenerateResult {
@@ -253,6 +256,23 @@ GenerateResult generate(Model& model, const std::vector<std::vector<std::int32_t
   fo.row_lengths = &lens;
   fo.media_mask = opt.media_mask;
   fo.media_embeddings = opt.media_embeddings;
+  fo.mrope_positions = opt.media_positions;
+  // With 3-D positions each row's generated tokens continue at its largest prompt position + 1 (MaxText's
+  // mrope_position_deltas), one position each.
+  Tensor<std::int32_t, 2> next_pos;
+  if (opt.media_positions != nullptr) {
+    const auto& mp = *opt.media_positions;
+    MAXTEXT_CHECK(mp.dim(0) == 3 && mp.dim(1) == Bn && mp.dim(2) == T, ArgumentError, "[generate] media_positions has "
+                  "shape ", mp.shape(), ", expected [3, ", Bn, ", ", T, "]");
+    next_pos = Tensor<std::int32_t, 2>({Bn, 1});
+    for (std::int64_t b = 0; b < Bn; ++b) {
+      std::int32_t mx = -1;
+      for (std::int64_t r = 0; r < 3; ++r) {
+        for (std::int64_t t = 0; t < lens[static_cast<std::size_t>(b)]; ++t) mx = std::max(mx, mp(r, b, t));
+      }
+      next_pos(b, 0) = mx + 1;
+    }
+  }
   auto t0 = clock::now();
   Tensor<float, 3> logits = model.forward(tok, cache, fo);
   res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
@@ -280,7 +300,11 @@ GenerateResult generate(Model& model, const std::vector<std::vector<std::int32_t
       finish_all(FinishReason::cancelled);
       break;
     }
+    if (opt.media_positions != nullptr) step.positions = &next_pos;
     logits = model.forward(next, cache, step);
+    if (opt.media_positions != nullptr) {
+      for (std::int64_t b = 0; b < Bn; ++b) ++next_pos(b, 0);
+    }
     ++res.decode_steps;
     finished = choose();
   }

@@ -22,6 +22,9 @@ struct MediaPrompt {
   std::vector<std::int32_t> ids;  ///< the prompt, each picture's marker expanded to its image tokens
   Tensor<std::int32_t, 2> mask;   ///< [1, ids.size()]: 1 at the soft tokens
   Tensor<float, 2> embeddings;    ///< [soft tokens, emb_dim]: the soft tokens' rows, in order
+  /// [3, ids.size()]: MRoPE's 3-D positions of the ids from 0 (Qwen pictures: qwen3_rope_index), or empty (the model
+  /// takes text positions). Session::append / sync and GenerateOptions::media_positions take them.
+  Tensor<std::int32_t, 2> positions;
 };
 
 /// A MediaPrompt of expanded `ids` whose `soft` ids take the first rows of `rows` [>= count, width] (host), in order.

@@ -14,7 +14,10 @@
 // Pictures (models that take media, ForwardOptions::media_mask): append / sync / generate take a mask over their ids
 // and the soft tokens' rows; the session keeps each soft token's row beside its id, so a later sync reuses the cache
 // only while ids and rows agree, and never keeps part of a picture (its tokens attend to each other whole): a
-// rewind or a prefix that ends inside a picture goes back to the picture's first token.
+// rewind or a prefix that ends inside a picture goes back to the picture's first token. On a use_mrope model (Qwen3.5,
+// Qwen3-VL, Qwen3-Omni) the pictures come with MRoPE's 3-D positions (media_positions, as get_rope_index gives them for
+// those ids from 0); the session places them after the largest position so far, and the text after a picture at the
+// largest position + 1, so that every later pass takes the positions a one-shot run of the conversation would.
 //
 // Speculative decoding: generate_speculative(new_tokens, opt, drafter) with prompt lookup, a draft model or any drafter;
 // generate_mtp_speculative(new_tokens, opt) with the model's own MTP layers, whose caches the session then keeps beside
@@ -27,6 +30,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -97,18 +101,23 @@ class Session {
     const std::int64_t keep = picture_start(n);
     tokens_.resize(static_cast<std::size_t>(n));
     media_.resize(static_cast<std::size_t>(n));
+    if (pos3_.size() > static_cast<std::size_t>(n)) pos3_.resize(static_cast<std::size_t>(n));
     rewind_cache(std::min(keep, cached()));
   }
   void clear() { rewind(0); }
   /// Append tokens to the conversation (run through the model on the next logits() / generate()). With pictures:
   /// `media_mask` [1, ids.size()] marks the soft tokens, whose embeddings are the rows of `media_embeddings`
-  /// [n, emb_dim] in order.
+  /// [n, emb_dim] in order; on a use_mrope model `media_positions` [3, ids.size()] are the ids' 3-D positions from 0
+  /// (MediaPrompt::positions), placed after the conversation's.
   void append(const std::vector<std::int32_t>& ids, const Tensor<std::int32_t, 2>* media_mask = nullptr,
-              const Tensor<float, 2>* media_embeddings = nullptr) {
+              const Tensor<float, 2>* media_embeddings = nullptr,
+              const Tensor<std::int32_t, 2>* media_positions = nullptr) {
     MAXTEXT_CHECK(length() + static_cast<std::int64_t>(ids.size()) <= capacity(), ArgumentError, "[Session] ", length(),
                   " tokens + ", ids.size(), " more exceed the capacity ", capacity());
     const auto rows = media_rows(ids, media_mask, media_embeddings);
+    check_positions(ids, media_mask, media_positions);
     if (!ids.empty()) logits_valid_ = false;
+    if (media_positions != nullptr) add_positions(*media_positions, 0);
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
     media_.insert(media_.end(), rows.begin(), rows.end());
   }
@@ -116,10 +125,21 @@ class Session {
   /// ids and soft-token rows (back to a picture's start if it ends inside one), append the rest. Returns the prefix's
   /// length.
   std::int64_t sync(const std::vector<std::int32_t>& ids, const Tensor<std::int32_t, 2>* media_mask = nullptr,
-                    const Tensor<float, 2>* media_embeddings = nullptr) {
+                    const Tensor<float, 2>* media_embeddings = nullptr,
+                    const Tensor<std::int32_t, 2>* media_positions = nullptr) {
     const auto rows = media_rows(ids, media_mask, media_embeddings);
+    check_positions(ids, media_mask, media_positions);
     std::size_t p = 0;
-    while (p < ids.size() && p < tokens_.size() && ids[p] == tokens_[p] && rows[p] == media_[p]) ++p;
+    const auto same_position = [&](std::size_t q) {
+      const auto mine = position(static_cast<std::int64_t>(q));
+      for (std::int64_t r = 0; r < 3; ++r) {
+        const std::int32_t theirs = media_positions ? (*media_positions)(r, static_cast<std::int64_t>(q))
+                                                    : static_cast<std::int32_t>(q);
+        if (mine[static_cast<std::size_t>(r)] != theirs) return false;
+      }
+      return true;
+    };
+    while (p < ids.size() && p < tokens_.size() && ids[p] == tokens_[p] && rows[p] == media_[p] && same_position(p)) ++p;
     // A prefix ending inside a picture (of the old conversation or of the new one) keeps none of it.
     const auto inside = [&](std::size_t q) {
       return q > 0 && !rows[q - 1].empty() &&
@@ -132,6 +152,7 @@ class Session {
     MAXTEXT_CHECK(length() + static_cast<std::int64_t>(ids.size() - p) <= capacity(), ArgumentError, "[Session] ",
                   length(), " tokens + ", ids.size() - p, " more exceed the capacity ", capacity());
     if (p < ids.size()) logits_valid_ = false;
+    if (media_positions != nullptr) add_positions(*media_positions, static_cast<std::int64_t>(p));
     tokens_.insert(tokens_.end(), ids.begin() + static_cast<std::ptrdiff_t>(p), ids.end());
     media_.insert(media_.end(), rows.begin() + static_cast<std::ptrdiff_t>(p), rows.end());
     // A recurrent cache that had to restart keeps none of the prefix.
@@ -179,6 +200,16 @@ class Session {
       fo.media_mask = &mask;
       fo.media_embeddings = &rows;
     }
+    // MRoPE's 3-D positions, once the conversation holds a picture that has them.
+    Tensor<std::int32_t, 3> pos3;
+    if (!pos3_.empty()) {
+      pos3 = Tensor<std::int32_t, 3>({3, 1, n});
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto q = position(from + i);
+        for (std::int64_t r = 0; r < 3; ++r) pos3(r, 0, i) = q[static_cast<std::size_t>(r)];
+      }
+      fo.mrope_positions = &pos3;
+    }
     // A session that drafts with its MTP layers hands them every position it runs (they take them at the next
     // speculative turn, or every kMtpBatch positions), while they follow its cache.
     Tensor<float, 2> hidden;
@@ -202,7 +233,16 @@ class Session {
   GenerateResult generate(const std::vector<std::int32_t>& new_tokens, const GenerateOptions& opt) {
     MAXTEXT_CHECK(opt.max_new_tokens >= 0, ArgumentError, "[Session] max_new_tokens must be >= 0");
     MAXTEXT_CHECK(opt.top_logprobs >= 0, ArgumentError, "[Session] top_logprobs must be >= 0");
-    append(new_tokens, opt.media_mask, opt.media_embeddings);  // the pictures, if any, are among new_tokens
+    Tensor<std::int32_t, 2> positions;  // [3, 1, n] -> [3, n]
+    if (opt.media_positions != nullptr) {
+      const auto& mp = *opt.media_positions;
+      MAXTEXT_CHECK(mp.dim(0) == 3 && mp.dim(1) == 1, ArgumentError, "[Session] media_positions has shape ", mp.shape(),
+                    ", expected [3, 1, ", new_tokens.size(), "]");
+      positions = Tensor<std::int32_t, 2>({3, mp.dim(2)});
+      std::copy(mp.data(), mp.data() + mp.size(), positions.data());
+    }
+    // the pictures, if any, are among new_tokens
+    append(new_tokens, opt.media_mask, opt.media_embeddings, opt.media_positions ? &positions : nullptr);
     MAXTEXT_CHECK(length() + opt.max_new_tokens <= capacity(), ArgumentError, "[Session] ", length(),
                   " tokens + max_new_tokens ", opt.max_new_tokens, " exceed the capacity ", capacity());
     GenerateResult res;
@@ -295,6 +335,8 @@ class Session {
   void save(const std::string& path, const std::string& app = {})
     requires requires(const Model& m) { m.backend(); }
   {
+    MAXTEXT_CHECK(pos3_.empty(), UnsupportedError, "[Session] save: session files do not keep MRoPE's 3-D positions "
+                  "(a Qwen picture in the conversation) yet");
     session_file::write(path, image(app));
   }
   /// The file's contents (save() writes these bytes).
@@ -347,6 +389,8 @@ class Session {
     SpeculativeStats local;
     SpeculativeStats& st = stats ? *stats : local;
     detail::begin_speculative(opt, spec, st);
+    MAXTEXT_CHECK(pos3_.empty() && opt.media_positions == nullptr, UnsupportedError, "[Session] speculative decoding "
+                  "after a picture with MRoPE's 3-D positions is not supported (its verify passes take text positions)");
     append(new_tokens);
     MAXTEXT_CHECK(length() + opt.max_new_tokens <= capacity(), ArgumentError, "[Session] ", length(),
                   " tokens + max_new_tokens ", opt.max_new_tokens, " exceed the capacity ", capacity());
@@ -429,6 +473,7 @@ class Session {
     cache_.import_slot(model_.backend(), 0, im.cached, im.layers, im.has_segments ? &im.segments : nullptr);
     tokens_ = std::move(im.tokens);
     media_.assign(tokens_.size(), {});
+    pos3_.clear();
     for (std::size_t k = 0; k < im.media_index.size(); ++k) {
       const float* r = im.media_rows.data() + k * static_cast<std::size_t>(im.media_width);
       media_[static_cast<std::size_t>(im.media_index[k])].assign(r, r + im.media_width);
@@ -443,6 +488,58 @@ class Session {
     if (n <= 0 || n >= length() || media_[static_cast<std::size_t>(n)].empty()) return n;
     while (n > 0 && !media_[static_cast<std::size_t>(n - 1)].empty()) --n;
     return n;
+  }
+  /// Token i's MRoPE position (temporal, height, width): as given with its picture, or text after the largest
+  /// position of those (all three equal), or i itself in a conversation without 3-D positions.
+  std::array<std::int32_t, 3> position(std::int64_t i) const {
+    if (i < static_cast<std::int64_t>(pos3_.size())) return pos3_[static_cast<std::size_t>(i)];
+    const std::int32_t p = next_position() + static_cast<std::int32_t>(i - static_cast<std::int64_t>(pos3_.size()));
+    return {p, p, p};
+  }
+  /// The largest explicit position + 1 (0 when there is none).
+  std::int32_t next_position() const {
+    std::int32_t mx = -1;
+    for (const auto& q : pos3_) mx = std::max({mx, q[0], q[1], q[2]});
+    return mx + 1;
+  }
+  /// Makes the positions of the tokens so far explicit, then adds ids [from, n) of `pos` [3, n] (positions from 0)
+  /// after them (shifted by the conversation's next position before `from`, or by `from`'s own).
+  void add_positions(const Tensor<std::int32_t, 2>& pos, std::int64_t from) {
+    const std::int64_t have = length();
+    // The ids' positions from `from` on are relative to the conversation before them: position(have) - pos(from).
+    std::int32_t shift = 0;
+    {
+      const std::int32_t next = position(have)[0];
+      std::int32_t base = 0;
+      if (from > 0) {  // sync: ids[0, from) are the kept prefix, at the same positions; continue from their max + 1
+        std::int32_t mx = -1;
+        for (std::int64_t q = 0; q < from; ++q) {
+          for (std::int64_t r = 0; r < 3; ++r) mx = std::max(mx, pos(r, q));
+        }
+        base = mx + 1;
+      }
+      shift = next - base;
+    }
+    for (std::int64_t i = static_cast<std::int64_t>(pos3_.size()); i < have; ++i) pos3_.push_back(position(i));
+    for (std::int64_t q = from; q < pos.dim(1); ++q) {
+      pos3_.push_back({pos(0, q) + shift, pos(1, q) + shift, pos(2, q) + shift});
+    }
+  }
+  /// media_positions [3, ids.size()], when given: non-negative; needed with pictures on a use_mrope model.
+  void check_positions(const std::vector<std::int32_t>& ids, const Tensor<std::int32_t, 2>* mask,
+                       const Tensor<std::int32_t, 2>* pos) const {
+    bool marked = false;
+    for (std::int64_t i = 0; mask != nullptr && i < mask->size() && !marked; ++i) marked = mask->data()[i] != 0;
+    MAXTEXT_CHECK(!marked || pos != nullptr || !model_.config().use_mrope, ArgumentError, "[Session] pictures on a "
+                  "use_mrope model need MRoPE's 3-D positions (media_positions; MediaPrompt::positions): their tokens do "
+                  "not sit at text positions");
+    if (pos == nullptr) return;
+    MAXTEXT_CHECK(pos->dim(0) == 3 && pos->dim(1) == static_cast<std::int64_t>(ids.size()), ArgumentError,
+                  "[Session] media_positions has shape ", pos->shape(), ", expected [3, ", ids.size(), "]");
+    for (std::int64_t i = 0; i < pos->size(); ++i) {
+      MAXTEXT_CHECK(pos->data()[i] >= 0, ArgumentError, "[Session] media_positions holds ", pos->data()[i], " at [",
+                    i / pos->dim(1), ",", i % pos->dim(1), "]");
+    }
   }
   /// Each id's soft-token row (empty for text) from a mask [1, ids.size()] and rows [n, D].
   static std::vector<std::vector<float>> media_rows(const std::vector<std::int32_t>& ids,
@@ -471,6 +568,9 @@ class Session {
   decltype(std::declval<Model&>().make_cache(1, 1)) cache_;
   std::vector<std::int32_t> tokens_;
   std::vector<std::vector<float>> media_;  ///< per token: its soft-token row (a picture's), or empty
+  /// MRoPE's positions of the first tokens, up to the last one appended with 3-D positions; empty: none given (the
+  /// tokens after these continue as text: position()).
+  std::vector<std::array<std::int32_t, 3>> pos3_;
   std::vector<float> logits_;
   bool logits_valid_ = false;
   std::int64_t forwarded_ = 0;
