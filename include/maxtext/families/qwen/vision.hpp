@@ -194,6 +194,7 @@ class Qwen3VisionEncoder {
   struct Output {
     Tensor<float, 2> tokens;
     std::vector<Tensor<float, 2>> deepstack;
+    std::int64_t grid_t = 0, grid_h = 0, grid_w = 0;  ///< the patch grid encoded (t frames of h x w patches)
   };
 
   Qwen3VisionEncoder() = default;
@@ -397,6 +398,9 @@ class Qwen3VisionEncoder {
     const auto heads4 = [&](View<A, 2> r) { return View<A, 4>(r.data(), {n, T, N, H}, {T * NH, NH, H, 1}); };
     const float qscale = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
     Output out;
+    out.grid_t = t;
+    out.grid_h = h;
+    out.grid_w = w;
     const auto merge = [&](const MergerParams& mp, bool postshuffle, const std::string& name) {
       // The window's m^2 rows are consecutive: [M, D] read as [Mo, m^2 D].
       View<A, 2> g = scratch.alloc<A, 2>({M, D});
