@@ -155,9 +155,6 @@ class PromptPictures {
   virtual std::vector<std::size_t> crops() const { return {}; }
 };
 std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg);
-/// Refuses, before anything is loaded, --image for a checkpoint whose pictures cannot enter its text model yet
-/// (Qwen3.5 / Qwen3-VL / Qwen3-Omni: MRoPE's 3-D positions) (cli_vision.cpp).
-void check_prompt_pictures(const Args& a);
 /// `prompt` with one marker per --image: open_prompt_pictures(a, cfg)->expand(prompt, true) (cli_text.cpp).
 PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt);
 /// The marker a prompt's text gives for each picture (Gemma 3: "<start_of_image>"), which llama.cpp's `<__media__>`

@@ -25,7 +25,6 @@ namespace maxtext::cli {
 
 int cmd_chat(const Args& a) {
   MAXTEXT_CHECK(a.has("weights") || a.has("tokenizer"), ArgumentError, "chat needs --weights (and a tokenizer)");
-  check_prompt_pictures(a);
   const Config cfg = make_config(a);
   const auto tk = open_cli_tokenizer(a.get("weights"), a.get("tokenizer"), cfg.vocab_size);
   ChatOptions co;
@@ -47,11 +46,13 @@ int cmd_chat(const Args& a) {
     co.user_text = [&a, &pictures, next = std::size_t{0}](std::string text) mutable {
       return with_image_markers(a, std::move(text), pictures.get(), &next);
     };
-    co.pictures = [&pictures](std::vector<std::int32_t>& ids, Tensor<std::int32_t, 2>& mask, Tensor<float, 2>& rows) {
+    co.pictures = [&pictures](std::vector<std::int32_t>& ids, Tensor<std::int32_t, 2>& mask, Tensor<float, 2>& rows,
+                              Tensor<std::int32_t, 2>& positions) {
       PromptImages p = pictures->expand(ids, false);
       ids = std::move(p.ids);
       mask = std::move(p.mask);
       rows = std::move(p.embeddings);
+      positions = std::move(p.positions);
     };
     std::cerr << "note: " << pictures->count() << " picture(s): write " << image_marker_text(a)
               << " (or <__media__>) in a message where each goes, in order\n";

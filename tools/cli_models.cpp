@@ -177,7 +177,6 @@ int write_mtp_logits(const Args& a, const Config& cfg, const std::vector<std::ve
 int cmd_logits(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens"), ArgumentError, "logits needs --tokens");
   MAXTEXT_CHECK(a.has("out"), ArgumentError, "logits needs --out FILE.npy");
-  check_prompt_pictures(a);
   const Config cfg = make_config(a);
   auto rows = cli::parse_token_rows(a.get("tokens"));
   // Pictures (--image): the markers of the one row expanded, the soft tokens merged at the first pass.
@@ -221,6 +220,14 @@ int cmd_logits(const Args& a) {
       for (std::int64_t t = 0; t < len; ++t) mask(0, t) = media.mask(0, t);
       r.media_mask = &mask;
       r.media_embeddings = &media.embeddings;
+    }
+    Tensor<std::int32_t, 3> pos3;  // MRoPE's 3-D positions of these tokens (Qwen pictures)
+    if (images && !media.positions.empty()) {
+      pos3 = Tensor<std::int32_t, 3>({3, 1, len});
+      for (std::int64_t q = 0; q < 3; ++q) {
+        for (std::int64_t t = 0; t < len; ++t) pos3(q, 0, t) = media.positions(q, t0 + t);
+      }
+      r.mrope_positions = &pos3;
     }
     const Tensor<float, 3> l = model->forward(r);
     for (std::int64_t b = 0; b < Bn; ++b) {

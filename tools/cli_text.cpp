@@ -128,7 +128,6 @@ std::shared_ptr<const models::grammar::Grammar> open_grammar(const Args& a) {
 
 int cmd_generate(const Args& a) {
   MAXTEXT_CHECK(a.has("tokens") || a.has("prompt"), ArgumentError, "generate needs --tokens or --prompt");
-  check_prompt_pictures(a);
   const Config cfg = make_config(a);
   std::unique_ptr<tokenizer::Tokenizer> tk;
   std::vector<std::vector<std::int32_t>> prompts;
@@ -158,6 +157,7 @@ int cmd_generate(const Args& a) {
   }
   // Pictures (--image): the markers expanded to the model's image tokens, the soft tokens merged at the prefill.
   PromptImages media;
+  Tensor<std::int32_t, 3> media_positions;  // MRoPE's [3, 1, T] (Qwen pictures)
   if (images) {
     MAXTEXT_CHECK(prompts.size() == 1, ArgumentError, "--image: one prompt at a time, found ", prompts.size(),
                   " rows in --tokens");
@@ -165,6 +165,11 @@ int cmd_generate(const Args& a) {
     prompts[0] = media.ids;
     go.media_mask = &media.mask;
     go.media_embeddings = &media.embeddings;
+    if (!media.positions.empty()) {
+      media_positions = Tensor<std::int32_t, 3>({3, 1, media.positions.dim(1)});
+      std::copy(media.positions.data(), media.positions.data() + media.positions.size(), media_positions.data());
+      go.media_positions = &media_positions;
+    }
   }
   // A grammar (--grammar, --json-schema, ...): the text follows it (models::generate_constrained); text only, one
   // prompt, without speculation or pictures (not combined yet).

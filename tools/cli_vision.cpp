@@ -84,14 +84,6 @@ bool llama4_pictures(const Args& a) { return picture_family(a) == PictureFamily:
 bool gemma4_pictures(const Args& a) { return picture_family(a) == PictureFamily::gemma4; }
 bool qwen3_pictures(const Args& a) { return picture_family(a) == PictureFamily::qwen3; }
 
-/// Qwen3.5's / Qwen3-VL's / Qwen3-Omni's pictures stop at the encoder: their tokens need MRoPE's 3-D positions in the
-/// decoder, which it does not take yet.
-void refuse_qwen3_prompt_pictures(const Args& a) {
-  MAXTEXT_CHECK(!qwen3_pictures(a), UnsupportedError, a.command, " --image: a Qwen3.5 / Qwen3-VL / Qwen3-Omni "
-                "picture's soft tokens need MRoPE's 3-D positions in the text model, which are not implemented yet; "
-                "`maxtext vision` runs the vision encoder alone");
-}
-
 cpu::Backend vision_backend(const Args& a) {
   cpu::Options opt;
   opt.threads = static_cast<int>(a.integer("threads", 0));
@@ -446,13 +438,55 @@ int vision_gemma4(const Args& a, const std::vector<std::string>& images) {
   return 0;
 }
 
+/// The Qwen3 vision encoder of --weights (a Hugging Face Qwen3.5 / Qwen3-VL / Qwen3-Omni checkpoint; llama.cpp's files
+/// are not read), with MaxText's or Hugging Face's preprocessing (--image-preprocess maxtext|hf).
+std::unique_ptr<const Qwen3Pictures> open_qwen3(const Args& a) {
+  MAXTEXT_CHECK(!a.has("mmproj"), ArgumentError, "--mmproj: llama.cpp's Qwen3 vision files are not read; give the Hugging "
+                "Face checkpoint as --weights");
+  MAXTEXT_CHECK(a.has("weights"), ArgumentError, a.command, " with pictures needs --weights (a Hugging Face Qwen3.5, "
+                "Qwen3-VL or Qwen3-Omni checkpoint with its vision encoder)");
+  return std::make_unique<const Qwen3Pictures>(vision_backend(a), a.get("weights"),
+                                               io::parse_qwen3_image_processing(a.get("image-preprocess", "maxtext")));
+}
+
+/// The pictures of --image for a Qwen3.5 / Qwen3-VL / Qwen3-Omni model, encoded once; each prompt's <|image_pad|>
+/// markers expanded with MRoPE's 3-D positions (models::Qwen3Pictures::expand).
+class Qwen3PromptPictures final : public PromptPictures {
+ public:
+  Qwen3PromptPictures(const Args& a, const Config& cfg) {
+    const auto images = a.all.count("image") ? a.all.at("image") : std::vector<std::string>{};
+    MAXTEXT_CHECK(!images.empty(), ArgumentError, a.command, ": no --image given");
+    p_ = open_qwen3(a);
+    p_->check_text_model(cfg);
+    const auto t0 = std::chrono::steady_clock::now();
+    pics_ = p_->encode(read_images(a, images));
+    const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::int64_t n = 0;
+    for (const auto& o : pics_) n += o.tokens.dim(0);
+    if (a.has("image-embeddings-out")) {
+      Tensor<float, 2> rows({n, p_->config().out_hidden_size});
+      float* at = rows.data();
+      for (const auto& o : pics_) at = std::copy(o.tokens.data(), o.tokens.data() + o.tokens.size(), at);
+      io::write_npy(a.get("image-embeddings-out"), AnyTensor::from(rows));
+    }
+    std::fprintf(stderr, "images: %zu picture(s) encoded to %lld soft tokens in %.2f s (vision encoder loaded in %.2f s)\n",
+                 images.size(), static_cast<long long>(n), encode_s, p_->load_seconds());
+  }
+  std::int64_t count() const override { return static_cast<std::int64_t>(pics_.size()); }
+  PromptImages expand(const std::vector<std::int32_t>& prompt, bool all) const override {
+    return p_->expand(prompt, pics_, all);
+  }
+
+ private:
+  std::unique_ptr<const Qwen3Pictures> p_;
+  std::vector<Qwen3Pictures::Output> pics_;
+};
+
 /// maxtext vision for a Qwen3.5 / Qwen3-VL / Qwen3-Omni checkpoint: each picture's soft tokens (the projector's
 /// merged tokens; rows picture after picture: [tokens, out_hidden_size]).
 int vision_qwen3(const Args& a, const std::vector<std::string>& images) {
-  MAXTEXT_CHECK(!a.has("mmproj"), ArgumentError, "--mmproj: llama.cpp's Qwen3 vision files are not read; give the Hugging "
-                "Face checkpoint as --weights");
-  const Qwen3Pictures p(vision_backend(a), a.get("weights"),
-                        io::parse_qwen3_image_processing(a.get("image-preprocess", "maxtext")));
+  const auto pp = open_qwen3(a);
+  const Qwen3Pictures& p = *pp;
   const auto t0 = std::chrono::steady_clock::now();
   const auto outs = p.encode(read_images(a, images));
   const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -481,6 +515,7 @@ int vision_qwen3(const Args& a, const std::vector<std::string>& images) {
 }  // namespace
 
 std::string image_marker_text(const Args& a) {
+  if (qwen3_pictures(a)) return "<|vision_start|><|image_pad|><|vision_end|>";
   return llama4_pictures(a) || gemma4_pictures(a) ? "<|image|>" : "<start_of_image>";
 }
 
@@ -488,12 +523,8 @@ std::string with_pan_and_scan(const Args& a, std::string text, const std::vector
   return io::gemma3_pan_and_scan_prompt(text, crops, image_marker_text(a));
 }
 
-void check_prompt_pictures(const Args& a) {
-  if (a.all.count("image") != 0) refuse_qwen3_prompt_pictures(a);
-}
-
 std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg) {
-  refuse_qwen3_prompt_pictures(a);
+  if (qwen3_pictures(a)) return std::make_unique<Qwen3PromptPictures>(a, cfg);
   if (llama4_pictures(a)) return std::make_unique<Llama4PromptPictures>(a, cfg);
   if (gemma4_pictures(a)) return std::make_unique<Gemma4PromptPictures>(a, cfg);
   return std::make_unique<Gemma3Pictures>(a, cfg);
@@ -503,7 +534,7 @@ std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cf
   if (a.get("mmproj") == "none") return nullptr;
   if (llama4_pictures(a)) return std::make_unique<Llama4PictureTower>(open_llama4(a, cfg));
   if (gemma4_pictures(a)) return std::make_unique<Gemma4PictureTower>(open_gemma4(a, cfg));
-  if (qwen3_pictures(a)) return nullptr;  // its pictures need MRoPE's 3-D positions: served as text only
+  if (qwen3_pictures(a)) return nullptr;  // the server's batched passes take no 3-D positions: served as text only
   if (!a.has("mmproj")) {  // a Hugging Face Gemma 3 checkpoint brings its tower
     const std::string cfg_path = a.has("weights") ? models::hf_config_beside(a.get("weights")) : std::string();
     if (cfg_path.empty()) return nullptr;

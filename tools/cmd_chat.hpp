@@ -75,8 +75,11 @@ struct ChatOptions {
   /// Each user line before it joins the conversation (--image: llama.cpp's <__media__> becomes the model's marker).
   std::function<std::string(std::string)> user_text;
   /// Pictures (--image): the rendered conversation's ids, whose markers take the pictures in order, expanded in place;
-  /// mask [1, ids] and rows [n, emb_dim] of the soft tokens. Empty: no pictures.
-  std::function<void(std::vector<std::int32_t>& ids, Tensor<std::int32_t, 2>& mask, Tensor<float, 2>& rows)> pictures;
+  /// mask [1, ids] and rows [n, emb_dim] of the soft tokens, and MRoPE's 3-D positions [3, ids] where the model takes
+  /// them (Qwen pictures; else left empty). Empty: no pictures.
+  std::function<void(std::vector<std::int32_t>& ids, Tensor<std::int32_t, 2>& mask, Tensor<float, 2>& rows,
+                     Tensor<std::int32_t, 2>& positions)>
+      pictures;
   /// Speculative decoding (--spec lookup|draft): the drafter each turn checks K + 1 tokens at a time against; empty:
   /// plain decoding. Each turn's statistics line then adds the drafts kept.
   models::DraftFn drafter;
@@ -153,14 +156,17 @@ inline int run_chat(models::AnyModel& model, const tokenizer::Tokenizer& tk, Cha
     ++turn;
     messages.push_back({{"role", "user"}, {"content", opt.user_text ? opt.user_text(line) : line}});
     std::vector<std::int32_t> ids = opt.encode(opt.render(messages, true));
-    Tensor<std::int32_t, 2> mask;
+    Tensor<std::int32_t, 2> mask, positions;
     Tensor<float, 2> rows;
-    if (opt.pictures) opt.pictures(ids, mask, rows);
+    if (opt.pictures) opt.pictures(ids, mask, rows, positions);
     const bool media = !rows.empty() && rows.dim(0) > 0;
+    MAXTEXT_CHECK(positions.empty() || opt.session_file.empty(), UnsupportedError, "[chat] --session with a picture "
+                  "that takes MRoPE's 3-D positions (Qwen): session files do not keep them yet");
     MAXTEXT_CHECK(static_cast<std::int64_t>(ids.size()) < session.capacity(), ArgumentError, "[chat] the conversation (",
                   ids.size(), " tokens) no longer fits the context of ", session.capacity(),
                   " tokens (--ctx-size)");
-    const std::int64_t reused = session.sync(ids, media ? &mask : nullptr, media ? &rows : nullptr);
+    const std::int64_t reused = session.sync(ids, media ? &mask : nullptr, media ? &rows : nullptr,
+                                             positions.empty() ? nullptr : &positions);
     models::GenerateOptions g = opt.gen;
     g.max_new_tokens = std::min(max_new, session.capacity() - session.length());
     models::SpeculativeStats st;

@@ -137,7 +137,6 @@ std::unique_ptr<maxtext::cli::PromptPictures> maxtext::cli::open_prompt_pictures
                 "libpng-dev and libjpeg62-turbo-dev, as scripts/setup.sh does, and configure with -DMAXTEXT_CLI_VISION=ON)");
 }
 std::string maxtext::cli::image_marker_text(const Args&) { return std::string(); }
-void maxtext::cli::check_prompt_pictures(const Args&) {}
 std::string maxtext::cli::with_pan_and_scan(const Args&, std::string text, const std::vector<std::size_t>&) {
   return text;
 }
