@@ -269,6 +269,21 @@ std::optional<Tensor<std::int32_t, 2>> opt_rows(py::handle obj, const char* what
   return int_rows(obj, what);
 }
 
+/// MRoPE's 3-D positions (ForwardOptions::mrope_positions): integers [3, B, T], or [3, T] for one row; None: none.
+std::optional<Tensor<std::int32_t, 3>> opt_positions3(py::handle obj, const char* what) {
+  if (obj.is_none()) return std::nullopt;
+  const AnyTensor t = to_any(obj, what);
+  MAXTEXT_CHECK(!dtype_is_float(t.dtype), ArgumentError, "[", what, "] expected integers, found dtype ", dtype_name(t.dtype));
+  MAXTEXT_CHECK((t.rank() == 2 || t.rank() == 3) && t.shape[0] == 3, ShapeError, "[", what, "] expected [3, B, T] or "
+                "[3, T] (temporal, height, width), found shape ", t.shape);
+  const std::int64_t B = t.rank() == 3 ? t.shape[1] : 1, T = t.shape.back();
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    const double v = t.element(i);
+    MAXTEXT_CHECK(v >= 0.0 && v <= 2147483647.0, ArgumentError, "[", what, "] value ", v, " is not a position");
+  }
+  return t.to<std::int32_t, 3>({3, B, T});
+}
+
 /// Media embeddings (a picture tower's soft tokens): float rows [n, emb_dim], or [pictures, tokens, emb_dim]
 /// flattened to rows; None: no media.
 std::optional<Tensor<float, 2>> opt_float_rows(py::handle obj, const char* what) {
@@ -991,7 +1006,7 @@ it back (in this process or another with the same model).)")
           "forward",
           [](PyModel& pm, py::handle tokens, py::handle positions, py::handle segment_ids, py::handle capture,
              std::shared_ptr<CacheHandle> cache, bool last_only, py::handle media_mask,
-             py::handle media_embeddings) -> py::object {
+             py::handle media_embeddings, py::handle mrope_positions) -> py::object {
             const Tensor<std::int32_t, 2> tok = int_rows(tokens, "tokens");
             const auto pos = opt_rows(positions, "positions");
             const auto seg = opt_rows(segment_ids, "segment_ids");
@@ -1001,6 +1016,8 @@ it back (in this process or another with the same model).)")
             ForwardRequest r;
             r.media_mask = mmask ? &*mmask : nullptr;
             r.media_embeddings = memb ? &*memb : nullptr;
+            const auto pos3 = opt_positions3(mrope_positions, "mrope_positions");
+            r.mrope_positions = pos3 ? &*pos3 : nullptr;
             r.tokens = &tok;
             r.positions = pos ? &*pos : nullptr;
             r.segment_ids = seg ? &*seg : nullptr;
@@ -1018,12 +1035,15 @@ it back (in this process or another with the same model).)")
           py::arg("tokens"), py::arg("positions") = py::none(), py::arg("segment_ids") = py::none(), py::kw_only(),
           py::arg("capture") = py::none(), py::arg("cache") = nullptr, py::arg("last_only") = false,
           py::arg("media_mask") = py::none(), py::arg("media_embeddings") = py::none(),
+          py::arg("mrope_positions") = py::none(),
           R"(Logits [B, T, V] float32 for tokens [B, T] (or [T]). positions / segment_ids: [B, T] integers (segment id 0 =
 padding, as MaxText). capture: None, True (everything), or names (MaxText's or HF's module paths): then returns
 (logits, {name: array}) in forward order. cache: a Cache from new_cache() to continue from (incremental decoding).
 media_mask [B, T] (nonzero: a picture's soft token) with media_embeddings [n, emb_dim] (or Gemma3Vision.encode's
 [pictures, 256, emb_dim]): the embeddings replace the marked tokens' (MaxText's multimodal merge; Gemma 3's pictures
-attend to themselves whole). docs/vision.md)")
+attend to themselves whole); rows of (1 + k) * emb_dim carry k deepstack features added after layers 0..k-1
+(Qwen3-VL / Qwen3-Omni). mrope_positions [3, B, T] (or [3, T]): MRoPE's 3-D positions instead of positions, needed
+with pictures on a use_mrope model (Qwen3.5; Qwen3Vision.prompt makes them). docs/vision.md)")
       .def(
           "forward_mtp",
           [](PyModel& pm, py::handle tokens, const std::string& hidden) {
@@ -1086,7 +1106,8 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
           [](PyModel& pm, py::object prompts, std::int64_t max_new_tokens, float temperature, std::int64_t top_k,
              float top_p, py::object seed, py::object stop_tokens, py::object tok_obj, py::object on_token,
              py::object stream, std::int64_t capacity, py::object spec, std::int64_t draft_max, py::handle media_mask,
-             py::handle media_embeddings, const std::string& mtp_hidden, py::object grammar_text, py::object schema) {
+             py::handle media_embeddings, const std::string& mtp_hidden, py::object grammar_text, py::object schema,
+             py::handle media_positions) {
             const PyTokenizer* tk = tok_obj.is_none() ? nullptr : &tok_obj.cast<const PyTokenizer&>();
             std::vector<std::vector<std::int32_t>> rows;
             const bool texts = py::isinstance<py::str>(prompts) ||
@@ -1116,6 +1137,8 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
             const auto memb = opt_float_rows(media_embeddings, "media_embeddings");
             go.media_mask = mmask ? &*mmask : nullptr;
             go.media_embeddings = memb ? &*memb : nullptr;
+            const auto mpos = opt_positions3(media_positions, "media_positions");
+            go.media_positions = mpos ? &*mpos : nullptr;
             go.max_new_tokens = max_new_tokens;
             go.sampling.temperature = temperature;
             go.sampling.top_k = top_k;
@@ -1242,7 +1265,7 @@ output [B, T, emb_dim] float32, or (output, {name: array}) with capture=.)")
           py::arg("tokenizer") = py::none(), py::arg("on_token") = py::none(), py::arg("stream") = py::none(),
           py::arg("capacity") = 0, py::arg("spec") = py::none(), py::arg("draft_max") = 4,
           py::arg("media_mask") = py::none(), py::arg("media_embeddings") = py::none(), py::arg("mtp_hidden") = "raw",
-          py::arg("grammar") = py::none(), py::arg("json_schema") = py::none(),
+          py::arg("grammar") = py::none(), py::arg("json_schema") = py::none(), py::arg("media_positions") = py::none(),
           R"(Prefill + decode. prompts: token ids ([T], [B, T] or a list of lists) or text (a str or list of str, with
 tokenizer=). temperature 0 = greedy. on_token(row, token) is called as each token is chosen; stream(text) gets the
 text pieces of a single text prompt as they complete. Returns {'tokens': [[...]], 'text': [...] (with a tokenizer),
@@ -1251,7 +1274,8 @@ spec='lookup' (prompt lookup), spec='mtp' (the model's multi-token prediction la
 spec=draft_model (another Model sharing the tokenizer): greedy speculative decoding of one prompt, draft_max tokens
 drafted and checked per pass; the same tokens, and result['speculative'] with
 'verify_passes', 'drafted' and 'accepted' per draft position, 'acceptance_rate'. media_mask [B, T] with
-media_embeddings: pictures' soft tokens merged at the prefill (see forward). mtp_hidden='normed' (spec='mtp'): the
+media_embeddings: pictures' soft tokens merged at the prefill (see forward); media_positions [3, B, T]: their MRoPE
+positions (use_mrope models: Qwen3Vision.prompt). mtp_hidden='normed' (spec='mtp'): the
 MTP layers read the hidden state through the final norm, as llama.cpp's MTP graphs (see forward_mtp).
 grammar= (GBNF text, as llama.cpp writes it) or json_schema= (a dict or JSON text): the generated text of the single
 text prompt follows the grammar (constrained generation; greedy or sampled); not with spec= or pictures.)")

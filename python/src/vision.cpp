@@ -305,6 +305,37 @@ class Qwen3Vision {
     return out;
   }
 
+  /// Token ids with one <|image_pad|> per picture (each after <|vision_start|>) -> the expanded prompt for the text
+  /// model: {'ids', 'media_mask' [1, T], 'media_embeddings' [n, (1 + deepstack) * width], 'positions' [3, T]}.
+  py::dict prompt(py::handle ids, py::handle pictures, const std::string& how) const {
+    const auto a = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(ids);
+    MAXTEXT_CHECK(a && a.ndim() == 1, ArgumentError, "[qwen3 vision] prompt: expected token ids [T]");
+    std::vector<std::int32_t> prompt_ids;
+    for (py::ssize_t i = 0; i < a.shape(0); ++i) {
+      const std::int64_t v = a.data()[i];
+      MAXTEXT_CHECK(v >= 0 && v <= 2147483647, ArgumentError, "[qwen3 vision] prompt: token id ", v, " at ", i);
+      prompt_ids.push_back(static_cast<std::int32_t>(v));
+    }
+    std::vector<io::Image> images;
+    for (auto p : py::reinterpret_borrow<py::sequence>(pictures)) images.push_back(image_from(p));
+    models::MediaPrompt mp;
+    {
+      py::gil_scoped_release nogil;
+      mp = pics_->expand(prompt_ids, pics_->encode(images, io::parse_qwen3_image_processing(how)));
+    }
+    const auto T = static_cast<py::ssize_t>(mp.ids.size());
+    py::array_t<std::int32_t> out_ids(T), mask({py::ssize_t{1}, T}), pos({py::ssize_t{3}, T});
+    std::copy(mp.ids.begin(), mp.ids.end(), out_ids.mutable_data());
+    std::copy(mp.mask.data(), mp.mask.data() + mp.mask.size(), mask.mutable_data());
+    std::copy(mp.positions.data(), mp.positions.data() + mp.positions.size(), pos.mutable_data());
+    py::dict d;
+    d["ids"] = out_ids;
+    d["media_mask"] = mask;
+    d["media_embeddings"] = tensor_to_numpy(mp.embeddings.data(), {mp.embeddings.dim(0), mp.embeddings.dim(1)});
+    d["positions"] = pos;
+    return d;
+  }
+
   py::object encode_patches(py::handle pixel_values, std::tuple<std::int64_t, std::int64_t, std::int64_t> grid,
                             py::object capture) const {
     const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(pixel_values);
@@ -476,8 +507,8 @@ index, config.json beside) or of llama.cpp's mmproj file (a .gguf), on the CPU i
            "(tokens, {name: array}).");
   py::class_<Qwen3Vision>(m, "Qwen3Vision", R"(Qwen3Vision(weights, threads=0): the vision encoder (with its deepstack
 mergers) and projector of a Hugging Face Qwen3.5 / Qwen3-VL / Qwen3-Omni checkpoint (a directory, safetensors file or
-index, config.json beside), on the CPU in float32 (docs/vision.md). Its soft tokens need MRoPE's 3-D positions to
-enter the text model, which is not implemented yet.)")
+index, config.json beside), on the CPU in float32 (docs/vision.md). prompt() expands a prompt's pictures for the text
+model (Model.forward / generate with media_mask, media_embeddings and their MRoPE positions).)")
       .def(py::init<const std::string&, int>(), py::arg("weights"), py::arg("threads") = 0)
       .def_property_readonly("config",
                              [](const Qwen3Vision& v) {
@@ -503,6 +534,10 @@ enter the text model, which is not implemented yet.)")
       .def("encode", &Qwen3Vision::encode, py::arg("pictures"), py::arg("how") = "maxtext",
            "A list of pictures (paths / uint8 arrays) -> one {'tokens': [merged, out_hidden], 'deepstack': [...]} per "
            "picture.")
+      .def("prompt", &Qwen3Vision::prompt, py::arg("ids"), py::arg("pictures"), py::arg("how") = "maxtext",
+           "Token ids [T] with one <|image_pad|> per picture (each after <|vision_start|>) and the pictures (paths / "
+           "uint8 arrays) -> {'ids', 'media_mask', 'media_embeddings', 'positions' [3, T]}: Model.forward(ids, "
+           "media_mask=..., media_embeddings=..., mrope_positions=positions) or generate(..., media_positions=...).")
       .def("encode_patches", &Qwen3Vision::encode_patches, py::arg("pixel_values"), py::arg("grid"),
            py::arg("capture") = py::none(),
            "pixel_values of n pictures of one grid (t, h, w) -> {'tokens', 'deepstack'}; capture=[names] (MaxText's "

@@ -244,3 +244,31 @@ def test_qwen3_vision_matches_the_float64_reference(mc):
                                **F32_LOGITS)
     with pytest.raises(mc.ShapeError, match="whole 2 x 2 windows"):
         v.encode_patches(pv[:15], (1, 3, 5))
+
+
+def test_qwen3_5_pictures_in_the_text_model_match_the_float64_reference(mc):
+    """Qwen3Vision.prompt (tests/reference/qwen3_5_multimodal_reference.py's fixture): the two pictures through Hugging
+    Face's preprocessing and the encoder, the prompt's markers expanded with MRoPE's 3-D positions (MaxText's
+    get_rope_index) into the qwen3_5 text model: its logits within 1e-5 of their largest, its greedy tokens exactly."""
+    vision_or_skip(mc)
+    d = fixture("qwen3_5_mm_model")
+    hf = os.path.join(d, "hf")
+    ids = np.load(os.path.join(d, "tokens.npy"))
+    marked = [int(t) for i, t in enumerate(ids) if not (t == 62 and i > 0 and ids[i - 1] == 62)]
+    pics = [os.path.join(d, "image_0.png"), os.path.join(d, "image_1.png")]
+    p = mc.Qwen3Vision(hf).prompt(marked, pics, how="hf")
+    np.testing.assert_array_equal(p["ids"], ids)
+    np.testing.assert_array_equal(p["positions"], np.load(os.path.join(d, "positions.npy")))
+    np.testing.assert_allclose(p["media_embeddings"], np.load(os.path.join(d, "image_embeddings.npy")), **F32_LOGITS)
+    m = mc.Model(weights=hf)
+    logits = m.forward(p["ids"], media_mask=p["media_mask"], media_embeddings=p["media_embeddings"],
+                       mrope_positions=p["positions"])
+    # Through this encoder (rows 1.9e-6 from the float64 ones) the decoder's logits move by 1.4e-5 of 3.6 at most:
+    # bound 1e-5 x max(1, max |logit|) (the C++ test feeds the reference rows and holds F32_LOGITS).
+    want = np.load(os.path.join(d, "logits.npy"))
+    np.testing.assert_allclose(logits[0], want, rtol=0, atol=1e-5 * max(1.0, np.abs(want).max()))
+    res = m.generate(p["ids"], 4, media_mask=p["media_mask"], media_embeddings=p["media_embeddings"],
+                     media_positions=p["positions"])
+    assert res["tokens"][0] == np.load(os.path.join(d, "greedy.npy")).tolist()
+    with pytest.raises(mc.ArgumentError, match="need MRoPE's 3-D positions"):
+        m.forward(p["ids"], media_mask=p["media_mask"], media_embeddings=p["media_embeddings"])
