@@ -419,8 +419,8 @@ TEST_CASE("maxtext vision / logits / generate / chat --image: a Gemma 4 checkpoi
   CHECK(text.find("image_b.png: 6 soft tokens of 40") != std::string::npos);
 }
 
-TEST_CASE("maxtext vision --image: a Qwen3.5 checkpoint's vision encoder equals the float64 reference, and its pictures in "
-          "a prompt are refused by name", "[cli][vision][qwen3]") {
+TEST_CASE("maxtext vision --image: a Qwen3.5 checkpoint's vision encoder equals the float64 reference",
+          "[cli][vision][qwen3]") {
   if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
   // fixtures/qwen3_vision (tests/reference/qwen3_vision_reference.py): a 3-block encoder with deepstack mergers, its two
   // pictures as PNG files and a preprocessor_config.json whose pixel budget keeps their sizes (24 x 32, 16 x 16), so
@@ -434,8 +434,35 @@ TEST_CASE("maxtext vision --image: a Qwen3.5 checkpoint's vision encoder equals 
   CHECK(text.find("image_1.png: 4 soft tokens of 24") != std::string::npos);
   test::expect_close(io::read_npy(out), test::npy(dir + "/merged.npy"), test::tol::f32_logits, "qwen3 vision --out");
   std::remove(out.c_str());
-  std::string t = run_failing("generate" + w + " --tokens 1,2,3" + pics);
-  CHECK(t.find("need MRoPE's 3-D positions") != std::string::npos);
-  t = run_failing("vision" + w + pics + " --image-preprocess llamacpp");
+  std::string t = run_failing("vision" + w + pics + " --image-preprocess llamacpp");
   CHECK(t.find("llamacpp is not implemented for Qwen3") != std::string::npos);
+}
+
+TEST_CASE("maxtext logits|generate --image: a Qwen3.5 checkpoint's pictures enter its text model at MRoPE's 3-D positions "
+          "as the float64 reference merges them", "[cli][vision][qwen3]") {
+  if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
+  // fixtures/qwen3_5_mm_model (tests/reference/qwen3_5_multimodal_reference.py): the qwen3_5 text decoder with a
+  // 2-block encoder, the two pictures through Hugging Face's preprocessing (its preprocessor_config.json keeps their
+  // sizes), each <|image_pad|> (62) after <|vision_start|> (60) expanded; the greedy tokens exactly. The logits come
+  // through the program's own encoder, whose rows differ from the float64 ones by 1.9e-6 (5e-7 of their largest), which
+  // the 4-layer decoder (routed experts, Gated DeltaNet) carries to 1.4e-5 in the logits (3.8e-6 of their largest,
+  // 3.6): bound 1e-5 x max(1, max |logit|). The library's test feeds the reference rows and holds f32_logits.
+  const std::string dir = test::fixtures_dir() + "/qwen3_5_mm_model";
+  const std::string w = " --weights " + dir + "/hf --image-preprocess hf";
+  const std::string pics = " --image " + dir + "/image_0.png --image " + dir + "/image_1.png";
+  const std::string out = std::filesystem::current_path().string() + "/cli_q35_" + std::to_string(::getpid()) + ".npy";
+  const std::string tokens = " --tokens 37,57,41,59,59,60,62,61,40,54,49,22,60,62,61,54,16,52,23,36,10,28,54,15,43";
+  test::run_cli("logits" + w + tokens + pics + " --out " + out);
+  test::expect_close_scaled(io::read_npy(out), test::npy(dir + "/logits.npy").reshaped({1, 39, 64}), 1e-5,
+                            "qwen3.5 logits --image");
+  test::run_cli("logits" + w + tokens + pics + " --incremental 5 --out " + out);
+  test::expect_close_scaled(io::read_npy(out), test::npy(dir + "/logits.npy").reshaped({1, 39, 64}), 1e-5,
+                            "qwen3.5 logits --image --incremental 5");
+  std::remove(out.c_str());
+  const std::string text = test::run_cli("generate" + w + tokens + pics + " --max-new-tokens 4");
+  CHECK(text.find("tokens[0]: 32,24,9,56") != std::string::npos);
+  std::string t = run_failing("generate" + w + " --tokens 1,2,3" + pics);
+  CHECK(t.find("the prompt has 0 <|image_pad|> marker(s) for 2 picture(s)") != std::string::npos);
+  t = run_failing("generate" + w + " --tokens 1,62,3 --image " + dir + "/image_0.png");
+  CHECK(t.find("do not follow a <|vision_start|>") != std::string::npos);
 }
