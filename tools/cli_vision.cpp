@@ -449,6 +449,17 @@ std::unique_ptr<const Qwen3Pictures> open_qwen3(const Args& a) {
                                                io::parse_qwen3_image_processing(a.get("image-preprocess", "maxtext")));
 }
 
+/// The pictures' soft tokens, picture after picture: [tokens of all, out_hidden_size] (the --out / --image-embeddings-out
+/// file).
+Tensor<float, 2> qwen3_soft_tokens(const std::vector<Qwen3Pictures::Output>& outs, std::int64_t width) {
+  std::int64_t n = 0;
+  for (const auto& o : outs) n += o.tokens.dim(0);
+  Tensor<float, 2> rows({n, width});
+  float* at = rows.data();
+  for (const auto& o : outs) at = std::copy(o.tokens.data(), o.tokens.data() + o.tokens.size(), at);
+  return rows;
+}
+
 /// The pictures of --image for a Qwen3.5 / Qwen3-VL / Qwen3-Omni model, encoded once; each prompt's <|image_pad|>
 /// markers expanded with MRoPE's 3-D positions (models::Qwen3Pictures::expand).
 class Qwen3PromptPictures final : public PromptPictures {
@@ -461,16 +472,10 @@ class Qwen3PromptPictures final : public PromptPictures {
     const auto t0 = std::chrono::steady_clock::now();
     pics_ = p_->encode(read_images(a, images));
     const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::int64_t n = 0;
-    for (const auto& o : pics_) n += o.tokens.dim(0);
-    if (a.has("image-embeddings-out")) {
-      Tensor<float, 2> rows({n, p_->config().out_hidden_size});
-      float* at = rows.data();
-      for (const auto& o : pics_) at = std::copy(o.tokens.data(), o.tokens.data() + o.tokens.size(), at);
-      io::write_npy(a.get("image-embeddings-out"), AnyTensor::from(rows));
-    }
+    const Tensor<float, 2> rows = qwen3_soft_tokens(pics_, p_->config().out_hidden_size);
+    if (a.has("image-embeddings-out")) io::write_npy(a.get("image-embeddings-out"), AnyTensor::from(rows));
     std::fprintf(stderr, "images: %zu picture(s) encoded to %lld soft tokens in %.2f s (vision encoder loaded in %.2f s)\n",
-                 images.size(), static_cast<long long>(n), encode_s, p_->load_seconds());
+                 images.size(), static_cast<long long>(rows.dim(0)), encode_s, p_->load_seconds());
   }
   std::int64_t count() const override { return static_cast<std::int64_t>(pics_.size()); }
   PromptImages expand(const std::vector<std::int32_t>& prompt, bool all) const override {
@@ -490,22 +495,18 @@ int vision_qwen3(const Args& a, const std::vector<std::string>& images) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto outs = p.encode(read_images(a, images));
   const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::int64_t total = 0;
   const std::int64_t E = p.config().out_hidden_size;
   for (std::size_t f = 0; f < outs.size(); ++f) {
     const Tensor<float, 2>& t = outs[f].tokens;
     Tensor<float, 3> one({1, t.dim(0), E});
     std::copy(t.data(), t.data() + t.size(), one.data());
     print_soft_tokens(one, {images[f]});
-    total += t.dim(0);
   }
   if (a.has("out")) {
-    Tensor<float, 2> rows({total, E});
-    float* at = rows.data();
-    for (const auto& o : outs) at = std::copy(o.tokens.data(), o.tokens.data() + o.tokens.size(), at);
+    const Tensor<float, 2> rows = qwen3_soft_tokens(outs, E);
     io::write_npy(a.get("out"), AnyTensor::from(rows));
     std::printf("wrote %s [%lld, %lld] float32 (the pictures' soft tokens in order)\n", a.get("out").c_str(),
-                static_cast<long long>(total), static_cast<long long>(E));
+                static_cast<long long>(rows.dim(0)), static_cast<long long>(E));
   }
   std::fprintf(stderr, "vision: load %.2f s, preprocess + encode %.2f s (%zu pictures)\n", p.load_seconds(), encode_s,
                images.size());
