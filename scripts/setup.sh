@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libeigen3-dev libxsimd-dev xtl-dev nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libomp-dev
       libsentencepiece-dev libonig-dev libutf8proc-dev pkg-config ccache libcpp-httplib-dev
-      libpng-dev libjpeg62-turbo-dev)
+      libpng-dev libjpeg62-turbo-dev libsndfile1-dev libsoxr-dev)
 if [ "${1:-}" = "--tests" ]; then
   pkgs+=(clang libclang-rt-14-dev catch2 libbenchmark-dev python3-torch python3-numpy python3-pytest python3-dev pybind11-dev libopenblas0
         python3-pil libopenmpi-dev openmpi-bin)
