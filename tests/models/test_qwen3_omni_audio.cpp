@@ -29,6 +29,7 @@
 #include "maxtext/backend/reference/backend.hpp"
 #include "maxtext/families/qwen/audio.hpp"
 #include "maxtext/families/qwen/audio_processor.hpp"
+#include "maxtext/families/qwen/sounds.hpp"
 #include "maxtext/io/audio.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/models/layer_runner.hpp"
@@ -265,4 +266,78 @@ TEST_CASE("qwen3-omni audio: from the WAV file to the soft tokens", "[qwen3_omni
   cfg["thinker_config"]["audio_config"]["activation_function"] = "gelu";
   cfg["thinker_config"]["audio_config"]["encoder_attention_heads"] = 5;
   CHECK_THROWS_WITH(layers::Qwen3OmniAudioConfig::from_hf(cfg), Catch::Contains("encoder_attention_heads_for_audio"));
+}
+
+TEST_CASE("qwen3-omni audio: a checkpoint's encoder, and prompts expanded with text positions", "[qwen3_omni_audio]") {
+  using P = Policy<test::Backend, float>;
+  const models::Qwen3OmniSounds<P> snd(test::Backend{}, dir() + "/hf");
+  CHECK(snd.audio_tokens().audio_start == 151669);
+  CHECK(snd.audio_tokens().audio == 151675);
+  CHECK(snd.sampling_rate() == 16000);
+  const Tensor<float, 2> clip = snd.encode(io::load_audio(dir() + "/audio.wav", snd.sampling_rate()));
+  test::expect_close(AnyTensor::from(clip), test::npy(dir() + "/encoder_out.npy"), test::tol::f32_logits,
+                     "Qwen3OmniSounds: audio.wav -> soft tokens");
+  const models::Qwen3OmniSounds<P> hf(test::Backend{}, dir() + "/hf/model.safetensors", layers::AudioForm::hf);
+  test::expect_close(AnyTensor::from(hf.encode(io::load_audio(dir() + "/audio_2.wav"))),
+                     test::npy(dir() + "/encoder_out_hf_2.npy"), test::tol::f32_logits,
+                     "Qwen3OmniSounds (HF form): audio_2.wav -> soft tokens");
+
+  // Text, a clip of 26 tokens, text: every token at a text position, in order.
+  const std::int32_t S = 151669, A = 151675, E = 151670;
+  const models::MediaPrompt p = snd.expand(models::text_prompt({7, 8, S, A, E, 9}), {clip});
+  REQUIRE(p.ids.size() == 31);
+  CHECK(p.ids[2] == S);
+  CHECK(p.ids[3] == A);
+  CHECK(p.ids[28] == A);
+  CHECK(p.ids[29] == E);
+  for (std::int64_t t = 0; t < 31; ++t) {
+    CHECK(p.mask(0, t) == (t >= 3 && t < 29 ? 1 : 0));
+    for (int r = 0; r < 3; ++r) CHECK(p.positions(r, t) == t);
+  }
+  REQUIRE(p.embeddings.dim(0) == 26);
+  REQUIRE(p.embeddings.dim(1) == 24);
+  CHECK(p.embeddings(25, 23) == clip(25, 23));
+
+  // After a picture (3-D positions, rows of 2 x 24 with a deepstack column block): the clip follows the largest
+  // position, its rows are padded with zeros, later positions move up by 25.
+  models::MediaPrompt pic;
+  pic.ids = {7, 60, 62, 62, 61, S, A, E, 9};
+  pic.mask = Tensor<std::int32_t, 2>({1, 9});
+  for (int t = 0; t < 9; ++t) pic.mask(0, t) = 0;
+  pic.mask(0, 2) = pic.mask(0, 3) = 1;
+  pic.positions = Tensor<std::int32_t, 2>({3, 9});
+  const std::int32_t rows3[3][9] = {{0, 1, 2, 2, 4, 5, 6, 7, 8}, {0, 1, 2, 2, 4, 5, 6, 7, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8}};
+  for (int r = 0; r < 3; ++r) {
+    for (int t = 0; t < 9; ++t) pic.positions(r, t) = rows3[r][t];
+  }
+  pic.embeddings = Tensor<float, 2>({2, 48});
+  for (std::int64_t i = 0; i < pic.embeddings.size(); ++i) pic.embeddings.data()[i] = 1.0f + static_cast<float>(i);
+  const models::MediaPrompt q = snd.expand(pic, {clip});
+  REQUIRE(q.ids.size() == 34);
+  REQUIRE(q.embeddings.dim(0) == 28);
+  REQUIRE(q.embeddings.dim(1) == 48);
+  CHECK(q.embeddings(1, 47) == pic.embeddings(1, 47));
+  CHECK(q.embeddings(2, 0) == clip(0, 0));
+  CHECK(q.embeddings(2, 24) == 0.0f);
+  CHECK(q.positions(1, 3) == 2);
+  CHECK(q.positions(2, 3) == 3);
+  for (int r = 0; r < 3; ++r) {
+    CHECK(q.positions(r, 6) == 6);    // the clip's first token
+    CHECK(q.positions(r, 31) == 31);  // its last
+    CHECK(q.positions(r, 32) == 32);  // <|audio_end|>: 7 + 25
+    CHECK(q.positions(r, 33) == 33);
+  }
+
+  // Malformed prompts and mismatched models, by name.
+  CHECK_THROWS_WITH(snd.expand(models::text_prompt({7, A, E}), {clip}), Catch::Contains("does not follow an <|audio_start|>"));
+  CHECK_THROWS_WITH(snd.expand(models::text_prompt({S, A, E, S, A, E}), {clip}), Catch::Contains("2 <|audio_pad|> marker(s) for 1"));
+  CHECK_THROWS_WITH(snd.expand(models::text_prompt({S, A, E}), {Tensor<float, 2>({4, 16})}), Catch::Contains("expected [tokens > 0, 24]"));
+  CHECK_THROWS_WITH(snd.expand(p, {clip}), Catch::Contains("26 <|audio_pad|> marker(s) for 1"));
+  Config text;
+  text.emb_dim = 32;
+  text.vocab_size = 200000;
+  CHECK_THROWS_WITH(snd.check_text_model(text), Catch::Contains("output_dim"));
+  text.emb_dim = 24;
+  text.vocab_size = 1000;
+  CHECK_THROWS_WITH(snd.check_text_model(text), Catch::Contains("outside the text model's vocabulary"));
 }
