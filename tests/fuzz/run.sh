@@ -68,6 +68,7 @@ copy hf_config "$root"/tests/fixtures/hf_tiny/*/config.json "$root"/tests/fixtur
 copy hf_tokenizer "$root"/tests/fixtures/tokenizers/synth_*.tokenizer.json
 copy yaml_config "$root"/configs/models/*.yml
 copy image "$root"/tests/fixtures/images/*.png "$root"/tests/fixtures/images/*.jpg
+copy audio "$root"/tests/fixtures/qwen3_omni_audio/*.wav
 copy llama2c_tokenizer "$shared"/models/stories260K/tok512.bin
 copy gguf "$shared"/models/*/*.gguf  # (the real GGUFs exceed 64 KiB: skipped; the synthetic ones cover the format)
 # Chat templates: every template string in the shared tokenizer configs and the committed template fixtures.

@@ -18,6 +18,9 @@
 #if defined(MAXTEXT_WITH_IMAGE)
 #include "entry/image.hpp"
 #endif
+#if defined(MAXTEXT_WITH_AUDIO)
+#include "entry/audio.hpp"
+#endif
 #include "entry/grammar.hpp"
 #include "entry/server.hpp"
 #include "entry/session.hpp"
@@ -54,6 +57,9 @@ const std::map<std::string, Entry>& entries() {
       {"openai_request", fuzz_openai_request},
 #if defined(MAXTEXT_WITH_IMAGE)
       {"image", fuzz_image},
+#endif
+#if defined(MAXTEXT_WITH_AUDIO)
+      {"audio", fuzz_audio},
 #endif
       {"yaml_config", fuzz_yaml_config},
       {"hf_config", fuzz_hf_config},

@@ -61,7 +61,7 @@ inline std::string config_json_beside(const std::string& weights) {
 inline bool has_hf_names(const TensorMap& t) {
   return t.has("model.embed_tokens.weight") || t.has("model.norm.weight") || t.has("lm_head.weight") ||
          t.has("language_model.model.embed_tokens.weight") || t.has("language_model.lm_head.weight") ||
-         t.has("model.language_model.embed_tokens.weight");
+         t.has("model.language_model.embed_tokens.weight") || t.has("thinker.model.embed_tokens.weight");
 }
 
 /// The format of `path` (by extension, then by magic bytes).

@@ -124,12 +124,14 @@ class Qwen3Pictures {
     MAXTEXT_CHECK(is_qwen3_vision_model_type(type), UnsupportedError, "[qwen3 pictures] ", cfg_path, " has model_type '",
                   type, "'; the Qwen3 vision encoder comes with qwen3_5_moe, qwen3_5, qwen3_vl(_moe) or qwen3_omni_moe");
     vc_ = layers::Qwen3VisionConfig::from_hf(j, cfg_path);
+    // Qwen3-Omni keeps the ids in thinker_config.
+    const nlohmann::json& th = j.contains("thinker_config") && j["thinker_config"].is_object() ? j["thinker_config"] : j;
     const auto id = [&](const char* key, std::int32_t& out) {
-      if (!j.contains(key) || j[key].is_null()) return;
-      MAXTEXT_CHECK(j[key].is_number_integer() && j[key].get<std::int64_t>() >= 0 &&
-                        j[key].get<std::int64_t>() <= std::numeric_limits<std::int32_t>::max(),
-                    IoError, "[qwen3 pictures] ", cfg_path, ": ", key, ": expected a token id, found ", j[key].dump());
-      out = j[key].get<std::int32_t>();
+      if (!th.contains(key) || th[key].is_null()) return;
+      MAXTEXT_CHECK(th[key].is_number_integer() && th[key].get<std::int64_t>() >= 0 &&
+                        th[key].get<std::int64_t>() <= std::numeric_limits<std::int32_t>::max(),
+                    IoError, "[qwen3 pictures] ", cfg_path, ": ", key, ": expected a token id, found ", th[key].dump());
+      out = th[key].get<std::int32_t>();
     };
     id("vision_start_token_id", ids_.vision_start);
     id("vision_end_token_id", ids_.vision_end);

@@ -487,10 +487,13 @@ inline TensorMap qwen3_vision_from_hf(const TensorMap& hf, const layers::Qwen3Vi
     tensor(from + ".weight", to + ".scale", {dim});
     tensor(from + ".bias", to + ".bias", {dim});
   };
+  // Qwen3.5 / Qwen3-VL name a merger's parts norm / linear_fc1 / linear_fc2 and the deepstack mergers
+  // deepstack_merger_list.j; Qwen3-Omni ln_q / mlp.0 / mlp.2 and merger_list.j.
+  const bool omni = hf.has(vis + "merger.ln_q.weight");
   const auto merger = [&](const std::string& from, const std::string& to, std::int64_t ln_dim) {
-    norm(from + "norm", to + "ln_q", ln_dim);
-    linear(from + "linear_fc1", to + "mlp_0", W, W);
-    linear(from + "linear_fc2", to + "mlp_2", c.out_hidden_size, W);
+    norm(from + (omni ? "ln_q" : "norm"), to + "ln_q", ln_dim);
+    linear(from + (omni ? "mlp.0" : "linear_fc1"), to + "mlp_0", W, W);
+    linear(from + (omni ? "mlp.2" : "linear_fc2"), to + "mlp_2", c.out_hidden_size, W);
   };
   if (const AnyTensor* t = m.get(vis + "patch_embed.proj.weight")) {
     const std::string from = vis + "patch_embed.proj.weight";
@@ -523,7 +526,8 @@ inline TensorMap qwen3_vision_from_hf(const TensorMap& hf, const layers::Qwen3Vi
     linear(from + "mlp.linear_fc2", to + "mlp_out", D, F);
   }
   for (std::size_t j = 0; j < c.deepstack_layers.size(); ++j) {
-    merger(vis + "deepstack_merger_list." + std::to_string(j) + ".", enc + "merger_" + std::to_string(j) + ".", W);
+    merger(vis + (omni ? "merger_list." : "deepstack_merger_list.") + std::to_string(j) + ".",
+           enc + "merger_" + std::to_string(j) + ".", W);
   }
   merger(vis + "merger.", proj + "merger.", D);
   std::vector<std::string> others;
