@@ -13,11 +13,11 @@ bash scripts/setup.sh
 # the llama2 (stories260K, or the seeded fallback) and qwen3 (the chat) blocks in float32. Every other block / weight
 # type is then refused by name; scripts/test.sh (or -DMAXTEXT_BLOCKS=all -DMAXTEXT_BLOCK_POLICIES=all) builds them all.
 # `maxtext compare` is left out too (-DMAXTEXT_CLI_COMPARE=OFF: the CLI's longest unit; the program refuses it by name),
-# and so are `maxtext serve` (-DMAXTEXT_CLI_SERVE=OFF) and `maxtext vision` (-DMAXTEXT_CLI_VISION=OFF), which this job does
-# not run. The blocks compile at the build type's level (-O3; the test command's build, in the same folder, uses -O1).
+# and so are `maxtext serve` (-DMAXTEXT_CLI_SERVE=OFF), `maxtext vision` (-DMAXTEXT_CLI_VISION=OFF) and `maxtext audio`
+# (-DMAXTEXT_CLI_AUDIO=OFF), which this job does not run (scripts/test.sh turns them on again in the same folder). The blocks compile at the build type's level (-O3; the test command's build, in the same folder, uses -O1).
 TARGETS=maxtext_cli bash scripts/build.sh -DMAXTEXT_BUILD_TESTS=OFF -DMAXTEXT_BUILD_BENCH=OFF -DMAXTEXT_BUILD_EXAMPLES=OFF \
   -DMAXTEXT_BUILD_TOOLS=ON -DMAXTEXT_BUILD_PYTHON=OFF -DMAXTEXT_BLOCKS="llama2;qwen3" -DMAXTEXT_BLOCK_POLICIES=f32 -DMAXTEXT_BLOCKS_OPT= \
-  -DMAXTEXT_CLI_COMPARE=OFF -DMAXTEXT_CLI_SERVE=OFF -DMAXTEXT_CLI_VISION=OFF
+  -DMAXTEXT_CLI_COMPARE=OFF -DMAXTEXT_CLI_SERVE=OFF -DMAXTEXT_CLI_VISION=OFF -DMAXTEXT_CLI_AUDIO=OFF
 MODELS=${MAXTEXT_MODELS_DIR:-../shared/models}
 if [ -f "$MODELS/stories260K/stories260K.bin" ] && [ -f "$MODELS/stories260K/tok512.bin" ]; then
   ./build/tools/maxtext generate --weights "$MODELS/stories260K/stories260K.bin" \

@@ -7,6 +7,7 @@
 //   cli_compare.cpp compare                                      (reference dumps, captures, reference_check)
 //   cli_serve.cpp   serve                                        (the OpenAI-compatible HTTP server: cpp-httplib)
 //   cli_vision.cpp  vision                                       (images: libpng, libjpeg; Gemma 3's and Llama 4's towers)
+//   cli_audio.cpp   audio                                        (sound: libsndfile, libsoxr; Qwen3-Omni's audio encoder)
 #pragma once
 
 #include <cstdint>
@@ -155,6 +156,26 @@ class PromptPictures {
   virtual std::vector<std::size_t> crops() const { return {}; }
 };
 std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg);
+/// Whether the command line gives pictures (--image) or sound (--audio) for the prompt.
+inline bool has_media(const Args& a) { return a.all.count("image") != 0 || a.all.count("audio") != 0; }
+/// Refuses the options of pictures without --image and those of sound without --audio, by name.
+inline void check_media_options(const Args& a) {
+  if (a.all.count("image") == 0) {
+    for (const char* o : {"image-preprocess", "image-embeddings-out", "pan-and-scan"}) {
+      MAXTEXT_CHECK(!a.has(o), ArgumentError, a.command, ": --", o, " needs --image");
+    }
+  }
+  if (a.all.count("audio") == 0) {
+    for (const char* o : {"audio-form", "audio-embeddings-out"}) {
+      MAXTEXT_CHECK(!a.has(o), ArgumentError, a.command, ": --", o, " needs --audio");
+    }
+  }
+}
+/// `pictures` (null without --image) followed by the clips of --audio (a Qwen3-Omni checkpoint's audio encoder, each
+/// <|audio_pad|> marker taking the next clip; cli_audio.cpp; refused where the program has no sound support).
+/// open_prompt_pictures calls it when --audio is given.
+std::unique_ptr<PromptPictures> with_prompt_sounds(const Args& a, const Config& cfg,
+                                                   std::unique_ptr<PromptPictures> pictures);
 /// `prompt` with one marker per --image: open_prompt_pictures(a, cfg)->expand(prompt, true) (cli_text.cpp).
 PromptImages encode_prompt_images(const Args& a, const Config& cfg, const std::vector<std::int32_t>& prompt);
 /// The marker a prompt's text gives for each picture (Gemma 3: "<start_of_image>"), which llama.cpp's `<__media__>`
@@ -197,5 +218,6 @@ int cmd_template(const Args& a);  // cli_chat.cpp
 int cmd_compare(const Args& a);   // cli_compare.cpp
 int cmd_serve(const Args& a);     // cli_serve.cpp
 int cmd_vision(const Args& a);    // cli_vision.cpp
+int cmd_audio(const Args& a);     // cli_audio.cpp
 
 }  // namespace maxtext::cli

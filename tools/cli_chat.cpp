@@ -39,7 +39,7 @@ int cmd_chat(const Args& a) {
   // Pictures (--image): encoded once; each marker a message writes (<start_of_image>, or llama.cpp's <__media__>)
   // takes the next one, and the whole conversation's pictures go with it to the session on every turn.
   std::unique_ptr<PromptPictures> pictures;
-  if (a.all.count("image") != 0) {
+  if (has_media(a)) {
     pictures = open_prompt_pictures(a, cfg);
     // With --pan-and-scan on, each marker becomes the text for its picture and the picture's crops; a message's
     // first marker takes the picture after the previous messages' ones.
@@ -54,12 +54,16 @@ int cmd_chat(const Args& a) {
       rows = std::move(p.embeddings);
       positions = std::move(p.positions);
     };
-    std::cerr << "note: " << pictures->count() << " picture(s): write " << image_marker_text(a)
-              << " (or <__media__>) in a message where each goes, in order\n";
-  } else {
-    MAXTEXT_CHECK(!a.has("image-preprocess") && !a.has("image-embeddings-out") && !a.has("pan-and-scan"),
-                  ArgumentError, "--image-preprocess, --image-embeddings-out and --pan-and-scan need --image");
+    if (a.all.count("image") != 0) {
+      std::cerr << "note: " << pictures->count() << " picture(s): write " << image_marker_text(a)
+                << " (or <__media__>) in a message where each goes, in order\n";
+    }
+    if (a.all.count("audio") != 0) {
+      std::cerr << "note: " << a.all.at("audio").size() << " sound clip(s): write <|audio_start|><|audio_pad|><|audio_end|>"
+                << (a.all.count("image") == 0 ? " (or <__media__>)" : "") << " in a message where each goes, in order\n";
+    }
   }
+  check_media_options(a);
   const auto sc = open_spec(a, cfg, co.capacity + a.integer("draft-max", 4) + 1);
   co.drafter = sc->function();
   co.mtp = sc->kind == "mtp";  // the session's own MTP layers, their caches kept beside its cache

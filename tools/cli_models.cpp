@@ -180,9 +180,8 @@ int cmd_logits(const Args& a) {
   const Config cfg = make_config(a);
   auto rows = cli::parse_token_rows(a.get("tokens"));
   // Pictures (--image): the markers of the one row expanded, the soft tokens merged at the first pass.
-  const bool images = a.all.count("image") != 0;
-  MAXTEXT_CHECK(images || (!a.has("image-preprocess") && !a.has("image-embeddings-out")), ArgumentError,
-                "--image-preprocess and --image-embeddings-out need --image");
+  const bool images = has_media(a);
+  check_media_options(a);
   PromptImages media;
   if (images) {
     MAXTEXT_CHECK(rows.size() == 1, ArgumentError, "--image: one row of --tokens at a time, found ", rows.size());

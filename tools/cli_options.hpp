@@ -43,7 +43,8 @@ inline const std::vector<CommandOptions>& command_options() {
       return a;
     };
     // encode_prompt_images (cli_vision.cpp): pictures merged into the prompt.
-    const std::vector<std::string> images = {"image", "image-preprocess", "image-embeddings-out", "mmproj"};
+    const std::vector<std::string> images = {"image", "image-preprocess", "image-embeddings-out", "mmproj",
+                                             "audio", "audio-form", "audio-embeddings-out"};
     return std::vector<CommandOptions>{
         {"logits", join(join(model, {"tokens", "out", "incremental", "mtp", "mtp-hidden"}), images), true},
         // open_model without loading: neither --seed nor the tokenizer is read.
@@ -64,6 +65,7 @@ inline const std::vector<CommandOptions>& command_options() {
                       "prefill-rows"}),
          true},
         {"vision", {"weights", "mmproj", "image", "image-preprocess", "pan-and-scan", "out", "threads"}, false},
+        {"audio", {"weights", "audio", "audio-form", "out", "features-out", "threads"}, false},
         {"tokenize", {"weights", "tokenizer", "text", "text-file", "add-special"}, false},
         {"detokenize", {"weights", "tokenizer", "ids", "skip-special"}, false},
         {"template", {"tokenizer", "messages", "add-generation-prompt", "tools"}, false},
@@ -125,8 +127,8 @@ inline void check_options(const Args& a) {
       MAXTEXT_THROW(ArgumentError, a.command, ": unknown option --", key,
                     near.empty() ? std::string(" (") : " (did you mean --" + near + "?; ", "it reads ", list, ")");
     }
-    MAXTEXT_CHECK(values.size() == 1 || key == "stop" || key == "image", ArgumentError, a.command, ": option --", key,
-                  " given ", values.size(), " times (only --stop and --image repeat)");
+    MAXTEXT_CHECK(values.size() == 1 || key == "stop" || key == "image" || key == "audio", ArgumentError, a.command,
+                  ": option --", key, " given ", values.size(), " times (only --stop, --image and --audio repeat)");
   }
   MAXTEXT_CHECK(cmd->overrides || a.overrides.empty(), ArgumentError, a.command,
                 " takes no key=value config overrides (found '", a.overrides.empty() ? "" : a.overrides.front(), "')");

@@ -132,16 +132,14 @@ int cmd_generate(const Args& a) {
   std::unique_ptr<tokenizer::Tokenizer> tk;
   std::vector<std::vector<std::int32_t>> prompts;
   models::GenerateOptions go = generate_options(a, cfg, 32);
-  const bool images = a.all.count("image") != 0;
-  MAXTEXT_CHECK(images || (!a.has("image-preprocess") && !a.has("image-embeddings-out")), ArgumentError,
-                "--image-preprocess and --image-embeddings-out need --image");
-  MAXTEXT_CHECK(images || !a.has("pan-and-scan"), ArgumentError, "--pan-and-scan needs --image");
+  const bool images = has_media(a);
+  check_media_options(a);
   std::string prompt_text = a.get("prompt");
   MAXTEXT_CHECK(!(a.has("prompt") && a.has("tokens")), ArgumentError, "give --tokens or --prompt, not both");
   // Pictures (--image): decoded and encoded once, before the text (pan-and-scan's crops change the prompt's text).
   std::unique_ptr<PromptPictures> pictures;
   if (images) {
-    MAXTEXT_CHECK(!a.has("spec"), UnsupportedError, "--image with --spec: speculative decoding takes no pictures yet");
+    MAXTEXT_CHECK(!a.has("spec"), UnsupportedError, "--image / --audio with --spec: speculative decoding takes no pictures or sound yet");
     MAXTEXT_CHECK(a.has("prompt") || !a.has("pan-and-scan"), ArgumentError, "--pan-and-scan needs --prompt (the text "
                   "that introduces the crops goes through the tokenizer)");
     pictures = open_prompt_pictures(a, cfg);

@@ -516,6 +516,7 @@ int vision_qwen3(const Args& a, const std::vector<std::string>& images) {
 }  // namespace
 
 std::string image_marker_text(const Args& a) {
+  if (a.all.count("image") == 0 && a.all.count("audio") != 0) return "<|audio_start|><|audio_pad|><|audio_end|>";
   if (qwen3_pictures(a)) return "<|vision_start|><|image_pad|><|vision_end|>";
   return llama4_pictures(a) || gemma4_pictures(a) ? "<|image|>" : "<start_of_image>";
 }
@@ -524,11 +525,20 @@ std::string with_pan_and_scan(const Args& a, std::string text, const std::vector
   return io::gemma3_pan_and_scan_prompt(text, crops, image_marker_text(a));
 }
 
-std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg) {
+namespace {
+std::unique_ptr<PromptPictures> open_pictures_only(const Args& a, const Config& cfg) {
   if (qwen3_pictures(a)) return std::make_unique<Qwen3PromptPictures>(a, cfg);
   if (llama4_pictures(a)) return std::make_unique<Llama4PromptPictures>(a, cfg);
   if (gemma4_pictures(a)) return std::make_unique<Gemma4PromptPictures>(a, cfg);
   return std::make_unique<Gemma3Pictures>(a, cfg);
+}
+}  // namespace
+
+std::unique_ptr<PromptPictures> open_prompt_pictures(const Args& a, const Config& cfg) {
+  if (a.all.count("audio") != 0) {
+    return with_prompt_sounds(a, cfg, a.all.count("image") != 0 ? open_pictures_only(a, cfg) : nullptr);
+  }
+  return open_pictures_only(a, cfg);
 }
 
 std::unique_ptr<PictureTower> open_picture_tower(const Args& a, const Config& cfg) {

@@ -51,6 +51,11 @@ commands:
   tokenize  (--weights FILE | --tokenizer PATH) (--text "text" | --text-file FILE) [--add-special on|off]:
             prints the ids comma-separated (on, the default: with the special tokens / BOS the tokenizer adds)
   detokenize (--weights FILE | --tokenizer PATH) --ids 1,2,3 [--skip-special on|off]: writes the text to stdout
+  generate|logits|chat ... --audio FILE [--audio FILE ...] [--audio-form maxtext|hf] [--audio-embeddings-out F]:
+            sound (WAV, FLAC, Ogg, MP3, ...; resampled to 16 kHz) merged into the prompt of a Qwen3-Omni checkpoint
+            (its audio encoder and thinker): each <|audio_start|><|audio_pad|><|audio_end|> (or llama.cpp's <__media__>
+            when no --image is given) takes the next clip, at text positions; with --image the pictures are expanded
+            first. docs/audio.md
   info      --config CFG [--weights FILE]
   vision    (--weights DIR | --mmproj MMPROJ.gguf) --image FILE [--image FILE ...]
             [--image-preprocess maxtext|hf|llamacpp] [--pan-and-scan on|off] [--out tokens.npy]: pictures (PNG, JPEG) through Gemma 3's vision tower (a Hugging Face
@@ -59,7 +64,11 @@ commands:
             vision model (or its mmproj file): [tiles, 144, emb_dim], each picture's tiles and its global tile; or a
             Gemma4ForConditionalGeneration's vision encoder (or its mmproj file): [soft tokens of all pictures,
             emb_dim], 280 a picture (--image-preprocess hf: its own aspect ratio, at most 280); or a Qwen3.5 / Qwen3-VL
-            / Qwen3-Omni checkpoint's vision encoder: its merged tokens (not yet taken by generate / chat). docs/vision.md
+            / Qwen3-Omni checkpoint's vision encoder: its merged tokens. docs/vision.md
+  audio     --weights DIR --audio FILE [--audio FILE ...] [--audio-form maxtext|hf] [--out tokens.npy]
+            [--features-out features.npy]: sound through a Qwen3-Omni checkpoint's audio encoder: log-mel features
+            (MaxText's processor: padded to whole seconds, 13 tokens a second; hf: Hugging Face's) and the soft tokens
+            [tokens of all clips, output_dim]. docs/audio.md
 )" MAXTEXT_TEMPLATE_USAGE MAXTEXT_COMPARE_USAGE R"(
 common options:
   --config FILE      MaxText YAML (a model file such as configs/models/gpt3-52k.yml) or a Hugging Face config.json;
@@ -125,6 +134,18 @@ void maxtext::cli::join_world(const std::string&) {
 void maxtext::cli::fail_world(const std::string& message) { std::cerr << "maxtext: error: " << message << "\n"; }
 void maxtext::cli::leave_world() {}
 #endif
+#if defined(MAXTEXT_CLI_NO_AUDIO)
+// Configured without libsndfile / libsoxr (or with -DMAXTEXT_CLI_AUDIO=OFF): cli_audio.cpp is not compiled.
+int maxtext::cli::cmd_audio(const Args&) {
+  MAXTEXT_THROW(UnsupportedError, "audio is not compiled into this program (install libsndfile1-dev and libsoxr-dev, "
+                                  "as scripts/setup.sh does, and configure with -DMAXTEXT_CLI_AUDIO=ON)");
+}
+std::unique_ptr<maxtext::cli::PromptPictures> maxtext::cli::with_prompt_sounds(const Args& a, const Config&,
+                                                                             std::unique_ptr<PromptPictures>) {
+  MAXTEXT_THROW(UnsupportedError, a.command, " --audio: sound is not compiled into this program (install "
+                "libsndfile1-dev and libsoxr-dev, as scripts/setup.sh does, and configure with -DMAXTEXT_CLI_AUDIO=ON)");
+}
+#endif
 #if defined(MAXTEXT_CLI_NO_VISION)
 // Configured without libpng / libjpeg (or with -DMAXTEXT_CLI_VISION=OFF): cli_vision.cpp is not compiled.
 int maxtext::cli::cmd_vision(const Args&) {
@@ -132,11 +153,14 @@ int maxtext::cli::cmd_vision(const Args&) {
                                   "libjpeg62-turbo-dev, as scripts/setup.sh does, and configure with "
                                   "-DMAXTEXT_CLI_VISION=ON)");
 }
-std::unique_ptr<maxtext::cli::PromptPictures> maxtext::cli::open_prompt_pictures(const Args& a, const Config&) {
+std::unique_ptr<maxtext::cli::PromptPictures> maxtext::cli::open_prompt_pictures(const Args& a, const Config& cfg) {
+  if (a.all.count("image") == 0 && a.all.count("audio") != 0) return with_prompt_sounds(a, cfg, nullptr);
   MAXTEXT_THROW(UnsupportedError, a.command, " --image: pictures are not compiled into this program (install "
                 "libpng-dev and libjpeg62-turbo-dev, as scripts/setup.sh does, and configure with -DMAXTEXT_CLI_VISION=ON)");
 }
-std::string maxtext::cli::image_marker_text(const Args&) { return std::string(); }
+std::string maxtext::cli::image_marker_text(const Args& a) {
+  return a.all.count("image") == 0 && a.all.count("audio") != 0 ? "<|audio_start|><|audio_pad|><|audio_end|>" : "";
+}
 std::string maxtext::cli::with_pan_and_scan(const Args&, std::string text, const std::vector<std::size_t>&) {
   return text;
 }
@@ -170,6 +194,7 @@ int main(int argc, char** argv) {
     if (a.command == "compare") return cli::cmd_compare(a);
     if (a.command == "serve") return cli::cmd_serve(a);
     if (a.command == "vision") return cli::cmd_vision(a);
+    if (a.command == "audio") return cli::cmd_audio(a);
     std::cerr << "maxtext: unknown command '" << a.command << "'\n" << kUsage;
     return 2;
   } catch (const std::exception& e) {

@@ -99,7 +99,7 @@ TEST_CASE("maxtext logits / generate --image: pictures merged into a Gemma 3 pro
   t = run_failing("logits --weights " + dir + "/hf" + tokens + pics + " --incremental 400 --out x.npy");
   CHECK(t.find("hold a picture's soft tokens") != std::string::npos);
   t = run_failing("generate --weights " + dir + "/hf" + tokens + " --image-preprocess hf");
-  CHECK(t.find("--image-preprocess and --image-embeddings-out need --image") != std::string::npos);
+  CHECK(t.find("--image-preprocess needs --image") != std::string::npos);
   t = run_failing("generate --weights " + dir + "/hf" + tokens + pics + " --spec lookup");
   CHECK(t.find("speculative decoding takes no pictures") != std::string::npos);
 }
@@ -251,7 +251,7 @@ TEST_CASE("maxtext vision / generate --pan-and-scan: Hugging Face's crops and pr
   t = run_failing("vision --weights " + dirm + "/hf --image " + dir + "/wide.png --pan-and-scan on --image-preprocess llamacpp");
   CHECK(t.find("llama.cpp's preprocessing (--image-preprocess llamacpp) has no pan-and-scan") != std::string::npos);
   t = run_failing("chat" + common + " --pan-and-scan on < /dev/null");
-  CHECK(t.find("--pan-and-scan need --image") != std::string::npos);
+  CHECK(t.find("chat: --pan-and-scan needs --image") != std::string::npos);
 
   // chat: a message's marker becomes the same text and its picture is followed by its crops: the first answer is
   // what generate gives for the rendered prompt; the second turn reuses the picture and its crops from the cache.
