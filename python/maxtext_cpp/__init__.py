@@ -48,6 +48,11 @@ if hasattr(_maxtext_cpp, "Gemma3Vision"):
         resize_image,
     )
 
+# Sound files, log-mel features and Qwen3-Omni's audio encoder (docs/audio.md), where the module was built with
+# libsndfile and libsoxr.
+if hasattr(_maxtext_cpp, "Qwen3OmniAudio"):
+    from ._maxtext_cpp import Qwen3OmniAudio, load_audio, log_mel  # noqa: F401
+
 _here = _os.path.dirname(_os.path.abspath(__file__))
 # Model configs (configs/models/<model_name>.yml): shipped inside the package by `pip install`, else the checkout's.
 _config_dirs = [d for d in (_os.path.join(_here, "configs"),

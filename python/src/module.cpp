@@ -545,12 +545,20 @@ namespace maxtext::python {
 void register_vision(py::module_& m);  // vision.cpp: images and Gemma 3's vision tower
 }
 #endif
+#if defined(MAXTEXT_PYTHON_AUDIO)
+namespace maxtext::python {
+void register_audio(py::module_& m);  // audio.cpp: sound files, log-mel features, Qwen3-Omni's audio encoder
+}
+#endif
 
 PYBIND11_MODULE(_maxtext_cpp, m) {
   m.doc() = "maxtext-cpp: MaxText's transformer layers in C++ (see docs/python.md)";
   register_errors(m);
 #if defined(MAXTEXT_PYTHON_VISION)
   maxtext::python::register_vision(m);
+#endif
+#if defined(MAXTEXT_PYTHON_AUDIO)
+  maxtext::python::register_audio(m);
 #endif
 
   m.def("_set_config_dirs", [](std::vector<std::string> dirs) { g_config_dirs = std::move(dirs); },
