@@ -17,6 +17,7 @@
 #include "maxtext/families/qwen/audio_processor.hpp"
 #include "maxtext/families/qwen/sounds.hpp"
 #include "maxtext/io/audio.hpp"
+#include "media_prompt.hpp"
 
 namespace py = pybind11;
 
@@ -117,36 +118,9 @@ class Qwen3OmniAudio {
   py::dict prompt(py::handle ids_or_prompt, py::handle clips) const {
     models::MediaPrompt in;
     if (py::isinstance<py::dict>(ids_or_prompt)) {
-      const py::dict d = py::reinterpret_borrow<py::dict>(ids_or_prompt);
-      for (const char* k : {"ids", "media_mask", "media_embeddings", "positions"}) {
-        MAXTEXT_CHECK(d.contains(k), ArgumentError, "[audio] prompt: the dict lacks '", k, "' (Qwen3Vision.prompt's)");
-      }
-      const auto ids = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>::ensure(d["ids"]);
-      const auto mask = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>::ensure(d["media_mask"]);
-      const auto rows = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(d["media_embeddings"]);
-      const auto pos = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>::ensure(d["positions"]);
-      MAXTEXT_CHECK(ids && mask && rows && pos && ids.ndim() == 1 && mask.ndim() == 2 && rows.ndim() == 2 &&
-                        pos.ndim() == 2 && mask.shape(0) == 1 && mask.shape(1) == ids.shape(0) && pos.shape(0) == 3 &&
-                        pos.shape(1) == ids.shape(0),
-                    ArgumentError, "[audio] prompt: expected ids [T], media_mask [1, T], media_embeddings [n, W], "
-                    "positions [3, T]");
-      in.ids.assign(ids.data(), ids.data() + ids.shape(0));
-      in.mask = Tensor<std::int32_t, 2>({1, ids.shape(0)});
-      std::memcpy(in.mask.data(), mask.data(), static_cast<std::size_t>(in.mask.size()) * sizeof(std::int32_t));
-      in.positions = Tensor<std::int32_t, 2>({3, ids.shape(0)});
-      std::memcpy(in.positions.data(), pos.data(), static_cast<std::size_t>(in.positions.size()) * sizeof(std::int32_t));
-      in.embeddings = Tensor<float, 2>({rows.shape(0), rows.shape(1)});
-      std::memcpy(in.embeddings.data(), rows.data(), static_cast<std::size_t>(in.embeddings.size()) * sizeof(float));
+      in = media_prompt_from_python(py::reinterpret_borrow<py::dict>(ids_or_prompt), "audio");
     } else {
-      const auto a = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(ids_or_prompt);
-      MAXTEXT_CHECK(a && a.ndim() == 1, ArgumentError, "[audio] prompt: expected token ids [T] or Qwen3Vision.prompt's dict");
-      std::vector<std::int32_t> ids;
-      for (py::ssize_t i = 0; i < a.shape(0); ++i) {
-        const std::int64_t v = a.data()[i];
-        MAXTEXT_CHECK(v >= 0 && v <= 2147483647, ArgumentError, "[audio] prompt: token id ", v, " at ", i);
-        ids.push_back(static_cast<std::int32_t>(v));
-      }
-      in = models::text_prompt(std::move(ids));
+      in = models::text_prompt(prompt_ids_from_python(ids_or_prompt, "audio"));
     }
     std::vector<std::vector<float>> xs;
     for (auto c : py::reinterpret_borrow<py::sequence>(clips)) xs.push_back(samples(c));
@@ -157,17 +131,7 @@ class Qwen3OmniAudio {
       for (const auto& x : xs) enc.push_back(s_->encode(x));
       mp = s_->expand(in, enc);
     }
-    const auto T = static_cast<py::ssize_t>(mp.ids.size());
-    py::array_t<std::int32_t> out_ids(T), mask({py::ssize_t{1}, T}), pos({py::ssize_t{3}, T});
-    std::copy(mp.ids.begin(), mp.ids.end(), out_ids.mutable_data());
-    std::copy(mp.mask.data(), mp.mask.data() + mp.mask.size(), mask.mutable_data());
-    std::copy(mp.positions.data(), mp.positions.data() + mp.positions.size(), pos.mutable_data());
-    py::dict d;
-    d["ids"] = out_ids;
-    d["media_mask"] = mask;
-    d["media_embeddings"] = to_numpy(mp.embeddings);
-    d["positions"] = pos;
-    return d;
+    return media_prompt_to_python(mp);
   }
 
  private:

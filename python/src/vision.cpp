@@ -29,6 +29,7 @@
 #include "maxtext/io/gguf.hpp"
 #include "maxtext/io/image.hpp"
 #include "maxtext/io/image_resize.hpp"
+#include "media_prompt.hpp"
 
 namespace py = pybind11;
 
@@ -308,14 +309,7 @@ class Qwen3Vision {
   /// Token ids with one <|image_pad|> per picture (each after <|vision_start|>) -> the expanded prompt for the text
   /// model: {'ids', 'media_mask' [1, T], 'media_embeddings' [n, (1 + deepstack) * width], 'positions' [3, T]}.
   py::dict prompt(py::handle ids, py::handle pictures, const std::string& how) const {
-    const auto a = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(ids);
-    MAXTEXT_CHECK(a && a.ndim() == 1, ArgumentError, "[qwen3 vision] prompt: expected token ids [T]");
-    std::vector<std::int32_t> prompt_ids;
-    for (py::ssize_t i = 0; i < a.shape(0); ++i) {
-      const std::int64_t v = a.data()[i];
-      MAXTEXT_CHECK(v >= 0 && v <= 2147483647, ArgumentError, "[qwen3 vision] prompt: token id ", v, " at ", i);
-      prompt_ids.push_back(static_cast<std::int32_t>(v));
-    }
+    const std::vector<std::int32_t> prompt_ids = prompt_ids_from_python(ids, "qwen3 vision");
     std::vector<io::Image> images;
     for (auto p : py::reinterpret_borrow<py::sequence>(pictures)) images.push_back(image_from(p));
     models::MediaPrompt mp;
@@ -323,17 +317,7 @@ class Qwen3Vision {
       py::gil_scoped_release nogil;
       mp = pics_->expand(prompt_ids, pics_->encode(images, io::parse_qwen3_image_processing(how)));
     }
-    const auto T = static_cast<py::ssize_t>(mp.ids.size());
-    py::array_t<std::int32_t> out_ids(T), mask({py::ssize_t{1}, T}), pos({py::ssize_t{3}, T});
-    std::copy(mp.ids.begin(), mp.ids.end(), out_ids.mutable_data());
-    std::copy(mp.mask.data(), mp.mask.data() + mp.mask.size(), mask.mutable_data());
-    std::copy(mp.positions.data(), mp.positions.data() + mp.positions.size(), pos.mutable_data());
-    py::dict d;
-    d["ids"] = out_ids;
-    d["media_mask"] = mask;
-    d["media_embeddings"] = tensor_to_numpy(mp.embeddings.data(), {mp.embeddings.dim(0), mp.embeddings.dim(1)});
-    d["positions"] = pos;
-    return d;
+    return media_prompt_to_python(mp);
   }
 
   py::object encode_patches(py::handle pixel_values, std::tuple<std::int64_t, std::int64_t, std::int64_t> grid,
