@@ -110,8 +110,7 @@ TEST_CASE("Qwen3-Omni: the thinker's text model is read from the Hugging Face ch
   const std::string dir = fixture();
   const std::vector<std::int32_t> ids = ints(test::npy(dir + "/tokens_audio_only.npy"));
   const auto T = static_cast<std::int64_t>(ids.size());
-  using PC = Policy<cpu::Backend, float>;
-  const models::Qwen3OmniSounds<PC> snd(cpu::Backend{}, dir + "/hf");
+  const models::Qwen3OmniSounds<P> snd(test::Backend{}, dir + "/hf");
   const models::MediaPrompt p =
       snd.expand(models::text_prompt(unexpanded(ids)), {snd.encode(io::load_audio(dir + "/audio.wav"))});
   REQUIRE(p.ids == ids);
