@@ -117,7 +117,7 @@ TEST_CASE("unknown or unused or repeated options and stray overrides are refused
   refused({"vision", "--weights", "w", "--image", "a.png", "--prompt", "p"}, "vision: option --prompt is not used");
   refused({"vision", "--weights", "w", "--images", "a.png"}, "did you mean --image?");
   refused({"vision", "--weights", "w", "--image", "a.png", "--out", "a.npy", "--out", "b.npy"},
-          "option --out given 2 times (only --stop and --image repeat)");
+          "option --out given 2 times (only --stop, --image and --audio repeat)");
   refused({"vision", "--weights", "w", "--image", "a.png", "dtype=float32"}, "vision takes no key=value config overrides");
 }
 
