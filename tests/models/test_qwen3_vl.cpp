@@ -43,9 +43,8 @@ AnyTensor rows_of(const Tensor<float, 3>& l) {
   return AnyTensor::from(out);
 }
 
-template <template <class> class Layer>
+template <class Model>
 void check_model(const std::string& name, const std::string& block) {
-  using Model = models::Transformer<P, Layer>;
   const std::string dir = test::fixtures_dir() + "/" + name, hf = dir + "/hf";
   const Config cfg = io::read_weights_config(hf).value();
   CHECK(cfg.decoder_block == block);
@@ -136,10 +135,10 @@ void check_model(const std::string& name, const std::string& block) {
 
 TEST_CASE("Qwen3-VL (dense): the HF checkpoint's text model with a picture at MRoPE's 3-D positions and deepstack "
           "matches the float64 reference", "[models][qwen3_vl][multimodal]") {
-  check_model<layers::Qwen3DecoderLayer>("qwen3_vl_model", "qwen3");
+  check_model<models::Transformer<P, layers::Qwen3DecoderLayer>>("qwen3_vl_model", "qwen3");
 }
 
 TEST_CASE("Qwen3-VL-MoE: the HF checkpoint's text model (3-D expert tensors, both layouts) with a picture and deepstack "
           "matches the float64 reference", "[models][qwen3_vl][multimodal]") {
-  check_model<layers::Qwen3MoeDecoderLayer>("qwen3_vl_moe_model", "qwen3_moe");
+  check_model<models::Transformer<P, layers::Qwen3MoeDecoderLayer>>("qwen3_vl_moe_model", "qwen3_moe");
 }
