@@ -47,6 +47,15 @@ inline std::string run_cli(const std::string& args, int& rc) {
   return text;
 }
 
+/// Runs `maxtext ARGS`, which must fail (a refusal a test checks the message of): its output, logged with a failure.
+inline std::string run_cli_failing(const std::string& args) {
+  int rc = 0;
+  std::string text = run_cli(args, rc);
+  INFO(args << "\n" << text);
+  CHECK(rc != 0);
+  return text;
+}
+
 /// `maxtext generate --weights WEIGHTS --max-new-tokens 1` on the first 5 tokens of row 0 of the fixture's tokens.npy
 /// must print the greedy token of its reference (the argmax of logits.npy at position 4).
 inline void check_cli_greedy(const std::string& fixture_dir, const std::string& weights) {

@@ -24,23 +24,13 @@ using namespace maxtext;
 
 namespace {
 
-std::string run_failing(const std::string& args) {
-  const std::string out = (std::filesystem::current_path() / ("cli_audio_" + std::to_string(::getpid()) + ".txt")).string();
-  const int rc = std::system((test::cli_path() + " " + args + " > " + out + " 2>&1").c_str());
-  std::string text = io::read_text_file(out);
-  std::remove(out.c_str());
-  INFO(args << "\n" << text);
-  CHECK(rc != 0);
-  return text;
-}
-
 std::string temp(const std::string& name) {
   return (std::filesystem::current_path() / ("cli_audio_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
 void need_audio() {
   if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
-  const std::string probe = run_failing("audio");
+  const std::string probe = test::run_cli_failing("audio");
   if (probe.find("audio is not compiled") != std::string::npos) test::skip("audio is not compiled into the program");
 }
 
@@ -68,17 +58,17 @@ TEST_CASE("maxtext audio: sound files to Qwen3-Omni soft tokens and features equ
   std::remove(feats.c_str());
 
   // Refusals, by name.
-  std::string t = run_failing("audio --weights " + dir + "/hf");
+  std::string t = test::run_cli_failing("audio --weights " + dir + "/hf");
   CHECK(t.find("audio needs --audio FILE") != std::string::npos);
-  t = run_failing("audio --weights " + dir + "/hf --audio " + dir + "/no-such.wav");
+  t = test::run_cli_failing("audio --weights " + dir + "/hf --audio " + dir + "/no-such.wav");
   CHECK(t.find("no-such.wav] cannot open the sound file") != std::string::npos);
-  t = run_failing("audio --weights " + dir + "/hf --audio " + dir + "/meta.json");
+  t = test::run_cli_failing("audio --weights " + dir + "/hf --audio " + dir + "/meta.json");
   CHECK(t.find("meta.json] not a sound file libsndfile can read") != std::string::npos);
-  t = run_failing("audio --weights " + dir + "/hf --audio " + dir + "/audio.wav --audio-form whisper");
+  t = test::run_cli_failing("audio --weights " + dir + "/hf --audio " + dir + "/audio.wav --audio-form whisper");
   CHECK(t.find("--audio-form 'whisper'") != std::string::npos);
-  t = run_failing("audio --weights " + dir + "/hf --audio " + dir + "/audio.wav --audio-fromat hf");
+  t = test::run_cli_failing("audio --weights " + dir + "/hf --audio " + dir + "/audio.wav --audio-fromat hf");
   CHECK(t.find("unknown option --audio-fromat (did you mean --audio-form?") != std::string::npos);
-  t = run_failing("audio --weights " + test::fixtures_dir() + "/qwen3_5_mm_model/hf --audio " + dir + "/audio.wav");
+  t = test::run_cli_failing("audio --weights " + test::fixtures_dir() + "/qwen3_5_mm_model/hf --audio " + dir + "/audio.wav");
   CHECK(t.find("no thinker_config.audio_config") != std::string::npos);
 }
 
@@ -103,13 +93,13 @@ TEST_CASE("maxtext logits|generate --audio [--image]: a Qwen3-Omni checkpoint's 
                             "qwen3-omni logits --audio");
   std::remove(out.c_str());
 
-  std::string t = run_failing("generate --weights " + dir + "/hf --tokens 1,2,3 --audio " + dir + "/audio.wav");
+  std::string t = test::run_cli_failing("generate --weights " + dir + "/hf --tokens 1,2,3 --audio " + dir + "/audio.wav");
   CHECK(t.find("the prompt has 0 <|audio_pad|> marker(s) for 1 clip(s)") != std::string::npos);
-  t = run_failing("generate --weights " + dir + "/hf --tokens 1,102,101 --audio " + dir + "/audio.wav");
+  t = test::run_cli_failing("generate --weights " + dir + "/hf --tokens 1,102,101 --audio " + dir + "/audio.wav");
   CHECK(t.find("does not follow an <|audio_start|>") != std::string::npos);
-  t = run_failing("generate --weights " + dir + "/hf --tokens 1,2 --audio-form hf");
+  t = test::run_cli_failing("generate --weights " + dir + "/hf --tokens 1,2 --audio-form hf");
   CHECK(t.find("--audio-form needs --audio") != std::string::npos);
-  t = run_failing("generate --weights " + test::fixtures_dir() + "/qwen3_5_mm_model/hf --tokens 1,2 --audio " + dir +
+  t = test::run_cli_failing("generate --weights " + test::fixtures_dir() + "/qwen3_5_mm_model/hf --tokens 1,2 --audio " + dir +
                   "/audio.wav");
   CHECK(t.find("no thinker_config.audio_config") != std::string::npos);
 }

@@ -23,21 +23,6 @@
 
 using namespace maxtext;
 
-namespace {
-
-/// Runs the program expecting a failure; returns what it printed.
-std::string run_failing(const std::string& args) {
-  const std::string out = (std::filesystem::current_path() / ("cli_vision_" + std::to_string(::getpid()) + ".txt")).string();
-  const int rc = std::system((test::cli_path() + " " + args + " > " + out + " 2>&1").c_str());
-  std::string text = io::read_text_file(out);
-  std::remove(out.c_str());
-  INFO(args << "\n" << text);
-  CHECK(rc != 0);
-  return text;
-}
-
-}  // namespace
-
 TEST_CASE("maxtext vision: picture files to Gemma 3 soft tokens equal Pillow + the float64 tower", "[cli][vision]") {
   if (!std::filesystem::exists(test::cli_path())) test::skip("the maxtext program is not built");
   const std::string dir = test::fixtures_dir() + "/gemma3_vision_nopool", img = test::fixtures_dir() + "/images/";
@@ -51,14 +36,14 @@ TEST_CASE("maxtext vision: picture files to Gemma 3 soft tokens equal Pillow + t
                        std::string("vision tokens (") + how + ")");
     std::remove(out.c_str());
   }
-  std::string t = run_failing("vision --weights " + test::fixtures_dir() + "/gemma3_model/hf --image " + img +
+  std::string t = test::run_cli_failing("vision --weights " + test::fixtures_dir() + "/gemma3_model/hf --image " + img +
                               "png_rgb8_64x48.png");
   CHECK(t.find("has model_type 'gemma3_text'") != std::string::npos);
-  t = run_failing("vision --weights " + dir + "/hf --image " + img + "no-such.png");
+  t = test::run_cli_failing("vision --weights " + dir + "/hf --image " + img + "no-such.png");
   CHECK(t.find("no-such.png: cannot open the file") != std::string::npos);
-  t = run_failing("vision --weights " + dir + "/hf --image " + img + "png_rgb8_64x48.png --image-preprocess pil");
+  t = test::run_cli_failing("vision --weights " + dir + "/hf --image " + img + "png_rgb8_64x48.png --image-preprocess pil");
   CHECK(t.find("unknown Gemma 3 image preprocessing 'pil': expected maxtext, hf or llamacpp") != std::string::npos);
-  t = run_failing("vision --weights " + dir + "/hf");
+  t = test::run_cli_failing("vision --weights " + dir + "/hf");
   CHECK(t.find("vision needs --image FILE") != std::string::npos);
 }
 
@@ -91,16 +76,16 @@ TEST_CASE("maxtext logits / generate --image: pictures merged into a Gemma 3 pro
   std::remove((cwd + "_logits.npy").c_str());
   std::remove((cwd + "_soft.npy").c_str());
   // Refusals, by name.
-  std::string t = run_failing("generate --weights " + dir + "/hf" + tokens + " --image " + dir + "/image_a.png");
+  std::string t = test::run_cli_failing("generate --weights " + dir + "/hf" + tokens + " --image " + dir + "/image_a.png");
   CHECK(t.find("the prompt has 2 <start_of_image> marker(s) for 1 picture(s)") != std::string::npos);
-  t = run_failing("generate --weights " + test::fixtures_dir() + "/gemma3_model/hf --tokens 2,5 --image " + dir +
+  t = test::run_cli_failing("generate --weights " + test::fixtures_dir() + "/gemma3_model/hf --tokens 2,5 --image " + dir +
                   "/image_a.png");
   CHECK(t.find("has model_type 'gemma3_text'") != std::string::npos);
-  t = run_failing("logits --weights " + dir + "/hf" + tokens + pics + " --incremental 400 --out x.npy");
+  t = test::run_cli_failing("logits --weights " + dir + "/hf" + tokens + pics + " --incremental 400 --out x.npy");
   CHECK(t.find("hold a picture's soft tokens") != std::string::npos);
-  t = run_failing("generate --weights " + dir + "/hf" + tokens + " --image-preprocess hf");
+  t = test::run_cli_failing("generate --weights " + dir + "/hf" + tokens + " --image-preprocess hf");
   CHECK(t.find("--image-preprocess needs --image") != std::string::npos);
-  t = run_failing("generate --weights " + dir + "/hf" + tokens + pics + " --spec lookup");
+  t = test::run_cli_failing("generate --weights " + dir + "/hf" + tokens + pics + " --spec lookup");
   CHECK(t.find("speculative decoding takes no pictures") != std::string::npos);
 }
 
@@ -143,7 +128,7 @@ TEST_CASE("maxtext chat --image: each marker a message writes takes the next pic
     std::ofstream f(in);
     f << "<start_of_image> <start_of_image> <start_of_image>\n";
   }
-  const std::string t = run_failing("chat" + common + " < " + in);
+  const std::string t = test::run_cli_failing("chat" + common + " < " + in);
   std::remove(in.c_str());
   CHECK(t.find("the prompt has 3 <start_of_image> marker(s) for 2 picture(s)") != std::string::npos);
 }
@@ -160,9 +145,9 @@ TEST_CASE("maxtext vision / logits --mmproj: Gemma 3's tower from a llama.cpp mm
                 pics + " --out " + out);
   test::expect_close(io::read_npy(out), test::npy(dir + "/logits.npy"), test::tol::f32_logits, "logits --mmproj");
   std::remove(out.c_str());
-  std::string t = run_failing("vision --mmproj " + dir + "/hf/model.safetensors" + pics);
+  std::string t = test::run_cli_failing("vision --mmproj " + dir + "/hf/model.safetensors" + pics);
   CHECK(t.find("model.safetensors") != std::string::npos);
-  t = run_failing("vision --weights " + dir + "/hf --mmproj " + dir + "/mmproj.gguf" + pics);
+  t = test::run_cli_failing("vision --weights " + dir + "/hf --mmproj " + dir + "/mmproj.gguf" + pics);
   CHECK(t.find("one of them") != std::string::npos);
 }
 
@@ -242,15 +227,15 @@ TEST_CASE("maxtext vision / generate --pan-and-scan: Hugging Face's crops and pr
                      "generate --pan-and-scan on: the soft tokens");
 
   // Refusals, by name.
-  std::string t = run_failing("generate" + common + " --image " + dir + "/wide.png --pan-and-scan on --tokens 2,120,5");
+  std::string t = test::run_cli_failing("generate" + common + " --image " + dir + "/wide.png --pan-and-scan on --tokens 2,120,5");
   CHECK(t.find("--pan-and-scan needs --prompt") != std::string::npos);
-  t = run_failing("generate" + common + " --prompt 'x' --pan-and-scan on");
+  t = test::run_cli_failing("generate" + common + " --prompt 'x' --pan-and-scan on");
   CHECK(t.find("--pan-and-scan needs --image") != std::string::npos);
-  t = run_failing("vision" + tower + " --image " + dir + "/wide.png --pan-and-scan yes");
+  t = test::run_cli_failing("vision" + tower + " --image " + dir + "/wide.png --pan-and-scan yes");
   CHECK(t.find("--pan-and-scan: expected on or off, found 'yes'") != std::string::npos);
-  t = run_failing("vision --weights " + dirm + "/hf --image " + dir + "/wide.png --pan-and-scan on --image-preprocess llamacpp");
+  t = test::run_cli_failing("vision --weights " + dirm + "/hf --image " + dir + "/wide.png --pan-and-scan on --image-preprocess llamacpp");
   CHECK(t.find("llama.cpp's preprocessing (--image-preprocess llamacpp) has no pan-and-scan") != std::string::npos);
-  t = run_failing("chat" + common + " --pan-and-scan on < /dev/null");
+  t = test::run_cli_failing("chat" + common + " --pan-and-scan on < /dev/null");
   CHECK(t.find("chat: --pan-and-scan needs --image") != std::string::npos);
 
   // chat: a message's marker becomes the same text and its picture is followed by its crops: the first answer is
@@ -311,13 +296,13 @@ TEST_CASE("maxtext vision / logits / generate --image: a Llama 4 checkpoint's pi
   text = test::run_cli("generate" + w + " --prompt '<|image|>describe <__media__>both'" + pics + " --max-new-tokens 8");
   CHECK(text.find("tokens[0]: 61,61,61,61,61,31,35,63") != std::string::npos);
   // Refusals, by name.
-  std::string t = run_failing("generate" + w + tokens + " --image " + dir + "/image_a.png");
+  std::string t = test::run_cli_failing("generate" + w + tokens + " --image " + dir + "/image_a.png");
   CHECK(t.find("the prompt has 2 <|image|> marker(s) for 1 picture(s)") != std::string::npos);
-  t = run_failing("vision" + w + pics + " --image-preprocess hf");
+  t = test::run_cli_failing("vision" + w + pics + " --image-preprocess hf");
   CHECK(t.find("Llama 4's pictures are preprocessed as MaxText's processor does") != std::string::npos);
-  t = run_failing("generate" + w + " --prompt '<|image|>a<|image|>'" + pics + " --pan-and-scan on");
+  t = test::run_cli_failing("generate" + w + " --prompt '<|image|>a<|image|>'" + pics + " --pan-and-scan on");
   CHECK(t.find("pan-and-scan is Gemma 3's") != std::string::npos);
-  t = run_failing("generate" + w + " --tokens 1,58,59,4,58" + pics);
+  t = test::run_cli_failing("generate" + w + " --tokens 1,58,59,4,58" + pics);
   CHECK(t.find("the prompt already holds a <|patch|>") != std::string::npos);
   // llama.cpp's mmproj file of a Llama 4 vision model (fixtures/llama4_mmproj, written by llama.cpp's own converter)
   // gives the soft tokens of the checkpoint it was converted from, bit for bit.
@@ -405,13 +390,13 @@ TEST_CASE("maxtext vision / logits / generate / chat --image: a Gemma 4 checkpoi
   INFO(chat);
   CHECK(chat.find("[turn 1: prefilled 45 new tokens of 45 (0 reused from the cache)") != std::string::npos);
   // Refusals, by name.
-  std::string t = run_failing("generate" + w + tokens + " --image " + dir + "/image_a.png");
+  std::string t = test::run_cli_failing("generate" + w + tokens + " --image " + dir + "/image_a.png");
   CHECK(t.find("the prompt has 2 <|image|> marker(s) for 1 picture(s)") != std::string::npos);
-  t = run_failing("vision" + w + pics + " --image-preprocess llamacpp");
+  t = test::run_cli_failing("vision" + w + pics + " --image-preprocess llamacpp");
   CHECK(t.find("llamacpp is not implemented for Gemma 4") != std::string::npos);
-  t = run_failing("generate" + w + " --prompt '<|image|>a<|image|>'" + pics + " --pan-and-scan on");
+  t = test::run_cli_failing("generate" + w + " --prompt '<|image|>a<|image|>'" + pics + " --pan-and-scan on");
   CHECK(t.find("pan-and-scan is Gemma 3's") != std::string::npos);
-  t = run_failing("generate" + w + " --tokens 2,61,60 --image " + dir + "/image_a.png");
+  t = test::run_cli_failing("generate" + w + " --tokens 2,61,60 --image " + dir + "/image_a.png");
   CHECK(t.find("already holds an image begin token") != std::string::npos);
   // Hugging Face's preprocessing (preprocessor_config.json: 6 soft tokens at most): picture a keeps its aspect ratio.
   text = test::run_cli("vision" + w + pics + " --image-preprocess hf");
@@ -434,7 +419,7 @@ TEST_CASE("maxtext vision --image: a Qwen3.5 checkpoint's vision encoder equals 
   CHECK(text.find("image_1.png: 4 soft tokens of 24") != std::string::npos);
   test::expect_close(io::read_npy(out), test::npy(dir + "/merged.npy"), test::tol::f32_logits, "qwen3 vision --out");
   std::remove(out.c_str());
-  std::string t = run_failing("vision" + w + pics + " --image-preprocess llamacpp");
+  std::string t = test::run_cli_failing("vision" + w + pics + " --image-preprocess llamacpp");
   CHECK(t.find("llamacpp is not implemented for Qwen3") != std::string::npos);
 }
 
@@ -461,8 +446,8 @@ TEST_CASE("maxtext logits|generate --image: a Qwen3.5 checkpoint's pictures ente
   std::remove(out.c_str());
   const std::string text = test::run_cli("generate" + w + tokens + pics + " --max-new-tokens 4");
   CHECK(text.find("tokens[0]: 32,24,9,56") != std::string::npos);
-  std::string t = run_failing("generate" + w + " --tokens 1,2,3" + pics);
+  std::string t = test::run_cli_failing("generate" + w + " --tokens 1,2,3" + pics);
   CHECK(t.find("the prompt has 0 <|image_pad|> marker(s) for 2 picture(s)") != std::string::npos);
-  t = run_failing("generate" + w + " --tokens 1,62,3 --image " + dir + "/image_0.png");
+  t = test::run_cli_failing("generate" + w + " --tokens 1,62,3 --image " + dir + "/image_0.png");
   CHECK(t.find("do not follow a <|vision_start|>") != std::string::npos);
 }
