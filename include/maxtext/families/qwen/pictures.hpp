@@ -27,6 +27,7 @@
 #include "maxtext/core/config.hpp"
 #include "maxtext/core/error.hpp"
 #include "maxtext/core/tensor.hpp"
+#include "maxtext/families/qwen/checkpoint_json.hpp"
 #include "maxtext/families/qwen/image_processor.hpp"
 #include "maxtext/families/qwen/vision.hpp"
 #include "maxtext/io/image.hpp"
@@ -117,22 +118,12 @@ class Qwen3Pictures {
     const std::string cfg_path = hf_config_beside(weights);
     MAXTEXT_CHECK(!cfg_path.empty(), IoError, "[qwen3 pictures] no config.json beside ", weights,
                   " (a Hugging Face Qwen3.5 / Qwen3-VL / Qwen3-Omni directory, safetensors file or index)");
-    std::ifstream f(cfg_path);
-    const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-    MAXTEXT_CHECK(!j.is_discarded() && j.is_object(), IoError, "[qwen3 pictures] ", cfg_path, ": not a JSON object");
+    const nlohmann::json j = read_json_object(cfg_path, "qwen3 pictures");
     const std::string type = j.value("model_type", std::string());
     MAXTEXT_CHECK(is_qwen3_vision_model_type(type), UnsupportedError, "[qwen3 pictures] ", cfg_path, " has model_type '",
                   type, "'; the Qwen3 vision encoder comes with qwen3_5_moe, qwen3_5, qwen3_vl(_moe) or qwen3_omni_moe");
     vc_ = layers::Qwen3VisionConfig::from_hf(j, cfg_path);
-    // Qwen3-Omni keeps the ids in thinker_config.
-    const nlohmann::json& th = j.contains("thinker_config") && j["thinker_config"].is_object() ? j["thinker_config"] : j;
-    const auto id = [&](const char* key, std::int32_t& out) {
-      if (!th.contains(key) || th[key].is_null()) return;
-      MAXTEXT_CHECK(th[key].is_number_integer() && th[key].get<std::int64_t>() >= 0 &&
-                        th[key].get<std::int64_t>() <= std::numeric_limits<std::int32_t>::max(),
-                    IoError, "[qwen3 pictures] ", cfg_path, ": ", key, ": expected a token id, found ", th[key].dump());
-      out = th[key].get<std::int32_t>();
-    };
+    const auto id = [&](const char* key, std::int32_t& out) { read_token_id(j, key, out, cfg_path, "qwen3 pictures"); };
     id("vision_start_token_id", ids_.vision_start);
     id("vision_end_token_id", ids_.vision_end);
     id("image_token_id", ids_.image);
@@ -147,9 +138,7 @@ class Qwen3Pictures {
                   vc_.num_channels, ": pictures are RGB (3)");
     const std::filesystem::path pp = std::filesystem::path(cfg_path).parent_path() / "preprocessor_config.json";
     if (std::filesystem::exists(pp)) {
-      std::ifstream pf(pp);
-      const nlohmann::json pj = nlohmann::json::parse(pf, nullptr, false);
-      MAXTEXT_CHECK(!pj.is_discarded() && pj.is_object(), IoError, "[qwen3 pictures] ", pp.string(), ": not a JSON object");
+      const nlohmann::json pj = read_json_object(pp.string(), "qwen3 pictures");
       const auto get = [&](const nlohmann::json& o, const char* key, std::int64_t& out) {
         if (!o.contains(key) || o[key].is_null()) return;
         MAXTEXT_CHECK(o[key].is_number_integer() && o[key].get<std::int64_t>() > 0, IoError, "[qwen3 pictures] ",

@@ -35,6 +35,7 @@
 #include "maxtext/core/tensor.hpp"
 #include "maxtext/families/qwen/audio.hpp"
 #include "maxtext/families/qwen/audio_processor.hpp"
+#include "maxtext/families/qwen/checkpoint_json.hpp"
 #include "maxtext/io/safetensors.hpp"
 #include "maxtext/io/weights.hpp"
 #include "maxtext/models/layer_runner.hpp"
@@ -81,20 +82,11 @@ class Qwen3OmniSounds {
     const std::string cfg_path = hf_config_beside(weights);
     MAXTEXT_CHECK(!cfg_path.empty(), IoError, "[qwen3-omni audio] no config.json beside ", weights,
                   " (a Hugging Face Qwen3-Omni directory, safetensors file or index)");
-    std::ifstream f(cfg_path);
-    const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-    MAXTEXT_CHECK(!j.is_discarded() && j.is_object(), IoError, "[qwen3-omni audio] ", cfg_path, ": not a JSON object");
+    const nlohmann::json j = read_json_object(cfg_path, "qwen3-omni audio");
     ac_ = layers::Qwen3OmniAudioConfig::from_hf(j, cfg_path);
     ac_.form = form;
     ac_.validate();
-    const nlohmann::json& th = j.contains("thinker_config") && j["thinker_config"].is_object() ? j["thinker_config"] : j;
-    const auto id = [&](const char* key, std::int32_t& out) {
-      if (!th.contains(key) || th[key].is_null()) return;
-      MAXTEXT_CHECK(th[key].is_number_integer() && th[key].get<std::int64_t>() >= 0 &&
-                        th[key].get<std::int64_t>() <= std::numeric_limits<std::int32_t>::max(),
-                    IoError, "[qwen3-omni audio] ", cfg_path, ": ", key, ": expected a token id, found ", th[key].dump());
-      out = th[key].get<std::int32_t>();
-    };
+    const auto id = [&](const char* key, std::int32_t& out) { read_token_id(j, key, out, cfg_path, "qwen3-omni audio"); };
     id("audio_start_token_id", ids_.audio_start);
     id("audio_end_token_id", ids_.audio_end);
     id("audio_token_id", ids_.audio);
@@ -103,10 +95,7 @@ class Qwen3OmniSounds {
                   ", audio_end_token_id ", ids_.audio_end, " and audio_token_id ", ids_.audio, " must differ");
     const std::filesystem::path pp = std::filesystem::path(cfg_path).parent_path() / "preprocessor_config.json";
     if (std::filesystem::exists(pp)) {
-      std::ifstream pf(pp);
-      const nlohmann::json pj = nlohmann::json::parse(pf, nullptr, false);
-      MAXTEXT_CHECK(!pj.is_discarded() && pj.is_object(), IoError, "[qwen3-omni audio] ", pp.string(),
-                    ": not a JSON object");
+      const nlohmann::json pj = read_json_object(pp.string(), "qwen3-omni audio");
       mel_ = LogMelConfig::from_hf(pj, pp.string());
     }
     MAXTEXT_CHECK(mel_.num_mel_bins == ac_.num_mel_bins, IoError, "[qwen3-omni audio] ", pp.string(), ": feature_size ",
